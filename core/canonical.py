@@ -1,0 +1,83 @@
+"""Canonical JSON: the one byte form we hash, journal and compare.
+
+Rules (stable across processes and versions; golden tests pin them):
+- UTF-8, keys sorted by code point, no insignificant whitespace
+  (separators ``,`` and ``:``), non-ASCII kept as is (``ensure_ascii=False``);
+- only JSON values: dict with str keys, list/tuple, str, int, float
+  (finite only), bool, None. Anything else (NaN, Infinity, bytes, sets,
+  objects, cycles) raises :class:`NonJsonValue` naming the JSON path;
+- floats use Python's shortest repr (``json`` does), integers are exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from .errors import NonJsonValue
+
+_MAX_DEPTH = 256
+
+
+def check_json(value: Any, path: str = "$") -> None:
+    """Raise :class:`NonJsonValue` if ``value`` has no exact JSON form."""
+    _check(value, path, set(), 0)
+
+
+def _check(value: Any, path: str, seen: set[int], depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        raise NonJsonValue(f"value at {path} nests deeper than {_MAX_DEPTH} levels", details={"path": path})
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NonJsonValue(f"value at {path} is {value!r}, which JSON cannot represent", details={"path": path})
+        return
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in seen:
+            raise NonJsonValue(f"value at {path} contains a reference cycle", details={"path": path})
+        seen.add(id(value))
+        try:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    if not isinstance(k, str):
+                        raise NonJsonValue(
+                            f"object at {path} has a non-string key {k!r}", details={"path": path}
+                        )
+                    _check(v, f"{path}.{k}", seen, depth + 1)
+            else:
+                for i, v in enumerate(value):
+                    _check(v, f"{path}[{i}]", seen, depth + 1)
+        finally:
+            seen.discard(id(value))
+        return
+    raise NonJsonValue(
+        f"value at {path} is of type {type(value).__name__}, which has no JSON form",
+        details={"path": path, "type": type(value).__name__},
+    )
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON text of ``value`` (validated first)."""
+    check_json(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    return canonical_json(value).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``value``."""
+    return "sha256:" + sha256_hex(canonical_bytes(value))
+
+
+__all__ = ["canonical_json", "canonical_bytes", "check_json", "digest", "sha256_hex"]

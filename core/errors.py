@@ -1,0 +1,166 @@
+"""The error hierarchy of openfunctions.
+
+Every error carries a stable machine-readable ``code`` (never renamed once
+released: clients and journals store it) and a message that names what was
+wrong. Packages above ``core`` subclass these; they never invent a parallel
+root. ``details`` holds JSON-safe extra facts (violations, candidates, pids).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OpenFunctionsError(Exception):
+    """Root of every error this project raises on purpose."""
+
+    code: str = "openfunctions_error"
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.message
+
+
+class ToolDefinitionError(OpenFunctionsError):
+    """A tool definition is malformed (bad name, bad schema, duplicate)."""
+
+    code = "tool_definition_invalid"
+
+
+class DuplicateTool(ToolDefinitionError):
+    code = "tool_duplicate"
+
+
+class ToolNotFound(OpenFunctionsError):
+    code = "tool_not_found"
+
+
+class InvalidParams(OpenFunctionsError):
+    """Parameters failed the tool's JSON Schema; ``details['violations']`` lists each."""
+
+    code = "invalid_params"
+
+
+class NonJsonValue(OpenFunctionsError):
+    """A value that has no JSON form (NaN, a cycle, bytes, an object)."""
+
+    code = "non_json_value"
+
+
+class InvalidOutput(OpenFunctionsError):
+    """A handler's result failed the tool's output schema (the effect may have happened)."""
+
+    code = "invalid_output"
+
+
+class PolicyDenied(OpenFunctionsError):
+    code = "policy_denied"
+
+
+class AdmissionRefused(OpenFunctionsError):
+    """The scheduler refused to admit a call (e.g. a read reservation asked to write)."""
+
+    code = "admission_refused"
+
+
+class ExecutionCancelled(OpenFunctionsError):
+    code = "cancelled"
+
+
+class ToolFailed(OpenFunctionsError):
+    """A handler raised. ``details['exception']`` names the exception type."""
+
+    code = "tool_failed"
+
+
+class ToolError(OpenFunctionsError):
+    """Raised *by a handler* to report a clean, expected failure to the caller.
+
+    The message reaches the model as is. Certainty stays ``unknown`` unless
+    the handler passes ``effect_happened=False``: only the handler knows
+    whether it changed anything before failing.
+    """
+
+    code = "tool_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        effect_happened: bool | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, details=details)
+        if code:
+            self.code = code
+        self.effect_happened = effect_happened
+
+
+class JournalError(OpenFunctionsError):
+    code = "journal_error"
+
+
+class JournalLocked(JournalError):
+    code = "journal_locked"
+
+
+class JournalCorrupt(JournalError):
+    code = "journal_corrupt"
+
+
+class JournalUnsafe(JournalError):
+    """A journal path is a symlink, has the wrong mode or owner."""
+
+    code = "journal_unsafe"
+
+
+class JournalFailed(JournalError):
+    """An earlier write or fsync failed; the journal refuses writes until reopened."""
+
+    code = "journal_failed"
+
+
+class ReceiptPersistenceFailed(JournalError):
+    code = "receipt_persistence_failed"
+
+
+__all__ = [
+    "OpenFunctionsError",
+    "ToolDefinitionError",
+    "DuplicateTool",
+    "ToolNotFound",
+    "InvalidParams",
+    "NonJsonValue",
+    "InvalidOutput",
+    "PolicyDenied",
+    "AdmissionRefused",
+    "ExecutionCancelled",
+    "ToolFailed",
+    "ToolError",
+    "JournalError",
+    "JournalLocked",
+    "JournalCorrupt",
+    "JournalUnsafe",
+    "JournalFailed",
+    "ReceiptPersistenceFailed",
+]
+
+
+class ConfigurationError(OpenFunctionsError):
+    """The runtime was assembled wrongly (e.g. governed mode without a policy)."""
+
+    code = "configuration_invalid"
+
+
+__all__.append("ConfigurationError")

@@ -1,0 +1,314 @@
+"""The executor: the one pipeline every tool call goes through.
+
+Stages, in order (each a method below, named for the stage):
+
+1. ``_capture``        params snapshot (canonical JSON) and spec digest
+2. ``_validate``       params against the input schema's dialect
+3. ``_resolve_policy`` policy decision from the trusted context
+4. ``_admit``          scheduler admission (or a child's inherited reservation)
+5. ``_persist_start``  journal sink ``on_start`` (when configured)
+6. ``_invoke``         the handler, with the trusted context
+7. ``_normalize``      the result, once
+8. ``_check_output``   structured payload against the output schema
+9. ``_persist_receipt`` journal sink ``on_settled``, before the reservation is released
+10. ``_deliver``       the :class:`DetailedResult`
+
+Certainty: anything refused before stage 6 is ``known`` (nothing ran).
+From stage 6 on, a raise, an invalid output or a failed persistence leaves
+the effect ``unknown``. Persistence runs shielded from cancellation, so a
+call that settled is recorded even if its caller was cancelled meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import structlog
+
+from .canonical import canonical_json, sha256_hex
+from .context import ToolExecutionContext
+from .errors import (
+    ConfigurationError,
+    ExecutionCancelled,
+    InvalidParams,
+    NonJsonValue,
+    OpenFunctionsError,
+    PolicyDenied,
+    ReceiptPersistenceFailed,
+    ToolError,
+    ToolFailed,
+)
+from .policy import Mode, Policy, PolicyDecision
+from .receipts import Certainty, Outcome, PolicyRecord, Receipt, ReceiptError, StartRecord, new_id, utc_now
+from .result import DetailedResult, ToolResult, normalize
+from .scheduler import Reservation, Scheduler
+from .sink import ExecutionJournalSink
+from .tool import ToolDefinition
+
+log = structlog.get_logger("openfunctions.executor")
+
+_EMPTY_CTX = ToolExecutionContext()
+
+
+@dataclass
+class _Call:
+    """Everything the pipeline learns about one call, stage by stage."""
+
+    tool: ToolDefinition
+    ctx: ToolExecutionContext
+    receipt_id: str
+    started_at: str
+    t0: float
+    params: dict[str, Any] | None = None
+    params_sha256: str | None = None
+    decision: PolicyDecision | None = None
+    reservation: Reservation | None = None
+    owns_reservation: bool = False
+    handler_started: bool = False
+    value: Any = None
+    result: ToolResult | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolExecutor:
+    """Runs tools through the pipeline. Shared by a registry and all its projections."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy | None = None,
+        mode: Mode = "local",
+        scheduler: Scheduler | None = None,
+        journal: ExecutionJournalSink | None = None,
+        max_parallel: int = 8,
+    ) -> None:
+        if mode not in ("local", "governed"):
+            raise ConfigurationError(f"unknown executor mode {mode!r}: use 'local' or 'governed'")
+        if mode == "governed" and policy is None:
+            raise ConfigurationError("governed mode cannot be constructed without a policy")
+        self.mode = mode
+        self.policy = policy
+        self.scheduler = scheduler or Scheduler(max_parallel)
+        self.journal = journal
+
+    # -- the pipeline -----------------------------------------------------
+
+    async def execute_detailed(
+        self, tool: ToolDefinition, params: Any, context: ToolExecutionContext | None = None
+    ) -> DetailedResult:
+        call = self._capture_identity(tool, context or _EMPTY_CTX)
+        cancelled_exc = anyio.get_cancelled_exc_class()
+        try:
+            self._capture(call, params)
+            self._validate(call)
+            await self._resolve_policy(call)
+        except OpenFunctionsError as exc:
+            return await self._settle(call, "rejected", "known", exc)
+        try:
+            await self._admit(call)
+        except cancelled_exc:
+            await self._settle(call, "cancelled", "known", ExecutionCancelled("cancelled while queued for admission"))
+            raise
+        except OpenFunctionsError as exc:
+            outcome: Outcome = "cancelled" if isinstance(exc, ExecutionCancelled) else "rejected"
+            return await self._settle(call, outcome, "known", exc)
+        # From here on the reservation is held; _settle releases it after on_settled.
+        try:
+            await self._persist_start(call)
+        except OpenFunctionsError as exc:
+            return await self._settle(call, "rejected", "known", exc)
+        except Exception as exc:  # a sink bug is still a refusal: the handler never ran
+            return await self._settle(call, "rejected", "known", _journal_error("start", exc))
+        try:
+            await self._invoke(call)
+        except cancelled_exc:
+            await self._settle(call, "cancelled", "unknown", ExecutionCancelled(f"tool {tool.name!r} was cancelled while running"))
+            raise
+        except ToolError as exc:
+            certainty: Certainty = "known" if exc.effect_happened is False else "unknown"
+            return await self._settle(call, "failed", certainty, exc)
+        except Exception as exc:
+            err = ToolFailed(
+                f"tool {tool.name!r} raised {type(exc).__name__}: {exc}",
+                details={"exception": type(exc).__name__},
+            )
+            log.warning("tool_raised", tool=tool.name, receipt_id=call.receipt_id, exception=type(exc).__name__, exc_info=exc)
+            return await self._settle(call, "failed", "unknown", err)
+        try:
+            self._normalize(call)
+            self._check_output(call)
+        except OpenFunctionsError as exc:
+            return await self._settle(call, "failed", "unknown", exc)
+        return await self._settle(call, "succeeded", "known", None)
+
+    def _capture_identity(self, tool: ToolDefinition, ctx: ToolExecutionContext) -> _Call:
+        return _Call(tool=tool, ctx=ctx, receipt_id=new_id("rcpt"), started_at=utc_now(), t0=time.perf_counter())
+
+    def _capture(self, call: _Call, params: Any) -> None:
+        if params is None:
+            params = {}
+        text = canonical_json(params)  # raises NonJsonValue naming the path
+        call.params_sha256 = "sha256:" + sha256_hex(text.encode("utf-8"))
+        if not isinstance(params, dict):
+            raise InvalidParams(
+                f"arguments for tool {call.tool.name!r} must be a JSON object, got {type(params).__name__}",
+                details={"violations": [{"path": "$", "message": "not an object"}], "violation_count": 1},
+            )
+        # The handler gets a private snapshot: the caller cannot mutate it
+        # after the digest was taken, and tuples etc. become plain JSON.
+        call.params = json.loads(text)
+
+    def _validate(self, call: _Call) -> None:
+        call.tool.input_validator.check_params(call.tool.name, call.params)
+
+    async def _resolve_policy(self, call: _Call) -> None:
+        tool, ctx = call.tool, call.ctx
+        requires = tool.capability is not None and tool.capability.requires_authority
+        if self.policy is None:
+            if requires:
+                call.decision = PolicyDecision(False, "local", "no policy configured")
+                raise PolicyDenied(
+                    f"tool {tool.name!r} requires authority (scopes {list(tool.capability.required_scopes)}) "  # type: ignore[union-attr]
+                    "and no policy validated the binding; configure a policy"
+                )
+            return
+        decision = await self.policy.decide(tool, call.params or {}, ctx)
+        call.decision = decision
+        if not decision.allowed:
+            raise PolicyDenied(decision.reason or f"policy {decision.policy!r} denied tool {tool.name!r}")
+        if requires and not decision.binding_validated:
+            raise PolicyDenied(
+                f"tool {tool.name!r} requires authority and policy {decision.policy!r} did not validate the binding"
+            )
+
+    async def _admit(self, call: _Call) -> None:
+        mode = call.tool.schedule_class
+        parent = call.ctx.reservation
+        if call.ctx.parent_receipt_id is not None and parent is not None:
+            parent.admits_child(mode)  # raises AdmissionRefused
+            call.reservation = parent
+            return
+        call.reservation = await self.scheduler.acquire(mode)
+        call.owns_reservation = True
+
+    async def _persist_start(self, call: _Call) -> None:
+        if self.journal is None:
+            return
+        await self.journal.on_start(
+            StartRecord(
+                receipt_id=call.receipt_id,
+                tool=call.tool.name,
+                spec_sha256=call.tool.spec_sha256,
+                params_sha256=call.params_sha256 or "",
+                started_at=call.started_at,
+                principal=call.ctx.principal,
+                parent_receipt_id=call.ctx.parent_receipt_id,
+            )
+        )
+
+    async def _invoke(self, call: _Call) -> None:
+        ctx = call.ctx.replace(receipt_id=call.receipt_id, reservation=call.reservation)
+        call.handler_started = True
+        call.value = await call.tool.handler(call.params or {}, ctx)
+
+    def _normalize(self, call: _Call) -> None:
+        call.result = normalize(call.value)
+
+    def _check_output(self, call: _Call) -> None:
+        v = call.tool.output_validator
+        assert call.result is not None
+        if v is None or call.result.is_error:
+            return
+        if call.result.structured is None:
+            from .errors import InvalidOutput
+
+            raise InvalidOutput(
+                f"tool {call.tool.name!r} declares an output schema but returned no structured object"
+            )
+        v.check_output(call.tool.name, call.result.structured)
+
+    async def _persist_receipt(self, receipt: Receipt) -> Receipt | OpenFunctionsError:
+        if self.journal is None:
+            return receipt
+        try:
+            await self.journal.on_settled(receipt)
+        except Exception as exc:
+            log.error("receipt_persistence_failed", receipt_id=receipt.receipt_id, tool=receipt.tool, error=str(exc))
+            return _journal_error("settled", exc, cls=ReceiptPersistenceFailed)
+        return receipt
+
+    async def _settle(
+        self, call: _Call, outcome: Outcome, certainty: Certainty, error: OpenFunctionsError | None
+    ) -> DetailedResult:
+        """Build the receipt, persist it, release the reservation, deliver."""
+        with anyio.CancelScope(shield=True):
+            try:
+                result = call.result if error is None else ToolResult.text(error.message, is_error=True)
+                if error is None and call.result is not None and call.result.is_error:
+                    outcome = "failed"
+                receipt = self._receipt(call, outcome, certainty, error, result)
+                persisted = await self._persist_receipt(receipt)
+                if isinstance(persisted, OpenFunctionsError):
+                    error = persisted
+                    receipt = receipt.model_copy(
+                        update={"outcome": "unknown", "certainty": "unknown", "error": ReceiptError(code=error.code, message=error.message)}
+                    )
+                    result = ToolResult.text(error.message, is_error=True)
+            finally:
+                if call.owns_reservation and call.reservation is not None:
+                    call.reservation.release()
+        return self._deliver(call, receipt, result, error)
+
+    def _receipt(
+        self,
+        call: _Call,
+        outcome: Outcome,
+        certainty: Certainty,
+        error: OpenFunctionsError | None,
+        result: ToolResult | None,
+    ) -> Receipt:
+        d = call.decision
+        return Receipt.model_construct(
+            v=1,
+            receipt_id=call.receipt_id,
+            tool=call.tool.name,
+            spec_sha256=call.tool.spec_sha256,
+            params_sha256=call.params_sha256,
+            result_sha256=result.digest() if (result is not None and error is None) else None,
+            outcome=outcome,
+            certainty=certainty,
+            handler_started=call.handler_started,
+            started_at=call.started_at,
+            finished_at=utc_now(),
+            duration_ms=round((time.perf_counter() - call.t0) * 1000.0, 3),
+            error=ReceiptError.model_construct(code=error.code, message=error.message) if error else None,
+            policy=PolicyRecord.model_construct(policy=d.policy, allowed=d.allowed, reason=d.reason) if d else None,
+            principal=call.ctx.principal,
+            parent_receipt_id=call.ctx.parent_receipt_id,
+            recovered=False,
+        )
+
+    def _deliver(
+        self, call: _Call, receipt: Receipt, result: ToolResult | None, error: OpenFunctionsError | None
+    ) -> DetailedResult:
+        assert result is not None
+        return DetailedResult(result=result, receipt=receipt, value=call.value if error is None else None, error=error)
+
+
+def _journal_error(stage: str, exc: Exception, cls: type[OpenFunctionsError] | None = None) -> OpenFunctionsError:
+    if isinstance(exc, OpenFunctionsError) and cls is None:
+        return exc
+    from .errors import JournalError
+
+    klass = cls or JournalError
+    code = getattr(exc, "code", None)
+    msg = f"journal failed to persist the {stage} record: {exc}"
+    err = klass(msg, details={"cause": code or type(exc).__name__})
+    return err
+
+
+__all__ = ["ToolExecutor"]

@@ -1,0 +1,118 @@
+"""Execution receipts: the canonical record of what one call did.
+
+Receipt format, version 1 (canonical JSON, see ``canonical.py``; documented
+in docs/formats/receipt.md). Fields:
+
+- ``v``: format version, ``1``.
+- ``receipt_id``: opaque random id, ``rcpt_`` + 26 base32 characters.
+- ``tool``: the tool name. ``spec_sha256``: ``sha256:<hex>`` of the tool's
+  canonical spec at call time.
+- ``params_sha256``: digest of the canonical params as received (before
+  validation, so a rejected call still binds its input).
+- ``result_sha256``: digest of the canonical normalized result
+  (``{"content", "structuredContent", "isError"}``), when there is one.
+- ``outcome``: ``succeeded | failed | rejected | cancelled | unknown``.
+- ``certainty``: ``known | unknown`` — whether we know the effect's fate.
+  Rejections before the handler starts are ``known`` (nothing ran). Once a
+  handler has been entered, a raise, an invalid output or a failed receipt
+  persistence leaves it ``unknown``.
+- ``handler_started``: whether the handler was entered (``false`` = a bound
+  not-started receipt).
+- ``started_at``, ``finished_at``: RFC 3339 UTC with microseconds;
+  ``duration_ms``: float.
+- ``error``: ``{code, message}`` or null. ``policy``: the decision
+  ``{policy, allowed, reason}`` or null (no policy consulted).
+- ``principal``: who called (from the trusted context), or null.
+- ``parent_receipt_id``: the delegating call for a child execution, or null.
+- ``recovered``: ``true`` only for a receipt written by journal recovery for
+  a call that started and never settled.
+
+Invariant: the same params give the same ``params_sha256`` in any process.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .canonical import canonical_json
+
+Outcome = Literal["succeeded", "failed", "rejected", "cancelled", "unknown"]
+Certainty = Literal["known", "unknown"]
+
+RECEIPT_VERSION = 1
+
+
+def new_id(prefix: str) -> str:
+    """An opaque random id: ``prefix_`` + 26 lowercase base32 chars (130 bits)."""
+    return prefix + "_" + base64.b32encode(os.urandom(17)).decode("ascii").lower().rstrip("=")[:26]
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class ReceiptError(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    code: str
+    message: str
+
+
+class PolicyRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    policy: str
+    allowed: bool
+    reason: str | None = None
+
+
+class Receipt(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: int = RECEIPT_VERSION
+    receipt_id: str
+    tool: str
+    spec_sha256: str | None
+    params_sha256: str | None
+    result_sha256: str | None = None
+    outcome: Outcome
+    certainty: Certainty
+    handler_started: bool
+    started_at: str
+    finished_at: str
+    duration_ms: float
+    error: ReceiptError | None = None
+    policy: PolicyRecord | None = None
+    principal: str | None = None
+    parent_receipt_id: str | None = None
+    recovered: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def canonical_json(self) -> str:
+        return canonical_json(self.to_dict())
+
+
+class StartRecord(BaseModel):
+    """What the executor persists before it enters a handler."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: int = RECEIPT_VERSION
+    receipt_id: str
+    tool: str
+    spec_sha256: str
+    params_sha256: str
+    started_at: str
+    principal: str | None = None
+    parent_receipt_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+__all__ = ["Receipt", "ReceiptError", "PolicyRecord", "StartRecord", "Outcome", "Certainty", "new_id", "utc_now", "RECEIPT_VERSION"]

@@ -1,0 +1,136 @@
+"""The tool registry: tools stored once, executed through one executor.
+
+A projection (``registry.project(...)``) is a filtered *view*: it shares the
+executor, and with it the policy, the scheduler and the journal sink. It is
+not a second runtime, and it cannot register tools.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+from .context import ToolExecutionContext
+from .errors import DuplicateTool, OpenFunctionsError, ToolDefinitionError, ToolNotFound
+from .executor import ToolExecutor
+from .policy import Mode, Policy
+from .result import DetailedResult
+from .scheduler import Scheduler
+from .sink import ExecutionJournalSink
+from .tool import ToolDefinition
+
+
+class ToolRegistry:
+    def __init__(
+        self,
+        tools: Iterable[ToolDefinition] = (),
+        *,
+        executor: ToolExecutor | None = None,
+        policy: Policy | None = None,
+        mode: Mode = "local",
+        scheduler: Scheduler | None = None,
+        journal: ExecutionJournalSink | None = None,
+        max_parallel: int = 8,
+    ) -> None:
+        self.executor = executor or ToolExecutor(
+            policy=policy, mode=mode, scheduler=scheduler, journal=journal, max_parallel=max_parallel
+        )
+        self._tools: dict[str, ToolDefinition] = {}
+        self._parent: ToolRegistry | None = None
+        self._filter: tuple[frozenset[str] | None, frozenset[str] | None] = (None, None)
+        for t in tools:
+            self.register(t)
+
+    # -- contents ---------------------------------------------------------
+
+    def register(self, tool: ToolDefinition) -> ToolDefinition:
+        if self._parent is not None:
+            raise ToolDefinitionError("a projection is a read-only view: register tools on the registry it came from")
+        if not isinstance(tool, ToolDefinition):
+            raise ToolDefinitionError(f"register() takes a ToolDefinition, got {type(tool).__name__}")
+        if tool.name in self._tools:
+            raise DuplicateTool(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        return tool
+
+    def _visible(self) -> dict[str, ToolDefinition]:
+        if self._parent is None:
+            return self._tools
+        names, tags = self._filter
+        out = {}
+        for n, t in self._parent._visible().items():
+            if names is not None and n not in names:
+                continue
+            if tags is not None and not (tags & set(t.tags)):
+                continue
+            out[n] = t
+        return out
+
+    def get(self, name: str) -> ToolDefinition:
+        tools = self._visible()
+        t = tools.get(name) if isinstance(name, str) else None
+        if t is None:
+            shown = name if isinstance(name, str) else repr(name)
+            shown = shown if len(shown) <= 128 else shown[:125] + "..."
+            close = difflib.get_close_matches(shown, list(tools), n=3, cutoff=0.6) if isinstance(name, str) else []
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ToolNotFound(f"unknown tool {shown!r}{hint}", details={"tool": shown, "candidates": close})
+        return t
+
+    def list(self) -> list[ToolDefinition]:
+        return list(self._visible().values())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._visible()
+
+    def __len__(self) -> int:
+        return len(self._visible())
+
+    def project(self, *, names: Iterable[str] | None = None, tags: Iterable[str] | None = None) -> "ToolRegistry":
+        """A filtered view sharing this registry's executor services."""
+        view = ToolRegistry.__new__(ToolRegistry)
+        view.executor = self.executor
+        view._tools = {}
+        view._parent = self
+        view._filter = (frozenset(names) if names is not None else None, frozenset(tags) if tags is not None else None)
+        return view
+
+    # -- execution --------------------------------------------------------
+
+    async def execute_detailed(
+        self, name: str, params: Any = None, context: ToolExecutionContext | None = None
+    ) -> DetailedResult:
+        """Run a tool; return model content, structured payload and receipt.
+
+        Raises only :class:`ToolNotFound` (there is no spec to bind a receipt
+        to); every other failure is in the result's ``error`` and receipt.
+        """
+        return await self.executor.execute_detailed(self.get(name), params, context)
+
+    async def execute(self, name: str, params: Any = None, context: ToolExecutionContext | None = None) -> Any:
+        """Run a tool and return the handler's ordinary result; raise its error."""
+        detailed = await self.execute_detailed(name, params, context)
+        if detailed.error is not None:
+            raise detailed.error
+        return detailed.value
+
+    # -- provider formats (pure translations) -----------------------------
+
+    def to_openai_format(self) -> list[dict[str, Any]]:
+        from .providers import to_openai
+
+        return [to_openai(t) for t in self.list()]
+
+    def to_anthropic_format(self) -> list[dict[str, Any]]:
+        from .providers import to_anthropic
+
+        return [to_anthropic(t) for t in self.list()]
+
+    def to_gemini_format(self) -> dict[str, Any]:
+        from .providers import to_gemini
+
+        return to_gemini(self.list())
+
+
+__all__ = ["ToolRegistry", "OpenFunctionsError"]

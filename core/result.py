@@ -1,0 +1,79 @@
+"""Normalized tool results.
+
+A handler may return: a :class:`ToolResult` (explicit MCP content blocks),
+a ``dict`` (the structured payload; content is its JSON text), a ``str``
+(one text block), or any other JSON value (one text block of its JSON).
+Normalization happens once, in the executor.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .canonical import check_json, digest
+
+if TYPE_CHECKING:
+    from .errors import OpenFunctionsError
+    from .receipts import Receipt
+
+
+@dataclass
+class ToolResult:
+    """What the model sees (``content``) and the typed payload (``structured``)."""
+
+    content: list[dict[str, Any]] = field(default_factory=list)
+    structured: dict[str, Any] | None = None
+    is_error: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"content": self.content, "structuredContent": self.structured, "isError": self.is_error}
+
+    def digest(self) -> str:
+        return digest(self.to_dict())
+
+    @classmethod
+    def text(cls, text: str, *, is_error: bool = False) -> "ToolResult":
+        return cls(content=[{"type": "text", "text": text}], is_error=is_error)
+
+
+def json_text(value: Any) -> str:
+    """The JSON text block form of a payload (pretty, as MCP hosts show it)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def normalize(value: Any) -> ToolResult:
+    if isinstance(value, ToolResult):
+        check_json(value.content, "$.content")
+        if value.structured is not None:
+            check_json(value.structured, "$.structuredContent")
+        return value
+    if isinstance(value, str):
+        return ToolResult(content=[{"type": "text", "text": value}])
+    check_json(value, "$")
+    if isinstance(value, dict):
+        return ToolResult(content=[{"type": "text", "text": json_text(value)}], structured=value)
+    return ToolResult(content=[{"type": "text", "text": json_text(value)}])
+
+
+@dataclass
+class DetailedResult:
+    """``execute_detailed``'s answer: model content, structured payload, receipt.
+
+    ``value`` is the handler's ordinary return value (what ``execute``
+    returns). ``error`` is set when the call did not succeed; ``result``
+    then holds the error text as ``isError`` content.
+    """
+
+    result: ToolResult
+    receipt: "Receipt"
+    value: Any = None
+    error: "OpenFunctionsError | None" = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+__all__ = ["ToolResult", "DetailedResult", "normalize", "json_text"]

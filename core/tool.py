@@ -1,0 +1,307 @@
+"""Tool definitions: the source of truth for every execution path.
+
+A :class:`ToolDefinition` bundles a stable name, a description the model
+reads, a parameter JSON Schema, an async handler, and optional output
+schema, title, tags, examples, MCP annotations, provider metadata and a
+capability contract. Everything but the handler is the tool's *spec*; its
+canonical JSON has a SHA-256 digest that receipts bind to.
+
+Calling ``tool.handler(...)`` directly is possible and bypasses every
+guarantee of the executor (validation, policy, scheduling, journaling,
+receipts). Execute tools through a :class:`~openfunctions.core.ToolRegistry`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal, get_type_hints
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
+
+from .canonical import canonical_json, check_json, digest
+from .errors import NonJsonValue, ToolDefinitionError
+from .schema import Validator
+
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+Effect = Literal["read", "write", "external"]
+Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
+
+
+class ToolAnnotations(BaseModel):
+    """MCP tool annotations. Hints only: they confer no authority."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    title: str | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        names = {
+            "title": "title",
+            "read_only_hint": "readOnlyHint",
+            "destructive_hint": "destructiveHint",
+            "idempotent_hint": "idempotentHint",
+            "open_world_hint": "openWorldHint",
+        }
+        return {names[k]: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Capability(BaseModel):
+    """What a tool does, declared by its (trusted) author and reviewed by the operator.
+
+    ``effect`` absent means *unclassified*: the scheduler runs the tool
+    exclusively. ``parallel_safe`` is a reviewed claim that a read tool may
+    share the parallel pool. ``required_scopes`` non-empty means the tool
+    requires authority: it runs only when a policy validated the binding.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    effect: Effect | None = None
+    parallel_safe: bool = False
+    idempotent: bool = False
+    required_scopes: tuple[str, ...] = ()
+    requires_verification: bool = False
+
+    @property
+    def requires_authority(self) -> bool:
+        return bool(self.required_scopes)
+
+
+@dataclass(frozen=True, eq=False)
+class ToolDefinition:
+    """One tool. Build it with :func:`define_tool` or the :func:`tool` decorator."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    handler: Handler
+    output_schema: dict[str, Any] | None = None
+    title: str | None = None
+    tags: tuple[str, ...] = ()
+    examples: tuple[dict[str, Any], ...] = ()
+    annotations: ToolAnnotations | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    capability: Capability | None = None
+
+    def spec(self) -> dict[str, Any]:
+        """The canonical spec: everything but the handler, JSON only."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "tags": list(self.tags),
+            "examples": list(self.examples),
+            "meta": self.meta,
+        }
+        if self.title is not None:
+            out["title"] = self.title
+        if self.output_schema is not None:
+            out["outputSchema"] = self.output_schema
+        if self.annotations is not None:
+            out["annotations"] = self.annotations.to_wire()
+        if self.capability is not None:
+            out["capability"] = self.capability.model_dump(mode="json")
+        return out
+
+    @cached_property
+    def spec_json(self) -> str:
+        return canonical_json(self.spec())
+
+    @cached_property
+    def spec_sha256(self) -> str:
+        return digest(self.spec())
+
+    @cached_property
+    def input_validator(self) -> Validator:
+        return Validator(self.input_schema, what=f"inputSchema of tool {self.name!r}")
+
+    @cached_property
+    def output_validator(self) -> Validator | None:
+        if self.output_schema is None:
+            return None
+        return Validator(self.output_schema, what=f"outputSchema of tool {self.name!r}")
+
+    @property
+    def schedule_class(self) -> Literal["shared", "exclusive"]:
+        """``shared`` only for reviewed parallel-safe reads; everything else is exclusive."""
+        cap = self.capability
+        if cap is not None and cap.parallel_safe and cap.effect == "read":
+            return "shared"
+        return "exclusive"
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not TOOL_NAME_RE.match(name):
+        raise ToolDefinitionError(
+            f"tool name {name!r} is invalid: use 1-128 characters of A-Z, a-z, 0-9, '_', '.', '-'"
+        )
+
+
+def _as_schema(schema: Any, what: str) -> dict[str, Any]:
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return schema.model_json_schema()
+    if isinstance(schema, Mapping):
+        return dict(schema)
+    raise ToolDefinitionError(f"{what} must be a JSON Schema object or a pydantic model class")
+
+
+def _wrap_sync(fn: Callable[..., Any]) -> Handler:
+    async def run_in_thread(params: dict[str, Any], ctx: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, params, ctx)
+
+    run_in_thread.__wrapped__ = fn  # type: ignore[attr-defined]
+    return run_in_thread
+
+
+def define_tool(
+    *,
+    name: str,
+    description: str,
+    input_schema: Mapping[str, Any] | type[BaseModel] | None = None,
+    handler: Callable[[dict[str, Any], Any], Any],
+    output_schema: Mapping[str, Any] | type[BaseModel] | None = None,
+    title: str | None = None,
+    tags: Sequence[str] = (),
+    examples: Sequence[Mapping[str, Any]] = (),
+    annotations: ToolAnnotations | Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    capability: Capability | Mapping[str, Any] | None = None,
+) -> ToolDefinition:
+    """Define a tool whose handler takes ``(params: dict, ctx: ToolExecutionContext)``.
+
+    A sync handler runs in a worker thread. Schemas are checked now, so a
+    malformed definition fails at import time, not at the first call.
+    """
+    _check_name(name)
+    if not isinstance(description, str):
+        raise ToolDefinitionError(f"tool {name!r}: description must be a string")
+    if not callable(handler):
+        raise ToolDefinitionError(f"tool {name!r}: handler must be callable")
+    in_schema = _as_schema(input_schema if input_schema is not None else {"type": "object"}, "input_schema")
+    if in_schema.get("type", "object") != "object":
+        raise ToolDefinitionError(f"tool {name!r}: inputSchema must describe an object (type: object)")
+    in_schema.setdefault("type", "object")
+    out_schema = _as_schema(output_schema, "output_schema") if output_schema is not None else None
+    if out_schema is not None and out_schema.get("type", "object") != "object":
+        raise ToolDefinitionError(f"tool {name!r}: outputSchema must describe an object (MCP structuredContent)")
+    if isinstance(annotations, Mapping):
+        annotations = ToolAnnotations.model_validate(dict(annotations))
+    if isinstance(capability, Mapping):
+        capability = Capability.model_validate(dict(capability))
+    fn: Handler = handler if inspect.iscoroutinefunction(handler) else _wrap_sync(handler)
+    t = ToolDefinition(
+        name=name,
+        description=description,
+        input_schema=in_schema,
+        handler=fn,
+        output_schema=out_schema,
+        title=title,
+        tags=tuple(tags),
+        examples=tuple(dict(e) for e in examples),
+        annotations=annotations,
+        meta=dict(meta or {}),
+        capability=capability,
+    )
+    try:
+        check_json(t.spec())
+    except NonJsonValue as exc:
+        raise ToolDefinitionError(f"tool {name!r}: spec is not JSON: {exc.message}") from None
+    t.input_validator  # compile now: a bad schema fails at definition time
+    t.output_validator
+    return t
+
+
+_CTX_NAMES = {"ctx", "context"}
+
+
+def tool(
+    name: str | None = None,
+    *,
+    description: str | None = None,
+    output_schema: Mapping[str, Any] | type[BaseModel] | None | Literal["auto"] = "auto",
+    **kwargs: Any,
+) -> Callable[[Callable[..., Any]], ToolDefinition]:
+    """Decorator: derive a tool from a function's signature and type hints.
+
+    Parameters become the input schema (via pydantic); a parameter named
+    ``ctx``/``context`` or annotated ``ToolExecutionContext`` receives the
+    trusted context. The return annotation becomes the output schema: an
+    object type is used as is, anything else is wrapped as ``{"result": ...}``
+    (the MCP SDK's convention). The docstring is the description.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> ToolDefinition:
+        from .context import ToolExecutionContext
+
+        sig = inspect.signature(fn)
+        hints = get_type_hints(fn)
+        fields: dict[str, Any] = {}
+        ctx_param: str | None = None
+        for pname, p in sig.parameters.items():
+            ann = hints.get(pname, Any)
+            if pname in _CTX_NAMES or ann is ToolExecutionContext:
+                ctx_param = pname
+                continue
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ToolDefinitionError(f"tool {fn.__name__!r}: *args/**kwargs cannot be described by a schema")
+            default = ... if p.default is p.empty else p.default
+            fields[pname] = (ann, Field(default))
+        model = create_model(f"{fn.__name__}_params", __config__=ConfigDict(extra="forbid"), **fields)
+        in_schema = model.model_json_schema()
+        in_schema.pop("title", None)
+
+        ret = hints.get("return", inspect.Signature.empty)
+        wrap_result = False
+        out: Any = None
+        dump: Callable[[Any], Any] = lambda v: v
+        if output_schema == "auto":
+            if ret not in (inspect.Signature.empty, Any, None, type(None)):
+                adapter = TypeAdapter(ret)
+                schema = adapter.json_schema()
+                dump = lambda v, _a=adapter: _a.dump_python(v, mode="json")
+                if schema.get("type") == "object":
+                    out = schema
+                else:
+                    wrap_result = True
+                    out = {"type": "object", "properties": {"result": schema}, "required": ["result"]}
+        else:
+            out = output_schema
+        is_async = inspect.iscoroutinefunction(fn)
+
+        async def handler(params: dict[str, Any], ctx: Any) -> Any:
+            parsed = model.model_validate(params)
+            call_kwargs = {k: getattr(parsed, k) for k in fields}
+            if ctx_param is not None:
+                call_kwargs[ctx_param] = ctx
+            if is_async:
+                value = await fn(**call_kwargs)
+            else:
+                value = await anyio.to_thread.run_sync(lambda: fn(**call_kwargs))
+            value = dump(value)
+            return {"result": value} if wrap_result else value
+
+        handler.__wrapped__ = fn  # type: ignore[attr-defined]
+        doc = inspect.getdoc(fn) or ""
+        return define_tool(
+            name=name or fn.__name__,
+            description=description if description is not None else doc,
+            input_schema=in_schema,
+            handler=handler,
+            output_schema=out,
+            **kwargs,
+        )
+
+    return decorate
+
+
+__all__ = ["ToolDefinition", "ToolAnnotations", "Capability", "Effect", "define_tool", "tool", "TOOL_NAME_RE"]
