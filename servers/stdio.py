@@ -23,11 +23,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 import structlog
@@ -118,12 +121,28 @@ async def stdio_transport(
             return
         await read_send.send(SessionMessage(message))
 
+    chunk_send, chunk_recv = anyio.create_memory_object_stream[bytes](4)
+    token = anyio.lowlevel.current_token()
+
+    def read_stdin() -> None:
+        # A daemon thread, not an anyio worker: a read blocked on a silent
+        # host must not keep the process alive after shutdown.
+        try:
+            while True:
+                chunk = os.read(wire_in, _READ_CHUNK)
+                anyio.from_thread.run(chunk_send.send, chunk, token=token)
+                if not chunk:
+                    return
+        except Exception:  # the loop is gone (shutdown) or stdin broke: stop reading
+            return
+
     async def reader() -> None:
         buf = bytearray()
         discarding = False
-        async with read_send:
+        threading.Thread(target=read_stdin, name="openfunctions-stdin", daemon=True).start()
+        async with read_send, chunk_recv:
             while True:
-                chunk = await anyio.to_thread.run_sync(os.read, wire_in, _READ_CHUNK, abandon_on_cancel=True)
+                chunk = await chunk_recv.receive()
                 if not chunk:
                     break
                 start = 0
@@ -163,8 +182,8 @@ async def stdio_transport(
             yield read_recv, write_send
             tg.cancel_scope.cancel()
     finally:
-        # Point fd 0/1 back at the wire. The private duplicates stay open: an
-        # abandoned reader thread may still be blocked on wire_in.
+        # Point fd 0/1 back at the wire. The private duplicates stay open: the
+        # reader thread may still be blocked on wire_in.
         with suppress(OSError):
             os.dup2(wire_out, 1)
         with suppress(OSError):
