@@ -32,8 +32,7 @@ def default_data_dir() -> Path:
 
 
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
-    from .profiles import PROFILES
-    from .stdio import DEFAULT_MAX_MESSAGE_BYTES
+    from ._constants import DEFAULT_MAX_MESSAGE_BYTES, PROFILES
 
     g = p.add_argument_group("what to serve")
     g.add_argument("--profile", choices=PROFILES, default="tools",

@@ -33,7 +33,7 @@ from .example_tools import example_tools
 
 log = structlog.get_logger("openfunctions.servers.profiles")
 
-PROFILES = ("tools", "work", "artifacts", "all", "conformance")
+from ._constants import PROFILES
 ENTRY_POINT_GROUP = "openfunctions.tools"
 
 Setup = Callable[[Any], None]
