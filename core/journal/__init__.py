@@ -2,6 +2,7 @@
 
 - :class:`JournalLog` — the durable append-only store (group commit, flock
   ownership, torn-tail repair, fail-closed validation).
+- :class:`ExecutionJournal` — the executor's durable sink (starts, receipts, recovery).
 - :class:`WorkAttemptJournal` — attempt-scoped records for the work controller.
 - :func:`read_records` — lock-free validating reader.
 
@@ -9,6 +10,7 @@ The file format is documented in ``_encoder.py`` and docs/formats/journal.md.
 """
 
 from ._record import Header, Record
+from .execution import ExecutionJournal, recovered_receipt
 from .attempt import WorkAttemptJournal, attempt_journal_path
 from .errors import (
     JournalClosed,
@@ -22,6 +24,7 @@ from .errors import (
 from .log import JournalLog, read_records
 
 __all__ = [
+    "ExecutionJournal",
     "Header",
     "JournalClosed",
     "JournalCorrupt",
@@ -35,4 +38,5 @@ __all__ = [
     "WorkAttemptJournal",
     "attempt_journal_path",
     "read_records",
+    "recovered_receipt",
 ]
