@@ -157,3 +157,13 @@ async def test_work_attempt_journal(tmp_path):
         await WorkAttemptJournal.open(p, attempt_id="other")
     # The refused open released its lock.
     await (await WorkAttemptJournal.open(p)).close()
+
+
+def test_encoded_record_is_canonical_json():
+    from openfunctions.core.canonical import canonical_json
+    from openfunctions.core.journal._encoder import encode_record
+
+    for data, type_ in [({"b": 1, "a": [1.5, None, "é\u2028"]}, "t"), ({}, 'q"uo\\te\n'), ({"z": {"y": True}}, "ü")]:
+        line, chk = encode_record(7, type_, "2026-01-01T00:00:00.000000Z", data, "p" * 32)
+        full = {"chk": chk, "data": data, "prev": "p" * 32, "seq": 7, "time": "2026-01-01T00:00:00.000000Z", "type": type_}
+        assert line == canonical_json(full).encode("utf-8") + b"\n"
