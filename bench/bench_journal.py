@@ -202,6 +202,7 @@ def main() -> None:
     reps = 3 if a.quick else 5
     scan_n = 100_000 if a.quick else 1_000_000
     mem_sizes_mib = [16, 128] if a.quick else [64, 1024]
+    load_before = os.getloadavg()[0]
     base = Path(tempfile.mkdtemp(prefix="ofbench-", dir=a.dir))
     os.chmod(base, 0o700)
     try:
@@ -230,8 +231,12 @@ def main() -> None:
         raw1 = rates["raw write+fdatasync, 1 record/fsync"]
         raw64 = rates["raw write+fdatasync, 64 records/fsync"]
         for name, r in rates.items():
-            rows.append([name, f"{r:,.0f}", f"{r / sq:.1f}x", f"{r / raw1:.2f}x", f"{r / raw64:.2f}x"])
-        append_table = table([f"durable appends (median of {reps} interleaved rounds)", "records/s", "vs sqlite", "vs raw 1/fsync", "vs raw batched"], rows)
+            xs = samples[name]
+            rows.append([name, f"{r:,.0f}", f"{min(xs):,.0f}–{max(xs):,.0f}", f"{r / sq:.1f}x", f"{r / raw1:.2f}x", f"{r / raw64:.2f}x"])
+        append_table = table(
+            [f"durable appends (median of {reps} interleaved rounds)", "records/s", "spread (min–max)", "vs sqlite", "vs raw 1/fsync", "vs raw batched"],
+            rows,
+        )
 
         jpath = base / "scan.jsonl"
         size = build_journal(jpath, scan_n)
@@ -273,7 +278,10 @@ def main() -> None:
             [
                 f"Record: a {line_len}-byte `start` line (a typical StartRecord). Each rate runs {secs:g} s, median of {reps}; "
                 "all rates are on the same disk in the same run. The raw rows write the identical bytes "
-                "with no encoding, validation or locking: the physical limit.",
+                "with no encoding, validation or locking: the physical limit. "
+                f"Load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after the append rounds "
+                "on this shared machine: fsync latency drifts between rounds (see the spread), so compare "
+                "ratios, not absolute rates.",
                 append_table,
                 "Recovery: `JournalLog.open` streams the file and validates every line "
                 "(UTF-8, JSON, fields, SHA-256 checksum, chain, seq) — the peer only parses.",
