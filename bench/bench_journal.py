@@ -227,6 +227,7 @@ def main() -> None:
         for name, xs in samples.items():
             rates[name] = median(xs)
             print(f"{name}: {rates[name]:,.0f}/s {[round(x) for x in xs]}", file=sys.stderr)
+        load_after = os.getloadavg()[0]
         sq = rates["sqlite3 WAL synchronous=FULL, 1 commit/record"]
         raw1 = rates["raw write+fdatasync, 1 record/fsync"]
         raw64 = rates["raw write+fdatasync, 64 records/fsync"]
@@ -279,7 +280,7 @@ def main() -> None:
                 f"Record: a {line_len}-byte `start` line (a typical StartRecord). Each rate runs {secs:g} s, median of {reps}; "
                 "all rates are on the same disk in the same run. The raw rows write the identical bytes "
                 "with no encoding, validation or locking: the physical limit. "
-                f"Load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after the append rounds "
+                f"Load average {load_before:.1f} before and {load_after:.1f} after the append rounds "
                 "on this shared machine: fsync latency drifts between rounds (see the spread), so compare "
                 "ratios, not absolute rates.",
                 append_table,

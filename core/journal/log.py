@@ -344,7 +344,9 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Record]:
 
     Raises JournalCorrupt for interior damage and JournalUnsafe for an
     unsafe path; stops before an unterminated or NUL-filled tail, which may
-    be a live writer's write in flight.
+    be a live writer's write in flight. Next to a live writer it may also
+    yield complete records whose fsync has not finished (not yet
+    acknowledged to their appender).
     """
     p = Path(os.path.abspath(path))
     fd = open_private(p, os.O_RDONLY)
