@@ -20,6 +20,7 @@ from .store import (
     ArtifactStore,
 )
 from ._ids import is_artifact_id
+from .tool import create_artifact_read_tool
 
 __all__ = [
     "ArtifactChunk",
@@ -35,5 +36,6 @@ __all__ = [
     "DEFAULT_MEDIA_TYPE",
     "DEFAULT_QUOTA_BYTES",
     "MAX_READ_BYTES",
+    "create_artifact_read_tool",
     "is_artifact_id",
 ]

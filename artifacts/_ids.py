@@ -1,7 +1,7 @@
 """Artifact ids: opaque, random, and checked before they go anywhere near a path.
 
-An id is ``art_`` followed by 26 lowercase base32 characters (130 random
-bits, :func:`openfunctions.core.new_id`). Ids are never derived from caller
+An id is ``art_`` followed by 32 lowercase hex characters (128 bits from
+the OS CSPRNG, the same shape as :func:`openfunctions.core.new_id`). Ids are never derived from caller
 input. A caller's string becomes part of a file name only after it matched
 :data:`ID_RE` exactly, so path separators, ``..``, NUL, URL-encoding,
 whitespace, Unicode look-alikes and absurd lengths all fail *before* any
@@ -10,20 +10,19 @@ filesystem call, with the same :class:`ArtifactNotFound` an unknown id gets.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
-
-from openfunctions.core import new_id
 
 from .errors import ArtifactNotFound
 
 PREFIX = "art"
-ID_RE = re.compile(r"art_[a-z2-7]{26}")
-ID_LENGTH = 30
+ID_RE = re.compile(r"art_[0-9a-f]{32}")
+ID_LENGTH = 36
 
 
 def new_artifact_id() -> str:
-    return new_id(PREFIX)
+    return PREFIX + "_" + os.urandom(16).hex()
 
 
 def is_artifact_id(value: Any) -> bool:

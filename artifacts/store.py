@@ -22,7 +22,7 @@ On-disk format, version 1 (also in docs/formats/artifacts.md)
 Index record (canonical JSON, UTF-8)::
 
     {"v": 1,                           format version
-     "artifact_id": "art_<26 base32>", the opaque id (random, never derived from input)
+     "artifact_id": "art_<32 hex>",    the opaque id (random, never derived from input)
      "sha256": "sha256:<64 hex>",      digest of the content
      "size": <int>,                    content length in bytes
      "media_type": "<type/subtype>",   as given to put()
