@@ -9,7 +9,8 @@ host's call takes: validation, scheduling, receipts, the journal.
 
 Two entry points, used by ``openfunctions-mcp serve --profile conformance``:
 
-- :func:`build_conformance_registry` -- the fixture tools;
+- :func:`build_conformance_registry` -- the fixture tools (``.registry``, a
+  :class:`ToolRegistry`) and ``.install(server)``, which calls
 - :func:`add_conformance_fixtures` -- registers the fixture resources,
   resource template and prompts on a server from
   :func:`openfunctions.servers.create_mcp_server`, plus the small protocol
@@ -29,6 +30,7 @@ import base64
 import json
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -615,12 +617,31 @@ def conformance_tools(bus: InMemorySubscriptionBus | None = None) -> list[Any]:
     ]
 
 
-def build_conformance_registry() -> ToolRegistry:
-    """A registry holding the conformance suite's fixture tools."""
+@dataclass(frozen=True)
+class ConformanceFixtures:
+    """The conformance profile: the fixture tools' registry, and what to add to a server.
+
+    ``install(server)`` registers the resources, prompts and protocol handlers
+    (:func:`add_conformance_fixtures`); the ``openfunctions-mcp`` profile loader
+    calls it on the server it creates for ``registry``.
+    """
+
+    registry: ToolRegistry
+    instructions: str = (
+        "The MCP conformance suite's fixtures (test_* tools, test:// resources, test_* prompts), "
+        "executed through the openfunctions executor: every tool result carries a receipt in _meta."
+    )
+
+    def install(self, server: Any) -> None:
+        add_conformance_fixtures(server)
+
+
+def build_conformance_registry() -> ConformanceFixtures:
+    """The conformance suite's fixture tools in a fresh registry (``.registry``), plus ``.install(server)``."""
     bus = InMemorySubscriptionBus()
     registry = ToolRegistry(conformance_tools(bus))
     _EVENT_BUSES[registry] = bus
-    return registry
+    return ConformanceFixtures(registry)
 
 
 # -- resources, prompts and the protocol handlers the suite probes ----------------
@@ -819,6 +840,7 @@ def add_conformance_fixtures(server: Any) -> None:
 
 
 __all__ = [
+    "ConformanceFixtures",
     "build_conformance_registry",
     "add_conformance_fixtures",
     "conformance_tools",
