@@ -50,11 +50,6 @@ INSTALL_TIMEOUT_S = 600
 LOCK_TIMEOUT_S = 900
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _interop_required() -> bool:
     return os.environ.get("OPENFUNCTIONS_REQUIRE_INTEROP", "").strip() not in ("", "0", "false", "no")
 
