@@ -119,6 +119,7 @@ _PARALLEL_MIN = 256 * 1024
 _RECORD_LIMIT = 16 * 1024
 _VERIFIED_CACHE_SIZE = 4096
 _OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+_LAYOUT_NAMES = frozenset({"store.json", "lock", "blobs", "index", "keys", "tmp"})
 
 
 @dataclass(frozen=True)
@@ -212,33 +213,46 @@ class ArtifactStore:
             parent = os.path.dirname(self.root)
             if not os.path.isdir(parent):
                 os.makedirs(parent, mode=0o700, exist_ok=True)
-            existed = os.path.lexists(self.root)
+            if os.path.lexists(self.root):
+                self._refuse_foreign_root()  # before changing anything in it
             ensure_dir(self.root)
-            self._check_marker(existed)
-            for d in (self._blobs, self._index, self._keys, self._tmp):
-                ensure_dir(d)
             fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
             try:
+                # Under the lock: two processes opening a new store at once
+                # must not see each other's half-made layout.
                 with self._locked(fd):
+                    self._check_marker()
+                    for d in (self._blobs, self._index, self._keys, self._tmp):
+                        ensure_dir(d)
                     self._recover(fd)
             except BaseException:
                 os.close(fd)
                 raise
             self._lock_fd = fd
 
-    def _check_marker(self, existed: bool) -> None:
+    def _refuse_foreign_root(self) -> None:
+        st = os.lstat(self.root)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise ArtifactStoreUnsafe(f"artifact store path {self.root!r} is not a plain directory (symlink or file)")
+        names = set(os.listdir(self.root))
+        if "store.json" in names:
+            return
+        foreign = sorted(n for n in names - _LAYOUT_NAMES if not n.startswith(".tmp-store.json"))
+        if foreign:
+            raise ArtifactStoreUnsafe(
+                f"{self.root!r} is a non-empty directory without store.json (it holds e.g. {foreign[0]!r}): "
+                "not an artifact store, refusing to use it"
+            )
+
+    def _check_marker(self) -> None:
         marker = os.path.join(self.root, "store.json")
         try:
             raw = read_small(marker, 4096)
         except FileNotFoundError:
-            if existed and os.listdir(self.root):
-                raise ArtifactStoreUnsafe(
-                    f"{self.root!r} is a non-empty directory without store.json: not an artifact store, refusing to use it"
-                ) from None
             doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_now()}
             write_atomic(self.root, "store.json", canonical_bytes(doc), mode=FROZEN_MODE)
             return
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ArtifactStoreUnsafe(f"cannot read {marker!r}: {exc}") from None
         try:
             doc = json.loads(raw)
@@ -344,7 +358,7 @@ class ArtifactStore:
         )
 
     def _put_sync(self, chunks: Iterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
-        writer = _BlobWriter(self._tmp, self._size_cap())
+        writer = self._new_writer()
         try:
             for chunk in chunks:
                 writer.write(chunk)
@@ -354,7 +368,7 @@ class ArtifactStore:
             writer.discard()
 
     async def _put_async_iter(self, data: AsyncIterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
-        writer = await anyio.to_thread.run_sync(_BlobWriter, self._tmp, self._size_cap())
+        writer = await anyio.to_thread.run_sync(self._new_writer)
         try:
             pending: list[Any] = []
             pending_bytes = 0
@@ -372,11 +386,11 @@ class ArtifactStore:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(writer.discard)
 
-    def _size_cap(self) -> int:
+    def _new_writer(self) -> "_BlobWriter":
         # No blob can be larger than the whole quota, so a stream past it is
         # refused before it fills the disk. (The bytes *left* are not a valid
         # cap: content that already exists is reused at no cost.)
-        return self.quota_bytes
+        return _BlobWriter(self._tmp, self.quota_bytes, os.path.join(self.root, "lock"))
 
     def _commit(self, writer: "_BlobWriter", media_type: str, scope: str | None) -> ArtifactRef:
         hexdigest, size = writer.hexdigest, writer.size
@@ -626,16 +640,26 @@ class _BlobWriter:
     writeback at once, which leaves the final fsync less to wait for.
     """
 
-    def __init__(self, tmp_dir: str, cap: int) -> None:
+    def __init__(self, tmp_dir: str, cap: int, lock_path: str | None = None) -> None:
         self.cap = cap
         self.size = 0
         self.hexdigest = ""
         self._h = hashlib.sha256()
         self._pool: ThreadPoolExecutor | None = None
         self.path = os.path.join(tmp_dir, f"blob-{os.getpid()}-{os.urandom(8).hex()}")
-        self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
-        # Marks the temp file as live for another process's crash recovery.
-        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # The flock on the temp file tells another process's recovery "live
+        # writer, keep it". Recovery runs under an exclusive lock on ``lock``;
+        # a shared lock (on a descriptor of our own) around create+flock keeps
+        # it from seeing the file in between.
+        guard = os.open(lock_path, os.O_RDONLY | _OPEN_FLAGS) if lock_path else None
+        try:
+            if guard is not None:
+                fcntl.flock(guard, fcntl.LOCK_SH)
+            self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            if guard is not None:
+                os.close(guard)
 
     def write(self, chunk: Any) -> None:
         view = _as_view(chunk)
