@@ -87,7 +87,7 @@ def spawn(code: str, *args: object) -> subprocess.Popen:
 
 async def test_processes_sharing_a_store_never_overshoot_the_quota(tmp_path):
     root = tmp_path / "shared"
-    size, fits, per_child, children = 4096, 25, 20, 3
+    size, fits, per_child, children = 4096, 15, 12, 3
     procs = [spawn(CHILD_PUTS, root, f"p{n}", per_child, size, size * fits) for n in range(children)]
     try:
         for p in procs:
