@@ -482,10 +482,15 @@ class ArtifactStore:
             if not self._is_verified(st, hexdigest):
                 await anyio.to_thread.run_sync(self._verify_fd, fd, hexdigest, info.size)
             data = os.pread(fd, length, offset) if length else b""
+            # The verified file must still be the one we read (no rewrite in between).
+            changed = _identity(os.fstat(fd)) != _identity(st)
         finally:
             os.close(fd)
-        if len(data) != length:
-            raise ArtifactCorrupt(f"artifact {info.id} ended early at byte {offset + len(data)} of {info.size}")
+        if changed or len(data) != length:
+            raise ArtifactCorrupt(
+                f"artifact {info.id}: its blob changed while being read; no data returned",
+                details={"sha256": info.sha256},
+            )
         return ArtifactChunk(
             artifact_id=info.id,
             data=data,
