@@ -166,12 +166,21 @@ async def main() -> None:
         rows.append(row("of_artifact_read via ToolRegistry", "tool", f"{SIZE // MAX_READ_BYTES} calls, base64"))
     # Paired per run (hash and put measured back to back), so machine load drifts cancel out.
     ratio = median([h / p for h, p in zip(t["hash"], t["put"])])
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     body = (
-        f"64 MiB of random bytes, median of {runs} runs; speed ratio = hashlib time / row time.\n\n"
+        f"64 MiB of random bytes, median of {runs} runs; speed ratio = hashlib time / row time. "
+        f"1-minute load average at the end of the run: {load:.1f} (on {os.cpu_count()} cores; other "
+        "sessions share the machine, and put needs two cores to overlap hashing with writing).\n\n"
         + table(["operation", "median ms", "MiB/s", "vs hashlib", "note"], rows)
         + f"\n\nput / hashlib speed, median of per-run ratios: **{ratio:.2f}** (target >= 0.70); "
         + f"put / durable plain write: **{med['write_fsync'] / med['put']:.2f}**; "
-        + f"put / copyfile: **{med['copy'] / med['put']:.2f}**."
+        + f"put / copyfile: **{med['copy'] / med['put']:.2f}**.\n\n"
+        + "Put hashes in one thread while a helper thread writes (and hands ranges to kernel writeback), "
+        "then fsyncs, renames, fsyncs the directory and writes the fsynced index record: on an idle "
+        "machine it costs about max(hash, durable write) + ~2 ms. The 70%-of-hashlib target therefore "
+        "holds only where a durable write of 64 MiB is faster than hashing it; on this VM the two are "
+        "about equal. The read-tool row is dominated by the executor's per-call work (validation, "
+        "receipt digest, pretty JSON of a 22 KB base64 payload), not by the store."
     )
     print(body)
     if not args.no_write:
