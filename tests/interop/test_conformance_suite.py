@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from openfunctions.core.journal import read_records
+
 from ._serve import http_server
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -56,8 +58,8 @@ def _results(out_dir: Path) -> dict[str, Counter[str]]:
 def test_conformance_suite_all_scenarios(node_peers: Any, tmp_path: Path) -> None:
     expected = _expected_failures(EXPECTED_FAILURES)
     assert expected, f"no server entries parsed from {EXPECTED_FAILURES}"
-    out_dir = tmp_path / "results"
-    with http_server("conformance", tmp_path / "data") as url:
+    out_dir, data_dir = tmp_path / "results", tmp_path / "data"
+    with http_server("conformance", data_dir) as url:
         proc = subprocess.run(
             [*node_peers.conformance, "server", "--url", url, "--suite", "all",
              "--expected-failures", str(EXPECTED_FAILURES), "-o", str(out_dir)],
@@ -78,6 +80,13 @@ def test_conformance_suite_all_scenarios(node_peers: Any, tmp_path: Path) -> Non
     }, indent=2))
     print(f"\nconformance: {total['SUCCESS']} checks passed, {total['FAILURE']} failed, "
           f"{total['WARNING']} warnings over {len(per)} scenarios")
+
+    # The suite's tool calls ran through our executor: each one left a durable receipt.
+    receipts = [r.data for r in read_records(data_dir / "journal" / "conformance.journal") if r.type == "receipt"]
+    journaled = {r["tool"] for r in receipts}
+    assert {"test_simple_text", "test_error_handling", "test_tool_with_progress", "test_sampling",
+            "test_input_required_result_multi_round"} <= journaled, sorted(journaled)
+    print(f"conformance: {len(receipts)} tool-call receipts journaled")
 
     assert not unexpected, f"unexpected conformance failures: {unexpected}\n{proc.stdout[-4000:]}"
     assert not stale, f"expected failures that now pass (remove them from {EXPECTED_FAILURES.name}): {stale}"
