@@ -465,6 +465,8 @@ def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspac
                 "(\"{name}\"), literal braces are written \"{{\" and \"}}\"",
                 step=name, field_="argv",
             )
+    if not argv[0]:
+        raise c.fail("argv[0] (the program) must not be empty", step=name, field_="argv")
     if _SLOT_RE.match(argv[0]):
         raise c.fail("argv[0] (the program) cannot be a parameter slot", step=name, field_="argv")
     unused = sorted(set(params) - used)
@@ -473,6 +475,7 @@ def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspac
     cwd = body.get("cwd", ".")
     if not isinstance(cwd, str) or os.path.isabs(cwd) or ".." in cwd.replace("\\", "/").split("/"):
         raise c.fail(f"must be a relative directory inside the workspace without '..', got {cwd!r}", step=name, field_="cwd")
+    cwd = os.path.normpath(cwd) if cwd else "."
     real = os.path.realpath(os.path.join(workspace, cwd))
     if not (real == str(workspace) or real.startswith(str(workspace) + os.sep)) or not os.path.isdir(real):
         raise c.fail(f"{cwd!r} does not resolve to a directory inside the workspace", step=name, field_="cwd")

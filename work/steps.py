@@ -220,7 +220,10 @@ def _decode_content(step: StepSpec, params: Mapping[str, Any]) -> bytes:
         except (binascii.Error, ValueError):
             raise PlanInvalid(f"step {step.name!r}: content is not valid base64") from None
     else:
-        data = content.encode("utf-8", "surrogatepass")
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PlanInvalid(f"step {step.name!r}: content has a lone surrogate and is not valid UTF-8 text; use encoding=base64") from None
     if len(data) > step.max_bytes:
         raise PlanInvalid(
             f"step {step.name!r}: content is {len(data)} bytes, more than the catalog's max_bytes {step.max_bytes}",

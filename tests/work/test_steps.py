@@ -66,6 +66,13 @@ argv = ["sh", "-c", "sleep 600 & echo $! > bg.pid; echo $$ > main.pid; sleep 600
 env = ["PATH"]
 timeout_s = 0.5
 
+[steps.pwd]
+kind = "command"
+description = "print the working directory"
+argv = ["{PY}", "-c", "import os; print(os.getcwd())"]
+cwd = "./src/"
+effect = "read"
+
 [steps.missing]
 kind = "command"
 description = "no such program"
@@ -255,6 +262,12 @@ async def test_cancellation_kills_the_process_group(env: Env) -> None:
     assert result == []  # the call was cancelled with its caller
 
 
+async def test_cwd_is_inside_the_workspace(env: Env) -> None:
+    r = await env.run("pwd")
+    assert (await env.read_artifact(r.value["stdout"]["artifact_id"])).decode().strip() == str((env.ws / "src").resolve())
+    assert env.catalog.step("pwd").cwd == "src"
+
+
 async def test_program_not_found_is_a_clean_known_failure(env: Env) -> None:
     r = await env.run("missing")
     assert not r.ok and r.error.code == "command_not_started"
@@ -309,6 +322,12 @@ async def test_write_file_atomic_with_prior_digest(env: Env) -> None:
     assert r.value["prior_sha256"] == first and target.read_bytes() == b"\x00\x01"
     assert stat.S_IMODE(target.stat().st_mode) == 0o640  # mode kept across the atomic replace
     assert sorted(p.name for p in target.parent.iterdir()) == ["mod.py"]  # no temp files left
+    # A lone surrogate is not UTF-8 text. (The core executor currently raises on such
+    # params before the handler runs -- reported upstream -- so check the step's own guard.)
+    from openfunctions.work.errors import PlanInvalid
+
+    with pytest.raises(PlanInvalid, match="lone surrogate"):
+        prepare_reconciliation(env.catalog, env.catalog.step("write_src"), {"path": "src/bad", "content": "\ud800"})
     r = await env.run("write_src", {"path": "src/big", "content": "x" * 1001})
     assert not r.ok and r.error.code == "plan_invalid" and r.receipt.certainty == "known"
 
