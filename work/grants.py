@@ -181,6 +181,10 @@ class GrantStore:
         self.path = Path(path)
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: dict[str, Grant] = {}
+        # Parsed grant.issued records by (seq, grant_id): journal records are
+        # immutable and checksummed, so a re-read after an append validates
+        # only the new ones.
+        self._parsed: dict[tuple[int, str], Grant] = {}
 
     @classmethod
     def in_data_dir(cls, data_dir: str | os.PathLike[str]) -> "GrantStore":
@@ -213,7 +217,9 @@ class GrantStore:
                 if not isinstance(data, dict) or data.get("v") != GRANTS_FORMAT_VERSION:
                     raise ValueError(f"data.v must be {GRANTS_FORMAT_VERSION}")
                 if typ == ISSUED:
-                    g = Grant.model_validate(data["grant"])
+                    key = (seq, str(data["grant"].get("grant_id")))
+                    g = self._parsed.get(key) or Grant.model_validate(data["grant"])
+                    self._parsed[key] = g
                     if g.grant_id in grants:
                         raise ValueError(f"grant {g.grant_id} issued twice")
                     grants[g.grant_id] = g

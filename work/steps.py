@@ -19,7 +19,7 @@ Every tool's output is *evidence*:
   process exits, any process it left in its group is killed. stdout/stderr
   are streamed to the artifact store (scope ``ctx.metadata["artifact_scope"]``),
   capped at ``capture_limit`` bytes each (``truncated`` says so); ``tail`` is
-  the last 2 KiB as text. A non-zero exit is evidence, not a tool failure.
+  the last 2 KiB as text. An empty stream stores no artifact (``artifact_id`` null, ``size`` 0). A non-zero exit is evidence, not a tool failure.
   While it runs the tool reports progress about once a second.
 - ``write_file`` -> ``{step, path, sha256, size, prior_sha256, changed}``:
   written atomically (temp file in the target directory, fsync, rename,
@@ -432,6 +432,9 @@ async def _store_stream(store: Any, cap: _Capture, scope: str | None) -> dict[st
         "truncated": cap.truncated,
         "tail": cap.tail.decode("utf-8", "replace"),
     }
+    if cap.size == 0:  # nothing to read back: no artifact (artifact_id stays null)
+        cap.file.close()
+        return out
     cap.file.seek(0)
     try:
         ref = await store.put(cap.file, media_type="text/plain", scope=scope)

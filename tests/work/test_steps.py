@@ -224,6 +224,7 @@ async def test_timeout_kills_the_process_group(env: Env) -> None:
     r = await env.run("hang")
     assert r.ok, r.error
     assert r.value["timed_out"] is True and r.value["passed"] is False and r.value["exit_code"] is None
+    assert r.value["stdout"]["artifact_id"] is None and r.value["stdout"]["size"] == 0  # empty: no artifact
     bg = int((env.ws / "bg.pid").read_text())
     main = int((env.ws / "main.pid").read_text())
     assert not _alive(main)
