@@ -6,7 +6,14 @@ Rules (stable across processes and versions; golden tests pin them):
 - only JSON values: dict with str keys, list/tuple, str, int, float
   (finite only), bool, None. Anything else (NaN, Infinity, bytes, sets,
   objects, cycles) raises :class:`NonJsonValue` naming the JSON path;
-- floats use Python's shortest repr (``json`` does), integers are exact.
+- floats use Python's shortest repr (``json`` does), integers are exact;
+- tuples encode as arrays. Keys of type int/float/bool/None are refused by
+  :func:`check_json`; the fast path of :func:`canonical_json` relies on
+  ``json.dumps`` and, like it, would write such keys as strings — values
+  from the wire and from ``check_json``-checked handlers never have them.
+
+Fast path: ``json.dumps(allow_nan=False)`` in C; only when it fails do we
+walk the value in Python to name the offending JSON path.
 """
 
 from __future__ import annotations
@@ -61,10 +68,25 @@ def _check(value: Any, path: str, seen: set[int], depth: int) -> None:
     )
 
 
+def _explain(value: Any, path: str, exc: Exception) -> NonJsonValue:
+    try:
+        check_json(value, path)
+    except NonJsonValue as precise:
+        return precise
+    return NonJsonValue(f"value at {path} has no JSON form: {exc}", details={"path": path})
+
+
+def dumps_checked(value: Any, *, path: str = "$", **kw: Any) -> str:
+    """``json.dumps(value, allow_nan=False, ensure_ascii=False, **kw)`` raising :class:`NonJsonValue`."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, **kw)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise _explain(value, path, exc) from None
+
+
 def canonical_json(value: Any) -> str:
-    """The canonical JSON text of ``value`` (validated first)."""
-    check_json(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """The canonical JSON text of ``value``; :class:`NonJsonValue` names what has no JSON form."""
+    return dumps_checked(value, sort_keys=True, separators=(",", ":"))
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -80,4 +102,4 @@ def digest(value: Any) -> str:
     return "sha256:" + sha256_hex(canonical_bytes(value))
 
 
-__all__ = ["canonical_json", "canonical_bytes", "check_json", "digest", "sha256_hex"]
+__all__ = ["dumps_checked", "canonical_json", "canonical_bytes", "check_json", "digest", "sha256_hex"]

@@ -43,7 +43,7 @@ from .errors import (
     ToolFailed,
 )
 from .policy import Mode, Policy, PolicyDecision
-from .receipts import Certainty, Outcome, PolicyRecord, Receipt, ReceiptError, StartRecord, new_id, utc_now
+from .receipts import Certainty, Outcome, PolicyRecord, Receipt, ReceiptError, StartRecord, fast_construct, new_id, utc_now
 from .result import DetailedResult, ToolResult, normalize
 from .scheduler import Reservation, Scheduler
 from .sink import ExecutionJournalSink
@@ -245,7 +245,9 @@ class ToolExecutor:
         self, call: _Call, outcome: Outcome, certainty: Certainty, error: OpenFunctionsError | None
     ) -> DetailedResult:
         """Build the receipt, persist it, release the reservation, deliver."""
-        with anyio.CancelScope(shield=True):
+        # Shield persistence from a late cancellation: a call that settled is
+        # recorded. Without a journal nothing here awaits, so no shield is needed.
+        with anyio.CancelScope(shield=self.journal is not None):
             try:
                 result = call.result if error is None else ToolResult.text(error.message, is_error=True)
                 if error is None and call.result is not None and call.result.is_error:
@@ -272,7 +274,7 @@ class ToolExecutor:
         result: ToolResult | None,
     ) -> Receipt:
         d = call.decision
-        return Receipt.model_construct(
+        return fast_construct(Receipt, dict(
             v=1,
             receipt_id=call.receipt_id,
             tool=call.tool.name,
@@ -285,12 +287,12 @@ class ToolExecutor:
             started_at=call.started_at,
             finished_at=utc_now(),
             duration_ms=round((time.perf_counter() - call.t0) * 1000.0, 3),
-            error=ReceiptError.model_construct(code=error.code, message=error.message) if error else None,
-            policy=PolicyRecord.model_construct(policy=d.policy, allowed=d.allowed, reason=d.reason) if d else None,
+            error=ReceiptError(code=error.code, message=error.message) if error else None,
+            policy=PolicyRecord(policy=d.policy, allowed=d.allowed, reason=d.reason) if d else None,
             principal=call.ctx.principal,
             parent_receipt_id=call.ctx.parent_receipt_id,
             recovered=False,
-        )
+        ))
 
     def _deliver(
         self, call: _Call, receipt: Receipt, result: ToolResult | None, error: OpenFunctionsError | None

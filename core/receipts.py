@@ -4,7 +4,7 @@ Receipt format, version 1 (canonical JSON, see ``canonical.py``; documented
 in docs/formats/receipt.md). Fields:
 
 - ``v``: format version, ``1``.
-- ``receipt_id``: opaque random id, ``rcpt_`` + 26 base32 characters.
+- ``receipt_id``: opaque random id, ``rcpt_`` + 32 lowercase hex characters (128 bits).
 - ``tool``: the tool name. ``spec_sha256``: ``sha256:<hex>`` of the tool's
   canonical spec at call time.
 - ``params_sha256``: digest of the canonical params as received (before
@@ -32,7 +32,6 @@ Invariant: the same params give the same ``params_sha256`` in any process.
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
 import os
 from typing import Any, Literal
@@ -48,8 +47,8 @@ RECEIPT_VERSION = 1
 
 
 def new_id(prefix: str) -> str:
-    """An opaque random id: ``prefix_`` + 26 lowercase base32 chars (130 bits)."""
-    return prefix + "_" + base64.b32encode(os.urandom(17)).decode("ascii").lower().rstrip("=")[:26]
+    """An opaque random id: ``prefix_`` + 32 lowercase hex chars (128 bits from the OS CSPRNG)."""
+    return prefix + "_" + os.urandom(16).hex()
 
 
 def utc_now() -> str:
@@ -97,6 +96,20 @@ class Receipt(BaseModel):
         return canonical_json(self.to_dict())
 
 
+def fast_construct(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+    """Build a trusted model instance without validation, cheaper than ``model_construct``.
+
+    Only for data the executor itself assembled with every field present;
+    this is the executor's hot path (a receipt per call).
+    """
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", data)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(data))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
 class StartRecord(BaseModel):
     """What the executor persists before it enters a handler."""
 
@@ -115,4 +128,4 @@ class StartRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
-__all__ = ["Receipt", "ReceiptError", "PolicyRecord", "StartRecord", "Outcome", "Certainty", "new_id", "utc_now", "RECEIPT_VERSION"]
+__all__ = ["fast_construct", "Receipt", "ReceiptError", "PolicyRecord", "StartRecord", "Outcome", "Certainty", "new_id", "utc_now", "RECEIPT_VERSION"]

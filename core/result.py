@@ -8,11 +8,10 @@ Normalization happens once, in the executor.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .canonical import check_json, digest
+from .canonical import canonical_bytes, check_json, dumps_checked, sha256_hex
 
 if TYPE_CHECKING:
     from .errors import OpenFunctionsError
@@ -31,7 +30,7 @@ class ToolResult:
         return {"content": self.content, "structuredContent": self.structured, "isError": self.is_error}
 
     def digest(self) -> str:
-        return digest(self.to_dict())
+        return "sha256:" + sha256_hex(canonical_bytes(self.to_dict()))
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> "ToolResult":
@@ -40,7 +39,7 @@ class ToolResult:
 
 def json_text(value: Any) -> str:
     """The JSON text block form of a payload (pretty, as MCP hosts show it)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False)
+    return dumps_checked(value, indent=2)
 
 
 def normalize(value: Any) -> ToolResult:
@@ -51,7 +50,6 @@ def normalize(value: Any) -> ToolResult:
         return value
     if isinstance(value, str):
         return ToolResult(content=[{"type": "text", "text": value}])
-    check_json(value, "$")
     if isinstance(value, dict):
         return ToolResult(content=[{"type": "text", "text": json_text(value)}], structured=value)
     return ToolResult(content=[{"type": "text", "text": json_text(value)}])
