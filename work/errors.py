@@ -68,6 +68,18 @@ class PathOutsideGrant(GrantDenied):
     code = "path_outside_grant"
 
 
+class GrantNotFound(WorkError):
+    """``grant revoke``/``get`` named a grant id the store does not hold."""
+
+    code = "grant_not_found"
+
+
+class GrantStoreCorrupt(WorkError):
+    """The grants journal holds a record that is not a valid grant record (fails closed: every check is refused)."""
+
+    code = "grant_store_corrupt"
+
+
 # -- leases and attempts -----------------------------------------------------
 
 
@@ -129,6 +141,8 @@ __all__ = [
     "GrantExpired",
     "GrantRevoked",
     "PathOutsideGrant",
+    "GrantNotFound",
+    "GrantStoreCorrupt",
     "LeaseHeld",
     "LeaseLost",
     "AttemptActive",
