@@ -94,7 +94,6 @@ class WorkController:
         catalog: Any,
         registry: ToolRegistry,
         authority: Any = None,
-        verifier: Any = None,
         artifacts: Any = None,
         catalog_loader: Callable[[], Any] | None = None,
         lease_ttl: float = 30.0,
@@ -106,7 +105,6 @@ class WorkController:
         self.catalog = catalog
         self.registry = registry
         self.authority = authority
-        self.verifier = verifier
         self.artifacts = artifacts
         self.catalog_loader = catalog_loader
         self.leases = LeaseStore(self.root, ttl=lease_ttl, owner=owner)
@@ -519,7 +517,7 @@ class WorkController:
             spec = self.catalog.step(entry["step"])
             params = entry["params"]
             self._check_catalog(att)
-            await self._authorize(principal, spec.name, params, effect=True, att=att)
+            grant = await self._authorize(principal, spec.name, params, effect=True, att=att)
             effectful = spec.effect != "read"
             op = Operation(
                 operation_id=new_id("op"),
@@ -531,7 +529,7 @@ class WorkController:
                 plan_index=idx,
             )
             if effectful:
-                op.readback = self._prepare_reconciliation(spec, params)
+                op.readback = await self._prepare_reconciliation(spec, params)
                 async with self._lifecycle:
                     if att.state != "running":
                         await self._transition(att, "running", mutation_epoch=att.mutation_epoch)
@@ -544,7 +542,7 @@ class WorkController:
                         },
                     )
                     att.operations[op.operation_id] = op
-            child = self._child_ctx(ctx, principal, att, op)
+            child = self._child_ctx(ctx, principal, att, op, grant)
             dr = None
             try:
                 dr = await self.registry.execute_detailed(spec.tool_name, params, child)
@@ -557,8 +555,14 @@ class WorkController:
                         await self._settle_op(att, op, None, receipt, cancelled=True)
             return await self._settle_op(att, op, dr, dr.receipt, cancelled=False)
 
-    def _child_ctx(self, ctx: ToolExecutionContext | None, principal: str | None, att: Attempt, op: Operation) -> ToolExecutionContext:
-        meta = {"attempt_id": att.attempt_id, "operation_id": op.operation_id}
+    def _child_ctx(
+        self, ctx: ToolExecutionContext | None, principal: str | None, att: Attempt, op: Operation, grant: Any = None
+    ) -> ToolExecutionContext:
+        # granted_paths: the step tool re-checks its path against the grant
+        # right before writing; artifact_scope: its output belongs to the attempt
+        meta: dict[str, Any] = {"attempt_id": att.attempt_id, "operation_id": op.operation_id, "artifact_scope": att.attempt_id}
+        if grant is not None:
+            meta["granted_paths"] = list(grant.paths)
         lease = self.lease.to_dict() if self.lease else None
         if ctx is not None and ctx.receipt_id is not None and ctx.reservation is not None:
             child = with_child_execution(ctx)
@@ -668,67 +672,58 @@ class WorkController:
 
     async def _run_verification(self, att: Attempt, principal: str | None, ctx: ToolExecutionContext | None) -> dict[str, Any]:
         """Run every trusted verifier binding through the executor and build the proof."""
+        from .verification import VerifierReceipt, build_proof, environment_digest, input_manifest, subject_patterns
+
         epoch = att.mutation_epoch
-        before = await self._fingerprints()
-        checks = []
+        patterns = subject_patterns(self.catalog)
+        before = await self._fingerprints(patterns)
+        manifest = await anyio.to_thread.run_sync(input_manifest, self.catalog.workspace, patterns)
+        receipts: list[Any] = []
+        checks: list[dict[str, Any]] = []
         artifacts: list[str] = []
         for name in sorted(self.catalog.steps):
             spec = self.catalog.steps[name]
-            if not getattr(spec, "verifier", False):
+            if not spec.verifier:
                 continue
-            try:
-                await self._authorize(principal, spec.name, {}, effect=True, att=att)
-            except (GrantRevoked, GrantExpired):
-                raise
-            except GrantDenied as exc:
-                checks.append({"step": spec.name, "ran": False, "passed": False, "reason": exc.message})
-                continue
+            grant = await self._authorize(principal, spec.name, {}, effect=True, att=att)
             params = spec.validate_params({})
-            op_id = new_id("op")
-            fake = Operation(op_id, spec.name, params, "", 0, spec.effect)
-            dr = await self.registry.execute_detailed(spec.tool_name, params, self._child_ctx(ctx, principal, att, fake))
-            value = dr.result.structured or {}
-            found = sorted(set(_ARTIFACT_RE.findall(_json_text(value))))
+            op = Operation(new_id("op"), spec.name, params, "", self.lease.generation if self.lease else 0, spec.effect)
+            dr = await self.registry.execute_detailed(spec.tool_name, params, self._child_ctx(ctx, principal, att, op, grant))
+            evidence = dr.result.structured if dr.ok else None
+            vr = VerifierReceipt.from_evidence(spec.name, evidence, receipt_id=dr.receipt.receipt_id, accepted=dr.ok)
+            receipts.append(vr)
+            found = sorted(set(_ARTIFACT_RE.findall(_json_text(evidence))))
             artifacts.extend(found)
-            exit_code = value.get("exit_code", value.get("exitCode")) if isinstance(value, dict) else None
             checks.append(
                 {
-                    "step": spec.name, "ran": True, "operationId": op_id,
-                    "receipt": dr.receipt.to_dict(), "exitCode": exit_code,
-                    # "tests passed" is the verifier's own fact; "accepted" is the receipt's
-                    "accepted": dr.receipt.outcome == "succeeded",
-                    "passed": dr.ok and exit_code == 0,
-                    "artifacts": found,
+                    "step": spec.name, "operationId": op.operation_id, "receiptId": dr.receipt.receipt_id,
+                    # "tests passed" is the verifier's own fact; "accepted" is the executor's
+                    "accepted": vr.accepted, "passed": vr.passed, "exitCode": vr.exit_code, "timedOut": vr.timed_out,
+                    "error": dr.error.to_dict() if dr.error else None, "artifacts": found,
                 }
             )
-        after = await self._fingerprints()
-        stable = before == after
-        passed = stable and all(c["passed"] for c in checks)
-        proof = self._build_proof(att, before, after, checks, epoch) if passed else None
+        after = await self._fingerprints(patterns)
+        proof = build_proof(
+            plan_digest=att.plan_digest, catalog_digest=att.catalog_digest,
+            environment_digest=await anyio.to_thread.run_sync(environment_digest, self.catalog),
+            input_manifest=manifest, fingerprints_before=before, fingerprints_after=after,
+            mutation_epoch=epoch, receipts=receipts, attempt_id=att.attempt_id,
+        )
         return {
             "verificationId": new_id("ver"),
-            "passed": passed,
+            "passed": proof.tests_passed,
+            "accepted": proof.accepted,
             "checks": checks,
-            "fingerprintsStable": stable,
+            "fingerprintsStable": before == after,
             "mutation_epoch": epoch,
-            "proof": proof,
+            "proof": proof.model_dump(mode="json"),
+            "proofSummary": proof.summary(),
             "artifacts": artifacts,
         }
 
-    def _build_proof(self, att: Attempt, before: Any, after: Any, checks: list[dict[str, Any]], epoch: int) -> dict[str, Any]:
-        body = {
-            "attemptId": att.attempt_id,
-            "planDigest": att.plan_digest,
-            "catalogDigest": att.catalog_digest,
-            "environmentDigest": _environment_digest(),
-            "fingerprintsBefore": digest(before),
-            "fingerprintsAfter": digest(after),
-            "epoch": epoch,
-            "checks": [{"step": c["step"], "passed": c["passed"], "receiptId": (c.get("receipt") or {}).get("receipt_id")} for c in checks],
-        }
-        return {"proofId": "prf_" + digest(body).split(":", 1)[1][:26], "passed": True, **body}
-
     async def complete(self, *, principal: str | None) -> dict[str, Any]:
+        from .verification import Proof, check_completion
+
         async with self._admission:
             self._require_custody()
             att = self._require_selected(principal)
@@ -737,35 +732,29 @@ class WorkController:
                     f"attempt {att.attempt_id} is {att.state} without a fresh proof; run of_work_verify first",
                     details={"attempt_id": att.attempt_id, "state": att.state},
                 )
-            proof = att.proof
-            if proof.get("epoch") != att.mutation_epoch:
-                raise ProofInvalid("a write happened after verification (the mutation epoch moved); verify again")
-            # recheck the catalog from its file, the grant, and the subject
-            self._check_catalog(att, reload=True)
-            for e in att.plan:
-                await self._authorize(principal, e["step"], e["params"], effect=True, att=att)
-            fresh = await self._fingerprints()  # independent re-read
-            fence = self._completion_fence(att, proof, fresh)
+            proof_dict = att.proof
+            proof = Proof.model_validate(proof_dict)
+            # recheck the catalog (from its file), the grant of every plan step, and the subject
+            catalog_digest = self._check_catalog(att, reload=True)
+            grants = [await self._authorize(principal, e["step"], e["params"], effect=True, att=att) for e in att.plan]
+            grant = min((g for g in grants if g is not None), key=lambda g: g.expires_at, default=None)
+            fresh = await self._fingerprints(proof.input_manifest.get("patterns") or ())  # independent re-read
+            subject_fence = check_completion(
+                proof, catalog_digest=catalog_digest, grant=grant, fingerprints=fresh,
+                mutation_epoch=att.mutation_epoch, plan_digest=att.plan_digest,
+                current_epoch=lambda: att.mutation_epoch,
+            )
+
+            def fence() -> None:
+                subject_fence()
+                if att.state != "verified" or att.proof is not proof_dict:
+                    raise ProofInvalid("the proof changed while completion was being checked; verify again")
+                self._require_custody()
+
             async with self._lifecycle:
-                fence()  # synchronous: nothing awaited between the fence and the terminal record
-                await self._transition(att, "completed", {"code": "completed", "proofId": proof["proofId"]})
-            return {"attemptId": att.attempt_id, "state": att.state, "proofId": proof["proofId"]}
-
-    def _completion_fence(self, att: Attempt, proof: dict[str, Any], fresh: Any) -> Callable[[], None]:
-        fresh_digest = digest(fresh)
-        epoch = att.mutation_epoch
-
-        def fence() -> None:
-            if att.state != "verified" or att.proof is not proof:
-                raise ProofInvalid("the proof changed while completion was being checked; verify again")
-            if att.mutation_epoch != epoch or proof.get("epoch") != epoch:
-                raise ProofInvalid("a write happened after verification (the mutation epoch moved); verify again")
-            if proof.get("fingerprintsAfter") != fresh_digest:
-                raise ProofInvalid("the workspace changed since verification (fingerprints differ); verify again")
-            if self.lease_lost is not None:
-                raise self.lease_lost
-
-        return fence
+                fence()  # synchronous: nothing is awaited between the fence and the terminal record
+                await self._transition(att, "completed", {"code": "completed", "proofDigest": proof.proof_digest})
+            return {"attemptId": att.attempt_id, "state": att.state, "proofDigest": proof.proof_digest}
 
     # == reconcile ===============================================================
 
@@ -793,11 +782,11 @@ class WorkController:
     async def _reconcile_one(self, att: Attempt, op: Operation, principal: str | None, ctx: ToolExecutionContext | None) -> dict[str, Any]:
         spec = self.catalog.step(op.step)
         linked = (op.receipt or {}).get("receipt_id")
-        if not spec.reconcilable or spec.oracle_name is None or op.readback is None:
+        if not spec.reconcilable or spec.oracle_name is None or not (op.readback or {}).get("reconcilable"):
             verdict, receipt, evidence = "inconclusive", None, {"reason": f"step {op.step!r} has no readback oracle"}
         else:
-            await self._authorize(principal, spec.name, op.params, effect=True, att=att)
-            dr = await self.registry.execute_detailed(spec.oracle_name, self._oracle_params(spec, op), self._child_ctx(ctx, principal, att, op))
+            grant = await self._authorize(principal, spec.name, op.params, effect=True, att=att)
+            dr = await self.registry.execute_detailed(spec.oracle_name, {"readback": op.readback}, self._child_ctx(ctx, principal, att, op, grant))
             receipt = dr.receipt
             evidence = dr.result.structured if dr.ok else {"error": dr.error.to_dict() if dr.error else None}
             verdict = _verdict(evidence) if dr.ok else "inconclusive"
@@ -837,7 +826,7 @@ class WorkController:
 
     # == bindings to the catalog side (authority, readback, fingerprints, artifacts)
 
-    def _check_catalog(self, att: Attempt, *, reload: bool = False) -> None:
+    def _check_catalog(self, att: Attempt, *, reload: bool = False) -> str:
         current = self.catalog.digest
         if reload and self.catalog_loader is not None:
             current = self.catalog_loader().digest
@@ -846,15 +835,16 @@ class WorkController:
                 f"the catalog changed (attempt bound to {att.catalog_digest}, now {current}); cancel and preview again",
                 details={"attempt_id": att.attempt_id},
             )
+        return current
 
-    async def _authorize(self, principal: str | None, step: str, params: dict[str, Any], *, effect: bool, att: Attempt | None = None) -> None:
-        """Grant check for one step; a revoked/expired grant during an attempt blocks it."""
+    async def _authorize(self, principal: str | None, step: str, params: dict[str, Any], *, effect: bool, att: Attempt | None = None) -> Any:
+        """Grant check for one step (returns the covering grant); a revoked/expired grant during an attempt blocks it."""
         if self.authority is None:
-            return
+            return None
         spec = self.catalog.step(step)
         paths = [params[p] for p in spec.path_params if isinstance(params.get(p), str)]
         try:
-            await self.authority.check(principal=principal, step=spec, paths=paths, lease=self._lease_hook if effect else None)
+            return await self.authority.check(principal=principal, step=spec, paths=paths, lease=self._lease_hook if effect else None)
         except (GrantRevoked, GrantExpired) as exc:
             if att is not None and effect and not att.terminal and att.state != "blocked" and self.lease_lost is None:
                 async with self._lifecycle:
@@ -871,20 +861,17 @@ class WorkController:
             self._lose_lease(exc)
             raise
 
-    def _prepare_reconciliation(self, spec: Any, params: dict[str, Any]) -> dict[str, Any] | None:
-        if not spec.reconcilable:
-            return None
-        from . import steps as _steps
+    async def _prepare_reconciliation(self, spec: Any, params: dict[str, Any]) -> dict[str, Any]:
+        """Readback metadata saved with the intent (file IO: in a worker thread)."""
+        from .steps import prepare_reconciliation
 
-        return _steps.prepare_reconciliation(spec, params)
+        return await anyio.to_thread.run_sync(prepare_reconciliation, self.catalog, spec, params)
 
-    def _oracle_params(self, spec: Any, op: Operation) -> dict[str, Any]:
-        return {"readback": op.readback}
+    async def _fingerprints(self, patterns: Any = None) -> dict[str, str]:
+        from .verification import fingerprint, subject_patterns
 
-    async def _fingerprints(self) -> Any:
-        if self.verifier is None:
-            return {}
-        return await _maybe_await(self.verifier.fingerprints())
+        pats = tuple(patterns) if patterns else subject_patterns(self.catalog)
+        return await anyio.to_thread.run_sync(fingerprint, self.catalog.workspace, pats)
 
     async def _save_artifact(self, payload: Any, *, scope: str) -> str | None:
         if self.artifacts is None:
@@ -914,17 +901,10 @@ class _SettledObserver:
 
 def _verdict(evidence: Any) -> str:
     if isinstance(evidence, dict):
-        v = evidence.get("verdict")
+        v = evidence.get("status")
         if v in ("applied", "not_applied", "mismatch", "inconclusive"):
             return v
     return "inconclusive"
-
-
-def _environment_digest() -> str:
-    import platform
-    import sys
-
-    return digest({"python": sys.version, "platform": platform.platform(), "executable": sys.executable})
 
 
 def _json_text(value: Any) -> str:

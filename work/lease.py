@@ -31,6 +31,14 @@ atomically (write temp file, fsync, rename, fsync directory):
 read-modify-write of ``lease.json`` and every fenced journal append. The
 kernel drops it when its process dies, so it never needs cleaning up.
 
+``live.<generation>`` — empty; the holder of that generation keeps an
+exclusive ``flock`` on it for as long as it holds the lease. If a live
+(unexpired) lease's ``live.<generation>`` can be locked by someone else,
+its holder's process is gone (the kernel dropped the lock): the lease is
+taken over at once instead of waiting for expiry. A holder that is alive
+but unresponsive (stopped, hung) keeps its flock and is taken over only
+after expiry. Files of older generations are removed on acquisition.
+
 A takeover can only happen under ``lease.lock``, and a fenced append checks
 the generation under the same lock, so an append by a stale holder either
 happened before the takeover (and the new holder's recovery sees it) or is
@@ -59,6 +67,7 @@ from .errors import LeaseHeld, LeaseLost, WorkError
 LEASE_VERSION = 1
 LEASE_FILE = "lease.json"
 LOCK_FILE = "lease.lock"
+LIVE_PREFIX = "live."
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class LeaseStore:
         self.owner = owner or new_id("own")
         self.clock = clock
         self._local = anyio.Lock()
+        self._live_fd: int | None = None
         _ensure_dir(self.root)
 
     @property
@@ -117,17 +127,19 @@ class LeaseStore:
     # -- the operations, each under lease.lock --------------------------------
 
     async def acquire(self) -> Lease:
-        """Take the lease: free, released or expired -> a new generation; live -> :class:`LeaseHeld`."""
+        """Take the lease: free, released, expired or orphaned -> a new generation; live -> :class:`LeaseHeld`."""
         async with self._locked():
             rec = self.read()
             now = self.clock()
             if rec is not None and rec.get("expires_at", 0) > now and rec.get("owner") != self.owner:
-                raise LeaseHeld(
-                    f"the work data directory is leased by owner {rec['owner']} (pid {rec.get('pid')}, generation "
-                    f"{rec['generation']}) for {rec['expires_at'] - now:.1f}s more; another controller is running",
-                    details={"owner": rec["owner"], "generation": rec["generation"], "expires_at": rec["expires_at"], "pid": rec.get("pid")},
-                )
+                if self._holder_alive(rec["generation"]):
+                    raise LeaseHeld(
+                        f"the work data directory is leased by owner {rec['owner']} (pid {rec.get('pid')}, generation "
+                        f"{rec['generation']}) for {rec['expires_at'] - now:.1f}s more; another controller is running",
+                        details={"owner": rec["owner"], "generation": rec["generation"], "expires_at": rec["expires_at"], "pid": rec.get("pid")},
+                    )
             generation = (rec["generation"] if rec else 0) + 1
+            self._hold_live(generation)
             stamp = utc_now()
             new = {
                 "v": LEASE_VERSION,
@@ -139,8 +151,56 @@ class LeaseStore:
                 "ttl": self.ttl,
                 "pid": os.getpid(),
             }
-            _atomic_write(self.path, new)
+            try:
+                _atomic_write(self.path, new)
+            except BaseException:
+                self._drop_live(generation)
+                raise
+            self._sweep_live(generation)
             return Lease(self.owner, generation, new["expires_at"], self.ttl)
+
+    def _live_path(self, generation: int) -> Path:
+        return self.root / f"{LIVE_PREFIX}{generation}"
+
+    def _holder_alive(self, generation: int) -> bool:
+        """Whether the process holding ``generation`` still lives (it keeps a flock on its live file)."""
+        try:
+            fd = os.open(self._live_path(generation), os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def _hold_live(self, generation: int) -> None:
+        fd = os.open(self._live_path(generation), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise WorkError(f"lease generation {generation} is already held by a live process; refusing to reuse it") from None
+        if self._live_fd is not None:
+            os.close(self._live_fd)
+        self._live_fd = fd
+
+    def _drop_live(self, generation: int | None = None) -> None:
+        if self._live_fd is not None:
+            os.close(self._live_fd)
+            self._live_fd = None
+        if generation is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._live_path(generation))
+
+    def _sweep_live(self, current: int) -> None:
+        for p in self.root.glob(LIVE_PREFIX + "*"):
+            suffix = p.name[len(LIVE_PREFIX):]
+            if suffix.isdigit() and int(suffix) < current and not self._holder_alive(int(suffix)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
 
     async def renew(self, lease: Lease) -> Lease:
         """Extend a live lease; a stale or expired one raises :class:`LeaseLost` (never silently re-taken)."""
@@ -156,10 +216,12 @@ class LeaseStore:
         async with self._locked():
             rec = self.read()
             if rec is None or rec.get("owner") != lease.owner or rec.get("generation") != lease.generation:
-                return  # already someone else's: nothing of ours to release
+                self._drop_live()  # already someone else's: only our own flock to let go
+                return
             rec["expires_at"] = 0
             rec["renewed_at"] = utc_now()
             _atomic_write(self.path, rec)
+            self._drop_live(lease.generation)
 
     @contextlib.asynccontextmanager
     async def fenced(self, lease: Lease) -> AsyncIterator[dict[str, Any]]:

@@ -145,7 +145,11 @@ class Attempt:
             "mutationEpoch": self.mutation_epoch,
             "blockedReason": self.blocked_reason,
             "operations": [op.summary() for op in self.operations.values()],
-            "proof": {k: self.proof[k] for k in ("proofId", "epoch", "passed") if k in self.proof} if self.proof else None,
+            "proof": (
+                {"proofDigest": self.proof.get("proof_digest"), "mutationEpoch": self.proof.get("mutation_epoch"),
+                 "testsPassed": self.proof.get("tests_passed"), "accepted": self.proof.get("accepted")}
+                if self.proof else None
+            ),
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         }

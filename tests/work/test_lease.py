@@ -101,3 +101,17 @@ async def test_damaged_lease_file_fails_closed(tmp_path, clock):
 def test_ttl_must_be_positive(tmp_path):
     with pytest.raises(ValueError):
         LeaseStore(tmp_path, ttl=0)
+
+
+@pytest.mark.anyio
+async def test_a_dead_holder_is_taken_over_at_once_without_waiting_for_expiry(tmp_path, clock):
+    a = LeaseStore(tmp_path, ttl=10, clock=clock)
+    la = await a.acquire()
+    assert (tmp_path / "live.1").exists()
+    a._drop_live()  # what the kernel does when a's process dies: its flock on live.1 is gone
+    b = LeaseStore(tmp_path, ttl=10, clock=clock)
+    lb = await b.acquire()  # the lease was unexpired, but its holder is gone
+    assert lb.generation == 2
+    assert not (tmp_path / "live.1").exists(), "the dead generation's live file is swept"
+    with pytest.raises(LeaseLost):
+        await a.check(la)
