@@ -115,3 +115,58 @@ async def test_a_dead_holder_is_taken_over_at_once_without_waiting_for_expiry(tm
     assert not (tmp_path / "live.1").exists(), "the dead generation's live file is swept"
     with pytest.raises(LeaseLost):
         await a.check(la)
+
+
+# -- two real controller processes on one data directory ------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_two_processes_refused_while_live_takeover_after_expiry_stale_generation_fenced(env):
+    import time
+
+    from openfunctions.core.journal import read_records
+
+    from ._proc import ChildController, wait_for
+    from .test_crash import _counter, _write_catalog
+
+    _write_catalog(env)
+    await env.grant(["count"])
+    a = ChildController(env.data, env.catalog_path, "--ttl", "1.5", "--renew", "0.3")
+    b = ChildController(env.data, env.catalog_path, "--ttl", "1.5", "--renew", "0.3")
+    try:
+        assert a.ok("open")["generation"] == 1
+        prv = a.ok("preview", plan=[{"step": "count", "params": {"seconds": 0}}])
+        att = a.ok("start", preview_id=prv["previewId"])
+        refused = b.call("open")
+        assert not refused["ok"] and refused["error"]["code"] == "lease_held"
+        assert "another controller is running" in refused["error"]["message"]
+        # A stops answering (but stays alive, holding its kernel locks)
+        a.stop()
+        lease_file = env.work_dir / "lease.json"
+        wait_for(lambda: json.loads(lease_file.read_text())["expires_at"] < time.time(), what="the lease to expire")
+        assert b.ok("open")["generation"] == 2
+        a.cont()
+        # A resumes with generation 1: it cannot record an effect, and runs nothing
+        a.send("run")
+        assert a.read()["event"] == "dispatching"
+        r = a.read()
+        assert not r["ok"] and r["error"]["code"] == "lease_lost", r
+        assert _counter(env) == []
+        st = a.ok("status")
+        assert st["controller"]["leaseLost"] is True and st["attempt"]["state"] == "blocked"
+        seg1 = [rec.type for rec in read_records(env.work_dir / "attempts" / f"g{1:010d}.jsonl")]
+        assert "intent" not in seg1 and "outcome" not in seg1
+        # B holds custody of the same attempt and can run the step
+        assert b.ok("status")["attempt"]["attemptId"] == att["attemptId"]
+        b.send("run")
+        assert b.read()["event"] == "dispatching"
+        done = b.read()
+        assert done["ok"] and done["result"]["operation"]["status"] == "done"
+        assert done["result"]["operation"]["leaseGeneration"] == 2
+        assert len(_counter(env)) == 1
+    finally:
+        if a.proc.poll() is None:
+            a.cont()
+        a.close()
+        b.close()
