@@ -122,14 +122,30 @@ class WorkController:
         self._settled: dict[str, Receipt] = {}
         self._prior_sink: Any = None
         self._closed = False
+        self._open_lock = anyio.Lock()
 
     # == opening and closing ===================================================
 
     @classmethod
     async def open(cls, root: str | os.PathLike[str], **kwargs: Any) -> "WorkController":
         self = cls(root, **kwargs)
-        await self._open()
+        await self.ensure_open()
         return self
+
+    @property
+    def opened(self) -> bool:
+        return self._journal is not None
+
+    async def ensure_open(self) -> None:
+        """Acquire the lease, recover and start renewal, once (a failed open may be retried)."""
+        if self._journal is not None:
+            return
+        async with self._open_lock:
+            if self._journal is not None:
+                return
+            if self._closed:
+                raise WorkError("the work controller is closed")
+            await self._open()
 
     async def _open(self) -> None:
         from openfunctions.core.journal import WorkAttemptJournal
@@ -149,6 +165,7 @@ class WorkController:
         except BaseException:
             await self._close_journal()
             await self.leases.release(self.lease)
+            self.lease = None
             raise
         self._install_observer()
         self._renewer = asyncio.get_running_loop().create_task(self._renew_loop(), name="work-lease-renewal")
@@ -302,8 +319,9 @@ class WorkController:
     def status(self, *, principal: str | None, attempt_id: str | None = None) -> dict[str, Any]:
         att = self.attempt(attempt_id) if attempt_id else self._active()
         out: dict[str, Any] = {
+            # nothing volatile here (no lease generation, no clock): an unchanged
+            # status is byte-identical, so its reply artifact is reused, also after a restart
             "controller": {
-                "leaseGeneration": self.lease.generation if self.lease else None,
                 "leaseLost": self.lease_lost is not None,
                 "attemptCount": self.state.attempt_count,
                 "catalogDigest": self.catalog.digest,
@@ -315,13 +333,24 @@ class WorkController:
             out["attempt"] = att.summary()
         return out
 
-    def allowed_artifacts(self) -> set[str]:
-        """Ids the artifact read tool may serve: the selected attempt's and saved previews'."""
-        ids = {p["artifact_id"] for p in self.state.previews.values() if p.get("artifact_id")}
+    def may_read_artifact(self, artifact_id: str, scope: str | None, *, principal: str | None) -> bool:
+        """Whether ``principal`` may read an artifact: one of its saved previews', or its selected attempt's.
+
+        An artifact belongs to an attempt or preview by its recorded store
+        scope (command output, reply projections, preview payloads) or by
+        being named in that attempt's journaled evidence. Any other
+        attempt's artifacts are refused, also after that attempt ended.
+        """
+        if isinstance(scope, str) and scope.startswith("preview:"):
+            prv = self.state.previews.get(scope.split(":", 1)[1])
+            if prv is not None and prv.get("principal") == principal:
+                return True
+        if any(p.get("artifact_id") == artifact_id and p.get("principal") == principal for p in self.state.previews.values()):
+            return True
         att = self._active() or self._last_attempt()
-        if att is not None:
-            ids |= att.artifacts
-        return ids
+        if att is None or att.principal != principal:
+            return False
+        return scope == att.attempt_id or artifact_id in att.artifacts
 
     def _last_attempt(self) -> Attempt | None:
         return next(reversed(self.state.attempts.values()), None) if self.state.attempts else None
