@@ -20,6 +20,7 @@ from .store import (
     ArtifactStore,
 )
 from ._ids import is_artifact_id
+from .projection import DEFAULT_BUDGET, default_summary, project_reply, reply_sizes
 from .tool import create_artifact_read_tool
 
 __all__ = [
@@ -33,9 +34,13 @@ __all__ = [
     "ArtifactRequestInvalid",
     "ArtifactStore",
     "ArtifactStoreUnsafe",
+    "DEFAULT_BUDGET",
     "DEFAULT_MEDIA_TYPE",
     "DEFAULT_QUOTA_BYTES",
     "MAX_READ_BYTES",
     "create_artifact_read_tool",
+    "default_summary",
     "is_artifact_id",
+    "project_reply",
+    "reply_sizes",
 ]
