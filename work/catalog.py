@@ -261,8 +261,15 @@ class Catalog:
         p = Path(path)
         try:
             data = p.read_bytes()
+            mode = p.stat().st_mode
         except OSError as exc:
             raise CatalogInvalid(f"catalog {str(p)!r} cannot be read: {exc.strerror or exc}", details={"file": str(p)}) from None
+        if mode & 0o002:
+            # The catalog decides what an agent may run: anyone able to edit it could widen that.
+            raise CatalogInvalid(
+                f"catalog {str(p)!r} is world-writable; anyone could change what the agent may run (chmod o-w)",
+                details={"file": str(p)},
+            )
         try:
             raw = tomllib.loads(data.decode("utf-8"))
         except UnicodeDecodeError:

@@ -108,6 +108,10 @@ def _cmd_issue(args: argparse.Namespace) -> int:
         except OpenFunctionsError as exc:
             return _fail(exc.message)
         digest = None if args.no_bind else cat.digest
+        path_steps = [s for s in steps if cat.step(s).path_params]
+        if path_steps and not paths:
+            print(f"openfunctions-mcp grant: warning: steps {', '.join(path_steps)} take paths, but --paths grants none; "
+                  "they will be refused", file=sys.stderr)
     store = GrantStore.in_data_dir(_data_dir(args))
     try:
         g = anyio.run(lambda: store.issue(principal=args.principal, steps=steps, paths=paths, ttl=ttl,

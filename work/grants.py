@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from openfunctions.core.receipts import new_id
 
 from ._paths import check_pattern
+from .catalog import STEP_NAME_RE
 from .errors import GrantNotFound, GrantStoreCorrupt
 
 GRANTS_FORMAT_VERSION = 1
@@ -102,6 +103,9 @@ class Grant(BaseModel):
     def _steps(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if not v or not all(isinstance(s, str) and s for s in v):
             raise ValueError("a grant names at least one step")
+        bad = [s for s in v if not STEP_NAME_RE.match(s)]
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))} cannot be a step name (^[a-z][a-z0-9_-]{{0,63}}$; no wildcards)")
         return v
 
     @field_validator("paths")

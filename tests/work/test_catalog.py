@@ -198,3 +198,12 @@ def test_cwd_symlink_out_of_workspace_refused(tmp_path: Path) -> None:
     with pytest.raises(CatalogInvalid) as ei:
         Catalog.load(p)
     assert ei.value.details["field"] == "cwd"
+
+
+def test_world_writable_catalog_refused(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE)
+    p.chmod(0o666)
+    with pytest.raises(CatalogInvalid, match="world-writable"):
+        Catalog.load(p)
+    p.chmod(0o644)
+    Catalog.load(p)

@@ -70,6 +70,8 @@ async def test_bad_grants_refused(tmp_path: Path) -> None:
         await store.issue(principal="a", steps=["s"], paths=["/etc/**"], ttl=dt.timedelta(hours=1))
     with pytest.raises(ValueError):
         await store.issue(principal="", steps=["s"], ttl=dt.timedelta(hours=1))
+    with pytest.raises(ValueError, match="no wildcards"):
+        await store.issue(principal="a", steps=["*"], ttl=dt.timedelta(hours=1))
     assert await store.list() == []
 
 
@@ -141,4 +143,8 @@ def test_cli_catalog_binding_checks_steps(tmp_path: Path) -> None:
     assert r.returncode == 2 and "did you mean 'snap'" in r.stderr
     r = cli(tmp_path, "issue", "--principal", "a", "--steps", "snap", "--ttl", "1h", "--catalog", str(cat), "--json")
     assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr
     assert json.loads(r.stdout)["catalog_digest"].startswith("sha256:")
+    cat.write_text(cat.read_text() + "[steps.w]\nkind = 'write_file'\ndescription = 'd'\npaths = ['src/**']\n")
+    r = cli(tmp_path, "issue", "--principal", "a", "--steps", "w", "--ttl", "1h", "--catalog", str(cat))
+    assert r.returncode == 0 and "take paths, but --paths grants none" in r.stderr
