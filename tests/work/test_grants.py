@@ -115,6 +115,7 @@ def test_add_commands_builds_a_parser(tmp_path: Path, capsys: pytest.CaptureFixt
         parser.parse_args(["grant", "issue", "--steps", "a", "--ttl", "1h"])  # --principal is required
 
 
+@pytest.mark.slow  # five CLI processes, each importing the package
 async def test_cli_processes_and_a_live_reader(tmp_path: Path) -> None:
     """The CLI issues and revokes in other processes; this process's store sees both."""
     server_view = GrantStore.in_data_dir(tmp_path)
