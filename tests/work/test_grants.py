@@ -149,3 +149,20 @@ def test_cli_catalog_binding_checks_steps(tmp_path: Path) -> None:
     cat.write_text(cat.read_text() + "[steps.w]\nkind = 'write_file'\ndescription = 'd'\npaths = ['src/**']\n")
     r = cli(tmp_path, "issue", "--principal", "a", "--steps", "w", "--ttl", "1h", "--catalog", str(cat))
     assert r.returncode == 0 and "take paths, but --paths grants none" in r.stderr
+
+
+async def test_concurrent_issuers_wait_for_the_lock(tmp_path: Path) -> None:
+    """Each issue opens the writer (flock); concurrent issuers queue instead of failing."""
+    import anyio
+
+    store = GrantStore(tmp_path / "g.journal")
+    ids: list[str] = []
+
+    async def one(i: int) -> None:
+        g = await GrantStore(store.path).issue(principal=f"p{i}", steps=["s"], ttl=dt.timedelta(hours=1))
+        ids.append(g.grant_id)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(6):
+            tg.start_soon(one, i)
+    assert sorted(g.grant_id for g in await store.list()) == sorted(ids) and len(ids) == 6
