@@ -41,10 +41,13 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomic(directory: str, name: str, data: bytes, *, mode: int = FILE_MODE) -> None:
+def write_atomic(directory: str, name: str, data: bytes, *, mode: int = FILE_MODE, durable: bool = True) -> None:
     """Write ``directory/name`` so that a crash leaves the old file or the new one, never a mix.
 
     temp file (same directory) -> write -> fsync -> chmod -> rename -> fsync directory.
+    ``durable=False`` skips both fsyncs: only for files a reader can rebuild
+    and that it checks on read (after a machine crash such a file may be
+    missing or empty, never a torn mix of two contents that parses).
     """
     tmp = os.path.join(directory, f".tmp-{name}-{os.getpid()}-{os.urandom(4).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, FILE_MODE)
@@ -53,7 +56,8 @@ def write_atomic(directory: str, name: str, data: bytes, *, mode: int = FILE_MOD
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
         os.fchmod(fd, mode)
     except BaseException:
         os.close(fd)
@@ -65,7 +69,8 @@ def write_atomic(directory: str, name: str, data: bytes, *, mode: int = FILE_MOD
     except BaseException:
         _unlink_quiet(tmp)
         raise
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
 
 
 def read_small(path: str, limit: int) -> bytes:

@@ -16,7 +16,8 @@ On-disk format, version 1 (also in docs/formats/artifacts.md)
       index/art_<id>.json    0400  one index record per artifact (below)
       keys/<hex>.json        0400  reuse lookup: {"v": 1, "artifact_id": "art_..."}; the name is
                                    the SHA-256 hex of the canonical JSON of
-                                   {"media_type", "scope", "sha256"}
+                                   {"media_type", "scope", "sha256"}; written without
+                                   fsync (open() rebuilds missing or unreadable ones)
       tmp/                   0700  blobs being written (each flock'ed by its live writer)
 
 Index record (canonical JSON, UTF-8)::
@@ -111,6 +112,7 @@ _HEX_RE = re.compile(r"[0-9a-f]{64}")
 _TOKEN = r"[A-Za-z0-9!#$&^_.+\-]+"
 _MEDIA_TYPE_RE = re.compile(rf"{_TOKEN}/{_TOKEN}(?:\s*;\s*{_TOKEN}=(?:{_TOKEN}|\"[^\"\\\r\n]*\"))*")
 _CHUNK = 1024 * 1024
+_WRITE_SLICE = 8 * 1024 * 1024
 _RECORD_LIMIT = 16 * 1024
 _VERIFIED_CACHE_SIZE = 4096
 _OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
@@ -327,8 +329,8 @@ class ArtifactStore:
         if isinstance(data, str):
             raise ArtifactRequestInvalid("put() takes bytes, not str: encode the text first (e.g. text.encode('utf-8'))")
         if isinstance(data, (bytes, bytearray, memoryview)):
-            view = memoryview(data).cast("B")
-            return await anyio.to_thread.run_sync(self._put_sync, [view], media_type, scope)
+            view = _as_view(data)
+            return await anyio.to_thread.run_sync(self._put_buffer_sync, view, media_type, scope)
         if hasattr(data, "__aiter__"):
             return await self._put_async_iter(data, media_type, scope)
         if callable(getattr(data, "read", None)):
@@ -344,6 +346,15 @@ class ArtifactStore:
         try:
             for chunk in chunks:
                 writer.write(chunk)
+            writer.finish()
+            return self._commit(writer, media_type, scope)
+        finally:
+            writer.discard()
+
+    def _put_buffer_sync(self, view: memoryview, media_type: str, scope: str | None) -> ArtifactRef:
+        writer = _BlobWriter(self._tmp, self._size_cap())
+        try:
+            writer.write_durably_while_hashing(view)
             writer.finish()
             return self._commit(writer, media_type, scope)
         finally:
@@ -396,7 +407,8 @@ class ArtifactStore:
                 id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_now()
             )
             write_atomic(self._index, info.id + ".json", _record_bytes(info), mode=FROZEN_MODE)
-            write_atomic(self._keys, key, _key_doc(info.id), mode=FROZEN_MODE)
+            # The key file is only a lookup that open() rebuilds from the index: no fsync.
+            write_atomic(self._keys, key, _key_doc(info.id), mode=FROZEN_MODE, durable=False)
             self._records[info.id] = info
             log.debug("artifact_put", store=self.root, artifact_id=info.id, size=size, scope=scope)
             return info.ref
@@ -617,20 +629,24 @@ class _BlobWriter:
         self.cap = cap
         self.size = 0
         self.hexdigest = ""
+        self._synced = False
         self._h = hashlib.sha256()
         self.path = os.path.join(tmp_dir, f"blob-{os.getpid()}-{os.urandom(8).hex()}")
         self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
         # Marks the temp file as live for another process's crash recovery.
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
-    def write(self, chunk: Any) -> None:
-        view = _as_view(chunk)
-        total = view.nbytes
-        if self.size + total > self.cap:
+    def _check_cap(self, more: int) -> None:
+        if self.size + more > self.cap:
             raise ArtifactQuotaExceeded(
                 f"artifact data is larger than the store's whole quota ({self.cap} bytes); nothing was stored",
                 details={"quota_bytes": self.cap},
             )
+
+    def write(self, chunk: Any) -> None:
+        view = _as_view(chunk)
+        total = view.nbytes
+        self._check_cap(total)
         assert self.fd is not None
         # Hash and write in slices so a huge buffer does not hold two passes over cold memory.
         for start in range(0, total, _CHUNK):
@@ -645,9 +661,42 @@ class _BlobWriter:
         for c in chunks:
             self.write(c)
 
+    def write_durably_while_hashing(self, view: memoryview) -> None:
+        """Write and fsync the whole buffer in a second thread while this one hashes it.
+
+        Both ``os.write``/``fsync`` and ``hashlib`` release the GIL, so a put
+        costs about max(hash, durable write) instead of their sum. Only for a
+        complete buffer that nobody refills meanwhile (a streamed chunk could
+        be reused by its producer, so streams go through :meth:`write`).
+        """
+        self._check_cap(view.nbytes)
+        assert self.fd is not None and self.size == 0
+        fd, failure = self.fd, []
+
+        def write_and_sync() -> None:
+            try:
+                rest = view
+                while rest:
+                    rest = rest[os.write(fd, rest[:_WRITE_SLICE]) :]
+                os.fsync(fd)
+            except BaseException as exc:  # re-raised in the calling thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=write_and_sync, name="artifact-blob-write", daemon=True)
+        worker.start()
+        try:
+            self._h.update(view)
+        finally:
+            worker.join()
+        if failure:
+            raise failure[0]
+        self.size = view.nbytes
+        self._synced = True
+
     def finish(self) -> None:
         assert self.fd is not None
-        os.fsync(self.fd)
+        if not self._synced:
+            os.fsync(self.fd)
         os.fchmod(self.fd, FROZEN_MODE)
         self.hexdigest = self._h.hexdigest()
 
@@ -670,7 +719,10 @@ class _BlobWriter:
 
 def _as_view(chunk: Any) -> memoryview:
     if isinstance(chunk, (bytes, bytearray, memoryview)):
-        return memoryview(chunk).cast("B")
+        try:
+            return memoryview(chunk).cast("B")
+        except TypeError as exc:  # e.g. a non-contiguous memoryview
+            raise ArtifactRequestInvalid(f"artifact data must be a contiguous buffer: {exc}") from None
     raise ArtifactRequestInvalid(f"artifact data chunks must be bytes-like, got {type(chunk).__name__}")
 
 

@@ -119,7 +119,9 @@ class WorkController:
         self._renewer: asyncio.Task[None] | None = None
         self._renewals = 0
         self._uncertain: Receipt | None = None
-        self._settled: dict[str, Receipt] = {}
+        # the step being dispatched (attempt, operation, tool name) and its settled receipt
+        self._dispatch: tuple[Attempt, Operation, str] | None = None
+        self._dispatch_receipt: Receipt | None = None
         self._prior_sink: Any = None
         self._closed = False
         self._open_lock = anyio.Lock()
@@ -295,12 +297,27 @@ class WorkController:
         if isinstance(ex.journal, FanoutSink) and any(isinstance(s, _SettledObserver) and s.controller is self for s in ex.journal.sinks):
             ex.journal = self._prior_sink
 
+    async def _observe_start(self, record: Any) -> None:
+        # The executor persisted the start and is about to enter the step's
+        # handler: bind the operation to its receipt id durably, so a later
+        # reconciliation can link to the original (never rewritten) receipt
+        # even if this process dies before the step settles. If this record
+        # cannot be written the executor refuses the call: nothing runs.
+        d = self._dispatch
+        if d is None or record.tool != d[2] or d[1].dispatch_receipt_id is not None:
+            return
+        att, op, _ = d
+        op.dispatch_receipt_id = record.receipt_id
+        if op.effect != "read":
+            await self._record("dispatched", {"attempt_id": att.attempt_id, "operation_id": op.operation_id, "receipt_id": record.receipt_id})
+
     def _observe(self, receipt: Receipt) -> None:
         # Runs inside the executor before the reservation is released: an
         # uncertain step blocks any effect queued behind it right now, not
         # after the outcome is journaled.
-        if receipt.parent_receipt_id is not None:
-            self._settled[receipt.parent_receipt_id] = receipt
+        d = self._dispatch
+        if d is not None and receipt.receipt_id == d[1].dispatch_receipt_id:
+            self._dispatch_receipt = receipt
         if receipt.tool.startswith("of_step.") and receipt.certainty == "unknown":
             self._uncertain = receipt
 
@@ -573,14 +590,15 @@ class WorkController:
                     att.operations[op.operation_id] = op
             child = self._child_ctx(ctx, principal, att, op, grant)
             dr = None
+            self._dispatch, self._dispatch_receipt = (att, op, spec.tool_name), None
             try:
                 dr = await self.registry.execute_detailed(spec.tool_name, params, child)
             finally:
+                receipt, self._dispatch, self._dispatch_receipt = self._dispatch_receipt, None, None
                 if dr is None:
                     # Cancelled (or crashed) while the step ran: the executor
-                    # settled a receipt we saw in the observer; record it.
+                    # settled a receipt the observer saw; record it.
                     with anyio.CancelScope(shield=True):
-                        receipt = self._settled.pop(child.parent_receipt_id or "", None) if child.parent_receipt_id else None
                         await self._settle_op(att, op, None, receipt, cancelled=True)
             return await self._settle_op(att, op, dr, dr.receipt, cancelled=False)
 
@@ -810,7 +828,7 @@ class WorkController:
 
     async def _reconcile_one(self, att: Attempt, op: Operation, principal: str | None, ctx: ToolExecutionContext | None) -> dict[str, Any]:
         spec = self.catalog.step(op.step)
-        linked = (op.receipt or {}).get("receipt_id")
+        linked = (op.receipt or {}).get("receipt_id") or op.dispatch_receipt_id
         if not spec.reconcilable or spec.oracle_name is None or not (op.readback or {}).get("reconcilable"):
             verdict, receipt, evidence = "inconclusive", None, {"reason": f"step {op.step!r} has no readback oracle"}
         else:
@@ -922,7 +940,7 @@ class _SettledObserver:
         self.controller = controller
 
     async def on_start(self, record: Any) -> None:
-        return None
+        await self.controller._observe_start(record)
 
     async def on_settled(self, receipt: Receipt) -> None:
         self.controller._observe(receipt)

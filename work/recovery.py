@@ -34,7 +34,7 @@ from .state import Attempt, Operation
 
 #: record types of the attempt journal, format version 1 (docs/formats/work-attempts.md)
 RECORD_TYPES = (
-    "lease_acquired", "preview_saved", "attempt_started", "intent", "outcome", "transition",
+    "lease_acquired", "preview_saved", "attempt_started", "intent", "dispatched", "outcome", "transition",
     "verification", "reconciliation", "reply_artifact", "recovered",
 )
 
@@ -150,6 +150,13 @@ def _intent(out: Recovered, d: dict[str, Any], rec: Any) -> None:
     )
 
 
+def _dispatched(out: Recovered, d: dict[str, Any], rec: Any) -> None:
+    att = out.attempts.get(d["attempt_id"])
+    op = att.operations.get(d["operation_id"]) if att is not None else None
+    if op is not None:
+        op.dispatch_receipt_id = d["receipt_id"]
+
+
 def _outcome(out: Recovered, d: dict[str, Any], rec: Any) -> None:
     att = out.attempts.get(d["attempt_id"])
     if att is None:
@@ -233,6 +240,7 @@ _HANDLERS = {
     "preview_saved": _preview,
     "attempt_started": _started,
     "intent": _intent,
+    "dispatched": _dispatched,
     "outcome": _outcome,
     "transition": _transition,
     "verification": _verification,

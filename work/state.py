@@ -66,6 +66,8 @@ class Operation:
     effect: str
     readback: dict[str, Any] | None = None
     plan_index: int | None = None
+    # the executor's receipt id for the step call, journaled when it was dispatched
+    dispatch_receipt_id: str | None = None
     status: str = "pending"
     receipt: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
@@ -81,6 +83,8 @@ class Operation:
             "inputDigest": self.input_digest,
             "leaseGeneration": self.lease_generation,
         }
+        if self.dispatch_receipt_id is not None:
+            out["receiptId"] = self.dispatch_receipt_id
         if self.receipt is not None:
             out["receiptId"] = self.receipt.get("receipt_id")
             out["outcome"] = self.receipt.get("outcome")

@@ -139,6 +139,8 @@ def refuse_symlink(path: Path) -> None:
         return
     if stat.S_ISLNK(st.st_mode):
         raise _unsafe(path, "it is a symlink")
+    if not stat.S_ISREG(st.st_mode):
+        raise _unsafe(path, "it is not a regular file")
 
 
 class FileOps:

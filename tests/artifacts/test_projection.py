@@ -202,11 +202,11 @@ def test_default_summary_keeps_top_level_scalars():
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=400),
     lambda children: st.lists(children, max_size=30) | st.dictionaries(st.text(max_size=12), children, max_size=30),
-    max_leaves=400,
+    max_leaves=200,
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(payload=st.dictionaries(st.text(max_size=20), json_values, max_size=40), budget=st.integers(1024, 6000))
 async def test_property_projected_reply_always_fits(store, payload, budget):
     reply = await project_reply(payload, store=store, scope="prop", budget=budget, summarize=lambda p: dict(p))

@@ -531,3 +531,19 @@ async def test_a_closed_store_reopens_lazily(tmp_path):
     ref = await s.put(b"again")
     assert await s.read_all(ref.id) == b"again"
     s.close()
+
+
+async def test_non_contiguous_buffer_is_refused_clearly(store):
+    view = memoryview(bytearray(b"abcdef"))[::2]
+    with pytest.raises(ArtifactRequestInvalid, match="contiguous"):
+        await store.put(view)
+    with pytest.raises(ArtifactRequestInvalid, match="contiguous"):
+        await store.put([view])
+
+
+async def test_large_buffer_put_is_durable_and_exact(store):
+    data = os.urandom(9 * 1024 * 1024 + 5)  # > one write slice: exercises the parallel write thread
+    ref = await store.put(bytearray(data))
+    assert ref.sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
+    with open(blob_path(store, ref.sha256), "rb") as f:
+        assert f.read() == data

@@ -12,17 +12,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from openfunctions.artifacts import ArtifactStore
-from openfunctions.core import OpenFunctionsError, ToolRegistry
+from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolRegistry
 from openfunctions.work.authority import Authority
 from openfunctions.work.catalog import Catalog
 from openfunctions.work.controller import WorkController
 from openfunctions.work.grants import GrantStore
 from openfunctions.work.steps import build_step_tools
+
+
+def _paused(tool: ToolDefinition, mark: Path) -> ToolDefinition:
+    """The same tool, but after its real work it records that it ran and hangs:
+    the crash window between the effect and the controller's outcome record."""
+    real = tool.handler
+
+    async def handler(params: dict, ctx) -> dict:
+        out = await real(params, ctx)
+        with open(mark, "a") as f:
+            f.write("ran\n")
+        await asyncio.sleep(3600)
+        return out
+
+    return dataclasses.replace(tool, handler=handler)
 
 
 def emit(obj: object) -> None:
@@ -37,10 +53,14 @@ async def main() -> None:
     ap.add_argument("--ttl", type=float, default=30.0)
     ap.add_argument("--renew", type=float, default=None)
     ap.add_argument("--principal", default="agent")
+    ap.add_argument("--pause-after", default=None, help="step whose tool, after doing its work, marks pause.mark and hangs")
     a = ap.parse_args()
     catalog = Catalog.load(a.catalog)
     store = ArtifactStore(Path(a.data_dir) / "work" / "artifacts")
-    registry = ToolRegistry(build_step_tools(catalog, store=store))
+    tools = build_step_tools(catalog, store=store)
+    if a.pause_after:
+        tools = [_paused(t, Path(a.data_dir) / "pause.mark") if t.name == "of_step." + a.pause_after else t for t in tools]
+    registry = ToolRegistry(tools)
     authority = Authority(GrantStore.in_data_dir(a.data_dir), catalog)
     ctl: WorkController | None = None
     loop = asyncio.get_running_loop()

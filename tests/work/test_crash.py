@@ -10,6 +10,7 @@ operation ``unknown``, and must not run the command again.
 from __future__ import annotations
 
 import os
+import hashlib
 import sys
 from pathlib import Path
 
@@ -103,3 +104,66 @@ async def test_sigkill_mid_step_blocks_with_unknown_operation_and_never_reruns(e
         first.close()
         if sleeper_pid is not None:
             kill_pid(sleeper_pid)
+
+
+WRITE_CATALOG = f"""
+[steps.write_src]
+kind = "write_file"
+description = "write a file under src/"
+paths = ["src/**"]
+
+[steps.check]
+kind = "command"
+description = "the test suite: src/a.txt must say hello"
+argv = ['{sys.executable}', "-c", "import pathlib,sys; sys.exit(0 if pathlib.Path('src/a.txt').read_text() == 'hello' else 1)"]
+effect = "read"
+verifier = true
+env = ["PATH"]
+"""
+
+
+@pytest.mark.anyio
+async def test_crash_during_write_file_reconciled_by_digest_then_verified_and_completed(env):
+    env.write_catalog(WRITE_CATALOG)
+    (env.ws / "src").mkdir()
+    await env.grant(["write_src", "check"], paths=["src/**"])
+    mark = env.data / "pause.mark"
+    first = ChildController(env.data, env.catalog_path, "--pause-after", "write_src")
+    try:
+        first.ok("open")
+        prv = first.ok("preview", plan=[{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}])
+        first.ok("start", preview_id=prv["previewId"])
+        first.send("run")
+        assert first.read()["event"] == "dispatching"
+        wait_for(mark.exists, what="the write to happen")
+        first.kill()  # after the write, before its outcome was recorded
+    finally:
+        first.close()
+    assert (env.ws / "src" / "a.txt").read_text() == "hello"
+
+    second = ChildController(env.data, env.catalog_path)
+    try:
+        second.ok("open")
+        att = second.ok("status")["attempt"]
+        assert att["state"] == "blocked" and att["operations"][0]["status"] == "unknown"
+        refused = second.call("complete")
+        assert not refused["ok"] and refused["error"]["code"] == "proof_invalid"
+        rec = second.ok("reconcile")
+        [r] = rec["reconciled"]
+        assert r["verdict"] == "applied" and r["status"] == "done" and rec["state"] == "running"
+        assert r["evidence"]["observed"]["sha256"] == "sha256:" + hashlib.sha256(b"hello").hexdigest()
+        # a separate receipt, linked to the original call's receipt (which never settled and is not rewritten)
+        assert r["receiptId"] and r["linkedReceiptId"] == att["operations"][0]["receiptId"] != r["receiptId"]
+        st = second.ok("status")["attempt"]
+        assert st["operations"][0]["status"] == "done" and st["cursor"] == 1
+        assert second.ok("verify")["passed"]
+        assert second.ok("complete")["state"] == "completed"
+    finally:
+        second.close()
+    assert mark.read_text() == "ran\n", "the write step ran exactly once"
+    recs = [r for seg in sorted((env.work_dir / "attempts").glob("g*.jsonl")) for r in read_records(seg)]
+    assert [r.type for r in recs].count("intent") == 1
+    [recon] = [r for r in recs if r.type == "reconciliation"]
+    assert recon.data["receipt"]["tool"] == "of_oracle.write_src" and recon.data["linked_operation_id"] == att["operations"][0]["operationId"]
+    [dispatched] = [r for r in recs if r.type == "dispatched"]
+    assert recon.data["linked_receipt_id"] == dispatched.data["receipt_id"]

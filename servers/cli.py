@@ -1,0 +1,229 @@
+"""The ``openfunctions-mcp`` command.
+
+With no arguments it serves the ``tools`` profile over stdio with the
+per-user data directory — what an MCP host (Claude Desktop, …) launches.
+
+Exit codes: 0 done; 1 unexpected failure; 2 bad usage or configuration
+(unknown profile, unloadable --module, unreadable token, profile not in
+this build); 3 the data dir's journal slots are all held by other servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PORT = 8000
+DEFAULT_PATH = "/mcp"
+
+
+def default_data_dir() -> Path:
+    """The per-user data dir (``$OPENFUNCTIONS_MCP_DATA_DIR`` overrides it)."""
+    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+
+
+def _add_serve_options(p: argparse.ArgumentParser) -> None:
+    from .profiles import PROFILES
+    from .stdio import DEFAULT_MAX_MESSAGE_BYTES
+
+    g = p.add_argument_group("what to serve")
+    g.add_argument("--profile", choices=PROFILES, default="tools",
+                   help="tools: your tools (--module / entry points) plus the example tools; work: the of_work_* "
+                        "tools; artifacts: of_artifact_read over <data-dir>/artifacts; all: every part in this build; "
+                        "conformance: the MCP conformance suite's fixtures (default: %(default)s)")
+    g.add_argument("--module", action="append", default=[], metavar="PKG.MOD:ATTR",
+                   help="load tools from ATTR of module PKG.MOD: a ToolRegistry, a list of tools, or a zero-arg "
+                        "factory returning one (repeatable; ATTR defaults to 'registry')")
+    g.add_argument("--files-root", metavar="DIR",
+                   help="enable the of_list_dir example tool, limited to DIR")
+    g.add_argument("--no-example-tools", action="store_true",
+                   help="do not serve the example tools (of_hash_text, of_json_query, of_now)")
+    g.add_argument("--principal", metavar="NAME",
+                   help="the principal recorded in receipts and seen by policies (never taken from tool arguments)")
+
+    t = p.add_argument_group("transport")
+    t.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="stdio: JSON-RPC on stdin/stdout, for MCP hosts; http: streamable HTTP (default: %(default)s)")
+    t.add_argument("--host", default="127.0.0.1",
+                   help="HTTP bind address (default: %(default)s; loopback only unless you change it)")
+    t.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port (default: %(default)s)")
+    t.add_argument("--path", default=DEFAULT_PATH, help="HTTP endpoint path (default: %(default)s)")
+    t.add_argument("--stateless", action="store_true",
+                   help="HTTP without sessions, so several replicas can serve behind a load balancer")
+    t.add_argument("--auth-token-env", metavar="VAR",
+                   help="require 'Authorization: Bearer <token>' on HTTP, the token read from environment variable VAR")
+    t.add_argument("--auth-token-file", metavar="PATH",
+                   help="as --auth-token-env, the token read from the first line of PATH (keep it chmod 600)")
+    t.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT|:*]",
+                   help="accepted HTTP Host header (DNS-rebinding protection; repeatable). Default: loopback names")
+    t.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="accepted Origin header with --allowed-host (repeatable)")
+    t.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="N",
+                   help="largest accepted message: stdio line or HTTP body (default: %(default)s = 4 MiB)")
+    t.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled "
+                        "(default: %(default)s)")
+
+    d = p.add_argument_group("data")
+    d.add_argument("--data-dir", type=Path, metavar="DIR",
+                   help="where journals, artifacts and work state live (default: the per-user data dir, "
+                        f"currently {default_data_dir()}; env OPENFUNCTIONS_MCP_DATA_DIR overrides)")
+    d.add_argument("--no-journal", action="store_true",
+                   help="do not journal executions (receipts are still returned, but not durable)")
+    d.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="warning",
+                   help="stderr log level (default: %(default)s); stdout never carries logs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="openfunctions-mcp",
+        description="MCP servers over a validating, policy-checked, journaled tool executor. "
+                    "Without a command, serves the 'tools' profile over stdio (what an MCP host runs).",
+        epilog="Examples:\n"
+               "  openfunctions-mcp                              # stdio, tools profile (MCP hosts)\n"
+               "  openfunctions-mcp serve --transport http --port 8765\n"
+               "  openfunctions-mcp serve --module mypkg.tools:registry\n"
+               "  openfunctions-mcp demo                         # see it work\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="serve a profile over stdio or streamable HTTP",
+                           description="Serve a profile over stdio or streamable HTTP.")
+    _add_serve_options(serve)
+    serve.set_defaults(func=_cmd_serve)
+
+    demo = sub.add_parser("demo", help="start a server subprocess and drive a short session against it",
+                          description="Start `openfunctions-mcp serve` as a subprocess and show, with the MCP "
+                                      "SDK client, what an agent sees: the tools, a call, its receipt.")
+    demo.add_argument("--profile", default="tools", help="profile to demo (default: %(default)s)")
+    demo.add_argument("--data-dir", type=Path, metavar="DIR",
+                      help="data dir for the demo server (default: a fresh temporary dir)")
+    demo.set_defaults(func=_cmd_demo)
+
+    _add_contributed(sub, "openfunctions.core.journal.cli", "journal", "inspect and verify execution journals")
+    _add_contributed(sub, "openfunctions.work.cli", "grant", "manage work grants")
+    return parser
+
+
+def _add_contributed(sub: Any, module: str, name: str, help_text: str) -> None:
+    """Sub-CLIs are contributed by other packages as ``add_commands(subparsers)``."""
+    try:
+        mod = __import__(module, fromlist=["add_commands"])
+        add_commands = mod.add_commands
+    except (ImportError, AttributeError):
+        p = sub.add_parser(name, help=f"{help_text} (not available in this build)")
+        p.set_defaults(func=lambda args, _m=module, _n=name: _unavailable(_n, _m))
+        return
+    add_commands(sub)
+
+
+def _unavailable(name: str, module: str) -> int:
+    print(f"openfunctions-mcp: the '{name}' commands are not available in this build ({module} is missing)", file=sys.stderr)
+    return 2
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import anyio
+
+    from openfunctions.core import OpenFunctionsError, configure_logging
+
+    from .errors import DataDirLocked
+
+    configure_logging(args.log_level)
+    try:
+        return anyio.run(_serve, args)
+    except DataDirLocked as exc:
+        print(f"openfunctions-mcp: {exc.message}", file=sys.stderr)
+        return 3
+    except OpenFunctionsError as exc:
+        print(f"openfunctions-mcp: {exc.message}", file=sys.stderr)
+        return 2
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from . import __version__
+    from .http import read_auth_token, serve_http
+    from .profiles import build_profile
+    from .runtime import run_stdio
+    from .server import create_mcp_server
+
+    data_dir = (args.data_dir or default_data_dir()).expanduser()
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)
+    if token and args.transport != "http":
+        from .errors import AuthConfigError
+
+        raise AuthConfigError("--auth-token-env/--auth-token-file apply to --transport http only")
+    profile = build_profile(
+        args.profile,
+        data_dir=data_dir,
+        modules=args.module,
+        files_root=args.files_root,
+        examples=not args.no_example_tools,
+    )
+    server = create_mcp_server(
+        profile.registry,
+        name=f"openfunctions-mcp-{profile.name}",
+        version=__version__,
+        instructions=profile.instructions,
+        principal=args.principal,
+        journal_dir=None if args.no_journal else data_dir,
+        profile=profile.name,
+        close_timeout=args.shutdown_timeout,
+    )
+    profile.install(server)
+    try:
+        if args.transport == "stdio":
+            await run_stdio(server, max_message_bytes=args.max_message_bytes)
+        else:
+            await serve_http(
+                server,
+                host=args.host,
+                port=args.port,
+                path=args.path,
+                stateless=args.stateless,
+                auth_token=token,
+                allowed_hosts=args.allowed_host or None,
+                allowed_origins=args.allowed_origin or None,
+                max_body_bytes=args.max_message_bytes,
+                log_level=args.log_level,
+            )
+    finally:
+        await profile.aclose()
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(profile=args.profile, data_dir=args.data_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv:
+        argv = ["serve"]
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    rc = args.func(args)
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

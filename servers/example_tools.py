@@ -1,0 +1,228 @@
+"""Example tools the ``tools`` profile serves by default: small, real, read-only.
+
+- ``of_hash_text``: digest of a text (sha256, sha512, blake2b, sha1/md5 for legacy checksums).
+- ``of_json_query``: pick a value out of a JSON document by a path like ``a.b[0].c``.
+- ``of_now``: the current time in UTC (and optionally in a named IANA zone).
+- ``of_list_dir``: list a directory under a configured root (only registered when
+  a root is configured: ``--files-root``); paths can never leave the root.
+
+All are reads with no side effects (``effect="read"``, parallel-safe,
+idempotent), except ``of_now`` which is not idempotent (time moves).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from openfunctions.core import ToolDefinition, ToolError, define_tool
+
+_READ = {"effect": "read", "parallel_safe": True, "idempotent": True}
+_READ_HINTS = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True, "open_world_hint": False}
+
+_ALGORITHMS = ("sha256", "sha512", "blake2b", "sha1", "md5")
+
+
+def _hash_text(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    algorithm = params.get("algorithm", "sha256")
+    data = params["text"].encode("utf-8")
+    h = hashlib.new(algorithm, data) if algorithm != "blake2b" else hashlib.blake2b(data)
+    return {"algorithm": algorithm, "hex": h.hexdigest(), "bytes": len(data)}
+
+
+_PATH_TOKEN = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]")
+
+
+def _parse_path(path: str) -> list[str | int]:
+    out: list[str | int] = []
+    pos = 0
+    while pos < len(path):
+        m = _PATH_TOKEN.match(path, pos)
+        if m is None or m.end() == pos:
+            raise ToolError(f"path {path!r} is malformed at character {pos}: use a.b[0].c", effect_happened=False)
+        out.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
+        pos = m.end()
+    return out
+
+
+def _json_query(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    doc = params["document"]
+    if isinstance(doc, str):
+        try:
+            doc = json.loads(doc)
+        except ValueError as exc:
+            raise ToolError(f"document is a string but not JSON text: {exc}", effect_happened=False) from None
+    value: Any = doc
+    walked = "$"
+    for step in _parse_path(params.get("path", "")):
+        if isinstance(step, int):
+            if not isinstance(value, list) or not -len(value) <= step < len(value):
+                return {"found": False, "value": None, "stopped_at": walked}
+            value = value[step]
+            walked += f"[{step}]"
+        else:
+            if not isinstance(value, dict) or step not in value:
+                return {"found": False, "value": None, "stopped_at": walked}
+            value = value[step]
+            walked += f".{step}"
+    return {"found": True, "value": value, "stopped_at": walked}
+
+
+def _now(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    now = _dt.datetime.now(_dt.timezone.utc)
+    out: dict[str, Any] = {"utc": now.isoformat(timespec="seconds").replace("+00:00", "Z"), "unix": now.timestamp()}
+    zone = params.get("timezone")
+    if zone:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            out["local"] = now.astimezone(ZoneInfo(zone)).isoformat(timespec="seconds")
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ToolError(f"unknown time zone {zone!r}: use an IANA name like 'Europe/Paris'", effect_happened=False) from None
+        out["timezone"] = zone
+    return out
+
+
+def _list_dir_handler(root: Path):
+    root = root.resolve()
+
+    def list_dir(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        rel = params.get("path", ".") or "."
+        limit = params.get("limit", 200)
+        target = (root / rel).resolve()
+        if target != root and root not in target.parents:
+            raise ToolError(f"path {rel!r} is outside the allowed root", effect_happened=False)
+        if not target.is_dir():
+            raise ToolError(f"path {rel!r} is not a directory under the root", effect_happened=False)
+        entries = []
+        with os.scandir(target) as it:
+            for e in sorted(it, key=lambda e: e.name):
+                if len(entries) >= limit:
+                    break
+                kind = "dir" if e.is_dir(follow_symlinks=False) else "symlink" if e.is_symlink() else "file"
+                size = e.stat(follow_symlinks=False).st_size if kind == "file" else None
+                entries.append({"name": e.name, "type": kind, "size": size})
+        shown = "." if target == root else str(target.relative_to(root))
+        return {"path": shown, "entries": entries, "truncated": len(entries) >= limit}
+
+    return list_dir
+
+
+def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinition]:
+    """The example tools; ``of_list_dir`` only when ``files_root`` is given."""
+    tools = [
+        define_tool(
+            name="of_hash_text",
+            title="Hash text",
+            description="Compute a hex digest of a UTF-8 text (default sha256). Useful to compare or fingerprint content.",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string", "description": "The text to hash (UTF-8)."},
+                    "algorithm": {"type": "string", "enum": list(_ALGORITHMS), "default": "sha256"},
+                },
+                "required": ["text"],
+                "additionalProperties": False,
+            },
+            output_schema={
+                "type": "object",
+                "properties": {"algorithm": {"type": "string"}, "hex": {"type": "string"}, "bytes": {"type": "integer"}},
+                "required": ["algorithm", "hex", "bytes"],
+            },
+            handler=_hash_text,
+            annotations=_READ_HINTS,
+            capability=_READ,
+            examples=[{"text": "hello"}],
+        ),
+        define_tool(
+            name="of_json_query",
+            title="Query JSON",
+            description=(
+                "Extract a value from a JSON document by a path like 'items[0].name' "
+                "(dots for keys, [n] for list indices, negative n counts from the end). "
+                "The document may be JSON text or a JSON value."
+            ),
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "document": {"description": "The JSON document (a JSON value, or JSON text)."},
+                    "path": {"type": "string", "default": "", "description": "Path to the value; empty selects the whole document."},
+                },
+                "required": ["document"],
+                "additionalProperties": False,
+            },
+            output_schema={
+                "type": "object",
+                "properties": {"found": {"type": "boolean"}, "value": {}, "stopped_at": {"type": "string"}},
+                "required": ["found", "value", "stopped_at"],
+            },
+            handler=_json_query,
+            annotations=_READ_HINTS,
+            capability=_READ,
+        ),
+        define_tool(
+            name="of_now",
+            title="Current time",
+            description="The current time in UTC (ISO 8601 and Unix seconds), optionally also in an IANA time zone.",
+            input_schema={
+                "type": "object",
+                "properties": {"timezone": {"type": "string", "description": "IANA zone name, e.g. 'Europe/Paris'."}},
+                "additionalProperties": False,
+            },
+            output_schema={
+                "type": "object",
+                "properties": {
+                    "utc": {"type": "string"},
+                    "unix": {"type": "number"},
+                    "local": {"type": "string"},
+                    "timezone": {"type": "string"},
+                },
+                "required": ["utc", "unix"],
+            },
+            handler=_now,
+            annotations={**_READ_HINTS, "idempotent_hint": False},
+            capability={"effect": "read", "parallel_safe": True, "idempotent": False},
+        ),
+    ]
+    if files_root is not None:
+        root = Path(files_root)
+        if not root.is_dir():
+            from .errors import ToolLoadError
+
+            raise ToolLoadError(f"--files-root {root}: not a directory")
+        tools.append(
+            define_tool(
+                name="of_list_dir",
+                title="List directory",
+                description=f"List the entries of a directory under the configured root ({root.resolve()}). Paths are relative to that root and cannot leave it.",
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "default": ".", "description": "Directory relative to the root."},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200},
+                    },
+                    "additionalProperties": False,
+                },
+                output_schema={
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string"},
+                        "entries": {"type": "array", "items": {"type": "object"}},
+                        "truncated": {"type": "boolean"},
+                    },
+                    "required": ["path", "entries", "truncated"],
+                },
+                handler=_list_dir_handler(root),
+                annotations=_READ_HINTS,
+                capability=_READ,
+            )
+        )
+    return tools
+
+
+__all__ = ["example_tools"]

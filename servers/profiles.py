@@ -1,0 +1,248 @@
+"""Profiles: which tools (and resources/prompts) a server serves.
+
+- ``tools``: the user's tools — from ``--module pkg.mod:attr`` (the attribute
+  is a ``ToolRegistry``, an iterable of ``ToolDefinition``, or a zero-arg
+  factory returning either) and from the ``openfunctions.tools`` entry-point
+  group (same kinds) — plus the example tools (``example_tools.py``).
+- ``artifacts``: ``of_artifact_read`` over ``<data-dir>/artifacts/``.
+- ``work``: the ``of_work_*`` tools from ``openfunctions.work.build_work_profile``.
+- ``all``: every part that is available in this build.
+- ``conformance``: the MCP conformance suite's fixtures
+  (``openfunctions.servers.conformance.build_conformance_registry``).
+
+A profile whose package is not in this build raises :class:`ProfileUnavailable`
+naming what is missing; it is never faked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from openfunctions.core import ToolDefinition, ToolRegistry
+
+from .errors import ProfileUnavailable, ToolLoadError
+from .example_tools import example_tools
+
+log = structlog.get_logger("openfunctions.servers.profiles")
+
+PROFILES = ("tools", "work", "artifacts", "all", "conformance")
+ENTRY_POINT_GROUP = "openfunctions.tools"
+
+Setup = Callable[[Any], None]
+Closer = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Profile:
+    name: str
+    registry: ToolRegistry
+    instructions: str | None = None
+    setups: list[Setup] = field(default_factory=list)
+    closers: list[Closer] = field(default_factory=list)
+
+    def install(self, server: Any) -> None:
+        """Register the profile's resources/prompts on ``server``."""
+        for setup in self.setups:
+            setup(server)
+
+    async def aclose(self) -> None:
+        for close in reversed(self.closers):
+            await close()
+
+
+def _as_tools(obj: Any, where: str) -> ToolRegistry | list[ToolDefinition]:
+    if callable(obj) and not isinstance(obj, (ToolRegistry, ToolDefinition)) and not hasattr(obj, "__iter__"):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise ToolLoadError(f"{where}: the factory must take no arguments ({exc})") from None
+    if isinstance(obj, ToolRegistry):
+        return obj
+    if isinstance(obj, ToolDefinition):
+        return [obj]
+    if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes, dict)):
+        items = list(obj)
+        bad = [type(t).__name__ for t in items if not isinstance(t, ToolDefinition)]
+        if bad:
+            raise ToolLoadError(f"{where}: expected ToolDefinition items, found {', '.join(sorted(set(bad)))}")
+        return items
+    raise ToolLoadError(
+        f"{where}: expected a ToolRegistry, a list of tools, or a zero-arg factory returning one; got {type(obj).__name__}"
+    )
+
+
+def load_module_tools(spec: str) -> ToolRegistry | list[ToolDefinition]:
+    """Load ``pkg.mod:attr`` (``attr`` defaults to ``registry``)."""
+    mod_name, _, attr = spec.partition(":")
+    attr = attr or "registry"
+    if not mod_name:
+        raise ToolLoadError(f"--module {spec!r}: use the form pkg.module:attribute")
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ToolLoadError(f"--module {spec!r}: cannot import {mod_name!r} ({exc})") from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ToolLoadError(f"--module {spec!r}: module {mod_name!r} has no attribute {attr!r}") from None
+    return _as_tools(obj, f"--module {spec}")
+
+
+def load_entry_point_tools() -> list[ToolRegistry | list[ToolDefinition]]:
+    out = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            raise ToolLoadError(f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r} failed to load: {exc}") from None
+        out.append(_as_tools(obj, f"entry point {ep.name} ({ep.value})"))
+    return out
+
+
+def _merge(parts: list[ToolRegistry | list[ToolDefinition]]) -> ToolRegistry:
+    """One registry from several parts. A single registry part is served as is (its policy and mode kept)."""
+    registries = [p for p in parts if isinstance(p, ToolRegistry)]
+    if len(parts) == 1 and registries:
+        return registries[0]
+    policies = {id(r.executor.policy): r for r in registries if r.executor.policy is not None}
+    if len(policies) > 1:
+        raise ToolLoadError("several tool sources bring their own policy; serve them in separate servers")
+    base = next(iter(policies.values()), None)
+    merged = ToolRegistry(policy=base.executor.policy, mode=base.executor.mode) if base is not None else ToolRegistry()
+    for p in parts:
+        for t in p.list() if isinstance(p, ToolRegistry) else p:
+            merged.register(t)
+    return merged
+
+
+def _tools_parts(modules: Iterable[str], files_root: str | Path | None, examples: bool) -> list[Any]:
+    parts: list[Any] = []
+    if examples:
+        parts.append(example_tools(files_root=files_root))
+    for spec in modules:
+        parts.append(load_module_tools(spec))
+    parts.extend(load_entry_point_tools())
+    return parts
+
+
+def _artifacts_part(data_dir: Path) -> list[ToolDefinition]:
+    try:
+        from openfunctions.artifacts import ArtifactStore, create_artifact_read_tool
+    except ImportError:
+        raise ProfileUnavailable(
+            "the 'artifacts' profile is not available yet: this build has no openfunctions.artifacts store"
+        ) from None
+    store = ArtifactStore(Path(data_dir) / "artifacts")
+    return [create_artifact_read_tool(store)]
+
+
+def _work_part(data_dir: Path) -> tuple[Any, Profile | None]:
+    try:
+        from openfunctions.work import build_work_profile  # type: ignore[attr-defined]
+    except ImportError:
+        raise ProfileUnavailable(
+            "the 'work' profile is not available yet: this build has no openfunctions.work.build_work_profile"
+        ) from None
+    built = build_work_profile(data_dir=Path(data_dir))
+    if isinstance(built, ToolRegistry) or isinstance(built, list):
+        return built, None
+    registry = getattr(built, "registry", None)
+    if not isinstance(registry, ToolRegistry):
+        raise ProfileUnavailable(f"build_work_profile returned {type(built).__name__} without a ToolRegistry 'registry'")
+    extra = Profile("work", registry, instructions=getattr(built, "instructions", None))
+    close = getattr(built, "aclose", None) or getattr(built, "close", None)
+    if close is not None:
+
+        async def closer() -> None:
+            out = close()
+            if inspect.isawaitable(out):
+                await out
+
+        extra.closers.append(closer)
+    return registry, extra
+
+
+def _conformance_profile() -> Profile:
+    try:
+        from .conformance import build_conformance_registry  # type: ignore[import-not-found]
+    except ImportError:
+        raise ProfileUnavailable(
+            "the 'conformance' profile is not available yet: this build has no openfunctions.servers.conformance"
+        ) from None
+    built = build_conformance_registry()
+    if isinstance(built, ToolRegistry):
+        return Profile("conformance", built)
+    if isinstance(built, tuple):
+        registry, *rest = built
+        prof = Profile("conformance", registry)
+        prof.setups.extend(r for r in rest if callable(r))
+        return prof
+    registry = getattr(built, "registry")
+    prof = Profile("conformance", registry, instructions=getattr(built, "instructions", None))
+    for attr in ("install", "setup"):
+        fn = getattr(built, attr, None)
+        if callable(fn):
+            prof.setups.append(fn)
+    return prof
+
+
+INSTRUCTIONS = {
+    "tools": "Tools run through a validating, journaled executor; every result's _meta carries a receipt "
+    "(dev.openfunctions/receipt) recording what ran.",
+    "artifacts": "Read large outputs by artifact id with of_artifact_read (bounded chunks).",
+    "all": "Tools, work and artifacts in one server; every result's _meta carries a receipt.",
+}
+
+
+def build_profile(
+    name: str,
+    *,
+    data_dir: Path,
+    modules: Iterable[str] = (),
+    files_root: str | Path | None = None,
+    examples: bool = True,
+) -> Profile:
+    """Build the named profile's registry and server setup."""
+    if name not in PROFILES:
+        raise ToolLoadError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
+    if name == "tools":
+        return Profile("tools", _merge(_tools_parts(modules, files_root, examples)), INSTRUCTIONS["tools"])
+    if name == "artifacts":
+        return Profile("artifacts", ToolRegistry(_artifacts_part(data_dir)), INSTRUCTIONS["artifacts"])
+    if name == "work":
+        part, extra = _work_part(data_dir)
+        if extra is not None:
+            return extra
+        return Profile("work", _merge([part]))
+    if name == "conformance":
+        return _conformance_profile()
+    # all: every part this build has; a missing part is logged, not faked.
+    parts = _tools_parts(modules, files_root, examples)
+    closers: list[Closer] = []
+    for label, build in (("artifacts", lambda: _artifacts_part(data_dir)), ("work", lambda: _work_part(data_dir))):
+        try:
+            got = build()
+        except ProfileUnavailable as exc:
+            log.warning("profile_part_unavailable", part=label, reason=exc.message)
+            continue
+        if label == "work":
+            part, extra = got
+            parts.append(part)
+            if extra is not None:
+                closers.extend(extra.closers)
+        else:
+            parts.append(got)
+    prof = Profile("all", _merge(parts), INSTRUCTIONS["all"])
+    prof.closers.extend(closers)
+    return prof
+
+
+__all__ = ["PROFILES", "Profile", "build_profile", "load_module_tools", "ENTRY_POINT_GROUP"]

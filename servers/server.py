@@ -1,0 +1,506 @@
+"""The MCP server: a thin host around a ToolRegistry, on the SDK's low-level server.
+
+Every ``tools/call`` is delegated to ``registry.execute_detailed`` with a
+:class:`ToolExecutionContext` this host builds (principal from the server's
+configuration or the HTTP authentication, never from tool arguments).
+Validation, policy, scheduling, journaling and receipts are the executor's;
+this module only translates between MCP and the registry:
+
+- ``tools/list``: each tool's name, title, description, inputSchema,
+  outputSchema, annotations and provider metadata (``_meta``) as registered.
+- ``tools/call``: ``structuredContent`` is the tool's payload exactly;
+  ``content`` the result's content blocks; the receipt travels in
+  ``_meta["dev.openfunctions/receipt"]``, never in ``structuredContent``.
+  A failure is ``isError: true`` naming what went wrong, receipt still in
+  ``_meta``. An unknown tool is JSON-RPC ``-32602``. Arguments that fail the
+  input schema are a tool execution error (``isError``) from protocol
+  2025-11-25 on, and JSON-RPC ``-32602`` (receipt in the error's ``data``)
+  for the older handshake versions, as each spec version says.
+- progress: a request's ``_meta.progressToken`` wires ``ctx.report_progress``
+  to ``notifications/progress``; ``notifications/cancelled`` (or a closed HTTP
+  stream) cancels the handler's scope, which reaches the executor as anyio
+  cancellation (the executor then records a ``cancelled`` receipt).
+
+Resources and prompts are registered on the server (:meth:`add_resource`,
+:meth:`add_resource_template`, :meth:`add_prompt`); they are read directly,
+not through the executor (they are not tools and carry no receipts).
+
+Handlers that need the raw MCP request (logging, sampling, elicitation —
+the conformance fixtures) find the SDK's ``ServerRequestContext`` in
+``ctx.metadata["mcp.request_context"]``.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import structlog
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import UriTemplate
+from mcp_types import INVALID_PARAMS
+
+from openfunctions.core import InvalidParams, ToolExecutionContext, ToolRegistry
+from openfunctions.core.sink import FanoutSink
+
+log = structlog.get_logger("openfunctions.servers")
+
+RECEIPT_META_KEY = "dev.openfunctions/receipt"
+"""The ``_meta`` key of a ``tools/call`` result that carries the execution receipt."""
+
+REQUEST_CONTEXT_KEY = "mcp.request_context"
+"""``ToolExecutionContext.metadata`` key holding the SDK's ``ServerRequestContext``."""
+
+# Protocol versions whose spec lists invalid tool arguments as a protocol
+# error (-32602); 2025-11-25 (SEP-1303) and later make them tool execution
+# errors so the model can correct itself.
+# The 2026-07-28 result envelope (the runner drops it on handshake-era
+# connections): not cacheable, complete.
+_LIST_ENVELOPE = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
+
+_ARGS_ARE_PROTOCOL_ERRORS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18"})
+
+Transport = AbstractAsyncContextManager[tuple[Any, Any]]
+"""A transport: an async context manager yielding ``(read_stream, write_stream)``
+(e.g. ``mcp.server.stdio.stdio_server()`` or :func:`openfunctions.servers.stdio_transport`)."""
+
+
+@dataclass
+class _Resource:
+    uri: str
+    name: str
+    mime_type: str | None
+    reader: Callable[..., Any]
+    title: str | None = None
+    description: str | None = None
+    meta: dict[str, Any] | None = None
+
+
+@dataclass
+class _ResourceTemplate:
+    uri_template: str
+    parsed: UriTemplate
+    name: str
+    mime_type: str | None
+    reader: Callable[..., Any]
+    title: str | None = None
+    description: str | None = None
+
+
+@dataclass
+class _Prompt:
+    name: str
+    description: str | None
+    arguments: list[dict[str, Any]]
+    render: Callable[..., Any]
+    title: str | None = None
+
+
+@dataclass
+class _InFlight:
+    scopes: set[anyio.CancelScope] = field(default_factory=set)
+    idle: anyio.Event = field(default_factory=anyio.Event)
+
+
+async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
+    out = fn(*args)
+    if inspect.isawaitable(out):
+        out = await out
+    return out
+
+
+class OpenFunctionsServer:
+    """An MCP server serving one registry. Build it with :func:`create_mcp_server`.
+
+    Lifecycle: ``async with server:`` (or ``await server.start()`` /
+    ``await server.close()``) opens and closes the execution journal;
+    ``await server.connect(transport)`` serves one connection until its read
+    side closes. ``close()`` stops admitting (queued calls are refused with a
+    ``cancelled`` receipt), lets running calls finish for ``close_timeout``
+    seconds, cancels what is left, then closes the journal.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        name: str,
+        version: str,
+        instructions: str | None = None,
+        principal: str | None = None,
+        scopes: Iterable[str] = (),
+        journal_dir: Path | str | None = None,
+        profile: str = "tools",
+        close_timeout: float = 10.0,
+    ) -> None:
+        self.registry = registry
+        self.name = name
+        self.version = version
+        self.principal = principal
+        self.scopes = frozenset(scopes)
+        self.profile = profile
+        self.close_timeout = close_timeout
+        self._journal_dir = Path(journal_dir) if journal_dir is not None else None
+        self.journal: Any = None
+        self.journal_file: Path | None = None
+        self._previous_sink: Any = None
+        self._started = False
+        self._closing = False
+        self._closed = False
+        self._inflight = _InFlight()
+        self._inflight.idle.set()
+        self._resources: dict[str, _Resource] = {}
+        self._templates: list[_ResourceTemplate] = []
+        self._prompts: dict[str, _Prompt] = {}
+        self._tools_cache: tuple[tuple[int, ...], dict[str, Any]] | None = None
+        self.lowlevel: Server[Any] = Server(
+            name,
+            version=version,
+            instructions=instructions,
+            get_tool_input_schema=self._tool_input_schema,
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+            on_list_resources=self._on_list_resources,
+            on_list_resource_templates=self._on_list_resource_templates,
+            on_read_resource=self._on_read_resource,
+            on_list_prompts=self._on_list_prompts,
+            on_get_prompt=self._on_get_prompt,
+        )
+
+    # -- registration (resources and prompts) -------------------------------
+
+    def add_resource(
+        self,
+        uri: str,
+        name: str,
+        mime_type: str | None,
+        reader: Callable[[], Any],
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        """Serve a static resource. ``reader()`` (sync or async) returns ``str`` (text) or ``bytes`` (blob)."""
+        self._resources[uri] = _Resource(uri, name, mime_type, reader, title, description, meta)
+
+    def add_resource_template(
+        self,
+        uri_template: str,
+        name: str,
+        mime_type: str | None,
+        reader: Callable[[dict[str, Any]], Any],
+        *,
+        title: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """Serve resources matching an RFC 6570 template; ``reader(variables)`` returns ``str`` or ``bytes``."""
+        self._templates.append(
+            _ResourceTemplate(uri_template, UriTemplate.parse(uri_template), name, mime_type, reader, title, description)
+        )
+
+    def add_prompt(
+        self,
+        name: str,
+        description: str | None,
+        arguments: Iterable[Mapping[str, Any]],
+        render: Callable[[dict[str, str]], Any],
+        *,
+        title: str | None = None,
+    ) -> None:
+        """Serve a prompt. ``arguments``: ``[{"name", "description", "required"}]``.
+
+        ``render(arguments)`` (sync or async) returns a string (one user text
+        message), a list of MCP ``PromptMessage`` dicts, or a full
+        ``GetPromptResult`` dict.
+        """
+        self._prompts[name] = _Prompt(name, description, [dict(a) for a in arguments], render, title)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the execution journal (if a journal dir was given) and attach it to the executor."""
+        if self._started:
+            return
+        self._started = True
+        if self._journal_dir is not None:
+            from .journaling import open_execution_journal
+
+            opened = await open_execution_journal(self._journal_dir, self.profile)
+            if opened is not None:
+                self.journal, self.journal_file = opened
+                executor = self.registry.executor
+                self._previous_sink = executor.journal
+                executor.journal = self.journal if self._previous_sink is None else FanoutSink(self.journal, self._previous_sink)
+
+    async def __aenter__(self) -> "OpenFunctionsServer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight.scopes)
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Stop admitting and wait for running calls; True if all finished within ``timeout``."""
+        self._closing = True
+        self.registry.executor.scheduler.close("the server is shutting down")
+        with anyio.move_on_after(self.close_timeout if timeout is None else timeout):
+            await self._inflight.idle.wait()
+            return True
+        return False
+
+    async def close(self) -> None:
+        """Finish or cancel in-flight calls, then close the journal. Idempotent."""
+        if self._closed:
+            return
+        with anyio.CancelScope(shield=True):
+            finished = await self.drain()
+            if not finished:
+                log.warning("close_cancelling_calls", count=self.in_flight, timeout_s=self.close_timeout)
+                for scope in list(self._inflight.scopes):
+                    scope.cancel()
+                # Cancelled calls settle (receipt persisted, shielded) before they leave.
+                with anyio.move_on_after(5.0):
+                    await self._inflight.idle.wait()
+            self._closed = True
+            if self.journal is not None:
+                self.registry.executor.journal = self._previous_sink
+                try:
+                    await self.journal.close()
+                except Exception as exc:  # closing must not hide the shutdown
+                    log.error("journal_close_failed", error=str(exc))
+                self.journal = None
+
+    async def connect(self, transport: Transport, *, raise_exceptions: bool = False) -> None:
+        """Serve one connection over ``transport`` until its read side closes."""
+        await self.start()
+        async with transport as (read_stream, write_stream):
+            await self.lowlevel.run(
+                read_stream, write_stream, self.lowlevel.create_initialization_options(), raise_exceptions=raise_exceptions
+            )
+
+    # -- tools ---------------------------------------------------------------
+
+    def _tool_input_schema(self, name: str) -> Mapping[str, Any] | None:
+        return self.registry.get(name).input_schema if name in self.registry else None
+
+    def list_tools_result(self) -> dict[str, Any]:
+        tools = self.registry.list()
+        key = tuple(id(t) for t in tools)
+        if self._tools_cache is not None and self._tools_cache[0] == key:
+            return self._tools_cache[1]
+        wire = []
+        for t in tools:
+            entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+            if t.title is not None:
+                entry["title"] = t.title
+            if t.output_schema is not None:
+                entry["outputSchema"] = t.output_schema
+            if t.annotations is not None:
+                entry["annotations"] = t.annotations.to_wire()
+            if t.meta:
+                entry["_meta"] = t.meta
+            wire.append(entry)
+        result = {"tools": wire, **_LIST_ENVELOPE}
+        self._tools_cache = (key, result)
+        return result
+
+    async def _on_list_tools(self, ctx: Any, params: Any) -> dict[str, Any]:
+        # A fresh top-level dict: the runner may stamp envelope keys on it.
+        return dict(self.list_tools_result())
+
+    def _principal_for(self, ctx: Any) -> str | None:
+        request = getattr(ctx, "request", None)
+        scope = getattr(request, "scope", None)
+        if isinstance(scope, dict) and scope.get("openfunctions.principal"):
+            return scope["openfunctions.principal"]
+        return self.principal
+
+    def _execution_context(self, ctx: Any) -> ToolExecutionContext:
+        # The session's reporter is scoped to this request and is a no-op when
+        # the client asked for no progress (no progressToken): always wire it.
+        progress = ctx.session.report_progress
+        return ToolExecutionContext(
+            principal=self._principal_for(ctx),
+            scopes=self.scopes,
+            request_id=None if ctx.request_id is None else str(ctx.request_id),
+            metadata={REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version},
+            progress=progress,
+        )
+
+    async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
+        name = params.name
+        if name not in self.registry:
+            # Let the registry phrase it (with "did you mean" candidates).
+            from openfunctions.core import ToolNotFound
+
+            try:
+                self.registry.get(name)
+            except ToolNotFound as exc:
+                msg = exc.message[0].upper() + exc.message[1:]
+                raise MCPError(INVALID_PARAMS, msg, data=exc.to_dict()) from None
+        tctx = self._execution_context(ctx)
+        scope = anyio.CancelScope()
+        inflight = self._inflight
+        inflight.scopes.add(scope)
+        if inflight.idle.is_set():
+            inflight.idle = anyio.Event()
+        detailed = None
+        try:
+            with scope:
+                detailed = await self.registry.execute_detailed(name, params.arguments, tctx)
+        finally:
+            inflight.scopes.discard(scope)
+            if not inflight.scopes:
+                inflight.idle.set()
+        if detailed is None:  # cancelled by close() after the grace period
+            return {
+                "content": [{"type": "text", "text": f"tool {name!r} was cancelled: the server shut down before it finished"}],
+                "isError": True,
+                "resultType": "complete",
+            }
+        receipt = detailed.receipt.to_dict()
+        if (
+            isinstance(detailed.error, InvalidParams)
+            and ctx.protocol_version in _ARGS_ARE_PROTOCOL_ERRORS
+        ):
+            raise MCPError(
+                INVALID_PARAMS,
+                f"Invalid arguments for tool {name!r}: {detailed.error.message}",
+                data={**detailed.error.to_dict(), "receipt": receipt},
+            )
+        result = detailed.result
+        out: dict[str, Any] = {"content": result.content, "_meta": {RECEIPT_META_KEY: receipt}, "resultType": "complete"}
+        if result.structured is not None and not result.is_error:
+            out["structuredContent"] = result.structured
+        if result.is_error:
+            out["isError"] = True
+        return out
+
+    # -- resources -----------------------------------------------------------
+
+    async def _on_list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=r.uri, name=r.name, title=r.title, description=r.description, mime_type=r.mime_type, _meta=r.meta
+                )
+                for r in self._resources.values()
+            ]
+        )
+
+    async def _on_list_resource_templates(self, ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=t.uri_template, name=t.name, title=t.title, description=t.description, mime_type=t.mime_type
+                )
+                for t in self._templates
+            ]
+        )
+
+    def _contents(self, uri: str, mime_type: str | None, value: Any) -> list[dict[str, Any]]:
+        if isinstance(value, bytes):
+            return [{"uri": uri, "mimeType": mime_type or "application/octet-stream", "blob": base64.b64encode(value).decode("ascii")}]
+        if isinstance(value, str):
+            return [{"uri": uri, "mimeType": mime_type or "text/plain", "text": value}]
+        if isinstance(value, list):
+            return value
+        raise TypeError(f"resource reader for {uri!r} returned {type(value).__name__}; expected str, bytes or a contents list")
+
+    async def _on_read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> dict[str, Any]:
+        uri = str(params.uri)
+        try:
+            res = self._resources.get(uri)
+            if res is not None:
+                return {"contents": self._contents(uri, res.mime_type, await _call_maybe_async(res.reader)), **_LIST_ENVELOPE}
+            for t in self._templates:
+                variables = t.parsed.match(uri)
+                if variables is not None:
+                    return {
+                        "contents": self._contents(uri, t.mime_type, await _call_maybe_async(t.reader, variables)),
+                        **_LIST_ENVELOPE,
+                    }
+        except MCPError:
+            raise
+        except Exception as exc:
+            log.warning("resource_read_failed", uri=uri, error=str(exc))
+            raise MCPError(types.INTERNAL_ERROR, f"reading resource {uri!r} failed: {exc}", data={"uri": uri}) from None
+        # The spec's "resource not found" error code.
+        raise MCPError(-32002, f"Resource not found: {uri!r}", data={"uri": uri})
+
+    # -- prompts -------------------------------------------------------------
+
+    async def _on_list_prompts(self, ctx: Any, params: Any) -> dict[str, Any]:
+        prompts = []
+        for p in self._prompts.values():
+            entry: dict[str, Any] = {"name": p.name, "arguments": p.arguments}
+            if p.description is not None:
+                entry["description"] = p.description
+            if p.title is not None:
+                entry["title"] = p.title
+            prompts.append(entry)
+        return {"prompts": prompts, **_LIST_ENVELOPE}
+
+    async def _on_get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> dict[str, Any]:
+        p = self._prompts.get(params.name)
+        if p is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {params.name!r}", data={"prompt": params.name})
+        args = dict(params.arguments or {})
+        missing = [a["name"] for a in p.arguments if a.get("required") and a["name"] not in args]
+        if missing:
+            raise MCPError(INVALID_PARAMS, f"prompt {p.name!r} is missing required arguments: {', '.join(missing)}")
+        rendered = await _call_maybe_async(p.render, args)
+        if isinstance(rendered, str):
+            rendered = [{"role": "user", "content": {"type": "text", "text": rendered}}]
+        if isinstance(rendered, list):
+            rendered = {"messages": rendered, "resultType": "complete"}
+            if p.description is not None:
+                rendered["description"] = p.description
+        return rendered
+
+
+def create_mcp_server(
+    registry: ToolRegistry,
+    *,
+    name: str,
+    version: str,
+    instructions: str | None = None,
+    principal: str | None = None,
+    scopes: Iterable[str] = (),
+    journal_dir: Path | str | None = None,
+    profile: str = "tools",
+    close_timeout: float = 10.0,
+) -> OpenFunctionsServer:
+    """Build an MCP server that serves ``registry`` (see :class:`OpenFunctionsServer`).
+
+    ``principal``/``scopes`` go into every call's trusted context (HTTP
+    bearer auth may set the principal per request). ``journal_dir`` is the
+    data dir whose ``journal/`` receives the execution journal
+    (``None``: no journal — the registry's own sink, if any, still runs).
+    """
+    return OpenFunctionsServer(
+        registry,
+        name=name,
+        version=version,
+        instructions=instructions,
+        principal=principal,
+        scopes=scopes,
+        journal_dir=journal_dir,
+        profile=profile,
+        close_timeout=close_timeout,
+    )
+
+
+__all__ = ["OpenFunctionsServer", "create_mcp_server", "RECEIPT_META_KEY", "REQUEST_CONTEXT_KEY", "Transport"]

@@ -1,0 +1,202 @@
+"""The stdio transport: newline-delimited JSON-RPC on the process's stdin/stdout.
+
+stdout carries JSON-RPC and nothing else. While the transport runs, fd 1
+points at stderr and fd 0 at the null device; the wire uses private
+duplicates of the original descriptors. So a tool that ``print()``s, a C
+extension that writes to fd 1, or a child process that inherits stdout all
+land on stderr, and nothing a tool reads from stdin steals protocol bytes.
+Both descriptors are restored on exit.
+
+Unlike the SDK's ``stdio_server`` (which drops a line it cannot parse),
+every bad line gets a JSON-RPC error response, and the server goes on
+reading the next line:
+
+- not JSON -> ``-32700 Parse error`` (id null);
+- JSON but not a JSON-RPC 2.0 message (or a batch) -> ``-32600 Invalid
+  Request``, with the request's id when it had one;
+- a line longer than ``max_message_bytes`` (default 4 MiB) -> ``-32600``
+  naming the limit; the line is discarded without being buffered whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+import mcp_types as types
+import structlog
+from mcp.shared.message import SessionMessage
+
+log = structlog.get_logger("openfunctions.servers.stdio")
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+_READ_CHUNK = 1 << 16
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+
+
+def _dup_high(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _error_line(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return (json.dumps({"jsonrpc": "2.0", "id": request_id, "error": err}) + "\n").encode("utf-8")
+
+
+def classify_bad_line(line: bytes) -> bytes:
+    """The JSON-RPC error response for a line the message adapter rejected."""
+    try:
+        value = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _error_line(None, PARSE_ERROR, f"Parse error: the line is not valid JSON ({exc})")
+    if isinstance(value, list):
+        return _error_line(None, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported by MCP")
+    rid = value.get("id") if isinstance(value, dict) else None
+    if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+        rid = None
+    if not isinstance(value, dict):
+        why = f"a JSON-RPC message must be an object, got {type(value).__name__}"
+    elif value.get("jsonrpc") != "2.0":
+        why = 'the "jsonrpc" member must be exactly "2.0"'
+    elif "method" in value and not isinstance(value["method"], str):
+        why = 'the "method" member must be a string'
+    elif "params" in value and not isinstance(value["params"], dict):
+        why = 'the "params" member must be an object'
+    else:
+        why = "not a valid JSON-RPC 2.0 request, notification or response"
+    return _error_line(rid, INVALID_REQUEST, f"Invalid Request: {why}")
+
+
+@asynccontextmanager
+async def stdio_transport(
+    *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Serve the process's stdin/stdout; yields ``(read_stream, write_stream)`` for ``Server.run``."""
+    with suppress(Exception):
+        sys.stdout.flush()
+    wire_in = _dup_high(0)
+    wire_out = _dup_high(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+
+    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    write_lock = anyio.Lock()
+
+    async def emit(data: bytes) -> None:
+        async with write_lock:
+            await anyio.to_thread.run_sync(_write_all, wire_out, data)
+
+    async def handle_line(line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except Exception:
+            await emit(classify_bad_line(line))
+            return
+        await read_send.send(SessionMessage(message))
+
+    chunk_send, chunk_recv = anyio.create_memory_object_stream[bytes](4)
+    token = anyio.lowlevel.current_token()
+
+    def read_stdin() -> None:
+        # A daemon thread, not an anyio worker: a read blocked on a silent
+        # host must not keep the process alive after shutdown.
+        try:
+            while True:
+                chunk = os.read(wire_in, _READ_CHUNK)
+                anyio.from_thread.run(chunk_send.send, chunk, token=token)
+                if not chunk:
+                    return
+        except Exception:  # the loop is gone (shutdown) or stdin broke: stop reading
+            return
+
+    async def reader() -> None:
+        buf = bytearray()
+        discarding = False
+        threading.Thread(target=read_stdin, name="openfunctions-stdin", daemon=True).start()
+        async with read_send, chunk_recv:
+            while True:
+                chunk = await chunk_recv.receive()
+                if not chunk:
+                    break
+                start = 0
+                while True:
+                    nl = chunk.find(b"\n", start)
+                    if nl < 0:
+                        if not discarding:
+                            buf += chunk[start:]
+                            if len(buf) > max_message_bytes:
+                                discarding = True
+                                buf.clear()
+                                await emit(_oversized(max_message_bytes))
+                        break
+                    if discarding:
+                        discarding = False
+                    else:
+                        buf += chunk[start:nl]
+                        if len(buf) > max_message_bytes:
+                            await emit(_oversized(max_message_bytes))
+                        else:
+                            await handle_line(bytes(buf))
+                        buf.clear()
+                    start = nl + 1
+            if buf and not discarding:
+                await handle_line(bytes(buf))
+
+    async def writer() -> None:
+        async with write_recv:
+            async for session_message in write_recv:
+                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await emit(data.encode("utf-8") + b"\n")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            tg.start_soon(writer)
+            yield read_recv, write_send
+            tg.cancel_scope.cancel()
+    finally:
+        # Point fd 0/1 back at the wire. The private duplicates stay open: the
+        # reader thread may still be blocked on wire_in.
+        with suppress(OSError):
+            os.dup2(wire_out, 1)
+        with suppress(OSError):
+            os.dup2(wire_in, 0)
+
+
+def _oversized(limit: int) -> bytes:
+    return _error_line(
+        None,
+        INVALID_REQUEST,
+        f"Invalid Request: message exceeds the {limit}-byte limit of this server (--max-message-bytes); it was discarded",
+        {"limit_bytes": limit},
+    )
+
+
+__all__ = ["stdio_transport", "DEFAULT_MAX_MESSAGE_BYTES", "classify_bad_line"]

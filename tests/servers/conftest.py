@@ -1,0 +1,196 @@
+"""Shared helpers for the server tests: fixture tools, subprocess servers, free ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def serve_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "openfunctions.servers", "serve", *args]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"server did not listen on port {port}")
+
+
+def wait_for_file(path: Path, timeout: float = 30.0) -> None:
+    """Cross-process event: the fixture tools signal by creating files."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.01)
+
+
+async def await_file(path: Path, timeout: float = 30.0) -> None:
+    import anyio
+
+    with anyio.fail_after(timeout):
+        while not path.exists():
+            await anyio.sleep(0.01)
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """Start `serve --transport http` on a free port; yields (url, proc, markers dir); stops it after."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*extra: str, env: dict[str, str] | None = None, path: str = "/mcp"):
+        port = free_port()
+        argv = serve_argv(
+            "--transport", "http", "--port", str(port), "--path", path,
+            "--module", "fixture_tools:registry", "--data-dir", str(tmp_path / "data"), *extra,
+        )
+        proc = subprocess.Popen(argv, env=server_env(**(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        wait_for_port(port, proc)
+        return f"http://127.0.0.1:{port}{path}", proc
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+        for s in (p.stdout, p.stderr):
+            if s:
+                s.close()
+
+
+class RawSession:
+    """A server subprocess driven with hand-written JSON-RPC lines (for what the SDK client would never send)."""
+
+    def __init__(self, *extra: str, data_dir: Path, env: dict[str, str] | None = None) -> None:
+        import queue
+        import threading
+
+        argv = serve_argv("--module", "fixture_tools:registry", "--data-dir", str(data_dir), *extra)
+        self.proc = subprocess.Popen(
+            argv, env=server_env(**(env or {})), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        self.lines: "queue.Queue[bytes | None]" = queue.Queue()
+        self.stdout_lines: list[bytes] = []
+        self.stderr = bytearray()
+
+        def pump_out() -> None:
+            for line in self.proc.stdout:
+                self.stdout_lines.append(line)
+                self.lines.put(line)
+            self.lines.put(None)
+
+        def pump_err() -> None:
+            for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
+                self.stderr += chunk
+
+        self._threads = [threading.Thread(target=pump_out, daemon=True), threading.Thread(target=pump_err, daemon=True)]
+        for t in self._threads:
+            t.start()
+        self._next_id = 0
+
+    def send_raw(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, message: dict) -> None:
+        import json
+
+        self.send_raw(json.dumps(message).encode() + b"\n")
+
+    def request(self, method: str, params: dict | None = None) -> int:
+        self._next_id += 1
+        msg = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return self._next_id
+
+    def read(self, timeout: float = 30.0) -> dict:
+        import json
+
+        line = self.lines.get(timeout=timeout)
+        if line is None:
+            raise EOFError("server closed stdout")
+        return json.loads(line)
+
+    def response(self, rid, timeout: float = 30.0) -> dict:
+        """Read until the response with id ``rid`` (notifications in between are skipped)."""
+        while True:
+            msg = self.read(timeout)
+            if msg.get("id") == rid and ("result" in msg or "error" in msg):
+                return msg
+
+    def call(self, method: str, params: dict | None = None) -> dict:
+        return self.response(self.request(method, params))
+
+    def initialize(self, version: str = "2025-11-25") -> dict:
+        out = self.call("initialize", {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return out
+
+    def close(self, timeout: float = 20.0) -> int:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            for t in self._threads:
+                t.join(timeout=5)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def raw_stdio(tmp_path):
+    sessions: list[RawSession] = []
+
+    def start(*extra: str, env: dict[str, str] | None = None) -> RawSession:
+        s = RawSession(*extra, data_dir=tmp_path / "data", env=env)
+        sessions.append(s)
+        return s
+
+    yield start
+    for s in sessions:
+        s.kill()
+        for f in (s.proc.stdin, s.proc.stdout, s.proc.stderr):
+            try:
+                f.close()
+            except Exception:
+                pass
