@@ -166,3 +166,15 @@ async def test_concurrent_issuers_wait_for_the_lock(tmp_path: Path) -> None:
         for i in range(6):
             tg.start_soon(one, i)
     assert sorted(g.grant_id for g in await store.list()) == sorted(ids) and len(ids) == 6
+
+
+def test_data_dir_env_matches_the_server_default(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "OPENFUNCTIONS_MCP_DATA_DIR": str(tmp_path / "envdir")}
+    r = subprocess.run(
+        [sys.executable, "-m", "openfunctions.work.cli", "grant", "issue", "--principal", "a", "--steps", "s", "--ttl", "1h"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "envdir" / "work" / "grants.journal").exists()
