@@ -425,3 +425,23 @@ async def test_command_readback_oracle_statuses(env: Env) -> None:
     v = await oracle(env, "fmt", rb)
     assert v["status"] == "applied" and v["observed"]["diff"]["added"] == ["src/a.py"]
     assert prepare_reconciliation(cat, cat.step("exit"), {"code": 0}) == {"v": 1, "step": "exit", "kind": "command", "reconcilable": False}
+
+
+def test_write_refuses_a_directory_swapped_for_a_symlink_after_the_check(tmp_path: Path) -> None:
+    """Resolve, then an attacker swaps a directory for a symlink: the write must not follow it."""
+    from openfunctions.work.errors import PathOutsideGrant
+    from openfunctions.work.steps import write_atomically
+
+    ws = tmp_path / "ws"
+    (ws / "src" / "pkg").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    real = (ws / "src" / "pkg" / "a.py").resolve()  # what the path check produced
+    (ws / "src" / "pkg").rename(ws / "src" / "moved")
+    (ws / "src" / "pkg").symlink_to(outside)
+    with pytest.raises(PathOutsideGrant, match="no longer a plain directory"):
+        write_atomically(real, b"pwned")
+    assert list(outside.iterdir()) == []
+    # the unswapped case writes, creating missing directories
+    write_atomically((ws / "src" / "new" / "deep" / "b.py").resolve(), b"ok")
+    assert (ws / "src" / "new" / "deep" / "b.py").read_bytes() == b"ok"
