@@ -34,10 +34,12 @@ field. A fingerprint value is ``sha256:<hex>`` of a regular file's bytes, or
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import os
 import platform
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -59,10 +61,24 @@ _CHUNK = 1024 * 1024
 # -- fingerprints -------------------------------------------------------------
 
 
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
+    """Open a regular file for reading without following a final symlink and without
+    blocking on a FIFO; a directory raises IsADirectoryError, any other non-regular file OSError(EINVAL)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, dir_fd=dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path))
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    os.set_blocking(fd, True)
+    return fd
+
+
 def file_sha256(path: str | os.PathLike[str]) -> str:
     """``sha256:<hex>`` of a file's bytes, streamed (the file is opened without following a final symlink)."""
     h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = open_regular(path)
     with os.fdopen(fd, "rb") as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
