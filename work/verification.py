@@ -27,8 +27,9 @@ Proof format (version 1, stored by the controller in its attempt journal)::
      "tests_passed": bool, "created_at": ISO-8601 UTC, "proof_digest": "sha256:.."}
 
 ``proof_digest`` is the digest (canonical JSON, see core) of every other
-field. A fingerprint value is ``sha256:<hex>`` of a regular file's bytes, or
-``symlink:sha256:<hex>`` of a symlink's target text (links are never followed).
+field. A fingerprint value is ``sha256:<hex>`` of a regular file's bytes,
+``symlink:sha256:<hex>`` of a symlink's target text (links are never followed),
+or ``unreadable:<ERRNO>`` (e.g. ``unreadable:EACCES``) for a file that could not be read.
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ def fingerprint(workspace: str | os.PathLike[str], patterns: Iterable[str]) -> d
                     out[rel] = file_sha256(full)
             except FileNotFoundError:
                 continue
+            except OSError as exc:  # unreadable, or swapped for a FIFO/dir mid-walk: still a recorded fact
+                out[rel] = f"unreadable:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
     return dict(sorted(out.items()))
 
 
