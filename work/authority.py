@@ -5,8 +5,9 @@ returns the :class:`~openfunctions.work.grants.Grant` that authorizes the
 effect, or raises (in this order, so the error names the first thing that
 was refused):
 
-1. :class:`GrantDenied` — no principal, or no grant of this principal names
-   the step, or every such grant is bound to another catalog digest;
+1. :class:`GrantDenied` — no principal, the step is not the current
+   catalog's, no grant of this principal names the step, or every such
+   grant is bound to another catalog digest;
 2. :class:`GrantRevoked` / :class:`GrantExpired` — the covering grants exist
    but every one of them is revoked / expired;
 3. :class:`PathOutsideGrant` — a path is absolute, has ``..``, resolves
@@ -78,7 +79,7 @@ class Authority:
                 f"no principal in the trusted context: step {step.name!r} needs a grant issued to a principal",
                 details={"step": step.name},
             )
-        if self.catalog.steps.get(step.name) is not step and self.catalog.steps.get(step.name) != step:
+        if self.catalog.steps.get(step.name) != step:
             raise GrantDenied(
                 f"step {step.name!r} does not belong to the current catalog ({self.catalog.digest})",
                 details={"step": step.name, "catalog_digest": self.catalog.digest},

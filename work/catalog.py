@@ -261,8 +261,15 @@ class Catalog:
         p = Path(path)
         try:
             data = p.read_bytes()
+            mode = p.stat().st_mode
         except OSError as exc:
             raise CatalogInvalid(f"catalog {str(p)!r} cannot be read: {exc.strerror or exc}", details={"file": str(p)}) from None
+        if mode & 0o002:
+            # The catalog decides what an agent may run: anyone able to edit it could widen that.
+            raise CatalogInvalid(
+                f"catalog {str(p)!r} is world-writable; anyone could change what the agent may run (chmod o-w)",
+                details={"file": str(p)},
+            )
         try:
             raw = tomllib.loads(data.decode("utf-8"))
         except UnicodeDecodeError:
@@ -465,6 +472,8 @@ def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspac
                 "(\"{name}\"), literal braces are written \"{{\" and \"}}\"",
                 step=name, field_="argv",
             )
+    if not argv[0]:
+        raise c.fail("argv[0] (the program) must not be empty", step=name, field_="argv")
     if _SLOT_RE.match(argv[0]):
         raise c.fail("argv[0] (the program) cannot be a parameter slot", step=name, field_="argv")
     unused = sorted(set(params) - used)
@@ -473,6 +482,7 @@ def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspac
     cwd = body.get("cwd", ".")
     if not isinstance(cwd, str) or os.path.isabs(cwd) or ".." in cwd.replace("\\", "/").split("/"):
         raise c.fail(f"must be a relative directory inside the workspace without '..', got {cwd!r}", step=name, field_="cwd")
+    cwd = os.path.normpath(cwd) if cwd else "."
     real = os.path.realpath(os.path.join(workspace, cwd))
     if not (real == str(workspace) or real.startswith(str(workspace) + os.sep)) or not os.path.isdir(real):
         raise c.fail(f"{cwd!r} does not resolve to a directory inside the workspace", step=name, field_="cwd")

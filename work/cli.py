@@ -12,9 +12,10 @@ stdio server); errors go to stderr with exit code 2 (bad input) or 1.
 
 ``--catalog`` checks that every step exists in that catalog and binds the
 grant to the catalog's digest (an edited catalog then needs a new grant);
-``--no-bind`` checks the steps without binding. The data directory defaults
-to the per-user data dir of ``openfunctions-mcp`` (platformdirs); grants live
-in ``<data-dir>/work/grants.journal``.
+``--no-bind`` checks the steps without binding. The data directory defaults,
+like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR`` or else the per-user data
+dir of ``openfunctions-mcp`` (platformdirs); grants live in
+``<data-dir>/work/grants.journal``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from .grants import GrantStore, now_utc, parse_ttl
 
 
 def default_data_dir() -> Path:
+    """The same default as the server CLI: ``$OPENFUNCTIONS_MCP_DATA_DIR``, else the per-user data dir."""
+    import os
+
+    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
+    if env:
+        return Path(env)
     import platformdirs
 
     return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
@@ -108,6 +115,10 @@ def _cmd_issue(args: argparse.Namespace) -> int:
         except OpenFunctionsError as exc:
             return _fail(exc.message)
         digest = None if args.no_bind else cat.digest
+        path_steps = [s for s in steps if cat.step(s).path_params]
+        if path_steps and not paths:
+            print(f"openfunctions-mcp grant: warning: steps {', '.join(path_steps)} take paths, but --paths grants none; "
+                  "they will be refused", file=sys.stderr)
     store = GrantStore.in_data_dir(_data_dir(args))
     try:
         g = anyio.run(lambda: store.issue(principal=args.principal, steps=steps, paths=paths, ttl=ttl,

@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from openfunctions.core.receipts import new_id
 
 from ._paths import check_pattern
+from .catalog import STEP_NAME_RE
 from .errors import GrantNotFound, GrantStoreCorrupt
 
 GRANTS_FORMAT_VERSION = 1
@@ -102,6 +103,9 @@ class Grant(BaseModel):
     def _steps(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if not v or not all(isinstance(s, str) and s for s in v):
             raise ValueError("a grant names at least one step")
+        bad = [s for s in v if not STEP_NAME_RE.match(s)]
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))} cannot be a step name (^[a-z][a-z0-9_-]{{0,63}}$; no wildcards)")
         return v
 
     @field_validator("paths")
@@ -181,6 +185,10 @@ class GrantStore:
         self.path = Path(path)
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: dict[str, Grant] = {}
+        # Parsed grant.issued records by (seq, grant_id): journal records are
+        # immutable and checksummed, so a re-read after an append validates
+        # only the new ones.
+        self._parsed: dict[tuple[int, str], Grant] = {}
 
     @classmethod
     def in_data_dir(cls, data_dir: str | os.PathLike[str]) -> "GrantStore":
@@ -213,7 +221,9 @@ class GrantStore:
                 if not isinstance(data, dict) or data.get("v") != GRANTS_FORMAT_VERSION:
                     raise ValueError(f"data.v must be {GRANTS_FORMAT_VERSION}")
                 if typ == ISSUED:
-                    g = Grant.model_validate(data["grant"])
+                    key = (seq, str(data["grant"].get("grant_id")))
+                    g = self._parsed.get(key) or Grant.model_validate(data["grant"])
+                    self._parsed[key] = g
                     if g.grant_id in grants:
                         raise ValueError(f"grant {g.grant_id} issued twice")
                     grants[g.grant_id] = g

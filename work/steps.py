@@ -19,7 +19,7 @@ Every tool's output is *evidence*:
   process exits, any process it left in its group is killed. stdout/stderr
   are streamed to the artifact store (scope ``ctx.metadata["artifact_scope"]``),
   capped at ``capture_limit`` bytes each (``truncated`` says so); ``tail`` is
-  the last 2 KiB as text. A non-zero exit is evidence, not a tool failure.
+  the last 2 KiB as text. An empty stream stores no artifact (``artifact_id`` null, ``size`` 0). A non-zero exit is evidence, not a tool failure.
   While it runs the tool reports progress about once a second.
 - ``write_file`` -> ``{step, path, sha256, size, prior_sha256, changed}``:
   written atomically (temp file in the target directory, fsync, rename,
@@ -220,7 +220,10 @@ def _decode_content(step: StepSpec, params: Mapping[str, Any]) -> bytes:
         except (binascii.Error, ValueError):
             raise PlanInvalid(f"step {step.name!r}: content is not valid base64") from None
     else:
-        data = content.encode("utf-8", "surrogatepass")
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PlanInvalid(f"step {step.name!r}: content has a lone surrogate and is not valid UTF-8 text; use encoding=base64") from None
     if len(data) > step.max_bytes:
         raise PlanInvalid(
             f"step {step.name!r}: content is {len(data)} bytes, more than the catalog's max_bytes {step.max_bytes}",
@@ -240,56 +243,92 @@ def _sha_or_none(real: Path) -> str | None:
         raise PathOutsideGrant(f"{str(real)!r} cannot be opened safely: {exc.strerror}") from None
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+# O_PATH (Linux) walks directories we may traverse but not list (e.g. a 0711 home).
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+
+
+def _fsync_at(dir_fd: int) -> None:
+    """fsync the directory ``dir_fd`` refers to (an O_PATH fd cannot be fsynced itself)."""
+    fd = os.open(".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def write_atomically(real: Path, data: bytes) -> None:
-    """Replace ``real`` with ``data``: temp file beside it, fsync, rename, fsync the directory."""
-    parent = real.parent
-    created: list[Path] = []
-    p = parent
-    while not p.exists():
-        created.append(p)
-        p = p.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    mode: int | None = None
+def _open_dir_chain(parent: Path) -> int:
+    """Open ``parent`` (an absolute, already resolved path) one component at a time
+    without following symlinks, creating missing directories (each made durable).
+
+    Between the path check and the write a directory could be swapped for a
+    symlink; opening every component with ``O_NOFOLLOW`` relative to the
+    previous one refuses that instead of writing through it.
+    """
+    fd = os.open("/", _DIR_FLAGS)
     try:
-        mode = os.stat(real, follow_symlinks=False).st_mode & 0o7777
-    except FileNotFoundError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".of-tmp", dir=parent)
-    try:
-        os.fchmod(fd, mode if mode is not None else (0o666 & ~_umask()))
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, real)
-    except BaseException:
-        if fd >= 0:
+        for part in parent.parts[1:]:
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                _fsync_at(fd)  # the new entry is durable in its parent
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except (NotADirectoryError, OSError) as exc:
+                raise PathOutsideGrant(
+                    f"directory {part!r} of {str(parent)!r} is no longer a plain directory ({exc.strerror}); refusing to write through it"
+                ) from None
             os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_atomically(real: Path, data: bytes) -> None:
+    """Replace ``real`` (a resolved path) with ``data`` durably and atomically.
+
+    The directory chain is opened without following symlinks; the content
+    goes to a temp file beside the target (``O_EXCL|O_NOFOLLOW``), is
+    fsynced, renamed over the target, and the directory is fsynced. An
+    existing file's mode is kept; a new file gets ``0666 & ~umask``.
+    """
+    dfd = _open_dir_chain(real.parent)
+    name = real.name
+    try:
+        mode: int | None = None
         try:
-            os.unlink(tmp)
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            mode = st.st_mode & 0o7777
         except FileNotFoundError:
             pass
-        raise
-    _fsync_dir(parent)
-    for d in reversed(created):  # new directories must be durable in their parents too
-        _fsync_dir(d.parent)
-
-
-def _umask() -> int:
-    m = os.umask(0)
-    os.umask(m)
-    return m
+        tmp = f".{name}.{os.urandom(6).hex()}.of-tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o666, dir_fd=dfd)
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+            os.close(fd)
+            fd = -1
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            raise
+        _fsync_at(dfd)
+    finally:
+        os.close(dfd)
 
 
 # -- reconciliation -----------------------------------------------------------------
@@ -429,6 +468,9 @@ async def _store_stream(store: Any, cap: _Capture, scope: str | None) -> dict[st
         "truncated": cap.truncated,
         "tail": cap.tail.decode("utf-8", "replace"),
     }
+    if cap.size == 0:  # nothing to read back: no artifact (artifact_id stays null)
+        cap.file.close()
+        return out
     cap.file.seek(0)
     try:
         ref = await store.put(cap.file, media_type="text/plain", scope=scope)

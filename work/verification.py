@@ -40,7 +40,6 @@ import platform
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -198,3 +198,40 @@ def test_cwd_symlink_out_of_workspace_refused(tmp_path: Path) -> None:
     with pytest.raises(CatalogInvalid) as ei:
         Catalog.load(p)
     assert ei.value.details["field"] == "cwd"
+
+
+def test_world_writable_catalog_refused(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE)
+    p.chmod(0o666)
+    with pytest.raises(CatalogInvalid, match="world-writable"):
+        Catalog.load(p)
+    p.chmod(0o644)
+    Catalog.load(p)
+
+
+@pytest.mark.parametrize(
+    "pattern, yes, no",
+    [
+        ("src/**", ["src/a", "src/a/b/c.py"], ["src", "srcx/a", "a/src/b"]),
+        ("**/*.py", ["a.py", "x/y/a.py"], ["a.pyc", "x/a.py/b"]),
+        ("src/*.py", ["src/a.py"], ["src/x/a.py", "src/.py/x"]),
+        ("a?c", ["abc"], ["ac", "a/c", "abbc"]),
+        ("a+b.(x)", ["a+b.(x)"], ["aab.(x)", "a+bx(x)"]),
+        ("docs/**/index.md", ["docs/index.md", "docs/a/b/index.md"], ["docs/a/index.mdx"]),
+    ],
+)
+def test_glob_semantics(pattern: str, yes: list[str], no: list[str]) -> None:
+    from openfunctions.work._paths import check_pattern, matches
+
+    assert check_pattern(pattern) is None
+    for p in yes:
+        assert matches(p, pattern), (p, pattern)
+    for p in no:
+        assert not matches(p, pattern), (p, pattern)
+
+
+@pytest.mark.parametrize("bad", ["", "/abs/**", "a/../b", "a//b", "a/", "./a", "a/**b", "C:/x"])
+def test_bad_patterns(bad: str) -> None:
+    from openfunctions.work._paths import check_pattern
+
+    assert check_pattern(bad) is not None

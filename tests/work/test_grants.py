@@ -70,6 +70,8 @@ async def test_bad_grants_refused(tmp_path: Path) -> None:
         await store.issue(principal="a", steps=["s"], paths=["/etc/**"], ttl=dt.timedelta(hours=1))
     with pytest.raises(ValueError):
         await store.issue(principal="", steps=["s"], ttl=dt.timedelta(hours=1))
+    with pytest.raises(ValueError, match="no wildcards"):
+        await store.issue(principal="a", steps=["*"], ttl=dt.timedelta(hours=1))
     assert await store.list() == []
 
 
@@ -113,6 +115,7 @@ def test_add_commands_builds_a_parser(tmp_path: Path, capsys: pytest.CaptureFixt
         parser.parse_args(["grant", "issue", "--steps", "a", "--ttl", "1h"])  # --principal is required
 
 
+@pytest.mark.slow  # five CLI processes, each importing the package
 async def test_cli_processes_and_a_live_reader(tmp_path: Path) -> None:
     """The CLI issues and revokes in other processes; this process's store sees both."""
     server_view = GrantStore.in_data_dir(tmp_path)
@@ -141,4 +144,37 @@ def test_cli_catalog_binding_checks_steps(tmp_path: Path) -> None:
     assert r.returncode == 2 and "did you mean 'snap'" in r.stderr
     r = cli(tmp_path, "issue", "--principal", "a", "--steps", "snap", "--ttl", "1h", "--catalog", str(cat), "--json")
     assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr
     assert json.loads(r.stdout)["catalog_digest"].startswith("sha256:")
+    cat.write_text(cat.read_text() + "[steps.w]\nkind = 'write_file'\ndescription = 'd'\npaths = ['src/**']\n")
+    r = cli(tmp_path, "issue", "--principal", "a", "--steps", "w", "--ttl", "1h", "--catalog", str(cat))
+    assert r.returncode == 0 and "take paths, but --paths grants none" in r.stderr
+
+
+async def test_concurrent_issuers_wait_for_the_lock(tmp_path: Path) -> None:
+    """Each issue opens the writer (flock); concurrent issuers queue instead of failing."""
+    import anyio
+
+    store = GrantStore(tmp_path / "g.journal")
+    ids: list[str] = []
+
+    async def one(i: int) -> None:
+        g = await GrantStore(store.path).issue(principal=f"p{i}", steps=["s"], ttl=dt.timedelta(hours=1))
+        ids.append(g.grant_id)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(6):
+            tg.start_soon(one, i)
+    assert sorted(g.grant_id for g in await store.list()) == sorted(ids) and len(ids) == 6
+
+
+def test_data_dir_env_matches_the_server_default(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "OPENFUNCTIONS_MCP_DATA_DIR": str(tmp_path / "envdir")}
+    r = subprocess.run(
+        [sys.executable, "-m", "openfunctions.work.cli", "grant", "issue", "--principal", "a", "--steps", "s", "--ttl", "1h"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "envdir" / "work" / "grants.journal").exists()

@@ -66,6 +66,13 @@ argv = ["sh", "-c", "sleep 600 & echo $! > bg.pid; echo $$ > main.pid; sleep 600
 env = ["PATH"]
 timeout_s = 0.5
 
+[steps.pwd]
+kind = "command"
+description = "print the working directory"
+argv = ["{PY}", "-c", "import os; print(os.getcwd())"]
+cwd = "./src/"
+effect = "read"
+
 [steps.missing]
 kind = "command"
 description = "no such program"
@@ -217,6 +224,7 @@ async def test_timeout_kills_the_process_group(env: Env) -> None:
     r = await env.run("hang")
     assert r.ok, r.error
     assert r.value["timed_out"] is True and r.value["passed"] is False and r.value["exit_code"] is None
+    assert r.value["stdout"]["artifact_id"] is None and r.value["stdout"]["size"] == 0  # empty: no artifact
     bg = int((env.ws / "bg.pid").read_text())
     main = int((env.ws / "main.pid").read_text())
     assert not _alive(main)
@@ -253,6 +261,12 @@ async def test_cancellation_kills_the_process_group(env: Env) -> None:
     assert await _dies(main)
     assert await _dies(bg)
     assert result == []  # the call was cancelled with its caller
+
+
+async def test_cwd_is_inside_the_workspace(env: Env) -> None:
+    r = await env.run("pwd")
+    assert (await env.read_artifact(r.value["stdout"]["artifact_id"])).decode().strip() == str((env.ws / "src").resolve())
+    assert env.catalog.step("pwd").cwd == "src"
 
 
 async def test_program_not_found_is_a_clean_known_failure(env: Env) -> None:
@@ -309,6 +323,12 @@ async def test_write_file_atomic_with_prior_digest(env: Env) -> None:
     assert r.value["prior_sha256"] == first and target.read_bytes() == b"\x00\x01"
     assert stat.S_IMODE(target.stat().st_mode) == 0o640  # mode kept across the atomic replace
     assert sorted(p.name for p in target.parent.iterdir()) == ["mod.py"]  # no temp files left
+    # A lone surrogate is not UTF-8 text. (The core executor currently raises on such
+    # params before the handler runs -- reported upstream -- so check the step's own guard.)
+    from openfunctions.work.errors import PlanInvalid
+
+    with pytest.raises(PlanInvalid, match="lone surrogate"):
+        prepare_reconciliation(env.catalog, env.catalog.step("write_src"), {"path": "src/bad", "content": "\ud800"})
     r = await env.run("write_src", {"path": "src/big", "content": "x" * 1001})
     assert not r.ok and r.error.code == "plan_invalid" and r.receipt.certainty == "known"
 
@@ -405,3 +425,23 @@ async def test_command_readback_oracle_statuses(env: Env) -> None:
     v = await oracle(env, "fmt", rb)
     assert v["status"] == "applied" and v["observed"]["diff"]["added"] == ["src/a.py"]
     assert prepare_reconciliation(cat, cat.step("exit"), {"code": 0}) == {"v": 1, "step": "exit", "kind": "command", "reconcilable": False}
+
+
+def test_write_refuses_a_directory_swapped_for_a_symlink_after_the_check(tmp_path: Path) -> None:
+    """Resolve, then an attacker swaps a directory for a symlink: the write must not follow it."""
+    from openfunctions.work.errors import PathOutsideGrant
+    from openfunctions.work.steps import write_atomically
+
+    ws = tmp_path / "ws"
+    (ws / "src" / "pkg").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    real = (ws / "src" / "pkg" / "a.py").resolve()  # what the path check produced
+    (ws / "src" / "pkg").rename(ws / "src" / "moved")
+    (ws / "src" / "pkg").symlink_to(outside)
+    with pytest.raises(PathOutsideGrant, match="no longer a plain directory"):
+        write_atomically(real, b"pwned")
+    assert list(outside.iterdir()) == []
+    # the unswapped case writes, creating missing directories
+    write_atomically((ws / "src" / "new" / "deep" / "b.py").resolve(), b"ok")
+    assert (ws / "src" / "new" / "deep" / "b.py").read_bytes() == b"ok"
