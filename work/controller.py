@@ -20,6 +20,26 @@ that operation ``unknown`` and the attempt ``blocked``; only reconciliation
 (a read-only oracle, run through the executor) can resolve it. Nothing is
 ever re-run blindly.
 
+Attempt journal format, version 1 (docs/formats/work-attempts.md has the
+full table): one core journal segment per lease generation,
+``<data-dir>/work/attempts/g<generation:010d>.jsonl`` (kind ``attempt``);
+every record is appended under the lease fence and carries
+``lease_generation``. Record types and their ``data``:
+
+- ``lease_acquired`` {owner, generation, pid, catalog_digest}
+- ``preview_saved`` {preview_id, principal, plan, plan_digest, catalog_digest, artifact_id, created_at}
+- ``attempt_started`` {attempt_id, number, preview_id, principal, plan, plan_digest, catalog_digest}
+- ``intent`` {attempt_id, operation_id, plan_index, step, params, effect, input_digest, readback}
+- ``dispatched`` {attempt_id, operation_id, receipt_id}
+- ``outcome`` {attempt_id, operation_id, plan_index, step, effect, params, input_digest, status,
+  receipt, result_digest, artifacts, mutation_epoch, cursor, cancelled}
+- ``transition`` {attempt_id, from, to, reason?, mutation_epoch?}
+- ``verification`` {attempt_id, verificationId, passed, accepted, checks, fingerprintsStable,
+  mutation_epoch, proof, proofSummary, artifacts}
+- ``reconciliation`` {attempt_id, operation_id, step, verdict, status, evidence, receipt,
+  receipt_id, linked_receipt_id, linked_operation_id, mutation_epoch, cursor}
+- ``recovered`` {restored, unknown_operations}
+
 Locks: ``_admission`` admits one lifecycle call at a time (the selected
 attempt has one writer). ``_lifecycle`` serializes state transitions with
 lease renewal, so a renewal can never interleave with a terminal
