@@ -20,6 +20,26 @@ that operation ``unknown`` and the attempt ``blocked``; only reconciliation
 (a read-only oracle, run through the executor) can resolve it. Nothing is
 ever re-run blindly.
 
+Attempt journal format, version 1 (docs/formats/work-attempts.md has the
+full table): one core journal segment per lease generation,
+``<data-dir>/work/attempts/g<generation:010d>.jsonl`` (kind ``attempt``);
+every record is appended under the lease fence and carries
+``lease_generation``. Record types and their ``data``:
+
+- ``lease_acquired`` {owner, generation, pid, catalog_digest}
+- ``preview_saved`` {preview_id, principal, plan, plan_digest, catalog_digest, artifact_id, created_at}
+- ``attempt_started`` {attempt_id, number, preview_id, principal, plan, plan_digest, catalog_digest}
+- ``intent`` {attempt_id, operation_id, plan_index, step, params, effect, input_digest, readback}
+- ``dispatched`` {attempt_id, operation_id, receipt_id}
+- ``outcome`` {attempt_id, operation_id, plan_index, step, effect, params, input_digest, status,
+  receipt, result_digest, artifacts, mutation_epoch, cursor, cancelled}
+- ``transition`` {attempt_id, from, to, reason?, mutation_epoch?}
+- ``verification`` {attempt_id, verificationId, passed, accepted, checks, fingerprintsStable,
+  mutation_epoch, proof, proofSummary, artifacts}
+- ``reconciliation`` {attempt_id, operation_id, step, verdict, status, evidence, receipt,
+  receipt_id, linked_receipt_id, linked_operation_id, mutation_epoch, cursor}
+- ``recovered`` {restored, unknown_operations}
+
 Locks: ``_admission`` admits one lifecycle call at a time (the selected
 attempt has one writer). ``_lifecycle`` serializes state transitions with
 lease renewal, so a renewal can never interleave with a terminal
@@ -99,7 +119,6 @@ class WorkController:
         lease_ttl: float = 30.0,
         renew_every: float | None = None,
         owner: str | None = None,
-        fsync: bool = True,
     ) -> None:
         self.root = Path(root)
         self.catalog = catalog
@@ -109,7 +128,6 @@ class WorkController:
         self.catalog_loader = catalog_loader
         self.leases = LeaseStore(self.root, ttl=lease_ttl, owner=owner)
         self.renew_every = renew_every if renew_every is not None else lease_ttl / 3.0
-        self.fsync = fsync
         self.lease: Lease | None = None
         self.lease_lost: LeaseLost | None = None
         self.state = Recovered()
@@ -194,12 +212,7 @@ class WorkController:
         plan = restore_plan(self.state)
         async with self._lifecycle:
             for attempt_id, target, reason in plan:
-                att = self.state.attempts[attempt_id]
-                if att.state == target == "blocked":
-                    await self._record("transition", {"attempt_id": attempt_id, "from": att.state, "to": target, "reason": reason})
-                    att.blocked_reason = reason
-                    continue
-                await self._transition(att, target, reason)
+                await self._transition(self.state.attempts[attempt_id], target, reason)
             if plan or self.state.unknown:
                 await self._record(
                     "recovered",
@@ -219,6 +232,7 @@ class WorkController:
         if self.lease is not None and self.lease_lost is None:
             with contextlib.suppress(Exception):
                 await self.leases.release(self.lease)
+        self.leases.abandon()  # our live flock, if a lost lease left it held
 
     async def _close_journal(self) -> None:
         if self._journal is not None:
@@ -254,10 +268,15 @@ class WorkController:
             self.lease_lost = exc
             log.error("lease_lost", error=exc.message)
         att = self._active()
-        if att is not None and not att.terminal and att.state != "blocked":
-            att.history.append({"from": att.state, "to": "blocked", "at": utc_now(), "reason": {"code": "lease_lost"}})
+        if att is not None:
+            self._block_in_memory(att, {"code": "lease_lost", "message": exc.message})
+
+    def _block_in_memory(self, att: Attempt, reason: dict[str, Any]) -> None:
+        """Block without a journal record (the journal refused it); a new holder's recovery decides durably."""
+        if not att.terminal and att.state != "blocked":
+            att.history.append({"from": att.state, "to": "blocked", "at": utc_now(), "reason": reason})
             att.state = "blocked"
-            att.blocked_reason = {"code": "lease_lost", "message": exc.message}
+            att.blocked_reason = reason
 
     # == journal writes (always fenced) ========================================
 
@@ -597,8 +616,9 @@ class WorkController:
                 receipt, self._dispatch, self._dispatch_receipt = self._dispatch_receipt, None, None
                 if dr is None:
                     # Cancelled (or crashed) while the step ran: the executor
-                    # settled a receipt the observer saw; record it.
-                    with anyio.CancelScope(shield=True):
+                    # settled a receipt the observer saw; record it, and let
+                    # the cancellation go on whatever happens to the record.
+                    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                         await self._settle_op(att, op, None, receipt, cancelled=True)
             return await self._settle_op(att, op, dr, dr.receipt, cancelled=False)
 
@@ -647,14 +667,17 @@ class WorkController:
                         "cancelled": cancelled,
                     },
                 )
-            except LeaseLost:
-                # Fenced: this controller may not record. The new holder sees
-                # an intent without outcome and treats it as unknown.
+            except BaseException as exc:
+                # Fenced (lease lost) or the journal failed: the outcome is not
+                # on record. Recovery (here or in the next holder) sees an
+                # intent without outcome and treats it as unknown; until then
+                # nothing else may run.
                 op.status = "unknown"
+                att.operations[op.operation_id] = op
+                self._block_in_memory(att, {"code": "outcome_unrecorded", "message": f"the outcome of {op.operation_id} could not be recorded: {exc}"[:500]})
                 raise
-            finally:
-                if receipt is not None and self._uncertain is not None and self._uncertain.receipt_id == receipt.receipt_id:
-                    self._uncertain = None
+            if receipt is not None and self._uncertain is not None and self._uncertain.receipt_id == receipt.receipt_id:
+                self._uncertain = None
             op.status = status
             op.receipt = receipt.to_dict() if receipt else None
             op.result = result

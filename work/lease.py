@@ -223,6 +223,10 @@ class LeaseStore:
             _atomic_write(self.path, rec)
             self._drop_live(lease.generation)
 
+    def abandon(self) -> None:
+        """Let go of our live flock without touching ``lease.json`` (after the lease was lost)."""
+        self._drop_live()
+
     @contextlib.asynccontextmanager
     async def fenced(self, lease: Lease) -> AsyncIterator[dict[str, Any]]:
         """Hold lease.lock while the body records an effect; refuse a stale or expired generation."""

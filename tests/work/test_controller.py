@@ -306,3 +306,23 @@ async def test_renewal_runs_on_its_own_task_during_a_long_step(env):
         counter.gate.set()
     rec = json.loads((env.work_dir / "lease.json").read_text())
     assert rec["generation"] == ctl.lease.generation and rec["expires_at"] == ctl.lease.expires_at
+
+
+@pytest.mark.anyio
+async def test_expired_grant_blocks_and_nothing_runs(env):
+    import time
+
+    counter = Counter()
+    env.write_catalog(CATALOG)
+    g = await env.grant(("bump", "look", "check"), ttl_s=1.0)
+    ctl = await env.open(counter.tools())
+    prv = await ctl.preview(PLAN, principal="agent")
+    await ctl.start(prv["previewId"], principal="agent")
+    while time.time() < g.expires_at.timestamp():  # wait for the wall clock to pass the expiry
+        await anyio.sleep(0.05)
+    from openfunctions.work.errors import GrantExpired
+
+    with pytest.raises(GrantExpired, match="expired"):
+        await ctl.run_step(principal="agent")
+    assert counter.runs == {}
+    assert ctl.status(principal="agent")["attempt"]["blockedReason"]["code"] == "grant_expired"
