@@ -1,1 +1,42 @@
-"""placeholder"""
+"""openfunctions.core.journal: crash-safe JSONL journals.
+
+- :class:`JournalLog` — the durable append-only store (group commit, flock
+  ownership, torn-tail repair, fail-closed validation).
+- :class:`ExecutionJournal` — the executor's durable sink (starts, receipts, recovery).
+- :class:`WorkAttemptJournal` — attempt-scoped records for the work controller.
+- :func:`read_records` — lock-free validating reader.
+
+The file format is documented in ``_encoder.py`` and docs/formats/journal.md.
+"""
+
+from ._record import Header, Record
+from .execution import ExecutionJournal, recovered_receipt
+from .attempt import WorkAttemptJournal, attempt_journal_path
+from .errors import (
+    JournalClosed,
+    JournalCorrupt,
+    JournalError,
+    JournalFailed,
+    JournalLocked,
+    JournalMismatch,
+    JournalUnsafe,
+)
+from .log import JournalLog, read_records
+
+__all__ = [
+    "ExecutionJournal",
+    "Header",
+    "JournalClosed",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalFailed",
+    "JournalLocked",
+    "JournalLog",
+    "JournalMismatch",
+    "JournalUnsafe",
+    "Record",
+    "WorkAttemptJournal",
+    "attempt_journal_path",
+    "read_records",
+    "recovered_receipt",
+]

@@ -1,0 +1,878 @@
+"""The artifact store: immutable, content-addressed blobs behind opaque ids.
+
+On-disk format, version 1 (also in docs/formats/artifacts.md)
+=============================================================
+
+::
+
+    <root>/                  0700  the store (refused if a symlink, not ours, or a
+                                   non-empty directory without store.json)
+      store.json             0400  {"format": "openfunctions-artifact-store", "v": 1,
+                                    "created_at": "<UTC ISO-8601>"}
+      lock                   0600  flock(2) target serializing commits across processes;
+                                   its first 16 bytes are the usage ledger (below)
+      blobs/<hex>            0400  the content, named by the SHA-256 hex of its bytes;
+                                   one file per distinct content, shared by all its artifacts
+      index/art_<id>.json    0400  one index record per artifact (below)
+      keys/<hex>.json        0400  reuse lookup: {"v": 1, "artifact_id": "art_..."}; the name is
+                                   the SHA-256 hex of the canonical JSON of
+                                   {"media_type", "scope", "sha256"}; written without
+                                   fsync (open() rebuilds missing or unreadable ones)
+      tmp/                   0700  blobs being written (each flock'ed by its live writer)
+
+Index record (canonical JSON, UTF-8)::
+
+    {"v": 1,                           format version
+     "artifact_id": "art_<32 hex>",    the opaque id (random, never derived from input)
+     "sha256": "sha256:<64 hex>",      digest of the content
+     "size": <int>,                    content length in bytes
+     "media_type": "<type/subtype>",   as given to put()
+     "scope": <string or null>,        the owner's scope (an attempt id, a preview id, ...)
+     "created_at": "<UTC ISO-8601>",
+     "check": "sha256:<64 hex>"}       digest of the canonical JSON of the other fields
+
+Usage ledger (first 16 bytes of ``lock``): ``b"OFAU"``, uint32 LE version (1),
+uint64 LE bytes used = the sum of the sizes of the distinct blobs.
+
+Write order of a put (crash-safe at every step)
+-----------------------------------------------
+1. outside the lock: stream to ``tmp/`` while hashing (large chunks are written
+   by a helper thread while the caller's thread hashes them), fsync, chmod 0400;
+2. under the lock: reuse an existing artifact if ``keys/`` has this
+   (scope, digest, media type); else charge the ledger (refusing past the
+   quota), rename the blob into ``blobs/`` and fsync the directory, write the
+   index record atomically (temp, fsync, rename, fsync directory), then the
+   key file (temp, rename; no fsync).
+
+A crash after step 2's charge but before the index record leaves an orphan
+blob that is counted (so the quota errs on the safe side); opening the store
+recomputes the ledger from the index records, deletes orphan blobs and stale
+temp files, and restores missing key files.
+
+Guarantees
+----------
+* Blobs and records are immutable once acknowledged; ``put`` returns only
+  after everything it wrote is fsynced.
+* Quota: commits are serialized by a thread lock plus ``flock`` on ``lock``
+  and check the ledger inside that lock, so concurrent puts -- from threads,
+  tasks, or several processes on one store -- never take the stored bytes past
+  the quota. Only distinct blob bytes count (index files and directories do
+  not); the same content under another scope or media type costs nothing.
+* Reads verify the blob's SHA-256 before returning any byte. A verification is
+  cached per store instance for the file's identity (device, inode, size,
+  mtime_ns, ctime_ns): rewriting, replacing, chmod-ing or touching the blob
+  changes that identity and forces a new check.
+* The ledger itself is not fsynced: after a machine crash every process
+  restarts and the next open recomputes it from the index.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import stat
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio.to_thread
+import structlog
+
+from openfunctions.core import canonical_bytes, utc_now
+from openfunctions.core.errors import NonJsonValue
+
+from ._fs import FROZEN_MODE, ensure_dir, fsync_dir, read_small, start_writeback, write_atomic
+from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
+from .errors import (
+    ArtifactCorrupt,
+    ArtifactNotFound,
+    ArtifactQuotaExceeded,
+    ArtifactRequestInvalid,
+    ArtifactStoreUnsafe,
+)
+
+log = structlog.get_logger("openfunctions.artifacts")
+
+FORMAT = "openfunctions-artifact-store"
+FORMAT_VERSION = 1
+DEFAULT_QUOTA_BYTES = 64 * 1024 * 1024
+MAX_READ_BYTES = 16 * 1024
+DEFAULT_MEDIA_TYPE = "application/octet-stream"
+MAX_SCOPE_CHARS = 1024
+
+_LEDGER = struct.Struct("<4sIQ")
+_LEDGER_MAGIC = b"OFAU"
+_HEX_RE = re.compile(r"[0-9a-f]{64}")
+_TOKEN = r"[A-Za-z0-9!#$&^_.+\-]+"
+_MEDIA_TYPE_RE = re.compile(rf"{_TOKEN}/{_TOKEN}(?:\s*;\s*{_TOKEN}=(?:{_TOKEN}|\"[^\"\\\r\n]*\"))*")
+_CHUNK = 1024 * 1024
+_WRITE_SLICE = 4 * 1024 * 1024
+_PARALLEL_MIN = 256 * 1024
+_RECORD_LIMIT = 16 * 1024
+_VERIFIED_CACHE_SIZE = 4096
+_OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+_LAYOUT_NAMES = frozenset({"store.json", "lock", "blobs", "index", "keys", "tmp"})
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """What ``put`` returns: enough to cite and read an artifact."""
+
+    id: str
+    sha256: str
+    size: int
+    media_type: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ArtifactInfo(ArtifactRef):
+    """An artifact's full index record (``stat``)."""
+
+    scope: str | None
+    created_at: str
+
+    @property
+    def ref(self) -> ArtifactRef:
+        return ArtifactRef(self.id, self.sha256, self.size, self.media_type)
+
+
+@dataclass(frozen=True)
+class ArtifactChunk:
+    """One verified, bounded read. ``eof`` is true when the chunk reaches the end."""
+
+    artifact_id: str
+    data: bytes
+    offset: int
+    length: int
+    total_size: int
+    sha256: str
+    eof: bool
+    media_type: str
+
+
+class ArtifactStore:
+    """A directory of immutable artifacts with a byte quota.
+
+    Construction touches nothing; the first operation (or ``await open()``)
+    creates or checks the directory and recovers from any earlier crash.
+    Blocking work on large data (hashing, writing, verifying) runs in worker
+    threads; a verified 16 KiB read is served inline.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, quota_bytes: int = DEFAULT_QUOTA_BYTES) -> None:
+        if isinstance(quota_bytes, bool) or not isinstance(quota_bytes, int) or quota_bytes < 0:
+            raise ArtifactRequestInvalid(f"quota_bytes must be a non-negative integer, got {quota_bytes!r}")
+        self.root = os.path.abspath(os.fspath(root))
+        self.quota_bytes = quota_bytes
+        self._blobs = os.path.join(self.root, "blobs")
+        self._index = os.path.join(self.root, "index")
+        self._keys = os.path.join(self.root, "keys")
+        self._tmp = os.path.join(self.root, "tmp")
+        self._lock_fd: int | None = None
+        self._open_lock = threading.Lock()
+        self._commit_lock = threading.Lock()  # flock does not exclude threads sharing one fd
+        self._records: dict[str, ArtifactInfo] = {}
+        self._verified: OrderedDict[tuple[int, ...], str] = OrderedDict()
+        self._verified_lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------
+
+    async def open(self) -> "ArtifactStore":
+        """Create or check the store and recover from a crash. Idempotent."""
+        if self._lock_fd is None:
+            await anyio.to_thread.run_sync(self._open_sync)
+        return self
+
+    def close(self) -> None:
+        with self._open_lock:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    async def __aenter__(self) -> "ArtifactStore":
+        return await self.open()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _open_sync(self) -> None:
+        with self._open_lock:
+            if self._lock_fd is not None:
+                return
+            parent = os.path.dirname(self.root)
+            if not os.path.isdir(parent):
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            if os.path.lexists(self.root):
+                self._refuse_foreign_root()  # before changing anything in it
+            ensure_dir(self.root)
+            fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
+            try:
+                # Under the lock: two processes opening a new store at once
+                # must not see each other's half-made layout.
+                with self._locked(fd):
+                    self._check_marker()
+                    for d in (self._blobs, self._index, self._keys, self._tmp):
+                        ensure_dir(d)
+                    self._recover(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._lock_fd = fd
+
+    def _refuse_foreign_root(self) -> None:
+        st = os.lstat(self.root)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise ArtifactStoreUnsafe(f"artifact store path {self.root!r} is not a plain directory (symlink or file)")
+        names = set(os.listdir(self.root))
+        if "store.json" in names:
+            return
+        foreign = sorted(n for n in names - _LAYOUT_NAMES if not n.startswith(".tmp-store.json"))
+        if foreign:
+            raise ArtifactStoreUnsafe(
+                f"{self.root!r} is a non-empty directory without store.json (it holds e.g. {foreign[0]!r}): "
+                "not an artifact store, refusing to use it"
+            )
+
+    def _check_marker(self) -> None:
+        marker = os.path.join(self.root, "store.json")
+        try:
+            raw = read_small(marker, 4096)
+        except FileNotFoundError:
+            doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_now()}
+            write_atomic(self.root, "store.json", canonical_bytes(doc), mode=FROZEN_MODE)
+            return
+        except (OSError, ValueError) as exc:
+            raise ArtifactStoreUnsafe(f"cannot read {marker!r}: {exc}") from None
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ArtifactStoreUnsafe(f"{marker!r} does not describe an {FORMAT}")
+        if doc.get("v") != FORMAT_VERSION:
+            raise ArtifactStoreUnsafe(f"{marker!r} has format version {doc.get('v')!r}; this code reads version {FORMAT_VERSION}")
+
+    def _recover(self, lock_fd: int) -> None:
+        """Rebuild the ledger from the index; drop orphans and stale temp files. Runs under the lock."""
+        sizes: dict[str, int] = {}
+        damaged = 0
+        for name in os.listdir(self._index):
+            if name.startswith(".tmp-"):
+                _unlink_quiet(os.path.join(self._index, name))  # index writes hold the lock: no live writer
+                continue
+            if not (name.endswith(".json") and is_artifact_id(name[:-5])):
+                continue
+            try:
+                info = self._load_record(name[:-5])
+            except ArtifactCorrupt as exc:
+                damaged += 1
+                log.error("artifact_record_corrupt", store=self.root, artifact_id=name[:-5], error=exc.message)
+                continue
+            except ArtifactNotFound:
+                continue
+            self._records[info.id] = info
+            sizes[info.sha256[7:]] = info.size
+        for name in os.listdir(self._keys):
+            if name.startswith(".tmp-"):
+                _unlink_quiet(os.path.join(self._keys, name))
+        for info in self._records.values():
+            key = _key_name(info.sha256, info.scope, info.media_type)
+            if self._lookup_key(key) is None:
+                write_atomic(self._keys, key, _key_doc(info.id), mode=FROZEN_MODE)
+        used = sum(sizes.values())
+        for name in os.listdir(self._blobs):
+            if not _HEX_RE.fullmatch(name) or name in sizes:
+                continue
+            path = os.path.join(self._blobs, name)
+            if damaged:
+                # A damaged record may own this blob: keep it, and count it.
+                used += os.lstat(path).st_size
+            else:
+                log.info("artifact_orphan_blob_removed", store=self.root, blob=name)
+                _unlink_quiet(path)
+        for name in os.listdir(self._tmp):
+            self._remove_if_abandoned(os.path.join(self._tmp, name))
+        self._write_ledger(lock_fd, used)
+
+    def _remove_if_abandoned(self, path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
+        except OSError:
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # a live writer holds it
+            _unlink_quiet(path)
+        finally:
+            os.close(fd)
+
+    async def _ready(self) -> None:
+        if self._lock_fd is None:
+            await self.open()
+
+    # -- put --------------------------------------------------------------
+
+    async def put(
+        self,
+        data: Any,
+        *,
+        media_type: str = DEFAULT_MEDIA_TYPE,
+        scope: str | None = None,
+    ) -> ArtifactRef:
+        """Store ``data`` and return its reference.
+
+        ``data`` is bytes-like, an iterable or async iterable of bytes-like
+        chunks, or a binary file object (anything with ``read(n)``). The same
+        content with the same ``scope`` and ``media_type`` returns the
+        existing artifact. Raises :class:`ArtifactQuotaExceeded` (nothing
+        stored) when the new bytes would pass the quota.
+        """
+        media_type = _check_media_type(media_type)
+        scope = _check_scope(scope)
+        await self._ready()
+        if isinstance(data, str):
+            raise ArtifactRequestInvalid("put() takes bytes, not str: encode the text first (e.g. text.encode('utf-8'))")
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            return await anyio.to_thread.run_sync(self._put_sync, [_as_view(data)], media_type, scope)
+        if hasattr(data, "__aiter__"):
+            return await self._put_async_iter(data, media_type, scope)
+        if callable(getattr(data, "read", None)):
+            return await anyio.to_thread.run_sync(self._put_sync, _file_chunks(data), media_type, scope)
+        if isinstance(data, Iterable):
+            return await anyio.to_thread.run_sync(self._put_sync, data, media_type, scope)
+        raise ArtifactRequestInvalid(
+            f"put() takes bytes, an iterable or async iterable of bytes, or a binary file; got {type(data).__name__}"
+        )
+
+    def _put_sync(self, chunks: Iterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
+        writer = self._new_writer()
+        try:
+            for chunk in chunks:
+                writer.write(chunk)
+            writer.finish()
+            return self._commit(writer, media_type, scope)
+        finally:
+            writer.discard()
+
+    async def _put_async_iter(self, data: AsyncIterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
+        writer = await anyio.to_thread.run_sync(self._new_writer)
+        try:
+            pending: list[Any] = []
+            pending_bytes = 0
+            async for chunk in data:
+                view = _as_view(chunk)
+                pending.append(view)
+                pending_bytes += view.nbytes
+                if pending_bytes >= _CHUNK:
+                    await anyio.to_thread.run_sync(writer.write_many, pending)
+                    pending, pending_bytes = [], 0
+            await anyio.to_thread.run_sync(writer.write_many, pending)
+            await anyio.to_thread.run_sync(writer.finish)
+            return await anyio.to_thread.run_sync(self._commit, writer, media_type, scope)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(writer.discard)
+
+    def _new_writer(self) -> "_BlobWriter":
+        # No blob can be larger than the whole quota, so a stream past it is
+        # refused before it fills the disk. (The bytes *left* are not a valid
+        # cap: content that already exists is reused at no cost.)
+        return _BlobWriter(self._tmp, self.quota_bytes, os.path.join(self.root, "lock"))
+
+    def _commit(self, writer: "_BlobWriter", media_type: str, scope: str | None) -> ArtifactRef:
+        hexdigest, size = writer.hexdigest, writer.size
+        sha = "sha256:" + hexdigest
+        key = _key_name(sha, scope, media_type)
+        blob = os.path.join(self._blobs, hexdigest)
+        with self._commit_lock, self._locked(self._require_fd()) as fd:
+            used = self._read_ledger(fd)
+            existing = self._lookup_key(key)
+            if existing is not None:
+                info = self._reusable(existing, sha, scope, media_type)
+                if info is not None:
+                    self._ensure_blob(writer, blob, hexdigest, size)
+                    return info.ref
+            if not self._ensure_blob(writer, blob, hexdigest, size, charge_only=True):
+                if used + size > self.quota_bytes:
+                    raise _quota_error(self.quota_bytes, used, size)
+                self._write_ledger(fd, used + size)
+                self._ensure_blob(writer, blob, hexdigest, size)
+            info = ArtifactInfo(
+                id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_now()
+            )
+            write_atomic(self._index, info.id + ".json", _record_bytes(info), mode=FROZEN_MODE)
+            # The key file is only a lookup that open() rebuilds from the index: no fsync.
+            write_atomic(self._keys, key, _key_doc(info.id), mode=FROZEN_MODE, durable=False)
+            self._records[info.id] = info
+            log.debug("artifact_put", store=self.root, artifact_id=info.id, size=size, scope=scope)
+            return info.ref
+
+    def _ensure_blob(self, writer: "_BlobWriter", blob: str, hexdigest: str, size: int, *, charge_only: bool = False) -> bool:
+        """Make ``blob`` hold the writer's bytes. With ``charge_only``, just report whether a good copy exists.
+
+        An existing blob that fails verification is replaced by the fresh copy
+        (same name, same size): the store heals instead of handing out a
+        reference to damaged bytes.
+        """
+        try:
+            fd = os.open(blob, os.O_RDONLY | _OPEN_FLAGS)
+        except FileNotFoundError:
+            if charge_only:
+                return False
+            writer.install(blob)
+            self._remember(os.stat(blob), hexdigest)
+            return True
+        try:
+            good = self._verify_fd(fd, hexdigest, size, raise_on_mismatch=False)
+        finally:
+            os.close(fd)
+        if not good:
+            log.warning("artifact_blob_healed", store=self.root, blob=hexdigest)
+            writer.install(blob)
+            self._remember(os.stat(blob), hexdigest)
+        return True
+
+    def _reusable(self, artifact_id: str, sha: str, scope: str | None, media_type: str) -> ArtifactInfo | None:
+        try:
+            info = self._info_sync(artifact_id)
+        except (ArtifactNotFound, ArtifactCorrupt):
+            return None
+        if (info.sha256, info.scope, info.media_type) != (sha, scope, media_type):
+            return None
+        return info
+
+    # -- read -------------------------------------------------------------
+
+    async def stat(self, artifact_id: Any) -> ArtifactInfo:
+        """The index record of an artifact (no content check). ArtifactNotFound for any bad id."""
+        check_artifact_id(artifact_id)
+        await self._ready()
+        info = self._records.get(artifact_id)
+        if info is not None:
+            return info
+        return await anyio.to_thread.run_sync(self._info_sync, artifact_id)
+
+    async def read(self, artifact_id: Any, offset: int = 0, length: int = MAX_READ_BYTES) -> ArtifactChunk:
+        """Read at most 16 KiB at ``offset``, after verifying the whole blob's SHA-256.
+
+        ``length`` above 16 KiB is clamped; ``offset`` equal to the size gives
+        an empty chunk with ``eof``; a negative offset, an offset past the end,
+        or a length below 1 raises :class:`ArtifactRequestInvalid`. A digest
+        mismatch raises :class:`ArtifactCorrupt` and returns no byte.
+        """
+        info = await self.stat(artifact_id)
+        offset, length = _check_range(offset, length, info.size)
+        hexdigest = info.sha256[7:]
+        fd = self._open_blob(info)
+        try:
+            st = os.fstat(fd)
+            if not self._is_verified(st, hexdigest):
+                await anyio.to_thread.run_sync(self._verify_fd, fd, hexdigest, info.size)
+            data = os.pread(fd, length, offset) if length else b""
+            # The verified file must still be the one we read (no rewrite in between).
+            changed = _identity(os.fstat(fd)) != _identity(st)
+        finally:
+            os.close(fd)
+        if changed or len(data) != length:
+            raise ArtifactCorrupt(
+                f"artifact {info.id}: its blob changed while being read; no data returned",
+                details={"sha256": info.sha256},
+            )
+        return ArtifactChunk(
+            artifact_id=info.id,
+            data=data,
+            offset=offset,
+            length=length,
+            total_size=info.size,
+            sha256=info.sha256,
+            eof=offset + length >= info.size,
+            media_type=info.media_type,
+        )
+
+    async def read_all(self, artifact_id: Any) -> bytes:
+        """The whole content, verified (for trusted in-process callers; models use ``read``)."""
+        info = await self.stat(artifact_id)
+        return await anyio.to_thread.run_sync(self._read_all_sync, info)
+
+    def _read_all_sync(self, info: ArtifactInfo) -> bytes:
+        fd = self._open_blob(info)
+        try:
+            data = _read_exact(fd, info.size)
+        finally:
+            os.close(fd)
+        if hashlib.sha256(data).hexdigest() != info.sha256[7:] or len(data) != info.size:
+            raise ArtifactCorrupt(f"artifact {info.id}: stored bytes do not match digest {info.sha256}")
+        return data
+
+    async def usage(self) -> dict[str, int]:
+        """``{"used_bytes", "quota_bytes"}`` as the ledger says now."""
+        await self._ready()
+
+        def ledger() -> int:
+            with self._commit_lock, self._locked(self._require_fd()) as fd:
+                return self._read_ledger(fd)
+
+        used = await anyio.to_thread.run_sync(ledger)
+        return {"used_bytes": used, "quota_bytes": self.quota_bytes}
+
+    def _open_blob(self, info: ArtifactInfo) -> int:
+        try:
+            return os.open(os.path.join(self._blobs, info.sha256[7:]), os.O_RDONLY | _OPEN_FLAGS)
+        except FileNotFoundError:
+            raise ArtifactCorrupt(f"artifact {info.id}: its blob {info.sha256} is missing") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ArtifactCorrupt(f"artifact {info.id}: its blob was replaced by a symlink") from None
+            raise
+
+    def _info_sync(self, artifact_id: str) -> ArtifactInfo:
+        info = self._records.get(artifact_id)
+        if info is None:
+            info = self._load_record(artifact_id)
+            self._records[artifact_id] = info
+        return info
+
+    def _load_record(self, artifact_id: str) -> ArtifactInfo:
+        check_artifact_id(artifact_id)  # the only way a caller string reaches a path
+        path = os.path.join(self._index, artifact_id + ".json")
+        try:
+            raw = read_small(path, _RECORD_LIMIT)
+        except (FileNotFoundError, NotADirectoryError):
+            raise not_found(artifact_id) from None
+        except (OSError, ValueError) as exc:
+            raise ArtifactCorrupt(f"artifact {artifact_id}: index record unreadable ({exc})") from None
+        return _parse_record(artifact_id, raw)
+
+    # -- verification -----------------------------------------------------
+
+    def _is_verified(self, st: os.stat_result, hexdigest: str) -> bool:
+        with self._verified_lock:
+            return self._verified.get(_identity(st)) == hexdigest
+
+    def _remember(self, st: os.stat_result, hexdigest: str) -> None:
+        with self._verified_lock:
+            self._verified[_identity(st)] = hexdigest
+            while len(self._verified) > _VERIFIED_CACHE_SIZE:
+                self._verified.popitem(last=False)
+
+    def _verify_fd(self, fd: int, hexdigest: str, size: int, *, raise_on_mismatch: bool = True) -> bool:
+        st = os.fstat(fd)
+        ok = stat.S_ISREG(st.st_mode) and st.st_size == size
+        if ok:
+            h = hashlib.sha256()
+            buf = bytearray(_CHUNK)
+            view = memoryview(buf)
+            pos = 0
+            while pos < size:
+                n = os.preadv(fd, [view[: min(_CHUNK, size - pos)]], pos)
+                if n <= 0:
+                    break
+                h.update(view[:n])
+                pos += n
+            ok = pos == size and h.hexdigest() == hexdigest
+            # The file must not have changed while we hashed it.
+            ok = ok and _identity(os.fstat(fd)) == _identity(st)
+        if ok:
+            self._remember(st, hexdigest)
+            return True
+        if raise_on_mismatch:
+            raise ArtifactCorrupt(
+                f"blob sha256:{hexdigest} does not match its digest (tampered or damaged on disk); no data returned",
+                details={"sha256": "sha256:" + hexdigest},
+            )
+        return False
+
+    # -- locking and the ledger -------------------------------------------
+
+    def _require_fd(self) -> int:
+        if self._lock_fd is None:
+            raise ArtifactStoreUnsafe(f"artifact store {self.root!r} is closed")
+        return self._lock_fd
+
+    class _locked:
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+
+        def __enter__(self) -> int:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            return self.fd
+
+        def __exit__(self, *exc: Any) -> None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def _read_ledger(self, fd: int) -> int:
+        raw = os.pread(fd, _LEDGER.size, 0)
+        if len(raw) == _LEDGER.size:
+            magic, version, used = _LEDGER.unpack(raw)
+            if magic == _LEDGER_MAGIC and version == 1:
+                return used
+        raise ArtifactCorrupt(f"artifact store {self.root!r}: usage ledger is damaged; reopen the store to rebuild it")
+
+    def _write_ledger(self, fd: int, used: int) -> None:
+        os.pwrite(fd, _LEDGER.pack(_LEDGER_MAGIC, 1, used), 0)
+
+    def _lookup_key(self, key: str) -> str | None:
+        try:
+            doc = json.loads(read_small(os.path.join(self._keys, key), 4096))
+        except (OSError, ValueError):
+            return None
+        if isinstance(doc, dict) and doc.get("v") == 1 and is_artifact_id(doc.get("artifact_id")):
+            return doc["artifact_id"]
+        return None
+
+
+class _BlobWriter:
+    """Streams content into a temp file under ``tmp/`` while hashing it.
+
+    A large chunk is written (by a helper thread) while this thread hashes
+    it: ``os.write`` and ``hashlib`` both release the GIL, so a put costs
+    about max(hash, write) instead of their sum. Each chunk is finished on
+    both sides before the next one is pulled, so a producer that refills one
+    buffer between chunks is safe. Written ranges are handed to the kernel's
+    writeback at once, which leaves the final fsync less to wait for.
+    """
+
+    def __init__(self, tmp_dir: str, cap: int, lock_path: str | None = None) -> None:
+        self.cap = cap
+        self.size = 0
+        self.hexdigest = ""
+        self._h = hashlib.sha256()
+        self._pool: ThreadPoolExecutor | None = None
+        self.path = os.path.join(tmp_dir, f"blob-{os.getpid()}-{os.urandom(8).hex()}")
+        # The flock on the temp file tells another process's recovery "live
+        # writer, keep it". Recovery runs under an exclusive lock on ``lock``;
+        # a shared lock (on a descriptor of our own) around create+flock keeps
+        # it from seeing the file in between.
+        guard = os.open(lock_path, os.O_RDONLY | _OPEN_FLAGS) if lock_path else None
+        try:
+            if guard is not None:
+                fcntl.flock(guard, fcntl.LOCK_SH)
+            self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            if guard is not None:
+                os.close(guard)
+
+    def write(self, chunk: Any) -> None:
+        view = _as_view(chunk)
+        total = view.nbytes
+        if self.size + total > self.cap:
+            raise ArtifactQuotaExceeded(
+                f"artifact data is larger than the store's whole quota ({self.cap} bytes); nothing was stored",
+                details={"quota_bytes": self.cap},
+            )
+        if total >= _PARALLEL_MIN:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="artifact-blob-write")
+            pending = self._pool.submit(self._write_at, view, self.size)
+            try:
+                self._h.update(view)
+            finally:
+                pending.result()  # joins the writer before any error propagates
+        else:
+            self._h.update(view)
+            self._write_at(view, self.size)
+        self.size += total
+
+    def _write_at(self, view: memoryview, offset: int) -> None:
+        assert self.fd is not None
+        pos = 0
+        while pos < view.nbytes:
+            n = os.write(self.fd, view[pos : pos + _WRITE_SLICE])
+            start_writeback(self.fd, offset + pos, n)
+            pos += n
+
+    def write_many(self, chunks: list[Any]) -> None:
+        for c in chunks:
+            self.write(c)
+
+    def finish(self) -> None:
+        assert self.fd is not None
+        os.fsync(self.fd)
+        os.fchmod(self.fd, FROZEN_MODE)
+        self.hexdigest = self._h.hexdigest()
+
+    def install(self, dest: str) -> None:
+        os.rename(self.path, dest)
+        self.path = ""
+        fsync_dir(os.path.dirname(dest))
+
+    def discard(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.path:
+            _unlink_quiet(self.path)
+            self.path = ""
+
+
+# -- helpers ---------------------------------------------------------------
+
+
+def _as_view(chunk: Any) -> memoryview:
+    if isinstance(chunk, (bytes, bytearray, memoryview)):
+        try:
+            return memoryview(chunk).cast("B")
+        except TypeError as exc:  # e.g. a non-contiguous memoryview
+            raise ArtifactRequestInvalid(f"artifact data must be a contiguous buffer: {exc}") from None
+    raise ArtifactRequestInvalid(f"artifact data chunks must be bytes-like, got {type(chunk).__name__}")
+
+
+def _file_chunks(f: Any) -> Iterable[Any]:
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            return
+        if isinstance(chunk, str):
+            raise ArtifactRequestInvalid("put() got a text-mode file: open it in binary mode ('rb')")
+        yield chunk
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    parts, pos = [], 0
+    while pos < size:
+        part = os.pread(fd, min(size - pos, 8 * _CHUNK), pos)
+        if not part:
+            break
+        parts.append(part)
+        pos += len(part)
+    return b"".join(parts)
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _check_media_type(media_type: Any) -> str:
+    if not isinstance(media_type, str) or len(media_type) > 255 or not _MEDIA_TYPE_RE.fullmatch(media_type):
+        shown = media_type if not isinstance(media_type, str) else media_type[:80]
+        raise ArtifactRequestInvalid(f"media_type must be 'type/subtype' (at most 255 characters), got {shown!r}")
+    return media_type
+
+
+def _check_scope(scope: Any) -> str | None:
+    if scope is None:
+        return None
+    if not isinstance(scope, str) or not (0 < len(scope) <= MAX_SCOPE_CHARS):
+        raise ArtifactRequestInvalid(f"scope must be None or a string of 1-{MAX_SCOPE_CHARS} characters")
+    try:
+        scope.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ArtifactRequestInvalid("scope must be valid Unicode (no lone surrogates)") from None
+    return scope
+
+
+def _check_range(offset: Any, length: Any, size: int) -> tuple[int, int]:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ArtifactRequestInvalid(f"offset must be an integer >= 0, got {offset!r}")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ArtifactRequestInvalid(f"length must be an integer >= 1, got {length!r}")
+    if offset > size:
+        raise ArtifactRequestInvalid(f"offset {offset} is past the end of the artifact ({size} bytes)")
+    return offset, min(length, MAX_READ_BYTES, size - offset)
+
+
+def _quota_error(quota: int, used: int, size: int) -> ArtifactQuotaExceeded:
+    return ArtifactQuotaExceeded(
+        f"storing {size} bytes would exceed the artifact quota ({used} of {quota} bytes used); nothing was stored",
+        details={"quota_bytes": quota, "used_bytes": used, "size": size},
+    )
+
+
+def _key_name(sha: str, scope: str | None, media_type: str) -> str:
+    return hashlib.sha256(canonical_bytes({"media_type": media_type, "scope": scope, "sha256": sha})).hexdigest() + ".json"
+
+
+def _key_doc(artifact_id: str) -> bytes:
+    return canonical_bytes({"v": 1, "artifact_id": artifact_id})
+
+
+def _record_fields(info: ArtifactInfo) -> dict[str, Any]:
+    return {
+        "v": FORMAT_VERSION,
+        "artifact_id": info.id,
+        "sha256": info.sha256,
+        "size": info.size,
+        "media_type": info.media_type,
+        "scope": info.scope,
+        "created_at": info.created_at,
+    }
+
+
+def _record_bytes(info: ArtifactInfo) -> bytes:
+    fields = _record_fields(info)
+    fields["check"] = "sha256:" + hashlib.sha256(canonical_bytes(fields)).hexdigest()
+    return canonical_bytes(fields)
+
+
+def _parse_record(artifact_id: str, raw: bytes) -> ArtifactInfo:
+    def bad(why: str) -> ArtifactCorrupt:
+        return ArtifactCorrupt(f"artifact {artifact_id}: index record is damaged ({why})")
+
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise bad("not JSON") from None
+    if not isinstance(doc, dict):
+        raise bad("not an object")
+    check = doc.pop("check", None)
+    try:
+        expect = "sha256:" + hashlib.sha256(canonical_bytes(doc)).hexdigest()
+    except NonJsonValue:
+        raise bad("not canonical JSON") from None
+    if check != expect:
+        raise bad("checksum mismatch")
+    if doc.get("v") != FORMAT_VERSION:
+        raise bad(f"unknown version {doc.get('v')!r}")
+    try:
+        info = ArtifactInfo(
+            id=doc["artifact_id"],
+            sha256=doc["sha256"],
+            size=doc["size"],
+            media_type=doc["media_type"],
+            scope=doc["scope"],
+            created_at=doc["created_at"],
+        )
+    except KeyError as exc:
+        raise bad(f"missing field {exc.args[0]!r}") from None
+    if info.id != artifact_id:
+        raise bad("it names another artifact")
+    if not (isinstance(info.sha256, str) and info.sha256.startswith("sha256:") and _HEX_RE.fullmatch(info.sha256[7:])):
+        raise bad("bad digest")
+    if isinstance(info.size, bool) or not isinstance(info.size, int) or info.size < 0:
+        raise bad("bad size")
+    return info
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+__all__ = [
+    "ArtifactStore",
+    "ArtifactRef",
+    "ArtifactInfo",
+    "ArtifactChunk",
+    "DEFAULT_QUOTA_BYTES",
+    "MAX_READ_BYTES",
+    "DEFAULT_MEDIA_TYPE",
+]

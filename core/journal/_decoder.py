@@ -1,0 +1,278 @@
+"""Decoding: stream a journal file, validate every line, locate a torn tail.
+
+Reading is streaming (fixed-size chunks via ``pread``): memory is bounded by
+the longest line, not the file. Anything wrong before the tail raises
+:class:`JournalCorrupt` naming the byte offset and the 1-based line number
+(line 1 is the header). Only two shapes count as a *torn tail*, reported in
+:attr:`ScanResult.torn` rather than raised:
+
+- an unterminated final fragment (no ``\\n`` between its start and EOF);
+- a NUL-filled tail: from the first NUL byte of the failing line to EOF
+  there is nothing but NUL and ``\\n`` bytes (a file system that extended the
+  file but never wrote the block).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ..errors import JournalCorrupt
+from ._encoder import BODY_START, CHK_LEN, CHK_PREFIX, link
+from ._record import FORMAT_NAME, VERSION_V1, VERSION_V2, Header, Record
+
+CHUNK = 1 << 20
+_V2_KEYS = frozenset({"chk", "data", "prev", "seq", "time", "type"})
+_V1_KEYS = frozenset({"data", "seq", "time", "type"})
+_HEX = frozenset("0123456789abcdef")
+
+
+@dataclass
+class TornTail:
+    offset: int
+    length: int
+    reason: str
+
+
+@dataclass
+class ScanResult:
+    header: Header | None = None
+    header_end: int = 0
+    records: int = 0
+    v1_records: int = 0
+    last_seq: int = 0
+    last_link: str = ""
+    good_end: int = 0
+    torn: TornTail | None = None
+    types: dict[str, int] = field(default_factory=dict)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODE = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
+class Decoder:
+    """Validate one journal file, yielding records; ``result`` is filled as it goes."""
+
+    def __init__(self, fd: int, path: str, *, limit: int | None = None, count_types: bool = False) -> None:
+        self.fd = fd
+        self.path = path
+        self.limit = os.fstat(fd).st_size if limit is None else limit
+        self.result = ScanResult()
+        self._count_types = count_types
+        self._seen_v2 = False
+
+    # -- errors ---------------------------------------------------------
+    def _corrupt(self, offset: int, lineno: int, reason: str) -> JournalCorrupt:
+        return JournalCorrupt(
+            f"journal {self.path!r} is corrupt at byte offset {offset} (line {lineno}): {reason}",
+            details={"path": self.path, "offset": offset, "line": lineno, "reason": reason},
+        )
+
+    # -- lines ----------------------------------------------------------
+    def _lines(self) -> Iterator[tuple[int, bytes, bool]]:
+        """(offset, line without newline, terminated) for each line up to ``limit``."""
+        pos = 0
+        buf = b""
+        buf_start = 0
+        while pos < self.limit:
+            chunk = os.pread(self.fd, min(CHUNK, self.limit - pos), pos)
+            if not chunk:
+                break
+            pos += len(chunk)
+            buf = buf + chunk if buf else chunk
+            start = 0
+            while True:
+                nl = buf.find(b"\n", start)
+                if nl < 0:
+                    break
+                yield buf_start + start, buf[start:nl], True
+                start = nl + 1
+            buf_start += start
+            buf = buf[start:]
+        if buf:
+            yield buf_start, buf, False
+
+    def _nul_tail(self, offset: int, line: bytes) -> bool:
+        """Whether the file from the first NUL in ``line`` to EOF is only NUL and newlines."""
+        i = line.find(b"\0")
+        if i < 0:
+            return False
+        pos = offset + i
+        while pos < self.limit:
+            chunk = os.pread(self.fd, min(CHUNK, self.limit - pos), pos)
+            if not chunk:
+                break
+            if chunk.translate(None, b"\0\n"):
+                return False
+            pos += len(chunk)
+        return True
+
+    # -- scan -----------------------------------------------------------
+    def __iter__(self) -> Iterator[Record]:
+        r = self.result
+        lineno = 0
+        for offset, line, terminated in self._lines():
+            lineno += 1
+            if lineno == 1:
+                if not terminated:
+                    raise self._corrupt(offset, 1, "the header line is incomplete (no newline)")
+                rec = self._header(line)
+                if rec is None:
+                    r.header_end = r.good_end = offset + len(line) + 1
+                    r.last_link = link(line)
+                    continue
+                # A headerless v1 file: line 1 is already a record.
+            else:
+                try:
+                    if not terminated:
+                        raise _Torn("unterminated final fragment")
+                    rec = self._record(line, offset, lineno)
+                except _Torn as t:
+                    r.torn = TornTail(offset, self.limit - offset, t.reason)
+                    return
+                except JournalCorrupt:
+                    if self._nul_tail(offset, line):
+                        r.torn = TornTail(offset, self.limit - offset, "NUL-filled tail")
+                        return
+                    raise
+            r.records += 1
+            r.last_seq = rec.seq
+            r.good_end = offset + len(line) + 1
+            if self._count_types:
+                r.types[rec.type] = r.types.get(rec.type, 0) + 1
+            yield rec
+        if lineno == 0:
+            raise self._corrupt(0, 1, "the file is empty (no header line)")
+
+    def _parse(self, line: bytes, offset: int, lineno: int) -> dict[str, Any]:
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self._corrupt(offset, lineno, f"invalid UTF-8 at byte {exc.start} of the line") from None
+        try:
+            obj = _DECODE(text)
+        except ValueError as exc:
+            raise self._corrupt(offset, lineno, f"invalid JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise self._corrupt(offset, lineno, "the line is not a JSON object")
+        return obj
+
+    def _header(self, line: bytes) -> Record | None:
+        obj = self._parse(line, 0, 1)
+        r = self.result
+        if "format" not in obj and "seq" in obj:
+            r.header = Header(version=VERSION_V1, journal_id=None, kind=None, created=None, salt=None)
+            return self._record(line, 0, 1)
+        if obj.get("format") != FORMAT_NAME:
+            raise self._corrupt(0, 1, f"not an {FORMAT_NAME} file (header format is {obj.get('format')!r})")
+        version = obj.get("version")
+        if version not in (VERSION_V1, VERSION_V2) or isinstance(version, bool):
+            raise self._corrupt(0, 1, f"unsupported journal version {version!r} (this software reads 1 and 2)")
+        salt = obj.get("salt")
+        if version == VERSION_V2 and not (isinstance(salt, str) and len(salt) == CHK_LEN and set(salt) <= _HEX):
+            raise self._corrupt(0, 1, "a v2 header needs a 32-hex-digit salt")
+        meta = obj.get("meta", {})
+        if not isinstance(meta, dict):
+            raise self._corrupt(0, 1, "header meta is not an object")
+        r.header = Header(
+            version=version,
+            journal_id=obj.get("journal_id"),
+            kind=obj.get("kind"),
+            created=obj.get("created"),
+            salt=salt if version == VERSION_V2 else None,
+            meta=meta,
+        )
+        return None
+
+    def _record(self, line: bytes, offset: int, lineno: int) -> Record:
+        """Validate one record line. The fast path accepts only a fully valid v2
+        line; anything else goes to :meth:`_record_checked`, which names the fault."""
+        r = self.result
+        if line[:8] == CHK_PREFIX and line[40:42] == b'",':
+            try:
+                obj = _DECODE(line.decode("utf-8"))
+            except ValueError:
+                obj = None
+            if type(obj) is dict and obj.keys() == _V2_KEYS:
+                seq, type_, time_, data, chk, prev = obj["seq"], obj["type"], obj["time"], obj["data"], obj["chk"], obj["prev"]
+                if (
+                    type(seq) is int
+                    and seq == r.last_seq + 1
+                    and prev == r.last_link
+                    and type(type_) is str
+                    and type_
+                    and type(time_) is str
+                    and type(data) is dict
+                    and hashlib.sha256(b"{" + line[BODY_START:]).hexdigest()[:CHK_LEN] == chk
+                ):
+                    self._seen_v2 = True
+                    r.last_link = chk
+                    return Record(seq, type_, time_, data, chk, prev, VERSION_V2, offset, lineno)
+        return self._record_checked(line, offset, lineno)
+
+    def _record_checked(self, line: bytes, offset: int, lineno: int) -> Record:
+        r = self.result
+        obj = self._parse(line, offset, lineno)
+        if "chk" in obj:
+            if set(obj) != _V2_KEYS:
+                raise self._corrupt(offset, lineno, f"a v2 record has fields {sorted(obj)}, expected {sorted(_V2_KEYS)}")
+            if not line.startswith(CHK_PREFIX) or line[BODY_START - 2 : BODY_START] != b'",':
+                raise self._corrupt(offset, lineno, "the record is not in canonical form")
+            chk = obj["chk"]
+            actual = hashlib.sha256(b"{" + line[BODY_START:]).hexdigest()[:CHK_LEN]
+            if actual != chk:
+                raise self._corrupt(offset, lineno, f"checksum mismatch (stored {chk}, computed {actual})")
+            version = VERSION_V2
+        else:
+            if set(obj) != _V1_KEYS:
+                raise self._corrupt(offset, lineno, f"a record has fields {sorted(obj)}, expected {sorted(_V1_KEYS)} (v1) or {sorted(_V2_KEYS)} (v2)")
+            if self._seen_v2:
+                raise self._corrupt(offset, lineno, "a record without checksum (v1) follows a v2 record")
+            if r.header is not None and r.header.version == VERSION_V2:
+                raise self._corrupt(offset, lineno, "a record without checksum (v1) in a v2 journal")
+            version = VERSION_V1
+        seq, type_, time_, data = obj["seq"], obj["type"], obj["time"], obj["data"]
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise self._corrupt(offset, lineno, f"seq is not an integer: {seq!r}")
+        if not isinstance(type_, str) or not type_:
+            raise self._corrupt(offset, lineno, "type is not a non-empty string")
+        if not isinstance(time_, str):
+            raise self._corrupt(offset, lineno, "time is not a string")
+        if not isinstance(data, dict):
+            raise self._corrupt(offset, lineno, "data is not an object")
+        expected = r.last_seq + 1
+        if seq != expected:
+            what = "duplicate or out-of-order" if seq <= r.last_seq else "gap in"
+            raise self._corrupt(offset, lineno, f"{what} seq: found {seq}, expected {expected}")
+        if version == VERSION_V2:
+            if obj["prev"] != r.last_link:
+                raise self._corrupt(offset, lineno, f"broken chain: prev is {obj['prev']!r}, the previous line's link is {r.last_link!r}")
+            self._seen_v2 = True
+            r.last_link = chk
+            return Record(seq, type_, time_, data, chk, obj["prev"], VERSION_V2, offset, lineno)
+        r.v1_records += 1
+        r.last_link = link(line)
+        return Record(seq, type_, time_, data, None, None, VERSION_V1, offset, lineno)
+
+
+class _Torn(Exception):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def scan(fd: int, path: str, *, limit: int | None = None) -> ScanResult:
+    """Validate the whole file without keeping records (constant memory)."""
+    d = Decoder(fd, path, limit=limit)
+    for _ in d:
+        pass
+    return d.result
+
+
+__all__ = ["Decoder", "ScanResult", "TornTail", "scan"]

@@ -1,0 +1,122 @@
+"""ExecutionJournal: the executor's durable sink (``ExecutionJournalSink``).
+
+Record types written (kind ``"execution"`` journal, format in ``_encoder.py``):
+
+- ``"start"``: ``data`` is the :class:`StartRecord` (``v``, ``receipt_id``,
+  ``tool``, ``spec_sha256``, ``params_sha256``, ``started_at``,
+  ``principal``, ``parent_receipt_id``), appended before the handler is
+  entered. If the append fails the executor never enters the handler.
+- ``"receipt"``: ``data`` is the canonical :class:`Receipt`, appended before
+  the result is delivered.
+
+Recovery on open reads evidence only; it never dispatches a tool. A
+``start`` with no ``receipt`` for the same ``receipt_id`` means the process
+ended while the handler may have run: open writes one receipt for it with
+``outcome: "unknown"``, ``certainty: "unknown"``, ``handler_started: true``,
+``recovered: true``, ``error.code: "recovered_unknown"`` and
+``duration_ms: 0`` (the real duration is unknowable). The call is never
+retried. Because that receipt settles the start, a second open finds
+nothing to recover (idempotent). Memory during recovery is proportional to
+the calls in flight at the crash, not to the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+from ..receipts import Receipt, ReceiptError, StartRecord, utc_now
+from .log import JournalLog
+
+KIND = "execution"
+START = "start"
+RECEIPT = "receipt"
+RECOVERED_CODE = "recovered_unknown"
+
+
+def recovered_receipt(start: dict) -> Receipt:
+    """The ``unknown`` receipt recovery writes for a start that never settled."""
+    return Receipt(
+        receipt_id=start["receipt_id"],
+        tool=start["tool"],
+        spec_sha256=start.get("spec_sha256"),
+        params_sha256=start.get("params_sha256"),
+        outcome="unknown",
+        certainty="unknown",
+        handler_started=True,
+        started_at=start["started_at"],
+        finished_at=utc_now(),
+        duration_ms=0.0,
+        error=ReceiptError(
+            code=RECOVERED_CODE,
+            message="the process ended after the handler started and before the call settled; "
+            "whether its effect happened is unknown, and it was not retried",
+        ),
+        principal=start.get("principal"),
+        parent_receipt_id=start.get("parent_receipt_id"),
+        recovered=True,
+    )
+
+
+class ExecutionJournal:
+    """Starts and receipts of executed calls; plug into ``ToolRegistry(journal=...)``."""
+
+    def __init__(self, log: JournalLog) -> None:
+        self.log = log
+        #: Receipts written by recovery during this open (empty if nothing was in flight).
+        self.recovered: list[Receipt] = []
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str]) -> ExecutionJournal:
+        log = await JournalLog.open(path, kind=KIND)
+        self = cls(log)
+        try:
+            await self._recover()
+        except BaseException:
+            await log.close()
+            raise
+        return self
+
+    async def _recover(self) -> None:
+        open_starts: dict[str, dict] = {}
+        for rec in self.log.records():
+            rid = rec.data.get("receipt_id")
+            if rec.type == START and isinstance(rid, str):
+                open_starts[rid] = rec.data
+            elif rec.type == RECEIPT and isinstance(rid, str):
+                open_starts.pop(rid, None)
+        for start in open_starts.values():
+            receipt = recovered_receipt(start)
+            await self.log.append(RECEIPT, receipt.to_dict())
+            self.recovered.append(receipt)
+
+    @property
+    def path(self) -> Path:
+        return self.log.path
+
+    # -- ExecutionJournalSink ---------------------------------------------
+    async def on_start(self, record: StartRecord) -> None:
+        await self.log.append(START, record.to_dict())
+
+    async def on_settled(self, receipt: Receipt) -> None:
+        await self.log.append(RECEIPT, receipt.to_dict())
+
+    # -- reading -------------------------------------------------------------
+    def receipts(self) -> Iterator[Receipt]:
+        """Stream every persisted receipt, in journal order."""
+        for rec in self.log.records():
+            if rec.type == RECEIPT:
+                yield Receipt.model_validate(rec.data)
+
+    async def close(self) -> None:
+        await self.log.close()
+
+    async def __aenter__(self) -> ExecutionJournal:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = ["ExecutionJournal", "recovered_receipt"]

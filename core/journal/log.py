@@ -1,0 +1,359 @@
+"""JournalLog: the one durable append-only log both journals are built on.
+
+The byte format is documented in ``_encoder.py`` (and docs/formats/journal.md).
+This module owns the *life* of a log:
+
+- **open/recover**: create the directory (0700) and file (0600, header via
+  temp file + fsync + rename + directory fsync) if absent; take the writer
+  lock (:class:`JournalLocked` names the holder); validate every line
+  (:class:`JournalCorrupt` names offset and line); cut a torn tail after
+  saving it to ``.broken``; keep a ``.pre-v2`` copy of a v1 file.
+- **append with group commit**: a record gets its ``seq`` and chain link the
+  moment ``append`` is called (event-loop order is log order) and joins the
+  open batch. One flusher task per log writes each batch with one ``write``
+  + one ``fdatasync`` on a dedicated thread, then resolves the batch's
+  future; appends arriving meanwhile form the next batch. So concurrent
+  appenders share an fsync, and each returns only once its own record is
+  durable. A caller cancelled while waiting is not acknowledged, but its
+  record is still written (as any unacknowledged record may be).
+- **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
+  kernel may have dropped the dirty pages, a retry could ack lost data).
+  Every queued and later append raises :class:`JournalFailed` until the
+  journal is closed and reopened, which re-validates what is on disk.
+
+Readers need no lock: :func:`read_records` streams a file any time and stops
+quietly before an unterminated tail (which may be a live writer's write in
+flight). ``append`` needs an asyncio event loop (anyio on asyncio, as the
+project runs); a log is bound to the loop of its first append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import anyio
+import structlog
+
+from ..canonical import check_json
+from ..errors import JournalFailed, NonJsonValue
+from ..receipts import new_id, utc_now
+from ._decoder import Decoder, ScanResult
+from ._encoder import encode_header, encode_record, new_salt
+from ._fsutil import FileOps, create_file_atomically, ensure_private_dir, open_private, refuse_symlink
+from ._lock import JournalLock
+from ._record import CURRENT_VERSION, VERSION_V1, Header, Record
+from ._repair import repair_torn_tail, save_pre_v2
+from .errors import JournalClosed, JournalMismatch
+
+log = structlog.get_logger("openfunctions.journal")
+
+
+class _Batch:
+    """Lines that will share one write + one fsync, and the future their appenders await."""
+
+    __slots__ = ("lines", "size", "last_seq", "waiters")
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.size = 0
+        self.last_seq = 0
+        # One future per appender: cancelling one caller cancels only its own.
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def resolve(self, exc: BaseException | None = None) -> None:
+        for f in self.waiters:
+            if not f.done():
+                if exc is None:
+                    f.set_result(None)
+                else:
+                    f.set_exception(exc)
+
+
+class JournalLog:
+    """An open, locked, recovered journal file. Create with :meth:`open`."""
+
+    def __init__(self) -> None:  # use JournalLog.open
+        self.path: Path
+        self.header: Header
+        self.recovery: ScanResult
+        self.repaired_tail: Path | None = None
+        self.pre_v2_copy: Path | None = None
+        self._fd = -1
+        self._lock: JournalLock
+        self._ops: FileOps
+        self._next_seq = 1
+        self._durable_seq = 0
+        self._next_line = 2
+        self._link = ""
+        self._enqueued_size = 0
+        self._durable_size = 0
+        self._batch: _Batch | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._closing = False
+        self._failed: BaseException | None = None
+        self._closed = False
+
+    # -- open / recover ---------------------------------------------------
+    @classmethod
+    async def open(
+        cls, path: str | os.PathLike[str], *, kind: str | None = None, meta: dict[str, Any] | None = None,
+        _ops: FileOps | None = None,
+    ) -> JournalLog:
+        """Open (creating if absent), lock and recover the journal at ``path``.
+
+        ``kind`` (``"execution"``, ``"attempt"``, …) is written into a new
+        header and must match an existing one (:class:`JournalMismatch`);
+        ``None`` accepts any. ``meta`` goes into a new header only.
+        Raises JournalLocked, JournalCorrupt, JournalUnsafe.
+        """
+        return await anyio.to_thread.run_sync(lambda: cls.open_sync(path, kind=kind, meta=meta, _ops=_ops))
+
+    @classmethod
+    def open_sync(
+        cls, path: str | os.PathLike[str], *, kind: str | None = None, meta: dict[str, Any] | None = None,
+        _ops: FileOps | None = None,
+    ) -> JournalLog:
+        """Blocking :meth:`open` (recovery reads the whole file; call it off the event loop)."""
+        self = cls()
+        self.path = Path(os.path.abspath(path))
+        self._ops = _ops or FileOps()
+        ensure_private_dir(self.path.parent)
+        refuse_symlink(self.path)
+        self._lock = JournalLock(self.path)
+        self._lock.acquire()
+        try:
+            self._recover(kind, meta)
+        except BaseException:
+            if self._fd >= 0:
+                os.close(self._fd)
+            self._lock.release()
+            raise
+        return self
+
+    def _recover(self, kind: str | None, meta: dict[str, Any] | None) -> None:
+        if not os.path.lexists(self.path):
+            if meta is not None:
+                check_json(meta)
+            header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_now(), new_salt(), dict(meta or {}))
+            create_file_atomically(self.path, encode_header(header))
+        self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
+        result = _scan(self._fd, str(self.path))
+        assert result.header is not None
+        self.header = result.header
+        if kind is not None and self.header.kind is not None and self.header.kind != kind:
+            raise JournalMismatch(
+                f"journal {str(self.path)!r} holds {self.header.kind!r} records, not {kind!r}",
+                details={"path": str(self.path), "kind": self.header.kind, "wanted": kind},
+            )
+        if result.torn is not None:
+            self.repaired_tail = repair_torn_tail(self._fd, self.path, result.torn)
+        if self.header.version == VERSION_V1 and result.records == result.v1_records and result.good_end > 0:
+            # No v2 record yet: this open may write the first one.
+            self.pre_v2_copy = save_pre_v2(self._fd, self.path, result.good_end)
+        self.recovery = result
+        self._next_seq = result.last_seq + 1
+        self._durable_seq = result.last_seq
+        headerless = self.header.journal_id is None and result.header_end == 0
+        self._next_line = result.last_seq + (1 if headerless else 2)
+        self._link = result.last_link
+        self._enqueued_size = self._durable_size = result.good_end
+
+    # -- properties --------------------------------------------------------
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last durable (acknowledged or recovered) record."""
+        return self._durable_seq
+
+    @property
+    def journal_id(self) -> str | None:
+        return self.header.journal_id
+
+    @property
+    def failed(self) -> bool:
+        return self._failed is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def size(self) -> int:
+        """Bytes on disk that are durable."""
+        return self._durable_size
+
+    # -- append ------------------------------------------------------------
+    async def append(self, type: str, data: dict[str, Any]) -> Record:
+        """Append one record; returns it once it is written and fsynced.
+
+        Raises JournalFailed (this or an earlier write/fsync failed),
+        JournalClosed, NonJsonValue (``data`` has no JSON form; no seq is
+        consumed). If the caller is cancelled while waiting, the record is
+        still written; it is just not acknowledged to that caller.
+        """
+        self._check_writable()
+        if not isinstance(type, str) or not type:
+            raise ValueError("journal record type must be a non-empty string")
+        if not isinstance(data, dict):
+            raise NonJsonValue(f"journal record data must be a JSON object, got {data.__class__.__name__}")
+        time = utc_now()
+        seq = self._next_seq
+        line, chk = encode_record(seq, type, time, data, self._link)
+        rec = Record(seq, type, time, data, chk, self._link, CURRENT_VERSION, self._enqueued_size, self._next_line)
+        self._next_seq += 1
+        self._next_line += 1
+        self._link = chk
+        self._enqueued_size += len(line)
+        loop = asyncio.get_running_loop()
+        batch = self._batch
+        if batch is None:
+            self._start_flusher(loop)
+            batch = self._batch = _Batch()
+            self._wakeup.set()  # type: ignore[union-attr]
+        batch.lines.append(line)
+        batch.size += len(line)
+        batch.last_seq = seq
+        waiter = loop.create_future()
+        batch.waiters.append(waiter)
+        await waiter
+        return rec
+
+    def _check_writable(self) -> None:
+        if self._closed or self._closing:
+            raise JournalClosed(f"journal {str(self.path)!r} is closed", details={"path": str(self.path)})
+        if self._failed is not None:
+            raise self._failed_error()
+
+    def _failed_error(self) -> JournalFailed:
+        return JournalFailed(
+            f"journal {str(self.path)!r} refuses writes after a failed write/fsync ({self._failed}); "
+            "close and reopen it to recover",
+            details={"path": str(self.path), "cause": str(self._failed)},
+        )
+
+    def _start_flusher(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._wakeup = asyncio.Event()
+            self._flusher = loop.create_task(self._flush_loop(), name=f"journal-flush:{self.path.name}")
+        elif self._flusher.get_loop() is not loop:
+            raise RuntimeError("a JournalLog is bound to the event loop of its first append")
+
+    async def _flush_loop(self) -> None:
+        """The group-commit writer: one write + one fsync per batch, batches in seq order."""
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-fsync")
+        while True:
+            if self._batch is None:
+                if self._closing:
+                    return
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                continue
+            await asyncio.sleep(0)  # appenders already runnable join this batch
+            batch, self._batch = self._batch, None
+            try:
+                await asyncio.shield(loop.run_in_executor(self._executor, self._write_durably, b"".join(batch.lines)))
+            except BaseException as exc:
+                self._poison(exc if isinstance(exc, Exception) else OSError(f"flush interrupted: {exc!r}"), batch)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            self._durable_size += batch.size
+            self._durable_seq = batch.last_seq
+            batch.resolve()
+
+    def _poison(self, exc: Exception, batch: _Batch) -> None:
+        self._failed = exc
+        log.error("journal_failed", path=str(self.path), error=str(exc))
+        err = self._failed_error()
+        for b in (batch, self._batch):
+            if b is not None:
+                b.resolve(err)
+        self._batch = None
+
+    def _write_durably(self, data: bytes) -> None:
+        self._ops.write_all(self._fd, data)
+        self._ops.sync(self._fd)
+
+    # -- read --------------------------------------------------------------
+    def records(self, *, after_seq: int = 0) -> Iterator[Record]:
+        """Stream the durable records (validated again), optionally those after ``after_seq``."""
+        fd = open_private(self.path, os.O_RDONLY)
+        try:
+            for rec in Decoder(fd, str(self.path), limit=self._durable_size):
+                if rec.seq > after_seq:
+                    yield rec
+        finally:
+            os.close(fd)
+
+    # -- close -------------------------------------------------------------
+    async def close(self) -> None:
+        """Wait for queued appends to become durable, then release the file and the lock."""
+        if self._closed:
+            return
+        self._closing = True
+        flusher = self._flusher
+        if flusher is not None and not flusher.done():
+            assert self._wakeup is not None
+            self._wakeup.set()
+            try:
+                await asyncio.shield(flusher)
+            except Exception:
+                pass  # already recorded as the log's failure
+        self._close_now()
+
+    def _close_now(self) -> None:
+        """Release everything at once (also what a crash looks like to the file)."""
+        self._closed = True
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._lock.release()
+
+    async def __aenter__(self) -> JournalLog:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<JournalLog {str(self.path)!r} last_seq={self.last_seq}{' FAILED' if self.failed else ''}>"
+
+
+def _scan(fd: int, path: str) -> ScanResult:
+    d = Decoder(fd, path)
+    for _ in d:
+        pass
+    return d.result
+
+
+def read_records(path: str | os.PathLike[str]) -> Iterator[Record]:
+    """Stream validated records without taking the lock (for inspection).
+
+    Raises JournalCorrupt for interior damage and JournalUnsafe for an
+    unsafe path; stops before an unterminated or NUL-filled tail, which may
+    be a live writer's write in flight. Next to a live writer it may also
+    yield complete records whose fsync has not finished (not yet
+    acknowledged to their appender).
+    """
+    p = Path(os.path.abspath(path))
+    fd = open_private(p, os.O_RDONLY)
+    try:
+        yield from Decoder(fd, str(p))
+    finally:
+        os.close(fd)
+
+
+__all__ = ["JournalLog", "read_records"]

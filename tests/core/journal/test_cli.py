@@ -1,0 +1,108 @@
+"""journal inspect / verify / tail, through add_commands on a throwaway parser and via python -m."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import anyio
+import pytest
+
+from openfunctions.core.journal import JournalLog
+from openfunctions.core.journal.cli import add_commands
+
+from ._proc import kill9, readline, spawn
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="openfunctions-mcp")
+    add_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(list(argv))
+    rc = args.func(args)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def journal(tmp_path):
+    p = tmp_path / "exec.jsonl"
+
+    async def make():
+        log = await JournalLog.open(p, kind="execution")
+        for i in range(6):
+            await log.append("start" if i % 2 == 0 else "receipt", {"i": i})
+        await log.close()
+
+    anyio.run(make)
+    return p
+
+
+def test_inspect_text_and_json(journal, capsys):
+    rc, out, _ = run(capsys, "journal", "inspect", str(journal))
+    assert rc == 0
+    assert "records   6 (last seq 6)" in out and "kind execution" in out and "torn tail none" in out
+    rc, out, _ = run(capsys, "journal", "inspect", "--json", str(journal))
+    info = json.loads(out)
+    assert rc == 0 and info["ok"] and info["last_seq"] == 6
+    assert info["types"] == {"receipt": 3, "start": 3}
+    assert info["torn_tail"] is None and info["owner"] == {"locked": False, "pid": None}
+
+
+def test_inspect_reports_torn_tail_and_live_owner(journal, capsys):
+    with open(journal, "ab") as f:
+        f.write(b'{"chk":"1')
+    holder = spawn("holder", journal)  # repairs the tail on open, then holds the lock
+    try:
+        assert readline(holder) == "locked"
+        rc, out, _ = run(capsys, "journal", "inspect", "--json", str(journal))
+        info = json.loads(out)
+        assert info["owner"] == {"locked": True, "pid": holder.pid}
+        assert info["torn_tail"] is None and info["broken_copies"] == ["exec.jsonl.broken"]
+    finally:
+        kill9(holder)
+    with open(journal, "ab") as f:
+        f.write(b'{"chk":"1')
+    rc, out, _ = run(capsys, "journal", "verify", str(journal))
+    assert rc == 0 and "torn tail of 9 bytes" in out
+
+
+def test_verify_corrupt_exits_nonzero_with_reason(journal, capsys):
+    data = journal.read_bytes().replace(b'"i":3', b'"i":4')
+    journal.write_bytes(data)
+    rc, out, err = run(capsys, "journal", "verify", str(journal))
+    assert rc == 1 and "checksum mismatch" in err and "line 5" in err and "offset" in err
+    rc, out, _ = run(capsys, "journal", "verify", "--json", str(journal))
+    doc = json.loads(out)
+    assert rc == 1 and doc["ok"] is False and doc["error"]["code"] == "journal_corrupt"
+    assert doc["error"]["details"]["line"] == 5
+
+
+def test_verify_unreadable_paths(tmp_path, journal, capsys):
+    rc, _, err = run(capsys, "journal", "verify", str(tmp_path / "missing.jsonl"))
+    assert rc == 2 and "No such file" in err
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(journal)
+    rc, _, err = run(capsys, "journal", "verify", str(link))
+    assert rc == 2 and "symlink" in err
+
+
+def test_tail(journal, capsys):
+    rc, out, _ = run(capsys, "journal", "tail", "-n", "2", str(journal))
+    assert rc == 0
+    lines = out.strip().split("\n")
+    assert [ln.split("\t")[0] for ln in lines] == ["5", "6"]
+    assert lines[1].split("\t")[2:] == ["receipt", '{"i":5}']
+    rc, out, _ = run(capsys, "journal", "tail", "--json", "-n", "3", str(journal))
+    assert [r["seq"] for r in json.loads(out)["records"]] == [4, 5, 6]
+    rc, out, _ = run(capsys, "journal", "tail", "-n", "0", str(journal))
+    assert rc == 0 and out == ""
+
+
+def test_python_dash_m(journal):
+    cp = subprocess.run(
+        [sys.executable, "-m", "openfunctions.core.journal.cli", "verify", "--json", str(journal)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert cp.returncode == 0 and json.loads(cp.stdout)["last_seq"] == 6

@@ -1,0 +1,101 @@
+"""ExecutionJournal: the executor's sink, and recovery of calls killed mid-flight."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from openfunctions.core import ToolError, ToolRegistry, define_tool
+from openfunctions.core.journal import ExecutionJournal, read_records
+
+from ._proc import kill9, readline, spawn
+
+pytestmark = pytest.mark.anyio
+
+
+def _tool(handler, name="t"):
+    return define_tool(name=name, description="d", input_schema={"type": "object"}, handler=handler)
+
+
+async def test_start_before_handler_and_receipt_on_settle(tmp_path):
+    p = tmp_path / "exec.jsonl"
+    j = await ExecutionJournal.open(p)
+    seen_in_handler: list[list[str]] = []
+
+    async def h(params, ctx):
+        seen_in_handler.append([r.type for r in read_records(p)])
+        return {"ok": True}
+
+    async def bad(params, ctx):
+        raise ToolError("nope", effect_happened=False)
+
+    reg = ToolRegistry([_tool(h), _tool(bad, "bad")], journal=j)
+    d1 = await reg.execute_detailed("t", {})
+    d2 = await reg.execute_detailed("bad", {})
+    assert seen_in_handler == [["start"]]
+    recs = list(read_records(p))
+    assert [r.type for r in recs] == ["start", "receipt", "start", "receipt"]
+    assert recs[1].data == d1.receipt.to_dict()
+    assert recs[3].data["outcome"] == d2.receipt.outcome == "failed"
+    assert [r.receipt_id for r in j.receipts()] == [d1.receipt.receipt_id, d2.receipt.receipt_id]
+    assert j.recovered == []
+    await j.close()
+    j = await ExecutionJournal.open(p)
+    assert j.recovered == []
+    await j.close()
+
+
+async def test_unsettled_start_is_recovered_once(tmp_path):
+    p = tmp_path / "exec.jsonl"
+    j = await ExecutionJournal.open(p)
+    entered = anyio.Event()
+
+    async def hang(params, ctx):
+        entered.set()
+        await anyio.sleep_forever()
+
+    reg = ToolRegistry([_tool(hang)], journal=j)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reg.execute_detailed, "t", {"a": 1})
+        await entered.wait()
+        # Simulate the process dying: drop the journal without settling.
+        j.log._close_now()
+        tg.cancel_scope.cancel()
+
+    j = await ExecutionJournal.open(p)
+    assert len(j.recovered) == 1
+    r = j.recovered[0]
+    assert (r.outcome, r.certainty, r.recovered, r.handler_started) == ("unknown", "unknown", True, True)
+    assert r.error is not None and r.error.code == "recovered_unknown"
+    await j.close()
+    j = await ExecutionJournal.open(p)
+    assert j.recovered == []
+    assert sum(1 for rec in read_records(p) if rec.data.get("recovered")) == 1
+    await j.close()
+
+
+@pytest.mark.slow
+def test_handler_process_killed_mid_call_leaves_unknown_receipt(tmp_path):
+    p = tmp_path / "exec.jsonl"
+    proc = spawn("exec", p)
+    line = readline(proc)
+    assert line.startswith("started ")
+    rid = line.split()[1]
+    kill9(proc)
+
+    async def recover():
+        j = await ExecutionJournal.open(p)
+        rec = list(j.recovered)
+        await j.close()
+        j2 = await ExecutionJournal.open(p)
+        again = list(j2.recovered)
+        receipts = list(j2.receipts())
+        await j2.close()
+        return rec, again, receipts
+
+    rec, again, receipts = anyio.run(recover)
+    assert [r.receipt_id for r in rec] == [rid]
+    assert rec[0].tool == "charge_card"
+    assert (rec[0].outcome, rec[0].certainty, rec[0].recovered) == ("unknown", "unknown", True)
+    assert again == []
+    assert [r.receipt_id for r in receipts] == [rid]

@@ -1,0 +1,227 @@
+"""JournalLog basics: create, append (group commit), reopen, records, lock, repair."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+
+import anyio
+import pytest
+
+from openfunctions.core.errors import NonJsonValue
+from openfunctions.core.journal import (
+    JournalClosed,
+    JournalLocked,
+    JournalLog,
+    JournalMismatch,
+    WorkAttemptJournal,
+    attempt_journal_path,
+    read_records,
+)
+from openfunctions.core.journal._fsutil import FileOps
+
+from .._helpers import until
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_create_append_reopen(tmp_path):
+    p = tmp_path / "sub" / "j.jsonl"
+    log = await JournalLog.open(p, kind="log")
+    assert log.last_seq == 0
+    r1 = await log.append("a", {"x": 1})
+    r2 = await log.append("b", {"y": "ü"})
+    assert (r1.seq, r2.seq) == (1, 2)
+    assert r2.prev == r1.checksum
+    assert log.last_seq == 2
+    await log.close()
+    assert stat.S_IMODE(os.stat(p.parent).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+
+    log = await JournalLog.open(p)
+    assert log.last_seq == 2
+    assert [(r.seq, r.type, r.data) for r in log.records()] == [(1, "a", {"x": 1}), (2, "b", {"y": "ü"})]
+    r3 = await log.append("c", {})
+    assert r3.seq == 3 and r3.prev == r2.checksum
+    await log.close()
+    assert [r.seq for r in read_records(p)] == [1, 2, 3]
+    lines = p.read_bytes().split(b"\n")
+    assert json.loads(lines[0])["format"] == "openfunctions.journal"
+    assert lines[-1] == b""
+
+
+async def test_concurrent_appends_are_ordered_and_share_fsyncs(tmp_path):
+    class CountingOps(FileOps):
+        syncs = 0
+
+        def sync(self, fd):
+            CountingOps.syncs += 1
+            super().sync(fd)
+
+    log = await JournalLog.open(tmp_path / "j.jsonl", _ops=CountingOps())
+    got: list[int] = []
+
+    async def one(i: int) -> None:
+        rec = await log.append("t", {"i": i})
+        assert rec.data == {"i": i}
+        got.append(rec.seq)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(200):
+            tg.start_soon(one, i)
+    assert sorted(got) == list(range(1, 201))
+    # Appends started in one loop tick share batches: far fewer fsyncs than records.
+    assert CountingOps.syncs < 200
+    recs = list(log.records())
+    assert [r.seq for r in recs] == list(range(1, 201))
+    # seq order is call order: task i was started i-th.
+    assert [r.data["i"] for r in recs] == list(range(200))
+    await log.close()
+
+
+async def test_append_returns_only_after_sync(tmp_path):
+    synced_lines: list[int] = []
+
+    class RecordingOps(FileOps):
+        def sync(self, fd):
+            super().sync(fd)
+            synced_lines.append(os.fstat(fd).st_size)
+
+    log = await JournalLog.open(tmp_path / "j.jsonl", _ops=RecordingOps())
+    rec = await log.append("t", {"k": "v"})
+    assert synced_lines and synced_lines[-1] >= rec.offset + 1
+    assert log.size == synced_lines[-1]
+    await log.close()
+
+
+async def test_bad_data_is_refused_without_consuming_a_seq(tmp_path):
+    log = await JournalLog.open(tmp_path / "j.jsonl")
+    with pytest.raises(NonJsonValue):
+        await log.append("t", {"x": float("nan")})
+    with pytest.raises(NonJsonValue):
+        await log.append("t", [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await log.append("", {})
+    assert (await log.append("t", {})).seq == 1
+    await log.close()
+    with pytest.raises(JournalClosed):
+        await log.append("t", {})
+
+
+async def test_second_open_in_process_is_locked_then_free_after_close(tmp_path):
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p)
+    with pytest.raises(JournalLocked) as ei:
+        await JournalLog.open(p)
+    assert ei.value.details["pid"] == os.getpid()
+    await log.close()
+    log2 = await JournalLog.open(p)
+    await log2.close()
+
+
+async def test_torn_tail_is_saved_and_cut(tmp_path):
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p)
+    await log.append("t", {"i": 1})
+    await log.close()
+    good = p.read_bytes()
+    with open(p, "ab") as f:
+        f.write(b'{"chk":"0123')
+    log = await JournalLog.open(p)
+    assert log.repaired_tail is not None
+    assert log.repaired_tail.read_bytes() == b'{"chk":"0123'
+    assert p.read_bytes() == good
+    assert (await log.append("t", {"i": 2})).seq == 2
+    await log.close()
+
+
+async def test_kind_mismatch(tmp_path):
+    p = tmp_path / "j.jsonl"
+    await (await JournalLog.open(p, kind="execution")).close()
+    with pytest.raises(JournalMismatch):
+        await JournalLog.open(p, kind="attempt")
+
+
+async def test_work_attempt_journal(tmp_path):
+    p = attempt_journal_path(tmp_path / "attempts", "att/../../etc")
+    assert p.parent == tmp_path / "attempts" and ".." not in p.name
+    j = await WorkAttemptJournal.open(p, attempt_id="att/../../etc")
+    assert j.attempt_id == "att/../../etc"
+    await j.append("step_started", {"step": 1})
+    await j.append("step_settled", {"step": 1, "outcome": "succeeded"})
+    assert j.last_seq == 2
+    await j.close()
+    async with await WorkAttemptJournal.open(p, attempt_id="att/../../etc") as j:
+        assert [r.type for r in j.records()] == ["step_started", "step_settled"]
+        assert [r.seq for r in j.records(after_seq=1)] == [2]
+    with pytest.raises(JournalMismatch):
+        await WorkAttemptJournal.open(p, attempt_id="other")
+    # The refused open released its lock.
+    await (await WorkAttemptJournal.open(p)).close()
+
+
+def test_encoded_record_is_canonical_json():
+    from openfunctions.core.canonical import canonical_json
+    from openfunctions.core.journal._encoder import encode_record
+
+    for data, type_ in [({"b": 1, "a": [1.5, None, "é\u2028"]}, "t"), ({}, 'q"uo\\te\n'), ({"z": {"y": True}}, "ü")]:
+        line, chk = encode_record(7, type_, "2026-01-01T00:00:00.000000Z", data, "p" * 32)
+        full = {"chk": chk, "data": data, "prev": "p" * 32, "seq": 7, "time": "2026-01-01T00:00:00.000000Z", "type": type_}
+        assert line == canonical_json(full).encode("utf-8") + b"\n"
+
+
+async def test_cancelled_appender_does_not_disturb_its_batch(tmp_path):
+    victim_returned = anyio.Event()
+    release = threading.Event()
+
+    class GatedOps(FileOps):
+        def sync(self, fd):
+            gate_entered_flag.append(1)
+            release.wait(30)
+            super().sync(fd)
+
+    gate_entered_flag: list[int] = []
+    log = await JournalLog.open(tmp_path / "j.jsonl", _ops=GatedOps())
+    results: dict[int, int] = {}
+
+    async def one(i: int) -> None:
+        results[i] = (await log.append("t", {"i": i})).seq
+
+    victim_scope = anyio.CancelScope()
+
+    async def victim() -> None:
+        with victim_scope:
+            await log.append("t", {"i": "victim"})
+        victim_returned.set()
+
+    async with anyio.create_task_group() as tg:
+
+        tg.start_soon(one, 0)
+        tg.start_soon(victim)
+        tg.start_soon(one, 1)
+        await until(lambda: bool(gate_entered_flag))  # the batch is in its fsync
+        victim_scope.cancel()
+        await victim_returned.wait()  # the victim returned (cancelled) while the fsync still runs
+        release.set()
+    assert results == {0: 1, 1: 3}
+    await log.close()
+    # The cancelled caller got no ack, but its queued record was written in order.
+    assert [r.data["i"] for r in read_records(tmp_path / "j.jsonl")] == [0, "victim", 1]
+
+
+async def test_close_waits_for_queued_appends(tmp_path):
+    log = await JournalLog.open(tmp_path / "j.jsonl")
+    acked: list[int] = []
+
+    async def one(i):
+        acked.append((await log.append("t", {"i": i})).seq)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(one, i)
+        await anyio.sleep(0)  # all ten are queued
+        await log.close()
+    assert sorted(acked) == list(range(1, 11))
+    assert len(list(read_records(tmp_path / "j.jsonl"))) == 10
