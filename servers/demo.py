@@ -26,20 +26,20 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _server_params(profile: str, data_dir: Path) -> Any:
+def _server_params(profile: str, data_dir: Path, catalog: str | None) -> Any:
     from mcp.client.stdio import StdioServerParameters
 
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "openfunctions.servers", "serve", "--profile", profile, "--data-dir", str(data_dir)],
-    )
+    args = ["-m", "openfunctions.servers", "serve", "--profile", profile, "--data-dir", str(data_dir)]
+    if catalog:
+        args += ["--catalog", str(catalog)]
+    return StdioServerParameters(command=sys.executable, args=args)
 
 
-async def _session(profile: str, data_dir: Path) -> int:
+async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> int:
     from mcp import Client
 
     _say(f"$ openfunctions-mcp serve --profile {profile} --data-dir {data_dir}   (started as a subprocess, stdio)")
-    async with Client(_server_params(profile, data_dir), read_timeout_seconds=60) as client:
+    async with Client(_server_params(profile, data_dir, catalog), read_timeout_seconds=60) as client:
         info = client.server_info
         _say(f"connected: {info.name if info else '?'} {info.version if info else ''}, protocol {client.protocol_version}")
         tools = (await client.list_tools()).tools
@@ -80,11 +80,11 @@ async def _session(profile: str, data_dir: Path) -> int:
     return 0
 
 
-def run_demo(*, profile: str = "tools", data_dir: Path | None = None) -> int:
+def run_demo(*, profile: str = "tools", data_dir: Path | None = None, catalog: str | None = None) -> int:
     if data_dir is not None:
-        return anyio.run(_session, profile, Path(data_dir))
+        return anyio.run(_session, profile, Path(data_dir), catalog)
     with tempfile.TemporaryDirectory(prefix="openfunctions-demo-") as tmp:
-        return anyio.run(_session, profile, Path(tmp))
+        return anyio.run(_session, profile, Path(tmp), catalog)
 
 
 __all__ = ["run_demo"]
