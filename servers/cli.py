@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start a server subprocess and drive a short session against it",
                           description="Start `openfunctions-mcp serve` as a subprocess and show, with the MCP "
                                       "SDK client, what an agent sees: the tools, a call, its receipt.")
-    demo.add_argument("--profile", default="tools", help="profile to demo (default: %(default)s)")
+    demo.add_argument("--profile", default="all", help="profile to demo (default: %(default)s: tools, artifacts, "
+                                                        "and a work attempt from preview to complete)")
     demo.add_argument("--data-dir", type=Path, metavar="DIR",
                       help="data dir for the demo server (default: a fresh temporary dir)")
     demo.add_argument("--catalog", metavar="PATH", help="work catalog, passed to the server (work/all profiles)")

@@ -187,3 +187,7 @@ def test_demo_runs_a_real_session(tmp_path):
     assert "structuredContent:" in out and "receipt_id" in out and "rcpt_" in out
     assert "outcome        succeeded" in out
     assert "isError: True" in out
+    # the work walkthrough, through the of_work_* tools of the default 'all' profile
+    for tool in ("of_work_preview", "of_work_start", "of_work_run_step", "of_work_verify", "of_work_complete"):
+        assert tool in out
+    assert '"state": "completed"' in out and "walkthrough stopped" not in out
