@@ -20,6 +20,7 @@ get ``shutdown_grace`` seconds), then close the journal.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import os
 import signal
@@ -33,6 +34,7 @@ import structlog
 import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 
+from ._constants import PRINCIPAL_SCOPE_KEY
 from .errors import AuthConfigError
 from .server import OpenFunctionsServer
 
@@ -40,7 +42,6 @@ log = structlog.get_logger("openfunctions.servers.http")
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-PRINCIPAL_SCOPE_KEY = "openfunctions.principal"
 
 
 def read_auth_token(*, env: str | None = None, file: str | Path | None = None) -> str | None:
@@ -89,8 +90,6 @@ class BearerAuth:
                 break
         # compare_digest over equal-length inputs is constant time; hash first
         # so the comparison does not leak the token's length either.
-        import hashlib
-
         ok = hmac.compare_digest(hashlib.sha256(supplied).digest(), hashlib.sha256(self._token).digest()) and bool(supplied)
         if not ok:
             body = b'{"error":"invalid_token","error_description":"missing or invalid bearer token"}'

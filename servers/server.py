@@ -48,12 +48,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
 
-from openfunctions.core import InvalidParams, ToolExecutionContext, ToolRegistry
+from openfunctions.core import InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
 from openfunctions.core.sink import FanoutSink
 
 log = structlog.get_logger("openfunctions.servers")
 
-from ._constants import RECEIPT_META_KEY  # the ``_meta`` key of a tools/call result carrying the receipt
+from ._constants import PRINCIPAL_SCOPE_KEY, RECEIPT_META_KEY
 
 REQUEST_CONTEXT_KEY = "mcp.request_context"
 """``ToolExecutionContext.metadata`` key holding the SDK's ``ServerRequestContext``."""
@@ -325,8 +325,8 @@ class OpenFunctionsServer:
     def _principal_for(self, ctx: Any) -> str | None:
         request = getattr(ctx, "request", None)
         scope = getattr(request, "scope", None)
-        if isinstance(scope, dict) and scope.get("openfunctions.principal"):
-            return scope["openfunctions.principal"]
+        if isinstance(scope, dict) and scope.get(PRINCIPAL_SCOPE_KEY):
+            return scope[PRINCIPAL_SCOPE_KEY]
         return self.principal
 
     def _execution_context(self, ctx: Any) -> ToolExecutionContext:
@@ -345,8 +345,6 @@ class OpenFunctionsServer:
         name = params.name
         if name not in self.registry:
             # Let the registry phrase it (with "did you mean" candidates).
-            from openfunctions.core import ToolNotFound
-
             try:
                 self.registry.get(name)
             except ToolNotFound as exc:
