@@ -199,3 +199,23 @@ def test_sigterm_drains_in_flight_calls(http_server, tmp_path):
     assert reply["structuredContent"] == {"finished": True}
     assert not (markers / "cancelled").exists()
     assert reply["_meta"][RECEIPT_META_KEY]["receipt_id"] in journaled_receipts(tmp_path / "data")
+
+
+def test_allowed_host_widens_the_rebinding_check_to_named_hosts_only(http_server):
+    url, _ = http_server("--stateless", "--allowed-host", "mcp.example.test:*", "--allowed-origin", "https://app.example.test")
+    port = url.split(":")[2].split("/")[0]
+    named = post(url, rpc("tools/list"), method="tools/list",
+                 headers={"Host": f"mcp.example.test:{port}", "Origin": "https://app.example.test"})
+    assert named.status_code == 200
+    other = post(url, rpc("tools/list"), method="tools/list", headers={"Host": f"other.example.test:{port}"})
+    assert other.status_code in (403, 421)
+
+
+def test_a_body_that_is_json_but_not_jsonrpc_is_rejected_clearly(http_server):
+    url, _ = http_server("--stateless")
+    resp = post(url, {"jsonrpc": "1.0", "id": 1, "method": "tools/list"}, method="tools/list")
+    assert resp.status_code == 400
+    body = parse_body(resp)
+    assert body["error"]["code"] in (-32600, -32602, -32700)
+    ok = post(url, rpc("tools/list"), method="tools/list")
+    assert ok.status_code == 200
