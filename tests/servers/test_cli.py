@@ -191,3 +191,33 @@ def test_demo_runs_a_real_session(tmp_path):
     for tool in ("of_work_preview", "of_work_start", "of_work_run_step", "of_work_verify", "of_work_complete"):
         assert tool in out
     assert '"state": "completed"' in out and "walkthrough stopped" not in out
+
+
+@pytest.mark.slow
+def test_bare_command_serves_tools_over_stdio_in_the_per_user_data_dir(tmp_path):
+    """What an MCP host runs: no arguments at all. HOME points at a scratch dir to see where data lands."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = server_env(HOME=str(home))
+    for var in ("XDG_DATA_HOME", "OPENFUNCTIONS_MCP_DATA_DIR"):
+        env.pop(var, None)
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "of_now", "arguments": {}}},
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "openfunctions.servers"],
+        input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    replies = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}
+    assert replies[1]["result"]["serverInfo"]["name"] == "openfunctions-mcp-tools"
+    receipt = replies[2]["result"]["_meta"]["dev.openfunctions/receipt"]
+    data_dir = home / ".local" / "share" / "openfunctions-mcp"
+    assert (data_dir / "journal" / "tools.journal").exists()
+    assert (data_dir.stat().st_mode & 0o777) == 0o700
+    from .conftest import journaled_receipts
+
+    assert receipt["receipt_id"] in journaled_receipts(data_dir)
