@@ -87,15 +87,13 @@ class Decoder:
                 break
             pos += len(chunk)
             buf = buf + chunk if buf else chunk
-            start = 0
-            while True:
-                nl = buf.find(b"\n", start)
-                if nl < 0:
-                    break
-                yield buf_start + start, buf[start:nl], True
-                start = nl + 1
-            buf_start += start
-            buf = buf[start:]
+            parts = buf.split(b"\n")
+            buf = parts.pop()  # the unterminated remainder (maybe empty)
+            off = buf_start
+            for line in parts:
+                yield off, line, True
+                off += len(line) + 1
+            buf_start = off
         if buf:
             yield buf_start, buf, False
 
