@@ -54,7 +54,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_DECODE = json.JSONDecoder(parse_constant=_reject_constant).decode
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODE = _DECODER.decode
+_SCAN = _DECODER.scan_once
 
 
 class Decoder:
@@ -194,9 +196,14 @@ class Decoder:
         line; anything else goes to :meth:`_record_checked`, which names the fault."""
         r = self.result
         if line[:8] == CHK_PREFIX and line[40:42] == b'",':
+            # The C scanner without JSONDecoder.decode's Python wrapper; a
+            # trailing byte after the object sends the line to the slow path.
             try:
-                obj = _DECODE(line.decode("utf-8"))
-            except ValueError:
+                text = line.decode("utf-8")
+                obj, end = _SCAN(text, 0)
+                if end != len(text):
+                    obj = None
+            except (ValueError, StopIteration):
                 obj = None
             if type(obj) is dict and obj.keys() == _V2_KEYS:
                 seq, type_, time_, data, chk, prev = obj["seq"], obj["type"], obj["time"], obj["data"], obj["chk"], obj["prev"]
