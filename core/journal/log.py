@@ -327,6 +327,17 @@ class JournalLog:
             self._fd = -1
         self._lock.release()
 
+    def __del__(self) -> None:
+        # Safety net for a log dropped without close(): free the fd and the
+        # flock so this process can reopen it. Queued appends are not awaited.
+        if not getattr(self, "_closed", True) and getattr(self, "_fd", -1) >= 0:
+            try:
+                os.close(self._fd)
+                self._fd = -1
+                self._lock.release()
+            except Exception:
+                pass
+
     async def __aenter__(self) -> JournalLog:
         return self
 
