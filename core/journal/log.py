@@ -135,9 +135,7 @@ class JournalLog:
         try:
             self._recover(kind, meta, on_record)
         except BaseException:
-            if self._fd >= 0:
-                os.close(self._fd)
-            self._lock.release()
+            self._close_now()
             raise
         return self
 
