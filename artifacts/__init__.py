@@ -20,6 +20,7 @@ from .store import (
     ArtifactStore,
 )
 from ._ids import ARTIFACT_ID_PATTERN, find_artifact_ids, is_artifact_id
+from .protocol import ArtifactStoreProtocol
 from .projection import DEFAULT_BUDGET, default_summary, project_reply, reply_sizes
 from .tool import create_artifact_read_tool
 
@@ -34,6 +35,7 @@ __all__ = [
     "ArtifactRef",
     "ArtifactRequestInvalid",
     "ArtifactStore",
+    "ArtifactStoreProtocol",
     "ArtifactStoreUnsafe",
     "DEFAULT_BUDGET",
     "DEFAULT_MEDIA_TYPE",

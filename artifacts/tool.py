@@ -25,7 +25,8 @@ from openfunctions.core import ToolDefinition, ToolError, ToolExecutionContext, 
 
 from ._ids import not_found
 from .errors import ArtifactCorrupt, ArtifactError
-from .store import MAX_READ_BYTES, ArtifactInfo, ArtifactStore
+from .protocol import ArtifactStoreProtocol
+from .store import MAX_READ_BYTES, ArtifactInfo
 
 log = structlog.get_logger("openfunctions.artifacts.tool")
 
@@ -81,7 +82,7 @@ DESCRIPTION = (
 
 
 def create_artifact_read_tool(
-    store: ArtifactStore,
+    store: ArtifactStoreProtocol,
     name: str = "of_artifact_read",
     allow: AllowFn | None = None,
     *,

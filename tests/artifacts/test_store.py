@@ -557,3 +557,9 @@ def test_find_artifact_ids_in_text():
     assert find_artifact_ids(text) == [a, b]
     assert all(is_artifact_id(i) for i in find_artifact_ids(text))
     assert ARTIFACT_ID_PATTERN == r"art_[0-9a-f]{32}"
+
+
+def test_the_file_store_implements_the_store_protocol(tmp_path):
+    from openfunctions.artifacts import ArtifactStoreProtocol
+
+    assert isinstance(ArtifactStore(tmp_path), ArtifactStoreProtocol)
