@@ -8,6 +8,7 @@ from .errors import (
     ArtifactNotFound,
     ArtifactQuotaExceeded,
     ArtifactRequestInvalid,
+    ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
 from .store import (
@@ -35,6 +36,7 @@ __all__ = [
     "ArtifactRef",
     "ArtifactRequestInvalid",
     "ArtifactStore",
+    "ArtifactStoreFailed",
     "ArtifactStoreProtocol",
     "ArtifactStoreUnsafe",
     "DEFAULT_BUDGET",

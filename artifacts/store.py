@@ -96,6 +96,7 @@ from .errors import (
     ArtifactNotFound,
     ArtifactQuotaExceeded,
     ArtifactRequestInvalid,
+    ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
 
@@ -191,7 +192,8 @@ class ArtifactStore:
     async def open(self) -> "ArtifactStore":
         """Create or check the store and recover from a crash. Idempotent."""
         if self._lock_fd is None:
-            await anyio.to_thread.run_sync(self._open_sync)
+            with _os_errors(f"opening artifact store {self.root!r}"):
+                await anyio.to_thread.run_sync(self._open_sync)
         return self
 
     def close(self) -> None:
@@ -345,6 +347,10 @@ class ArtifactStore:
         await self._ready()
         if isinstance(data, str):
             raise ArtifactRequestInvalid("put() takes bytes, not str: encode the text first (e.g. text.encode('utf-8'))")
+        with _os_errors("storing an artifact"):
+            return await self._put_any(data, media_type, scope)
+
+    async def _put_any(self, data: Any, media_type: str, scope: str | None) -> ArtifactRef:
         if isinstance(data, (bytes, bytearray, memoryview)):
             return await anyio.to_thread.run_sync(self._put_sync, [_as_view(data)], media_type, scope)
         if hasattr(data, "__aiter__"):
@@ -475,6 +481,10 @@ class ArtifactStore:
         """
         info = await self.stat(artifact_id)
         offset, length = _check_range(offset, length, info.size)
+        with _os_errors(f"reading artifact {info.id}"):
+            return await self._read_verified(info, offset, length)
+
+    async def _read_verified(self, info: ArtifactInfo, offset: int, length: int) -> ArtifactChunk:
         hexdigest = info.sha256[7:]
         fd = self._open_blob(info)
         try:
@@ -505,7 +515,8 @@ class ArtifactStore:
     async def read_all(self, artifact_id: Any) -> bytes:
         """The whole content, verified (for trusted in-process callers; models use ``read``)."""
         info = await self.stat(artifact_id)
-        return await anyio.to_thread.run_sync(self._read_all_sync, info)
+        with _os_errors(f"reading artifact {info.id}"):
+            return await anyio.to_thread.run_sync(self._read_all_sync, info)
 
     def _read_all_sync(self, info: ArtifactInfo) -> bytes:
         fd = self._open_blob(info)
@@ -723,6 +734,25 @@ class _BlobWriter:
 
 
 # -- helpers ---------------------------------------------------------------
+
+
+class _os_errors:
+    """Turn a filesystem failure (ENOSPC, EIO, EACCES, ...) into ArtifactStoreFailed naming it."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, OSError):
+            name = errno.errorcode.get(exc.errno or 0, "OSError")
+            raise ArtifactStoreFailed(
+                f"{self.what} failed: {exc.strerror or exc} ({name})",
+                details={"errno": name},
+            ) from exc
+        return False
 
 
 def _as_view(chunk: Any) -> memoryview:

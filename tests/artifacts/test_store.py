@@ -563,3 +563,23 @@ def test_the_file_store_implements_the_store_protocol(tmp_path):
     from openfunctions.artifacts import ArtifactStoreProtocol
 
     assert isinstance(ArtifactStore(tmp_path), ArtifactStoreProtocol)
+
+
+@pytest.mark.parametrize("size", [10, 2 * 1024 * 1024])  # inline write and helper-thread write
+async def test_disk_full_is_a_clean_store_error(store, monkeypatch, size):
+    import errno
+
+    from openfunctions.artifacts import ArtifactStoreFailed
+    from openfunctions.artifacts.store import _BlobWriter
+
+    def full(self, view, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_BlobWriter, "_write_at", full)
+    with pytest.raises(ArtifactStoreFailed, match="No space left") as exc:
+        await store.put(os.urandom(size))
+    assert exc.value.code == "artifact_store_failed" and exc.value.details == {"errno": "ENOSPC"}
+    assert os.listdir(os.path.join(store.root, "tmp")) == []
+    assert (await store.usage())["used_bytes"] == 0
+    monkeypatch.undo()
+    assert (await store.put(b"space again")).size == 11
