@@ -583,3 +583,15 @@ async def test_disk_full_is_a_clean_store_error(store, monkeypatch, size):
     assert (await store.usage())["used_bytes"] == 0
     monkeypatch.undo()
     assert (await store.put(b"space again")).size == 11
+
+
+@pytest.mark.parametrize("sub", ["blobs", "index", "keys", "tmp"])
+async def test_a_symlinked_store_subdirectory_is_refused(tmp_path, sub):
+    root = tmp_path / "s"
+    s = await ArtifactStore(root).open()
+    s.close()
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(root / sub, elsewhere)
+    os.symlink(elsewhere, root / sub)
+    with pytest.raises(ArtifactStoreUnsafe, match="not a plain directory"):
+        await ArtifactStore(root).open()
