@@ -366,8 +366,7 @@ class ArtifactStore:
     def _put_sync(self, chunks: Iterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
         writer = self._new_writer()
         try:
-            for chunk in chunks:
-                writer.write(chunk)
+            writer.write_many(chunks)
             writer.finish()
             return self._commit(writer, media_type, scope)
         finally:
@@ -706,9 +705,29 @@ class _BlobWriter:
             start_writeback(self.fd, offset + pos, n)
             pos += n
 
-    def write_many(self, chunks: list[Any]) -> None:
-        for c in chunks:
-            self.write(c)
+    def write_many(self, chunks: Iterable[Any]) -> None:
+        """Write a stream, gathering small chunks into 1 MiB buffers.
+
+        Gathering copies, which also makes a producer that refills one buffer
+        safe; it pays for itself because a large buffer is hashed and written
+        in parallel. A stream past the cap is refused at once, not after the
+        next megabyte.
+        """
+        acc = bytearray()
+        for chunk in chunks:
+            view = _as_view(chunk)
+            if view.nbytes >= _PARALLEL_MIN:
+                if acc:
+                    self.write(acc)
+                    acc = bytearray()
+                self.write(view)
+                continue
+            acc += view
+            if len(acc) >= _CHUNK or self.size + len(acc) > self.cap:
+                self.write(acc)
+                acc = bytearray()
+        if acc:
+            self.write(acc)
 
     def finish(self) -> None:
         assert self.fd is not None
