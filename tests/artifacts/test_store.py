@@ -595,3 +595,23 @@ async def test_a_symlinked_store_subdirectory_is_refused(tmp_path, sub):
     os.symlink(elsewhere, root / sub)
     with pytest.raises(ArtifactStoreUnsafe, match="not a plain directory"):
         await ArtifactStore(root).open()
+
+
+async def test_cancelled_streaming_put_leaves_nothing(store):
+    first_chunk_taken = anyio.Event()
+    never = anyio.Event()
+
+    async def stalled():
+        yield b"x" * 1000
+        first_chunk_taken.set()
+        await never.wait()
+        yield b"never reached"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.put, stalled())
+        await first_chunk_taken.wait()
+        assert len(os.listdir(os.path.join(store.root, "tmp"))) == 1
+        tg.cancel_scope.cancel()
+    assert os.listdir(os.path.join(store.root, "tmp")) == []
+    assert os.listdir(os.path.join(store.root, "index")) == []
+    assert (await store.usage())["used_bytes"] == 0
