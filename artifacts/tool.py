@@ -30,7 +30,7 @@ from .store import MAX_READ_BYTES, ArtifactInfo
 
 log = structlog.get_logger("openfunctions.artifacts.tool")
 
-AllowFn = Callable[[ArtifactInfo, ToolExecutionContext], "bool | Awaitable[bool]"]
+AllowFn = Callable[[ArtifactInfo, ToolExecutionContext], bool | Awaitable[bool]]
 
 # Long enough for any id and short enough that a hostile one cannot bloat logs.
 MAX_ID_CHARS = 256
