@@ -187,6 +187,9 @@ class ArtifactStore:
         self._verified: OrderedDict[tuple[int, ...], str] = OrderedDict()
         self._verified_lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        return f"ArtifactStore(root={self.root!r}, quota_bytes={self.quota_bytes})"
+
     # -- lifecycle --------------------------------------------------------
 
     async def open(self) -> "ArtifactStore":
@@ -526,6 +529,44 @@ class ArtifactStore:
         if hashlib.sha256(data).hexdigest() != info.sha256[7:] or len(data) != info.size:
             raise ArtifactCorrupt(f"artifact {info.id}: stored bytes do not match digest {info.sha256}")
         return data
+
+    async def verify_all(self) -> dict[str, Any]:
+        """Check every artifact's record and blob against its digest (an fsck; reads everything once).
+
+        Returns ``{"checked": n, "corrupt": [ids], "bytes_verified": n}``.
+        Nothing is changed; a damaged blob heals when its content is put again.
+        """
+        await self._ready()
+        return await anyio.to_thread.run_sync(self._verify_all_sync)
+
+    def _verify_all_sync(self) -> dict[str, Any]:
+        corrupt: list[str] = []
+        checked = verified_bytes = 0
+        done: dict[str, bool] = {}
+        for name in sorted(os.listdir(self._index)):
+            if not (name.endswith(".json") and is_artifact_id(name[:-5])):
+                continue
+            checked += 1
+            try:
+                info = self._load_record(name[:-5])
+            except (ArtifactCorrupt, ArtifactNotFound):
+                corrupt.append(name[:-5])
+                continue
+            hexdigest = info.sha256[7:]
+            if hexdigest not in done:
+                try:
+                    fd = self._open_blob(info)
+                except ArtifactCorrupt:
+                    done[hexdigest] = False
+                else:
+                    try:
+                        done[hexdigest] = self._verify_fd(fd, hexdigest, info.size, raise_on_mismatch=False)
+                    finally:
+                        os.close(fd)
+                    verified_bytes += info.size if done[hexdigest] else 0
+            if not done[hexdigest]:
+                corrupt.append(info.id)
+        return {"checked": checked, "corrupt": corrupt, "bytes_verified": verified_bytes}
 
     async def usage(self) -> dict[str, int]:
         """``{"used_bytes", "quota_bytes"}`` as the ledger says now."""

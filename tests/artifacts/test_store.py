@@ -615,3 +615,16 @@ async def test_cancelled_streaming_put_leaves_nothing(store):
     assert os.listdir(os.path.join(store.root, "tmp")) == []
     assert os.listdir(os.path.join(store.root, "index")) == []
     assert (await store.usage())["used_bytes"] == 0
+
+
+async def test_verify_all_reports_damaged_artifacts(store):
+    good = await store.put(b"good", scope="a")
+    shared = await store.put(b"bad content", scope="a")
+    also_bad = await store.put(b"bad content", scope="b")  # same blob, another artifact
+    tamper(blob_path(store, shared.sha256))
+    report = await store.verify_all()
+    assert report["checked"] == 3
+    assert sorted(report["corrupt"]) == sorted([shared.id, also_bad.id])
+    assert report["bytes_verified"] == len(b"good")
+    assert good.id not in report["corrupt"]
+    assert "ArtifactStore(root=" in repr(store)
