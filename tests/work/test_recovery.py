@@ -1,0 +1,182 @@
+"""Recovery from the attempt journal: evidence only, in the seed's order, no tool dispatched.
+
+Interrupted states are produced by writing exactly the records a process
+would have written before dying (through the controller's own fenced
+``_record``), then closing without the rest. The SIGKILL versions of these
+live in test_crash.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from openfunctions.core import new_id
+from openfunctions.work.recovery import replay, restore_plan
+
+from .test_controller import CATALOG, PLAN, Counter
+
+
+async def _started(env, counter):
+    env.write_catalog(CATALOG)
+    await env.grant(("bump", "look", "check"))
+    ctl = await env.open(counter.tools())
+    prv = await ctl.preview(PLAN, principal="agent")
+    att = await ctl.start(prv["previewId"], principal="agent")
+    return ctl, att
+
+
+@pytest.mark.anyio
+async def test_intent_without_outcome_is_unknown_and_blocks_without_dispatching(env):
+    counter = Counter()
+    ctl, att = await _started(env, counter)
+    op_id = new_id("op")
+    await ctl._record(
+        "intent",
+        {"attempt_id": att["attemptId"], "operation_id": op_id, "plan_index": 0, "step": "bump", "params": {},
+         "effect": "write", "input_digest": "sha256:" + "0" * 64, "readback": {"reconcilable": False}},
+    )
+    await ctl.close()  # the process "died" here: no outcome
+
+    again = await env.open(counter.tools())
+    assert counter.runs == {}, "recovery dispatches no tool"
+    st = again.status(principal="agent")["attempt"]
+    assert st["state"] == "blocked" and st["blockedReason"]["operations"] == [op_id]
+    assert [o["status"] for o in st["operations"]] == ["unknown"]
+    # reopening again does not stack another block transition
+    await again.close()
+    third = await env.open(counter.tools())
+    hist = third.state.attempts[att["attemptId"]].history
+    assert [h["to"] for h in hist].count("blocked") == 1
+    assert counter.runs == {}
+
+
+@pytest.mark.anyio
+async def test_interrupted_verification_returns_to_running(env):
+    counter = Counter()
+    ctl, att = await _started(env, counter)
+    await ctl.run_step(principal="agent")
+    a = ctl.state.attempts[att["attemptId"]]
+    async with ctl._lifecycle:
+        await ctl._transition(a, "verifying")
+    await ctl.close()
+    again = await env.open(counter.tools())
+    st = again.status(principal="agent")["attempt"]
+    assert st["state"] == "running" and st["proof"] is None
+    assert counter.runs == {"bump": 1}
+
+
+@pytest.mark.anyio
+async def test_terminal_attempts_stay_terminal_and_counts_survive(env):
+    counter = Counter()
+    ctl, att = await _started(env, counter)
+    await ctl.cancel(principal="agent")
+    prv = await ctl.preview(PLAN, principal="agent")
+    att2 = await ctl.start(prv["previewId"], principal="agent")
+    await ctl.close()
+    again = await env.open(counter.tools())
+    assert again.state.attempts[att["attemptId"]].state == "cancelled"
+    assert again.state.attempt_count == 2 and again.state.active == att2["attemptId"]
+    assert len(again.state.previews) == 2
+
+
+def _rec(t: str, **data):
+    return SimpleNamespace(type=t, data=data, time="2026-01-01T00:00:00Z")
+
+
+def test_replay_order_and_unknown_record_types():
+    recs = [
+        _rec("lease_acquired", generation=1, lease_generation=1),
+        _rec("attempt_started", attempt_id="a", number=1, preview_id="p", principal="x", plan=[{"step": "s", "params": {}}],
+             plan_digest="d", catalog_digest="c", lease_generation=1),
+        _rec("intent", attempt_id="a", operation_id="o1", step="s", params={}, input_digest="i", effect="write",
+             readback=None, plan_index=0, lease_generation=1),
+        _rec("dispatched", attempt_id="a", operation_id="o1", receipt_id="rcpt_1", lease_generation=1),
+        _rec("from_the_future", lease_generation=1),
+        _rec("intent", attempt_id="a", operation_id="o2", step="s", params={}, input_digest="i", effect="write",
+             readback=None, plan_index=0, lease_generation=1),
+        _rec("outcome", attempt_id="a", operation_id="o2", step="s", status="done", receipt={"receipt_id": "rcpt_2"},
+             artifacts=["art_" + "a" * 32], mutation_epoch=1, cursor=1, lease_generation=1),
+    ]
+    out = replay(recs)
+    a = out.attempts["a"]
+    assert a.operations["o1"].status == "unknown" and a.operations["o1"].dispatch_receipt_id == "rcpt_1"
+    assert a.operations["o2"].status == "done" and a.cursor == 1 and a.mutation_epoch == 1
+    assert out.unknown == [("a", "o1")] and out.unknown_types == {"from_the_future"}
+    assert "art_" + "a" * 32 in out.saved_artifacts and out.active == "a"
+    plan = restore_plan(out)
+    assert plan == [("a", "blocked", plan[0][2])] and plan[0][2]["operations"] == ["o1"]
+
+
+@pytest.mark.anyio
+async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_again(env):
+    from openfunctions.artifacts import ArtifactStore
+    from openfunctions.work.steps import build_step_tools, prepare_reconciliation
+
+    from .test_crash import WRITE_CATALOG
+
+    catalog = env.write_catalog(WRITE_CATALOG)
+    (env.ws / "src").mkdir()
+    await env.grant(["write_src", "check"], paths=["src/**"])
+    store = ArtifactStore(env.work_dir / "artifacts")
+    ctl = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
+    plan = [{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}]
+    prv = await ctl.preview(plan, principal="agent")
+    att = await ctl.start(prv["previewId"], principal="agent")
+    params = ctl.state.attempts[att["attemptId"]].plan[0]["params"]
+    # the process "died" right after its intent was durable, before the write
+    await ctl._record(
+        "intent",
+        {"attempt_id": att["attemptId"], "operation_id": new_id("op"), "plan_index": 0, "step": "write_src",
+         "params": params, "effect": "write", "input_digest": "sha256:" + "1" * 64,
+         "readback": prepare_reconciliation(catalog, catalog.step("write_src"), params)},
+    )
+    await ctl.close()
+
+    again = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
+    assert again.status(principal="agent")["attempt"]["state"] == "blocked"
+    rec = await again.reconcile(principal="agent")
+    assert rec["reconciled"][0]["verdict"] == "not_applied" and rec["reconciled"][0]["status"] == "not_done"
+    assert rec["state"] == "running" and not (env.ws / "src" / "a.txt").exists()
+    # evidence says it did not happen: the step may run (for the first time)
+    r = await again.run_step(principal="agent")
+    assert r["operation"]["status"] == "done" and (env.ws / "src" / "a.txt").read_text() == "hello"
+    assert (await again.verify(principal="agent"))["passed"]
+    assert (await again.complete(principal="agent"))["state"] == "completed"
+
+
+@pytest.mark.anyio
+async def test_readback_mismatch_keeps_the_attempt_blocked(env):
+    from openfunctions.artifacts import ArtifactStore
+    from openfunctions.work.steps import build_step_tools
+
+    from .test_crash import WRITE_CATALOG
+
+    catalog = env.write_catalog(WRITE_CATALOG)
+    (env.ws / "src").mkdir()
+    await env.grant(["write_src", "check"], paths=["src/**"])
+    store = ArtifactStore(env.work_dir / "artifacts")
+    ctl = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
+    prv = await ctl.preview([{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}], principal="agent")
+    att = await ctl.start(prv["previewId"], principal="agent")
+    from openfunctions.work.steps import prepare_reconciliation
+
+    params = ctl.state.attempts[att["attemptId"]].plan[0]["params"]
+    await ctl._record(
+        "intent",
+        {"attempt_id": att["attemptId"], "operation_id": new_id("op"), "plan_index": 0, "step": "write_src",
+         "params": params, "effect": "write", "input_digest": "sha256:" + "2" * 64,
+         "readback": prepare_reconciliation(catalog, catalog.step("write_src"), params)},
+    )
+    await ctl.close()
+    (env.ws / "src" / "a.txt").write_text("something else entirely")  # neither intended nor prior
+    again = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
+    rec = await again.reconcile(principal="agent")
+    assert rec["reconciled"][0]["verdict"] == "inconclusive" and rec["state"] == "blocked"
+    from openfunctions.work.errors import EffectUncertain, ProofInvalid
+
+    with pytest.raises(EffectUncertain):
+        await again.run_step(principal="agent")
+    with pytest.raises(ProofInvalid):
+        await again.complete(principal="agent")
