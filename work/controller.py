@@ -53,7 +53,6 @@ import asyncio
 import contextlib
 import os
 import re
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -89,7 +88,7 @@ from .errors import (
 )
 from .lease import Lease, LeaseStore
 from .recovery import Recovered, replay, restore_plan
-from .state import TERMINAL, Attempt, Operation
+from .state import Attempt, Operation
 
 log = structlog.get_logger("openfunctions.work.controller")
 
