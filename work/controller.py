@@ -985,10 +985,4 @@ def _json_text(value: Any) -> str:
         return ""
 
 
-async def _maybe_await(value: Any) -> Any:
-    if hasattr(value, "__await__"):
-        return await value
-    return value
-
-
 __all__ = ["WorkController", "SEGMENT_DIR", "MAX_PLAN_STEPS"]

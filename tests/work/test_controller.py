@@ -326,3 +326,19 @@ async def test_expired_grant_blocks_and_nothing_runs(env):
         await ctl.run_step(principal="agent")
     assert counter.runs == {}
     assert ctl.status(principal="agent")["attempt"]["blockedReason"]["code"] == "grant_expired"
+
+
+@pytest.mark.anyio
+async def test_the_settled_observer_blocks_effects_as_soon_as_an_outcome_is_uncertain(env):
+    counter = Counter()
+    ctl = await _ready(env, counter)
+    prv = await ctl.preview(PLAN, principal="agent")
+    await ctl.start(prv["previewId"], principal="agent")
+    # an uncertain step call settles in the shared executor (here: made outside the controller)
+    counter.fail_with = RuntimeError("lost the reply")
+    dr = await ctl.registry.execute_detailed("of_step.bump", {})
+    assert dr.receipt.certainty == "unknown"
+    # the executor's on_settled hook told the controller before anything else could run
+    with pytest.raises(EffectUncertain, match=dr.receipt.receipt_id):
+        await ctl.run_step(principal="agent", step="look")
+    assert counter.runs == {"bump": 1}
