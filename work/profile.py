@@ -103,8 +103,8 @@ def build_work_profile(
     path = resolve_catalog_path(data_dir, catalog_path)
     if not path.exists():
         raise CatalogInvalid(
-            f"no work catalog at {str(path)!r}: write one (see docs/WORK.md) and pass its path "
-            f"(--catalog, or ${CATALOG_ENV}), or place it at <data-dir>/work/catalog.toml",
+            f"no work catalog at {str(path)!r}: write one (see docs/WORK.md), then set ${CATALOG_ENV} "
+            "to its path or place it at <data-dir>/work/catalog.toml",
             details={"file": str(path)},
         )
     catalog = Catalog.load(path)
