@@ -298,3 +298,25 @@ async def test_no_principal_means_no_authority(work):
     assert dr.ok and dr.result.structured["allGranted"] is False
     st = await s.call("of_work_start", {"previewId": dr.result.structured["previewId"]})
     assert not st.ok and st.error.code == "grant_denied"
+
+
+@pytest.mark.anyio
+async def test_reply_bounding_at_the_32_kib_edge(work):
+    from openfunctions.work.tools import WorkTools
+
+    profile = work()
+    tools = WorkTools(profile.controller, store=profile.store)
+
+    def payload(n: int) -> dict[str, Any]:
+        return {"attemptId": "att_x", "state": "running", "blob": "a" * n}
+
+    def size(p: dict[str, Any]) -> int:
+        return max(len(canonical_bytes(p)), len(json_text(p).encode()))
+
+    n = BUDGET - size(payload(0))
+    assert size(payload(n)) == BUDGET
+    at_edge = await tools.reply(payload(n), scope="att_x")
+    assert at_edge == payload(n), "a reply of exactly 32 KiB goes out as is"
+    over = await tools.reply(payload(n + 1), scope="att_x")
+    assert over["artifactProjection"]["available"] and over["attemptId"] == "att_x" and over["state"] == "running"
+    assert "blob" not in over and size(over) <= BUDGET
