@@ -19,11 +19,12 @@ from .store import (
     ArtifactRef,
     ArtifactStore,
 )
-from ._ids import is_artifact_id
+from ._ids import ARTIFACT_ID_PATTERN, find_artifact_ids, is_artifact_id
 from .projection import DEFAULT_BUDGET, default_summary, project_reply, reply_sizes
 from .tool import create_artifact_read_tool
 
 __all__ = [
+    "ARTIFACT_ID_PATTERN",
     "ArtifactChunk",
     "ArtifactCorrupt",
     "ArtifactError",
@@ -40,6 +41,7 @@ __all__ = [
     "MAX_READ_BYTES",
     "create_artifact_read_tool",
     "default_summary",
+    "find_artifact_ids",
     "is_artifact_id",
     "project_reply",
     "reply_sizes",

@@ -17,8 +17,11 @@ from typing import Any
 from .errors import ArtifactNotFound
 
 PREFIX = "art"
-ID_RE = re.compile(r"art_[0-9a-f]{32}")
+ARTIFACT_ID_PATTERN = r"art_[0-9a-f]{32}"
+ID_RE = re.compile(ARTIFACT_ID_PATTERN)
 ID_LENGTH = 36
+# For scanning text: an id not glued to more id-like characters on either side.
+_FIND_RE = re.compile(r"(?<![0-9A-Za-z_])" + ARTIFACT_ID_PATTERN + r"(?![0-9A-Za-z_])")
 
 
 def new_artifact_id() -> str:
@@ -29,6 +32,11 @@ def is_artifact_id(value: Any) -> bool:
     # Length first: fullmatch on a megabyte string is cheap, but an exact
     # length test is cheaper and documents the bound.
     return isinstance(value, str) and len(value) == ID_LENGTH and ID_RE.fullmatch(value) is not None
+
+
+def find_artifact_ids(text: str) -> list[str]:
+    """Every well-formed artifact id mentioned in ``text`` (in order, without duplicates)."""
+    return list(dict.fromkeys(_FIND_RE.findall(text)))
 
 
 def check_artifact_id(value: Any) -> str:
@@ -45,4 +53,4 @@ def not_found(value: Any) -> ArtifactNotFound:
     return ArtifactNotFound(f"no artifact with id {shown!r}", details={"artifact_id": shown})
 
 
-__all__ = ["ID_RE", "ID_LENGTH", "PREFIX", "new_artifact_id", "is_artifact_id", "check_artifact_id", "not_found"]
+__all__ = ["ARTIFACT_ID_PATTERN", "find_artifact_ids", "ID_RE", "ID_LENGTH", "PREFIX", "new_artifact_id", "is_artifact_id", "check_artifact_id", "not_found"]

@@ -59,8 +59,14 @@ def reply_sizes(payload: Any) -> tuple[int, int]:
 
 
 def fits(payload: Any, budget: int) -> bool:
-    canonical, pretty = reply_sizes(payload)
-    return canonical <= budget and pretty <= budget
+    """Whether both forms of ``payload`` are within ``budget`` bytes (``payload`` must be JSON)."""
+    # Key order does not change a length, so the compact form needs no
+    # sorting; and the pretty form is never shorter than the compact one, so
+    # it is only built for candidates that could fit.
+    compact = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if len(compact.encode("utf-8")) > budget:
+        return False
+    return len(json_text(payload).encode("utf-8")) <= budget
 
 
 async def project_reply(
@@ -118,10 +124,10 @@ def default_summary(payload: Any) -> dict[str, Any]:
 
 
 def _full_if_too_big(payload: Any, budget: int) -> bytes | None:
-    full = canonical_bytes(payload)
-    if len(full) <= budget and len(json_text(payload).encode("utf-8")) <= budget:
-        return None
-    return full
+    full = canonical_bytes(payload)  # validates: NaN, cycles, bytes raise NonJsonValue here
+    if len(full) > budget or len(json_text(payload).encode("utf-8")) > budget:
+        return full
+    return None
 
 
 def _bounded(summary: dict[str, Any], projection: dict[str, Any], budget: int, keep: frozenset[str]) -> dict[str, Any]:

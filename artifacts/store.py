@@ -36,12 +36,13 @@ uint64 LE bytes used = the sum of the sizes of the distinct blobs.
 
 Write order of a put (crash-safe at every step)
 -----------------------------------------------
-1. outside the lock: stream to ``tmp/`` while hashing, fsync, chmod 0400;
+1. outside the lock: stream to ``tmp/`` while hashing (large chunks are written
+   by a helper thread while the caller's thread hashes them), fsync, chmod 0400;
 2. under the lock: reuse an existing artifact if ``keys/`` has this
    (scope, digest, media type); else charge the ledger (refusing past the
    quota), rename the blob into ``blobs/`` and fsync the directory, write the
-   index record, then the key file (each atomically: temp, fsync, rename,
-   fsync directory).
+   index record atomically (temp, fsync, rename, fsync directory), then the
+   key file (temp, rename; no fsync).
 
 A crash after step 2's charge but before the index record leaves an orphan
 blob that is counted (so the quota errs on the safe side); opening the store
@@ -78,6 +79,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,7 +89,7 @@ import structlog
 from openfunctions.core import canonical_bytes, utc_now
 from openfunctions.core.errors import NonJsonValue
 
-from ._fs import FROZEN_MODE, ensure_dir, fsync_dir, read_small, write_atomic
+from ._fs import FROZEN_MODE, ensure_dir, fsync_dir, read_small, start_writeback, write_atomic
 from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
 from .errors import (
     ArtifactCorrupt,
@@ -112,10 +114,12 @@ _HEX_RE = re.compile(r"[0-9a-f]{64}")
 _TOKEN = r"[A-Za-z0-9!#$&^_.+\-]+"
 _MEDIA_TYPE_RE = re.compile(rf"{_TOKEN}/{_TOKEN}(?:\s*;\s*{_TOKEN}=(?:{_TOKEN}|\"[^\"\\\r\n]*\"))*")
 _CHUNK = 1024 * 1024
-_WRITE_SLICE = 8 * 1024 * 1024
+_WRITE_SLICE = 4 * 1024 * 1024
+_PARALLEL_MIN = 256 * 1024
 _RECORD_LIMIT = 16 * 1024
 _VERIFIED_CACHE_SIZE = 4096
 _OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+_LAYOUT_NAMES = frozenset({"store.json", "lock", "blobs", "index", "keys", "tmp"})
 
 
 @dataclass(frozen=True)
@@ -209,33 +213,46 @@ class ArtifactStore:
             parent = os.path.dirname(self.root)
             if not os.path.isdir(parent):
                 os.makedirs(parent, mode=0o700, exist_ok=True)
-            existed = os.path.lexists(self.root)
+            if os.path.lexists(self.root):
+                self._refuse_foreign_root()  # before changing anything in it
             ensure_dir(self.root)
-            self._check_marker(existed)
-            for d in (self._blobs, self._index, self._keys, self._tmp):
-                ensure_dir(d)
             fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
             try:
+                # Under the lock: two processes opening a new store at once
+                # must not see each other's half-made layout.
                 with self._locked(fd):
+                    self._check_marker()
+                    for d in (self._blobs, self._index, self._keys, self._tmp):
+                        ensure_dir(d)
                     self._recover(fd)
             except BaseException:
                 os.close(fd)
                 raise
             self._lock_fd = fd
 
-    def _check_marker(self, existed: bool) -> None:
+    def _refuse_foreign_root(self) -> None:
+        st = os.lstat(self.root)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise ArtifactStoreUnsafe(f"artifact store path {self.root!r} is not a plain directory (symlink or file)")
+        names = set(os.listdir(self.root))
+        if "store.json" in names:
+            return
+        foreign = sorted(n for n in names - _LAYOUT_NAMES if not n.startswith(".tmp-store.json"))
+        if foreign:
+            raise ArtifactStoreUnsafe(
+                f"{self.root!r} is a non-empty directory without store.json (it holds e.g. {foreign[0]!r}): "
+                "not an artifact store, refusing to use it"
+            )
+
+    def _check_marker(self) -> None:
         marker = os.path.join(self.root, "store.json")
         try:
             raw = read_small(marker, 4096)
         except FileNotFoundError:
-            if existed and os.listdir(self.root):
-                raise ArtifactStoreUnsafe(
-                    f"{self.root!r} is a non-empty directory without store.json: not an artifact store, refusing to use it"
-                ) from None
             doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_now()}
             write_atomic(self.root, "store.json", canonical_bytes(doc), mode=FROZEN_MODE)
             return
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ArtifactStoreUnsafe(f"cannot read {marker!r}: {exc}") from None
         try:
             doc = json.loads(raw)
@@ -329,8 +346,7 @@ class ArtifactStore:
         if isinstance(data, str):
             raise ArtifactRequestInvalid("put() takes bytes, not str: encode the text first (e.g. text.encode('utf-8'))")
         if isinstance(data, (bytes, bytearray, memoryview)):
-            view = _as_view(data)
-            return await anyio.to_thread.run_sync(self._put_buffer_sync, view, media_type, scope)
+            return await anyio.to_thread.run_sync(self._put_sync, [_as_view(data)], media_type, scope)
         if hasattr(data, "__aiter__"):
             return await self._put_async_iter(data, media_type, scope)
         if callable(getattr(data, "read", None)):
@@ -342,7 +358,7 @@ class ArtifactStore:
         )
 
     def _put_sync(self, chunks: Iterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
-        writer = _BlobWriter(self._tmp, self._size_cap())
+        writer = self._new_writer()
         try:
             for chunk in chunks:
                 writer.write(chunk)
@@ -351,17 +367,8 @@ class ArtifactStore:
         finally:
             writer.discard()
 
-    def _put_buffer_sync(self, view: memoryview, media_type: str, scope: str | None) -> ArtifactRef:
-        writer = _BlobWriter(self._tmp, self._size_cap())
-        try:
-            writer.write_durably_while_hashing(view)
-            writer.finish()
-            return self._commit(writer, media_type, scope)
-        finally:
-            writer.discard()
-
     async def _put_async_iter(self, data: AsyncIterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
-        writer = await anyio.to_thread.run_sync(_BlobWriter, self._tmp, self._size_cap())
+        writer = await anyio.to_thread.run_sync(self._new_writer)
         try:
             pending: list[Any] = []
             pending_bytes = 0
@@ -379,11 +386,11 @@ class ArtifactStore:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(writer.discard)
 
-    def _size_cap(self) -> int:
+    def _new_writer(self) -> "_BlobWriter":
         # No blob can be larger than the whole quota, so a stream past it is
         # refused before it fills the disk. (The bytes *left* are not a valid
         # cap: content that already exists is reused at no cost.)
-        return self.quota_bytes
+        return _BlobWriter(self._tmp, self.quota_bytes, os.path.join(self.root, "lock"))
 
     def _commit(self, writer: "_BlobWriter", media_type: str, scope: str | None) -> ArtifactRef:
         hexdigest, size = writer.hexdigest, writer.size
@@ -475,10 +482,15 @@ class ArtifactStore:
             if not self._is_verified(st, hexdigest):
                 await anyio.to_thread.run_sync(self._verify_fd, fd, hexdigest, info.size)
             data = os.pread(fd, length, offset) if length else b""
+            # The verified file must still be the one we read (no rewrite in between).
+            changed = _identity(os.fstat(fd)) != _identity(st)
         finally:
             os.close(fd)
-        if len(data) != length:
-            raise ArtifactCorrupt(f"artifact {info.id} ended early at byte {offset + len(data)} of {info.size}")
+        if changed or len(data) != length:
+            raise ArtifactCorrupt(
+                f"artifact {info.id}: its blob changed while being read; no data returned",
+                details={"sha256": info.sha256},
+            )
         return ArtifactChunk(
             artifact_id=info.id,
             data=data,
@@ -623,80 +635,73 @@ class ArtifactStore:
 
 
 class _BlobWriter:
-    """Streams content into a temp file under ``tmp/`` while hashing it."""
+    """Streams content into a temp file under ``tmp/`` while hashing it.
 
-    def __init__(self, tmp_dir: str, cap: int) -> None:
+    A large chunk is written (by a helper thread) while this thread hashes
+    it: ``os.write`` and ``hashlib`` both release the GIL, so a put costs
+    about max(hash, write) instead of their sum. Each chunk is finished on
+    both sides before the next one is pulled, so a producer that refills one
+    buffer between chunks is safe. Written ranges are handed to the kernel's
+    writeback at once, which leaves the final fsync less to wait for.
+    """
+
+    def __init__(self, tmp_dir: str, cap: int, lock_path: str | None = None) -> None:
         self.cap = cap
         self.size = 0
         self.hexdigest = ""
-        self._synced = False
         self._h = hashlib.sha256()
+        self._pool: ThreadPoolExecutor | None = None
         self.path = os.path.join(tmp_dir, f"blob-{os.getpid()}-{os.urandom(8).hex()}")
-        self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
-        # Marks the temp file as live for another process's crash recovery.
-        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-    def _check_cap(self, more: int) -> None:
-        if self.size + more > self.cap:
-            raise ArtifactQuotaExceeded(
-                f"artifact data is larger than the store's whole quota ({self.cap} bytes); nothing was stored",
-                details={"quota_bytes": self.cap},
-            )
+        # The flock on the temp file tells another process's recovery "live
+        # writer, keep it". Recovery runs under an exclusive lock on ``lock``;
+        # a shared lock (on a descriptor of our own) around create+flock keeps
+        # it from seeing the file in between.
+        guard = os.open(lock_path, os.O_RDONLY | _OPEN_FLAGS) if lock_path else None
+        try:
+            if guard is not None:
+                fcntl.flock(guard, fcntl.LOCK_SH)
+            self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            if guard is not None:
+                os.close(guard)
 
     def write(self, chunk: Any) -> None:
         view = _as_view(chunk)
         total = view.nbytes
-        self._check_cap(total)
-        assert self.fd is not None
-        # Hash and write in slices so a huge buffer does not hold two passes over cold memory.
-        for start in range(0, total, _CHUNK):
-            part = view[start : start + _CHUNK]
-            self._h.update(part)
-            while part:
-                n = os.write(self.fd, part)
-                part = part[n:]
+        if self.size + total > self.cap:
+            raise ArtifactQuotaExceeded(
+                f"artifact data is larger than the store's whole quota ({self.cap} bytes); nothing was stored",
+                details={"quota_bytes": self.cap},
+            )
+        if total >= _PARALLEL_MIN:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="artifact-blob-write")
+            pending = self._pool.submit(self._write_at, view, self.size)
+            try:
+                self._h.update(view)
+            finally:
+                pending.result()  # joins the writer before any error propagates
+        else:
+            self._h.update(view)
+            self._write_at(view, self.size)
         self.size += total
+
+    def _write_at(self, view: memoryview, offset: int) -> None:
+        assert self.fd is not None
+        pos = 0
+        while pos < view.nbytes:
+            n = os.write(self.fd, view[pos : pos + _WRITE_SLICE])
+            start_writeback(self.fd, offset + pos, n)
+            pos += n
 
     def write_many(self, chunks: list[Any]) -> None:
         for c in chunks:
             self.write(c)
 
-    def write_durably_while_hashing(self, view: memoryview) -> None:
-        """Write and fsync the whole buffer in a second thread while this one hashes it.
-
-        Both ``os.write``/``fsync`` and ``hashlib`` release the GIL, so a put
-        costs about max(hash, durable write) instead of their sum. Only for a
-        complete buffer that nobody refills meanwhile (a streamed chunk could
-        be reused by its producer, so streams go through :meth:`write`).
-        """
-        self._check_cap(view.nbytes)
-        assert self.fd is not None and self.size == 0
-        fd, failure = self.fd, []
-
-        def write_and_sync() -> None:
-            try:
-                rest = view
-                while rest:
-                    rest = rest[os.write(fd, rest[:_WRITE_SLICE]) :]
-                os.fsync(fd)
-            except BaseException as exc:  # re-raised in the calling thread
-                failure.append(exc)
-
-        worker = threading.Thread(target=write_and_sync, name="artifact-blob-write", daemon=True)
-        worker.start()
-        try:
-            self._h.update(view)
-        finally:
-            worker.join()
-        if failure:
-            raise failure[0]
-        self.size = view.nbytes
-        self._synced = True
-
     def finish(self) -> None:
         assert self.fd is not None
-        if not self._synced:
-            os.fsync(self.fd)
+        os.fsync(self.fd)
         os.fchmod(self.fd, FROZEN_MODE)
         self.hexdigest = self._h.hexdigest()
 
@@ -706,6 +711,9 @@ class _BlobWriter:
         fsync_dir(os.path.dirname(dest))
 
     def discard(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

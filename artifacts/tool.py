@@ -19,11 +19,15 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import structlog
+
 from openfunctions.core import ToolDefinition, ToolError, ToolExecutionContext, define_tool
 
 from ._ids import not_found
 from .errors import ArtifactCorrupt, ArtifactError
 from .store import MAX_READ_BYTES, ArtifactInfo, ArtifactStore
+
+log = structlog.get_logger("openfunctions.artifacts.tool")
 
 AllowFn = Callable[[ArtifactInfo, ToolExecutionContext], "bool | Awaitable[bool]"]
 
@@ -87,7 +91,8 @@ def create_artifact_read_tool(
     """A registry tool reading ``store`` in verified chunks of at most 16 KiB.
 
     ``allow(info, ctx) -> bool`` (sync or async) decides whether the caller
-    may see an artifact; a refusal reads as an unknown id.
+    may see an artifact; a refusal reads as an unknown id. Only a literal
+    ``True`` admits; an ``allow`` that raises refuses (and is logged).
     """
 
     async def read_artifact(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
@@ -139,9 +144,15 @@ def create_artifact_read_tool(
 
 
 async def _allowed(allow: AllowFn, info: ArtifactInfo, ctx: ToolExecutionContext) -> bool:
-    verdict = allow(info, ctx)
-    if inspect.isawaitable(verdict):
-        verdict = await verdict
+    # Fail closed: only a literal True admits; a check that raises refuses
+    # (and is logged: a broken scope check should be noticed, not obeyed).
+    try:
+        verdict = allow(info, ctx)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as exc:
+        log.warning("artifact_allow_failed", artifact_id=info.id, exception=type(exc).__name__, error=str(exc))
+        return False
     return verdict is True
 
 

@@ -37,13 +37,21 @@ from openfunctions.core import ToolRegistry  # noqa: E402
 SIZE = 64 * 1024 * 1024
 
 
+def settle() -> None:
+    # Start every measurement without the previous one's dirty pages being
+    # written back underneath it (copyfile does not fsync).
+    os.sync()
+
+
 def timed(fn) -> float:
+    settle()
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
 
 
 async def atimed(fn) -> float:
+    settle()
     t = time.perf_counter()
     await fn()
     return time.perf_counter() - t
@@ -93,7 +101,7 @@ async def main() -> None:
     runs = args.runs or (3 if args.quick else 5)
     data = os.urandom(SIZE)
     expect = "sha256:" + hashlib.sha256(data).hexdigest()
-    t: dict[str, list[float]] = {k: [] for k in ("hash", "copy", "write_fsync", "put", "warm", "cold", "tool")}
+    t: dict[str, list[float]] = {k: [] for k in ("hash", "copy", "write_fsync", "put", "stream", "warm", "cold", "tool")}
     with tempfile.TemporaryDirectory(prefix="bench-artifacts-", dir=os.environ.get("BENCH_TMP")) as tmp:
         src = os.path.join(tmp, "source")
         write_fsync(src, data)
@@ -114,6 +122,15 @@ async def main() -> None:
 
             t["put"].append(await atimed(put))
             assert ref is not None and ref.sha256 == expect
+            stream_store = await ArtifactStore(os.path.join(tmp, f"stream-{i}")).open()
+
+            async def put_stream() -> None:
+                chunks = (data[o : o + (1 << 20)] for o in range(0, SIZE, 1 << 20))
+                assert (await stream_store.put(chunks, scope="bench")).sha256 == expect
+
+            t["stream"].append(await atimed(put_stream))
+            stream_store.close()
+            shutil.rmtree(stream_store.root)
             t["warm"].append(await atimed(lambda: read_all_chunks(store, ref.id)))
             store.close()
             cold = await ArtifactStore(store.root).open()
@@ -140,19 +157,30 @@ async def main() -> None:
         row("hashlib.sha256 (peer)", "hash"),
         row("shutil.copyfile, no fsync (peer)", "copy"),
         row("write + fsync, plain file (peer)", "write_fsync"),
-        row("ArtifactStore.put", "put", "hash + write + fsync + rename + index"),
+        row("ArtifactStore.put(bytes)", "put", "hash ‖ (write + fsync), rename, index"),
+        row("ArtifactStore.put(iterator of 1 MiB)", "stream", "hash ‖ write per chunk, then fsync"),
         row("read, 16 KiB chunks, warm", "warm", "verification cached by put"),
         row("read, 16 KiB chunks, cold", "cold", "first read verifies 64 MiB"),
     ]
     if "tool" in med:
         rows.append(row("of_artifact_read via ToolRegistry", "tool", f"{SIZE // MAX_READ_BYTES} calls, base64"))
-    ratio = base / med["put"]
+    # Paired per run (hash and put measured back to back), so machine load drifts cancel out.
+    ratio = median([h / p for h, p in zip(t["hash"], t["put"])])
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     body = (
-        f"64 MiB of random bytes, median of {runs} runs; speed ratio = hashlib time / row time.\n\n"
+        f"64 MiB of random bytes, median of {runs} runs; speed ratio = hashlib time / row time. "
+        f"1-minute load average at the end of the run: {load:.1f} (on {os.cpu_count()} cores; other "
+        "sessions share the machine, and put needs two cores to overlap hashing with writing).\n\n"
         + table(["operation", "median ms", "MiB/s", "vs hashlib", "note"], rows)
-        + f"\n\nput / hashlib speed: **{ratio:.2f}** (target >= 0.70); "
+        + f"\n\nput / hashlib speed, median of per-run ratios: **{ratio:.2f}** (target >= 0.70); "
         + f"put / durable plain write: **{med['write_fsync'] / med['put']:.2f}**; "
-        + f"put / copyfile: **{med['copy'] / med['put']:.2f}**."
+        + f"put / copyfile: **{med['copy'] / med['put']:.2f}**.\n\n"
+        + "Put hashes in one thread while a helper thread writes (and hands ranges to kernel writeback), "
+        "then fsyncs, renames, fsyncs the directory and writes the fsynced index record: on an idle "
+        "machine it costs about max(hash, durable write) + ~2 ms. The 70%-of-hashlib target therefore "
+        "holds only where a durable write of 64 MiB is faster than hashing it; on this VM the two are "
+        "about equal. The read-tool row is dominated by the executor's per-call work (validation, "
+        "receipt digest, pretty JSON of a 22 KB base64 payload), not by the store."
     )
     print(body)
     if not args.no_write:

@@ -21,22 +21,37 @@ from .stdio import DEFAULT_MAX_MESSAGE_BYTES, stdio_transport
 
 log = structlog.get_logger("openfunctions.servers")
 
-# After running calls returned, their responses still pass through the
-# dispatcher and the writer; give them a moment before cutting the wire.
-_FLUSH_GRACE_S = 0.2
-
-
-async def watch_signals(server: OpenFunctionsServer, stop: anyio.CancelScope) -> None:
-    """On SIGTERM/SIGINT: drain the server, then cancel ``stop``."""
+async def watch_signals(server: OpenFunctionsServer, stop: anyio.Event, force: anyio.CancelScope) -> None:
+    """First SIGTERM/SIGINT: set ``stop`` (a graceful shutdown). A second one: cancel ``force``."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            log.info("shutdown_signal", signal=signal.Signals(signum).name, in_flight=server.in_flight)
-            finished = await server.drain()
-            if not finished:
-                log.warning("shutdown_timeout", in_flight=server.in_flight)
-            await anyio.sleep(_FLUSH_GRACE_S)
-            stop.cancel()
-            return
+            if not stop.is_set():
+                log.info("shutdown_signal", signal=signal.Signals(signum).name, in_flight=server.in_flight)
+                stop.set()
+            else:
+                log.warning("shutdown_forced", signal=signal.Signals(signum).name, in_flight=server.in_flight)
+                force.cancel()
+                return
+
+
+async def finish_after_eof(server: OpenFunctionsServer, stdout_gone: anyio.Event) -> None:
+    """stdin closed (or a shutdown signal): let running calls finish (bounded), unless nobody reads stdout any more."""
+    running = server.in_flight
+    if running:
+        log.info("stdin_closed", in_flight=running)
+    async with anyio.create_task_group() as tg:
+
+        async def on_hangup() -> None:
+            await stdout_gone.wait()
+            log.info("stdout_closed", in_flight=server.in_flight)
+            await server.cancel_in_flight()
+
+        tg.start_soon(on_hangup)
+        finished = await server.drain()
+        tg.cancel_scope.cancel()
+    if not finished:
+        log.warning("shutdown_timeout", in_flight=server.in_flight)
+        await server.cancel_in_flight()
 
 
 async def run_stdio(
@@ -44,15 +59,21 @@ async def run_stdio(
 ) -> None:
     """Serve ``server`` over this process's stdin/stdout until EOF or a shutdown signal, then close it."""
     async with server:
+        stop = anyio.Event()
         async with anyio.create_task_group() as tg:
 
             async def serve() -> None:
-                await server.connect(stdio_transport(max_message_bytes=max_message_bytes))
+                transport = stdio_transport(
+                    max_message_bytes=max_message_bytes,
+                    on_eof=lambda gone: finish_after_eof(server, gone),
+                    stop=stop,
+                )
+                await server.connect(transport)
                 tg.cancel_scope.cancel()
 
             tg.start_soon(serve)
             if handle_signals:
-                tg.start_soon(watch_signals, server, tg.cancel_scope)
+                tg.start_soon(watch_signals, server, stop, tg.cancel_scope)
 
 
 async def start_server(

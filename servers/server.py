@@ -260,6 +260,13 @@ class OpenFunctionsServer:
             return True
         return False
 
+    async def cancel_in_flight(self, settle_timeout: float = 5.0) -> None:
+        """Cancel every running call and wait (bounded) until each has settled its receipt."""
+        for scope in list(self._inflight.scopes):
+            scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(settle_timeout):
+            await self._inflight.idle.wait()
+
     async def close(self) -> None:
         """Finish or cancel in-flight calls, then close the journal. Idempotent."""
         if self._closed:
@@ -268,11 +275,7 @@ class OpenFunctionsServer:
             finished = await self.drain()
             if not finished:
                 log.warning("close_cancelling_calls", count=self.in_flight, timeout_s=self.close_timeout)
-                for scope in list(self._inflight.scopes):
-                    scope.cancel()
-                # Cancelled calls settle (receipt persisted, shielded) before they leave.
-                with anyio.move_on_after(5.0):
-                    await self._inflight.idle.wait()
+                await self.cancel_in_flight()
             self._closed = True
             if self.journal is not None:
                 self.registry.executor.journal = self._previous_sink

@@ -16,15 +16,22 @@ reading the next line:
   Request``, with the request's id when it had one;
 - a line longer than ``max_message_bytes`` (default 4 MiB) -> ``-32600``
   naming the limit; the line is discarded without being buffered whole.
+
+EOF on stdin is the MCP stdio shutdown signal. Calls already running are
+not dropped: the ``on_eof`` hook lets the host finish and answer them
+(bounded by its shutdown timeout) before the read side closes, unless the
+peer closed our stdout too, in which case nobody can read an answer and
+they are cancelled at once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -89,11 +96,38 @@ def classify_bad_line(line: bytes) -> bytes:
     return _error_line(rid, INVALID_REQUEST, f"Invalid Request: {why}")
 
 
+OnEof = Callable[[anyio.Event], Awaitable[None]]
+
+
+def _wait_hangup(fd: int, stop: threading.Event) -> bool:
+    """Block until the peer closed its end of our stdout pipe (True) or ``stop`` is set (False)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLERR | select.POLLHUP)
+    while not stop.is_set():
+        for _, ev in poller.poll(100):
+            if ev & (select.POLLERR | select.POLLHUP):
+                return True
+    return False
+
+
 @asynccontextmanager
 async def stdio_transport(
-    *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    *,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    on_eof: OnEof | None = None,
+    stop: anyio.Event | None = None,
+    answer_timeout: float = 10.0,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Serve the process's stdin/stdout; yields ``(read_stream, write_stream)`` for ``Server.run``."""
+    """Serve the process's stdin/stdout; yields ``(read_stream, write_stream)`` for ``Server.run``.
+
+    The read side ends at EOF on stdin, or when ``stop`` is set (a shutdown
+    signal; reading goes on meanwhile so late requests get an answer):
+    ``on_eof(stdout_gone)`` is awaited (the host lets running calls finish
+    there; ``stdout_gone`` is set if the peer closed our stdout too, so nobody
+    is left to answer), then every request already read gets its answer
+    written (bounded by ``answer_timeout``), and only then the read stream
+    closes (which makes the SDK cancel whatever still runs).
+    """
     with suppress(Exception):
         sys.stdout.flush()
     wire_in = _dup_high(0)
@@ -106,10 +140,19 @@ async def stdio_transport(
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
     write_lock = anyio.Lock()
+    wire_broken: list[OSError] = []
+    # Requests read but not yet answered (a cancelled request is never answered).
+    pending = _Pending()
 
     async def emit(data: bytes) -> None:
         async with write_lock:
-            await anyio.to_thread.run_sync(_write_all, wire_out, data)
+            if wire_broken:
+                return
+            try:
+                await anyio.to_thread.run_sync(_write_all, wire_out, data)
+            except OSError as exc:  # the host closed our stdout: nobody is left to answer
+                wire_broken.append(exc)
+                log.info("stdout_closed", error=str(exc))
 
     async def handle_line(line: bytes) -> None:
         if not line.strip():
@@ -119,6 +162,10 @@ async def stdio_transport(
         except Exception:
             await emit(classify_bad_line(line))
             return
+        if isinstance(message, types.JSONRPCRequest):
+            pending.add(message.id)
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            pending.discard((message.params or {}).get("requestId"))
         await read_send.send(SessionMessage(message))
 
     chunk_send, chunk_recv = anyio.create_memory_object_stream[bytes](4)
@@ -136,44 +183,90 @@ async def stdio_transport(
         except Exception:  # the loop is gone (shutdown) or stdin broke: stop reading
             return
 
-    async def reader() -> None:
+    async def read_lines() -> None:
         buf = bytearray()
         discarding = False
-        threading.Thread(target=read_stdin, name="openfunctions-stdin", daemon=True).start()
-        async with read_send, chunk_recv:
+        while True:
+            chunk = await chunk_recv.receive()
+            if not chunk:
+                break
+            start = 0
             while True:
-                chunk = await chunk_recv.receive()
-                if not chunk:
-                    break
-                start = 0
-                while True:
-                    nl = chunk.find(b"\n", start)
-                    if nl < 0:
-                        if not discarding:
-                            buf += chunk[start:]
-                            if len(buf) > max_message_bytes:
-                                discarding = True
-                                buf.clear()
-                                await emit(_oversized(max_message_bytes))
-                        break
-                    if discarding:
-                        discarding = False
-                    else:
-                        buf += chunk[start:nl]
+                nl = chunk.find(b"\n", start)
+                if nl < 0:
+                    if not discarding:
+                        buf += chunk[start:]
                         if len(buf) > max_message_bytes:
+                            discarding = True
+                            buf.clear()
                             await emit(_oversized(max_message_bytes))
-                        else:
-                            await handle_line(bytes(buf))
-                        buf.clear()
-                    start = nl + 1
-            if buf and not discarding:
-                await handle_line(bytes(buf))
+                    break
+                if discarding:
+                    discarding = False
+                else:
+                    buf += chunk[start:nl]
+                    if len(buf) > max_message_bytes:
+                        await emit(_oversized(max_message_bytes))
+                    else:
+                        await handle_line(bytes(buf))
+                    buf.clear()
+                start = nl + 1
+        if buf and not discarding:
+            await handle_line(bytes(buf))
+
+    async def reader() -> None:
+        threading.Thread(target=read_stdin, name="openfunctions-stdin", daemon=True).start()
+        finishing = False
+        eof_first = False
+        async with read_send, chunk_recv:
+            async with anyio.create_task_group() as tg:
+                if stop is not None:
+
+                    async def on_stop() -> None:
+                        # Keep reading while draining: a request that arrives
+                        # now gets a clear "shutting down" answer, not silence.
+                        nonlocal finishing
+                        await stop.wait()
+                        finishing = True
+                        await _finish()
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(on_stop)
+                await read_lines()
+                if not finishing:
+                    finishing = eof_first = True
+                    tg.cancel_scope.cancel()
+            if eof_first:
+                await _finish()
+
+    async def _finish() -> None:
+        gone = anyio.Event()
+        halt = threading.Event()
+
+        async def watch() -> None:
+            if await anyio.to_thread.run_sync(_wait_hangup, wire_out, halt, abandon_on_cancel=True):
+                gone.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            try:
+                if on_eof is not None:
+                    await on_eof(gone)
+                with anyio.move_on_after(answer_timeout):
+                    while pending.ids and not gone.is_set() and not wire_broken:
+                        await _wait_any(pending.empty, gone)
+            finally:
+                halt.set()
+                tg.cancel_scope.cancel()
 
     async def writer() -> None:
         async with write_recv:
             async for session_message in write_recv:
-                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                msg = session_message.message
+                data = msg.model_dump_json(by_alias=True, exclude_unset=True)
                 await emit(data.encode("utf-8") + b"\n")
+                if isinstance(msg, (types.JSONRPCResponse, types.JSONRPCError)):
+                    pending.discard(msg.id)
 
     try:
         async with anyio.create_task_group() as tg:
@@ -188,6 +281,36 @@ async def stdio_transport(
             os.dup2(wire_out, 1)
         with suppress(OSError):
             os.dup2(wire_in, 0)
+
+
+class _Pending:
+    """Ids of requests read and not yet answered, with an event for "none left"."""
+
+    def __init__(self) -> None:
+        self.ids: set[Any] = set()
+        self.empty = anyio.Event()
+        self.empty.set()
+
+    def add(self, rid: Any) -> None:
+        if not self.ids:
+            self.empty = anyio.Event()
+        self.ids.add(rid)
+
+    def discard(self, rid: Any) -> None:
+        self.ids.discard(rid)
+        if not self.ids:
+            self.empty.set()
+
+
+async def _wait_any(*events: anyio.Event) -> None:
+    async with anyio.create_task_group() as tg:
+        for ev in events:
+
+            async def wait(ev: anyio.Event = ev) -> None:
+                await ev.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(wait)
 
 
 def _oversized(limit: int) -> bytes:

@@ -82,7 +82,7 @@ from openfunctions.core.tool import ToolDefinition, define_tool
 from ._paths import matching_pattern, resolve_in_workspace
 from .catalog import Catalog, StepSpec
 from .errors import PathOutsideGrant, PlanInvalid, WorkError
-from .verification import diff_fingerprints, file_sha256, fingerprint
+from .verification import diff_fingerprints, file_sha256, fingerprint, open_regular
 
 DEFAULT_CAPTURE_LIMIT = 8 * 1024 * 1024
 INLINE_READ_BYTES = 16 * 1024
@@ -256,7 +256,7 @@ def _fsync_at(dir_fd: int) -> None:
         os.close(fd)
 
 
-def _open_dir_chain(parent: Path) -> int:
+def _open_dir_chain(parent: Path, *, create: bool = True) -> int:
     """Open ``parent`` (an absolute, already resolved path) one component at a time
     without following symlinks, creating missing directories (each made durable).
 
@@ -270,6 +270,8 @@ def _open_dir_chain(parent: Path) -> int:
             try:
                 nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
+                if not create:
+                    raise
                 try:
                     os.mkdir(part, 0o777, dir_fd=fd)
                 except FileExistsError:
@@ -590,11 +592,17 @@ async def _read_file(catalog: Catalog, step: StepSpec, params: Mapping[str, Any]
     def read() -> tuple[str, bytes]:
         real, rel = check_step_path(catalog, step, params["path"], _granted_paths(ctx))
         try:
-            fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+            dfd = _open_dir_chain(real.parent, create=False)
+            try:
+                fd = open_regular(real.name, dir_fd=dfd)
+            finally:
+                os.close(dfd)
         except FileNotFoundError:
             raise PlanInvalid(f"step {step.name!r}: {rel!r} does not exist", details={"path": rel}) from None
         except IsADirectoryError:
             raise PlanInvalid(f"step {step.name!r}: {rel!r} is a directory", details={"path": rel}) from None
+        except OSError as exc:  # a FIFO, socket or device; or a symlink swapped in (ELOOP)
+            raise PlanInvalid(f"step {step.name!r}: {rel!r} cannot be read as a regular file ({exc.strerror})", details={"path": rel}) from None
         with os.fdopen(fd, "rb") as f:
             data = f.read(step.max_bytes + 1)
         if len(data) > step.max_bytes:

@@ -27,17 +27,20 @@ Proof format (version 1, stored by the controller in its attempt journal)::
      "tests_passed": bool, "created_at": ISO-8601 UTC, "proof_digest": "sha256:.."}
 
 ``proof_digest`` is the digest (canonical JSON, see core) of every other
-field. A fingerprint value is ``sha256:<hex>`` of a regular file's bytes, or
-``symlink:sha256:<hex>`` of a symlink's target text (links are never followed).
+field. A fingerprint value is ``sha256:<hex>`` of a regular file's bytes,
+``symlink:sha256:<hex>`` of a symlink's target text (links are never followed),
+or ``unreadable:<ERRNO>`` (e.g. ``unreadable:EACCES``) for a file that could not be read.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import os
 import platform
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -59,10 +62,24 @@ _CHUNK = 1024 * 1024
 # -- fingerprints -------------------------------------------------------------
 
 
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
+    """Open a regular file for reading without following a final symlink and without
+    blocking on a FIFO; a directory raises IsADirectoryError, any other non-regular file OSError(EINVAL)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, dir_fd=dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path))
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    os.set_blocking(fd, True)
+    return fd
+
+
 def file_sha256(path: str | os.PathLike[str]) -> str:
     """``sha256:<hex>`` of a file's bytes, streamed (the file is opened without following a final symlink)."""
     h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = open_regular(path)
     with os.fdopen(fd, "rb") as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
@@ -123,6 +140,8 @@ def fingerprint(workspace: str | os.PathLike[str], patterns: Iterable[str]) -> d
                     out[rel] = file_sha256(full)
             except FileNotFoundError:
                 continue
+            except OSError as exc:  # unreadable, or swapped for a FIFO/dir mid-walk: still a recorded fact
+                out[rel] = f"unreadable:{errno.errorcode.get(exc.errno or 0, exc.errno)}"
     return dict(sorted(out.items()))
 
 

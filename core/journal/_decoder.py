@@ -54,6 +54,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODE = json.JSONDecoder(parse_constant=_reject_constant).decode
+
+
 class Decoder:
     """Validate one journal file, yielding records; ``result`` is filled as it goes."""
 
@@ -154,7 +157,7 @@ class Decoder:
         except UnicodeDecodeError as exc:
             raise self._corrupt(offset, lineno, f"invalid UTF-8 at byte {exc.start} of the line") from None
         try:
-            obj = json.loads(text, parse_constant=_reject_constant)
+            obj = _DECODE(text)
         except ValueError as exc:
             raise self._corrupt(offset, lineno, f"invalid JSON ({exc})") from None
         if not isinstance(obj, dict):
@@ -189,6 +192,32 @@ class Decoder:
         return None
 
     def _record(self, line: bytes, offset: int, lineno: int) -> Record:
+        """Validate one record line. The fast path accepts only a fully valid v2
+        line; anything else goes to :meth:`_record_checked`, which names the fault."""
+        r = self.result
+        if line[:8] == CHK_PREFIX and line[40:42] == b'",':
+            try:
+                obj = _DECODE(line.decode("utf-8"))
+            except ValueError:
+                obj = None
+            if type(obj) is dict and obj.keys() == _V2_KEYS:
+                seq, type_, time_, data, chk, prev = obj["seq"], obj["type"], obj["time"], obj["data"], obj["chk"], obj["prev"]
+                if (
+                    type(seq) is int
+                    and seq == r.last_seq + 1
+                    and prev == r.last_link
+                    and type(type_) is str
+                    and type_
+                    and type(time_) is str
+                    and type(data) is dict
+                    and hashlib.sha256(b"{" + line[BODY_START:]).hexdigest()[:CHK_LEN] == chk
+                ):
+                    self._seen_v2 = True
+                    r.last_link = chk
+                    return Record(seq, type_, time_, data, chk, prev, VERSION_V2, offset, lineno)
+        return self._record_checked(line, offset, lineno)
+
+    def _record_checked(self, line: bytes, offset: int, lineno: int) -> Record:
         r = self.result
         obj = self._parse(line, offset, lineno)
         if "chk" in obj:

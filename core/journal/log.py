@@ -9,13 +9,13 @@ This module owns the *life* of a log:
   (:class:`JournalCorrupt` names offset and line); cut a torn tail after
   saving it to ``.broken``; keep a ``.pre-v2`` copy of a v1 file.
 - **append with group commit**: a record gets its ``seq`` and chain link the
-  moment ``append`` is called (event-loop order is log order). The first
-  appender that finds no flush running becomes the leader: it takes every
-  queued line, does one ``write`` + one ``fdatasync`` in a worker thread,
-  wakes that batch, and hands leadership to the next queued appender. So
-  concurrent appenders share an fsync, and each returns only once its own
-  record is durable. The wait is shielded from cancellation: a record that
-  was queued is written; cancelling the caller only delays the delivery.
+  moment ``append`` is called (event-loop order is log order) and joins the
+  open batch. One flusher task per log writes each batch with one ``write``
+  + one ``fdatasync`` on a dedicated thread, then resolves the batch's
+  future; appends arriving meanwhile form the next batch. So concurrent
+  appenders share an fsync, and each returns only once its own record is
+  durable. A caller cancelled while waiting is not acknowledged, but its
+  record is still written (as any unacknowledged record may be).
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -23,17 +23,20 @@ This module owns the *life* of a log:
 
 Readers need no lock: :func:`read_records` streams a file any time and stops
 quietly before an unterminated tail (which may be a live writer's write in
-flight). Requires an asyncio event loop (anyio on asyncio) for ``append``.
+flight). ``append`` needs an asyncio event loop (anyio on asyncio, as the
+project runs); a log is bound to the loop of its first append.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
 import anyio
+import structlog
 
 from ..canonical import check_json
 from ..errors import JournalFailed, NonJsonValue
@@ -46,14 +49,28 @@ from ._record import CURRENT_VERSION, VERSION_V1, Header, Record
 from ._repair import repair_torn_tail, save_pre_v2
 from .errors import JournalClosed, JournalMismatch
 
+log = structlog.get_logger("openfunctions.journal")
 
-@dataclass(eq=False)
-class _Pending:
-    line: bytes
-    record: Record | None
-    done: bool = False
-    error: BaseException | None = None
-    wake: anyio.Event = field(default_factory=anyio.Event)
+
+class _Batch:
+    """Lines that will share one write + one fsync, and the future their appenders await."""
+
+    __slots__ = ("lines", "size", "last_seq", "waiters")
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.size = 0
+        self.last_seq = 0
+        # One future per appender: cancelling one caller cancels only its own.
+        self.waiters: list[asyncio.Future[None]] = []
+
+    def resolve(self, exc: BaseException | None = None) -> None:
+        for f in self.waiters:
+            if not f.done():
+                if exc is None:
+                    f.set_result(None)
+                else:
+                    f.set_exception(exc)
 
 
 class JournalLog:
@@ -74,8 +91,11 @@ class JournalLog:
         self._link = ""
         self._enqueued_size = 0
         self._durable_size = 0
-        self._queue: list[_Pending] = []
-        self._flushing = False
+        self._batch: _Batch | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._closing = False
         self._failed: BaseException | None = None
         self._closed = False
 
@@ -169,7 +189,13 @@ class JournalLog:
 
     # -- append ------------------------------------------------------------
     async def append(self, type: str, data: dict[str, Any]) -> Record:
-        """Append one record; returns it once it is written and fsynced."""
+        """Append one record; returns it once it is written and fsynced.
+
+        Raises JournalFailed (this or an earlier write/fsync failed),
+        JournalClosed, NonJsonValue (``data`` has no JSON form; no seq is
+        consumed). If the caller is cancelled while waiting, the record is
+        still written; it is just not acknowledged to that caller.
+        """
         self._check_writable()
         if not isinstance(type, str) or not type:
             raise ValueError("journal record type must be a non-empty string")
@@ -183,16 +209,22 @@ class JournalLog:
         self._next_line += 1
         self._link = chk
         self._enqueued_size += len(line)
-        entry = _Pending(line, rec)
-        self._queue.append(entry)
-        with anyio.CancelScope(shield=True):
-            await self._commit(entry)
-        if entry.error is not None:
-            raise entry.error
+        loop = asyncio.get_running_loop()
+        batch = self._batch
+        if batch is None:
+            self._start_flusher(loop)
+            batch = self._batch = _Batch()
+            self._wakeup.set()  # type: ignore[union-attr]
+        batch.lines.append(line)
+        batch.size += len(line)
+        batch.last_seq = seq
+        waiter = loop.create_future()
+        batch.waiters.append(waiter)
+        await waiter
         return rec
 
     def _check_writable(self) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             raise JournalClosed(f"journal {str(self.path)!r} is closed", details={"path": str(self.path)})
         if self._failed is not None:
             raise self._failed_error()
@@ -204,45 +236,50 @@ class JournalLog:
             details={"path": str(self.path), "cause": str(self._failed)},
         )
 
-    async def _commit(self, entry: _Pending) -> None:
-        while not entry.done:
-            if not self._flushing:
-                self._flushing = True
-                try:
-                    await self._flush_batch()
-                finally:
-                    self._flushing = False
-                    if self._queue:
-                        self._queue[0].wake.set()  # hand leadership over
-            else:
-                ev = entry.wake
-                await ev.wait()
-                if not entry.done and ev is entry.wake:
-                    entry.wake = anyio.Event()
+    def _start_flusher(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._wakeup = asyncio.Event()
+            self._flusher = loop.create_task(self._flush_loop(), name=f"journal-flush:{self.path.name}")
+        elif self._flusher.get_loop() is not loop:
+            raise RuntimeError("a JournalLog is bound to the event loop of its first append")
 
-    async def _flush_batch(self) -> None:
-        batch, self._queue = self._queue, []
-        data = b"".join(e.line for e in batch)
-        try:
-            await anyio.to_thread.run_sync(self._write_durably, data)
-        except Exception as exc:
-            self._failed = exc
-            err = self._failed_error()
-            rest, self._queue = self._queue, []
-            for e in batch + rest:
-                e.error, e.done = err, True
-                e.wake.set()
-            return
-        self._durable_size += len(data)
-        for e in batch:
-            if e.record is not None:
-                self._durable_seq = e.record.seq
-            e.done = True
-            e.wake.set()
+    async def _flush_loop(self) -> None:
+        """The group-commit writer: one write + one fsync per batch, batches in seq order."""
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-fsync")
+        while True:
+            if self._batch is None:
+                if self._closing:
+                    return
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                continue
+            await asyncio.sleep(0)  # appenders already runnable join this batch
+            batch, self._batch = self._batch, None
+            try:
+                await asyncio.shield(loop.run_in_executor(self._executor, self._write_durably, b"".join(batch.lines)))
+            except BaseException as exc:
+                self._poison(exc if isinstance(exc, Exception) else OSError(f"flush interrupted: {exc!r}"), batch)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            self._durable_size += batch.size
+            self._durable_seq = batch.last_seq
+            batch.resolve()
+
+    def _poison(self, exc: Exception, batch: _Batch) -> None:
+        self._failed = exc
+        log.error("journal_failed", path=str(self.path), error=str(exc))
+        err = self._failed_error()
+        for b in (batch, self._batch):
+            if b is not None:
+                b.resolve(err)
+        self._batch = None
 
     def _write_durably(self, data: bytes) -> None:
-        if data:
-            self._ops.write_all(self._fd, data)
+        self._ops.write_all(self._fd, data)
         self._ops.sync(self._fd)
 
     # -- read --------------------------------------------------------------
@@ -261,15 +298,25 @@ class JournalLog:
         """Wait for queued appends to become durable, then release the file and the lock."""
         if self._closed:
             return
-        if self._failed is None and (self._queue or self._flushing):
-            sentinel = _Pending(b"", None)
-            self._queue.append(sentinel)
-            with anyio.CancelScope(shield=True):
-                await self._commit(sentinel)
+        self._closing = True
+        flusher = self._flusher
+        if flusher is not None and not flusher.done():
+            assert self._wakeup is not None
+            self._wakeup.set()
+            try:
+                await asyncio.shield(flusher)
+            except Exception:
+                pass  # already recorded as the log's failure
         self._close_now()
 
     def _close_now(self) -> None:
+        """Release everything at once (also what a crash looks like to the file)."""
         self._closed = True
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -297,7 +344,9 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Record]:
 
     Raises JournalCorrupt for interior damage and JournalUnsafe for an
     unsafe path; stops before an unterminated or NUL-filled tail, which may
-    be a live writer's write in flight.
+    be a live writer's write in flight. Next to a live writer it may also
+    yield complete records whose fsync has not finished (not yet
+    acknowledged to their appender).
     """
     p = Path(os.path.abspath(path))
     fd = open_private(p, os.O_RDONLY)

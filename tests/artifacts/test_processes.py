@@ -87,7 +87,7 @@ def spawn(code: str, *args: object) -> subprocess.Popen:
 
 async def test_processes_sharing_a_store_never_overshoot_the_quota(tmp_path):
     root = tmp_path / "shared"
-    size, fits, per_child, children = 4096, 25, 20, 3
+    size, fits, per_child, children = 4096, 15, 12, 3
     procs = [spawn(CHILD_PUTS, root, f"p{n}", per_child, size, size * fits) for n in range(children)]
     try:
         for p in procs:
@@ -139,3 +139,35 @@ async def test_kill_9_during_a_put_leaves_a_clean_store(tmp_path, where):
     assert (await fresh.usage())["used_bytes"] == len(b"acknowledged before the crash") + len(b"written after the crash")
     assert await fresh.read_all(kept.id) == b"acknowledged before the crash"
     fresh.close()
+
+
+CHILD_OPEN = textwrap.dedent(
+    """
+    import anyio, sys
+    from openfunctions.artifacts import ArtifactStore
+
+    async def main():
+        sys.stdin.readline()
+        store = await ArtifactStore(sys.argv[1]).open()
+        ref = await store.put(b"same bytes from every process", scope="shared")
+        print(ref.id, flush=True)
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_processes_creating_one_new_store_at_once_agree(tmp_path):
+    root = tmp_path / "fresh"
+    procs = [spawn(CHILD_OPEN, root) for _ in range(4)]
+    try:
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        ids = [p.stdout.readline().strip() for p in procs]
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=60)
+    assert all(p.returncode == 0 for p in procs)
+    assert len(set(ids)) == 1 and ids[0].startswith("art_")  # one artifact, reused by the others

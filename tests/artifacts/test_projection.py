@@ -200,14 +200,43 @@ def test_default_summary_keeps_top_level_scalars():
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=400),
-    lambda children: st.lists(children, max_size=30) | st.dictionaries(st.text(max_size=12), children, max_size=30),
-    max_leaves=200,
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.text(max_size=30)
+    # Long strings built cheaply (generating long random text is slow), ASCII and multi-byte.
+    | st.tuples(st.sampled_from(["x", "é", "€", "\n"]), st.integers(0, 6000)).map(lambda t: t[0] * t[1]),
+    lambda children: st.lists(children, max_size=20) | st.dictionaries(st.text(max_size=12), children, max_size=20),
+    max_leaves=60,
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(payload=st.dictionaries(st.text(max_size=20), json_values, max_size=40), budget=st.integers(1024, 6000))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    summary=st.dictionaries(st.text(max_size=20), json_values, max_size=25),
+    budget=st.integers(1024, 6000),
+    keep=st.lists(st.text(max_size=20), max_size=3),
+    available=st.booleans(),
+)
+def test_property_bounding_always_fits_and_keeps_what_fits(summary, budget, keep, available):
+    from openfunctions.artifacts.projection import _bounded
+
+    projection = (
+        {"available": True, "artifact_id": "art_" + "0" * 32, "sha256": "sha256:" + "0" * 64, "size": 1,
+         "media_type": "application/json"}
+        if available else {"available": False, "reason": "artifact quota exhausted: " + "r" * 300}
+    )
+    reply = _bounded(summary, projection, budget, frozenset(keep))
+    assert_within(reply, budget)
+    assert reply["artifactProjection"] == projection
+    if "summaryTruncated" not in reply:
+        assert {k: v for k, v in reply.items() if k != "artifactProjection"} == {
+            k: v for k, v in summary.items() if k not in ("artifactProjection", "summaryTruncated")
+        }
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(payload=st.dictionaries(st.text(max_size=20), json_values, max_size=25), budget=st.integers(1024, 6000))
 async def test_property_projected_reply_always_fits(store, payload, budget):
     reply = await project_reply(payload, store=store, scope="prop", budget=budget, summarize=lambda p: dict(p))
     assert_within(reply, budget)

@@ -547,3 +547,13 @@ async def test_large_buffer_put_is_durable_and_exact(store):
     assert ref.sha256 == "sha256:" + hashlib.sha256(data).hexdigest()
     with open(blob_path(store, ref.sha256), "rb") as f:
         assert f.read() == data
+
+
+def test_find_artifact_ids_in_text():
+    from openfunctions.artifacts import ARTIFACT_ID_PATTERN, find_artifact_ids, is_artifact_id
+
+    a, b = "art_" + "a1" * 16, "art_" + "0" * 32
+    text = f'{{"artifact_id": "{a}", "x": "see {b}", "again": "{a}", "glued": "x{b}", "long": "{b}00"}}'
+    assert find_artifact_ids(text) == [a, b]
+    assert all(is_artifact_id(i) for i in find_artifact_ids(text))
+    assert ARTIFACT_ID_PATTERN == r"art_[0-9a-f]{32}"

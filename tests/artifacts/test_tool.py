@@ -154,3 +154,17 @@ async def test_offset_past_end_is_a_clear_error(store):
     assert d.error.code == "artifact_request_invalid" and "past the end" in d.error.message
     d = await reg.execute_detailed("of_artifact_read", {"artifact_id": ref.id, "offset": 5})
     assert d.ok and d.result.structured["eof"] is True and d.result.structured["data_base64"] == ""
+
+
+@pytest.mark.parametrize("verdict", [1, "yes", None, "raise"])
+async def test_allow_fails_closed(store, verdict):
+    ref = await store.put(b"data")
+
+    def allow(info, ctx):
+        if verdict == "raise":
+            raise RuntimeError("scope lookup broke")
+        return verdict
+
+    reg = ToolRegistry([create_artifact_read_tool(store, allow=allow)])
+    d = await reg.execute_detailed("of_artifact_read", {"artifact_id": ref.id})
+    assert d.error.code == "artifact_not_found" and d.receipt.certainty == "known"

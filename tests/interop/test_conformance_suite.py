@@ -6,7 +6,8 @@ are our registry's tools, executed (and journaled) by our executor. The suite
 itself compares the outcome with ``conformance-expected-failures.yml`` and
 fails on an unexpected failure or a stale entry; this test checks the same
 from the per-check results and records the counts in
-``.interop/conformance-summary.json``.
+``.interop/conformance-summary.<mode>.json``. It runs twice: with sessions
+(the default) and ``--stateless`` (replicas behind a load balancer).
 """
 
 from __future__ import annotations
@@ -20,16 +21,21 @@ from typing import Any
 
 import pytest
 
+from openfunctions.core.journal import read_records
+
 from ._serve import http_server
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
-EXPECTED_FAILURES = HERE / "conformance-expected-failures.yml"
-SUMMARY = HERE.parents[1] / ".interop" / "conformance-summary.json"
+CACHE = HERE.parents[1] / ".interop"
 
-# The floor of passed checks; raise it when support lands (docs/INTEROP.md has the history).
-MIN_PASSED = 201
+# Per HTTP mode: extra serve flags, its expected-failures file, and the floor of
+# passed checks (raise it when support lands; docs/INTEROP.md has the figures).
+MODES = {
+    "sessions": ((), HERE / "conformance-expected-failures.yml", 201),
+    "stateless": (("--stateless",), HERE / "conformance-expected-failures.stateless.yml", 183),
+}
 
 
 def _expected_failures(path: Path) -> set[str]:
@@ -53,14 +59,16 @@ def _results(out_dir: Path) -> dict[str, Counter[str]]:
     return per
 
 
-def test_conformance_suite_all_scenarios(node_peers: Any, tmp_path: Path) -> None:
-    expected = _expected_failures(EXPECTED_FAILURES)
-    assert expected, f"no server entries parsed from {EXPECTED_FAILURES}"
-    out_dir = tmp_path / "results"
-    with http_server("conformance", tmp_path / "data") as url:
+@pytest.mark.parametrize("mode", list(MODES))
+def test_conformance_suite_all_scenarios(node_peers: Any, tmp_path: Path, mode: str) -> None:
+    flags, expected_file, min_passed = MODES[mode]
+    expected = _expected_failures(expected_file)
+    assert expected, f"no server entries parsed from {expected_file}"
+    out_dir, data_dir = tmp_path / "results", tmp_path / "data"
+    with http_server("conformance", data_dir, *flags) as url:
         proc = subprocess.run(
             [*node_peers.conformance, "server", "--url", url, "--suite", "all",
-             "--expected-failures", str(EXPECTED_FAILURES), "-o", str(out_dir)],
+             "--expected-failures", str(expected_file), "-o", str(out_dir)],
             env=node_peers.env, cwd=node_peers.home, capture_output=True, text=True, timeout=900,
         )
     per = _results(out_dir)
@@ -70,16 +78,24 @@ def test_conformance_suite_all_scenarios(node_peers: Any, tmp_path: Path) -> Non
     failing = {s for s, c in per.items() if c["FAILURE"] or c["WARNING"]}
     unexpected, stale = sorted(failing - expected), sorted(expected - failing)
 
-    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
-    SUMMARY.write_text(json.dumps({
+    summary = CACHE / f"conformance-summary.{mode}.json"
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    summary.write_text(json.dumps({
         "passed": total["SUCCESS"], "failed": total["FAILURE"], "warnings": total["WARNING"],
         "skipped": total["SKIPPED"], "scenarios": len(per), "failing_scenarios": sorted(failing),
         "per_scenario": {s: dict(c) for s, c in sorted(per.items())},
     }, indent=2))
-    print(f"\nconformance: {total['SUCCESS']} checks passed, {total['FAILURE']} failed, "
+    print(f"\nconformance ({mode}): {total['SUCCESS']} checks passed, {total['FAILURE']} failed, "
           f"{total['WARNING']} warnings over {len(per)} scenarios")
 
+    # The suite's tool calls ran through our executor: each one left a durable receipt.
+    receipts = [r.data for r in read_records(data_dir / "journal" / "conformance.journal") if r.type == "receipt"]
+    journaled = {r["tool"] for r in receipts}
+    assert {"test_simple_text", "test_error_handling", "test_tool_with_progress", "test_sampling",
+            "test_input_required_result_multi_round"} <= journaled, sorted(journaled)
+    print(f"conformance: {len(receipts)} tool-call receipts journaled")
+
     assert not unexpected, f"unexpected conformance failures: {unexpected}\n{proc.stdout[-4000:]}"
-    assert not stale, f"expected failures that now pass (remove them from {EXPECTED_FAILURES.name}): {stale}"
+    assert not stale, f"expected failures that now pass (remove them from {expected_file.name}): {stale}"
     assert proc.returncode == 0, f"the suite's baseline check failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
-    assert total["SUCCESS"] >= MIN_PASSED, f"only {total['SUCCESS']} checks passed (floor {MIN_PASSED})"
+    assert total["SUCCESS"] >= min_passed, f"only {total['SUCCESS']} checks passed (floor {min_passed})"

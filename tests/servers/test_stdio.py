@@ -145,15 +145,55 @@ def test_modern_era_raw_request_without_handshake(raw_stdio):
     assert s.close() == 0
 
 
-def test_client_disconnecting_mid_call_cancels_it_and_the_server_exits_cleanly(raw_stdio, tmp_path):
+def test_closing_stdin_lets_running_calls_finish_and_answers_them(raw_stdio, tmp_path):
     markers = tmp_path / "m"
-    s = raw_stdio()
+    s = raw_stdio("--shutdown-timeout", "60")
+    s.initialize()
+    rid = s.request("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}})
+    quick = s.request("tools/call", {"name": "add", "arguments": {"a": 1, "b": 1}})
+    wait_for_file(markers / "started")
+    s.proc.stdin.close()  # the MCP stdio shutdown: EOF
+    (markers / "release").write_text("go")
+    assert s.response(rid)["result"]["structuredContent"] == {"finished": True}
+    assert s.close() == 0
+    assert any(json.loads(line).get("id") == quick for line in s.stdout_lines), (s.stdout_lines, bytes(s.stderr))
+
+
+def test_closing_stdin_cancels_calls_that_outlive_the_shutdown_timeout(raw_stdio, tmp_path):
+    markers = tmp_path / "m"
+    s = raw_stdio("--shutdown-timeout", "0.2")
     s.initialize()
     s.request("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}})
     wait_for_file(markers / "started")
     assert s.close() == 0
-    assert (markers / "cancelled").exists()
-    assert not (markers / "finished").exists()
+    assert (markers / "cancelled").exists() and not (markers / "finished").exists()
+
+
+def test_client_vanishing_mid_call_cancels_it_at_once(tmp_path):
+    """The host closed both pipes (it died): nobody can read an answer, so the call is cancelled now."""
+    import subprocess
+
+    markers = tmp_path / "m"
+    argv = serve_argv("--module", "fixture_tools:registry", "--data-dir", str(tmp_path / "data"), "--shutdown-timeout", "600")
+    proc = subprocess.Popen(argv, env=server_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow", "arguments": {"dir": str(markers)}}}
+        proc.stdin.write((json.dumps(init) + "\n").encode())
+        proc.stdin.flush()
+        proc.stdout.readline()
+        proc.stdin.write((json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n" + json.dumps(call) + "\n").encode())
+        proc.stdin.flush()
+        wait_for_file(markers / "started")
+        proc.stdout.close()
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        assert (markers / "cancelled").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_sigterm_lets_the_running_call_finish_and_refuses_new_ones(raw_stdio, tmp_path):
@@ -167,7 +207,7 @@ def test_sigterm_lets_the_running_call_finish_and_refuses_new_ones(raw_stdio, tm
     late = s.call("tools/call", {"name": "fail", "arguments": {}})
     (markers / "release").write_text("go")
     finished = s.response(rid)
-    assert s.proc.wait(timeout=30) == 0
+    assert s.proc.wait(timeout=30) == 0, bytes(s.stderr).decode()[-3000:]
     assert finished["result"]["structuredContent"] == {"finished": True}
     assert late["result"]["isError"] and "shutting down" in late["result"]["content"][0]["text"]
 

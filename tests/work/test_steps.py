@@ -370,6 +370,13 @@ async def test_read_file_inline_and_as_artifact(env: Env) -> None:
     assert await env.read_artifact(r.value["artifact_id"]) == b"\xff\xfe" * 20000
     r = await env.run("read_src", {"path": "src/none.txt"})
     assert not r.ok and r.error.code == "plan_invalid"
+    (env.ws / "src" / "sub").mkdir()
+    os.mkfifo(env.ws / "src" / "fifo")  # would block a naive open() forever
+    for p in ("src/sub", "src/fifo"):
+        r = await env.run("read_src", {"path": p})
+        assert not r.ok and r.error.code == "plan_invalid" and r.receipt.certainty == "known", r.error
+    r = await env.run("write_src", {"path": "src/fifo", "content": "x"})
+    assert not r.ok and r.receipt.certainty == "known", r.error
 
 
 async def test_fingerprint_step_and_capabilities(env: Env) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 
 import anyio
 import pytest
@@ -20,6 +21,8 @@ from openfunctions.core.journal import (
     read_records,
 )
 from openfunctions.core.journal._fsutil import FileOps
+
+from .._helpers import until
 
 pytestmark = pytest.mark.anyio
 
@@ -157,3 +160,68 @@ async def test_work_attempt_journal(tmp_path):
         await WorkAttemptJournal.open(p, attempt_id="other")
     # The refused open released its lock.
     await (await WorkAttemptJournal.open(p)).close()
+
+
+def test_encoded_record_is_canonical_json():
+    from openfunctions.core.canonical import canonical_json
+    from openfunctions.core.journal._encoder import encode_record
+
+    for data, type_ in [({"b": 1, "a": [1.5, None, "é\u2028"]}, "t"), ({}, 'q"uo\\te\n'), ({"z": {"y": True}}, "ü")]:
+        line, chk = encode_record(7, type_, "2026-01-01T00:00:00.000000Z", data, "p" * 32)
+        full = {"chk": chk, "data": data, "prev": "p" * 32, "seq": 7, "time": "2026-01-01T00:00:00.000000Z", "type": type_}
+        assert line == canonical_json(full).encode("utf-8") + b"\n"
+
+
+async def test_cancelled_appender_does_not_disturb_its_batch(tmp_path):
+    victim_returned = anyio.Event()
+    release = threading.Event()
+
+    class GatedOps(FileOps):
+        def sync(self, fd):
+            gate_entered_flag.append(1)
+            release.wait(30)
+            super().sync(fd)
+
+    gate_entered_flag: list[int] = []
+    log = await JournalLog.open(tmp_path / "j.jsonl", _ops=GatedOps())
+    results: dict[int, int] = {}
+
+    async def one(i: int) -> None:
+        results[i] = (await log.append("t", {"i": i})).seq
+
+    victim_scope = anyio.CancelScope()
+
+    async def victim() -> None:
+        with victim_scope:
+            await log.append("t", {"i": "victim"})
+        victim_returned.set()
+
+    async with anyio.create_task_group() as tg:
+
+        tg.start_soon(one, 0)
+        tg.start_soon(victim)
+        tg.start_soon(one, 1)
+        await until(lambda: bool(gate_entered_flag))  # the batch is in its fsync
+        victim_scope.cancel()
+        await victim_returned.wait()  # the victim returned (cancelled) while the fsync still runs
+        release.set()
+    assert results == {0: 1, 1: 3}
+    await log.close()
+    # The cancelled caller got no ack, but its queued record was written in order.
+    assert [r.data["i"] for r in read_records(tmp_path / "j.jsonl")] == [0, "victim", 1]
+
+
+async def test_close_waits_for_queued_appends(tmp_path):
+    log = await JournalLog.open(tmp_path / "j.jsonl")
+    acked: list[int] = []
+
+    async def one(i):
+        acked.append((await log.append("t", {"i": i})).seq)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(one, i)
+        await anyio.sleep(0)  # all ten are queued
+        await log.close()
+    assert sorted(acked) == list(range(1, 11))
+    assert len(list(read_records(tmp_path / "j.jsonl"))) == 10

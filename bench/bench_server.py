@@ -1,0 +1,273 @@
+"""Calls per second of a no-op tool: our MCP server vs the SDK's own ``MCPServer``.
+
+Both serve the same tool (``noop``: no arguments, returns the text "ok").
+Ours runs it through the executor with receipts on and the journal off
+(``--no-journal``); the SDK's runs it through ``MCPServer``. Measured in one
+run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
+
+- ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
+- ``stdio``: ``mcp.Client`` driving the server as a subprocess;
+- ``http x1``: one ``mcp.Client`` over streamable HTTP on 127.0.0.1;
+- ``http x16``: 16 concurrent clients, each with its own connection.
+
+Reports median calls/s over the rounds and the median per-round ratio
+ours/SDK (rounds run back to back in pairs), and writes
+the table into docs/PERFORMANCE.md (section ``server``).
+
+    python bench/bench_server.py            # full (~1-2 min)
+    python bench/bench_server.py --quick    # smoke run, a few seconds per mode
+
+This file is also the server side of the subprocess modes:
+``--serve-sdk stdio|http`` runs the SDK peer, and ``--module
+bench_server:registry`` (with ``bench/`` on PYTHONPATH) gives our CLI the tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from openfunctions.core import ToolRegistry, define_tool
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+from _report import median, table, write_section  # noqa: E402
+
+
+async def _noop(params: dict[str, Any], ctx: Any) -> str:
+    return "ok"
+
+
+def _noop_tool() -> Any:
+    return define_tool(
+        name="noop",
+        description="Does nothing and returns 'ok'.",
+        input_schema={"type": "object", "properties": {}},
+        handler=_noop,
+        capability={"effect": "read", "parallel_safe": True, "idempotent": True},
+    )
+
+
+registry = ToolRegistry([_noop_tool()])
+"""What ``openfunctions-mcp serve --module bench_server:registry`` serves."""
+
+
+def _sdk_server() -> Any:
+    from mcp.server.mcpserver import MCPServer
+
+    mcp = MCPServer("bench-sdk")
+
+    @mcp.tool()
+    def noop() -> str:
+        """Does nothing and returns 'ok'."""
+        return "ok"
+
+    return mcp
+
+
+def _our_server() -> Any:
+    from openfunctions.servers import create_mcp_server
+
+    return create_mcp_server(ToolRegistry([_noop_tool()]), name="bench-ours", version="0", journal_dir=None)
+
+
+def _serve_sdk(transport: str, port: int) -> None:
+    mcp = _sdk_server()
+    if transport == "stdio":
+        mcp.run("stdio")
+        return
+    import uvicorn
+
+    # Same HTTP settings as our CLI: no access log, warnings only.
+    app = mcp.streamable_http_app(host="127.0.0.1")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# -- subprocesses ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
+
+
+def _ours_cmd(data_dir: Path, *extra: str) -> list[str]:
+    script = Path(sys.executable).with_name("openfunctions-mcp")
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "openfunctions.servers"]
+    return [*base, "serve", "--module", "bench_server:registry", "--no-example-tools", "--no-journal",
+            "--data-dir", str(data_dir), "--log-level", "warning", *extra]
+
+
+def _sdk_cmd(transport: str, port: int = 0) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--serve-sdk", transport, "--port", str(port)]
+
+
+class _HttpProc:
+    def __init__(self, cmd: list[str], port: int, log: Path) -> None:
+        self.port = port
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as out:  # a file, not a pipe: an undrained pipe would stall a chatty server
+            self.proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=out)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{cmd} exited: {log.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"{cmd} did not listen on {port}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- measurement -----------------------------------------------------------------
+
+
+async def _calls(client: Any, n: int) -> None:
+    for _ in range(n):
+        result = await client.call_tool("noop", {})
+        if result.is_error:
+            raise RuntimeError(f"noop failed: {result.content}")
+
+
+async def _rate(clients: list[Any], total: int) -> float:
+    """Calls/s for ``total`` calls spread evenly over ``clients`` running concurrently."""
+    per = total // len(clients)
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for c in clients:
+            tg.start_soon(_calls, c, per)
+    return per * len(clients) / (time.perf_counter() - start)
+
+
+class _Target:
+    """One server in one mode, with its clients open across rounds."""
+
+    def __init__(self, label: str, make_clients: Callable[[], list[Any]], close: Callable[[], None] = lambda: None):
+        self.label, self.make_clients, self.close = label, make_clients, close
+        self.rates: list[float] = []
+
+
+async def _run_mode(mode: str, targets: list[_Target], n: int, rounds: int, warmup: int) -> None:
+    from contextlib import AsyncExitStack
+
+    async with AsyncExitStack() as stack:
+        opened = []
+        for t in targets:
+            clients = [await stack.enter_async_context(c) for c in t.make_clients()]
+            await _rate(clients, warmup * len(clients))
+            opened.append((t, clients))
+        for _ in range(rounds):
+            for t, clients in opened:
+                t.rates.append(await _rate(clients, n))
+    for t in targets:
+        t.close()
+    print(f"  {mode:<11} " + "  ".join(f"{t.label}: {median(t.rates):8.0f}/s" for t in targets), flush=True)
+
+
+async def bench(n_inproc: int, n_stdio: int, n_http: int, rounds: int, tmp: Path) -> list[list[object]]:
+    from mcp import Client, StdioServerParameters
+
+    def client(target: Any) -> Any:
+        return Client(target, read_timeout_seconds=60)
+
+    rows: list[list[object]] = []
+
+    async def mode(name: str, ours: _Target, sdk: _Target, n: int) -> None:
+        await _run_mode(name, [ours, sdk], n, rounds, warmup=max(20, n // 5))
+        o, s = median(ours.rates), median(sdk.rates)
+        # Rounds alternate ours/SDK back to back, so each pair saw about the same machine load.
+        paired = median([a / b for a, b in zip(ours.rates, sdk.rates)])
+        rows.append([name, n, f"{o:,.0f}", f"{s:,.0f}", f"{paired:.2f}x"])
+
+    our_srv, sdk_srv = _our_server(), _sdk_server()
+    await mode("in-process", _Target("ours", lambda: [client(our_srv.lowlevel)]),
+               _Target("sdk", lambda: [client(sdk_srv)]), n_inproc)
+
+    ours_stdio = StdioServerParameters(command=_ours_cmd(tmp / "stdio")[0], args=_ours_cmd(tmp / "stdio")[1:], env=_env())
+    sdk_stdio = StdioServerParameters(command=sys.executable, args=_sdk_cmd("stdio")[1:], env=_env())
+    await mode("stdio", _Target("ours", lambda: [client(ours_stdio)]), _Target("sdk", lambda: [client(sdk_stdio)]),
+               n_stdio)
+
+    p1, p2 = _free_port(), _free_port()
+    ours_http = _HttpProc(_ours_cmd(tmp / "http", "--transport", "http", "--port", str(p1)), p1, tmp / "ours-http.log")
+    sdk_http = _HttpProc(_sdk_cmd("http", p2), p2, tmp / "sdk-http.log")
+    try:
+        await mode("http x1", _Target("ours", lambda: [client(ours_http.url)]),
+                   _Target("sdk", lambda: [client(sdk_http.url)]), n_http)
+        await mode("http x16", _Target("ours", lambda: [client(ours_http.url) for _ in range(16)]),
+                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)]), n_http * 2)
+    finally:
+        ours_http.stop()
+        sdk_http.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="few calls per round, 3 rounds (a smoke run)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per mode (default 15; 3 with --quick)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/PERFORMANCE.md alone")
+    ap.add_argument("--serve-sdk", choices=("stdio", "http"), help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serve_sdk:
+        _serve_sdk(args.serve_sdk, args.port)
+        return 0
+
+    import tempfile
+
+    rounds = args.rounds or (3 if args.quick else 15)
+    n_inproc, n_stdio, n_http = (200, 100, 50) if args.quick else (400, 200, 80)
+    print(f"bench_server: no-op tool, {rounds} rounds per mode (median calls/s)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = anyio.run(bench, n_inproc, n_stdio, n_http, rounds, Path(tmp))
+    load = os.getloadavg()[0]
+    body = table(["mode", "calls/round", "ours (calls/s)", "SDK MCPServer (calls/s)", "ours/SDK (paired)"], rows)
+    print(body)
+    if not args.no_write:
+        note = (
+            "One no-op tool (`noop`, returns \"ok\") served by `openfunctions-mcp` (receipts on, `--no-journal`) "
+            "and by the SDK's `MCPServer`, driven by `mcp.Client` (default `auto` mode) in the same run, rounds "
+            f"interleaved; medians over {rounds} rounds, and the median of the per-round ratios (each pair of "
+            "rounds ran back to back, so it saw about the same machine load). `http x16` is 16 concurrent "
+            "clients, each with its own connection, against one server process; the clients share one Python "
+            "process, which is part of what is measured. Ours also validates arguments, schedules the call and "
+            "builds a receipt (sha256 of spec, params and result) for every call. "
+            f"1-minute load average at the end of the run: {load:.1f} on a shared machine, so absolute rates "
+            "move between runs; the ratios are the figure to quote.\n\n"
+        )
+        cmd = "python bench/bench_server.py" + (" --quick" if args.quick else "")
+        write_section("server", "MCP server: calls/s vs the SDK's MCPServer", note + body, cmd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The openfunctions-mcp command: parser, profiles, tool loading, the example config, the demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from openfunctions.core import ToolRegistry
+from openfunctions.servers import cli
+from openfunctions.servers.errors import ProfileUnavailable, ToolLoadError
+from openfunctions.servers.profiles import PROFILES, build_profile, load_module_tools
+
+from .conftest import REPO, server_env
+
+CONFIG = REPO / "claude_desktop_config.example.json"
+UVX_OPTIONS_WITH_VALUE = {"--from", "--with", "--python", "-p"}
+
+
+def openfunctions_args(entry: dict) -> list[str]:
+    """The arguments after ``openfunctions-mcp`` in a config entry (uvx's own options skipped)."""
+    assert entry["command"] == "uvx", entry
+    args = list(entry["args"])
+    i = 0
+    while args[i].startswith("-"):
+        i += 2 if args[i] in UVX_OPTIONS_WITH_VALUE else 1
+    assert args[i] == "openfunctions-mcp", entry
+    return args[i + 1:]
+
+
+def test_example_config_entries_parse_with_the_cli_parser():
+    config = json.loads(CONFIG.read_text())
+    entries = config["mcpServers"]
+    profiles_seen = set()
+    for name, entry in entries.items():
+        args = openfunctions_args(entry)
+        parsed = cli.build_parser().parse_args(args or ["serve"])
+        assert parsed.command == "serve", name
+        assert parsed.transport == "stdio", name
+        profiles_seen.add(parsed.profile)
+    assert {"tools", "work", "artifacts", "all"} <= profiles_seen
+    assert any("--from" in e["args"] for e in entries.values()), "a local-checkout entry"
+
+
+def test_no_arguments_means_serve_tools_over_stdio(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "_cmd_serve", lambda args: seen.setdefault("args", args) and 0)
+    assert cli.main([]) == 0
+    args = seen["args"]
+    assert (args.command, args.profile, args.transport, args.data_dir, args.no_journal) == ("serve", "tools", "stdio", None, False)
+
+
+def test_default_data_dir_is_per_user(monkeypatch, tmp_path):
+    monkeypatch.delenv("OPENFUNCTIONS_MCP_DATA_DIR", raising=False)
+    import platformdirs
+
+    assert cli.default_data_dir() == __import__("pathlib").Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+    monkeypatch.setenv("OPENFUNCTIONS_MCP_DATA_DIR", str(tmp_path))
+    assert cli.default_data_dir() == tmp_path
+
+
+def test_help_and_version_explain_the_command(capsys):
+    with pytest.raises(SystemExit) as ex:
+        cli.main(["--version"])
+    assert ex.value.code == 0
+    assert capsys.readouterr().out.startswith("openfunctions-mcp ")
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    text = capsys.readouterr().out
+    for option in ("--profile", "--transport", "--host", "--port", "--path", "--data-dir", "--module", "--log-level",
+                   "--no-journal", "--stateless", "--auth-token-env", "--auth-token-file"):
+        assert option in text, option
+
+
+def test_bad_profile_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as ex:
+        cli.main(["serve", "--profile", "nonsense"])
+    assert ex.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec, count", [("tests.servers.fixture_tools:registry", 7),
+                                         ("tests.servers.fixture_tools:factory", 7),
+                                         ("tests.servers.fixture_tools:tools", 7)])
+def test_module_forms(spec, count):
+    loaded = load_module_tools(spec)
+    assert len(loaded) == count
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("tests.servers.fixture_tools:not_tools", "expected a ToolRegistry"),
+    ("tests.servers.fixture_tools:missing", "no attribute 'missing'"),
+    ("no_such_module_xyz:registry", "cannot import"),
+    (":registry", "pkg.module:attribute"),
+])
+def test_module_errors_name_the_problem(spec, needle):
+    with pytest.raises(ToolLoadError) as info:
+        load_module_tools(spec)
+    assert needle in info.value.message
+
+
+def test_tools_profile_serves_examples_and_module_tools(tmp_path):
+    prof = build_profile("tools", data_dir=tmp_path, modules=["tests.servers.fixture_tools:factory"], files_root=tmp_path)
+    names = {t.name for t in prof.registry.list()}
+    assert {"of_hash_text", "of_json_query", "of_now", "of_list_dir", "add", "slow"} <= names
+    only = build_profile("tools", data_dir=tmp_path, modules=["tests.servers.fixture_tools:registry"], examples=False)
+    from tests.servers import fixture_tools
+
+    assert only.registry is fixture_tools.registry  # a single registry is served as is (policy kept)
+
+
+def test_unbuilt_profiles_say_so(tmp_path):
+    import importlib.util
+
+    for name, module in (("work", "openfunctions.work"), ("artifacts", "openfunctions.artifacts")):
+        try:
+            build_profile(name, data_dir=tmp_path)
+        except ProfileUnavailable as exc:
+            assert f"'{name}' profile is not available yet" in exc.message
+        else:
+            assert importlib.util.find_spec(module) is not None
+
+
+def test_every_profile_name_is_known():
+    assert PROFILES == ("tools", "work", "artifacts", "all", "conformance")
+
+
+def test_unavailable_profile_exits_2_with_a_message(tmp_path):
+    try:
+        build_profile("work", data_dir=tmp_path)
+        pytest.skip("the work profile is available in this build")
+    except ProfileUnavailable:
+        pass
+    proc = subprocess.run(
+        [sys.executable, "-m", "openfunctions.servers", "serve", "--profile", "work", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env=server_env(), stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2
+    assert "not available yet" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_auth_token_problems_exit_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "openfunctions.servers", "serve", "--transport", "http", "--auth-token-env",
+         "OF_SURELY_UNSET_VAR", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env=server_env(),
+    )
+    assert proc.returncode == 2 and "OF_SURELY_UNSET_VAR" in proc.stderr
+
+
+@pytest.mark.slow
+def test_demo_runs_a_real_session(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "openfunctions.servers", "demo", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env=server_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "tools/list ->" in out and "of_hash_text" in out
+    assert "structuredContent:" in out and "receipt_id" in out and "rcpt_" in out
+    assert "outcome        succeeded" in out
+    assert "isError: True" in out

@@ -1,0 +1,92 @@
+"""The built wheel works from a clean environment, the way a user runs it: ``uvx``.
+
+Builds the wheel with ``pip wheel --no-deps``, gets ``uv`` (installing it
+into a scratch venv when it is not on PATH), and runs the command from the
+wheel and from the checkout in uv's fresh environments: ``--help``,
+``--version``, every entry of claude_desktop_config.example.json, and a real
+stdio session. Skipped only when uv cannot be installed (offline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+from .test_cli import CONFIG, openfunctions_args
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    wheels = tmp / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(REPO), "-w", str(wheels)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = wheels.glob("openfunctions_mcp-*.whl")
+    uvx = shutil.which("uvx")
+    if uvx is None:
+        venv = tmp / "uv-venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "uv"], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot install uv (offline?): {proc.stderr.strip()[-300:]}")
+        uvx = str(venv / "bin" / "uvx")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
+    env["UV_CACHE_DIR"] = str(tmp / "uv-cache")
+    env["UV_NO_CONFIG"] = "1"
+    return wheel, uvx, env
+
+
+def run(built, *args: str, input: bytes | None = None, source: str | None = None) -> subprocess.CompletedProcess:
+    wheel, uvx, env = built
+    return subprocess.run(
+        [uvx, "--isolated", "--from", source or str(wheel), "openfunctions-mcp", *args],
+        input=input, capture_output=True, timeout=600, env=env, cwd="/",
+    )
+
+
+def test_wheel_help_and_version(built):
+    helped = run(built, "--help")
+    assert helped.returncode == 0, helped.stderr.decode()[-2000:]
+    for word in (b"serve", b"demo", b"journal"):
+        assert word in helped.stdout
+    version = run(built, "--version")
+    assert version.returncode == 0 and version.stdout.startswith(b"openfunctions-mcp ")
+
+
+def test_checkout_runs_with_uvx_from_dot(built):
+    proc = run(built, "serve", "--help", source=str(REPO))
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert b"--profile" in proc.stdout
+
+
+def test_every_example_config_entry_parses_in_the_built_package(built):
+    for name, entry in json.loads(CONFIG.read_text())["mcpServers"].items():
+        proc = run(built, *openfunctions_args(entry), "--help")
+        assert proc.returncode == 0, (name, proc.stderr.decode()[-1000:])
+
+
+def test_wheel_serves_a_stdio_session(built, tmp_path):
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "of_hash_text", "arguments": {"text": "a"}}},
+    ]
+    data = b"".join(json.dumps(m).encode() + b"\n" for m in lines)
+    proc = run(built, "serve", "--data-dir", str(tmp_path / "data"), input=data)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    call = next(m for m in out if m.get("id") == 2)
+    assert call["result"]["structuredContent"]["hex"].startswith("ca978112")
+    assert call["result"]["_meta"]["dev.openfunctions/receipt"]["outcome"] == "succeeded"
