@@ -320,3 +320,23 @@ async def test_reply_bounding_at_the_32_kib_edge(work):
     over = await tools.reply(payload(n + 1), scope="att_x")
     assert over["artifactProjection"]["available"] and over["attemptId"] == "att_x" and over["state"] == "running"
     assert "blob" not in over and size(over) <= BUDGET
+
+
+@pytest.mark.anyio
+async def test_a_profile_without_catalog_serves_tools_that_say_what_is_missing(tmp_path, monkeypatch):
+    from openfunctions.work import CatalogInvalid
+
+    monkeypatch.delenv("OPENFUNCTIONS_WORK_CATALOG", raising=False)
+    with pytest.raises(CatalogInvalid, match="no work catalog"):
+        build_work_profile(tmp_path, require_catalog=True)
+    profile = build_work_profile(tmp_path)
+    try:
+        assert sorted(t.name for t in profile.registry.list()) == sorted(WORK_TOOL_NAMES)
+        s = Session(profile)
+        for name, params in (("of_work_catalog", {}), ("of_work_status", {}), ("of_work_preview", {"plan": [{"step": "x"}]}),
+                             ("of_work_artifact_read", {"artifact_id": "art_" + "0" * 32})):
+            dr = await s.call(name, params)
+            assert not dr.ok and dr.error.code == "catalog_invalid" and "OPENFUNCTIONS_WORK_CATALOG" in dr.error.message, name
+            assert dr.receipt.certainty == "known"
+    finally:
+        await profile.aclose()
