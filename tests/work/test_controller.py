@@ -342,3 +342,18 @@ async def test_the_settled_observer_blocks_effects_as_soon_as_an_outcome_is_unce
     with pytest.raises(EffectUncertain, match=dr.receipt.receipt_id):
         await ctl.run_step(principal="agent", step="look")
     assert counter.runs == {"bump": 1}
+
+
+@pytest.mark.anyio
+async def test_renewal_waits_for_a_transition_in_progress(env):
+    # renewals and transitions share one lock: while a transition holds it, no renewal happens
+    ctl = await _ready(env, Counter(), lease_ttl=30, renew_every=0.01)
+    while ctl._renewals < 1:
+        await anyio.sleep(0.01)
+    async with ctl._lifecycle:
+        held = ctl._renewals
+        for _ in range(10):
+            await anyio.sleep(0.01)
+        assert ctl._renewals == held
+    while ctl._renewals == held:
+        await anyio.sleep(0.01)

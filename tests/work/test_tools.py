@@ -340,3 +340,12 @@ async def test_a_profile_without_catalog_serves_tools_that_say_what_is_missing(t
             assert dr.receipt.certainty == "known"
     finally:
         await profile.aclose()
+
+
+def test_refusals_are_bounded_and_keep_only_scalar_details():
+    from openfunctions.work.errors import PlanInvalid
+    from openfunctions.work.tools import MAX_ERROR_CHARS, _refusal
+
+    err = _refusal(PlanInvalid("x" * 100_000, details={"step": "s", "violations": [{"big": "y" * 100_000}]}))
+    assert len(err.message) == MAX_ERROR_CHARS and err.message.endswith("...")
+    assert err.code == "plan_invalid" and err.details == {"step": "s"} and err.effect_happened is False
