@@ -8,6 +8,7 @@ from .errors import (
     ArtifactNotFound,
     ArtifactQuotaExceeded,
     ArtifactRequestInvalid,
+    ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
 from .store import (
@@ -20,6 +21,7 @@ from .store import (
     ArtifactStore,
 )
 from ._ids import ARTIFACT_ID_PATTERN, find_artifact_ids, is_artifact_id
+from .protocol import ArtifactStoreProtocol
 from .projection import DEFAULT_BUDGET, default_summary, project_reply, reply_sizes
 from .tool import create_artifact_read_tool
 
@@ -34,6 +36,8 @@ __all__ = [
     "ArtifactRef",
     "ArtifactRequestInvalid",
     "ArtifactStore",
+    "ArtifactStoreFailed",
+    "ArtifactStoreProtocol",
     "ArtifactStoreUnsafe",
     "DEFAULT_BUDGET",
     "DEFAULT_MEDIA_TYPE",

@@ -41,6 +41,12 @@ class ArtifactRequestInvalid(ArtifactError, InvalidParams):
     code = "artifact_request_invalid"
 
 
+class ArtifactStoreFailed(ArtifactError):
+    """The filesystem refused an operation (disk full, I/O error, permission); ``details['errno']`` names it."""
+
+    code = "artifact_store_failed"
+
+
 class ArtifactStoreUnsafe(ArtifactError):
     """The store directory is a symlink, not a directory, or has an unsafe format/version."""
 
@@ -53,5 +59,6 @@ __all__ = [
     "ArtifactCorrupt",
     "ArtifactQuotaExceeded",
     "ArtifactRequestInvalid",
+    "ArtifactStoreFailed",
     "ArtifactStoreUnsafe",
 ]

@@ -40,7 +40,7 @@ from openfunctions.core import canonical_bytes, canonical_json
 from openfunctions.core.result import json_text
 
 from .errors import ArtifactError, ArtifactQuotaExceeded
-from .store import ArtifactStore
+from .protocol import ArtifactStoreProtocol
 
 DEFAULT_BUDGET = 32 * 1024
 MIN_BUDGET = 1024
@@ -72,7 +72,7 @@ def fits(payload: Any, budget: int) -> bool:
 async def project_reply(
     payload: Any,
     *,
-    store: ArtifactStore,
+    store: ArtifactStoreProtocol,
     scope: str | None,
     budget: int = DEFAULT_BUDGET,
     summarize: Summarizer | None = None,

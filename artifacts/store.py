@@ -96,6 +96,7 @@ from .errors import (
     ArtifactNotFound,
     ArtifactQuotaExceeded,
     ArtifactRequestInvalid,
+    ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
 
@@ -186,12 +187,16 @@ class ArtifactStore:
         self._verified: OrderedDict[tuple[int, ...], str] = OrderedDict()
         self._verified_lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        return f"ArtifactStore(root={self.root!r}, quota_bytes={self.quota_bytes})"
+
     # -- lifecycle --------------------------------------------------------
 
     async def open(self) -> "ArtifactStore":
         """Create or check the store and recover from a crash. Idempotent."""
         if self._lock_fd is None:
-            await anyio.to_thread.run_sync(self._open_sync)
+            with _os_errors(f"opening artifact store {self.root!r}"):
+                await anyio.to_thread.run_sync(self._open_sync)
         return self
 
     def close(self) -> None:
@@ -345,6 +350,10 @@ class ArtifactStore:
         await self._ready()
         if isinstance(data, str):
             raise ArtifactRequestInvalid("put() takes bytes, not str: encode the text first (e.g. text.encode('utf-8'))")
+        with _os_errors("storing an artifact"):
+            return await self._put_any(data, media_type, scope)
+
+    async def _put_any(self, data: Any, media_type: str, scope: str | None) -> ArtifactRef:
         if isinstance(data, (bytes, bytearray, memoryview)):
             return await anyio.to_thread.run_sync(self._put_sync, [_as_view(data)], media_type, scope)
         if hasattr(data, "__aiter__"):
@@ -360,8 +369,7 @@ class ArtifactStore:
     def _put_sync(self, chunks: Iterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
         writer = self._new_writer()
         try:
-            for chunk in chunks:
-                writer.write(chunk)
+            writer.write_many(chunks)
             writer.finish()
             return self._commit(writer, media_type, scope)
         finally:
@@ -475,6 +483,10 @@ class ArtifactStore:
         """
         info = await self.stat(artifact_id)
         offset, length = _check_range(offset, length, info.size)
+        with _os_errors(f"reading artifact {info.id}"):
+            return await self._read_verified(info, offset, length)
+
+    async def _read_verified(self, info: ArtifactInfo, offset: int, length: int) -> ArtifactChunk:
         hexdigest = info.sha256[7:]
         fd = self._open_blob(info)
         try:
@@ -505,7 +517,8 @@ class ArtifactStore:
     async def read_all(self, artifact_id: Any) -> bytes:
         """The whole content, verified (for trusted in-process callers; models use ``read``)."""
         info = await self.stat(artifact_id)
-        return await anyio.to_thread.run_sync(self._read_all_sync, info)
+        with _os_errors(f"reading artifact {info.id}"):
+            return await anyio.to_thread.run_sync(self._read_all_sync, info)
 
     def _read_all_sync(self, info: ArtifactInfo) -> bytes:
         fd = self._open_blob(info)
@@ -516,6 +529,44 @@ class ArtifactStore:
         if hashlib.sha256(data).hexdigest() != info.sha256[7:] or len(data) != info.size:
             raise ArtifactCorrupt(f"artifact {info.id}: stored bytes do not match digest {info.sha256}")
         return data
+
+    async def verify_all(self) -> dict[str, Any]:
+        """Check every artifact's record and blob against its digest (an fsck; reads everything once).
+
+        Returns ``{"checked": n, "corrupt": [ids], "bytes_verified": n}``.
+        Nothing is changed; a damaged blob heals when its content is put again.
+        """
+        await self._ready()
+        return await anyio.to_thread.run_sync(self._verify_all_sync)
+
+    def _verify_all_sync(self) -> dict[str, Any]:
+        corrupt: list[str] = []
+        checked = verified_bytes = 0
+        done: dict[str, bool] = {}
+        for name in sorted(os.listdir(self._index)):
+            if not (name.endswith(".json") and is_artifact_id(name[:-5])):
+                continue
+            checked += 1
+            try:
+                info = self._load_record(name[:-5])
+            except (ArtifactCorrupt, ArtifactNotFound):
+                corrupt.append(name[:-5])
+                continue
+            hexdigest = info.sha256[7:]
+            if hexdigest not in done:
+                try:
+                    fd = self._open_blob(info)
+                except ArtifactCorrupt:
+                    done[hexdigest] = False
+                else:
+                    try:
+                        done[hexdigest] = self._verify_fd(fd, hexdigest, info.size, raise_on_mismatch=False)
+                    finally:
+                        os.close(fd)
+                    verified_bytes += info.size if done[hexdigest] else 0
+            if not done[hexdigest]:
+                corrupt.append(info.id)
+        return {"checked": checked, "corrupt": corrupt, "bytes_verified": verified_bytes}
 
     async def usage(self) -> dict[str, int]:
         """``{"used_bytes", "quota_bytes"}`` as the ledger says now."""
@@ -695,9 +746,29 @@ class _BlobWriter:
             start_writeback(self.fd, offset + pos, n)
             pos += n
 
-    def write_many(self, chunks: list[Any]) -> None:
-        for c in chunks:
-            self.write(c)
+    def write_many(self, chunks: Iterable[Any]) -> None:
+        """Write a stream, gathering small chunks into 1 MiB buffers.
+
+        Gathering copies, which also makes a producer that refills one buffer
+        safe; it pays for itself because a large buffer is hashed and written
+        in parallel. A stream past the cap is refused at once, not after the
+        next megabyte.
+        """
+        acc = bytearray()
+        for chunk in chunks:
+            view = _as_view(chunk)
+            if view.nbytes >= _PARALLEL_MIN:
+                if acc:
+                    self.write(acc)
+                    acc = bytearray()
+                self.write(view)
+                continue
+            acc += view
+            if len(acc) >= _CHUNK or self.size + len(acc) > self.cap:
+                self.write(acc)
+                acc = bytearray()
+        if acc:
+            self.write(acc)
 
     def finish(self) -> None:
         assert self.fd is not None
@@ -723,6 +794,25 @@ class _BlobWriter:
 
 
 # -- helpers ---------------------------------------------------------------
+
+
+class _os_errors:
+    """Turn a filesystem failure (ENOSPC, EIO, EACCES, ...) into ArtifactStoreFailed naming it."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, OSError):
+            name = errno.errorcode.get(exc.errno or 0, "OSError")
+            raise ArtifactStoreFailed(
+                f"{self.what} failed: {exc.strerror or exc} ({name})",
+                details={"errno": name},
+            ) from exc
+        return False
 
 
 def _as_view(chunk: Any) -> memoryview:

@@ -25,11 +25,12 @@ from openfunctions.core import ToolDefinition, ToolError, ToolExecutionContext, 
 
 from ._ids import not_found
 from .errors import ArtifactCorrupt, ArtifactError
-from .store import MAX_READ_BYTES, ArtifactInfo, ArtifactStore
+from .protocol import ArtifactStoreProtocol
+from .store import MAX_READ_BYTES, ArtifactInfo
 
 log = structlog.get_logger("openfunctions.artifacts.tool")
 
-AllowFn = Callable[[ArtifactInfo, ToolExecutionContext], "bool | Awaitable[bool]"]
+AllowFn = Callable[[ArtifactInfo, ToolExecutionContext], bool | Awaitable[bool]]
 
 # Long enough for any id and short enough that a hostile one cannot bloat logs.
 MAX_ID_CHARS = 256
@@ -81,7 +82,7 @@ DESCRIPTION = (
 
 
 def create_artifact_read_tool(
-    store: ArtifactStore,
+    store: ArtifactStoreProtocol,
     name: str = "of_artifact_read",
     allow: AllowFn | None = None,
     *,

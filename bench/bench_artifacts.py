@@ -98,7 +98,7 @@ async def main() -> None:
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--no-write", action="store_true", help="print the table, do not touch docs/PERFORMANCE.md")
     args = ap.parse_args()
-    runs = args.runs or (3 if args.quick else 5)
+    runs = args.runs or (3 if args.quick else 9)
     data = os.urandom(SIZE)
     expect = "sha256:" + hashlib.sha256(data).hexdigest()
     t: dict[str, list[float]] = {k: [] for k in ("hash", "copy", "write_fsync", "put", "stream", "warm", "cold", "tool")}
@@ -106,7 +106,6 @@ async def main() -> None:
         src = os.path.join(tmp, "source")
         write_fsync(src, data)
         for i in range(runs):
-            t["hash"].append(timed(lambda: hashlib.sha256(data).hexdigest()))
             dst = os.path.join(tmp, f"copy-{i}")
             t["copy"].append(timed(lambda: shutil.copyfile(src, dst)))
             os.unlink(dst)
@@ -115,6 +114,8 @@ async def main() -> None:
             os.unlink(plain)
             store = await ArtifactStore(os.path.join(tmp, f"store-{i}")).open()
             ref = None
+            # hash right before put: the pair sees the same machine load
+            t["hash"].append(timed(lambda: hashlib.sha256(data).hexdigest()))
 
             async def put() -> None:
                 nonlocal ref
@@ -164,23 +165,27 @@ async def main() -> None:
     ]
     if "tool" in med:
         rows.append(row("of_artifact_read via ToolRegistry", "tool", f"{SIZE // MAX_READ_BYTES} calls, base64"))
-    # Paired per run (hash and put measured back to back), so machine load drifts cancel out.
-    ratio = median([h / p for h, p in zip(t["hash"], t["put"])])
+    ratio = base / med["put"]
+    # Also paired per run (hash and put measured back to back), so load drifts cancel out.
+    paired = median([h / p for h, p in zip(t["hash"], t["put"])])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     body = (
         f"64 MiB of random bytes, median of {runs} runs; speed ratio = hashlib time / row time. "
         f"1-minute load average at the end of the run: {load:.1f} (on {os.cpu_count()} cores; other "
         "sessions share the machine, and put needs two cores to overlap hashing with writing).\n\n"
         + table(["operation", "median ms", "MiB/s", "vs hashlib", "note"], rows)
-        + f"\n\nput / hashlib speed, median of per-run ratios: **{ratio:.2f}** (target >= 0.70); "
+        + f"\n\nput / hashlib speed: **{ratio:.2f}** by medians, {paired:.2f} as the median of per-run "
+        "pairs (target >= 0.70); "
         + f"put / durable plain write: **{med['write_fsync'] / med['put']:.2f}**; "
         + f"put / copyfile: **{med['copy'] / med['put']:.2f}**.\n\n"
-        + "Put hashes in one thread while a helper thread writes (and hands ranges to kernel writeback), "
-        "then fsyncs, renames, fsyncs the directory and writes the fsynced index record: on an idle "
-        "machine it costs about max(hash, durable write) + ~2 ms. The 70%-of-hashlib target therefore "
-        "holds only where a durable write of 64 MiB is faster than hashing it; on this VM the two are "
-        "about equal. The read-tool row is dominated by the executor's per-call work (validation, "
-        "receipt digest, pretty JSON of a 22 KB base64 payload), not by the store."
+        + "Put hashes in one thread while a helper thread writes (handing ranges to kernel writeback), "
+        "then fsyncs, renames, fsyncs the directory and writes the fsynced index record. With two free "
+        "cores that costs about max(hash, durable write) plus ~2 ms; under load the two threads compete "
+        "for the CPU and it drifts towards hash + write. A durable plain write of the same 64 MiB ran at "
+        f"{base / med['write_fsync']:.2f} of hashlib's speed in this run: that is the ceiling for any durable "
+        "put on this machine, and the 70% target is reachable only where it is above 0.70. "
+        "The read-tool row is dominated by the executor's per-call work (validation, receipt digest, "
+        "pretty JSON of a 22 KB base64 payload), not by the store."
     )
     print(body)
     if not args.no_write:

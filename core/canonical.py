@@ -89,8 +89,40 @@ def canonical_json(value: Any) -> str:
     return dumps_checked(value, sort_keys=True, separators=(",", ":"))
 
 
+def _surrogate_path(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _surrogate_path(k, f"{path}.<key>") or _surrogate_path(v, f"{path}.{k}")
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _surrogate_path(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def to_utf8(text: str, value: Any, path: str = "$") -> bytes:
+    """Encode canonical text; a lone surrogate (legal in a Python str and in
+    a JSON ``\\ud800`` escape, not in UTF-8) raises :class:`NonJsonValue` naming its path."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        where = _surrogate_path(value, path) or path
+        raise NonJsonValue(
+            f"string at {where} contains a lone surrogate, which has no UTF-8 form", details={"path": where}
+        ) from None
+
+
 def canonical_bytes(value: Any) -> bytes:
-    return canonical_json(value).encode("utf-8")
+    return to_utf8(canonical_json(value), value)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -102,4 +134,4 @@ def digest(value: Any) -> str:
     return "sha256:" + sha256_hex(canonical_bytes(value))
 
 
-__all__ = ["dumps_checked", "canonical_json", "canonical_bytes", "check_json", "digest", "sha256_hex"]
+__all__ = ["to_utf8", "dumps_checked", "canonical_json", "canonical_bytes", "check_json", "digest", "sha256_hex"]

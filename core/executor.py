@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 import structlog
 
-from .canonical import canonical_json, sha256_hex
+from .canonical import canonical_json, sha256_hex, to_utf8
 from .context import ToolExecutionContext
 from .errors import (
     ConfigurationError,
@@ -71,6 +71,7 @@ class _Call:
     handler_started: bool = False
     value: Any = None
     result: ToolResult | None = None
+    result_sha256: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -152,7 +153,7 @@ class ToolExecutor:
         if params is None:
             params = {}
         text = canonical_json(params)  # raises NonJsonValue naming the path
-        call.params_sha256 = "sha256:" + sha256_hex(text.encode("utf-8"))
+        call.params_sha256 = "sha256:" + sha256_hex(to_utf8(text, params))
         if not isinstance(params, dict):
             raise InvalidParams(
                 f"arguments for tool {call.tool.name!r} must be a JSON object, got {type(params).__name__}",
@@ -217,6 +218,9 @@ class ToolExecutor:
 
     def _normalize(self, call: _Call) -> None:
         call.result = normalize(call.value)
+        # Digest now, inside the stage: a result with no canonical UTF-8 form
+        # must fail here (failed/unknown), not later while writing the receipt.
+        call.result_sha256 = call.result.digest()
 
     def _check_output(self, call: _Call) -> None:
         v = call.tool.output_validator
@@ -280,14 +284,14 @@ class ToolExecutor:
             tool=call.tool.name,
             spec_sha256=call.tool.spec_sha256,
             params_sha256=call.params_sha256,
-            result_sha256=result.digest() if (result is not None and error is None) else None,
+            result_sha256=call.result_sha256 if error is None else None,
             outcome=outcome,
             certainty=certainty,
             handler_started=call.handler_started,
             started_at=call.started_at,
             finished_at=utc_now(),
             duration_ms=round((time.perf_counter() - call.t0) * 1000.0, 3),
-            error=ReceiptError(code=error.code, message=error.message) if error else None,
+            error=ReceiptError(code=error.code, message=_utf8_safe(error.message)) if error else None,
             policy=PolicyRecord(policy=d.policy, allowed=d.allowed, reason=d.reason) if d else None,
             principal=call.ctx.principal,
             parent_receipt_id=call.ctx.parent_receipt_id,
@@ -299,6 +303,12 @@ class ToolExecutor:
     ) -> DetailedResult:
         assert result is not None
         return DetailedResult(result=result, receipt=receipt, value=call.value if error is None else None, error=error)
+
+
+def _utf8_safe(text: str) -> str:
+    # An error message may quote caller or handler text; a lone surrogate in
+    # it must not make the receipt unwritable.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _journal_error(stage: str, exc: Exception, cls: type[OpenFunctionsError] | None = None) -> OpenFunctionsError:

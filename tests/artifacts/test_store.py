@@ -557,3 +557,74 @@ def test_find_artifact_ids_in_text():
     assert find_artifact_ids(text) == [a, b]
     assert all(is_artifact_id(i) for i in find_artifact_ids(text))
     assert ARTIFACT_ID_PATTERN == r"art_[0-9a-f]{32}"
+
+
+def test_the_file_store_implements_the_store_protocol(tmp_path):
+    from openfunctions.artifacts import ArtifactStoreProtocol
+
+    assert isinstance(ArtifactStore(tmp_path), ArtifactStoreProtocol)
+
+
+@pytest.mark.parametrize("size", [10, 2 * 1024 * 1024])  # inline write and helper-thread write
+async def test_disk_full_is_a_clean_store_error(store, monkeypatch, size):
+    import errno
+
+    from openfunctions.artifacts import ArtifactStoreFailed
+    from openfunctions.artifacts.store import _BlobWriter
+
+    def full(self, view, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_BlobWriter, "_write_at", full)
+    with pytest.raises(ArtifactStoreFailed, match="No space left") as exc:
+        await store.put(os.urandom(size))
+    assert exc.value.code == "artifact_store_failed" and exc.value.details == {"errno": "ENOSPC"}
+    assert os.listdir(os.path.join(store.root, "tmp")) == []
+    assert (await store.usage())["used_bytes"] == 0
+    monkeypatch.undo()
+    assert (await store.put(b"space again")).size == 11
+
+
+@pytest.mark.parametrize("sub", ["blobs", "index", "keys", "tmp"])
+async def test_a_symlinked_store_subdirectory_is_refused(tmp_path, sub):
+    root = tmp_path / "s"
+    s = await ArtifactStore(root).open()
+    s.close()
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(root / sub, elsewhere)
+    os.symlink(elsewhere, root / sub)
+    with pytest.raises(ArtifactStoreUnsafe, match="not a plain directory"):
+        await ArtifactStore(root).open()
+
+
+async def test_cancelled_streaming_put_leaves_nothing(store):
+    first_chunk_taken = anyio.Event()
+    never = anyio.Event()
+
+    async def stalled():
+        yield b"x" * 1000
+        first_chunk_taken.set()
+        await never.wait()
+        yield b"never reached"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.put, stalled())
+        await first_chunk_taken.wait()
+        assert len(os.listdir(os.path.join(store.root, "tmp"))) == 1
+        tg.cancel_scope.cancel()
+    assert os.listdir(os.path.join(store.root, "tmp")) == []
+    assert os.listdir(os.path.join(store.root, "index")) == []
+    assert (await store.usage())["used_bytes"] == 0
+
+
+async def test_verify_all_reports_damaged_artifacts(store):
+    good = await store.put(b"good", scope="a")
+    shared = await store.put(b"bad content", scope="a")
+    also_bad = await store.put(b"bad content", scope="b")  # same blob, another artifact
+    tamper(blob_path(store, shared.sha256))
+    report = await store.verify_all()
+    assert report["checked"] == 3
+    assert sorted(report["corrupt"]) == sorted([shared.id, also_bad.id])
+    assert report["bytes_verified"] == len(b"good")
+    assert good.id not in report["corrupt"]
+    assert "ArtifactStore(root=" in repr(store)

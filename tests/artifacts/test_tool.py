@@ -168,3 +168,22 @@ async def test_allow_fails_closed(store, verdict):
     reg = ToolRegistry([create_artifact_read_tool(store, allow=allow)])
     d = await reg.execute_detailed("of_artifact_read", {"artifact_id": ref.id})
     assert d.error.code == "artifact_not_found" and d.receipt.certainty == "known"
+
+
+async def test_many_concurrent_reads_all_succeed(store):
+    import anyio
+
+    data = os.urandom(20 * MAX_READ_BYTES)
+    ref = await store.put(data)
+    reg = ToolRegistry([create_artifact_read_tool(store)], max_parallel=8)
+    parts: dict[int, bytes] = {}
+
+    async def one(i: int) -> None:
+        d = await reg.execute_detailed("of_artifact_read", {"artifact_id": ref.id, "offset": i * MAX_READ_BYTES})
+        assert d.ok, d.error
+        parts[i] = base64.b64decode(d.result.structured["data_base64"])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(one, i)
+    assert b"".join(parts[i] for i in range(20)) == data

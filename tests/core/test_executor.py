@@ -292,3 +292,35 @@ async def test_handler_sees_its_own_receipt_id_and_trusted_context():
     d = await ToolRegistry([make(handler=h)]).execute_detailed("t", {"principal": "root"}, ToolExecutionContext(principal="bob"))
     assert got == {"rid": d.receipt.receipt_id, "principal": "bob"}
     assert d.receipt.principal == "bob"
+
+
+@pytest.mark.anyio
+async def test_lone_surrogates_in_params_and_results_are_clear_errors():
+    import json as _json
+
+    params = _json.loads('{"text": "a\\ud800b"}')  # legal JSON escape, no UTF-8 form
+    d = await ToolRegistry([make()]).execute_detailed("t", params)
+    assert (d.receipt.outcome, d.receipt.certainty, d.error.code) == ("rejected", "known", "non_json_value")
+    assert "$.text" in d.error.message and "surrogate" in d.error.message
+
+    async def bad_text(params, ctx):
+        return {"out": "x\udc80"}
+
+    async def bad_str(params, ctx):
+        return "\ud83d"
+
+    reg = ToolRegistry([make("a", bad_text), make("b", bad_str)])
+    a = await reg.execute_detailed("a", {})
+    assert (a.receipt.outcome, a.receipt.certainty, a.error.code) == ("failed", "unknown", "non_json_value")
+    b = await reg.execute_detailed("b", {})
+    assert b.error.code == "non_json_value" and b.receipt.handler_started
+
+
+@pytest.mark.anyio
+async def test_error_messages_with_lone_surrogates_keep_the_receipt_writable():
+    async def h(params, ctx):
+        raise ToolError("bad input \udc80 here", effect_happened=False)
+
+    d = await ToolRegistry([make(handler=h)]).execute_detailed("t", {})
+    assert d.receipt.error.message == "bad input \\udc80 here"
+    d.receipt.canonical_json().encode("utf-8")
