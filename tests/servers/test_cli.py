@@ -156,14 +156,22 @@ def test_every_profile_name_is_known():
     assert PROFILES == ("tools", "work", "artifacts", "all", "conformance")
 
 
-def test_work_profile_without_a_catalog_exits_2_naming_the_fix(tmp_path):
+def test_work_profile_without_a_catalog_serves_tools_that_name_the_fix(tmp_path):
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "of_work_catalog", "arguments": {}}},
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "openfunctions.servers", "serve", "--profile", "work", "--data-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, env=server_env(OPENFUNCTIONS_WORK_CATALOG=""), stdin=subprocess.DEVNULL,
+        input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True, text=True, timeout=60,
+        env=server_env(OPENFUNCTIONS_WORK_CATALOG=""),
     )
-    assert proc.returncode == 2
-    assert "no work catalog" in proc.stderr and "--catalog" in proc.stderr
-    assert proc.stdout == ""
+    assert proc.returncode == 0, proc.stderr
+    reply = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}[2]["result"]
+    assert reply["isError"] is True
+    assert "no work catalog" in reply["content"][0]["text"] and str(tmp_path) in reply["content"][0]["text"]
 
 
 def test_auth_token_problems_exit_2(tmp_path):
