@@ -59,9 +59,9 @@ Guarantees
   the quota. Only distinct blob bytes count (index files and directories do
   not); the same content under another scope or media type costs nothing.
 * Reads verify the blob's SHA-256 before returning any byte. A verification is
-  cached per store instance for the file's identity (device, inode, size,
-  mtime_ns, ctime_ns): rewriting, replacing, chmod-ing or touching the blob
-  changes that identity and forces a new check.
+  cached per process for the file's identity (device, inode, size, mtime_ns,
+  ctime_ns): rewriting, replacing, chmod-ing or touching the blob changes
+  that identity and forces a new check.
 * The ledger itself is not fsynced: after a machine crash every process
   restarts and the next open recomputes it from the index.
 """
@@ -120,6 +120,11 @@ _PARALLEL_MIN = 256 * 1024
 _RECORD_LIMIT = 16 * 1024
 _VERIFIED_CACHE_SIZE = 4096
 _OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+# Blob verifications, per process: file identity -> the hex digest it was
+# verified against. Any store instance may use an entry (the identity names
+# one inode in one state, whichever root it was reached through).
+_VERIFIED: "OrderedDict[tuple[int, ...], str]" = OrderedDict()
+_VERIFIED_LOCK = threading.Lock()
 _LAYOUT_NAMES = frozenset({"store.json", "lock", "blobs", "index", "keys", "tmp"})
 
 
@@ -184,8 +189,6 @@ class ArtifactStore:
         self._open_lock = threading.Lock()
         self._commit_lock = threading.Lock()  # flock does not exclude threads sharing one fd
         self._records: dict[str, ArtifactInfo] = {}
-        self._verified: OrderedDict[tuple[int, ...], str] = OrderedDict()
-        self._verified_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ArtifactStore(root={self.root!r}, quota_bytes={self.quota_bytes})"
@@ -610,14 +613,15 @@ class ArtifactStore:
     # -- verification -----------------------------------------------------
 
     def _is_verified(self, st: os.stat_result, hexdigest: str) -> bool:
-        with self._verified_lock:
-            return self._verified.get(_identity(st)) == hexdigest
+        with _VERIFIED_LOCK:
+            return _VERIFIED.get(_identity(st)) == hexdigest
 
     def _remember(self, st: os.stat_result, hexdigest: str) -> None:
-        with self._verified_lock:
-            self._verified[_identity(st)] = hexdigest
-            while len(self._verified) > _VERIFIED_CACHE_SIZE:
-                self._verified.popitem(last=False)
+        with _VERIFIED_LOCK:
+            _VERIFIED[_identity(st)] = hexdigest
+            _VERIFIED.move_to_end(_identity(st))
+            while len(_VERIFIED) > _VERIFIED_CACHE_SIZE:
+                _VERIFIED.popitem(last=False)
 
     def _verify_fd(self, fd: int, hexdigest: str, size: int, *, raise_on_mismatch: bool = True) -> bool:
         st = os.fstat(fd)
