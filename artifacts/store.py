@@ -52,7 +52,8 @@ temp files, and restores missing key files.
 Guarantees
 ----------
 * Blobs and records are immutable once acknowledged; ``put`` returns only
-  after everything it wrote is fsynced.
+  after the blob and its index record are fsynced (the key file is a lookup
+  that open() rebuilds).
 * Quota: commits are serialized by a thread lock plus ``flock`` on ``lock``
   and check the ledger inside that lock, so concurrent puts -- from threads,
   tasks, or several processes on one store -- never take the stored bytes past
