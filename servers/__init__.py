@@ -3,23 +3,48 @@
 ``create_mcp_server(registry, name=, version=)`` builds a thin MCP host on
 the official SDK's low-level server; ``start_server`` serves it over stdio;
 ``serve_http`` over streamable HTTP; ``openfunctions-mcp`` is the command.
+
+Names are imported lazily (PEP 562) so that ``openfunctions-mcp --help``
+does not pay for importing the MCP SDK.
 """
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version as _dist_version
+from typing import Any
 
 try:
     __version__ = _dist_version("openfunctions-mcp")
 except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
     __version__ = "0.0.0"
 
-from .errors import AuthConfigError, DataDirLocked, ProfileUnavailable, ServerError, ToolLoadError
-from .http import create_http_app, serve_http
-from .runtime import run_stdio, start_server
-from .server import RECEIPT_META_KEY, REQUEST_CONTEXT_KEY, OpenFunctionsServer, create_mcp_server
-from .stdio import stdio_transport
+_EXPORTS = {
+    "AuthConfigError": ".errors",
+    "DataDirLocked": ".errors",
+    "ProfileUnavailable": ".errors",
+    "ServerError": ".errors",
+    "ToolLoadError": ".errors",
+    "create_http_app": ".http",
+    "serve_http": ".http",
+    "run_stdio": ".runtime",
+    "start_server": ".runtime",
+    "RECEIPT_META_KEY": "._constants",
+    "REQUEST_CONTEXT_KEY": ".server",
+    "OpenFunctionsServer": ".server",
+    "create_mcp_server": ".server",
+    "stdio_transport": ".stdio",
+}
 
-__all__ = [
-    "AuthConfigError", "DataDirLocked", "OpenFunctionsServer", "ProfileUnavailable", "RECEIPT_META_KEY",
-    "REQUEST_CONTEXT_KEY", "ServerError", "ToolLoadError", "__version__", "create_http_app", "create_mcp_server",
-    "run_stdio", "serve_http", "start_server", "stdio_transport",
-]
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'openfunctions.servers' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -32,8 +32,7 @@ def default_data_dir() -> Path:
 
 
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
-    from .profiles import PROFILES
-    from .stdio import DEFAULT_MAX_MESSAGE_BYTES
+    from ._constants import DEFAULT_MAX_MESSAGE_BYTES, PROFILES
 
     g = p.add_argument_group("what to serve")
     g.add_argument("--profile", choices=PROFILES, default="tools",
@@ -47,6 +46,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="enable the of_list_dir example tool, limited to DIR")
     g.add_argument("--no-example-tools", action="store_true",
                    help="do not serve the example tools (of_hash_text, of_json_query, of_now)")
+    g.add_argument("--catalog", metavar="PATH",
+                   help="the work catalog (TOML) for --profile work/all (default: $OPENFUNCTIONS_WORK_CATALOG, "
+                        "else <data-dir>/work/catalog.toml)")
     g.add_argument("--principal", metavar="NAME",
                    help="the principal recorded in receipts and seen by policies (never taken from tool arguments)")
 
@@ -108,9 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start a server subprocess and drive a short session against it",
                           description="Start `openfunctions-mcp serve` as a subprocess and show, with the MCP "
                                       "SDK client, what an agent sees: the tools, a call, its receipt.")
-    demo.add_argument("--profile", default="tools", help="profile to demo (default: %(default)s)")
+    demo.add_argument("--profile", default="all", help="profile to demo (default: %(default)s: tools, artifacts, "
+                                                        "and a work attempt from preview to complete)")
     demo.add_argument("--data-dir", type=Path, metavar="DIR",
                       help="data dir for the demo server (default: a fresh temporary dir)")
+    demo.add_argument("--catalog", metavar="PATH", help="work catalog, passed to the server (work/all profiles)")
     demo.set_defaults(func=_cmd_demo)
 
     _add_contributed(sub, "openfunctions.core.journal.cli", "journal", "inspect and verify execution journals")
@@ -173,6 +177,8 @@ async def _serve(args: argparse.Namespace) -> int:
         modules=args.module,
         files_root=args.files_root,
         examples=not args.no_example_tools,
+        catalog=args.catalog,
+        principal=args.principal,
     )
     server = create_mcp_server(
         profile.registry,
@@ -209,7 +215,7 @@ async def _serve(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(profile=args.profile, data_dir=args.data_dir)
+    return run_demo(profile=args.profile, data_dir=args.data_dir, catalog=args.catalog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

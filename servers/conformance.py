@@ -15,7 +15,8 @@ Two entry points, used by ``openfunctions-mcp serve --profile conformance``:
   resource template and prompts on a server from
   :func:`openfunctions.servers.create_mcp_server`, plus the small protocol
   handlers the suite probes (``completion/complete``, ``resources/subscribe``
-  and ``unsubscribe``, ``logging/setLevel``).
+  and ``unsubscribe``, ``logging/setLevel``, ``subscriptions/listen``) and the
+  2026-07-28 input-required envelope (:class:`_InputRequiredAdapter`).
 
 Fixtures that talk back to the client (logging, sampling, elicitation,
 closing the SSE stream) need the MCP request the call arrived on: the server
@@ -38,16 +39,16 @@ import mcp_types as types
 import structlog
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
-from mcp.shared.subscriptions import PromptsListChanged, ToolsListChanged
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import PromptsListChanged, ToolsListChanged
 from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from openfunctions.core import ToolError, ToolExecutionContext, ToolRegistry, ToolResult, define_tool
 
-log = structlog.get_logger("openfunctions.servers.conformance")
+from .server import REQUEST_CONTEXT_KEY
 
-REQUEST_CONTEXT_KEY = "mcp.request_context"
+log = structlog.get_logger("openfunctions.servers.conformance")
 
 # A 1x1 PNG and a minimal WAV header: the suite only checks type, data and mimeType.
 TEST_IMAGE_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="

@@ -33,7 +33,7 @@ from .example_tools import example_tools
 
 log = structlog.get_logger("openfunctions.servers.profiles")
 
-PROFILES = ("tools", "work", "artifacts", "all", "conformance")
+from ._constants import PROFILES
 ENTRY_POINT_GROUP = "openfunctions.tools"
 
 Setup = Callable[[Any], None]
@@ -133,7 +133,7 @@ def _tools_parts(modules: Iterable[str], files_root: str | Path | None, examples
     return parts
 
 
-def _artifacts_part(data_dir: Path) -> list[ToolDefinition]:
+def _artifacts_part(data_dir: Path) -> tuple[list[ToolDefinition], Closer]:
     try:
         from openfunctions.artifacts import ArtifactStore, create_artifact_read_tool
     except ImportError:
@@ -141,33 +141,21 @@ def _artifacts_part(data_dir: Path) -> list[ToolDefinition]:
             "the 'artifacts' profile is not available yet: this build has no openfunctions.artifacts store"
         ) from None
     store = ArtifactStore(Path(data_dir) / "artifacts")
-    return [create_artifact_read_tool(store)]
+
+    async def close() -> None:
+        store.close()
+
+    return [create_artifact_read_tool(store)], close
 
 
-def _work_part(data_dir: Path) -> tuple[Any, Profile | None]:
+def _work_profile(data_dir: Path, *, catalog: str | Path | None, principal: str | None, base: ToolRegistry | None) -> Any:
     try:
-        from openfunctions.work import build_work_profile  # type: ignore[attr-defined]
+        from openfunctions.work import build_work_profile
     except ImportError:
         raise ProfileUnavailable(
             "the 'work' profile is not available yet: this build has no openfunctions.work.build_work_profile"
         ) from None
-    built = build_work_profile(data_dir=Path(data_dir))
-    if isinstance(built, ToolRegistry) or isinstance(built, list):
-        return built, None
-    registry = getattr(built, "registry", None)
-    if not isinstance(registry, ToolRegistry):
-        raise ProfileUnavailable(f"build_work_profile returned {type(built).__name__} without a ToolRegistry 'registry'")
-    extra = Profile("work", registry, instructions=getattr(built, "instructions", None))
-    close = getattr(built, "aclose", None) or getattr(built, "close", None)
-    if close is not None:
-
-        async def closer() -> None:
-            out = close()
-            if inspect.isawaitable(out):
-                await out
-
-        extra.closers.append(closer)
-    return registry, extra
+    return build_work_profile(Path(data_dir), catalog_path=catalog, principal=principal, registry=base)
 
 
 def _conformance_profile() -> Profile:
@@ -209,40 +197,57 @@ def build_profile(
     modules: Iterable[str] = (),
     files_root: str | Path | None = None,
     examples: bool = True,
+    catalog: str | Path | None = None,
+    principal: str | None = None,
 ) -> Profile:
-    """Build the named profile's registry and server setup."""
+    """Build the named profile's registry and server setup.
+
+    ``catalog``/``principal`` go to the work controller (``work`` and ``all``).
+    """
     if name not in PROFILES:
         raise ToolLoadError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
     if name == "tools":
         return Profile("tools", _merge(_tools_parts(modules, files_root, examples)), INSTRUCTIONS["tools"])
     if name == "artifacts":
-        return Profile("artifacts", ToolRegistry(_artifacts_part(data_dir)), INSTRUCTIONS["artifacts"])
+        tools, close = _artifacts_part(data_dir)
+        return Profile("artifacts", ToolRegistry(tools), INSTRUCTIONS["artifacts"], closers=[close])
     if name == "work":
-        part, extra = _work_part(data_dir)
-        if extra is not None:
-            return extra
-        return Profile("work", _merge([part]))
+        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=None)
+        return Profile("work", wp.registry, wp.instructions, closers=[wp.aclose])
     if name == "conformance":
         return _conformance_profile()
     # all: every part this build has; a missing part is logged, not faked.
     parts = _tools_parts(modules, files_root, examples)
     closers: list[Closer] = []
-    for label, build in (("artifacts", lambda: _artifacts_part(data_dir)), ("work", lambda: _work_part(data_dir))):
-        try:
-            got = build()
-        except ProfileUnavailable as exc:
-            log.warning("profile_part_unavailable", part=label, reason=exc.message)
-            continue
-        if label == "work":
-            part, extra = got
-            parts.append(part)
-            if extra is not None:
-                closers.extend(extra.closers)
-        else:
-            parts.append(got)
-    prof = Profile("all", _merge(parts), INSTRUCTIONS["all"])
-    prof.closers.extend(closers)
-    return prof
+    try:
+        tools, close = _artifacts_part(data_dir)
+        parts.append(tools)
+        closers.append(close)
+    except ProfileUnavailable as exc:
+        log.warning("profile_part_unavailable", part="artifacts", reason=exc.message)
+    base = _merge(parts)
+    instructions = INSTRUCTIONS["all"]
+    try:
+        # The work tools must share the executor of the steps they run
+        # (reservations, journal): build them into the same registry and
+        # expose a projection of it.
+        if any(base is p for p in parts):  # never register into the caller's own registry
+            ex = base.executor
+            base = ToolRegistry(base.list(), policy=ex.policy, mode=ex.mode)
+        shown = {t.name for t in base.list()}
+        from openfunctions.work.profile import resolve_catalog_path
+
+        catalog_file = resolve_catalog_path(Path(data_dir), catalog)
+        if not catalog_file.exists():
+            raise ProfileUnavailable(f"no work catalog at {catalog_file} (pass --catalog)")
+        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=base)
+        shown |= {t.name for t in wp.registry.list()}
+        base = base.project(names=shown)
+        closers.append(wp.aclose)
+        instructions = f"{instructions}\n\n{wp.instructions}"
+    except ProfileUnavailable as exc:
+        log.warning("profile_part_unavailable", part="work", reason=exc.message)
+    return Profile("all", base, instructions, closers=closers)
 
 
 __all__ = ["PROFILES", "Profile", "build_profile", "load_module_tools", "ENTRY_POINT_GROUP"]

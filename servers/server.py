@@ -53,8 +53,7 @@ from openfunctions.core.sink import FanoutSink
 
 log = structlog.get_logger("openfunctions.servers")
 
-RECEIPT_META_KEY = "dev.openfunctions/receipt"
-"""The ``_meta`` key of a ``tools/call`` result that carries the execution receipt."""
+from ._constants import RECEIPT_META_KEY  # the ``_meta`` key of a tools/call result carrying the receipt
 
 REQUEST_CONTEXT_KEY = "mcp.request_context"
 """``ToolExecutionContext.metadata`` key holding the SDK's ``ServerRequestContext``."""

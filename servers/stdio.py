@@ -45,7 +45,7 @@ from mcp.shared.message import SessionMessage
 
 log = structlog.get_logger("openfunctions.servers.stdio")
 
-DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+from ._constants import DEFAULT_MAX_MESSAGE_BYTES
 _READ_CHUNK = 1 << 16
 
 PARSE_ERROR = -32700

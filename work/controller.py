@@ -53,7 +53,6 @@ import asyncio
 import contextlib
 import os
 import re
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -89,7 +88,7 @@ from .errors import (
 )
 from .lease import Lease, LeaseStore
 from .recovery import Recovered, replay, restore_plan
-from .state import TERMINAL, Attempt, Operation
+from .state import Attempt, Operation
 
 log = structlog.get_logger("openfunctions.work.controller")
 
@@ -984,12 +983,6 @@ def _json_text(value: Any) -> str:
         return json.dumps(value, default=str)
     except (TypeError, ValueError):
         return ""
-
-
-async def _maybe_await(value: Any) -> Any:
-    if hasattr(value, "__await__"):
-        return await value
-    return value
 
 
 __all__ = ["WorkController", "SEGMENT_DIR", "MAX_PLAN_STEPS"]

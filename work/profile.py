@@ -13,6 +13,11 @@
   showing only the ``of_work_*`` tools (agents reach steps only through the
   controller, which checks authority first).
 
+Without a catalog file it still builds (so ``serve --profile all`` keeps its
+other parts): the ``of_work_*`` tools are served and every call refuses with
+``catalog_invalid`` naming where the catalog is expected; pass
+``require_catalog=True`` to raise :class:`CatalogInvalid` instead.
+
 It is synchronous, so a host can build it before its event loop serves
 anything; the controller opens (lease, recovery, renewal) on the first tool
 call, or when the host awaits :meth:`WorkProfile.open`. Always
@@ -29,11 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from openfunctions.core import ToolRegistry
 
 from .controller import WorkController
 from .errors import CatalogInvalid
 from .tools import REPLY_BUDGET, WORK_TOOL_NAMES, build_work_tools
+
+log = structlog.get_logger("openfunctions.work.profile")
 
 CATALOG_ENV = "OPENFUNCTIONS_WORK_CATALOG"
 DEFAULT_QUOTA = 64 * 1024 * 1024
@@ -50,7 +59,7 @@ INSTRUCTIONS = (
 @dataclass
 class WorkProfile:
     registry: ToolRegistry
-    controller: WorkController
+    controller: WorkController | None
     store: Any
     catalog: Any
     instructions: str = INSTRUCTIONS
@@ -58,10 +67,12 @@ class WorkProfile:
 
     async def open(self) -> None:
         """Open the controller now (lease, recovery) instead of on the first call."""
-        await self.controller.ensure_open()
+        if self.controller is not None:
+            await self.controller.ensure_open()
 
     async def aclose(self) -> None:
-        await self.controller.close()
+        if self.controller is not None:
+            await self.controller.close()
         close = getattr(self.store, "close", None)
         if callable(close):
             close()
@@ -85,6 +96,7 @@ def build_work_profile(
     quota_bytes: int = DEFAULT_QUOTA,
     budget: int = REPLY_BUDGET,
     registry: ToolRegistry | None = None,
+    require_catalog: bool = False,
 ) -> WorkProfile:
     """Build the work profile for ``data_dir`` (see the module docstring).
 
@@ -102,11 +114,18 @@ def build_work_profile(
     data_dir = Path(data_dir)
     path = resolve_catalog_path(data_dir, catalog_path)
     if not path.exists():
-        raise CatalogInvalid(
-            f"no work catalog at {str(path)!r}: write one (see docs/WORK.md) and pass its path "
-            f"(--catalog, or ${CATALOG_ENV}), or place it at <data-dir>/work/catalog.toml",
+        missing = CatalogInvalid(
+            f"no work catalog at {str(path)!r}: write one (see docs/WORK.md), then set ${CATALOG_ENV} "
+            "to its path or place it at <data-dir>/work/catalog.toml, and restart the server",
             details={"file": str(path)},
         )
+        if require_catalog:
+            raise missing
+        log.warning("work_catalog_missing", file=str(path))
+        internal = registry if registry is not None else ToolRegistry()
+        for t in build_work_tools(None, principal=principal, unavailable=missing):
+            internal.register(t)
+        return WorkProfile(registry=internal.project(names=WORK_TOOL_NAMES), controller=None, store=None, catalog=None, internal=internal)
     catalog = Catalog.load(path)
     work_dir = data_dir / "work"
     store = ArtifactStore(work_dir / "artifacts", quota_bytes=quota_bytes)

@@ -70,17 +70,31 @@ _READ = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": T
 class WorkTools:
     """Builds the tools for one controller; keeps the reply projection in one place."""
 
-    def __init__(self, controller: WorkController, *, store: Any = None, budget: int = REPLY_BUDGET, principal: str | None = None) -> None:
+    def __init__(
+        self,
+        controller: WorkController | None,
+        *,
+        store: Any = None,
+        budget: int = REPLY_BUDGET,
+        principal: str | None = None,
+        unavailable: OpenFunctionsError | None = None,
+    ) -> None:
+        if controller is None and unavailable is None:
+            raise ValueError("WorkTools needs a controller, or the reason there is none (unavailable=)")
         self.controller = controller
         self.store = store
         self.budget = budget
         self.default_principal = principal
+        # set when the profile has no usable catalog: every tool refuses, naming why
+        self.unavailable = unavailable
 
     def who(self, ctx: ToolExecutionContext) -> str | None:
         """The caller: the trusted context's principal, else the server's configured one."""
         return ctx.principal if ctx.principal is not None else self.default_principal
 
     async def ready(self) -> None:
+        if self.unavailable is not None:
+            raise _refusal(self.unavailable)
         try:
             await self.controller.ensure_open()
         except OpenFunctionsError as exc:
@@ -185,7 +199,7 @@ class WorkTools:
                 input_schema={
                     "type": "object",
                     "properties": {
-                        "step": {"type": "string", "enum": sorted(c.catalog.steps), "description": "a step of the plan (default: the next one)"},
+                        "step": {"type": "string", **({"enum": sorted(c.catalog.steps)} if c else {}), "description": "a step of the plan (default: the next one)"},
                         "index": {"type": "integer", "minimum": 0, "maximum": MAX_PLAN_STEPS - 1, "description": "a plan index"},
                     },
                     "additionalProperties": False,
@@ -264,10 +278,28 @@ class WorkTools:
             from openfunctions.artifacts import create_artifact_read_tool
 
             tools.append(create_artifact_read_tool(self.store, name="of_work_artifact_read", allow=self._allow_artifact, tags=("work",)))
+        elif self.unavailable is not None:
+            tools.append(self._unavailable_artifact_read())
         return tools
+
+    def _unavailable_artifact_read(self) -> ToolDefinition:
+        from openfunctions.artifacts.tool import DESCRIPTION, INPUT_SCHEMA, OUTPUT_SCHEMA
+
+        async def refuse(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
+            await self.ready()
+            raise AssertionError("unreachable")
+
+        return define_tool(
+            name="of_work_artifact_read", title="Read artifact", description=DESCRIPTION, input_schema=INPUT_SCHEMA,
+            output_schema=OUTPUT_SCHEMA, handler=refuse, annotations=_READ, tags=("work",),
+            capability={"effect": "read", "parallel_safe": True, "idempotent": True},
+        )
 
     def _preview_schema(self) -> dict[str, Any]:
         c = self.controller
+        if c is None:
+            items: Any = {"type": "object", "properties": {"step": {"type": "string"}, "params": {"type": "object"}}, "required": ["step"]}
+            return {"type": "object", "properties": {"plan": {"type": "array", "minItems": 1, "items": items}}, "required": ["plan"]}
         alternatives = [
             {
                 "type": "object",
@@ -295,6 +327,8 @@ class WorkTools:
     # -- handlers ----------------------------------------------------------------
 
     async def _catalog(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
+        if self.unavailable is not None:
+            raise _refusal(self.unavailable)
         c = self.controller
         grants: list[dict[str, Any]] = []
         if c.authority is not None:
@@ -356,7 +390,7 @@ class WorkTools:
     def _allow_artifact(self, info: Any, ctx: ToolExecutionContext) -> bool:
         """Only the caller's selected attempt's artifacts, its saved previews' and its own reply projections."""
         c = self.controller
-        if not c.opened:
+        if c is None or not c.opened:
             return False
         who = self.who(ctx)
         scope = getattr(info, "scope", None)
@@ -407,10 +441,19 @@ def _summarize(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_work_tools(
-    controller: WorkController, *, store: Any = None, budget: int = REPLY_BUDGET, principal: str | None = None
+    controller: WorkController | None,
+    *,
+    store: Any = None,
+    budget: int = REPLY_BUDGET,
+    principal: str | None = None,
+    unavailable: OpenFunctionsError | None = None,
 ) -> list[ToolDefinition]:
-    """The ``of_work_*`` tools for ``controller`` (``of_work_artifact_read`` only with a ``store``)."""
-    return WorkTools(controller, store=store, budget=budget, principal=principal).build()
+    """The ``of_work_*`` tools for ``controller`` (``of_work_artifact_read`` only with a ``store``).
+
+    With ``controller=None`` and ``unavailable=<error>`` every tool refuses
+    with that error (a profile served before its catalog was written).
+    """
+    return WorkTools(controller, store=store, budget=budget, principal=principal, unavailable=unavailable).build()
 
 
 __all__ = ["WorkTools", "build_work_tools", "WORK_TOOL_NAMES", "REPLY_BUDGET"]

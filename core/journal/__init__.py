@@ -7,6 +7,18 @@
 - :func:`read_records` — lock-free validating reader.
 
 The file format is documented in ``_encoder.py`` and docs/formats/journal.md.
+
+Usage::
+
+    log = await JournalLog.open(path, kind="log")     # 0700 dir, 0600 file, flock, recovery
+    rec = await log.append("step", {"n": 1})           # returns after write + fdatasync
+    for r in log.records(): ...                         # streaming, validated
+    await log.close()
+
+    journal = await ExecutionJournal.open(path)         # journal.recovered: unknown receipts
+    registry = ToolRegistry(tools, journal=journal)
+
+    for r in read_records(path): ...                    # lock-free, for inspection
 """
 
 from ._record import Header, Record

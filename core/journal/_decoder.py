@@ -54,7 +54,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_DECODE = json.JSONDecoder(parse_constant=_reject_constant).decode
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODE = _DECODER.decode
+_SCAN = _DECODER.scan_once
 
 
 class Decoder:
@@ -87,15 +89,13 @@ class Decoder:
                 break
             pos += len(chunk)
             buf = buf + chunk if buf else chunk
-            start = 0
-            while True:
-                nl = buf.find(b"\n", start)
-                if nl < 0:
-                    break
-                yield buf_start + start, buf[start:nl], True
-                start = nl + 1
-            buf_start += start
-            buf = buf[start:]
+            parts = buf.split(b"\n")
+            buf = parts.pop()  # the unterminated remainder (maybe empty)
+            off = buf_start
+            for line in parts:
+                yield off, line, True
+                off += len(line) + 1
+            buf_start = off
         if buf:
             yield buf_start, buf, False
 
@@ -196,9 +196,14 @@ class Decoder:
         line; anything else goes to :meth:`_record_checked`, which names the fault."""
         r = self.result
         if line[:8] == CHK_PREFIX and line[40:42] == b'",':
+            # The C scanner without JSONDecoder.decode's Python wrapper; a
+            # trailing byte after the object sends the line to the slow path.
             try:
-                obj = _DECODE(line.decode("utf-8"))
-            except ValueError:
+                text = line.decode("utf-8")
+                obj, end = _SCAN(text, 0)
+                if end != len(text):
+                    obj = None
+            except (ValueError, StopIteration):
                 obj = None
             if type(obj) is dict and obj.keys() == _V2_KEYS:
                 seq, type_, time_, data, chk, prev = obj["seq"], obj["type"], obj["time"], obj["data"], obj["chk"], obj["prev"]

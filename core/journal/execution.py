@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..receipts import Receipt, ReceiptError, StartRecord, utc_now
+from ._record import Record
 from .log import JournalLog
 
 KIND = "execution"
@@ -69,23 +70,26 @@ class ExecutionJournal:
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str]) -> ExecutionJournal:
-        log = await JournalLog.open(path, kind=KIND)
-        self = cls(log)
-        try:
-            await self._recover()
-        except BaseException:
-            await log.close()
-            raise
-        return self
-
-    async def _recover(self) -> None:
+        # One pass: the recovery scan also collects starts without receipts.
         open_starts: dict[str, dict] = {}
-        for rec in self.log.records():
+
+        def see(rec: Record) -> None:
             rid = rec.data.get("receipt_id")
             if rec.type == START and isinstance(rid, str):
                 open_starts[rid] = rec.data
             elif rec.type == RECEIPT and isinstance(rid, str):
                 open_starts.pop(rid, None)
+
+        log = await JournalLog.open(path, kind=KIND, on_record=see)
+        self = cls(log)
+        try:
+            await self._recover(open_starts)
+        except BaseException:
+            await log.close()
+            raise
+        return self
+
+    async def _recover(self, open_starts: dict[str, dict]) -> None:
         for start in open_starts.values():
             receipt = recovered_receipt(start)
             await self.log.append(RECEIPT, receipt.to_dict())

@@ -33,7 +33,7 @@ import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import anyio
 import structlog
@@ -103,21 +103,26 @@ class JournalLog:
     @classmethod
     async def open(
         cls, path: str | os.PathLike[str], *, kind: str | None = None, meta: dict[str, Any] | None = None,
-        _ops: FileOps | None = None,
+        on_record: Callable[[Record], None] | None = None, _ops: FileOps | None = None,
     ) -> JournalLog:
         """Open (creating if absent), lock and recover the journal at ``path``.
 
         ``kind`` (``"execution"``, ``"attempt"``, …) is written into a new
         header and must match an existing one (:class:`JournalMismatch`);
         ``None`` accepts any. ``meta`` goes into a new header only.
+        ``on_record`` sees every valid record of the recovery scan (in a
+        worker thread), so an owner can rebuild its state in the same pass;
+        if open then raises, discard what it saw.
         Raises JournalLocked, JournalCorrupt, JournalUnsafe.
         """
-        return await anyio.to_thread.run_sync(lambda: cls.open_sync(path, kind=kind, meta=meta, _ops=_ops))
+        return await anyio.to_thread.run_sync(
+            lambda: cls.open_sync(path, kind=kind, meta=meta, on_record=on_record, _ops=_ops)
+        )
 
     @classmethod
     def open_sync(
         cls, path: str | os.PathLike[str], *, kind: str | None = None, meta: dict[str, Any] | None = None,
-        _ops: FileOps | None = None,
+        on_record: Callable[[Record], None] | None = None, _ops: FileOps | None = None,
     ) -> JournalLog:
         """Blocking :meth:`open` (recovery reads the whole file; call it off the event loop)."""
         self = cls()
@@ -128,22 +133,20 @@ class JournalLog:
         self._lock = JournalLock(self.path)
         self._lock.acquire()
         try:
-            self._recover(kind, meta)
+            self._recover(kind, meta, on_record)
         except BaseException:
-            if self._fd >= 0:
-                os.close(self._fd)
-            self._lock.release()
+            self._close_now()
             raise
         return self
 
-    def _recover(self, kind: str | None, meta: dict[str, Any] | None) -> None:
+    def _recover(self, kind: str | None, meta: dict[str, Any] | None, on_record: Callable[[Record], None] | None) -> None:
         if not os.path.lexists(self.path):
             if meta is not None:
                 check_json(meta)
             header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_now(), new_salt(), dict(meta or {}))
             create_file_atomically(self.path, encode_header(header))
         self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
-        result = _scan(self._fd, str(self.path))
+        result = _scan(self._fd, str(self.path), on_record)
         assert result.header is not None
         self.header = result.header
         if kind is not None and self.header.kind is not None and self.header.kind != kind:
@@ -322,6 +325,17 @@ class JournalLog:
             self._fd = -1
         self._lock.release()
 
+    def __del__(self) -> None:
+        # Safety net for a log dropped without close(): free the fd and the
+        # flock so this process can reopen it. Queued appends are not awaited.
+        if not getattr(self, "_closed", True) and getattr(self, "_fd", -1) >= 0:
+            try:
+                os.close(self._fd)
+                self._fd = -1
+                self._lock.release()
+            except Exception:
+                pass
+
     async def __aenter__(self) -> JournalLog:
         return self
 
@@ -332,10 +346,14 @@ class JournalLog:
         return f"<JournalLog {str(self.path)!r} last_seq={self.last_seq}{' FAILED' if self.failed else ''}>"
 
 
-def _scan(fd: int, path: str) -> ScanResult:
+def _scan(fd: int, path: str, on_record: Callable[[Record], None] | None = None) -> ScanResult:
     d = Decoder(fd, path)
-    for _ in d:
-        pass
+    if on_record is None:
+        for _ in d:
+            pass
+    else:
+        for rec in d:
+            on_record(rec)
     return d.result
 
 

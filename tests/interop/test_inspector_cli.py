@@ -1,7 +1,8 @@
 """The MCP Inspector CLI (``@modelcontextprotocol/inspector --cli``) drives our server over stdio.
 
 The Inspector launches ``openfunctions-mcp serve ...`` itself, as a host
-would, lists the tools and calls one, in both protocol eras.
+would, lists the tools and calls one, in both protocol eras; and once more
+over streamable HTTP (``--server-url``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ._serve import cli_command, serve_args
+from ._serve import cli_command, http_server, serve_args
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -65,3 +66,15 @@ def test_inspector_sees_a_tool_error_for_bad_arguments(node_peers: Any, tmp_path
     )
     assert proc.returncode == 5, proc.stdout + proc.stderr[-3000:]
     assert json.loads(proc.stderr.strip().splitlines()[-1])["error"]["code"] == "tool_is_error", proc.stderr
+
+
+def test_inspector_lists_and_calls_over_http(node_peers: Any, tmp_path: Path) -> None:
+    """The same through ``--server-url`` against the streamable HTTP server on 127.0.0.1."""
+    with http_server("conformance", tmp_path) as url:
+        target = ["--server-url", url, "--transport", "http"]
+        listed = _inspect(node_peers, target, "--method", "tools/list")
+        assert "greet" in [t["name"] for t in listed["result"]["tools"]]
+        called = _inspect(node_peers, target, "--method", "tools/call", "--tool-name", "greet",
+                          "--tool-args-json", json.dumps({"name": "HTTP"}))
+    assert called["result"]["content"] == [{"type": "text", "text": "Hello, HTTP!"}]
+    assert called["result"]["_meta"]["dev.openfunctions/receipt"]["outcome"] == "succeeded"

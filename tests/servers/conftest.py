@@ -194,3 +194,16 @@ def raw_stdio(tmp_path):
                 f.close()
             except Exception:
                 pass
+
+
+def journaled_receipts(data_dir: Path) -> dict[str, list[str]]:
+    """receipt_id -> record types, over every execution journal in ``data_dir`` (read lock-free)."""
+    from openfunctions.core.journal import read_records
+
+    out: dict[str, list[str]] = {}
+    for f in sorted((data_dir / "journal").glob("*.journal")):
+        for rec in read_records(f):
+            rid = (rec.data or {}).get("receipt_id")
+            if rid:
+                out.setdefault(rid, []).append(rec.type)
+    return out

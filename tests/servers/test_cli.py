@@ -111,34 +111,58 @@ def test_tools_profile_serves_examples_and_module_tools(tmp_path):
     assert only.registry is fixture_tools.registry  # a single registry is served as is (policy kept)
 
 
-def test_unbuilt_profiles_say_so(tmp_path):
-    import importlib.util
+@pytest.mark.parametrize("name, module", [("work", "openfunctions.work"), ("artifacts", "openfunctions.artifacts")])
+def test_a_profile_missing_from_the_build_says_so(tmp_path, monkeypatch, name, module):
+    monkeypatch.setitem(sys.modules, module, None)  # as if the package were not installed
+    with pytest.raises(ProfileUnavailable) as info:
+        build_profile(name, data_dir=tmp_path)
+    assert f"'{name}' profile is not available yet" in info.value.message
 
-    for name, module in (("work", "openfunctions.work"), ("artifacts", "openfunctions.artifacts")):
-        try:
-            build_profile(name, data_dir=tmp_path)
-        except ProfileUnavailable as exc:
-            assert f"'{name}' profile is not available yet" in exc.message
-        else:
-            assert importlib.util.find_spec(module) is not None
+
+def _catalog(tmp_path):
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    catalog = project / "catalog.toml"
+    catalog.write_text((REPO / "work" / "example_catalog.toml").read_text())
+    return catalog
+
+
+@pytest.mark.anyio
+async def test_artifacts_work_and_all_profiles(tmp_path):
+    from openfunctions.work import WORK_TOOL_NAMES
+
+    arts = build_profile("artifacts", data_dir=tmp_path)
+    assert [t.name for t in arts.registry.list()] == ["of_artifact_read"]
+    await arts.aclose()
+
+    catalog = _catalog(tmp_path)
+    work = build_profile("work", data_dir=tmp_path / "d1", catalog=catalog, principal="agent")
+    assert [t.name for t in work.registry.list()] == list(WORK_TOOL_NAMES)
+    assert "of_work_preview" in (work.instructions or "")
+    await work.aclose()
+
+    everything = build_profile("all", data_dir=tmp_path / "d2", catalog=catalog)
+    names = [t.name for t in everything.registry.list()]
+    assert {"of_hash_text", "of_artifact_read", *WORK_TOOL_NAMES} <= set(names)
+    assert not any(n.startswith("of_step.") for n in names), "steps are reachable only through the controller"
+    await everything.aclose()
+
+    without_catalog = build_profile("all", data_dir=tmp_path / "d3")
+    assert not any(t.name.startswith("of_work_") for t in without_catalog.registry.list())
+    await without_catalog.aclose()
 
 
 def test_every_profile_name_is_known():
     assert PROFILES == ("tools", "work", "artifacts", "all", "conformance")
 
 
-def test_unavailable_profile_exits_2_with_a_message(tmp_path):
-    try:
-        build_profile("work", data_dir=tmp_path)
-        pytest.skip("the work profile is available in this build")
-    except ProfileUnavailable:
-        pass
+def test_work_profile_without_a_catalog_exits_2_naming_the_fix(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "openfunctions.servers", "serve", "--profile", "work", "--data-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, env=server_env(), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=60, env=server_env(OPENFUNCTIONS_WORK_CATALOG=""), stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 2
-    assert "not available yet" in proc.stderr
+    assert "no work catalog" in proc.stderr and "--catalog" in proc.stderr
     assert proc.stdout == ""
 
 
@@ -163,3 +187,7 @@ def test_demo_runs_a_real_session(tmp_path):
     assert "structuredContent:" in out and "receipt_id" in out and "rcpt_" in out
     assert "outcome        succeeded" in out
     assert "isError: True" in out
+    # the work walkthrough, through the of_work_* tools of the default 'all' profile
+    for tool in ("of_work_preview", "of_work_start", "of_work_run_step", "of_work_verify", "of_work_complete"):
+        assert tool in out
+    assert '"state": "completed"' in out and "walkthrough stopped" not in out

@@ -12,7 +12,7 @@ from mcp import Client
 
 from openfunctions.servers import RECEIPT_META_KEY
 
-from .conftest import await_file, wait_for_file
+from .conftest import await_file, journaled_receipts, wait_for_file
 
 pytestmark = pytest.mark.slow
 
@@ -195,5 +195,7 @@ def test_sigterm_drains_in_flight_calls(http_server, tmp_path):
     (markers / "release").write_text("go")
     t.join(timeout=30)
     assert proc.wait(timeout=30) == 0
-    assert parse_body(out["resp"])["result"]["structuredContent"] == {"finished": True}
+    reply = parse_body(out["resp"])["result"]
+    assert reply["structuredContent"] == {"finished": True}
     assert not (markers / "cancelled").exists()
+    assert reply["_meta"][RECEIPT_META_KEY]["receipt_id"] in journaled_receipts(tmp_path / "data")

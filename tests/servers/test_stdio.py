@@ -12,7 +12,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from openfunctions.servers import RECEIPT_META_KEY
 
-from .conftest import await_file, server_env, serve_argv, wait_for_file
+from .conftest import await_file, journaled_receipts, server_env, serve_argv, wait_for_file
 
 pytestmark = pytest.mark.slow
 
@@ -210,6 +210,10 @@ def test_sigterm_lets_the_running_call_finish_and_refuses_new_ones(raw_stdio, tm
     assert s.proc.wait(timeout=30) == 0, bytes(s.stderr).decode()[-3000:]
     assert finished["result"]["structuredContent"] == {"finished": True}
     assert late["result"]["isError"] and "shutting down" in late["result"]["content"][0]["text"]
+    # both receipts were journaled before the replies went out, and the journal was closed cleanly
+    journal = journaled_receipts(tmp_path / "data")
+    for reply in (finished, late):
+        assert len(journal[reply["result"]["_meta"][RECEIPT_META_KEY]["receipt_id"]]) >= 1
 
 
 def test_sigterm_cancels_calls_that_outlive_the_shutdown_timeout(raw_stdio, tmp_path):

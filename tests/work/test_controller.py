@@ -326,3 +326,34 @@ async def test_expired_grant_blocks_and_nothing_runs(env):
         await ctl.run_step(principal="agent")
     assert counter.runs == {}
     assert ctl.status(principal="agent")["attempt"]["blockedReason"]["code"] == "grant_expired"
+
+
+@pytest.mark.anyio
+async def test_the_settled_observer_blocks_effects_as_soon_as_an_outcome_is_uncertain(env):
+    counter = Counter()
+    ctl = await _ready(env, counter)
+    prv = await ctl.preview(PLAN, principal="agent")
+    await ctl.start(prv["previewId"], principal="agent")
+    # an uncertain step call settles in the shared executor (here: made outside the controller)
+    counter.fail_with = RuntimeError("lost the reply")
+    dr = await ctl.registry.execute_detailed("of_step.bump", {})
+    assert dr.receipt.certainty == "unknown"
+    # the executor's on_settled hook told the controller before anything else could run
+    with pytest.raises(EffectUncertain, match=dr.receipt.receipt_id):
+        await ctl.run_step(principal="agent", step="look")
+    assert counter.runs == {"bump": 1}
+
+
+@pytest.mark.anyio
+async def test_renewal_waits_for_a_transition_in_progress(env):
+    # renewals and transitions share one lock: while a transition holds it, no renewal happens
+    ctl = await _ready(env, Counter(), lease_ttl=30, renew_every=0.01)
+    while ctl._renewals < 1:
+        await anyio.sleep(0.01)
+    async with ctl._lifecycle:
+        held = ctl._renewals
+        for _ in range(10):
+            await anyio.sleep(0.01)
+        assert ctl._renewals == held
+    while ctl._renewals == held:
+        await anyio.sleep(0.01)

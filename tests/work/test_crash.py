@@ -9,10 +9,8 @@ operation ``unknown``, and must not run the command again.
 
 from __future__ import annotations
 
-import os
 import hashlib
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -298,3 +298,54 @@ async def test_no_principal_means_no_authority(work):
     assert dr.ok and dr.result.structured["allGranted"] is False
     st = await s.call("of_work_start", {"previewId": dr.result.structured["previewId"]})
     assert not st.ok and st.error.code == "grant_denied"
+
+
+@pytest.mark.anyio
+async def test_reply_bounding_at_the_32_kib_edge(work):
+    from openfunctions.work.tools import WorkTools
+
+    profile = work()
+    tools = WorkTools(profile.controller, store=profile.store)
+
+    def payload(n: int) -> dict[str, Any]:
+        return {"attemptId": "att_x", "state": "running", "blob": "a" * n}
+
+    def size(p: dict[str, Any]) -> int:
+        return max(len(canonical_bytes(p)), len(json_text(p).encode()))
+
+    n = BUDGET - size(payload(0))
+    assert size(payload(n)) == BUDGET
+    at_edge = await tools.reply(payload(n), scope="att_x")
+    assert at_edge == payload(n), "a reply of exactly 32 KiB goes out as is"
+    over = await tools.reply(payload(n + 1), scope="att_x")
+    assert over["artifactProjection"]["available"] and over["attemptId"] == "att_x" and over["state"] == "running"
+    assert "blob" not in over and size(over) <= BUDGET
+
+
+@pytest.mark.anyio
+async def test_a_profile_without_catalog_serves_tools_that_say_what_is_missing(tmp_path, monkeypatch):
+    from openfunctions.work import CatalogInvalid
+
+    monkeypatch.delenv("OPENFUNCTIONS_WORK_CATALOG", raising=False)
+    with pytest.raises(CatalogInvalid, match="no work catalog"):
+        build_work_profile(tmp_path, require_catalog=True)
+    profile = build_work_profile(tmp_path)
+    try:
+        assert sorted(t.name for t in profile.registry.list()) == sorted(WORK_TOOL_NAMES)
+        s = Session(profile)
+        for name, params in (("of_work_catalog", {}), ("of_work_status", {}), ("of_work_preview", {"plan": [{"step": "x"}]}),
+                             ("of_work_artifact_read", {"artifact_id": "art_" + "0" * 32})):
+            dr = await s.call(name, params)
+            assert not dr.ok and dr.error.code == "catalog_invalid" and "OPENFUNCTIONS_WORK_CATALOG" in dr.error.message, name
+            assert dr.receipt.certainty == "known"
+    finally:
+        await profile.aclose()
+
+
+def test_refusals_are_bounded_and_keep_only_scalar_details():
+    from openfunctions.work.errors import PlanInvalid
+    from openfunctions.work.tools import MAX_ERROR_CHARS, _refusal
+
+    err = _refusal(PlanInvalid("x" * 100_000, details={"step": "s", "violations": [{"big": "y" * 100_000}]}))
+    assert len(err.message) == MAX_ERROR_CHARS and err.message.endswith("...")
+    assert err.code == "plan_invalid" and err.details == {"step": "s"} and err.effect_happened is False

@@ -42,9 +42,10 @@ async def writer(path: str, conc: int) -> None:
 async def holder(path: str) -> None:
     from openfunctions.core.journal import JournalLog
 
-    await JournalLog.open(path)
+    log = await JournalLog.open(path)
     say("locked")
     await anyio.sleep_forever()
+    await log.close()
 
 
 async def execute(path: str) -> None:

@@ -225,3 +225,24 @@ async def test_close_waits_for_queued_appends(tmp_path):
         await log.close()
     assert sorted(acked) == list(range(1, 11))
     assert len(list(read_records(tmp_path / "j.jsonl"))) == 10
+
+
+async def test_a_dropped_log_frees_its_lock_and_a_failed_open_frees_everything(tmp_path):
+    import gc
+
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p)
+    await log.append("t", {})
+    del log
+    gc.collect()
+    log = await JournalLog.open(p)  # not JournalLocked
+    await log.close()
+    with pytest.raises(JournalMismatch):
+        await JournalLog.open(p, kind="attempt")
+    gc.collect()
+    # The failed open released its lock and closed its own fds only.
+    sentinel = os.open(os.devnull, os.O_RDONLY)
+    gc.collect()
+    os.fstat(sentinel)
+    os.close(sentinel)
+    await (await JournalLog.open(p)).close()

@@ -1,0 +1,23 @@
+"""bench/bench_server.py still runs end to end (both servers, every mode) without touching the docs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_server.py"
+
+
+def test_bench_server_quick_run_measures_every_mode() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--rounds", "1", "--no-write"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "x |" in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["in-process", "stdio", "http x1", "http x16"], proc.stdout
