@@ -11,15 +11,8 @@ from .errors import (
     ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
-from .store import (
-    DEFAULT_MEDIA_TYPE,
-    DEFAULT_QUOTA_BYTES,
-    MAX_READ_BYTES,
-    ArtifactChunk,
-    ArtifactInfo,
-    ArtifactRef,
-    ArtifactStore,
-)
+from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
+from .store import DEFAULT_MEDIA_TYPE, DEFAULT_QUOTA_BYTES, MAX_READ_BYTES, ArtifactStore
 from ._ids import ARTIFACT_ID_PATTERN, find_artifact_ids, is_artifact_id
 from .protocol import ArtifactStoreProtocol
 from .projection import DEFAULT_BUDGET, default_summary, project_reply, reply_sizes

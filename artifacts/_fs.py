@@ -91,13 +91,13 @@ def write_atomic(directory: str, name: str, data: bytes, *, mode: int = FILE_MOD
         os.fchmod(fd, mode)
     except BaseException:
         os.close(fd)
-        _unlink_quiet(tmp)
+        unlink_quiet(tmp)
         raise
     os.close(fd)
     try:
         os.rename(tmp, os.path.join(directory, name))
     except BaseException:
-        _unlink_quiet(tmp)
+        unlink_quiet(tmp)
         raise
     if durable:
         fsync_dir(directory)
@@ -115,11 +115,11 @@ def read_small(path: str, limit: int) -> bytes:
     return data
 
 
-def _unlink_quiet(path: str) -> None:
+def unlink_quiet(path: str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
 
 
-__all__ = ["ensure_dir", "fsync_dir", "start_writeback", "write_atomic", "read_small", "DIR_MODE", "FILE_MODE", "FROZEN_MODE"]
+__all__ = ["unlink_quiet", "ensure_dir", "fsync_dir", "start_writeback", "write_atomic", "read_small", "DIR_MODE", "FILE_MODE", "FROZEN_MODE"]

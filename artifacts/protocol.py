@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .store import ArtifactChunk, ArtifactInfo, ArtifactRef
+    from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 
 
 @runtime_checkable

@@ -52,16 +52,17 @@ temp files, and restores missing key files.
 Guarantees
 ----------
 * Blobs and records are immutable once acknowledged; ``put`` returns only
-  after everything it wrote is fsynced.
+  after the blob and its index record are fsynced (the key file is a lookup
+  that open() rebuilds).
 * Quota: commits are serialized by a thread lock plus ``flock`` on ``lock``
   and check the ledger inside that lock, so concurrent puts -- from threads,
   tasks, or several processes on one store -- never take the stored bytes past
   the quota. Only distinct blob bytes count (index files and directories do
   not); the same content under another scope or media type costs nothing.
 * Reads verify the blob's SHA-256 before returning any byte. A verification is
-  cached per store instance for the file's identity (device, inode, size,
-  mtime_ns, ctime_ns): rewriting, replacing, chmod-ing or touching the blob
-  changes that identity and forces a new check.
+  cached per process for the file's identity (device, inode, size, mtime_ns,
+  ctime_ns): rewriting, replacing, chmod-ing or touching the blob changes
+  that identity and forces a new check.
 * The ledger itself is not fsynced: after a machine crash every process
   restarts and the next open recomputes it from the index.
 """
@@ -73,24 +74,23 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import stat
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import anyio.to_thread
 import structlog
 
 from openfunctions.core import canonical_bytes, utc_now
-from openfunctions.core.errors import NonJsonValue
 
-from ._fs import FROZEN_MODE, ensure_dir, fsync_dir, read_small, start_writeback, write_atomic
+from ._checks import MAX_READ_BYTES, check_media_type, check_range, check_scope
+from ._fs import FROZEN_MODE, ensure_dir, read_small, unlink_quiet, write_atomic
 from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
+from ._records import FORMAT_VERSION, HEX_RE, key_doc, key_name, parse_record, record_bytes
+from ._writer import CHUNK, BlobWriter, as_view, file_chunks
 from .errors import (
     ArtifactCorrupt,
     ArtifactNotFound,
@@ -99,67 +99,25 @@ from .errors import (
     ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
+from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 
 log = structlog.get_logger("openfunctions.artifacts")
 
 FORMAT = "openfunctions-artifact-store"
-FORMAT_VERSION = 1
 DEFAULT_QUOTA_BYTES = 64 * 1024 * 1024
-MAX_READ_BYTES = 16 * 1024
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
-MAX_SCOPE_CHARS = 1024
 
 _LEDGER = struct.Struct("<4sIQ")
 _LEDGER_MAGIC = b"OFAU"
-_HEX_RE = re.compile(r"[0-9a-f]{64}")
-_TOKEN = r"[A-Za-z0-9!#$&^_.+\-]+"
-_MEDIA_TYPE_RE = re.compile(rf"{_TOKEN}/{_TOKEN}(?:\s*;\s*{_TOKEN}=(?:{_TOKEN}|\"[^\"\\\r\n]*\"))*")
-_CHUNK = 1024 * 1024
-_WRITE_SLICE = 4 * 1024 * 1024
-_PARALLEL_MIN = 256 * 1024
 _RECORD_LIMIT = 16 * 1024
 _VERIFIED_CACHE_SIZE = 4096
 _OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+# Blob verifications, per process: file identity -> the hex digest it was
+# verified against. Any store instance may use an entry (the identity names
+# one inode in one state, whichever root it was reached through).
+_VERIFIED: "OrderedDict[tuple[int, ...], str]" = OrderedDict()
+_VERIFIED_LOCK = threading.Lock()
 _LAYOUT_NAMES = frozenset({"store.json", "lock", "blobs", "index", "keys", "tmp"})
-
-
-@dataclass(frozen=True)
-class ArtifactRef:
-    """What ``put`` returns: enough to cite and read an artifact."""
-
-    id: str
-    sha256: str
-    size: int
-    media_type: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ArtifactInfo(ArtifactRef):
-    """An artifact's full index record (``stat``)."""
-
-    scope: str | None
-    created_at: str
-
-    @property
-    def ref(self) -> ArtifactRef:
-        return ArtifactRef(self.id, self.sha256, self.size, self.media_type)
-
-
-@dataclass(frozen=True)
-class ArtifactChunk:
-    """One verified, bounded read. ``eof`` is true when the chunk reaches the end."""
-
-    artifact_id: str
-    data: bytes
-    offset: int
-    length: int
-    total_size: int
-    sha256: str
-    eof: bool
-    media_type: str
 
 
 class ArtifactStore:
@@ -184,8 +142,6 @@ class ArtifactStore:
         self._open_lock = threading.Lock()
         self._commit_lock = threading.Lock()  # flock does not exclude threads sharing one fd
         self._records: dict[str, ArtifactInfo] = {}
-        self._verified: OrderedDict[tuple[int, ...], str] = OrderedDict()
-        self._verified_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ArtifactStore(root={self.root!r}, quota_bytes={self.quota_bytes})"
@@ -274,7 +230,7 @@ class ArtifactStore:
         damaged = 0
         for name in os.listdir(self._index):
             if name.startswith(".tmp-"):
-                _unlink_quiet(os.path.join(self._index, name))  # index writes hold the lock: no live writer
+                unlink_quiet(os.path.join(self._index, name))  # index writes hold the lock: no live writer
                 continue
             if not (name.endswith(".json") and is_artifact_id(name[:-5])):
                 continue
@@ -290,14 +246,14 @@ class ArtifactStore:
             sizes[info.sha256[7:]] = info.size
         for name in os.listdir(self._keys):
             if name.startswith(".tmp-"):
-                _unlink_quiet(os.path.join(self._keys, name))
+                unlink_quiet(os.path.join(self._keys, name))
         for info in self._records.values():
-            key = _key_name(info.sha256, info.scope, info.media_type)
+            key = key_name(info.sha256, info.scope, info.media_type)
             if self._lookup_key(key) is None:
-                write_atomic(self._keys, key, _key_doc(info.id), mode=FROZEN_MODE)
+                write_atomic(self._keys, key, key_doc(info.id), mode=FROZEN_MODE)
         used = sum(sizes.values())
         for name in os.listdir(self._blobs):
-            if not _HEX_RE.fullmatch(name) or name in sizes:
+            if not HEX_RE.fullmatch(name) or name in sizes:
                 continue
             path = os.path.join(self._blobs, name)
             if damaged:
@@ -305,7 +261,7 @@ class ArtifactStore:
                 used += os.lstat(path).st_size
             else:
                 log.info("artifact_orphan_blob_removed", store=self.root, blob=name)
-                _unlink_quiet(path)
+                unlink_quiet(path)
         for name in os.listdir(self._tmp):
             self._remove_if_abandoned(os.path.join(self._tmp, name))
         self._write_ledger(lock_fd, used)
@@ -320,7 +276,7 @@ class ArtifactStore:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return  # a live writer holds it
-            _unlink_quiet(path)
+            unlink_quiet(path)
         finally:
             os.close(fd)
 
@@ -345,8 +301,8 @@ class ArtifactStore:
         existing artifact. Raises :class:`ArtifactQuotaExceeded` (nothing
         stored) when the new bytes would pass the quota.
         """
-        media_type = _check_media_type(media_type)
-        scope = _check_scope(scope)
+        media_type = check_media_type(media_type)
+        scope = check_scope(scope)
         await self._ready()
         if isinstance(data, str):
             raise ArtifactRequestInvalid("put() takes bytes, not str: encode the text first (e.g. text.encode('utf-8'))")
@@ -355,11 +311,11 @@ class ArtifactStore:
 
     async def _put_any(self, data: Any, media_type: str, scope: str | None) -> ArtifactRef:
         if isinstance(data, (bytes, bytearray, memoryview)):
-            return await anyio.to_thread.run_sync(self._put_sync, [_as_view(data)], media_type, scope)
+            return await anyio.to_thread.run_sync(self._put_sync, [as_view(data)], media_type, scope)
         if hasattr(data, "__aiter__"):
             return await self._put_async_iter(data, media_type, scope)
         if callable(getattr(data, "read", None)):
-            return await anyio.to_thread.run_sync(self._put_sync, _file_chunks(data), media_type, scope)
+            return await anyio.to_thread.run_sync(self._put_sync, file_chunks(data), media_type, scope)
         if isinstance(data, Iterable):
             return await anyio.to_thread.run_sync(self._put_sync, data, media_type, scope)
         raise ArtifactRequestInvalid(
@@ -381,10 +337,10 @@ class ArtifactStore:
             pending: list[Any] = []
             pending_bytes = 0
             async for chunk in data:
-                view = _as_view(chunk)
+                view = as_view(chunk)
                 pending.append(view)
                 pending_bytes += view.nbytes
-                if pending_bytes >= _CHUNK:
+                if pending_bytes >= CHUNK:
                     await anyio.to_thread.run_sync(writer.write_many, pending)
                     pending, pending_bytes = [], 0
             await anyio.to_thread.run_sync(writer.write_many, pending)
@@ -394,16 +350,16 @@ class ArtifactStore:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(writer.discard)
 
-    def _new_writer(self) -> "_BlobWriter":
+    def _new_writer(self) -> "BlobWriter":
         # No blob can be larger than the whole quota, so a stream past it is
         # refused before it fills the disk. (The bytes *left* are not a valid
         # cap: content that already exists is reused at no cost.)
-        return _BlobWriter(self._tmp, self.quota_bytes, os.path.join(self.root, "lock"))
+        return BlobWriter(self._tmp, self.quota_bytes, os.path.join(self.root, "lock"))
 
-    def _commit(self, writer: "_BlobWriter", media_type: str, scope: str | None) -> ArtifactRef:
+    def _commit(self, writer: "BlobWriter", media_type: str, scope: str | None) -> ArtifactRef:
         hexdigest, size = writer.hexdigest, writer.size
         sha = "sha256:" + hexdigest
-        key = _key_name(sha, scope, media_type)
+        key = key_name(sha, scope, media_type)
         blob = os.path.join(self._blobs, hexdigest)
         with self._commit_lock, self._locked(self._require_fd()) as fd:
             used = self._read_ledger(fd)
@@ -421,14 +377,14 @@ class ArtifactStore:
             info = ArtifactInfo(
                 id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_now()
             )
-            write_atomic(self._index, info.id + ".json", _record_bytes(info), mode=FROZEN_MODE)
+            write_atomic(self._index, info.id + ".json", record_bytes(info), mode=FROZEN_MODE)
             # The key file is only a lookup that open() rebuilds from the index: no fsync.
-            write_atomic(self._keys, key, _key_doc(info.id), mode=FROZEN_MODE, durable=False)
+            write_atomic(self._keys, key, key_doc(info.id), mode=FROZEN_MODE, durable=False)
             self._records[info.id] = info
             log.debug("artifact_put", store=self.root, artifact_id=info.id, size=size, scope=scope)
             return info.ref
 
-    def _ensure_blob(self, writer: "_BlobWriter", blob: str, hexdigest: str, size: int, *, charge_only: bool = False) -> bool:
+    def _ensure_blob(self, writer: "BlobWriter", blob: str, hexdigest: str, size: int, *, charge_only: bool = False) -> bool:
         """Make ``blob`` hold the writer's bytes. With ``charge_only``, just report whether a good copy exists.
 
         An existing blob that fails verification is replaced by the fresh copy
@@ -482,7 +438,7 @@ class ArtifactStore:
         mismatch raises :class:`ArtifactCorrupt` and returns no byte.
         """
         info = await self.stat(artifact_id)
-        offset, length = _check_range(offset, length, info.size)
+        offset, length = check_range(offset, length, info.size)
         with _os_errors(f"reading artifact {info.id}"):
             return await self._read_verified(info, offset, length)
 
@@ -605,30 +561,31 @@ class ArtifactStore:
             raise not_found(artifact_id) from None
         except (OSError, ValueError) as exc:
             raise ArtifactCorrupt(f"artifact {artifact_id}: index record unreadable ({exc})") from None
-        return _parse_record(artifact_id, raw)
+        return parse_record(artifact_id, raw)
 
     # -- verification -----------------------------------------------------
 
     def _is_verified(self, st: os.stat_result, hexdigest: str) -> bool:
-        with self._verified_lock:
-            return self._verified.get(_identity(st)) == hexdigest
+        with _VERIFIED_LOCK:
+            return _VERIFIED.get(_identity(st)) == hexdigest
 
     def _remember(self, st: os.stat_result, hexdigest: str) -> None:
-        with self._verified_lock:
-            self._verified[_identity(st)] = hexdigest
-            while len(self._verified) > _VERIFIED_CACHE_SIZE:
-                self._verified.popitem(last=False)
+        with _VERIFIED_LOCK:
+            _VERIFIED[_identity(st)] = hexdigest
+            _VERIFIED.move_to_end(_identity(st))
+            while len(_VERIFIED) > _VERIFIED_CACHE_SIZE:
+                _VERIFIED.popitem(last=False)
 
     def _verify_fd(self, fd: int, hexdigest: str, size: int, *, raise_on_mismatch: bool = True) -> bool:
         st = os.fstat(fd)
         ok = stat.S_ISREG(st.st_mode) and st.st_size == size
         if ok:
             h = hashlib.sha256()
-            buf = bytearray(_CHUNK)
+            buf = bytearray(CHUNK)
             view = memoryview(buf)
             pos = 0
             while pos < size:
-                n = os.preadv(fd, [view[: min(_CHUNK, size - pos)]], pos)
+                n = os.preadv(fd, [view[: min(CHUNK, size - pos)]], pos)
                 if n <= 0:
                     break
                 h.update(view[:n])
@@ -685,114 +642,6 @@ class ArtifactStore:
         return None
 
 
-class _BlobWriter:
-    """Streams content into a temp file under ``tmp/`` while hashing it.
-
-    A large chunk is written (by a helper thread) while this thread hashes
-    it: ``os.write`` and ``hashlib`` both release the GIL, so a put costs
-    about max(hash, write) instead of their sum. Each chunk is finished on
-    both sides before the next one is pulled, so a producer that refills one
-    buffer between chunks is safe. Written ranges are handed to the kernel's
-    writeback at once, which leaves the final fsync less to wait for.
-    """
-
-    def __init__(self, tmp_dir: str, cap: int, lock_path: str | None = None) -> None:
-        self.cap = cap
-        self.size = 0
-        self.hexdigest = ""
-        self._h = hashlib.sha256()
-        self._pool: ThreadPoolExecutor | None = None
-        self.path = os.path.join(tmp_dir, f"blob-{os.getpid()}-{os.urandom(8).hex()}")
-        # The flock on the temp file tells another process's recovery "live
-        # writer, keep it". Recovery runs under an exclusive lock on ``lock``;
-        # a shared lock (on a descriptor of our own) around create+flock keeps
-        # it from seeing the file in between.
-        guard = os.open(lock_path, os.O_RDONLY | _OPEN_FLAGS) if lock_path else None
-        try:
-            if guard is not None:
-                fcntl.flock(guard, fcntl.LOCK_SH)
-            self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        finally:
-            if guard is not None:
-                os.close(guard)
-
-    def write(self, chunk: Any) -> None:
-        view = _as_view(chunk)
-        total = view.nbytes
-        if self.size + total > self.cap:
-            raise ArtifactQuotaExceeded(
-                f"artifact data is larger than the store's whole quota ({self.cap} bytes); nothing was stored",
-                details={"quota_bytes": self.cap},
-            )
-        if total >= _PARALLEL_MIN:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="artifact-blob-write")
-            pending = self._pool.submit(self._write_at, view, self.size)
-            try:
-                self._h.update(view)
-            finally:
-                pending.result()  # joins the writer before any error propagates
-        else:
-            self._h.update(view)
-            self._write_at(view, self.size)
-        self.size += total
-
-    def _write_at(self, view: memoryview, offset: int) -> None:
-        assert self.fd is not None
-        pos = 0
-        while pos < view.nbytes:
-            n = os.write(self.fd, view[pos : pos + _WRITE_SLICE])
-            start_writeback(self.fd, offset + pos, n)
-            pos += n
-
-    def write_many(self, chunks: Iterable[Any]) -> None:
-        """Write a stream, gathering small chunks into 1 MiB buffers.
-
-        Gathering copies, which also makes a producer that refills one buffer
-        safe; it pays for itself because a large buffer is hashed and written
-        in parallel. A stream past the cap is refused at once, not after the
-        next megabyte.
-        """
-        acc = bytearray()
-        for chunk in chunks:
-            view = _as_view(chunk)
-            if view.nbytes >= _PARALLEL_MIN:
-                if acc:
-                    self.write(acc)
-                    acc = bytearray()
-                self.write(view)
-                continue
-            acc += view
-            if len(acc) >= _CHUNK or self.size + len(acc) > self.cap:
-                self.write(acc)
-                acc = bytearray()
-        if acc:
-            self.write(acc)
-
-    def finish(self) -> None:
-        assert self.fd is not None
-        os.fsync(self.fd)
-        os.fchmod(self.fd, FROZEN_MODE)
-        self.hexdigest = self._h.hexdigest()
-
-    def install(self, dest: str) -> None:
-        os.rename(self.path, dest)
-        self.path = ""
-        fsync_dir(os.path.dirname(dest))
-
-    def discard(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        if self.path:
-            _unlink_quiet(self.path)
-            self.path = ""
-
-
 # -- helpers ---------------------------------------------------------------
 
 
@@ -815,29 +664,10 @@ class _os_errors:
         return False
 
 
-def _as_view(chunk: Any) -> memoryview:
-    if isinstance(chunk, (bytes, bytearray, memoryview)):
-        try:
-            return memoryview(chunk).cast("B")
-        except TypeError as exc:  # e.g. a non-contiguous memoryview
-            raise ArtifactRequestInvalid(f"artifact data must be a contiguous buffer: {exc}") from None
-    raise ArtifactRequestInvalid(f"artifact data chunks must be bytes-like, got {type(chunk).__name__}")
-
-
-def _file_chunks(f: Any) -> Iterable[Any]:
-    while True:
-        chunk = f.read(_CHUNK)
-        if not chunk:
-            return
-        if isinstance(chunk, str):
-            raise ArtifactRequestInvalid("put() got a text-mode file: open it in binary mode ('rb')")
-        yield chunk
-
-
 def _read_exact(fd: int, size: int) -> bytes:
     parts, pos = [], 0
     while pos < size:
-        part = os.pread(fd, min(size - pos, 8 * _CHUNK), pos)
+        part = os.pread(fd, min(size - pos, 8 * CHUNK), pos)
         if not part:
             break
         parts.append(part)
@@ -849,112 +679,11 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _check_media_type(media_type: Any) -> str:
-    if not isinstance(media_type, str) or len(media_type) > 255 or not _MEDIA_TYPE_RE.fullmatch(media_type):
-        shown = media_type if not isinstance(media_type, str) else media_type[:80]
-        raise ArtifactRequestInvalid(f"media_type must be 'type/subtype' (at most 255 characters), got {shown!r}")
-    return media_type
-
-
-def _check_scope(scope: Any) -> str | None:
-    if scope is None:
-        return None
-    if not isinstance(scope, str) or not (0 < len(scope) <= MAX_SCOPE_CHARS):
-        raise ArtifactRequestInvalid(f"scope must be None or a string of 1-{MAX_SCOPE_CHARS} characters")
-    try:
-        scope.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ArtifactRequestInvalid("scope must be valid Unicode (no lone surrogates)") from None
-    return scope
-
-
-def _check_range(offset: Any, length: Any, size: int) -> tuple[int, int]:
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ArtifactRequestInvalid(f"offset must be an integer >= 0, got {offset!r}")
-    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ArtifactRequestInvalid(f"length must be an integer >= 1, got {length!r}")
-    if offset > size:
-        raise ArtifactRequestInvalid(f"offset {offset} is past the end of the artifact ({size} bytes)")
-    return offset, min(length, MAX_READ_BYTES, size - offset)
-
-
 def _quota_error(quota: int, used: int, size: int) -> ArtifactQuotaExceeded:
     return ArtifactQuotaExceeded(
         f"storing {size} bytes would exceed the artifact quota ({used} of {quota} bytes used); nothing was stored",
         details={"quota_bytes": quota, "used_bytes": used, "size": size},
     )
-
-
-def _key_name(sha: str, scope: str | None, media_type: str) -> str:
-    return hashlib.sha256(canonical_bytes({"media_type": media_type, "scope": scope, "sha256": sha})).hexdigest() + ".json"
-
-
-def _key_doc(artifact_id: str) -> bytes:
-    return canonical_bytes({"v": 1, "artifact_id": artifact_id})
-
-
-def _record_fields(info: ArtifactInfo) -> dict[str, Any]:
-    return {
-        "v": FORMAT_VERSION,
-        "artifact_id": info.id,
-        "sha256": info.sha256,
-        "size": info.size,
-        "media_type": info.media_type,
-        "scope": info.scope,
-        "created_at": info.created_at,
-    }
-
-
-def _record_bytes(info: ArtifactInfo) -> bytes:
-    fields = _record_fields(info)
-    fields["check"] = "sha256:" + hashlib.sha256(canonical_bytes(fields)).hexdigest()
-    return canonical_bytes(fields)
-
-
-def _parse_record(artifact_id: str, raw: bytes) -> ArtifactInfo:
-    def bad(why: str) -> ArtifactCorrupt:
-        return ArtifactCorrupt(f"artifact {artifact_id}: index record is damaged ({why})")
-
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise bad("not JSON") from None
-    if not isinstance(doc, dict):
-        raise bad("not an object")
-    check = doc.pop("check", None)
-    try:
-        expect = "sha256:" + hashlib.sha256(canonical_bytes(doc)).hexdigest()
-    except NonJsonValue:
-        raise bad("not canonical JSON") from None
-    if check != expect:
-        raise bad("checksum mismatch")
-    if doc.get("v") != FORMAT_VERSION:
-        raise bad(f"unknown version {doc.get('v')!r}")
-    try:
-        info = ArtifactInfo(
-            id=doc["artifact_id"],
-            sha256=doc["sha256"],
-            size=doc["size"],
-            media_type=doc["media_type"],
-            scope=doc["scope"],
-            created_at=doc["created_at"],
-        )
-    except KeyError as exc:
-        raise bad(f"missing field {exc.args[0]!r}") from None
-    if info.id != artifact_id:
-        raise bad("it names another artifact")
-    if not (isinstance(info.sha256, str) and info.sha256.startswith("sha256:") and _HEX_RE.fullmatch(info.sha256[7:])):
-        raise bad("bad digest")
-    if isinstance(info.size, bool) or not isinstance(info.size, int) or info.size < 0:
-        raise bad("bad size")
-    return info
-
-
-def _unlink_quiet(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 __all__ = [

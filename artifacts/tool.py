@@ -26,7 +26,8 @@ from openfunctions.core import ToolDefinition, ToolError, ToolExecutionContext, 
 from ._ids import not_found
 from .errors import ArtifactCorrupt, ArtifactError
 from .protocol import ArtifactStoreProtocol
-from .store import MAX_READ_BYTES, ArtifactInfo
+from ._checks import MAX_READ_BYTES
+from .refs import ArtifactInfo
 
 log = structlog.get_logger("openfunctions.artifacts.tool")
 

@@ -417,7 +417,7 @@ async def test_recovery_removes_orphans_and_recomputes_usage(tmp_path):
 
 
 async def test_a_live_writers_temp_file_survives_another_opener(tmp_path):
-    from openfunctions.artifacts.store import _BlobWriter
+    from openfunctions.artifacts._writer import BlobWriter as _BlobWriter
 
     root = tmp_path / "r"
     s1 = await ArtifactStore(root).open()
@@ -570,7 +570,7 @@ async def test_disk_full_is_a_clean_store_error(store, monkeypatch, size):
     import errno
 
     from openfunctions.artifacts import ArtifactStoreFailed
-    from openfunctions.artifacts.store import _BlobWriter
+    from openfunctions.artifacts._writer import BlobWriter as _BlobWriter
 
     def full(self, view, offset):
         raise OSError(errno.ENOSPC, "No space left on device")
