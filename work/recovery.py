@@ -74,9 +74,8 @@ def replay(records: Iterable[Any]) -> Recovered:
             if op.status == "pending":
                 op.status = "unknown"
                 out.unknown.append((att.attempt_id, op.operation_id))
-    # the selected attempt is the last non-terminal one
-    live = [a for a in out.attempts.values() if not a.terminal]
-    out.active = live[-1].attempt_id if live else None
+    # the selected attempt is the last one started (terminal or not), as it was before the restart
+    out.active = next(reversed(out.attempts)) if out.attempts else None
     return out
 
 

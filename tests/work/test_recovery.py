@@ -180,3 +180,17 @@ async def test_readback_mismatch_keeps_the_attempt_blocked(env):
         await again.run_step(principal="agent")
     with pytest.raises(ProofInvalid):
         await again.complete(principal="agent")
+
+
+@pytest.mark.anyio
+async def test_status_reads_the_same_before_and_after_a_restart(env):
+    counter = Counter()
+    ctl, att = await _started(env, counter)
+    await ctl.run_step(principal="agent")
+    await ctl.run_step(principal="agent")
+    await ctl.verify(principal="agent")
+    await ctl.complete(principal="agent")
+    before = ctl.status(principal="agent")
+    await ctl.close()
+    again = await env.open(counter.tools())
+    assert again.status(principal="agent") == before and before["attempt"]["state"] == "completed"
