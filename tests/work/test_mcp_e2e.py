@@ -130,7 +130,10 @@ async def test_sigkill_the_server_during_write_file_then_reconcile_verify_comple
         srv.stop()
     assert (env.ws / "src" / "a.txt").read_text() == "hello"
 
-    srv = HttpServer(env, senv)
+    counted = env.root / "writes-after-restart.log"
+    restarted = dict(senv, OPENFUNCTIONS_TEST_COUNT_WRITES=str(counted),
+                     PYTHONPATH=os.pathsep.join([str(INJECT), senv.get("PYTHONPATH", "")]))
+    srv = HttpServer(env, restarted)
     try:
         async with Client(srv.url, read_timeout_seconds=60) as client:
             st = (await client.call_tool("of_work_status", {})).structured_content["attempt"]
@@ -147,4 +150,5 @@ async def test_sigkill_the_server_during_write_file_then_reconcile_verify_comple
             assert done.structured_content["state"] == "completed"
     finally:
         srv.stop()
-    assert mark.read_text() == "ran\n", "the write step never ran twice"
+    assert mark.read_text() == "ran\n", "the write ran once before the crash"
+    assert not counted.exists(), "the restarted server never re-ran the uncertain write"

@@ -1,15 +1,20 @@
-"""Test-only crash window for the MCP end-to-end crash test (on PYTHONPATH of that server only).
+"""Test-only hooks for the MCP end-to-end crash test (on PYTHONPATH of its servers only).
 
-With ``OPENFUNCTIONS_TEST_PAUSE_AFTER_WRITE=<marker file>``, the work
-profile's ``write_file`` step does its real atomic write, appends ``ran`` to
-the marker file, then hangs: the test SIGKILLs the server in the window
-between the effect and the controller's outcome record.
+- ``OPENFUNCTIONS_TEST_PAUSE_AFTER_WRITE=<marker>``: the work profile's
+  ``write_file`` step does its real atomic write, publishes ``ran`` in the
+  marker file (written aside, then renamed, so the test never sees it
+  half-written), then hangs: the test SIGKILLs the server in the window
+  between the effect and the controller's outcome record.
+- ``OPENFUNCTIONS_TEST_COUNT_WRITES=<file>``: every ``write_file`` step of
+  this server appends one line to the file and proceeds normally; the
+  restarted server runs with it, so a blind re-run would show up there.
 """
 
 import os
 
 _mark = os.environ.get("OPENFUNCTIONS_TEST_PAUSE_AFTER_WRITE")
-if _mark:
+_count = os.environ.get("OPENFUNCTIONS_TEST_COUNT_WRITES")
+if _mark or _count:
     import time
 
     from openfunctions.work import steps as _steps
@@ -18,8 +23,14 @@ if _mark:
 
     def write_atomically(real, data):  # runs in a worker thread
         _real(real, data)
-        with open(_mark, "a") as f:
-            f.write("ran\n")
-        time.sleep(3600)
+        if _count:
+            with open(_count, "a") as f:
+                f.write("ran\n")
+        if _mark:
+            prior = open(_mark).read() if os.path.exists(_mark) else ""
+            with open(_mark + ".tmp", "w") as f:
+                f.write(prior + "ran\n")
+            os.replace(_mark + ".tmp", _mark)
+            time.sleep(3600)
 
     _steps.write_atomically = write_atomically
