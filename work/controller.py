@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
+from openfunctions.artifacts import find_artifact_ids
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,6 @@ from .state import Attempt, Operation
 log = structlog.get_logger("openfunctions.work.controller")
 
 MAX_PLAN_STEPS = 200
-_ARTIFACT_RE = re.compile(r"art_[a-z2-7]{26}")
 SEGMENT_DIR = "attempts"
 
 
@@ -647,7 +646,7 @@ class WorkController:
         if dr is not None:
             structured = dr.result.structured
             result = structured if structured is not None else {"content": dr.result.content}
-            artifacts = sorted(set(_ARTIFACT_RE.findall(_json_text(result))))
+            artifacts = sorted(set(find_artifact_ids(_json_text(result))))
         async with self._lifecycle:
             effect_may_have_happened = op.effect != "read" and status in ("done", "unknown")
             epoch = att.mutation_epoch + 1 if effect_may_have_happened else att.mutation_epoch
@@ -761,7 +760,7 @@ class WorkController:
             evidence = dr.result.structured if dr.ok else None
             vr = VerifierReceipt.from_evidence(spec.name, evidence, receipt_id=dr.receipt.receipt_id, accepted=dr.ok)
             receipts.append(vr)
-            found = sorted(set(_ARTIFACT_RE.findall(_json_text(evidence))))
+            found = sorted(set(find_artifact_ids(_json_text(evidence))))
             artifacts.extend(found)
             checks.append(
                 {

@@ -190,6 +190,7 @@ async def test_artifact_read_serves_this_attempt_and_previews_only(work):
     att1 = await _start(s, [{"step": "shout", "params": {"n": 100_000}}])
     r = await s.ok("of_work_run_step")
     out = r["result"]["stdout"]
+    assert out["artifact_id"] in r["artifacts"]  # the step's output is linked to the attempt's evidence
     big = await s.read_artifact(out["artifact_id"])  # chunk by chunk, digest checked
     assert big == b"x" * 100_000 and out["sha256"] == "sha256:" + hashlib.sha256(big).hexdigest()
     await s.ok("of_work_cancel", {"reason": "next"})
