@@ -35,7 +35,6 @@ from .errors import (
     ConfigurationError,
     ExecutionCancelled,
     InvalidParams,
-    NonJsonValue,
     OpenFunctionsError,
     PolicyDenied,
     ReceiptPersistenceFailed,

@@ -17,7 +17,6 @@ naming what is missing; it is never faked.
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points

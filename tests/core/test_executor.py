@@ -2,7 +2,6 @@
 
 import math
 
-import anyio
 import pytest
 
 from openfunctions.core import (

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from openfunctions.core import ToolRegistry
 from openfunctions.servers import cli
 from openfunctions.servers.errors import ProfileUnavailable, ToolLoadError
 from openfunctions.servers.profiles import PROFILES, build_profile, load_module_tools
