@@ -92,7 +92,6 @@ class JournalLog:
         self._enqueued_size = 0
         self._durable_size = 0
         self._batch: _Batch | None = None
-        self._wakeup: asyncio.Event | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._closing = False
@@ -215,9 +214,8 @@ class JournalLog:
         loop = asyncio.get_running_loop()
         batch = self._batch
         if batch is None:
-            self._start_flusher(loop)
             batch = self._batch = _Batch()
-            self._wakeup.set()  # type: ignore[union-attr]
+            self._start_flusher(loop)
         batch.lines.append(line)
         batch.size += len(line)
         batch.last_seq = seq
@@ -240,25 +238,18 @@ class JournalLog:
         )
 
     def _start_flusher(self, loop: asyncio.AbstractEventLoop) -> None:
+        # The flusher lives only while there are batches: an idle log has no
+        # task holding a reference to it.
         if self._flusher is None or self._flusher.done():
-            self._wakeup = asyncio.Event()
             self._flusher = loop.create_task(self._flush_loop(), name=f"journal-flush:{self.path.name}")
-        elif self._flusher.get_loop() is not loop:
-            raise RuntimeError("a JournalLog is bound to the event loop of its first append")
 
     async def _flush_loop(self) -> None:
-        """The group-commit writer: one write + one fsync per batch, batches in seq order."""
-        assert self._wakeup is not None
+        """The group-commit writer: one write + one fsync per batch, batches in seq
+        order, until no batch is waiting (the next append starts a new flusher)."""
         loop = asyncio.get_running_loop()
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-fsync")
-        while True:
-            if self._batch is None:
-                if self._closing:
-                    return
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                continue
+        while self._batch is not None:
             await asyncio.sleep(0)  # appenders already runnable join this batch
             batch, self._batch = self._batch, None
             try:
@@ -304,8 +295,6 @@ class JournalLog:
         self._closing = True
         flusher = self._flusher
         if flusher is not None and not flusher.done():
-            assert self._wakeup is not None
-            self._wakeup.set()
             try:
                 await asyncio.shield(flusher)
             except Exception:
