@@ -7,10 +7,10 @@ Rules (stable across processes and versions; golden tests pin them):
   (finite only), bool, None. Anything else (NaN, Infinity, bytes, sets,
   objects, cycles) raises :class:`NonJsonValue` naming the JSON path;
 - floats use Python's shortest repr (``json`` does), integers are exact;
-- tuples encode as arrays. Keys of type int/float/bool/None are refused by
-  :func:`check_json`; the fast path of :func:`canonical_json` relies on
-  ``json.dumps`` and, like it, would write such keys as strings — values
-  from the wire and from ``check_json``-checked handlers never have them.
+- tuples encode as arrays. Keys must be strings: ``json.dumps`` would
+  silently write ``{1: "x"}`` as ``{"1": "x"}``, so after the C encoder
+  succeeds a cheap walk over containers (scalars are skipped) refuses
+  non-string keys.
 
 Fast path: ``json.dumps(allow_nan=False)`` in C; only when it fails do we
 walk the value in Python to name the offending JSON path.
@@ -76,17 +76,50 @@ def _explain(value: Any, path: str, exc: Exception) -> NonJsonValue:
     return NonJsonValue(f"value at {path} has no JSON form: {exc}", details={"path": path})
 
 
-def dumps_checked(value: Any, *, path: str = "$", **kw: Any) -> str:
-    """``json.dumps(value, allow_nan=False, ensure_ascii=False, **kw)`` raising :class:`NonJsonValue`."""
+def _keys_are_strings(value: Any) -> bool:
+    # Runs only after json.dumps succeeded, so there are no cycles and no
+    # exotic types; only containers need a look.
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is dict:
+            for k, item in v.items():
+                if type(k) is not str:
+                    return False
+                if type(item) in (dict, list, tuple):
+                    stack.append(item)
+        elif type(v) in (list, tuple):
+            stack.extend(item for item in v if type(item) in (dict, list, tuple))
+        elif isinstance(v, dict):  # dict subclasses
+            if not all(isinstance(k, str) for k in v):
+                return False
+            stack.extend(v.values())
+    return True
+
+
+# Built once: json.dumps would construct an encoder on every call (hot path).
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
+_PRETTY = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=2)
+
+
+def dumps_checked(value: Any, *, path: str = "$", pretty: bool = False, check_keys: bool = True) -> str:
+    """Canonical (or ``pretty``, indent 2) JSON of ``value``, raising :class:`NonJsonValue`.
+
+    ``check_keys=False`` skips the string-key walk; only for display text of
+    a value whose canonical form is checked anyway.
+    """
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, **kw)
+        text = (_PRETTY if pretty else _CANONICAL).encode(value)
     except (ValueError, TypeError, RecursionError) as exc:
         raise _explain(value, path, exc) from None
+    if check_keys and type(value) in (dict, list, tuple) and not _keys_are_strings(value):
+        raise _explain(value, path, TypeError("non-string key"))
+    return text
 
 
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of ``value``; :class:`NonJsonValue` names what has no JSON form."""
-    return dumps_checked(value, sort_keys=True, separators=(",", ":"))
+    return dumps_checked(value)
 
 
 def _surrogate_path(value: Any, path: str) -> str | None:

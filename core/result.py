@@ -39,7 +39,7 @@ class ToolResult:
 
 def json_text(value: Any) -> str:
     """The JSON text block form of a payload (pretty, as MCP hosts show it)."""
-    return dumps_checked(value, indent=2)
+    return dumps_checked(value, pretty=True)
 
 
 def normalize(value: Any) -> ToolResult:
@@ -51,7 +51,10 @@ def normalize(value: Any) -> ToolResult:
     if isinstance(value, str):
         return ToolResult(content=[{"type": "text", "text": value}])
     if isinstance(value, dict):
-        return ToolResult(content=[{"type": "text", "text": json_text(value)}], structured=value)
+        # The executor digests ``structured`` canonically right after this,
+        # which checks its keys; the display text need not walk them twice.
+        text = dumps_checked(value, pretty=True, check_keys=False)
+        return ToolResult(content=[{"type": "text", "text": text}], structured=value)
     return ToolResult(content=[{"type": "text", "text": json_text(value)}])
 
 

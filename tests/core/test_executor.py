@@ -323,3 +323,24 @@ async def test_error_messages_with_lone_surrogates_keep_the_receipt_writable():
     d = await ToolRegistry([make(handler=h)]).execute_detailed("t", {})
     assert d.receipt.error.message == "bad input \\udc80 here"
     d.receipt.canonical_json().encode("utf-8")
+
+
+@pytest.mark.anyio
+async def test_non_string_keys_are_refused_not_silently_converted():
+    d = await ToolRegistry([make()]).execute_detailed("t", {"a": [{1: "x"}]})
+    assert d.error.code == "non_json_value" and "$.a[0]" in d.error.message and "non-string key" in d.error.message
+
+    async def int_keys(params, ctx):
+        return {"counts": {1: 2}}
+
+    d = await ToolRegistry([make("k", int_keys)]).execute_detailed("k", {})
+    assert (d.receipt.outcome, d.receipt.certainty, d.error.code) == ("failed", "unknown", "non_json_value")
+
+
+@pytest.mark.anyio
+async def test_non_string_keys_in_a_non_object_result_are_refused():
+    async def listed(params, ctx):
+        return [{1: "x"}]
+
+    d = await ToolRegistry([make("l", listed)]).execute_detailed("l", {})
+    assert d.error.code == "non_json_value" and "non-string key" in d.error.message
