@@ -56,11 +56,11 @@ with the chain it is also tamper-evident. 128 bits are kept to keep lines short.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+from json.encoder import encode_basestring as _encode_str
 from typing import Any
 
-from ..canonical import canonical_json
+from ..canonical import canonical_json, to_utf8
 from ._record import CURRENT_VERSION, FORMAT_NAME, Header
 
 CHK_LEN = 32
@@ -96,7 +96,7 @@ def encode_header(header: Header) -> bytes:
 def _str(s: str) -> str:
     if not isinstance(s, str):
         raise TypeError(f"expected a string, got {s.__class__.__name__}")
-    return json.dumps(s, ensure_ascii=False)
+    return _encode_str(s)  # json's C string encoder: what json.dumps(s, ensure_ascii=False) does, minus its setup
 
 
 def encode_record(seq: int, type: str, time: str, data: dict[str, Any], prev: str) -> tuple[bytes, str]:
@@ -106,10 +106,12 @@ def encode_record(seq: int, type: str, time: str, data: dict[str, Any], prev: st
     """
     # Hand-assembled in canonical key order (data, prev, seq, time, type); equal
     # to canonical_json of the whole dict (pinned by a test), a third cheaper.
-    body = (
-        f'{{"data":{canonical_json(data)},"prev":{_str(prev)},"seq":{int(seq)},'
+    data_text = canonical_json(data)
+    text = (
+        f'{{"data":{data_text},"prev":{_str(prev)},"seq":{int(seq)},'
         f'"time":{_str(time)},"type":{_str(type)}}}'
-    ).encode("utf-8")
+    )
+    body = to_utf8(text, {"data": data, "type": type})  # a lone surrogate is NonJsonValue, not a raw UnicodeEncodeError
     chk = hashlib.sha256(body).hexdigest()[:CHK_LEN]
     return CHK_PREFIX + chk.encode("ascii") + b'",' + body[1:] + b"\n", chk
 

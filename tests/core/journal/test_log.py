@@ -246,3 +246,19 @@ async def test_a_dropped_log_frees_its_lock_and_a_failed_open_frees_everything(t
     os.fstat(sentinel)
     os.close(sentinel)
     await (await JournalLog.open(p)).close()
+
+
+@pytest.mark.anyio
+async def test_lone_surrogate_in_data_is_refused_without_consuming_a_seq(tmp_path):
+    import json as _json
+
+    from openfunctions.core import NonJsonValue
+
+    log = await JournalLog.open(tmp_path / "j.journal")
+    try:
+        with pytest.raises(NonJsonValue, match="surrogate"):
+            await log.append("t", _json.loads('{"s": "\\ud800"}'))
+        rec = await log.append("t", {"s": "fine"})
+        assert rec.seq == 1
+    finally:
+        await log.close()
