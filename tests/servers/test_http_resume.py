@@ -277,3 +277,26 @@ def test_store_rejects_nonsense_bounds():
         MemoryEventStore(max_events_per_stream=0)
     with pytest.raises(ValueError, match="max_bytes"):
         MemoryEventStore(max_bytes=-1)
+
+
+@pytest.mark.anyio
+async def test_each_session_gets_its_own_view_and_its_events_go_with_it():
+    """Guards the SDK hook create_http_app relies on (StreamableHTTPSessionManager._admit_session)."""
+    import gc
+
+    from openfunctions.core import ToolRegistry
+    from openfunctions.servers import create_mcp_server
+
+    server = create_mcp_server(ToolRegistry([]), name="t", version="0")
+    store = MemoryEventStore()
+    create_http_app(server, event_store=store)
+    manager = server.lowlevel.session_manager
+    one, two = manager._admit_session(None), manager._admit_session(None)
+    await one._event_store.store_event("1", note(1))
+    await two._event_store.store_event("1", note(2))
+    assert store.event_count == 2 and one.mcp_session_id != two.mcp_session_id
+
+    manager._server_instances.pop(one.mcp_session_id)
+    del one
+    gc.collect()
+    assert store.event_count == 1  # the ended session's events are gone, the other's stay
