@@ -23,6 +23,7 @@ _EXPORTS = {
     "ProfileUnavailable": ".errors",
     "ServerError": ".errors",
     "ToolLoadError": ".errors",
+    "MemoryEventStore": "._event_store",
     "create_http_app": ".http",
     "serve_http": ".http",
     "run_stdio": ".runtime",

@@ -31,6 +31,16 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
 
 
+def _milliseconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of milliseconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more milliseconds, got {value}")
+    return value
+
+
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
     from ._constants import DEFAULT_MAX_MESSAGE_BYTES, PROFILES
 
@@ -61,6 +71,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--path", default=DEFAULT_PATH, help="HTTP endpoint path (default: %(default)s)")
     t.add_argument("--stateless", action="store_true",
                    help="HTTP without sessions, so several replicas can serve behind a load balancer")
+    t.add_argument("--sse-retry-ms", type=_milliseconds, default=1000, metavar="MS",
+                   help="HTTP with sessions: reconnection delay suggested to clients in each SSE stream's priming "
+                        "event; a dropped stream resumes with Last-Event-ID from an in-memory store (default: %(default)s)")
     t.add_argument("--auth-token-env", metavar="VAR",
                    help="require 'Authorization: Bearer <token>' on HTTP, the token read from environment variable VAR")
     t.add_argument("--auth-token-file", metavar="PATH",
@@ -205,6 +218,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 allowed_hosts=args.allowed_host or None,
                 allowed_origins=args.allowed_origin or None,
                 max_body_bytes=args.max_message_bytes,
+                retry_interval=args.sse_retry_ms,
                 log_level=args.log_level,
             )
     finally:

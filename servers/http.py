@@ -12,6 +12,13 @@ request's principal is the server's configured principal, or ``"bearer"``.
 ``stateless=True`` keeps no session between requests, so replicas behind a
 load balancer can serve any request.
 
+Stateful HTTP makes SSE streams resumable (SEP-1699): every event gets an id
+and is kept in a bounded in-memory :class:`MemoryEventStore`, each stream
+starts with a priming event carrying ``retry`` (``retry_interval`` ms), and a
+client whose connection dropped reconnects with ``GET`` + ``Last-Event-ID``
+to receive what it missed. Memory only: a stream survives a dropped
+connection, not a server restart. ``event_store=False`` turns it off.
+
 Shutdown (SIGTERM/SIGINT): stop admitting calls, let running calls finish
 within the server's ``close_timeout``, then stop uvicorn (open SSE streams
 get ``shutdown_grace`` seconds), then close the journal.
@@ -25,6 +32,7 @@ import hmac
 import os
 import signal
 import stat
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,12 +43,14 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 
 from ._constants import PRINCIPAL_SCOPE_KEY
+from ._event_store import MemoryEventStore
 from .errors import AuthConfigError
 from .server import OpenFunctionsServer
 
 log = structlog.get_logger("openfunctions.servers.http")
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_SSE_RETRY_MS = 1000
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -138,8 +148,20 @@ def create_http_app(
     allowed_hosts: list[str] | None = None,
     allowed_origins: list[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    event_store: MemoryEventStore | bool = True,
+    retry_interval: int | None = DEFAULT_SSE_RETRY_MS,
 ) -> Any:
-    """The ASGI app serving ``server`` at ``path`` (its lifespan runs the session manager)."""
+    """The ASGI app serving ``server`` at ``path`` (its lifespan runs the session manager).
+
+    ``event_store``: ``True`` (default) makes stateful SSE streams resumable
+    with a fresh :class:`MemoryEventStore`; pass your own to change its
+    bounds, or ``False`` for none. Ignored with ``stateless=True`` (no session
+    to resume). ``retry_interval``: the reconnection delay in milliseconds
+    sent in each stream's priming event (``None``: leave it to the client).
+    """
+    if retry_interval is not None and retry_interval < 0:
+        raise ValueError(f"retry_interval must be >= 0 milliseconds, got {retry_interval}")
+    store = None if stateless or event_store is False else (MemoryEventStore() if event_store is True else event_store)
     app: Any = server.lowlevel.streamable_http_app(
         streamable_http_path=path,
         stateless_http=stateless,
@@ -147,10 +169,40 @@ def create_http_app(
         host=host,
         transport_security=_security(host, allowed_hosts, allowed_origins),
         max_request_body_size=max_body_bytes,
+        # The SDK wants a store to switch resumability on; each session then
+        # gets its own view of it (see _scope_event_store_per_session).
+        event_store=store.for_session("") if store is not None else None,
+        retry_interval=retry_interval if store is not None else None,
     )
+    if store is not None:
+        _scope_event_store_per_session(server.lowlevel.session_manager, store)
     if auth_token:
         app = BearerAuth(app, auth_token, server.principal or "bearer")
     return app
+
+
+def _scope_event_store_per_session(manager: Any, store: MemoryEventStore) -> None:
+    """Give each new session's transport its own view of ``store``; drop its events when it goes.
+
+    The SDK hands one store to every session, but names streams after
+    JSON-RPC request ids that every session reuses; a flat store would replay
+    one session's messages to another. The SDK has no per-session hook, so
+    this wraps the manager's session admission (private API, checked here
+    and by tests/servers/test_http_resume.py).
+    """
+    admit = getattr(manager, "_admit_session", None)
+    if admit is None:
+        raise RuntimeError("this mcp SDK version has no StreamableHTTPSessionManager._admit_session; cannot scope the SSE event store per session")
+
+    def admit_scoped(*args: Any, **kwargs: Any) -> Any:
+        transport = admit(*args, **kwargs)
+        if transport is not None:
+            session_id = transport.mcp_session_id
+            transport._event_store = store.for_session(session_id)
+            weakref.finalize(transport, store.drop_session, session_id)
+        return transport
+
+    manager._admit_session = admit_scoped
 
 
 class _Uvicorn(uvicorn.Server):
@@ -173,6 +225,7 @@ async def serve_http(
     allowed_hosts: list[str] | None = None,
     allowed_origins: list[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    retry_interval: int | None = DEFAULT_SSE_RETRY_MS,
     log_level: str = "warning",
     shutdown_grace: float = 2.0,
     handle_signals: bool = True,
@@ -188,6 +241,7 @@ async def serve_http(
         allowed_hosts=allowed_hosts,
         allowed_origins=allowed_origins,
         max_body_bytes=max_body_bytes,
+        retry_interval=retry_interval,
     )
     config = uvicorn.Config(
         app,
@@ -219,4 +273,12 @@ async def serve_http(
             tg.cancel_scope.cancel()
 
 
-__all__ = ["create_http_app", "serve_http", "read_auth_token", "BearerAuth", "DEFAULT_MAX_BODY_BYTES"]
+__all__ = [
+    "create_http_app",
+    "serve_http",
+    "read_auth_token",
+    "BearerAuth",
+    "MemoryEventStore",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_SSE_RETRY_MS",
+]

@@ -67,6 +67,12 @@ _LIST_ENVELOPE = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
 
 _ARGS_ARE_PROTOCOL_ERRORS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18"})
 
+# Protocol versions of the handshake era: their specs answer an unknown
+# resource URI with -32002; SEP-2164 (2026-07-28 and later) with -32602.
+# An unnegotiated version (None) counts as handshake era.
+_HANDSHAKE_ERA = frozenset({None, "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+_RESOURCE_NOT_FOUND_LEGACY = -32002
+
 Transport = AbstractAsyncContextManager[tuple[Any, Any]]
 """A transport: an async context manager yielding ``(read_stream, write_stream)``
 (e.g. ``mcp.server.stdio.stdio_server()`` or :func:`openfunctions.servers.stdio_transport`)."""
@@ -437,8 +443,10 @@ class OpenFunctionsServer:
         except Exception as exc:
             log.warning("resource_read_failed", uri=uri, error=str(exc))
             raise MCPError(types.INTERNAL_ERROR, f"reading resource {uri!r} failed: {exc}", data={"uri": uri}) from None
-        # The spec's "resource not found" error code.
-        raise MCPError(-32002, f"Resource not found: {uri!r}", data={"uri": uri})
+        # SEP-2164 (2026-07-28 on) answers an unknown URI with Invalid Params;
+        # the handshake-era specs name -32002. Both carry the URI in data.
+        code = _RESOURCE_NOT_FOUND_LEGACY if ctx.protocol_version in _HANDSHAKE_ERA else INVALID_PARAMS
+        raise MCPError(code, f"Resource not found: {uri!r}", data={"uri": uri})
 
     # -- prompts -------------------------------------------------------------
 
