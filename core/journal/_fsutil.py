@@ -64,7 +64,7 @@ def ensure_private_dir(path: Path) -> None:
     p = path
     while True:
         try:
-            st = os.lstat(p)
+            os.lstat(p)  # exists (as anything): stop climbing
         except FileNotFoundError:
             missing.append(p)
             if p.parent == p:
