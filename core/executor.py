@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -71,7 +71,6 @@ class _Call:
     value: Any = None
     result: ToolResult | None = None
     result_sha256: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ToolExecutor:

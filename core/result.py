@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .canonical import canonical_bytes, check_json, dumps_checked, sha256_hex
+from .canonical import digest, dumps_checked
 
 if TYPE_CHECKING:
     from .errors import OpenFunctionsError
@@ -30,7 +30,7 @@ class ToolResult:
         return {"content": self.content, "structuredContent": self.structured, "isError": self.is_error}
 
     def digest(self) -> str:
-        return "sha256:" + sha256_hex(canonical_bytes(self.to_dict()))
+        return digest(self.to_dict())
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> "ToolResult":
@@ -44,9 +44,8 @@ def json_text(value: Any) -> str:
 
 def normalize(value: Any) -> ToolResult:
     if isinstance(value, ToolResult):
-        check_json(value.content, "$.content")
-        if value.structured is not None:
-            check_json(value.structured, "$.structuredContent")
+        # Validated by the executor's digest of ``to_dict()`` right after this
+        # (its error paths are the same: ``$.content…``, ``$.structuredContent…``).
         return value
     if isinstance(value, str):
         return ToolResult(content=[{"type": "text", "text": value}])
