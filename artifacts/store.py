@@ -250,7 +250,9 @@ class ArtifactStore:
         for info in self._records.values():
             key = key_name(info.sha256, info.scope, info.media_type)
             if self._lookup_key(key) is None:
-                write_atomic(self._keys, key, key_doc(info.id), mode=FROZEN_MODE)
+                # Key files are a rebuildable cache (see the format header):
+                # _commit writes them without fsync, and so does recovery.
+                write_atomic(self._keys, key, key_doc(info.id), mode=FROZEN_MODE, durable=False)
         used = sum(sizes.values())
         for name in os.listdir(self._blobs):
             if not HEX_RE.fullmatch(name) or name in sizes:
@@ -334,16 +336,16 @@ class ArtifactStore:
     async def _put_async_iter(self, data: AsyncIterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
         writer = await anyio.to_thread.run_sync(self._new_writer)
         try:
-            pending: list[Any] = []
-            pending_bytes = 0
+            # Copy each chunk as it arrives: an async producer may refill one
+            # buffer between yields, so a view kept until the next flush could
+            # change under us (a sync iterable is consumed chunk by chunk).
+            acc = bytearray()
             async for chunk in data:
-                view = as_view(chunk)
-                pending.append(view)
-                pending_bytes += view.nbytes
-                if pending_bytes >= CHUNK:
-                    await anyio.to_thread.run_sync(writer.write_many, pending)
-                    pending, pending_bytes = [], 0
-            await anyio.to_thread.run_sync(writer.write_many, pending)
+                acc += as_view(chunk)
+                if len(acc) >= CHUNK:
+                    await anyio.to_thread.run_sync(writer.write_many, [acc])
+                    acc = bytearray()
+            await anyio.to_thread.run_sync(writer.write_many, [acc])
             await anyio.to_thread.run_sync(writer.finish)
             return await anyio.to_thread.run_sync(self._commit, writer, media_type, scope)
         finally:
@@ -400,7 +402,12 @@ class ArtifactStore:
             self._remember(os.stat(blob), hexdigest)
             return True
         try:
-            good = self._verify_fd(fd, hexdigest, size, raise_on_mismatch=False)
+            # The same per-process verification cache the read path trusts:
+            # a blob this process already hashed (same file identity) is not
+            # re-hashed under the commit lock on every reuse.
+            good = self._is_verified(os.fstat(fd), hexdigest) or self._verify_fd(
+                fd, hexdigest, size, raise_on_mismatch=False
+            )
         finally:
             os.close(fd)
         if not good:

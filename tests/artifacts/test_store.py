@@ -75,6 +75,20 @@ async def test_put_bytes_and_read_back(store):
     assert info.created_at.endswith("Z")
 
 
+async def test_async_producer_that_refills_one_buffer_stores_what_it_yielded(store):
+    expected = b"".join(bytes([i]) * 1000 for i in range(5))
+    buf = bytearray(1000)
+
+    async def refilling():
+        for i in range(5):
+            buf[:] = bytes([i]) * 1000  # the same buffer, new content, each yield
+            yield buf
+
+    ref = await store.put(refilling(), scope="refill")
+    assert ref.sha256 == "sha256:" + hashlib.sha256(expected).hexdigest()
+    assert await store.read_all(ref.id) == expected
+
+
 async def test_put_accepts_iterables_async_iterables_and_files(store):
     data = os.urandom(3 * 1024 * 1024 + 17)
 
