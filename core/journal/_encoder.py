@@ -60,7 +60,7 @@ import os
 from json.encoder import encode_basestring as _encode_str
 from typing import Any
 
-from ..canonical import canonical_json, to_utf8
+from ..canonical import canonical_bytes, canonical_json, to_utf8
 from ._record import CURRENT_VERSION, FORMAT_NAME, Header
 
 CHK_LEN = 32
@@ -90,7 +90,7 @@ def encode_header(header: Header) -> bytes:
     }
     if header.salt is not None:
         obj["salt"] = header.salt
-    return canonical_json(obj).encode("utf-8") + b"\n"
+    return canonical_bytes(obj) + b"\n"
 
 
 def _str(s: str) -> str:
@@ -118,7 +118,7 @@ def encode_record(seq: int, type: str, time: str, data: dict[str, Any], prev: st
 
 def encode_v1_record(seq: int, type: str, time: str, data: dict[str, Any]) -> bytes:
     """A v1 line; only tests and the upgrade path's fixtures write these."""
-    return canonical_json({"data": data, "seq": seq, "time": time, "type": type}).encode("utf-8") + b"\n"
+    return canonical_bytes({"data": data, "seq": seq, "time": time, "type": type}) + b"\n"
 
 
 __all__ = ["CHK_LEN", "CURRENT_VERSION", "encode_header", "encode_record", "encode_v1_record", "link", "new_salt"]

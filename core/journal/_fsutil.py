@@ -101,7 +101,12 @@ def open_private(path: Path, flags: int) -> int:
 
 
 def open_or_create_private(path: Path, flags: int) -> int:
-    """Open ``path``, creating it 0600 if absent (directory fsynced on creation)."""
+    """Open ``path``, creating it 0600 if absent.
+
+    Not fsynced: its one caller is the lock file, whose lock lives in the
+    kernel and whose pid is only a message; the journal file itself is
+    created with :func:`create_file_atomically`.
+    """
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
     except FileExistsError:
@@ -110,8 +115,6 @@ def open_or_create_private(path: Path, flags: int) -> int:
         if exc.errno == errno.ELOOP:
             raise _unsafe(path, "it is a symlink") from None
         raise
-    os.fsync(fd)
-    fsync_dir(path.parent)
     return fd
 
 

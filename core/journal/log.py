@@ -38,7 +38,6 @@ from typing import Any, Callable, Iterator
 import anyio
 import structlog
 
-from ..canonical import check_json
 from ..errors import JournalFailed, NonJsonValue
 from ..receipts import new_id, utc_now
 from ._decoder import Decoder, ScanResult
@@ -140,8 +139,6 @@ class JournalLog:
 
     def _recover(self, kind: str | None, meta: dict[str, Any] | None, on_record: Callable[[Record], None] | None) -> None:
         if not os.path.lexists(self.path):
-            if meta is not None:
-                check_json(meta)
             header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_now(), new_salt(), dict(meta or {}))
             create_file_atomically(self.path, encode_header(header))
         self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)

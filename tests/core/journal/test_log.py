@@ -237,15 +237,13 @@ async def test_a_dropped_log_frees_its_lock_and_a_failed_open_frees_everything(t
     gc.collect()
     log = await JournalLog.open(p)  # not JournalLocked
     await log.close()
-    with pytest.raises(JournalMismatch):
+    with pytest.raises(JournalMismatch) as failed:
         await JournalLog.open(p, kind="attempt")
-    gc.collect()
-    # The failed open released its lock and closed its own fds only.
-    sentinel = os.open(os.devnull, os.O_RDONLY)
-    gc.collect()
-    os.fstat(sentinel)
-    os.close(sentinel)
+    # ``failed`` keeps the failed open's frames (and its half-built log)
+    # alive, so no __del__ can have run: only the error path's own cleanup
+    # can have released the lock for this reopen.
     await (await JournalLog.open(p)).close()
+    assert failed.value.code == "journal_mismatch"
 
 
 @pytest.mark.anyio
@@ -262,3 +260,14 @@ async def test_lone_surrogate_in_data_is_refused_without_consuming_a_seq(tmp_pat
         assert rec.seq == 1
     finally:
         await log.close()
+
+
+@pytest.mark.anyio
+async def test_header_meta_with_a_lone_surrogate_is_non_json_and_creates_no_journal(tmp_path):
+    import json as _json
+
+    p = tmp_path / "m.jsonl"
+    with pytest.raises(NonJsonValue, match="surrogate"):
+        await JournalLog.open(p, meta=_json.loads('{"who": "\\udc80"}'))
+    assert not p.exists()
+    await (await JournalLog.open(p, meta={"who": "ok"})).close()
