@@ -745,7 +745,7 @@ class WorkController:
         epoch = att.mutation_epoch
         patterns = subject_patterns(self.catalog)
         before = await self._fingerprints(patterns)
-        manifest = await anyio.to_thread.run_sync(input_manifest, self.catalog.workspace, patterns)
+        manifest = input_manifest(self.catalog.workspace, patterns, files=before)
         receipts: list[Any] = []
         checks: list[dict[str, Any]] = []
         artifacts: list[str] = []

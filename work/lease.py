@@ -61,6 +61,7 @@ import anyio
 import anyio.to_thread
 
 from openfunctions.core import canonical_json, new_id, utc_now
+from openfunctions.core.journal import create_file_atomically
 
 from .errors import LeaseHeld, LeaseLost, WorkError
 
@@ -277,20 +278,9 @@ def _ensure_dir(path: Path) -> None:
 
 
 def _atomic_write(path: Path, record: dict[str, Any]) -> None:
-    data = (canonical_json(record) + "\n").encode("utf-8")
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    # The journal package's helper: temp file (O_NOFOLLOW, full write loop)
+    # -> fsync -> rename -> directory fsync.
+    create_file_atomically(path, (canonical_json(record) + "\n").encode("utf-8"))
 
 
 __all__ = ["Lease", "LeaseStore", "LEASE_VERSION"]

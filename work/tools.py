@@ -109,13 +109,9 @@ class WorkTools:
 
         return await project_reply(
             payload, store=self.store, scope=scope, budget=self.budget, summarize=_summarize,
-            keep=("attemptId", "previewId", "state", "attempt", "operation", "passed", "proofId"),
+            keep=("attemptId", "previewId", "state", "attempt", "operation", "passed", "proofDigest"),
             read_tool="of_work_artifact_read",
         )
-
-    def _scope(self) -> str | None:
-        att = self.controller._active() or self.controller._last_attempt()
-        return att.attempt_id if att is not None else None
 
     # -- the tools -------------------------------------------------------------
 
@@ -252,7 +248,7 @@ class WorkTools:
                     "needs a fresh proof (no write since verification)."
                 ),
                 input_schema={"type": "object", "properties": {}, "additionalProperties": False},
-                output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE, "proofId": {"type": "string"}}),
+                output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE, "proofDigest": {"type": "string"}}),
                 handler=self._complete,
                 annotations={"read_only_hint": False, "destructive_hint": False, "idempotent_hint": False, "open_world_hint": False},
                 capability={"effect": "write"},
@@ -415,7 +411,7 @@ def _refusal(exc: OpenFunctionsError, *, effect_happened: bool | None = False) -
 def _summarize(payload: dict[str, Any]) -> dict[str, Any]:
     """The over-budget form: identity, state and evidence summaries only."""
     out: dict[str, Any] = {}
-    for key in ("attemptId", "previewId", "state", "planDigest", "catalogDigest", "passed", "proofId", "cursor", "remaining", "allGranted"):
+    for key in ("attemptId", "previewId", "state", "planDigest", "catalogDigest", "passed", "proofDigest", "cursor", "remaining", "allGranted"):
         if key in payload:
             out[key] = payload[key]
     att = payload.get("attempt")

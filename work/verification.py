@@ -165,10 +165,17 @@ def subject_patterns(catalog: Catalog) -> tuple[str, ...]:
     return tuple(dict.fromkeys(pats)) or ("**",)
 
 
-def input_manifest(workspace: str | os.PathLike[str], patterns: Iterable[str]) -> dict[str, Any]:
-    """The files in scope with their digests, plus a digest of the whole manifest."""
+def input_manifest(
+    workspace: str | os.PathLike[str], patterns: Iterable[str], *, files: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The files in scope with their digests, plus a digest of the whole manifest.
+
+    ``files``: a :func:`fingerprint` of the same patterns taken just now (the
+    controller has one), so the subject is not hashed twice.
+    """
     pats = list(patterns)
-    files = fingerprint(workspace, pats)
+    if files is None:
+        files = fingerprint(workspace, pats)
     return {"patterns": pats, "files": files, "count": len(files), "digest": digest({"patterns": pats, "files": files})}
 
 
