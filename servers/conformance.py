@@ -466,13 +466,6 @@ async def _missing_capability(params: dict[str, Any], ctx: ToolExecutionContext)
     return ToolResult.text(f"sampled: {_sampled_text(responses['answer'])}")
 
 
-async def _streaming_elicitation(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
-    responses, _ = _mrtr_inputs(ctx)
-    if "user_name" not in responses:
-        return _input_required({"user_name": _elicit_request("What is your name?", "name")})
-    return ToolResult.text(f"Hello, {_accepted(responses['user_name'], 'name')}!")
-
-
 async def _logging_tool(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
     # The SDK drops these unless the request opted in with a log level (2026-07-28) -- that is what is tested.
     for message in ("logging tool started", "logging tool finished"):
@@ -600,7 +593,7 @@ def conformance_tools(bus: InMemorySubscriptionBus | None = None) -> list[Any]:
                 ("test_input_required_result_multi_round", "Asks in two rounds, carrying state", _ir_multi_round),
                 ("test_input_required_result_tampered_state", "Relies on integrity-protected requestState", _ir_tampered_state),
                 ("test_input_required_result_capabilities", "Asks only through capabilities the client declared", _ir_capabilities),
-                ("test_streaming_elicitation", "Elicits through an input request, never a request on the stream", _streaming_elicitation),
+                ("test_streaming_elicitation", "Elicits through an input request, never a request on the stream", _ir_elicitation),
             )
         ),
         _fixture(

@@ -34,27 +34,14 @@ def journal_path(data_dir: Path, profile: str, slot: int = 1) -> Path:
     return Path(data_dir) / "journal" / name
 
 
-def journal_available() -> bool:
-    try:
-        from openfunctions.core.journal import ExecutionJournal  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-async def open_execution_journal(data_dir: Path, profile: str) -> tuple[Any, Path] | None:
+async def open_execution_journal(data_dir: Path, profile: str) -> tuple[Any, Path]:
     """Open the profile's execution journal in the first free slot.
 
-    Returns ``(journal, path)``; ``None`` when this build has no durable
-    journal (logged as a warning, never faked). Raises :class:`DataDirLocked`
+    Returns ``(journal, path)``. Raises :class:`DataDirLocked`
     when all slots are held by live servers; other journal errors
     (``JournalCorrupt``, ``JournalUnsafe``) propagate: they need an operator.
     """
-    try:
-        from openfunctions.core.journal import ExecutionJournal
-    except ImportError:
-        log.warning("journal_unavailable", reason="openfunctions.core.journal.ExecutionJournal is not in this build")
-        return None
+    from openfunctions.core.journal import ExecutionJournal  # same distribution; imported late for a fast --help
     for slot in range(1, MAX_SLOTS + 1):
         path = journal_path(data_dir, profile, slot)
         try:
@@ -71,4 +58,4 @@ async def open_execution_journal(data_dir: Path, profile: str) -> tuple[Any, Pat
     )
 
 
-__all__ = ["open_execution_journal", "journal_path", "journal_available", "MAX_SLOTS"]
+__all__ = ["open_execution_journal", "journal_path", "MAX_SLOTS"]

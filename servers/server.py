@@ -238,12 +238,10 @@ class OpenFunctionsServer:
         if self._journal_dir is not None:
             from .journaling import open_execution_journal
 
-            opened = await open_execution_journal(self._journal_dir, self.profile)
-            if opened is not None:
-                self.journal, self.journal_file = opened
-                executor = self.registry.executor
-                self._previous_sink = executor.journal
-                executor.journal = self.journal if self._previous_sink is None else FanoutSink(self.journal, self._previous_sink)
+            self.journal, self.journal_file = await open_execution_journal(self._journal_dir, self.profile)
+            executor = self.registry.executor
+            self._previous_sink = executor.journal
+            executor.journal = self.journal if self._previous_sink is None else FanoutSink(self.journal, self._previous_sink)
 
     async def __aenter__(self) -> "OpenFunctionsServer":
         await self.start()
@@ -301,7 +299,10 @@ class OpenFunctionsServer:
     # -- tools ---------------------------------------------------------------
 
     def _tool_input_schema(self, name: str) -> Mapping[str, Any] | None:
-        return self.registry.get(name).input_schema if name in self.registry else None
+        try:
+            return self.registry.get(name).input_schema
+        except ToolNotFound:
+            return None
 
     def list_tools_result(self) -> dict[str, Any]:
         tools = self.registry.list()
@@ -348,14 +349,13 @@ class OpenFunctionsServer:
         )
 
     async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
-        name = params.name
-        if name not in self.registry:
-            # Let the registry phrase it (with "did you mean" candidates).
-            try:
-                self.registry.get(name)
-            except ToolNotFound as exc:
-                msg = exc.message[0].upper() + exc.message[1:]
-                raise MCPError(INVALID_PARAMS, msg, data=exc.to_dict()) from None
+        # One lookup: the registry phrases an unknown name (with "did you
+        # mean" candidates), and the tool found goes straight to the executor.
+        try:
+            tool = self.registry.get(name := params.name)
+        except ToolNotFound as exc:
+            msg = exc.message[0].upper() + exc.message[1:]
+            raise MCPError(INVALID_PARAMS, msg, data=exc.to_dict()) from None
         tctx = self._execution_context(ctx)
         scope = anyio.CancelScope()
         inflight = self._inflight
@@ -365,7 +365,7 @@ class OpenFunctionsServer:
         detailed = None
         try:
             with scope:
-                detailed = await self.registry.execute_detailed(name, params.arguments, tctx)
+                detailed = await self.registry.executor.execute_detailed(tool, params.arguments, tctx)
         finally:
             inflight.scopes.discard(scope)
             if not inflight.scopes:

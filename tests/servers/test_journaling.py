@@ -2,51 +2,41 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from openfunctions.core.errors import JournalLocked
 from openfunctions.servers import journaling
 from openfunctions.servers.errors import DataDirLocked
 
 from .conftest import RawSession
 
-needs_journal = pytest.mark.skipif(not journaling.journal_available(), reason="openfunctions.core.journal not merged into this build yet")
-
-
-class _FakeJournalModule:
-    """Stands in for the journal module to exercise the slot choice alone (lock held by path)."""
-
-    held: set = set()
-
-    class ExecutionJournal:
-        @classmethod
-        async def open(cls, path):
-            if path in _FakeJournalModule.held:
-                raise JournalLocked(f"{path} is locked")
-            _FakeJournalModule.held.add(path)
-            return ("journal", path)
-
 
 @pytest.mark.anyio
-async def test_second_server_takes_the_next_slot_and_all_slots_held_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "openfunctions.core.journal", _FakeJournalModule)
-    _FakeJournalModule.held = set()
-    first = await journaling.open_execution_journal(tmp_path, "tools")
-    second = await journaling.open_execution_journal(tmp_path, "tools")
-    other_profile = await journaling.open_execution_journal(tmp_path, "work")
-    assert first[1] == tmp_path / "journal" / "tools.journal"
-    assert second[1] == tmp_path / "journal" / "tools.2.journal"
-    assert other_profile[1] == tmp_path / "journal" / "work.journal"
-    for _ in range(journaling.MAX_SLOTS - 2):
-        await journaling.open_execution_journal(tmp_path, "tools")
-    with pytest.raises(DataDirLocked) as info:
-        await journaling.open_execution_journal(tmp_path, "tools")
-    assert str(tmp_path / "journal") in info.value.message and "--no-journal" in info.value.message
+async def test_second_server_takes_the_next_slot_and_all_slots_held_is_a_clear_error(tmp_path):
+    # Real journals: each holds its file's flock (per open file, so a second
+    # open in this same process is refused just like another process's).
+    opened = []
+
+    async def open_one(profile):
+        opened.append(await journaling.open_execution_journal(tmp_path, profile))
+        return opened[-1]
+
+    try:
+        first = await open_one("tools")
+        second = await open_one("tools")
+        other_profile = await open_one("work")
+        assert first[1] == tmp_path / "journal" / "tools.journal"
+        assert second[1] == tmp_path / "journal" / "tools.2.journal"
+        assert other_profile[1] == tmp_path / "journal" / "work.journal"
+        for _ in range(journaling.MAX_SLOTS - 2):
+            await open_one("tools")
+        with pytest.raises(DataDirLocked) as info:
+            await journaling.open_execution_journal(tmp_path, "tools")
+        assert str(tmp_path / "journal") in info.value.message and "--no-journal" in info.value.message
+    finally:
+        for journal, _ in opened:
+            await journal.close()
 
 
-@needs_journal
 @pytest.mark.slow
 def test_every_call_is_journaled_and_two_servers_share_a_data_dir(tmp_path):
     from openfunctions.core.journal import read_records
@@ -76,7 +66,6 @@ def test_every_call_is_journaled_and_two_servers_share_a_data_dir(tmp_path):
     assert ids <= journaled
 
 
-@needs_journal
 def test_no_journal_writes_nothing(tmp_path):
     data = tmp_path / "data"
     s = RawSession("--no-journal", data_dir=data)
