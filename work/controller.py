@@ -62,6 +62,7 @@ import structlog
 
 from openfunctions.core import (
     FanoutSink,
+    canonical_json,
     OpenFunctionsError,
     Receipt,
     ToolExecutionContext,
@@ -646,7 +647,7 @@ class WorkController:
         if dr is not None:
             structured = dr.result.structured
             result = structured if structured is not None else {"content": dr.result.content}
-            artifacts = sorted(set(find_artifact_ids(_json_text(result))))
+            artifacts = sorted(find_artifact_ids(_json_text(result)))
         async with self._lifecycle:
             effect_may_have_happened = op.effect != "read" and status in ("done", "unknown")
             epoch = att.mutation_epoch + 1 if effect_may_have_happened else att.mutation_epoch
@@ -760,7 +761,7 @@ class WorkController:
             evidence = dr.result.structured if dr.ok else None
             vr = VerifierReceipt.from_evidence(spec.name, evidence, receipt_id=dr.receipt.receipt_id, accepted=dr.ok)
             receipts.append(vr)
-            found = sorted(set(find_artifact_ids(_json_text(evidence))))
+            found = sorted(find_artifact_ids(_json_text(evidence)))
             artifacts.extend(found)
             checks.append(
                 {
@@ -976,12 +977,8 @@ def _verdict(evidence: Any) -> str:
 
 
 def _json_text(value: Any) -> str:
-    import json
-
-    try:
-        return json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        return ""
+    # Executor-checked results and evidence: always JSON.
+    return canonical_json(value)
 
 
 __all__ = ["WorkController", "SEGMENT_DIR", "MAX_PLAN_STEPS"]

@@ -32,22 +32,13 @@ from typing import Any
 
 from .state import Attempt, Operation
 
-#: record types of the attempt journal, format version 1 (docs/formats/work-attempts.md)
-RECORD_TYPES = (
-    "lease_acquired", "preview_saved", "attempt_started", "intent", "dispatched", "outcome", "transition",
-    "verification", "reconciliation", "reply_artifact", "recovered",
-)
-
-
 @dataclass
 class Recovered:
     previews: dict[str, dict[str, Any]] = field(default_factory=dict)
     attempts: dict[str, Attempt] = field(default_factory=dict)
     attempt_count: int = 0
     active: str | None = None
-    reply_artifacts: dict[str, str] = field(default_factory=dict)
     saved_artifacts: set[str] = field(default_factory=set)
-    last_generation: int = 0
     records: int = 0
     # unknown effects found in step 4: (attempt_id, operation_id)
     unknown: list[tuple[str, str]] = field(default_factory=list)
@@ -60,9 +51,6 @@ def replay(records: Iterable[Any]) -> Recovered:
     for rec in records:
         out.records += 1
         t, d = rec.type, rec.data
-        gen = d.get("lease_generation")
-        if isinstance(gen, int) and gen > out.last_generation:
-            out.last_generation = gen
         handler = _HANDLERS.get(t)
         if handler is None:
             out.unknown_types.add(t)  # a newer writer's record: keep going, report it
@@ -101,12 +89,6 @@ def restore_plan(rec: Recovered) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 # -- per-type folding ----------------------------------------------------------
-
-
-def _lease(out: Recovered, d: dict[str, Any], rec: Any) -> None:
-    g = d.get("generation")
-    if isinstance(g, int) and g > out.last_generation:
-        out.last_generation = g
 
 
 def _preview(out: Recovered, d: dict[str, Any], rec: Any) -> None:
@@ -223,19 +205,12 @@ def _reconciliation(out: Recovered, d: dict[str, Any], rec: Any) -> None:
         att.cursor = d["cursor"]
 
 
-def _reply(out: Recovered, d: dict[str, Any], rec: Any) -> None:
-    out.reply_artifacts[d["digest"]] = d["artifact_id"]
-    out.saved_artifacts.add(d["artifact_id"])
-    if d.get("attempt_id") in out.attempts:
-        out.attempts[d["attempt_id"]].artifacts.add(d["artifact_id"])
-
-
 def _noop(out: Recovered, d: dict[str, Any], rec: Any) -> None:
     return None
 
 
 _HANDLERS = {
-    "lease_acquired": _lease,
+    "lease_acquired": _noop,  # the lease file is the authority; the record is history
     "preview_saved": _preview,
     "attempt_started": _started,
     "intent": _intent,
@@ -244,8 +219,10 @@ _HANDLERS = {
     "transition": _transition,
     "verification": _verification,
     "reconciliation": _reconciliation,
-    "reply_artifact": _reply,
     "recovered": _noop,
 }
+
+#: record types of the attempt journal, format version 1 (docs/formats/work-attempts.md)
+RECORD_TYPES = tuple(_HANDLERS)
 
 __all__ = ["Recovered", "replay", "restore_plan", "RECORD_TYPES"]
