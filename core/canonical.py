@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from .errors import NonJsonValue
 
@@ -76,30 +76,68 @@ def _explain(value: Any, path: str, exc: Exception) -> NonJsonValue:
     return NonJsonValue(f"value at {path} has no JSON form: {exc}", details={"path": path})
 
 
+_CONTAINERS = (dict, list, tuple)
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
 def _keys_are_strings(value: Any) -> bool:
-    # Runs only after json.dumps succeeded, so there are no cycles and no
-    # exotic types; only containers need a look.
+    # Runs only after the C encoder succeeded, so there are no cycles and
+    # every leaf is a JSON scalar; only containers (subclasses included) need
+    # a look. Shaped for the common flat object: C-level passes over the key
+    # types and the value types, a Python loop only where containers nest.
     stack = [value]
     while stack:
         v = stack.pop()
-        if type(v) is dict:
-            for k, item in v.items():
-                if type(k) is not str:
-                    return False
-                if type(item) in (dict, list, tuple):
-                    stack.append(item)
-        elif type(v) in (list, tuple):
-            stack.extend(item for item in v if type(item) in (dict, list, tuple))
-        elif isinstance(v, dict):  # dict subclasses
-            if not all(isinstance(k, str) for k in v):
+        if isinstance(v, dict):
+            if v and set(map(type, v)) != {str} and not all(isinstance(k, str) for k in v):
                 return False
-            stack.extend(v.values())
+            items = v.values()
+        else:
+            items = v
+        if not _SCALAR_TYPES.issuperset(map(type, items)):
+            stack.extend(x for x in items if isinstance(x, _CONTAINERS))
     return True
 
 
 # Built once: json.dumps would construct an encoder on every call (hot path).
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))
 _PRETTY = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=2)
+
+
+def _refuse(o: Any) -> Any:
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+
+def _c_canonical() -> Callable[[Any], str]:
+    """The C encoder ``_CANONICAL.encode`` would build, built once.
+
+    ``JSONEncoder.encode`` constructs a new C encoder on every call, which is
+    a third of the cost of encoding a small object. Same arguments, except
+    ``markers=None``: a cycle then ends in RecursionError instead of
+    ValueError (both are caught and explained). Checked against the Python
+    path on import; any difference (another CPython, no C accelerator)
+    falls back to ``_CANONICAL.encode``.
+    """
+    try:
+        from _json import make_encoder  # type: ignore[import-not-found]
+        from json.encoder import encode_basestring
+
+        enc = make_encoder(None, _refuse, encode_basestring, None, ":", ",", True, False, False)
+
+        def encode(value: Any) -> str:
+            if type(value) is str:
+                return encode_basestring(value)
+            return "".join(enc(value, 0))
+
+        probe = {"b": [1, 2.5, None, True, "\u00e9\n"], "a": {"z": -0.0, "y": 10**30}, "": "x"}
+        if encode(probe) == _CANONICAL.encode(probe) and encode("é") == _CANONICAL.encode("é"):
+            return encode
+    except Exception:  # pragma: no cover - no C accelerator or another signature
+        pass
+    return _CANONICAL.encode  # pragma: no cover
+
+
+_encode_canonical = _c_canonical()
 
 
 def dumps_checked(value: Any, *, path: str = "$", pretty: bool = False, check_keys: bool = True) -> str:
@@ -109,17 +147,24 @@ def dumps_checked(value: Any, *, path: str = "$", pretty: bool = False, check_ke
     a value whose canonical form is checked anyway.
     """
     try:
-        text = (_PRETTY if pretty else _CANONICAL).encode(value)
+        text = _PRETTY.encode(value) if pretty else _encode_canonical(value)
     except (ValueError, TypeError, RecursionError) as exc:
         raise _explain(value, path, exc) from None
-    if check_keys and type(value) in (dict, list, tuple) and not _keys_are_strings(value):
+    if check_keys and isinstance(value, _CONTAINERS) and not _keys_are_strings(value):
         raise _explain(value, path, TypeError("non-string key"))
     return text
 
 
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of ``value``; :class:`NonJsonValue` names what has no JSON form."""
-    return dumps_checked(value)
+    # dumps_checked without its options: this is every receipt's and journal record's hot path.
+    try:
+        text = _encode_canonical(value)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise _explain(value, "$", exc) from None
+    if isinstance(value, _CONTAINERS) and not _keys_are_strings(value):
+        raise _explain(value, "$", TypeError("non-string key"))
+    return text
 
 
 def _surrogate_path(value: Any, path: str) -> str | None:
