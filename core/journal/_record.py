@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 FORMAT_NAME = "openfunctions.journal"
 VERSION_V1 = 1
@@ -33,13 +33,14 @@ class Header:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One committed, validated journal record.
+class Record(NamedTuple):
+    """One committed, validated journal record (immutable).
 
     ``version`` is the record's format (1: no checksum, 2: checksummed and
     chained). ``offset`` and ``line`` locate it in the file (line 1 is the
-    header), for error messages and tools.
+    header), for error messages and tools. A named tuple rather than a frozen
+    dataclass: appends and recovery scans build one per record, and a tuple
+    is built in a quarter of the time.
     """
 
     seq: int
