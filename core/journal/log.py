@@ -9,13 +9,14 @@ This module owns the *life* of a log:
   (:class:`JournalCorrupt` names offset and line); cut a torn tail after
   saving it to ``.broken``; keep a ``.pre-v2`` copy of a v1 file.
 - **append with group commit**: a record gets its ``seq`` and chain link the
-  moment ``append`` is called (event-loop order is log order) and joins the
-  open batch. One flusher task per log writes each batch with one ``write``
-  + one ``fdatasync`` on a dedicated thread, then resolves the batch's
-  future; appends arriving meanwhile form the next batch. So concurrent
-  appenders share an fsync, and each returns only once its own record is
-  durable. A caller cancelled while waiting is not acknowledged, but its
-  record is still written (as any unacknowledged record may be).
+  moment ``append`` is called (event-loop order is log order), is encoded
+  right there (bad data raises before a seq is consumed) and is handed to
+  the log's :class:`~._writer.GroupWriter`, whose thread writes everything
+  queued with one ``write`` + one ``fdatasync`` and then wakes those
+  appenders. So concurrent appenders share an fsync, and each returns only
+  once its own record is durable. A caller cancelled while waiting is not
+  acknowledged, but its record is still written (as any unacknowledged
+  record may be).
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -24,21 +25,19 @@ This module owns the *life* of a log:
 Readers need no lock: :func:`read_records` streams a file any time and stops
 quietly before an unterminated tail (which may be a live writer's write in
 flight). ``append`` needs an asyncio event loop (anyio on asyncio, as the
-project runs); a log is bound to the loop of its first append.
+project runs) and is not thread-safe: one loop appends at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import anyio
-import structlog
 
-from ..errors import JournalFailed, NonJsonValue
+from ..errors import NonJsonValue
 from ..receipts import new_id, utc_now
 from ._decoder import Decoder, ScanResult
 from ._encoder import encode_header, encode_record, new_salt
@@ -46,30 +45,8 @@ from ._fsutil import FileOps, create_file_atomically, ensure_private_dir, open_p
 from ._lock import JournalLock
 from ._record import CURRENT_VERSION, VERSION_V1, Header, Record
 from ._repair import repair_torn_tail, save_pre_v2
+from ._writer import GroupWriter
 from .errors import JournalClosed, JournalMismatch
-
-log = structlog.get_logger("openfunctions.journal")
-
-
-class _Batch:
-    """Lines that will share one write + one fsync, and the future their appenders await."""
-
-    __slots__ = ("lines", "size", "last_seq", "waiters")
-
-    def __init__(self) -> None:
-        self.lines: list[bytes] = []
-        self.size = 0
-        self.last_seq = 0
-        # One future per appender: cancelling one caller cancels only its own.
-        self.waiters: list[asyncio.Future[None]] = []
-
-    def resolve(self, exc: BaseException | None = None) -> None:
-        for f in self.waiters:
-            if not f.done():
-                if exc is None:
-                    f.set_result(None)
-                else:
-                    f.set_exception(exc)
 
 
 class JournalLog:
@@ -85,16 +62,11 @@ class JournalLog:
         self._lock: JournalLock
         self._ops: FileOps
         self._next_seq = 1
-        self._durable_seq = 0
         self._next_line = 2
         self._link = ""
         self._enqueued_size = 0
-        self._durable_size = 0
-        self._batch: _Batch | None = None
-        self._flusher: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._writer: GroupWriter | None = None  # set once recovered
         self._closing = False
-        self._failed: BaseException | None = None
         self._closed = False
 
     # -- open / recover ---------------------------------------------------
@@ -157,17 +129,17 @@ class JournalLog:
             self.pre_v2_copy = save_pre_v2(self._fd, self.path, result.good_end)
         self.recovery = result
         self._next_seq = result.last_seq + 1
-        self._durable_seq = result.last_seq
         headerless = self.header.journal_id is None and result.header_end == 0
         self._next_line = result.last_seq + (1 if headerless else 2)
         self._link = result.last_link
-        self._enqueued_size = self._durable_size = result.good_end
+        self._enqueued_size = result.good_end
+        self._writer = GroupWriter(self._fd, self._ops, str(self.path), result.last_seq, result.good_end)
 
     # -- properties --------------------------------------------------------
     @property
     def last_seq(self) -> int:
         """The seq of the last durable (acknowledged or recovered) record."""
-        return self._durable_seq
+        return self._writer.durable_seq if self._writer else 0
 
     @property
     def journal_id(self) -> str | None:
@@ -175,7 +147,7 @@ class JournalLog:
 
     @property
     def failed(self) -> bool:
-        return self._failed is not None
+        return self._writer is not None and self._writer.failure is not None
 
     @property
     def closed(self) -> bool:
@@ -184,7 +156,7 @@ class JournalLog:
     @property
     def size(self) -> int:
         """Bytes on disk that are durable."""
-        return self._durable_size
+        return self._writer.durable_size if self._writer else 0
 
     # -- append ------------------------------------------------------------
     async def append(self, type: str, data: dict[str, Any]) -> Record:
@@ -195,90 +167,73 @@ class JournalLog:
         consumed). If the caller is cancelled while waiting, the record is
         still written; it is just not acknowledged to that caller.
         """
-        self._check_writable()
+        writer = self._writable()
+        seq, prev = self._next_seq, self._link
+        line, rec = self._encode(type, data, seq, prev, self._enqueued_size, self._next_line)
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        writer.enqueue([line], seq, waiter, loop)  # raises JournalFailed before any seq is consumed
+        self._next_seq = seq + 1
+        self._next_line += 1
+        self._link = rec.checksum  # type: ignore[assignment]
+        self._enqueued_size += len(line)
+        await waiter
+        return rec
+
+    async def append_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> list[Record]:
+        """Append ``(type, data)`` records as one group: consecutive seqs, one
+        wait; returns them once all are written and fsynced.
+
+        All or nothing before anything is queued: if one ``data`` has no
+        JSON form, NonJsonValue is raised and no seq is consumed. After that,
+        the group shares the fate of the batch it lands in (one write, one
+        fsync), and like :meth:`append` a cancelled caller's records are still
+        written. For callers that have many records at once (recovery
+        writing a receipt per unsettled start): one await instead of one per
+        record.
+        """
+        writer = self._writable()
+        seq, prev, offset, line_no = self._next_seq, self._link, self._enqueued_size, self._next_line
+        lines: list[bytes] = []
+        out: list[Record] = []
+        for type, data in records:
+            line, rec = self._encode(type, data, seq, prev, offset, line_no)
+            lines.append(line)
+            out.append(rec)
+            seq, prev, offset, line_no = seq + 1, rec.checksum, offset + len(line), line_no + 1
+        if not out:
+            return out
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        writer.enqueue(lines, seq - 1, waiter, loop)
+        self._next_seq, self._link, self._enqueued_size, self._next_line = seq, prev, offset, line_no  # type: ignore[assignment]
+        await waiter
+        return out
+
+    def _writable(self) -> GroupWriter:
+        writer = self._writer
+        if self._closing or writer is None:
+            raise JournalClosed(f"journal {str(self.path)!r} is closed", details={"path": str(self.path)})
+        if writer.failure is not None:
+            raise writer.failed_error()
+        return writer
+
+    @staticmethod
+    def _encode(type: str, data: dict[str, Any], seq: int, prev: str, offset: int, line_no: int) -> tuple[bytes, Record]:
         if not isinstance(type, str) or not type:
             raise ValueError("journal record type must be a non-empty string")
         if not isinstance(data, dict):
             raise NonJsonValue(f"journal record data must be a JSON object, got {data.__class__.__name__}")
         time = utc_now()
-        seq = self._next_seq
-        line, chk = encode_record(seq, type, time, data, self._link)
-        rec = Record(seq, type, time, data, chk, self._link, CURRENT_VERSION, self._enqueued_size, self._next_line)
-        self._next_seq += 1
-        self._next_line += 1
-        self._link = chk
-        self._enqueued_size += len(line)
-        loop = asyncio.get_running_loop()
-        batch = self._batch
-        if batch is None:
-            batch = self._batch = _Batch()
-            self._start_flusher(loop)
-        batch.lines.append(line)
-        batch.size += len(line)
-        batch.last_seq = seq
-        waiter = loop.create_future()
-        batch.waiters.append(waiter)
-        await waiter
-        return rec
-
-    def _check_writable(self) -> None:
-        if self._closed or self._closing:
-            raise JournalClosed(f"journal {str(self.path)!r} is closed", details={"path": str(self.path)})
-        if self._failed is not None:
-            raise self._failed_error()
-
-    def _failed_error(self) -> JournalFailed:
-        return JournalFailed(
-            f"journal {str(self.path)!r} refuses writes after a failed write/fsync ({self._failed}); "
-            "close and reopen it to recover",
-            details={"path": str(self.path), "cause": str(self._failed)},
-        )
-
-    def _start_flusher(self, loop: asyncio.AbstractEventLoop) -> None:
-        # The flusher lives only while there are batches: an idle log has no
-        # task holding a reference to it.
-        if self._flusher is None or self._flusher.done():
-            self._flusher = loop.create_task(self._flush_loop(), name=f"journal-flush:{self.path.name}")
-
-    async def _flush_loop(self) -> None:
-        """The group-commit writer: one write + one fsync per batch, batches in seq
-        order, until no batch is waiting (the next append starts a new flusher)."""
-        loop = asyncio.get_running_loop()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-fsync")
-        while self._batch is not None:
-            await asyncio.sleep(0)  # appenders already runnable join this batch
-            batch, self._batch = self._batch, None
-            try:
-                await asyncio.shield(loop.run_in_executor(self._executor, self._write_durably, b"".join(batch.lines)))
-            except BaseException as exc:
-                self._poison(exc if isinstance(exc, Exception) else OSError(f"flush interrupted: {exc!r}"), batch)
-                if not isinstance(exc, Exception):
-                    raise
-                return
-            self._durable_size += batch.size
-            self._durable_seq = batch.last_seq
-            batch.resolve()
-
-    def _poison(self, exc: Exception, batch: _Batch) -> None:
-        self._failed = exc
-        log.error("journal_failed", path=str(self.path), error=str(exc))
-        err = self._failed_error()
-        for b in (batch, self._batch):
-            if b is not None:
-                b.resolve(err)
-        self._batch = None
-
-    def _write_durably(self, data: bytes) -> None:
-        self._ops.write_all(self._fd, data)
-        self._ops.sync(self._fd)
+        line, chk = encode_record(seq, type, time, data, prev)
+        return line, Record(seq, type, time, data, chk, prev, CURRENT_VERSION, offset, line_no)
 
     # -- read --------------------------------------------------------------
     def records(self, *, after_seq: int = 0) -> Iterator[Record]:
         """Stream the durable records (validated again), optionally those after ``after_seq``."""
         fd = open_private(self.path, os.O_RDONLY)
         try:
-            for rec in Decoder(fd, str(self.path), limit=self._durable_size):
+            for rec in Decoder(fd, str(self.path), limit=self.size):
                 if rec.seq > after_seq:
                     yield rec
         finally:
@@ -290,35 +245,28 @@ class JournalLog:
         if self._closed:
             return
         self._closing = True
-        flusher = self._flusher
-        if flusher is not None and not flusher.done():
-            try:
-                await asyncio.shield(flusher)
-            except Exception:
-                pass  # already recorded as the log's failure
+        if self._writer is not None and self._writer.busy():
+            await anyio.to_thread.run_sync(self._writer.drain)
         self._close_now()
 
     def _close_now(self) -> None:
-        """Release everything at once (also what a crash looks like to the file)."""
-        self._closed = True
-        if self._flusher is not None and not self._flusher.done():
-            self._flusher.cancel()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        """Release everything at once (also what a crash looks like to the file):
+        queued appends are dropped, an in-flight write is finished first."""
+        self._closed = self._closing = True
+        if self._writer is not None:
+            self._writer.stop()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
         self._lock.release()
 
     def __del__(self) -> None:
-        # Safety net for a log dropped without close(): free the fd and the
-        # flock so this process can reopen it. Queued appends are not awaited.
+        # Safety net for a log dropped without close(): stop the writer, free
+        # the fd and the flock so this process can reopen it. Queued appends
+        # are not awaited.
         if not getattr(self, "_closed", True) and getattr(self, "_fd", -1) >= 0:
             try:
-                os.close(self._fd)
-                self._fd = -1
-                self._lock.release()
+                self._close_now()
             except Exception:
                 pass
 

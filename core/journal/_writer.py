@@ -1,0 +1,200 @@
+"""Group commit: the thread that makes a journal's appended lines durable.
+
+The log (``log.py``) encodes each record on the event loop and hands the
+line to :meth:`GroupWriter.enqueue` together with the appender's future.
+One writer thread per open log then repeats, for as long as there is work:
+
+1. take **everything** queued so far (under ``_mu``) — the open batch is
+   closed to new lines at that moment;
+2. one ``write`` of those lines, one ``fdatasync``;
+3. record the new durable seq/size, and wake each batch's appenders on
+   their event loop (``call_soon_threadsafe``).
+
+Why a thread of its own rather than ``run_in_executor`` per batch: the
+thread takes the next batch the moment an fsync returns, without a round
+trip through the event loop, so appenders woken by one batch encode their
+next records while the following batch is being synced (the disk and the
+CPU overlap, as far as the GIL lets the thread in). Order: one thread,
+batches in queue order, lines in seq order, so the file order is seq order.
+
+Invariants:
+
+- a future is resolved only after its line was written *and* synced;
+- **fail-stop** ("fsyncgate"): after a failed write or fsync the kernel may
+  have dropped the dirty pages and a retry could acknowledge lost data, so
+  the writer never retries: every queued appender gets
+  :class:`JournalFailed`, and so does every later ``enqueue``, until the
+  journal is closed and reopened (which re-validates the file);
+- the thread holds no reference to the log that owns it, so a log dropped
+  without ``close()`` can still be collected (its ``__del__`` stops us);
+- an idle thread exits after ``IDLE_EXIT`` seconds; the next enqueue starts
+  a new one (many attempt journals may be open, most of them idle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import structlog
+
+from ..errors import JournalFailed
+from ._fsutil import FileOps
+
+log = structlog.get_logger("openfunctions.journal")
+
+# Seconds an idle writer thread waits for work before exiting.
+IDLE_EXIT = 2.0
+
+
+class _Batch:
+    """Lines that share one write + one fdatasync, and their appenders' futures.
+
+    ``lines`` and ``waiters`` are filled under the writer's lock; after the
+    writer took the batch only the batch's event loop touches ``waiters``.
+    """
+
+    __slots__ = ("lines", "last_seq", "waiters", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.lines: list[bytes] = []
+        self.last_seq = 0
+        # One future per appender: cancelling one caller cancels only its own.
+        self.waiters: list[asyncio.Future[None]] = []
+        self.loop = loop
+
+    def resolve(self, exc: BaseException | None) -> None:
+        """On the batch's loop: wake every appender still waiting."""
+        for f in self.waiters:
+            if not f.done():
+                if exc is None:
+                    f.set_result(None)
+                else:
+                    f.set_exception(exc)
+
+
+def _wake(batches: list[_Batch], exc: BaseException | None) -> None:
+    for b in batches:
+        try:
+            b.loop.call_soon_threadsafe(b.resolve, exc)
+        except RuntimeError:
+            pass  # that loop is closed: nobody is left waiting
+
+
+class GroupWriter:
+    """The durable half of a journal: queue, writer thread, durable position."""
+
+    def __init__(self, fd: int, ops: FileOps, path: str, durable_seq: int, durable_size: int) -> None:
+        self._fd = fd
+        self._ops = ops
+        self._path = path
+        # Everything below is shared with the thread and guarded by _mu.
+        self._mu = threading.Lock()
+        self._cv = threading.Condition(self._mu)  # the thread waits on it for work; drain() for progress
+        self._batch: _Batch | None = None  # the open batch (the newest in _queue)
+        self._queue: list[_Batch] = []
+        self._thread: threading.Thread | None = None
+        self._writing = False
+        self._stopping = False
+        self._draining = 0
+        self.failure: BaseException | None = None
+        self.durable_seq = durable_seq
+        self.durable_size = durable_size
+
+    def failed_error(self) -> JournalFailed:
+        return JournalFailed(
+            f"journal {self._path!r} refuses writes after a failed write/fsync ({self.failure}); "
+            "close and reopen it to recover",
+            details={"path": self._path, "cause": str(self.failure)},
+        )
+
+    def enqueue(self, lines: list[bytes], last_seq: int, waiter: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
+        """Queue ``lines`` (records up to ``last_seq``, in order); ``waiter``
+        (a future of ``loop``) resolves once all of them are durable.
+
+        Raises JournalFailed if the writer has failed: checked under the
+        lock, so no line is ever queued behind a failure.
+        """
+        with self._mu:
+            if self.failure is not None:
+                raise self.failed_error()
+            batch = self._batch
+            if batch is None or batch.loop is not loop:
+                # A batch's futures belong to one loop; an append from another
+                # loop opens a new batch behind this one (order is kept).
+                batch = self._batch = _Batch(loop)
+                self._queue.append(batch)
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name=f"journal-writer:{self._path.rsplit('/', 1)[-1]}", daemon=True
+                    )
+                    self._thread.start()
+                elif len(self._queue) == 1:
+                    self._cv.notify_all()
+            batch.lines += lines
+            batch.last_seq = last_seq
+            batch.waiters.append(waiter)
+
+    def busy(self) -> bool:
+        with self._mu:
+            return bool(self._queue) or self._writing
+
+    def drain(self) -> None:
+        """Block until nothing is queued or in flight (or the writer failed)."""
+        with self._mu:
+            self._draining += 1
+            try:
+                while (self._queue or self._writing) and self._thread is not None:
+                    self._cv.wait()
+            finally:
+                self._draining -= 1
+
+    def stop(self) -> None:
+        """Drop what is queued (as a crash would), finish an in-flight write, end the thread."""
+        with self._mu:
+            self._stopping = True
+            self._queue.clear()
+            self._batch = None
+            thread = self._thread
+            self._cv.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        cv = self._cv
+        while True:
+            with cv:
+                while not self._queue:
+                    if self._stopping or (not cv.wait(IDLE_EXIT) and not self._queue):
+                        self._thread = None
+                        cv.notify_all()
+                        return
+                batches, self._queue, self._batch = self._queue, [], None
+                self._writing = True
+            data = b"".join([line for b in batches for line in b.lines])
+            try:
+                self._ops.write_all(self._fd, data)
+                self._ops.sync(self._fd)
+            except BaseException as exc:
+                with cv:
+                    self.failure = exc if isinstance(exc, Exception) else OSError(f"write interrupted: {exc!r}")
+                    batches += self._queue  # never written: their appenders fail too
+                    self._queue, self._batch = [], None
+                    self._writing = False
+                    self._thread = None
+                    cv.notify_all()
+                log.error("journal_failed", path=self._path, error=str(self.failure))
+                _wake(batches, self.failed_error())
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            with cv:
+                self.durable_size += len(data)
+                self.durable_seq = batches[-1].last_seq
+                self._writing = False
+                if self._draining:
+                    cv.notify_all()
+            _wake(batches, None)
+
+
+__all__ = ["GroupWriter", "IDLE_EXIT"]

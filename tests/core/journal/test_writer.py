@@ -1,0 +1,128 @@
+"""The group-commit writer thread (core/journal/_writer.py): batching, idle exit, loops, drain."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+
+from openfunctions.core.journal import JournalLog, read_records
+from openfunctions.core.journal import _writer
+from openfunctions.core.journal._fsutil import FileOps
+
+from .._helpers import until
+
+
+def _writer_threads(path) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"journal-writer:{path.name}"]
+
+
+@pytest.mark.anyio
+async def test_everything_queued_during_a_sync_goes_into_the_next_single_write(tmp_path):
+    release = threading.Event()
+    writes: list[int] = []
+
+    class GatedOps(FileOps):
+        def write_all(self, fd, data):
+            writes.append(data.count(b"\n"))
+            super().write_all(fd, data)
+
+        def sync(self, fd):
+            if len(writes) == 1:
+                release.wait(30)
+            super().sync(fd)
+
+    log = await JournalLog.open(tmp_path / "j.jsonl", _ops=GatedOps())
+    seqs: list[int] = []
+
+    async def one(i: int) -> None:
+        seqs.append((await log.append("t", {"i": i})).seq)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, 0)
+        await until(lambda: writes == [1])  # record 1 is in its fsync, held there
+        for i in range(1, 11):
+            tg.start_soon(one, i)
+        await until(lambda: log._next_seq == 12)  # all ten queued behind it
+        assert seqs == []  # nobody is acknowledged before its fsync
+        release.set()
+    assert writes == [1, 10]
+    assert sorted(seqs) == list(range(1, 12))
+    await log.close()
+    assert [r.data["i"] for r in read_records(tmp_path / "j.jsonl")] == list(range(11))
+
+
+@pytest.mark.anyio
+async def test_an_idle_writer_thread_exits_and_the_next_append_starts_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(_writer, "IDLE_EXIT", 0.05)
+    p = tmp_path / "idle.jsonl"
+    log = await JournalLog.open(p)
+    assert _writer_threads(p) == []  # no thread before the first append
+    await log.append("t", {"n": 1})
+    assert len(_writer_threads(p)) == 1
+    for _ in range(400):  # up to ~4 s of real time for a 0.05 s idle timeout
+        if not _writer_threads(p):
+            break
+        await anyio.sleep(0.01)
+    assert _writer_threads(p) == []
+    rec = await log.append("t", {"n": 2})
+    assert rec.seq == 2 and log.last_seq == 2
+    await log.close()
+    assert _writer_threads(p) == []  # close ends the thread
+    assert [r.data["n"] for r in read_records(p)] == [1, 2]
+
+
+def test_a_log_outlives_its_event_loop(tmp_path):
+    # One log, appended from two event loops one after the other (an app
+    # that runs anyio.run twice): each batch wakes its own loop's futures.
+    p = tmp_path / "loops.jsonl"
+    log = JournalLog.open_sync(p)
+
+    async def burst(tag: str) -> list[int]:
+        out: list[int] = []
+
+        async def one(i: int) -> None:
+            out.append((await log.append("t", {"tag": tag, "i": i})).seq)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(one, i)
+        return sorted(out)
+
+    assert anyio.run(burst, "a") == list(range(1, 21))
+    assert anyio.run(burst, "b") == list(range(21, 41))
+    anyio.run(log.close)
+    assert [r.seq for r in read_records(p)] == list(range(1, 41))
+
+
+@pytest.mark.anyio
+async def test_close_after_a_crash_like_stop_drops_only_unsynced_queued_records(tmp_path):
+    # _close_now is what a crash looks like: the in-flight write finishes,
+    # what is still queued is dropped, and nothing is acknowledged wrongly.
+    release = threading.Event()
+    entered = threading.Event()
+
+    class GatedOps(FileOps):
+        def sync(self, fd):
+            entered.set()
+            release.wait(30)
+            super().sync(fd)
+
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p, _ops=GatedOps())
+    acked: list[int] = []
+
+    async def one(i: int) -> None:
+        acked.append((await log.append("t", {"i": i})).seq)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, 0)
+        await anyio.to_thread.run_sync(entered.wait, 30)
+        tg.start_soon(one, 1)  # queued behind the held fsync
+        await until(lambda: log._next_seq == 3)
+        threading.Timer(0.05, release.set).start()
+        log._close_now()  # joins the writer: record 1 finishes, record 2 is dropped
+        tg.cancel_scope.cancel()
+    assert [r.seq for r in read_records(p)] == [1]
+    assert 2 not in acked
