@@ -38,3 +38,20 @@ def test_ids_are_opaque_random_hex():
     ids = {new_id("rcpt") for _ in range(1000)}
     assert len(ids) == 1000
     assert all(i.startswith("rcpt_") and len(i) == 37 and all(c in "0123456789abcdef" for c in i[5:]) for i in ids)
+
+
+def test_utc_now_is_rfc3339_microseconds_and_tracks_the_clock():
+    import datetime as dt
+    import re
+
+    from openfunctions.core.receipts import utc_now
+
+    before = dt.datetime.now(dt.timezone.utc)
+    stamps = [utc_now() for _ in range(2000)]
+    after = dt.datetime.now(dt.timezone.utc)
+    for s in stamps:
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", s), s
+    parsed = [dt.datetime.fromisoformat(s.replace("Z", "+00:00")) for s in stamps]
+    assert parsed == sorted(parsed)
+    # The cached date part is never stale: every stamp lies within the window.
+    assert before - dt.timedelta(microseconds=1) <= parsed[0] and parsed[-1] <= after

@@ -74,6 +74,33 @@ async def test_unsettled_start_is_recovered_once(tmp_path):
     await j.close()
 
 
+async def test_many_unsettled_starts_are_recovered_together_in_start_order(tmp_path):
+    from openfunctions.core.journal import JournalLog
+
+    p = tmp_path / "exec.jsonl"
+    log = await JournalLog.open(p, kind="execution")
+    starts = [
+        {"v": 1, "receipt_id": f"rcpt_{i}", "tool": "t", "spec_sha256": None, "params_sha256": None,
+         "started_at": "2026-11-30T00:00:00.000000Z", "principal": None, "parent_receipt_id": None}
+        for i in range(5)
+    ]
+    for s in starts:
+        await log.append("start", s)
+    await log.append("receipt", {"receipt_id": "rcpt_2"})  # this one settled
+    await log.close()
+
+    j = await ExecutionJournal.open(p)
+    assert [r.receipt_id for r in j.recovered] == ["rcpt_0", "rcpt_1", "rcpt_3", "rcpt_4"]
+    assert all(r.outcome == "unknown" and r.recovered for r in j.recovered)
+    await j.close()
+    written = [r for r in read_records(p) if r.data.get("recovered")]
+    assert [r.data["receipt_id"] for r in written] == ["rcpt_0", "rcpt_1", "rcpt_3", "rcpt_4"]
+    assert [r.seq for r in written] == [7, 8, 9, 10]
+    j = await ExecutionJournal.open(p)  # idempotent
+    assert j.recovered == []
+    await j.close()
+
+
 @pytest.mark.slow
 def test_handler_process_killed_mid_call_leaves_unknown_receipt(tmp_path):
     p = tmp_path / "exec.jsonl"

@@ -271,3 +271,61 @@ async def test_header_meta_with_a_lone_surrogate_is_non_json_and_creates_no_jour
         await JournalLog.open(p, meta=_json.loads('{"who": "\\udc80"}'))
     assert not p.exists()
     await (await JournalLog.open(p, meta={"who": "ok"})).close()
+
+
+async def test_append_many_is_one_group_with_one_fsync(tmp_path):
+    class CountingOps(FileOps):
+        syncs = 0
+
+        def sync(self, fd):
+            CountingOps.syncs += 1
+            super().sync(fd)
+
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p, _ops=CountingOps())
+    first = await log.append("t", {"i": 0})
+    assert await log.append_many([]) == []
+    assert CountingOps.syncs == 1  # an empty group writes nothing
+    recs = await log.append_many([("t", {"i": i}) for i in range(1, 6)])
+    assert CountingOps.syncs == 2
+    assert [r.seq for r in recs] == [2, 3, 4, 5, 6]
+    assert recs[0].prev == first.checksum and all(b.prev == a.checksum for a, b in zip(recs, recs[1:]))
+    assert log.last_seq == 6 and log.size == os.path.getsize(p)
+    after = await log.append("t", {"i": 6})
+    assert after.seq == 7 and after.prev == recs[-1].checksum
+    await log.close()
+    on_disk = list(read_records(p))
+    assert [r.data["i"] for r in on_disk] == list(range(7))
+    # What append_many returned is what the decoder reads back.
+    assert [tuple(r) for r in on_disk[1:6]] == [tuple(r) for r in recs]
+
+
+async def test_append_many_refuses_the_whole_group_before_queueing_anything(tmp_path):
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p)
+    with pytest.raises(NonJsonValue, match=r"\$\.bad"):
+        await log.append_many([("t", {"i": 1}), ("t", {"bad": float("inf")}), ("t", {"i": 3})])
+    with pytest.raises(ValueError):
+        await log.append_many([("t", {}), ("", {})])
+    assert (await log.append("t", {"i": 1})).seq == 1  # no seq was consumed
+    await log.close()
+    assert len(list(read_records(p))) == 1
+
+
+async def test_append_many_and_append_interleave_in_call_order(tmp_path):
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p)
+
+    async def single(i):
+        await log.append("t", {"who": f"s{i}"})
+
+    async def group(i):
+        await log.append_many([("t", {"who": f"g{i}.{k}"}) for k in range(3)])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(single, i)
+            tg.start_soon(group, i)
+    await log.close()
+    who = [r.data["who"] for r in read_records(p)]
+    assert who == [w for i in range(4) for w in (f"s{i}", f"g{i}.0", f"g{i}.1", f"g{i}.2")]
