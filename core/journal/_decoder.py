@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 from ..errors import JournalCorrupt
 from ._encoder import BODY_START, CHK_LEN, CHK_PREFIX, link
@@ -47,7 +47,6 @@ class ScanResult:
     last_link: str = ""
     good_end: int = 0
     torn: TornTail | None = None
-    types: dict[str, int] = field(default_factory=dict)
 
 
 def _reject_constant(name: str) -> Any:
@@ -62,13 +61,11 @@ _SCAN = _DECODER.scan_once
 class Decoder:
     """Validate one journal file, yielding records; ``result`` is filled as it goes."""
 
-    def __init__(self, fd: int, path: str, *, limit: int | None = None, count_types: bool = False) -> None:
+    def __init__(self, fd: int, path: str, *, limit: int | None = None) -> None:
         self.fd = fd
         self.path = path
         self.limit = os.fstat(fd).st_size if limit is None else limit
         self.result = ScanResult()
-        self._count_types = count_types
-        self._seen_v2 = False
 
     # -- errors ---------------------------------------------------------
     def _corrupt(self, offset: int, lineno: int, reason: str) -> JournalCorrupt:
@@ -145,8 +142,6 @@ class Decoder:
             r.records += 1
             r.last_seq = rec.seq
             r.good_end = offset + len(line) + 1
-            if self._count_types:
-                r.types[rec.type] = r.types.get(rec.type, 0) + 1
             yield rec
         if lineno == 0:
             raise self._corrupt(0, 1, "the file is empty (no header line)")
@@ -217,7 +212,6 @@ class Decoder:
                     and type(data) is dict
                     and hashlib.sha256(b"{" + line[BODY_START:]).hexdigest()[:CHK_LEN] == chk
                 ):
-                    self._seen_v2 = True
                     r.last_link = chk
                     return Record(seq, type_, time_, data, chk, prev, VERSION_V2, offset, lineno)
         return self._record_checked(line, offset, lineno)
@@ -238,7 +232,7 @@ class Decoder:
         else:
             if set(obj) != _V1_KEYS:
                 raise self._corrupt(offset, lineno, f"a record has fields {sorted(obj)}, expected {sorted(_V1_KEYS)} (v1) or {sorted(_V2_KEYS)} (v2)")
-            if self._seen_v2:
+            if r.records > r.v1_records:  # an earlier record was v2
                 raise self._corrupt(offset, lineno, "a record without checksum (v1) follows a v2 record")
             if r.header is not None and r.header.version == VERSION_V2:
                 raise self._corrupt(offset, lineno, "a record without checksum (v1) in a v2 journal")
@@ -259,7 +253,6 @@ class Decoder:
         if version == VERSION_V2:
             if obj["prev"] != r.last_link:
                 raise self._corrupt(offset, lineno, f"broken chain: prev is {obj['prev']!r}, the previous line's link is {r.last_link!r}")
-            self._seen_v2 = True
             r.last_link = chk
             return Record(seq, type_, time_, data, chk, obj["prev"], VERSION_V2, offset, lineno)
         r.v1_records += 1
@@ -272,11 +265,15 @@ class _Torn(Exception):
         self.reason = reason
 
 
-def scan(fd: int, path: str, *, limit: int | None = None) -> ScanResult:
-    """Validate the whole file without keeping records (constant memory)."""
+def scan(fd: int, path: str, *, limit: int | None = None, on_record: Callable[[Record], None] | None = None) -> ScanResult:
+    """Validate the whole file in constant memory; ``on_record`` sees each valid record."""
     d = Decoder(fd, path, limit=limit)
-    for _ in d:
-        pass
+    if on_record is None:
+        for _ in d:
+            pass
+    else:
+        for rec in d:
+            on_record(rec)
     return d.result
 
 

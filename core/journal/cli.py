@@ -18,11 +18,11 @@ import collections
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..canonical import canonical_json
 from ..errors import JournalCorrupt, JournalError
-from ._decoder import Decoder, ScanResult
+from ._decoder import ScanResult, scan
 from ._fsutil import open_private
 from ._lock import kernel_holders, lock_path
 from ._record import Record
@@ -57,14 +57,18 @@ def add_commands(subparsers: Any) -> None:
 # -- shared ------------------------------------------------------------------
 
 
-def _scan(path: Path, on_record=None) -> ScanResult:
+def _scan(path: Path, on_record: Callable[[Record], None] | None = None) -> tuple[ScanResult, dict[str, int]]:
+    """Validate ``path`` lock-free; also count records per type (for ``inspect``)."""
+    types: dict[str, int] = {}
+
+    def see(rec: Record) -> None:
+        types[rec.type] = types.get(rec.type, 0) + 1
+        if on_record is not None:
+            on_record(rec)
+
     fd = open_private(Path(os.path.abspath(path)), os.O_RDONLY)
     try:
-        d = Decoder(fd, str(path), count_types=True)
-        for rec in d:
-            if on_record is not None:
-                on_record(rec)
-        return d.result
+        return scan(fd, str(path), on_record=see), types
     finally:
         os.close(fd)
 
@@ -111,7 +115,7 @@ def _torn(r: ScanResult) -> dict[str, Any] | None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     def run() -> int:
-        r = _scan(args.path)
+        r, types = _scan(args.path)
         assert r.header is not None
         p = str(args.path)
         info = {
@@ -121,7 +125,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "records": r.records,
             "v1_records": r.v1_records,
             "last_seq": r.last_seq,
-            "types": dict(sorted(r.types.items())),
+            "types": dict(sorted(types.items())),
             "size": os.stat(args.path).st_size,
             "torn_tail": _torn(r),
             "owner": _owner(args.path),
@@ -152,7 +156,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     def run() -> int:
-        r = _scan(args.path)
+        r, _ = _scan(args.path)
         torn = _torn(r)
         if args.json:
             print(canonical_json({"ok": True, "path": str(args.path), "records": r.records, "last_seq": r.last_seq, "torn_tail": torn}))

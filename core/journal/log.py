@@ -39,7 +39,7 @@ import anyio
 
 from ..errors import NonJsonValue
 from ..receipts import new_id, utc_now
-from ._decoder import Decoder, ScanResult
+from ._decoder import Decoder, ScanResult, scan
 from ._encoder import encode_header, encode_record, new_salt
 from ._fsutil import FileOps, create_file_atomically, ensure_private_dir, open_private, refuse_symlink
 from ._lock import JournalLock
@@ -114,7 +114,7 @@ class JournalLog:
             header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_now(), new_salt(), dict(meta or {}))
             create_file_atomically(self.path, encode_header(header))
         self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
-        result = _scan(self._fd, str(self.path), on_record)
+        result = scan(self._fd, str(self.path), on_record=on_record)
         assert result.header is not None
         self.header = result.header
         if kind is not None and self.header.kind is not None and self.header.kind != kind:
@@ -278,17 +278,6 @@ class JournalLog:
 
     def __repr__(self) -> str:
         return f"<JournalLog {str(self.path)!r} last_seq={self.last_seq}{' FAILED' if self.failed else ''}>"
-
-
-def _scan(fd: int, path: str, on_record: Callable[[Record], None] | None = None) -> ScanResult:
-    d = Decoder(fd, path)
-    if on_record is None:
-        for _ in d:
-            pass
-    else:
-        for rec in d:
-            on_record(rec)
-    return d.result
 
 
 def read_records(path: str | os.PathLike[str]) -> Iterator[Record]:
