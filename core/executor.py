@@ -45,7 +45,7 @@ from .policy import Mode, Policy, PolicyDecision
 from .receipts import Certainty, Outcome, PolicyRecord, Receipt, ReceiptError, StartRecord, fast_construct, new_id, utc_now
 from .result import DetailedResult, ToolResult, normalize
 from .scheduler import Reservation, Scheduler
-from .sink import ExecutionJournalSink
+from .sink import ExecutionJournalSink, FanoutSink
 from .tool import ToolDefinition
 
 log = structlog.get_logger("openfunctions.executor")
@@ -92,7 +92,49 @@ class ToolExecutor:
         self.mode = mode
         self.policy = policy
         self.scheduler = scheduler or Scheduler(max_parallel)
+        self._sinks: list[ExecutionJournalSink] = []
+        self._sink: ExecutionJournalSink | None = None  # what the pipeline calls
         self.journal = journal
+
+    # -- sinks ----------------------------------------------------------------
+
+    @property
+    def journal(self) -> ExecutionJournalSink | None:
+        """The sink the pipeline writes to: ``None``, the one sink, or a
+        :class:`FanoutSink` of several (in order). Assigning replaces them all."""
+        return self._sink
+
+    @journal.setter
+    def journal(self, sink: ExecutionJournalSink | None) -> None:
+        self._sinks = [] if sink is None else [sink]
+        self._sink = sink
+
+    def add_sink(self, sink: ExecutionJournalSink, *, first: bool = False) -> None:
+        """Add ``sink`` after the others (``first=True``: before them).
+
+        Order matters: sinks run in order and the first failure stops the
+        rest, so a durable journal goes first and observers after it. The
+        server (its execution journal, first) and the work controller (its
+        settled-call observer) add and remove theirs independently.
+        """
+        if first:
+            self._sinks.insert(0, sink)
+        else:
+            self._sinks.append(sink)
+        self._compose()
+
+    def remove_sink(self, sink: ExecutionJournalSink) -> bool:
+        """Remove ``sink`` (by identity); returns whether it was there."""
+        for i, s in enumerate(self._sinks):
+            if s is sink:
+                del self._sinks[i]
+                self._compose()
+                return True
+        return False
+
+    def _compose(self) -> None:
+        sinks = self._sinks
+        self._sink = None if not sinks else sinks[0] if len(sinks) == 1 else FanoutSink(*sinks)
 
     # -- the pipeline -----------------------------------------------------
 
@@ -195,9 +237,9 @@ class ToolExecutor:
         call.owns_reservation = True
 
     async def _persist_start(self, call: _Call) -> None:
-        if self.journal is None:
+        if self._sink is None:
             return
-        await self.journal.on_start(
+        await self._sink.on_start(
             StartRecord(
                 receipt_id=call.receipt_id,
                 tool=call.tool.name,
@@ -234,10 +276,10 @@ class ToolExecutor:
         v.check_output(call.tool.name, call.result.structured)
 
     async def _persist_receipt(self, receipt: Receipt) -> Receipt | OpenFunctionsError:
-        if self.journal is None:
+        if self._sink is None:
             return receipt
         try:
-            await self.journal.on_settled(receipt)
+            await self._sink.on_settled(receipt)
         except Exception as exc:
             log.error("receipt_persistence_failed", receipt_id=receipt.receipt_id, tool=receipt.tool, error=str(exc))
             return _journal_error("settled", exc, cls=ReceiptPersistenceFailed)
@@ -249,7 +291,7 @@ class ToolExecutor:
         """Build the receipt, persist it, release the reservation, deliver."""
         # Shield persistence from a late cancellation: a call that settled is
         # recorded. Without a journal nothing here awaits, so no shield is needed.
-        with anyio.CancelScope(shield=self.journal is not None):
+        with anyio.CancelScope(shield=self._sink is not None):
             try:
                 result = call.result if error is None else ToolResult.text(error.message, is_error=True)
                 if error is None and call.result is not None and call.result.is_error:

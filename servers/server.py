@@ -49,7 +49,6 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
 
 from openfunctions.core import InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
-from openfunctions.core.sink import FanoutSink
 
 log = structlog.get_logger("openfunctions.servers")
 
@@ -156,7 +155,6 @@ class OpenFunctionsServer:
         self._journal_dir = Path(journal_dir) if journal_dir is not None else None
         self.journal: Any = None
         self.journal_file: Path | None = None
-        self._previous_sink: Any = None
         self._started = False
         self._closing = False
         self._closed = False
@@ -239,9 +237,8 @@ class OpenFunctionsServer:
             from .journaling import open_execution_journal
 
             self.journal, self.journal_file = await open_execution_journal(self._journal_dir, self.profile)
-            executor = self.registry.executor
-            self._previous_sink = executor.journal
-            executor.journal = self.journal if self._previous_sink is None else FanoutSink(self.journal, self._previous_sink)
+            # Durable journal first: observers after it see only persisted starts.
+            self.registry.executor.add_sink(self.journal, first=True)
 
     async def __aenter__(self) -> "OpenFunctionsServer":
         await self.start()
@@ -281,7 +278,7 @@ class OpenFunctionsServer:
                 await self.cancel_in_flight()
             self._closed = True
             if self.journal is not None:
-                self.registry.executor.journal = self._previous_sink
+                self.registry.executor.remove_sink(self.journal)
                 try:
                     await self.journal.close()
                 except Exception as exc:  # closing must not hide the shutdown

@@ -61,7 +61,6 @@ import anyio
 import structlog
 
 from openfunctions.core import (
-    FanoutSink,
     canonical_json,
     OpenFunctionsError,
     Receipt,
@@ -139,7 +138,7 @@ class WorkController:
         # the step being dispatched (attempt, operation, tool name) and its settled receipt
         self._dispatch: tuple[Attempt, Operation, str] | None = None
         self._dispatch_receipt: Receipt | None = None
-        self._prior_sink: Any = None
+        self._observer: _SettledObserver | None = None
         self._closed = False
         self._open_lock = anyio.Lock()
 
@@ -306,14 +305,13 @@ class WorkController:
     # == the executor observer =================================================
 
     def _install_observer(self) -> None:
-        ex = self.registry.executor
-        self._prior_sink = ex.journal
-        ex.journal = FanoutSink(*( [ex.journal] if ex.journal is not None else [] ), _SettledObserver(self))
+        self._observer = _SettledObserver(self)
+        self.registry.executor.add_sink(self._observer)
 
     def _uninstall_observer(self) -> None:
-        ex = self.registry.executor
-        if isinstance(ex.journal, FanoutSink) and any(isinstance(s, _SettledObserver) and s.controller is self for s in ex.journal.sinks):
-            ex.journal = self._prior_sink
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            self.registry.executor.remove_sink(observer)
 
     async def _observe_start(self, record: Any) -> None:
         # The executor persisted the start and is about to enter the step's

@@ -344,3 +344,42 @@ async def test_non_string_keys_in_a_non_object_result_are_refused():
 
     d = await ToolRegistry([make("l", listed)]).execute_detailed("l", {})
     assert d.error.code == "non_json_value" and "non-string key" in d.error.message
+
+
+@pytest.mark.anyio
+async def test_sinks_are_added_and_removed_independently_in_order():
+    from openfunctions.core.sink import MemoryJournalSink
+
+    calls: list[str] = []
+
+    class Named(MemoryJournalSink):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        async def on_start(self, record):
+            calls.append(f"{self.name}.start")
+
+        async def on_settled(self, receipt):
+            calls.append(f"{self.name}.settled")
+
+    async def h(params, ctx):
+        return {"ok": True}
+
+    reg = ToolRegistry([define_tool(name="t", description="d", input_schema={"type": "object"}, handler=h)])
+    ex = reg.executor
+    durable, observer, other = Named("durable"), Named("observer"), Named("other")
+    ex.add_sink(observer)
+    ex.add_sink(durable, first=True)  # e.g. the server's journal, added after the controller's observer
+    ex.add_sink(other)
+    await reg.execute_detailed("t", {})
+    assert calls == ["durable.start", "observer.start", "other.start", "durable.settled", "observer.settled", "other.settled"]
+    # Removing one (the server closing) keeps the others, whoever added them first.
+    assert ex.remove_sink(durable) is True and ex.remove_sink(durable) is False
+    calls.clear()
+    await reg.execute_detailed("t", {})
+    assert calls == ["observer.start", "other.start", "observer.settled", "other.settled"]
+    ex.remove_sink(observer)
+    assert ex.journal is other  # one sink is called directly, no fan-out
+    ex.remove_sink(other)
+    assert ex.journal is None
