@@ -55,6 +55,7 @@ TIME = "2026-11-30T02:50:00.000000Z"
 SQ = "sqlite3 WAL synchronous=FULL, 1 commit/record"
 RAW1 = "raw write+fdatasync, 1 record/fsync"
 RAW64 = "raw write+fdatasync, 64 records/fsync"
+RAWIP = "raw pwrite in place+fdatasync, 1 record/fsync (no file growth)"
 J1 = "JournalLog.append, 1 appender"
 J8 = "JournalLog.append, 8 appenders"
 J64 = "JournalLog.append, 64 appenders"
@@ -85,6 +86,7 @@ class _CountingOps(FileOps):
 
 
 PER_RECORD_FSYNCS: dict[str, list[float]] = {}
+LOOP_CPU_US: dict[str, list[float]] = {}  # event-loop thread CPU per acknowledged record
 
 
 def bench_journal_appends(d: Path, conc: int, seconds: float, group: int = 1, name: str = "") -> float:
@@ -108,13 +110,14 @@ def bench_journal_appends(d: Path, conc: int, seconds: float, group: int = 1, na
                     await log.append_many(items)
                 count += group
 
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         async with anyio.create_task_group() as tg:
             for _ in range(conc):
                 tg.start_soon(worker)
-        el = time.perf_counter() - t0
+        el, cpu = time.perf_counter() - t0, time.thread_time() - c0
         await log.close()
         PER_RECORD_FSYNCS.setdefault(name, []).append(count / max(ops.syncs, 1))
+        LOOP_CPU_US.setdefault(name, []).append(cpu / max(count, 1) * 1e6)
         return count / el
 
     return anyio.run(run)
@@ -151,6 +154,28 @@ def bench_raw(d: Path, seconds: float, batch: int) -> float:
         os.write(fd, data)
         os.fdatasync(fd)
         n += batch
+    el = time.perf_counter() - t0
+    os.close(fd)
+    return n / el
+
+
+def bench_raw_in_place(d: Path, seconds: float) -> float:
+    """One record per fdatasync, overwriting blocks written (and synced) beforehand:
+    the file never grows, so the sync carries no metadata — how SQLite's WAL
+    syncs once its file has reached its size. An O_APPEND journal cannot."""
+    path = d / f"raw-in-place-{time.monotonic_ns()}.bin"
+    line = sample_lines(1)[0]
+    slots = 1 << 14
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"\0" * (len(line) * slots))
+    os.fsync(fd)
+    n = 0
+    t0 = time.perf_counter()
+    stop = t0 + seconds
+    while time.perf_counter() < stop:
+        os.pwrite(fd, line, (n % slots) * len(line))
+        os.fdatasync(fd)
+        n += 1
     el = time.perf_counter() - t0
     os.close(fd)
     return n / el
@@ -245,6 +270,7 @@ def main() -> None:
             (SQ, lambda: bench_sqlite(base, secs)),
             (RAW1, lambda: bench_raw(base, secs, 1)),
             (RAW64, lambda: bench_raw(base, secs, 64)),
+            (RAWIP, lambda: bench_raw_in_place(base, secs)),
             (J1, lambda: bench_journal_appends(base, 1, secs, name=J1)),
             (J8, lambda: bench_journal_appends(base, 8, secs, name=J8)),
             (J64, lambda: bench_journal_appends(base, 64, secs, name=J64)),
@@ -268,14 +294,16 @@ def main() -> None:
         for name, r in rates.items():
             xs = samples[name]
             per_sync = PER_RECORD_FSYNCS.get(name)
+            cpu_us = LOOP_CPU_US.get(name)
             rows.append([
                 name, f"{r:,.0f}", f"{min(xs):,.0f}–{max(xs):,.0f}",
-                f"{median(per_sync):.1f}" if per_sync else {RAW1: "1", RAW64: "64"}.get(name, "1 commit"),
+                f"{median(per_sync):.1f}" if per_sync else {RAW1: "1", RAW64: "64", RAWIP: "1"}.get(name, "1 commit"),
+                f"{median(cpu_us):.1f}" if cpu_us else "",
                 f"{ratio(name, SQ):.1f}x", f"{ratio(name, RAW1):.2f}x", f"{ratio(name, RAW64):.2f}x",
             ])
         append_table = table(
             [f"durable appends ({reps} interleaved rounds)", "median records/s", "spread (min–max)",
-             "records per fsync", "vs sqlite", "vs raw 1/fsync", "vs raw batched"],
+             "records per fsync", "event-loop CPU per record (µs)", "vs sqlite", "vs raw 1/fsync", "vs raw batched"],
             rows,
         )
 
@@ -320,6 +348,21 @@ def main() -> None:
             os.unlink(p)
         mem_table = table(["journal size", "records", "RSS before open (MiB)", "peak RSS during open (MiB)", "growth (MiB)"], mem_rows)
 
+        cpu64 = median(LOOP_CPU_US[J64])
+        ceiling = 1e6 / cpu64
+        targets = (
+            f"Issue targets at 64 appenders: ≥10× sqlite — measured **{ratio(J64, SQ):.1f}×**; ≥0.5× raw batched — "
+            f"measured **{ratio(J64, RAW64):.2f}×**. Where the time goes: each acknowledged record costs the event-loop "
+            f"thread {cpu64:.1f} µs of CPU (canonical JSON, SHA-256 chain, the append's future and the task's wake-up; "
+            f"the writer thread's write + fdatasync run outside it). Even if every fsync overlapped that CPU completely, "
+            f"the loop could acknowledge at most 1/{cpu64:.1f} µs = {ceiling:,.0f} records/s = "
+            f"{ceiling / rates[RAW64]:.2f}× the raw batched rate, which writes pre-encoded bytes. "
+            f"`append_many` (one await for 64 records) removes the per-record wake-up but not the encoding. "
+            f"Why sqlite's single commits are as fast as raw appends: its WAL is rewritten in place once it "
+            f"reached its size, and a sync that grows no file carries no metadata "
+            f"(in-place row: {ratio(RAWIP, RAW1):.2f}× the appending raw row); the journal appends (`O_APPEND`), "
+            f"so every fsync also commits the new file size."
+        )
         body = "\n\n".join(
             [
                 f"Record: a {line_len}-byte `start` line (a typical StartRecord). Each rate runs {secs:g} s, median of {reps}; "
@@ -329,6 +372,7 @@ def main() -> None:
                 "on this shared machine: fsync latency drifts between rounds (see the spread), so the ratio "
                 "columns are medians of per-round ratios (each round measures every row back to back).",
                 append_table,
+                targets,
                 "Recovery: `JournalLog.open` streams the file and validates every line "
                 "(UTF-8, JSON, fields, SHA-256 checksum, chain, seq) — the peer only parses.",
                 scan_table,
