@@ -65,7 +65,8 @@ async def await_file(path: Path, timeout: float = 30.0) -> None:
 
 @pytest.fixture
 def http_server(tmp_path):
-    """Start `serve --transport http` on a free port; yields (url, proc, markers dir); stops it after."""
+    """Yields ``start(*extra, env=, path=)``: it runs `serve --transport http` on a free port and
+    returns ``(url, proc)``. Every server started is killed after the test."""
     procs: list[subprocess.Popen] = []
 
     def start(*extra: str, env: dict[str, str] | None = None, path: str = "/mcp"):
