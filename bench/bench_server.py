@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,7 +40,10 @@ from openfunctions.core import ToolRegistry, define_tool
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(BENCH.parent))  # the checkout, for the port helper the tests share
 from _report import median, table, write_section  # noqa: E402
+
+from tests._net import free_port, wait_for_port  # noqa: E402
 
 
 async def _noop(params: dict[str, Any], ctx: Any) -> str:
@@ -96,12 +98,6 @@ def _serve_sdk(transport: str, port: int) -> None:
 # -- subprocesses ------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
 
@@ -123,16 +119,7 @@ class _HttpProc:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("wb") as out:  # a file, not a pipe: an undrained pipe would stall a chatty server
             self.proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=out)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{cmd} exited: {log.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"{cmd} did not listen on {port}")
+        wait_for_port(port, self.proc, timeout=60, output=log.read_text)
 
     @property
     def url(self) -> str:
@@ -216,7 +203,7 @@ async def bench(n_inproc: int, n_stdio: int, n_http: int, rounds: int, tmp: Path
     await mode("stdio", _Target("ours", lambda: [client(ours_stdio)]), _Target("sdk", lambda: [client(sdk_stdio)]),
                n_stdio)
 
-    p1, p2 = _free_port(), _free_port()
+    p1, p2 = free_port(), free_port()
     ours_http = _HttpProc(_ours_cmd(tmp / "http", "--transport", "http", "--port", str(p1)), p1, tmp / "ours-http.log")
     sdk_http = _HttpProc(_sdk_cmd("http", p2), p2, tmp / "sdk-http.log")
     try:

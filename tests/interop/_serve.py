@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from mcp import StdioServerParameters
+
+from .._net import free_port, wait_for_port
 
 
 def cli_command() -> list[str]:
@@ -36,25 +36,6 @@ def stdio_params(profile: str, data_dir: Path, *extra: str) -> StdioServerParame
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before listening: {log.read_text()[-3000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"server did not listen on 127.0.0.1:{port} within {timeout:.0f} s: {log.read_text()[-3000:]}")
-
-
 @contextmanager
 def http_server(profile: str, data_dir: Path, *extra: str) -> Iterator[str]:
     """Serve ``profile`` over streamable HTTP on a free 127.0.0.1 port; yield its URL.
@@ -64,16 +45,16 @@ def http_server(profile: str, data_dir: Path, *extra: str) -> Iterator[str]:
     log = data_dir / "server.log"
     data_dir.mkdir(parents=True, exist_ok=True)
     for attempt in range(3):  # a free port can be taken between probing and binding
-        port = _free_port()
+        port = free_port()
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [*cli_command(), *serve_args(profile, data_dir, "--transport", "http", "--port", str(port), *extra)],
                 stdout=out, stderr=subprocess.STDOUT,
             )
         try:
-            _wait_listening(proc, port, log)
+            wait_for_port(port, proc, timeout=60, output=log.read_text)
             break
-        except RuntimeError:
+        except (RuntimeError, TimeoutError):
             proc.kill()
             proc.wait()
             if attempt == 2:

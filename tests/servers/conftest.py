@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from .._net import free_port, wait_for_port  # noqa: F401  (re-exported: tests/work imports them from here)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -25,25 +26,6 @@ def server_env(**extra: str) -> dict[str, str]:
 
 def serve_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "openfunctions.servers", "serve", *args]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited early with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"server did not listen on port {port}")
 
 
 def wait_for_file(path: Path, timeout: float = 30.0) -> None:

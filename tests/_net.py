@@ -1,0 +1,54 @@
+"""Free loopback ports, and waiting for a server subprocess to listen on one.
+
+The one copy shared by tests/servers, tests/interop and bench/bench_server.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Another process may take it before the server binds it; callers that
+    cannot afford a rare failure retry with a new port.
+    """
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(
+    port: int, proc: subprocess.Popen, timeout: float = 30.0, *, output: Callable[[], str] | None = None
+) -> None:
+    """Return once 127.0.0.1:``port`` accepts a connection.
+
+    Raises ``RuntimeError`` if ``proc`` exits first and ``TimeoutError`` after
+    ``timeout`` seconds; both messages end with ``output()`` (default: what the
+    exited process wrote to its stderr pipe, if it has one).
+    """
+
+    def said() -> str:
+        if output is not None:
+            return output()[-3000:]
+        if proc.poll() is not None and proc.stderr is not None:
+            text = proc.stderr.read()
+            return (text.decode(errors="replace") if isinstance(text, bytes) else text)[-3000:]
+        return ""
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before listening on port {port}: {said()}")
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"server did not listen on {LOOPBACK}:{port} within {timeout:.0f} s: {said()}")
