@@ -51,6 +51,8 @@ log = structlog.get_logger("openfunctions.servers.http")
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_SSE_RETRY_MS = 1000
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PATH = "/mcp"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -140,8 +142,8 @@ def _security(host: str, allowed_hosts: list[str] | None, allowed_origins: list[
 def create_http_app(
     server: OpenFunctionsServer,
     *,
-    path: str = "/mcp",
-    host: str = "127.0.0.1",
+    path: str = DEFAULT_PATH,
+    host: str = DEFAULT_HOST,
     stateless: bool = False,
     json_response: bool = False,
     auth_token: str | None = None,
@@ -216,33 +218,21 @@ class _Uvicorn(uvicorn.Server):
 async def serve_http(
     server: OpenFunctionsServer,
     *,
-    host: str = "127.0.0.1",
+    host: str = DEFAULT_HOST,
     port: int = 8000,
-    path: str = "/mcp",
-    stateless: bool = False,
-    json_response: bool = False,
-    auth_token: str | None = None,
-    allowed_hosts: list[str] | None = None,
-    allowed_origins: list[str] | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    retry_interval: int | None = DEFAULT_SSE_RETRY_MS,
     log_level: str = "warning",
     shutdown_grace: float = 2.0,
     handle_signals: bool = True,
+    **app_options: Any,
 ) -> None:
-    """Serve ``server`` over streamable HTTP until SIGTERM/SIGINT; then drain, stop, close."""
-    app = create_http_app(
-        server,
-        path=path,
-        host=host,
-        stateless=stateless,
-        json_response=json_response,
-        auth_token=auth_token,
-        allowed_hosts=allowed_hosts,
-        allowed_origins=allowed_origins,
-        max_body_bytes=max_body_bytes,
-        retry_interval=retry_interval,
-    )
+    """Serve ``server`` over streamable HTTP until SIGTERM/SIGINT; then drain, stop, close.
+
+    ``app_options`` are :func:`create_http_app`'s keyword arguments (``path``,
+    ``stateless``, ``auth_token``, ``event_store``, ...), passed on as given:
+    that function alone names and checks them. ``host`` is both the bind
+    address and what the app's Host-header check is based on.
+    """
+    app = create_http_app(server, host=host, **app_options)
     config = uvicorn.Config(
         app,
         host=host,
@@ -268,7 +258,12 @@ async def serve_http(
         async with anyio.create_task_group() as tg:
             if handle_signals:
                 tg.start_soon(on_signal)
-            log.info("listening", url=f"http://{host}:{port}{path}", stateless=stateless, auth=bool(auth_token))
+            log.info(
+                "listening",
+                url=f"http://{host}:{port}{app_options.get('path', DEFAULT_PATH)}",
+                stateless=app_options.get("stateless", False),
+                auth=bool(app_options.get("auth_token")),
+            )
             await uv.serve()
             tg.cancel_scope.cancel()
 
