@@ -5,7 +5,9 @@ per-user data directory — what an MCP host (Claude Desktop, …) launches.
 
 Exit codes: 0 done; 1 unexpected failure; 2 bad usage or configuration
 (unknown profile, unloadable --module, unreadable token, profile not in
-this build); 3 the data dir's journal slots are all held by other servers.
+this build); 3 the data dir's journal slots are all held by other servers;
+128+N (130 for SIGINT, 143 for SIGTERM) a second SIGINT/SIGTERM forced the
+shutdown: calls still running were cancelled instead of finishing.
 """
 
 from __future__ import annotations
@@ -157,11 +159,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from openfunctions.core import OpenFunctionsError, configure_logging
 
-    from .errors import DataDirLocked
+    from .errors import DataDirLocked, ShutdownForced
 
     configure_logging(args.log_level)
     try:
         return anyio.run(_serve, args)
+    except ShutdownForced as exc:
+        print(f"openfunctions-mcp: {exc.message}", file=sys.stderr)
+        return 128 + exc.signum
     except DataDirLocked as exc:
         print(f"openfunctions-mcp: {exc.message}", file=sys.stderr)
         return 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 from openfunctions.core.errors import ConfigurationError, OpenFunctionsError
 
 
@@ -33,4 +35,21 @@ class DataDirLocked(ServerError):
     code = "data_dir_locked"
 
 
-__all__ = ["ServerError", "ProfileUnavailable", "ToolLoadError", "AuthConfigError", "DataDirLocked"]
+class ShutdownForced(ServerError):
+    """A second SIGTERM/SIGINT arrived during a graceful shutdown: running calls were cancelled, not finished.
+
+    ``signum`` is the signal that forced it; the CLI exits with ``128 + signum``.
+    """
+
+    code = "shutdown_forced"
+
+    def __init__(self, signum: int, cancelled: int) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"shutdown forced by a second {name}: {cancelled} running call(s) cancelled",
+            details={"signal": name, "cancelled": cancelled},
+        )
+        self.signum = int(signum)
+
+
+__all__ = ["ServerError", "ProfileUnavailable", "ToolLoadError", "AuthConfigError", "DataDirLocked", "ShutdownForced"]

@@ -21,7 +21,10 @@ connection, not a server restart. ``event_store=False`` turns it off.
 
 Shutdown (SIGTERM/SIGINT): stop admitting calls, let running calls finish
 within the server's ``close_timeout``, then stop uvicorn (open SSE streams
-get ``shutdown_grace`` seconds), then close the journal.
+get ``shutdown_grace`` seconds), then close the journal. A second signal
+during that forces it: running calls are cancelled, uvicorn stops without
+waiting, the journal is closed, and :func:`serve_http` raises
+:class:`~openfunctions.servers.errors.ShutdownForced`.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ import contextlib
 import hashlib
 import hmac
 import os
-import signal
 import stat
 import weakref
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ._constants import PRINCIPAL_SCOPE_KEY
 from ._event_store import MemoryEventStore
+from ._signals import ShutdownWatch
 from .errors import AuthConfigError
 from .server import OpenFunctionsServer
 
@@ -227,6 +231,9 @@ async def serve_http(
 ) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM/SIGINT; then drain, stop, close.
 
+    A second SIGTERM/SIGINT while draining cancels the running calls, stops at
+    once and raises :class:`~openfunctions.servers.errors.ShutdownForced`.
+
     ``app_options`` are :func:`create_http_app`'s keyword arguments (``path``,
     ``stateless``, ``auth_token``, ``event_store``, ...), passed on as given:
     that function alone names and checks them. ``host`` is both the bind
@@ -245,19 +252,23 @@ async def serve_http(
     )
     uv = _Uvicorn(config)
 
-    async def on_signal() -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                log.info("shutdown_signal", signal=signal.Signals(signum).name, in_flight=server.in_flight)
-                if not await server.drain():
-                    log.warning("shutdown_timeout", in_flight=server.in_flight)
-                uv.should_exit = True
-                return
+    watch = ShutdownWatch(server)
 
     async with server:
         async with anyio.create_task_group() as tg:
+
+            async def drain_then_stop() -> None:
+                if not await server.drain():
+                    log.warning("shutdown_timeout", in_flight=server.in_flight)
+                uv.should_exit = True
+
+            def force() -> None:
+                # uvicorn's force_exit skips waiting for open connections and tasks.
+                server.cancel_running()
+                uv.should_exit = uv.force_exit = True
+
             if handle_signals:
-                tg.start_soon(on_signal)
+                tg.start_soon(partial(watch.run, graceful=partial(tg.start_soon, drain_then_stop), force=force))
             log.info(
                 "listening",
                 url=f"http://{host}:{port}{app_options.get('path', DEFAULT_PATH)}",
@@ -266,6 +277,7 @@ async def serve_http(
             )
             await uv.serve()
             tg.cancel_scope.cancel()
+    watch.raise_if_forced()
 
 
 __all__ = [

@@ -2,12 +2,13 @@
 
 SIGTERM/SIGINT: stop admitting new calls, let running ones finish within
 the server's ``close_timeout``, flush their responses, then end the
-connection; the journal is closed on the way out.
+connection; the journal is closed on the way out. A second signal cancels
+the running calls and ends at once (:class:`~openfunctions.servers.errors.ShutdownForced`).
 """
 
 from __future__ import annotations
 
-import signal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +17,11 @@ import structlog
 
 from openfunctions.core import ToolRegistry
 
+from ._signals import ShutdownWatch
 from .server import OpenFunctionsServer, create_mcp_server
 from .stdio import DEFAULT_MAX_MESSAGE_BYTES, stdio_transport
 
 log = structlog.get_logger("openfunctions.servers")
-
-async def watch_signals(server: OpenFunctionsServer, stop: anyio.Event, force: anyio.CancelScope) -> None:
-    """First SIGTERM/SIGINT: set ``stop`` (a graceful shutdown). A second one: cancel ``force``."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            if not stop.is_set():
-                log.info("shutdown_signal", signal=signal.Signals(signum).name, in_flight=server.in_flight)
-                stop.set()
-            else:
-                log.warning("shutdown_forced", signal=signal.Signals(signum).name, in_flight=server.in_flight)
-                force.cancel()
-                return
 
 
 async def finish_after_eof(server: OpenFunctionsServer, stdout_gone: anyio.Event) -> None:
@@ -58,9 +48,14 @@ async def run_stdio(
     server: OpenFunctionsServer, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, handle_signals: bool = True
 ) -> None:
     """Serve ``server`` over this process's stdin/stdout until EOF or a shutdown signal, then close it."""
+    watch = ShutdownWatch(server)
     async with server:
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
+
+            def force() -> None:
+                server.cancel_running()
+                tg.cancel_scope.cancel()
 
             async def serve() -> None:
                 transport = stdio_transport(
@@ -73,7 +68,8 @@ async def run_stdio(
 
             tg.start_soon(serve)
             if handle_signals:
-                tg.start_soon(watch_signals, server, stop, tg.cancel_scope)
+                tg.start_soon(partial(watch.run, graceful=stop.set, force=force))
+    watch.raise_if_forced()
 
 
 async def start_server(
@@ -104,4 +100,4 @@ async def start_server(
     await run_stdio(server, max_message_bytes=max_message_bytes)
 
 
-__all__ = ["start_server", "run_stdio", "watch_signals"]
+__all__ = ["start_server", "run_stdio"]

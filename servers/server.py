@@ -158,6 +158,7 @@ class OpenFunctionsServer:
         self._started = False
         self._closing = False
         self._closed = False
+        self._cancelled = False
         self._inflight = _InFlight()
         self._inflight.idle.set()
         self._resources: dict[str, _Resource] = {}
@@ -255,15 +256,22 @@ class OpenFunctionsServer:
         """Stop admitting and wait for running calls; True if all finished within ``timeout``."""
         self._closing = True
         self.registry.executor.scheduler.close("the server is shutting down")
+        if self._inflight.idle.is_set():
+            return True
         with anyio.move_on_after(self.close_timeout if timeout is None else timeout):
             await self._inflight.idle.wait()
             return True
         return False
 
-    async def cancel_in_flight(self, settle_timeout: float = 5.0) -> None:
-        """Cancel every running call and wait (bounded) until each has settled its receipt."""
+    def cancel_running(self) -> None:
+        """Cancel every running call now (a forced shutdown); :meth:`close` then no longer waits for them to finish."""
+        self._cancelled = True
         for scope in list(self._inflight.scopes):
             scope.cancel()
+
+    async def cancel_in_flight(self, settle_timeout: float = 5.0) -> None:
+        """Cancel every running call and wait (bounded) until each has settled its receipt."""
+        self.cancel_running()
         with anyio.CancelScope(shield=True), anyio.move_on_after(settle_timeout):
             await self._inflight.idle.wait()
 
@@ -272,7 +280,8 @@ class OpenFunctionsServer:
         if self._closed:
             return
         with anyio.CancelScope(shield=True):
-            finished = await self.drain()
+            # After cancel_running() the calls are not going to finish: only let them settle.
+            finished = await self.drain(timeout=0 if self._cancelled else None)
             if not finished:
                 log.warning("close_cancelling_calls", count=self.in_flight, timeout_s=self.close_timeout)
                 await self.cancel_in_flight()

@@ -6,6 +6,9 @@ import inspect
 import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,7 +18,8 @@ from openfunctions.servers import MemoryEventStore, create_mcp_server
 from openfunctions.servers import http as http_mod
 
 from .._net import free_port, wait_for_port
-from .conftest import server_env
+from .conftest import server_env, wait_for_file
+from .test_http import post, rpc
 from .test_http_resume import Session, sse_events
 
 
@@ -76,3 +80,97 @@ def test_serve_http_event_store_false_serves_streams_without_event_ids():
             proc.kill()
             proc.wait(timeout=10)
         proc.stderr.close()
+
+
+# -- a second shutdown signal forces the exit ----------------------------------
+
+
+class StderrLines:
+    """Collects a subprocess's stderr lines on a thread, so the test can wait for a log line."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    def wait_for(self, needle: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not any(needle in line for line in self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{needle!r} never appeared on stderr: {''.join(self.lines)[-3000:]}")
+                self._changed.wait(left)
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)
+        return "".join(self.lines)
+
+
+def settled_outcome(data_dir: Path, receipt_id: str) -> str | None:
+    from openfunctions.core.journal import read_records
+
+    for f in sorted((data_dir / "journal").glob("*.journal")):
+        for rec in read_records(f):
+            if rec.type == "receipt" and rec.data.get("receipt_id") == receipt_id:
+                return rec.data.get("outcome")
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT], ids=["TERM-TERM", "TERM-INT"])
+def test_http_second_signal_during_the_drain_cancels_calls_and_exits_at_once(http_server, tmp_path, second):
+    # A drain that would wait a minute for the hanging call: only the forced path ends it inside the safety timeout.
+    url, proc = http_server("--stateless", "--shutdown-timeout", "600", "--log-level", "info")
+    stderr = StderrLines(proc.stderr)
+    markers = tmp_path / "m"
+    reply: dict = {}
+
+    def call() -> None:
+        try:
+            reply["resp"] = post(url, rpc("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}}), name="slow")
+        except httpx.HTTPError as exc:  # the connection may be cut by the forced exit
+            reply["error"] = exc
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    wait_for_file(markers / "started")
+    proc.send_signal(signal.SIGTERM)
+    stderr.wait_for("shutdown_signal")  # the drain is under way (and the hanging call still runs)
+    proc.send_signal(second)
+
+    assert proc.wait(timeout=60) == 128 + second
+    caller.join(timeout=60)
+    err = stderr.text()
+    assert "shutdown_forced" in err
+    assert f"shutdown forced by a second {second.name}: 1 running call(s) cancelled" in err
+    assert (markers / "cancelled").exists() and not (markers / "finished").exists()
+    # The cancelled call's receipt was settled and journaled before the journal closed.
+    assert settled_outcome(tmp_path / "data", (markers / "started").read_text()) == "cancelled"
+
+
+@pytest.mark.slow
+def test_stdio_second_signal_during_the_drain_cancels_calls_and_exits_at_once(raw_stdio, tmp_path):
+    from .test_stdio import wait_for_file_in_stderr
+
+    markers = tmp_path / "m"
+    s = raw_stdio("--shutdown-timeout", "600", "--log-level", "info")
+    s.initialize()
+    s.request("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}})
+    wait_for_file(markers / "started")
+    s.proc.send_signal(signal.SIGTERM)
+    wait_for_file_in_stderr(s, b"shutdown_signal")
+    s.proc.send_signal(signal.SIGINT)
+    assert s.proc.wait(timeout=60) == 128 + signal.SIGINT
+    for t in s._threads:
+        t.join(timeout=10)
+    assert b"shutdown forced by a second SIGINT: 1 running call(s) cancelled" in bytes(s.stderr)
+    assert (markers / "cancelled").exists() and not (markers / "finished").exists()
+    assert settled_outcome(tmp_path / "data", (markers / "started").read_text()) == "cancelled"
