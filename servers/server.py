@@ -36,7 +36,7 @@ import base64
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,10 @@ from mcp_types import INVALID_PARAMS
 
 from openfunctions.core import InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
 
-log = structlog.get_logger("openfunctions.servers")
-
 from ._constants import PRINCIPAL_SCOPE_KEY, RECEIPT_META_KEY
+from ._outstanding import Outstanding
+
+log = structlog.get_logger("openfunctions.servers")
 
 REQUEST_CONTEXT_KEY = "mcp.request_context"
 """``ToolExecutionContext.metadata`` key holding the SDK's ``ServerRequestContext``."""
@@ -108,12 +109,6 @@ class _Prompt:
     title: str | None = None
 
 
-@dataclass
-class _InFlight:
-    scopes: set[anyio.CancelScope] = field(default_factory=set)
-    idle: anyio.Event = field(default_factory=anyio.Event)
-
-
 async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     out = fn(*args)
     if inspect.isawaitable(out):
@@ -159,8 +154,7 @@ class OpenFunctionsServer:
         self._closing = False
         self._closed = False
         self._cancelled = False
-        self._inflight = _InFlight()
-        self._inflight.idle.set()
+        self._inflight: Outstanding[anyio.CancelScope] = Outstanding()
         self._resources: dict[str, _Resource] = {}
         self._templates: list[_ResourceTemplate] = []
         self._prompts: dict[str, _Prompt] = {}
@@ -250,30 +244,30 @@ class OpenFunctionsServer:
 
     @property
     def in_flight(self) -> int:
-        return len(self._inflight.scopes)
+        return len(self._inflight)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Stop admitting and wait for running calls; True if all finished within ``timeout``."""
         self._closing = True
         self.registry.executor.scheduler.close("the server is shutting down")
-        if self._inflight.idle.is_set():
+        if self._inflight.empty.is_set():
             return True
         with anyio.move_on_after(self.close_timeout if timeout is None else timeout):
-            await self._inflight.idle.wait()
+            await self._inflight.empty.wait()
             return True
         return False
 
     def cancel_running(self) -> None:
         """Cancel every running call now (a forced shutdown); :meth:`close` then no longer waits for them to finish."""
         self._cancelled = True
-        for scope in list(self._inflight.scopes):
+        for scope in self._inflight:
             scope.cancel()
 
     async def cancel_in_flight(self, settle_timeout: float = 5.0) -> None:
         """Cancel every running call and wait (bounded) until each has settled its receipt."""
         self.cancel_running()
         with anyio.CancelScope(shield=True), anyio.move_on_after(settle_timeout):
-            await self._inflight.idle.wait()
+            await self._inflight.empty.wait()
 
     async def close(self) -> None:
         """Finish or cancel in-flight calls, then close the journal. Idempotent."""
@@ -364,18 +358,13 @@ class OpenFunctionsServer:
             raise MCPError(INVALID_PARAMS, msg, data=exc.to_dict()) from None
         tctx = self._execution_context(ctx)
         scope = anyio.CancelScope()
-        inflight = self._inflight
-        inflight.scopes.add(scope)
-        if inflight.idle.is_set():
-            inflight.idle = anyio.Event()
+        self._inflight.add(scope)
         detailed = None
         try:
             with scope:
                 detailed = await self.registry.executor.execute_detailed(tool, params.arguments, tctx)
         finally:
-            inflight.scopes.discard(scope)
-            if not inflight.scopes:
-                inflight.idle.set()
+            self._inflight.discard(scope)
         if detailed is None:  # cancelled by close() after the grace period
             return {
                 "content": [{"type": "text", "text": f"tool {name!r} was cancelled: the server shut down before it finished"}],

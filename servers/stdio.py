@@ -43,9 +43,11 @@ import mcp_types as types
 import structlog
 from mcp.shared.message import SessionMessage
 
+from ._constants import DEFAULT_MAX_MESSAGE_BYTES
+from ._outstanding import Outstanding
+
 log = structlog.get_logger("openfunctions.servers.stdio")
 
-from ._constants import DEFAULT_MAX_MESSAGE_BYTES
 _READ_CHUNK = 1 << 16
 
 PARSE_ERROR = -32700
@@ -142,7 +144,7 @@ async def stdio_transport(
     write_lock = anyio.Lock()
     wire_broken: list[OSError] = []
     # Requests read but not yet answered (a cancelled request is never answered).
-    pending = _Pending()
+    pending: Outstanding[Any] = Outstanding()
 
     async def emit(data: bytes) -> None:
         async with write_lock:
@@ -253,7 +255,7 @@ async def stdio_transport(
                 if on_eof is not None:
                     await on_eof(gone)
                 with anyio.move_on_after(answer_timeout):
-                    while pending.ids and not gone.is_set() and not wire_broken:
+                    while pending and not gone.is_set() and not wire_broken:
                         await _wait_any(pending.empty, gone)
             finally:
                 halt.set()
@@ -281,25 +283,6 @@ async def stdio_transport(
             os.dup2(wire_out, 1)
         with suppress(OSError):
             os.dup2(wire_in, 0)
-
-
-class _Pending:
-    """Ids of requests read and not yet answered, with an event for "none left"."""
-
-    def __init__(self) -> None:
-        self.ids: set[Any] = set()
-        self.empty = anyio.Event()
-        self.empty.set()
-
-    def add(self, rid: Any) -> None:
-        if not self.ids:
-            self.empty = anyio.Event()
-        self.ids.add(rid)
-
-    def discard(self, rid: Any) -> None:
-        self.ids.discard(rid)
-        if not self.ids:
-            self.empty.set()
 
 
 async def _wait_any(*events: anyio.Event) -> None:
