@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from importlib import import_module
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +102,8 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="stderr log level (default: %(default)s); stdout never carries logs")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
+    """The command's parser. Contributed sub-CLIs named in ``load`` are imported now; the others when they run."""
     from . import __version__
 
     parser = argparse.ArgumentParser(
@@ -132,21 +135,51 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--catalog", metavar="PATH", help="work catalog, passed to the server (work/all profiles)")
     demo.set_defaults(func=_cmd_demo)
 
-    _add_contributed(sub, "openfunctions.core.journal.cli", "journal", "inspect and verify execution journals")
-    _add_contributed(sub, "openfunctions.work.cli", "grant", "manage work grants")
+    for name in _CONTRIBUTED:
+        if name in load:
+            _add_contributed(sub, name)
+        else:
+            _add_deferred(sub, name)
     return parser
 
 
-def _add_contributed(sub: Any, module: str, name: str, help_text: str) -> None:
-    """Sub-CLIs are contributed by other packages as ``add_commands(subparsers)``."""
+# Sub-CLIs other packages contribute as ``add_commands(subparsers)``:
+# command -> (module, the package whose absence means "not in this build",
+# the help line ``--help`` lists). The help line repeats the module's own so
+# that ``--help`` need not import it (~0.2 s); test_cli checks they agree.
+_CONTRIBUTED = {
+    "journal": ("openfunctions.core.journal.cli", "openfunctions.core", "inspect and verify journals (read-only, no lock taken)"),
+    "grant": ("openfunctions.work.cli", "openfunctions.work", "issue, list and revoke work grants"),
+}
+
+
+def _add_contributed(sub: Any, name: str) -> None:
+    module, _, help_text = _CONTRIBUTED[name]
     try:
-        mod = __import__(module, fromlist=["add_commands"])
-        add_commands = mod.add_commands
+        add_commands = import_module(module).add_commands
     except (ImportError, AttributeError):
         p = sub.add_parser(name, help=f"{help_text} (not available in this build)")
         p.set_defaults(func=lambda args, _m=module, _n=name: _unavailable(_n, _m))
         return
     add_commands(sub)
+
+
+def _add_deferred(sub: Any, name: str) -> None:
+    """A stand-in listed in ``--help`` without importing the sub-CLI; :func:`main` loads the real one when it runs."""
+    module, package, help_text = _CONTRIBUTED[name]
+    try:
+        present = find_spec(package) is not None  # imports only the parent namespace, not the package
+    except (ImportError, ValueError):
+        present = False
+    if not present:
+        help_text += " (not available in this build)"
+    p = sub.add_parser(name, help=help_text)
+    p.set_defaults(func=lambda args, _n=name: _run_contributed(_n))
+
+
+def _run_contributed(name: str) -> int:
+    args = build_parser(load=(name,)).parse_args([name])
+    return args.func(args)
 
 
 def _unavailable(name: str, module: str) -> int:
@@ -239,9 +272,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     if not argv:
         argv = ["serve"]
+    # Import a contributed sub-CLI only when its command is the one given (no top-level option takes a value).
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(load=(command,) if command in _CONTRIBUTED else ())
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)

@@ -228,3 +228,45 @@ def test_bare_command_serves_tools_over_stdio_in_the_per_user_data_dir(tmp_path)
     from .conftest import journaled_receipts
 
     assert receipt["receipt_id"] in journaled_receipts(data_dir)
+
+
+def test_help_lists_the_contributed_commands_as_their_own_modules_word_them():
+    """--help stands in for the journal and grant sub-CLIs without importing them; the listing must not change."""
+    lazy = cli.build_parser().format_help()
+    eager = cli.build_parser(load=("journal", "grant")).format_help()
+    assert lazy == eager
+    for command in ("serve", "demo", "journal", "grant"):
+        assert f"\n    {command} " in lazy, command
+
+
+HELP_IMPORTS = """
+import json
+import sys
+from openfunctions.servers import cli
+after_import = sorted(m for m in sys.modules if m.startswith(("openfunctions.work", "openfunctions.core")))
+try:
+    cli.main(["--help"])
+except SystemExit as exc:
+    assert exc.code == 0, exc.code
+after_help = sorted(m for m in sys.modules if m.startswith(("openfunctions.work", "openfunctions.core")))
+print(json.dumps([after_import, after_help]), file=sys.stderr)
+"""
+
+
+def test_importing_the_cli_and_its_help_import_neither_work_nor_the_journal_cli():
+    proc = subprocess.run([sys.executable, "-c", HELP_IMPORTS], capture_output=True, text=True, timeout=60, env=server_env())
+    assert proc.returncode == 0, proc.stderr
+    after_import, after_help = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert after_import == [] and after_help == [], proc.stderr
+    assert "journal" in proc.stdout and "grant" in proc.stdout
+
+
+def test_contributed_commands_still_run_with_their_own_options(tmp_path):
+    journal = subprocess.run([sys.executable, "-m", "openfunctions.servers", "journal", "--help"],
+                             capture_output=True, text=True, timeout=60, env=server_env())
+    assert journal.returncode == 0 and "{inspect,verify,tail}" in journal.stdout, journal.stderr
+    grants = subprocess.run(
+        [sys.executable, "-m", "openfunctions.servers", "grant", "list", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env=server_env(),
+    )
+    assert grants.returncode == 0 and "no grants" in grants.stdout, grants.stderr
