@@ -45,6 +45,22 @@ async def await_file(path: Path, timeout: float = 30.0) -> None:
             await anyio.sleep(0.01)
 
 
+async def cancel_slow_call(client, markers: Path) -> None:
+    """Call the fixture's ``slow`` tool through an SDK ``client``, cancel the call once it runs,
+    and return when the handler has seen the cancellation."""
+    import anyio
+
+    async with anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            await client.call_tool("slow", {"dir": str(markers)})
+
+        tg.start_soon(call)
+        await await_file(markers / "started")
+        tg.cancel_scope.cancel()
+    await await_file(markers / "cancelled")
+
+
 @pytest.fixture
 def http_server(tmp_path):
     """Yields ``start(*extra, env=, path=)``: it runs `serve --transport http` on a free port and
@@ -136,6 +152,19 @@ class RawSession:
 
     def call(self, method: str, params: dict | None = None) -> dict:
         return self.response(self.request(method, params))
+
+    def start_slow(self, markers: Path) -> int:
+        """Call the fixture's ``slow`` tool (it runs until ``markers/release`` exists); return once it runs."""
+        rid = self.request("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}})
+        wait_for_file(markers / "started")
+        return rid
+
+    def wait_for_stderr(self, needle: bytes, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in bytes(self.stderr):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{needle!r} never appeared on stderr: {bytes(self.stderr)[-2000:]!r}")
+            time.sleep(0.01)
 
     def initialize(self, version: str = "2025-11-25") -> dict:
         out = self.call("initialize", {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}})

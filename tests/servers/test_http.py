@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import signal
 
-import anyio
 import httpx
 import pytest
 from mcp import Client
 
 from openfunctions.servers import RECEIPT_META_KEY
 
-from .conftest import await_file, journaled_receipts, wait_for_file
+from .conftest import cancel_slow_call, journaled_receipts, wait_for_file
 
 pytestmark = pytest.mark.slow
 
@@ -88,14 +87,7 @@ async def test_cancellation_over_http_reaches_the_handler(http_server, tmp_path,
     url, _ = http_server()
     markers = tmp_path / "m"
     async with Client(url, mode=mode, read_timeout_seconds=30) as client:
-        async with anyio.create_task_group() as tg:
-            async def call():
-                await client.call_tool("slow", {"dir": str(markers)})
-
-            tg.start_soon(call)
-            await await_file(markers / "started")
-            tg.cancel_scope.cancel()
-        await await_file(markers / "cancelled")
+        await cancel_slow_call(client, markers)
         after = await client.call_tool("add", {"a": 2, "b": 2})
     assert after.structured_content == {"sum": 4}
 

@@ -111,18 +111,25 @@ async def test_progress_reaches_the_client(mode):
     assert [(p, t, m) for p, t, m in seen] == [(1, 3, "step 1/3"), (2, 3, "step 2/3"), (3, 3, "step 3/3")]
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", MODES)
-async def test_cancellation_reaches_the_handler_and_the_receipt(mode):
-    started, cancelled = anyio.Event(), anyio.Event()
+def runs_until_cancelled(started: anyio.Event, cancelled: anyio.Event):
+    """A handler that sets ``started``, waits forever, and sets ``cancelled`` when it is cancelled."""
 
-    async def blocker(p, ctx):
+    async def handler(p, ctx):
         started.set()
         try:
             await anyio.Event().wait()
         except anyio.get_cancelled_exc_class():
             cancelled.set()
             raise
+
+    return handler
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_cancellation_reaches_the_handler_and_the_receipt(mode):
+    started, cancelled = anyio.Event(), anyio.Event()
+    blocker = runs_until_cancelled(started, cancelled)
 
     sink = MemoryJournalSink()
     registry = ToolRegistry(
@@ -193,14 +200,7 @@ async def test_close_refuses_queued_and_lets_running_finish():
 @pytest.mark.anyio
 async def test_close_cancels_calls_that_outlive_the_timeout():
     started, cancelled = anyio.Event(), anyio.Event()
-
-    async def forever(p, ctx):
-        started.set()
-        try:
-            await anyio.Event().wait()
-        except anyio.get_cancelled_exc_class():
-            cancelled.set()
-            raise
+    forever = runs_until_cancelled(started, cancelled)
 
     registry = ToolRegistry([define_tool(name="forever", description="never ends", handler=forever)])
     server = create_mcp_server(registry, name="t", version="1", close_timeout=0.05)

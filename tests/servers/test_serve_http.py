@@ -158,15 +158,12 @@ def test_http_second_signal_during_the_drain_cancels_calls_and_exits_at_once(htt
 
 @pytest.mark.slow
 def test_stdio_second_signal_during_the_drain_cancels_calls_and_exits_at_once(raw_stdio, tmp_path):
-    from .test_stdio import wait_for_file_in_stderr
-
     markers = tmp_path / "m"
     s = raw_stdio("--shutdown-timeout", "600", "--log-level", "info")
     s.initialize()
-    s.request("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}})
-    wait_for_file(markers / "started")
+    s.start_slow(markers)
     s.proc.send_signal(signal.SIGTERM)
-    wait_for_file_in_stderr(s, b"shutdown_signal")
+    s.wait_for_stderr(b"shutdown_signal")
     s.proc.send_signal(signal.SIGINT)
     assert s.proc.wait(timeout=60) == 128 + signal.SIGINT
     for t in s._threads:

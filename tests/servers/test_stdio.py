@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import signal
 
-import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from openfunctions.servers import RECEIPT_META_KEY
 
-from .conftest import await_file, journaled_receipts, server_env, serve_argv, wait_for_file
+from .conftest import cancel_slow_call, journaled_receipts, server_env, serve_argv, wait_for_file
 
 pytestmark = pytest.mark.slow
 
@@ -52,14 +51,7 @@ async def test_sdk_client_over_stdio(tmp_path, mode):
 async def test_cancellation_over_stdio_reaches_the_handler(tmp_path, mode):
     markers = tmp_path / "m"
     async with Client(params(tmp_path), mode=mode, read_timeout_seconds=30) as client:
-        async with anyio.create_task_group() as tg:
-            async def call():
-                await client.call_tool("slow", {"dir": str(markers)})
-
-            tg.start_soon(call)
-            await await_file(markers / "started")
-            tg.cancel_scope.cancel()
-        await await_file(markers / "cancelled")
+        await cancel_slow_call(client, markers)
         after = await client.call_tool("add", {"a": 1, "b": 1})
     assert after.structured_content == {"sum": 2}
     assert not (markers / "finished").exists()
@@ -163,8 +155,7 @@ def test_closing_stdin_cancels_calls_that_outlive_the_shutdown_timeout(raw_stdio
     markers = tmp_path / "m"
     s = raw_stdio("--shutdown-timeout", "0.2")
     s.initialize()
-    s.request("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}})
-    wait_for_file(markers / "started")
+    s.start_slow(markers)
     assert s.close() == 0
     assert (markers / "cancelled").exists() and not (markers / "finished").exists()
 
@@ -200,10 +191,9 @@ def test_sigterm_lets_the_running_call_finish_and_refuses_new_ones(raw_stdio, tm
     markers = tmp_path / "m"
     s = raw_stdio("--shutdown-timeout", "60", "--log-level", "info")
     s.initialize()
-    rid = s.request("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}})
-    wait_for_file(markers / "started")
+    rid = s.start_slow(markers)
     s.proc.send_signal(signal.SIGTERM)
-    wait_for_file_in_stderr(s, b"shutdown_signal")
+    s.wait_for_stderr(b"shutdown_signal")
     late = s.call("tools/call", {"name": "fail", "arguments": {}})
     (markers / "release").write_text("go")
     finished = s.response(rid)
@@ -220,18 +210,7 @@ def test_sigterm_cancels_calls_that_outlive_the_shutdown_timeout(raw_stdio, tmp_
     markers = tmp_path / "m"
     s = raw_stdio("--shutdown-timeout", "0.2")
     s.initialize()
-    s.request("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}})
-    wait_for_file(markers / "started")
+    s.start_slow(markers)
     s.proc.send_signal(signal.SIGTERM)
     assert s.proc.wait(timeout=30) == 0
     assert (markers / "cancelled").exists()
-
-
-def wait_for_file_in_stderr(s, needle: bytes, timeout: float = 30.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while needle not in bytes(s.stderr):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{needle!r} never appeared on stderr: {bytes(s.stderr)[-2000:]!r}")
-        time.sleep(0.01)
