@@ -65,6 +65,8 @@ REQUEST_CONTEXT_KEY = "mcp.request_context"
 # connections): not cacheable, complete.
 _LIST_ENVELOPE = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
 
+_LISTED_SPEC_KEYS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
 _ARGS_ARE_PROTOCOL_ERRORS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18"})
 
 # Protocol versions of the handshake era: their specs answer an unknown
@@ -311,13 +313,9 @@ class OpenFunctionsServer:
             return self._tools_cache[1]
         wire = []
         for t in tools:
-            entry: dict[str, Any] = {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
-            if t.title is not None:
-                entry["title"] = t.title
-            if t.output_schema is not None:
-                entry["outputSchema"] = t.output_schema
-            if t.annotations is not None:
-                entry["annotations"] = t.annotations.to_wire()
+            # The tool's own spec phrases the MCP fields; tags, examples and capability stay server-side.
+            spec = t.spec()
+            entry = {k: spec[k] for k in _LISTED_SPEC_KEYS if k in spec}
             if t.meta:
                 entry["_meta"] = t.meta
             wire.append(entry)
@@ -474,36 +472,16 @@ class OpenFunctionsServer:
         return rendered
 
 
-def create_mcp_server(
-    registry: ToolRegistry,
-    *,
-    name: str,
-    version: str,
-    instructions: str | None = None,
-    principal: str | None = None,
-    scopes: Iterable[str] = (),
-    journal_dir: Path | str | None = None,
-    profile: str = "tools",
-    close_timeout: float = 10.0,
-) -> OpenFunctionsServer:
-    """Build an MCP server that serves ``registry`` (see :class:`OpenFunctionsServer`).
+def create_mcp_server(registry: ToolRegistry, **options: Any) -> OpenFunctionsServer:
+    """Build an MCP server that serves ``registry``: ``options`` are :class:`OpenFunctionsServer`'s.
 
-    ``principal``/``scopes`` go into every call's trusted context (HTTP
-    bearer auth may set the principal per request). ``journal_dir`` is the
-    data dir whose ``journal/`` receives the execution journal
-    (``None``: no journal — the registry's own sink, if any, still runs).
+    ``name`` and ``version`` are required. ``principal``/``scopes`` go into
+    every call's trusted context (HTTP bearer auth may set the principal per
+    request). ``journal_dir`` is the data dir whose ``journal/`` receives the
+    execution journal (``None``: no journal — the registry's own sink, if any,
+    still runs). ``close_timeout``: how long running calls may finish on close.
     """
-    return OpenFunctionsServer(
-        registry,
-        name=name,
-        version=version,
-        instructions=instructions,
-        principal=principal,
-        scopes=scopes,
-        journal_dir=journal_dir,
-        profile=profile,
-        close_timeout=close_timeout,
-    )
+    return OpenFunctionsServer(registry, **options)
 
 
 __all__ = ["OpenFunctionsServer", "create_mcp_server", "RECEIPT_META_KEY", "REQUEST_CONTEXT_KEY", "Transport"]
