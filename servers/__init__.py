@@ -22,6 +22,7 @@ _EXPORTS = {
     "DataDirLocked": ".errors",
     "ProfileUnavailable": ".errors",
     "ServerError": ".errors",
+    "ShutdownForced": ".errors",
     "ToolLoadError": ".errors",
     "MemoryEventStore": "._event_store",
     "create_http_app": ".http",

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 
 from .errors import ShutdownForced
+
+if TYPE_CHECKING:
+    from .server import OpenFunctionsServer
 
 log = structlog.get_logger("openfunctions.servers")
 
@@ -25,7 +29,7 @@ SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class ShutdownWatch:
     """Watches SIGTERM/SIGINT for one serving run; remembers whether the shutdown was forced."""
 
-    def __init__(self, server: object) -> None:
+    def __init__(self, server: OpenFunctionsServer) -> None:
         self._server = server
         self.forced_by: signal.Signals | None = None
         self.cancelled = 0
@@ -36,7 +40,7 @@ class ShutdownWatch:
             first = True
             async for signum in signals:
                 sig = signal.Signals(signum)
-                in_flight = self._server.in_flight  # type: ignore[attr-defined]
+                in_flight = self._server.in_flight
                 if first:
                     first = False
                     log.info("shutdown_signal", signal=sig.name, in_flight=in_flight)
