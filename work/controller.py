@@ -272,9 +272,7 @@ class WorkController:
     def _block_in_memory(self, att: Attempt, reason: dict[str, Any]) -> None:
         """Block without a journal record (the journal refused it); a new holder's recovery decides durably."""
         if not att.terminal and att.state != "blocked":
-            att.history.append({"from": att.state, "to": "blocked", "at": utc_now(), "reason": reason})
-            att.state = "blocked"
-            att.blocked_reason = reason
+            att.transition("blocked", at=utc_now(), reason=reason)
 
     # == journal writes (always fenced) ========================================
 

@@ -284,6 +284,10 @@ async def test_lost_lease_stops_effects_and_blocks(env):
     st = ctl.status(principal="agent")
     assert st["controller"]["leaseLost"] and st["attempt"]["state"] == "blocked"
     assert st["attempt"]["blockedReason"]["code"] == "lease_lost"
+    # the in-memory block goes through the one transition path: history and updatedAt agree
+    last = ctl.attempt(st["attempt"]["attemptId"]).history[-1]
+    assert last["to"] == "blocked" and last["reason"]["code"] == "lease_lost"
+    assert st["attempt"]["updatedAt"] == last["at"] != st["attempt"]["createdAt"]
     before = len(_records(env))
     with pytest.raises(LeaseLost):
         await ctl.cancel(principal="agent")
