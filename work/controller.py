@@ -500,12 +500,7 @@ class WorkController:
             }
             async with self._lifecycle:
                 rec = await self._record("attempt_started", data)
-                att = Attempt(
-                    attempt_id=attempt_id, number=number, principal=principal, preview_id=preview_id,
-                    plan=prv["plan"], plan_digest=prv["plan_digest"], catalog_digest=prv["catalog_digest"],
-                    state="started", created_at=rec.time, updated_at=rec.time,
-                )
-                att.history.append({"from": "previewed", "to": "started", "at": rec.time})
+                att = Attempt.started(data, at=rec.time)
                 self.state.attempts[attempt_id] = att
                 self.state.attempt_count = number
                 self.state.active = attempt_id

@@ -194,3 +194,5 @@ async def test_status_reads_the_same_before_and_after_a_restart(env):
     await ctl.close()
     again = await env.open(counter.tools())
     assert again.status(principal="agent") == before and before["attempt"]["state"] == "completed"
+    aid = before["attempt"]["attemptId"]
+    assert again.attempt(aid).history == ctl.attempt(aid).history, "live start and replay build the same attempt"
