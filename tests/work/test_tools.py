@@ -324,6 +324,32 @@ async def test_reply_bounding_at_the_32_kib_edge(work):
 
 
 @pytest.mark.anyio
+async def test_over_budget_verify_and_completion_replies_still_carry_the_proof_digest(work, env):
+    from openfunctions.work.tools import WorkTools
+
+    # a workspace large enough that the proof's file maps push the verify reply over 32 KiB
+    for i in range(400):
+        (env.ws / "src" / f"bulk_{i:04d}_{'n' * 40}.txt").write_text(str(i))
+    profile = work()
+    s = Session(profile)
+    await _start(s, [{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}])
+    await s.ok("of_work_run_step")
+    v = await s.ok("of_work_verify")
+    assert v["artifactProjection"]["available"] and v["passed"] and v["state"] == "verified"
+    full = json.loads(await s.read_artifact(v["artifactProjection"]["artifact_id"]))
+    assert v["proofDigest"] == full["proof"]["proof_digest"], "the bounded verify reply names its proof"
+    done = await s.ok("of_work_complete")
+    assert done["state"] == "completed" and done["proofDigest"] == v["proofDigest"]
+    # The completion reply itself is three short fields, far below the budget
+    # (project_reply's smallest budget is 1 KiB); were it ever over, the
+    # tools' own projection keeps its identity, state and proof digest.
+    tools = WorkTools(profile.controller, store=profile.store)
+    over = await tools.reply({**done, "bulk": "z" * BUDGET}, scope=done["attemptId"])
+    assert over["artifactProjection"]["available"] and "bulk" not in over
+    assert (over["attemptId"], over["state"], over["proofDigest"]) == (done["attemptId"], "completed", done["proofDigest"])
+
+
+@pytest.mark.anyio
 async def test_a_profile_without_catalog_serves_tools_that_say_what_is_missing(tmp_path, monkeypatch):
     from openfunctions.work import CatalogInvalid
 
