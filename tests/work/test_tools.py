@@ -290,6 +290,11 @@ async def test_cancelling_a_long_step_blocks_the_attempt_with_an_unknown_operati
     assert (env.ws / "nap.txt").read_text() == "x"
     refused = await s.call("of_work_run_step")
     assert not refused.ok and refused.error.code == "effect_uncertain"
+    # nap declares no readback: reconcile is inconclusive every time, only a cancel moves on (docs/WORK.md)
+    for _ in range(2):
+        rec = await s.ok("of_work_reconcile")
+        assert rec["reconciled"][0]["verdict"] == "inconclusive" and rec["state"] == "blocked"
+    assert (await s.ok("of_work_cancel"))["state"] == "cancelled"
 
 
 @pytest.mark.anyio
