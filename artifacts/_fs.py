@@ -13,6 +13,9 @@ import os
 import stat
 import sys
 
+from openfunctions.core.files import fsync_dir
+from openfunctions.core.files import write_atomic as _write_atomic
+
 from .errors import ArtifactStoreUnsafe
 
 DIR_MODE = 0o700
@@ -63,44 +66,11 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(directory: str, name: str, data: bytes, *, mode: int = FILE_MODE, durable: bool = True) -> None:
-    """Write ``directory/name`` so that a crash leaves the old file or the new one, never a mix.
-
-    temp file (same directory) -> write -> fsync -> chmod -> rename -> fsync directory.
-    ``durable=False`` skips both fsyncs: only for files a reader can rebuild
-    and that it checks on read (after a machine crash such a file may be
-    missing or empty, never a torn mix of two contents that parses).
-    """
-    tmp = os.path.join(directory, f".tmp-{name}-{os.getpid()}-{os.urandom(4).hex()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, FILE_MODE)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        if durable:
-            os.fsync(fd)
-        os.fchmod(fd, mode)
-    except BaseException:
-        os.close(fd)
-        unlink_quiet(tmp)
-        raise
-    os.close(fd)
-    try:
-        os.rename(tmp, os.path.join(directory, name))
-    except BaseException:
-        unlink_quiet(tmp)
-        raise
-    if durable:
-        fsync_dir(directory)
+    """Write ``directory/name`` so that a crash leaves the old file or the new one, never a mix
+    (:func:`openfunctions.core.files.write_atomic`; ``durable=False`` only for
+    files a reader can rebuild and checks on read)."""
+    _write_atomic(os.path.join(directory, name), data, mode=mode, durable=durable)
 
 
 def read_small(path: str, limit: int) -> bytes:

@@ -272,9 +272,7 @@ class WorkController:
     def _block_in_memory(self, att: Attempt, reason: dict[str, Any]) -> None:
         """Block without a journal record (the journal refused it); a new holder's recovery decides durably."""
         if not att.terminal and att.state != "blocked":
-            att.history.append({"from": att.state, "to": "blocked", "at": utc_now(), "reason": reason})
-            att.state = "blocked"
-            att.blocked_reason = reason
+            att.transition("blocked", at=utc_now(), reason=reason)
 
     # == journal writes (always fenced) ========================================
 
@@ -502,12 +500,7 @@ class WorkController:
             }
             async with self._lifecycle:
                 rec = await self._record("attempt_started", data)
-                att = Attempt(
-                    attempt_id=attempt_id, number=number, principal=principal, preview_id=preview_id,
-                    plan=prv["plan"], plan_digest=prv["plan_digest"], catalog_digest=prv["catalog_digest"],
-                    state="started", created_at=rec.time, updated_at=rec.time,
-                )
-                att.history.append({"from": "previewed", "to": "started", "at": rec.time})
+                att = Attempt.started(data, at=rec.time)
                 self.state.attempts[attempt_id] = att
                 self.state.attempt_count = number
                 self.state.active = attempt_id
@@ -803,7 +796,7 @@ class WorkController:
             proof = Proof.model_validate(proof_dict)
             # recheck the catalog (from its file), the grant of every plan step, and the subject
             catalog_digest = self._check_catalog(att, reload=True)
-            grants = [await self._authorize(principal, e["step"], e["params"], effect=True, att=att) for e in att.plan]
+            grants = await self._authorize_plan(principal, att)
             grant = min((g for g in grants if g is not None), key=lambda g: g.expires_at, default=None)
             fresh = await self._fingerprints(proof.input_manifest.get("patterns") or ())  # independent re-read
             subject_fence = check_completion(
@@ -904,12 +897,26 @@ class WorkController:
             )
         return current
 
+    async def _authorize_plan(self, principal: str | None, att: Attempt) -> list[Any]:
+        """The grant of every distinct (step, paths) of the plan, each checked once.
+
+        A plan repeating a step with the same paths asks the same question
+        each time; every distinct one is still asked, so a revoked grant of
+        any plan step refuses (and blocks) the completion.
+        """
+        checked: dict[tuple[str, tuple[str, ...]], Any] = {}
+        for e in att.plan:
+            key = (e["step"], tuple(_path_params(self.catalog.step(e["step"]), e["params"])))
+            if key not in checked:
+                checked[key] = await self._authorize(principal, e["step"], e["params"], effect=True, att=att)
+        return list(checked.values())
+
     async def _authorize(self, principal: str | None, step: str, params: dict[str, Any], *, effect: bool, att: Attempt | None = None) -> Any:
         """Grant check for one step (returns the covering grant); a revoked/expired grant during an attempt blocks it."""
         if self.authority is None:
             return None
         spec = self.catalog.step(step)
-        paths = [params[p] for p in spec.path_params if isinstance(params.get(p), str)]
+        paths = _path_params(spec, params)
         try:
             return await self.authority.check(principal=principal, step=spec, paths=paths, lease=self._lease_hook if effect else None)
         except (GrantRevoked, GrantExpired) as exc:
@@ -964,6 +971,11 @@ class _SettledObserver:
 
     async def on_settled(self, receipt: Receipt) -> None:
         self.controller._observe(receipt)
+
+
+def _path_params(spec: Any, params: dict[str, Any]) -> list[str]:
+    """The values of a step's path parameters: what a grant's path patterns constrain."""
+    return [params[p] for p in spec.path_params if isinstance(params.get(p), str)]
 
 
 def _verdict(evidence: Any) -> str:

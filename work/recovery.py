@@ -98,19 +98,7 @@ def _preview(out: Recovered, d: dict[str, Any], rec: Any) -> None:
 
 
 def _started(out: Recovered, d: dict[str, Any], rec: Any) -> None:
-    att = Attempt(
-        attempt_id=d["attempt_id"],
-        number=d["number"],
-        principal=d.get("principal"),
-        preview_id=d["preview_id"],
-        plan=d["plan"],
-        plan_digest=d["plan_digest"],
-        catalog_digest=d["catalog_digest"],
-        state="started",
-        created_at=rec.time,
-        updated_at=rec.time,
-    )
-    att.history.append({"from": "previewed", "to": "started", "at": rec.time})
+    att = Attempt.started(d, at=rec.time)
     out.attempts[att.attempt_id] = att
     out.attempt_count = max(out.attempt_count, d["number"])
 

@@ -16,6 +16,7 @@ successful reconciliation (or a cancel) leaves it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -120,6 +121,21 @@ class Attempt:
     verifications: list[dict[str, Any]] = field(default_factory=list)
     artifacts: set[str] = field(default_factory=set)
     history: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def started(cls, data: Mapping[str, Any], *, at: str) -> "Attempt":
+        """A new attempt in ``started`` from an ``attempt_started`` record's data.
+
+        The one constructor for both ``start`` (live) and replay (recovery),
+        so an attempt reads the same before and after a restart.
+        """
+        att = cls(
+            attempt_id=data["attempt_id"], number=data["number"], principal=data.get("principal"),
+            preview_id=data["preview_id"], plan=data["plan"], plan_digest=data["plan_digest"],
+            catalog_digest=data["catalog_digest"], state="started", created_at=at, updated_at=at,
+        )
+        att.history.append({"from": "previewed", "to": "started", "at": at})
+        return att
 
     @property
     def terminal(self) -> bool:

@@ -414,6 +414,10 @@ def _summarize(payload: dict[str, Any]) -> dict[str, Any]:
     for key in ("attemptId", "previewId", "state", "planDigest", "catalogDigest", "passed", "proofDigest", "cursor", "remaining", "allGranted"):
         if key in payload:
             out[key] = payload[key]
+    proof = payload.get("proofSummary")
+    if isinstance(proof, dict) and "proofDigest" not in out:
+        # a verify reply names its proof only inside proofSummary; the digest is what complete is checked against
+        out["proofDigest"] = proof.get("proof_digest")
     att = payload.get("attempt")
     if isinstance(att, dict):
         out["attempt"] = {k: att.get(k) for k in ("attemptId", "state", "number", "cursor", "steps", "mutationEpoch", "blockedReason")}

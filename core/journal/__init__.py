@@ -12,6 +12,7 @@ Usage::
 
     log = await JournalLog.open(path, kind="log")     # 0700 dir, 0600 file, flock, recovery
     rec = await log.append("step", {"n": 1})           # returns after write + fdatasync
+    recs = await log.append_many([("a", {}), ("b", {})])  # one group: one fsync, one await
     for r in log.records(): ...                         # streaming, validated
     await log.close()
 

@@ -20,6 +20,7 @@ import stat
 from pathlib import Path
 
 from ..errors import JournalUnsafe
+from ..files import fsync_dir, write_all, write_atomic
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -29,14 +30,6 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 def _unsafe(path: Path | str, why: str) -> JournalUnsafe:
     return JournalUnsafe(f"refusing journal path {str(path)!r}: {why}", details={"path": str(path), "reason": why})
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def check_private(st: os.stat_result, path: Path | str, *, want_dir: bool) -> None:
@@ -119,28 +112,8 @@ def open_or_create_private(path: Path, flags: int) -> int:
 
 
 def create_file_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via temp file + fsync + rename + directory fsync."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
-    try:
-        try:
-            FileOps().write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except BaseException:
-        # A failed write (ENOSPC, EIO) leaves no half-written temp file behind.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
+    """Write ``data`` to ``path`` (0600) via temp file + fsync + rename + directory fsync."""
+    write_atomic(path, data, mode=FILE_MODE)
 
 
 def refuse_symlink(path: Path) -> None:
@@ -158,10 +131,7 @@ class FileOps:
     """The two operations that make bytes durable; the seam for fault injection."""
 
     def write_all(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        write_all(fd, data)
 
     def sync(self, fd: int) -> None:
         # fdatasync is enough for an append: the size change is metadata

@@ -284,6 +284,10 @@ async def test_lost_lease_stops_effects_and_blocks(env):
     st = ctl.status(principal="agent")
     assert st["controller"]["leaseLost"] and st["attempt"]["state"] == "blocked"
     assert st["attempt"]["blockedReason"]["code"] == "lease_lost"
+    # the in-memory block goes through the one transition path: history and updatedAt agree
+    last = ctl.attempt(st["attempt"]["attemptId"]).history[-1]
+    assert last["to"] == "blocked" and last["reason"]["code"] == "lease_lost"
+    assert st["attempt"]["updatedAt"] == last["at"] != st["attempt"]["createdAt"]
     before = len(_records(env))
     with pytest.raises(LeaseLost):
         await ctl.cancel(principal="agent")
@@ -357,3 +361,53 @@ async def test_renewal_waits_for_a_transition_in_progress(env):
         assert ctl._renewals == held
     while ctl._renewals == held:
         await anyio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_grant_revoked_after_verification_refuses_completion_and_blocks(env):
+    counter = Counter()
+    env.write_catalog(CATALOG)
+    # the written step and the rest under separate grants: revoking the one
+    # for a step that already ran must still stop the completion
+    g_bump = await env.grant(("bump",))
+    await env.grant(("look", "check"))
+    ctl = await env.open(counter.tools())
+    prv = await ctl.preview(PLAN, principal="agent")
+    await ctl.start(prv["previewId"], principal="agent")
+    await ctl.run_step(principal="agent")
+    await ctl.run_step(principal="agent")
+    assert (await ctl.verify(principal="agent"))["state"] == "verified"
+    await env.grants().revoke(g_bump.grant_id, by="operator")
+    with pytest.raises(GrantRevoked):
+        await ctl.complete(principal="agent")
+    st = ctl.status(principal="agent")["attempt"]
+    assert st["state"] == "blocked" and st["blockedReason"]["code"] == "grant_revoked"
+
+
+@pytest.mark.anyio
+async def test_completion_checks_each_distinct_plan_step_once(env):
+    from openfunctions.work.authority import Authority
+
+    class CountingAuthority(Authority):
+        def __init__(self, *a: Any) -> None:
+            super().__init__(*a)
+            self.checked: list[str] = []
+
+        async def check(self, *, step, **kw):
+            self.checked.append(step.name)
+            return await super().check(step=step, **kw)
+
+    counter = Counter()
+    catalog = env.write_catalog(CATALOG)
+    await env.grant(("bump", "look", "check"))
+    authority = CountingAuthority(env.grants(), catalog)
+    ctl = await env.open(counter.tools(), catalog=catalog, authority=authority)
+    prv = await ctl.preview([{"step": "bump"}, {"step": "bump"}, {"step": "look"}, {"step": "bump"}], principal="agent")
+    await ctl.start(prv["previewId"], principal="agent")
+    for _ in range(4):
+        await ctl.run_step(principal="agent")
+    await ctl.verify(principal="agent")
+    authority.checked.clear()
+    done = await ctl.complete(principal="agent")
+    assert done["state"] == "completed"
+    assert sorted(authority.checked) == ["bump", "look"], "a repeated (step, paths) is checked once"

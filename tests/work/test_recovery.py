@@ -109,8 +109,11 @@ def test_replay_order_and_unknown_record_types():
     assert plan == [("a", "blocked", plan[0][2])] and plan[0][2]["operations"] == ["o1"]
 
 
-@pytest.mark.anyio
-async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_again(env):
+async def _died_after_write_intent(env):
+    """A write_src attempt whose intent is durable and whose write never ran (the process "died" there).
+
+    Returns ``(catalog, store)``; the controller is closed.
+    """
     from openfunctions.artifacts import ArtifactStore
     from openfunctions.work.steps import build_step_tools, prepare_reconciliation
 
@@ -125,7 +128,6 @@ async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_agai
     prv = await ctl.preview(plan, principal="agent")
     att = await ctl.start(prv["previewId"], principal="agent")
     params = ctl.state.attempts[att["attemptId"]].plan[0]["params"]
-    # the process "died" right after its intent was durable, before the write
     await ctl._record(
         "intent",
         {"attempt_id": att["attemptId"], "operation_id": new_id("op"), "plan_index": 0, "step": "write_src",
@@ -133,7 +135,14 @@ async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_agai
          "readback": prepare_reconciliation(catalog, catalog.step("write_src"), params)},
     )
     await ctl.close()
+    return catalog, store
 
+
+@pytest.mark.anyio
+async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_again(env):
+    from openfunctions.work.steps import build_step_tools
+
+    catalog, store = await _died_after_write_intent(env)
     again = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
     assert again.status(principal="agent")["attempt"]["state"] == "blocked"
     rec = await again.reconcile(principal="agent")
@@ -148,34 +157,14 @@ async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_agai
 
 @pytest.mark.anyio
 async def test_readback_mismatch_keeps_the_attempt_blocked(env):
-    from openfunctions.artifacts import ArtifactStore
+    from openfunctions.work.errors import EffectUncertain, ProofInvalid
     from openfunctions.work.steps import build_step_tools
 
-    from .test_crash import WRITE_CATALOG
-
-    catalog = env.write_catalog(WRITE_CATALOG)
-    (env.ws / "src").mkdir()
-    await env.grant(["write_src", "check"], paths=["src/**"])
-    store = ArtifactStore(env.work_dir / "artifacts")
-    ctl = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
-    prv = await ctl.preview([{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}], principal="agent")
-    att = await ctl.start(prv["previewId"], principal="agent")
-    from openfunctions.work.steps import prepare_reconciliation
-
-    params = ctl.state.attempts[att["attemptId"]].plan[0]["params"]
-    await ctl._record(
-        "intent",
-        {"attempt_id": att["attemptId"], "operation_id": new_id("op"), "plan_index": 0, "step": "write_src",
-         "params": params, "effect": "write", "input_digest": "sha256:" + "2" * 64,
-         "readback": prepare_reconciliation(catalog, catalog.step("write_src"), params)},
-    )
-    await ctl.close()
+    catalog, store = await _died_after_write_intent(env)
     (env.ws / "src" / "a.txt").write_text("something else entirely")  # neither intended nor prior
     again = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
     rec = await again.reconcile(principal="agent")
     assert rec["reconciled"][0]["verdict"] == "inconclusive" and rec["state"] == "blocked"
-    from openfunctions.work.errors import EffectUncertain, ProofInvalid
-
     with pytest.raises(EffectUncertain):
         await again.run_step(principal="agent")
     with pytest.raises(ProofInvalid):
@@ -194,3 +183,5 @@ async def test_status_reads_the_same_before_and_after_a_restart(env):
     await ctl.close()
     again = await env.open(counter.tools())
     assert again.status(principal="agent") == before and before["attempt"]["state"] == "completed"
+    aid = before["attempt"]["attemptId"]
+    assert again.attempt(aid).history == ctl.attempt(aid).history, "live start and replay build the same attempt"

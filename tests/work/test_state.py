@@ -53,3 +53,12 @@ def test_completion_needs_verified():
         with pytest.raises(InvalidTransition, match="cannot move"):
             check_transition("att_x", src, "completed")
     check_transition("att_x", "verified", "completed")
+
+
+def test_started_builds_the_attempt_from_its_record_data():
+    data = {"attempt_id": "att_x", "number": 3, "principal": "p", "preview_id": "prv_x", "plan": [{"step": "s", "params": {}}],
+            "plan_digest": "d", "catalog_digest": "c", "lease_generation": 7}
+    a = Attempt.started(data, at="t0")
+    assert (a.attempt_id, a.number, a.principal, a.preview_id, a.plan_digest, a.catalog_digest) == ("att_x", 3, "p", "prv_x", "d", "c")
+    assert a.state == "started" and a.created_at == a.updated_at == "t0"
+    assert a.history == [{"from": "previewed", "to": "started", "at": "t0"}]

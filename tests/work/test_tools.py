@@ -290,6 +290,11 @@ async def test_cancelling_a_long_step_blocks_the_attempt_with_an_unknown_operati
     assert (env.ws / "nap.txt").read_text() == "x"
     refused = await s.call("of_work_run_step")
     assert not refused.ok and refused.error.code == "effect_uncertain"
+    # nap declares no readback: reconcile is inconclusive every time, only a cancel moves on (docs/WORK.md)
+    for _ in range(2):
+        rec = await s.ok("of_work_reconcile")
+        assert rec["reconciled"][0]["verdict"] == "inconclusive" and rec["state"] == "blocked"
+    assert (await s.ok("of_work_cancel"))["state"] == "cancelled"
 
 
 @pytest.mark.anyio
@@ -321,6 +326,32 @@ async def test_reply_bounding_at_the_32_kib_edge(work):
     over = await tools.reply(payload(n + 1), scope="att_x")
     assert over["artifactProjection"]["available"] and over["attemptId"] == "att_x" and over["state"] == "running"
     assert "blob" not in over and size(over) <= BUDGET
+
+
+@pytest.mark.anyio
+async def test_over_budget_verify_and_completion_replies_still_carry_the_proof_digest(work, env):
+    from openfunctions.work.tools import WorkTools
+
+    # a workspace large enough that the proof's file maps push the verify reply over 32 KiB
+    for i in range(400):
+        (env.ws / "src" / f"bulk_{i:04d}_{'n' * 40}.txt").write_text(str(i))
+    profile = work()
+    s = Session(profile)
+    await _start(s, [{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}])
+    await s.ok("of_work_run_step")
+    v = await s.ok("of_work_verify")
+    assert v["artifactProjection"]["available"] and v["passed"] and v["state"] == "verified"
+    full = json.loads(await s.read_artifact(v["artifactProjection"]["artifact_id"]))
+    assert v["proofDigest"] == full["proof"]["proof_digest"], "the bounded verify reply names its proof"
+    done = await s.ok("of_work_complete")
+    assert done["state"] == "completed" and done["proofDigest"] == v["proofDigest"]
+    # The completion reply itself is three short fields, far below the budget
+    # (project_reply's smallest budget is 1 KiB); were it ever over, the
+    # tools' own projection keeps its identity, state and proof digest.
+    tools = WorkTools(profile.controller, store=profile.store)
+    over = await tools.reply({**done, "bulk": "z" * BUDGET}, scope=done["attemptId"])
+    assert over["artifactProjection"]["available"] and "bulk" not in over
+    assert (over["attemptId"], over["state"], over["proofDigest"]) == (done["attemptId"], "completed", done["proofDigest"])
 
 
 @pytest.mark.anyio
