@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Callable
 
 import structlog
 
@@ -63,20 +64,22 @@ class _Batch:
         self.waiters: list[asyncio.Future[None]] = []
         self.loop = loop
 
-    def resolve(self, exc: BaseException | None) -> None:
-        """On the batch's loop: wake every appender still waiting."""
+    def resolve(self, error: Callable[[], BaseException] | None) -> None:
+        """On the batch's loop: wake every appender still waiting, with success
+        or with its own exception from ``error()`` (tasks must not share one
+        exception object: each raise rewrites its traceback)."""
         for f in self.waiters:
             if not f.done():
-                if exc is None:
+                if error is None:
                     f.set_result(None)
                 else:
-                    f.set_exception(exc)
+                    f.set_exception(error())
 
 
-def _wake(batches: list[_Batch], exc: BaseException | None) -> None:
+def _wake(batches: list[_Batch], error: Callable[[], BaseException] | None) -> None:
     for b in batches:
         try:
-            b.loop.call_soon_threadsafe(b.resolve, exc)
+            b.loop.call_soon_threadsafe(b.resolve, error)
         except RuntimeError:
             pass  # that loop is closed: nobody is left waiting
 
@@ -184,7 +187,7 @@ class GroupWriter:
                     self._thread = None
                     cv.notify_all()
                 log.error("journal_failed", path=self._path, error=str(self.failure))
-                _wake(batches, self.failed_error())
+                _wake(batches, self.failed_error)
                 if not isinstance(exc, Exception):
                     raise
                 return

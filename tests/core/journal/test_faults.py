@@ -205,5 +205,7 @@ async def test_queued_appenders_all_fail_when_the_batch_fails(tmp_path):
         for i in range(20):
             tg.start_soon(one, i)
     assert len(errors) == 20
+    assert len({id(e) for e in errors}) == 20  # each appender raises its own exception object
+    assert all("No space left" in str(e) for e in errors)
     assert log.last_seq == 1
     await log.close()
