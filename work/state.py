@@ -12,6 +12,12 @@ The state diagram (also in docs/WORK.md)::
 ``blocked`` is entered when an effect's outcome is unknown, a readback
 mismatched, the lease was lost, or the grant was revoked or expired; only a
 successful reconciliation (or a cancel) leaves it.
+
+``failed`` is reserved: the transitions allow it, but no rule enters it yet
+(a step that fails with a known outcome is recorded as a failed operation
+and the attempt stays ``running``; nothing decides that an attempt as a
+whole is beyond repair). Until such a rule is decided, an attempt that
+cannot go on is cancelled.
 """
 
 from __future__ import annotations
