@@ -2,7 +2,10 @@
 
 Layout: ``<data-dir>/journal/<profile>.journal`` (the file format is the
 core journal's, documented in ``openfunctions.core.journal``). The journal
-file is owned through a kernel lock held for the process's lifetime.
+file is owned through a kernel lock held for the process's lifetime. A
+journal past 64 MiB at startup is closed as a segment
+(``<profile>.journal.seg-000001``, …) and the server continues in a fresh
+file, so startup recovery stays short however long the history.
 
 Two servers of the same profile on one data dir (two MCP hosts launching
 ``uvx openfunctions-mcp`` at once is common): the second one does not fail.
@@ -50,6 +53,8 @@ async def open_execution_journal(data_dir: Path, profile: str) -> tuple[Any, Pat
             continue
         if slot > 1:
             log.info("journal_slot", path=str(path), reason="lower slots are held by other live servers")
+        if journal.rotated_to is not None:
+            log.info("journal_rotated", path=str(path), segment=str(journal.rotated_to))
         return journal, path
     raise DataDirLocked(
         f"all {MAX_SLOTS} journal slots of profile {profile!r} in {Path(data_dir) / 'journal'} are held by "

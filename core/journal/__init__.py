@@ -16,7 +16,8 @@ Usage::
     for r in log.records(): ...                         # streaming, validated
     await log.close()
 
-    journal = await ExecutionJournal.open(path)         # journal.recovered: unknown receipts
+    journal = await ExecutionJournal.open(path)         # journal.recovered: unknown receipts;
+                                                        # past 64 MiB it continues in a new segment
     registry = ToolRegistry(tools, journal=journal)
 
     for r in read_records(path): ...                    # lock-free, for inspection
@@ -35,7 +36,7 @@ from .errors import (
     JournalMismatch,
     JournalUnsafe,
 )
-from .log import JournalLog, read_records
+from .log import JournalLog, read_records, segment_paths
 
 __all__ = [
     "create_file_atomically",
@@ -54,4 +55,5 @@ __all__ = [
     "attempt_journal_path",
     "read_records",
     "recovered_receipt",
+    "segment_paths",
 ]

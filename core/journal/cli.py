@@ -26,6 +26,7 @@ from ._decoder import ScanResult, scan
 from ._fsutil import open_private
 from ._lock import kernel_holders, lock_path
 from ._record import Record
+from .log import segment_paths
 
 EXIT_OK, EXIT_CORRUPT, EXIT_UNREADABLE = 0, 1, 2
 
@@ -131,6 +132,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "owner": _owner(args.path),
             "pre_v2_copy": os.path.lexists(p + ".pre-v2"),
             "broken_copies": sorted(n for n in os.listdir(os.path.dirname(os.path.abspath(p))) if n.startswith(os.path.basename(p) + ".broken")),
+            "segments": [s.name for s in segment_paths(p)],
+            "previous": r.header.meta.get("previous") if isinstance(r.header.meta, dict) else None,
         }
         if args.json:
             print(canonical_json(info))
@@ -145,6 +148,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print("torn tail " + (f"{torn['length']} bytes at offset {torn['offset']} ({torn['reason']}); repaired on the next open" if torn else "none"))
         o = info["owner"]
         print("owner     " + (f"locked by pid {o['pid']}" if o["locked"] else "unknown" if o["locked"] is None else "none (not open for writing)"))
+        prev = info["previous"]
+        if isinstance(prev, dict):
+            print(f"previous  segment {prev.get('file')} (journal {prev.get('journal_id')}, last seq {prev.get('last_seq')})")
+        if info["segments"]:
+            print(f"segments  {len(info['segments'])} finished: {', '.join(info['segments'])}")
         if info["pre_v2_copy"]:
             print(f"pre-v2    {p}.pre-v2 (restore it to downgrade)")
         for b in info["broken_copies"]:

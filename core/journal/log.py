@@ -38,9 +38,10 @@ from typing import Any, Callable, Iterable, Iterator
 import anyio
 
 from ..errors import NonJsonValue
+from ..files import fsync_dir
 from ..receipts import new_id, utc_now
 from ._decoder import Decoder, ScanResult, scan
-from ._encoder import encode_header, encode_record, new_salt
+from ._encoder import encode_header, encode_record, link, new_salt
 from ._fsutil import FileOps, create_file_atomically, ensure_private_dir, open_private, refuse_symlink
 from ._lock import JournalLock
 from ._record import CURRENT_VERSION, VERSION_V1, Header, Record
@@ -228,6 +229,66 @@ class JournalLog:
         line, chk = encode_record(seq, type, time, data, prev)
         return line, Record(seq, type, time, data, chk, prev, CURRENT_VERSION, offset, line_no)
 
+    # -- segments ----------------------------------------------------------
+    async def rotate(self, *, meta: dict[str, Any] | None = None) -> Path:
+        """Close this file as a finished segment and continue in a fresh one.
+
+        Waits for queued appends, renames the file to the next free
+        ``<name>.seg-<n>`` (read-only history, still a complete journal that
+        ``journal verify`` checks), then creates a new file at the same path
+        whose header ``meta`` holds ``meta`` plus ``previous``: the old
+        segment's file name, journal id, last seq and last link. seq restarts
+        at 1 in the new segment. The writer lock is held throughout.
+
+        Crash-safe: the rename is atomic and its directory is fsynced before
+        the new file is created. A crash between the two leaves no file at
+        the path; the next open creates a fresh journal (without the
+        ``previous`` link) and nothing acknowledged is lost: it is all in
+        the segment. Returns the segment's path.
+
+        The switch itself runs on the event loop (a rename and a new header:
+        three fsyncs), so no append can slip in between; meant for open time.
+        If it fails, the log refuses further appends (reopen it).
+        """
+        writer = self._writable()
+        while writer.busy():
+            await anyio.to_thread.run_sync(writer.drain)
+            writer = self._writable()
+        try:
+            return self._rotate_sync(dict(meta or {}))
+        except BaseException:
+            self._closing = True  # half-switched: only close() and a reopen are safe now
+            raise
+
+    def _rotate_sync(self, meta: dict[str, Any]) -> Path:
+        assert self._writer is not None
+        previous = {
+            "file": "",
+            "journal_id": self.header.journal_id,
+            "last_seq": self._writer.durable_seq,
+            "last_link": self._link,
+        }
+        self._writer.stop()
+        segment = next_segment_path(self.path)
+        previous["file"] = segment.name
+        os.rename(self.path, segment)
+        fsync_dir(self.path.parent)
+        os.close(self._fd)
+        self._fd = -1
+        header = Header(
+            CURRENT_VERSION, new_id("jnl"), self.header.kind, utc_now(), new_salt(), {**meta, "previous": previous}
+        )
+        line = encode_header(header)
+        create_file_atomically(self.path, line)
+        self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
+        self.header = header
+        self._next_seq = 1
+        self._next_line = 2
+        self._link = link(line[:-1])
+        self._enqueued_size = len(line)
+        self._writer = GroupWriter(self._fd, self._ops, str(self.path), 0, len(line))
+        return segment
+
     # -- read --------------------------------------------------------------
     def records(self, *, after_seq: int = 0) -> Iterator[Record]:
         """Stream the durable records (validated again), optionally those after ``after_seq``."""
@@ -280,6 +341,26 @@ class JournalLog:
         return f"<JournalLog {str(self.path)!r} last_seq={self.last_seq}{' FAILED' if self.failed else ''}>"
 
 
+SEGMENT_MARK = ".seg-"
+
+
+def segment_paths(path: str | os.PathLike[str]) -> list[Path]:
+    """The finished segments of the journal at ``path``, oldest first."""
+    p = Path(os.path.abspath(path))
+    found = []
+    for entry in os.scandir(p.parent) if p.parent.is_dir() else ():
+        name = entry.name
+        if name.startswith(p.name + SEGMENT_MARK) and name[len(p.name) + len(SEGMENT_MARK):].isdigit():
+            found.append((int(name[len(p.name) + len(SEGMENT_MARK):]), p.parent / name))
+    return [q for _, q in sorted(found)]
+
+
+def next_segment_path(path: Path) -> Path:
+    existing = segment_paths(path)
+    n = int(existing[-1].name.rsplit(SEGMENT_MARK, 1)[1]) + 1 if existing else 1
+    return path.with_name(f"{path.name}{SEGMENT_MARK}{n:06d}")
+
+
 def read_records(path: str | os.PathLike[str]) -> Iterator[Record]:
     """Stream validated records without taking the lock (for inspection).
 
@@ -297,4 +378,4 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         os.close(fd)
 
 
-__all__ = ["JournalLog", "read_records"]
+__all__ = ["JournalLog", "read_records", "segment_paths", "next_segment_path", "SEGMENT_MARK"]
