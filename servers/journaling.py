@@ -30,6 +30,8 @@ from .errors import DataDirLocked
 log = structlog.get_logger("openfunctions.servers.journal")
 
 MAX_SLOTS = 16
+#: A journal larger than this at startup continues in a new segment (see the module docstring).
+ROTATE_BYTES = 64 * 2**20
 
 
 def journal_path(data_dir: Path, profile: str, slot: int = 1) -> Path:
@@ -48,7 +50,7 @@ async def open_execution_journal(data_dir: Path, profile: str) -> tuple[Any, Pat
     for slot in range(1, MAX_SLOTS + 1):
         path = journal_path(data_dir, profile, slot)
         try:
-            journal = await ExecutionJournal.open(path)
+            journal = await ExecutionJournal.open(path, rotate_over=ROTATE_BYTES)
         except JournalLocked:
             continue
         if slot > 1:

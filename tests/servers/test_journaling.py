@@ -76,3 +76,21 @@ def test_no_journal_writes_nothing(tmp_path):
     finally:
         s.kill()
     assert not (data / "journal").exists() or not any((data / "journal").iterdir())
+
+
+@pytest.mark.anyio
+async def test_a_journal_over_the_limit_at_startup_continues_in_a_new_segment(tmp_path, monkeypatch):
+    from openfunctions.core.journal import read_records, segment_paths
+
+    monkeypatch.setattr(journaling, "ROTATE_BYTES", 600)
+    journal, path = await journaling.open_execution_journal(tmp_path, "tools")
+    await journal.log.append("note", {"pad": "x" * 700})  # a real journal, now over the limit
+    await journal.close()
+
+    journal, path2 = await journaling.open_execution_journal(tmp_path, "tools")
+    try:
+        assert path2 == path and journal.rotated_to == segment_paths(path)[0]
+        assert journal.log.last_seq == 0
+        assert [r.type for r in read_records(journal.rotated_to)] == ["note"]
+    finally:
+        await journal.close()
