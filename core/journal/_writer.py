@@ -41,6 +41,7 @@ import structlog
 
 from ..errors import JournalFailed
 from ._fsutil import FileOps
+from .errors import JournalClosed
 
 log = structlog.get_logger("openfunctions.journal")
 
@@ -100,6 +101,7 @@ class GroupWriter:
         self._writing = False
         self._stopping = False
         self._draining = 0
+        self._on_exit: Callable[[], None] | None = None  # set by abandon()
         self.failure: BaseException | None = None
         self.durable_seq = durable_seq
         self.durable_size = durable_size
@@ -153,17 +155,46 @@ class GroupWriter:
                 self._draining -= 1
 
     def stop(self) -> None:
-        """Drop what is queued (as a crash would), finish an in-flight write, end the thread."""
+        """Drop what is queued (as a crash would), finish an in-flight write, end the thread.
+
+        The dropped records' appenders get :class:`JournalClosed` (never
+        left waiting). Not for the writer thread itself: see :meth:`abandon`.
+        """
         with self._mu:
             self._stopping = True
-            self._queue.clear()
-            self._batch = None
+            dropped, self._queue, self._batch = self._queue, [], None
             thread = self._thread
             self._cv.notify_all()
+        if dropped:
+            _wake(dropped, self._closed_error)
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
+    def on_writer_thread(self) -> bool:
+        return self._thread is threading.current_thread()
+
+    def abandon(self, on_exit: Callable[[], None]) -> None:
+        """From the writer thread itself (a dropped log collected there): stop
+        without taking the lock — the thread may hold it right now — and let
+        the thread run ``on_exit`` (close the fd, release the flock) once it
+        has finished what it is writing."""
+        self._on_exit = on_exit
+        self._stopping = True
+
+    def _closed_error(self) -> JournalClosed:
+        return JournalClosed(
+            f"journal {self._path!r} was closed before this record was written", details={"path": self._path}
+        )
+
     def _run(self) -> None:
+        try:
+            self._loop_batches()
+        finally:
+            on_exit = self._on_exit
+            if on_exit is not None:
+                on_exit()
+
+    def _loop_batches(self) -> None:
         cv = self._cv
         while True:
             with cv:

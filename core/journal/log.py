@@ -324,12 +324,27 @@ class JournalLog:
     def __del__(self) -> None:
         # Safety net for a log dropped without close(): stop the writer, free
         # the fd and the flock so this process can reopen it. Queued appends
-        # are not awaited.
-        if not getattr(self, "_closed", True) and getattr(self, "_fd", -1) >= 0:
-            try:
-                self._close_now()
-            except Exception:
-                pass
+        # are not awaited. The collector may run this on the writer thread
+        # itself, possibly while it holds its lock or is about to write: then
+        # the thread closes the fd and releases the flock when it stops.
+        if getattr(self, "_closed", True) or getattr(self, "_fd", -1) < 0:
+            return
+        try:
+            writer = self._writer
+            if writer is not None and writer.on_writer_thread():
+                fd, lock = self._fd, self._lock
+                self._closed = self._closing = True
+                self._fd = -1
+
+                def release() -> None:
+                    os.close(fd)
+                    lock.release()
+
+                writer.abandon(release)
+                return
+            self._close_now()
+        except Exception:
+            pass
 
     async def __aenter__(self) -> JournalLog:
         return self

@@ -55,3 +55,24 @@ def test_utc_now_is_rfc3339_microseconds_and_tracks_the_clock():
     assert parsed == sorted(parsed)
     # The cached date part is never stale: every stamp lies within the window.
     assert before - dt.timedelta(microseconds=1) <= parsed[0] and parsed[-1] <= after
+
+
+def test_utc_now_is_exact_around_second_boundaries(monkeypatch):
+    # The date text is cached per second: drive a fake clock across
+    # boundaries (forwards, backwards, ±1 ns/µs) and compare with datetime.
+    import datetime as dt
+
+    from openfunctions.core import receipts
+
+    def reference(ns: int) -> str:
+        t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=ns // 1000)
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    base = 1_796_000_000 * 10**9  # 2026-11-30
+    clock = [0]
+    monkeypatch.setattr(receipts.time, "time_ns", lambda: clock[0])
+    monkeypatch.setattr(receipts, "_second_text", (-1, ""))
+    for s in (0, 1, 59, 60, 3599, 3600, 86399, 86400, 1, 0):
+        for delta in (-1001, -1000, -999, -1, 0, 1, 999, 1000, 999_999_999):
+            clock[0] = base + s * 10**9 + delta
+            assert receipts.utc_now() == reference(clock[0]), clock[0]

@@ -7,7 +7,7 @@ import threading
 import anyio
 import pytest
 
-from openfunctions.core.journal import JournalLog, read_records
+from openfunctions.core.journal import JournalClosed, JournalLog, read_records
 from openfunctions.core.journal import _writer
 from openfunctions.core.journal._fsutil import FileOps
 
@@ -97,9 +97,10 @@ def test_a_log_outlives_its_event_loop(tmp_path):
 
 
 @pytest.mark.anyio
-async def test_close_after_a_crash_like_stop_drops_only_unsynced_queued_records(tmp_path):
-    # _close_now is what a crash looks like: the in-flight write finishes,
-    # what is still queued is dropped, and nothing is acknowledged wrongly.
+async def test_a_crash_like_close_finishes_the_write_in_flight_and_fails_the_queued_appenders(tmp_path):
+    # _close_now is what a crash looks like to the file: the in-flight write
+    # finishes, what is still queued is dropped, and its appender is told so
+    # (JournalClosed) instead of waiting forever.
     release = threading.Event()
     entered = threading.Event()
 
@@ -111,10 +112,13 @@ async def test_close_after_a_crash_like_stop_drops_only_unsynced_queued_records(
 
     p = tmp_path / "j.jsonl"
     log = await JournalLog.open(p, _ops=GatedOps())
-    acked: list[int] = []
+    results: dict[int, object] = {}
 
     async def one(i: int) -> None:
-        acked.append((await log.append("t", {"i": i})).seq)
+        try:
+            results[i] = (await log.append("t", {"i": i})).seq
+        except JournalClosed as exc:
+            results[i] = exc
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(one, 0)
@@ -123,9 +127,45 @@ async def test_close_after_a_crash_like_stop_drops_only_unsynced_queued_records(
         await until(lambda: log._next_seq == 3)
         threading.Timer(0.05, release.set).start()
         log._close_now()  # joins the writer: record 1 finishes, record 2 is dropped
-        tg.cancel_scope.cancel()
+        with anyio.fail_after(30):  # a safety net, not a timing assertion: it must not hang
+            await until(lambda: len(results) == 2, max_checkpoints=10**7)
+    assert results[0] == 1
+    assert isinstance(results[1], JournalClosed) and "closed before this record was written" in str(results[1])
     assert [r.seq for r in read_records(p)] == [1]
-    assert 2 not in acked
+
+
+@pytest.mark.anyio
+async def test_a_log_collected_on_its_own_writer_thread_closes_there(tmp_path):
+    # The garbage collector may run a dropped log's __del__ on the writer
+    # thread, even mid-batch. It must not take the writer's lock there (it
+    # may hold it) nor close the fd under the write: the thread finishes the
+    # batch, then closes the fd and releases the flock itself.
+    p = tmp_path / "j.jsonl"
+    holder: dict[str, JournalLog] = {}
+    where: list[str] = []
+
+    class CollectDuringSync(FileOps):
+        def sync(self, fd):
+            log = holder.pop("log", None)
+            if log is not None:
+                where.append(threading.current_thread().name)
+                log.__del__()  # what a collection on this thread would run
+            super().sync(fd)  # the fd must still be open here
+
+    log = await JournalLog.open(p, _ops=CollectDuringSync())
+    holder["log"] = log
+    rec = await log.append("t", {"i": 1})
+    assert rec.seq == 1 and where == [f"journal-writer:{p.name}"]
+    for _ in range(400):  # the thread exits once the batch is done (safety net ~4 s)
+        if not _writer_threads(p):
+            break
+        await anyio.sleep(0.01)
+    assert _writer_threads(p) == []
+    assert log.closed and log._fd == -1
+    # The flock was released: the journal reopens in this process, record intact.
+    reopened = await JournalLog.open(p)
+    assert reopened.last_seq == 1
+    await reopened.close()
 
 
 @pytest.mark.anyio
