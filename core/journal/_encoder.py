@@ -18,6 +18,9 @@ Line 1, the header::
 - ``journal_id``: opaque random id (``jnl_`` + 26 base32 chars).
 - ``kind``: what the journal holds: ``"execution"``, ``"attempt"`` or ``"log"``.
 - ``meta``: a JSON object of the owner's facts (e.g. the attempt id); may be ``{}``.
+  A file that continues a finished segment (``JournalLog.rotate``) also has
+  ``meta.previous``: ``{"file", "journal_id", "last_seq", "last_link"}`` of the
+  segment it follows (``<path>.seg-NNNNNN``, a complete journal of its own).
 - ``salt``: 128 random bits as 32 lowercase hex digits (the epoch). It enters
   the chain through the first record's ``prev``, so records copied from one
   journal into another do not verify.
