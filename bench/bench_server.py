@@ -2,7 +2,9 @@
 
 Both serve the same tool (``noop``: no arguments, returns the text "ok").
 Ours runs it through the executor with receipts on and the journal off
-(``--no-journal``); the SDK's runs it through ``MCPServer``. Measured in one
+(``--no-journal``), and once more over stdio with the journal on (two
+fsyncs per call: what durability costs); the SDK's runs it through
+``MCPServer``. Measured in one
 run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 
 - ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
@@ -102,10 +104,11 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
 
 
-def _ours_cmd(data_dir: Path, *extra: str) -> list[str]:
+def _ours_cmd(data_dir: Path, *extra: str, journal: bool = False) -> list[str]:
     script = Path(sys.executable).with_name("openfunctions-mcp")
     base = [str(script)] if script.exists() else [sys.executable, "-m", "openfunctions.servers"]
-    return [*base, "serve", "--module", "bench_server:registry", "--no-example-tools", "--no-journal",
+    return [*base, "serve", "--module", "bench_server:registry", "--no-example-tools",
+            *(() if journal else ("--no-journal",)),
             "--data-dir", str(data_dir), "--log-level", "warning", *extra]
 
 
@@ -202,6 +205,12 @@ async def bench(n_inproc: int, n_stdio: int, n_http: int, rounds: int, tmp: Path
     sdk_stdio = StdioServerParameters(command=sys.executable, args=_sdk_cmd("stdio")[1:], env=_env())
     await mode("stdio", _Target("ours", lambda: [client(ours_stdio)]), _Target("sdk", lambda: [client(sdk_stdio)]),
                n_stdio)
+    # What durability costs: the same, with the execution journal on (a start
+    # record and a receipt fsynced per call, before the handler and before the reply).
+    journaled = _ours_cmd(tmp / "stdio-journal", journal=True)
+    ours_journal = StdioServerParameters(command=journaled[0], args=journaled[1:], env=_env())
+    await mode("stdio, journal on", _Target("ours+journal", lambda: [client(ours_journal)]),
+               _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
 
     p1, p2 = free_port(), free_port()
     ours_http = _HttpProc(_ours_cmd(tmp / "http", "--transport", "http", "--port", str(p1)), p1, tmp / "ours-http.log")
@@ -247,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             "rounds ran back to back, so it saw about the same machine load). `http x16` is 16 concurrent "
             "clients, each with its own connection, against one server process; the clients share one Python "
             "process, which is part of what is measured. Ours also validates arguments, schedules the call and "
-            "builds a receipt (sha256 of spec, params and result) for every call. "
+            "builds a receipt (sha256 of spec, params and result) for every call. The `stdio, journal on` row "
+            "is the default server (no `--no-journal`): each call also fsyncs a start record before the handler "
+            "and its receipt before the reply, which the SDK does not do at all — it shows what durability "
+            "costs, not a like-for-like race. "
             f"1-minute load average at the end of the run: {load:.1f} on a shared machine, so absolute rates "
             "move between runs; the ratios are the figure to quote.\n\n"
         )
