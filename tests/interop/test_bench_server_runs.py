@@ -20,4 +20,4 @@ def test_bench_server_quick_run_measures_every_mode() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "x |" in line]
-    assert [r.split("|")[1].strip() for r in rows] == ["in-process", "stdio", "http x1", "http x16"], proc.stdout
+    assert [r.split("|")[1].strip() for r in rows] == ["in-process", "stdio", "stdio, journal on", "http x1", "http x16"], proc.stdout
