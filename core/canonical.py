@@ -125,8 +125,6 @@ def _c_canonical() -> Callable[[Any], str]:
         enc = make_encoder(None, _refuse, encode_basestring, None, ":", ",", True, False, False)
 
         def encode(value: Any) -> str:
-            if type(value) is str:
-                return encode_basestring(value)
             return "".join(enc(value, 0))
 
         probe = {"b": [1, 2.5, None, True, "\u00e9\n"], "a": {"z": -0.0, "y": 10**30}, "": "x"}
@@ -140,14 +138,9 @@ def _c_canonical() -> Callable[[Any], str]:
 _encode_canonical = _c_canonical()
 
 
-def dumps_checked(value: Any, *, path: str = "$", pretty: bool = False, check_keys: bool = True) -> str:
-    """Canonical (or ``pretty``, indent 2) JSON of ``value``, raising :class:`NonJsonValue`.
-
-    ``check_keys=False`` skips the string-key walk; only for display text of
-    a value whose canonical form is checked anyway.
-    """
+def _encode_checked(encode: Callable[[Any], str], value: Any, path: str, check_keys: bool) -> str:
     try:
-        text = _PRETTY.encode(value) if pretty else _encode_canonical(value)
+        text = encode(value)
     except (ValueError, TypeError, RecursionError) as exc:
         raise _explain(value, path, exc) from None
     if check_keys and isinstance(value, _CONTAINERS) and not _keys_are_strings(value):
@@ -155,16 +148,18 @@ def dumps_checked(value: Any, *, path: str = "$", pretty: bool = False, check_ke
     return text
 
 
+def dumps_checked(value: Any, *, path: str = "$", pretty: bool = False, check_keys: bool = True) -> str:
+    """Canonical (or ``pretty``, indent 2) JSON of ``value``, raising :class:`NonJsonValue`.
+
+    ``check_keys=False`` skips the string-key walk; only for display text of
+    a value whose canonical form is checked anyway.
+    """
+    return _encode_checked(_PRETTY.encode if pretty else _encode_canonical, value, path, check_keys)
+
+
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of ``value``; :class:`NonJsonValue` names what has no JSON form."""
-    # dumps_checked without its options: this is every receipt's and journal record's hot path.
-    try:
-        text = _encode_canonical(value)
-    except (ValueError, TypeError, RecursionError) as exc:
-        raise _explain(value, "$", exc) from None
-    if isinstance(value, _CONTAINERS) and not _keys_are_strings(value):
-        raise _explain(value, "$", TypeError("non-string key"))
-    return text
+    return _encode_checked(_encode_canonical, value, "$", True)
 
 
 def _surrogate_path(value: Any, path: str) -> str | None:

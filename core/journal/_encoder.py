@@ -58,7 +58,6 @@ with the chain it is also tamper-evident. 128 bits are kept to keep lines short.
 
 from __future__ import annotations
 
-import hashlib
 from hashlib import sha256
 import os
 from json.encoder import encode_basestring as _encode_str
@@ -75,7 +74,7 @@ BODY_START = len(CHK_PREFIX) + CHK_LEN + 2
 
 def link(line: bytes) -> str:
     """The chain link of a header or v1 line (without its newline)."""
-    return hashlib.sha256(line).hexdigest()[:CHK_LEN]
+    return sha256(line).hexdigest()[:CHK_LEN]
 
 
 def new_salt() -> str:
