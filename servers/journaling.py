@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from openfunctions.core.errors import JournalLocked
+from openfunctions.core.journal.execution import DEFAULT_ROTATE_BYTES
 
 from .errors import DataDirLocked
 
@@ -31,7 +32,7 @@ log = structlog.get_logger("openfunctions.servers.journal")
 
 MAX_SLOTS = 16
 #: A journal larger than this at startup continues in a new segment (see the module docstring).
-ROTATE_BYTES = 64 * 2**20
+ROTATE_BYTES = DEFAULT_ROTATE_BYTES
 
 
 def journal_path(data_dir: Path, profile: str, slot: int = 1) -> Path:

@@ -61,7 +61,7 @@ import anyio
 import anyio.to_thread
 
 from openfunctions.core import canonical_json, new_id, utc_now
-from openfunctions.core.journal import create_file_atomically
+from openfunctions.core.files import write_atomic
 
 from .errors import LeaseHeld, LeaseLost, WorkError
 
@@ -280,7 +280,7 @@ def _ensure_dir(path: Path) -> None:
 def _atomic_write(path: Path, record: dict[str, Any]) -> None:
     # The journal package's helper: temp file (O_NOFOLLOW, full write loop)
     # -> fsync -> rename -> directory fsync.
-    create_file_atomically(path, (canonical_json(record) + "\n").encode("utf-8"))
+    write_atomic(path, (canonical_json(record) + "\n").encode("utf-8"))
 
 
 __all__ = ["Lease", "LeaseStore", "LEASE_VERSION"]

@@ -23,7 +23,6 @@ Usage::
     for r in read_records(path): ...                    # lock-free, for inspection
 """
 
-from ._fsutil import create_file_atomically
 from ._record import Header, Record
 from .execution import ExecutionJournal, recovered_receipt
 from .attempt import WorkAttemptJournal, attempt_journal_path
@@ -39,7 +38,6 @@ from .errors import (
 from .log import JournalLog, read_records, segment_paths
 
 __all__ = [
-    "create_file_atomically",
     "ExecutionJournal",
     "Header",
     "JournalClosed",

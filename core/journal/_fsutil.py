@@ -4,7 +4,7 @@
 - Every open uses ``O_NOFOLLOW``; a symlink anywhere we open is refused, as is
   a group/other-accessible mode or a foreign owner (:class:`JournalUnsafe`).
 - A new file or a rename is durable only after its directory is fsynced, so
-  :func:`create_file_atomically` writes to a temporary name, fsyncs the file,
+  :func:`openfunctions.core.files.write_atomic` writes to a temporary name, fsyncs the file,
   renames, and fsyncs the directory.
 
 :class:`FileOps` is the narrow seam the log writes through (``write_all`` and
@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 from ..errors import JournalUnsafe
-from ..files import fsync_dir, write_all, write_atomic
+from ..files import fsync_dir, write_all
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -98,7 +98,7 @@ def open_or_create_private(path: Path, flags: int) -> int:
 
     Not fsynced: its one caller is the lock file, whose lock lives in the
     kernel and whose pid is only a message; the journal file itself is
-    created with :func:`create_file_atomically`.
+    created with :func:`openfunctions.core.files.write_atomic`.
     """
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
@@ -109,11 +109,6 @@ def open_or_create_private(path: Path, flags: int) -> int:
             raise _unsafe(path, "it is a symlink") from None
         raise
     return fd
-
-
-def create_file_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (0600) via temp file + fsync + rename + directory fsync."""
-    write_atomic(path, data, mode=FILE_MODE)
 
 
 def refuse_symlink(path: Path) -> None:
@@ -144,7 +139,6 @@ __all__ = [
     "FILE_MODE",
     "FileOps",
     "check_private",
-    "create_file_atomically",
     "ensure_private_dir",
     "fsync_dir",
     "open_or_create_private",

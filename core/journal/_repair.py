@@ -15,7 +15,7 @@ from pathlib import Path
 import structlog
 
 from ._decoder import CHUNK, TornTail
-from ._fsutil import create_file_atomically, fsync_dir
+from ..files import fsync_dir, write_atomic
 
 log = structlog.get_logger("openfunctions.journal")
 
@@ -45,7 +45,7 @@ def repair_torn_tail(fd: int, path: Path, torn: TornTail) -> Path:
     """Save the torn bytes to a ``.broken`` copy, then truncate and fsync. Returns the copy's path."""
     broken = _free_name(Path(f"{path}.broken"))
     data = _read_range(fd, torn.offset, torn.offset + torn.length)
-    create_file_atomically(broken, data)
+    write_atomic(broken, data)
     os.ftruncate(fd, torn.offset)
     os.fsync(fd)
     fsync_dir(path.parent)
@@ -63,7 +63,7 @@ def repair_torn_tail(fd: int, path: Path, torn: TornTail) -> Path:
 def save_pre_v2(fd: int, path: Path, end: int) -> Path:
     """Copy the v1 bytes to ``<path>.pre-v2`` (atomically, fsynced) before the first v2 write."""
     copy = Path(f"{path}.pre-v2")
-    create_file_atomically(copy, _read_range(fd, 0, end))
+    write_atomic(copy, _read_range(fd, 0, end))
     log.info("journal_pre_v2_copy_saved", path=str(path), copy=str(copy), bytes=end)
     return copy
 

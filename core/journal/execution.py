@@ -31,6 +31,7 @@ old logs.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Iterator
@@ -128,11 +129,8 @@ class ExecutionJournal:
     # -- reading -------------------------------------------------------------
     def receipts(self) -> Iterator[Receipt]:
         """Stream every persisted receipt, in journal order (finished segments first)."""
-        for segment in segment_paths(self.log.path):
-            for rec in read_records(segment):
-                if rec.type == RECEIPT:
-                    yield Receipt.model_validate(rec.data)
-        for rec in self.log.records():
+        segments = (read_records(s) for s in segment_paths(self.log.path))
+        for rec in itertools.chain(*segments, self.log.records()):
             if rec.type == RECEIPT:
                 yield Receipt.model_validate(rec.data)
 

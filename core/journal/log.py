@@ -38,11 +38,11 @@ from typing import Any, Callable, Iterable, Iterator
 import anyio
 
 from ..errors import NonJsonValue
-from ..files import fsync_dir
+from ..files import fsync_dir, write_atomic
 from ..receipts import new_id, utc_now
 from ._decoder import Decoder, ScanResult, scan
-from ._encoder import encode_header, encode_record, link, new_salt
-from ._fsutil import FileOps, create_file_atomically, ensure_private_dir, open_private, refuse_symlink
+from ._encoder import encode_header, encode_record, new_salt
+from ._fsutil import FileOps, ensure_private_dir, open_private, refuse_symlink
 from ._lock import JournalLock
 from ._record import CURRENT_VERSION, VERSION_V1, Header, Record
 from ._repair import repair_torn_tail, save_pre_v2
@@ -113,7 +113,7 @@ class JournalLog:
     def _recover(self, kind: str | None, meta: dict[str, Any] | None, on_record: Callable[[Record], None] | None) -> None:
         if not os.path.lexists(self.path):
             header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_now(), new_salt(), dict(meta or {}))
-            create_file_atomically(self.path, encode_header(header))
+            write_atomic(self.path, encode_header(header))
         self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
         result = scan(self._fd, str(self.path), on_record=on_record)
         assert result.header is not None
@@ -262,31 +262,20 @@ class JournalLog:
 
     def _rotate_sync(self, meta: dict[str, Any]) -> Path:
         assert self._writer is not None
+        segment = next_segment_path(self.path)
         previous = {
-            "file": "",
+            "file": segment.name,
             "journal_id": self.header.journal_id,
             "last_seq": self._writer.durable_seq,
             "last_link": self._link,
         }
         self._writer.stop()
-        segment = next_segment_path(self.path)
-        previous["file"] = segment.name
         os.rename(self.path, segment)
         fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = -1
-        header = Header(
-            CURRENT_VERSION, new_id("jnl"), self.header.kind, utc_now(), new_salt(), {**meta, "previous": previous}
-        )
-        line = encode_header(header)
-        create_file_atomically(self.path, line)
-        self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
-        self.header = header
-        self._next_seq = 1
-        self._next_line = 2
-        self._link = link(line[:-1])
-        self._enqueued_size = len(line)
-        self._writer = GroupWriter(self._fd, self._ops, str(self.path), 0, len(line))
+        # No file at the path now: recovery creates the new one, exactly as a first open does.
+        self._recover(self.header.kind, {**meta, "previous": previous}, None)
         return segment
 
     # -- read --------------------------------------------------------------
