@@ -63,7 +63,7 @@ class JournalLog:
         self._lock: JournalLock
         self._ops: FileOps
         self._next_seq = 1
-        self._next_line = 2
+        self._line_of_seq = 1  # a record's line number is its seq + this (the header is line 1)
         self._link = ""
         self._enqueued_size = 0
         self._writer: GroupWriter | None = None  # set once recovered
@@ -131,7 +131,7 @@ class JournalLog:
         self.recovery = result
         self._next_seq = result.last_seq + 1
         headerless = self.header.journal_id is None and result.header_end == 0
-        self._next_line = result.last_seq + (1 if headerless else 2)
+        self._line_of_seq = 0 if headerless else 1
         self._link = result.last_link
         self._enqueued_size = result.good_end
         self._writer = GroupWriter(self._fd, self._ops, str(self.path), result.last_seq, result.good_end)
@@ -170,12 +170,11 @@ class JournalLog:
         """
         writer = self._writable()
         seq, prev = self._next_seq, self._link
-        line, rec = self._encode(type, data, seq, prev, self._enqueued_size, self._next_line)
+        line, rec = self._encode(type, data, seq, prev, self._enqueued_size, seq + self._line_of_seq)
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         writer.enqueue([line], seq, waiter, loop)  # raises JournalFailed before any seq is consumed
         self._next_seq = seq + 1
-        self._next_line += 1
         self._link = rec.checksum  # type: ignore[assignment]
         self._enqueued_size += len(line)
         await waiter
@@ -194,20 +193,20 @@ class JournalLog:
         record.
         """
         writer = self._writable()
-        seq, prev, offset, line_no = self._next_seq, self._link, self._enqueued_size, self._next_line
+        seq, prev, offset = self._next_seq, self._link, self._enqueued_size
         lines: list[bytes] = []
         out: list[Record] = []
         for type, data in records:
-            line, rec = self._encode(type, data, seq, prev, offset, line_no)
+            line, rec = self._encode(type, data, seq, prev, offset, seq + self._line_of_seq)
             lines.append(line)
             out.append(rec)
-            seq, prev, offset, line_no = seq + 1, rec.checksum, offset + len(line), line_no + 1
+            seq, prev, offset = seq + 1, rec.checksum, offset + len(line)
         if not out:
             return out
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         writer.enqueue(lines, seq - 1, waiter, loop)
-        self._next_seq, self._link, self._enqueued_size, self._next_line = seq, prev, offset, line_no  # type: ignore[assignment]
+        self._next_seq, self._link, self._enqueued_size = seq, prev, offset  # type: ignore[assignment]
         await waiter
         return out
 
