@@ -78,11 +78,18 @@ async def test_execution_journal_rotates_after_recovery_and_reads_receipts_acros
 async def test_small_journals_and_rotate_over_none_never_rotate(tmp_path):
     p = tmp_path / "exec.jsonl"
     j = await ExecutionJournal.open(p)
+    await j.log.append("receipt", recovered_receipt(_start(0)).to_dict())
     await j.close()
-    j = await ExecutionJournal.open(p, rotate_over=None)
+    j = await ExecutionJournal.open(p)  # default limit: a small journal stays as it is
     assert j.rotated_to is None
     await j.close()
+    j = await ExecutionJournal.open(p, rotate_over=None)  # any size: None never rotates
+    assert j.rotated_to is None and j.log.last_seq == 1
+    await j.close()
     assert segment_paths(p) == []
+    j = await ExecutionJournal.open(p, rotate_over=1)  # the same file does rotate past a real limit
+    assert j.rotated_to is not None
+    await j.close()
 
 
 async def test_a_crash_between_the_rename_and_the_new_file_loses_nothing(tmp_path):
