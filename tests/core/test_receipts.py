@@ -53,7 +53,7 @@ def test_utc_now_is_rfc3339_microseconds_and_tracks_the_clock():
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", s), s
     parsed = [dt.datetime.fromisoformat(s.replace("Z", "+00:00")) for s in stamps]
     assert parsed == sorted(parsed)
-    # The cached date part is never stale: every stamp lies within the window.
+    # Every stamp lies within the real clock's window (second boundaries: the next test).
     assert before - dt.timedelta(microseconds=1) <= parsed[0] and parsed[-1] <= after
 
 
