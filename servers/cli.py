@@ -51,7 +51,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what to serve")
     g.add_argument("--profile", choices=PROFILES, default="tools",
                    help="tools: your tools (--module / entry points) plus the example tools; work: the of_work_* "
-                        "tools; artifacts: of_artifact_read over <data-dir>/artifacts; all: every part in this build; "
+                        "tools; artifacts: of_artifact_read over <data-dir>/artifacts; agents: the agents, crews and "
+                        "workflows --module defines, each as a tool; memory, rag: memory and retrieval tools (--store); "
+                        "gateway: the upstream MCP servers of --upstreams; all: every part in this build; "
                         "conformance: the MCP conformance suite's fixtures (default: %(default)s)")
     g.add_argument("--module", action="append", default=[], metavar="PKG.MOD:ATTR",
                    help="load tools from ATTR of module PKG.MOD: a ToolRegistry, a list of tools, or a zero-arg "
@@ -63,6 +65,12 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--catalog", metavar="PATH",
                    help="the work catalog (TOML) for --profile work/all (default: $OPENFUNCTIONS_WORK_CATALOG, "
                         "else <data-dir>/work/catalog.toml)")
+    g.add_argument("--store", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+                   help="where memory and RAG keep their data: a postgresql:// URL (default: "
+                        "$OPENFUNCTIONS_DATABASE_URL, else files in the data dir)")
+    g.add_argument("--upstreams", metavar="JSON",
+                   help="gateway: a JSON file with an 'mcpServers' object (the shape MCP hosts use) naming the "
+                        "upstream MCP servers to mount as mcp__<server>__<tool>")
     g.add_argument("--principal", metavar="NAME",
                    help="the principal recorded in receipts and seen by policies (never taken from tool arguments)")
 
@@ -150,6 +158,9 @@ def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
 _CONTRIBUTED = {
     "journal": ("openfunctions.core.journal.cli", "openfunctions.core", "inspect and verify journals (read-only, no lock taken)"),
     "grant": ("openfunctions.work.cli", "openfunctions.work", "issue, list and revoke work grants"),
+    "runs": ("openfunctions.agents.cli", "openfunctions.agents", "list, show and follow agent run records"),
+    "rag": ("openfunctions.rag.cli", "openfunctions.rag", "ingest documents and search them"),
+    "gateway": ("openfunctions.providers.cli", "openfunctions.providers", "check the upstream MCP servers a gateway mounts"),
 }
 
 
@@ -230,6 +241,8 @@ async def _serve(args: argparse.Namespace) -> int:
         examples=not args.no_example_tools,
         catalog=args.catalog,
         principal=args.principal,
+        store=args.store,
+        upstreams=args.upstreams,
     )
     server = create_mcp_server(
         profile.registry,
@@ -243,6 +256,7 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     profile.install(server)
     try:
+        await profile.start()
         if args.transport == "stdio":
             await run_stdio(server, max_message_bytes=args.max_message_bytes)
         else:

@@ -6,6 +6,9 @@
   group (same kinds) — plus the example tools (``example_tools.py``).
 - ``artifacts``: ``of_artifact_read`` over ``<data-dir>/artifacts/``.
 - ``work``: the ``of_work_*`` tools from ``openfunctions.work.build_work_profile``.
+- ``agents``, ``memory``, ``rag``, ``gateway``: the upper layers. Each layer
+  package exports a builder named in :data:`LAYERS`; see :func:`_layer_profile`
+  for the contract it implements.
 - ``all``: every part that is available in this build.
 - ``conformance``: the MCP conformance suite's fixtures
   (``openfunctions.servers.conformance.build_conformance_registry``).
@@ -25,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from openfunctions.core import ToolDefinition, ToolRegistry
+from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolRegistry
 
 from .errors import ProfileUnavailable, ToolLoadError
 from .example_tools import example_tools
@@ -39,6 +42,9 @@ Setup = Callable[[Any], None]
 Closer = Callable[[], Awaitable[None]]
 
 
+Starter = Callable[[], Awaitable[None]]
+
+
 @dataclass
 class Profile:
     name: str
@@ -46,11 +52,18 @@ class Profile:
     instructions: str | None = None
     setups: list[Setup] = field(default_factory=list)
     closers: list[Closer] = field(default_factory=list)
+    # Run once, in order, after the server exists and before it serves (e.g.
+    # connecting a gateway's upstreams, which needs an event loop).
+    starters: list[Starter] = field(default_factory=list)
 
     def install(self, server: Any) -> None:
         """Register the profile's resources/prompts on ``server``."""
         for setup in self.setups:
             setup(server)
+
+    async def start(self) -> None:
+        for start in self.starters:
+            await start()
 
     async def aclose(self) -> None:
         for close in reversed(self.closers):
@@ -181,6 +194,45 @@ def _conformance_profile() -> Profile:
     return prof
 
 
+# The upper layers: profile -> (package, builder). A builder is called as
+# ``builder(data_dir=Path, registry=ToolRegistry | None, principal=str | None,
+# modules=tuple[str, ...], store=str | None, upstreams=str | None)`` and
+# returns an object with ``registry`` (a ToolRegistry), ``instructions``
+# (str | None), ``async aclose()`` and optionally ``async start()`` and
+# ``install(server)``. With ``registry`` given (the ``all`` profile) the layer
+# registers its tools into that registry, so they share its executor (one
+# scheduler, one journal), and returns it. A builder raises
+# ``ProfileUnavailable`` (or any OpenFunctionsError) with a message naming what
+# is missing; under ``all`` that part is then logged and left out.
+LAYERS: dict[str, tuple[str, str]] = {
+    "agents": ("openfunctions.agents", "build_agents_profile"),
+    "memory": ("openfunctions.memory", "build_memory_profile"),
+    "rag": ("openfunctions.rag", "build_rag_profile"),
+    "gateway": ("openfunctions.providers", "build_gateway_profile"),
+}
+
+
+def _layer_builder(name: str) -> Callable[..., Any]:
+    package, attr = LAYERS[name]
+    try:
+        module = importlib.import_module(package)
+        return getattr(module, attr)
+    except (ImportError, AttributeError):
+        raise ProfileUnavailable(f"the {name!r} profile is not available: this build has no {package}.{attr}") from None
+
+
+def _layer_profile(name: str, options: dict[str, Any], registry: ToolRegistry | None) -> Profile:
+    built = _layer_builder(name)(registry=registry, **options)
+    prof = Profile(name, built.registry, getattr(built, "instructions", None), closers=[built.aclose])
+    start = getattr(built, "start", None)
+    if start is not None:
+        prof.starters.append(start)
+    install = getattr(built, "install", None)
+    if install is not None:
+        prof.setups.append(install)
+    return prof
+
+
 INSTRUCTIONS = {
     "tools": "Tools run through a validating, journaled executor; every result's _meta carries a receipt "
     "(dev.openfunctions/receipt) recording what ran.",
@@ -198,11 +250,18 @@ def build_profile(
     examples: bool = True,
     catalog: str | Path | None = None,
     principal: str | None = None,
+    store: str | None = None,
+    upstreams: str | Path | None = None,
 ) -> Profile:
     """Build the named profile's registry and server setup.
 
-    ``catalog``/``principal`` go to the work controller (``work`` and ``all``).
+    ``catalog``/``principal`` go to the work controller (``work`` and ``all``);
+    ``store`` (a PostgreSQL URL, else the data directory) to memory and RAG;
+    ``upstreams`` (an ``mcpServers`` JSON file) to the gateway.
     """
+    layer_options: dict[str, Any] = dict(
+        data_dir=Path(data_dir), principal=principal, modules=tuple(modules), store=store, upstreams=upstreams,
+    )
     if name not in PROFILES:
         raise ToolLoadError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
     if name == "tools":
@@ -215,6 +274,8 @@ def build_profile(
         return Profile("work", wp.registry, wp.instructions, closers=[wp.aclose])
     if name == "conformance":
         return _conformance_profile()
+    if name in LAYERS:
+        return _layer_profile(name, layer_options, None)
     # all: every part this build has; a missing part is logged, not faked.
     parts = _tools_parts(modules, files_root, examples)
     closers: list[Closer] = []
@@ -246,7 +307,21 @@ def build_profile(
         instructions = f"{instructions}\n\n{wp.instructions}"
     except ProfileUnavailable as exc:
         log.warning("profile_part_unavailable", part="work", reason=exc.message)
-    return Profile("all", base, instructions, closers=closers)
+    setups: list[Setup] = []
+    starters: list[Starter] = []
+    for layer in LAYERS:
+        try:
+            part = _layer_profile(layer, layer_options, base)
+        except OpenFunctionsError as exc:
+            log.warning("profile_part_unavailable", part=layer, reason=exc.message)
+            continue
+        base = part.registry
+        closers.extend(part.closers)
+        setups.extend(part.setups)
+        starters.extend(part.starters)
+        if part.instructions:
+            instructions = f"{instructions}\n\n{part.instructions}"
+    return Profile("all", base, instructions, setups=setups, closers=closers, starters=starters)
 
 
-__all__ = ["PROFILES", "Profile", "build_profile", "load_module_tools", "ENTRY_POINT_GROUP"]
+__all__ = ["PROFILES", "LAYERS", "Profile", "build_profile", "load_module_tools", "ENTRY_POINT_GROUP"]

@@ -152,7 +152,16 @@ async def test_artifacts_work_and_all_profiles(tmp_path):
 
 
 def test_every_profile_name_is_known():
-    assert PROFILES == ("tools", "work", "artifacts", "all", "conformance")
+    assert PROFILES == ("tools", "work", "artifacts", "agents", "memory", "rag", "gateway", "all", "conformance")
+
+
+def test_a_layer_profile_not_in_this_build_names_its_package(monkeypatch, tmp_path):
+    from openfunctions.servers import profiles
+    from openfunctions.servers.errors import ProfileUnavailable
+
+    monkeypatch.setitem(profiles.LAYERS, "agents", ("openfunctions.no_such_layer", "build_agents_profile"))
+    with pytest.raises(ProfileUnavailable, match="openfunctions.no_such_layer.build_agents_profile"):
+        build_profile("agents", data_dir=tmp_path)
 
 
 def test_work_profile_without_a_catalog_serves_tools_that_name_the_fix(tmp_path):

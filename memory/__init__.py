@@ -1,0 +1,1 @@
+"""Conversation and fact memory, served as tools. Being built (issue 13)."""

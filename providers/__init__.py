@@ -1,0 +1,1 @@
+"""Context providers and the MCP gateway. Being built (issue 14)."""

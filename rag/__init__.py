@@ -1,0 +1,1 @@
+"""Retrieval over ingested documents, served as tools. Being built (issue 13)."""
