@@ -161,6 +161,7 @@ _CONTRIBUTED = {
     "runs": ("openfunctions.agents.cli", "openfunctions.agents", "list, show and follow agent run records"),
     "rag": ("openfunctions.rag.cli", "openfunctions.rag", "ingest documents and search them"),
     "gateway": ("openfunctions.providers.cli", "openfunctions.providers", "check the upstream MCP servers a gateway mounts"),
+    "workflows": ("openfunctions.workflows.cli", "openfunctions.workflows", "list, show and resume durable workflow runs"),
 }
 
 

@@ -1,0 +1,1 @@
+"""Durable workflows: pipe/then/parallel/branch over tool, transform and LLM steps. Being built (issue 15)."""
