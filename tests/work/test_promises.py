@@ -58,13 +58,13 @@ async def test_a_cancelled_verify_does_not_wedge_the_controller(env):
             tg.start_soon(lambda: ctl.verify(principal="agent"))
             await gate["entered"].wait()
             scope.cancel()
+    r = await ctl.run_step(principal="agent")  # main: EffectUncertain "reconcile first"
+    assert r["operation"]["status"] == "done"
     st = ctl.status(principal="agent")["attempt"]
     assert st["state"] == "running" and st["proof"] is None
     [ver] = [o for o in st["operations"] if o.get("purpose") == "verify"]
     assert ver["status"] == "failed"  # idempotent verifier: re-running it is harmless, nothing is left open
     assert (await ctl.reconcile(principal="agent"))["reconciled"] == []
-    r = await ctl.run_step(principal="agent")  # main: EffectUncertain "reconcile first"
-    assert r["operation"]["status"] == "done"
     gate["check"] = None
     assert (await ctl.verify(principal="agent"))["passed"]
     assert (await ctl.complete(principal="agent"))["state"] == "completed"

@@ -154,21 +154,21 @@ async def test_cancel_and_start_again_never_reruns_an_uncertain_effect(env):
         st = (await client.call_tool("of_work_status", {})).structured_content
         [op] = st["attempt"]["operations"]
         assert st["attempt"]["state"] == "blocked" and op["status"] == "unknown"
-        # verify on a blocked attempt is refused before anything runs: a known refusal
-        v = await client.call_tool("of_work_verify", {})
-        assert v.is_error and v.meta[RECEIPT_META_KEY]["certainty"] == "known"  # main: "unknown"
         rec = await client.call_tool("of_work_reconcile", {})
         assert rec.structured_content["reconciled"][0]["verdict"] == "inconclusive"
         c = await client.call_tool("of_work_cancel", {})
         assert c.structured_content["state"] == "cancelled"
-        assert c.structured_content["uncertainOperations"] == [op["operationId"]]
         again = await client.call_tool("of_work_start", {"previewId": info["previewId"]})
-        assert again.is_error, "main started a new attempt here and the step ran again"
+        assert again.is_error, "main started a new attempt here (and of_work_run_step then ran the command a second time)"
+        assert c.structured_content["uncertainOperations"] == [op["operationId"]]
         assert again.meta[RECEIPT_META_KEY]["error"]["code"] == "operation_uncertain"
         text = again.content[0].text
         assert op["operationId"] in text and "work resolve" in text
         fresh = await client.call_tool("of_work_preview", {"plan": plan})
         assert fresh.is_error and fresh.meta[RECEIPT_META_KEY]["error"]["code"] == "operation_uncertain"
+        # problem 5: a refused verify ran nothing: a known refusal
+        v = await client.call_tool("of_work_verify", {})
+        assert v.is_error and v.meta[RECEIPT_META_KEY]["certainty"] == "known"  # main: "unknown"
         st = (await client.call_tool("of_work_status", {})).structured_content
         assert st["controller"]["openUncertain"][0]["operationId"] == op["operationId"]
         assert len(_lines(counter)) == 1
