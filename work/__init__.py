@@ -3,12 +3,17 @@
 - catalog side: :class:`Catalog` (the operator's TOML steps), :func:`build_step_tools`
   (``of_step.*`` / ``of_oracle.*``), :class:`GrantStore` / :class:`Grant`, :class:`Authority`
   (checked at every effect), verification proofs (:func:`build_proof`, :func:`check_completion`);
-- controller side: :class:`WorkController` (one selected attempt, leases, fenced journal,
-  recovery, reconcile), :class:`LeaseStore`, the attempt states, the ``of_work_*`` tools
+- controller side: :class:`WorkController` (the seven lifecycle commands over one
+  selected attempt), its custody (lease, fenced journal appends, renewal; :class:`CustodyProtocol`),
+  the one fold (:mod:`.records` builds every record, :meth:`WorkState.apply` applies it, live
+  and at replay), :class:`LeaseStore`, the attempt states, one injectable :class:`Clock`, the
+  operator's resolutions (:class:`ResolutionInbox`), the ``of_work_*`` tools
   (:func:`build_work_tools`) and the server profile (:func:`build_work_profile`).
 """
 
 from . import records
+from .clock import Clock, SystemClock
+from .protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
 from .authority import Authority
 from .catalog import Catalog, ParamSpec, StepSpec
 from .controller import WorkController
@@ -50,5 +55,6 @@ __all__ = [
     "WORK_TOOL_NAMES", "WorkController", "WorkError", "WorkProfile", "WorkTools", "build_proof", "build_step_tools",
     "build_work_profile", "build_work_tools", "check_completion", "fingerprint", "prepare_reconciliation",
     "reconcile_readback", "replay", "restore_plan",
-    "OperationUncertain", "StillRunning", "WorkState", "fold", "interrupted", "ResolutionInbox", "records",
+    "OperationUncertain", "StillRunning", "Clock", "SystemClock", "ArtifactStoreProtocol", "AuthorityProtocol",
+    "CustodyProtocol", "WorkState", "fold", "interrupted", "ResolutionInbox", "records",
 ]

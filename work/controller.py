@@ -81,7 +81,11 @@ from .errors import (
     ReconcileFailed,
     WorkError,
 )
-from .lease import Lease, LeaseStore
+from ._custody import JOURNAL_KIND, SEGMENT_DIR, Custody
+from ._observer import DispatchObserver
+from .clock import SYSTEM_CLOCK, Clock, iso
+from .lease import Lease
+from .protocols import ArtifactStoreProtocol, AuthorityProtocol
 from .recovery import interrupted, restore_plan
 from .resolutions import ResolutionInbox
 from .state import Attempt, Operation, WorkState, check_transition, fold
@@ -89,8 +93,6 @@ from .state import Attempt, Operation, WorkState, check_transition, fold
 log = structlog.get_logger("openfunctions.work.controller")
 
 MAX_PLAN_STEPS = 200
-SEGMENT_DIR = "attempts"
-JOURNAL_KIND = "attempt"
 #: attribute set on an error raised after a step or verifier was dispatched
 #: (its effect may have happened): the tool layer reports it as uncertain
 DISPATCHED_ATTR = "work_dispatched"
@@ -131,31 +133,48 @@ class WorkController:
         lease_ttl: float = 30.0,
         renew_every: float | None = None,
         owner: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.root = Path(root)
         self.catalog = catalog
         self.registry = registry
-        self.authority = authority
-        self.artifacts = artifacts
+        self.authority: AuthorityProtocol | None = authority
+        self.artifacts: ArtifactStoreProtocol | None = artifacts
         self.catalog_loader = catalog_loader
-        self.leases = LeaseStore(self.root, ttl=lease_ttl, owner=owner)
-        self.renew_every = renew_every if renew_every is not None else lease_ttl / 3.0
-        self.lease: Lease | None = None
-        self.lease_lost: LeaseLost | None = None
+        self.clock: Clock = clock or SYSTEM_CLOCK
         self.state = WorkState()
         self.inbox = ResolutionInbox(self.root)
-        self._journal: Any = None
+        self._inbox_waiting = False
         self._admission = anyio.Lock()
         self._lifecycle = anyio.Lock()
-        self._renewer: asyncio.Task[None] | None = None
-        self._renewals = 0
-        # the call being dispatched: (attempt id, operation id, tool name, effectful)
-        self._dispatch: tuple[str, str, str, bool] | None = None
-        self._dispatch_rid: str | None = None
-        self._dispatch_receipt: Receipt | None = None
-        self._observer: _SettledObserver | None = None
-        self._closed = False
+        self.custody = Custody(
+            self.root, ttl=lease_ttl, renew_every=renew_every if renew_every is not None else lease_ttl / 3.0,
+            owner=owner, clock=self.clock, apply=lambda rec: self.state.apply(rec), on_lost=self._on_lease_lost,
+            lifecycle=self._lifecycle,
+        )
+        self.observer = DispatchObserver(self._dispatched)
         self._open_lock = anyio.Lock()
+
+    # custody, as the rest of the controller (and its tests) read it
+    @property
+    def leases(self) -> Any:
+        return self.custody.leases
+
+    @property
+    def lease(self) -> Lease | None:
+        return self.custody.lease
+
+    @property
+    def lease_lost(self) -> LeaseLost | None:
+        return self.custody.lost
+
+    @property
+    def _renewals(self) -> int:
+        return self.custody.renewals
+
+    @property
+    def _closed(self) -> bool:
+        return self.custody.closed
 
     # == opening and closing ===================================================
 
@@ -167,54 +186,40 @@ class WorkController:
 
     @property
     def opened(self) -> bool:
-        return self._journal is not None
+        return self.custody.journal is not None
 
     async def ensure_open(self) -> None:
         """Acquire the lease, recover and start renewal, once (a failed open may be retried)."""
-        if self._journal is not None:
+        if self.opened:
             return
         async with self._open_lock:
-            if self._journal is not None:
+            if self.opened:
                 return
             if self._closed:
                 raise WorkError("the work controller is closed")
             await self._open()
 
     async def _open(self) -> None:
-        from openfunctions.core.journal import JournalLog
-
-        self.lease = await self.leases.acquire()  # LeaseHeld while another owner is live
+        lease = await self.custody.acquire()
         try:
             self.state = await anyio.to_thread.run_sync(self._read_all)
-            seg = self.root / SEGMENT_DIR / f"g{self.lease.generation:010d}.jsonl"
-            if seg.exists():
-                raise WorkError(f"attempt journal segment {seg} already exists for a new lease generation; refusing to reuse it")
-            self._journal = await JournalLog.open(seg, kind=JOURNAL_KIND)
-            await self._append(R.lease_acquired(owner=self.lease.owner, generation=self.lease.generation, pid=os.getpid(), catalog_digest=self.catalog.digest))
+            await self._append(R.lease_acquired(owner=lease.owner, generation=lease.generation, pid=os.getpid(), catalog_digest=self.catalog.digest))
             await self._restore_lifecycle()
             async with self._lifecycle:
                 await self._sync_resolutions()
         except BaseException:
-            await self._close_journal()
-            await self.leases.release(self.lease)
-            self.lease = None
+            await self.custody.release()
+            self.custody.lease = None
             raise
-        self._install_observer()
-        self._renewer = asyncio.get_running_loop().create_task(self._renew_loop(), name="work-lease-renewal")
-        log.info("work_controller_opened", generation=self.lease.generation, attempts=len(self.state.attempts), records=self.state.records)
-
-    def _segments(self) -> list[Path]:
-        d = self.root / SEGMENT_DIR
-        if not d.exists():
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
-            return []
-        return sorted(p for p in d.iterdir() if p.name.startswith("g") and p.name.endswith(".jsonl"))
+        self.registry.executor.add_sink(self.observer)
+        self.custody.start_renewal()
+        log.info("work_controller_opened", generation=lease.generation, attempts=len(self.state.attempts), records=self.state.records)
 
     def _read_all(self) -> WorkState:
         from openfunctions.core.journal import read_records
 
         def records():
-            for seg in self._segments():
+            for seg in self.custody.segments():
                 yield from read_records(seg)
 
         return fold(records())
@@ -231,23 +236,9 @@ class WorkController:
     async def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._renewer
-        self._uninstall_observer()
-        await self._close_journal()
-        if self.lease is not None and self.lease_lost is None:
-            with contextlib.suppress(Exception):
-                await self.leases.release(self.lease)
-        self.leases.abandon()  # our live flock, if a lost lease left it held
-
-    async def _close_journal(self) -> None:
-        if self._journal is not None:
-            j, self._journal = self._journal, None
-            with contextlib.suppress(Exception):
-                await j.close()
+        self.custody.closed = True
+        self.registry.executor.remove_sink(self.observer)
+        await self.custody.release()
 
     async def __aenter__(self) -> "WorkController":
         return self
@@ -255,30 +246,14 @@ class WorkController:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    # == the lease lane ========================================================
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.renew_every)
-            try:
-                async with self._lifecycle:
-                    assert self.lease is not None
-                    self.lease = await self.leases.renew(self.lease)
-                    self._renewals += 1
-            except LeaseLost as exc:
-                self._lose_lease(exc)
-                return
-            except Exception as exc:  # a disk error: keep trying until expiry says otherwise
-                log.warning("lease_renewal_failed", error=str(exc))
-
-    def _lose_lease(self, exc: LeaseLost) -> None:
+    def _on_lease_lost(self, exc: LeaseLost) -> None:
         """Stop all new effects; the attempt is blocked (in memory: the journal is fenced now)."""
-        if self.lease_lost is None:
-            self.lease_lost = exc
-            log.error("lease_lost", error=exc.message)
         att = self._active()
         if att is not None:
             self._block_in_memory(att, {"code": "lease_lost", "message": exc.message})
+
+    def _lose_lease(self, exc: LeaseLost) -> None:
+        self.custody.lose(exc)
 
     def _block_in_memory(self, att: Attempt, reason: dict[str, Any]) -> None:
         """Block without a journal record (the journal refused it); a new holder's recovery decides durably."""
@@ -288,23 +263,7 @@ class WorkController:
     # == journal writes (always fenced), each applied to the state once durable
 
     async def _append(self, rec: R.Rec) -> Any:
-        if self.lease_lost is not None:
-            raise self.lease_lost
-        if self._journal is None:
-            raise WorkError("the work controller is closed")
-        assert self.lease is not None
-        type_, data = rec
-        # A record is either durable and applied, or neither: a cancellation
-        # may not land between the append and the apply.
-        with anyio.CancelScope(shield=True):
-            try:
-                async with self.leases.fenced(self.lease):
-                    record = await self._journal.append(type_, {**data, "lease_generation": self.lease.generation})
-            except LeaseLost as exc:
-                self._lose_lease(exc)
-                raise
-            self.state.apply(record)
-        return record
+        return await self.custody.append(rec)
 
     async def _record(self, type_: str, data: dict[str, Any]) -> Any:
         """Append a raw record (tests write interrupted histories with it)."""
@@ -317,42 +276,14 @@ class WorkController:
 
     # == the executor observer =================================================
 
-    def _install_observer(self) -> None:
-        self._observer = _SettledObserver(self)
-        self.registry.executor.add_sink(self._observer)
-
-    def _uninstall_observer(self) -> None:
-        observer, self._observer = self._observer, None
-        if observer is not None:
-            self.registry.executor.remove_sink(observer)
-
-    async def _observe_start(self, record: Any) -> None:
-        # The executor persisted the start and is about to enter the step's
-        # handler: bind the operation to its receipt id durably, so a later
+    async def _dispatched(self, attempt_id: str, operation_id: str, receipt_id: str) -> None:
+        # The executor persisted the start and is about to enter the handler:
+        # bind the operation to its receipt id durably, so a later
         # reconciliation can link to the original (never rewritten) receipt
         # even if this process dies before the step settles, and so that an
         # intent without this record proves the handler never ran. If this
         # record cannot be written the executor refuses the call: nothing runs.
-        d = self._dispatch
-        if d is None or record.tool != d[2] or self._dispatch_rid is not None:
-            return
-        self._dispatch_rid = record.receipt_id
-        if d[3]:
-            await self._append(R.dispatched(attempt_id=d[0], operation_id=d[1], receipt_id=record.receipt_id))
-
-    def _observe(self, receipt: Receipt) -> None:
-        if self._dispatch is not None and receipt.receipt_id == self._dispatch_rid:
-            self._dispatch_receipt = receipt
-
-    def _begin_dispatch(self, att: Attempt, op_id: str, spec: Any) -> None:
-        self._dispatch = (att.attempt_id, op_id, spec.tool_name, spec.effect != "read")
-        self._dispatch_rid, self._dispatch_receipt = None, None
-
-    def _end_dispatch(self) -> Receipt | None:
-        """The receipt the executor settled for the dispatched call (None if it never settled)."""
-        receipt = self._dispatch_receipt
-        self._dispatch, self._dispatch_rid, self._dispatch_receipt = None, None, None
-        return receipt
+        await self._append(R.dispatched(attempt_id=attempt_id, operation_id=operation_id, receipt_id=receipt_id))
 
     # == queries ===============================================================
 
@@ -431,11 +362,14 @@ class WorkController:
 
     async def _sync_resolutions(self) -> None:
         """Copy the operator's new resolutions from the inbox into the journal (callers hold ``_lifecycle``)."""
+        if self.inbox.unchanged() and not self._inbox_waiting:
+            return
         try:
             inbox = await anyio.to_thread.run_sync(self.inbox.read)
         except OpenFunctionsError as exc:
             log.error("resolutions_unreadable", error=exc.message)
             return
+        self._inbox_waiting = False
         for seq, d in inbox:
             if seq in self.state.resolved_inbox:
                 continue
@@ -444,7 +378,8 @@ class WorkController:
                 continue  # not ours, or settled by evidence meanwhile
             att, op = found
             if await anyio.to_thread.run_sync(live_processes, op.operation_id, op.process):
-                continue  # never conclude while its command runs; counted once it has stopped
+                self._inbox_waiting = True  # never conclude while its command runs; look again next time
+                continue
             applied = d["as"] == "applied"
             cursor = att.cursor + 1 if applied and op.plan_index == att.cursor and op.purpose == "step" else att.cursor
             await self._append(R.resolution(
@@ -531,7 +466,7 @@ class WorkController:
             payload["artifactId"] = artifact_id
             await self._append(R.preview_saved(
                 preview_id=preview_id, principal=principal, plan=entries, plan_digest=plan_digest,
-                catalog_digest=self.catalog.digest, artifact_id=artifact_id, created_at=utc_now(),
+                catalog_digest=self.catalog.digest, artifact_id=artifact_id, created_at=iso(self.clock.now()),
             ))
             return payload
 
@@ -570,10 +505,7 @@ class WorkController:
     # == run a step ==============================================================
 
     def _require_custody(self) -> None:
-        if self.lease_lost is not None:
-            raise LeaseLost(f"this controller lost its lease: {self.lease_lost.message}", details=self.lease_lost.details)
-        if self._closed:
-            raise WorkError("the work controller is closed")
+        self.custody.require()
 
     def _require_principal(self, att: Attempt, principal: str | None) -> None:
         if att.principal != principal:
@@ -669,12 +601,12 @@ class WorkController:
     async def _run_op(self, att: Attempt, op: Operation, spec: Any, params: dict[str, Any], ctx: ToolExecutionContext | None, principal: str | None, grant: Any) -> Any:
         """Dispatch through the executor; a cancelled call's outcome is recorded before the cancellation goes on."""
         child = self._child_ctx(ctx, principal, att, op, grant)
-        self._begin_dispatch(att, op.operation_id, spec)
+        self.observer.begin(att.attempt_id, op.operation_id, spec.tool_name, effectful=spec.effect != "read")
         dr = None
         try:
             dr = await self.registry.execute_detailed(spec.tool_name, params, child)
         finally:
-            receipt = self._end_dispatch()
+            receipt = self.observer.end()
             if dr is None and not (op.purpose == "verify" and op.effect == "read"):
                 # Cancelled (or crashed) while the call ran: the executor
                 # settled a receipt the observer saw; record it, and let the
@@ -919,9 +851,7 @@ class WorkController:
         """The fence's grant check: re-read the grants file synchronously (revocation and expiry)."""
         if self.authority is None:
             return
-        from .grants import now_utc
-
-        now = now_utc()
+        now = self.clock.now()
         current = self.authority.grants.load_sync()
         for g in grants:
             if g is None:
@@ -1063,7 +993,7 @@ class WorkController:
         spec = self.catalog.step(step)
         paths = _path_params(spec, params)
         try:
-            return await self.authority.check(principal=principal, step=spec, paths=paths, lease=self._lease_hook if effect else None)
+            return await self.authority.check(principal=principal, step=spec, paths=paths, lease=self._lease_hook if effect else None, now=self.clock.now())
         except (GrantRevoked, GrantExpired) as exc:
             if att is not None and effect and not att.terminal and att.state != "blocked" and self.lease_lost is None:
                 async with self._lifecycle:
@@ -1072,13 +1002,7 @@ class WorkController:
 
     async def _lease_hook(self) -> None:
         """Authority's lease check: custody is re-read from the lease file (raises LeaseLost)."""
-        self._require_custody()
-        assert self.lease is not None
-        try:
-            await self.leases.check(self.lease)
-        except LeaseLost as exc:
-            self._lose_lease(exc)
-            raise
+        await self.custody.check()
 
     async def _prepare_reconciliation(self, spec: Any, params: dict[str, Any]) -> dict[str, Any]:
         """Readback metadata saved with the intent (file IO: in a worker thread)."""
@@ -1103,19 +1027,6 @@ class WorkController:
             log.warning("artifact_save_failed", scope=scope, error=exc.message)
             return None
         return ref.id
-
-
-class _SettledObserver:
-    """The executor's ``on_settled`` hook for the controller (see ``_observe``)."""
-
-    def __init__(self, controller: WorkController) -> None:
-        self.controller = controller
-
-    async def on_start(self, record: Any) -> None:
-        await self.controller._observe_start(record)
-
-    async def on_settled(self, receipt: Receipt) -> None:
-        self.controller._observe(receipt)
 
 
 def _path_params(spec: Any, params: dict[str, Any]) -> list[str]:

@@ -36,6 +36,14 @@ class ResolutionInbox:
         self._key: tuple[int, int, int] | None = None
         self._cache: list[tuple[int, dict[str, Any]]] = []
 
+    def unchanged(self) -> bool:
+        """True when the inbox is as last read (one stat; cheap enough for the event loop)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return self._key is None
+        return (st.st_ino, st.st_size, st.st_mtime_ns) == self._key
+
     def read(self) -> list[tuple[int, dict[str, Any]]]:
         """Every valid ``resolve`` record as ``(seq, data)`` (lock-free; cached by the file's stat)."""
         from openfunctions.core.journal import read_records
@@ -43,6 +51,7 @@ class ResolutionInbox:
         try:
             st = self.path.stat()
         except FileNotFoundError:
+            self._key, self._cache = None, []
             return []
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if key != self._key:
