@@ -88,6 +88,7 @@ def create_artifact_read_tool(
     allow: AllowFn | None = None,
     *,
     title: str = "Read artifact",
+    description: str = DESCRIPTION,
     tags: tuple[str, ...] = ("artifacts",),
 ) -> ToolDefinition:
     """A registry tool reading ``store`` in verified chunks of at most 16 KiB.
@@ -129,7 +130,7 @@ def create_artifact_read_tool(
     return define_tool(
         name=name,
         title=title,
-        description=DESCRIPTION,
+        description=description,
         input_schema=INPUT_SCHEMA,
         output_schema=OUTPUT_SCHEMA,
         handler=read_artifact,

@@ -61,6 +61,16 @@ def _out(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any
     }
 
 
+ARTIFACT_READ_TITLE = "Read a work artifact"
+ARTIFACT_READ_DESCRIPTION = (
+    "Read part of an artifact of the work profile by its id: output of the selected attempt's steps and "
+    "verifiers, its large reads and over-budget replies, and your saved previews (the ids of_work_* replies "
+    "return next to readWith: \"of_work_artifact_read\"). Not the general artifact store (of_artifact_read). "
+    "Returns at most 16384 bytes as base64 from `offset`, with `total_size`, `sha256` and `eof`; call again with "
+    "offset += length until eof. Ids of other attempts read as unknown."
+)
+READ_WITH = "of_work_artifact_read"
+
 _STATE = {"type": ["string", "null"], "description": "The attempt's state."}
 _ATTEMPT = {"type": ["string", "null"], "description": "The attempt id."}
 _READ = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True, "open_world_hint": False}
@@ -272,20 +282,23 @@ class WorkTools:
         if self.store is not None:
             from openfunctions.artifacts import create_artifact_read_tool
 
-            tools.append(create_artifact_read_tool(self.store, name="of_work_artifact_read", allow=self._allow_artifact, tags=("work",)))
+            tools.append(create_artifact_read_tool(
+                self.store, name="of_work_artifact_read", allow=self._allow_artifact, tags=("work",),
+                title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION,
+            ))
         elif self.unavailable is not None:
             tools.append(self._unavailable_artifact_read())
         return tools
 
     def _unavailable_artifact_read(self) -> ToolDefinition:
-        from openfunctions.artifacts.tool import DESCRIPTION, INPUT_SCHEMA, OUTPUT_SCHEMA
+        from openfunctions.artifacts.tool import INPUT_SCHEMA, OUTPUT_SCHEMA
 
         async def refuse(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
             await self.ready()
             raise AssertionError("unreachable")
 
         return define_tool(
-            name="of_work_artifact_read", title="Read artifact", description=DESCRIPTION, input_schema=INPUT_SCHEMA,
+            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=INPUT_SCHEMA,
             output_schema=OUTPUT_SCHEMA, handler=refuse, annotations=_READ, tags=("work",),
             capability={"effect": "read", "parallel_safe": True, "idempotent": True},
         )
@@ -295,15 +308,26 @@ class WorkTools:
         if c is None:
             items: Any = {"type": "object", "properties": {"step": {"type": "string"}, "params": {"type": "object"}}, "required": ["step"]}
             return {"type": "object", "properties": {"plan": {"type": "array", "minItems": 1, "items": items}}, "required": ["plan"]}
-        alternatives = [
-            {
-                "type": "object",
-                "properties": {"step": {"const": name}, "params": spec.params_schema},
-                "required": ["step"],
-                "additionalProperties": False,
-            }
-            for name, spec in sorted(c.catalog.steps.items())
-        ]
+        # One item schema with an if/then per step (not an anyOf of steps): a
+        # validator then reports the failing field itself ("$.plan[0].params.n:
+        # '5; rm' is not of type 'integer'", "'rm_rf' is not one of [...]"),
+        # where an anyOf only said "is not valid under any of the given schemas".
+        names = sorted(c.catalog.steps)
+        item: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "step": {"enum": names, "description": "a step of of_work_catalog"},
+                "params": {"type": "object", "description": "the step's parameters (its params schema in of_work_catalog)"},
+            },
+            "required": ["step"],
+            "additionalProperties": False,
+            "allOf": [
+                {"if": {"properties": {"step": {"const": name}}, "required": ["step"]},
+                 "then": {"properties": {"params": spec.params_schema}}}
+                for name, spec in sorted(c.catalog.steps.items())
+            ],
+        }
+        alternatives = names
         return {
             "type": "object",
             "properties": {
@@ -312,7 +336,7 @@ class WorkTools:
                     "minItems": 1,
                     "maxItems": MAX_PLAN_STEPS,
                     "description": "The steps to run, in order: [{step, params}] drawn from of_work_catalog.",
-                    "items": {"anyOf": alternatives} if alternatives else False,
+                    "items": item if alternatives else False,
                 }
             },
             "required": ["plan"],
@@ -335,6 +359,7 @@ class WorkTools:
     async def _preview(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
         await self.ready()
         payload = await _refusing(self.controller.preview(params["plan"], principal=self.who(ctx)))
+        payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=f"preview:{payload['previewId']}")
 
     async def _start(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
@@ -354,11 +379,13 @@ class WorkTools:
     async def _run_step(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
         await self.ready()
         payload = await _refusing(self.controller.run_step(principal=self.who(ctx), step=params.get("step"), index=params.get("index"), ctx=ctx))
+        payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _verify(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
         await self.ready()
         payload = await _refusing(self.controller.verify(principal=self.who(ctx), ctx=ctx))
+        payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _reconcile(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
@@ -410,7 +437,7 @@ def _refusal(exc: OpenFunctionsError, *, effect_happened: bool | None = False) -
 def _summarize(payload: dict[str, Any]) -> dict[str, Any]:
     """The over-budget form: identity, state and evidence summaries only."""
     out: dict[str, Any] = {}
-    for key in ("attemptId", "previewId", "state", "planDigest", "catalogDigest", "passed", "proofDigest", "cursor", "remaining", "allGranted"):
+    for key in ("attemptId", "previewId", "state", "planDigest", "catalogDigest", "passed", "proofDigest", "cursor", "remaining", "allGranted", "artifactId", "readWith"):
         if key in payload:
             out[key] = payload[key]
     proof = payload.get("proofSummary")

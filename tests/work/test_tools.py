@@ -381,3 +381,35 @@ def test_refusals_are_bounded_and_keep_only_scalar_details():
     err = _refusal(PlanInvalid("x" * 100_000, details={"step": "s", "violations": [{"big": "y" * 100_000}]}))
     assert len(err.message) == MAX_ERROR_CHARS and err.message.endswith("...")
     assert err.code == "plan_invalid" and err.details == {"step": "s"} and err.effect_happened is False
+
+
+@pytest.mark.anyio
+async def test_plan_errors_name_the_bad_step_the_valid_ones_and_the_failed_parameter(work):
+    """Issue 17, item 4. main answered every one of these with "$.plan[0]: {...} is not valid under any of the given schemas"."""
+    s = Session(work())
+    dr = await s.call("of_work_preview", {"plan": [{"step": "shoutt"}]})
+    assert dr.error.code == "invalid_params" and "shoutt" in dr.error.message
+    assert all(n in dr.error.message for n in ("check", "nap", "shout", "write_src")), dr.error.message
+    dr = await s.call("of_work_preview", {"plan": [{"step": "write_src", "params": {"path": "src/a"}}, {"step": "shout", "params": {"n": "5; rm -rf /"}}]})
+    assert "$.plan[1].params.n" in dr.error.message and "integer" in dr.error.message, dr.error.message
+    dr = await s.call("of_work_preview", {"plan": [{"step": "write_src", "params": {"path": "src/a"}}]})
+    assert "content" in dr.error.message and "required" in dr.error.message, dr.error.message
+    for d in (dr,):
+        assert "is not valid under any of the given schemas" not in d.error.message
+
+
+@pytest.mark.anyio
+async def test_the_work_artifact_reader_says_which_store_it_reads_and_replies_say_which_tool_reads_their_ids(work):
+    """Issue 17, item 15 (work side). main: same title and description as of_artifact_read, and no hint next to ids."""
+    from openfunctions.artifacts import ArtifactStore, create_artifact_read_tool
+
+    s = Session(work())
+    mine = s.profile.registry.get("of_work_artifact_read")
+    general = create_artifact_read_tool(ArtifactStore(s.profile.controller.root / "other"))
+    assert mine.title != general.title and mine.description != general.description
+    assert "of_artifact_read" in mine.description  # and it says which one it is not
+    prv = await s.ok("of_work_preview", {"plan": [{"step": "shout", "params": {"n": 10}}]})
+    assert prv["readWith"] == "of_work_artifact_read" and prv["artifactId"]
+    await s.ok("of_work_start", {"previewId": prv["previewId"]})
+    r = await s.ok("of_work_run_step", {})
+    assert r["readWith"] == "of_work_artifact_read" and r["result"]["stdout"]["artifact_id"]
