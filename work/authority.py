@@ -76,7 +76,8 @@ class Authority:
         t = now or now_utc()
         if not principal:
             raise GrantDenied(
-                f"no principal in the trusted context: step {step.name!r} needs a grant issued to a principal",
+                f"no principal in the trusted context: step {step.name!r} needs a grant issued to a principal; "
+                "start the server with --principal NAME (the name grants are issued to)",
                 details={"step": step.name},
             )
         if self.catalog.steps.get(step.name) != step:
@@ -90,7 +91,7 @@ class Authority:
             granted = sorted({s for g in mine if g.active(t) for s in g.steps})
             raise GrantDenied(
                 f"principal {principal!r} has no grant for step {step.name!r}"
-                + (f" (active grants cover: {', '.join(granted)})" if granted else " (no active grants)"),
+                + (f" (active grants cover: {', '.join(granted)})" if granted else f" (no active grants in {self.grants.path})"),
                 details={"principal": principal, "step": step.name, "granted_steps": granted},
             )
         bound = [g for g in covering if g.catalog_digest in (None, self.catalog.digest)]

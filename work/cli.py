@@ -30,6 +30,7 @@ import anyio
 
 from openfunctions.core.errors import OpenFunctionsError
 
+from .errors import GrantNotFound
 from .grants import GrantStore, now_utc, parse_ttl
 
 
@@ -105,16 +106,32 @@ def _cmd_issue(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     digest = None
-    if args.catalog:
+    catalog_file = args.catalog
+    if not catalog_file:
+        # no --catalog: check the step names against the catalog the server would load, when there is one
+        from .profile import resolve_catalog_path
+
+        found = resolve_catalog_path(_data_dir(args), None)
+        if found.exists():
+            catalog_file = str(found)
+            print(f"openfunctions-mcp grant: checking steps against {found} (the server's catalog; --catalog binds "
+                  "the grant to it)", file=sys.stderr)
+        else:
+            print(f"openfunctions-mcp grant: warning: no catalog to check step names against (none at {found}; "
+                  "pass --catalog FILE): steps are taken as given", file=sys.stderr)
+            if not paths:
+                print("openfunctions-mcp grant: warning: --paths grants no path: write_file/read_file steps "
+                      "will be refused", file=sys.stderr)
+    if catalog_file:
         from .catalog import Catalog
 
         try:
-            cat = Catalog.load(args.catalog)
+            cat = Catalog.load(catalog_file)
             for s in steps:
                 cat.step(s)
         except OpenFunctionsError as exc:
             return _fail(exc.message)
-        digest = None if args.no_bind else cat.digest
+        digest = None if (args.no_bind or not args.catalog) else cat.digest
         path_steps = [s for s in steps if cat.step(s).path_params]
         if path_steps and not paths:
             print(f"openfunctions-mcp grant: warning: steps {', '.join(path_steps)} take paths, but --paths grants none; "
@@ -155,7 +172,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, sort_keys=True))
         return 0
     if not rows:
-        print("no grants" + ("" if args.all else " (active); --all shows expired and revoked ones"))
+        print(f"no grants in {store.path}" + ("" if args.all else " (active); --all shows expired and revoked ones"))
         return 0
     for r in rows:
         print(
@@ -169,6 +186,8 @@ def _cmd_revoke(args: argparse.Namespace) -> int:
     store = GrantStore.in_data_dir(_data_dir(args))
     try:
         g = anyio.run(lambda: store.revoke(args.grant_id, by=args.by))
+    except GrantNotFound as exc:
+        return _fail(exc.message, 2)  # bad input: an id that was never issued here
     except OpenFunctionsError as exc:
         return _fail(exc.message, 1)
     print(f"{g.grant_id} revoked at {g.describe()['revoked_at']} by {g.revoked_by}")

@@ -133,7 +133,7 @@ async def test_cli_processes_and_a_live_reader(tmp_path: Path) -> None:
     rows = json.loads(r.stdout)
     assert rows[0]["status"] == "revoked" and rows[0]["revoked_by"] == "ops"
     r = cli(tmp_path, "revoke", "grant_unknown")
-    assert r.returncode == 1 and "no grant 'grant_unknown'" in r.stderr
+    assert r.returncode == 2 and "no grant 'grant_unknown'" in r.stderr  # bad input (issue 17, item 6)
 
 
 def test_cli_catalog_binding_checks_steps(tmp_path: Path) -> None:
@@ -178,3 +178,40 @@ def test_data_dir_env_matches_the_server_default(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "envdir" / "work" / "grants.journal").exists()
+
+
+def test_issue_without_catalog_checks_the_servers_catalog_or_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """Issue 17, item 6. main accepted any step name and no --paths silently when --catalog was not given."""
+    monkeypatch.delenv("OPENFUNCTIONS_WORK_CATALOG", raising=False)
+    parser = argparse.ArgumentParser(prog="openfunctions-mcp")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+
+    def run(*argv: str) -> int:
+        args = parser.parse_args(["grant", *argv, "--data-dir", str(tmp_path)])
+        return args.func(args)
+
+    assert run("issue", "--principal", "p", "--steps", "anything", "--ttl", "1h") == 0
+    err = capsys.readouterr().err
+    assert "no catalog to check step names against" in err and str(tmp_path / "work" / "catalog.toml") in err
+    assert "--paths grants no path" in err
+    (tmp_path / "work" / "ws").mkdir(parents=True)
+    (tmp_path / "work" / "catalog.toml").write_text(
+        "version = 1\nworkspace = 'ws'\n[steps.snap]\nkind = 'fingerprint'\ndescription = 'd'\npaths = ['**']\n")
+    assert run("issue", "--principal", "p", "--steps", "snp", "--ttl", "1h") == 2
+    assert "did you mean 'snap'" in capsys.readouterr().err
+    assert run("revoke", "grant_" + "0" * 32) == 2
+
+
+async def test_refusals_say_where_grants_were_read_and_how_to_name_a_principal(tmp_path: Path) -> None:
+    from openfunctions.work.authority import Authority
+    from openfunctions.work.catalog import Catalog
+    from openfunctions.work.errors import GrantDenied
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "c.toml").write_text("version = 1\nworkspace = 'ws'\n[steps.snap]\nkind = 'fingerprint'\ndescription = 'd'\npaths = ['**']\n")
+    cat = Catalog.load(tmp_path / "c.toml")
+    auth = Authority(GrantStore.in_data_dir(tmp_path), cat)
+    with pytest.raises(GrantDenied, match="--principal"):
+        await auth.check(principal=None, step=cat.step("snap"))
+    with pytest.raises(GrantDenied, match="no active grants in .*grants.journal"):
+        await auth.check(principal="agent", step=cat.step("snap"))
