@@ -159,6 +159,7 @@ _CONTRIBUTED = {
     "journal": ("openfunctions.core.journal.cli", "openfunctions.core", "inspect and verify journals (read-only, no lock taken)"),
     "grant": ("openfunctions.work.cli", "openfunctions.work", "issue, list and revoke work grants"),
     "work": ("openfunctions.work.attempts_cli", "openfunctions.work", "resolve and inspect uncertain work operations"),
+    "catalog": ("openfunctions.work.catalog_cli", "openfunctions.work", "validate a work catalog and print its steps"),
     "runs": ("openfunctions.agents.cli", "openfunctions.agents", "list, show and follow agent run records"),
     "rag": ("openfunctions.rag.cli", "openfunctions.rag", "ingest documents and search them"),
     "gateway": ("openfunctions.providers.cli", "openfunctions.providers", "check the upstream MCP servers a gateway mounts"),
