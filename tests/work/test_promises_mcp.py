@@ -286,3 +286,43 @@ async def test_status_reads_the_same_after_a_restart_when_a_write_voided_the_pro
         replayed = (await client.call_tool("of_work_status", {})).structured_content
     assert replayed["attempt"]["proof"] is None
     assert replayed == live
+
+
+@pytest.mark.anyio
+async def test_two_clients_racing_on_one_server_get_one_attempt_and_one_run(env):
+    """Hostile table: concurrent of_work_* calls from two clients on one HTTP server."""
+    from .test_mcp_e2e import HttpServer
+
+    senv = await _setup(env)
+    srv = HttpServer(env, senv)
+    counter = env.ws / "counter.txt"
+    try:
+        async with Client(srv.url, read_timeout_seconds=60) as a, Client(srv.url, read_timeout_seconds=60) as b:
+            prv = await a.call_tool("of_work_preview", {"plan": [{"step": "count", "params": {"seconds": 0}}]})
+            pid = prv.structured_content["previewId"]
+            starts: list = []
+
+            async def start(c):
+                starts.append(await c.call_tool("of_work_start", {"previewId": pid}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(start, a)
+                tg.start_soon(start, b)
+            ok = [r for r in starts if not r.is_error]
+            refused = [r for r in starts if r.is_error]
+            assert len(ok) == 1 and len(refused) == 1
+            assert refused[0].meta[RECEIPT_META_KEY]["error"]["code"] == "attempt_active"
+            runs: list = []
+
+            async def run(c):
+                runs.append(await c.call_tool("of_work_run_step", {}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, a)
+                tg.start_soon(run, b)
+            done = [r for r in runs if not r.is_error]
+            assert len(done) == 1 and done[0].structured_content["operation"]["status"] == "done"
+            assert "every step of the plan has run" in [r for r in runs if r.is_error][0].content[0].text
+    finally:
+        srv.stop()
+    assert len(_lines(counter)) == 1, "the step ran once"
