@@ -118,6 +118,49 @@ async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
+def _sampling_hook(ctx: Any) -> dict[str, Any]:
+    """The host's model for ``openfunctions.adapters.SamplingAdapter``, as plain values (core and agents never see MCP).
+
+    ``openfunctions.sampling``: the client's declared ``sampling`` capability
+    as a dict (``{"tools": {}}`` = sampling with tools), or ``None``;
+    ``openfunctions.sampler``: sends one ``sampling/createMessage`` (wire-form
+    params dict) on this request and returns the result as a wire-form dict.
+    A connection without a back-channel (stateless 2026-07-28) raises
+    ``SamplingUnavailable`` naming it.
+    """
+    caps = getattr(ctx.session, "client_capabilities", None)
+    sampling = getattr(caps, "sampling", None)
+
+    async def sample(params: dict[str, Any]) -> dict[str, Any]:
+        import warnings
+
+        from mcp.shared.exceptions import NoBackChannelError
+
+        p = types.CreateMessageRequestParams.model_validate(params)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # sampling is deprecated in 2026-07-28 (SEP-2577), current before it
+                result = await ctx.session.create_message(
+                    p.messages, max_tokens=p.max_tokens, system_prompt=p.system_prompt, temperature=p.temperature,
+                    stop_sequences=p.stop_sequences, model_preferences=p.model_preferences, tools=p.tools,
+                    tool_choice=p.tool_choice, related_request_id=ctx.request_id,
+                )
+        except NoBackChannelError:
+            from openfunctions.adapters import SamplingUnavailable
+
+            raise SamplingUnavailable(
+                f"this MCP connection (protocol {ctx.protocol_version}) has no channel for server-initiated "
+                "sampling requests; connect with a handshake-era protocol (2025-11-25 or earlier) to lend the "
+                "server your model, or give the agent its own model"
+            ) from None
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    return {
+        "openfunctions.sampler": sample,
+        "openfunctions.sampling": None if sampling is None else sampling.model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+
+
 class OpenFunctionsServer:
     """An MCP server serving one registry. Build it with :func:`create_mcp_server`.
 
@@ -342,7 +385,7 @@ class OpenFunctionsServer:
             principal=self._principal_for(ctx),
             scopes=self.scopes,
             request_id=None if ctx.request_id is None else str(ctx.request_id),
-            metadata={REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version},
+            metadata={REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version, **_sampling_hook(ctx)},
             progress=progress,
         )
 
