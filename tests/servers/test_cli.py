@@ -279,3 +279,11 @@ def test_contributed_commands_still_run_with_their_own_options(tmp_path):
         capture_output=True, text=True, timeout=60, env=server_env(),
     )
     assert grants.returncode == 0 and "no grants" in grants.stdout, grants.stderr
+
+
+def test_the_same_tools_from_two_sources_name_both(tmp_path):
+    spec = "tests.servers.fixture_tools:registry"
+    with pytest.raises(Exception) as info:
+        build_profile("tools", data_dir=tmp_path, modules=[spec, "tests.servers.fixture_tools:tools"], examples=False)
+    message = info.value.message
+    assert f"--module {spec}" in message and "--module tests.servers.fixture_tools:tools" in message
