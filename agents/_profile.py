@@ -6,8 +6,8 @@
 - each ``--module pkg.mod:attr`` names an :class:`Agent`, a :class:`Crew`, a
   list of them, or a zero-argument factory returning one of those. Under the
   ``all`` profile (``registry`` given) a module holding no agents is skipped
-  (it is a tools module); under ``agents`` nothing found is an error naming
-  the modules.
+  (it is a tools module); under ``agents`` modules holding none is an error
+  naming them, and no ``--module`` at all serves only the run-record tools.
 - every agent becomes ``agent_<name>`` (input ``task``; output ``text``,
   ``run_id``, ``status``, ``rounds``; receipt in ``_meta``; one progress
   notification per round; MCP cancellation stops the loop), every crew
@@ -154,8 +154,8 @@ def build_agents_profile(
         except AgentDefinitionError:
             if registry is None:
                 raise
-    if not found and registry is None:
-        where = ", ".join(modules) or "no --module given"
+    if not found and registry is None and modules:
+        where = ", ".join(modules)
         raise AgentDefinitionError(
             f"the 'agents' profile found no agents or crews ({where}): pass --module pkg.mod:attr naming an agent "
             "(define_agent), a crew (define_crew), a list of them or a factory"

@@ -32,6 +32,9 @@ async def _serve(profile, data: Path):
 
 
 async def test_agents_profile_without_agents_names_the_problem(tmp_path: Path) -> None:
+    bare = build_profile("agents", data_dir=tmp_path)  # no --module: only the run-record tools
+    assert sorted(t.name for t in bare.registry.list()) == ["of_run_artifact_read", "of_run_read"]
+    await bare.aclose()
     with pytest.raises(AgentDefinitionError, match="found no agents"):
         build_profile("agents", data_dir=tmp_path, modules=["json:loads"])
     with pytest.raises(AgentDefinitionError, match="cannot import"):
