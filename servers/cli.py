@@ -173,6 +173,7 @@ def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
 _CONTRIBUTED = {
     "journal": ("openfunctions.core.journal.cli", "openfunctions.core", "inspect and verify journals (read-only, no lock taken)"),
     "grant": ("openfunctions.work.cli", "openfunctions.work", "issue, list and revoke work grants"),
+    "work": ("openfunctions.work.attempts_cli", "openfunctions.work", "resolve and inspect uncertain work operations"),
     "runs": ("openfunctions.agents.cli", "openfunctions.agents", "list, show and follow agent run records"),
     "rag": ("openfunctions.rag.cli", "openfunctions.rag", "ingest documents and search them"),
     "gateway": ("openfunctions.providers.cli", "openfunctions.providers", "check the upstream MCP servers a gateway mounts"),
