@@ -271,8 +271,9 @@ async def _serve(args: argparse.Namespace) -> int:
     from .runtime import run_stdio
     from .server import create_mcp_server
 
-    data_dir = (args.data_dir or default_data_dir()).expanduser()
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from .journaling import prepare_data_dir
+
+    data_dir = prepare_data_dir((args.data_dir or default_data_dir()).expanduser())
     token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)
     if token and args.transport != "http":
         from .errors import AuthConfigError
