@@ -150,6 +150,7 @@ class ConnectedMcpProvider:
         self._changed = anyio.Event()
         self._first_attempt = anyio.Event()
         self._loss_reason: str | None = None
+        self._http_status: str | None = None
         self._last_attempt_end = 0.0
         self._failures = 0
         self._connects = 0
@@ -206,9 +207,16 @@ class ConnectedMcpProvider:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
 
+            async def note_status(response: Any) -> None:
+                # The SDK reports any HTTP error as "Server returned an error
+                # response": keep the status so the failure can name it (401 …).
+                if response.status_code >= 400:
+                    self._http_status = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+
             http = httpx2.AsyncClient(
                 headers=cfg.http_headers(),
                 timeout=httpx2.Timeout(cfg.connect_timeout, read=max(cfg.timeout, 300.0)),
+                event_hooks={"response": [note_status]},
             )
             target = streamable_http_client(cfg.url or "", http_client=http)
         return Client(target, mode="legacy", cache=None, message_handler=self._on_message,
@@ -232,6 +240,7 @@ class ConnectedMcpProvider:
     async def _supervise(self) -> None:
         while not self._stopping:
             was_up = False
+            self._http_status = None
             try:
                 client = self._open()
                 # One scope around the whole connection (the client's task groups
@@ -289,7 +298,8 @@ class ConnectedMcpProvider:
         if isinstance(exc, OpenFunctionsError):
             return exc.message
         if isinstance(exc, MCPError):
-            return f"MCP error {exc.error.code}: {exc.error.message}"
+            status = f" ({self._http_status} from {self.config.url})" if self._http_status else ""
+            return f"MCP error {exc.error.code}: {exc.error.message}{status}"
         if isinstance(exc, BaseExceptionGroup):
             leaves = [e for e in _leaves(exc)]
             return "; ".join(self._describe_failure(e) for e in leaves[:3]) or repr(exc)
