@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import structlog
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
@@ -217,6 +218,16 @@ class OpenFunctionsServer:
             on_list_prompts=self._on_list_prompts,
             on_get_prompt=self._on_get_prompt,
         )
+        # Tools may change while serving (a gateway's upstream re-lists): say
+        # so in the handshake, and remember the sessions that listed tools so
+        # notify_tools_changed() can tell them.
+        self._listing_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        default_options = self.lowlevel.create_initialization_options
+
+        def initialization_options(notification_options: NotificationOptions | None = None, *a: Any, **kw: Any) -> Any:
+            return default_options(notification_options or NotificationOptions(tools_changed=True), *a, **kw)
+
+        self.lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
 
     # -- registration (resources and prompts) -------------------------------
 
@@ -366,7 +377,18 @@ class OpenFunctionsServer:
         self._tools_cache = (key, result)
         return result
 
+    async def notify_tools_changed(self) -> None:
+        """Send ``notifications/tools/list_changed`` to every handshake-era session that listed tools."""
+        for session in list(self._listing_sessions):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # a session that went away meanwhile
+                self._listing_sessions.discard(session)
+                log.debug("tools_changed_notify_failed", error=str(exc))
+
     async def _on_list_tools(self, ctx: Any, params: Any) -> dict[str, Any]:
+        if ctx.protocol_version in _HANDSHAKE_ERA and getattr(ctx, "session", None) is not None:
+            self._listing_sessions.add(ctx.session)
         # A fresh top-level dict: the runner may stamp envelope keys on it.
         return dict(self.list_tools_result())
 
