@@ -139,9 +139,13 @@ class ToolExecutor:
     # -- the pipeline -----------------------------------------------------
 
     async def execute_detailed(
-        self, tool: ToolDefinition, params: Any, context: ToolExecutionContext | None = None
+        self, tool: ToolDefinition, params: Any, context: ToolExecutionContext | None = None, *,
+        receipt_id: str | None = None,
     ) -> DetailedResult:
-        call = self._capture_identity(tool, context or _EMPTY_CTX)
+        """Run ``tool`` through the pipeline. ``receipt_id``: an id the caller
+        assigned beforehand (a task names its receipt before the handler runs);
+        by default a fresh one."""
+        call = self._capture_identity(tool, context or _EMPTY_CTX, receipt_id)
         cancelled_exc = anyio.get_cancelled_exc_class()
         try:
             self._capture(call, params)
@@ -186,8 +190,8 @@ class ToolExecutor:
             return await self._settle(call, "failed", "unknown", exc)
         return await self._settle(call, "succeeded", "known", None)
 
-    def _capture_identity(self, tool: ToolDefinition, ctx: ToolExecutionContext) -> _Call:
-        return _Call(tool=tool, ctx=ctx, receipt_id=new_id("rcpt"), started_at=utc_now(), t0=time.perf_counter())
+    def _capture_identity(self, tool: ToolDefinition, ctx: ToolExecutionContext, receipt_id: str | None = None) -> _Call:
+        return _Call(tool=tool, ctx=ctx, receipt_id=receipt_id or new_id("rcpt"), started_at=utc_now(), t0=time.perf_counter())
 
     def _capture(self, call: _Call, params: Any) -> None:
         if params is None:
