@@ -6,7 +6,8 @@ Stages, in order (each a method below, named for the stage):
 2. ``_validate``       params against the input schema's dialect
 3. ``_resolve_policy`` policy decision from the trusted context
 4. ``_admit``          scheduler admission (or a child's inherited reservation)
-5. ``_persist_start``  journal sink ``on_start`` (when configured)
+5. ``_persist_start``  journal sink ``on_start`` (when configured; the durable
+                       journal writes nothing for a tool declared ``effect: "read"``)
 6. ``_invoke``         the handler, with the trusted context
 7. ``_normalize``      the result, once
 8. ``_check_output``   structured payload against the output schema
@@ -42,7 +43,18 @@ from .errors import (
     ToolFailed,
 )
 from .policy import Mode, Policy, PolicyDecision
-from .receipts import Certainty, Outcome, PolicyRecord, Receipt, ReceiptError, StartRecord, fast_construct, new_id, utc_now
+from .receipts import (
+    RECEIPT_VERSION,
+    Certainty,
+    Outcome,
+    PolicyRecord,
+    Receipt,
+    ReceiptError,
+    StartRecord,
+    fast_construct,
+    new_id,
+    utc_now,
+)
 from .result import DetailedResult, ToolResult, normalize
 from .scheduler import Reservation, Scheduler
 from .sink import ExecutionJournalSink, FanoutSink
@@ -243,8 +255,10 @@ class ToolExecutor:
     async def _persist_start(self, call: _Call) -> None:
         if self._sink is None:
             return
+        cap = call.tool.capability
         await self._sink.on_start(
-            StartRecord(
+            fast_construct(StartRecord, dict(
+                v=RECEIPT_VERSION,
                 receipt_id=call.receipt_id,
                 tool=call.tool.name,
                 spec_sha256=call.tool.spec_sha256,
@@ -252,7 +266,10 @@ class ToolExecutor:
                 started_at=call.started_at,
                 principal=call.ctx.principal,
                 parent_receipt_id=call.ctx.parent_receipt_id,
-            )
+                # A declared read has no effect to have intended: the durable
+                # journal skips its start (the receipt is still durable before delivery).
+                read_only=cap is not None and cap.effect == "read",
+            ))
         )
 
     async def _invoke(self, call: _Call) -> None:
