@@ -181,21 +181,22 @@ class Exec:
             except NonJsonValue as exc:
                 raise StepFailed(f"step {path} ({step.name}): arguments have no JSON form: {exc.message}",
                                  details={"step": path, "name": step.name, "cause": exc.code}) from None
-            await j.before_step(path, step.name, step.tool, params, uncertain=not read)
+            await j.before_step(path, step.name, step.tool, params, effect=not read)
         ctx = with_child_execution(self.ctx) if self.child else self.ctx  # type: ignore[arg-type]
         try:
             detailed = await registry.execute_detailed(step.tool, params, ctx)
         except anyio.get_cancelled_exc_class():
             if j is not None:
                 # The executor settled the call (receipt: cancelled) before re-raising.
-                j.failed(path, step.name, "cancelled", {"code": "cancelled", "message": "cancelled while running"}, uncertain=not read)
+                j.failed(path, step.name, "cancelled", {"code": "cancelled", "message": "cancelled while running"},
+                         uncertain=not read, effect=not read)
             raise
         receipt = detailed.receipt
         err = detailed.error
         if err is not None:
             if j is not None:
                 j.failed(path, step.name, "failed", {"code": err.code, "message": err.message}, receipt,
-                         uncertain=not read and receipt.certainty == "unknown")
+                         uncertain=not read and receipt.certainty == "unknown", effect=not read)
             raise StepFailed(
                 f"step {path} ({step.name}): tool {step.tool!r} {receipt.outcome}: {err.message}",
                 details={"step": path, "name": step.name, "cause": err.code, "receipt_id": receipt.receipt_id,
@@ -203,7 +204,7 @@ class Exec:
             )
         out = _tool_output(detailed)
         if j is not None:
-            return j.succeeded(path, step.name, out, receipt)
+            return j.succeeded(path, step.name, out, receipt, effect=not read)
         return out
 
     async def transform(self, path: str, step: Transform, value: Any) -> Any:
@@ -244,7 +245,7 @@ class Exec:
             raise StepFailed(f"step {path} ({step.name}): building the prompt raised {type(exc).__name__}: {exc}",
                              details={"step": path, "name": step.name, "cause": type(exc).__name__}) from exc
         if self.journal is not None:
-            await self.journal.before_step(path, step.name, uncertain=False)
+            await self.journal.before_step(path, step.name, effect=False)
         try:
             reply = await adapter.chat(messages, (), step.options)
         except OpenFunctionsError as exc:
@@ -255,7 +256,9 @@ class Exec:
                              details={"step": path, "name": step.name, "cause": type(exc).__name__}) from exc
         out = step.parse(getattr(reply, "text", None), path)
         if self.journal is not None:
-            return self.journal.succeeded(path, step.name, out)
+            # A model call costs time and money: make its answer durable now.
+            out = self.journal.succeeded(path, step.name, out)
+            await self.journal.flush()
         return out
 
 

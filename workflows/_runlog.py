@@ -16,7 +16,8 @@ for as long as it runs the run; a second process gets ``RunBusy``.
 
 Records (``type``: ``data``), in the order a run writes them:
 
-- ``run_started``: ``{run_id, workflow, digest, input}`` — always seq 1.
+- ``run_started``: ``{run_id, workflow, digest, input}`` — always seq 1
+  (a file with a header and no record is a run that never started).
   ``digest`` is ``sha256:<hex>`` of the workflow's canonical step description
   (kinds, names, tool names, nesting); ``input`` the run's JSON input.
 - ``step_started``: ``{step, name, tool, params}`` — written, and fsynced,
@@ -39,12 +40,16 @@ Records (``type``: ``data``), in the order a run writes them:
   (``result``), ``failed`` (``error``: ``{code, message, details?}``) or
   ``cancelled``. Nothing follows it.
 
-Durability: ``step_started`` and ``run_finished`` are acknowledged (fsynced)
-before the step runs / the run returns. ``step_settled`` records are
-buffered and written with the next fsync (the next tool or LLM step's start,
-or ``run_finished``): a transform's record may be lost in a crash and is
-recomputed on replay; a tool step settled but not yet flushed at a crash is
-uncertain (it blocks; it is never re-run blindly).
+Durability (when each record is fsynced; records written together share one
+fsync): ``step_started`` before its step runs, with everything buffered
+before it; ``run_finished`` before the run returns. ``run_started`` and
+``step_settled`` are buffered: a non-read tool step's outcome is flushed
+before the next tool or LLM step starts (at the latest); an LLM step's
+right after it settles; a read step's or a transform's rides along with the
+next fsync. So a crash can lose the records of reads, transforms and a
+not-yet-flushed ``run_started`` (recomputed, or the run starts afresh), and a
+non-read step that settled but was not yet flushed stays uncertain (it
+blocks; it is never re-run blindly).
 
 Reading fails closed: an unknown record type, a record missing a field or a
 header of another run raise :class:`RunCorrupt` naming the file.
@@ -117,7 +122,9 @@ class RunState:
     workflow: str = ""
     digest: str = ""
     input: Any = None
-    status: str = "new"  # new | running | blocked | succeeded | failed | cancelled
+    # new (no record yet: running its first reads, or crashed before its first fsync) | running | blocked
+    # | succeeded | failed | cancelled
+    status: str = "new"
     result: Any = None
     error: dict[str, Any] | None = None
     steps: dict[str, StepRecord] = field(default_factory=dict)
@@ -297,12 +304,15 @@ def json_copy(value: Any, path: str, name: str) -> Any:
 class RunJournal:
     """The records of one running run: built here, appended to its locked log, folded by :func:`apply`."""
 
-    __slots__ = ("log", "state", "_pending")
+    __slots__ = ("log", "state", "_pending", "_effect_pending")
 
     def __init__(self, log: JournalLog, state: RunState) -> None:
         self.log = log
         self.state = state
         self._pending: list[tuple[str, dict[str, Any]]] = []
+        # whether _pending holds the outcome of a non-read tool step (it must
+        # be durable before anything slow runs, or a crash makes it uncertain)
+        self._effect_pending = False
 
     async def _append(self, records: list[tuple[str, dict[str, Any]]]) -> None:
         # Shielded: a record handed to the log is written even if the caller
@@ -313,22 +323,28 @@ class RunJournal:
             apply(self.state, r)
 
     async def flush(self) -> None:
-        """Make every buffered settled record durable (one fsync)."""
+        """Make every buffered record durable (one fsync)."""
         if self._pending:
             pending, self._pending = self._pending, []
+            self._effect_pending = False
             await self._append(pending)
 
-    async def started(self, data: dict[str, Any]) -> None:
-        await self._append([("run_started", data)])
+    def started(self, data: dict[str, Any]) -> None:
+        """Buffer ``run_started``: it becomes durable with the run's first fsync. A crash before that
+        leaves a file with a header only: a run that never started (``run`` starts it afresh)."""
+        self._pending.append(("run_started", data))
 
-    async def before_step(self, path: str, name: str, tool: str | None = None, params: Any = None, *, uncertain: bool) -> None:
-        """Before a tool or LLM step: flush what settled before it; for a non-read tool, also record
-        its start — durable before the call is made."""
-        if uncertain:
+    async def before_step(self, path: str, name: str, tool: str | None = None, params: Any = None, *, effect: bool) -> None:
+        """Before a tool or LLM step. A non-read tool (``effect``): its start record, and everything
+        buffered, durable before the call is made. Otherwise: flush only if an effectful step's
+        outcome is buffered (reads' and transforms' results may wait: they are safe to recompute)."""
+        if effect:
             self._pending.append(("step_started", {"step": path, "name": name, "tool": tool, "params": params}))
-        await self.flush()
+            await self.flush()
+        elif self._effect_pending:
+            await self.flush()
 
-    def succeeded(self, path: str, name: str, result: Any, receipt: Any = None) -> Any:
+    def succeeded(self, path: str, name: str, result: Any, receipt: Any = None, *, effect: bool = False) -> Any:
         """Buffer a step's result; returns its JSON copy (what a replay would see)."""
         value = json_copy(result, path, name)
         data: dict[str, Any] = {"step": path, "name": name, "status": "succeeded", "result": value}
@@ -336,9 +352,11 @@ class RunJournal:
             data["receipt_id"] = receipt.receipt_id
             data["certainty"] = receipt.certainty
         self._pending.append(("step_settled", data))
+        self._effect_pending |= effect
         return value
 
-    def failed(self, path: str, name: str, status: str, error: dict[str, Any], receipt: Any = None, *, uncertain: bool = False) -> None:
+    def failed(self, path: str, name: str, status: str, error: dict[str, Any], receipt: Any = None, *,
+               uncertain: bool = False, effect: bool = False) -> None:
         data: dict[str, Any] = {"step": path, "name": name, "status": status, "error": error}
         if receipt is not None:
             data["receipt_id"] = receipt.receipt_id
@@ -346,6 +364,7 @@ class RunJournal:
         if uncertain:
             data["uncertain"] = True
         self._pending.append(("step_settled", data))
+        self._effect_pending |= effect
 
     async def blocked(self, steps: list[str], reason: str) -> None:
         await self._append([("run_blocked", {"steps": steps, "reason": reason})])

@@ -160,15 +160,15 @@ class WorkflowRuns:
         log, state = await self._open(run_id, create_for=workflow)
         try:
             journal = RunJournal(log, state)
-            if state.status == "new":
-                await journal.started({"run_id": run_id, "workflow": workflow.name, "digest": workflow.digest, "input": input_copy})
-                return await self._drive(journal, workflow, context, registry, adapter, resumed=False)
+            if state.status == "new":  # a new run, or one that crashed before its first record
+                journal.started({"run_id": run_id, "workflow": workflow.name, "digest": workflow.digest, "input": input_copy})
+                return await self._drive(journal, workflow, input_copy, context, registry, adapter, resumed=False)
             if state.workflow != workflow.name:
                 raise WorkflowChanged(
                     f"run {run_id} belongs to workflow {state.workflow!r}, not {workflow.name!r}",
                     details={"run_id": run_id, "workflow": state.workflow},
                 )
-            return await self._drive(journal, workflow, context, registry, adapter, resumed=True)
+            return await self._drive(journal, workflow, state.input, context, registry, adapter, resumed=True)
         finally:
             await _close(log)
 
@@ -181,6 +181,9 @@ class WorkflowRuns:
         """
         log, state = await self._open(check_run_id(run_id))
         try:
+            if state.status == "new":
+                raise RunNotFound(f"run {run_id} never started (its journal holds no record): start it again with run()",
+                                  details={"run_id": run_id})
             journal = RunJournal(log, state)
             wf = self._workflows.get(state.workflow)
             if wf is None and not state.terminal:
@@ -189,7 +192,7 @@ class WorkflowRuns:
                     f"(known: {', '.join(sorted(self._workflows)) or 'none'})",
                     details={"run_id": run_id, "workflow": state.workflow},
                 )
-            return await self._drive(journal, wf, context, registry, adapter, resumed=True)  # type: ignore[arg-type]
+            return await self._drive(journal, wf, state.input, context, registry, adapter, resumed=True)  # type: ignore[arg-type]
         finally:
             await _close(log)
 
@@ -209,13 +212,13 @@ class WorkflowRuns:
                 out.append(exc)
         return out
 
-    async def _drive(self, journal: RunJournal, wf: Workflow | None, context: ToolExecutionContext | None,
+    async def _drive(self, journal: RunJournal, wf: Workflow | None, input: Any, context: ToolExecutionContext | None,
                      registry: Any, adapter: Any, *, resumed: bool) -> RunOutcome:
         state = journal.state
         if state.terminal:
             return _outcome(state, resumed=False)
         assert wf is not None
-        if state.digest != wf.digest:
+        if resumed and state.digest != wf.digest:
             raise WorkflowChanged(
                 f"run {state.run_id} was started by a different version of workflow {wf.name!r} "
                 f"(digest {state.digest}, now {wf.digest}); register the old version to finish it",
@@ -231,7 +234,7 @@ class WorkflowRuns:
                          context=context, journal=journal)
         cancelled = anyio.get_cancelled_exc_class()
         try:
-            result = await wf.root.run(ex, state.input)
+            result = await wf.root.run(ex, input)
         except cancelled:
             with anyio.CancelScope(shield=True):
                 await journal.finished("cancelled", error={"code": "cancelled", "message": "the run was cancelled"})
@@ -341,7 +344,7 @@ def _read_state(path: Path, run_id: str | None) -> RunState:
         records = read_records(path)
         header_meta = _header_meta(path)
         _check_header(path, header_meta, run_id)
-        state = RunState(run_id=header_meta["run_id"])
+        state = RunState(run_id=header_meta["run_id"], workflow=header_meta.get("workflow") or "")
         for rec in records:
             try:
                 apply(state, rec)

@@ -214,7 +214,9 @@ async def test_a_running_run_is_busy_for_everyone_else(tmp_path):
         await entered.wait()
         with pytest.raises(RunBusy, match="run g1 is being run"):
             await runs.resume("g1")
-        assert runs.show("g1").status == "running"  # readers need no lock
+        # readers need no lock; a run of reads has fsynced nothing yet (its first records ride along later)
+        live = runs.show("g1")
+        assert live.status == "new" and live.workflow == "g"
         release.set()
     assert runs.show("g1").status == "succeeded"
 
@@ -230,6 +232,23 @@ async def test_unknown_and_hostile_run_ids(tmp_path):
         with pytest.raises(InvalidRunId):
             await runs.resume(bad)  # type: ignore[arg-type]
     assert not any(tmp_path.rglob("passwd"))
+
+
+@pytest.mark.anyio
+async def test_a_crash_before_the_first_fsync_leaves_a_run_that_never_started(tmp_path):
+    world = World()
+    wf = workflow()
+    world.crash_in = {"lookup"}  # step 0, a read: nothing has been fsynced yet
+    with pytest.raises(Crash):
+        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="n1")
+    world.crash_in = set()
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    assert runs.show("n1").status == "new"
+    with pytest.raises(RunNotFound, match="never started"):
+        await runs.resume("n1")
+    assert await runs.resume_interrupted() == []
+    out = await runs.run(wf, {"n": 1}, run_id="n1")  # the same id starts it afresh
+    assert out.ok and world.charged == [102]
 
 
 @pytest.mark.anyio
@@ -278,7 +297,7 @@ async def test_a_corrupted_run_journal_fails_closed_naming_the_file(tmp_path):
 @pytest.mark.anyio
 async def test_a_changed_workflow_or_an_unknown_one_is_refused(tmp_path):
     world = World()
-    world.crash_in = {"lookup"}
+    world.crash_in = {"charge"}
     wf = workflow()
     with pytest.raises(Crash):
         await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="v1")
