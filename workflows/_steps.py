@@ -8,6 +8,7 @@ digest (:meth:`Step.describe`), which is what a resumed run is checked against.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -152,8 +153,9 @@ class LLMStep(Step):
             text = self.prompt
         if not isinstance(text, str):
             raise WorkflowDefinitionError(f"llm_step {self.name!r}: the prompt function returned {type(text).__name__}, not a string")
-        out = [LLMMessage("system", self.system)] if self.system else []
-        out.append(LLMMessage("user", text))
+        make = _message_type()
+        out = [make("system", self.system)] if self.system else []
+        out.append(make("user", text))
         return out
 
     def parse(self, text: Any, path: str) -> Any:
@@ -189,6 +191,17 @@ class LLMStep(Step):
 
     def __repr__(self) -> str:
         return f"llm_step({self.name})"
+
+
+@functools.cache
+def _message_type() -> Any:
+    """The adapters layer's ``Message`` once it is in this build (its adapters read more fields than
+    role and content), else :class:`LLMMessage`."""
+    try:
+        from openfunctions.adapters import Message
+    except ImportError:
+        return LLMMessage
+    return Message
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.S)

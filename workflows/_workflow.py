@@ -8,7 +8,7 @@ by code ("deterministic composition"); only LLM steps are adaptive.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +122,7 @@ class Workflow:
     @property
     def has_tool_steps(self) -> bool:
         if self._has_tools is None:
-            self._has_tools = '"kind":"tool"' in _canonical_description(self)
+            self._has_tools = any(isinstance(s, ToolStep) for s in _steps(self.parts))
         return self._has_tools
 
     # -- running ----------------------------------------------------------------
@@ -213,10 +213,17 @@ def _describe(part: Any) -> Any:
     raise WorkflowDefinitionError(f"not a workflow part: {part!r}")  # pragma: no cover
 
 
-def _canonical_description(wf: Workflow) -> str:
-    from openfunctions.core.canonical import canonical_json
-
-    return canonical_json(wf.describe())
+def _steps(parts: tuple[Any, ...]) -> Iterator[Step]:
+    """Every step in ``parts``, depth first."""
+    for part in parts:
+        if isinstance(part, Step):
+            yield part
+        elif isinstance(part, Workflow):
+            yield from _steps(part.parts)
+        elif isinstance(part, _ParallelPart):
+            yield from _steps(part.branches)
+        elif isinstance(part, _BranchPart):
+            yield from _steps(tuple(p for p in (part.if_true, part.if_false) if p is not None))
 
 
 def pipe(*steps: Any, name: str | None = None, registry: Any = None, adapter: ChatAdapter | None = None) -> Workflow:

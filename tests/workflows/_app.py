@@ -57,3 +57,14 @@ checkout = pipe(
 )
 
 workflows = [checkout]
+
+# What `openfunctions-mcp serve --module tests.workflows._app:served --no-example-tools` serves: the step
+# tools and the workflow as a tool, in one registry, so the server's journal records the workflow's call
+# and its steps' calls alike (the steps are child executions of the workflow's call).
+served = ToolRegistry([registry.get("charge"), registry.get("slow_read")])
+served.register(checkout.bind(registry=served).as_tool(
+    "checkout", {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]},
+    description="charge an order and report the balance", registry=served,
+    output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}, "balance": {"type": "integer"}},
+                   "required": ["ok", "balance"]},
+))
