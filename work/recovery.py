@@ -70,10 +70,13 @@ def restore_plan(state: WorkState) -> list[tuple[str, str, dict[str, Any]]]:
             continue
         unknown = [op.operation_id for op in att.operations.values() if op.status == "unknown"]
         if unknown:
+            no_readback = [o for o in unknown if not (att.operations[o].readback or {}).get("reconcilable")]
             reason = {
                 "code": "effect_uncertain",
                 "message": f"{len(unknown)} operation(s) have no recorded outcome (the controller stopped mid-step); "
-                "reconcile them by evidence with of_work_reconcile; they are never re-run blindly",
+                "reconcile them by evidence with of_work_reconcile; they are never re-run blindly"
+                + (f"; {len(no_readback)} have no readback and need an operator "
+                   "(openfunctions-mcp work resolve OP_ID --as applied|not-applied --reason ...)" if no_readback else ""),
                 "operations": unknown,
             }
             if att.state != "blocked" or (att.blocked_reason or {}).get("operations") != unknown:
