@@ -144,6 +144,9 @@ async def test_artifacts_work_and_all_profiles(tmp_path):
     names = [t.name for t in everything.registry.list()]
     assert {"of_hash_text", "of_artifact_read", *WORK_TOOL_NAMES} <= set(names)
     assert not any(n.startswith("of_step.") for n in names), "steps are reachable only through the controller"
+    readers = {t.name: t for t in everything.registry.list() if t.name in ("of_artifact_read", "of_work_artifact_read")}
+    assert len(readers) == 2 and len({t.title for t in readers.values()}) == 2
+    assert len({t.description for t in readers.values()}) == 2, "two stores, two descriptions"
     await everything.aclose()
 
     without_catalog = build_profile("all", data_dir=tmp_path / "d3")
