@@ -15,7 +15,7 @@ from openfunctions.servers.profiles import PROFILES, build_profile, load_module_
 from .conftest import REPO, serve_argv, server_env
 
 CONFIG = REPO / "claude_desktop_config.example.json"
-UVX_OPTIONS_WITH_VALUE = {"--from", "--with", "--python", "-p"}
+UVX_OPTIONS_WITH_VALUE = {"--from", "--with", "--with-editable", "--python", "-p"}
 
 
 def openfunctions_args(entry: dict) -> list[str]:
@@ -40,7 +40,12 @@ def test_example_config_entries_parse_with_the_cli_parser():
         assert parsed.transport == "stdio", name
         profiles_seen.add(parsed.profile)
     assert {"tools", "work", "artifacts", "all"} <= profiles_seen
-    assert any("--from" in e["args"] for e in entries.values()), "a local-checkout entry"
+    # Until the package is on the index, every entry names where it comes from: a checkout or a wheel of this version.
+    from openfunctions.servers import __version__
+
+    for name, entry in entries.items():
+        source = entry["args"][entry["args"].index("--from") + 1]
+        assert source == "/path/to/openfunctions-mcp" or source.endswith(f"openfunctions_mcp-{__version__}-py3-none-any.whl"), name
 
 
 def test_no_arguments_means_serve_tools_over_stdio(monkeypatch):
