@@ -23,10 +23,10 @@ import structlog
 
 from openfunctions.core import ToolDefinition, ToolError, ToolExecutionContext, define_tool
 
+from ._checks import MAX_READ_BYTES
 from ._ids import not_found
 from .errors import ArtifactCorrupt, ArtifactError
 from .protocol import ArtifactStoreProtocol
-from ._checks import MAX_READ_BYTES
 from .refs import ArtifactInfo
 
 log = structlog.get_logger("openfunctions.artifacts.tool")

@@ -241,8 +241,7 @@ def define_tool(
         check_json(t.spec())
     except NonJsonValue as exc:
         raise ToolDefinitionError(f"tool {name!r}: spec is not JSON: {exc.message}") from None
-    t.input_validator  # compile now: a bad schema fails at definition time
-    t.output_validator
+    _ = t.input_validator, t.output_validator  # compile now: a bad schema fails at definition time
     return t
 
 
@@ -298,12 +297,11 @@ def tool(
         ret = hints.get("return", inspect.Signature.empty)
         wrap_result = False
         out: Any = None
-        dump: Callable[[Any], Any] = lambda v: v
+        adapter: TypeAdapter[Any] | None = None
         if output_schema == "auto":
             if ret not in (inspect.Signature.empty, Any, None, type(None)):
                 adapter = TypeAdapter(ret)
                 schema = adapter.json_schema()
-                dump = lambda v, _a=adapter: _a.dump_python(v, mode="json")
                 if schema.get("type") == "object":
                     out = schema
                 else:
@@ -322,7 +320,8 @@ def tool(
                 value = await fn(**call_kwargs)
             else:
                 value = await anyio.to_thread.run_sync(lambda: fn(**call_kwargs))
-            value = dump(value)
+            if adapter is not None:
+                value = adapter.dump_python(value, mode="json")
             return {"result": value} if wrap_result else value
 
         handler.__wrapped__ = fn  # type: ignore[attr-defined]
