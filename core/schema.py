@@ -199,11 +199,13 @@ def complete_strict_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], froz
     schema is returned unchanged, because it may be a peer's exact fixture.
     On a closed schema: every closed object node without ``required`` gets
     ``"required": []`` (what an absent ``required`` means anyway), and every
-    optional top-level property that rejects ``null`` is made nullable. The
+    optional top-level property that rejects ``null`` is made nullable. A
+    schema that names its dialect (``$schema``) is a document its author wants
+    served verbatim, and is kept too. The
     executor drops such a ``null`` before validation, so the handler sees the
     parameter absent (its default), exactly as if the client had left it out.
     """
-    if not isinstance(schema, dict) or schema.get("additionalProperties") is not False:
+    if not isinstance(schema, dict) or schema.get("additionalProperties") is not False or "$schema" in schema:
         return schema, frozenset()
     out = copy.deepcopy(schema)
 

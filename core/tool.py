@@ -203,7 +203,8 @@ def define_tool(
     completed to the strict form the major providers expect: closed object
     nodes get ``"required": []`` when they list none, and optional top-level
     parameters accept ``null``, which the executor turns into "absent" (the
-    handler never sees it). An open schema is kept exactly as given.
+    handler never sees it). An open schema, or one naming its dialect
+    (``$schema``), is kept exactly as given.
     """
     _check_name(name)
     if not isinstance(description, str):
