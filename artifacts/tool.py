@@ -23,10 +23,10 @@ import structlog
 
 from openfunctions.core import ToolDefinition, ToolError, ToolExecutionContext, define_tool
 
+from ._checks import MAX_READ_BYTES
 from ._ids import not_found
 from .errors import ArtifactCorrupt, ArtifactError
 from .protocol import ArtifactStoreProtocol
-from ._checks import MAX_READ_BYTES
 from .refs import ArtifactInfo
 
 log = structlog.get_logger("openfunctions.artifacts.tool")
@@ -69,26 +69,34 @@ OUTPUT_SCHEMA: dict[str, Any] = {
         "eof": {"type": "boolean"},
         "data_base64": {"type": "string", "maxLength": 4 * ((MAX_READ_BYTES + 2) // 3)},
         "media_type": {"type": "string"},
+        "read_with": {"type": "string", "description": "The tool that reads this artifact: call it for the next chunk."},
     },
-    "required": ["artifact_id", "offset", "length", "total_size", "sha256", "eof", "data_base64", "media_type"],
+    "required": ["artifact_id", "offset", "length", "total_size", "sha256", "eof", "data_base64", "media_type",
+                 "read_with"],
     "additionalProperties": False,
 }
 
-DESCRIPTION = (
-    "Read part of a stored artifact (a large tool output kept aside) by its opaque id. "
+DEFAULT_NAME = "of_artifact_read"
+DEFAULT_SOURCE = "this server's artifact store (<data-dir>/artifacts)"
+DESCRIPTION_TEMPLATE = (
+    "Read part of an artifact (a large output kept aside) from {source}, by its opaque id. "
+    "Use it for ids that come with read_with: \"{name}\"; an id named with another read_with lives in another "
+    "store and reads as unknown here. "
     f"Returns at most {MAX_READ_BYTES} bytes as base64 starting at `offset`, with `total_size`, "
     "the artifact's `sha256` and `eof`. To read everything, call again with offset += length until eof is true. "
     "Content is verified against its SHA-256 before any byte is returned."
 )
+DESCRIPTION = DESCRIPTION_TEMPLATE.format(source=DEFAULT_SOURCE, name=DEFAULT_NAME)
 
 
 def create_artifact_read_tool(
     store: ArtifactStoreProtocol,
-    name: str = "of_artifact_read",
+    name: str = DEFAULT_NAME,
     allow: AllowFn | None = None,
     *,
-    title: str = "Read artifact",
-    description: str = DESCRIPTION,
+    title: str | None = None,
+    source: str | None = None,
+    description: str | None = None,
     tags: tuple[str, ...] = ("artifacts",),
 ) -> ToolDefinition:
     """A registry tool reading ``store`` in verified chunks of at most 16 KiB.
@@ -96,7 +104,19 @@ def create_artifact_read_tool(
     ``allow(info, ctx) -> bool`` (sync or async) decides whether the caller
     may see an artifact; a refusal reads as an unknown id. Only a literal
     ``True`` admits; an ``allow`` that raises refuses (and is logged).
+
+    Two read tools in one server (``of_artifact_read`` and a layer's own) read
+    different stores, so each says which: ``source`` names the store in the
+    description (default: the server's ``<data-dir>/artifacts``) and the
+    default ``title`` carries the tool name when it is not the default one.
+    Every reply names the tool again as ``read_with``, and
+    :func:`~openfunctions.artifacts.project_reply` puts the same hint next to
+    the artifact ids it returns.
     """
+    if title is None:
+        title = "Read artifact" if name == DEFAULT_NAME else f"Read artifact ({name})"
+    if description is None:
+        description = DESCRIPTION_TEMPLATE.format(source=source or DEFAULT_SOURCE, name=name)
 
     async def read_artifact(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
         artifact_id = params["artifact_id"]
@@ -125,6 +145,7 @@ def create_artifact_read_tool(
             "eof": chunk.eof,
             "data_base64": base64.b64encode(chunk.data).decode("ascii"),
             "media_type": chunk.media_type,
+            "read_with": name,
         }
 
     return define_tool(

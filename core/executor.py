@@ -220,6 +220,8 @@ class ToolExecutor:
         call.params = json.loads(text)
 
     def _validate(self, call: _Call) -> None:
+        if call.params is not None:  # null for an optional parameter means "absent" (ToolDefinition.null_as_absent)
+            call.params = call.tool.drop_absent_nulls(call.params)
         call.tool.input_validator.check_params(call.tool.name, call.params)
 
     async def _resolve_policy(self, call: _Call) -> None:

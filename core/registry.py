@@ -7,6 +7,7 @@ not a second runtime, and it cannot register tools.
 
 from __future__ import annotations
 
+import builtins
 import difflib
 from collections.abc import Iterable
 from typing import Any
@@ -114,7 +115,7 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._visible())
 
-    def project(self, *, names: Iterable[str] | None = None, tags: Iterable[str] | None = None) -> "ToolRegistry":
+    def project(self, *, names: Iterable[str] | None = None, tags: Iterable[str] | None = None) -> ToolRegistry:
         """A filtered view sharing this registry's executor services."""
         view = ToolRegistry.__new__(ToolRegistry)
         view.executor = self.executor
@@ -145,12 +146,12 @@ class ToolRegistry:
 
     # -- provider formats (pure translations) -----------------------------
 
-    def to_openai_format(self) -> list[dict[str, Any]]:
+    def to_openai_format(self) -> builtins.list[dict[str, Any]]:
         from .providers import to_openai
 
         return [to_openai(t) for t in self.list()]
 
-    def to_anthropic_format(self) -> list[dict[str, Any]]:
+    def to_anthropic_format(self) -> builtins.list[dict[str, Any]]:
         from .providers import to_anthropic
 
         return [to_anthropic(t) for t in self.list()]

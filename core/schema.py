@@ -7,6 +7,8 @@ schema object (``Validator``) and reused for every call.
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 import jsonschema
@@ -60,7 +62,7 @@ class Validator:
         if self._trivial and (not self.schema or isinstance(instance, dict)):
             return []
         errors = sorted(self._v.iter_errors(instance), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-        return [{"path": _json_path(e.absolute_path), "message": _clip(e.message)} for e in errors]
+        return [{"path": _json_path(e.absolute_path), "message": _clip(_json_message(e))} for e in errors]
 
     def check_params(self, tool: str, params: Any) -> None:
         found = self.violations(params)
@@ -83,7 +85,182 @@ def _summarize(head: str, found: list[dict[str, str]]) -> str:
     return f"{head}: {shown}{more}"
 
 
-__all__ = ["Validator", "DEFAULT_DIALECT", "SUPPORTED_DIALECTS", "MAX_VIOLATIONS", "jsonschema"]
+def _as_json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _json_message(error: Any) -> str:
+    """jsonschema's message with the values it quotes written as JSON (``null``, ``true``, ``"x"``), not Python reprs.
+
+    jsonschema builds messages from ``repr()``; a client sent JSON and should read JSON back.
+    """
+    message: str = error.message
+    if error.validator == "required":
+        missing = message.split(" is a required property")[0]
+        for name in error.validator_value or ():
+            if repr(name) == missing:
+                return f"{_as_json(name)} is a required property"
+        return message
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        for key in error.instance:
+            message = message.replace(repr(key), _as_json(key))
+        return message
+    if error.validator == "type":
+        types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        return f"{_as_json(error.instance)} is not of type {' or '.join(_as_json(t) for t in types)}"
+    head = repr(error.instance)
+    if message.startswith(head):
+        message = _as_json(error.instance) + message[len(head):]
+    value_repr = repr(error.validator_value)
+    if error.validator in ("enum", "const") and value_repr in message:
+        message = message.replace(value_repr, _as_json(error.validator_value))
+    return message
+
+
+# -- strict-mode schemas ---------------------------------------------------------
+#
+# The strict modes of the major providers (OpenAI structured outputs and
+# strict function calling, Anthropic strict tool use, Gemini's schema subset)
+# agree on: every object node closed (``additionalProperties: false``) and
+# listing ``required``, every node typed. OpenAI's strict mode also makes
+# every property required, so a strict client can only say "use the default"
+# by sending ``null``: an optional parameter must accept ``null``, meaning
+# "absent".
+
+JSON_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+_COMBINATORS = ("anyOf", "oneOf", "allOf")
+_TYPING_KEYS = ("type", "$ref", "enum", "const", *_COMBINATORS)
+_META_KEYS = ("title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly")
+
+
+def _subschemas(node: dict[str, Any], path: str) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for name, sub in (node.get("properties") or {}).items():
+        out.append((f"{path}.{name}", sub))
+    items = node.get("items")
+    if isinstance(items, dict):
+        out.append((f"{path}[]", items))
+    for i, sub in enumerate(node.get("prefixItems") or ()):
+        out.append((f"{path}[{i}]", sub))
+    if isinstance(node.get("additionalProperties"), dict):
+        out.append((f"{path}.*", node["additionalProperties"]))
+    for key in _COMBINATORS:
+        for i, sub in enumerate(node.get(key) or ()):
+            out.append((f"{path}/{key}/{i}", sub))
+    for key in ("$defs", "definitions"):
+        for name, sub in (node.get(key) or {}).items():
+            out.append((f"#/{key}/{name}", sub))
+    return out
+
+
+def _is_object_node(node: dict[str, Any]) -> bool:
+    return node.get("type") == "object" or "properties" in node
+
+
+def accepts_null(node: Any) -> bool:
+    """Whether a (sub)schema admits JSON ``null``, judged from its structure (``$ref`` counts as no)."""
+    if node is True or node == {}:
+        return True
+    if not isinstance(node, dict):
+        return False
+    if "const" in node:
+        return node["const"] is None
+    if "enum" in node:
+        return None in node["enum"]
+    t = node.get("type")
+    if t is not None:
+        return t == "null" or (isinstance(t, list) and "null" in t)
+    if any(k in node for k in ("anyOf", "oneOf")):
+        return any(accepts_null(sub) for k in ("anyOf", "oneOf") for sub in node.get(k) or ())
+    if "allOf" in node:
+        return all(accepts_null(sub) for sub in node["allOf"])
+    return "$ref" not in node and "not" not in node  # an untyped node admits anything
+
+
+def _nullable(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    t = node.get("type")
+    if t is not None and "enum" not in node and "const" not in node and not any(k in node for k in _COMBINATORS):
+        return {**node, "type": [*(t if isinstance(t, list) else [t]), "null"]}
+    meta = {k: node[k] for k in _META_KEYS if k in node}
+    rest = {k: v for k, v in node.items() if k not in meta}
+    return {"anyOf": [rest, {"type": "null"}], **meta}
+
+
+def complete_strict_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """Complete a *closed* input schema to the strict form; return it and the optional names that now take ``null``.
+
+    A schema is closed when its root says ``additionalProperties: false``
+    (pydantic's ``extra="forbid"``, every hand-written tool here); an open
+    schema is returned unchanged, because it may be a peer's exact fixture.
+    On a closed schema: every closed object node without ``required`` gets
+    ``"required": []`` (what an absent ``required`` means anyway), and every
+    optional top-level property that rejects ``null`` is made nullable. A
+    schema that names its dialect (``$schema``) is a document its author wants
+    served verbatim, and is kept too. The
+    executor drops such a ``null`` before validation, so the handler sees the
+    parameter absent (its default), exactly as if the client had left it out.
+    """
+    if not isinstance(schema, dict) or schema.get("additionalProperties") is not False or "$schema" in schema:
+        return schema, frozenset()
+    out = copy.deepcopy(schema)
+
+    def close(node: Any, path: str) -> None:
+        if not isinstance(node, dict):
+            return
+        if _is_object_node(node) and node.get("additionalProperties") is False and "required" not in node:
+            node["required"] = []
+        for sub_path, sub in _subschemas(node, path):
+            close(sub, sub_path)
+
+    close(out, "$")
+    required = set(out.get("required") or ())
+    absent: set[str] = set()
+    props = out.get("properties") or {}
+    for name, sub in list(props.items()):
+        if name not in required and not accepts_null(sub):
+            props[name] = _nullable(sub)
+            absent.add(name)
+    return out, frozenset(absent)
+
+
+def strict_violations(schema: Any) -> list[str]:
+    """Where ``schema`` breaks the providers' shared strict-mode rules, as ``"<path>: <rule>"`` lines.
+
+    Rules: an object node (``type: object`` or ``properties``) says
+    ``additionalProperties: false`` and lists ``required``; every node is typed
+    (``type``, ``enum``, ``const``, ``$ref`` or a combinator). A node typed as
+    any JSON value (all seven JSON types) passes: Anthropic and Gemini take it,
+    OpenAI's strict mode cannot express it (such a tool runs non-strict there).
+    """
+    found: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if not isinstance(node, dict):
+            found.append(f"{path}: a boolean schema is not typed")
+            return
+        if not any(k in node for k in _TYPING_KEYS):
+            found.append(f"{path}: no type")
+        if _is_object_node(node):
+            if node.get("additionalProperties") is not False:
+                found.append(f"{path}: additionalProperties is not false")
+            if "required" not in node:
+                found.append(f"{path}: no required list")
+        for sub_path, sub in _subschemas(node, path):
+            walk(sub, sub_path)
+
+    walk(schema, "$")
+    return found
+
+
+__all__ = [
+    "Validator", "DEFAULT_DIALECT", "SUPPORTED_DIALECTS", "MAX_VIOLATIONS", "JSON_TYPES", "jsonschema",
+    "accepts_null", "complete_strict_schema", "strict_violations",
+]
 
 
 def _clip(message: str, limit: int = 300) -> str:

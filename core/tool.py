@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
 from .canonical import canonical_json, check_json, digest
 from .errors import NonJsonValue, ToolDefinitionError
-from .schema import Validator
+from .schema import Validator, complete_strict_schema
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
@@ -98,6 +98,14 @@ class ToolDefinition:
     annotations: ToolAnnotations | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     capability: Capability | None = None
+    #: Optional parameters for which ``null`` means "absent" (see :func:`define_tool`); not part of the spec.
+    null_as_absent: frozenset[str] = field(default=frozenset(), compare=False)
+
+    def drop_absent_nulls(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` without the ``null`` values that stand for "use the default" (strict-mode clients send them)."""
+        if not self.null_as_absent or not any(params.get(k, 0) is None for k in self.null_as_absent):
+            return params
+        return {k: v for k, v in params.items() if not (v is None and k in self.null_as_absent)}
 
     def spec(self) -> dict[str, Any]:
         """The canonical spec: everything but the handler, JSON only."""
@@ -190,6 +198,13 @@ def define_tool(
 
     A sync handler runs in a worker thread. Schemas are checked now, so a
     malformed definition fails at import time, not at the first call.
+
+    A closed input schema (``additionalProperties: false`` at its root) is
+    completed to the strict form the major providers expect: closed object
+    nodes get ``"required": []`` when they list none, and optional top-level
+    parameters accept ``null``, which the executor turns into "absent" (the
+    handler never sees it). An open schema, or one naming its dialect
+    (``$schema``), is kept exactly as given.
     """
     _check_name(name)
     if not isinstance(description, str):
@@ -200,6 +215,7 @@ def define_tool(
     if in_schema.get("type", "object") != "object":
         raise ToolDefinitionError(f"tool {name!r}: inputSchema must describe an object (type: object)")
     in_schema.setdefault("type", "object")
+    in_schema, null_as_absent = complete_strict_schema(in_schema)
     out_schema = _as_schema(output_schema, "output_schema") if output_schema is not None else None
     if out_schema is not None and out_schema.get("type", "object") != "object":
         raise ToolDefinitionError(f"tool {name!r}: outputSchema must describe an object (MCP structuredContent)")
@@ -220,13 +236,13 @@ def define_tool(
         annotations=annotations,
         meta=dict(meta or {}),
         capability=capability,
+        null_as_absent=null_as_absent,
     )
     try:
         check_json(t.spec())
     except NonJsonValue as exc:
         raise ToolDefinitionError(f"tool {name!r}: spec is not JSON: {exc.message}") from None
-    t.input_validator  # compile now: a bad schema fails at definition time
-    t.output_validator
+    _ = t.input_validator, t.output_validator  # compile now: a bad schema fails at definition time
     return t
 
 
@@ -282,12 +298,11 @@ def tool(
         ret = hints.get("return", inspect.Signature.empty)
         wrap_result = False
         out: Any = None
-        dump: Callable[[Any], Any] = lambda v: v
+        adapter: TypeAdapter[Any] | None = None
         if output_schema == "auto":
             if ret not in (inspect.Signature.empty, Any, None, type(None)):
                 adapter = TypeAdapter(ret)
                 schema = adapter.json_schema()
-                dump = lambda v, _a=adapter: _a.dump_python(v, mode="json")
                 if schema.get("type") == "object":
                     out = schema
                 else:
@@ -306,7 +321,8 @@ def tool(
                 value = await fn(**call_kwargs)
             else:
                 value = await anyio.to_thread.run_sync(lambda: fn(**call_kwargs))
-            value = dump(value)
+            if adapter is not None:
+                value = adapter.dump_python(value, mode="json")
             return {"result": value} if wrap_result else value
 
         handler.__wrapped__ = fn  # type: ignore[attr-defined]

@@ -9,7 +9,8 @@ does not pay for importing the MCP SDK.
 """
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version as _dist_version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
 from typing import Any
 
 try:

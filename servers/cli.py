@@ -290,11 +290,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from . import __version__
     from .http import read_auth_token, serve_http
+    from .journaling import prepare_data_dir
     from .profiles import build_profile
     from .runtime import run_stdio
     from .server import create_mcp_server
-
-    from .journaling import prepare_data_dir
 
     data_dir = prepare_data_dir((args.data_dir or default_data_dir()).expanduser())
     token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)

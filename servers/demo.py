@@ -23,7 +23,6 @@ import anyio
 
 from .server import RECEIPT_META_KEY
 
-
 DEMO_PRINCIPAL = "demo-agent"
 
 

@@ -176,7 +176,8 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
             input_schema={
                 "type": "object",
                 "properties": {
-                    "document": {"description": "The JSON document (a JSON value, or JSON text)."},
+                    "document": {"type": ["object", "array", "string", "number", "integer", "boolean", "null"],
+                                 "description": "The JSON document (a JSON value, or JSON text)."},
                     "path": {"type": "string", "default": "", "description": "Path to the value; empty selects the whole document."},
                 },
                 "required": ["document"],

@@ -178,7 +178,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         r, types = _scan(args.path)
         assert r.header is not None
         p = str(args.path)
-        info = {
+        info: dict[str, Any] = {
             "ok": True,
             "path": p,
             "header": r.header.to_dict(),
@@ -327,9 +327,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         paths = list(args.paths) or _journal_files((args.data_dir or _default_data_dir()).expanduser())
         found: list[tuple[Path, Record]] = []
         for p in paths:
-            hits: list[Record] = []
-            _scan(p, lambda rec: hits.append(rec) if rec.data.get("receipt_id") == args.receipt_id else None)
-            found.extend((p, rec) for rec in hits)
+            def keep(rec: Record, _p: Path = p) -> None:
+                if rec.data.get("receipt_id") == args.receipt_id:
+                    found.append((_p, rec))
+
+            _scan(p, keep)
         if not found:
             where = ", ".join(map(str, paths)) if args.paths else f"{len(paths)} journal file(s) under " \
                 f"{(args.data_dir or _default_data_dir()).expanduser() / 'journal'}"

@@ -33,7 +33,7 @@ async def test_tool_shape(store):
     assert spec["capability"]["effect"] == "read" and spec["capability"]["parallel_safe"] is True
     assert t.schedule_class == "shared"
     assert set(spec["outputSchema"]["required"]) == {
-        "artifact_id", "offset", "length", "total_size", "sha256", "eof", "data_base64", "media_type"
+        "artifact_id", "offset", "length", "total_size", "sha256", "eof", "data_base64", "media_type", "read_with"
     }
     assert create_artifact_read_tool(store, name="of_work_artifact_read").name == "of_work_artifact_read"
 
@@ -187,3 +187,19 @@ async def test_many_concurrent_reads_all_succeed(store):
         for i in range(20):
             tg.start_soon(one, i)
     assert b"".join(parts[i] for i in range(20)) == data
+
+
+async def test_two_read_tools_say_which_store_they_read_and_replies_name_the_reader(store):
+    """Issue 17: of_artifact_read and a layer's own read tool differ in title and description; replies say read_with."""
+    default = create_artifact_read_tool(store)
+    layer = create_artifact_read_tool(store, name="of_work_artifact_read", source="the work attempts' artifacts")
+    assert default.title == "Read artifact" and layer.title == "Read artifact (of_work_artifact_read)"
+    assert default.description != layer.description
+    assert "<data-dir>/artifacts" in default.description and 'read_with: "of_artifact_read"' in default.description
+    assert "the work attempts' artifacts" in layer.description and 'read_with: "of_work_artifact_read"' in layer.description
+    ref = await store.put(b"hello", media_type="text/plain", scope="s")
+    reg = ToolRegistry([default, layer])
+    for name in ("of_artifact_read", "of_work_artifact_read"):
+        d = await reg.execute_detailed(name, {"artifact_id": ref.id, "offset": None, "length": None})
+        assert d.ok, d.error
+        assert d.result.structured["read_with"] == name and base64.b64decode(d.result.structured["data_base64"]) == b"hello"

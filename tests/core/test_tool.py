@@ -2,7 +2,7 @@ import subprocess
 import sys
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from openfunctions.core import (
     ToolDefinitionError,
@@ -74,7 +74,7 @@ def test_annotations_and_capability_are_in_spec_in_wire_form():
     assert spec["meta"] == {"vendor/x": 1}
     assert t.schedule_class == "shared"
     assert define_tool(name="u", description="", handler=_noop).schedule_class == "exclusive"
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         define_tool(name="t", description="", handler=_noop, capability={"effect": "delete"})
 
 

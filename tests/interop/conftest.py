@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,12 +126,20 @@ def _node_package() -> str:
     return f"node-{system}-{arch}@{NODE_MAJOR}"
 
 
-def _npm_install(npm: str | None, folder: Path, specs: list[str], env: dict[str, str]) -> None:
+def _say(message: str) -> None:
+    """One line on the terminal even while pytest captures output (a session fixture's setup is captured)."""
+    print(f"\n[interop] {message}", file=sys.__stderr__, flush=True)
+
+
+def _npm_install(npm: str | None, folder: Path, specs: list[str], env: dict[str, str],
+                 say: Callable[[str], None] = _say) -> None:
     """Install ``specs`` into ``folder`` unless its marker says it already holds exactly them."""
     marker = folder / ".complete"
     wanted = "\n".join(specs)
     if marker.exists() and marker.read_text() == wanted:
         return
+    say(f"fetching {', '.join(specs)} from the npm registry into {folder} (once: later runs reuse it; "
+        f"the whole of {folder.parent} is about 480 MB)")
     if npm is None:
         raise RuntimeError("`npm` is not on PATH (install Node.js with npm to run the interop tests)")
     shutil.rmtree(folder, ignore_errors=True)
@@ -145,6 +154,7 @@ def _npm_install(npm: str | None, folder: Path, specs: list[str], env: dict[str,
         tail = (proc.stderr or proc.stdout).strip()[-2000:]
         raise RuntimeError(f"`{' '.join(cmd)}` exited {proc.returncode}: {tail}")
     marker.write_text(wanted)
+    say(f"installed {', '.join(specs)} in {folder}")
 
 
 def provision_node_peers(cache: Path = CACHE) -> NodePeers:
@@ -177,8 +187,12 @@ def provision_node_peers(cache: Path = CACHE) -> NodePeers:
 
 
 @pytest.fixture(scope="session")
-def node_peers() -> NodePeers:
+def node_peers(request) -> NodePeers:
+    capture = request.config.pluginmanager.getplugin("capturemanager")
     try:
+        if capture is not None:  # let the fetch lines through to the terminal
+            with capture.global_and_fixture_disabled():
+                return provision_node_peers()
         return provision_node_peers()
     except (RuntimeError, TimeoutError, OSError) as e:
         _unavailable(str(e))

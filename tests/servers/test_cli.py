@@ -15,7 +15,7 @@ from openfunctions.servers.profiles import PROFILES, build_profile, load_module_
 from .conftest import REPO, serve_argv, server_env
 
 CONFIG = REPO / "claude_desktop_config.example.json"
-UVX_OPTIONS_WITH_VALUE = {"--from", "--with", "--python", "-p"}
+UVX_OPTIONS_WITH_VALUE = {"--from", "--with", "--with-editable", "--python", "-p"}
 
 
 def openfunctions_args(entry: dict) -> list[str]:
@@ -40,7 +40,12 @@ def test_example_config_entries_parse_with_the_cli_parser():
         assert parsed.transport == "stdio", name
         profiles_seen.add(parsed.profile)
     assert {"tools", "work", "artifacts", "all"} <= profiles_seen
-    assert any("--from" in e["args"] for e in entries.values()), "a local-checkout entry"
+    # Until the package is on the index, every entry names where it comes from: a checkout or a wheel of this version.
+    from openfunctions.servers import __version__
+
+    for name, entry in entries.items():
+        source = entry["args"][entry["args"].index("--from") + 1]
+        assert source == "/path/to/openfunctions-mcp" or source.endswith(f"openfunctions_mcp-{__version__}-py3-none-any.whl"), name
 
 
 def test_no_arguments_means_serve_tools_over_stdio(monkeypatch):
@@ -144,6 +149,9 @@ async def test_artifacts_work_and_all_profiles(tmp_path):
     names = [t.name for t in everything.registry.list()]
     assert {"of_hash_text", "of_artifact_read", *WORK_TOOL_NAMES} <= set(names)
     assert not any(n.startswith("of_step.") for n in names), "steps are reachable only through the controller"
+    readers = {t.name: t for t in everything.registry.list() if t.name in ("of_artifact_read", "of_work_artifact_read")}
+    assert len(readers) == 2 and len({t.title for t in readers.values()}) == 2
+    assert len({t.description for t in readers.values()}) == 2, "two stores, two descriptions"
     await everything.aclose()
 
     without_catalog = build_profile("all", data_dir=tmp_path / "d3")
@@ -273,7 +281,7 @@ def test_importing_the_cli_and_its_help_import_neither_work_nor_the_journal_cli(
 def test_contributed_commands_still_run_with_their_own_options(tmp_path):
     journal = subprocess.run([sys.executable, "-m", "openfunctions.servers", "journal", "--help"],
                              capture_output=True, text=True, timeout=60, env=server_env())
-    assert journal.returncode == 0 and "{inspect,verify,tail}" in journal.stdout, journal.stderr
+    assert journal.returncode == 0 and "{inspect,verify,tail,show}" in journal.stdout, journal.stderr
     grants = subprocess.run(
         [sys.executable, "-m", "openfunctions.servers", "grant", "list", "--data-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=60, env=server_env(),

@@ -81,8 +81,8 @@ def test_slot_fills_one_whole_element_never_split(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "params, fragment",
     [
-        ({}, "'word' is a required property"),
-        ({"word": 3}, "is not of type 'string'"),
+        ({}, '"word" is a required property'),
+        ({"word": 3}, 'is not of type "string"'),
         ({"word": "UPPER"}, "does not match"),
         ({"word": "ok", "extra": "x"}, "Additional properties"),
         ({"word": "a\nb"}, "does not match"),

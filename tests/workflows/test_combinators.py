@@ -196,7 +196,7 @@ async def test_llm_step_reply_not_matching_the_schema_fails_naming_the_step():
     schema = {"type": "object", "required": ["title"]}
     with pytest.raises(StepOutputInvalid, match=r"step 0 \(llm\).*not JSON"):
         await pipe(llm_step("x", output_schema=schema), adapter=FakeModel("no json here")).run(None)
-    with pytest.raises(StepOutputInvalid, match=r"does not match the output schema: \$: 'title' is a required property"):
+    with pytest.raises(StepOutputInvalid, match=r'does not match the output schema: \$: "title" is a required property'):
         await pipe(llm_step("x", output_schema=schema), adapter=FakeModel('{"other": 1}')).run(None)
     with pytest.raises(WorkflowDefinitionError, match="no adapter"):
         await pipe(llm_step("x")).run(None)

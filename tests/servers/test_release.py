@@ -1,0 +1,76 @@
+"""The release artifacts: an sdist and a wheel that build, pass ``twine check --strict``, and carry one version.
+
+``python -m build --no-isolation`` builds the sdist and then the wheel *from the
+sdist* (so a file missing from the sdist breaks the wheel), with the setuptools
+the test extra installs (no download). The version lives in pyproject.toml only;
+the code reads it back with ``importlib.metadata`` (``openfunctions.servers.__version__``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from email.parser import Parser
+
+import pytest
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.slow
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory):
+    pytest.importorskip("build", reason="the test extra installs build")
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "deprecated" not in proc.stdout + proc.stderr, "setuptools warns about our metadata"
+    (sdist,) = out.glob("openfunctions_mcp-*.tar.gz")
+    (wheel,) = out.glob("openfunctions_mcp-*.whl")
+    return sdist, wheel
+
+
+def test_sdist_and_wheel_pass_twine_check_strict(dists):
+    proc = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, dists)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("PASSED") == 2, proc.stdout
+
+
+def test_one_version_from_pyproject_to_the_command(dists):
+    from importlib.metadata import version
+
+    from openfunctions.servers import __version__
+
+    want = PYPROJECT["project"]["version"]
+    sdist, wheel = dists
+    assert sdist.name == f"openfunctions_mcp-{want}.tar.gz" and wheel.name.startswith(f"openfunctions_mcp-{want}-")
+    with zipfile.ZipFile(wheel) as zf:
+        meta = Parser().parsestr(zf.read(f"openfunctions_mcp-{want}.dist-info/METADATA").decode())
+    assert meta["Version"] == want == version("openfunctions-mcp") == __version__
+    assert meta["Name"] == "openfunctions-mcp" and meta["License-Expression"] == "MIT"
+    assert meta["Description-Content-Type"] == "text/markdown"
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## \[?{re.escape(want)}\]?", changelog, re.M), f"CHANGELOG.md has no section for {want}"
+
+
+def test_the_wheel_holds_every_package_the_script_and_the_data(dists):
+    _, wheel = dists
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        entry_points = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
+    for package in PYPROJECT["tool"]["setuptools"]["packages"]:
+        assert package.replace(".", "/") + "/__init__.py" in names, package
+    assert "openfunctions-mcp = openfunctions.servers.cli:main" in entry_points
+    for package, patterns in PYPROJECT["tool"]["setuptools"].get("package-data", {}).items():
+        source = REPO / PYPROJECT["tool"]["setuptools"]["package-dir"][package]
+        for pattern in patterns:
+            for f in source.glob(pattern):
+                assert package.replace(".", "/") + "/" + f.name in names, f
+    assert not any(n.startswith(("tests/", "bench/")) for n in names)
