@@ -28,6 +28,7 @@ from openfunctions.workflows import (
     WorkflowChanged,
     WorkflowRuns,
     WorkflowUnknown,
+    llm_step,
     pipe,
     tool_step,
     transform,
@@ -338,3 +339,27 @@ async def test_parallel_branches_are_journaled_and_replayed(tmp_path):
     assert out.result == [{"n": 101}, {"n": 2, "charged": True}, "t"]
     assert sorted(runs.show("p1").steps) == ["0.0", "0.1", "0.2"]
     assert os.path.exists(run_path(runs.root, "p1"))
+
+
+@pytest.mark.anyio
+async def test_a_settled_llm_answer_is_replayed_never_asked_again(tmp_path):
+    from openfunctions.adapters import ScriptedAdapter
+
+    world = World()
+    wf = pipe(
+        llm_step("How much? {input}", output_schema={"type": "object", "required": ["n"]}, name="ask"),
+        tool_step("charge"),
+        name="llm",
+    )
+    first_model = ScriptedAdapter(['{"n": 5}'])
+    world.crash_in = {"charge"}
+    with pytest.raises(Crash):
+        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry(), adapter=first_model).run(wf, "order", run_id="l1")
+    assert first_model.remaining == 0
+    world.crash_in = set()
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry(), adapter=ScriptedAdapter([]))  # no reply left
+    assert runs.show("l1").steps["0"].result == {"n": 5}
+    await runs.resolve("l1", "1", applied=False)
+    out = await runs.resume("l1")  # would raise ScriptExhausted (a failed step) if the model were asked again
+    assert out.ok and out.result == {"n": 5, "charged": True}
+    assert world.charged == [5, 5]
