@@ -363,3 +363,14 @@ async def test_a_settled_llm_answer_is_replayed_never_asked_again(tmp_path):
     out = await runs.resume("l1")  # would raise ScriptExhausted (a failed step) if the model were asked again
     assert out.ok and out.result == {"n": 5, "charged": True}
     assert world.charged == [5, 5]
+
+
+@pytest.mark.anyio
+async def test_oversized_results_and_inputs_are_refused_with_their_size(tmp_path):
+    wf = pipe(lambda x: "y" * 5000, name="big")
+    runs = WorkflowRuns(tmp_path, workflows=[wf], max_result_bytes=4096)
+    out = await runs.run(wf, "x", run_id="big1")
+    assert out.status == "failed" and out.error["code"] == "workflow_step_output_invalid"
+    assert "5002 bytes of JSON, over the 4096-byte limit" in out.error["message"]
+    with pytest.raises(InvalidInput, match="over the 4096-byte limit"):
+        await runs.run(wf, "z" * 5000, run_id="big2")
