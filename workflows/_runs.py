@@ -30,6 +30,7 @@ from openfunctions.core.receipts import new_id
 from ._errors import (
     InvalidInput,
     InvalidRunId,
+    NonDeterministic,
     NotUncertain,
     RunBlocked,
     RunBusy,
@@ -248,6 +249,12 @@ class WorkflowRuns:
         except OpenFunctionsError as exc:
             if isinstance(exc, JournalError):
                 raise  # the run cannot be recorded: leave it unfinished (resumable, or blocked)
+            if isinstance(exc, (WorkflowDefinitionError, NonDeterministic)):
+                # Not the run's failure but the code's: record what settled, leave the run
+                # unfinished (it resumes once the code or configuration is fixed).
+                with anyio.CancelScope(shield=True):
+                    await journal.flush()
+                raise
             await journal.finished("failed", error=exc.to_dict())
             return _outcome(state, resumed=resumed)
         await journal.finished("succeeded", result=result)

@@ -325,9 +325,13 @@ async def test_a_branch_predicate_that_changes_its_answer_on_replay_is_caught(tm
     runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
     await runs.resolve("b1", "2", applied=False)
     flip["v"] = False
+    with pytest.raises(NonDeterministic, match=r"step 1 \(branch flip\): the predicate now answers False"):
+        await runs.resume("b1")
+    # an error in the code, not the run's failure: the run stays unfinished, and resumes once the code is fixed
+    assert runs.show("b1").status == "running"
+    flip["v"] = True
     out = await runs.resume("b1")
-    assert out.status == "failed" and out.error["code"] == "workflow_nondeterministic"
-    assert issubclass(NonDeterministic, Exception)
+    assert out.ok and world.charged == [0, 0]
 
 
 @pytest.mark.anyio
@@ -374,3 +378,20 @@ async def test_oversized_results_and_inputs_are_refused_with_their_size(tmp_path
     assert "5002 bytes of JSON, over the 4096-byte limit" in out.error["message"]
     with pytest.raises(InvalidInput, match="over the 4096-byte limit"):
         await runs.run(wf, "z" * 5000, run_id="big2")
+
+
+@pytest.mark.anyio
+async def test_a_missing_adapter_leaves_the_run_unfinished_to_resume_once_configured(tmp_path):
+    from openfunctions.adapters import ScriptedAdapter
+
+    from openfunctions.workflows import WorkflowDefinitionError
+
+    world = World()
+    wf = pipe(tool_step("charge", {"n": 3}), llm_step("why?", name="explain"), name="cfg")
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    with pytest.raises(WorkflowDefinitionError, match="no adapter"):
+        await runs.run(wf, None, run_id="cfg1")
+    assert runs.show("cfg1").status == "running"
+    out = await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry(),
+                             adapter=ScriptedAdapter(["because"])).resume("cfg1")
+    assert out.ok and out.result == "because" and world.charged == [3]
