@@ -41,8 +41,9 @@ Records (``type``: ``data``), in the order a run writes them:
   ``cancelled``. Nothing follows it.
 
 Durability (when each record is fsynced; records written together share one
-fsync): ``step_started`` before its step runs, with everything buffered
-before it; ``run_finished`` before the run returns. ``run_started`` and
+fsync): ``step_started`` before its step's tool handler runs (the handler
+waits for it; the fsync overlaps the executor's own start record), with
+everything buffered before it; ``run_finished`` before the run returns. ``run_started`` and
 ``step_settled`` are buffered: a non-read tool step's outcome is flushed
 before the next tool or LLM step starts (at the latest); an LLM step's
 right after it settles; a read step's or a transform's rides along with the
@@ -57,6 +58,7 @@ header of another run raise :class:`RunCorrupt` naming the file.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,6 +342,16 @@ class RunJournal:
             pending, self._pending = self._pending, []
             self._effect_pending = False
             await self._append(pending)
+
+    def begin_step(self, path: str, name: str, tool: str, params: Any) -> "asyncio.Future[None]":
+        """A non-read tool step's start: its ``step_started`` record, with everything buffered, handed
+        to the log now; the returned future resolves once it is durable. The caller makes the tool's
+        handler wait for it (so the call never runs before its start is on disk) while the executor
+        persists its own start record: the two fsyncs overlap instead of adding up."""
+        self._pending.append(("step_started", {"step": path, "name": name, "tool": tool, "params": params}))
+        pending, self._pending = self._pending, []
+        self._effect_pending = False
+        return asyncio.ensure_future(self._append(pending))
 
     def started(self, data: dict[str, Any]) -> None:
         """Buffer ``run_started``: it becomes durable with the run's first fsync. A crash before that
