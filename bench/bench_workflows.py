@@ -137,9 +137,11 @@ def main() -> int:
         f"each side in turn ({n_off} pairs without a journal, {n_on} with; which goes first alternates), per step = run "
         f"time / {STEPS}; the ratio is the median of the per-pair ratios. A durable run "
         "creates its run file (temp file + directory fsync) and fsyncs `run_finished`; a write step fsyncs its start "
-        "record together with the previous step's outcome; read steps' results ride along with the next fsync. That "
-        "per-run cost is inside these figures, spread over the 10 steps. The execution-journal peer fsyncs a start "
-        "record and a receipt per call (what the server does by default)."
+        "record together with the previous step's outcome, while the executor fsyncs its own start record (the "
+        "handler waits for both); read steps' results ride along with the next fsync. That per-run cost (about "
+        "three fsyncs, one of them a directory's) is inside these figures, spread over the 10 steps: with no-op "
+        "tools it is most of the difference. The execution-journal peer fsyncs a start record and a receipt per "
+        "call (what the server does by default)."
     )
     print(body)
     if not args.no_write:
