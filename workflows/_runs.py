@@ -301,10 +301,7 @@ class WorkflowRuns:
         if not self.root.is_dir():
             return []
         out: list[dict[str, Any]] = []
-        for entry in sorted(os.scandir(self.root), key=lambda e: e.stat().st_mtime):
-            if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
-                continue
-            path = Path(entry.path)
+        for _, path in sorted(self._run_files()):
             try:
                 out.append(_read_state(path, None).summary())
             except RunCorrupt as exc:
@@ -312,6 +309,17 @@ class WorkflowRuns:
         return out
 
     # -- files ------------------------------------------------------------------
+
+    def _run_files(self) -> list[tuple[float, Path]]:
+        found = []
+        for entry in os.scandir(self.root):
+            if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
+                continue  # lock files, .broken copies, symlinks (never followed)
+            try:
+                found.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
+            except FileNotFoundError:
+                continue  # removed meanwhile
+        return found
 
     async def _open(self, run_id: str, *, create_for: Workflow | None = None) -> tuple[JournalLog, RunState]:
         path = run_path(self.root, run_id)
