@@ -154,6 +154,10 @@ async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> 
             _say(f"  receipt: outcome={bad_receipt.get('outcome')} handler_started={bad_receipt.get('handler_started')}")
         if any(n.startswith("of_work_") for n in names):
             await _work_walkthrough(client)
+    if profile in ("agents", "all"):  # the agents layer's own part: an agent answering with the host's model
+        from openfunctions.agents.demo import demo_session as agents_demo
+
+        await agents_demo(data_dir, _say)
     journal_dir = data_dir / "journal"
     if journal_dir.is_dir():
         names = sorted(p.name for p in journal_dir.glob("*.journal"))

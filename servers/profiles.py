@@ -80,8 +80,10 @@ def _as_tools(obj: Any, where: str) -> ToolRegistry | list[ToolDefinition]:
         return obj
     if isinstance(obj, ToolDefinition):
         return [obj]
+    if getattr(obj, "openfunctions_kind", None) is not None:  # an agent or crew: the agents layer serves it
+        return []
     if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes, dict)):
-        items = list(obj)
+        items = [t for t in obj if getattr(t, "openfunctions_kind", None) is None]
         bad = [type(t).__name__ for t in items if not isinstance(t, ToolDefinition)]
         if bad:
             raise ToolLoadError(f"{where}: expected ToolDefinition items, found {', '.join(sorted(set(bad)))}")
