@@ -395,3 +395,28 @@ async def test_a_missing_adapter_leaves_the_run_unfinished_to_resume_once_config
     out = await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry(),
                              adapter=ScriptedAdapter(["because"])).resume("cfg1")
     assert out.ok and out.result == "because" and world.charged == [3]
+
+
+@pytest.mark.anyio
+async def test_a_failing_parallel_branch_cancels_its_siblings_in_a_durable_run(tmp_path):
+    started = anyio.Event()
+    finished_sibling = []
+
+    async def hang(p, ctx):
+        started.set()
+        await anyio.sleep_forever()
+        finished_sibling.append(True)
+
+    reg = ToolRegistry([define_tool(name="hang", description="", handler=hang, capability={"effect": "write"})])
+
+    async def fail(x):
+        await started.wait()
+        raise RuntimeError("branch 1 broke")
+
+    wf = pipe(name="par").parallel(tool_step("hang"), transform(fail, name="fail"))
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=reg)
+    out = await runs.run(wf, {}, run_id="par1")
+    assert out.status == "failed" and out.error["details"]["step"] == "0.1"
+    state = runs.show("par1")
+    assert state.steps["0.0"].status == "cancelled" and state.steps["0.0"].is_uncertain
+    assert state.status == "failed" and finished_sibling == []
