@@ -41,11 +41,11 @@ from ._errors import (
 )
 from ._runlog import RunState, StepRecord
 from ._runs import RunOutcome, WorkflowRuns
-from ._steps import ChatAdapter, LLMMessage, LLMStep, Step, ToolStep, Transform, llm_step, tool_step, transform
+from ._steps import LLMStep, Step, ToolStep, Transform, llm_step, tool_step, transform
 from ._workflow import Workflow, pipe
 
 __all__ = [
-    "ChatAdapter", "InvalidInput", "InvalidRunId", "LLMMessage", "LLMStep", "NonDeterministic", "NotUncertain",
+    "InvalidInput", "InvalidRunId", "LLMStep", "NonDeterministic", "NotUncertain",
     "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound", "RunOutcome", "RunState", "Step", "StepFailed",
     "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "Workflow", "WorkflowChanged",
     "WorkflowDefinitionError", "WorkflowError", "WorkflowRuns", "WorkflowUnknown", "llm_step", "pipe", "tool_step",

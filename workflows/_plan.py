@@ -13,14 +13,18 @@ result (or replays its recorded failure) without running.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import weakref
 from typing import Any
 
 import anyio
 
 from openfunctions.core.context import ToolExecutionContext, with_child_execution
-from openfunctions.core.errors import NonJsonValue, OpenFunctionsError, ToolNotFound
+from openfunctions.core.errors import NonJsonValue, OpenFunctionsError, ToolError, ToolNotFound
 from openfunctions.core.canonical import check_json
 from openfunctions.core.result import ToolResult
+from openfunctions.core.tool import ToolDefinition
 
 from ._errors import NonDeterministic, StepFailed, StepOutputInvalid, WorkflowDefinitionError, WorkflowError
 from ._runlog import RunJournal, StepRecord
@@ -175,18 +179,35 @@ class Exec:
         j = self.journal
         cap = tool.capability
         read = cap is not None and cap.effect == "read"
+        ctx = with_child_execution(self.ctx) if self.child else self.ctx  # type: ignore[arg-type]
+        gate = None
         if j is not None:
             try:
                 check_json(params)
             except NonJsonValue as exc:
                 raise StepFailed(f"step {path} ({step.name}): arguments have no JSON form: {exc.message}",
                                  details={"step": path, "name": step.name, "cause": exc.code}) from None
-            await j.before_step(path, step.name, step.tool, params, effect=not read)
-        ctx = with_child_execution(self.ctx) if self.child else self.ctx  # type: ignore[arg-type]
+            if read:
+                await j.before_step(path, step.name, step.tool, params, effect=False)
+            else:
+                gate = j.begin_step(path, step.name, step.tool, params)
         try:
-            detailed = await registry.execute_detailed(step.tool, params, ctx)
+            if gate is None:
+                detailed = await registry.execute_detailed(step.tool, params, ctx)
+            else:
+                # The same executor pipeline registry.execute_detailed runs, on a copy of the tool whose
+                # handler first waits for the step's start record (same spec, same receipt).
+                token = _GATE.set(gate)
+                try:
+                    detailed = await registry.executor.execute_detailed(_gated(tool), params, ctx)
+                finally:
+                    _GATE.reset(token)
+                await gate  # a journal failure surfaces here (the handler did not run)
         except anyio.get_cancelled_exc_class():
             if j is not None:
+                if gate is not None:
+                    with anyio.CancelScope(shield=True):
+                        await _settle(gate)
                 # The executor settled the call (receipt: cancelled) before re-raising.
                 j.failed(path, step.name, "cancelled", {"code": "cancelled", "message": "cancelled while running"},
                          uncertain=not read, effect=not read)
@@ -260,6 +281,47 @@ class Exec:
             out = self.journal.succeeded(path, step.name, out)
             await self.journal.flush()
         return out
+
+
+# The start record a gated handler waits for (set around one executor call; a context variable,
+# so parallel branches each see their own).
+_GATE: contextvars.ContextVar[Any] = contextvars.ContextVar("openfunctions_workflow_gate")
+_GATED: "weakref.WeakKeyDictionary[ToolDefinition, ToolDefinition]" = weakref.WeakKeyDictionary()
+
+
+def _gated(tool: ToolDefinition) -> ToolDefinition:
+    """``tool`` with a handler that waits for the current gate before running the real one.
+
+    A copy sharing the original's fields (spec, compiled validators, capability): receipts bind the
+    same spec digest. The handler is never called any other way than by the executor.
+    """
+    gated = _GATED.get(tool)
+    if gated is None:
+        inner = tool.handler
+
+        async def handler(params: dict[str, Any], ctx: Any) -> Any:
+            gate = _GATE.get(None)
+            if gate is not None:
+                try:
+                    await asyncio.shield(gate)
+                except Exception as exc:
+                    raise ToolError(f"the workflow could not record the step's start, so the tool did not run: {exc}",
+                                    code="workflow_journal_failed", effect_happened=False) from exc
+            return await inner(params, ctx)
+
+        tool.spec_sha256  # computed once, on the original, and shared by the copy
+        gated = object.__new__(ToolDefinition)
+        gated.__dict__.update(tool.__dict__)
+        object.__setattr__(gated, "handler", handler)
+        _GATED[tool] = gated
+    return gated
+
+
+async def _settle(fut: Any) -> None:
+    try:
+        await fut
+    except Exception:  # reported by the journal's next append (fail-stop) or the run's close
+        pass
 
 
 def _tool_output(detailed: Any) -> Any:

@@ -41,8 +41,9 @@ Records (``type``: ``data``), in the order a run writes them:
   ``cancelled``. Nothing follows it.
 
 Durability (when each record is fsynced; records written together share one
-fsync): ``step_started`` before its step runs, with everything buffered
-before it; ``run_finished`` before the run returns. ``run_started`` and
+fsync): ``step_started`` before its step's tool handler runs (the handler
+waits for it; the fsync overlaps the executor's own start record), with
+everything buffered before it; ``run_finished`` before the run returns. ``run_started`` and
 ``step_settled`` are buffered: a non-read tool step's outcome is flushed
 before the next tool or LLM step starts (at the latest); an LLM step's
 right after it settles; a read step's or a transform's rides along with the
@@ -57,6 +58,7 @@ header of another run raise :class:`RunCorrupt` naming the file.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,16 +287,27 @@ def fold_error(path: Path, rec: Record, exc: Exception) -> RunCorrupt:
     )
 
 
-def json_copy(value: Any, path: str, name: str) -> Any:
-    """The value as a journal will give it back (tuples become lists), or :class:`StepOutputInvalid`."""
+#: The largest step result (canonical UTF-8 JSON) a durable run journals, by default.
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+
+
+def json_copy(value: Any, path: str, name: str, limit: int = MAX_RESULT_BYTES) -> Any:
+    """The value as a journal will give it back (tuples become lists), or :class:`StepOutputInvalid`
+    (no JSON form, or more than ``limit`` bytes)."""
     try:
         text = canonical_json(value)
-        to_utf8(text, value)
+        size = len(to_utf8(text, value))
     except NonJsonValue as exc:
         raise StepOutputInvalid(
             f"step {path} ({name}) returned a value with no JSON form: {exc.message}",
             details={"step": path, "name": name, "cause": exc.code},
         ) from None
+    if size > limit:
+        raise StepOutputInvalid(
+            f"step {path} ({name}) returned {size} bytes of JSON, over the {limit}-byte limit of a durable run's "
+            "step result; keep large outputs elsewhere (an artifact) and return their id",
+            details={"step": path, "name": name, "size": size, "limit": limit},
+        )
     return json.loads(text)
 
 
@@ -304,11 +317,12 @@ def json_copy(value: Any, path: str, name: str) -> Any:
 class RunJournal:
     """The records of one running run: built here, appended to its locked log, folded by :func:`apply`."""
 
-    __slots__ = ("log", "state", "_pending", "_effect_pending")
+    __slots__ = ("log", "state", "max_result_bytes", "_pending", "_effect_pending")
 
-    def __init__(self, log: JournalLog, state: RunState) -> None:
+    def __init__(self, log: JournalLog, state: RunState, *, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
         self.log = log
         self.state = state
+        self.max_result_bytes = max_result_bytes
         self._pending: list[tuple[str, dict[str, Any]]] = []
         # whether _pending holds the outcome of a non-read tool step (it must
         # be durable before anything slow runs, or a crash makes it uncertain)
@@ -329,6 +343,16 @@ class RunJournal:
             self._effect_pending = False
             await self._append(pending)
 
+    def begin_step(self, path: str, name: str, tool: str, params: Any) -> "asyncio.Future[None]":
+        """A non-read tool step's start: its ``step_started`` record, with everything buffered, handed
+        to the log now; the returned future resolves once it is durable. The caller makes the tool's
+        handler wait for it (so the call never runs before its start is on disk) while the executor
+        persists its own start record: the two fsyncs overlap instead of adding up."""
+        self._pending.append(("step_started", {"step": path, "name": name, "tool": tool, "params": params}))
+        pending, self._pending = self._pending, []
+        self._effect_pending = False
+        return asyncio.ensure_future(self._append(pending))
+
     def started(self, data: dict[str, Any]) -> None:
         """Buffer ``run_started``: it becomes durable with the run's first fsync. A crash before that
         leaves a file with a header only: a run that never started (``run`` starts it afresh)."""
@@ -346,7 +370,7 @@ class RunJournal:
 
     def succeeded(self, path: str, name: str, result: Any, receipt: Any = None, *, effect: bool = False) -> Any:
         """Buffer a step's result; returns its JSON copy (what a replay would see)."""
-        value = json_copy(result, path, name)
+        value = json_copy(result, path, name, self.max_result_bytes)
         data: dict[str, Any] = {"step": path, "name": name, "status": "succeeded", "result": value}
         if receipt is not None:
             data["receipt_id"] = receipt.receipt_id
@@ -385,4 +409,4 @@ class RunJournal:
         await self._append([*pending, ("run_finished", data)])
 
 
-__all__ = ["FORMAT", "KIND", "RECORD_TYPES", "RunJournal", "RunState", "StepRecord", "TERMINAL", "VERSION", "apply", "fold_error", "json_copy"]
+__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "RunState", "StepRecord", "TERMINAL", "VERSION", "apply", "fold_error", "json_copy"]

@@ -30,6 +30,7 @@ from openfunctions.core.receipts import new_id
 from ._errors import (
     InvalidInput,
     InvalidRunId,
+    NonDeterministic,
     NotUncertain,
     RunBlocked,
     RunBusy,
@@ -40,7 +41,7 @@ from ._errors import (
     WorkflowError,
     WorkflowUnknown,
 )
-from ._runlog import FORMAT, KIND, VERSION, RunJournal, RunState, apply, fold_error, json_copy
+from ._runlog import FORMAT, KIND, MAX_RESULT_BYTES, VERSION, RunJournal, RunState, apply, fold_error, json_copy
 from ._workflow import Workflow
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
@@ -105,11 +106,14 @@ class WorkflowRuns:
 
     ``workflows``: the workflows this process can run or resume, by name.
     ``registry``/``adapter``: defaults for runs whose workflow has none bound.
+    ``max_result_bytes``: the largest step result (and run input) journaled, as canonical UTF-8 JSON;
+    a larger one fails the step (``StepOutputInvalid``) or the run (``InvalidInput``).
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], *, workflows: Iterable[Workflow] = (), registry: Any = None,
-                 adapter: Any = None) -> None:
+                 adapter: Any = None, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
         self.data_dir = Path(data_dir)
+        self.max_result_bytes = max_result_bytes
         self.root = runs_dir(self.data_dir)
         self.registry = registry
         self.adapter = adapter
@@ -150,16 +154,19 @@ class WorkflowRuns:
         run_id = check_run_id(run_id) if run_id is not None else new_id("wfr")
         try:
             text = canonical_json(input)
-            to_utf8(text, input)
+            size = len(to_utf8(text, input))
         except NonJsonValue as exc:
             raise InvalidInput(f"workflow {workflow.name!r}: the input has no JSON form: {exc.message}",
                                details={"workflow": workflow.name}) from None
+        if size > self.max_result_bytes:
+            raise InvalidInput(f"workflow {workflow.name!r}: the input is {size} bytes of JSON, over the "
+                               f"{self.max_result_bytes}-byte limit", details={"workflow": workflow.name, "size": size})
         import json
 
         input_copy = json.loads(text)
         log, state = await self._open(run_id, create_for=workflow)
         try:
-            journal = RunJournal(log, state)
+            journal = RunJournal(log, state, max_result_bytes=self.max_result_bytes)
             if state.status == "new":  # a new run, or one that crashed before its first record
                 journal.started({"run_id": run_id, "workflow": workflow.name, "digest": workflow.digest, "input": input_copy})
                 return await self._drive(journal, workflow, input_copy, context, registry, adapter, resumed=False)
@@ -184,7 +191,7 @@ class WorkflowRuns:
             if state.status == "new":
                 raise RunNotFound(f"run {run_id} never started (its journal holds no record): start it again with run()",
                                   details={"run_id": run_id})
-            journal = RunJournal(log, state)
+            journal = RunJournal(log, state, max_result_bytes=self.max_result_bytes)
             wf = self._workflows.get(state.workflow)
             if wf is None and not state.terminal:
                 raise WorkflowUnknown(
@@ -242,6 +249,12 @@ class WorkflowRuns:
         except OpenFunctionsError as exc:
             if isinstance(exc, JournalError):
                 raise  # the run cannot be recorded: leave it unfinished (resumable, or blocked)
+            if isinstance(exc, (WorkflowDefinitionError, NonDeterministic)):
+                # Not the run's failure but the code's: record what settled, leave the run
+                # unfinished (it resumes once the code or configuration is fixed).
+                with anyio.CancelScope(shield=True):
+                    await journal.flush()
+                raise
             await journal.finished("failed", error=exc.to_dict())
             return _outcome(state, resumed=resumed)
         await journal.finished("succeeded", result=result)
@@ -264,8 +277,8 @@ class WorkflowRuns:
                     f"step {step!r} of run {run_id} is not uncertain (uncertain steps: {state.uncertain_steps() or 'none'})",
                     details={"run_id": run_id, "step": step, "uncertain": state.uncertain_steps()},
                 )
-            value = json_copy(result, step, rec.name) if applied else None
-            journal = RunJournal(log, state)
+            value = json_copy(result, step, rec.name, self.max_result_bytes) if applied else None
+            journal = RunJournal(log, state, max_result_bytes=self.max_result_bytes)
             if state.status != "blocked":
                 await journal.blocked(state.uncertain_steps(), "resolution requested")
             await journal.resolved(step, applied=applied, result=value, by=by)
@@ -288,10 +301,7 @@ class WorkflowRuns:
         if not self.root.is_dir():
             return []
         out: list[dict[str, Any]] = []
-        for entry in sorted(os.scandir(self.root), key=lambda e: e.stat().st_mtime):
-            if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
-                continue
-            path = Path(entry.path)
+        for _, path in sorted(self._run_files()):
             try:
                 out.append(_read_state(path, None).summary())
             except RunCorrupt as exc:
@@ -299,6 +309,17 @@ class WorkflowRuns:
         return out
 
     # -- files ------------------------------------------------------------------
+
+    def _run_files(self) -> list[tuple[float, Path]]:
+        found = []
+        for entry in os.scandir(self.root):
+            if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
+                continue  # lock files, .broken copies, symlinks (never followed)
+            try:
+                found.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
+            except FileNotFoundError:
+                continue  # removed meanwhile
+        return found
 
     async def _open(self, run_id: str, *, create_for: Workflow | None = None) -> tuple[JournalLog, RunState]:
         path = run_path(self.root, run_id)

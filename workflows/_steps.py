@@ -8,39 +8,18 @@ digest (:meth:`Step.describe`), which is what a resumed run is checked against.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from openfunctions.adapters import AIAdapter, ChatOptions, Message
 from openfunctions.core.errors import ToolDefinitionError
 from openfunctions.core.schema import Validator
 from openfunctions.core.tool import TOOL_NAME_RE, ToolDefinition
 
 from ._errors import StepOutputInvalid, WorkflowDefinitionError
-
-
-@dataclass(frozen=True, slots=True)
-class LLMMessage:
-    """One chat turn as an LLM step sends it: the ``role``/``content`` shape of the adapters layer's
-    ``Message`` (openfunctions.adapters, being built), so an adapter of either kind reads it."""
-
-    role: str
-    content: str
-
-
-@runtime_checkable
-class ChatAdapter(Protocol):
-    """What an LLM step needs from a model adapter: ``chat`` answering something with ``.text``.
-
-    The adapters layer's ``AIAdapter`` (``chat(messages, tools, options) -> ChatReply``) satisfies it;
-    so does its ``ScriptedAdapter``, which tests use.
-    """
-
-    async def chat(self, messages: Sequence[Any], tools: Sequence[Any] = (), options: Any = None) -> Any: ...
 
 
 class Step:
@@ -115,7 +94,8 @@ class LLMStep(Step):
 
     With ``output_schema`` the reply must be JSON (a fenced block is accepted)
     matching that schema, and the step's result is the parsed value; without
-    it, the result is the reply text. ``adapter`` defaults to the run's.
+    it, the result is the reply text. ``adapter`` (an ``openfunctions.adapters.AIAdapter``: a provider
+    adapter, the sampling adapter, or the scripted one) defaults to the run's. No tools are offered.
     """
 
     __slots__ = ("kind", "name", "prompt", "system", "output_schema", "validator", "adapter", "options")
@@ -126,10 +106,12 @@ class LLMStep(Step):
         *,
         system: str | None = None,
         output_schema: Mapping[str, Any] | None = None,
-        adapter: ChatAdapter | None = None,
-        options: Any = None,
+        adapter: AIAdapter | None = None,
+        options: ChatOptions | None = None,
         name: str | None = None,
     ) -> None:
+        if options is not None and not isinstance(options, ChatOptions):
+            raise WorkflowDefinitionError(f"llm_step: options must be an openfunctions.adapters.ChatOptions, got {type(options).__name__}")
         if not isinstance(prompt, str) and not callable(prompt):
             raise WorkflowDefinitionError(f"llm_step: prompt must be a string or a function of the input, got {type(prompt).__name__}")
         self.kind = "llm"
@@ -144,7 +126,7 @@ class LLMStep(Step):
         except ToolDefinitionError as exc:
             raise WorkflowDefinitionError(exc.message) from None
 
-    def messages_for(self, value: Any) -> list[LLMMessage]:
+    def messages_for(self, value: Any) -> list[Message]:
         if callable(self.prompt):
             text = self.prompt(value)
         elif "{input}" in self.prompt:
@@ -153,9 +135,8 @@ class LLMStep(Step):
             text = self.prompt
         if not isinstance(text, str):
             raise WorkflowDefinitionError(f"llm_step {self.name!r}: the prompt function returned {type(text).__name__}, not a string")
-        make = _message_type()
-        out = [make("system", self.system)] if self.system else []
-        out.append(make("user", text))
+        out = [Message.system(self.system)] if self.system else []
+        out.append(Message.user(text))
         return out
 
     def parse(self, text: Any, path: str) -> Any:
@@ -193,17 +174,6 @@ class LLMStep(Step):
         return f"llm_step({self.name})"
 
 
-@functools.cache
-def _message_type() -> Any:
-    """The adapters layer's ``Message`` once it is in this build (its adapters read more fields than
-    role and content), else :class:`LLMMessage`."""
-    try:
-        from openfunctions.adapters import Message
-    except ImportError:
-        return LLMMessage
-    return Message
-
-
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.S)
 _NAME_RE = re.compile(r"^[^\x00-\x1f]{1,200}$")
 
@@ -234,8 +204,8 @@ def llm_step(
     *,
     system: str | None = None,
     output_schema: Mapping[str, Any] | None = None,
-    adapter: ChatAdapter | None = None,
-    options: Any = None,
+    adapter: AIAdapter | None = None,
+    options: ChatOptions | None = None,
     name: str | None = None,
 ) -> LLMStep:
     """A step that asks a model. ``prompt`` is a string (``{input}`` is replaced by the input, JSON
@@ -243,4 +213,4 @@ def llm_step(
     return LLMStep(prompt, system=system, output_schema=output_schema, adapter=adapter, options=options, name=name)
 
 
-__all__ = ["ChatAdapter", "LLMMessage", "LLMStep", "Step", "ToolStep", "Transform", "llm_step", "tool_step", "transform"]
+__all__ = ["LLMStep", "Step", "ToolStep", "Transform", "llm_step", "tool_step", "transform"]

@@ -19,7 +19,9 @@ from openfunctions.core.tool import Capability, ToolDefinition, define_tool
 
 from ._errors import WorkflowDefinitionError, WorkflowError
 from ._plan import Exec, Seq, compile_parts
-from ._steps import ChatAdapter, Step, ToolStep, Transform, _fn_name
+from openfunctions.adapters import AIAdapter
+
+from ._steps import Step, ToolStep, Transform, _fn_name
 
 _WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
@@ -56,7 +58,7 @@ class Workflow:
 
     __slots__ = ("parts", "name", "registry", "adapter", "_root", "_digest", "_has_tools")
 
-    def __init__(self, parts: tuple[Any, ...], *, name: str | None = None, registry: Any = None, adapter: ChatAdapter | None = None) -> None:
+    def __init__(self, parts: tuple[Any, ...], *, name: str | None = None, registry: Any = None, adapter: AIAdapter | None = None) -> None:
         if name is not None and (not isinstance(name, str) or not _WORKFLOW_NAME_RE.match(name)):
             raise WorkflowDefinitionError(f"workflow name {name!r} is invalid: use 1-128 characters of A-Z, a-z, 0-9, '_', '.', '-'")
         self.parts = parts
@@ -96,7 +98,7 @@ class Workflow:
         """The same workflow under ``name`` (durable runs find their workflow by name)."""
         return Workflow(self.parts, name=name, registry=self.registry, adapter=self.adapter)
 
-    def bind(self, *, registry: Any = None, adapter: ChatAdapter | None = None) -> "Workflow":
+    def bind(self, *, registry: Any = None, adapter: AIAdapter | None = None) -> "Workflow":
         """The same workflow with a default registry and/or adapter."""
         return Workflow(self.parts, name=self.name, registry=registry if registry is not None else self.registry,
                         adapter=adapter if adapter is not None else self.adapter)
@@ -127,7 +129,7 @@ class Workflow:
 
     # -- running ----------------------------------------------------------------
 
-    async def run(self, input: Any = None, *, registry: Any = None, adapter: ChatAdapter | None = None,
+    async def run(self, input: Any = None, *, registry: Any = None, adapter: AIAdapter | None = None,
                   context: ToolExecutionContext | None = None) -> Any:
         """Run once, in memory (nothing journaled), and return the last step's result.
 
@@ -155,7 +157,7 @@ class Workflow:
         description: str | None = None,
         output_schema: Mapping[str, Any] | None = None,
         registry: Any = None,
-        adapter: ChatAdapter | None = None,
+        adapter: AIAdapter | None = None,
         runs: Any = None,
         capability: Capability | Mapping[str, Any] | None = None,
         tags: Sequence[str] = ("workflow",),
@@ -226,7 +228,7 @@ def _steps(parts: tuple[Any, ...]) -> Iterator[Step]:
             yield from _steps(tuple(p for p in (part.if_true, part.if_false) if p is not None))
 
 
-def pipe(*steps: Any, name: str | None = None, registry: Any = None, adapter: ChatAdapter | None = None) -> Workflow:
+def pipe(*steps: Any, name: str | None = None, registry: Any = None, adapter: AIAdapter | None = None) -> Workflow:
     """A workflow of ``steps`` in sequence, each fed the previous one's result.
 
     A step is a :func:`tool_step`, :func:`transform`, :func:`llm_step`, a nested workflow, a

@@ -5,9 +5,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from openfunctions.adapters import ChatOptions, ScriptedAdapter
 from openfunctions.core import Capability, MemoryJournalSink, ToolRegistry, define_tool
 from openfunctions.workflows import (
-    LLMMessage,
     StepFailed,
     StepOutputInvalid,
     WorkflowDefinitionError,
@@ -18,22 +18,6 @@ from openfunctions.workflows import (
 )
 
 READ = {"effect": "read", "parallel_safe": True}
-
-
-class FakeModel:
-    """A scripted model (the only thing tests may fake): answers from a list, records what it was asked."""
-
-    def __init__(self, *replies: str) -> None:
-        self.replies = list(replies)
-        self.asked: list[list[LLMMessage]] = []
-
-    async def chat(self, messages, tools=(), options=None):
-        self.asked.append(list(messages))
-
-        class Reply:
-            text = self.replies.pop(0)
-
-        return Reply()
 
 
 def make_registry(sink=None) -> ToolRegistry:
@@ -180,14 +164,16 @@ async def test_cancelling_a_run_cancels_the_running_tool_step():
 
 @pytest.mark.anyio
 async def test_llm_step_sends_the_prompt_and_validates_the_output_schema():
-    model = FakeModel('```json\n{"title": "Hi"}\n```', "plain words")
+    model = ScriptedAdapter(['```json\n{"title": "Hi"}\n```', "plain words"])
     schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
-    wf = pipe(llm_step("Title for {input}", system="be brief", output_schema=schema), adapter=model).then(
+    opts = ChatOptions(max_tokens=64, temperature=0.0)
+    wf = pipe(llm_step("Title for {input}", system="be brief", output_schema=schema, options=opts), adapter=model).then(
         llm_step(lambda r: f"explain {r['title']}")
     )
     assert await wf.run({"doc": 1}) == "plain words"
-    first, second = model.asked
+    (first, tools, used), (second, _, _) = model.calls
     assert [(m.role, m.content) for m in first] == [("system", "be brief"), ("user", 'Title for {"doc": 1}')]
+    assert tools == [] and used == opts  # an LLM step offers no tools
     assert second[-1].content == "explain Hi"
 
 
@@ -195,11 +181,23 @@ async def test_llm_step_sends_the_prompt_and_validates_the_output_schema():
 async def test_llm_step_reply_not_matching_the_schema_fails_naming_the_step():
     schema = {"type": "object", "required": ["title"]}
     with pytest.raises(StepOutputInvalid, match=r"step 0 \(llm\).*not JSON"):
-        await pipe(llm_step("x", output_schema=schema), adapter=FakeModel("no json here")).run(None)
+        await pipe(llm_step("x", output_schema=schema), adapter=ScriptedAdapter(["no json here"])).run(None)
     with pytest.raises(StepOutputInvalid, match=r'does not match the output schema: \$: "title" is a required property'):
-        await pipe(llm_step("x", output_schema=schema), adapter=FakeModel('{"other": 1}')).run(None)
+        await pipe(llm_step("x", output_schema=schema), adapter=ScriptedAdapter(['{"other": 1}'])).run(None)
+    with pytest.raises(StepOutputInvalid, match="has no text"):
+        await pipe(llm_step("x"), adapter=ScriptedAdapter([{"tool": "t", "arguments": {}}])).run(None)
     with pytest.raises(WorkflowDefinitionError, match="no adapter"):
         await pipe(llm_step("x")).run(None)
+
+
+@pytest.mark.anyio
+async def test_a_failing_model_fails_the_llm_step_with_the_adapters_error_code():
+    from openfunctions.adapters import RateLimited
+
+    with pytest.raises(StepFailed) as ei:
+        await pipe(llm_step("x", name="ask"), adapter=ScriptedAdapter([RateLimited("slow down")])).run(None)
+    assert ei.value.details == {"step": "0", "name": "ask", "cause": RateLimited.code}
+    assert "slow down" in ei.value.message
 
 
 @pytest.mark.anyio
