@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,24 +180,26 @@ class TaskManager:
         self.runs: dict[str, _Run] = {}
         self.recovered: list[str] = []
         self._jobs: set[asyncio.Task[None]] = set()
+        self._opening = asyncio.Lock()
 
     # -- durable state ---------------------------------------------------------
 
     async def open(self, path: Path, *, recovered_receipts: Mapping[str, Any], find_receipts: Callable[[set[str]], dict[str, Any]],
                    write_receipt: Callable[[dict[str, Any]], Any]) -> None:
-        """Open (creating) the task journal at ``path``, fold it, and settle what the last process left running.
+        """Use the task journal at ``path``: fold it, and settle what the last process left running.
 
-        ``recovered_receipts``: receipt id -> the ``unknown`` receipt the
-        execution journal's recovery wrote this open; ``find_receipts(ids)``
-        looks up receipts already in the execution journal; ``write_receipt(start)``
-        writes a recovered receipt for a call that left none (a read-only
-        call journals no start record).
+        A server that never created a task has no task journal: the file is
+        created with the first task (:meth:`_record`). ``recovered_receipts``:
+        receipt id -> the ``unknown`` receipt the execution journal's recovery
+        wrote this open; ``find_receipts(ids)`` looks up receipts already in
+        the execution journal; ``write_receipt(start)`` writes a recovered
+        receipt for a call that left none (a declared read journals no start).
         """
-        from openfunctions.core.journal import JournalLog
-
-        tasks: dict[str, TaskState] = {}
-        self.log = await JournalLog.open(path, kind=rec.KIND, on_record=lambda r: rec.apply(tasks, r.type, r.data))
         self.path = path
+        if not os.path.lexists(path):
+            return
+        tasks: dict[str, TaskState] = {}
+        await self._open_log(lambda r: rec.apply(tasks, r.type, r.data))
         now = rec.now_ms()
         self.tasks = {k: t for k, t in tasks.items() if not t.expired(now)}
         try:
@@ -207,6 +210,13 @@ class TaskManager:
             await self.log.close()
             self.log = None
             raise
+
+    async def _open_log(self, on_record: Callable[[Any], None] | None = None) -> None:
+        from openfunctions.core.journal import JournalLog
+
+        assert self.path is not None
+        self.log = await JournalLog.open(self.path, kind=rec.KIND, on_record=on_record)
+        self.log.inline_when_idle = True
 
     async def _recover(self, recovered: Mapping[str, Any], find: Callable[[set[str]], dict[str, Any]],
                        write_receipt: Callable[[dict[str, Any]], Any]) -> None:
@@ -256,6 +266,10 @@ class TaskManager:
         await self.log.append_many(records)
 
     async def _record(self, type_: str, data: dict[str, Any]) -> None:
+        if self.log is None and self.path is not None:
+            async with self._opening:
+                if self.log is None and self.path is not None:
+                    await self._open_log()  # the first task of a data dir that had none
         if self.log is not None:
             await self.log.append(type_, data)
         rec.apply(self.tasks, type_, data)
@@ -264,6 +278,7 @@ class TaskManager:
         if self._jobs:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await asyncio.gather(*self._jobs, return_exceptions=True)
+        self.path = None  # nothing is recorded after close (a late record stays in memory)
         if self.log is not None:
             await self.log.close()
             self.log = None
