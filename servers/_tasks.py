@@ -163,7 +163,7 @@ class _Run:
     pending: dict[str, Any] = field(default_factory=dict)
     answers: dict[str, Any] = field(default_factory=dict)
     used_keys: set[str] = field(default_factory=set)
-    answered: asyncio.Event = field(default_factory=asyncio.Event)
+    answered: asyncio.Condition = field(default_factory=asyncio.Condition)
 
 
 class TaskManager:
@@ -285,6 +285,12 @@ class TaskManager:
 
     # -- lookups ---------------------------------------------------------------
 
+    def _prune(self) -> None:
+        """Forget tasks past their TTL (their records stay in the journal until compaction)."""
+        now = rec.now_ms()
+        for task_id in [k for k, t in self.tasks.items() if t.expired(now)]:
+            del self.tasks[task_id]
+
     def lookup(self, task_id: Any, principal: str | None) -> TaskState:
         """The task, if it exists, has not expired and belongs to ``principal``; else the one unknown-id error."""
         task = self.tasks.get(task_id) if isinstance(task_id, str) else None
@@ -377,6 +383,8 @@ class TaskManager:
         if run.done.is_set() and not run.escalate.is_set():
             return None
         # Decided: it becomes a task. No await between the check above and this line.
+        if len(self.tasks) % 256 == 255:
+            self._prune()
         task_id = rec.new_task_id()
         run.task_id = task_id
         run.escalate.set()
@@ -431,14 +439,16 @@ class TaskManager:
 
     async def _store_result(self, task_id: str, text: str) -> str:
         """A large result goes into a file of its own beside the journal (write + fsync + rename + dir fsync)."""
-        from openfunctions.core.files import write_atomic
+        from openfunctions.core.files import fsync_dir, write_atomic
 
         name = f"{task_id}.json"
         path = self._artifact_path(name)
 
         def write() -> None:
-            path.parent.mkdir(mode=0o700, exist_ok=True)
-            write_atomic(path, text.encode("utf-8"))
+            if not path.parent.is_dir():
+                path.parent.mkdir(mode=0o700)
+                fsync_dir(path.parent.parent)  # the new directory's entry is durable too
+            write_atomic(path, text.encode("utf-8"))  # write + fsync + rename + directory fsync
 
         await anyio.to_thread.run_sync(write)
         return name
@@ -450,11 +460,9 @@ class TaskManager:
             raise ValueError(f"input request keys must be unique over a task's life; already used: {reused}")
         run.used_keys.update(requests)
         run.pending.update(requests)
-        run.answered = asyncio.Event()
         await self._record(*rec.status(run.task_id, rec.INPUT_REQUIRED, input_requests=run.pending))
-        while any(k in run.pending for k in requests):
-            await run.answered.wait()
-            run.answered = asyncio.Event() if any(k in run.pending for k in requests) else run.answered
+        async with run.answered:  # several asks of one handler may wait at once: each wakes on every answer
+            await run.answered.wait_for(lambda: not any(k in run.pending for k in requests))
         return {k: run.answers.pop(k) for k in requests}
 
     # -- the tasks/* methods -----------------------------------------------------
@@ -473,7 +481,8 @@ class TaskManager:
             await self._record(*rec.status(task.task_id, rec.INPUT_REQUIRED, input_requests=run.pending))
         else:
             await self._record(*rec.status(task.task_id, rec.WORKING))
-        run.answered.set()
+        async with run.answered:
+            run.answered.notify_all()
 
     def cancel(self, task: TaskState) -> None:
         run = self.runs.get(task.task_id)

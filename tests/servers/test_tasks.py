@@ -146,6 +146,24 @@ def test_a_finished_tasks_result_survives_sigkill(served: Served) -> None:
 
 
 @pytest.mark.slow
+def test_a_large_result_is_kept_beside_the_journal_and_inlined_again(served: Served) -> None:
+    client = served.start()
+    created = _create(client, "task_big", {"size": 400_000})
+    done = client.until(created["taskId"], {"completed"})
+    assert done["result"]["content"] == [{"type": "text", "text": "x" * 400_000}]
+    journal = served.data_dir / "journal" / "tools.tasks.journal"
+    settled = [r.data for r in read_records(journal) if r.type == "task.settled"]
+    assert len(settled) == 1 and "result" not in settled[0]
+    name = settled[0]["result_artifact"]
+    assert name == f"{created['taskId']}.json"
+    assert (journal.parent / "tools.tasks.journal.results" / name).stat().st_size > 400_000
+    assert journal.stat().st_size < 10_000  # the journal itself stays small
+    served.kill9()
+    client = served.start()
+    assert client.result("tasks/get", {"taskId": created["taskId"]})["result"] == done["result"]
+
+
+@pytest.mark.slow
 def test_a_task_running_at_sigkill_is_failed_unknown_with_its_receipt_and_not_rerun(served: Served, tmp_path: Path) -> None:
     client = served.start()
     markers = tmp_path / "m"
