@@ -234,13 +234,16 @@ _CTX_NAMES = {"ctx", "context"}
 
 
 def tool(
-    name: str | None = None,
+    name: str | Callable[..., Any] | None = None,
     *,
     description: str | None = None,
     output_schema: Mapping[str, Any] | type[BaseModel] | None | Literal["auto"] = "auto",
     **kwargs: Any,
-) -> Callable[[Callable[..., Any]], ToolDefinition]:
+) -> Any:
     """Decorator: derive a tool from a function's signature and type hints.
+
+    All three spellings work: ``@tool``, ``@tool()``/``@tool("name", ...)``,
+    and ``tool(fn)`` (which returns the :class:`ToolDefinition` at once).
 
     Parameters become the input schema (via pydantic); a parameter named
     ``ctx``/``context`` or annotated ``ToolExecutionContext`` receives the
@@ -249,8 +252,15 @@ def tool(
     (the MCP SDK's convention). The docstring is the description.
     """
 
+    if name is not None and not callable(name) and not isinstance(name, str):
+        raise ToolDefinitionError(f"tool(): the name must be a string, got {describe_object(name)}")
+    tool_name = name if isinstance(name, str) else None
+
     def decorate(fn: Callable[..., Any]) -> ToolDefinition:
         from .context import ToolExecutionContext
+
+        if not callable(fn):
+            raise ToolDefinitionError(f"@tool decorates a function, got {describe_object(fn)}")
 
         sig = inspect.signature(fn)
         hints = get_type_hints(fn)
@@ -302,7 +312,7 @@ def tool(
         handler.__wrapped__ = fn  # type: ignore[attr-defined]
         doc = inspect.getdoc(fn) or ""
         return define_tool(
-            name=name or fn.__name__,
+            name=tool_name or fn.__name__,
             description=description if description is not None else doc,
             input_schema=in_schema,
             handler=handler,
@@ -310,7 +320,21 @@ def tool(
             **kwargs,
         )
 
+    if callable(name):  # bare ``@tool`` or ``tool(fn)``: the function came in place of the name
+        return decorate(name)
     return decorate
+
+
+def describe_object(obj: Any) -> str:
+    """How an error names an object a caller passed: its kind and, where it has one, its qualified name."""
+    kind = type(obj).__name__
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    module = getattr(obj, "__module__", None)
+    if isinstance(qual, str):
+        where = f"{module}.{qual}" if isinstance(module, str) and module not in ("builtins", "__main__") else qual
+        return f"{kind} {where!r}"
+    text = repr(obj)
+    return f"{kind} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
 __all__ = ["ToolDefinition", "ToolAnnotations", "Capability", "Effect", "define_tool", "tool", "TOOL_NAME_RE"]

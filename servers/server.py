@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import structlog
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
@@ -145,6 +146,49 @@ async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
+def _sampling_hook(ctx: Any) -> dict[str, Any]:
+    """The host's model for ``openfunctions.adapters.SamplingAdapter``, as plain values (core and agents never see MCP).
+
+    ``openfunctions.sampling``: the client's declared ``sampling`` capability
+    as a dict (``{"tools": {}}`` = sampling with tools), or ``None``;
+    ``openfunctions.sampler``: sends one ``sampling/createMessage`` (wire-form
+    params dict) on this request and returns the result as a wire-form dict.
+    A connection without a back-channel (stateless 2026-07-28) raises
+    ``SamplingUnavailable`` naming it.
+    """
+    caps = getattr(ctx.session, "client_capabilities", None)
+    sampling = getattr(caps, "sampling", None)
+
+    async def sample(params: dict[str, Any]) -> dict[str, Any]:
+        import warnings
+
+        from mcp.shared.exceptions import NoBackChannelError
+
+        p = types.CreateMessageRequestParams.model_validate(params)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # sampling is deprecated in 2026-07-28 (SEP-2577), current before it
+                result = await ctx.session.create_message(
+                    p.messages, max_tokens=p.max_tokens, system_prompt=p.system_prompt, temperature=p.temperature,
+                    stop_sequences=p.stop_sequences, model_preferences=p.model_preferences, tools=p.tools,
+                    tool_choice=p.tool_choice, related_request_id=ctx.request_id,
+                )
+        except NoBackChannelError:
+            from openfunctions.adapters import SamplingUnavailable
+
+            raise SamplingUnavailable(
+                f"this MCP connection (protocol {ctx.protocol_version}) has no channel for server-initiated "
+                "sampling requests; connect with a handshake-era protocol (2025-11-25 or earlier) to lend the "
+                "server your model, or give the agent its own model"
+            ) from None
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    return {
+        "openfunctions.sampler": sample,
+        "openfunctions.sampling": None if sampling is None else sampling.model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+
+
 class OpenFunctionsServer:
     """An MCP server serving one registry. Build it with :func:`create_mcp_server`.
 
@@ -204,6 +248,16 @@ class OpenFunctionsServer:
             on_list_prompts=self._on_list_prompts,
             on_get_prompt=self._on_get_prompt,
         )
+        # Tools may change while serving (a gateway's upstream re-lists): say
+        # so in the handshake, and remember the sessions that listed tools so
+        # notify_tools_changed() can tell them.
+        self._listing_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        default_options = self.lowlevel.create_initialization_options
+
+        def initialization_options(notification_options: NotificationOptions | None = None, *a: Any, **kw: Any) -> Any:
+            return default_options(notification_options or NotificationOptions(tools_changed=True), *a, **kw)
+
+        self.lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
         self.tasks = TaskManager(
             ttl_ms=int(task_ttl_s * 1000), poll_interval_ms=max(1, int(task_poll_interval_s * 1000)), task_after_s=task_after_s
         )
@@ -392,7 +446,18 @@ class OpenFunctionsServer:
         self._tools_cache = (key, result)
         return result
 
+    async def notify_tools_changed(self) -> None:
+        """Send ``notifications/tools/list_changed`` to every handshake-era session that listed tools."""
+        for session in list(self._listing_sessions):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # a session that went away meanwhile
+                self._listing_sessions.discard(session)
+                log.debug("tools_changed_notify_failed", error=str(exc))
+
     async def _on_list_tools(self, ctx: Any, params: Any) -> dict[str, Any]:
+        if ctx.protocol_version in _HANDSHAKE_ERA and getattr(ctx, "session", None) is not None:
+            self._listing_sessions.add(ctx.session)
         # A fresh top-level dict: the runner may stamp envelope keys on it.
         return dict(self.list_tools_result())
 
@@ -407,7 +472,7 @@ class OpenFunctionsServer:
         # The session's reporter is scoped to this request and is a no-op when
         # the client asked for no progress (no progressToken): always wire it.
         progress = ctx.session.report_progress
-        metadata: dict[str, Any] = {REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version}
+        metadata: dict[str, Any] = {REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version, **_sampling_hook(ctx)}
         if task is not None:
             metadata[TASK_METADATA_KEY] = task
             progress = _task_progress(task, progress)
