@@ -60,8 +60,7 @@ J1 = "JournalLog.append, 1 appender"
 J8 = "JournalLog.append, 8 appenders"
 J64 = "JournalLog.append, 64 appenders"
 JMANY = "JournalLog.append_many of 64 records, 1 appender"
-J1I = "JournalLog.append, 1 appender, in place when idle (execution journal)"
-J64I = "JournalLog.append, 64 appenders, in place when idle (execution journal)"
+
 
 
 def sample_lines(n: int) -> list[bytes]:
@@ -91,16 +90,14 @@ PER_RECORD_FSYNCS: dict[str, list[float]] = {}
 LOOP_CPU_US: dict[str, list[float]] = {}  # event-loop thread CPU per acknowledged record
 
 
-def bench_journal_appends(d: Path, conc: int, seconds: float, group: int = 1, name: str = "", inline: bool = False) -> float:
+def bench_journal_appends(d: Path, conc: int, seconds: float, group: int = 1, name: str = "") -> float:
     """``conc`` appenders in a closed loop; each awaits ``append`` (or, with
-    ``group`` > 1, ``append_many`` of ``group`` records) again and again.
-    ``inline``: the log's ``inline_when_idle`` (on in the execution journal)."""
+    ``group`` > 1, ``append_many`` of ``group`` records) again and again."""
 
     async def run() -> float:
         path = d / f"append-{conc}-{group}-{time.monotonic_ns()}.jsonl"
         ops = _CountingOps()
         log = await JournalLog.open(path, _ops=ops)
-        log.inline_when_idle = inline
         count = 0
         stop = time.perf_counter() + seconds
         items = [("start", DATA)] * group
@@ -279,8 +276,6 @@ def main() -> None:
             (J8, lambda: bench_journal_appends(base, 8, secs, name=J8)),
             (J64, lambda: bench_journal_appends(base, 64, secs, name=J64)),
             (JMANY, lambda: bench_journal_appends(base, 1, secs, group=64, name=JMANY)),
-            (J1I, lambda: bench_journal_appends(base, 1, secs, name=J1I, inline=True)),
-            (J64I, lambda: bench_journal_appends(base, 64, secs, name=J64I, inline=True)),
         ]:
             runs.setdefault(name, fn)
         # Interleaved rounds: the shared disk's speed drifts, so each round
@@ -358,11 +353,10 @@ def main() -> None:
         ceiling = 1e6 / cpu64
         targets = (
             f"Issue 16 targets: per-record awaited appends at 64 appenders ≥8× sqlite — measured "
-            f"**{ratio(J64, SQ):.1f}×** ({ratio(J64I, SQ):.1f}× with the execution journal's in-place setting); "
+            f"**{ratio(J64, SQ):.1f}×**; "
             f"`append_many` ≥10× sqlite — measured **{ratio(JMANY, SQ):.1f}×**; raw batched ratio (reported, not "
             f"chased with a pure-Python encoder): **{ratio(J64, RAW64):.2f}×** at 64 appenders, "
-            f"{ratio(JMANY, RAW64):.2f}× for `append_many`. A lone appender writing in place when its loop is idle: "
-            f"{ratio(J1I, J1):.2f}× the thread hand-over path ({ratio(J1I, RAW1):.2f}× raw 1/fsync). Where the time goes: each acknowledged record costs the event-loop "
+            f"{ratio(JMANY, RAW64):.2f}× for `append_many`. Where the time goes: each acknowledged record costs the event-loop "
             f"thread {cpu64:.1f} µs of CPU (canonical JSON, SHA-256 chain, the append's future and the task's wake-up; "
             f"the writer thread's write + fdatasync run outside it). Even if every fsync overlapped that CPU completely, "
             f"the loop could acknowledge at most 1/{cpu64:.1f} µs = {ceiling:,.0f} records/s = "

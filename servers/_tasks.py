@@ -216,7 +216,6 @@ class TaskManager:
 
         assert self.path is not None
         self.log = await JournalLog.open(self.path, kind=rec.KIND, on_record=on_record)
-        self.log.inline_when_idle = True
 
     async def _recover(self, recovered: Mapping[str, Any], find: Callable[[set[str]], dict[str, Any]],
                        write_receipt: Callable[[dict[str, Any]], Any]) -> None:

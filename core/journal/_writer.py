@@ -29,17 +29,6 @@ Invariants:
   without ``close()`` can still be collected (its ``__del__`` stops us);
 - an idle thread exits after ``IDLE_EXIT`` seconds; the next enqueue starts
   a new one (many attempt journals may be open, most of them idle).
-
-**Writing in place when idle** (:meth:`GroupWriter.write_now`): when nothing
-is queued or being written, the appender may write and sync its lines on its
-own thread instead of handing them over. That saves the two thread hops
-(hand-over, wake-up) of a lone appender — the serial caller's whole latency
-beyond the fsync — but blocks that thread (the event loop) for the fsync. The
-log only does it when no other task is ready to run on the loop (so nothing
-is held up that could have shared the fsync); under concurrency the thread
-path and its group commit are used. Same invariants: the lines are written
-and synced before the call returns, fail-stop on error, and the writer
-thread never writes while an in-place write is in progress.
 """
 
 from __future__ import annotations
@@ -151,42 +140,6 @@ class GroupWriter:
             batch.last_seq = last_seq
             batch.waiters.append(waiter)
 
-    def write_now(self, lines: list[bytes], last_seq: int) -> bool:
-        """If nothing is queued or being written, write and sync ``lines`` on this thread, now.
-
-        Returns ``False`` (nothing done: enqueue instead) when the writer is
-        busy. Raises JournalFailed if the writer had failed or this write or
-        sync fails (which fails the writer: fail-stop, as on the thread).
-        """
-        with self._mu:
-            if self.failure is not None:
-                raise self.failed_error()
-            if self._queue or self._writing or self._stopping:
-                return False
-            self._writing = True
-        data = b"".join(lines)
-        try:
-            self._ops.write_all(self._fd, data)
-            self._ops.sync(self._fd)
-        except BaseException as exc:
-            with self._cv:
-                self.failure = exc if isinstance(exc, Exception) else OSError(f"write interrupted: {exc!r}")
-                batches, self._queue, self._batch = self._queue, [], None
-                self._writing = False
-                self._cv.notify_all()
-            log.error("journal_failed", path=self._path, error=str(self.failure))
-            _wake(batches, self.failed_error)
-            if not isinstance(exc, Exception):
-                raise
-            raise self.failed_error() from exc
-        with self._cv:
-            self.durable_size += len(data)
-            self.durable_seq = last_seq
-            self._writing = False
-            # The thread waits while an in-place write is in progress: let it take what queued meanwhile.
-            self._cv.notify_all()
-        return True
-
     def busy(self) -> bool:
         with self._mu:
             return bool(self._queue) or self._writing
@@ -245,8 +198,8 @@ class GroupWriter:
         cv = self._cv
         while True:
             with cv:
-                while not self._queue or self._writing:  # _writing here: an in-place write (write_now)
-                    if self._stopping or (not cv.wait(IDLE_EXIT) and not self._queue and not self._writing):
+                while not self._queue:
+                    if self._stopping or (not cv.wait(IDLE_EXIT) and not self._queue):
                         self._thread = None
                         cv.notify_all()
                         return

@@ -102,8 +102,6 @@ class ExecutionJournal:
                 open_starts.pop(rid, None)
 
         log = await JournalLog.open(path, kind=KIND, on_record=see)
-        # A serial caller (one stdio client) waits for every receipt: no thread hops when the loop is idle.
-        log.inline_when_idle = True
         self = cls(log)
         try:
             await self._recover(open_starts)

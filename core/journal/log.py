@@ -17,11 +17,6 @@ This module owns the *life* of a log:
   once its own record is durable. A caller cancelled while waiting is not
   acknowledged, but its record is still written (as any unacknowledged
   record may be).
-- **in place when idle** (``inline_when_idle``, off by default; the
-  execution and task journals turn it on): a lone appender whose event loop
-  has nothing else ready writes and syncs its record itself
-  (:meth:`~._writer.GroupWriter.write_now`) instead of waiting for the
-  writer thread, saving two thread hops per record.
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -72,7 +67,6 @@ class JournalLog:
         self._link = ""
         self._enqueued_size = 0
         self._writer: GroupWriter | None = None  # set once recovered
-        self.inline_when_idle = False  # see GroupWriter.write_now
         self._closing = False
         self._closed = False
 
@@ -178,12 +172,6 @@ class JournalLog:
         seq, prev = self._next_seq, self._link
         line, rec = self._encode(type, data, seq, prev, self._enqueued_size, seq + self._line_of_seq)
         loop = asyncio.get_running_loop()
-        if self.inline_when_idle and not getattr(loop, "_ready", True) and writer.write_now([line], seq):
-            # Nothing else could run meanwhile: written and synced in place, no thread hop.
-            self._next_seq = seq + 1
-            self._link = rec.checksum  # type: ignore[assignment]
-            self._enqueued_size += len(line)
-            return rec
         waiter = loop.create_future()
         writer.enqueue([line], seq, waiter, loop)  # raises JournalFailed before any seq is consumed
         self._next_seq = seq + 1
