@@ -78,6 +78,9 @@ RESULT_SCHEMA = {
     "required": ["text", "run_id", "status", "rounds"],
 }
 _READ = Capability(effect="read", parallel_safe=True, idempotent=False)
+# An agent or crew run served over MCP may answer as a task (servers/_tasks.py) when it runs long.
+_READ_RUN = Capability(effect="read", parallel_safe=True, idempotent=False, task_support="optional")
+_RUN = Capability(task_support="optional")
 
 
 @dataclass
@@ -186,7 +189,7 @@ class AgentRuntime:
             handler=handler,
             tags=(AGENT_TAG,),
             meta={"dev.openfunctions/agent": agent.name},
-            capability=_READ if self.is_read_only(agent) else None,
+            capability=_READ_RUN if self.is_read_only(agent) else _RUN,
         )
         self._agent_tools[key] = tool
         return tool
@@ -206,7 +209,7 @@ class AgentRuntime:
             handler=handler,
             tags=(AGENT_TAG,),
             meta={"dev.openfunctions/crew": crew.name},
-            capability=_READ if all(m.schedule_class == "shared" for m in members) else None,
+            capability=_READ_RUN if all(m.schedule_class == "shared" for m in members) else _RUN,
         )
 
     def _reply(self, name: str, result: RunResult) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 Both serve the same tool (``noop``: no arguments, returns the text "ok").
 Ours runs it through the executor with receipts on and the journal off
-(``--no-journal``), and once more over stdio with the journal on (two
-fsyncs per call: what durability costs); the SDK's runs it through
-``MCPServer``. Measured in one
+(``--no-journal``), and again with the journal on (the default server)
+over stdio and HTTP x16, for a declared read (``noop``: one fsync per call,
+the receipt) and a declared write (``noop_write``: two, start and receipt):
+what durability costs. The SDK's runs the same tools through ``MCPServer``. Measured in one
 run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 
 - ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
@@ -62,7 +63,18 @@ def _noop_tool() -> Any:
     )
 
 
-registry = ToolRegistry([_noop_tool()])
+def _noop_write_tool() -> Any:
+    # The same handler declared effectful: the journal makes its start durable before the handler.
+    return define_tool(
+        name="noop_write",
+        description="Does nothing, but declares a write effect; returns 'ok'.",
+        input_schema={"type": "object", "properties": {}},
+        handler=_noop,
+        capability={"effect": "write"},
+    )
+
+
+registry = ToolRegistry([_noop_tool(), _noop_write_tool()])
 """What ``openfunctions-mcp serve --module bench_server:registry`` serves."""
 
 
@@ -74,6 +86,11 @@ def _sdk_server() -> Any:
     @mcp.tool()
     def noop() -> str:
         """Does nothing and returns 'ok'."""
+        return "ok"
+
+    @mcp.tool()
+    def noop_write() -> str:
+        """Does nothing and returns 'ok' (the SDK has no effect declaration: identical to noop)."""
         return "ok"
 
     return mcp
@@ -140,28 +157,29 @@ class _HttpProc:
 # -- measurement -----------------------------------------------------------------
 
 
-async def _calls(client: Any, n: int) -> None:
+async def _calls(client: Any, n: int, tool: str = "noop") -> None:
     for _ in range(n):
-        result = await client.call_tool("noop", {})
+        result = await client.call_tool(tool, {})
         if result.is_error:
-            raise RuntimeError(f"noop failed: {result.content}")
+            raise RuntimeError(f"{tool} failed: {result.content}")
 
 
-async def _rate(clients: list[Any], total: int) -> float:
+async def _rate(clients: list[Any], total: int, tool: str = "noop") -> float:
     """Calls/s for ``total`` calls spread evenly over ``clients`` running concurrently."""
     per = total // len(clients)
     start = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for c in clients:
-            tg.start_soon(_calls, c, per)
+            tg.start_soon(_calls, c, per, tool)
     return per * len(clients) / (time.perf_counter() - start)
 
 
 class _Target:
     """One server in one mode, with its clients open across rounds."""
 
-    def __init__(self, label: str, make_clients: Callable[[], list[Any]], close: Callable[[], None] = lambda: None):
-        self.label, self.make_clients, self.close = label, make_clients, close
+    def __init__(self, label: str, make_clients: Callable[[], list[Any]], close: Callable[[], None] = lambda: None,
+                 tool: str = "noop"):
+        self.label, self.make_clients, self.close, self.tool = label, make_clients, close, tool
         self.rates: list[float] = []
 
 
@@ -172,11 +190,11 @@ async def _run_mode(mode: str, targets: list[_Target], n: int, rounds: int, warm
         opened = []
         for t in targets:
             clients = [await stack.enter_async_context(c) for c in t.make_clients()]
-            await _rate(clients, warmup * len(clients))
+            await _rate(clients, warmup * len(clients), t.tool)
             opened.append((t, clients))
         for _ in range(rounds):
             for t, clients in opened:
-                t.rates.append(await _rate(clients, n))
+                t.rates.append(await _rate(clients, n, t.tool))
     for t in targets:
         t.close()
     print(f"  {mode:<11} " + "  ".join(f"{t.label}: {median(t.rates):8.0f}/s" for t in targets), flush=True)
@@ -205,24 +223,37 @@ async def bench(n_inproc: int, n_stdio: int, n_http: int, rounds: int, tmp: Path
     sdk_stdio = StdioServerParameters(command=sys.executable, args=_sdk_cmd("stdio")[1:], env=_env())
     await mode("stdio", _Target("ours", lambda: [client(ours_stdio)]), _Target("sdk", lambda: [client(sdk_stdio)]),
                n_stdio)
-    # What durability costs: the same, with the execution journal on (a start
-    # record and a receipt fsynced per call, before the handler and before the reply).
+    # What durability costs: the default server (execution journal on). A
+    # declared read fsyncs its receipt before the reply (no start record); an
+    # effectful tool also fsyncs a start record before its handler.
     journaled = _ours_cmd(tmp / "stdio-journal", journal=True)
     ours_journal = StdioServerParameters(command=journaled[0], args=journaled[1:], env=_env())
-    await mode("stdio, journal on", _Target("ours+journal", lambda: [client(ours_journal)]),
+    await mode("stdio, journal on, read-only tool", _Target("ours+journal", lambda: [client(ours_journal)]),
                _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
+    await mode("stdio, journal on, effectful tool",
+               _Target("ours+journal", lambda: [client(ours_journal)], tool="noop_write"),
+               _Target("sdk", lambda: [client(sdk_stdio)], tool="noop_write"), n_stdio)
 
-    p1, p2 = free_port(), free_port()
+    p1, p2, p3 = free_port(), free_port(), free_port()
     ours_http = _HttpProc(_ours_cmd(tmp / "http", "--transport", "http", "--port", str(p1)), p1, tmp / "ours-http.log")
     sdk_http = _HttpProc(_sdk_cmd("http", p2), p2, tmp / "sdk-http.log")
+    ours_http_j = _HttpProc(_ours_cmd(tmp / "http-journal", "--transport", "http", "--port", str(p3), journal=True), p3,
+                            tmp / "ours-http-journal.log")
     try:
         await mode("http x1", _Target("ours", lambda: [client(ours_http.url)]),
                    _Target("sdk", lambda: [client(sdk_http.url)]), n_http)
         await mode("http x16", _Target("ours", lambda: [client(ours_http.url) for _ in range(16)]),
                    _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)]), n_http * 2)
+        await mode("http x16, journal on, read-only tool",
+                   _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)]),
+                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)]), n_http * 2)
+        await mode("http x16, journal on, effectful tool",
+                   _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], tool="noop_write"),
+                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], tool="noop_write"), n_http * 2)
     finally:
         ours_http.stop()
         sdk_http.stop()
+        ours_http_j.stop()
     return rows
 
 
@@ -256,10 +287,13 @@ def main(argv: list[str] | None = None) -> int:
             "rounds ran back to back, so it saw about the same machine load). `http x16` is 16 concurrent "
             "clients, each with its own connection, against one server process; the clients share one Python "
             "process, which is part of what is measured. Ours also validates arguments, schedules the call and "
-            "builds a receipt (sha256 of spec, params and result) for every call. The `stdio, journal on` row "
-            "is the default server (no `--no-journal`): each call also fsyncs a start record before the handler "
-            "and its receipt before the reply, which the SDK does not do at all — it shows what durability "
-            "costs, not a like-for-like race. "
+            "builds a receipt (sha256 of spec, params and result) for every call. The `journal on` rows are "
+            "the default server (no `--no-journal`): every call fsyncs its receipt before the reply, and a tool "
+            "that declares an effect (`noop_write`, `effect: write`) also fsyncs a start record before its "
+            "handler; a declared read (`noop`, `effect: read`) needs no start record (docs/formats/receipt.md). "
+            "The SDK persists nothing — these rows show what durability costs, not a like-for-like race. "
+            "Issue 16's targets for the journal-on rows: stdio read-only >= 1.0x, stdio effectful >= 0.8x, "
+            "http x16 >= 1.5x. "
             f"1-minute load average at the end of the run: {load:.1f} on a shared machine, so absolute rates "
             "move between runs; the ratios are the figure to quote.\n\n"
         )

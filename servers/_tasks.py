@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,7 +163,7 @@ class _Run:
     pending: dict[str, Any] = field(default_factory=dict)
     answers: dict[str, Any] = field(default_factory=dict)
     used_keys: set[str] = field(default_factory=set)
-    answered: asyncio.Event = field(default_factory=asyncio.Event)
+    answered: asyncio.Condition = field(default_factory=asyncio.Condition)
 
 
 class TaskManager:
@@ -179,24 +180,26 @@ class TaskManager:
         self.runs: dict[str, _Run] = {}
         self.recovered: list[str] = []
         self._jobs: set[asyncio.Task[None]] = set()
+        self._opening = asyncio.Lock()
 
     # -- durable state ---------------------------------------------------------
 
     async def open(self, path: Path, *, recovered_receipts: Mapping[str, Any], find_receipts: Callable[[set[str]], dict[str, Any]],
                    write_receipt: Callable[[dict[str, Any]], Any]) -> None:
-        """Open (creating) the task journal at ``path``, fold it, and settle what the last process left running.
+        """Use the task journal at ``path``: fold it, and settle what the last process left running.
 
-        ``recovered_receipts``: receipt id -> the ``unknown`` receipt the
-        execution journal's recovery wrote this open; ``find_receipts(ids)``
-        looks up receipts already in the execution journal; ``write_receipt(start)``
-        writes a recovered receipt for a call that left none (a read-only
-        call journals no start record).
+        A server that never created a task has no task journal: the file is
+        created with the first task (:meth:`_record`). ``recovered_receipts``:
+        receipt id -> the ``unknown`` receipt the execution journal's recovery
+        wrote this open; ``find_receipts(ids)`` looks up receipts already in
+        the execution journal; ``write_receipt(start)`` writes a recovered
+        receipt for a call that left none (a declared read journals no start).
         """
-        from openfunctions.core.journal import JournalLog
-
-        tasks: dict[str, TaskState] = {}
-        self.log = await JournalLog.open(path, kind=rec.KIND, on_record=lambda r: rec.apply(tasks, r.type, r.data))
         self.path = path
+        if not os.path.lexists(path):
+            return
+        tasks: dict[str, TaskState] = {}
+        await self._open_log(lambda r: rec.apply(tasks, r.type, r.data))
         now = rec.now_ms()
         self.tasks = {k: t for k, t in tasks.items() if not t.expired(now)}
         try:
@@ -207,6 +210,12 @@ class TaskManager:
             await self.log.close()
             self.log = None
             raise
+
+    async def _open_log(self, on_record: Callable[[Any], None] | None = None) -> None:
+        from openfunctions.core.journal import JournalLog
+
+        assert self.path is not None
+        self.log = await JournalLog.open(self.path, kind=rec.KIND, on_record=on_record)
 
     async def _recover(self, recovered: Mapping[str, Any], find: Callable[[set[str]], dict[str, Any]],
                        write_receipt: Callable[[dict[str, Any]], Any]) -> None:
@@ -256,6 +265,10 @@ class TaskManager:
         await self.log.append_many(records)
 
     async def _record(self, type_: str, data: dict[str, Any]) -> None:
+        if self.log is None and self.path is not None:
+            async with self._opening:
+                if self.log is None and self.path is not None:
+                    await self._open_log()  # the first task of a data dir that had none
         if self.log is not None:
             await self.log.append(type_, data)
         rec.apply(self.tasks, type_, data)
@@ -264,11 +277,18 @@ class TaskManager:
         if self._jobs:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await asyncio.gather(*self._jobs, return_exceptions=True)
+        self.path = None  # nothing is recorded after close (a late record stays in memory)
         if self.log is not None:
             await self.log.close()
             self.log = None
 
     # -- lookups ---------------------------------------------------------------
+
+    def _prune(self) -> None:
+        """Forget tasks past their TTL (their records stay in the journal until compaction)."""
+        now = rec.now_ms()
+        for task_id in [k for k, t in self.tasks.items() if t.expired(now)]:
+            del self.tasks[task_id]
 
     def lookup(self, task_id: Any, principal: str | None) -> TaskState:
         """The task, if it exists, has not expired and belongs to ``principal``; else the one unknown-id error."""
@@ -362,6 +382,8 @@ class TaskManager:
         if run.done.is_set() and not run.escalate.is_set():
             return None
         # Decided: it becomes a task. No await between the check above and this line.
+        if len(self.tasks) % 256 == 255:
+            self._prune()
         task_id = rec.new_task_id()
         run.task_id = task_id
         run.escalate.set()
@@ -416,14 +438,16 @@ class TaskManager:
 
     async def _store_result(self, task_id: str, text: str) -> str:
         """A large result goes into a file of its own beside the journal (write + fsync + rename + dir fsync)."""
-        from openfunctions.core.files import write_atomic
+        from openfunctions.core.files import fsync_dir, write_atomic
 
         name = f"{task_id}.json"
         path = self._artifact_path(name)
 
         def write() -> None:
-            path.parent.mkdir(mode=0o700, exist_ok=True)
-            write_atomic(path, text.encode("utf-8"))
+            if not path.parent.is_dir():
+                path.parent.mkdir(mode=0o700)
+                fsync_dir(path.parent.parent)  # the new directory's entry is durable too
+            write_atomic(path, text.encode("utf-8"))  # write + fsync + rename + directory fsync
 
         await anyio.to_thread.run_sync(write)
         return name
@@ -435,11 +459,9 @@ class TaskManager:
             raise ValueError(f"input request keys must be unique over a task's life; already used: {reused}")
         run.used_keys.update(requests)
         run.pending.update(requests)
-        run.answered = asyncio.Event()
         await self._record(*rec.status(run.task_id, rec.INPUT_REQUIRED, input_requests=run.pending))
-        while any(k in run.pending for k in requests):
-            await run.answered.wait()
-            run.answered = asyncio.Event() if any(k in run.pending for k in requests) else run.answered
+        async with run.answered:  # several asks of one handler may wait at once: each wakes on every answer
+            await run.answered.wait_for(lambda: not any(k in run.pending for k in requests))
         return {k: run.answers.pop(k) for k in requests}
 
     # -- the tasks/* methods -----------------------------------------------------
@@ -458,7 +480,8 @@ class TaskManager:
             await self._record(*rec.status(task.task_id, rec.INPUT_REQUIRED, input_requests=run.pending))
         else:
             await self._record(*rec.status(task.task_id, rec.WORKING))
-        run.answered.set()
+        async with run.answered:
+            run.answered.notify_all()
 
     def cancel(self, task: TaskState) -> None:
         run = self.runs.get(task.task_id)

@@ -338,7 +338,7 @@ class OpenFunctionsServer:
         """Open the task journal beside ``journal_file``; settle tasks the last process left running."""
         from openfunctions.core.journal import recovered_receipt
 
-        recovered = {r.receipt_id: r for r in journal.recovered}
+        recovered = {r.receipt_id: r for r in getattr(journal, "recovered", ())}
 
         def find(ids: set[str]) -> dict[str, Any]:
             found: dict[str, Any] = {}

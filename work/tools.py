@@ -212,7 +212,8 @@ class WorkTools:
                 output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE, "operation": {"type": "object"}, "result": {}}),
                 handler=self._run_step,
                 annotations={"read_only_hint": False, "destructive_hint": True, "idempotent_hint": False, "open_world_hint": True},
-                capability={"effect": "external"},
+                # A long step may answer as an MCP task (servers/_tasks.py) for clients that support them.
+                capability={"effect": "external", "task_support": "optional"},
                 tags=("work",),
             ),
             define_tool(
@@ -227,7 +228,7 @@ class WorkTools:
                 output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE, "passed": {"type": "boolean"}, "checks": {"type": "array"}}),
                 handler=self._verify,
                 annotations={"read_only_hint": False, "destructive_hint": False, "idempotent_hint": False, "open_world_hint": True},
-                capability={"effect": "external"},
+                capability={"effect": "external", "task_support": "optional"},
                 tags=("work",),
             ),
             define_tool(

@@ -20,4 +20,7 @@ def test_bench_server_quick_run_measures_every_mode() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "x |" in line]
-    assert [r.split("|")[1].strip() for r in rows] == ["in-process", "stdio", "stdio, journal on", "http x1", "http x16"], proc.stdout
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "in-process", "stdio", "stdio, journal on, read-only tool", "stdio, journal on, effectful tool",
+        "http x1", "http x16", "http x16, journal on, read-only tool", "http x16, journal on, effectful tool",
+    ], proc.stdout

@@ -48,6 +48,13 @@ async def _ask(p, ctx):
     return {"color": answers["color"]["content"]["color"]}
 
 
+async def _big(p, ctx):
+    task = ctx.metadata.get(TASK_KEY)
+    if task is not None:
+        await task.escalate()
+    return "x" * int(p.get("size", 400_000))
+
+
 _ANSWER_OUT = {"type": "object", "properties": {"answer": {"type": "integer"}, "text": {"type": "string"}},
                "required": ["answer", "text"]}
 
@@ -61,6 +68,9 @@ tools = [
     define_tool(name="task_required", description="Runs only as a task.", handler=_quick,
                 output_schema=_ANSWER_OUT, capability={"effect": "read", "task_support": "required"}),
     define_tool(name="task_ask", description="Asks the client a question through the task.", handler=_ask,
+                capability={"effect": "read", "task_support": "optional"}),
+    define_tool(name="task_big", description="Becomes a task and answers with a large text.", handler=_big,
+                input_schema={"type": "object", "properties": {"size": {"type": "integer"}}},
                 capability={"effect": "read", "task_support": "optional"}),
     define_tool(name="plain", description="A synchronous tool.", handler=_quick,
                 output_schema=_ANSWER_OUT, capability={"effect": "read", "parallel_safe": True}),

@@ -146,6 +146,24 @@ def test_a_finished_tasks_result_survives_sigkill(served: Served) -> None:
 
 
 @pytest.mark.slow
+def test_a_large_result_is_kept_beside_the_journal_and_inlined_again(served: Served) -> None:
+    client = served.start()
+    created = _create(client, "task_big", {"size": 400_000})
+    done = client.until(created["taskId"], {"completed"})
+    assert done["result"]["content"] == [{"type": "text", "text": "x" * 400_000}]
+    journal = served.data_dir / "journal" / "tools.tasks.journal"
+    settled = [r.data for r in read_records(journal) if r.type == "task.settled"]
+    assert len(settled) == 1 and "result" not in settled[0]
+    name = settled[0]["result_artifact"]
+    assert name == f"{created['taskId']}.json"
+    assert (journal.parent / "tools.tasks.journal.results" / name).stat().st_size > 400_000
+    assert journal.stat().st_size < 10_000  # the journal itself stays small
+    served.kill9()
+    client = served.start()
+    assert client.result("tasks/get", {"taskId": created["taskId"]})["result"] == done["result"]
+
+
+@pytest.mark.slow
 def test_a_task_running_at_sigkill_is_failed_unknown_with_its_receipt_and_not_rerun(served: Served, tmp_path: Path) -> None:
     client = served.start()
     markers = tmp_path / "m"
@@ -211,9 +229,6 @@ def test_without_the_extension_tasks_methods_and_required_tools_are_refused(serv
     # tasks/result and tasks/list were removed by SEP-2663.
     assert client.rpc("tasks/result", {"taskId": "x"})["error"]["code"] == -32601
     assert client.rpc("tasks/list", {})["error"]["code"] == -32601
-    # tools/list tells which tools support tasks.
-    listed = {t["name"]: t for t in client.result("tools/list")["tools"]}
-    assert listed["task_required"].get("execution", {}).get("taskSupport") in ("required", None)
 
 
 @pytest.mark.slow
@@ -326,4 +341,20 @@ def test_a_task_over_stdio(raw_stdio: Any) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert got["result"]["structuredContent"] == {"answer": 42, "text": "stdio"}
+    assert session.close() == 0
+
+
+@pytest.mark.slow
+def test_tools_list_says_which_tools_support_tasks_where_the_version_has_the_field(raw_stdio: Any) -> None:
+    session = raw_stdio("--module", "task_fixture_tools:registry")
+    session.initialize("2025-11-25")
+    listed = {t["name"]: t for t in session.call("tools/list", {})["result"]["tools"]}
+    assert listed["task_required"]["execution"] == {"taskSupport": "required"}
+    assert listed["task_quick"]["execution"] == {"taskSupport": "optional"}
+    assert "execution" not in listed["plain"]
+    # A handshake-era session never gets a task (CreateTaskResult is 2026-07-28 vocabulary):
+    # an optional-task tool answers synchronously, a required one is refused.
+    sync = session.call("tools/call", {"name": "task_quick", "arguments": {}})["result"]
+    assert sync["structuredContent"]["answer"] == 42 and "taskId" not in sync
+    assert session.call("tools/call", {"name": "task_required", "arguments": {}})["error"]["code"] == -32021
     assert session.close() == 0
