@@ -29,10 +29,10 @@ class Unavailable(Exception):
 
 
 class StdioTarget:
-    def __init__(self, profile: str, data_dir: Path) -> None:
+    def __init__(self, profile: str, data_dir: Path, *extra: str) -> None:
         self.profile = profile
         self.proc = subprocess.Popen(
-            serve_argv("--profile", profile, "--data-dir", str(data_dir)),
+            serve_argv("--profile", profile, "--data-dir", str(data_dir), *extra),
             env=server_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         self.replies: dict[Any, list[dict]] = {}
