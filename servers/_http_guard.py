@@ -40,13 +40,15 @@ from ._constants import PRINCIPAL_SCOPE_KEY
 
 log = structlog.get_logger("openfunctions.servers.http")
 
-DEFAULT_HEADER_TIMEOUT = 10.0
-DEFAULT_BODY_TIMEOUT = 30.0
-DEFAULT_KEEP_ALIVE_TIMEOUT = 5
-DEFAULT_MAX_CONNECTIONS = 1000
-DEFAULT_MAX_SESSIONS = 1000
-DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
-DEFAULT_SESSION_IDLE_TIMEOUT = 600.0
+from ._http_limits import (  # noqa: E402  (light module: the CLI reads the defaults without uvicorn)
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_KEEP_ALIVE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+)
 #: File descriptors kept free under the connection cap (journal, logs, listening socket, child processes).
 FD_HEADROOM = 64
 

@@ -145,7 +145,7 @@ def _seconds(text: str) -> float:
 
 def _add_http_limits(p: argparse.ArgumentParser) -> None:
     """HTTP operating limits (docs/SERVERS.md, "Operating limits")."""
-    from . import _http_guard as g
+    from . import _http_limits as g
 
     h = p.add_argument_group("HTTP limits (see docs/SERVERS.md, 'Operating limits')")
     h.add_argument("--max-sessions", type=_count_or_off, default=g.DEFAULT_MAX_SESSIONS, metavar="N",

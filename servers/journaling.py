@@ -14,6 +14,18 @@ It takes the next free *slot*, ``<profile>.2.journal``, ``<profile>.3.journal``,
 by a dead process is taken (and its unsettled calls recovered) by the next
 server that starts. Only when every slot is held does the server refuse to
 start, with :class:`DataDirLocked` naming the directory.
+
+A journal whose write or fsync failed (a full disk) is fail-stop: it refuses
+every later append, and nothing retries the failed descriptor ("fsyncgate").
+The server wraps it in :class:`ServedJournal`, which makes that loud (one
+``journal_failed`` error log, every refused call says the journal failed and
+what brings it back, ``GET /healthz`` answers 503) and, unless
+``reopen_interval`` is ``None``, re-opens it the way a restart would: once
+no call that started on the failed file is still running and a 64 KiB
+written-and-fsynced probe file succeeds in the journal directory, the failed
+file is closed and opened afresh through full recovery (torn tail cut and
+saved, unsettled starts settled ``unknown``), at most once per
+``reopen_interval`` seconds, tried by the next call or health check.
 """
 
 from __future__ import annotations
@@ -23,12 +35,15 @@ import os
 import signal
 import stat
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from openfunctions.core.errors import JournalLocked
+import anyio
+
+from openfunctions.core.errors import JournalFailed, JournalLocked, OpenFunctionsError
 from openfunctions.core.journal.execution import DEFAULT_ROTATE_BYTES
 
 from .errors import DataDirLocked, DataDirUnusable
@@ -108,10 +123,18 @@ def journal_path(data_dir: Path, profile: str, slot: int = 1) -> Path:
     return Path(data_dir) / "journal" / name
 
 
-async def open_execution_journal(data_dir: Path, profile: str) -> tuple[Any, Path]:
+#: Seconds between attempts to re-open a failed journal (``--journal-reopen-interval``).
+DEFAULT_REOPEN_INTERVAL = 5.0
+
+
+async def open_execution_journal(
+    data_dir: Path, profile: str, *, reopen_interval: float | None = DEFAULT_REOPEN_INTERVAL
+) -> tuple[Any, Path]:
     """Open the profile's execution journal in the first free slot.
 
-    Returns ``(journal, path)``. Raises :class:`DataDirLocked`
+    Returns ``(journal, path)``; the journal is a :class:`ServedJournal`
+    (re-opened after a failure every ``reopen_interval`` seconds at most;
+    ``None``: only a restart brings it back). Raises :class:`DataDirLocked`
     when all slots are held by live servers; other journal errors
     (``JournalCorrupt``, ``JournalUnsafe``) propagate: they need an operator.
     """
@@ -129,7 +152,7 @@ async def open_execution_journal(data_dir: Path, profile: str) -> tuple[Any, Pat
             log.info("journal_slot", path=str(path), reason="lower slots are held by other live servers")
         if journal.rotated_to is not None:
             log.info("journal_rotated", path=str(path), segment=str(journal.rotated_to))
-        return journal, path
+        return ServedJournal(journal, data_dir=Path(data_dir), profile=profile, reopen_interval=reopen_interval), path
     raise DataDirLocked(
         f"all {MAX_SLOTS} journal slots of profile {profile!r} in {Path(data_dir) / 'journal'} are held by "
         "other running servers; stop one, use another --data-dir, or pass --no-journal",
@@ -137,4 +160,127 @@ async def open_execution_journal(data_dir: Path, profile: str) -> tuple[Any, Pat
     )
 
 
-__all__ = ["open_execution_journal", "prepare_data_dir", "probe_writable", "journal_path", "MAX_SLOTS"]
+class ServedJournal:
+    """A server's execution journal (an ``ExecutionJournalSink``): fail-stop made loud, and re-opened through recovery.
+
+    Everything else (``log``, ``receipts()``, ``recovered``, ``rotated_to``,
+    ``path``) is the current :class:`~openfunctions.core.journal.ExecutionJournal`'s.
+    """
+
+    def __init__(self, journal: Any, *, data_dir: Path, profile: str, reopen_interval: float | None) -> None:
+        self._journal = journal
+        self._data_dir = data_dir
+        self._profile = profile
+        self.reopen_interval = reopen_interval
+        #: Why the journal refuses writes (``None`` while healthy).
+        self.failure: str | None = None
+        self.reopened = 0
+        self._last_attempt = 0.0
+        # Calls whose start is in the current file and that have not settled:
+        # a re-open would settle them ``unknown`` while they still run.
+        self._running: set[str] = set()
+        self._reopening = anyio.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+    def _refusal(self) -> JournalFailed:
+        path = str(self._journal.path)
+        if self.reopen_interval is None:
+            action = "restart the server to re-open it through recovery"
+        else:
+            action = (f"the server re-opens it through recovery once the disk takes writes again "
+                      f"(tried every {self.reopen_interval:g} s), or restart it")
+        return JournalFailed(
+            f"the execution journal {path} failed ({self.failure}) and refuses every write until it is "
+            f"re-opened: no call runs meanwhile; {action}",
+            details={"path": path, "cause": self.failure, "action": action},
+        )
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failure is not None:
+            return
+        cause = exc.details.get("cause") if isinstance(exc, OpenFunctionsError) else None
+        self.failure = str(cause or exc)
+        self._last_attempt = time.monotonic()
+        log.error("journal_failed", path=str(self._journal.path), cause=self.failure,
+                  hint="calls are refused until the journal is re-opened (automatic once writes succeed, or restart); "
+                       "GET /healthz answers 503 meanwhile")
+
+    # -- ExecutionJournalSink ------------------------------------------------
+    async def on_start(self, record: Any) -> None:
+        if self.failure is not None and not await self.try_reopen():
+            raise self._refusal()
+        try:
+            await self._journal.on_start(record)
+        except JournalFailed as exc:
+            self._fail(exc)
+            raise self._refusal() from None
+        self._running.add(record.receipt_id)
+
+    async def on_settled(self, receipt: Any) -> None:
+        try:
+            if self.failure is not None:
+                raise self._refusal()
+            try:
+                await self._journal.on_settled(receipt)
+            except JournalFailed as exc:
+                self._fail(exc)
+                raise self._refusal() from None
+        finally:
+            self._running.discard(receipt.receipt_id)
+
+    # -- health and re-open ----------------------------------------------------
+    async def health(self) -> dict[str, Any]:
+        """``{"status": "ok"}``, or ``failed`` with the cause and the way back (tries a re-open first)."""
+        if self.failure is not None:
+            await self.try_reopen()
+        if self.failure is None:
+            return {"status": "ok"}
+        refusal = self._refusal()
+        return {"status": "failed", "code": refusal.code, "cause": self.failure, "action": refusal.details["action"]}
+
+    async def try_reopen(self) -> bool:
+        """Re-open a failed journal through full recovery if it is time and safe; True if it is healthy now."""
+        if self.failure is None:
+            return True
+        if self.reopen_interval is None or self._running:
+            return False
+        async with self._reopening:
+            if self.failure is None:
+                return True
+            now = time.monotonic()
+            if now - self._last_attempt < self.reopen_interval:
+                return False
+            self._last_attempt = now
+            directory = Path(self._journal.path).parent
+            try:
+                await anyio.to_thread.run_sync(probe_writable, directory)
+            except OSError as exc:
+                log.info("journal_reopen_deferred", path=str(self._journal.path), reason=_why(exc))
+                return False
+            try:
+                await self._journal.close()
+            except Exception as exc:  # a failed log may not close cleanly; its lock and fd are released regardless
+                log.warning("journal_close_failed", path=str(self._journal.path), error=str(exc))
+            try:
+                fresh, path = await open_execution_journal(self._data_dir, self._profile, reopen_interval=None)
+            except Exception as exc:
+                log.error("journal_reopen_failed", path=str(self._journal.path), error=str(exc))
+                return False
+            self._journal = fresh._journal
+            self.failure = None
+            self.reopened += 1
+            log.warning("journal_reopened", path=str(path), recovered=len(fresh.recovered),
+                        repaired_tail=str(fresh.log.repaired_tail) if fresh.log.repaired_tail else None)
+            return True
+
+    async def close(self) -> None:
+        await self._journal.close()
+
+
+__all__ = ["ServedJournal", "DEFAULT_REOPEN_INTERVAL", "open_execution_journal", "prepare_data_dir", "probe_writable", "journal_path", "MAX_SLOTS"]

@@ -33,7 +33,10 @@ def _recv_all(sock: socket.socket, deadline: float = 20.0) -> bytes:
     sock.settimeout(deadline)
     out = bytearray()
     while True:
-        chunk = sock.recv(65536)
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:  # closed with our unread bytes in its buffer: closed all the same
+            return bytes(out)
         if not chunk:
             return bytes(out)
         out += chunk
@@ -149,17 +152,17 @@ def test_half_sent_headers_are_timed_out_and_the_connection_cap_holds(http_serve
     url, _ = http_server("--stateless", "--header-timeout", "1", "--max-connections", "20")
     port = _port(url)
     slow = []
-    for _ in range(20):
+    for _ in range(25):  # 5 more than the cap
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127")
         slow.append(s)
     try:
-        with socket.create_connection(("127.0.0.1", port)) as extra:
-            refused = _recv_all(extra)
-        assert refused.startswith(b"HTTP/1.1 503"), refused[:100]
-        # Every half-open connection is closed by the server, however long we wait to see it.
-        for s in slow:
-            assert _recv_all(s, deadline=30) == b""
+        # Every connection is closed by the server: past the cap at once with a 503, the others
+        # when their head is overdue (the bound is generous; nothing here measures the timeout).
+        endings = [_recv_all(s, deadline=30) for s in slow]
+        assert all(e == b"" or e.startswith(b"HTTP/1.1 503") for e in endings), endings
+        refused = sum(e.startswith(b"HTTP/1.1 503") for e in endings)
+        assert refused >= 5 and len(endings) - refused >= 19, endings  # (one slot may still hold the start-up probe)
         # A client that drips one byte at a time is cut off as well.
         with socket.create_connection(("127.0.0.1", port)) as drip:
             drip.settimeout(30)
@@ -204,7 +207,7 @@ def test_a_body_that_never_finishes_gets_408(http_server):
 def test_healthz_answers_ok(http_server):
     url, _ = http_server("--stateless")
     resp = httpx.get(url.rsplit("/", 1)[0] + "/healthz")
-    assert resp.status_code == 200 and resp.json() == {"status": "ok"}
+    assert resp.status_code == 200 and resp.json() == {"status": "ok", "journal": {"status": "ok"}}
 
 
 def test_invalid_ids_in_a_session_get_invalid_request_not_202(http_server):

@@ -1,0 +1,12 @@
+"""Defaults of the HTTP operating limits (docs/SERVERS.md, "Operating limits").
+
+Kept apart from ``_http_guard`` so that ``--help`` can show them without importing uvicorn.
+"""
+
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_KEEP_ALIVE_TIMEOUT = 5
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_SESSIONS = 1000
+DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
+DEFAULT_SESSION_IDLE_TIMEOUT = 600.0

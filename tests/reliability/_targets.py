@@ -1,0 +1,163 @@
+"""Server subprocesses driven by raw JSON-RPC, for the reliability suite (stdio and stateless HTTP)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .._net import free_port, wait_for_port
+from ..servers.conftest import serve_argv, server_env
+
+LEGACY = "2025-11-25"
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "fuzz", "version": "0"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+NOT_IN_BUILD = "not available"
+
+
+class Unavailable(Exception):
+    """The profile is not part of this build (the server said so and exited 2)."""
+
+
+class StdioTarget:
+    def __init__(self, profile: str, data_dir: Path, *extra: str) -> None:
+        self.profile = profile
+        self.proc = subprocess.Popen(
+            serve_argv("--profile", profile, "--data-dir", str(data_dir), *extra),
+            env=server_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        self.replies: dict[Any, list[dict]] = {}
+        self.problems: list[str] = []
+        self.stderr = bytearray()
+        self.lines = 0
+        self._cv = threading.Condition()
+        threading.Thread(target=self._pump_out, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump_out(self) -> None:
+        from ._fuzz import check_reply
+
+        for raw in self.proc.stdout:
+            self.lines += 1
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                self.problems.append(f"stdout pollution: {raw[:120]!r}")
+                continue
+            why = check_reply(msg)
+            if why:
+                self.problems.append(f"{why}: {raw[:300]!r}")
+            if isinstance(msg, dict) and "id" in msg and "method" not in msg:
+                key = json.dumps(msg["id"])
+                with self._cv:
+                    self.replies.setdefault(key, []).append(msg)
+                    self._cv.notify_all()
+        with self._cv:
+            self._cv.notify_all()
+
+    def _pump_err(self) -> None:
+        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
+            self.stderr += chunk
+
+    def send(self, data: bytes) -> None:
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, rid: str, method: str, params: dict | None = None, timeout: float = 60.0) -> dict:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(json.dumps(msg).encode())
+        return self.wait_for(rid, timeout)
+
+    def wait_for(self, rid: str, timeout: float) -> dict:
+        key = json.dumps(rid)
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while key not in self.replies:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise TimeoutError(f"{self.profile}/stdio: no reply to {rid!r} (exit code {self.proc.poll()})")
+                self._cv.wait(min(left, 0.5))
+            return self.replies[key][0]
+
+    def start(self, timeout: float = 120.0) -> list[dict]:
+        try:
+            self.request("init", "initialize", {"protocolVersion": LEGACY, "capabilities": {},
+                                                "clientInfo": {"name": "fuzz", "version": "0"}}, timeout)
+        except (TimeoutError, BrokenPipeError):
+            if self.proc.wait(timeout=10) == 2 and NOT_IN_BUILD.encode() in bytes(self.stderr):
+                raise Unavailable(bytes(self.stderr).decode(errors="replace").strip()) from None
+            raise
+        self.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode())
+        return self.request("list", "tools/list")["result"]["tools"]
+
+    def close(self, timeout: float = 60.0) -> int:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
+
+
+class HttpTarget:
+    def __init__(self, profile: str, data_dir: Path, *extra: str) -> None:
+        self.profile = profile
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc = subprocess.Popen(
+            serve_argv("--profile", profile, "--data-dir", str(data_dir), "--transport", "http",
+                       "--port", str(self.port), "--stateless", *extra),
+            env=server_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        self.problems: list[str] = []
+        self.client = httpx.Client(timeout=60)
+
+    def headers(self, method: str = "tools/list", name: str | None = None) -> dict[str, str]:
+        h = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+             "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+        if name:
+            h["Mcp-Name"] = name
+        return h
+
+    def start(self, timeout: float = 120.0) -> list[dict]:
+        try:
+            wait_for_port(self.port, self.proc, timeout)
+        except RuntimeError as exc:
+            if self.proc.returncode == 2 and NOT_IN_BUILD in str(exc):
+                raise Unavailable(str(exc)) from None
+            raise
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN_META}}
+        return self.messages(self.client.post(self.url, json=body, headers=self.headers()))[-1]["result"]["tools"]
+
+    @staticmethod
+    def messages(resp: httpx.Response) -> list[Any]:
+        if resp.headers.get("content-type", "").startswith("text/event-stream"):
+            return [json.loads(ln[5:]) for ln in resp.text.splitlines() if ln.startswith("data:") and ln[5:].strip()]
+        if resp.headers.get("content-type", "").startswith("application/json") and resp.content:
+            return [resp.json()]
+        return []
+
+    def close(self) -> int:
+        import signal
+
+        self.client.close()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
