@@ -102,6 +102,39 @@ class RunResult:
         return out
 
 
+_COMPILED: dict[str, tuple[Any, Any]] = {}
+
+
+def _tool(*, name: str, description: str, input_schema: dict[str, Any], handler: Any,
+          output_schema: dict[str, Any] | None = None, **kw: Any) -> ToolDefinition:
+    """``define_tool`` for the tools this module manufactures per runtime and run.
+
+    Compiling a JSON Schema validator costs milliseconds and agent, delegate
+    and extraction tools are made afresh for each runtime; their schemas
+    repeat, so the compiled validators (stateless) are shared by schema.
+    """
+    from openfunctions.core import canonical_json
+
+    key = canonical_json([input_schema, output_schema])
+    compiled = _COMPILED.get(key)
+    t = define_tool(name=name, description=description, input_schema=input_schema, handler=handler,
+                    output_schema=output_schema, **kw) if compiled is None else ToolDefinition(
+        name=name, description=description, input_schema=dict(input_schema), handler=handler,
+        output_schema=dict(output_schema) if output_schema is not None else None,
+        tags=tuple(kw.get("tags", ())), meta=dict(kw.get("meta") or {}), capability=kw.get("capability"),
+    )
+    if compiled is None:
+        if len(_COMPILED) < 512:
+            _COMPILED[key] = (t.input_validator, t.output_validator)
+    else:
+        t.__dict__["input_validator"], t.__dict__["output_validator"] = compiled
+    return t
+
+
+async def _accept(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return {"accepted": True}
+
+
 def _is_read(t: ToolDefinition) -> bool:
     return t.schedule_class == "shared"
 
@@ -177,7 +210,7 @@ class AgentRuntime:
                 sink.append(result)
             return self._reply(agent.name, result)
 
-        tool = define_tool(
+        tool = _tool(
             name=name or f"agent_{agent.name}",
             description=f"Agent {agent.name}: {agent.description} Give it a task; it answers with text and a run id "
             "(read the run record with of_run_read).",
@@ -196,7 +229,7 @@ class AgentRuntime:
             return await self._run_crew(crew, params["task"], ctx)
 
         members = [self.agent_tool(a) for a in crew.agents]
-        return define_tool(
+        return _tool(
             name=f"crew_{crew.name}",
             description=f"Crew {crew.name}: {crew.description}. Give it a task; it answers with text and the run ids.",
             input_schema=TASK_SCHEMA,
@@ -229,11 +262,11 @@ class AgentRuntime:
         for d in agent.delegates:
             out.append(self._delegate_tool(d))
         if agent.output_schema is not None:
-            out.append(define_tool(
+            out.append(_tool(
                 name=SUBMIT_TOOL,
                 description="Submit your final answer as structured output. Call it once, when you are done.",
                 input_schema=agent.output_schema,
-                handler=lambda params, ctx: {"accepted": True},
+                handler=_accept,
                 capability=_READ,
             ))
         return out
@@ -246,7 +279,7 @@ class AgentRuntime:
         async def handler(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
             return self._reply(d.name, await self._loop(d, params["task"], ctx))
 
-        tool = define_tool(
+        tool = _tool(
             name=f"delegate_to_{d.name}",
             description=f"Delegate a task to agent {d.name}: {d.description}",
             input_schema=TASK_SCHEMA,
