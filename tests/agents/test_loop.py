@@ -235,3 +235,28 @@ def test_definition_errors_name_the_problem() -> None:
         define_agent("a", "x", max_rounds=0)
     with pytest.raises(AgentDefinitionError, match="mode"):
         define_crew("c", [define_agent("a", "x")], mode="random")
+
+
+async def test_crew_delegation_child_outside_its_narrowed_authority_is_refused_with_a_receipt() -> None:
+    from openfunctions.core import ScopePolicy, ToolExecutionContext
+
+    sink = MemoryJournalSink()
+    written = []
+    deploy = define_tool(name="deploy", description="deploy", handler=lambda p, c: (written.append(1), "deployed")[1],
+                         capability={"effect": "write", "required_scopes": ["deploy"]})
+    reg = ToolRegistry([deploy, add_tool()], policy=ScopePolicy(), journal=sink)
+    # The child may only read ("math"): its authority is narrowed, whatever the parent holds.
+    child = define_agent("child", "x", tools=["deploy", "add"], scopes=["math"], adapter=ScriptedAdapter([
+        {"tool": "deploy"}, "I could not deploy."]))
+    lead = define_agent("lead", "x", tools=["deploy"], delegates=[child], adapter=ScriptedAdapter([
+        {"tool": "delegate_to_child", "arguments": {"task": "deploy it"}}, "child reported"]))
+    crew = define_crew("ops", [lead])
+    rt = AgentRuntime(reg, MemoryRunLog())
+    tool = rt.register_crew(crew)
+    out = await reg.execute(tool.name, {"task": "ship"}, ToolExecutionContext(principal="op", scopes=frozenset({"deploy", "math"})))
+    assert out["status"] == "completed" and written == []
+    denied = [r for r in sink.receipts if r.tool == "deploy"]
+    assert len(denied) == 1 and denied[0].outcome == "rejected" and denied[0].error.code == "policy_denied"
+    assert "lacks scope(s) deploy" in denied[0].error.message and not denied[0].handler_started
+    delegated = next(r for r in sink.receipts if r.tool == "delegate_to_child")
+    assert denied[0].parent_receipt_id == delegated.receipt_id  # the refusal is the child run's call, linked to its delegation
