@@ -195,3 +195,16 @@ async def test_sequential_crew_over_mcp_threads_answers(tmp_path: Path) -> None:
     assert notes.read_text() == "capital: Paris\n"
     runs = read_runs(data)
     assert all(runs[r["run_id"]].status == "completed" for r in result.structured_content["runs"])
+
+
+async def test_stateless_protocol_client_gets_an_error_naming_the_missing_back_channel(tmp_path: Path) -> None:
+    """The 2026-07-28 era has no server-initiated sampling: the agent's call says so instead of hanging."""
+    model = HostModel(["never asked"])
+    a = argv(tmp_path / "data")
+    caps = types.SamplingCapability(tools=types.SamplingToolsCapability())
+    async with Client(StdioServerParameters(command=a[0], args=a[1:], env=env()), mode="2026-07-28",
+                      sampling_callback=model, sampling_capabilities=caps, read_timeout_seconds=60) as c:
+        result = await c.call_tool("agent_researcher", {"task": "capital of France?"})
+    assert result.is_error and model.requests == []
+    text = result.content[0].text
+    assert "protocol 2026-07-28) has no channel for server-initiated sampling" in text and "run_" in text, text
