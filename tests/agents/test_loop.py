@@ -260,3 +260,15 @@ async def test_crew_delegation_child_outside_its_narrowed_authority_is_refused_w
     assert "lacks scope(s) deploy" in denied[0].error.message and not denied[0].handler_started
     delegated = next(r for r in sink.receipts if r.tool == "delegate_to_child")
     assert denied[0].parent_receipt_id == delegated.receipt_id  # the refusal is the child run's call, linked to its delegation
+
+
+async def test_run_timeout_is_failed_with_its_code(setup) -> None:
+    reg, _, runs = setup
+    never = anyio.Event()
+
+    async def think(msgs, tools):
+        await never.wait()
+
+    agent = define_agent("t", "x", limits={"timeout_s": 0.05}, adapter=ScriptedAdapter([think]))
+    r = await run_agent(agent, "go", registry=reg, runs=runs)
+    assert r.status == "failed" and r.error["code"] == "run_timeout" and runs.get(r.run_id).status == "failed"
