@@ -9,6 +9,11 @@ slot left by a dead process is recovered by the next server that opens it.
 - :class:`RunJournal`: the durable log. ``open`` takes the kernel lock,
   folds every record with :func:`._records.apply` in the recovery scan, then
   closes every unfinished run as ``interrupted`` (one group, one fsync).
+  Past ``rotate_over`` bytes (64 MiB) it then continues in a new segment
+  (``runs.journal.seg-000001`` …, as the execution journal does), so an open
+  reads a bounded file however long the history. In memory it keeps the
+  runs in progress and the last :data:`KEEP_FINISHED` finished ones; older
+  runs are read from the files (:func:`read_runs`).
 - :class:`MemoryRunLog`: the same fold without a file (library use, tests).
 - :func:`read_runs`: a lock-free fold over every slot and segment, for the
   CLI and for reading runs another process wrote.
@@ -28,6 +33,9 @@ from . import _records as R
 from ._errors import RunJournalError
 
 MAX_SLOTS = 16
+#: Finished runs a live journal keeps folded in memory (older ones: read_runs).
+KEEP_FINISHED = 1000
+ROTATE_BYTES = 64 * 2**20
 
 
 def runs_journal_path(data_dir: str | os.PathLike[str], slot: int = 1) -> Path:
@@ -64,16 +72,25 @@ class RunJournal(MemoryRunLog):
         self.interrupted: list[str] = []
 
     @classmethod
-    async def open(cls, path: str | os.PathLike[str]) -> "RunJournal":
+    async def open(cls, path: str | os.PathLike[str], *, rotate_over: int | None = ROTATE_BYTES) -> "RunJournal":
         state: dict[str, R.RunState] = {}
         log = await JournalLog.open(path, kind=R.KIND, on_record=lambda rec: R.apply(state, rec.type, rec.data))
         self = cls(log, state)
+        self.rotated_to: Path | None = None
         try:
             await self._recover()
+            if rotate_over is not None and log.size > rotate_over:
+                self.rotated_to = await log.rotate()  # every run is finished now: the segment is complete history
+            self._trim()
         except BaseException:
             await log.close()
             raise
         return self
+
+    def _trim(self, keep: str | None = None) -> None:
+        finished = [rid for rid, r in self.state.items() if r.finished is not None and rid != keep]
+        for rid in finished[: max(0, len(finished) - KEEP_FINISHED)]:  # dicts keep insertion (start) order
+            del self.state[rid]
 
     @classmethod
     async def open_in(cls, data_dir: str | os.PathLike[str]) -> "RunJournal":
@@ -104,6 +121,8 @@ class RunJournal(MemoryRunLog):
     async def append(self, rtype: str, data: dict[str, Any]) -> None:
         await self.log.append(rtype, data)
         R.apply(self.state, rtype, data)
+        if rtype == R.FINISHED and len(self.state) > 2 * KEEP_FINISHED:
+            self._trim(keep=data["run_id"])  # its claim follows
 
     async def close(self) -> None:
         await self.log.close()
@@ -136,4 +155,4 @@ def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
     return state
 
 
-__all__ = ["MemoryRunLog", "RunJournal", "journal_files", "read_runs", "runs_journal_path"]
+__all__ = ["KEEP_FINISHED", "MemoryRunLog", "RunJournal", "journal_files", "read_runs", "runs_journal_path"]

@@ -166,3 +166,24 @@ async def test_sigkill_mid_loop_interrupts_the_run_and_reruns_nothing(tmp_path: 
     receipts = [r.data for r in read_records(data / "journal" / "agents.journal") if r.type == "receipt"]
     waits = [r for r in receipts if r["tool"] == "wait_for_release"]
     assert len(waits) == 1 and waits[0]["outcome"] == "unknown" and waits[0]["recovered"] is True
+
+
+async def test_open_past_the_rotation_size_continues_in_a_segment_and_memory_stays_bounded(tmp_path: Path, monkeypatch) -> None:
+    from openfunctions.agents import _runlog
+
+    monkeypatch.setattr(_runlog, "KEEP_FINISHED", 3)
+    journal = await RunJournal.open_in(tmp_path)
+    reg = ToolRegistry()
+    ids = []
+    for i in range(8):
+        r = await run_agent(define_agent(f"a{i}", "x", adapter=ScriptedAdapter([f"answer {i}"])), "go", registry=reg, runs=journal)
+        ids.append(r.run_id)
+    assert len(journal.state) <= 2 * 3 + 1 and ids[-1] in journal.state and journal.get(ids[-1]).claims
+    await journal.close()
+    again = await RunJournal.open(runs_journal_path(tmp_path), rotate_over=1)
+    assert again.rotated_to is not None and again.rotated_to.name == "runs.journal.seg-000001"
+    assert list(again.state) == ids[-3:]  # the last KEEP_FINISHED, in start order
+    r = await run_agent(define_agent("later", "x", adapter=ScriptedAdapter(["ok"])), "go", registry=reg, runs=again)
+    await again.close()
+    everything = read_runs(tmp_path)  # segments and the live file
+    assert set(ids) | {r.run_id} == set(everything) and all(x.status == "completed" for x in everything.values())
