@@ -187,3 +187,23 @@ async def test_open_past_the_rotation_size_continues_in_a_segment_and_memory_sta
     await again.close()
     everything = read_runs(tmp_path)  # segments and the live file
     assert set(ids) | {r.run_id} == set(everything) and all(x.status == "completed" for x in everything.values())
+
+
+async def test_cli_tail_follow_prints_records_as_they_are_written(tmp_path: Path) -> None:
+    journal = await RunJournal.open_in(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "openfunctions.servers", "runs", "tail", "-f", "-n", "0", "--json",
+                             "--data-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = await anyio.to_thread.run_sync(proc.stderr.readline)
+        assert "following run records" in line  # it has read the current state: what follows is new
+        r = await run_agent(define_agent("late", "x", adapter=ScriptedAdapter(["hi"])), "go", registry=ToolRegistry(), runs=journal)
+        got = []
+        with anyio.fail_after(30):
+            while len(got) < 4:
+                got.append(json.loads(await anyio.to_thread.run_sync(proc.stdout.readline)))
+        assert [g["type"] for g in got] == ["run_started", "run_round", "run_finished", "outcome_claim"]
+        assert {g["data"]["run_id"] for g in got} == {r.run_id}
+    finally:
+        proc.kill()
+        proc.wait(10)
+        await journal.close()
