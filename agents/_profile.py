@@ -81,6 +81,7 @@ class AgentsProfile:
         self.runtime.runs = self.journal
 
     async def aclose(self) -> None:
+        await self.runtime.aclose()
         if self.journal is not None:
             await self.journal.close()
             self.journal = None

@@ -158,7 +158,8 @@ class AgentRuntime:
     def __init__(self, registry: ToolRegistry, runs: MemoryRunLog | None = None) -> None:
         self.registry = registry
         self.runs = runs if runs is not None else MemoryRunLog()
-        self._agent_tools: dict[int, ToolDefinition] = {}
+        self._agent_tools: dict[tuple[Any, ...], ToolDefinition] = {}
+        self._resolved: list[Any] = []
 
     # -- the filtered registry ---------------------------------------------
     def view(self, agent: Agent) -> ToolRegistry:
@@ -199,7 +200,7 @@ class AgentRuntime:
 
     # -- tools ---------------------------------------------------------------
     def agent_tool(self, agent: Agent, *, name: str | None = None) -> ToolDefinition:
-        key = id(agent) if name is None else hash((id(agent), name))
+        key = ("agent", id(agent), name)
         if key in self._agent_tools:
             return self._agent_tools[key]
 
@@ -272,7 +273,7 @@ class AgentRuntime:
         return out
 
     def _delegate_tool(self, d: Agent) -> ToolDefinition:
-        key = hash(("delegate", id(d)))
+        key = ("delegate", id(d))
         if key in self._agent_tools:
             return self._agent_tools[key]
 
@@ -312,8 +313,17 @@ class AgentRuntime:
         if agent.model is not None:
             if "adapter" not in agent._resolved:
                 agent._resolved["adapter"] = resolve_adapter(model=agent.model)
+                self._resolved.append(agent._resolved["adapter"])
             return agent._resolved["adapter"]
         return SamplingAdapter.from_context(ctx)
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients of adapters this runtime resolved from ``model=`` (not adapters passed in)."""
+        while self._resolved:
+            adapter = self._resolved.pop()
+            close = getattr(adapter, "aclose", None)
+            if close is not None:
+                await close()
 
     def _inner_context(self, agent: Agent, ctx: ToolExecutionContext, run_id: str) -> ToolExecutionContext:
         if ctx.receipt_id is not None and ctx.reservation is not None:

@@ -272,3 +272,22 @@ async def test_run_timeout_is_failed_with_its_code(setup) -> None:
     agent = define_agent("t", "x", limits={"timeout_s": 0.05}, adapter=ScriptedAdapter([think]))
     r = await run_agent(agent, "go", registry=reg, runs=runs)
     assert r.status == "failed" and r.error["code"] == "run_timeout" and runs.get(r.run_id).status == "failed"
+
+
+async def test_model_resolves_a_provider_adapter_at_the_first_run_and_the_runtime_closes_it(setup, monkeypatch) -> None:
+    reg, _, runs = setup
+    for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "XAI_API_KEY", "OPENROUTER_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    agent = define_agent("p", "x", model="openai:gpt-test")
+    rt = AgentRuntime(reg, runs)
+    r = await rt.run(agent, "go")
+    assert r.status == "failed" and r.error["code"] == "adapter_not_configured" and "OPENAI_API_KEY" in r.error["message"]
+    assert runs.get(r.run_id).started["provider"] == "unresolved"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens: connection refused (after the retries)
+    r2 = await rt.run(agent, "go")
+    adapter = agent._resolved["adapter"]
+    assert adapter.provider == "openai" and adapter.model == "gpt-test"
+    assert runs.get(r2.run_id).started["provider"] == "openai" and r2.error["code"] == "provider_unavailable"
+    await rt.aclose()
+    assert adapter._client is None
