@@ -70,6 +70,17 @@ class ToolRegistry:
             return self._parent.source_of(name)
         return self._sources.get(name)
 
+    def unregister(self, name: str) -> ToolDefinition:
+        """Remove the tool named ``name`` (a mounted upstream withdrew it); calls already running finish."""
+        if self._parent is not None:
+            raise ToolDefinitionError("a projection is a read-only view: unregister tools on the registry it came from")
+        try:
+            removed = self._tools.pop(name)
+        except (KeyError, TypeError):
+            raise ToolNotFound(f"unknown tool {name!r}", details={"tool": str(name)}) from None
+        self._sources.pop(name, None)
+        return removed
+
     def _visible(self) -> dict[str, ToolDefinition]:
         if self._parent is None:
             return self._tools

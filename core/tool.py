@@ -62,6 +62,11 @@ class Capability(BaseModel):
     exclusively. ``parallel_safe`` is a reviewed claim that a read tool may
     share the parallel pool. ``required_scopes`` non-empty means the tool
     requires authority: it runs only when a policy validated the binding.
+    ``task_support`` says whether an MCP server may run a call of it as a
+    task (the tasks extension): ``forbidden`` (the default: always answered
+    synchronously), ``optional`` (long calls become tasks for clients that
+    declared the extension), ``required`` (clients that did not declare it
+    are refused).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -71,6 +76,7 @@ class Capability(BaseModel):
     idempotent: bool = False
     required_scopes: tuple[str, ...] = ()
     requires_verification: bool = False
+    task_support: Literal["forbidden", "optional", "required"] = "forbidden"
 
     @property
     def requires_authority(self) -> bool:
@@ -110,7 +116,10 @@ class ToolDefinition:
         if self.annotations is not None:
             out["annotations"] = self.annotations.to_wire()
         if self.capability is not None:
-            out["capability"] = self.capability.model_dump(mode="json")
+            cap = self.capability.model_dump(mode="json")
+            if cap["task_support"] == "forbidden":  # the default stays out: older specs keep their digest
+                del cap["task_support"]
+            out["capability"] = cap
         return out
 
     @cached_property

@@ -107,6 +107,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="accepted Origin header with --allowed-host (repeatable)")
     t.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="N",
                    help="largest accepted message: stdio line or HTTP body (default: %(default)s = 4 MiB)")
+    _add_http_limits(p)
     t.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled "
                         "(default: %(default)s)")
@@ -120,6 +121,49 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=_env_log_level(),
                    help="stderr log level, any case (default: $OPENFUNCTIONS_LOG_LEVEL, else warning); human-readable "
                         "lines on a terminal, JSON lines otherwise; stdout never carries logs")
+
+
+def _count_or_off(text: str) -> int | None:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number (0: no limit), got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more, got {value}")
+    return value or None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _add_http_limits(p: argparse.ArgumentParser) -> None:
+    """HTTP operating limits (docs/SERVERS.md, "Operating limits")."""
+    from . import _http_guard as g
+
+    h = p.add_argument_group("HTTP limits (see docs/SERVERS.md, 'Operating limits')")
+    h.add_argument("--max-sessions", type=_count_or_off, default=g.DEFAULT_MAX_SESSIONS, metavar="N",
+                   help="open MCP sessions at most; past it a new session gets 503 (0: no limit; default: %(default)s)")
+    h.add_argument("--max-sessions-per-principal", type=_count_or_off, default=g.DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+                   metavar="N", help="open sessions per authenticated principal, or per client address without auth "
+                                     "(0: no limit; default: %(default)s)")
+    h.add_argument("--session-idle-timeout", type=_seconds, default=g.DEFAULT_SESSION_IDLE_TIMEOUT, metavar="SECONDS",
+                   help="a session with no request in flight for this long is closed (default: %(default)s)")
+    h.add_argument("--max-connections", type=int, default=g.DEFAULT_MAX_CONNECTIONS, metavar="N",
+                   help="open connections at most; past it a connection gets 503 and is closed (default: %(default)s, "
+                        "lowered to fit the open-file limit)")
+    h.add_argument("--header-timeout", type=_seconds, default=g.DEFAULT_HEADER_TIMEOUT, metavar="SECONDS",
+                   help="a connection must send a complete request head within this long (default: %(default)s)")
+    h.add_argument("--body-timeout", type=_seconds, default=g.DEFAULT_BODY_TIMEOUT, metavar="SECONDS",
+                   help="a POST body must arrive within this long (default: %(default)s)")
+    h.add_argument("--keep-alive-timeout", type=int, default=g.DEFAULT_KEEP_ALIVE_TIMEOUT, metavar="SECONDS",
+                   help="an idle keep-alive connection is closed after this long (default: %(default)s)")
 
 
 def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
@@ -173,6 +217,7 @@ def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
 _CONTRIBUTED = {
     "journal": ("openfunctions.core.journal.cli", "openfunctions.core", "inspect and verify journals (read-only, no lock taken)"),
     "grant": ("openfunctions.work.cli", "openfunctions.work", "issue, list and revoke work grants"),
+    "work": ("openfunctions.work.attempts_cli", "openfunctions.work", "resolve and inspect uncertain work operations"),
     "runs": ("openfunctions.agents.cli", "openfunctions.agents", "list, show and follow agent run records"),
     "rag": ("openfunctions.rag.cli", "openfunctions.rag", "ingest documents and search them"),
     "gateway": ("openfunctions.providers.cli", "openfunctions.providers", "check the upstream MCP servers a gateway mounts"),
@@ -248,8 +293,9 @@ async def _serve(args: argparse.Namespace) -> int:
     from .runtime import run_stdio
     from .server import create_mcp_server
 
-    data_dir = (args.data_dir or default_data_dir()).expanduser()
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from .journaling import prepare_data_dir
+
+    data_dir = prepare_data_dir((args.data_dir or default_data_dir()).expanduser())
     token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)
     if token and args.transport != "http":
         from .errors import AuthConfigError
@@ -303,6 +349,13 @@ async def _serve(args: argparse.Namespace) -> int:
                 max_body_bytes=args.max_message_bytes,
                 retry_interval=args.sse_retry_ms,
                 log_level=args.log_level,
+                max_sessions=args.max_sessions,
+                max_sessions_per_principal=args.max_sessions_per_principal,
+                session_idle_timeout=args.session_idle_timeout,
+                body_timeout=args.body_timeout,
+                header_timeout=args.header_timeout,
+                keep_alive_timeout=args.keep_alive_timeout,
+                max_connections=args.max_connections,
             )
     finally:
         await profile.aclose()
