@@ -103,7 +103,7 @@ async def test_agent_over_stdio_thinks_with_the_host_model(tmp_path: Path) -> No
     a = argv(data)
     async with client(StdioServerParameters(command=a[0], args=a[1:], env=env()), model) as c:
         names = {t.name for t in (await c.list_tools()).tools}
-        assert {"agent_researcher", "agent_scribe", "crew_team", "of_run_read", "lookup", "note"} <= names
+        assert {"agent_researcher", "agent_scribe", "crew_team", "of_run_read", "lookup", "note", "workflow_shout"} <= names
         result, progress = await _ask_researcher(c, model)
         assert progress == [1.0]  # one progress notification per tool round
         _check_researcher_run(result, model, data)
