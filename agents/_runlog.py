@@ -21,6 +21,7 @@ slot left by a dead process is recovered by the next server that opens it.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from pathlib import Path
@@ -51,7 +52,7 @@ class MemoryRunLog:
     def __init__(self) -> None:
         self.state: dict[str, R.RunState] = {}
 
-    async def append(self, rtype: str, data: dict[str, Any]) -> None:
+    async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
         R.apply(self.state, rtype, data)
 
     def get(self, run_id: str) -> R.RunState | None:
@@ -62,7 +63,19 @@ class MemoryRunLog:
 
 
 class RunJournal(MemoryRunLog):
-    """The durable run log. An append returns once the record is on disk (write + fsync)."""
+    """The durable run log.
+
+    ``append(..., wait=True)`` returns once the record is on disk (write +
+    fsync). ``wait=False`` (the loop's ``run_round`` records) queues it and
+    returns: records reach the file in the order they were appended, so the
+    next waited append (the run's ``run_finished``) returns only once every
+    earlier record is durable too, and a round's fsync overlaps the next
+    model call instead of adding to it. A crash may lose the rounds written
+    since the last waited append; the run is then ``interrupted`` with fewer
+    rounds, and its calls' receipts are still in the execution journal,
+    linked by ``parent_receipt_id``. One writer task drains the queue, a
+    batch per fsync.
+    """
 
     def __init__(self, log: JournalLog, state: dict[str, R.RunState]) -> None:
         self.log = log
@@ -70,6 +83,12 @@ class RunJournal(MemoryRunLog):
         self.path = log.path
         #: Runs this open found unfinished and closed as ``interrupted``.
         self.interrupted: list[str] = []
+        self._queue: list[tuple[str, dict[str, Any], asyncio.Future[None] | None]] = []
+        self._wake = asyncio.Event()
+        self._failed: BaseException | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, rotate_over: int | None = ROTATE_BYTES) -> "RunJournal":
@@ -85,6 +104,7 @@ class RunJournal(MemoryRunLog):
         except BaseException:
             await log.close()
             raise
+        self._writer = asyncio.get_running_loop().create_task(self._write_queued())
         return self
 
     def _trim(self, keep: str | None = None) -> None:
@@ -118,13 +138,57 @@ class RunJournal(MemoryRunLog):
                 R.apply(self.state, rtype, data)
         self.interrupted = [r.run_id for r in pending]
 
-    async def append(self, rtype: str, data: dict[str, Any]) -> None:
-        await self.log.append(rtype, data)
+    async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
+        if self._failed is not None:
+            raise RunJournalError(f"the run journal {self.path} failed earlier and refuses records until reopened: "
+                                  f"{self._failed}") from self._failed
+        if self._writer is None:
+            raise RunJournalError(f"the run journal {self.path} is closed")
+        fut = asyncio.get_running_loop().create_future() if wait else None
+        self._queue.append((rtype, data, fut))
+        self._idle.clear()
+        self._wake.set()
+        # Folded at once (in-process readers see a record being written); a
+        # failed write fails the journal, so state and file never diverge quietly.
         R.apply(self.state, rtype, data)
         if rtype == R.FINISHED and len(self.state) > 2 * KEEP_FINISHED:
             self._trim(keep=data["run_id"])  # its claim follows
+        if fut is not None:
+            await fut
+
+    async def _write_queued(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._queue = self._queue, []
+            if not batch:
+                continue
+            try:
+                await self.log.append_many([(t, d) for t, d, _ in batch])
+            except Exception as exc:  # fail-stop, as the log itself does
+                self._failed = exc
+                for _, _, fut in batch + self._queue:
+                    if fut is not None and not fut.done():
+                        fut.set_exception(exc)
+                self._queue = []
+                self._idle.set()
+                continue
+            for _, _, fut in batch:
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+            if not self._queue:
+                self._idle.set()
 
     async def close(self) -> None:
+        if self._writer is not None:
+            if self._failed is None:
+                await self._idle.wait()  # queued records reach the file first
+            self._writer.cancel()
+            try:
+                await self._writer
+            except asyncio.CancelledError:
+                pass
+            self._writer = None
         await self.log.close()
 
 

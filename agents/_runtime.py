@@ -380,11 +380,13 @@ class AgentRuntime:
         return result
 
     async def _finish(self, result: RunResult) -> None:
+        claim = result.status == "completed"
+        # The claim rides the same fsync: queued behind the finish, waited for once.
         await self.runs.append(R.FINISHED, R.finished(
             run_id=result.run_id, status=result.status, rounds=result.rounds, usage=result.usage.to_dict(),
             receipts=result.receipts, text=result.text, output=result.output, error=result.error,
-        ))
-        if result.status == "completed":
+        ), wait=not claim)
+        if claim:
             await self.runs.append(R.CLAIM, R.claim(run_id=result.run_id, agent=result.agent, text=result.text or ""))
 
     async def _rounds(self, agent: Agent, task: str, ctx: ToolExecutionContext, adapter: Any, view: ToolRegistry,
@@ -435,10 +437,12 @@ class AgentRuntime:
         result.status = "max_rounds"
 
     async def _round(self, result: RunResult, n: int, reply: Any, records: list[dict[str, Any]]) -> None:
+        # Not waited for: its fsync overlaps the next model call, and the run's
+        # finish (waited) is written after it (see RunJournal).
         await self.runs.append(R.ROUND, R.round_(
             run_id=result.run_id, n=n, model=reply.model, stop_reason=reply.stop_reason,
             usage=reply.usage.to_dict(), tool_calls=records, text=reply.text,
-        ))
+        ), wait=False)
 
     async def _call(self, call: ToolCall, view: ToolRegistry, synthetic: ToolRegistry,
                     ctx: ToolExecutionContext) -> tuple[str, bool, dict[str, Any], bool]:

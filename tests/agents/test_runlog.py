@@ -207,3 +207,21 @@ async def test_cli_tail_follow_prints_records_as_they_are_written(tmp_path: Path
         proc.kill()
         proc.wait(10)
         await journal.close()
+
+
+async def test_unwaited_records_keep_their_order_and_are_durable_once_a_later_waited_one_returns(tmp_path: Path) -> None:
+    journal = await RunJournal.open_in(tmp_path)
+    rid = "run_" + "2" * 32
+    await journal.append(R.STARTED, R.started(run_id=rid, agent="a", provider="p", model="m", instructions="i", tools=[],
+                                              limits={}, task="t", principal=None, parent_run_id=None, parent_receipt_id=None))
+    for n in range(1, 6):
+        await journal.append(R.ROUND, R.round_(run_id=rid, n=n, model="m", stop_reason="tool_use",
+                                               usage={"input_tokens": 0, "output_tokens": 0}, tool_calls=[], text=None), wait=False)
+    assert len(journal.get(rid).rounds) == 5  # folded at once
+    await journal.append(R.FINISHED, R.finished(run_id=rid, status="completed", rounds=5, usage={}, receipts=[], text="x"))
+    on_disk = [(rec.type, rec.data.get("round")) for rec in read_records(runs_journal_path(tmp_path))]
+    assert on_disk == [("run_started", None), *[("run_round", n) for n in range(1, 6)], ("run_finished", None)]
+    await journal.append(R.ROUND, R.round_(run_id=rid, n=6, model="m", stop_reason="x", usage={}, tool_calls=[], text=None),
+                         wait=False)
+    await journal.close()  # close writes what is queued
+    assert [rec.type for rec in read_records(runs_journal_path(tmp_path))][-1] == "run_round"
