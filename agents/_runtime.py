@@ -54,6 +54,7 @@ from openfunctions.core import (
 
 from . import _records as R
 from ._agent import AGENT_TAG, Agent, Crew
+from ._errors import AgentDefinitionError
 from ._runlog import MemoryRunLog
 
 RUN_ID_KEY = "openfunctions.run_id"
@@ -176,24 +177,26 @@ class AgentRuntime:
         """All of the agent's own tools are reviewed parallel-safe reads (delegates do not count: they are refused instead)."""
         return all(_is_read(t) for t in self.view(agent).list())
 
-    def register(self, agent: Agent) -> ToolDefinition:
-        """Register the agent's own tools (``tools=[ToolDefinition]``) and its ``agent_<name>`` tool."""
-        for t in agent.own_tools:
+    def _register_own(self, agent: Agent) -> None:
+        for t in (*agent.own_tools, *(t for d in agent.delegates for t in d.own_tools)):
             if t.name not in self.registry:
                 self.registry.register(t)
-        for d in agent.delegates:
-            for t in d.own_tools:
-                if t.name not in self.registry:
-                    self.registry.register(t)
+            elif self.registry.get(t.name) is not t:
+                raise AgentDefinitionError(
+                    f"agent {agent.name!r} brings a tool named {t.name!r}, and a different tool of that name is "
+                    "already registered: rename one of them"
+                )
+
+    def register(self, agent: Agent) -> ToolDefinition:
+        """Register the agent's own tools (``tools=[ToolDefinition]``) and its ``agent_<name>`` tool."""
+        self._register_own(agent)
         tool = self.agent_tool(agent)
         self.registry.register(tool)
         return tool
 
     def register_crew(self, crew: Crew) -> ToolDefinition:
         for a in crew.agents:
-            for t in a.own_tools:
-                if t.name not in self.registry:
-                    self.registry.register(t)
+            self._register_own(a)
         tool = self.crew_tool(crew)
         self.registry.register(tool)
         return tool
@@ -509,9 +512,7 @@ async def run_agent(agent: Agent, task: str, *, registry: ToolRegistry, runs: Me
                     context: ToolExecutionContext | None = None) -> RunResult:
     """Run ``agent`` once over ``registry`` (its own tools are registered if absent); see :class:`AgentRuntime`."""
     rt = AgentRuntime(registry, runs)
-    for t in agent.own_tools:
-        if t.name not in registry:
-            registry.register(t)
+    rt._register_own(agent)
     return await rt.run(agent, task, context)
 
 

@@ -291,3 +291,10 @@ async def test_model_resolves_a_provider_adapter_at_the_first_run_and_the_runtim
     assert runs.get(r2.run_id).started["provider"] == "openai" and r2.error["code"] == "provider_unavailable"
     await rt.aclose()
     assert adapter._client is None
+
+
+def test_two_different_tools_of_one_name_are_refused(setup) -> None:
+    reg, _, runs = setup
+    mine = define_tool(name="add", description="another add", handler=lambda p, c: 0)
+    with pytest.raises(AgentDefinitionError, match="different tool of that name"):
+        AgentRuntime(reg, runs).register(define_agent("x", "x", tools=[mine], adapter=ScriptedAdapter([])))
