@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import structlog
 
 from openfunctions.adapters import (
     AdapterError,
@@ -56,6 +57,8 @@ from . import _records as R
 from ._agent import AGENT_TAG, Agent, Crew
 from ._errors import AgentDefinitionError
 from ._runlog import MemoryRunLog
+
+log = structlog.get_logger("openfunctions.agents")
 
 RUN_ID_KEY = "openfunctions.run_id"
 _RESULT_SINK = "openfunctions.agent_result"
@@ -134,6 +137,14 @@ def _tool(*, name: str, description: str, input_schema: dict[str, Any], handler:
 
 async def _accept(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return {"accepted": True}
+
+
+async def _progress(ctx: ToolExecutionContext, n: float, total: float, message: str) -> None:
+    """Progress is best effort: a caller that went away must not end the run (cancellation does that)."""
+    try:
+        await ctx.report_progress(n, total, message)
+    except Exception as exc:
+        log.debug("progress_not_delivered", error=f"{type(exc).__name__}: {exc}")
 
 
 def _is_read(t: ToolDefinition) -> bool:
@@ -350,15 +361,16 @@ class AgentRuntime:
         except OpenFunctionsError as exc:
             adapter, adapter_error = None, exc
         meta = ctx.metadata if isinstance(ctx.metadata, Mapping) else {}
-        await self.runs.append(R.STARTED, R.started(
+        started = R.started(
             run_id=run_id, agent=agent.name, crew=crew,
             provider=getattr(adapter, "provider", "unresolved"), model=getattr(adapter, "model", agent.model or "unresolved"),
             instructions=agent.instructions, tools=[{"name": t.name, "spec_sha256": t.spec_sha256} for t in tools],
             limits=lim.to_dict(), task=task, principal=ctx.principal, parent_run_id=meta.get(RUN_ID_KEY),
             parent_receipt_id=ctx.receipt_id,
-        ))
+        )
         cancelled = anyio.get_cancelled_exc_class()
         try:
+            await self.runs.append(R.STARTED, started)  # durable before the first model call
             if adapter_error is not None:
                 raise adapter_error
             if lim.timeout_s is not None:
@@ -378,6 +390,12 @@ class AgentRuntime:
         except OpenFunctionsError as exc:
             result.status = "failed"
             result.error = {"code": exc.code, "message": exc.message}
+        except Exception as exc:  # a bug below us: the record still ends, then the executor reports it
+            result.status = "failed"
+            result.error = {"code": "agent_internal_error", "message": f"{type(exc).__name__}: {exc}"[:2000]}
+            with anyio.CancelScope(shield=True):
+                await self._finish(result)
+            raise
         with anyio.CancelScope(shield=True):
             await self._finish(result)
         return result
@@ -416,7 +434,7 @@ class AgentRuntime:
                 await self._round(result, n, reply, records)
                 if result.status == "completed":
                     return
-                await ctx.report_progress(n, lim.max_rounds, f"{agent.name}: round {n}, no tool call")
+                await _progress(ctx, n, lim.max_rounds, f"{agent.name}: round {n}, no tool call")
                 continue
             messages.append(reply.as_message())
             for call in reply.tool_calls:
@@ -436,7 +454,7 @@ class AgentRuntime:
             await self._round(result, n, reply, records)
             if result.status == "completed":
                 return
-            await ctx.report_progress(n, lim.max_rounds, f"{agent.name}: round {n}, {len(records)} tool call(s)")
+            await _progress(ctx, n, lim.max_rounds, f"{agent.name}: round {n}, {len(records)} tool call(s)")
         result.status = "max_rounds"
 
     async def _round(self, result: RunResult, n: int, reply: Any, records: list[dict[str, Any]]) -> None:
@@ -483,7 +501,7 @@ class AgentRuntime:
             for i, agent in enumerate(crew.agents, 1):
                 r = await one(agent, current)
                 results.append(r)
-                await ctx.report_progress(i, len(crew.agents), f"crew {crew.name}: {agent.name} {r.status}")
+                await _progress(ctx, i, len(crew.agents), f"crew {crew.name}: {agent.name} {r.status}")
                 if r.status != "completed":
                     break
                 current = f"{task}\n\nThe previous agent ({agent.name}) answered:\n{r.text}"

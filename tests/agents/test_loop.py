@@ -298,3 +298,22 @@ def test_two_different_tools_of_one_name_are_refused(setup) -> None:
     mine = define_tool(name="add", description="another add", handler=lambda p, c: 0)
     with pytest.raises(AgentDefinitionError, match="different tool of that name"):
         AgentRuntime(reg, runs).register(define_agent("x", "x", tools=[mine], adapter=ScriptedAdapter([])))
+
+
+async def test_a_bug_below_the_loop_still_ends_the_record_and_a_lost_progress_channel_does_not(setup) -> None:
+    from openfunctions.core import ToolExecutionContext
+
+    reg, sink, runs = setup
+
+    async def broken_progress(p, total, message):
+        raise RuntimeError("the client went away")
+
+    ok = define_agent("ok", "x", tools=["add"], adapter=ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 2}}, "3"]))
+    r = await AgentRuntime(reg, runs).run(ok, "go", ToolExecutionContext(progress=broken_progress))
+    assert r.status == "completed" and r.text == "3"
+
+    bad = define_agent("bad", "x", adapter=ScriptedAdapter([ZeroDivisionError("boom")]))
+    r2 = await AgentRuntime(reg, runs).run(bad, "go")
+    run = next(s for s in runs.state.values() if s.agent == "bad")
+    assert run.status == "failed" and run.finished["error"]["code"] == "agent_internal_error"
+    assert r2.receipt.outcome == "failed" and r2.receipt.error.code == "tool_failed"
