@@ -50,6 +50,7 @@ def resolve_provider(
 ) -> tuple[str, str]:
     """``(provider, model)`` from the arguments, else the environment (see the module docstring)."""
     env = os.environ if env is None else env
+    provider = provider.strip().lower() if isinstance(provider, str) else provider
     if model and ":" in model and model.split(":", 1)[0] in PROVIDERS:
         named, model = model.split(":", 1)
         if provider and provider != named:

@@ -4,7 +4,9 @@
 (the contract is in ``servers/profiles.py`` above ``LAYERS``):
 
 - each ``--module pkg.mod:attr`` names an :class:`Agent`, a :class:`Crew`, a
-  list of them, or a zero-argument factory returning one of those. Under the
+  list of them, or a zero-argument factory returning one of those. A list
+  holding agents may also hold tools (``ToolDefinition``, e.g. a workflow
+  served as ``wf.as_tool(name, input_schema)``): they are served next to them. Under the
   ``all`` profile (``registry`` given) a module holding no agents is skipped
   (it is a tools module); under ``agents`` modules holding none is an error
   naming them, and no ``--module`` at all serves only the run-record tools.
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from openfunctions.core import OpenFunctionsError, ToolError, ToolRegistry, define_tool
+from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, ToolRegistry, define_tool
 
 from ._agent import Agent, Crew
 from ._errors import AgentDefinitionError
@@ -47,7 +49,7 @@ INSTRUCTIONS = (
 )
 
 
-def _load(spec: str) -> list[Agent | Crew]:
+def _load(spec: str) -> list[Agent | Crew | ToolDefinition]:
     mod_name, _, attr = spec.partition(":")
     attr = attr or "agents"
     try:
@@ -63,7 +65,10 @@ def _load(spec: str) -> list[Agent | Crew]:
         except TypeError:
             return []
     items = list(obj) if isinstance(obj, (list, tuple)) else [obj]
-    return [i for i in items if isinstance(i, (Agent, Crew))]
+    found = [i for i in items if isinstance(i, (Agent, Crew))]
+    # Tools listed next to agents (a workflow served as ``wf.as_tool(...)``) are served too,
+    # but only from a module that defines agents: a plain tools module is the tools loader's.
+    return found + [i for i in items if isinstance(i, ToolDefinition)] if found else []
 
 
 @dataclass
@@ -81,6 +86,7 @@ class AgentsProfile:
         self.runtime.runs = self.journal
 
     async def aclose(self) -> None:
+        await self.runtime.aclose()
         if self.journal is not None:
             await self.journal.close()
             self.journal = None
@@ -171,8 +177,10 @@ def build_agents_profile(
         for item in found:
             if isinstance(item, Agent):
                 profile.runtime.register(item)
-            else:
+            elif isinstance(item, Crew):
                 profile.runtime.register_crew(item)
+            elif item.name not in reg:  # under 'all' the tools loader may have registered it already
+                reg.register(item)
     except OpenFunctionsError:
         if profile.artifacts is not None:
             profile.artifacts.close()

@@ -16,7 +16,8 @@ each record's ``data`` has ``v: 1`` and ``run_id`` (``run_`` + 32 hex).
     ``tools`` (that list), ``limits`` (``max_rounds``, ``max_tool_calls``,
     ``max_tokens``), ``task_sha256``, ``task`` (first 4,000 characters),
     ``crew`` (crew name or null).
-``run_round`` (after the round's tool calls settled)
+``run_round`` (after the round's tool calls settled; not waited for: the
+    run's ``run_finished`` is written after it and waited for)
     ``round`` (1-based), ``model`` (as the provider named it),
     ``stop_reason``, ``usage`` ``{input_tokens, output_tokens}``,
     ``tool_calls``: ``[{id, name, receipt_id, outcome, error_code}]``

@@ -9,6 +9,11 @@ slot left by a dead process is recovered by the next server that opens it.
 - :class:`RunJournal`: the durable log. ``open`` takes the kernel lock,
   folds every record with :func:`._records.apply` in the recovery scan, then
   closes every unfinished run as ``interrupted`` (one group, one fsync).
+  Past ``rotate_over`` bytes (64 MiB) it then continues in a new segment
+  (``runs.journal.seg-000001`` …, as the execution journal does), so an open
+  reads a bounded file however long the history. In memory it keeps the
+  runs in progress and the last :data:`KEEP_FINISHED` finished ones; older
+  runs are read from the files (:func:`read_runs`).
 - :class:`MemoryRunLog`: the same fold without a file (library use, tests).
 - :func:`read_runs`: a lock-free fold over every slot and segment, for the
   CLI and for reading runs another process wrote.
@@ -16,6 +21,7 @@ slot left by a dead process is recovered by the next server that opens it.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from pathlib import Path
@@ -28,6 +34,9 @@ from . import _records as R
 from ._errors import RunJournalError
 
 MAX_SLOTS = 16
+#: Finished runs a live journal keeps folded in memory (older ones: read_runs).
+KEEP_FINISHED = 1000
+ROTATE_BYTES = 64 * 2**20
 
 
 def runs_journal_path(data_dir: str | os.PathLike[str], slot: int = 1) -> Path:
@@ -43,7 +52,7 @@ class MemoryRunLog:
     def __init__(self) -> None:
         self.state: dict[str, R.RunState] = {}
 
-    async def append(self, rtype: str, data: dict[str, Any]) -> None:
+    async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
         R.apply(self.state, rtype, data)
 
     def get(self, run_id: str) -> R.RunState | None:
@@ -54,7 +63,19 @@ class MemoryRunLog:
 
 
 class RunJournal(MemoryRunLog):
-    """The durable run log. An append returns once the record is on disk (write + fsync)."""
+    """The durable run log.
+
+    ``append(..., wait=True)`` returns once the record is on disk (write +
+    fsync). ``wait=False`` (the loop's ``run_round`` records) queues it and
+    returns: records reach the file in the order they were appended, so the
+    next waited append (the run's ``run_finished``) returns only once every
+    earlier record is durable too, and a round's fsync overlaps the next
+    model call instead of adding to it. A crash may lose the rounds written
+    since the last waited append; the run is then ``interrupted`` with fewer
+    rounds, and its calls' receipts are still in the execution journal,
+    linked by ``parent_receipt_id``. One writer task drains the queue, a
+    batch per fsync.
+    """
 
     def __init__(self, log: JournalLog, state: dict[str, R.RunState]) -> None:
         self.log = log
@@ -62,18 +83,34 @@ class RunJournal(MemoryRunLog):
         self.path = log.path
         #: Runs this open found unfinished and closed as ``interrupted``.
         self.interrupted: list[str] = []
+        self._queue: list[tuple[str, dict[str, Any], asyncio.Future[None] | None]] = []
+        self._wake = asyncio.Event()
+        self._failed: BaseException | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @classmethod
-    async def open(cls, path: str | os.PathLike[str]) -> "RunJournal":
+    async def open(cls, path: str | os.PathLike[str], *, rotate_over: int | None = ROTATE_BYTES) -> "RunJournal":
         state: dict[str, R.RunState] = {}
         log = await JournalLog.open(path, kind=R.KIND, on_record=lambda rec: R.apply(state, rec.type, rec.data))
         self = cls(log, state)
+        self.rotated_to: Path | None = None
         try:
             await self._recover()
+            if rotate_over is not None and log.size > rotate_over:
+                self.rotated_to = await log.rotate()  # every run is finished now: the segment is complete history
+            self._trim()
         except BaseException:
             await log.close()
             raise
+        self._writer = asyncio.get_running_loop().create_task(self._write_queued())
         return self
+
+    def _trim(self, keep: str | None = None) -> None:
+        finished = [rid for rid, r in self.state.items() if r.finished is not None and rid != keep]
+        for rid in finished[: max(0, len(finished) - KEEP_FINISHED)]:  # dicts keep insertion (start) order
+            del self.state[rid]
 
     @classmethod
     async def open_in(cls, data_dir: str | os.PathLike[str]) -> "RunJournal":
@@ -101,11 +138,57 @@ class RunJournal(MemoryRunLog):
                 R.apply(self.state, rtype, data)
         self.interrupted = [r.run_id for r in pending]
 
-    async def append(self, rtype: str, data: dict[str, Any]) -> None:
-        await self.log.append(rtype, data)
+    async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
+        if self._failed is not None:
+            raise RunJournalError(f"the run journal {self.path} failed earlier and refuses records until reopened: "
+                                  f"{self._failed}") from self._failed
+        if self._writer is None:
+            raise RunJournalError(f"the run journal {self.path} is closed")
+        fut = asyncio.get_running_loop().create_future() if wait else None
+        self._queue.append((rtype, data, fut))
+        self._idle.clear()
+        self._wake.set()
+        # Folded at once (in-process readers see a record being written); a
+        # failed write fails the journal, so state and file never diverge quietly.
         R.apply(self.state, rtype, data)
+        if rtype == R.FINISHED and len(self.state) > 2 * KEEP_FINISHED:
+            self._trim(keep=data["run_id"])  # its claim follows
+        if fut is not None:
+            await fut
+
+    async def _write_queued(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._queue = self._queue, []
+            if not batch:
+                continue
+            try:
+                await self.log.append_many([(t, d) for t, d, _ in batch])
+            except Exception as exc:  # fail-stop, as the log itself does
+                self._failed = exc
+                for _, _, fut in batch + self._queue:
+                    if fut is not None and not fut.done():
+                        fut.set_exception(exc)
+                self._queue = []
+                self._idle.set()
+                continue
+            for _, _, fut in batch:
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+            if not self._queue:
+                self._idle.set()
 
     async def close(self) -> None:
+        if self._writer is not None:
+            if self._failed is None:
+                await self._idle.wait()  # queued records reach the file first
+            self._writer.cancel()
+            try:
+                await self._writer
+            except asyncio.CancelledError:
+                pass
+            self._writer = None
         await self.log.close()
 
 
@@ -136,4 +219,4 @@ def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
     return state
 
 
-__all__ = ["MemoryRunLog", "RunJournal", "journal_files", "read_runs", "runs_journal_path"]
+__all__ = ["KEEP_FINISHED", "MemoryRunLog", "RunJournal", "journal_files", "read_runs", "runs_journal_path"]

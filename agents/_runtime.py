@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import structlog
 
 from openfunctions.adapters import (
     AdapterError,
@@ -54,7 +55,10 @@ from openfunctions.core import (
 
 from . import _records as R
 from ._agent import AGENT_TAG, Agent, Crew
+from ._errors import AgentDefinitionError
 from ._runlog import MemoryRunLog
+
+log = structlog.get_logger("openfunctions.agents")
 
 RUN_ID_KEY = "openfunctions.run_id"
 _RESULT_SINK = "openfunctions.agent_result"
@@ -105,6 +109,47 @@ class RunResult:
         return out
 
 
+_COMPILED: dict[str, tuple[Any, Any]] = {}
+
+
+def _tool(*, name: str, description: str, input_schema: dict[str, Any], handler: Any,
+          output_schema: dict[str, Any] | None = None, **kw: Any) -> ToolDefinition:
+    """``define_tool`` for the tools this module manufactures per runtime and run.
+
+    Compiling a JSON Schema validator costs milliseconds and agent, delegate
+    and extraction tools are made afresh for each runtime; their schemas
+    repeat, so the compiled validators (stateless) are shared by schema.
+    """
+    from openfunctions.core import canonical_json
+
+    key = canonical_json([input_schema, output_schema])
+    compiled = _COMPILED.get(key)
+    t = define_tool(name=name, description=description, input_schema=input_schema, handler=handler,
+                    output_schema=output_schema, **kw) if compiled is None else ToolDefinition(
+        name=name, description=description, input_schema=dict(input_schema), handler=handler,
+        output_schema=dict(output_schema) if output_schema is not None else None,
+        tags=tuple(kw.get("tags", ())), meta=dict(kw.get("meta") or {}), capability=kw.get("capability"),
+    )
+    if compiled is None:
+        if len(_COMPILED) < 512:
+            _COMPILED[key] = (t.input_validator, t.output_validator)
+    else:
+        t.__dict__["input_validator"], t.__dict__["output_validator"] = compiled
+    return t
+
+
+async def _accept(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return {"accepted": True}
+
+
+async def _progress(ctx: ToolExecutionContext, n: float, total: float, message: str) -> None:
+    """Progress is best effort: a caller that went away must not end the run (cancellation does that)."""
+    try:
+        await ctx.report_progress(n, total, message)
+    except Exception as exc:
+        log.debug("progress_not_delivered", error=f"{type(exc).__name__}: {exc}")
+
+
 def _is_read(t: ToolDefinition) -> bool:
     return t.schedule_class == "shared"
 
@@ -128,7 +173,8 @@ class AgentRuntime:
     def __init__(self, registry: ToolRegistry, runs: MemoryRunLog | None = None) -> None:
         self.registry = registry
         self.runs = runs if runs is not None else MemoryRunLog()
-        self._agent_tools: dict[int, ToolDefinition] = {}
+        self._agent_tools: dict[tuple[Any, ...], ToolDefinition] = {}
+        self._resolved: list[Any] = []
 
     # -- the filtered registry ---------------------------------------------
     def view(self, agent: Agent) -> ToolRegistry:
@@ -145,31 +191,33 @@ class AgentRuntime:
         """All of the agent's own tools are reviewed parallel-safe reads (delegates do not count: they are refused instead)."""
         return all(_is_read(t) for t in self.view(agent).list())
 
-    def register(self, agent: Agent) -> ToolDefinition:
-        """Register the agent's own tools (``tools=[ToolDefinition]``) and its ``agent_<name>`` tool."""
-        for t in agent.own_tools:
+    def _register_own(self, agent: Agent) -> None:
+        for t in (*agent.own_tools, *(t for d in agent.delegates for t in d.own_tools)):
             if t.name not in self.registry:
                 self.registry.register(t)
-        for d in agent.delegates:
-            for t in d.own_tools:
-                if t.name not in self.registry:
-                    self.registry.register(t)
+            elif self.registry.get(t.name) is not t:
+                raise AgentDefinitionError(
+                    f"agent {agent.name!r} brings a tool named {t.name!r}, and a different tool of that name is "
+                    "already registered: rename one of them"
+                )
+
+    def register(self, agent: Agent) -> ToolDefinition:
+        """Register the agent's own tools (``tools=[ToolDefinition]``) and its ``agent_<name>`` tool."""
+        self._register_own(agent)
         tool = self.agent_tool(agent)
         self.registry.register(tool)
         return tool
 
     def register_crew(self, crew: Crew) -> ToolDefinition:
         for a in crew.agents:
-            for t in a.own_tools:
-                if t.name not in self.registry:
-                    self.registry.register(t)
+            self._register_own(a)
         tool = self.crew_tool(crew)
         self.registry.register(tool)
         return tool
 
     # -- tools ---------------------------------------------------------------
     def agent_tool(self, agent: Agent, *, name: str | None = None) -> ToolDefinition:
-        key = id(agent) if name is None else hash((id(agent), name))
+        key = ("agent", id(agent), name)
         if key in self._agent_tools:
             return self._agent_tools[key]
 
@@ -180,7 +228,7 @@ class AgentRuntime:
                 sink.append(result)
             return self._reply(agent.name, result)
 
-        tool = define_tool(
+        tool = _tool(
             name=name or f"agent_{agent.name}",
             description=f"Agent {agent.name}: {agent.description} Give it a task; it answers with text and a run id "
             "(read the run record with of_run_read).",
@@ -199,7 +247,7 @@ class AgentRuntime:
             return await self._run_crew(crew, params["task"], ctx)
 
         members = [self.agent_tool(a) for a in crew.agents]
-        return define_tool(
+        return _tool(
             name=f"crew_{crew.name}",
             description=f"Crew {crew.name}: {crew.description}. Give it a task; it answers with text and the run ids.",
             input_schema=TASK_SCHEMA,
@@ -232,24 +280,24 @@ class AgentRuntime:
         for d in agent.delegates:
             out.append(self._delegate_tool(d))
         if agent.output_schema is not None:
-            out.append(define_tool(
+            out.append(_tool(
                 name=SUBMIT_TOOL,
                 description="Submit your final answer as structured output. Call it once, when you are done.",
                 input_schema=agent.output_schema,
-                handler=lambda params, ctx: {"accepted": True},
+                handler=_accept,
                 capability=_READ,
             ))
         return out
 
     def _delegate_tool(self, d: Agent) -> ToolDefinition:
-        key = hash(("delegate", id(d)))
+        key = ("delegate", id(d))
         if key in self._agent_tools:
             return self._agent_tools[key]
 
         async def handler(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
             return self._reply(d.name, await self._loop(d, params["task"], ctx))
 
-        tool = define_tool(
+        tool = _tool(
             name=f"delegate_to_{d.name}",
             description=f"Delegate a task to agent {d.name}: {d.description}",
             input_schema=TASK_SCHEMA,
@@ -282,8 +330,17 @@ class AgentRuntime:
         if agent.model is not None:
             if "adapter" not in agent._resolved:
                 agent._resolved["adapter"] = resolve_adapter(model=agent.model)
+                self._resolved.append(agent._resolved["adapter"])
             return agent._resolved["adapter"]
         return SamplingAdapter.from_context(ctx)
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients of adapters this runtime resolved from ``model=`` (not adapters passed in)."""
+        while self._resolved:
+            adapter = self._resolved.pop()
+            close = getattr(adapter, "aclose", None)
+            if close is not None:
+                await close()
 
     def _inner_context(self, agent: Agent, ctx: ToolExecutionContext, run_id: str) -> ToolExecutionContext:
         if ctx.receipt_id is not None and ctx.reservation is not None:
@@ -307,15 +364,16 @@ class AgentRuntime:
         except OpenFunctionsError as exc:
             adapter, adapter_error = None, exc
         meta = ctx.metadata if isinstance(ctx.metadata, Mapping) else {}
-        await self.runs.append(R.STARTED, R.started(
+        started = R.started(
             run_id=run_id, agent=agent.name, crew=crew,
             provider=getattr(adapter, "provider", "unresolved"), model=getattr(adapter, "model", agent.model or "unresolved"),
             instructions=agent.instructions, tools=[{"name": t.name, "spec_sha256": t.spec_sha256} for t in tools],
             limits=lim.to_dict(), task=task, principal=ctx.principal, parent_run_id=meta.get(RUN_ID_KEY),
             parent_receipt_id=ctx.receipt_id,
-        ))
+        )
         cancelled = anyio.get_cancelled_exc_class()
         try:
+            await self.runs.append(R.STARTED, started)  # durable before the first model call
             if adapter_error is not None:
                 raise adapter_error
             if lim.timeout_s is not None:
@@ -335,16 +393,24 @@ class AgentRuntime:
         except OpenFunctionsError as exc:
             result.status = "failed"
             result.error = {"code": exc.code, "message": exc.message}
+        except Exception as exc:  # a bug below us: the record still ends, then the executor reports it
+            result.status = "failed"
+            result.error = {"code": "agent_internal_error", "message": f"{type(exc).__name__}: {exc}"[:2000]}
+            with anyio.CancelScope(shield=True):
+                await self._finish(result)
+            raise
         with anyio.CancelScope(shield=True):
             await self._finish(result)
         return result
 
     async def _finish(self, result: RunResult) -> None:
+        claim = result.status == "completed"
+        # The claim rides the same fsync: queued behind the finish, waited for once.
         await self.runs.append(R.FINISHED, R.finished(
             run_id=result.run_id, status=result.status, rounds=result.rounds, usage=result.usage.to_dict(),
             receipts=result.receipts, text=result.text, output=result.output, error=result.error,
-        ))
-        if result.status == "completed":
+        ), wait=not claim)
+        if claim:
             await self.runs.append(R.CLAIM, R.claim(run_id=result.run_id, agent=result.agent, text=result.text or ""))
 
     async def _rounds(self, agent: Agent, task: str, ctx: ToolExecutionContext, adapter: Any, view: ToolRegistry,
@@ -371,7 +437,7 @@ class AgentRuntime:
                 await self._round(result, n, reply, records)
                 if result.status == "completed":
                     return
-                await ctx.report_progress(n, lim.max_rounds, f"{agent.name}: round {n}, no tool call")
+                await _progress(ctx, n, lim.max_rounds, f"{agent.name}: round {n}, no tool call")
                 continue
             messages.append(reply.as_message())
             for call in reply.tool_calls:
@@ -391,14 +457,16 @@ class AgentRuntime:
             await self._round(result, n, reply, records)
             if result.status == "completed":
                 return
-            await ctx.report_progress(n, lim.max_rounds, f"{agent.name}: round {n}, {len(records)} tool call(s)")
+            await _progress(ctx, n, lim.max_rounds, f"{agent.name}: round {n}, {len(records)} tool call(s)")
         result.status = "max_rounds"
 
     async def _round(self, result: RunResult, n: int, reply: Any, records: list[dict[str, Any]]) -> None:
+        # Not waited for: its fsync overlaps the next model call, and the run's
+        # finish (waited) is written after it (see RunJournal).
         await self.runs.append(R.ROUND, R.round_(
             run_id=result.run_id, n=n, model=reply.model, stop_reason=reply.stop_reason,
             usage=reply.usage.to_dict(), tool_calls=records, text=reply.text,
-        ))
+        ), wait=False)
 
     async def _call(self, call: ToolCall, view: ToolRegistry, synthetic: ToolRegistry,
                     ctx: ToolExecutionContext) -> tuple[str, bool, dict[str, Any], bool]:
@@ -436,7 +504,7 @@ class AgentRuntime:
             for i, agent in enumerate(crew.agents, 1):
                 r = await one(agent, current)
                 results.append(r)
-                await ctx.report_progress(i, len(crew.agents), f"crew {crew.name}: {agent.name} {r.status}")
+                await _progress(ctx, i, len(crew.agents), f"crew {crew.name}: {agent.name} {r.status}")
                 if r.status != "completed":
                     break
                 current = f"{task}\n\nThe previous agent ({agent.name}) answered:\n{r.text}"
@@ -465,9 +533,7 @@ async def run_agent(agent: Agent, task: str, *, registry: ToolRegistry, runs: Me
                     context: ToolExecutionContext | None = None) -> RunResult:
     """Run ``agent`` once over ``registry`` (its own tools are registered if absent); see :class:`AgentRuntime`."""
     rt = AgentRuntime(registry, runs)
-    for t in agent.own_tools:
-        if t.name not in registry:
-            registry.register(t)
+    rt._register_own(agent)
     return await rt.run(agent, task, context)
 
 

@@ -2,7 +2,8 @@
 
 - ``runs list [--agent NAME] [--status S] [-n N] [--json]``: newest last, one line per run.
 - ``runs show RUN_ID [--json]``: the whole record (start, every round, the end, claims).
-- ``runs tail [-n N] [--json]``: the last N run records as written.
+- ``runs tail [-n N] [-f] [--json]``: the last N run records as written; ``-f`` keeps
+  printing new ones as servers write them (Ctrl-C stops).
 
 ``--data-dir`` defaults to the per-user data dir (``$OPENFUNCTIONS_MCP_DATA_DIR``
 overrides it), as ``serve`` uses. Exit codes: 0 ok; 1 a run id not found; 2 the
@@ -58,8 +59,9 @@ def add_commands(subparsers: Any) -> None:
     common(p)
     p.set_defaults(func=cmd_show)
 
-    p = rsub.add_parser("tail", help="the last N run records as written")
+    p = rsub.add_parser("tail", help="the last N run records as written (-f: keep following)")
     p.add_argument("-n", type=int, default=10, metavar="N", help="how many records (default 10)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new records (poll every 0.5 s; Ctrl-C stops)")
     common(p)
     p.set_defaults(func=cmd_tail)
 
@@ -125,20 +127,52 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_record(rec: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"type": rec.type, "time": rec.time, "data": rec.data}, ensure_ascii=False), flush=True)
+        return
+    d = rec.data
+    extra = d.get("status") or (f"round {d['round']}" if "round" in d else d.get("agent", ""))
+    print(f"{rec.time}  {rec.type:<14} {d.get('run_id')}  {extra}", flush=True)
+
+
+def _read_all(data_dir: Path) -> dict[Path, list[Any]]:
+    return {p: list(read_records(p)) for p in journal_files(data_dir)}
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
+    data_dir = _dir(args)
     try:
-        records = list(itertools.chain.from_iterable(read_records(p) for p in journal_files(_dir(args))))
+        files = _read_all(data_dir)
     except OpenFunctionsError as exc:
         return _fail(exc)
-    records.sort(key=lambda r: r.time)
+    records = sorted(itertools.chain.from_iterable(files.values()), key=lambda r: r.time)
     for rec in records[-args.n:] if args.n > 0 else []:
-        if args.json:
-            print(json.dumps({"type": rec.type, "time": rec.time, "data": rec.data}, ensure_ascii=False))
-        else:
-            d = rec.data
-            extra = d.get("status") or (f"round {d['round']}" if "round" in d else d.get("agent", ""))
-            print(f"{rec.time}  {rec.type:<14} {d.get('run_id')}  {extra}")
-    return 0
+        _print_record(rec, args.json)
+    if not args.follow:
+        return 0
+    import time
+
+    seen = {p: len(recs) for p, recs in files.items()}
+    print(f"following run records in {data_dir / 'journal'} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(0.5)
+            try:
+                files = _read_all(data_dir)
+            except OpenFunctionsError as exc:
+                return _fail(exc)
+            fresh = []
+            for p, recs in files.items():
+                start = seen.get(p, 0)
+                if len(recs) < start:  # the file was rotated: a new file at the same path
+                    start = 0
+                fresh += recs[start:]
+                seen[p] = len(recs)
+            for rec in sorted(fresh, key=lambda r: r.time):
+                _print_record(rec, args.json)
+    except KeyboardInterrupt:
+        return 0
 
 
 __all__ = ["add_commands"]

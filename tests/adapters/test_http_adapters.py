@@ -48,6 +48,7 @@ class Wire:
     tool_stream: Callable[[], list[str]]
     path: str
     check_request: Callable[[dict], None]
+    followup: Callable[[dict], Any] = lambda body: None  # the tool result as the provider's wire format carries it
 
 
 def _openai_text(text: str) -> dict:
@@ -151,14 +152,16 @@ def _gem_check(req: dict) -> None:
 
 
 _OPENAI = dict(text_body=_openai_text, tool_body=_openai_tool, text_stream=_openai_text_stream, tool_stream=_openai_tool_stream,
-               path="/chat/completions", check_request=_openai_check)
+               path="/chat/completions", check_request=_openai_check,
+               followup=lambda b: b["messages"][-2:])
 WIRES = [
     Wire("openai", OpenAIAdapter, **_OPENAI),
     Wire("xai", XAIAdapter, **_OPENAI),
     Wire("openrouter", OpenRouterAdapter, **_OPENAI),
-    Wire("anthropic", AnthropicAdapter, _anth_text, _anth_tool, _anth_text_stream, _anth_tool_stream, "/v1/messages", _anth_check),
+    Wire("anthropic", AnthropicAdapter, _anth_text, _anth_tool, _anth_text_stream, _anth_tool_stream, "/v1/messages", _anth_check,
+         lambda b: b["messages"][-2:]),
     Wire("gemini", GeminiAdapter, _gem_text, _gem_tool, _gem_text_stream, _gem_tool_stream,
-         "/v1beta/models/m-test:generateContent", _gem_check),
+         "/v1beta/models/m-test:generateContent", _gem_check, lambda b: b["contents"][-2:]),
 ]
 FAST = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.01)
 
@@ -202,9 +205,19 @@ async def test_tool_call_reply_then_result_round_trip(w: Wire, wire: Any) -> Non
     convo = [*CONVO, reply.as_message(), Message.tool_result(call, "sunny")]
     final = await a.chat(convo, [WEATHER])
     assert final.text == "It is sunny."
-    sent = wire.requests[1]["json"]
-    dumped = str(sent)
-    assert "sunny" in dumped and "weather" in dumped  # the tool result travelled in the provider's own shape
+    expected = {
+        "anthropic": [
+            {"role": "assistant", "content": [{"type": "text", "text": "Let me check."},
+                                              {"type": "tool_use", "id": "call_a", "name": "weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_a", "content": "sunny", "is_error": False}]}],
+        "gemini": [
+            {"role": "model", "parts": [{"functionCall": {"name": "weather", "args": {"city": "Paris"}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "weather", "response": {"result": "sunny"}}}]}],
+    }.get(w.name, [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "sunny"}])
+    assert w.followup(wire.requests[1]["json"]) == expected  # the call and its result, in the provider's own shape
     await a.aclose()
 
 

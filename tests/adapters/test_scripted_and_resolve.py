@@ -62,6 +62,7 @@ async def test_scripted_stream_ends_with_done() -> None:
 
 def test_resolution_from_arguments_and_environment() -> None:
     assert resolve_provider("openai", None, env={}) == ("openai", "gpt-4o-mini")
+    assert resolve_provider(" OpenAI ", "gpt-x", env={}) == ("openai", "gpt-x")
     assert resolve_provider(None, "anthropic:claude-x", env={}) == ("anthropic", "claude-x")
     assert resolve_provider(None, None, env={"GEMINI_API_KEY": "g", "XAI_API_KEY": "x"}) == ("gemini", "gemini-2.0-flash")
     assert resolve_provider(None, None, env={"XAI_API_KEY": "x", "OPENFUNCTIONS_MODEL": "grok-9"}) == ("xai", "grok-9")

@@ -61,4 +61,12 @@ scribe = define_agent("scribe", "You write notes.", tools=[note])
 waiter = define_agent("waiter", "You wait.", tools=[wait], max_rounds=3)
 team = define_crew("team", [researcher, scribe], mode="sequential")
 
-agents = [researcher, scribe, waiter, team]
+# A workflow served next to the agents (the workflows package's own tool form).
+from openfunctions.workflows import pipe, transform  # noqa: E402
+
+shout = pipe(transform(lambda x: {"text": x["text"].upper()}), name="shout").as_tool(
+    "workflow_shout", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    output_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+)
+
+agents = [researcher, scribe, waiter, team, shout]

@@ -235,3 +235,85 @@ def test_definition_errors_name_the_problem() -> None:
         define_agent("a", "x", max_rounds=0)
     with pytest.raises(AgentDefinitionError, match="mode"):
         define_crew("c", [define_agent("a", "x")], mode="random")
+
+
+async def test_crew_delegation_child_outside_its_narrowed_authority_is_refused_with_a_receipt() -> None:
+    from openfunctions.core import ScopePolicy, ToolExecutionContext
+
+    sink = MemoryJournalSink()
+    written = []
+    deploy = define_tool(name="deploy", description="deploy", handler=lambda p, c: (written.append(1), "deployed")[1],
+                         capability={"effect": "write", "required_scopes": ["deploy"]})
+    reg = ToolRegistry([deploy, add_tool()], policy=ScopePolicy(), journal=sink)
+    # The child may only read ("math"): its authority is narrowed, whatever the parent holds.
+    child = define_agent("child", "x", tools=["deploy", "add"], scopes=["math"], adapter=ScriptedAdapter([
+        {"tool": "deploy"}, "I could not deploy."]))
+    lead = define_agent("lead", "x", tools=["deploy"], delegates=[child], adapter=ScriptedAdapter([
+        {"tool": "delegate_to_child", "arguments": {"task": "deploy it"}}, "child reported"]))
+    crew = define_crew("ops", [lead])
+    rt = AgentRuntime(reg, MemoryRunLog())
+    tool = rt.register_crew(crew)
+    out = await reg.execute(tool.name, {"task": "ship"}, ToolExecutionContext(principal="op", scopes=frozenset({"deploy", "math"})))
+    assert out["status"] == "completed" and written == []
+    denied = [r for r in sink.receipts if r.tool == "deploy"]
+    assert len(denied) == 1 and denied[0].outcome == "rejected" and denied[0].error.code == "policy_denied"
+    assert "lacks scope(s) deploy" in denied[0].error.message and not denied[0].handler_started
+    delegated = next(r for r in sink.receipts if r.tool == "delegate_to_child")
+    assert denied[0].parent_receipt_id == delegated.receipt_id  # the refusal is the child run's call, linked to its delegation
+
+
+async def test_run_timeout_is_failed_with_its_code(setup) -> None:
+    reg, _, runs = setup
+    never = anyio.Event()
+
+    async def think(msgs, tools):
+        await never.wait()
+
+    agent = define_agent("t", "x", limits={"timeout_s": 0.05}, adapter=ScriptedAdapter([think]))
+    r = await run_agent(agent, "go", registry=reg, runs=runs)
+    assert r.status == "failed" and r.error["code"] == "run_timeout" and runs.get(r.run_id).status == "failed"
+
+
+async def test_model_resolves_a_provider_adapter_at_the_first_run_and_the_runtime_closes_it(setup, monkeypatch) -> None:
+    reg, _, runs = setup
+    for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "XAI_API_KEY", "OPENROUTER_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    agent = define_agent("p", "x", model="openai:gpt-test")
+    rt = AgentRuntime(reg, runs)
+    r = await rt.run(agent, "go")
+    assert r.status == "failed" and r.error["code"] == "adapter_not_configured" and "OPENAI_API_KEY" in r.error["message"]
+    assert runs.get(r.run_id).started["provider"] == "unresolved"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens: connection refused (after the retries)
+    r2 = await rt.run(agent, "go")
+    adapter = agent._resolved["adapter"]
+    assert adapter.provider == "openai" and adapter.model == "gpt-test"
+    assert runs.get(r2.run_id).started["provider"] == "openai" and r2.error["code"] == "provider_unavailable"
+    await rt.aclose()
+    assert adapter._client is None
+
+
+def test_two_different_tools_of_one_name_are_refused(setup) -> None:
+    reg, _, runs = setup
+    mine = define_tool(name="add", description="another add", handler=lambda p, c: 0)
+    with pytest.raises(AgentDefinitionError, match="different tool of that name"):
+        AgentRuntime(reg, runs).register(define_agent("x", "x", tools=[mine], adapter=ScriptedAdapter([])))
+
+
+async def test_a_bug_below_the_loop_still_ends_the_record_and_a_lost_progress_channel_does_not(setup) -> None:
+    from openfunctions.core import ToolExecutionContext
+
+    reg, sink, runs = setup
+
+    async def broken_progress(p, total, message):
+        raise RuntimeError("the client went away")
+
+    ok = define_agent("ok", "x", tools=["add"], adapter=ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 2}}, "3"]))
+    r = await AgentRuntime(reg, runs).run(ok, "go", ToolExecutionContext(progress=broken_progress))
+    assert r.status == "completed" and r.text == "3"
+
+    bad = define_agent("bad", "x", adapter=ScriptedAdapter([ZeroDivisionError("boom")]))
+    r2 = await AgentRuntime(reg, runs).run(bad, "go")
+    run = next(s for s in runs.state.values() if s.agent == "bad")
+    assert run.status == "failed" and run.finished["error"]["code"] == "agent_internal_error"
+    assert r2.receipt.outcome == "failed" and r2.receipt.error.code == "tool_failed"

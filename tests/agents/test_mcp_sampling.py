@@ -103,7 +103,7 @@ async def test_agent_over_stdio_thinks_with_the_host_model(tmp_path: Path) -> No
     a = argv(data)
     async with client(StdioServerParameters(command=a[0], args=a[1:], env=env()), model) as c:
         names = {t.name for t in (await c.list_tools()).tools}
-        assert {"agent_researcher", "agent_scribe", "crew_team", "of_run_read", "lookup", "note"} <= names
+        assert {"agent_researcher", "agent_scribe", "crew_team", "of_run_read", "lookup", "note", "workflow_shout"} <= names
         result, progress = await _ask_researcher(c, model)
         assert progress == [1.0]  # one progress notification per tool round
         _check_researcher_run(result, model, data)
@@ -147,33 +147,48 @@ async def test_host_with_text_only_sampling_gets_no_tools(tmp_path: Path) -> Non
     assert model.requests[0].tools is None
 
 
-async def test_client_cancellation_stops_the_loop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_client_cancellation_stops_the_loop(tmp_path: Path, transport: str) -> None:
     data, markers = tmp_path / "data", tmp_path / "m"
     markers.mkdir()
     model = HostModel([("wait_for_release", {"dir": str(markers)}), "never reached"])
-    a = argv(data)
-    async with client(StdioServerParameters(command=a[0], args=a[1:], env=env()), model) as c:
-        async with anyio.create_task_group() as tg:
-            async def call() -> None:
-                await c.call_tool("agent_waiter", {"task": "wait"})
+    proc = None
+    if transport == "stdio":
+        a = argv(data)
+        target: Any = StdioServerParameters(command=a[0], args=a[1:], env=env())
+    else:
+        port = free_port()
+        proc = subprocess.Popen(argv(data, "--transport", "http", "--port", str(port)), env=env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(port, proc)
+        target = f"http://127.0.0.1:{port}/mcp"
+    try:
+        async with client(target, model) as c:
+            async with anyio.create_task_group() as tg:
+                async def call() -> None:
+                    await c.call_tool("agent_waiter", {"task": "wait"})
 
-            tg.start_soon(call)
+                tg.start_soon(call)
+                with anyio.fail_after(30):
+                    while not (markers / "started").exists():
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
             with anyio.fail_after(30):
-                while not (markers / "started").exists():
+                while not (markers / "cancelled").exists():
                     await anyio.sleep(0.01)
-            tg.cancel_scope.cancel()
-        with anyio.fail_after(30):
-            while not (markers / "cancelled").exists():
-                await anyio.sleep(0.01)
-        # The server is still serving; the run is on disk as cancelled, and the model was asked only once.
-        with anyio.fail_after(30):
-            while True:
-                runs = [r for r in read_runs(data).values() if r.agent == "waiter"]
-                if runs and runs[0].status != "running":
-                    break
-                await anyio.sleep(0.02)
-        assert runs[0].status == "cancelled" and len(model.requests) == 1
-        assert (await c.list_tools()).tools
+            # The server is still serving; the run is on disk as cancelled, and the model was asked only once.
+            with anyio.fail_after(30):
+                while True:
+                    runs = [r for r in read_runs(data).values() if r.agent == "waiter"]
+                    if runs and runs[0].status != "running":
+                        break
+                    await anyio.sleep(0.02)
+            assert runs[0].status == "cancelled" and len(model.requests) == 1
+            assert (await c.list_tools()).tools
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(10)
 
 
 async def test_sequential_crew_over_mcp_threads_answers(tmp_path: Path) -> None:
@@ -195,3 +210,16 @@ async def test_sequential_crew_over_mcp_threads_answers(tmp_path: Path) -> None:
     assert notes.read_text() == "capital: Paris\n"
     runs = read_runs(data)
     assert all(runs[r["run_id"]].status == "completed" for r in result.structured_content["runs"])
+
+
+async def test_stateless_protocol_client_gets_an_error_naming_the_missing_back_channel(tmp_path: Path) -> None:
+    """The 2026-07-28 era has no server-initiated sampling: the agent's call says so instead of hanging."""
+    model = HostModel(["never asked"])
+    a = argv(tmp_path / "data")
+    caps = types.SamplingCapability(tools=types.SamplingToolsCapability())
+    async with Client(StdioServerParameters(command=a[0], args=a[1:], env=env()), mode="2026-07-28",
+                      sampling_callback=model, sampling_capabilities=caps, read_timeout_seconds=60) as c:
+        result = await c.call_tool("agent_researcher", {"task": "capital of France?"})
+    assert result.is_error and model.requests == []
+    text = result.content[0].text
+    assert "protocol 2026-07-28) has no channel for server-initiated sampling" in text and "run_" in text, text

@@ -44,13 +44,15 @@ async def test_agents_profile_without_agents_names_the_problem(tmp_path: Path) -
 async def test_all_profile_serves_tools_and_agents_from_one_module(tmp_path: Path) -> None:
     profile = build_profile("all", data_dir=tmp_path, modules=["fixture_agents:agents"], examples=False)
     names = {t.name for t in profile.registry.list()}
-    assert {"agent_researcher", "crew_team", "of_run_read", "lookup", "of_artifact_read"} <= names
+    assert {"agent_researcher", "crew_team", "of_run_read", "lookup", "of_artifact_read", "workflow_shout"} <= names
     server = await _serve(profile, tmp_path)
     model = HostModel([("lookup", {"key": "rome"}), "Rome."])
     try:
         async with client(server.lowlevel, model) as c:
             res = await c.call_tool("agent_researcher", {"task": "capital of Italy?"})
             assert res.structured_content["text"] == "Rome."
+            shout = await c.call_tool("workflow_shout", {"text": "hi"})
+            assert shout.structured_content == {"text": "HI"}
             bad = await c.call_tool("of_run_read", {"run_id": "run_" + "f" * 32})
             assert bad.is_error and "no run" in bad.content[0].text
     finally:

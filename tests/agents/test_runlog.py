@@ -166,3 +166,62 @@ async def test_sigkill_mid_loop_interrupts_the_run_and_reruns_nothing(tmp_path: 
     receipts = [r.data for r in read_records(data / "journal" / "agents.journal") if r.type == "receipt"]
     waits = [r for r in receipts if r["tool"] == "wait_for_release"]
     assert len(waits) == 1 and waits[0]["outcome"] == "unknown" and waits[0]["recovered"] is True
+
+
+async def test_open_past_the_rotation_size_continues_in_a_segment_and_memory_stays_bounded(tmp_path: Path, monkeypatch) -> None:
+    from openfunctions.agents import _runlog
+
+    monkeypatch.setattr(_runlog, "KEEP_FINISHED", 3)
+    journal = await RunJournal.open_in(tmp_path)
+    reg = ToolRegistry()
+    ids = []
+    for i in range(8):
+        r = await run_agent(define_agent(f"a{i}", "x", adapter=ScriptedAdapter([f"answer {i}"])), "go", registry=reg, runs=journal)
+        ids.append(r.run_id)
+    assert len(journal.state) <= 2 * 3 + 1 and ids[-1] in journal.state and journal.get(ids[-1]).claims
+    await journal.close()
+    again = await RunJournal.open(runs_journal_path(tmp_path), rotate_over=1)
+    assert again.rotated_to is not None and again.rotated_to.name == "runs.journal.seg-000001"
+    assert list(again.state) == ids[-3:]  # the last KEEP_FINISHED, in start order
+    r = await run_agent(define_agent("later", "x", adapter=ScriptedAdapter(["ok"])), "go", registry=reg, runs=again)
+    await again.close()
+    everything = read_runs(tmp_path)  # segments and the live file
+    assert set(ids) | {r.run_id} == set(everything) and all(x.status == "completed" for x in everything.values())
+
+
+async def test_cli_tail_follow_prints_records_as_they_are_written(tmp_path: Path) -> None:
+    journal = await RunJournal.open_in(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "openfunctions.servers", "runs", "tail", "-f", "-n", "0", "--json",
+                             "--data-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = await anyio.to_thread.run_sync(proc.stderr.readline)
+        assert "following run records" in line  # it has read the current state: what follows is new
+        r = await run_agent(define_agent("late", "x", adapter=ScriptedAdapter(["hi"])), "go", registry=ToolRegistry(), runs=journal)
+        got = []
+        with anyio.fail_after(30):
+            while len(got) < 4:
+                got.append(json.loads(await anyio.to_thread.run_sync(proc.stdout.readline)))
+        assert [g["type"] for g in got] == ["run_started", "run_round", "run_finished", "outcome_claim"]
+        assert {g["data"]["run_id"] for g in got} == {r.run_id}
+    finally:
+        proc.kill()
+        proc.wait(10)
+        await journal.close()
+
+
+async def test_unwaited_records_keep_their_order_and_are_durable_once_a_later_waited_one_returns(tmp_path: Path) -> None:
+    journal = await RunJournal.open_in(tmp_path)
+    rid = "run_" + "2" * 32
+    await journal.append(R.STARTED, R.started(run_id=rid, agent="a", provider="p", model="m", instructions="i", tools=[],
+                                              limits={}, task="t", principal=None, parent_run_id=None, parent_receipt_id=None))
+    for n in range(1, 6):
+        await journal.append(R.ROUND, R.round_(run_id=rid, n=n, model="m", stop_reason="tool_use",
+                                               usage={"input_tokens": 0, "output_tokens": 0}, tool_calls=[], text=None), wait=False)
+    assert len(journal.get(rid).rounds) == 5  # folded at once
+    await journal.append(R.FINISHED, R.finished(run_id=rid, status="completed", rounds=5, usage={}, receipts=[], text="x"))
+    on_disk = [(rec.type, rec.data.get("round")) for rec in read_records(runs_journal_path(tmp_path))]
+    assert on_disk == [("run_started", None), *[("run_round", n) for n in range(1, 6)], ("run_finished", None)]
+    await journal.append(R.ROUND, R.round_(run_id=rid, n=6, model="m", stop_reason="x", usage={}, tool_calls=[], text=None),
+                         wait=False)
+    await journal.close()  # close writes what is queued
+    assert [rec.type for rec in read_records(runs_journal_path(tmp_path))][-1] == "run_round"
