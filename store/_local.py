@@ -152,8 +152,9 @@ class _DirLock:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
                 raise StoreLocked(
-                    f"store {name!r} at {str(self.path.parent)!r} is open in another process"
-                    f"{f' (pid {raw})' if raw else ''}; one process owns a local store (use PostgreSQL to share one)",
+                    f"store {name!r} at {str(self.path.parent)!r} is already open"
+                    f"{f' (by pid {raw})' if raw else ''}; one process owns a local store at a time: stop the "
+                    "other server or command, or use PostgreSQL (--store postgresql://...) to share one",
                     details={"path": str(self.path.parent), "pid": int(raw) if raw.isdigit() else None},
                 ) from None
             raise
