@@ -154,6 +154,10 @@ async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> 
             _say(f"  receipt: outcome={bad_receipt.get('outcome')} handler_started={bad_receipt.get('handler_started')}")
         if any(n.startswith("of_work_") for n in names):
             await _work_walkthrough(client)
+        if "memory_save_fact" in names or "rag_search" in names:
+            from openfunctions.rag import demo_session as state_demo  # memory save + RAG search
+
+            await state_demo(client, _say)
     journal_dir = data_dir / "journal"
     if journal_dir.is_dir():
         names = sorted(p.name for p in journal_dir.glob("*.journal"))
