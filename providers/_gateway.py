@@ -1,0 +1,162 @@
+"""The gateway: several upstream MCP servers mounted into one registry, served as one MCP server.
+
+``openfunctions-mcp serve --profile gateway --upstreams servers.json`` builds
+it through :func:`build_gateway_profile` (the contract is the comment above
+``LAYERS`` in ``servers/profiles.py``). The server runs :meth:`Gateway.start`
+before it serves: every upstream is connected then, and one that is down is
+logged and retried in the background, never fatal.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import structlog
+
+from openfunctions.core import ToolDefinition, ToolRegistry
+
+from ._config import UpstreamConfig, load_upstreams
+from ._errors import ProviderUnavailable, UpstreamConfigError
+from ._mcp import ConnectedMcpProvider, McpProvider
+from ._provider import DEFAULT_CONTEXT_TIMEOUT_S, ProviderHealth, check_provider_health, context_prompt
+
+log = structlog.get_logger("openfunctions.providers.gateway")
+
+INSTRUCTIONS = (
+    "Tools of other MCP servers are mounted here as mcp__<server>__<tool>. Each call is validated against the "
+    "upstream's schema, checked by this server's policy, journaled and then forwarded; the result is the "
+    "upstream's own, with this server's receipt in _meta (dev.openfunctions/receipt). A receipt with certainty "
+    "'unknown' means the upstream may have acted (it died, timed out or the call was cancelled mid-way)."
+)
+
+
+class Gateway:
+    """Upstream MCP servers mounted into ``registry``. ``start()``/``aclose()`` in the same task."""
+
+    def __init__(self, upstreams: Iterable[UpstreamConfig], registry: ToolRegistry, *, errlog: TextIO | None = None) -> None:
+        self.registry = registry
+        self.providers = [McpProvider(c, errlog=errlog) for c in upstreams]
+        self.connected: list[ConnectedMcpProvider] = []
+        self._listeners: list[Callable[[], Awaitable[None]]] = []
+
+    @property
+    def instructions(self) -> str:
+        names = ", ".join(p.id for p in self.providers) or "none configured"
+        return f"{INSTRUCTIONS} Upstream servers: {names}."
+
+    async def start(self) -> None:
+        """Connect every upstream (concurrently) and mount its tools; report the ones that are down."""
+        for p in self.providers:
+            c = await p.connect(wait=False)
+            c.on_tools_changed(self._tools_changed)
+            await c.mount(self.registry)
+            self.connected.append(c)
+        async with anyio.create_task_group() as tg:
+            for c in self.connected:
+                tg.start_soon(c.wait_first_attempt)
+        for h in await self.health():
+            if h.ok:
+                log.info("upstream_mounted", server=h.provider_id, tools=h.tools)
+            else:
+                log.warning("upstream_down_at_start", server=h.provider_id, error=h.message,
+                            hint="retrying in the background; its tools appear when it answers")
+
+    def install(self, server: Any) -> None:
+        """Called by the MCP server that serves the registry: tell its clients when our tool set changes."""
+        notify = getattr(server, "notify_tools_changed", None)
+        if notify is not None:
+            self._listeners.append(notify)
+
+    def on_tools_changed(self, callback: Callable[[], Awaitable[None]]) -> None:
+        self._listeners.append(callback)
+
+    async def _tools_changed(self) -> None:
+        for cb in list(self._listeners):
+            try:
+                await cb()
+            except Exception as exc:
+                log.warning("tools_changed_notify_failed", error=str(exc))
+
+    async def health(self) -> list[ProviderHealth]:
+        return await check_provider_health(self.connected)
+
+    async def context(self, *, timeout: float = DEFAULT_CONTEXT_TIMEOUT_S) -> str:
+        return await context_prompt(self.connected, timeout=timeout)
+
+    async def aclose(self) -> None:
+        # Each upstream's supervisor lives in a task group entered by start():
+        # leave them in reverse order (anyio's scopes nest).
+        while self.connected:
+            c = self.connected.pop()
+            try:
+                await c.close()
+            except Exception as exc:
+                log.warning("upstream_close_failed", server=c.config.name, error=str(exc))
+
+
+def _module_parts(modules: Iterable[str]) -> list[ToolRegistry | list[ToolDefinition]]:
+    parts: list[ToolRegistry | list[ToolDefinition]] = []
+    for spec in modules:
+        mod_name, _, attr = spec.partition(":")
+        try:
+            obj = getattr(importlib.import_module(mod_name), attr or "registry")
+        except (ImportError, AttributeError) as exc:
+            raise UpstreamConfigError(f"--module {spec!r}: {exc}") from None
+        if callable(obj) and not isinstance(obj, (ToolRegistry, ToolDefinition)):
+            obj = obj()
+        if isinstance(obj, ToolDefinition):
+            obj = [obj]
+        if not isinstance(obj, ToolRegistry):
+            obj = list(obj)
+            if not all(isinstance(t, ToolDefinition) for t in obj):
+                raise UpstreamConfigError(f"--module {spec!r}: expected a ToolRegistry or ToolDefinitions")
+        parts.append(obj)
+    return parts
+
+
+def _base_registry(registry: ToolRegistry | None, modules: Iterable[str]) -> ToolRegistry:
+    """A registry to mount into that shares the executor (policy, scheduler, journal) of the one given.
+
+    Under ``all`` the registry given may be a read-only projection, so the
+    gateway never registers into it: it returns a new registry over the same
+    tools and the same executor. Standalone, a ``--module`` ToolRegistry lends
+    its executor (and with it its policy: a governed gateway) and its tools.
+    """
+    if registry is not None:
+        return ToolRegistry(registry.list(), executor=registry.executor)
+    parts = _module_parts(modules)
+    owner = next((p for p in parts if isinstance(p, ToolRegistry)), None)
+    base = ToolRegistry(executor=owner.executor) if owner is not None else ToolRegistry()
+    for p in parts:
+        for t in p.list() if isinstance(p, ToolRegistry) else p:
+            base.register(t)
+    return base
+
+
+def build_gateway_profile(
+    *,
+    data_dir: Path | None = None,
+    registry: ToolRegistry | None = None,
+    principal: str | None = None,
+    modules: Iterable[str] = (),
+    store: str | None = None,
+    upstreams: str | Path | None = None,
+    **_: Any,
+) -> Gateway:
+    """The ``gateway`` profile's builder (see ``servers/profiles.py``); the server calls ``start()`` before serving."""
+    if upstreams is None:
+        raise ProviderUnavailable(
+            "the 'gateway' profile needs --upstreams FILE: a JSON file with an 'mcpServers' object naming the "
+            "upstream MCP servers (the shape of Claude Desktop's config; see docs/GATEWAY.md)"
+        )
+    configs = load_upstreams(upstreams)
+    if not configs:
+        log.warning("gateway_no_upstreams", file=str(upstreams))
+    return Gateway(configs, _base_registry(registry, () if registry is not None else modules))
+
+
+__all__ = ["Gateway", "build_gateway_profile", "INSTRUCTIONS"]

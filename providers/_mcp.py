@@ -1,0 +1,582 @@
+"""The MCP provider: another MCP server's tools mounted as ``mcp__<server>__<tool>``, governed.
+
+An upstream is reached with the official SDK client (``mcp.Client``, the
+initialize-handshake era, which every server speaks) over stdio (a command
+we start) or streamable HTTP (a URL, optional bearer token). Its tools
+become :class:`~openfunctions.core.ToolDefinition` s whose handler forwards the
+call; since they are registered like any tool, every call runs through the
+registry's executor: input validation against the upstream's own schema,
+policy (a governed policy sees ``mcp__fs__write_file`` like a local tool;
+arguments never confer authority), scheduling, the journal, a receipt.
+
+Mapping:
+
+- input and output schemas, title, description and ``_meta`` are kept; the
+  upstream's name goes into ``_meta["dev.openfunctions/upstream"]``. A tool
+  name with characters ours does not allow (``[A-Za-z0-9_.-]``) is mounted
+  with each such character replaced by ``_``; one that still collides or is
+  too long is left out, and :meth:`ConnectedMcpProvider.health` lists why.
+- annotations are kept as hints; ``readOnlyHint: true`` becomes a read,
+  parallel-safe capability (``trustAnnotations: false`` turns that off);
+  anything else is unclassified (its effect unknown), so it runs exclusively.
+- the upstream's ``content`` and ``structuredContent`` are our result as
+  they came (and the upstream's ``isError``); our receipt goes in ``_meta``.
+
+Failure semantics (each a clear error; the gateway keeps serving):
+
+- upstream down when we connect: reported (``health()`` says ``down`` and
+  why) and retried in the background with exponential backoff (0.5 s .. 30 s);
+  a call to it meanwhile asks for an attempt (at most one a second) and
+  otherwise fails with ``upstream_unavailable``, certainty ``known``.
+- connection lost during a call (the process died, malformed JSON-RPC on
+  the wire): ``upstream_lost``, certainty ``unknown`` (the call may have had
+  its effect), journaled like every receipt; the connection is reopened at once.
+- no answer within ``timeout``: the call is cancelled upstream
+  (``notifications/cancelled``) and fails with ``upstream_timeout``, certainty
+  ``unknown``; the connection stays (other calls may be fine).
+- a result over ``maxResultBytes``: ``upstream_result_too_large`` (the
+  upstream ran the call: certainty ``unknown``).
+- our caller cancels: the upstream call is cancelled too; the receipt says
+  ``cancelled``/``unknown``.
+- ``notifications/tools/list_changed``: the tools are listed again and the
+  registry brought in step (added, removed, replaced); the server that
+  installed the gateway tells its own clients.
+
+``close()`` must run in the task that called ``connect()`` (the background
+supervisor lives in a task group opened there, as anyio requires).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO
+
+import anyio
+import mcp_types as types
+import structlog
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from openfunctions.core import (
+    Capability,
+    DuplicateTool,
+    OpenFunctionsError,
+    ToolAnnotations,
+    ToolDefinition,
+    ToolError,
+    ToolExecutionContext,
+    ToolRegistry,
+    ToolResult,
+    define_tool,
+)
+from openfunctions.core.tool import TOOL_NAME_RE
+
+from ._config import UpstreamConfig
+from ._errors import UpstreamUnavailable
+from ._provider import ContextProvider, ProviderHealth, provider_tags
+
+log = structlog.get_logger("openfunctions.providers.mcp")
+
+UPSTREAM_META_KEY = "dev.openfunctions/upstream"
+MOUNT_PREFIX = "mcp"
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
+KICK_MIN_INTERVAL_S = 1.0
+MAX_LIST_PAGES = 100
+CONTEXT_MAX_RESOURCES = 25
+CONTEXT_MAX_CHARS = 4000
+
+_INVALID_CHAR = re.compile(r"[^A-Za-z0-9_.\-]")
+# JSON-RPC errors that mean the upstream refused the request before running it.
+_NOT_RUN_CODES = frozenset({types.INVALID_PARAMS, types.METHOD_NOT_FOUND, types.INVALID_REQUEST, types.PARSE_ERROR})
+
+OnToolsChanged = Callable[[], Awaitable[None]]
+
+
+def mounted_name(server: str, tool: str) -> str:
+    """``mcp__<server>__<tool>`` with characters invalid in our tool names replaced by ``_``."""
+    return f"{MOUNT_PREFIX}__{server}__{_INVALID_CHAR.sub('_', tool)}"
+
+
+def _approx_size(value: Any) -> int:
+    """Roughly the JSON size of ``value`` (string lengths plus a little per item), without serializing it."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        return sum(len(str(k)) + 4 + _approx_size(v) for k, v in value.items()) + 2
+    if isinstance(value, (list, tuple)):
+        return sum(_approx_size(v) + 1 for v in value) + 2
+    return 8
+
+
+class McpProvider(ContextProvider):
+    """Define phase of one upstream MCP server: its config; nothing is started until :meth:`connect`."""
+
+    def __init__(self, config: UpstreamConfig, *, domains: tuple[str, ...] = (), errlog: TextIO | None = None) -> None:
+        super().__init__(id=config.name, name=f"MCP server {config.name}", domains=domains, description=config.describe())
+        self.config = config
+        self.errlog = errlog
+
+    async def connect(self, *, wait: bool = True) -> "ConnectedMcpProvider":
+        """Start the connection supervisor; with ``wait``, return after the first attempt (success or not).
+
+        An upstream that is down is not an error here: ``health()`` reports it.
+        """
+        connected = ConnectedMcpProvider(self)
+        await connected._start()
+        if wait:
+            await connected.wait_first_attempt()
+        return connected
+
+
+class ConnectedMcpProvider:
+    """One upstream, connected (or trying to be): its mounted tools, context, health."""
+
+    def __init__(self, provider: McpProvider) -> None:
+        self.provider = provider
+        self.config = provider.config
+        self._tg: Any = None
+        self._stopping = False
+        self._client: Client | None = None
+        self._up = anyio.Event()
+        self._lost = anyio.Event()
+        self._kick = anyio.Event()
+        self._changed = anyio.Event()
+        self._first_attempt = anyio.Event()
+        self._loss_reason: str | None = None
+        self._http_status: str | None = None
+        self._last_attempt_end = 0.0
+        self._failures = 0
+        self._connects = 0
+        self.last_error: str | None = None
+        self.protocol_version: str | None = None
+        self.server_info: dict[str, Any] | None = None
+        self.instructions: str | None = None
+        self._tools: dict[str, ToolDefinition] = {}  # mounted name -> definition (the upstream's current list)
+        self._problems: dict[str, str] = {}  # upstream tool name -> why it is not mounted (or renamed)
+        self._registry: ToolRegistry | None = None
+        self._registered: dict[str, ToolDefinition] = {}
+        self._listeners: list[OnToolsChanged] = []
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def _start(self) -> None:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._supervise)
+
+    async def wait_first_attempt(self) -> None:
+        await self._first_attempt.wait()
+
+    async def close(self) -> None:
+        """Disconnect (stopping a stdio upstream) and unmount the tools. Idempotent."""
+        if self._tg is None:
+            return
+        self._stopping = True
+        self._lost.set()
+        self._kick.set()
+        tg, self._tg = self._tg, None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            # Let the supervisor leave ``async with Client`` itself (a clean stdio shutdown) ...
+            while self._client is not None:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()  # ... then stop whatever is left.
+        await tg.__aexit__(None, None, None)
+        self._unmount_all()
+
+    def on_tools_changed(self, callback: OnToolsChanged) -> None:
+        """Call ``callback()`` after the mounted tool set changed (a server re-announces its list)."""
+        self._listeners.append(callback)
+
+    # -- the supervisor --------------------------------------------------------
+
+    def _open(self) -> Client:
+        cfg = self.config
+        if cfg.transport == "stdio":
+            params = StdioServerParameters(command=cfg.command or "", args=list(cfg.args), env=cfg.env or None, cwd=cfg.cwd)
+            from mcp.client.stdio import stdio_client
+
+            target: Any = stdio_client(params, errlog=self.provider.errlog or sys.stderr)
+        else:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            async def note_status(response: Any) -> None:
+                # The SDK reports any HTTP error as "Server returned an error
+                # response": keep the status so the failure can name it (401 …).
+                if response.status_code >= 400:
+                    self._http_status = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+
+            http = httpx2.AsyncClient(
+                headers=cfg.http_headers(),
+                timeout=httpx2.Timeout(cfg.connect_timeout, read=max(cfg.timeout, 300.0)),
+                event_hooks={"response": [note_status]},
+            )
+            target = streamable_http_client(cfg.url or "", http_client=http)
+        return Client(target, mode="legacy", cache=None, message_handler=self._on_message,
+                      client_info=types.Implementation(name="openfunctions-mcp-gateway", version="0.1.0"))
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            # A line that is not JSON-RPC: which pending request it answered is
+            # unknowable, so the stream cannot be trusted. Drop the connection
+            # (pending calls fail as 'lost') and reopen it.
+            self._mark_lost(f"the upstream sent malformed JSON-RPC ({type(message).__name__}: {str(message)[:200]})")
+        elif isinstance(message, types.ToolListChangedNotification):
+            self._changed.set()
+
+    def _mark_lost(self, reason: str) -> None:
+        if not self._lost.is_set():
+            self._loss_reason = reason
+            log.warning("upstream_connection_lost", server=self.config.name, reason=reason)
+            self._lost.set()
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            was_up = False
+            self._http_status = None
+            try:
+                client = self._open()
+                # One scope around the whole connection (the client's task groups
+                # must close inside it): a connect deadline, lifted once up.
+                with anyio.CancelScope(deadline=anyio.current_time() + self.config.connect_timeout) as deadline:
+                    async with client:
+                        await self._sync(client)
+                        deadline.deadline = math.inf
+                        self._client, was_up = client, True
+                        self._connects += 1
+                        self._failures = 0
+                        self.last_error = None
+                        self.protocol_version = client.protocol_version
+                        info = client.server_info
+                        self.server_info = None if info is None else {"name": info.name, "version": info.version}
+                        self.instructions = client.instructions
+                        self._up.set()
+                        self._first_attempt.set()
+                        log.info("upstream_connected", server=self.config.name, tools=len(self._tools),
+                                 protocol=self.protocol_version)
+                        try:
+                            await self._notify_listeners()
+                            async with anyio.create_task_group() as inner:
+                                inner.start_soon(self._follow_changes, client)
+                                await self._lost.wait()
+                                inner.cancel_scope.cancel()
+                        finally:
+                            self._client = None
+                            self._up = anyio.Event()
+                if deadline.cancelled_caught and not was_up:
+                    raise TimeoutError
+            except Exception as exc:
+                self.last_error = self._describe_failure(exc)
+                if not was_up:
+                    self._failures += 1
+                log.warning("upstream_unavailable", server=self.config.name, error=self.last_error, failures=self._failures)
+            if was_up and self._loss_reason:
+                self.last_error = self._loss_reason
+            self._loss_reason = None
+            self._lost = anyio.Event()
+            self._last_attempt_end = time.monotonic()
+            self._first_attempt.set()
+            if self._stopping:
+                break
+            # After losing a live connection reconnect at once; after failed
+            # attempts back off (a waiting call may kick an earlier attempt).
+            delay = 0.0 if was_up else min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2 ** (self._failures - 1))
+            self._kick = anyio.Event()
+            with anyio.move_on_after(delay):
+                await self._kick.wait()
+
+    def _describe_failure(self, exc: BaseException) -> str:
+        if isinstance(exc, TimeoutError):
+            return f"no answer within connectTimeout ({self.config.connect_timeout:g} s)"
+        if isinstance(exc, OpenFunctionsError):
+            return exc.message
+        if isinstance(exc, MCPError):
+            status = f" ({self._http_status} from {self.config.url})" if self._http_status else ""
+            return f"MCP error {exc.error.code}: {exc.error.message}{status}"
+        if isinstance(exc, BaseExceptionGroup):
+            leaves = [e for e in _leaves(exc)]
+            return "; ".join(self._describe_failure(e) for e in leaves[:3]) or repr(exc)
+        if isinstance(exc, FileNotFoundError):
+            return f"cannot start {self.config.command!r}: {exc.strerror}"
+        return f"{type(exc).__name__}: {exc}"
+
+    async def _follow_changes(self, client: Client) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed = anyio.Event()
+            try:
+                with anyio.fail_after(self.config.connect_timeout):
+                    changed = await self._sync(client)
+            except Exception as exc:
+                log.warning("upstream_relist_failed", server=self.config.name, error=self._describe_failure(exc))
+                continue
+            if changed:
+                await self._notify_listeners()
+
+    async def _notify_listeners(self) -> None:
+        for cb in list(self._listeners):
+            try:
+                await cb()
+            except Exception as exc:
+                log.warning("tools_changed_listener_failed", server=self.config.name, error=str(exc))
+
+    # -- tools -----------------------------------------------------------------
+
+    async def _list_all_tools(self, client: Client) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def _sync(self, client: Client) -> bool:
+        """List the upstream's tools, rebuild our definitions, apply them to the registry; True if anything changed."""
+        upstream = await self._list_all_tools(client)
+        tools: dict[str, ToolDefinition] = {}
+        problems: dict[str, str] = {}
+        for t in upstream:
+            name = mounted_name(self.config.name, t.name)
+            if not TOOL_NAME_RE.match(name):
+                problems[t.name] = f"left out: {name!r} is over 128 characters"
+                continue
+            if name in tools:
+                problems[t.name] = f"left out: it maps to {name!r}, as does {tools[name].meta[UPSTREAM_META_KEY]['tool']!r}"
+                continue
+            try:
+                tools[name] = self._define(name, t)
+            except OpenFunctionsError as exc:
+                problems[t.name] = f"left out: {exc.message}"
+                continue
+            if name != mounted_name(self.config.name, "") + t.name:
+                problems[t.name] = f"renamed to {name!r} (characters not allowed in tool names replaced by '_')"
+        for tool_name, why in problems.items():
+            if tool_name not in self._problems:
+                log.warning("upstream_tool_problem", server=self.config.name, tool=tool_name, problem=why)
+        self._problems = problems
+        before = {n: t.spec_sha256 for n, t in self._tools.items()}
+        self._tools = tools
+        self._apply()
+        return before != {n: t.spec_sha256 for n, t in tools.items()}
+
+    def _define(self, name: str, t: types.Tool) -> ToolDefinition:
+        cfg = self.config
+        a = t.annotations
+        annotations = None
+        if a is not None:
+            annotations = ToolAnnotations(
+                title=a.title, read_only_hint=a.read_only_hint, destructive_hint=a.destructive_hint,
+                idempotent_hint=a.idempotent_hint, open_world_hint=a.open_world_hint,
+            )
+        read_only = cfg.trust_annotations and a is not None and a.read_only_hint is True
+        capability = Capability(
+            effect="read" if read_only else None,
+            parallel_safe=read_only,
+            idempotent=bool(cfg.trust_annotations and a is not None and (a.idempotent_hint or read_only)),
+            required_scopes=cfg.required_scopes,
+        )
+        upstream_name = t.name
+
+        async def forward(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+            return await self.call(upstream_name, params, ctx)
+
+        meta = dict(t.meta or {})
+        meta[UPSTREAM_META_KEY] = {"server": cfg.name, "tool": upstream_name}
+        return define_tool(
+            name=name,
+            description=t.description or "",
+            input_schema=dict(t.input_schema),
+            output_schema=dict(t.output_schema) if t.output_schema is not None else None,
+            title=t.title,
+            tags=(*provider_tags(self.provider.id), MOUNT_PREFIX),
+            annotations=annotations,
+            meta=meta,
+            capability=capability,
+            handler=forward,
+        )
+
+    async def mount(self, registry: ToolRegistry) -> None:
+        """Register the tools into ``registry`` and keep them in step with the upstream from now on."""
+        self._registry = registry
+        self._apply()
+
+    def create_tools(self) -> list[ToolDefinition]:
+        """The tools as the upstream lists them now (empty while it has never been reached)."""
+        return list(self._tools.values())
+
+    def _apply(self) -> None:
+        reg = self._registry
+        if reg is None:
+            return
+        for name, old in list(self._registered.items()):
+            if self._tools.get(name) is not old:
+                if name in reg and reg.get(name) is old:
+                    reg.unregister(name)
+                del self._registered[name]
+        for name, t in self._tools.items():
+            if name in self._registered:
+                continue
+            try:
+                reg.register(t)
+            except DuplicateTool:
+                self._problems[t.meta[UPSTREAM_META_KEY]["tool"]] = f"left out: the registry already has a tool named {name!r}"
+                log.warning("upstream_tool_problem", server=self.config.name, tool=name, problem="name taken")
+                continue
+            self._registered[name] = t
+
+    def _unmount_all(self) -> None:
+        reg = self._registry
+        for name, t in list(self._registered.items()):
+            if reg is not None and name in reg and reg.get(name) is t:
+                reg.unregister(name)
+        self._registered.clear()
+
+    # -- calls -----------------------------------------------------------------
+
+    async def _ready_client(self) -> Client:
+        client = self._client
+        if client is not None:
+            return client
+        if time.monotonic() - self._last_attempt_end >= KICK_MIN_INTERVAL_S:
+            self._kick.set()
+        up = self._up
+        with anyio.move_on_after(self.config.connect_timeout):
+            await up.wait()
+        client = self._client
+        if client is None:
+            raise UpstreamUnavailable(
+                f"upstream MCP server {self.config.name!r} is not connected"
+                + (f" (last error: {self.last_error})" if self.last_error else "")
+                + "; nothing was sent to it, and a reconnect is under way",
+                details={"server": self.config.name},
+            )
+        return client
+
+    async def call(self, tool: str, params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+        """Forward one call to the upstream tool ``tool`` (the executor calls this; see the module docs)."""
+        name = self.config.name
+        try:
+            client = await self._ready_client()
+        except UpstreamUnavailable as exc:
+            raise ToolError(exc.message, code=exc.code, effect_happened=False, details=exc.details) from None
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            await ctx.report_progress(done, total, message)
+
+        try:
+            with anyio.fail_after(self.config.timeout):
+                result = await client.call_tool(tool, params, progress_callback=progress)
+        except TimeoutError:
+            raise ToolError(
+                f"upstream {name!r} did not answer {tool!r} within {self.config.timeout:g} s; the call was "
+                "cancelled upstream and may have had its effect",
+                code="upstream_timeout", effect_happened=None, details={"server": name, "tool": tool},
+            ) from None
+        except MCPError as exc:
+            code, message = exc.error.code, exc.error.message
+            if code == types.CONNECTION_CLOSED:
+                self._mark_lost("the connection closed during a call")
+                reason = self._loss_reason or self.last_error or "the connection closed"
+                raise ToolError(
+                    f"upstream {name!r} was lost during {tool!r} ({reason}); the call may have had its effect. "
+                    "The connection is being reopened",
+                    code="upstream_lost", effect_happened=None, details={"server": name, "tool": tool},
+                ) from None
+            raise ToolError(
+                f"upstream {name!r} answered {tool!r} with JSON-RPC error {code}: {message}",
+                code="upstream_error", effect_happened=False if code in _NOT_RUN_CODES else None,
+                details={"server": name, "tool": tool, "upstream_code": code},
+            ) from None
+        except ValidationError as exc:
+            raise ToolError(
+                f"upstream {name!r} returned a result for {tool!r} that does not conform: "
+                f"{exc.errors()[0].get('msg') if exc.errors() else exc}",
+                code="upstream_invalid_result", effect_happened=None, details={"server": name, "tool": tool},
+            ) from None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
+            self._mark_lost(f"{type(exc).__name__} on the connection")
+            raise ToolError(
+                f"upstream {name!r} was lost during {tool!r} ({type(exc).__name__}); the call may have had its effect",
+                code="upstream_lost", effect_happened=None, details={"server": name, "tool": tool},
+            ) from None
+        return self._convert(tool, result)
+
+    def _convert(self, tool: str, result: types.CallToolResult) -> ToolResult:
+        content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+        structured = result.structured_content
+        size = _approx_size(content) + (_approx_size(structured) if structured is not None else 0)
+        limit = self.config.max_result_bytes
+        if size > limit:
+            raise ToolError(
+                f"upstream {self.config.name!r} returned about {size:,} bytes for {tool!r}, over the gateway's "
+                f"limit of {limit:,} (maxResultBytes); the result was dropped. The call ran upstream",
+                code="upstream_result_too_large", effect_happened=True,
+                details={"server": self.config.name, "tool": tool, "bytes": size, "limit": limit},
+            )
+        return ToolResult(content=content, structured=structured, is_error=bool(result.is_error))
+
+    # -- context and health ----------------------------------------------------
+
+    async def build_context(self) -> str | None:
+        """A block naming the upstream's resources, with the text of the configured ``contextResources``."""
+        client = self._client
+        if client is None:
+            return None
+        lines = [f"### MCP server {self.config.name}"]
+        if self.instructions:
+            lines.append(self.instructions.strip()[:CONTEXT_MAX_CHARS])
+        if client.server_capabilities.resources is not None:
+            listed = await client.list_resources()
+            resources = listed.resources[:CONTEXT_MAX_RESOURCES]
+            if resources:
+                lines.append("Resources:")
+                for r in resources:
+                    label = r.title or r.name
+                    lines.append(f"- {label} <{r.uri}>" + (f": {r.description.strip()}" if r.description else ""))
+                more = len(listed.resources) - len(resources)
+                if more > 0 or listed.next_cursor:
+                    lines.append(f"- … and {'more' if listed.next_cursor else more} more")
+            for uri in self.config.context_resources:
+                read = await client.read_resource(uri)
+                texts = [c.text for c in read.contents if isinstance(c, types.TextResourceContents)]
+                if texts:
+                    text = "\n".join(texts)
+                    cut = text[:CONTEXT_MAX_CHARS]
+                    lines.append(f"#### {uri}\n{cut}" + ("\n[…truncated]" if len(text) > len(cut) else ""))
+        return "\n".join(lines) if len(lines) > 1 else None
+
+    async def health(self) -> ProviderHealth:
+        cfg = self.config
+        details: dict[str, Any] = {
+            "transport": cfg.transport,
+            "target": cfg.describe(),
+            "protocol_version": self.protocol_version,
+            "server_info": self.server_info,
+            "connects": self._connects,
+            "consecutive_failures": self._failures,
+        }
+        if self._problems:
+            details["tool_problems"] = dict(self._problems)
+        if self._client is not None:
+            return ProviderHealth(cfg.name, "up", None, tools=len(self._tools), details=details)
+        return ProviderHealth(cfg.name, "down", self.last_error or "not connected yet", tools=len(self._tools), details=details)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
+
+
+__all__ = ["ConnectedMcpProvider", "McpProvider", "UPSTREAM_META_KEY", "mounted_name"]

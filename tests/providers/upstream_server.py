@@ -1,0 +1,103 @@
+"""A misbehaving-on-demand MCP server (SDK low-level server, stdio) the gateway tests mount.
+
+Run as ``python upstream_server.py DIR``. Cross-process signals are files in
+DIR: a tool writes ``<DIR>/<tool>.started`` when it runs (its pid inside) and
+``<DIR>/hang.cancelled`` when the upstream sees a cancellation.
+
+Tools: ``echo`` (structured output with an output schema), ``get weather!``
+(a name our tool names do not allow), ``hang`` (waits until cancelled),
+``big`` (a reply of N bytes), ``garbage`` (writes a line that is not JSON-RPC
+onto the wire, then waits), ``grow`` (adds tool ``extra_<n>`` and sends
+``notifications/tools/list_changed``), ``write_note`` (not read-only).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.stdio import stdio_server
+
+DIR = Path(sys.argv[1])
+DIR.mkdir(parents=True, exist_ok=True)
+WIRE = os.dup(1)  # the protocol pipe, before the SDK diverts fd 1 to stderr
+
+RO = types.ToolAnnotations(read_only_hint=True)
+ECHO_OUT = {"type": "object", "properties": {"echo": {"type": "string"}, "n": {"type": "integer"}}, "required": ["echo"]}
+
+extra: list[str] = []
+
+
+def _tools() -> list[types.Tool]:
+    obj = {"type": "object"}
+    tools = [
+        types.Tool(name="echo", description="Echo a message back, structured.", annotations=RO, output_schema=ECHO_OUT,
+                   input_schema={"type": "object", "properties": {"message": {"type": "string"}, "n": {"type": "integer"}},
+                                 "required": ["message"], "additionalProperties": False}),
+        types.Tool(name="get weather!", description="A tool whose name has a space and a '!'.", annotations=RO,
+                   input_schema=obj),
+        types.Tool(name="hang", description="Never answers until cancelled.", input_schema=obj),
+        types.Tool(name="big", description="A reply of `bytes` bytes.", annotations=RO,
+                   input_schema={"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]}),
+        types.Tool(name="garbage", description="Writes a non-JSON-RPC line onto the wire.", input_schema=obj),
+        types.Tool(name="grow", description="Adds a tool and announces tools/list_changed.", input_schema=obj),
+        types.Tool(name="write_note", description="Writes a note file.",
+                   annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
+                   input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+    ]
+    tools += [types.Tool(name=n, description="Added by grow.", annotations=RO, input_schema=obj) for n in extra]
+    return tools
+
+
+async def list_tools(ctx, params) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=_tools())
+
+
+def _text(s: str) -> list[types.TextContent]:
+    return [types.TextContent(type="text", text=s)]
+
+
+async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    name, args = params.name, params.arguments or {}
+    (DIR / f"{name.replace(' ', '_').replace('!', '')}.started").write_text(str(os.getpid()))
+    if name == "echo":
+        payload = {"echo": args["message"], "n": args.get("n", 0)}
+        return types.CallToolResult(content=_text(f"echo: {args['message']}"), structured_content=payload)
+    if name == "get weather!":
+        return types.CallToolResult(content=_text("sunny"))
+    if name == "hang":
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            (DIR / "hang.cancelled").write_text("cancelled")
+            raise
+    if name == "big":
+        return types.CallToolResult(content=_text("x" * int(args["bytes"])))
+    if name == "garbage":
+        os.write(WIRE, b"this is not JSON-RPC {\n")
+        await anyio.sleep_forever()
+    if name == "grow":
+        extra.append(f"extra_{len(extra) + 1}")
+        await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(content=_text(f"added {extra[-1]}"))
+    if name == "write_note":
+        (DIR / "note.txt").write_text(args["text"])
+        return types.CallToolResult(content=_text("written"))
+    if name in extra:
+        return types.CallToolResult(content=_text(f"{name} ran"))
+    return types.CallToolResult(content=_text(f"unknown tool {name}"), is_error=True)
+
+
+async def main() -> None:
+    server = Server("gateway-test-upstream", version="1.0", instructions="A test upstream for the gateway.",
+                    on_list_tools=list_tools, on_call_tool=call_tool)
+    async with stdio_server() as (r, w):
+        await server.run(r, w, server.create_initialization_options(NotificationOptions(tools_changed=True)))
+
+
+if __name__ == "__main__":
+    anyio.run(main)
