@@ -57,9 +57,9 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core import JournalCorrupt, JournalFailed, JournalLocked, JournalUnsafe, utc_now
+from openfunctions.core import JournalCorrupt, JournalLocked, JournalUnsafe, utc_now
 from openfunctions.core.files import fsync_dir
-from openfunctions.core.journal import JournalClosed, JournalLog, JournalMismatch, Record
+from openfunctions.core.journal import JournalLog, JournalMismatch, Record
 
 from ._api import (
     DEFAULT_LIST_LIMIT,
