@@ -90,10 +90,11 @@ async def main() -> None:
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--dsn")
-    ap.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200])
+    ap.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200, 400])
     ap.add_argument("--maintained-docs", type=int, default=100,
                     help="documents ingested with the HNSW index in place (its insert rate), before the bulk load")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--skip-embedded", action="store_true", help="measure pgvector only")
     args = ap.parse_args()
     docs = corpus(args.chunks)
     qs = queries(docs, args.queries)
@@ -103,6 +104,22 @@ async def main() -> None:
     try:
         # -- embedded ---------------------------------------------------------------
         rag = await open_rag(data_dir=tmp, chunker=Chunker())
+        if args.skip_embedded:
+            docs_embedded: list = []
+        else:
+            docs_embedded = docs
+        if docs_embedded:
+            await embedded_part(rag, docs_embedded, qs, rows)
+        await rag.aclose()
+        # -- pgvector ---------------------------------------------------------------
+        await pgvector_part(args, docs, qs, rows, notes)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    finish(args, docs, rows, notes)
+
+
+async def embedded_part(rag, docs, qs, rows) -> None:
+    if True:
         rate, n_chunks = await ingest_all(rag, docs, "embedded")
         rows.append(["ingest, embedded index (local store)", f"{rate:,.0f} chunks/s", f"{n_chunks:,} chunks"])
         lat, _ = await timed(lambda q: rag.search(q, k=10), qs)
@@ -115,8 +132,10 @@ async def main() -> None:
         sorted((sum(a * b for a, b in zip(qv, v)), i) for i, v in enumerate(sample))
         py_ms = (time.perf_counter() - t) * 1000 * n_chunks / len(sample)
         rows.append(["  peer: pure-Python exact scan (scaled)", f"{py_ms:,.0f} ms", f"{py_ms / median(lat):.0f}x slower"])
-        await rag.aclose()
-        # -- pgvector ---------------------------------------------------------------
+
+
+async def pgvector_part(args, docs, qs, rows, notes) -> None:
+    if True:
         with pg_server(args.dsn) as dsn:
             name = f"b{uuid.uuid4().hex[:8]}"
             rag = await open_rag(url=dsn, name=name, chunker=Chunker())
@@ -141,9 +160,15 @@ async def main() -> None:
                 hl, hres = await timed(lambda q: rag.search(q, k=10), qs)
                 recall = sum(len({h["chunk_id"] for h in a} & {h["chunk_id"] for h in b}) / max(1, len(b))
                              for a, b in zip(hres, eres)) / len(qs)
+                # ann-benchmarks' definition: a result counts if it is as close as the 10th exact
+                # neighbour (+1e-3): chunks tied with the true neighbours are not misses
+                ties = sum(sum(1 for h in a if h["score"] >= b[-1]["score"] - 1e-3) / max(1, len(b))
+                           for a, b in zip(hres, eres) if b) / len(qs)
                 rows.append([f"search, pgvector HNSW (ef_search {ef})", f"{median(hl):.1f} ms",
-                             f"recall@10 = {recall:.3f}, {median(el) / median(hl):.1f}x faster than exact"])
-                notes.append(f"ef_search {ef}: recall@10 {recall:.3f} at {median(el) / median(hl):.1f}x the exact speed.")
+                             f"recall@10 = {recall:.3f} (ties counted: {ties:.3f}), "
+                             f"{median(el) / median(hl):.1f}x faster than exact"])
+                notes.append(f"ef_search {ef}: recall@10 {recall:.3f} ({ties:.3f} with ties) at "
+                             f"{median(el) / median(hl):.1f}x the exact speed.")
             import psycopg
 
             with psycopg.connect(dsn, autocommit=True) as c:
@@ -151,8 +176,11 @@ async def main() -> None:
                 c.execute("DELETE FROM of_rag_docs WHERE index_name = %s", (name,))
                 c.execute("DELETE FROM of_rag_indexes WHERE name = %s", (name,))
             await rag.aclose()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def finish(args, docs, rows, notes) -> None:
+    if True:
+        pass
     body = table(["what", "median / rate", "note"], rows)
     body += (f"\n\n{args.queries} queries, k = 10, the lexical embedder (256 dimensions), {len(docs):,} synthetic "
              "documents (Zipf words). Latencies are per query, end to end through `Rag.search` (embedding the "
