@@ -15,9 +15,10 @@ Embedded (:class:`StoreIndex`), keys in its store (format 1)::
 A document's chunks and its ``doc/`` entry are written in one store
 transaction (on the local store: one journal record). Search is exact:
 all vectors sit in one in-memory float32 matrix (rebuilt after writes), one
-matrix-vector product per query. Measured in bench/bench_rag.py: on this
-kind of machine a few ms at 10,000 chunks and tens of ms at 100,000 —
-enough for the embedded default; pgvector is the road past that.
+matrix-vector product per query. Measured in bench/bench_rag.py on the
+busy 2-core machine: 8 ms at 3,000 chunks, 86 ms at 100,000 (a pure-Python
+scan: ~490x slower) — enough for the embedded default; pgvector is the road
+past that. sqlite-vec was not measured against it.
 
 pgvector (:class:`PgVectorIndex`), tables (component ``rag`` in ``of_schema``)::
 
