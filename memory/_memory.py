@@ -142,13 +142,15 @@ class Memory:
         self.store = store
         self.embedder = embedder
         self.max_scan = max_scan
+        self.unavailable: str | None = None  # why the store could not be opened (served under 'all')
 
     def attach(self, store: Store) -> None:
         self.store = store
 
     def _s(self) -> Store:
         if self.store is None:
-            raise MemoryNotOpen("memory is not open yet (its store has not been attached)")
+            raise MemoryNotOpen(f"memory is not available: {self.unavailable}" if self.unavailable
+                                else "memory is not open yet (its store has not been attached)")
         return self.store
 
     async def aclose(self) -> None:

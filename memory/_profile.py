@@ -15,12 +15,15 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core import DuplicateTool, ToolDefinition, ToolDefinitionError, ToolRegistry
+import structlog
+
+from openfunctions.core import DuplicateTool, OpenFunctionsError, ToolDefinition, ToolDefinitionError, ToolRegistry
 from openfunctions.store import create_embedder, open_store
 
 from ._memory import Memory
 from ._tools import create_memory_tools
 
+log = structlog.get_logger("openfunctions.memory")
 EMBEDDER_ENV = "OPENFUNCTIONS_EMBEDDER"
 INSTRUCTIONS = (
     "Memory: save facts worth keeping with memory_save_fact (say where they came from), find them with "
@@ -55,11 +58,21 @@ class MemoryProfile:
     url: str | None = None
     data_dir: Path | None = None
     embedder_spec: str | None = field(default=None)
+    strict: bool = True
 
     async def start(self) -> None:
-        if self.embedder_spec and self.memory.embedder is None:
-            self.memory.embedder = await anyio.to_thread.run_sync(create_embedder, self.embedder_spec)
-        self.memory.attach(await open_store("memory", url=self.url, data_dir=self.data_dir))
+        """Open the store. Under 'all' (``strict=False``) a store that cannot be opened (locked by
+        another server on this data dir, database down) leaves the tools answering why, and the
+        rest of the server serves; the 'memory' profile itself fails to start instead."""
+        try:
+            if self.embedder_spec and self.memory.embedder is None:
+                self.memory.embedder = await anyio.to_thread.run_sync(create_embedder, self.embedder_spec)
+            self.memory.attach(await open_store("memory", url=self.url, data_dir=self.data_dir))
+        except OpenFunctionsError as exc:
+            if self.strict:
+                raise
+            self.memory.unavailable = exc.message
+            log.warning("memory_unavailable", reason=exc.message)
 
     async def aclose(self) -> None:
         await self.memory.aclose()
@@ -72,7 +85,7 @@ def build_memory_profile(*, data_dir: str | os.PathLike[str], registry: ToolRegi
     memory = Memory(None)
     reg = join_registry(registry, create_memory_tools(memory))
     return MemoryProfile(reg, memory, url=store, data_dir=Path(data_dir),
-                         embedder_spec=embedder or os.environ.get(EMBEDDER_ENV) or None)
+                         embedder_spec=embedder or os.environ.get(EMBEDDER_ENV) or None, strict=registry is None)
 
 
 __all__ = ["EMBEDDER_ENV", "MemoryProfile", "build_memory_profile", "join_registry"]

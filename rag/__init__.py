@@ -17,6 +17,7 @@ See docs/STATE.md.
 from openfunctions.store import Embedder, LexicalEmbedder, MiniLMEmbedder, create_embedder
 
 from ._chunk import Chunker
+from ._demo import demo_session
 from ._errors import ChunkNotFound, DocumentTooLarge, IndexMismatch, InvalidRagInput, RagError, RagNotOpen
 from ._index import PgVectorIndex, StoreIndex
 from ._profile import RagProfile, build_rag_profile
@@ -28,5 +29,5 @@ create_tools = create_rag_tools  # the seed's rag.createTools()
 __all__ = [
     "ChunkNotFound", "Chunker", "DocumentTooLarge", "Embedder", "IndexMismatch", "IngestResult", "InvalidRagInput",
     "LexicalEmbedder", "MiniLMEmbedder", "PgVectorIndex", "Rag", "RagError", "RagNotOpen", "RagProfile", "StoreIndex",
-    "build_rag_profile", "create_embedder", "create_rag_tools", "create_tools", "open_rag",
+    "build_rag_profile", "create_embedder", "create_rag_tools", "create_tools", "demo_session", "open_rag",
 ]

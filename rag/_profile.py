@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openfunctions.core import DuplicateTool, ToolDefinitionError, ToolRegistry
+import structlog
+
+from openfunctions.core import DuplicateTool, OpenFunctionsError, ToolDefinitionError, ToolRegistry
 
 from ._rag import Rag, open_rag
 from ._tools import create_rag_tools
 
+log = structlog.get_logger("openfunctions.rag")
 EMBEDDER_ENV = "OPENFUNCTIONS_EMBEDDER"
 INSTRUCTIONS = (
     "Retrieval: rag_search finds passages of the ingested documents by similarity (cite chunk_id and source); "
@@ -33,9 +36,19 @@ class RagProfile:
     data_dir: Path
     embedder_spec: str | None
     instructions: str = INSTRUCTIONS
+    strict: bool = True
 
     async def start(self) -> None:
-        opened = await open_rag(url=self.url, data_dir=self.data_dir, embedder=self.embedder_spec)
+        """Open the index. Under 'all' (``strict=False``) an index that cannot be opened leaves the
+        tools answering why; the 'rag' profile itself fails to start instead."""
+        try:
+            opened = await open_rag(url=self.url, data_dir=self.data_dir, embedder=self.embedder_spec)
+        except OpenFunctionsError as exc:
+            if self.strict:
+                raise
+            self.rag.unavailable = exc.message
+            log.warning("rag_unavailable", reason=exc.message)
+            return
         self.rag.index, self.rag.embedder = opened.index, opened.embedder
 
     async def aclose(self) -> None:
@@ -59,7 +72,8 @@ def build_rag_profile(*, data_dir: str | os.PathLike[str], registry: ToolRegistr
             raise
         except ToolDefinitionError:  # a projection: a registry over the same executor
             reg = ToolRegistry([*registry.list(), *tools], executor=registry.executor)
-    return RagProfile(reg, rag, store, Path(data_dir), embedder or os.environ.get(EMBEDDER_ENV) or None)
+    return RagProfile(reg, rag, store, Path(data_dir), embedder or os.environ.get(EMBEDDER_ENV) or None,
+                      strict=registry is None)
 
 
 __all__ = ["RagProfile", "build_rag_profile"]

@@ -80,10 +80,12 @@ class Rag:
         self.embedder = embedder
         self.chunker = chunker or Chunker()
         self.max_document_bytes = max_document_bytes
+        self.unavailable: str | None = None  # why the index could not be opened (served under 'all')
 
     def _idx(self) -> Any:
         if self.index is None:
-            raise RagNotOpen("the RAG index is not open yet")
+            raise RagNotOpen(f"the RAG index is not available: {self.unavailable}" if self.unavailable
+                             else "the RAG index is not open yet")
         return self.index
 
     async def _embed(self, texts: list[str], progress: Progress | None = None) -> list[list[float]]:

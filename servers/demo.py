@@ -153,6 +153,10 @@ async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> 
             _say(f"  receipt: outcome={bad_receipt.get('outcome')} handler_started={bad_receipt.get('handler_started')}")
         if any(n.startswith("of_work_") for n in names):
             await _work_walkthrough(client)
+        if "memory_save_fact" in names or "rag_search" in names:
+            from openfunctions.rag import demo_session as state_demo  # memory save + RAG search
+
+            await state_demo(client, _say)
     if profile in ("agents", "all"):  # the agents layer's own part: an agent answering with the host's model
         from openfunctions.agents.demo import demo_session as agents_demo
 

@@ -40,6 +40,8 @@ class Entry:
 def check_key(key: Any, what: str = "key") -> str:
     if not isinstance(key, str):
         raise InvalidKey(f"{what} must be a string, got {type(key).__name__}")
+    if key.isascii() and 0 < len(key) <= MAX_KEY_BYTES and "\x00" not in key:
+        return key  # the common case, without encoding the key
     if not key:
         raise InvalidKey(f"{what} must not be empty")
     if "\x00" in key:

