@@ -276,7 +276,9 @@ class ConnectedMcpProvider:
                 self.last_error = self._describe_failure(exc)
                 if not was_up:
                     self._failures += 1
-                log.warning("upstream_unavailable", server=self.config.name, error=self.last_error, failures=self._failures)
+                # Warn once per outage; the retries after it are debug noise.
+                (log.warning if self._failures <= 1 else log.debug)(
+                    "upstream_unavailable", server=self.config.name, error=self.last_error, failures=self._failures)
             if was_up and self._loss_reason:
                 self.last_error = self._loss_reason
             self._loss_reason = None
