@@ -126,3 +126,17 @@ def test_gateway_check_names_what_is_wrong_in_the_file(tmp_path):
     p = _run_cli("gateway", "check", str(bad))
     assert p.returncode == 2
     assert f"{bad}: server 'fs': give either 'command' (stdio) or 'url' (streamable HTTP), not both" in p.stderr
+
+
+@pytest.mark.anyio
+async def test_the_all_profile_mounts_the_upstreams_too(tmp_path, fixture_upstream):
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps({"mcpServers": {"up": fixture_upstream.entry()}}))
+    cmd = cli_command()
+    params = StdioServerParameters(command=cmd[0], env=dict(os.environ), args=[
+        *cmd[1:], "serve", "--profile", "all", "--upstreams", str(servers), "--data-dir", str(tmp_path / "all")])
+    async with Client(params, mode="legacy", cache=None) as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert {"of_hash_text", "mcp__up__echo"} <= names
+        r = await c.call_tool("mcp__up__echo", {"message": "in all"})
+        assert r.structured_content == {"echo": "in all", "n": 0} and r.meta[RECEIPT]["outcome"] == "succeeded"
