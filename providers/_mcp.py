@@ -477,7 +477,8 @@ class ConnectedMcpProvider:
 
         try:
             with anyio.fail_after(self.config.timeout):
-                result = await client.call_tool(tool, params, progress_callback=progress)
+                result = await client.call_tool(
+                    tool, params, progress_callback=progress if ctx.progress is not None else None)
         except TimeoutError:
             raise ToolError(
                 f"upstream {name!r} did not answer {tool!r} within {self.config.timeout:g} s; the call was "
