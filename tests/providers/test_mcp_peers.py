@@ -77,6 +77,7 @@ async def test_our_own_server_over_http_with_a_bearer_token(tmp_path, monkeypatc
             await denied.close()
 
 
+@pytest.mark.interop
 async def test_the_npm_everything_server(npm_servers: NpmServers):
     registry = ToolRegistry()
     connected = await connect_provider(McpProvider(one_upstream("ev", {
@@ -102,6 +103,7 @@ async def test_the_npm_everything_server(npm_servers: NpmServers):
         await connected.close()
 
 
+@pytest.mark.interop
 async def test_a_governed_policy_refuses_filesystem_write_file_for_a_principal(tmp_path, npm_servers: NpmServers):
     root = tmp_path / "files"
     root.mkdir()
