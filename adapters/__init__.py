@@ -1,1 +1,64 @@
-"""Model adapters: one normalized chat interface over providers and the MCP host's model (sampling). Being built (issue 12)."""
+"""openfunctions.adapters: the provider boundary (``AIAdapter``).
+
+Adapters turn the registry's tools into a provider's tool format and
+normalize its reply to one :class:`ChatReply`: text, or tool calls (id,
+name, arguments), plus model, stop reason and usage.
+
+- :class:`ScriptedAdapter`: replays replies (tests, demos, offline).
+- :class:`SamplingAdapter`: the connected MCP host's model (``sampling/createMessage``).
+- :class:`OpenAIAdapter`, :class:`XAIAdapter`, :class:`OpenRouterAdapter`,
+  :class:`AnthropicAdapter`, :class:`GeminiAdapter`: HTTP (httpx; the
+  ``adapters`` extra), retries on 429/5xx honouring ``retry-after``.
+- :func:`resolve_adapter`: provider and model from arguments, else the environment.
+
+Usage::
+
+    adapter = resolve_adapter(model="openai:gpt-4o-mini")      # key from OPENAI_API_KEY
+    reply = await adapter.chat([Message.user("hi")], registry.list())
+    if reply.tool_calls: ...
+"""
+
+from ._errors import (
+    AdapterError,
+    AdapterNotConfigured,
+    AdapterTimeout,
+    AuthenticationFailed,
+    BadRequest,
+    MalformedResponse,
+    ProviderError,
+    ProviderUnavailable,
+    RateLimited,
+    SamplingUnavailable,
+    ScriptExhausted,
+)
+from ._http import RetryPolicy
+from ._resolve import PROVIDERS, resolve_adapter, resolve_provider
+from ._sampling import SAMPLER_KEY, SAMPLING_CAPABILITY_KEY, Sampler, SamplingAdapter
+from ._scripted import ScriptedAdapter
+from ._types import AIAdapter, ChatOptions, ChatReply, Message, StopReason, StreamEvent, ToolCall, Usage
+
+
+def __getattr__(name: str):  # the HTTP adapters load on first use (httpx is an optional extra)
+    if name in ("OpenAIAdapter", "XAIAdapter", "OpenRouterAdapter"):
+        from . import _openai
+
+        return getattr(_openai, name)
+    if name == "AnthropicAdapter":
+        from ._anthropic import AnthropicAdapter
+
+        return AnthropicAdapter
+    if name == "GeminiAdapter":
+        from ._gemini import GeminiAdapter
+
+        return GeminiAdapter
+    raise AttributeError(f"module 'openfunctions.adapters' has no attribute {name!r}")
+
+
+__all__ = [
+    "AIAdapter", "AdapterError", "AdapterNotConfigured", "AdapterTimeout", "AnthropicAdapter", "AuthenticationFailed",
+    "BadRequest", "ChatOptions", "ChatReply", "GeminiAdapter", "MalformedResponse", "Message", "OpenAIAdapter",
+    "OpenRouterAdapter", "PROVIDERS", "ProviderError", "ProviderUnavailable", "RateLimited", "RetryPolicy",
+    "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "Sampler", "SamplingAdapter", "SamplingUnavailable", "ScriptExhausted",
+    "ScriptedAdapter", "StopReason", "StreamEvent", "ToolCall", "Usage", "XAIAdapter", "resolve_adapter",
+    "resolve_provider",
+]

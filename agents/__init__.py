@@ -1,1 +1,39 @@
-"""Agents, crews and run records over the one executor path. Being built (issue 12)."""
+"""openfunctions.agents: agents, crews and run records, on the one tool path.
+
+An agent is a system prompt, a filtered registry (``registry.project``) and
+a reason/act/observe loop; every tool call it makes goes through the
+registry's executor as a child of the agent's own call. Every run leaves
+run records (:mod:`._records`: format and the one fold) in a durable run
+journal next to the execution journal.
+
+Usage::
+
+    from openfunctions.adapters import ScriptedAdapter
+    from openfunctions.agents import define_agent, run_agent
+
+    helper = define_agent("helper", "Answer briefly.", tools=["add"], adapter=ScriptedAdapter([...]))
+    result = await run_agent(helper, "what is 2+3?", registry=registry)
+    result.status, result.text, result.run_id
+
+Served over MCP: ``openfunctions-mcp serve --profile agents --module mypkg.agents:agents``
+(:func:`build_agents_profile`); runs from the shell: ``openfunctions-mcp runs list|show|tail``.
+"""
+
+from ._agent import AGENT_TAG, Agent, AgentLimits, Crew, define_agent, define_crew
+from ._errors import AgentDefinitionError, AgentError, RunJournalError, RunNotFound
+from ._records import TERMINAL, RunState
+from ._runlog import MemoryRunLog, RunJournal, read_runs, runs_journal_path
+from ._runtime import RUN_ID_KEY, SUBMIT_TOOL, AgentRuntime, RunResult, run_agent
+
+
+def build_agents_profile(**options):  # imported lazily: the profile needs the run-read tool and module loading
+    from ._profile import build_agents_profile as build
+
+    return build(**options)
+
+
+__all__ = [
+    "AGENT_TAG", "Agent", "AgentDefinitionError", "AgentError", "AgentLimits", "AgentRuntime", "Crew", "MemoryRunLog",
+    "RUN_ID_KEY", "RunJournal", "RunJournalError", "RunNotFound", "RunResult", "RunState", "SUBMIT_TOOL", "TERMINAL",
+    "build_agents_profile", "define_agent", "define_crew", "read_runs", "run_agent", "runs_journal_path",
+]

@@ -6,7 +6,8 @@ Stages, in order (each a method below, named for the stage):
 2. ``_validate``       params against the input schema's dialect
 3. ``_resolve_policy`` policy decision from the trusted context
 4. ``_admit``          scheduler admission (or a child's inherited reservation)
-5. ``_persist_start``  journal sink ``on_start`` (when configured)
+5. ``_persist_start``  journal sink ``on_start`` (when configured; the durable
+                       journal writes nothing for a tool declared ``effect: "read"``)
 6. ``_invoke``         the handler, with the trusted context
 7. ``_normalize``      the result, once
 8. ``_check_output``   structured payload against the output schema
@@ -42,7 +43,18 @@ from .errors import (
     ToolFailed,
 )
 from .policy import Mode, Policy, PolicyDecision
-from .receipts import Certainty, Outcome, PolicyRecord, Receipt, ReceiptError, StartRecord, fast_construct, new_id, utc_now
+from .receipts import (
+    RECEIPT_VERSION,
+    Certainty,
+    Outcome,
+    PolicyRecord,
+    Receipt,
+    ReceiptError,
+    StartRecord,
+    fast_construct,
+    new_id,
+    utc_now,
+)
 from .result import DetailedResult, ToolResult, normalize
 from .scheduler import Reservation, Scheduler
 from .sink import ExecutionJournalSink, FanoutSink
@@ -139,9 +151,13 @@ class ToolExecutor:
     # -- the pipeline -----------------------------------------------------
 
     async def execute_detailed(
-        self, tool: ToolDefinition, params: Any, context: ToolExecutionContext | None = None
+        self, tool: ToolDefinition, params: Any, context: ToolExecutionContext | None = None, *,
+        receipt_id: str | None = None,
     ) -> DetailedResult:
-        call = self._capture_identity(tool, context or _EMPTY_CTX)
+        """Run ``tool`` through the pipeline. ``receipt_id``: an id the caller
+        assigned beforehand (a task names its receipt before the handler runs);
+        by default a fresh one."""
+        call = self._capture_identity(tool, context or _EMPTY_CTX, receipt_id)
         cancelled_exc = anyio.get_cancelled_exc_class()
         try:
             self._capture(call, params)
@@ -186,8 +202,8 @@ class ToolExecutor:
             return await self._settle(call, "failed", "unknown", exc)
         return await self._settle(call, "succeeded", "known", None)
 
-    def _capture_identity(self, tool: ToolDefinition, ctx: ToolExecutionContext) -> _Call:
-        return _Call(tool=tool, ctx=ctx, receipt_id=new_id("rcpt"), started_at=utc_now(), t0=time.perf_counter())
+    def _capture_identity(self, tool: ToolDefinition, ctx: ToolExecutionContext, receipt_id: str | None = None) -> _Call:
+        return _Call(tool=tool, ctx=ctx, receipt_id=receipt_id or new_id("rcpt"), started_at=utc_now(), t0=time.perf_counter())
 
     def _capture(self, call: _Call, params: Any) -> None:
         if params is None:
@@ -239,8 +255,10 @@ class ToolExecutor:
     async def _persist_start(self, call: _Call) -> None:
         if self._sink is None:
             return
+        cap = call.tool.capability
         await self._sink.on_start(
-            StartRecord(
+            fast_construct(StartRecord, dict(
+                v=RECEIPT_VERSION,
                 receipt_id=call.receipt_id,
                 tool=call.tool.name,
                 spec_sha256=call.tool.spec_sha256,
@@ -248,7 +266,10 @@ class ToolExecutor:
                 started_at=call.started_at,
                 principal=call.ctx.principal,
                 parent_receipt_id=call.ctx.parent_receipt_id,
-            )
+                # A declared read has no effect to have intended: the durable
+                # journal skips its start (the receipt is still durable before delivery).
+                read_only=cap is not None and cap.effect == "read",
+            ))
         )
 
     async def _invoke(self, call: _Call) -> None:

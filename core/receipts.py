@@ -37,7 +37,7 @@ import os
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .canonical import canonical_json
 
@@ -124,7 +124,13 @@ def fast_construct(cls: type[BaseModel], data: dict[str, Any]) -> Any:
 
 
 class StartRecord(BaseModel):
-    """What the executor persists before it enters a handler."""
+    """What the executor persists before it enters a handler.
+
+    ``read_only`` (not persisted: it is not part of the record's format) tells
+    a durable sink that the tool's capability declares no effect
+    (``effect: "read"``), so no start needs to be durable before its handler:
+    there is no effect to have intended. Observers still see every start.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -136,6 +142,7 @@ class StartRecord(BaseModel):
     started_at: str
     principal: str | None = None
     parent_receipt_id: str | None = None
+    read_only: bool = Field(default=False, exclude=True)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -18,7 +18,7 @@ from .policy import Mode, Policy
 from .result import DetailedResult
 from .scheduler import Scheduler
 from .sink import ExecutionJournalSink
-from .tool import ToolDefinition
+from .tool import ToolDefinition, describe_object
 
 
 class ToolRegistry:
@@ -37,6 +37,7 @@ class ToolRegistry:
             policy=policy, mode=mode, scheduler=scheduler, journal=journal, max_parallel=max_parallel
         )
         self._tools: dict[str, ToolDefinition] = {}
+        self._sources: dict[str, str] = {}
         self._parent: ToolRegistry | None = None
         self._filter: tuple[frozenset[str] | None, frozenset[str] | None] = (None, None)
         for t in tools:
@@ -44,24 +45,41 @@ class ToolRegistry:
 
     # -- contents ---------------------------------------------------------
 
-    def register(self, tool: ToolDefinition) -> ToolDefinition:
+    def register(self, tool: ToolDefinition, *, source: str | None = None) -> ToolDefinition:
+        """Add ``tool``. ``source`` (e.g. ``"--module mytools:registry"``) is named if its name is taken twice."""
         if self._parent is not None:
             raise ToolDefinitionError("a projection is a read-only view: register tools on the registry it came from")
         if not isinstance(tool, ToolDefinition):
-            raise ToolDefinitionError(f"register() takes a ToolDefinition, got {type(tool).__name__}")
+            hint = " (decorate it with @tool or build it with define_tool)" if callable(tool) else ""
+            raise ToolDefinitionError(f"register() takes a ToolDefinition, got {describe_object(tool)}{hint}")
+        where = _origin(tool, source)
         if tool.name in self._tools:
-            raise DuplicateTool(f"a tool named {tool.name!r} is already registered")
+            first = self._sources.get(tool.name, "?")
+            raise DuplicateTool(
+                f"a tool named {tool.name!r} is already registered (from {first}); this one is from {where}. "
+                "Rename one, or load the tools once",
+                details={"tool": tool.name, "sources": [first, where]},
+            )
         self._tools[tool.name] = tool
+        self._sources[tool.name] = where
         return tool
+
+    def source_of(self, name: str) -> str | None:
+        """Where the tool ``name`` came from, as given to :meth:`register` (or its handler's module)."""
+        if self._parent is not None:
+            return self._parent.source_of(name)
+        return self._sources.get(name)
 
     def unregister(self, name: str) -> ToolDefinition:
         """Remove the tool named ``name`` (a mounted upstream withdrew it); calls already running finish."""
         if self._parent is not None:
             raise ToolDefinitionError("a projection is a read-only view: unregister tools on the registry it came from")
         try:
-            return self._tools.pop(name)
+            removed = self._tools.pop(name)
         except (KeyError, TypeError):
             raise ToolNotFound(f"unknown tool {name!r}", details={"tool": str(name)}) from None
+        self._sources.pop(name, None)
+        return removed
 
     def _visible(self) -> dict[str, ToolDefinition]:
         if self._parent is None:
@@ -101,6 +119,7 @@ class ToolRegistry:
         view = ToolRegistry.__new__(ToolRegistry)
         view.executor = self.executor
         view._tools = {}
+        view._sources = {}
         view._parent = self
         view._filter = (frozenset(names) if names is not None else None, frozenset(tags) if tags is not None else None)
         return view
@@ -140,6 +159,14 @@ class ToolRegistry:
         from .providers import to_gemini
 
         return to_gemini(self.list())
+
+
+def _origin(tool: ToolDefinition, source: str | None) -> str:
+    fn: Any = tool.handler
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    defined = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+    return f"{source} ({defined})" if source else defined
 
 
 __all__ = ["ToolRegistry", "OpenFunctionsError"]

@@ -62,6 +62,11 @@ class Capability(BaseModel):
     exclusively. ``parallel_safe`` is a reviewed claim that a read tool may
     share the parallel pool. ``required_scopes`` non-empty means the tool
     requires authority: it runs only when a policy validated the binding.
+    ``task_support`` says whether an MCP server may run a call of it as a
+    task (the tasks extension): ``forbidden`` (the default: always answered
+    synchronously), ``optional`` (long calls become tasks for clients that
+    declared the extension), ``required`` (clients that did not declare it
+    are refused).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -71,6 +76,7 @@ class Capability(BaseModel):
     idempotent: bool = False
     required_scopes: tuple[str, ...] = ()
     requires_verification: bool = False
+    task_support: Literal["forbidden", "optional", "required"] = "forbidden"
 
     @property
     def requires_authority(self) -> bool:
@@ -110,7 +116,10 @@ class ToolDefinition:
         if self.annotations is not None:
             out["annotations"] = self.annotations.to_wire()
         if self.capability is not None:
-            out["capability"] = self.capability.model_dump(mode="json")
+            cap = self.capability.model_dump(mode="json")
+            if cap["task_support"] == "forbidden":  # the default stays out: older specs keep their digest
+                del cap["task_support"]
+            out["capability"] = cap
         return out
 
     @cached_property
@@ -225,13 +234,16 @@ _CTX_NAMES = {"ctx", "context"}
 
 
 def tool(
-    name: str | None = None,
+    name: str | Callable[..., Any] | None = None,
     *,
     description: str | None = None,
     output_schema: Mapping[str, Any] | type[BaseModel] | None | Literal["auto"] = "auto",
     **kwargs: Any,
-) -> Callable[[Callable[..., Any]], ToolDefinition]:
+) -> Any:
     """Decorator: derive a tool from a function's signature and type hints.
+
+    All three spellings work: ``@tool``, ``@tool()``/``@tool("name", ...)``,
+    and ``tool(fn)`` (which returns the :class:`ToolDefinition` at once).
 
     Parameters become the input schema (via pydantic); a parameter named
     ``ctx``/``context`` or annotated ``ToolExecutionContext`` receives the
@@ -240,8 +252,15 @@ def tool(
     (the MCP SDK's convention). The docstring is the description.
     """
 
+    if name is not None and not callable(name) and not isinstance(name, str):
+        raise ToolDefinitionError(f"tool(): the name must be a string, got {describe_object(name)}")
+    tool_name = name if isinstance(name, str) else None
+
     def decorate(fn: Callable[..., Any]) -> ToolDefinition:
         from .context import ToolExecutionContext
+
+        if not callable(fn):
+            raise ToolDefinitionError(f"@tool decorates a function, got {describe_object(fn)}")
 
         sig = inspect.signature(fn)
         hints = get_type_hints(fn)
@@ -293,7 +312,7 @@ def tool(
         handler.__wrapped__ = fn  # type: ignore[attr-defined]
         doc = inspect.getdoc(fn) or ""
         return define_tool(
-            name=name or fn.__name__,
+            name=tool_name or fn.__name__,
             description=description if description is not None else doc,
             input_schema=in_schema,
             handler=handler,
@@ -301,7 +320,21 @@ def tool(
             **kwargs,
         )
 
+    if callable(name):  # bare ``@tool`` or ``tool(fn)``: the function came in place of the name
+        return decorate(name)
     return decorate
+
+
+def describe_object(obj: Any) -> str:
+    """How an error names an object a caller passed: its kind and, where it has one, its qualified name."""
+    kind = type(obj).__name__
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    module = getattr(obj, "__module__", None)
+    if isinstance(qual, str):
+        where = f"{module}.{qual}" if isinstance(module, str) and module not in ("builtins", "__main__") else qual
+        return f"{kind} {where!r}"
+    text = repr(obj)
+    return f"{kind} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
 __all__ = ["ToolDefinition", "ToolAnnotations", "Capability", "Effect", "define_tool", "tool", "TOOL_NAME_RE"]

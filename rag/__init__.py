@@ -1,1 +1,32 @@
-"""Retrieval over ingested documents, served as tools. Being built (issue 13)."""
+"""openfunctions.rag: retrieval over ingested documents, served as tools.
+
+Usage::
+
+    from openfunctions.rag import open_rag, create_tools
+
+    rag = await open_rag()                                 # embedded: <cwd>/.data/store/rag/, lexical embedder
+    rag = await open_rag(url="postgresql://...", embedder="minilm")   # pgvector HNSW, a real model
+    await rag.ingest("handbook.md", text, source="docs/handbook.md")  # again, unchanged: a no-op
+    hits = await rag.search("how do I rotate keys?", k=5)             # [{chunk_id, text, score, ...}]
+    registry = ToolRegistry(create_tools(rag))             # rag_ingest, rag_search, rag_get_chunk, ...
+
+Command line: ``openfunctions-mcp rag ingest PATH...`` / ``rag search QUERY``.
+See docs/STATE.md.
+"""
+
+from openfunctions.store import Embedder, LexicalEmbedder, MiniLMEmbedder, create_embedder
+
+from ._chunk import Chunker
+from ._errors import ChunkNotFound, DocumentTooLarge, IndexMismatch, InvalidRagInput, RagError, RagNotOpen
+from ._index import PgVectorIndex, StoreIndex
+from ._profile import RagProfile, build_rag_profile
+from ._rag import IngestResult, Rag, open_rag
+from ._tools import create_rag_tools
+
+create_tools = create_rag_tools  # the seed's rag.createTools()
+
+__all__ = [
+    "ChunkNotFound", "Chunker", "DocumentTooLarge", "Embedder", "IndexMismatch", "IngestResult", "InvalidRagInput",
+    "LexicalEmbedder", "MiniLMEmbedder", "PgVectorIndex", "Rag", "RagError", "RagNotOpen", "RagProfile", "StoreIndex",
+    "build_rag_profile", "create_embedder", "create_rag_tools", "create_tools", "open_rag",
+]

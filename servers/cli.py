@@ -2,10 +2,12 @@
 
 With no arguments it serves the ``tools`` profile over stdio with the
 per-user data directory — what an MCP host (Claude Desktop, …) launches.
+Options without a command are ``serve``'s (``openfunctions-mcp --profile
+work`` is ``openfunctions-mcp serve --profile work``).
 
 Exit codes: 0 done; 1 unexpected failure; 2 bad usage or configuration
 (unknown profile, unloadable --module, unreadable token, profile not in
-this build); 3 the data dir's journal slots are all held by other servers;
+this build, HTTP port already in use, unknown $OPENFUNCTIONS_LOG_LEVEL); 3 the data dir's journal slots are all held by other servers;
 128+N (130 for SIGINT, 143 for SIGTERM) a second SIGINT/SIGTERM forced the
 shutdown: calls still running were cancelled instead of finishing.
 """
@@ -23,6 +25,15 @@ from typing import Any
 
 DEFAULT_PORT = 8000
 DEFAULT_PATH = "/mcp"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_LEVEL_ENV = "OPENFUNCTIONS_LOG_LEVEL"
+# What the bare command (no sub-command, only options) means: serve. These stay top-level options.
+_TOP_LEVEL_OPTIONS = {"-h", "--help", "--version"}
+
+
+def _env_log_level() -> str:
+    # Not validated here (argparse does not check defaults against choices): _cmd_serve does, naming the variable.
+    return os.environ.get(LOG_LEVEL_ENV, "").strip().lower() or "warning"
 
 
 def default_data_dir() -> Path:
@@ -96,6 +107,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="accepted Origin header with --allowed-host (repeatable)")
     t.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="N",
                    help="largest accepted message: stdio line or HTTP body (default: %(default)s = 4 MiB)")
+    _add_http_limits(p)
     t.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled "
                         "(default: %(default)s)")
@@ -106,8 +118,52 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                         f"currently {default_data_dir()}; env OPENFUNCTIONS_MCP_DATA_DIR overrides)")
     d.add_argument("--no-journal", action="store_true",
                    help="do not journal executions (receipts are still returned, but not durable)")
-    d.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="warning",
-                   help="stderr log level (default: %(default)s); stdout never carries logs")
+    d.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=_env_log_level(),
+                   help="stderr log level, any case (default: $OPENFUNCTIONS_LOG_LEVEL, else warning); human-readable "
+                        "lines on a terminal, JSON lines otherwise; stdout never carries logs")
+
+
+def _count_or_off(text: str) -> int | None:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number (0: no limit), got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more, got {value}")
+    return value or None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _add_http_limits(p: argparse.ArgumentParser) -> None:
+    """HTTP operating limits (docs/SERVERS.md, "Operating limits")."""
+    from . import _http_guard as g
+
+    h = p.add_argument_group("HTTP limits (see docs/SERVERS.md, 'Operating limits')")
+    h.add_argument("--max-sessions", type=_count_or_off, default=g.DEFAULT_MAX_SESSIONS, metavar="N",
+                   help="open MCP sessions at most; past it a new session gets 503 (0: no limit; default: %(default)s)")
+    h.add_argument("--max-sessions-per-principal", type=_count_or_off, default=g.DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+                   metavar="N", help="open sessions per authenticated principal, or per client address without auth "
+                                     "(0: no limit; default: %(default)s)")
+    h.add_argument("--session-idle-timeout", type=_seconds, default=g.DEFAULT_SESSION_IDLE_TIMEOUT, metavar="SECONDS",
+                   help="a session with no request in flight for this long is closed (default: %(default)s)")
+    h.add_argument("--max-connections", type=int, default=g.DEFAULT_MAX_CONNECTIONS, metavar="N",
+                   help="open connections at most; past it a connection gets 503 and is closed (default: %(default)s, "
+                        "lowered to fit the open-file limit)")
+    h.add_argument("--header-timeout", type=_seconds, default=g.DEFAULT_HEADER_TIMEOUT, metavar="SECONDS",
+                   help="a connection must send a complete request head within this long (default: %(default)s)")
+    h.add_argument("--body-timeout", type=_seconds, default=g.DEFAULT_BODY_TIMEOUT, metavar="SECONDS",
+                   help="a POST body must arrive within this long (default: %(default)s)")
+    h.add_argument("--keep-alive-timeout", type=int, default=g.DEFAULT_KEEP_ALIVE_TIMEOUT, metavar="SECONDS",
+                   help="an idle keep-alive connection is closed after this long (default: %(default)s)")
 
 
 def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
@@ -141,6 +197,9 @@ def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
     demo.add_argument("--data-dir", type=Path, metavar="DIR",
                       help="data dir for the demo server (default: a fresh temporary dir)")
     demo.add_argument("--catalog", metavar="PATH", help="work catalog, passed to the server (work/all profiles)")
+    demo.add_argument("--keep", action="store_true",
+                      help="keep the temporary data dir (journal, artifacts, work state) to look at afterwards; "
+                           "a --data-dir you give is always kept")
     demo.set_defaults(func=_cmd_demo)
 
     for name in _CONTRIBUTED:
@@ -158,6 +217,7 @@ def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
 _CONTRIBUTED = {
     "journal": ("openfunctions.core.journal.cli", "openfunctions.core", "inspect and verify journals (read-only, no lock taken)"),
     "grant": ("openfunctions.work.cli", "openfunctions.work", "issue, list and revoke work grants"),
+    "work": ("openfunctions.work.attempts_cli", "openfunctions.work", "resolve and inspect uncertain work operations"),
     "runs": ("openfunctions.agents.cli", "openfunctions.agents", "list, show and follow agent run records"),
     "rag": ("openfunctions.rag.cli", "openfunctions.rag", "ingest documents and search them"),
     "gateway": ("openfunctions.providers.cli", "openfunctions.providers", "check the upstream MCP servers a gateway mounts"),
@@ -206,7 +266,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from .errors import DataDirLocked, ShutdownForced
 
+    if args.log_level not in LOG_LEVELS:
+        print(f"openfunctions-mcp: ${LOG_LEVEL_ENV}={os.environ.get(LOG_LEVEL_ENV)!r} is not a log level: use one of "
+              f"{', '.join(LOG_LEVELS)}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level)
+    if args.module:
+        _import_from_cwd()
     try:
         return anyio.run(_serve, args)
     except ShutdownForced as exc:
@@ -227,13 +293,16 @@ async def _serve(args: argparse.Namespace) -> int:
     from .runtime import run_stdio
     from .server import create_mcp_server
 
-    data_dir = (args.data_dir or default_data_dir()).expanduser()
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from .journaling import prepare_data_dir
+
+    data_dir = prepare_data_dir((args.data_dir or default_data_dir()).expanduser())
     token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)
     if token and args.transport != "http":
         from .errors import AuthConfigError
 
         raise AuthConfigError("--auth-token-env/--auth-token-file apply to --transport http only")
+    if args.transport == "http":
+        _check_port_free(args.host, args.port)
     profile = build_profile(
         args.profile,
         data_dir=data_dir,
@@ -259,8 +328,15 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         await profile.start()
         if args.transport == "stdio":
+            if sys.stdin.isatty():
+                print(f"openfunctions-mcp: serving the '{profile.name}' profile on stdio, waiting for an MCP client "
+                      "on stdin. An MCP host (Claude Desktop, ...) launches this command itself; to try it by hand, "
+                      "run `openfunctions-mcp demo`. Ctrl-C to quit.", file=sys.stderr, flush=True)
             await run_stdio(server, max_message_bytes=args.max_message_bytes)
         else:
+            auth = "on (Authorization: Bearer <token>)" if token else "off"
+            print(f"openfunctions-mcp: serving the '{profile.name}' profile over streamable HTTP at "
+                  f"http://{_url_host(args.host)}:{args.port}{args.path} (auth {auth})", file=sys.stderr, flush=True)
             await serve_http(
                 server,
                 host=args.host,
@@ -273,22 +349,65 @@ async def _serve(args: argparse.Namespace) -> int:
                 max_body_bytes=args.max_message_bytes,
                 retry_interval=args.sse_retry_ms,
                 log_level=args.log_level,
+                max_sessions=args.max_sessions,
+                max_sessions_per_principal=args.max_sessions_per_principal,
+                session_idle_timeout=args.session_idle_timeout,
+                body_timeout=args.body_timeout,
+                header_timeout=args.header_timeout,
+                keep_alive_timeout=args.keep_alive_timeout,
+                max_connections=args.max_connections,
             )
     finally:
         await profile.aclose()
     return 0
 
 
+def _import_from_cwd() -> None:
+    """Let ``--module mytools:registry`` find ``mytools.py`` in the current directory, as ``python -m`` would.
+
+    A console script's ``sys.path[0]`` is its bin/ directory, not the current one.
+    """
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail with one line (exit 2) when the HTTP port is taken, before uvicorn would (with a traceback, exit 1).
+
+    Binds the way uvicorn does (SO_REUSEADDR), so a port in TIME_WAIT is not reported as taken.
+    """
+    import errno
+    import socket
+
+    from openfunctions.core.errors import ConfigurationError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigurationError(f"port {port} on {host} is already in use: stop what holds it or pass "
+                                         "another --port") from None
+            raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(profile=args.profile, data_dir=args.data_dir, catalog=args.catalog)
+    return run_demo(profile=args.profile, data_dir=args.data_dir, catalog=args.catalog, keep=args.keep)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        argv = ["serve"]
+    if not argv or (argv[0].startswith("-") and argv[0].split("=", 1)[0] not in _TOP_LEVEL_OPTIONS):
+        argv = ["serve", *argv]  # the bare command serves: `openfunctions-mcp --profile work` is `serve --profile work`
     # Import a contributed sub-CLI only when its command is the one given (no top-level option takes a value).
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(load=(command,) if command in _CONTRIBUTED else ())

@@ -46,6 +46,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from openfunctions.core import ToolError, ToolExecutionContext, ToolRegistry, ToolResult, define_tool
 
+from ._tasks import TASK_METADATA_KEY
 from .server import REQUEST_CONTEXT_KEY
 
 log = structlog.get_logger("openfunctions.servers.conformance")
@@ -494,6 +495,92 @@ _CUSTOM_HEADERS_INPUT = {
 REQUIRED_CLIENT_CAPABILITIES_META = "dev.openfunctions/requiredClientCapabilities"
 
 
+# -- tasks fixtures (io.modelcontextprotocol/tasks, SEP-2663) -----------------------
+#
+# Task-capable tools run through the executor like any other; the server decides
+# whether a call becomes a task. These fixtures ask for it explicitly
+# (``escalate``) so the suite's timing-sensitive checks are deterministic, and ask
+# for input mid-task through ``request_input`` (``tasks/update`` answers it).
+
+_TASK_OPTIONAL = {**_FIXTURE, "task_support": "optional"}
+_TASK_REQUIRED = {**_FIXTURE, "task_support": "required"}
+
+
+def _task(ctx: ToolExecutionContext) -> Any:
+    return ctx.metadata.get(TASK_METADATA_KEY)
+
+
+async def _slow_compute(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+    seconds = float(params.get("seconds", 1))
+    task = _task(ctx)
+    if seconds > 0 and task is not None:
+        await task.escalate()
+    await anyio.sleep(seconds)
+    return ToolResult.text(f"computed {params.get('label', 'result')!s} after {seconds:g}s")
+
+
+async def _failing_job(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+    task = _task(ctx)
+    if task is not None:
+        await task.escalate()
+    await anyio.sleep(1)
+    return ToolResult.text("failing_job failed as designed: the job reported an error", is_error=True)
+
+
+async def _protocol_error_job(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+    task = _task(ctx)
+    if task is not None:
+        await task.escalate()
+    raise RuntimeError("protocol_error_job crashed as designed")
+
+
+def _confirm_request(message: str, fields: dict[str, str]) -> dict[str, Any]:
+    return {
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {k: {"type": t} for k, t in fields.items()},
+                                "required": list(fields)},
+        },
+    }
+
+
+async def _confirm_delete(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+    task = _task(ctx)
+    filename = str(params.get("filename"))
+    if task is None:
+        return ToolResult.text(f"not deleting {filename}: confirming needs the tasks extension", is_error=True)
+    answers = await task.request_input({"confirm": _confirm_request(f"Delete {filename}?", {"confirm": "boolean"})})
+    if _accepted(answers["confirm"], "confirm"):
+        return ToolResult.text(f"deleted {filename} (nothing real: a conformance fixture)")
+    return ToolResult.text(f"kept {filename}")
+
+
+async def _multi_input(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+    task = _task(ctx)
+    if task is None:
+        return ToolResult.text("multi_input asks two questions at once: it needs the tasks extension", is_error=True)
+    answers = await task.request_input({
+        "name": _confirm_request("What is your name?", {"name": "string"}),
+        "confirm": _confirm_request("Confirm?", {"confirm": "boolean"}),
+    })
+    return ToolResult.text(f"name={_accepted(answers['name'], 'name')} confirm={_accepted(answers['confirm'], 'confirm')}")
+
+
+async def _tool_with_task(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+    # SEP-2663 + SEP-2322: gather input synchronously (an InputRequiredResult), then become a task.
+    responses, _ = _mrtr_inputs(ctx)
+    if "user_name" not in responses:
+        return _input_required({"user_name": _elicit_request("What is your name?", "name")})
+    name = _accepted(responses["user_name"], "name")
+    task = _task(ctx)
+    if task is not None:
+        await task.escalate()
+    await anyio.sleep(0.2)
+    return ToolResult.text(f"Hello, {name}! (answered before the task, finished inside it)")
+
+
 def _list_change_trigger(bus: InMemorySubscriptionBus, event: Any, what: str) -> Any:
     """A diagnostic hook: announce a list change on every ``subscriptions/listen`` stream.
 
@@ -521,6 +608,7 @@ def _fixture(
     *,
     tags: tuple[str, ...] = (),
     meta: dict[str, Any] | None = None,
+    capability: dict[str, Any] | None = None,
 ) -> Any:
     return define_tool(
         name=name,
@@ -530,7 +618,7 @@ def _fixture(
         tags=("conformance", *tags),
         meta=meta,
         annotations={"read_only_hint": True, "open_world_hint": False},
-        capability=_FIXTURE,
+        capability=capability or _FIXTURE,
     )
 
 
@@ -604,6 +692,23 @@ def conformance_tools(bus: InMemorySubscriptionBus | None = None) -> list[Any]:
             "greet", "Greets by name; a plain synchronous tool (the tasks scenarios' sync fixture)", _greet,
             {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
         ),
+        _fixture(
+            "slow_compute", "Sleeps `seconds` then answers; a task when seconds > 0 (tasks fixture)", _slow_compute,
+            {"type": "object", "properties": {"seconds": {"type": "number", "minimum": 0}, "label": {"type": "string"}}},
+            capability=_TASK_OPTIONAL,
+        ),
+        _fixture("failing_job", "Runs only as a task; reports a tool error after about a second", _failing_job,
+                 capability=_TASK_REQUIRED),
+        _fixture("protocol_error_job", "A task whose handler crashes (a protocol-level failure)", _protocol_error_job,
+                 capability=_TASK_OPTIONAL),
+        _fixture(
+            "confirm_delete", "Asks the user to confirm through the task (input_required), then answers", _confirm_delete,
+            {"type": "object", "properties": {"filename": {"type": "string"}}, "required": ["filename"]},
+            capability=_TASK_OPTIONAL,
+        ),
+        _fixture("multi_input", "Asks two questions at once through the task", _multi_input, capability=_TASK_OPTIONAL),
+        _fixture("test_tool_with_task", "Asks for a name (input required), then finishes as a task", _tool_with_task,
+                 tags=(MRTR_TAG,), capability=_TASK_REQUIRED),
         _fixture("test_trigger_tool_change", "Announces a tools list change to listening clients",
                  _list_change_trigger(bus, ToolsListChanged(), "tools")),
         _fixture("test_trigger_prompt_change", "Announces a prompts list change to listening clients",

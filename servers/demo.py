@@ -154,19 +154,44 @@ async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> 
             _say(f"  receipt: outcome={bad_receipt.get('outcome')} handler_started={bad_receipt.get('handler_started')}")
         if any(n.startswith("of_work_") for n in names):
             await _work_walkthrough(client)
+    if profile in ("agents", "all"):  # the agents layer's own part: an agent answering with the host's model
+        from openfunctions.agents.demo import demo_session as agents_demo
+
+        await agents_demo(data_dir, _say)
     journal_dir = data_dir / "journal"
     if journal_dir.is_dir():
         names = sorted(p.name for p in journal_dir.glob("*.journal"))
         _say(f"\nexecution journal (every call above, fsynced before its reply): {', '.join(names)} in {journal_dir}")
-    _say("\nAdd it to an MCP host: see claude_desktop_config.example.json (command: uvx openfunctions-mcp)")
+    _say("\nAdd it to an MCP host: see claude_desktop_config.example.json "
+         "(command: uvx --from /path/to/openfunctions-mcp openfunctions-mcp)")
     return 0
 
 
-def run_demo(*, profile: str = "tools", data_dir: Path | None = None, catalog: str | None = None) -> int:
+def run_demo(*, profile: str = "tools", data_dir: Path | None = None, catalog: str | None = None,
+             keep: bool = False) -> int:
+    """Run the demo. A ``data_dir`` given is used and kept; else a fresh temporary one, deleted unless ``keep``."""
     if data_dir is not None:
-        return anyio.run(_session, profile, Path(data_dir), catalog)
+        rc = anyio.run(_session, profile, Path(data_dir), catalog)
+        _say(f"\ndata directory kept (you chose it): {data_dir}")
+        _say_how_to_look(Path(data_dir))
+        return rc
+    if keep:
+        kept = Path(tempfile.mkdtemp(prefix="openfunctions-demo-"))
+        rc = anyio.run(_session, profile, kept, catalog)
+        _say(f"\ndata directory kept (--keep): {kept}")
+        _say_how_to_look(kept)
+        return rc
     with tempfile.TemporaryDirectory(prefix="openfunctions-demo-") as tmp:
-        return anyio.run(_session, profile, Path(tmp), catalog)
+        rc = anyio.run(_session, profile, Path(tmp), catalog)
+    _say(f"\ndeleted the demo's temporary data directory {tmp} (run `openfunctions-mcp demo --keep` to keep it)")
+    return rc
+
+
+def _say_how_to_look(data_dir: Path) -> None:
+    journals = sorted((data_dir / "journal").glob("*.journal"))
+    if journals:
+        _say(f"  look at it:  openfunctions-mcp journal inspect {journals[0]}")
+        _say(f"               openfunctions-mcp journal tail {journals[0]}")
 
 
 __all__ = ["run_demo"]

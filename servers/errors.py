@@ -29,6 +29,12 @@ class AuthConfigError(ConfigurationError):
     code = "auth_config_invalid"
 
 
+class DataDirUnusable(ConfigurationError):
+    """The data dir is a file, cannot be created, or does not take a written and fsynced file (read-only, full, no permission)."""
+
+    code = "data_dir_unusable"
+
+
 class DataDirLocked(ServerError):
     """Every journal slot of a profile in a data dir is held by another live server."""
 
@@ -52,4 +58,4 @@ class ShutdownForced(ServerError):
         self.signum = int(signum)
 
 
-__all__ = ["ServerError", "ProfileUnavailable", "ToolLoadError", "AuthConfigError", "DataDirLocked", "ShutdownForced"]
+__all__ = ["ServerError", "ProfileUnavailable", "ToolLoadError", "AuthConfigError", "DataDirLocked", "DataDirUnusable", "ShutdownForced"]

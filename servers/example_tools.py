@@ -88,29 +88,55 @@ def _now(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return out
 
 
+def _shown(rel: str, limit: int = 80) -> str:
+    """The caller's path as quoted in an error: repr'd and cut short (it may be 100 KB of anything)."""
+    text = repr(rel)
+    return text if len(text) <= limit else text[: limit - 5] + "...'"
+
+
 def _list_dir_handler(root: Path):
     root = root.resolve()
+
+    def fail(rel: str, why: str) -> ToolError:
+        # Never the absolute root or the exception's own text (it embeds the full path).
+        return ToolError(f"path {_shown(rel)} {why}", effect_happened=False)
 
     def list_dir(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
         rel = params.get("path", ".") or "."
         limit = params.get("limit", 200)
-        target = (root / rel).resolve()
+        try:
+            target = (root / rel).resolve()
+        except (OSError, ValueError, RuntimeError):  # NUL byte, unencodable, too long, symlink loop
+            raise fail(rel, "is not a usable path") from None
         if target != root and root not in target.parents:
-            raise ToolError(f"path {rel!r} is outside the allowed root", effect_happened=False)
-        if not target.is_dir():
-            raise ToolError(f"path {rel!r} is not a directory under the root", effect_happened=False)
-        entries = []
-        with os.scandir(target) as it:
-            for e in sorted(it, key=lambda e: e.name):
-                if len(entries) >= limit:
-                    break
-                kind = "dir" if e.is_dir(follow_symlinks=False) else "symlink" if e.is_symlink() else "file"
-                size = e.stat(follow_symlinks=False).st_size if kind == "file" else None
-                entries.append({"name": e.name, "type": kind, "size": size})
+            raise fail(rel, "is outside the allowed root")
+        try:
+            if not target.is_dir():
+                raise fail(rel, "is not a directory under the root")
+            entries = []
+            with os.scandir(target) as it:
+                for e in sorted(it, key=lambda e: e.name):
+                    if len(entries) >= limit:
+                        break
+                    entries.append(_entry(e))
+        except ToolError:
+            raise
+        except (OSError, ValueError) as exc:
+            why = os.strerror(exc.errno).lower() if isinstance(exc, OSError) and exc.errno else "is not a usable path"
+            raise fail(rel, f"cannot be listed: {why}") from None
         shown = "." if target == root else str(target.relative_to(root))
         return {"path": shown, "entries": entries, "truncated": len(entries) >= limit}
 
     return list_dir
+
+
+def _entry(e: os.DirEntry[str]) -> dict[str, Any]:
+    try:
+        kind = "dir" if e.is_dir(follow_symlinks=False) else "symlink" if e.is_symlink() else "file"
+        size = e.stat(follow_symlinks=False).st_size if kind == "file" else None
+    except OSError:  # removed while listing: still named, its details unknown
+        return {"name": e.name, "type": "unknown", "size": None}
+    return {"name": e.name, "type": kind, "size": size}
 
 
 def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinition]:

@@ -1,8 +1,16 @@
 """Streamable HTTP: the SDK's session manager in a Starlette app, served by uvicorn.
 
 Defaults are the safe ones: bind ``127.0.0.1``; Host/Origin checked against
-DNS rebinding (loopback names only, unless ``allowed_hosts`` widens it);
-request bodies over ``max_body_bytes`` (4 MiB) refused with 413.
+DNS rebinding, by exact ``host[:port]`` matching (loopback names on this
+server's port only, unless ``allowed_hosts`` widens it); request bodies over
+``max_body_bytes`` (4 MiB) refused with 413; a request carrying both
+``Content-Length`` and ``Transfer-Encoding`` refused with 400 and its
+connection closed; a request whose ``id`` is not a string or an integer
+answered ``-32600``. Operating limits, each with a safe default (see
+``_http_guard`` and docs/SERVERS.md "Operating limits"): sessions in all and
+per principal, session idle timeout, connections, request-head, body and
+keep-alive timeouts. ``GET /healthz`` answers 200, or 503 while the
+execution journal is failed.
 
 Optional bearer-token auth: every request must carry
 ``Authorization: Bearer <token>`` (compared in constant time), else 401 with
@@ -47,6 +55,21 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ._constants import PRINCIPAL_SCOPE_KEY
 from ._event_store import MemoryEventStore
+from ._http_guard import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_KEEP_ALIVE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+    HEALTH_PATH,
+    GuardedH11Protocol,
+    HostRules,
+    RequestGuard,
+    SessionLimits,
+    clamp_connections,
+)
 from ._signals import ShutdownWatch
 from .errors import AuthConfigError
 from .server import OpenFunctionsServer
@@ -126,21 +149,27 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def _security(host: str, allowed_hosts: list[str] | None, allowed_origins: list[str] | None) -> TransportSecuritySettings | None:
+def _host_rules(host: str, port: int | None, allowed_hosts: list[str] | None, allowed_origins: list[str] | None) -> HostRules | None:
     if allowed_hosts:
-        return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=list(allowed_hosts),
-            allowed_origins=list(allowed_origins or []),
-        )
+        return HostRules.build(list(allowed_hosts), list(allowed_origins or []))
     if host in LOOPBACK:
-        return None  # the SDK's loopback defaults: 127.0.0.1:*, localhost:*, [::1]:*
+        return HostRules.loopback(port)
     log.warning(
         "dns_rebinding_protection_off",
         host=host,
         hint="binding a non-loopback address without --allowed-host: Host/Origin headers are not checked",
     )
-    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return None
+
+
+async def _health(server: OpenFunctionsServer) -> dict[str, Any]:
+    """``GET /healthz``: 200 ``{"status": "ok"}``, or 503 naming what is failing (a failed journal)."""
+    journal = server.journal
+    check = getattr(journal, "health", None)
+    if check is None:
+        return {"status": "ok"}
+    report = await check()
+    return {"status": "ok" if report.get("status") == "ok" else "failing", "journal": report}
 
 
 def create_http_app(
@@ -156,6 +185,11 @@ def create_http_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     event_store: MemoryEventStore | bool = True,
     retry_interval: int | None = DEFAULT_SSE_RETRY_MS,
+    port: int | None = None,
+    max_sessions: int | None = DEFAULT_MAX_SESSIONS,
+    max_sessions_per_principal: int | None = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+    session_idle_timeout: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> Any:
     """The ASGI app serving ``server`` at ``path`` (its lifespan runs the session manager).
 
@@ -164,6 +198,15 @@ def create_http_app(
     bounds, or ``False`` for none. Ignored with ``stateless=True`` (no session
     to resume). ``retry_interval``: the reconnection delay in milliseconds
     sent in each stream's priming event (``None``: leave it to the client).
+
+    ``port``: the port clients reach the server on; with the loopback
+    defaults, ``Host`` and ``Origin`` must name it (``None``: any port).
+    ``max_sessions`` (all callers), ``max_sessions_per_principal`` (one
+    authenticated principal, or one client address without auth) and
+    ``session_idle_timeout`` (seconds without a request in flight) bound the
+    stateful sessions; ``None`` lifts a bound. ``body_timeout``: seconds a
+    POST body may take to arrive. ``GET /healthz`` answers 200, or 503 while
+    the execution journal is failed.
     """
     if retry_interval is not None and retry_interval < 0:
         raise ValueError(f"retry_interval must be >= 0 milliseconds, got {retry_interval}")
@@ -173,42 +216,49 @@ def create_http_app(
         stateless_http=stateless,
         json_response=json_response,
         host=host,
-        transport_security=_security(host, allowed_hosts, allowed_origins),
+        # Host/Origin are checked by RequestGuard (exact matching); the SDK
+        # still checks POST Content-Type with protection off.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=max_body_bytes,
+        max_sessions=max_sessions,
+        session_idle_timeout=session_idle_timeout,
         # The SDK wants a store to switch resumability on; each session then
         # gets its own view of it (see _scope_event_store_per_session).
         event_store=store.for_session("") if store is not None else None,
         retry_interval=retry_interval if store is not None else None,
     )
-    if store is not None:
-        _scope_event_store_per_session(server.lowlevel.session_manager, store)
+    limits = SessionLimits(max_sessions_per_principal)
+    if not stateless:
+        on_admit = _event_store_scoper(store) if store is not None else None
+        limits.install(server.lowlevel.session_manager, on_admit)
+        app = limits.middleware(app)
     if auth_token:
         app = BearerAuth(app, auth_token, server.principal or "bearer")
-    return app
+    return RequestGuard(
+        app,
+        rules=_host_rules(host, port, allowed_hosts, allowed_origins),
+        health=partial(_health, server),
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+    )
 
 
-def _scope_event_store_per_session(manager: Any, store: MemoryEventStore) -> None:
+def _event_store_scoper(store: MemoryEventStore) -> Callable[[Any], None]:
     """Give each new session's transport its own view of ``store``; drop its events when it goes.
 
     The SDK hands one store to every session, but names streams after
     JSON-RPC request ids that every session reuses; a flat store would replay
     one session's messages to another. The SDK has no per-session hook, so
-    this wraps the manager's session admission (private API, checked here
-    and by tests/servers/test_http_resume.py).
+    this runs on its session admission (private API, wrapped by
+    :class:`SessionLimits` and checked by tests/servers/test_http_resume.py).
     """
-    admit = getattr(manager, "_admit_session", None)
-    if admit is None:
-        raise RuntimeError("this mcp SDK version has no StreamableHTTPSessionManager._admit_session; cannot scope the SSE event store per session")
 
-    def admit_scoped(*args: Any, **kwargs: Any) -> Any:
-        transport = admit(*args, **kwargs)
-        if transport is not None:
-            session_id = transport.mcp_session_id
-            transport._event_store = store.for_session(session_id)
-            weakref.finalize(transport, store.drop_session, session_id)
-        return transport
+    def scope(transport: Any) -> None:
+        session_id = transport.mcp_session_id
+        transport._event_store = store.for_session(session_id)
+        weakref.finalize(transport, store.drop_session, session_id)
 
-    manager._admit_session = admit_scoped
+    return scope
 
 
 class _Uvicorn(uvicorn.Server):
@@ -227,6 +277,9 @@ async def serve_http(
     log_level: str = "warning",
     shutdown_grace: float = 2.0,
     handle_signals: bool = True,
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+    keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
     **app_options: Any,
 ) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM/SIGINT; then drain, stop, close.
@@ -238,12 +291,22 @@ async def serve_http(
     ``stateless``, ``auth_token``, ``event_store``, ...), passed on as given:
     that function alone names and checks them. ``host`` is both the bind
     address and what the app's Host-header check is based on.
+
+    Connection limits (below the app): ``header_timeout`` seconds for a
+    connection to deliver a complete request head (from connecting or from
+    its previous response); ``keep_alive_timeout`` seconds an idle
+    keep-alive connection stays open; ``max_connections`` open connections
+    at most (a connection past it gets 503 and is closed; lowered to fit the
+    open-file limit).
     """
-    app = create_http_app(server, host=host, **app_options)
+    app = create_http_app(server, host=host, port=port, **app_options)
+    protocol = GuardedH11Protocol.configured(max_connections=clamp_connections(max_connections), header_timeout=header_timeout)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=protocol,
+        timeout_keep_alive=keep_alive_timeout,
         log_level=log_level,
         access_log=False,
         lifespan="on",
@@ -288,4 +351,5 @@ __all__ = [
     "MemoryEventStore",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_SSE_RETRY_MS",
+    "HEALTH_PATH",
 ]

@@ -80,8 +80,10 @@ def _as_tools(obj: Any, where: str) -> ToolRegistry | list[ToolDefinition]:
         return obj
     if isinstance(obj, ToolDefinition):
         return [obj]
+    if getattr(obj, "openfunctions_kind", None) is not None:  # an agent or crew: the agents layer serves it
+        return []
     if isinstance(obj, Iterable) and not isinstance(obj, (str, bytes, dict)):
-        items = list(obj)
+        items = [t for t in obj if getattr(t, "openfunctions_kind", None) is None]
         bad = [type(t).__name__ for t in items if not isinstance(t, ToolDefinition)]
         if bad:
             raise ToolLoadError(f"{where}: expected ToolDefinition items, found {', '.join(sorted(set(bad)))}")
@@ -108,40 +110,47 @@ def load_module_tools(spec: str) -> ToolRegistry | list[ToolDefinition]:
     return _as_tools(obj, f"--module {spec}")
 
 
-def load_entry_point_tools() -> list[ToolRegistry | list[ToolDefinition]]:
-    out = []
+def load_entry_point_tools(*, labeled: bool = False) -> list[Any]:
+    """The tools of every ``openfunctions.tools`` entry point; with ``labeled``, ``(source, part)`` pairs."""
+    out: list[Any] = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
         except Exception as exc:
             raise ToolLoadError(f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r} failed to load: {exc}") from None
-        out.append(_as_tools(obj, f"entry point {ep.name} ({ep.value})"))
+        where = f"entry point {ep.name} ({ep.value})"
+        out.append((where, _as_tools(obj, where)) if labeled else _as_tools(obj, where))
     return out
 
 
-def _merge(parts: list[ToolRegistry | list[ToolDefinition]]) -> ToolRegistry:
-    """One registry from several parts. A single registry part is served as is (its policy and mode kept)."""
-    registries = [p for p in parts if isinstance(p, ToolRegistry)]
-    if len(parts) == 1 and registries:
+def _merge(parts: list[Any]) -> ToolRegistry:
+    """One registry from several parts. A single registry part is served as is (its policy and mode kept).
+
+    A part may be ``(source, part)``: ``source`` (``--module x:y``, ``entry point z``) is named when two
+    parts bring the same tool name.
+    """
+    labeled = [p if isinstance(p, tuple) else (None, p) for p in parts]
+    registries = [p for _, p in labeled if isinstance(p, ToolRegistry)]
+    if len(labeled) == 1 and registries:
         return registries[0]
     policies = {id(r.executor.policy): r for r in registries if r.executor.policy is not None}
     if len(policies) > 1:
         raise ToolLoadError("several tool sources bring their own policy; serve them in separate servers")
     base = next(iter(policies.values()), None)
     merged = ToolRegistry(policy=base.executor.policy, mode=base.executor.mode) if base is not None else ToolRegistry()
-    for p in parts:
+    for source, p in labeled:
         for t in p.list() if isinstance(p, ToolRegistry) else p:
-            merged.register(t)
+            merged.register(t, source=source)
     return merged
 
 
 def _tools_parts(modules: Iterable[str], files_root: str | Path | None, examples: bool) -> list[Any]:
     parts: list[Any] = []
     if examples:
-        parts.append(example_tools(files_root=files_root))
+        parts.append(("the example tools", example_tools(files_root=files_root)))
     for spec in modules:
-        parts.append(load_module_tools(spec))
-    parts.extend(load_entry_point_tools())
+        parts.append((f"--module {spec}", load_module_tools(spec)))
+    parts.extend(load_entry_point_tools(labeled=True))
     return parts
 
 
@@ -291,7 +300,7 @@ def build_profile(
         # The work tools must share the executor of the steps they run
         # (reservations, journal): build them into the same registry and
         # expose a projection of it.
-        if any(base is p for p in parts):  # never register into the caller's own registry
+        if any(base is (p[1] if isinstance(p, tuple) else p) for p in parts):  # never register into the caller's own registry
             ex = base.executor
             base = ToolRegistry(base.list(), policy=ex.policy, mode=ex.mode)
         shown = {t.name for t in base.list()}

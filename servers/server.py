@@ -28,6 +28,11 @@ not through the executor (they are not tools and carry no receipts).
 Handlers that need the raw MCP request (logging, sampling, elicitation —
 the conformance fixtures) find the SDK's ``ServerRequestContext`` in
 ``ctx.metadata["mcp.request_context"]``.
+
+Tasks (``io.modelcontextprotocol/tasks``, SEP-2663): a tool whose capability
+declares ``task_support`` may answer a ``tools/call`` with a durable task
+(``tasks/get``, ``tasks/update``, ``tasks/cancel``); see ``_tasks.py``. The
+task journal sits beside the execution journal and survives restarts.
 """
 
 from __future__ import annotations
@@ -48,11 +53,25 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
+from pydantic import Field
 
 from openfunctions.core import InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
 
 from ._constants import PRINCIPAL_SCOPE_KEY, RECEIPT_META_KEY
 from ._outstanding import Outstanding
+from ._tasks import (
+    DEFAULT_POLL_INTERVAL_MS,
+    DEFAULT_TASK_AFTER_S,
+    DEFAULT_TTL_MS,
+    EXTENSION_ID,
+    TASK_METADATA_KEY,
+    TaskHandle,
+    TaskManager,
+    check_routing_header,
+    declared_tasks,
+    missing_extension,
+    tasks_path,
+)
 
 log = structlog.get_logger("openfunctions.servers")
 
@@ -79,6 +98,14 @@ _RESOURCE_NOT_FOUND_LEGACY = -32002
 Transport = AbstractAsyncContextManager[tuple[Any, Any]]
 """A transport: an async context manager yielding ``(read_stream, write_stream)``
 (e.g. ``mcp.server.stdio.stdio_server()`` or :func:`openfunctions.servers.stdio_transport`)."""
+
+
+class _TaskParams(types.RequestParams):
+    task_id: Any = Field(default=None, alias="taskId")
+
+
+class _TaskUpdateParams(_TaskParams):
+    input_responses: Any = Field(default=None, alias="inputResponses")
 
 
 @dataclass
@@ -119,6 +146,49 @@ async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
+def _sampling_hook(ctx: Any) -> dict[str, Any]:
+    """The host's model for ``openfunctions.adapters.SamplingAdapter``, as plain values (core and agents never see MCP).
+
+    ``openfunctions.sampling``: the client's declared ``sampling`` capability
+    as a dict (``{"tools": {}}`` = sampling with tools), or ``None``;
+    ``openfunctions.sampler``: sends one ``sampling/createMessage`` (wire-form
+    params dict) on this request and returns the result as a wire-form dict.
+    A connection without a back-channel (stateless 2026-07-28) raises
+    ``SamplingUnavailable`` naming it.
+    """
+    caps = getattr(ctx.session, "client_capabilities", None)
+    sampling = getattr(caps, "sampling", None)
+
+    async def sample(params: dict[str, Any]) -> dict[str, Any]:
+        import warnings
+
+        from mcp.shared.exceptions import NoBackChannelError
+
+        p = types.CreateMessageRequestParams.model_validate(params)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # sampling is deprecated in 2026-07-28 (SEP-2577), current before it
+                result = await ctx.session.create_message(
+                    p.messages, max_tokens=p.max_tokens, system_prompt=p.system_prompt, temperature=p.temperature,
+                    stop_sequences=p.stop_sequences, model_preferences=p.model_preferences, tools=p.tools,
+                    tool_choice=p.tool_choice, related_request_id=ctx.request_id,
+                )
+        except NoBackChannelError:
+            from openfunctions.adapters import SamplingUnavailable
+
+            raise SamplingUnavailable(
+                f"this MCP connection (protocol {ctx.protocol_version}) has no channel for server-initiated "
+                "sampling requests; connect with a handshake-era protocol (2025-11-25 or earlier) to lend the "
+                "server your model, or give the agent its own model"
+            ) from None
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    return {
+        "openfunctions.sampler": sample,
+        "openfunctions.sampling": None if sampling is None else sampling.model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+
+
 class OpenFunctionsServer:
     """An MCP server serving one registry. Build it with :func:`create_mcp_server`.
 
@@ -142,6 +212,9 @@ class OpenFunctionsServer:
         journal_dir: Path | str | None = None,
         profile: str = "tools",
         close_timeout: float = 10.0,
+        task_ttl_s: float = DEFAULT_TTL_MS / 1000,
+        task_after_s: float = DEFAULT_TASK_AFTER_S,
+        task_poll_interval_s: float = DEFAULT_POLL_INTERVAL_MS / 1000,
     ) -> None:
         self.registry = registry
         self.name = name
@@ -187,6 +260,13 @@ class OpenFunctionsServer:
             return default_options(notification_options or NotificationOptions(tools_changed=True), *a, **kw)
 
         self.lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
+        self.tasks = TaskManager(
+            ttl_ms=int(task_ttl_s * 1000), poll_interval_ms=max(1, int(task_poll_interval_s * 1000)), task_after_s=task_after_s
+        )
+        self.lowlevel.extensions[EXTENSION_ID] = {}
+        self.lowlevel.add_request_handler("tasks/get", _TaskParams, self._on_tasks_get)
+        self.lowlevel.add_request_handler("tasks/update", _TaskUpdateParams, self._on_tasks_update)
+        self.lowlevel.add_request_handler("tasks/cancel", _TaskParams, self._on_tasks_cancel)
 
     # -- registration (resources and prompts) -------------------------------
 
@@ -247,8 +327,35 @@ class OpenFunctionsServer:
             from .journaling import open_execution_journal
 
             self.journal, self.journal_file = await open_execution_journal(self._journal_dir, self.profile)
+            try:
+                await self._open_tasks(self.journal, self.journal_file)
+            except BaseException:
+                await self.journal.close()
+                self.journal = None
+                raise
             # Durable journal first: observers after it see only persisted starts.
             self.registry.executor.add_sink(self.journal, first=True)
+
+    async def _open_tasks(self, journal: Any, journal_file: Path) -> None:
+        """Open the task journal beside ``journal_file``; settle tasks the last process left running."""
+        from openfunctions.core.journal import recovered_receipt
+
+        recovered = {r.receipt_id: r for r in journal.recovered}
+
+        def find(ids: set[str]) -> dict[str, Any]:
+            found: dict[str, Any] = {}
+            for r in journal.receipts():
+                if r.receipt_id in ids:
+                    found[r.receipt_id] = r
+            return found
+
+        async def write_receipt(start: dict[str, Any]) -> dict[str, Any]:
+            receipt = recovered_receipt(start)
+            await journal.on_settled(receipt)
+            return receipt.to_dict()
+
+        await self.tasks.open(tasks_path(journal_file), recovered_receipts=recovered, find_receipts=find,
+                              write_receipt=write_receipt)
 
     async def __aenter__(self) -> "OpenFunctionsServer":
         await self.start()
@@ -264,6 +371,7 @@ class OpenFunctionsServer:
     async def drain(self, timeout: float | None = None) -> bool:
         """Stop admitting and wait for running calls; True if all finished within ``timeout``."""
         self._closing = True
+        self.tasks.shutdown()
         self.registry.executor.scheduler.close("the server is shutting down")
         if self._inflight.empty.is_set():
             return True
@@ -295,6 +403,7 @@ class OpenFunctionsServer:
                 log.warning("close_cancelling_calls", count=self.in_flight, timeout_s=self.close_timeout)
                 await self.cancel_in_flight()
             self._closed = True
+            await self.tasks.close()
             if self.journal is not None:
                 self.registry.executor.remove_sink(self.journal)
                 try:
@@ -331,6 +440,9 @@ class OpenFunctionsServer:
             entry = {k: spec[k] for k in _LISTED_SPEC_KEYS if k in spec}
             if t.meta:
                 entry["_meta"] = t.meta
+            support = t.capability.task_support if t.capability is not None else "forbidden"
+            if support != "forbidden":
+                entry["execution"] = {"taskSupport": support}
             wire.append(entry)
         result = {"tools": wire, **_LIST_ENVELOPE}
         self._tools_cache = (key, result)
@@ -359,15 +471,19 @@ class OpenFunctionsServer:
             return scope[PRINCIPAL_SCOPE_KEY]
         return self.principal
 
-    def _execution_context(self, ctx: Any) -> ToolExecutionContext:
+    def _execution_context(self, ctx: Any, task: TaskHandle | None = None) -> ToolExecutionContext:
         # The session's reporter is scoped to this request and is a no-op when
         # the client asked for no progress (no progressToken): always wire it.
         progress = ctx.session.report_progress
+        metadata: dict[str, Any] = {REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version, **_sampling_hook(ctx)}
+        if task is not None:
+            metadata[TASK_METADATA_KEY] = task
+            progress = _task_progress(task, progress)
         return ToolExecutionContext(
             principal=self._principal_for(ctx),
             scopes=self.scopes,
             request_id=None if ctx.request_id is None else str(ctx.request_id),
-            metadata={REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version},
+            metadata=metadata,
             progress=progress,
         )
 
@@ -379,6 +495,12 @@ class OpenFunctionsServer:
         except ToolNotFound as exc:
             msg = exc.message[0].upper() + exc.message[1:]
             raise MCPError(INVALID_PARAMS, msg, data=exc.to_dict()) from None
+        support = tool.capability.task_support if tool.capability is not None else "forbidden"
+        if support != "forbidden":
+            if declared_tasks(ctx):
+                return await self._call_maybe_task(tool, params, ctx)
+            if support == "required":
+                raise missing_extension(f"tool {name!r} runs only as a task: it")
         tctx = self._execution_context(ctx)
         scope = anyio.CancelScope()
         self._inflight.add(scope)
@@ -388,6 +510,30 @@ class OpenFunctionsServer:
                 detailed = await self.registry.executor.execute_detailed(tool, params.arguments, tctx)
         finally:
             self._inflight.discard(scope)
+        return self._call_result(name, ctx, detailed)
+
+    async def _call_maybe_task(self, tool: Any, params: types.CallToolRequestParams, ctx: Any) -> dict[str, Any]:
+        """Run the call; answer synchronously if it ends soon, else as a durable task (``_tasks.py``)."""
+        run = self.tasks.new_run(tool.name, self._principal_for(ctx))
+        tctx = self._execution_context(ctx, TaskHandle(run))
+        executor = self.registry.executor
+        self._inflight.add(run.scope)
+        self.tasks.start(
+            run,
+            lambda: executor.execute_detailed(tool, params.arguments, tctx, receipt_id=run.receipt_id),
+            on_exit=lambda r: self._inflight.discard(r.scope),
+        )
+        try:
+            task = await self.tasks.wait_or_create(run)
+        except BaseException:
+            if run.task_id is None:  # the request went away before a task existed: so does the call
+                run.scope.cancel()
+            raise
+        if task is None:
+            return self._call_result(tool.name, ctx, run.detailed)
+        return self.tasks.create_result(task)
+
+    def _call_result(self, name: str, ctx: Any, detailed: Any) -> dict[str, Any]:
         if detailed is None:  # cancelled by close() after the grace period
             return {
                 "content": [{"type": "text", "text": f"tool {name!r} was cancelled: the server shut down before it finished"}],
@@ -401,7 +547,7 @@ class OpenFunctionsServer:
         ):
             raise MCPError(
                 INVALID_PARAMS,
-                f"Invalid arguments for tool {name!r}: {detailed.error.message}",
+                _invalid_arguments_message(name, detailed.error.message),
                 data={**detailed.error.to_dict(), "receipt": receipt},
             )
         result = detailed.result
@@ -411,6 +557,32 @@ class OpenFunctionsServer:
         if result.is_error:
             out["isError"] = True
         return out
+
+    # -- tasks (io.modelcontextprotocol/tasks) -----------------------------------
+
+    def _task_for(self, ctx: Any, params: _TaskParams, method: str) -> Any:
+        if not declared_tasks(ctx):
+            raise missing_extension(method)
+        check_routing_header(ctx, params.task_id)
+        return self.tasks.lookup(params.task_id, self._principal_for(ctx))
+
+    async def _on_tasks_get(self, ctx: Any, params: _TaskParams) -> dict[str, Any]:
+        task = self._task_for(ctx, params, "tasks/get")
+        return {**self.tasks.detailed(task), "resultType": "complete"}
+
+    async def _on_tasks_update(self, ctx: Any, params: _TaskUpdateParams) -> dict[str, Any]:
+        task = self._task_for(ctx, params, "tasks/update")
+        responses = params.input_responses
+        if not isinstance(responses, Mapping):
+            raise MCPError(INVALID_PARAMS, "tasks/update needs params.inputResponses: an object of key -> response",
+                           data={"taskId": task.task_id})
+        await self.tasks.update(task, responses)
+        return {"resultType": "complete"}
+
+    async def _on_tasks_cancel(self, ctx: Any, params: _TaskParams) -> dict[str, Any]:
+        task = self._task_for(ctx, params, "tasks/cancel")
+        self.tasks.cancel(task)
+        return {"resultType": "complete"}
 
     # -- resources -----------------------------------------------------------
 
@@ -497,6 +669,27 @@ class OpenFunctionsServer:
         return rendered
 
 
+def _task_progress(task: TaskHandle, request_progress: Any) -> Any:
+    """Progress goes to the request while the call is synchronous, and into the task's status message after."""
+
+    async def report(progress: float, total: float | None = None, message: str | None = None) -> None:
+        if task.task_id is None:
+            await request_progress(progress, total, message)
+        else:
+            text = f"{progress:g}" + (f"/{total:g}" if total is not None else "") + (f": {message}" if message else "")
+            await task.set_message(text)
+
+    return report
+
+
+def _invalid_arguments_message(name: str, message: str) -> str:
+    """``Invalid arguments for tool 'x': <why>``, said once (the error's own message may already name the tool)."""
+    prefix = f"invalid arguments for tool {name!r}: "
+    if message.lower().startswith(prefix.lower()):
+        message = message[len(prefix):]
+    return f"Invalid arguments for tool {name!r}: {message}"
+
+
 def create_mcp_server(registry: ToolRegistry, **options: Any) -> OpenFunctionsServer:
     """Build an MCP server that serves ``registry``: ``options`` are :class:`OpenFunctionsServer`'s.
 
@@ -504,7 +697,11 @@ def create_mcp_server(registry: ToolRegistry, **options: Any) -> OpenFunctionsSe
     every call's trusted context (HTTP bearer auth may set the principal per
     request). ``journal_dir`` is the data dir whose ``journal/`` receives the
     execution journal (``None``: no journal — the registry's own sink, if any,
-    still runs). ``close_timeout``: how long running calls may finish on close.
+    still runs; tasks are then kept in memory only). ``close_timeout``: how
+    long running calls may finish on close. Tasks: ``task_ttl_s`` (how long a
+    task and its result are kept after creation, default one day),
+    ``task_after_s`` (a task-capable call still running after this becomes a
+    task, default 1 s), ``task_poll_interval_s`` (the polling hint, 1 s).
     """
     return OpenFunctionsServer(registry, **options)
 

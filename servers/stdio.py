@@ -52,6 +52,10 @@ _READ_CHUNK = 1 << 16
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+#: Deepest array/object nesting the SDK's message adapter accepts (its JSON
+#: parser's recursion limit); deeper lines get -32600 naming the limit.
+MAX_NESTING = 200
 
 
 def _dup_high(fd: int) -> int:
@@ -74,28 +78,91 @@ def _error_line(request_id: Any, code: int, message: str, data: Any = None) -> b
     return (json.dumps({"jsonrpc": "2.0", "id": request_id, "error": err}) + "\n").encode("utf-8")
 
 
-def classify_bad_line(line: bytes) -> bytes:
-    """The JSON-RPC error response for a line the message adapter rejected."""
+def _valid_id(value: Any) -> bool:
+    """JSON-RPC ids are strings or integers (a bool is not an integer here; a float like 1.0 is not either)."""
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def _loads(line: bytes) -> Any:
+    """``json.loads`` that reports a too-deep document as :class:`_TooDeep` instead of a RecursionError."""
     try:
-        value = json.loads(line)
+        return json.loads(line)
+    except RecursionError:
+        raise _TooDeep from None
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _too_deep_line(request_id: Any) -> bytes:
+    return _error_line(
+        request_id,
+        INVALID_REQUEST,
+        f"Invalid Request: the message is nested too deeply (more than {MAX_NESTING} levels of arrays/objects)",
+        {"max_nesting": MAX_NESTING},
+    )
+
+
+def classify_bad_line(line: bytes, error: Exception | None = None) -> bytes:
+    """The JSON-RPC error response for a line the message adapter rejected.
+
+    ``error`` is the adapter's exception, if any: its "recursion limit"
+    verdict names a too-deep message (the adapter stops at about
+    :data:`MAX_NESTING` levels; Python's own parser fails near 1,000 with a
+    RecursionError, which must never escape this function).
+    """
+    too_deep = error is not None and "recursion limit" in str(error)
+    try:
+        value = _loads(line)
+    except _TooDeep:
+        return _too_deep_line(None)
     except (ValueError, UnicodeDecodeError) as exc:
         return _error_line(None, PARSE_ERROR, f"Parse error: the line is not valid JSON ({exc})")
     if isinstance(value, list):
         return _error_line(None, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported by MCP")
     rid = value.get("id") if isinstance(value, dict) else None
-    if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+    if not _valid_id(rid):
         rid = None
+    if too_deep:
+        return _too_deep_line(rid)
     if not isinstance(value, dict):
         why = f"a JSON-RPC message must be an object, got {type(value).__name__}"
     elif value.get("jsonrpc") != "2.0":
         why = 'the "jsonrpc" member must be exactly "2.0"'
     elif "method" in value and not isinstance(value["method"], str):
         why = 'the "method" member must be a string'
+    elif "id" in value and "method" in value and not _valid_id(value["id"]):
+        why = _invalid_id_reason(value["id"])
     elif "params" in value and not isinstance(value["params"], dict):
         why = 'the "params" member must be an object'
     else:
         why = "not a valid JSON-RPC 2.0 request, notification or response"
     return _error_line(rid, INVALID_REQUEST, f"Invalid Request: {why}")
+
+
+def _invalid_id_reason(value: Any) -> str:
+    shown = json.dumps(value)
+    if len(shown) > 40:
+        shown = shown[:37] + "..."
+    return f'the "id" member must be a string or an integer, got {shown}'
+
+
+def invalid_id_error(line: bytes) -> bytes | None:
+    """The -32600 answer for a line the adapter took for a notification but that carries an ``id``.
+
+    The SDK's message adapter reads ``{"id": null, "method": ...}`` (or an id
+    that is ``true``, ``1.5``, ``{}``, ``[1]``) as a notification, which is
+    never answered; JSON-RPC 2.0 says such a request is invalid and gets an
+    error with id null. ``None`` when the line really is a notification.
+    """
+    try:
+        value = _loads(line)
+    except (_TooDeep, ValueError, UnicodeDecodeError):
+        return None  # the adapter accepted it; it is not ours to re-judge
+    if isinstance(value, dict) and "id" in value:
+        return _error_line(None, INVALID_REQUEST, f"Invalid Request: {_invalid_id_reason(value['id'])}")
+    return None
 
 
 OnEof = Callable[[anyio.Event], Awaitable[None]]
@@ -161,14 +228,34 @@ async def stdio_transport(
             return
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except Exception:
-            await emit(classify_bad_line(line))
+        except Exception as exc:
+            await emit(classify_bad_line(line, exc))
             return
         if isinstance(message, types.JSONRPCRequest):
             pending.add(message.id)
-        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
-            pending.discard((message.params or {}).get("requestId"))
+        elif isinstance(message, types.JSONRPCNotification):
+            # Rare next to requests, so the second parse costs little.
+            refusal = invalid_id_error(line)
+            if refusal is not None:
+                await emit(refusal)
+                return
+            if message.method == "notifications/cancelled":
+                params = message.params if isinstance(message.params, dict) else {}
+                rid = params.get("requestId")
+                if _valid_id(rid):  # an object/array id would not even be hashable
+                    pending.discard(rid)
         await read_send.send(SessionMessage(message))
+
+    async def handle_line_safely(line: bytes) -> None:
+        # One line must never end the transport: whatever escapes is logged
+        # and answered as an internal error (no exception text on the wire).
+        try:
+            await handle_line(line)
+        except (anyio.get_cancelled_exc_class(), anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise
+        except Exception as exc:
+            log.error("stdio_line_failed", error_type=type(exc).__name__, exc_info=exc)
+            await emit(_error_line(None, INTERNAL_ERROR, "Internal error: the server could not process this message"))
 
     chunk_send, chunk_recv = anyio.create_memory_object_stream[bytes](4)
     token = anyio.lowlevel.current_token()
@@ -210,11 +297,11 @@ async def stdio_transport(
                     if len(buf) > max_message_bytes:
                         await emit(_oversized(max_message_bytes))
                     else:
-                        await handle_line(bytes(buf))
+                        await handle_line_safely(bytes(buf))
                     buf.clear()
                 start = nl + 1
         if buf and not discarding:
-            await handle_line(bytes(buf))
+            await handle_line_safely(bytes(buf))
 
     async def reader() -> None:
         threading.Thread(target=read_stdin, name="openfunctions-stdin", daemon=True).start()
@@ -305,4 +392,4 @@ def _oversized(limit: int) -> bytes:
     )
 
 
-__all__ = ["stdio_transport", "DEFAULT_MAX_MESSAGE_BYTES", "classify_bad_line"]
+__all__ = ["stdio_transport", "DEFAULT_MAX_MESSAGE_BYTES", "MAX_NESTING", "classify_bad_line", "invalid_id_error"]

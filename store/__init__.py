@@ -1,1 +1,68 @@
-"""Key-value stores: local files and PostgreSQL behind one async interface. Being built (issue 13)."""
+"""openfunctions.store: one async key-value interface, two backends, and embedders.
+
+- :func:`create_store` (local: a journal in ``<data_dir>/store/<name>/``,
+  crash-safe, one owning process) and :func:`create_pg_store` (PostgreSQL
+  through a psycopg 3 pool; schema created and migrated by the store).
+- :func:`open_store` picks one from a URL (``postgresql://...``) or a data dir.
+- Embedders (:class:`LexicalEmbedder`, the dependency-free default;
+  :class:`MiniLMEmbedder`, a real local model) for memory and RAG.
+
+Usage::
+
+    store = await create_store("notes")                 # <cwd>/.data/store/notes/
+    e = await store.put("a", {"n": 1})                  # durable when it returns
+    await store.compare_and_set("a", e.version, {"n": 2})
+    async with store.transaction() as tx:
+        await tx.put("b", 1); await tx.delete("a")
+    page = await store.list("prefix/", limit=50)
+    await store.aclose()
+
+See docs/STATE.md.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ._api import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, Entry, Store, Transaction
+from ._embed import Embedder, LexicalEmbedder, MiniLMEmbedder, create_embedder
+from ._errors import (
+    Conflict,
+    InvalidKey,
+    InvalidValue,
+    SchemaTooNew,
+    StoreClosed,
+    StoreCorrupt,
+    StoreError,
+    StoreFailed,
+    StoreLocked,
+    StoreUnavailable,
+    StoreUnsafe,
+    ValueTooLarge,
+)
+from ._local import LocalStore, create_store, default_data_dir
+from ._pg import PgStore, apply_migrations, create_pg_store, open_pool, redact_dsn
+
+
+def is_database_url(url: Any) -> bool:
+    return isinstance(url, str) and url.split(":", 1)[0] in ("postgresql", "postgres")
+
+
+async def open_store(name: str, *, url: str | None = None, data_dir: str | os.PathLike[str] | None = None,
+                     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Store:
+    """``create_pg_store(name, url)`` for a ``postgresql://`` URL, else ``create_store(name, data_dir)``."""
+    if url:
+        if not is_database_url(url):
+            raise StoreUnsafe(f"--store expects a postgresql:// URL, got {redact_dsn(url)!r}")
+        return await create_pg_store(name, url, max_value_bytes=max_value_bytes)
+    return await create_store(name, data_dir, max_value_bytes=max_value_bytes)
+
+
+__all__ = [
+    "Conflict", "DEFAULT_MAX_VALUE_BYTES", "Embedder", "Entry", "InvalidKey", "InvalidValue", "LexicalEmbedder",
+    "LocalStore", "MAX_KEY_BYTES", "MiniLMEmbedder", "PgStore", "SchemaTooNew", "Store", "StoreClosed",
+    "StoreCorrupt", "StoreError", "StoreFailed", "StoreLocked", "StoreUnavailable", "StoreUnsafe", "Transaction",
+    "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
+    "is_database_url", "open_pool", "open_store", "redact_dsn",
+]

@@ -8,6 +8,7 @@
   (:func:`build_work_tools`) and the server profile (:func:`build_work_profile`).
 """
 
+from . import records
 from .authority import Authority
 from .catalog import Catalog, ParamSpec, StepSpec
 from .controller import WorkController
@@ -21,6 +22,8 @@ from .errors import (
     GrantRevoked,
     InvalidTransition,
     LeaseHeld,
+    OperationUncertain,
+    StillRunning,
     LeaseLost,
     PathOutsideGrant,
     PlanInvalid,
@@ -32,8 +35,9 @@ from .errors import (
 from .grants import Grant, GrantStore
 from .lease import Lease, LeaseStore
 from .profile import WorkProfile, build_work_profile
-from .recovery import Recovered, replay, restore_plan
-from .state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation
+from .recovery import Recovered, interrupted, replay, restore_plan
+from .resolutions import ResolutionInbox
+from .state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold
 from .steps import build_step_tools, prepare_reconciliation, reconcile_readback
 from .tools import WORK_TOOL_NAMES, WorkTools, build_work_tools
 from .verification import Proof, VerifierReceipt, build_proof, check_completion, fingerprint
@@ -46,4 +50,5 @@ __all__ = [
     "WORK_TOOL_NAMES", "WorkController", "WorkError", "WorkProfile", "WorkTools", "build_proof", "build_step_tools",
     "build_work_profile", "build_work_tools", "check_completion", "fingerprint", "prepare_reconciliation",
     "reconcile_readback", "replay", "restore_plan",
+    "OperationUncertain", "StillRunning", "WorkState", "fold", "interrupted", "ResolutionInbox", "records",
 ]

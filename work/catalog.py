@@ -109,8 +109,11 @@ class ParamSpec:
             s["minLength"] = 1
             if self.pattern is not None:
                 # JSON Schema patterns are unanchored searches: anchor them so
-                # the operator's pattern constrains the whole value.
-                s["pattern"] = f"^(?:{self.pattern})$"
+                # the operator's pattern constrains the whole value. Not with
+                # "$": in Python's re it also matches before a final newline,
+                # so "hello\n" would pass [a-z]+; "(?![\s\S])" means the end
+                # of the string in both ECMA-262 and Python.
+                s["pattern"] = f"^(?:{self.pattern})(?![\\s\\S])"
         else:
             if self.minimum is not None:
                 s["minimum"] = self.minimum
@@ -199,6 +202,14 @@ class StepSpec:
                 f"invalid parameters for step {self.name!r}: {msg}",
                 details={"step": self.name, "violations": found[:20]},
             )
+        for p in self.params:
+            v = params.get(p.name)
+            if p.pattern is not None and isinstance(v, str) and re.fullmatch(p.pattern, v) is None:
+                # a second, independent check of the whole value (see ParamSpec.schema)
+                raise PlanInvalid(
+                    f"invalid parameters for step {self.name!r}: $.{p.name}: {v[:80]!r} does not match the pattern {p.pattern!r} as a whole",
+                    details={"step": self.name, "param": p.name, "pattern": p.pattern},
+                )
         out = dict(params)
         for p in self.params:
             if not p.required and p.name not in out:

@@ -12,33 +12,24 @@ Ordering of one effectful step (the crash-safety argument):
 1. intent durable in the attempt journal (operation id, step, input digest,
    lease generation, readback metadata from ``prepare_reconciliation``),
    written under the lease fence;
-2. the step's registry tool runs through ``registry.execute_detailed``;
-3. the outcome (status + receipt) is durable, again under the fence.
+2. the executor persists the call's start and the controller journals
+   ``dispatched`` (so "no dispatched" proves the handler never ran); a
+   command journals its process group (``spawned``) as soon as it exists;
+3. the step's registry tool runs through ``registry.execute_detailed``;
+4. the outcome (status + receipt) is durable, again under the fence.
 
-A crash between 1 and 3 leaves an intent without an outcome: recovery marks
-that operation ``unknown`` and the attempt ``blocked``; only reconciliation
-(a read-only oracle, run through the executor) can resolve it. Nothing is
-ever re-run blindly.
+A crash between 2 and 4 leaves an operation whose outcome is unknown; it is
+never re-run blindly: only a readback (reconciliation, refused while the
+command is still running) or an operator's resolution settles it, and it
+stays open across attempts (a new plan running the same non-idempotent step
+is refused until then).
 
-Attempt journal format, version 1 (docs/formats/work-attempts.md has the
-full table): one core journal segment per lease generation,
-``<data-dir>/work/attempts/g<generation:010d>.jsonl`` (kind ``attempt``);
-every record is appended under the lease fence and carries
-``lease_generation``. Record types and their ``data``:
-
-- ``lease_acquired`` {owner, generation, pid, catalog_digest}
-- ``preview_saved`` {preview_id, principal, plan, plan_digest, catalog_digest, artifact_id, created_at}
-- ``attempt_started`` {attempt_id, number, preview_id, principal, plan, plan_digest, catalog_digest}
-- ``intent`` {attempt_id, operation_id, plan_index, step, params, effect, input_digest, readback}
-- ``dispatched`` {attempt_id, operation_id, receipt_id}
-- ``outcome`` {attempt_id, operation_id, plan_index, step, effect, params, input_digest, status,
-  receipt, result_digest, artifacts, mutation_epoch, cursor, cancelled}
-- ``transition`` {attempt_id, from, to, reason?, mutation_epoch?}
-- ``verification`` {attempt_id, verificationId, passed, accepted, checks, fingerprintsStable,
-  mutation_epoch, proof, proofSummary, artifacts}
-- ``reconciliation`` {attempt_id, operation_id, step, verdict, status, evidence, receipt,
-  receipt_id, linked_receipt_id, linked_operation_id, mutation_epoch, cursor}
-- ``recovered`` {restored, unknown_operations}
+State: every record is built by :mod:`openfunctions.work.records` (the
+format table) and applied to :class:`~openfunctions.work.state.WorkState`
+by its ``apply``, right after it is durable; recovery folds the journal with
+the same ``apply``. Nothing else changes attempt state (the two in-memory
+exceptions, a lost lease and an unrecordable outcome, apply a record that
+the fenced journal refused, and stop this controller from writing again).
 
 Locks: ``_admission`` admits one lifecycle call at a time (the selected
 attempt has one writer). ``_lifecycle`` serializes state transitions with
@@ -52,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from openfunctions.artifacts import find_artifact_ids
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -72,6 +62,10 @@ from openfunctions.core import (
     with_child_execution,
 )
 
+from openfunctions.artifacts import find_artifact_ids
+
+from . import records as R
+from ._procs import boot_id, kill_and_wait, live_processes, start_ticks
 from .errors import (
     AttemptActive,
     AttemptNotFound,
@@ -81,19 +75,39 @@ from .errors import (
     GrantRevoked,
     InvalidTransition,
     LeaseLost,
+    OperationUncertain,
     PlanInvalid,
     ProofInvalid,
     ReconcileFailed,
     WorkError,
 )
 from .lease import Lease, LeaseStore
-from .recovery import Recovered, replay, restore_plan
-from .state import Attempt, Operation
+from .recovery import interrupted, restore_plan
+from .resolutions import ResolutionInbox
+from .state import Attempt, Operation, WorkState, check_transition, fold
 
 log = structlog.get_logger("openfunctions.work.controller")
 
 MAX_PLAN_STEPS = 200
 SEGMENT_DIR = "attempts"
+JOURNAL_KIND = "attempt"
+#: attribute set on an error raised after a step or verifier was dispatched
+#: (its effect may have happened): the tool layer reports it as uncertain
+DISPATCHED_ATTR = "work_dispatched"
+
+
+def _mark_dispatched(exc: BaseException) -> BaseException:
+    with contextlib.suppress(Exception):
+        setattr(exc, DISPATCHED_ATTR, True)
+    return exc
+
+
+class _Volatile:
+    """A record applied in memory only (the fenced journal refused it)."""
+
+    def __init__(self, rec: R.Rec) -> None:
+        self.type, self.data = rec
+        self.time = utc_now()
 
 
 class WorkController:
@@ -128,15 +142,16 @@ class WorkController:
         self.renew_every = renew_every if renew_every is not None else lease_ttl / 3.0
         self.lease: Lease | None = None
         self.lease_lost: LeaseLost | None = None
-        self.state = Recovered()
+        self.state = WorkState()
+        self.inbox = ResolutionInbox(self.root)
         self._journal: Any = None
         self._admission = anyio.Lock()
         self._lifecycle = anyio.Lock()
         self._renewer: asyncio.Task[None] | None = None
         self._renewals = 0
-        self._uncertain: Receipt | None = None
-        # the step being dispatched (attempt, operation, tool name) and its settled receipt
-        self._dispatch: tuple[Attempt, Operation, str] | None = None
+        # the call being dispatched: (attempt id, operation id, tool name, effectful)
+        self._dispatch: tuple[str, str, str, bool] | None = None
+        self._dispatch_rid: str | None = None
         self._dispatch_receipt: Receipt | None = None
         self._observer: _SettledObserver | None = None
         self._closed = False
@@ -166,7 +181,7 @@ class WorkController:
             await self._open()
 
     async def _open(self) -> None:
-        from openfunctions.core.journal import WorkAttemptJournal
+        from openfunctions.core.journal import JournalLog
 
         self.lease = await self.leases.acquire()  # LeaseHeld while another owner is live
         try:
@@ -174,12 +189,11 @@ class WorkController:
             seg = self.root / SEGMENT_DIR / f"g{self.lease.generation:010d}.jsonl"
             if seg.exists():
                 raise WorkError(f"attempt journal segment {seg} already exists for a new lease generation; refusing to reuse it")
-            self._journal = await WorkAttemptJournal.open(seg)
-            await self._record(
-                "lease_acquired",
-                {"owner": self.lease.owner, "generation": self.lease.generation, "pid": os.getpid(), "catalog_digest": self.catalog.digest},
-            )
+            self._journal = await JournalLog.open(seg, kind=JOURNAL_KIND)
+            await self._append(R.lease_acquired(owner=self.lease.owner, generation=self.lease.generation, pid=os.getpid(), catalog_digest=self.catalog.digest))
             await self._restore_lifecycle()
+            async with self._lifecycle:
+                await self._sync_resolutions()
         except BaseException:
             await self._close_journal()
             await self.leases.release(self.lease)
@@ -196,26 +210,23 @@ class WorkController:
             return []
         return sorted(p for p in d.iterdir() if p.name.startswith("g") and p.name.endswith(".jsonl"))
 
-    def _read_all(self) -> Recovered:
+    def _read_all(self) -> WorkState:
         from openfunctions.core.journal import read_records
 
         def records():
             for seg in self._segments():
                 yield from read_records(seg)
 
-        return replay(records())
+        return fold(records())
 
     async def _restore_lifecycle(self) -> None:
-        """Recovery step 5, under the controller's locks: apply and journal the restore transitions."""
-        plan = restore_plan(self.state)
+        """Journal what a restart concludes (see :mod:`.recovery`), then the lifecycle transitions, under the locks."""
+        unknown, not_started = interrupted(self.state)
         async with self._lifecycle:
-            for attempt_id, target, reason in plan:
+            if unknown or not_started:
+                await self._append(R.recovered(restored=[], unknown_operations=unknown, not_started_operations=not_started))
+            for attempt_id, target, reason in restore_plan(self.state):
                 await self._transition(self.state.attempts[attempt_id], target, reason)
-            if plan or self.state.unknown:
-                await self._record(
-                    "recovered",
-                    {"restored": [{"attempt_id": a, "to": t} for a, t, _ in plan], "unknown_operations": [o for _, o in self.state.unknown]},
-                )
 
     async def close(self) -> None:
         if self._closed:
@@ -272,33 +283,37 @@ class WorkController:
     def _block_in_memory(self, att: Attempt, reason: dict[str, Any]) -> None:
         """Block without a journal record (the journal refused it); a new holder's recovery decides durably."""
         if not att.terminal and att.state != "blocked":
-            att.transition("blocked", at=utc_now(), reason=reason)
+            self.state.apply(_Volatile(R.transition(attempt_id=att.attempt_id, from_=att.state, to="blocked", reason=reason)))
 
-    # == journal writes (always fenced) ========================================
+    # == journal writes (always fenced), each applied to the state once durable
 
-    async def _record(self, type_: str, data: dict[str, Any]) -> Any:
+    async def _append(self, rec: R.Rec) -> Any:
         if self.lease_lost is not None:
             raise self.lease_lost
         if self._journal is None:
             raise WorkError("the work controller is closed")
         assert self.lease is not None
-        try:
-            async with self.leases.fenced(self.lease):
-                return await self._journal.append(type_, {**data, "lease_generation": self.lease.generation})
-        except LeaseLost as exc:
-            self._lose_lease(exc)
-            raise
+        type_, data = rec
+        # A record is either durable and applied, or neither: a cancellation
+        # may not land between the append and the apply.
+        with anyio.CancelScope(shield=True):
+            try:
+                async with self.leases.fenced(self.lease):
+                    record = await self._journal.append(type_, {**data, "lease_generation": self.lease.generation})
+            except LeaseLost as exc:
+                self._lose_lease(exc)
+                raise
+            self.state.apply(record)
+        return record
+
+    async def _record(self, type_: str, data: dict[str, Any]) -> Any:
+        """Append a raw record (tests write interrupted histories with it)."""
+        return await self._append((type_, data))
 
     async def _transition(self, att: Attempt, target: str, reason: dict[str, Any] | None = None, **extra: Any) -> None:
-        """Check, journal, then apply one transition. Callers hold ``_lifecycle``."""
-        from .state import check_transition
-
+        """Check, journal (and so apply) one transition. Callers hold ``_lifecycle``."""
         check_transition(att.attempt_id, att.state, target)
-        data = {"attempt_id": att.attempt_id, "from": att.state, "to": target, **extra}
-        if reason:
-            data["reason"] = reason
-        rec = await self._record("transition", data)
-        att.transition(target, at=getattr(rec, "time", utc_now()), reason=reason)
+        await self._append(R.transition(attempt_id=att.attempt_id, from_=att.state, to=target, reason=reason, mutation_epoch=extra.get("mutation_epoch")))
 
     # == the executor observer =================================================
 
@@ -315,25 +330,29 @@ class WorkController:
         # The executor persisted the start and is about to enter the step's
         # handler: bind the operation to its receipt id durably, so a later
         # reconciliation can link to the original (never rewritten) receipt
-        # even if this process dies before the step settles. If this record
-        # cannot be written the executor refuses the call: nothing runs.
+        # even if this process dies before the step settles, and so that an
+        # intent without this record proves the handler never ran. If this
+        # record cannot be written the executor refuses the call: nothing runs.
         d = self._dispatch
-        if d is None or record.tool != d[2] or d[1].dispatch_receipt_id is not None:
+        if d is None or record.tool != d[2] or self._dispatch_rid is not None:
             return
-        att, op, _ = d
-        op.dispatch_receipt_id = record.receipt_id
-        if op.effect != "read":
-            await self._record("dispatched", {"attempt_id": att.attempt_id, "operation_id": op.operation_id, "receipt_id": record.receipt_id})
+        self._dispatch_rid = record.receipt_id
+        if d[3]:
+            await self._append(R.dispatched(attempt_id=d[0], operation_id=d[1], receipt_id=record.receipt_id))
 
     def _observe(self, receipt: Receipt) -> None:
-        # Runs inside the executor before the reservation is released: an
-        # uncertain step blocks any effect queued behind it right now, not
-        # after the outcome is journaled.
-        d = self._dispatch
-        if d is not None and receipt.receipt_id == d[1].dispatch_receipt_id:
+        if self._dispatch is not None and receipt.receipt_id == self._dispatch_rid:
             self._dispatch_receipt = receipt
-        if receipt.tool.startswith("of_step.") and receipt.certainty == "unknown":
-            self._uncertain = receipt
+
+    def _begin_dispatch(self, att: Attempt, op_id: str, spec: Any) -> None:
+        self._dispatch = (att.attempt_id, op_id, spec.tool_name, spec.effect != "read")
+        self._dispatch_rid, self._dispatch_receipt = None, None
+
+    def _end_dispatch(self) -> Receipt | None:
+        """The receipt the executor settled for the dispatched call (None if it never settled)."""
+        receipt = self._dispatch_receipt
+        self._dispatch, self._dispatch_rid, self._dispatch_receipt = None, None, None
+        return receipt
 
     # == queries ===============================================================
 
@@ -359,32 +378,86 @@ class WorkController:
             },
             "attempt": None,
         }
+        uncertain = [
+            {"operationId": o.operation_id, "attemptId": a.attempt_id, "step": o.step, "at": o.at}
+            for a, o in self.state.open_uncertain() if a.principal == principal
+        ]
+        if uncertain:
+            out["controller"]["openUncertain"] = uncertain[:50]
         if att is not None:
             self._require_principal(att, principal)
             out["attempt"] = att.summary()
         return out
 
     def may_read_artifact(self, artifact_id: str, scope: str | None, *, principal: str | None) -> bool:
-        """Whether ``principal`` may read an artifact: one of its saved previews', or its selected attempt's.
+        """Whether ``principal`` may read an artifact, by the scope the store recorded when it was minted.
 
-        An artifact belongs to an attempt or preview by its recorded store
-        scope (command output, reply projections, preview payloads) or by
-        being named in that attempt's journaled evidence. Any other
-        attempt's artifacts are refused, also after that attempt ended.
+        Readable: artifacts of one of the principal's saved previews (scope
+        ``preview:<id>``) and of its selected attempt (scope ``<attempt id>``:
+        command output, large reads, reply projections). An artifact id that
+        merely appears in an attempt's evidence proves nothing (it can be
+        written into a file and read back), so it is never enough.
         """
-        if isinstance(scope, str) and scope.startswith("preview:"):
+        if not isinstance(scope, str):
+            return False
+        if scope.startswith("preview:"):
             prv = self.state.previews.get(scope.split(":", 1)[1])
-            if prv is not None and prv.get("principal") == principal:
-                return True
-        if any(p.get("artifact_id") == artifact_id and p.get("principal") == principal for p in self.state.previews.values()):
-            return True
-        att = self._active() or self._last_attempt()
+            return prv is not None and prv.get("principal") == principal
+        att = self._active()
         if att is None or att.principal != principal:
             return False
-        return scope == att.attempt_id or artifact_id in att.artifacts
+        return scope == att.attempt_id
 
     def _last_attempt(self) -> Attempt | None:
         return next(reversed(self.state.attempts.values()), None) if self.state.attempts else None
+
+    # == uncertainty that outlives its attempt ===================================
+
+    def _refuse_uncertain(self, plan: list[dict[str, Any]]) -> None:
+        """Refuse a plan that would dispatch a step whose earlier effect is still uncertain."""
+        steps = {e["step"] for e in plan}
+        for att, op in self.state.open_uncertain():
+            if op.step not in steps:
+                continue
+            ways = []
+            if (op.readback or {}).get("reconcilable"):
+                ways.append(f"of_work_reconcile on attempt {att.attempt_id} (it reads the effect back)")
+            ways.append(f"an operator runs: openfunctions-mcp work resolve {op.operation_id} --as applied|not-applied --reason '...'")
+            raise OperationUncertain(
+                f"step {op.step!r} ran in attempt {att.attempt_id} (operation {op.operation_id}, recorded {op.at or 'earlier'}) "
+                f"and its outcome is still unknown; running it again could repeat its effect. Ways out: " + "; or ".join(ways),
+                details={"operation_id": op.operation_id, "attempt_id": att.attempt_id, "step": op.step, "at": op.at},
+            )
+
+    async def _sync_resolutions(self) -> None:
+        """Copy the operator's new resolutions from the inbox into the journal (callers hold ``_lifecycle``)."""
+        try:
+            inbox = await anyio.to_thread.run_sync(self.inbox.read)
+        except OpenFunctionsError as exc:
+            log.error("resolutions_unreadable", error=exc.message)
+            return
+        for seq, d in inbox:
+            if seq in self.state.resolved_inbox:
+                continue
+            found = self.state.operation(d["operation_id"])
+            if found is None or found[1].status != "unknown":
+                continue  # not ours, or settled by evidence meanwhile
+            att, op = found
+            if await anyio.to_thread.run_sync(live_processes, op.operation_id, op.process):
+                continue  # never conclude while its command runs; counted once it has stopped
+            applied = d["as"] == "applied"
+            cursor = att.cursor + 1 if applied and op.plan_index == att.cursor and op.purpose == "step" else att.cursor
+            await self._append(R.resolution(
+                attempt_id=att.attempt_id, operation_id=op.operation_id, as_=d["as"], reason=str(d.get("reason", ""))[:2000],
+                by=str(d.get("by", "operator"))[:200], at=str(d.get("at", "")), inbox_seq=seq,
+                mutation_epoch=att.mutation_epoch + (1 if applied else 0), cursor=cursor,
+            ))
+            await self._unblock_if_settled(att, "resolved")
+
+    async def _unblock_if_settled(self, att: Attempt, code: str) -> None:
+        still = [op.operation_id for op in att.operations.values() if op.status == "unknown"]
+        if not still and att.state == "blocked" and (att.blocked_reason or {}).get("code") == "effect_uncertain":
+            await self._transition(att, "running", {"code": code}, mutation_epoch=att.mutation_epoch)
 
     # == preview and start =====================================================
 
@@ -431,6 +504,9 @@ class WorkController:
         entries = self._check_plan(plan)
         async with self._admission:
             self._require_custody()
+            async with self._lifecycle:
+                await self._sync_resolutions()
+            self._refuse_uncertain(entries)
             plan_digest = digest({"catalog": self.catalog.digest, "plan": entries})
             coverage = []
             for i, e in enumerate(entries):
@@ -453,17 +529,10 @@ class WorkController:
             }
             artifact_id = await self._save_artifact(payload, scope=f"preview:{preview_id}")
             payload["artifactId"] = artifact_id
-            rec = {
-                "preview_id": preview_id,
-                "principal": principal,
-                "plan": entries,
-                "plan_digest": plan_digest,
-                "catalog_digest": self.catalog.digest,
-                "artifact_id": artifact_id,
-                "created_at": utc_now(),
-            }
-            await self._record("preview_saved", rec)
-            self.state.previews[preview_id] = rec
+            await self._append(R.preview_saved(
+                preview_id=preview_id, principal=principal, plan=entries, plan_digest=plan_digest,
+                catalog_digest=self.catalog.digest, artifact_id=artifact_id, created_at=utc_now(),
+            ))
             return payload
 
     async def start(self, preview_id: str, *, principal: str | None) -> dict[str, Any]:
@@ -485,26 +554,18 @@ class WorkController:
                     f"preview {preview_id} was made under catalog {prv['catalog_digest']}, the catalog is now {self.catalog.digest}; preview again",
                     details={"preview_id": preview_id},
                 )
+            async with self._lifecycle:
+                await self._sync_resolutions()
+            self._refuse_uncertain(prv["plan"])
             for e in prv["plan"]:
                 await self._authorize(principal, e["step"], e["params"], effect=False)
-            number = self.state.attempt_count + 1
             attempt_id = new_id("att")
-            data = {
-                "attempt_id": attempt_id,
-                "number": number,
-                "preview_id": preview_id,
-                "principal": principal,
-                "plan": prv["plan"],
-                "plan_digest": prv["plan_digest"],
-                "catalog_digest": prv["catalog_digest"],
-            }
             async with self._lifecycle:
-                rec = await self._record("attempt_started", data)
-                att = Attempt.started(data, at=rec.time)
-                self.state.attempts[attempt_id] = att
-                self.state.attempt_count = number
-                self.state.active = attempt_id
-            return att.summary()
+                await self._append(R.attempt_started(
+                    attempt_id=attempt_id, number=self.state.attempt_count + 1, preview_id=preview_id, principal=principal,
+                    plan=prv["plan"], plan_digest=prv["plan_digest"], catalog_digest=prv["catalog_digest"],
+                ))
+            return self.state.attempts[attempt_id].summary()
 
     # == run a step ==============================================================
 
@@ -532,6 +593,13 @@ class WorkController:
         if index is not None:
             if not isinstance(index, int) or not 0 <= index < len(att.plan):
                 raise PlanInvalid(f"index {index!r} is outside the plan (0..{len(att.plan) - 1})")
+            if step is not None and att.plan[index]["step"] != step:
+                # strict clients send both fields: a contradiction is refused, never guessed
+                raise PlanInvalid(
+                    f"plan[{index}] is step {att.plan[index]['step']!r}, not {str(step)[:80]!r}; "
+                    "give the index, the step, or both naming the same step",
+                    details={"index": index, "step": str(step)[:80], "plan_step": att.plan[index]["step"]},
+                )
             return index
         if step is not None:
             order = list(range(att.cursor, len(att.plan))) + list(range(0, att.cursor))
@@ -558,8 +626,8 @@ class WorkController:
         async with self._admission:
             self._require_custody()
             att = self._require_selected(principal)
-            if self._uncertain is not None:
-                raise EffectUncertain(f"an earlier step's outcome is uncertain (receipt {self._uncertain.receipt_id}); reconcile first")
+            async with self._lifecycle:
+                await self._sync_resolutions()
             if att.state == "blocked":
                 raise EffectUncertain(
                     f"attempt {att.attempt_id} is blocked ({(att.blocked_reason or {}).get('code')}); reconcile or cancel it",
@@ -573,53 +641,66 @@ class WorkController:
             params = entry["params"]
             self._check_catalog(att)
             grant = await self._authorize(principal, spec.name, params, effect=True, att=att)
-            effectful = spec.effect != "read"
-            op = Operation(
-                operation_id=new_id("op"),
-                step=spec.name,
-                params=params,
-                input_digest=digest({"step": spec.name, "params": params, "catalog": att.catalog_digest}),
-                lease_generation=self.lease.generation if self.lease else 0,
-                effect=spec.effect,
-                plan_index=idx,
-            )
-            if effectful:
-                op.readback = await self._prepare_reconciliation(spec, params)
-                async with self._lifecycle:
-                    if att.state != "running":
-                        await self._transition(att, "running", mutation_epoch=att.mutation_epoch)
-                    await self._record(
-                        "intent",
-                        {
-                            "attempt_id": att.attempt_id, "operation_id": op.operation_id, "plan_index": idx,
-                            "step": spec.name, "params": params, "effect": spec.effect,
-                            "input_digest": op.input_digest, "readback": op.readback,
-                        },
-                    )
-                    att.operations[op.operation_id] = op
-            child = self._child_ctx(ctx, principal, att, op, grant)
-            dr = None
-            self._dispatch, self._dispatch_receipt = (att, op, spec.tool_name), None
-            try:
-                dr = await self.registry.execute_detailed(spec.tool_name, params, child)
-            finally:
-                receipt, self._dispatch, self._dispatch_receipt = self._dispatch_receipt, None, None
-                if dr is None:
-                    # Cancelled (or crashed) while the step ran: the executor
-                    # settled a receipt the observer saw; record it, and let
-                    # the cancellation go on whatever happens to the record.
-                    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                        await self._settle_op(att, op, None, receipt, cancelled=True)
+            op = await self._intend(att, spec, params, plan_index=idx, purpose="step")
+            dr = await self._run_op(att, op, spec, params, ctx, principal, grant)
             return await self._settle_op(att, op, dr, dr.receipt, cancelled=False)
+
+    async def _intend(self, att: Attempt, spec: Any, params: dict[str, Any], *, plan_index: int | None, purpose: str) -> Operation:
+        """The operation about to run; for an effect, its intent is durable first (and the attempt running)."""
+        op = Operation(
+            operation_id=new_id("op"), step=spec.name, params=params,
+            input_digest=digest({"step": spec.name, "params": params, "catalog": att.catalog_digest}),
+            lease_generation=self.lease.generation if self.lease else 0, effect=spec.effect,
+            plan_index=plan_index, idempotent=spec.idempotent, purpose=purpose,
+        )
+        if spec.effect == "read":
+            return op  # a read changes nothing: its outcome record is enough
+        readback = await self._prepare_reconciliation(spec, params)
+        async with self._lifecycle:
+            if purpose == "step" and att.state != "running":
+                await self._transition(att, "running", mutation_epoch=att.mutation_epoch)
+            await self._append(R.intent(
+                attempt_id=att.attempt_id, operation_id=op.operation_id, plan_index=plan_index, step=spec.name,
+                params=params, effect=spec.effect, idempotent=spec.idempotent, input_digest=op.input_digest,
+                readback=readback, purpose=purpose,
+            ))
+        return att.operations[op.operation_id]
+
+    async def _run_op(self, att: Attempt, op: Operation, spec: Any, params: dict[str, Any], ctx: ToolExecutionContext | None, principal: str | None, grant: Any) -> Any:
+        """Dispatch through the executor; a cancelled call's outcome is recorded before the cancellation goes on."""
+        child = self._child_ctx(ctx, principal, att, op, grant)
+        self._begin_dispatch(att, op.operation_id, spec)
+        dr = None
+        try:
+            dr = await self.registry.execute_detailed(spec.tool_name, params, child)
+        finally:
+            receipt = self._end_dispatch()
+            if dr is None and not (op.purpose == "verify" and op.effect == "read"):
+                # Cancelled (or crashed) while the call ran: the executor
+                # settled a receipt the observer saw; record it, and let the
+                # cancellation go on whatever happens to the record.
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await self._settle_op(att, op, None, receipt, cancelled=True)
+        return dr
 
     def _child_ctx(
         self, ctx: ToolExecutionContext | None, principal: str | None, att: Attempt, op: Operation, grant: Any = None
     ) -> ToolExecutionContext:
         # granted_paths: the step tool re-checks its path against the grant
-        # right before writing; artifact_scope: its output belongs to the attempt
+        # right before writing; artifact_scope: its output belongs to the attempt;
+        # on_spawn: a command's process group is journaled as soon as it exists
         meta: dict[str, Any] = {"attempt_id": att.attempt_id, "operation_id": op.operation_id, "artifact_scope": att.attempt_id}
         if grant is not None:
             meta["granted_paths"] = list(grant.paths)
+        if op.effect != "read":
+
+            async def on_spawn(pid: int) -> None:
+                await self._append(R.spawned(
+                    attempt_id=att.attempt_id, operation_id=op.operation_id, pid=pid, pgid=pid,
+                    start_ticks=start_ticks(pid), boot_id=boot_id(),
+                ))
+
+            meta["on_spawn"] = on_spawn
         lease = self.lease.to_dict() if self.lease else None
         if ctx is not None and ctx.receipt_id is not None and ctx.reservation is not None:
             child = with_child_execution(ctx)
@@ -633,62 +714,51 @@ class WorkController:
             status = "unknown"
         if op.effect == "read" and status == "unknown":
             status = "failed"  # a read changed nothing, whatever happened to it
+        if op.purpose == "verify" and status == "unknown" and op.idempotent:
+            status = "failed"  # running an idempotent verifier again is harmless: it is not left open
         result = None
         artifacts: list[str] = []
         if dr is not None:
             structured = dr.result.structured
             result = structured if structured is not None else {"content": dr.result.content}
             artifacts = sorted(find_artifact_ids(_json_text(result)))
+        step_op = op.purpose == "step"
         async with self._lifecycle:
             effect_may_have_happened = op.effect != "read" and status in ("done", "unknown")
-            epoch = att.mutation_epoch + 1 if effect_may_have_happened else att.mutation_epoch
-            cursor = att.cursor
-            if status == "done" and op.plan_index == att.cursor:
-                cursor = att.cursor + 1
+            # a verifier's effects do not move the epoch (the proof it builds is
+            # bound to it); the subject fingerprints before/after show what it changed
+            epoch = att.mutation_epoch + 1 if effect_may_have_happened and step_op else att.mutation_epoch
+            cursor = att.cursor + 1 if step_op and status == "done" and op.plan_index == att.cursor else att.cursor
+            rec = R.outcome(
+                attempt_id=att.attempt_id, operation_id=op.operation_id, plan_index=op.plan_index, step=op.step,
+                effect=op.effect, params=op.params, input_digest=op.input_digest, status=status,
+                receipt=receipt.to_dict() if receipt else None, artifacts=artifacts, mutation_epoch=epoch,
+                cursor=cursor, cancelled=cancelled, purpose=op.purpose,
+            )
             try:
-                await self._record(
-                    "outcome",
-                    {
-                        "attempt_id": att.attempt_id, "operation_id": op.operation_id, "plan_index": op.plan_index,
-                        "step": op.step, "effect": op.effect, "params": op.params, "input_digest": op.input_digest,
-                        "status": status, "receipt": receipt.to_dict() if receipt else None,
-                        "result_digest": receipt.result_sha256 if receipt else None,
-                        "artifacts": artifacts, "mutation_epoch": epoch, "cursor": cursor,
-                        "cancelled": cancelled,
-                    },
-                )
+                await self._append(rec)
             except BaseException as exc:
                 # Fenced (lease lost) or the journal failed: the outcome is not
                 # on record. Recovery (here or in the next holder) sees an
                 # intent without outcome and treats it as unknown; until then
                 # nothing else may run.
-                op.status = "unknown"
-                att.operations[op.operation_id] = op
+                self.state.apply(_Volatile(R.outcome(**{**_outcome_kwargs(rec), "status": "unknown"})))
                 self._block_in_memory(att, {"code": "outcome_unrecorded", "message": f"the outcome of {op.operation_id} could not be recorded: {exc}"[:500]})
-                raise
-            if receipt is not None and self._uncertain is not None and self._uncertain.receipt_id == receipt.receipt_id:
-                self._uncertain = None
-            op.status = status
-            op.receipt = receipt.to_dict() if receipt else None
-            op.result = result
-            att.operations[op.operation_id] = op
-            att.artifacts.update(artifacts)
-            att.cursor = cursor
-            if effect_may_have_happened:
-                att.mutation_epoch = epoch
-                att.proof = None  # a relevant write invalidates the proof
-            if status == "unknown":
-                await self._transition(
-                    att, "blocked",
-                    {"code": "effect_uncertain", "message": f"the outcome of step {op.step!r} is unknown; reconcile it", "operations": [op.operation_id]},
-                    mutation_epoch=att.mutation_epoch,
-                )
-            elif att.state in ("started", "verified") and (effect_may_have_happened or att.state == "started"):
-                await self._transition(att, "running", mutation_epoch=att.mutation_epoch)
+                raise _mark_dispatched(exc)
+            if step_op:
+                if status == "unknown":
+                    await self._transition(
+                        att, "blocked",
+                        {"code": "effect_uncertain", "message": f"the outcome of step {op.step!r} is unknown; reconcile it", "operations": [op.operation_id]},
+                        mutation_epoch=att.mutation_epoch,
+                    )
+                elif att.state in ("started", "verified") and (effect_may_have_happened or att.state == "started"):
+                    await self._transition(att, "running", mutation_epoch=att.mutation_epoch)
+        settled = att.operations.get(op.operation_id, op)
         reply: dict[str, Any] = {
             "attemptId": att.attempt_id,
             "state": att.state,
-            "operation": op.summary(),
+            "operation": settled.summary(),
             "result": result,
             "artifacts": artifacts,
             "cursor": att.cursor,
@@ -709,29 +779,40 @@ class WorkController:
             self._check_catalog(att)
             async with self._lifecycle:
                 await self._transition(att, "verifying")
+            dispatched: list[str] = []
             try:
-                outcome = await self._run_verification(att, principal, ctx)
+                outcome = await self._run_verification(att, principal, ctx, dispatched)
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
                     if att.state == "verifying" and self.lease_lost is None:
                         async with self._lifecycle:
+                            unknown = [o.operation_id for o in att.operations.values() if o.purpose == "verify" and o.status == "unknown"]
                             reason = {"code": getattr(exc, "code", "verification_failed"), "message": str(exc)[:500]}
-                            if isinstance(exc, (GrantRevoked, GrantExpired)):
+                            if unknown:
+                                reason = {"code": "effect_uncertain", "message": "a verifier's outcome is unknown; reconcile it", "operations": unknown}
+                            if unknown or isinstance(exc, (GrantRevoked, GrantExpired)):
                                 await self._transition(att, "blocked", reason, mutation_epoch=att.mutation_epoch)
                             else:
                                 await self._transition(att, "running", reason, mutation_epoch=att.mutation_epoch)
-                raise
+                raise (_mark_dispatched(exc) if dispatched else exc)
             passed = outcome["passed"]
             async with self._lifecycle:
-                await self._record("verification", {"attempt_id": att.attempt_id, **outcome})
-                att.verifications.append(outcome)
-                att.proof = outcome["proof"] if passed else None
-                att.artifacts.update(outcome.get("artifacts") or ())
+                await self._append(R.verification(attempt_id=att.attempt_id, outcome=outcome))
                 await self._transition(att, "verified" if passed else "running", mutation_epoch=att.mutation_epoch)
             return {"attemptId": att.attempt_id, "state": att.state, **outcome}
 
-    async def _run_verification(self, att: Attempt, principal: str | None, ctx: ToolExecutionContext | None) -> dict[str, Any]:
-        """Run every trusted verifier binding through the executor and build the proof."""
+    def _verifiers(self) -> list[Any]:
+        return [self.catalog.steps[n] for n in sorted(self.catalog.steps) if self.catalog.steps[n].verifier]
+
+    async def _run_verification(
+        self, att: Attempt, principal: str | None, ctx: ToolExecutionContext | None, dispatched: list[str]
+    ) -> dict[str, Any]:
+        """Run every trusted verifier binding through the executor and build the proof.
+
+        A verifier with an effect is an operation like a step: intent first,
+        then its outcome (never moving the mutation epoch); a read-only one
+        needs no intent.
+        """
         from .verification import VerifierReceipt, build_proof, environment_digest, input_manifest, subject_patterns
 
         epoch = att.mutation_epoch
@@ -741,14 +822,14 @@ class WorkController:
         receipts: list[Any] = []
         checks: list[dict[str, Any]] = []
         artifacts: list[str] = []
-        for name in sorted(self.catalog.steps):
-            spec = self.catalog.steps[name]
-            if not spec.verifier:
-                continue
+        for spec in self._verifiers():
             grant = await self._authorize(principal, spec.name, {}, effect=True, att=att)
             params = spec.validate_params({})
-            op = Operation(new_id("op"), spec.name, params, "", self.lease.generation if self.lease else 0, spec.effect)
-            dr = await self.registry.execute_detailed(spec.tool_name, params, self._child_ctx(ctx, principal, att, op, grant))
+            op = await self._intend(att, spec, params, plan_index=None, purpose="verify")
+            dispatched.append(op.operation_id)
+            dr = await self._run_op(att, op, spec, params, ctx, principal, grant)
+            if spec.effect != "read":
+                await self._settle_op(att, op, dr, dr.receipt, cancelled=False)
             evidence = dr.result.structured if dr.ok else None
             vr = VerifierReceipt.from_evidence(spec.name, evidence, receipt_id=dr.receipt.receipt_id, accepted=dr.ok)
             receipts.append(vr)
@@ -782,7 +863,7 @@ class WorkController:
         }
 
     async def complete(self, *, principal: str | None) -> dict[str, Any]:
-        from .verification import Proof, check_completion
+        from .verification import Proof, check_completion, environment_digest
 
         async with self._admission:
             self._require_custody()
@@ -794,11 +875,24 @@ class WorkController:
                 )
             proof_dict = att.proof
             proof = Proof.model_validate(proof_dict)
-            # recheck the catalog (from its file), the grant of every plan step, and the subject
+            if proof.fingerprints_before != proof.fingerprints_after:
+                raise ProofInvalid(
+                    "the verifier changed the files it verified (fingerprints before != after): the proof is not about "
+                    "the subject as it is now; fix the verifier or verify again",
+                    details={"attempt_id": att.attempt_id},
+                )
+            # every awaited readback first (catalog file, subject, environment) ...
             catalog_digest = self._check_catalog(att, reload=True)
+            fresh = await self._fingerprints(proof.input_manifest.get("patterns") or ())  # independent re-read
+            env = await anyio.to_thread.run_sync(environment_digest, self.catalog)
+            if env != proof.environment_digest:
+                raise ProofInvalid(
+                    "the environment the verifiers ran in changed since verification (a program or variable); verify again",
+                    details={"attempt_id": att.attempt_id},
+                )
+            # ... then the grants, so a revocation during those reads is seen
             grants = await self._authorize_plan(principal, att)
             grant = min((g for g in grants if g is not None), key=lambda g: g.expires_at, default=None)
-            fresh = await self._fingerprints(proof.input_manifest.get("patterns") or ())  # independent re-read
             subject_fence = check_completion(
                 proof, catalog_digest=catalog_digest, grant=grant, fingerprints=fresh,
                 mutation_epoch=att.mutation_epoch, plan_digest=att.plan_digest,
@@ -807,14 +901,36 @@ class WorkController:
 
             def fence() -> None:
                 subject_fence()
+                self._grants_still_live(grants)
                 if att.state != "verified" or att.proof is not proof_dict:
                     raise ProofInvalid("the proof changed while completion was being checked; verify again")
                 self._require_custody()
 
             async with self._lifecycle:
-                fence()  # synchronous: nothing is awaited between the fence and the terminal record
+                try:
+                    fence()  # synchronous: nothing is awaited between the fence and the terminal record
+                except (GrantRevoked, GrantExpired) as exc:
+                    await self._transition(att, "blocked", {"code": exc.code, "message": exc.message}, mutation_epoch=att.mutation_epoch)
+                    raise
                 await self._transition(att, "completed", {"code": "completed", "proofDigest": proof.proof_digest})
             return {"attemptId": att.attempt_id, "state": att.state, "proofDigest": proof.proof_digest}
+
+    def _grants_still_live(self, grants: list[Any]) -> None:
+        """The fence's grant check: re-read the grants file synchronously (revocation and expiry)."""
+        if self.authority is None:
+            return
+        from .grants import now_utc
+
+        now = now_utc()
+        current = self.authority.grants.load_sync()
+        for g in grants:
+            if g is None:
+                continue
+            cur = current.get(g.grant_id, g)
+            if cur.revoked():
+                raise GrantRevoked(f"grant {g.grant_id} was revoked while completion was being checked", details={"grant_id": g.grant_id})
+            if cur.expired(now):
+                raise GrantExpired(f"grant {g.grant_id} expired while completion was being checked", details={"grant_id": g.grant_id})
 
     # == reconcile ===============================================================
 
@@ -822,6 +938,8 @@ class WorkController:
         async with self._admission:
             self._require_custody()
             att = self._require_selected(principal)
+            async with self._lifecycle:
+                await self._sync_resolutions()
             targets = [op for op in att.operations.values() if op.status == "unknown"]
             if operation_id is not None:
                 targets = [op for op in targets if op.operation_id == operation_id]
@@ -834,55 +952,82 @@ class WorkController:
             for op in targets:
                 results.append(await self._reconcile_one(att, op, principal, ctx))
             async with self._lifecycle:
-                still = [op.operation_id for op in att.operations.values() if op.status == "unknown"]
-                if not still and att.state == "blocked" and (att.blocked_reason or {}).get("code") == "effect_uncertain":
-                    await self._transition(att, "running", {"code": "reconciled"}, mutation_epoch=att.mutation_epoch)
+                await self._unblock_if_settled(att, "reconciled")
             return {"attemptId": att.attempt_id, "state": att.state, "reconciled": results}
 
     async def _reconcile_one(self, att: Attempt, op: Operation, principal: str | None, ctx: ToolExecutionContext | None) -> dict[str, Any]:
         spec = self.catalog.step(op.step)
         linked = (op.receipt or {}).get("receipt_id") or op.dispatch_receipt_id
-        if not spec.reconcilable or spec.oracle_name is None or not (op.readback or {}).get("reconcilable"):
-            verdict, receipt, evidence = "inconclusive", None, {"reason": f"step {op.step!r} has no readback oracle"}
+        receipt = None
+        alive = await anyio.to_thread.run_sync(live_processes, op.operation_id, op.process)
+        if alive:
+            # a readback now would read the world before the command finishes changing it
+            verdict, evidence = "still_running", {
+                "pids": alive[:20],
+                "reason": f"the command of operation {op.operation_id} is still running (pids {alive[:20]}); nothing can be "
+                "concluded until it stops: wait and reconcile again, or of_work_cancel (kills it and waits)",
+            }
+        elif not spec.reconcilable or spec.oracle_name is None or not (op.readback or {}).get("reconcilable"):
+            verdict, evidence = "inconclusive", {"reason": f"step {op.step!r} has no readback oracle; an operator must resolve it "
+                                                 f"(openfunctions-mcp work resolve {op.operation_id} --as applied|not-applied --reason ...)"}
         else:
             grant = await self._authorize(principal, spec.name, op.params, effect=True, att=att)
-            dr = await self.registry.execute_detailed(spec.oracle_name, {"readback": op.readback}, self._child_ctx(ctx, principal, att, op, grant))
+            dr = await self.registry.execute_detailed(spec.oracle_name, {"readback": op.readback}, self._child_ctx(ctx, principal, att, _as_read(op), grant))
             receipt = dr.receipt
             evidence = dr.result.structured if dr.ok else {"error": dr.error.to_dict() if dr.error else None}
             verdict = _verdict(evidence) if dr.ok else "inconclusive"
-        status = {"applied": "done", "not_applied": "not_done"}.get(verdict, "unknown")
+        # partial: changed but maybe unfinished; the step is idempotent, so it counts as not done and runs again
+        status = {"applied": "done", "not_applied": "not_done", "partial": "not_done"}.get(verdict, "unknown")
         async with self._lifecycle:
-            epoch = att.mutation_epoch + 1 if status == "done" else att.mutation_epoch
-            cursor = att.cursor
-            if status == "done" and op.plan_index == att.cursor:
-                cursor += 1
-            await self._record(
-                "reconciliation",
-                {
-                    "attempt_id": att.attempt_id, "operation_id": op.operation_id, "step": op.step,
-                    "verdict": verdict, "status": status, "evidence": evidence,
-                    "receipt": receipt.to_dict() if receipt else None, "receipt_id": receipt.receipt_id if receipt else None,
-                    "linked_receipt_id": linked, "linked_operation_id": op.operation_id,
-                    "mutation_epoch": epoch, "cursor": cursor,
-                },
-            )
-            op.reconciliations.append({"receipt_id": receipt.receipt_id if receipt else None, "verdict": verdict, "linked_receipt_id": linked})
-            op.status = status
-            att.mutation_epoch = epoch
-            att.cursor = cursor
-            att.proof = None
+            changed = verdict in ("applied", "partial")
+            epoch = att.mutation_epoch + 1 if changed else att.mutation_epoch
+            cursor = att.cursor + 1 if status == "done" and op.plan_index == att.cursor and op.purpose == "step" else att.cursor
+            await self._append(R.reconciliation(
+                attempt_id=att.attempt_id, operation_id=op.operation_id, step=op.step, verdict=verdict, status=status,
+                evidence=evidence, receipt=receipt.to_dict() if receipt else None, linked_receipt_id=linked,
+                mutation_epoch=epoch, cursor=cursor,
+            ))
         return {"operationId": op.operation_id, "step": op.step, "verdict": verdict, "status": status,
                 "receiptId": receipt.receipt_id if receipt else None, "linkedReceiptId": linked, "evidence": evidence}
 
     # == cancel ==================================================================
 
     async def cancel(self, *, principal: str | None, reason: str | None = None) -> dict[str, Any]:
+        """Cancel the selected attempt; first kill (and wait for) any command of its uncertain operations still running.
+
+        Its uncertain operations stay uncertain: cancelling an attempt does
+        not discharge an effect in the world (see :meth:`_refuse_uncertain`).
+        """
         async with self._admission:
             self._require_custody()
             att = self._require_selected(principal)
+            check_transition(att.attempt_id, att.state, "cancelled")
+            killed: dict[str, list[int]] = {}
+            for op in list(att.operations.values()):
+                if op.status != "unknown":
+                    continue
+                try:
+                    pids = await anyio.to_thread.run_sync(lambda o=op: kill_and_wait(o.operation_id, o.process))
+                except TimeoutError as exc:
+                    raise WorkError(f"cannot cancel attempt {att.attempt_id}: {exc}", details={"operation_id": op.operation_id}) from None
+                if pids:
+                    killed[op.operation_id] = pids
+            why: dict[str, Any] = {"code": "cancelled", "message": (reason or "cancelled by the caller")[:500]}
+            if killed:
+                why["killed"] = killed
             async with self._lifecycle:
-                await self._transition(att, "cancelled", {"code": "cancelled", "message": (reason or "cancelled by the caller")[:500]})
-            return {"attemptId": att.attempt_id, "state": att.state}
+                await self._transition(att, "cancelled", why)
+            out: dict[str, Any] = {"attemptId": att.attempt_id, "state": att.state}
+            still = [o for a, o in self.state.open_uncertain() if a is att]
+            if killed:
+                out["killed"] = killed
+            if still:
+                out["uncertainOperations"] = [o.operation_id for o in still]
+                out["message"] = (
+                    "these operations stay uncertain after the cancel: a new attempt that runs their steps is refused "
+                    "until a readback (of_work_reconcile) or an operator (openfunctions-mcp work resolve) settles them"
+                )
+            return out
 
     # == bindings to the catalog side (authority, readback, fingerprints, artifacts)
 
@@ -981,9 +1126,22 @@ def _path_params(spec: Any, params: dict[str, Any]) -> list[str]:
 def _verdict(evidence: Any) -> str:
     if isinstance(evidence, dict):
         v = evidence.get("status")
-        if v in ("applied", "not_applied", "mismatch", "inconclusive"):
+        if v in ("applied", "not_applied", "partial", "mismatch", "inconclusive"):
             return v
     return "inconclusive"
+
+
+def _as_read(op: Operation) -> Operation:
+    """The oracle's call context: a read (no process to journal)."""
+    import dataclasses
+
+    return dataclasses.replace(op, effect="read")
+
+
+def _outcome_kwargs(rec: R.Rec) -> dict[str, Any]:
+    d = dict(rec[1])
+    d.pop("result_digest", None)
+    return d
 
 
 def _json_text(value: Any) -> str:

@@ -120,6 +120,24 @@ class EffectUncertain(WorkError):
 # -- verification and reconciliation ------------------------------------------
 
 
+class OperationUncertain(EffectUncertain):
+    """An earlier attempt left an effect of a step uncertain, and this plan would run that step again.
+
+    ``details``: the operation id, its attempt, step and when it was recorded.
+    Resolved by a readback verdict (``of_work_reconcile`` on the attempt that
+    ran it, when the step has a readback) or by an operator
+    (``openfunctions-mcp work resolve OP_ID --as applied|not-applied --reason ...``).
+    """
+
+    code = "operation_uncertain"
+
+
+class StillRunning(EffectUncertain):
+    """An uncertain operation's command is still running: nothing can be concluded about it yet."""
+
+    code = "still_running"
+
+
 class ProofInvalid(WorkError):
     """A verification proof is missing, stale (epoch/fingerprints moved) or bound to other facts."""
 
@@ -149,6 +167,8 @@ __all__ = [
     "AttemptNotFound",
     "InvalidTransition",
     "EffectUncertain",
+    "OperationUncertain",
+    "StillRunning",
     "ProofInvalid",
     "ReconcileFailed",
 ]

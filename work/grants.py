@@ -248,6 +248,20 @@ class GrantStore:
                 ) from None
         return grants
 
+    def load_sync(self) -> dict[str, Grant]:
+        """Every grant by id, read now without awaiting (a completion fence's last check; cached by the file's stat)."""
+        from openfunctions.core.journal import read_records
+
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return {}
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if key != self._cache_key:
+            grants = self._fold(list(read_records(self.path)))
+            self._cache_key, self._cache = key, grants
+        return self._cache
+
     async def list(self) -> list[Grant]:
         """Every grant ever issued (revoked and expired included), in issue order."""
         return list((await self._load()).values())

@@ -77,8 +77,16 @@ class Operation:
     dispatch_receipt_id: str | None = None
     status: str = "pending"
     receipt: dict[str, Any] | None = None
-    result: dict[str, Any] | None = None
     reconciliations: list[dict[str, Any]] = field(default_factory=list)
+    idempotent: bool = False
+    # "step" (a plan step) or "verify" (a verifier run as an effect)
+    purpose: str = "step"
+    # the command's process group, journaled when it was spawned (see records.spawned)
+    process: dict[str, Any] | None = None
+    # an operator's resolution ({as, reason, by, at}), if any
+    resolution: dict[str, Any] | None = None
+    # when the intent (or the read's outcome) was recorded
+    at: str = ""
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -101,6 +109,12 @@ class Operation:
                 {"receiptId": r.get("receipt_id"), "verdict": r.get("verdict"), "linkedReceiptId": r.get("linked_receipt_id")}
                 for r in self.reconciliations
             ]
+        if self.purpose != "step":
+            out["purpose"] = self.purpose
+        if self.process is not None:
+            out["process"] = {"pid": self.process.get("pid"), "pgid": self.process.get("pgid")}
+        if self.resolution is not None:
+            out["resolution"] = dict(self.resolution)
         return out
 
 
@@ -181,6 +195,215 @@ class Attempt:
         }
 
 
+@dataclass
+class WorkState:
+    """Everything the attempt journal says, folded by :meth:`apply` (the only code that changes it).
+
+    The controller applies each record right after it is durable; recovery
+    folds the whole journal with the same method (:func:`fold`). Record
+    formats: :mod:`openfunctions.work.records`.
+    """
+
+    previews: dict[str, dict[str, Any]] = field(default_factory=dict)
+    attempts: dict[str, Attempt] = field(default_factory=dict)
+    attempt_count: int = 0
+    active: str | None = None
+    records: int = 0
+    # inbox seqs of operator resolutions already copied into the journal
+    resolved_inbox: set[int] = field(default_factory=set)
+    unknown_types: set[str] = field(default_factory=set)
+
+    @property
+    def unknown(self) -> list[tuple[str, str]]:
+        """Every operation whose outcome is unknown, as ``(attempt_id, operation_id)``."""
+        return [(a.attempt_id, o.operation_id) for a in self.attempts.values() for o in a.operations.values() if o.status == "unknown"]
+
+    def operation(self, operation_id: str) -> tuple[Attempt, Operation] | None:
+        for a in self.attempts.values():
+            op = a.operations.get(operation_id)
+            if op is not None:
+                return a, op
+        return None
+
+    def open_uncertain(self) -> list[tuple[Attempt, Operation]]:
+        """Uncertain effects that outlive their attempt: unknown, non-idempotent, not resolved."""
+        return [
+            (a, o) for a in self.attempts.values() for o in a.operations.values()
+            if o.status == "unknown" and o.effect != "read" and not o.idempotent
+        ]
+
+    def apply(self, rec: Any) -> None:
+        """Fold one record (an object with ``type``, ``data`` and ``time``) into the state."""
+        self.records += 1
+        handler = _APPLY.get(rec.type)
+        if handler is None:
+            self.unknown_types.add(rec.type)  # a newer writer's record: keep going, report it
+            return
+        handler(self, rec.data, rec.time)
+
+    def snapshot(self) -> dict[str, Any]:
+        """A plain, comparable view of the whole state (tests compare live and replayed state with it)."""
+        import dataclasses
+
+        return {
+            "previews": self.previews,
+            "attempts": {k: dataclasses.asdict(a) | {"artifacts": sorted(a.artifacts)} for k, a in self.attempts.items()},
+            "attempt_count": self.attempt_count,
+            "active": self.active,
+            "resolved_inbox": sorted(self.resolved_inbox),
+        }
+
+
+def fold(records: Any) -> WorkState:
+    """A fresh :class:`WorkState` from journal records, in order."""
+    st = WorkState()
+    for rec in records:
+        st.apply(rec)
+    return st
+
+
+def _att(st: WorkState, d: Mapping[str, Any]) -> Attempt | None:
+    return st.attempts.get(d.get("attempt_id"))  # type: ignore[arg-type]
+
+
+def _op(st: WorkState, d: Mapping[str, Any]) -> tuple[Attempt | None, Operation | None]:
+    att = _att(st, d)
+    return att, (att.operations.get(d.get("operation_id")) if att is not None else None)  # type: ignore[arg-type]
+
+
+def _apply_preview(st: WorkState, d: dict[str, Any], at: str) -> None:
+    st.previews[d["preview_id"]] = {k: v for k, v in d.items() if k != "lease_generation"}
+
+
+def _apply_started(st: WorkState, d: dict[str, Any], at: str) -> None:
+    att = Attempt.started(d, at=at)
+    st.attempts[att.attempt_id] = att
+    st.attempt_count = max(st.attempt_count, d["number"])
+    st.active = att.attempt_id
+
+
+def _apply_intent(st: WorkState, d: dict[str, Any], at: str) -> None:
+    att = _att(st, d)
+    if att is None:
+        return
+    att.operations[d["operation_id"]] = Operation(
+        operation_id=d["operation_id"], step=d["step"], params=d.get("params") or {}, input_digest=d["input_digest"],
+        lease_generation=d.get("lease_generation", 0), effect=d.get("effect", "external"), readback=d.get("readback"),
+        plan_index=d.get("plan_index"), idempotent=bool(d.get("idempotent", False)), purpose=d.get("purpose", "step"), at=at,
+    )
+
+
+def _apply_dispatched(st: WorkState, d: dict[str, Any], at: str) -> None:
+    _, op = _op(st, d)
+    if op is not None:
+        op.dispatch_receipt_id = d["receipt_id"]
+
+
+def _apply_spawned(st: WorkState, d: dict[str, Any], at: str) -> None:
+    _, op = _op(st, d)
+    if op is not None:
+        op.process = {k: d.get(k) for k in ("pid", "pgid", "start_ticks", "boot_id")}
+
+
+def _advance(att: Attempt, d: Mapping[str, Any]) -> None:
+    if isinstance(d.get("mutation_epoch"), int):
+        if d["mutation_epoch"] != att.mutation_epoch:
+            att.proof = None  # an effect that may have happened invalidates the proof
+        att.mutation_epoch = d["mutation_epoch"]
+    if isinstance(d.get("cursor"), int):
+        att.cursor = d["cursor"]
+
+
+def _apply_outcome(st: WorkState, d: dict[str, Any], at: str) -> None:
+    att, op = _op(st, d)
+    if att is None:
+        return
+    if op is None:  # a read step: no intent was needed
+        op = Operation(
+            operation_id=d["operation_id"], step=d["step"], params=d.get("params") or {},
+            input_digest=d.get("input_digest", ""), lease_generation=d.get("lease_generation", 0),
+            effect=d.get("effect", "read"), plan_index=d.get("plan_index"), purpose=d.get("purpose", "step"), at=at,
+        )
+        att.operations[op.operation_id] = op
+    op.status = d["status"]
+    op.receipt = d.get("receipt")
+    att.artifacts.update(d.get("artifacts") or ())
+    _advance(att, d)
+
+
+def _apply_transition(st: WorkState, d: dict[str, Any], at: str) -> None:
+    att = _att(st, d)
+    if att is None:
+        return
+    # The journal's order was checked when it was written: replay trusts it.
+    att.history.append({"from": att.state, "to": d["to"], "at": at, **({"reason": d["reason"]} if d.get("reason") else {})})
+    att.state = d["to"]
+    att.updated_at = at
+    att.blocked_reason = d.get("reason") if d["to"] == "blocked" else None
+    if d["to"] in ("running", "blocked") and isinstance(d.get("mutation_epoch"), int):
+        _advance(att, {"mutation_epoch": d["mutation_epoch"]})
+
+
+def _apply_verification(st: WorkState, d: dict[str, Any], at: str) -> None:
+    att = _att(st, d)
+    if att is None:
+        return
+    att.verifications.append({k: v for k, v in d.items() if k != "lease_generation"})
+    att.proof = d.get("proof") if d.get("passed") else None
+    att.artifacts.update(d.get("artifacts") or ())
+
+
+def _apply_reconciliation(st: WorkState, d: dict[str, Any], at: str) -> None:
+    att, op = _op(st, d)
+    if att is None or op is None:
+        return
+    op.reconciliations.append({k: v for k, v in d.items() if k != "lease_generation"})
+    op.status = d["status"]
+    _advance(att, d)
+
+
+def _apply_resolution(st: WorkState, d: dict[str, Any], at: str) -> None:
+    st.resolved_inbox.add(d["inbox_seq"])
+    att, op = _op(st, d)
+    if att is None or op is None:
+        return
+    op.resolution = {k: d.get(k) for k in ("as", "reason", "by", "at")}
+    op.status = "done" if d["as"] == "applied" else "not_done"
+    _advance(att, d)
+
+
+def _apply_recovered(st: WorkState, d: dict[str, Any], at: str) -> None:
+    wanted = {"unknown": set(d.get("unknown_operations") or ()), "not_done": set(d.get("not_started_operations") or ())}
+    for att in st.attempts.values():
+        for op in att.operations.values():
+            if op.status != "pending":
+                continue
+            for status, ids in wanted.items():
+                if op.operation_id in ids:
+                    op.status = status
+
+
+def _apply_nothing(st: WorkState, d: dict[str, Any], at: str) -> None:
+    return None  # the lease file is the authority; the record is history
+
+
+_APPLY = {
+    "lease_acquired": _apply_nothing,
+    "preview_saved": _apply_preview,
+    "attempt_started": _apply_started,
+    "intent": _apply_intent,
+    "dispatched": _apply_dispatched,
+    "spawned": _apply_spawned,
+    "outcome": _apply_outcome,
+    "transition": _apply_transition,
+    "verification": _apply_verification,
+    "reconciliation": _apply_reconciliation,
+    "resolution": _apply_resolution,
+    "recovered": _apply_recovered,
+}
+
+
 __all__ = [
+    "WorkState", "fold",
     "State", "STATES", "TERMINAL", "TRANSITIONS", "OperationStatus", "check_transition", "Operation", "Attempt",
 ]

@@ -47,9 +47,10 @@ and answers ``{status: "applied" | "not_applied" | "inconclusive", observed}``:
   ``applied``; equals the prior digest (or the file is still absent) ->
   ``not_applied``; anything else -> ``inconclusive``.
 - ``command`` with a catalog ``readback``: fingerprints of the readback
-  paths, before vs now. Changed -> ``applied`` if the step is idempotent
-  (finishing a partial run by re-running is harmless), else
-  ``inconclusive`` (the command may have been interrupted half way);
+  paths, before vs now. Changed -> ``partial`` if the step is idempotent
+  (the run may have stopped half way; the operation counts as not done, so
+  the step is run again, which is harmless), else ``inconclusive`` (the
+  command may have been interrupted half way);
   unchanged -> ``not_applied`` only if the operator declared
   ``changes_on_apply = true``, else ``inconclusive``.
 - ``command`` without a readback has no oracle: its uncertain effects are
@@ -57,7 +58,12 @@ and answers ``{status: "applied" | "not_applied" | "inconclusive", observed}``:
 
 A crash of the server process does not kill a running command (it is in its
 own session): it runs on, unsupervised and without its timeout, and its
-output is lost. Reconciliation treats it like any other uncertain effect.
+output is lost. So the handler tells the controller its process group as
+soon as it exists (``ctx.metadata["on_spawn"](pid)``, journaled as a
+``spawned`` record) and marks the command's environment with
+``OPENFUNCTIONS_WORK_OPERATION=<operation id>``; reconciliation and an
+operator's resolution refuse to conclude while any such process is alive
+(see :mod:`openfunctions.work._procs`), and cancelling the attempt kills them.
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ from openfunctions.core.errors import ToolError
 from openfunctions.core.tool import ToolDefinition, define_tool
 
 from ._paths import matching_pattern, resolve_in_workspace
+from ._procs import MARKER_ENV
 from .catalog import Catalog, StepSpec
 from .errors import PathOutsideGrant, PlanInvalid, WorkError
 from .verification import diff_fingerprints, file_sha256, fingerprint, open_regular
@@ -163,7 +170,7 @@ ORACLE_OUTPUT_SCHEMA = {
     "type": "object",
     "properties": {
         "step": {"type": "string"},
-        "status": {"enum": ["applied", "not_applied", "inconclusive"]},
+        "status": {"enum": ["applied", "not_applied", "partial", "inconclusive"]},
         "observed": {"type": "object"},
         "reason": {"type": "string"},
     },
@@ -268,17 +275,22 @@ def _open_dir_chain(parent: Path, *, create: bool = True) -> int:
     try:
         for part in parent.parts[1:]:
             try:
-                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
                 try:
-                    os.mkdir(part, 0o777, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                _fsync_at(fd)  # the new entry is durable in its parent
-                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except (NotADirectoryError, OSError) as exc:
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    try:
+                        os.mkdir(part, 0o777, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    _fsync_at(fd)  # the new entry is durable in its parent
+                    # the re-open is inside the same guard: a symlink swapped in
+                    # between mkdir and here is refused like any other (ELOOP/ENOTDIR)
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                raise
+            except OSError as exc:
                 raise PathOutsideGrant(
                     f"directory {part!r} of {str(parent)!r} is no longer a plain directory ({exc.strerror}); refusing to write through it"
                 ) from None
@@ -404,8 +416,11 @@ def reconcile_readback(catalog: Catalog, step: StepSpec, readback: Mapping[str, 
     observed = {"diff": {k: v[:100] for k, v in d.items()}, "files": len(now)}
     changed = any(d.values())
     if changed and readback.get("idempotent"):
-        return {"step": step.name, "status": "applied", "observed": observed,
-                "reason": "the readback files changed; the step is idempotent, so a partial run is finished by re-running it"}
+        # changed files do not say the run finished: it may have stopped half way.
+        # The step is idempotent, so the way to a known state is to run it again.
+        return {"step": step.name, "status": "partial", "observed": observed,
+                "reason": "the readback files changed, but the run may have stopped half way; "
+                "the step is idempotent: run it again to finish it"}
     if changed:
         return {"step": step.name, "status": "inconclusive", "observed": observed,
                 "reason": "the readback files changed, but the command may have been interrupted half way"}
@@ -498,7 +513,12 @@ async def run_command(
     env = {k: os.environ[k] for k in step.env if k in os.environ}
     env.update(dict(step.env_set))
     md = getattr(ctx, "metadata", None) or {}
-    scope = md.get("artifact_scope") if isinstance(md, Mapping) else None
+    if not isinstance(md, Mapping):
+        md = {}
+    scope = md.get("artifact_scope")
+    if isinstance(md.get("operation_id"), str):
+        env[MARKER_ENV] = md["operation_id"]
+    on_spawn = md.get("on_spawn")
     out, err = _Capture(capture_limit), _Capture(capture_limit)
     t0 = time.monotonic()
     try:
@@ -513,6 +533,16 @@ async def run_command(
     timed_out = False
     cancelled_exc = anyio.get_cancelled_exc_class()
     try:
+        if callable(on_spawn):
+            try:
+                await on_spawn(proc.pid)
+            except Exception:
+                # its process group could not be recorded: stop it now rather than
+                # leave a command nobody can later prove finished
+                _killpg(proc.pid, signal.SIGKILL)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+                    await proc.wait()
+                raise
         async with proc:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_pump, proc.stdout, out)

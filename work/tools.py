@@ -23,8 +23,7 @@ from typing import Any
 
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, ToolExecutionContext, define_tool
 
-from .controller import MAX_PLAN_STEPS, WorkController
-from .errors import LeaseLost
+from .controller import DISPATCHED_ATTR, MAX_PLAN_STEPS, WorkController
 
 REPLY_BUDGET = 32 * 1024
 MAX_ERROR_CHARS = 4000
@@ -354,18 +353,12 @@ class WorkTools:
 
     async def _run_step(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
         await self.ready()
-        try:
-            payload = await self.controller.run_step(principal=self.who(ctx), step=params.get("step"), index=params.get("index"), ctx=ctx)
-        except LeaseLost as exc:
-            # may come after the step ran (its outcome could not be recorded)
-            raise _refusal(exc, effect_happened=None) from None
-        except OpenFunctionsError as exc:
-            raise _refusal(exc) from None
+        payload = await _refusing(self.controller.run_step(principal=self.who(ctx), step=params.get("step"), index=params.get("index"), ctx=ctx))
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _verify(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
         await self.ready()
-        payload = await _refusing(self.controller.verify(principal=self.who(ctx), ctx=ctx), effect_happened=None)
+        payload = await _refusing(self.controller.verify(principal=self.who(ctx), ctx=ctx))
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _reconcile(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
@@ -395,11 +388,17 @@ class WorkTools:
         return c.may_read_artifact(info.id, scope if isinstance(scope, str) else None, principal=who)
 
 
-async def _refusing(coro: Any, *, effect_happened: bool | None = False) -> dict[str, Any]:
+async def _refusing(coro: Any) -> dict[str, Any]:
+    """Run a controller call; its refusal becomes a ToolError that says whether anything may have run.
+
+    A refusal before anything was dispatched ran nothing (``effect_happened``
+    false: the receipt is ``known``); one raised after a step or verifier
+    was dispatched (the controller marks it) may follow an effect.
+    """
     try:
         return await coro
     except OpenFunctionsError as exc:
-        raise _refusal(exc, effect_happened=effect_happened) from None
+        raise _refusal(exc, effect_happened=None if getattr(exc, DISPATCHED_ATTR, False) else False) from None
 
 
 def _refusal(exc: OpenFunctionsError, *, effect_happened: bool | None = False) -> ToolError:

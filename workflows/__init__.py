@@ -1,1 +1,53 @@
-"""Durable workflows: pipe/then/parallel/branch over tool, transform and LLM steps. Being built (issue 15)."""
+"""openfunctions.workflows: deterministic composition of tool, transform and LLM steps, with durable runs.
+
+Build::
+
+    wf = (pipe(tool_step("fetch"), name="report", registry=registry)
+          .then(lambda page: {"text": page["body"]})
+          .parallel(tool_step("summarize"), tool_step("keywords"))
+          .branch(lambda r: len(r[1]["keywords"]) > 3, if_true=llm_step("Title for: {input}")))
+
+Run in memory: ``await wf.run(input)``. Run durably (each step's result
+journaled as it settles; resumed after a crash without re-running settled
+steps; an uncertain effect blocks until resolved)::
+
+    runs = WorkflowRuns(data_dir, workflows=[wf])
+    outcome = await runs.run(wf, input)          # RunOutcome(run_id, status, result, error)
+    await runs.resume_interrupted()              # on the next start
+
+Serve or hand to agents as a tool: ``wf.as_tool("report", input_schema)``.
+The replay rules (what a step may and may not do) are in docs/WORKFLOWS.md;
+the run journal's format is in ``_runlog.py`` and docs/formats/workflow-runs.md.
+
+The chat agent of issue 15 is not here: it waits for the adapters, agents,
+memory and providers layers.
+"""
+
+from ._errors import (
+    InvalidInput,
+    InvalidRunId,
+    NonDeterministic,
+    NotUncertain,
+    RunBlocked,
+    RunBusy,
+    RunCorrupt,
+    RunNotFound,
+    StepFailed,
+    StepOutputInvalid,
+    WorkflowChanged,
+    WorkflowDefinitionError,
+    WorkflowError,
+    WorkflowUnknown,
+)
+from ._runlog import RunState, StepRecord
+from ._runs import RunOutcome, WorkflowRuns
+from ._steps import ChatAdapter, LLMMessage, LLMStep, Step, ToolStep, Transform, llm_step, tool_step, transform
+from ._workflow import Workflow, pipe
+
+__all__ = [
+    "ChatAdapter", "InvalidInput", "InvalidRunId", "LLMMessage", "LLMStep", "NonDeterministic", "NotUncertain",
+    "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound", "RunOutcome", "RunState", "Step", "StepFailed",
+    "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "Workflow", "WorkflowChanged",
+    "WorkflowDefinitionError", "WorkflowError", "WorkflowRuns", "WorkflowUnknown", "llm_step", "pipe", "tool_step",
+    "transform",
+]

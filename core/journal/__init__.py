@@ -3,7 +3,6 @@
 - :class:`JournalLog` — the durable append-only store (group commit, flock
   ownership, torn-tail repair, fail-closed validation).
 - :class:`ExecutionJournal` — the executor's durable sink (starts, receipts, recovery).
-- :class:`WorkAttemptJournal` — attempt-scoped records for the work controller.
 - :func:`read_records` — lock-free validating reader.
 
 The file format is documented in ``_encoder.py`` and docs/formats/journal.md.
@@ -25,7 +24,6 @@ Usage::
 
 from ._record import Header, Record
 from .execution import ExecutionJournal, recovered_receipt
-from .attempt import WorkAttemptJournal, attempt_journal_path
 from .errors import (
     JournalClosed,
     JournalCorrupt,
@@ -49,8 +47,6 @@ __all__ = [
     "JournalMismatch",
     "JournalUnsafe",
     "Record",
-    "WorkAttemptJournal",
-    "attempt_journal_path",
     "read_records",
     "recovered_receipt",
     "segment_paths",

@@ -1,4 +1,4 @@
-"""``openfunctions-mcp journal inspect|verify|tail PATH``: read-only journal tools.
+"""``openfunctions-mcp journal inspect|verify|tail|show``: read-only journal tools.
 
 The server CLI calls :func:`add_commands` with its subparsers; each handler
 takes the parsed ``args`` and returns the exit code. Also runnable as
@@ -6,24 +6,36 @@ takes the parsed ``args`` and returns the exit code. Also runnable as
 lock: these commands work while a server is writing (an in-flight write
 shows as a torn tail).
 
+Reading is not writing: a journal copied elsewhere (mode 0644, another
+owner) is read with a warning on stderr; a symlink or a non-regular file is
+still refused. ``tail --follow`` keeps printing records as they are
+appended (polling; each change re-validates the file from its start, and a
+rotation to a new segment is followed). ``show RECEIPT_ID`` finds the start
+and receipt records of one call in the given journals, or in every journal
+and segment of the data directory.
+
 Exit codes: 0 the journal is valid (a torn tail is repairable and reported,
 not an error); 1 the journal is corrupt (the reason names offset and line);
-2 the file cannot be read safely (missing, symlink, wrong mode or owner).
+2 the file cannot be read (missing, symlink, not a regular file), or
+``show`` found no such receipt.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import errno
 import os
+import stat
 import sys
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..canonical import canonical_json
 from ..errors import JournalCorrupt, JournalError
 from ._decoder import ScanResult, scan
-from ._fsutil import open_private
 from ._lock import kernel_holders, lock_path
 from ._record import Record
 from .log import segment_paths
@@ -35,7 +47,7 @@ def add_commands(subparsers: Any) -> None:
     """Add the ``journal`` command group to an argparse subparsers object."""
     j = subparsers.add_parser("journal", help="inspect and verify journals (read-only, no lock taken)",
                               description="Read-only tools for openfunctions journals.")
-    jsub = j.add_subparsers(dest="journal_command", metavar="{inspect,verify,tail}")
+    jsub = j.add_subparsers(dest="journal_command", metavar="{inspect,verify,tail,show}")
     j.set_defaults(func=lambda args: (j.print_help(sys.stderr), 2)[1])
 
     p = jsub.add_parser("inspect", help="summary: records, types, last seq, torn tail, owner")
@@ -51,8 +63,21 @@ def add_commands(subparsers: Any) -> None:
     p = jsub.add_parser("tail", help="print the last N records")
     p.add_argument("path", type=Path)
     p.add_argument("-n", type=int, default=10, metavar="N", help="how many records (default 10)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing records as they are appended (Ctrl-C to stop); follows rotation")
+    p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS",
+                   help="with --follow, how often to look for new records (default 0.5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (with --follow: one record per line)")
     p.set_defaults(func=cmd_tail)
+
+    p = jsub.add_parser("show", help="the start and receipt records of one call, by receipt id")
+    p.add_argument("receipt_id", metavar="RECEIPT_ID", help="a receipt id (rcpt_...) from a result's _meta")
+    p.add_argument("paths", type=Path, nargs="*", metavar="PATH",
+                   help="journals to search (default: every journal and segment under <data-dir>/journal)")
+    p.add_argument("--data-dir", type=Path, metavar="DIR",
+                   help="the server's data dir (default: $OPENFUNCTIONS_MCP_DATA_DIR, else the per-user data dir)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_show)
 
 
 # -- shared ------------------------------------------------------------------
@@ -67,11 +92,44 @@ def _scan(path: Path, on_record: Callable[[Record], None] | None = None) -> tupl
         if on_record is not None:
             on_record(rec)
 
-    fd = open_private(Path(os.path.abspath(path)), os.O_RDONLY)
+    fd = _open_for_reading(Path(os.path.abspath(path)))
     try:
         return scan(fd, str(path), on_record=see), types
     finally:
         os.close(fd)
+
+
+_warned: set[str] = set()
+
+
+def _open_for_reading(path: Path) -> int:
+    """Open a journal read-only: refuse a symlink or a non-regular file; warn (once) about a shared mode or owner.
+
+    A server refuses such a file for writing (``_fsutil.check_private``); a
+    reader only looks, so a copied journal (``cp`` leaves 0644) can be read.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it has no effect on a regular file).
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise JournalError(f"refusing to read {str(path)!r}: it is a symlink (give the file it points to)",
+                               details={"path": str(path)}) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise JournalError(f"refusing to read {str(path)!r}: it is not a regular file", details={"path": str(path)})
+    shared = []
+    if st.st_mode & 0o077:
+        shared.append(f"mode {stat.S_IMODE(st.st_mode):04o} (group or others can read it)")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        shared.append(f"owner uid {st.st_uid}, not you")
+    if shared and str(path) not in _warned:
+        _warned.add(str(path))
+        print(f"warning: {path} has {' and '.join(shared)}; reading it anyway (a server would refuse to write it: "
+              "journals are 0600 and yours)", file=sys.stderr)
+    return fd
 
 
 def _owner(path: Path) -> dict[str, Any]:
@@ -89,19 +147,20 @@ def _owner(path: Path) -> dict[str, Any]:
 def _fail(args: argparse.Namespace, exc: JournalError, what: str) -> int:
     code = EXIT_CORRUPT if isinstance(exc, JournalCorrupt) else EXIT_UNREADABLE
     if args.json:
-        print(canonical_json({"ok": False, "path": str(args.path), "error": exc.to_dict()}))
+        print(canonical_json({"ok": False, "path": str(getattr(args, "path", "") or ""), "error": exc.to_dict()}))
     else:
         print(f"{what}: {exc.message}", file=sys.stderr)
     return code
 
 
-def _guard(args: argparse.Namespace, fn) -> int:
+def _guard(args: argparse.Namespace, fn: Callable[[], int]) -> int:
     try:
         return fn()
     except JournalError as exc:
         return _fail(args, exc, "journal " + args.journal_command)
     except OSError as exc:
-        err = JournalError(f"cannot read {str(args.path)!r}: {exc.strerror or exc}", details={"path": str(args.path)})
+        where = exc.filename if exc.filename is not None else getattr(args, "path", "?")
+        err = JournalError(f"cannot read {str(where)!r}: {exc.strerror or exc}", details={"path": str(where)})
         return _fail(args, err, "journal " + args.journal_command)
 
 
@@ -176,17 +235,115 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return _guard(args, run)
 
 
+def _print_record(rec: Record, as_json: bool) -> None:
+    if as_json:
+        print(canonical_json(rec.to_dict()), flush=True)
+    else:
+        print(f"{rec.seq}\t{rec.time}\t{rec.type}\t{canonical_json(rec.data)}", flush=True)
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     def run() -> int:
         if args.n < 0:
             raise JournalError(f"-n must be >= 0, got {args.n}")
         last: collections.deque[Record] = collections.deque(maxlen=args.n)
-        _scan(args.path, last.append)
+        r, _ = _scan(args.path, last.append)
+        if args.follow:
+            for rec in last:
+                _print_record(rec, args.json)
+            return _follow(args, r)
         if args.json:
             print(canonical_json({"ok": True, "path": str(args.path), "records": [r.to_dict() for r in last]}))
             return EXIT_OK
         for rec in last:
-            print(f"{rec.seq}\t{rec.time}\t{rec.type}\t{canonical_json(rec.data)}")
+            _print_record(rec, False)
+        return EXIT_OK
+
+    return _guard(args, run)
+
+
+def _follow(args: argparse.Namespace, seen: ScanResult) -> int:
+    """Poll ``args.path``; print what was appended since. A new file at the path (rotation) is read from its start."""
+    path = Path(args.path)
+    interval = max(0.05, float(args.interval))
+
+    def identity() -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:  # mid-rotation: the new file is about to appear
+            return None
+        return st.st_dev, st.st_ino, st.st_size
+
+    journal_id = seen.header.journal_id if seen.header else None
+    last_seq = seen.last_seq
+    current = identity()
+    try:
+        while True:
+            time.sleep(interval)
+            now = identity()
+            if now is None or now == current:
+                continue
+            current = now
+            fresh: list[Record] = []
+            r, _ = _scan(path, fresh.append)
+            new_file = (r.header.journal_id if r.header else None) != journal_id
+            if new_file:
+                journal_id, last_seq = (r.header.journal_id if r.header else None), 0
+                print(f"-- {path}: a new segment (journal {journal_id}) --", file=sys.stderr, flush=True)
+            for rec in fresh:
+                if rec.seq > last_seq:
+                    _print_record(rec, args.json)
+            last_seq = max(last_seq, r.last_seq)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _default_data_dir() -> Path:
+    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+
+
+def _journal_files(data_dir: Path) -> list[Path]:
+    """Every journal and finished segment under ``data_dir/journal`` (not locks, broken or pre-v2 copies)."""
+    root = data_dir / "journal"
+    if not root.is_dir():
+        return []
+    out = []
+    for p in sorted(root.rglob("*")):
+        name = p.name
+        if p.is_symlink() or not p.is_file() or name.endswith((".lock", ".pre-v2")) or ".broken" in name:
+            continue
+        if name.endswith(".journal") or ".journal.seg-" in name or name.endswith(".jsonl"):
+            out.append(p)
+    return out
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    def run() -> int:
+        paths = list(args.paths) or _journal_files((args.data_dir or _default_data_dir()).expanduser())
+        found: list[tuple[Path, Record]] = []
+        for p in paths:
+            hits: list[Record] = []
+            _scan(p, lambda rec: hits.append(rec) if rec.data.get("receipt_id") == args.receipt_id else None)
+            found.extend((p, rec) for rec in hits)
+        if not found:
+            where = ", ".join(map(str, paths)) if args.paths else f"{len(paths)} journal file(s) under " \
+                f"{(args.data_dir or _default_data_dir()).expanduser() / 'journal'}"
+            raise JournalError(f"no record of receipt {args.receipt_id!r} in {where}",
+                               details={"receipt_id": args.receipt_id})
+        if args.json:
+            print(canonical_json({"ok": True, "receipt_id": args.receipt_id,
+                                  "records": [{"path": str(p), **rec.to_dict()} for p, rec in found]}))
+            return EXIT_OK
+        import json
+
+        for p, rec in found:
+            print(f"{rec.type} (seq {rec.seq}, {rec.time}) in {p}")
+            print("  " + json.dumps(rec.data, indent=2, ensure_ascii=False, sort_keys=True).replace("\n", "\n  "))
         return EXIT_OK
 
     return _guard(args, run)
@@ -203,4 +360,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["add_commands", "cmd_inspect", "cmd_tail", "cmd_verify", "main"]
+__all__ = ["add_commands", "cmd_inspect", "cmd_show", "cmd_tail", "cmd_verify", "main"]

@@ -5,7 +5,10 @@ Record types written (kind ``"execution"`` journal, format in ``_encoder.py``):
 - ``"start"``: ``data`` is the :class:`StartRecord` (``v``, ``receipt_id``,
   ``tool``, ``spec_sha256``, ``params_sha256``, ``started_at``,
   ``principal``, ``parent_receipt_id``), appended before the handler is
-  entered. If the append fails the executor never enters the handler.
+  entered. If the append fails the executor never enters the handler. Not
+  written for a tool whose capability declares ``effect: "read"``
+  (``StartRecord.read_only``): a read has no effect to have intended, so a
+  crash mid-call leaves nothing to recover (docs/formats/receipt.md).
 - ``"receipt"``: ``data`` is the canonical :class:`Receipt`, appended before
   the result is delivered.
 
@@ -121,6 +124,8 @@ class ExecutionJournal:
 
     # -- ExecutionJournalSink ---------------------------------------------
     async def on_start(self, record: StartRecord) -> None:
+        if record.read_only:
+            return
         await self.log.append(START, record.to_dict())
 
     async def on_settled(self, receipt: Receipt) -> None:

@@ -136,3 +136,60 @@ async def test_sync_define_tool_handler_runs_in_worker_thread():
 def test_pydantic_model_as_input_schema():
     t = define_tool(name="p", description="", input_schema=Point, handler=_noop)
     assert t.input_schema["properties"]["x"]["type"] == "integer"
+
+
+def test_bare_decorator_and_call_form_define_the_same_tool():
+    @tool
+    def shout(text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+    def whisper(text: str) -> str:
+        """Lower-case a text."""
+        return text.lower()
+
+    called = tool(whisper)
+    assert isinstance(shout, type(called)) and shout.name == "shout" and called.name == "whisper"
+    assert shout.input_schema["required"] == ["text"] and shout.description == "Upper-case a text."
+
+
+@pytest.mark.anyio
+async def test_bare_decorated_tool_runs_through_the_registry():
+    @tool
+    async def add(a: int, b: int = 1) -> int:
+        return a + b
+
+    assert await ToolRegistry([add]).execute("add", {"a": 2}) == {"result": 3}
+
+
+def test_registering_a_plain_function_names_it_and_the_fix():
+    def word_count(text: str) -> int:
+        return len(text.split())
+
+    with pytest.raises(ToolDefinitionError) as info:
+        ToolRegistry([word_count])
+    message = info.value.message
+    assert "got function" in message and "word_count" in message and "@tool" in message
+    with pytest.raises(ToolDefinitionError, match=r"got int 5"):
+        ToolRegistry().register(5)
+    with pytest.raises(ToolDefinitionError, match="name must be a string"):
+        tool(5)
+
+
+def test_a_duplicate_name_names_both_sources():
+    from openfunctions.core import DuplicateTool, ToolRegistry, define_tool
+
+    def first(params, ctx):
+        return {}
+
+    def second(params, ctx):
+        return {}
+
+    reg = ToolRegistry()
+    reg.register(define_tool(name="dup", description="", handler=first), source="entry point mine (mytools:registry)")
+    with pytest.raises(DuplicateTool) as info:
+        reg.register(define_tool(name="dup", description="", handler=second), source="--module mytools:registry")
+    message = info.value.message
+    assert "entry point mine (mytools:registry)" in message and "--module mytools:registry" in message
+    assert "first" in message and "second" in message  # the handlers, by module and name
+    assert info.value.details["sources"][0].startswith("entry point mine")

@@ -12,7 +12,7 @@ from openfunctions.servers import cli
 from openfunctions.servers.errors import ProfileUnavailable, ToolLoadError
 from openfunctions.servers.profiles import PROFILES, build_profile, load_module_tools
 
-from .conftest import REPO, server_env
+from .conftest import REPO, serve_argv, server_env
 
 CONFIG = REPO / "claude_desktop_config.example.json"
 UVX_OPTIONS_WITH_VALUE = {"--from", "--with", "--python", "-p"}
@@ -279,3 +279,161 @@ def test_contributed_commands_still_run_with_their_own_options(tmp_path):
         capture_output=True, text=True, timeout=60, env=server_env(),
     )
     assert grants.returncode == 0 and "no grants" in grants.stdout, grants.stderr
+
+
+def test_the_same_tools_from_two_sources_name_both(tmp_path):
+    spec = "tests.servers.fixture_tools:registry"
+    with pytest.raises(Exception) as info:
+        build_profile("tools", data_dir=tmp_path, modules=[spec, "tests.servers.fixture_tools:tools"], examples=False)
+    message = info.value.message
+    assert f"--module {spec}" in message and "--module tests.servers.fixture_tools:tools" in message
+
+
+# -- a newcomer's first hour (issue 17) ------------------------------------------
+
+MYTOOLS = '''
+from openfunctions.core import ToolRegistry, tool
+
+
+@tool
+def word_count(text: str) -> int:
+    """Count the words in a text."""
+    return len(text.split())
+
+
+registry = ToolRegistry([word_count])
+'''
+
+INIT_AND_LIST = [
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "word_count", "arguments": {"text": "a b c"}}},
+]
+
+
+def test_the_console_script_finds_a_module_in_the_current_directory(tmp_path):
+    """`openfunctions-mcp serve --module mytools:registry` from the folder holding mytools.py (not only `python -m`)."""
+    import os
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "openfunctions-mcp"
+    assert script.exists(), f"the console script is installed next to {sys.executable}"
+    (tmp_path / "mytools.py").write_text(MYTOOLS)
+    env = server_env()
+    env.pop("PYTHONPATH", None)  # nothing but the current directory may explain the import
+    proc = subprocess.run(
+        [str(script), "serve", "--module", "mytools:registry", "--no-example-tools", "--data-dir", str(tmp_path / "d")],
+        input="".join(json.dumps(m) + "\n" for m in INIT_AND_LIST), capture_output=True, text=True, timeout=60,
+        env=env, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    reply = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}[2]["result"]
+    assert reply["structuredContent"] == {"result": 3}
+    assert os.getcwd() != str(tmp_path)
+
+
+def test_options_without_a_command_mean_serve(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "_cmd_serve", lambda args: seen.setdefault("args", args) and 0)
+    assert cli.main(["--profile", "work", "--log-level", "INFO"]) == 0
+    assert (seen["args"].command, seen["args"].profile, seen["args"].log_level) == ("serve", "work", "info")
+
+
+def test_log_level_comes_from_the_environment_and_a_bad_one_exits_2(monkeypatch, capsys):
+    monkeypatch.setenv("OPENFUNCTIONS_LOG_LEVEL", "Debug")
+    assert cli.build_parser().parse_args(["serve"]).log_level == "debug"
+    assert cli.build_parser().parse_args(["serve", "--log-level", "ERROR"]).log_level == "error"
+    monkeypatch.setenv("OPENFUNCTIONS_LOG_LEVEL", "loud")
+    assert cli.main(["serve"]) == 2
+    assert "OPENFUNCTIONS_LOG_LEVEL='loud' is not a log level" in capsys.readouterr().err
+
+
+def test_stdlib_and_uvicorn_log_lines_are_json_off_a_terminal_and_readable_on_one(monkeypatch):
+    import io
+    import logging
+
+    import structlog
+
+    from openfunctions.core import configure_logging
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    try:
+        for stream, is_tty in ((io.StringIO(), False), (Terminal(), True)):
+            monkeypatch.setattr(sys, "stderr", stream)
+            configure_logging("info")
+            logging.getLogger("uvicorn.error").info("Started server process [%d]", 7)
+            structlog.get_logger("t").info("listening", url="http://127.0.0.1:1/mcp")
+            lines = stream.getvalue().splitlines()
+            assert len(lines) == 2, lines
+            if is_tty:
+                assert "Started server process [7]" in lines[0] and "[uvicorn.error]" in lines[0]
+                assert not lines[0].startswith("{") and "url=http://127.0.0.1:1/mcp" in lines[1]
+            else:
+                first, second = map(json.loads, lines)
+                assert (first["event"], first["logger"], first["level"]) == ("Started server process [7]", "uvicorn.error", "info")
+                assert second["url"] == "http://127.0.0.1:1/mcp"
+    finally:
+        monkeypatch.undo()
+        configure_logging("warning")
+
+
+def test_http_says_where_it_listens_and_a_taken_port_is_one_line_exit_2(http_server, tmp_path):
+    url, proc = http_server()
+    line = proc.stderr.readline()
+    assert line.startswith("openfunctions-mcp: serving the 'tools' profile over streamable HTTP at ") and url in line
+    assert "(auth off)" in line
+    port = url.split(":")[2].split("/")[0]
+    taken = subprocess.run(serve_argv("--transport", "http", "--port", port, "--data-dir", str(tmp_path / "d2")),
+                           capture_output=True, text=True, timeout=60, env=server_env())
+    assert taken.returncode == 2, taken.stderr
+    assert taken.stderr.strip().splitlines() == [
+        f"openfunctions-mcp: port {port} on 127.0.0.1 is already in use: stop what holds it or pass another --port"]
+
+
+def test_stdio_in_a_terminal_says_it_waits_for_a_client(tmp_path):
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(serve_argv("--data-dir", str(tmp_path)), stdin=slave, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=server_env())
+    os.close(slave)
+    try:
+        line = proc.stderr.readline()
+        assert "waiting for an MCP client on stdin" in line and "openfunctions-mcp demo" in line
+    finally:
+        os.close(master)  # the terminal goes away: stdin ends
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_demo_deletes_its_temporary_dir_and_says_so_unless_kept(monkeypatch, capsys, tmp_path):
+    from openfunctions.servers import demo
+
+    seen = []
+
+    async def session(profile, data_dir, catalog=None):
+        (data_dir / "journal").mkdir()
+        (data_dir / "journal" / "all.journal").write_text("")
+        seen.append(data_dir)
+        return 0
+
+    monkeypatch.setattr(demo, "_session", session)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(demo.tempfile, "tempdir", None)  # re-read TMPDIR
+    assert demo.run_demo() == 0
+    out = capsys.readouterr().out
+    assert not seen[-1].exists() and f"deleted the demo's temporary data directory {seen[-1]}" in out and "--keep" in out
+    assert demo.run_demo(keep=True) == 0
+    out = capsys.readouterr().out
+    assert seen[-1].is_dir() and f"data directory kept (--keep): {seen[-1]}" in out
+    assert f"journal inspect {seen[-1] / 'journal' / 'all.journal'}" in out

@@ -30,7 +30,9 @@ class _Built(Exception):
 @pytest.mark.anyio
 async def test_serve_http_hands_create_http_app_every_option_it_takes(monkeypatch):
     """Each of create_http_app's keyword options, given to serve_http, reaches create_http_app unchanged."""
-    params = [p for p in inspect.signature(http_mod.create_http_app).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    # ``port`` is serve_http's own (it binds it) and reaches the app as given.
+    params = [p for p in inspect.signature(http_mod.create_http_app).parameters.values()
+              if p.kind is p.KEYWORD_ONLY and p.name != "port"]
     given = {p.name: object() for p in params}  # a distinct sentinel each: nothing may be swapped or defaulted
     given["event_store"] = MemoryEventStore()
     seen: dict = {}
@@ -41,9 +43,10 @@ async def test_serve_http_hands_create_http_app_every_option_it_takes(monkeypatc
 
     monkeypatch.setattr(http_mod, "create_http_app", spy)
     server = create_mcp_server(ToolRegistry([]), name="t", version="0")
+    port = free_port()
     with pytest.raises(_Built):
-        await http_mod.serve_http(server, port=free_port(), handle_signals=False, **given)
-    assert seen == given
+        await http_mod.serve_http(server, port=port, handle_signals=False, **given)
+    assert seen == {**given, "port": port}
 
 
 SERVE_WITHOUT_EVENT_STORE = """

@@ -95,6 +95,8 @@ async def main() -> None:
                     result = await ctl.run_step(principal=a.principal, step=cmd.get("step"))
                 elif op == "status":
                     result = ctl.status(principal=a.principal)
+                elif op == "snapshot":
+                    result = json.loads(json.dumps(ctl.state.snapshot(), default=str))
                 elif op == "reconcile":
                     result = await ctl.reconcile(principal=a.principal)
                 elif op == "verify":

@@ -45,6 +45,14 @@ def _write_catalog(env) -> None:
     )
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def _counter(env) -> list[str]:
     p = env.ws / "counter.txt"
     return p.read_text().splitlines() if p.exists() else []
@@ -80,6 +88,12 @@ async def test_sigkill_mid_step_blocks_with_unknown_operation_and_never_reruns(e
             assert r["event"] == "dispatching"
             r = second.read()
             assert not r["ok"] and r["error"]["code"] == "effect_uncertain"
+            # the orphaned command still runs: nothing may be concluded yet (issue 19, item 1)
+            rec = second.ok("reconcile")
+            assert rec["reconciled"][0]["verdict"] == "still_running" and rec["state"] == "blocked"
+            assert sleeper_pid in rec["reconciled"][0]["evidence"]["pids"]
+            kill_pid(sleeper_pid)
+            wait_for(lambda: not _alive(sleeper_pid), what="the orphan to die")
             # a command step without a readback is inconclusive: reconcile keeps it blocked
             rec = second.ok("reconcile")
             assert rec["reconciled"][0]["verdict"] == "inconclusive" and rec["state"] == "blocked"

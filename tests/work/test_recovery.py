@@ -37,6 +37,8 @@ async def test_intent_without_outcome_is_unknown_and_blocks_without_dispatching(
         {"attempt_id": att["attemptId"], "operation_id": op_id, "plan_index": 0, "step": "bump", "params": {},
          "effect": "write", "input_digest": "sha256:" + "0" * 64, "readback": {"reconcilable": False}},
     )
+    # the executor entered the handler (without this record nothing ran: see the next test)
+    await ctl._record("dispatched", {"attempt_id": att["attemptId"], "operation_id": op_id, "receipt_id": new_id("rcpt")})
     await ctl.close()  # the process "died" here: no outcome
 
     again = await env.open(counter.tools())
@@ -50,6 +52,26 @@ async def test_intent_without_outcome_is_unknown_and_blocks_without_dispatching(
     hist = third.state.attempts[att["attemptId"]].history
     assert [h["to"] for h in hist].count("blocked") == 1
     assert counter.runs == {}
+
+
+@pytest.mark.anyio
+async def test_intent_without_dispatched_record_proves_nothing_ran(env):
+    # the executor journals its start (and the controller "dispatched") before
+    # the handler is entered: an intent alone means the handler never started
+    counter = Counter()
+    ctl, att = await _started(env, counter)
+    op_id = new_id("op")
+    await ctl._record(
+        "intent",
+        {"attempt_id": att["attemptId"], "operation_id": op_id, "plan_index": 0, "step": "bump", "params": {},
+         "effect": "write", "input_digest": "sha256:" + "0" * 64, "readback": {"reconcilable": False}},
+    )
+    await ctl.close()
+    again = await env.open(counter.tools())
+    st = again.status(principal="agent")["attempt"]
+    assert st["state"] == "started" and [o["status"] for o in st["operations"]] == ["not_done"]
+    r = await again.run_step(principal="agent")  # the step runs, for the first time
+    assert r["operation"]["status"] == "done" and counter.runs == {"bump": 1}
 
 
 @pytest.mark.anyio
@@ -104,7 +126,7 @@ def test_replay_order_and_unknown_record_types():
     assert a.operations["o1"].status == "unknown" and a.operations["o1"].dispatch_receipt_id == "rcpt_1"
     assert a.operations["o2"].status == "done" and a.cursor == 1 and a.mutation_epoch == 1
     assert out.unknown == [("a", "o1")] and out.unknown_types == {"from_the_future"}
-    assert "art_" + "a" * 32 in out.saved_artifacts and out.active == "a"
+    assert out.active == "a"
     plan = restore_plan(out)
     assert plan == [("a", "blocked", plan[0][2])] and plan[0][2]["operations"] == ["o1"]
 
@@ -128,12 +150,14 @@ async def _died_after_write_intent(env):
     prv = await ctl.preview(plan, principal="agent")
     att = await ctl.start(prv["previewId"], principal="agent")
     params = ctl.state.attempts[att["attemptId"]].plan[0]["params"]
+    op_id = new_id("op")
     await ctl._record(
         "intent",
-        {"attempt_id": att["attemptId"], "operation_id": new_id("op"), "plan_index": 0, "step": "write_src",
+        {"attempt_id": att["attemptId"], "operation_id": op_id, "plan_index": 0, "step": "write_src",
          "params": params, "effect": "write", "input_digest": "sha256:" + "1" * 64,
          "readback": prepare_reconciliation(catalog, catalog.step("write_src"), params)},
     )
+    await ctl._record("dispatched", {"attempt_id": att["attemptId"], "operation_id": op_id, "receipt_id": new_id("rcpt")})
     await ctl.close()
     return catalog, store
 

@@ -106,3 +106,85 @@ def test_python_dash_m(journal):
         capture_output=True, text=True, timeout=60,
     )
     assert cp.returncode == 0 and json.loads(cp.stdout)["last_seq"] == 6
+
+
+# -- issue 17: copies, follow, show -----------------------------------------------
+
+
+def test_a_copied_journal_with_mode_0644_is_read_with_a_warning(journal, tmp_path, capsys):
+    import os
+    import shutil
+
+    copy = tmp_path / "copy.jsonl"
+    shutil.copyfile(journal, copy)
+    os.chmod(copy, 0o644)
+    for i, command in enumerate(("inspect", "verify", "tail")):
+        rc, out, err = run(capsys, "journal", command, str(copy))
+        assert rc == 0, err
+        if i == 0:  # a process warns once per path
+            assert "mode 0644 (group or others can read it); reading it anyway" in err
+    rc, out, _ = run(capsys, "journal", "verify", str(copy))
+    assert rc == 0 and "ok: 6 records" in out
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    rc, _, err = run(capsys, "journal", "verify", str(fifo))
+    assert rc == 2 and "not a regular file" in err
+
+
+def test_show_finds_a_receipt_by_id_in_a_data_dir(tmp_path, capsys):
+    from openfunctions.core import ToolRegistry, define_tool
+    from openfunctions.core.journal import ExecutionJournal
+
+    data = tmp_path / "data"
+
+    async def call() -> str:
+        journal = await ExecutionJournal.open(data / "journal" / "tools.journal")
+        reg = ToolRegistry([define_tool(name="t", description="", handler=lambda p, c: {"ok": True})], journal=journal)
+        detailed = await reg.execute_detailed("t", {})
+        await journal.close()
+        return detailed.receipt.receipt_id
+
+    receipt_id = anyio.run(call)
+    rc, out, err = run(capsys, "journal", "show", receipt_id, "--data-dir", str(data))
+    assert rc == 0, err
+    assert out.startswith("start (seq 1") and "\nreceipt (seq 2" in out and '"outcome": "succeeded"' in out
+    rc, out, _ = run(capsys, "journal", "show", "--json", receipt_id, str(data / "journal" / "tools.journal"))
+    assert [r["type"] for r in json.loads(out)["records"]] == ["start", "receipt"]
+    rc, _, err = run(capsys, "journal", "show", "rcpt_nope", "--data-dir", str(data))
+    assert rc == 2 and "no record of receipt 'rcpt_nope'" in err and "1 journal file(s)" in err
+
+
+def test_tail_follow_prints_appended_records(journal):
+    import signal
+    import threading
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openfunctions.core.journal.cli", "tail", "-f", "-n", "1", "--interval", "0.05",
+         str(journal)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    lines: list[str] = []
+    got = [threading.Event() for _ in range(2)]
+
+    def pump() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            got[min(len(lines), 2) - 1].set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        assert got[0].wait(30), proc.stderr.read() if proc.poll() is not None else "no first line"
+        assert lines[0].split("\t")[0] == "6"
+
+        async def append() -> None:
+            log = await JournalLog.open(journal, kind="execution")
+            await log.append("start", {"i": 6})
+            await log.close()
+
+        anyio.run(append)
+        assert got[1].wait(30), "the appended record was not printed"
+        assert lines[1].split("\t")[0] == "7" and lines[1].rstrip("\n").endswith('{"i":6}')
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        proc.stdout.close()
+        proc.stderr.close()

@@ -16,8 +16,6 @@ from openfunctions.core.journal import (
     JournalLocked,
     JournalLog,
     JournalMismatch,
-    WorkAttemptJournal,
-    attempt_journal_path,
     read_records,
 )
 from openfunctions.core.journal._fsutil import FileOps
@@ -142,24 +140,6 @@ async def test_kind_mismatch(tmp_path):
     await (await JournalLog.open(p, kind="execution")).close()
     with pytest.raises(JournalMismatch):
         await JournalLog.open(p, kind="attempt")
-
-
-async def test_work_attempt_journal(tmp_path):
-    p = attempt_journal_path(tmp_path / "attempts", "att/../../etc")
-    assert p.parent == tmp_path / "attempts" and ".." not in p.name
-    j = await WorkAttemptJournal.open(p, attempt_id="att/../../etc")
-    assert j.attempt_id == "att/../../etc"
-    await j.append("step_started", {"step": 1})
-    await j.append("step_settled", {"step": 1, "outcome": "succeeded"})
-    assert j.last_seq == 2
-    await j.close()
-    async with await WorkAttemptJournal.open(p, attempt_id="att/../../etc") as j:
-        assert [r.type for r in j.records()] == ["step_started", "step_settled"]
-        assert [r.seq for r in j.records(after_seq=1)] == [2]
-    with pytest.raises(JournalMismatch):
-        await WorkAttemptJournal.open(p, attempt_id="other")
-    # The refused open released its lock.
-    await (await WorkAttemptJournal.open(p)).close()
 
 
 def test_encoded_record_is_canonical_json():

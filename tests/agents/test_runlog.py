@@ -1,0 +1,168 @@
+"""The durable run journal: records on disk, the one fold, recovery to 'interrupted', the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+
+from openfunctions.adapters import ScriptedAdapter
+from openfunctions.agents import RunJournal, define_agent, read_runs, run_agent, runs_journal_path
+from openfunctions.agents import _records as R
+from openfunctions.core import ToolRegistry, define_tool
+from openfunctions.core.journal import read_records
+
+from .._net import free_port, wait_for_port
+from .test_mcp_sampling import HostModel, argv, env
+
+pytestmark = pytest.mark.anyio
+
+
+def _tool():
+    return define_tool(name="echo", description="echo", handler=lambda p, c: "e",
+                       capability={"effect": "read", "parallel_safe": True})
+
+
+async def test_records_are_durable_and_fold_the_same_on_reopen(tmp_path: Path) -> None:
+    journal = await RunJournal.open_in(tmp_path)
+    reg = ToolRegistry([_tool()])
+    agent = define_agent("a", "x", tools=["echo"], adapter=ScriptedAdapter([{"tool": "echo"}, "done"]))
+    r = await run_agent(agent, "go", registry=reg, runs=journal)
+    live = journal.get(r.run_id).to_dict()
+    await journal.close()
+    types_ = [rec.type for rec in read_records(runs_journal_path(tmp_path))]
+    assert types_ == ["run_started", "run_round", "run_round", "run_finished", "outcome_claim"]
+    again = await RunJournal.open_in(tmp_path)
+    assert again.get(r.run_id).to_dict() == live and again.interrupted == []
+    assert read_runs(tmp_path)[r.run_id].to_dict() == live
+    await again.close()
+
+
+async def test_unfinished_runs_are_interrupted_at_recovery_never_resumed(tmp_path: Path) -> None:
+    journal = await RunJournal.open_in(tmp_path)
+    start = R.started(run_id="run_" + "1" * 32, agent="a", provider="p", model="m", instructions="i", tools=[],
+                      limits={}, task="t", principal=None, parent_run_id=None, parent_receipt_id=None)
+    await journal.append(R.STARTED, start)
+    await journal.append(R.ROUND, R.round_(run_id=start["run_id"], n=1, model="m", stop_reason="tool_use",
+                                           usage={"input_tokens": 3, "output_tokens": 4},
+                                           tool_calls=[{"id": "c", "name": "echo", "receipt_id": "rcpt_x", "outcome": "succeeded",
+                                                        "error_code": None}], text=None))
+    await journal.close()  # as a crash would leave it: no run_finished
+    reopened = await RunJournal.open_in(tmp_path)
+    run = reopened.get(start["run_id"])
+    assert reopened.interrupted == [start["run_id"]]
+    assert run.status == "interrupted" and run.finished["recovered"] is True
+    assert run.finished["receipts"] == ["rcpt_x"] and run.finished["usage"] == {"input_tokens": 3, "output_tokens": 4}
+    await reopened.close()
+    third = await RunJournal.open_in(tmp_path)  # idempotent: nothing left to recover
+    assert third.interrupted == [] and third.get(start["run_id"]).status == "interrupted"
+    await third.close()
+
+
+async def test_a_second_writer_takes_the_next_slot_and_readers_see_both(tmp_path: Path) -> None:
+    j1 = await RunJournal.open_in(tmp_path)
+    j2 = await RunJournal.open_in(tmp_path)
+    assert j1.path.name == "runs.journal" and j2.path.name == "runs.2.journal"
+    reg = ToolRegistry([_tool()])
+    r1 = await run_agent(define_agent("a", "x", adapter=ScriptedAdapter(["1"])), "go", registry=reg, runs=j1)
+    r2 = await run_agent(define_agent("b", "x", adapter=ScriptedAdapter(["2"])), "go", registry=reg, runs=j2)
+    assert {r1.run_id, r2.run_id} <= set(read_runs(tmp_path))
+    await j1.close()
+    await j2.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "openfunctions.servers", "runs", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+async def test_cli_list_show_tail(tmp_path: Path) -> None:
+    journal = await RunJournal.open_in(tmp_path)
+    r = await run_agent(define_agent("calc", "x", adapter=ScriptedAdapter(["42"])), "q", registry=ToolRegistry(), runs=journal)
+    await journal.close()
+    out = _cli("list", "--data-dir", str(tmp_path))
+    assert out.returncode == 0 and r.run_id in out.stdout and "completed" in out.stdout
+    rows = json.loads(_cli("list", "--data-dir", str(tmp_path), "--json", "--status", "completed").stdout)
+    assert [row["run_id"] for row in rows] == [r.run_id]
+    assert json.loads(_cli("list", "--data-dir", str(tmp_path), "--json", "--agent", "nobody").stdout) == []
+    show = _cli("show", r.run_id, "--data-dir", str(tmp_path))
+    assert show.returncode == 0 and "42" in show.stdout and "scripted/scripted" in show.stdout
+    full = json.loads(_cli("show", r.run_id, "--data-dir", str(tmp_path), "--json").stdout)
+    assert full["finished"]["text"] == "42"
+    missing = _cli("show", "run_" + "0" * 32, "--data-dir", str(tmp_path))
+    assert missing.returncode == 1 and "no run" in missing.stderr
+    tail = _cli("tail", "-n", "2", "--data-dir", str(tmp_path), "--json")
+    assert [json.loads(line)["type"] for line in tail.stdout.splitlines()] == ["run_finished", "outcome_claim"]
+
+
+async def test_cli_reports_a_corrupt_journal(tmp_path: Path) -> None:
+    journal = await RunJournal.open_in(tmp_path)
+    await run_agent(define_agent("calc", "x", adapter=ScriptedAdapter(["42"])), "q", registry=ToolRegistry(), runs=journal)
+    await journal.close()
+    p = runs_journal_path(tmp_path)
+    data = bytearray(p.read_bytes())
+    i = data.index(b'"calc"')
+    data[i + 1:i + 5] = b"CALC"  # an interior record's bytes change: its checksum no longer matches
+    p.write_bytes(bytes(data))
+    out = _cli("list", "--data-dir", str(tmp_path))
+    assert out.returncode == 2 and ("corrupt" in out.stderr.lower() or "checksum" in out.stderr.lower()), out.stderr
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_loop_interrupts_the_run_and_reruns_nothing(tmp_path: Path) -> None:
+    data, markers = tmp_path / "data", tmp_path / "m"
+    markers.mkdir()
+    port = free_port()
+    proc = subprocess.Popen(argv(data, "--transport", "http", "--port", str(port)), env=env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        model = HostModel([("wait_for_release", {"dir": str(markers)})])
+        caps = types.SamplingCapability(tools=types.SamplingToolsCapability())
+        async with anyio.create_task_group() as tg:
+            async def call() -> None:
+                try:
+                    async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy", sampling_callback=model,
+                                      sampling_capabilities=caps, read_timeout_seconds=60) as c:
+                        await c.call_tool("agent_waiter", {"task": "wait"})
+                except Exception:
+                    pass  # the server dies under the call
+
+            tg.start_soon(call)
+            with anyio.fail_after(30):
+                while not (markers / "started").exists():
+                    await anyio.sleep(0.01)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            tg.cancel_scope.cancel()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    (before,) = read_runs(data).values()
+    assert before.status == "running"  # what the crash left on disk
+    # Restart the server on the same data dir: recovery closes the run, re-runs nothing.
+    port2 = free_port()
+    proc2 = subprocess.Popen(argv(data, "--transport", "http", "--port", str(port2)), env=env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port2, proc2)
+        async with Client(f"http://127.0.0.1:{port2}/mcp", mode="legacy", read_timeout_seconds=60) as c:
+            assert (await c.list_tools()).tools
+    finally:
+        proc2.terminate()
+        proc2.wait(20)
+    (after,) = read_runs(data).values()
+    assert after.status == "interrupted" and after.finished["recovered"] is True
+    assert (markers / "invocations").read_text() == "1\n"  # the tool ran once, before the kill, never again
+    receipts = [r.data for r in read_records(data / "journal" / "agents.journal") if r.type == "receipt"]
+    waits = [r for r in receipts if r["tool"] == "wait_for_release"]
+    assert len(waits) == 1 and waits[0]["outcome"] == "unknown" and waits[0]["recovered"] is True

@@ -1,0 +1,219 @@
+"""Hostile HTTP (issue 19 items 3-6, 8, 13): framing, ids, Host/Origin, sessions, slow and idle connections.
+
+Each test runs a real server subprocess on 127.0.0.1 and speaks raw HTTP where
+a well-behaved client library would refuse to send what is tested.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import httpx
+import pytest
+
+from .conftest import journaled_receipts
+from .test_http import ACCEPT, parse_body, post, rpc
+
+pytestmark = pytest.mark.slow
+
+LEGACY_INIT = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+
+
+def _port(url: str) -> int:
+    return int(url.split(":")[2].split("/")[0])
+
+
+def _recv_all(sock: socket.socket, deadline: float = 20.0) -> bytes:
+    """Read until the server closes the connection (a bound, not a timing assertion)."""
+    sock.settimeout(deadline)
+    out = bytearray()
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return bytes(out)
+        out += chunk
+
+
+def _hash_call_request(port: int, text: str) -> bytes:
+    body = json.dumps(rpc("tools/call", {"name": "of_hash_text", "arguments": {"text": text}})).encode()
+    return (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+        f"Mcp-Method: tools/call\r\nMcp-Name: of_hash_text\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def test_a_request_with_both_framings_is_refused_and_nothing_hidden_behind_it_runs(http_server, tmp_path):
+    url, _ = http_server("--stateless")
+    port = _port(url)
+    visible = json.dumps(rpc("tools/list")).encode()
+    chunked = f"{len(visible):x}\r\n".encode() + visible + b"\r\n0\r\n\r\n"
+    smuggled = _hash_call_request(port, "smuggled")
+    head = (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\n"
+        f"Content-Length: {len(chunked)}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(head + chunked + smuggled)
+        answer = _recv_all(s)  # returns only because the server closed the connection
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 1, answer
+    assert b"connection: close" in answer.lower()
+    time.sleep(0.5)  # let a (wrongly) running hidden call reach the journal before looking
+    assert journaled_receipts(tmp_path / "data") == {}
+    # The server itself is fine.
+    ok = post(url, rpc("tools/call", {"name": "of_hash_text", "arguments": {"text": "abc"}}), name="of_hash_text")
+    assert parse_body(ok)["result"]["structuredContent"]["hex"].startswith("ba7816bf")
+
+
+def test_requests_with_invalid_ids_get_invalid_request_and_deep_nesting_gets_400(http_server):
+    url, _ = http_server("--stateless")
+    for bad_id in (None, True, 1.5, {}, [1]):
+        body = {**rpc("tools/list"), "id": bad_id}
+        resp = post(url, body, method="tools/list")
+        assert resp.status_code == 400, (bad_id, resp.status_code, resp.text)
+        err = resp.json()
+        assert err["id"] is None and err["error"]["code"] == -32600 and '"id"' in err["error"]["message"]
+    for depth in (978, 50_000):
+        resp = post(url, "[" * depth + "]" * depth, method="tools/list")
+        assert resp.status_code == 400 and "Recursion" not in resp.text
+    assert parse_body(post(url, rpc("tools/list"), method="tools/list"))["result"]["tools"]
+
+
+def test_host_and_origin_must_match_exactly(http_server):
+    url, _ = http_server("--stateless")
+    port = _port(url)
+
+    def status(**headers: str) -> int:
+        return post(url, rpc("tools/list"), method="tools/list", headers=headers).status_code
+
+    assert status(Host=f"127.0.0.1:{port}@evil.example") == 421
+    assert status(Host=f"127.0.0.1:{port}.evil.example") == 421
+    assert status(Host=f"localhost:{port} evil") == 421
+    assert status(Host="evil.example") == 421
+    assert status(Host=f"localhost:{port}") == 200
+    assert status(Host=f"[::1]:{port}") == 200
+    assert status(Origin=f"http://localhost:{port}") == 200
+    assert status(Origin=f"http://127.0.0.1:{port}") == 200
+    assert status(Origin=f"http://localhost:{port + 1 if port < 65535 else port - 1}") == 403
+    assert status(Origin=f"http://127.0.0.1:{port}.evil.example") == 403
+    assert status(Origin=f"http://127.0.0.1:{port}@evil.example") == 403
+    assert status(Origin="null") == 403
+
+
+def _initialize(url: str) -> httpx.Response:
+    return httpx.post(url, json=LEGACY_INIT, headers=ACCEPT, timeout=30)
+
+
+def test_session_caps_refuse_new_sessions_with_503_and_free_up_on_delete(http_server):
+    url, _ = http_server("--max-sessions", "3", "--max-sessions-per-principal", "0")
+    opened = [_initialize(url) for _ in range(3)]
+    assert [r.status_code for r in opened] == [200, 200, 200]
+    refused = _initialize(url)
+    assert refused.status_code == 503
+    sid = opened[0].headers["mcp-session-id"]
+    assert httpx.delete(url, headers={**ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}).status_code in (200, 204)
+    assert _initialize(url).status_code == 200
+
+
+def test_one_client_cannot_take_more_than_its_share_of_sessions(http_server):
+    url, _ = http_server("--max-sessions", "10", "--max-sessions-per-principal", "2")
+    assert [_initialize(url).status_code for _ in range(2)] == [200, 200]
+    refused = _initialize(url)
+    assert refused.status_code == 503
+    assert "--max-sessions-per-principal" in refused.json()["error"]["message"]
+
+
+def test_idle_sessions_expire_and_free_their_slot(http_server):
+    url, _ = http_server("--max-sessions", "1", "--session-idle-timeout", "1")
+    first = _initialize(url)
+    assert first.status_code == 200
+    assert _initialize(url).status_code == 503  # the cap holds while the session is alive
+    deadline = time.monotonic() + 30
+    while (again := _initialize(url)).status_code == 503:
+        assert time.monotonic() < deadline, "the idle session never expired"
+        time.sleep(0.2)
+    assert again.status_code == 200
+    gone = httpx.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                      headers={**ACCEPT, "mcp-session-id": first.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"})
+    assert gone.status_code == 404
+
+
+def test_half_sent_headers_are_timed_out_and_the_connection_cap_holds(http_server):
+    url, _ = http_server("--stateless", "--header-timeout", "1", "--max-connections", "20")
+    port = _port(url)
+    slow = []
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127")
+        slow.append(s)
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as extra:
+            refused = _recv_all(extra)
+        assert refused.startswith(b"HTTP/1.1 503"), refused[:100]
+        # Every half-open connection is closed by the server, however long we wait to see it.
+        for s in slow:
+            assert _recv_all(s, deadline=30) == b""
+        # A client that drips one byte at a time is cut off as well.
+        with socket.create_connection(("127.0.0.1", port)) as drip:
+            drip.settimeout(30)
+            closed = False
+            for b in b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200:
+                try:
+                    drip.sendall(bytes([b]))
+                except OSError:
+                    closed = True
+                    break
+                time.sleep(0.1)
+                drip.setblocking(False)
+                try:
+                    if drip.recv(1) == b"":
+                        closed = True
+                        break
+                except BlockingIOError:
+                    pass
+                finally:
+                    drip.setblocking(True)
+                    drip.settimeout(30)
+            assert closed, "a dripping client kept its connection past the header timeout"
+    finally:
+        for s in slow:
+            s.close()
+    ok = post(url, rpc("tools/list"), method="tools/list")
+    assert ok.status_code == 200
+
+
+def test_a_body_that_never_finishes_gets_408(http_server):
+    url, _ = http_server("--stateless", "--body-timeout", "1")
+    port = _port(url)
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: {ACCEPT['Accept']}\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\":".encode()
+        )
+        answer = _recv_all(s, deadline=30)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+
+
+def test_healthz_answers_ok(http_server):
+    url, _ = http_server("--stateless")
+    resp = httpx.get(url.rsplit("/", 1)[0] + "/healthz")
+    assert resp.status_code == 200 and resp.json() == {"status": "ok"}
+
+
+def test_invalid_ids_in_a_session_get_invalid_request_not_202(http_server):
+    url, _ = http_server()
+    sid = _initialize(url).headers["mcp-session-id"]
+    headers = {**ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+    for bad_id in (None, True, 1.5, {}, [1]):
+        resp = httpx.post(url, json={"jsonrpc": "2.0", "id": bad_id, "method": "tools/list"}, headers=headers)
+        assert resp.status_code == 400, (bad_id, resp.status_code, resp.text)
+        assert resp.json()["error"]["code"] == -32600
+    ok = httpx.post(url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers=headers, timeout=30)
+    assert parse_body(ok)["result"]["tools"]

@@ -1,0 +1,70 @@
+"""Workflows for the crash tests, loaded by a child process and by ``workflows resume --module``.
+
+The tools leave evidence in ``$WF_TEST_DIR``: ``charges.txt`` gets a line per
+``charge`` call (a write), ``reads.txt`` a line per ``slow_read`` call. With
+``$WF_TEST_SLEEP`` set, each sleeps that long after writing its line, so a
+test can SIGKILL the process inside the step.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+
+from openfunctions.core import ToolRegistry, define_tool
+from openfunctions.workflows import pipe, tool_step, transform
+
+
+def _evidence(name: str, text: str) -> None:
+    with open(Path(os.environ["WF_TEST_DIR"]) / name, "a") as f:
+        f.write(text + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+async def _pause(tool: str) -> None:
+    if os.environ.get("WF_TEST_SLEEP_IN") == tool:
+        await anyio.sleep(float(os.environ.get("WF_TEST_SLEEP", "0")))
+
+
+async def charge(params, ctx):
+    _evidence("charges.txt", f"charge {params['amount']} pid {os.getpid()}")
+    await _pause("charge")
+    return {"charged": params["amount"]}
+
+
+async def slow_read(params, ctx):
+    _evidence("reads.txt", f"read pid {os.getpid()}")
+    await _pause("slow_read")
+    return {"balance": 100 - params["charged"]}
+
+
+registry = ToolRegistry([
+    define_tool(name="charge", description="charge an amount (a write)", handler=charge, capability={"effect": "external"},
+                input_schema={"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}),
+    define_tool(name="slow_read", description="read the balance", handler=slow_read, capability={"effect": "read"}),
+])
+
+checkout = pipe(
+    transform(lambda order: {"amount": order["amount"]}, name="amount"),
+    tool_step("charge"),
+    tool_step("slow_read"),
+    transform(lambda r: {"ok": True, **r}, name="receipt"),
+    name="checkout",
+    registry=registry,
+)
+
+workflows = [checkout]
+
+# What `openfunctions-mcp serve --module tests.workflows._app:served --no-example-tools` serves: the step
+# tools and the workflow as a tool, in one registry, so the server's journal records the workflow's call
+# and its steps' calls alike (the steps are child executions of the workflow's call).
+served = ToolRegistry([registry.get("charge"), registry.get("slow_read")])
+served.register(checkout.bind(registry=served).as_tool(
+    "checkout", {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]},
+    description="charge an order and report the balance", registry=served,
+    output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}, "balance": {"type": "integer"}},
+                   "required": ["ok", "balance"]},
+))

@@ -1,0 +1,26 @@
+"""A workflow runner in its own process: ``_child.py DATA_DIR run RUN_ID JSON`` or ``_child.py DATA_DIR resume-all``.
+
+Prints one JSON line with the outcome(s). Used by test_crash.py, which SIGKILLs it.
+"""
+
+import json
+import sys
+
+import anyio
+
+from openfunctions.workflows import RunOutcome, WorkflowRuns
+from tests.workflows._app import checkout, workflows
+
+
+async def main() -> None:
+    data, op = sys.argv[1], sys.argv[2]
+    runs = WorkflowRuns(data, workflows=workflows)
+    if op == "run":
+        out = await runs.run(checkout, json.loads(sys.argv[4]), run_id=sys.argv[3])
+        print(json.dumps(out.to_dict()), flush=True)
+    else:
+        results = await runs.resume_interrupted()
+        print(json.dumps([r.to_dict() if isinstance(r, RunOutcome) else {"error": r.to_dict()} for r in results]), flush=True)
+
+
+anyio.run(main)

@@ -1,0 +1,340 @@
+"""Durable runs in one process: journaling, replay, uncertain steps, resolution, bad input.
+
+A crash is simulated by a handler raising ``Crash`` (a BaseException the
+executor and the engine do not handle): nothing more is recorded, exactly as
+if the process had died there; the next "process" builds a fresh registry
+(the dead one's scheduler reservation is never released). Real SIGKILLs are
+in test_crash.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import pytest
+
+from openfunctions.core import ToolRegistry, define_tool
+from openfunctions.core.journal import read_records
+from openfunctions.workflows import (
+    InvalidInput,
+    InvalidRunId,
+    NonDeterministic,
+    NotUncertain,
+    RunBlocked,
+    RunBusy,
+    RunCorrupt,
+    RunNotFound,
+    WorkflowChanged,
+    WorkflowRuns,
+    WorkflowUnknown,
+    pipe,
+    tool_step,
+    transform,
+)
+from openfunctions.workflows._runs import run_path
+
+
+class Crash(BaseException):
+    """Stands for the process dying mid-step."""
+
+
+class World:
+    """Tools with an effect we can count, and a switch that makes one of them 'crash'."""
+
+    def __init__(self) -> None:
+        self.charged: list[int] = []
+        self.looked: list[int] = []
+        self.crash_in: set[str] = set()
+
+    def registry(self) -> ToolRegistry:
+        async def charge(p, ctx):
+            self.charged.append(p["n"])
+            if "charge" in self.crash_in:
+                raise Crash()
+            return {"n": p["n"], "charged": True}
+
+        async def lookup(p, ctx):
+            self.looked.append(p["n"])
+            if "lookup" in self.crash_in:
+                raise Crash()
+            return {"n": p["n"] + 100}
+
+        return ToolRegistry([
+            define_tool(name="charge", description="a write", handler=charge, capability={"effect": "write"}),
+            define_tool(name="lookup", description="a read", handler=lookup, capability={"effect": "read", "parallel_safe": True}),
+        ])
+
+
+def workflow(name="order"):
+    return pipe(
+        tool_step("lookup"),
+        transform(lambda r: {"n": r["n"] + 1}, name="inc"),
+        tool_step("charge"),
+        tool_step("lookup", lambda r: {"n": r["n"]}, name="lookup_again"),
+        name=name,
+    )
+
+
+@pytest.mark.anyio
+async def test_a_durable_run_journals_each_step_and_its_outcome(tmp_path):
+    world = World()
+    wf = workflow()
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    out = await runs.run(wf, {"n": 1}, run_id="order-1")
+    assert out.ok and out.result == {"n": 202} and out.run_id == "order-1"
+    types = [r.type for r in read_records(run_path(runs.root, "order-1"))]
+    assert types == ["run_started", "step_settled", "step_settled", "step_started", "step_settled", "step_settled", "run_finished"]
+    # the same run id again: the recorded outcome, nothing re-run
+    again = await runs.run(wf, {"n": 1}, run_id="order-1")
+    assert again.result == out.result and world.charged == [102] and world.looked == [1, 102]
+    state = runs.show("order-1")
+    assert state.status == "succeeded" and [s.step for s in state.steps.values()] == ["0", "1", "2", "3"]
+    assert [r["run_id"] for r in runs.list()] == ["order-1"]
+
+
+@pytest.mark.anyio
+async def test_crash_during_a_read_step_resumes_after_the_last_settled_step(tmp_path):
+    world = World()
+    wf = workflow()
+    first = WorkflowRuns(tmp_path, workflows=[wf])
+    # crash in the *second* lookup (step 3), after the write step settled
+    reg = world.registry()
+    calls = {"n": 0}
+    real = reg.get("lookup").handler
+
+    async def lookup_then_crash(p, ctx):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise Crash()
+        return await real(p, ctx)
+
+    crashing = ToolRegistry([reg.get("charge"), define_tool(name="lookup", description="a read", handler=lookup_then_crash,
+                                                            capability={"effect": "read", "parallel_safe": True})])
+    with pytest.raises(Crash):
+        await first.run(wf, {"n": 1}, run_id="r", registry=crashing)
+    assert world.charged == [102]
+    state = first.show("r")
+    assert state.status == "running" and state.uncertain_steps() == []
+
+    second = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())  # "the next start"
+    [out] = await second.resume_interrupted()
+    assert out.ok and out.resumed and out.result == {"n": 202}
+    assert world.charged == [102]  # the settled write step was not re-run
+
+
+@pytest.mark.anyio
+async def test_crash_during_a_write_step_blocks_the_run_until_resolved(tmp_path):
+    world = World()
+    wf = workflow()
+    world.crash_in = {"charge"}
+    with pytest.raises(Crash):
+        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="r")
+    world.crash_in = set()
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    with pytest.raises(RunBlocked) as ei:
+        await runs.resume("r")
+    assert ei.value.details["steps"] == ["2"]
+    assert "2 (charge, tool charge)" in ei.value.message and "workflows resolve r STEP" in ei.value.message
+    assert world.charged == [102]  # never re-run
+    [blocked] = await runs.resume_interrupted()
+    assert isinstance(blocked, RunBlocked) and world.charged == [102]
+    assert runs.show("r").status == "blocked"
+    with pytest.raises(NotUncertain):
+        await runs.resolve("r", "0", applied=True)
+
+    await runs.resolve("r", "2", applied=True, result={"n": 102, "charged": True, "by": "hand"}, by="ops")
+    out = await runs.resume("r")
+    assert out.ok and out.result == {"n": 202}
+    assert world.charged == [102]
+    assert runs.show("r").resolutions == [{"step": "2", "applied": True, "by": "ops"}]
+
+
+@pytest.mark.anyio
+async def test_resolving_not_applied_runs_the_step_again(tmp_path):
+    world = World()
+    wf = workflow()
+    world.crash_in = {"charge"}
+    with pytest.raises(Crash):
+        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="r")
+    world.crash_in = set()
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    await runs.resolve("r", "2", applied=False, by="ops")
+    out = await runs.resume("r")
+    assert out.ok and world.charged == [102, 102]  # the operator said it had not happened: it ran once more
+
+
+@pytest.mark.anyio
+async def test_a_failed_step_fails_the_run_and_the_failure_is_recorded(tmp_path):
+    wf = pipe(lambda x: x, transform(lambda x: 1 / 0, name="divide"), name="f")
+    runs = WorkflowRuns(tmp_path, workflows=[wf])
+    out = await runs.run(wf, 1, run_id="f1")
+    assert out.status == "failed" and out.error["code"] == "workflow_step_failed"
+    assert out.error["details"]["step"] == "1"
+    with pytest.raises(Exception) as ei:
+        out.unwrap()
+    assert getattr(ei.value, "code", None) == "workflow_step_failed"
+    assert runs.show("f1").error["message"].startswith("step 1 (divide) raised ZeroDivisionError")
+
+
+@pytest.mark.anyio
+async def test_cancelling_a_durable_run_records_it_cancelled(tmp_path):
+    entered = anyio.Event()
+
+    async def hang(p, ctx):
+        entered.set()
+        await anyio.sleep_forever()
+
+    reg = ToolRegistry([define_tool(name="hang", description="", handler=hang, capability={"effect": "read"})])
+    wf = pipe(tool_step("hang"), name="h", registry=reg)
+    runs = WorkflowRuns(tmp_path, workflows=[wf])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: runs.run(wf, {}, run_id="h1"))
+        await entered.wait()
+        tg.cancel_scope.cancel()
+    state = runs.show("h1")
+    assert state.status == "cancelled"
+    assert state.steps["0"].status == "cancelled"
+
+
+@pytest.mark.anyio
+async def test_a_running_run_is_busy_for_everyone_else(tmp_path):
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def gate(p, ctx):
+        entered.set()
+        await release.wait()
+        return {}
+
+    reg = ToolRegistry([define_tool(name="gate", description="", handler=gate, capability={"effect": "read"})])
+    wf = pipe(tool_step("gate"), name="g", registry=reg)
+    runs = WorkflowRuns(tmp_path, workflows=[wf])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: runs.run(wf, {}, run_id="g1"))
+        await entered.wait()
+        with pytest.raises(RunBusy, match="run g1 is being run"):
+            await runs.resume("g1")
+        # readers need no lock; a run of reads has fsynced nothing yet (its first records ride along later)
+        live = runs.show("g1")
+        assert live.status == "new" and live.workflow == "g"
+        release.set()
+    assert runs.show("g1").status == "succeeded"
+
+
+@pytest.mark.anyio
+async def test_unknown_and_hostile_run_ids(tmp_path):
+    runs = WorkflowRuns(tmp_path, workflows=[workflow()])
+    with pytest.raises(RunNotFound, match="no workflow run 'nope'"):
+        await runs.resume("nope")
+    with pytest.raises(RunNotFound):
+        runs.show("nope")
+    for bad in ("../../etc/passwd", "", "a" * 200, "x\x00y", 7):
+        with pytest.raises(InvalidRunId):
+            await runs.resume(bad)  # type: ignore[arg-type]
+    assert not any(tmp_path.rglob("passwd"))
+
+
+@pytest.mark.anyio
+async def test_a_crash_before_the_first_fsync_leaves_a_run_that_never_started(tmp_path):
+    world = World()
+    wf = workflow()
+    world.crash_in = {"lookup"}  # step 0, a read: nothing has been fsynced yet
+    with pytest.raises(Crash):
+        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="n1")
+    world.crash_in = set()
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    assert runs.show("n1").status == "new"
+    with pytest.raises(RunNotFound, match="never started"):
+        await runs.resume("n1")
+    assert await runs.resume_interrupted() == []
+    out = await runs.run(wf, {"n": 1}, run_id="n1")  # the same id starts it afresh
+    assert out.ok and world.charged == [102]
+
+
+@pytest.mark.anyio
+async def test_non_json_input_is_refused_before_anything_is_written(tmp_path):
+    wf = pipe(lambda x: x, name="id")
+    runs = WorkflowRuns(tmp_path, workflows=[wf])
+    with pytest.raises(InvalidInput, match=r"\$\.when"):
+        await runs.run(wf, {"when": object()}, run_id="x")
+    assert runs.list() == []
+
+
+@pytest.mark.anyio
+async def test_a_step_returning_non_json_fails_the_durable_run_naming_the_step(tmp_path):
+    wf = pipe(lambda x: {"b": b"bytes"}, name="nj")
+    runs = WorkflowRuns(tmp_path, workflows=[wf])
+    out = await runs.run(wf, None, run_id="nj")
+    assert out.status == "failed" and out.error["code"] == "workflow_step_output_invalid"
+    assert "step 0" in out.error["message"] and "$.b" in out.error["message"]
+
+
+@pytest.mark.anyio
+async def test_a_corrupted_run_journal_fails_closed_naming_the_file(tmp_path):
+    world = World()
+    wf = workflow()
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    world.crash_in = {"charge"}
+    with pytest.raises(Crash):
+        await runs.run(wf, {"n": 1}, run_id="c")
+    path = run_path(runs.root, "c")
+    raw = bytearray(path.read_bytes())
+    i = raw.index(b'"inc"')
+    raw[i + 1] = ord("X")  # one flipped byte in an interior record
+    path.write_bytes(bytes(raw))
+    before = path.read_bytes()
+    with pytest.raises(RunCorrupt) as ei:
+        await runs.resume("c")
+    assert str(path) in ei.value.message
+    with pytest.raises(RunCorrupt):
+        runs.show("c")
+    [row] = runs.list()
+    assert row["status"] == "corrupt" and row["path"] == str(path)
+    assert path.read_bytes() == before  # left untouched
+    assert world.charged == [102]
+
+
+@pytest.mark.anyio
+async def test_a_changed_workflow_or_an_unknown_one_is_refused(tmp_path):
+    world = World()
+    world.crash_in = {"charge"}
+    wf = workflow()
+    with pytest.raises(Crash):
+        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="v1")
+    world.crash_in = set()
+    changed = workflow().then(transform(lambda r: r, name="extra"))
+    with pytest.raises(WorkflowChanged, match="different version"):
+        await WorkflowRuns(tmp_path, workflows=[changed], registry=world.registry()).resume("v1")
+    with pytest.raises(WorkflowUnknown, match="'order', which is not registered"):
+        await WorkflowRuns(tmp_path, registry=world.registry()).resume("v1")
+
+
+@pytest.mark.anyio
+async def test_a_branch_predicate_that_changes_its_answer_on_replay_is_caught(tmp_path):
+    flip = {"v": True}
+    world = World()
+    wf = pipe(tool_step("lookup"), name="b").branch(
+        lambda r: flip["v"], tool_step("lookup", lambda r: {"n": 1}), tool_step("lookup", lambda r: {"n": 2}),
+        name="flip",
+    ).then(tool_step("charge", lambda r: {"n": 0}))
+    world.crash_in = {"charge"}
+    with pytest.raises(Crash):
+        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="b1")
+    world.crash_in = set()
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    await runs.resolve("b1", "2", applied=False)
+    flip["v"] = False
+    out = await runs.resume("b1")
+    assert out.status == "failed" and out.error["code"] == "workflow_nondeterministic"
+    assert issubclass(NonDeterministic, Exception)
+
+
+@pytest.mark.anyio
+async def test_parallel_branches_are_journaled_and_replayed(tmp_path):
+    world = World()
+    wf = pipe(name="p").parallel(tool_step("lookup", {"n": 1}), tool_step("charge", {"n": 2}), transform(lambda x: "t", name="t"))
+    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    out = await runs.run(wf, None, run_id="p1")
+    assert out.result == [{"n": 101}, {"n": 2, "charged": True}, "t"]
+    assert sorted(runs.show("p1").steps) == ["0.0", "0.1", "0.2"]
+    assert os.path.exists(run_path(runs.root, "p1"))

@@ -1,0 +1,188 @@
+"""``openfunctions-mcp work ...``: the operator's view of work attempts and their uncertain operations.
+
+    work list-uncertain [--data-dir D] [--json]
+    work resolve OP_ID --as applied|not-applied --reason TEXT [--by NAME] [--data-dir D]
+    work show ATTEMPT_ID [--data-dir D]
+
+All three read the attempt journal lock-free (a server may be running).
+``resolve`` appends to the operator's inbox ``<data-dir>/work/resolutions.journal``
+(see :mod:`openfunctions.work.resolutions`); the server copies it into its
+attempt journal at its next work call (or at start-up), and from then on a
+plan that runs the operation's step is no longer refused. ``resolve``
+refuses while a process of the operation's command is still running.
+Exit codes: 0 done, 1 refused (e.g. still running), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .cli import default_data_dir
+
+HELP = "resolve and inspect uncertain work operations"
+
+
+def add_commands(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``work`` command (``list-uncertain``, ``resolve``, ``show``) to ``subparsers``."""
+    work = subparsers.add_parser("work", help=HELP, description=__doc__.split("\n\n")[0])
+    sub = work.add_subparsers(dest="work_command", metavar="{list-uncertain,resolve,show}")
+    sub.required = True
+
+    def data_dir_opt(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", dest="work_data_dir", default=None, help="data directory (default: per-user data dir)")
+
+    lst = sub.add_parser("list-uncertain", help="list operations whose outcome is unknown and not yet resolved")
+    lst.add_argument("--json", action="store_true", help="print JSON (one array)")
+    data_dir_opt(lst)
+    lst.set_defaults(func=_cmd_list)
+
+    res = sub.add_parser("resolve", help="record an operator's verdict on an uncertain operation")
+    res.add_argument("operation_id", metavar="OP_ID")
+    res.add_argument("--as", dest="verdict", required=True, choices=("applied", "not-applied"),
+                     help="applied: the effect happened (the step counts as done); not-applied: it did not (it may run again)")
+    res.add_argument("--reason", required=True, help="what you checked (journaled with the verdict)")
+    res.add_argument("--by", default=None, help="who resolves it (default: the OS user)")
+    data_dir_opt(res)
+    res.set_defaults(func=_cmd_resolve)
+
+    show = sub.add_parser("show", help="print one attempt in full (state, operations, history) as JSON")
+    show.add_argument("attempt_id", metavar="ATTEMPT_ID")
+    data_dir_opt(show)
+    show.set_defaults(func=_cmd_show)
+    return work
+
+
+def _work_dir(args: argparse.Namespace) -> Path:
+    d = getattr(args, "work_data_dir", None)
+    return (Path(d) if d else default_data_dir()) / "work"
+
+
+def _state(work_dir: Path) -> Any:
+    from openfunctions.core.journal import read_records
+
+    from .recovery import replay
+
+    seg_dir = work_dir / "attempts"
+    segs = sorted(p for p in seg_dir.iterdir() if p.name.startswith("g") and p.name.endswith(".jsonl")) if seg_dir.is_dir() else []
+
+    def records():
+        for seg in segs:
+            yield from read_records(seg)
+
+    return replay(records())
+
+
+def _uncertain(work_dir: Path) -> list[dict[str, Any]]:
+    from ._procs import live_processes
+    from .resolutions import ResolutionInbox
+
+    state = _state(work_dir)
+    pending = {d["operation_id"]: (seq, d) for seq, d in ResolutionInbox(work_dir).read() if seq not in state.resolved_inbox}
+    out = []
+    for att in state.attempts.values():
+        for op in att.operations.values():
+            if op.status != "unknown":
+                continue
+            row = {
+                "operationId": op.operation_id, "attemptId": att.attempt_id, "attemptState": att.state, "step": op.step,
+                "effect": op.effect, "idempotent": op.idempotent, "at": op.at, "purpose": op.purpose,
+                "reconcilable": bool((op.readback or {}).get("reconcilable")),
+                "running": live_processes(op.operation_id, op.process),
+            }
+            if op.operation_id in pending:
+                row["resolutionPending"] = {k: pending[op.operation_id][1].get(k) for k in ("as", "reason", "by", "at")}
+            out.append(row)
+    return out
+
+
+def _err(msg: str, code: int) -> int:
+    print(f"openfunctions-mcp work: {msg}", file=sys.stderr)
+    return code
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from openfunctions.core.errors import OpenFunctionsError
+
+    try:
+        rows = _uncertain(_work_dir(args))
+    except OpenFunctionsError as exc:
+        return _err(exc.message, 1)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no uncertain operations in {_work_dir(args)}")
+        return 0
+    for r in rows:
+        extra = []
+        if r["running"]:
+            extra.append(f"STILL RUNNING (pids {r['running']})")
+        if r.get("resolutionPending"):
+            extra.append(f"resolved as {r['resolutionPending']['as']}, not yet applied by the server")
+        if r["reconcilable"]:
+            extra.append("has a readback: of_work_reconcile can settle it")
+        print(f"{r['operationId']}  step={r['step']}  attempt={r['attemptId']} ({r['attemptState']})  at={r['at']}"
+              + ("  " + "; ".join(extra) if extra else ""))
+    print(f"\nresolve one with: openfunctions-mcp work resolve OP_ID --as applied|not-applied --reason '...'")
+    return 0
+
+
+def _cmd_resolve(args: argparse.Namespace) -> int:
+    import getpass
+
+    from openfunctions.core.errors import OpenFunctionsError
+
+    from .resolutions import ResolutionInbox
+
+    work_dir = _work_dir(args)
+    if not args.reason.strip():
+        return _err("--reason must say what you checked", 2)
+    try:
+        rows = {r["operationId"]: r for r in _uncertain(work_dir)}
+    except OpenFunctionsError as exc:
+        return _err(exc.message, 1)
+    row = rows.get(args.operation_id)
+    if row is None:
+        return _err(f"no uncertain operation {args.operation_id[:80]!r} in {work_dir} (see: openfunctions-mcp work list-uncertain)", 2)
+    if row["running"]:
+        return _err(
+            f"operation {args.operation_id} still has running processes {row['running']}: its effect is not over, so no "
+            "verdict can hold yet; wait for them, or cancel the attempt (of_work_cancel kills them), then resolve", 1)
+    verdict = "applied" if args.verdict == "applied" else "not_applied"
+    try:
+        by = args.by or getpass.getuser()
+    except Exception:
+        by = "operator"
+    try:
+        rec = anyio.run(lambda: ResolutionInbox(work_dir).resolve(args.operation_id, as_=verdict, reason=args.reason, by=by))
+    except (OpenFunctionsError, ValueError) as exc:
+        return _err(getattr(exc, "message", str(exc)), 1)
+    print(f"recorded: {args.operation_id} resolved as {verdict} by {by} (inbox seq {rec['seq']}); "
+          "the server applies it at its next work call, or when it starts")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from openfunctions.core.errors import OpenFunctionsError
+
+    try:
+        state = _state(_work_dir(args))
+    except OpenFunctionsError as exc:
+        return _err(exc.message, 1)
+    att = state.attempts.get(args.attempt_id)
+    if att is None:
+        return _err(f"no attempt {args.attempt_id[:80]!r} in {_work_dir(args)}", 2)
+    out = att.summary()
+    out["history"] = att.history
+    out["verifications"] = [{k: v.get(k) for k in ("verificationId", "passed", "accepted", "checks", "proofSummary")} for v in att.verifications]
+    print(json.dumps(out, indent=2, default=str))
+    return 0
+
+
+__all__ = ["add_commands", "HELP"]

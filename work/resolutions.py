@@ -1,0 +1,83 @@
+"""The operator's inbox of resolutions: ``<data-dir>/work/resolutions.journal``.
+
+``openfunctions-mcp work resolve OP_ID --as applied|not-applied --reason ...``
+appends one ``resolve`` record here (a core journal, kind
+``work-resolutions``: write + fsync before it returns, its own flock held
+only for the append), also while a server runs. The controller reads the
+inbox lock-free and copies each record it has not seen into its attempt
+journal as a ``resolution`` record (format: :mod:`openfunctions.work.records`);
+only that copy changes state, so the attempt journal alone still rebuilds it.
+
+Record ``resolve`` data: ``{v: 1, operation_id, as ("applied" | "not_applied"),
+reason (non-empty, ≤ 2000 chars), by (who), at (RFC 3339 UTC)}``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from openfunctions.core import utc_now
+
+from .records import RESOLUTIONS_FILE, RESOLUTIONS_KIND
+
+RESOLVE = "resolve"
+VERDICTS = ("applied", "not_applied")
+MAX_REASON = 2000
+_LOCK_WAIT_S = 5.0
+
+
+class ResolutionInbox:
+    def __init__(self, work_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(work_dir) / RESOLUTIONS_FILE
+        self._key: tuple[int, int, int] | None = None
+        self._cache: list[tuple[int, dict[str, Any]]] = []
+
+    def read(self) -> list[tuple[int, dict[str, Any]]]:
+        """Every valid ``resolve`` record as ``(seq, data)`` (lock-free; cached by the file's stat)."""
+        from openfunctions.core.journal import read_records
+
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return []
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if key != self._key:
+            out = []
+            for r in read_records(self.path):
+                d = r.data
+                if r.type == RESOLVE and isinstance(d, dict) and d.get("as") in VERDICTS and isinstance(d.get("operation_id"), str):
+                    out.append((r.seq, d))
+            self._key, self._cache = key, out
+        return list(self._cache)
+
+    async def resolve(self, operation_id: str, *, as_: str, reason: str, by: str) -> dict[str, Any]:
+        """Append one resolution (durable once this returns)."""
+        from openfunctions.core.journal import JournalLocked, JournalLog
+
+        if as_ not in VERDICTS:
+            raise ValueError(f"--as must be one of {', '.join(VERDICTS)}")
+        reason = (reason or "").strip()
+        if not reason:
+            raise ValueError("a resolution needs a reason (what the operator checked)")
+        data = {"v": 1, "operation_id": operation_id, "as": as_, "reason": reason[:MAX_REASON], "by": by, "at": utc_now()}
+        log = None
+        with anyio.move_on_after(_LOCK_WAIT_S):
+            while log is None:
+                try:
+                    log = await JournalLog.open(self.path, kind=RESOLUTIONS_KIND)
+                except JournalLocked:
+                    await anyio.sleep(0.05)
+        if log is None:
+            log = await JournalLog.open(self.path, kind=RESOLUTIONS_KIND)
+        try:
+            rec = await log.append(RESOLVE, data)
+        finally:
+            await log.close()
+        return {**data, "seq": rec.seq}
+
+
+__all__ = ["ResolutionInbox", "RESOLVE", "VERDICTS"]

@@ -1,0 +1,301 @@
+"""The engine: a workflow compiled to a tree of nodes, each with its path, run by :class:`Exec`.
+
+A path names a step's place in the workflow and is its identity in a run
+journal: ``"2"`` is the third step of the top-level sequence, ``"3.1.0"``
+the first step of the second branch of the parallel at ``"3"``, ``"4.t.0"``
+the first step of the true side of the branch at ``"4"``. Paths are fixed by
+the workflow's shape, which the run's digest pins.
+
+With a :class:`~._runlog.RunJournal` (a durable run) each leaf first looks
+its path up in the journal's state: a settled step returns its recorded
+result (or replays its recorded failure) without running.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from openfunctions.core.context import ToolExecutionContext, with_child_execution
+from openfunctions.core.errors import NonJsonValue, OpenFunctionsError, ToolNotFound
+from openfunctions.core.canonical import check_json
+from openfunctions.core.result import ToolResult
+
+from ._errors import NonDeterministic, StepFailed, StepOutputInvalid, WorkflowDefinitionError, WorkflowError
+from ._runlog import RunJournal, StepRecord
+from ._steps import LLMStep, Step, ToolStep, Transform
+
+
+class Node:
+    __slots__ = ("path",)
+
+    async def run(self, ex: "Exec", value: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Leaf(Node):
+    __slots__ = ("step",)
+
+    def __init__(self, path: str, step: Step) -> None:
+        self.path = path
+        self.step = step
+
+    async def run(self, ex: "Exec", value: Any) -> Any:
+        step = self.step
+        if ex.journal is not None:
+            rec = ex.journal.state.steps.get(self.path)
+            if rec is not None:
+                replayed = _replay(self.path, rec)
+                if replayed is not _MISSING:
+                    return replayed
+        if step.kind == "tool":
+            return await ex.tool(self.path, step, value)  # type: ignore[arg-type]
+        if step.kind == "transform":
+            return await ex.transform(self.path, step, value)  # type: ignore[arg-type]
+        return await ex.llm(self.path, step, value)  # type: ignore[arg-type]
+
+
+class Seq(Node):
+    __slots__ = ("children",)
+
+    def __init__(self, path: str, children: list[Node]) -> None:
+        self.path = path
+        self.children = children
+
+    async def run(self, ex: "Exec", value: Any) -> Any:
+        for child in self.children:
+            value = await child.run(ex, value)
+        return value
+
+
+class Par(Node):
+    __slots__ = ("branches",)
+
+    def __init__(self, path: str, branches: list[Node]) -> None:
+        self.path = path
+        self.branches = branches
+
+    async def run(self, ex: "Exec", value: Any) -> Any:
+        results: list[Any] = [None] * len(self.branches)
+        failures: list[BaseException] = []
+
+        async def one(i: int, node: Node) -> None:
+            try:
+                results[i] = await node.run(ex, value)
+            except Exception as exc:
+                # The first failure wins; the siblings are cancelled (their
+                # tool calls settle as cancelled, with receipts).
+                if not failures:
+                    failures.append(exc)
+                    tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for i, node in enumerate(self.branches):
+                tg.start_soon(one, i, node)
+        if failures:
+            raise failures[0]
+        return results
+
+
+class Branch(Node):
+    __slots__ = ("predicate", "name", "if_true", "if_false")
+
+    def __init__(self, path: str, predicate: Any, name: str, if_true: Node | None, if_false: Node | None) -> None:
+        self.path = path
+        self.predicate = predicate
+        self.name = name
+        self.if_true = if_true
+        self.if_false = if_false
+
+    async def run(self, ex: "Exec", value: Any) -> Any:
+        try:
+            taken = bool(self.predicate(value))
+        except Exception as exc:
+            raise StepFailed(
+                f"step {self.path} (branch {self.name}): the predicate raised {type(exc).__name__}: {exc}",
+                details={"step": self.path, "name": self.name, "cause": type(exc).__name__},
+            ) from exc
+        if ex.journal is not None and ex.journal.state.steps:
+            other = f"{self.path}.{'f' if taken else 't'}"
+            if any(p == other or p.startswith(other + ".") for p in ex.journal.state.steps):
+                raise NonDeterministic(
+                    f"step {self.path} (branch {self.name}): the predicate now answers {taken}, but the run's "
+                    f"journal has steps on the other side; predicates must be deterministic (docs/WORKFLOWS.md)",
+                    details={"step": self.path, "name": self.name},
+                )
+        side = self.if_true if taken else self.if_false
+        return value if side is None else await side.run(ex, value)
+
+
+_MISSING = object()
+
+
+def _replay(path: str, rec: StepRecord) -> Any:
+    """A recorded step's result, its recorded failure raised again, or ``_MISSING`` (run it)."""
+    if rec.status == "succeeded":
+        return rec.result
+    if rec.status == "failed" and not rec.uncertain:
+        err = rec.error or {}
+        raise StepFailed(
+            f"step {path} ({rec.name}) failed: {err.get('message', 'no message recorded')}",
+            details={"step": path, "name": rec.name, "cause": err.get("code"), "receipt_id": rec.receipt_id, "replayed": True},
+        )
+    # cancelled (certainly not applied): run it again. Uncertain steps never get here: the run is blocked.
+    return _MISSING
+
+
+class Exec:
+    """One execution of a compiled workflow: where tool, transform and LLM steps go."""
+
+    __slots__ = ("registry", "adapter", "ctx", "child", "journal")
+
+    def __init__(self, registry: Any, adapter: Any, ctx: ToolExecutionContext | None, journal: RunJournal | None) -> None:
+        self.registry = registry
+        self.adapter = adapter
+        self.ctx = ctx
+        # Run from inside a running tool (a workflow served as a tool): its
+        # steps are child executions sharing that call's reservation, or an
+        # exclusive parent would wait for itself in the scheduler.
+        self.child = ctx is not None and ctx.receipt_id is not None and ctx.reservation is not None
+        self.journal = journal
+
+    async def tool(self, path: str, step: ToolStep, value: Any) -> Any:
+        registry = self.registry
+        try:
+            params = step.params_for(value)
+            tool = registry.get(step.tool)
+        except ToolNotFound as exc:
+            raise StepFailed(f"step {path} ({step.name}): {exc.message}", details={"step": path, "name": step.name, "cause": exc.code}) from None
+        except Exception as exc:
+            raise StepFailed(
+                f"step {path} ({step.name}): building the arguments raised {type(exc).__name__}: {exc}",
+                details={"step": path, "name": step.name, "cause": type(exc).__name__},
+            ) from exc
+        j = self.journal
+        cap = tool.capability
+        read = cap is not None and cap.effect == "read"
+        if j is not None:
+            try:
+                check_json(params)
+            except NonJsonValue as exc:
+                raise StepFailed(f"step {path} ({step.name}): arguments have no JSON form: {exc.message}",
+                                 details={"step": path, "name": step.name, "cause": exc.code}) from None
+            await j.before_step(path, step.name, step.tool, params, effect=not read)
+        ctx = with_child_execution(self.ctx) if self.child else self.ctx  # type: ignore[arg-type]
+        try:
+            detailed = await registry.execute_detailed(step.tool, params, ctx)
+        except anyio.get_cancelled_exc_class():
+            if j is not None:
+                # The executor settled the call (receipt: cancelled) before re-raising.
+                j.failed(path, step.name, "cancelled", {"code": "cancelled", "message": "cancelled while running"},
+                         uncertain=not read, effect=not read)
+            raise
+        receipt = detailed.receipt
+        err = detailed.error
+        if err is not None:
+            if j is not None:
+                j.failed(path, step.name, "failed", {"code": err.code, "message": err.message}, receipt,
+                         uncertain=not read and receipt.certainty == "unknown", effect=not read)
+            raise StepFailed(
+                f"step {path} ({step.name}): tool {step.tool!r} {receipt.outcome}: {err.message}",
+                details={"step": path, "name": step.name, "cause": err.code, "receipt_id": receipt.receipt_id,
+                         "certainty": receipt.certainty},
+            )
+        out = _tool_output(detailed)
+        if j is not None:
+            return j.succeeded(path, step.name, out, receipt, effect=not read)
+        return out
+
+    async def transform(self, path: str, step: Transform, value: Any) -> Any:
+        try:
+            out = step.fn(value)
+            if step.is_async:
+                out = await out
+        except OpenFunctionsError as exc:
+            raise StepFailed(f"step {path} ({step.name}): {exc.message}",
+                             details={"step": path, "name": step.name, "cause": exc.code}) from exc
+        except Exception as exc:
+            raise StepFailed(
+                f"step {path} ({step.name}) raised {type(exc).__name__}: {exc}",
+                details={"step": path, "name": step.name, "cause": type(exc).__name__},
+            ) from exc
+        if self.journal is not None:
+            return self.journal.succeeded(path, step.name, out)
+        try:
+            check_json(out)
+        except NonJsonValue as exc:
+            raise StepOutputInvalid(
+                f"step {path} ({step.name}) returned a value with no JSON form: {exc.message}",
+                details={"step": path, "name": step.name, "cause": exc.code},
+            ) from None
+        return out
+
+    async def llm(self, path: str, step: LLMStep, value: Any) -> Any:
+        adapter = step.adapter or self.adapter
+        if adapter is None:
+            raise WorkflowDefinitionError(
+                f"step {path} ({step.name}) is an LLM step and no adapter was given (pass adapter= to llm_step, pipe or run)"
+            )
+        try:
+            messages = step.messages_for(value)
+        except WorkflowError:
+            raise
+        except Exception as exc:
+            raise StepFailed(f"step {path} ({step.name}): building the prompt raised {type(exc).__name__}: {exc}",
+                             details={"step": path, "name": step.name, "cause": type(exc).__name__}) from exc
+        if self.journal is not None:
+            await self.journal.before_step(path, step.name, effect=False)
+        try:
+            reply = await adapter.chat(messages, (), step.options)
+        except OpenFunctionsError as exc:
+            raise StepFailed(f"step {path} ({step.name}): the model call failed: {exc.message}",
+                             details={"step": path, "name": step.name, "cause": exc.code}) from exc
+        except Exception as exc:
+            raise StepFailed(f"step {path} ({step.name}): the model call raised {type(exc).__name__}: {exc}",
+                             details={"step": path, "name": step.name, "cause": type(exc).__name__}) from exc
+        out = step.parse(getattr(reply, "text", None), path)
+        if self.journal is not None:
+            # A model call costs time and money: make its answer durable now.
+            out = self.journal.succeeded(path, step.name, out)
+            await self.journal.flush()
+        return out
+
+
+def _tool_output(detailed: Any) -> Any:
+    """A tool step's result: the handler's JSON value (the executor checked it has a JSON form);
+    a :class:`ToolResult` gives its structured payload, else its text."""
+    value = detailed.value
+    if isinstance(value, ToolResult):
+        if value.structured is not None:
+            return value.structured
+        return "\n".join(b.get("text", "") for b in value.content if b.get("type") == "text")
+    return value
+
+
+def compile_parts(parts: tuple[Any, ...], prefix: str) -> list[Node]:
+    """The nodes of a sequence of parts (steps, nested workflows, parallels, branches)."""
+    from ._workflow import Workflow, _BranchPart, _ParallelPart
+
+    out: list[Node] = []
+    for i, part in enumerate(parts):
+        path = f"{prefix}{i}"
+        out.append(_compile(part, path, Workflow, _ParallelPart, _BranchPart))
+    return out
+
+
+def _compile(part: Any, path: str, Workflow: Any, Par_: Any, Branch_: Any) -> Node:
+    if isinstance(part, Step):
+        return Leaf(path, part)
+    if isinstance(part, Workflow):
+        return Seq(path, compile_parts(part.parts, path + "."))
+    if isinstance(part, Par_):
+        return Par(path, [_compile(b, f"{path}.{j}", Workflow, Par_, Branch_) for j, b in enumerate(part.branches)])
+    if isinstance(part, Branch_):
+        t = _compile(part.if_true, f"{path}.t", Workflow, Par_, Branch_) if part.if_true is not None else None
+        f = _compile(part.if_false, f"{path}.f", Workflow, Par_, Branch_) if part.if_false is not None else None
+        return Branch(path, part.predicate, part.name, t, f)
+    raise WorkflowDefinitionError(f"not a workflow part: {part!r}")  # pragma: no cover - coerced earlier
+
+
+__all__ = ["Exec", "Node", "compile_parts"]

@@ -1,0 +1,388 @@
+"""The workflow run journal: its records, the one fold over them, the live writer.
+
+Workflow run journal, format version 1 (also in docs/formats/workflow-runs.md)
+==============================================================================
+
+One core journal file per run (``openfunctions.core.journal.JournalLog``: the
+byte format, checksums, chain, fsync and flock are documented in
+``core/journal/_encoder.py``), at::
+
+    <data-dir>/workflows/runs/<sha256(run_id)[:32]>.jsonl     (0600; dirs 0700)
+
+The file name is a digest, so a run id never becomes a path. Header: ``kind``
+``"workflow-run"``, ``meta`` ``{"format": "openfunctions.workflow-run",
+"version": 1, "run_id": …, "workflow": …}``. The writer holds the file's flock
+for as long as it runs the run; a second process gets ``RunBusy``.
+
+Records (``type``: ``data``), in the order a run writes them:
+
+- ``run_started``: ``{run_id, workflow, digest, input}`` — always seq 1
+  (a file with a header and no record is a run that never started).
+  ``digest`` is ``sha256:<hex>`` of the workflow's canonical step description
+  (kinds, names, tool names, nesting); ``input`` the run's JSON input.
+- ``step_started``: ``{step, name, tool, params}`` — written, and fsynced,
+  *before* a tool step whose tool's ``capability.effect`` is not ``"read"``
+  runs. ``step`` is the step's path in the workflow (``"2"``, ``"3.1.0"``,
+  ``"4.t.0"``: sequence index, parallel branch, branch side ``t``/``f``).
+  A ``step_started`` with no later ``step_settled`` is an **uncertain** step.
+- ``step_settled``: ``{step, name, status, result?, error?, receipt_id?,
+  certainty?, uncertain?}`` — ``status`` ``succeeded`` (``result``: the step's
+  JSON result), ``failed`` (``error``: ``{code, message}``) or ``cancelled``;
+  tool steps add the executor's ``receipt_id`` and ``certainty``; a failed or
+  cancelled non-read tool step whose receipt certainty is ``unknown`` has
+  ``uncertain: true``.
+- ``run_blocked``: ``{steps, reason}`` — written when a run is opened to
+  resume and has uncertain steps (``steps``: their paths).
+- ``step_resolved``: ``{step, applied, result?, by}`` — an operator's answer
+  for an uncertain step: ``applied: true`` settles it with ``result``;
+  ``applied: false`` says the effect did not happen, so the step runs again.
+- ``run_finished``: ``{status, result?, error?}`` — ``status`` ``succeeded``
+  (``result``), ``failed`` (``error``: ``{code, message, details?}``) or
+  ``cancelled``. Nothing follows it.
+
+Durability (when each record is fsynced; records written together share one
+fsync): ``step_started`` before its step runs, with everything buffered
+before it; ``run_finished`` before the run returns. ``run_started`` and
+``step_settled`` are buffered: a non-read tool step's outcome is flushed
+before the next tool or LLM step starts (at the latest); an LLM step's
+right after it settles; a read step's or a transform's rides along with the
+next fsync. So a crash can lose the records of reads, transforms and a
+not-yet-flushed ``run_started`` (recomputed, or the run starts afresh), and a
+non-read step that settled but was not yet flushed stays uncertain (it
+blocks; it is never re-run blindly).
+
+Reading fails closed: an unknown record type, a record missing a field or a
+header of another run raise :class:`RunCorrupt` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from openfunctions.core.canonical import canonical_json, to_utf8
+from openfunctions.core.errors import NonJsonValue
+from openfunctions.core.journal import JournalLog, Record
+
+from ._errors import RunCorrupt, StepOutputInvalid
+
+KIND = "workflow-run"
+FORMAT = "openfunctions.workflow-run"
+VERSION = 1
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@dataclass
+class StepRecord:
+    """What the journal says about one step."""
+
+    step: str
+    name: str
+    status: str  # started | succeeded | failed | cancelled
+    tool: str | None = None
+    params: Any = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    receipt_id: str | None = None
+    certainty: str | None = None
+    uncertain: bool = False
+    resolved_by: str | None = None
+
+    @property
+    def is_uncertain(self) -> bool:
+        """Started and never settled, or settled failed/cancelled with an unknown effect."""
+        return self.status == "started" or (self.uncertain and self.status in ("failed", "cancelled"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"step": self.step, "name": self.name, "status": self.status}
+        for k in ("tool", "receipt_id", "certainty", "resolved_by"):
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = v
+        if self.status == "succeeded":
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error
+        if self.status == "started":
+            out["params"] = self.params
+        if self.is_uncertain:
+            out["uncertain"] = True
+        return out
+
+
+@dataclass
+class RunState:
+    """One run, as the fold of its journal. Built by :func:`apply` live and at recovery alike."""
+
+    run_id: str
+    workflow: str = ""
+    digest: str = ""
+    input: Any = None
+    # new (no record yet: running its first reads, or crashed before its first fsync) | running | blocked
+    # | succeeded | failed | cancelled
+    status: str = "new"
+    result: Any = None
+    error: dict[str, Any] | None = None
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+    blocked: list[str] = field(default_factory=list)
+    resolutions: list[dict[str, Any]] = field(default_factory=list)
+    started_at: str | None = None
+    updated_at: str | None = None
+    records: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def uncertain_steps(self) -> list[str]:
+        """Paths of steps whose effect is uncertain. Meaningful when no process is running the run
+        (whoever holds the run's lock decides: a live runner's started step is simply running)."""
+        return [p for p, s in self.steps.items() if s.is_uncertain]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "status": self.status,
+            "steps_settled": sum(1 for s in self.steps.values() if s.status == "succeeded"),
+            "uncertain": self.uncertain_steps() if self.status in ("running", "blocked") else [],
+            "started_at": self.started_at,
+            "updated_at": self.updated_at,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.summary()
+        out.update({
+            "digest": self.digest,
+            "input": self.input,
+            "steps": [s.to_dict() for s in self.steps.values()],
+            "blocked": list(self.blocked),
+            "resolutions": list(self.resolutions),
+            "records": self.records,
+        })
+        if self.status == "succeeded":
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+# -- the fold ---------------------------------------------------------------
+
+
+def apply(state: RunState, rec: Any) -> None:
+    """Fold one record (anything with ``type``, ``data``, ``time``) into ``state``.
+
+    Raises ``KeyError``/``TypeError``/``ValueError`` for a malformed record;
+    :func:`fold_error` turns that into :class:`RunCorrupt`.
+    """
+    fn = _APPLY.get(rec.type)
+    if fn is None:
+        raise ValueError(f"unknown record type {rec.type!r} (written by a newer version?)")
+    if rec.type != "run_started" and state.status == "new":
+        raise ValueError(f"{rec.type!r} record before run_started")
+    if state.terminal:
+        raise ValueError(f"{rec.type!r} record after run_finished")
+    fn(state, rec.data)
+    if rec.type == "run_started":
+        state.started_at = rec.time
+    state.records += 1
+    state.updated_at = rec.time
+
+
+def _run_started(s: RunState, d: dict[str, Any]) -> None:
+    if d["run_id"] != s.run_id:
+        raise ValueError(f"run_started names run {d['run_id']!r}, not {s.run_id!r}")
+    s.workflow = _str(d["workflow"])
+    s.digest = _str(d["digest"])
+    s.input = d["input"]
+    s.status = "running"
+
+
+def _step_started(s: RunState, d: dict[str, Any]) -> None:
+    p = _str(d["step"])
+    s.steps[p] = StepRecord(step=p, name=_str(d["name"]), status="started", tool=d.get("tool"), params=d.get("params"))
+
+
+def _step_settled(s: RunState, d: dict[str, Any]) -> None:
+    p = _str(d["step"])
+    status = d["status"]
+    if status not in ("succeeded", "failed", "cancelled"):
+        raise ValueError(f"step_settled with status {status!r}")
+    prior = s.steps.get(p)
+    s.steps[p] = StepRecord(
+        step=p, name=_str(d["name"]), status=status, tool=prior.tool if prior else d.get("tool"),
+        params=prior.params if prior else None, result=d.get("result"), error=d.get("error"),
+        receipt_id=d.get("receipt_id"), certainty=d.get("certainty"), uncertain=bool(d.get("uncertain", False)),
+    )
+
+
+def _run_blocked(s: RunState, d: dict[str, Any]) -> None:
+    steps = d["steps"]
+    if not isinstance(steps, list) or not all(isinstance(x, str) for x in steps):
+        raise TypeError("run_blocked.steps must be a list of step paths")
+    s.status = "blocked"
+    s.blocked = list(steps)
+
+
+def _step_resolved(s: RunState, d: dict[str, Any]) -> None:
+    p = _str(d["step"])
+    applied = d["applied"]
+    if not isinstance(applied, bool):
+        raise TypeError("step_resolved.applied must be a boolean")
+    prior = s.steps.get(p)
+    s.resolutions.append({"step": p, "applied": applied, "by": d.get("by")})
+    if applied:
+        s.steps[p] = StepRecord(
+            step=p, name=prior.name if prior else p, status="succeeded", tool=prior.tool if prior else None,
+            result=d.get("result"), receipt_id=prior.receipt_id if prior else None, resolved_by=d.get("by"),
+        )
+    else:
+        s.steps.pop(p, None)  # the effect did not happen: the step runs again
+    s.blocked = [x for x in s.blocked if x != p]
+    if s.status == "blocked" and not s.blocked:
+        s.status = "running"
+
+
+def _run_finished(s: RunState, d: dict[str, Any]) -> None:
+    status = d["status"]
+    if status not in TERMINAL:
+        raise ValueError(f"run_finished with status {status!r}")
+    s.status = status
+    s.result = d.get("result")
+    s.error = d.get("error")
+    s.blocked = []
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+_APPLY = {
+    "run_started": _run_started,
+    "step_started": _step_started,
+    "step_settled": _step_settled,
+    "run_blocked": _run_blocked,
+    "step_resolved": _step_resolved,
+    "run_finished": _run_finished,
+}
+
+#: record types of format version 1 (docs/formats/workflow-runs.md)
+RECORD_TYPES = tuple(_APPLY)
+
+
+def fold_error(path: Path, rec: Record, exc: Exception) -> RunCorrupt:
+    return RunCorrupt(
+        f"workflow run journal {str(path)!r} is unreadable at record seq {rec.seq} (line {rec.line}): "
+        f"{type(exc).__name__}: {exc}; it is left untouched",
+        details={"path": str(path), "seq": rec.seq, "line": rec.line},
+    )
+
+
+def json_copy(value: Any, path: str, name: str) -> Any:
+    """The value as a journal will give it back (tuples become lists), or :class:`StepOutputInvalid`."""
+    try:
+        text = canonical_json(value)
+        to_utf8(text, value)
+    except NonJsonValue as exc:
+        raise StepOutputInvalid(
+            f"step {path} ({name}) returned a value with no JSON form: {exc.message}",
+            details={"step": path, "name": name, "cause": exc.code},
+        ) from None
+    return json.loads(text)
+
+
+# -- the live writer --------------------------------------------------------
+
+
+class RunJournal:
+    """The records of one running run: built here, appended to its locked log, folded by :func:`apply`."""
+
+    __slots__ = ("log", "state", "_pending", "_effect_pending")
+
+    def __init__(self, log: JournalLog, state: RunState) -> None:
+        self.log = log
+        self.state = state
+        self._pending: list[tuple[str, dict[str, Any]]] = []
+        # whether _pending holds the outcome of a non-read tool step (it must
+        # be durable before anything slow runs, or a crash makes it uncertain)
+        self._effect_pending = False
+
+    async def _append(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+        # Shielded: a record handed to the log is written even if the caller
+        # is cancelled; the fold must see it too, or state and file diverge.
+        with anyio.CancelScope(shield=True):
+            written = await self.log.append_many(records)
+        for r in written:
+            apply(self.state, r)
+
+    async def flush(self) -> None:
+        """Make every buffered record durable (one fsync)."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._effect_pending = False
+            await self._append(pending)
+
+    def started(self, data: dict[str, Any]) -> None:
+        """Buffer ``run_started``: it becomes durable with the run's first fsync. A crash before that
+        leaves a file with a header only: a run that never started (``run`` starts it afresh)."""
+        self._pending.append(("run_started", data))
+
+    async def before_step(self, path: str, name: str, tool: str | None = None, params: Any = None, *, effect: bool) -> None:
+        """Before a tool or LLM step. A non-read tool (``effect``): its start record, and everything
+        buffered, durable before the call is made. Otherwise: flush only if an effectful step's
+        outcome is buffered (reads' and transforms' results may wait: they are safe to recompute)."""
+        if effect:
+            self._pending.append(("step_started", {"step": path, "name": name, "tool": tool, "params": params}))
+            await self.flush()
+        elif self._effect_pending:
+            await self.flush()
+
+    def succeeded(self, path: str, name: str, result: Any, receipt: Any = None, *, effect: bool = False) -> Any:
+        """Buffer a step's result; returns its JSON copy (what a replay would see)."""
+        value = json_copy(result, path, name)
+        data: dict[str, Any] = {"step": path, "name": name, "status": "succeeded", "result": value}
+        if receipt is not None:
+            data["receipt_id"] = receipt.receipt_id
+            data["certainty"] = receipt.certainty
+        self._pending.append(("step_settled", data))
+        self._effect_pending |= effect
+        return value
+
+    def failed(self, path: str, name: str, status: str, error: dict[str, Any], receipt: Any = None, *,
+               uncertain: bool = False, effect: bool = False) -> None:
+        data: dict[str, Any] = {"step": path, "name": name, "status": status, "error": error}
+        if receipt is not None:
+            data["receipt_id"] = receipt.receipt_id
+            data["certainty"] = receipt.certainty
+        if uncertain:
+            data["uncertain"] = True
+        self._pending.append(("step_settled", data))
+        self._effect_pending |= effect
+
+    async def blocked(self, steps: list[str], reason: str) -> None:
+        await self._append([("run_blocked", {"steps": steps, "reason": reason})])
+
+    async def resolved(self, path: str, *, applied: bool, result: Any, by: str | None) -> None:
+        data: dict[str, Any] = {"step": path, "applied": applied, "by": by}
+        if applied:
+            data["result"] = result
+        await self._append([("step_resolved", data)])
+
+    async def finished(self, status: str, *, result: Any = None, error: dict[str, Any] | None = None) -> None:
+        data: dict[str, Any] = {"status": status}
+        if status == "succeeded":
+            data["result"] = result
+        if error is not None:
+            data["error"] = error
+        pending, self._pending = self._pending, []
+        await self._append([*pending, ("run_finished", data)])
+
+
+__all__ = ["FORMAT", "KIND", "RECORD_TYPES", "RunJournal", "RunState", "StepRecord", "TERMINAL", "VERSION", "apply", "fold_error", "json_copy"]

@@ -1,0 +1,246 @@
+"""The three step kinds: a tool step, a transform step, an LLM step.
+
+A step is an immutable description; running it is the engine's job
+(``_plan.py``). Each step has a ``kind`` and a ``name`` (shown in errors,
+run journals and ``workflows show``) and describes itself for the workflow's
+digest (:meth:`Step.describe`), which is what a resumed run is checked against.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from openfunctions.core.errors import ToolDefinitionError
+from openfunctions.core.schema import Validator
+from openfunctions.core.tool import TOOL_NAME_RE, ToolDefinition
+
+from ._errors import StepOutputInvalid, WorkflowDefinitionError
+
+
+@dataclass(frozen=True, slots=True)
+class LLMMessage:
+    """One chat turn as an LLM step sends it: the ``role``/``content`` shape of the adapters layer's
+    ``Message`` (openfunctions.adapters, being built), so an adapter of either kind reads it."""
+
+    role: str
+    content: str
+
+
+@runtime_checkable
+class ChatAdapter(Protocol):
+    """What an LLM step needs from a model adapter: ``chat`` answering something with ``.text``.
+
+    The adapters layer's ``AIAdapter`` (``chat(messages, tools, options) -> ChatReply``) satisfies it;
+    so does its ``ScriptedAdapter``, which tests use.
+    """
+
+    async def chat(self, messages: Sequence[Any], tools: Sequence[Any] = (), options: Any = None) -> Any: ...
+
+
+class Step:
+    """Base of the step kinds. Build steps with :func:`tool_step`, :func:`transform`, :func:`llm_step`."""
+
+    __slots__ = ()
+    kind: str
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name}
+
+
+class ToolStep(Step):
+    """Run a registered tool through the registry's executor (validation, policy, scheduling, receipt).
+
+    ``params``: ``None`` passes the step's input as the arguments (it must be
+    an object); a mapping is used as is; a callable builds them from the input
+    (it must be pure: see the replay rules in docs/WORKFLOWS.md).
+    """
+
+    __slots__ = ("kind", "name", "tool", "params")
+
+    def __init__(self, tool: str, params: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None, *, name: str | None = None) -> None:
+        if isinstance(tool, ToolDefinition):
+            tool = tool.name
+        if not isinstance(tool, str) or not TOOL_NAME_RE.match(tool):
+            raise WorkflowDefinitionError(f"tool_step needs a tool name (1-128 of A-Z a-z 0-9 _ . -), got {tool!r}")
+        if params is not None and not callable(params) and not isinstance(params, Mapping):
+            raise WorkflowDefinitionError(
+                f"tool_step {tool!r}: params must be None, a mapping or a function of the input, got {type(params).__name__}"
+            )
+        self.kind = "tool"
+        self.tool = tool
+        self.name = _check_name(name or tool)
+        self.params = dict(params) if isinstance(params, Mapping) else params
+
+    def params_for(self, value: Any) -> Any:
+        p = self.params
+        if p is None:
+            return value
+        if callable(p):
+            return p(value)
+        return p
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "tool", "name": self.name, "tool": self.tool}
+
+    def __repr__(self) -> str:
+        return f"tool_step({self.tool!r})"
+
+
+class Transform(Step):
+    """A plain function of the previous result (sync or async). It must be quick, pure and deterministic."""
+
+    __slots__ = ("kind", "name", "fn", "is_async")
+
+    def __init__(self, fn: Callable[[Any], Any], *, name: str | None = None) -> None:
+        if not callable(fn):
+            raise WorkflowDefinitionError(f"transform needs a function, got {type(fn).__name__}")
+        self.kind = "transform"
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+        self.name = _check_name(name or _fn_name(fn))
+
+    def __repr__(self) -> str:
+        return f"transform({self.name})"
+
+
+class LLMStep(Step):
+    """Ask a model: one ``chat`` call with an optional system prompt, the prompt built from the input.
+
+    With ``output_schema`` the reply must be JSON (a fenced block is accepted)
+    matching that schema, and the step's result is the parsed value; without
+    it, the result is the reply text. ``adapter`` defaults to the run's.
+    """
+
+    __slots__ = ("kind", "name", "prompt", "system", "output_schema", "validator", "adapter", "options")
+
+    def __init__(
+        self,
+        prompt: str | Callable[[Any], str],
+        *,
+        system: str | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        adapter: ChatAdapter | None = None,
+        options: Any = None,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(prompt, str) and not callable(prompt):
+            raise WorkflowDefinitionError(f"llm_step: prompt must be a string or a function of the input, got {type(prompt).__name__}")
+        self.kind = "llm"
+        self.prompt = prompt
+        self.system = system
+        self.adapter = adapter
+        self.options = options
+        self.name = _check_name(name or "llm")
+        self.output_schema = dict(output_schema) if output_schema is not None else None
+        try:
+            self.validator = Validator(self.output_schema, what=f"output_schema of llm_step {self.name!r}") if self.output_schema is not None else None
+        except ToolDefinitionError as exc:
+            raise WorkflowDefinitionError(exc.message) from None
+
+    def messages_for(self, value: Any) -> list[LLMMessage]:
+        if callable(self.prompt):
+            text = self.prompt(value)
+        elif "{input}" in self.prompt:
+            text = self.prompt.replace("{input}", value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True))
+        else:
+            text = self.prompt
+        if not isinstance(text, str):
+            raise WorkflowDefinitionError(f"llm_step {self.name!r}: the prompt function returned {type(text).__name__}, not a string")
+        make = _message_type()
+        out = [make("system", self.system)] if self.system else []
+        out.append(make("user", text))
+        return out
+
+    def parse(self, text: Any, path: str) -> Any:
+        if not isinstance(text, str):
+            raise StepOutputInvalid(
+                f"step {path} ({self.name}): the model's reply has no text (got {type(text).__name__})",
+                details={"step": path, "name": self.name},
+            )
+        if self.validator is None:
+            return text
+        body = _FENCE.sub(r"\1", text.strip())
+        try:
+            value = json.loads(body)
+        except ValueError as exc:
+            raise StepOutputInvalid(
+                f"step {path} ({self.name}): the model's reply is not JSON ({exc}): {text[:200]!r}",
+                details={"step": path, "name": self.name},
+            ) from None
+        found = self.validator.violations(value)
+        if found:
+            shown = "; ".join(f"{v['path']}: {v['message']}" for v in found[:5])
+            raise StepOutputInvalid(
+                f"step {path} ({self.name}): the model's reply does not match the output schema: {shown}",
+                details={"step": path, "name": self.name, "violations": found[:20]},
+            )
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": "llm", "name": self.name}
+        if self.output_schema is not None:
+            out["output_schema"] = self.output_schema
+        return out
+
+    def __repr__(self) -> str:
+        return f"llm_step({self.name})"
+
+
+@functools.cache
+def _message_type() -> Any:
+    """The adapters layer's ``Message`` once it is in this build (its adapters read more fields than
+    role and content), else :class:`LLMMessage`."""
+    try:
+        from openfunctions.adapters import Message
+    except ImportError:
+        return LLMMessage
+    return Message
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.S)
+_NAME_RE = re.compile(r"^[^\x00-\x1f]{1,200}$")
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise WorkflowDefinitionError(f"a step name must be 1-200 printable characters, got {name!r}")
+    return name
+
+
+def _fn_name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return name if isinstance(name, str) and name else "transform"
+
+
+def tool_step(tool: str | ToolDefinition, params: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None, *, name: str | None = None) -> ToolStep:
+    """A step that runs ``tool`` (a name or a ToolDefinition registered in the run's registry)."""
+    return ToolStep(tool, params, name=name)
+
+
+def transform(fn: Callable[[Any], Any], *, name: str | None = None) -> Transform:
+    """A step that applies ``fn`` (sync or async) to the previous result."""
+    return Transform(fn, name=name)
+
+
+def llm_step(
+    prompt: str | Callable[[Any], str],
+    *,
+    system: str | None = None,
+    output_schema: Mapping[str, Any] | None = None,
+    adapter: ChatAdapter | None = None,
+    options: Any = None,
+    name: str | None = None,
+) -> LLMStep:
+    """A step that asks a model. ``prompt`` is a string (``{input}`` is replaced by the input, JSON
+    unless it is a string) or a function of the input."""
+    return LLMStep(prompt, system=system, output_schema=output_schema, adapter=adapter, options=options, name=name)
+
+
+__all__ = ["ChatAdapter", "LLMMessage", "LLMStep", "Step", "ToolStep", "Transform", "llm_step", "tool_step", "transform"]
