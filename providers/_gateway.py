@@ -127,13 +127,17 @@ def _base_registry(registry: ToolRegistry | None, modules: Iterable[str]) -> Too
     its executor (and with it its policy: a governed gateway) and its tools.
     """
     if registry is not None:
-        return ToolRegistry(registry.list(), executor=registry.executor)
+        base = ToolRegistry(executor=registry.executor)
+        for t in registry.list():
+            base.register(t, source=registry.source_of(t.name))
+        return base
+    modules = tuple(modules)
     parts = _module_parts(modules)
     owner = next((p for p in parts if isinstance(p, ToolRegistry)), None)
     base = ToolRegistry(executor=owner.executor) if owner is not None else ToolRegistry()
-    for p in parts:
+    for spec, p in zip(modules, parts):
         for t in p.list() if isinstance(p, ToolRegistry) else p:
-            base.register(t)
+            base.register(t, source=f"--module {spec}")
     return base
 
 

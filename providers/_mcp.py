@@ -441,7 +441,7 @@ class ConnectedMcpProvider:
             if name in self._registered:
                 continue
             try:
-                reg.register(t)
+                reg.register(t, source=f"upstream MCP server {self.config.name!r}")
             except DuplicateTool:
                 self._problems[t.meta[UPSTREAM_META_KEY]["tool"]] = f"left out: the registry already has a tool named {name!r}"
                 log.warning("upstream_tool_problem", server=self.config.name, tool=name, problem="name taken")

@@ -77,7 +77,7 @@ async def test_serve_gateway_over_stdio(tmp_path, fixture_upstream):
         assert "mcp__up__extra_1" in {t.name for t in (await c.list_tools()).tools}
         assert (await c.call_tool("mcp__up__extra_1", {})).content[0].text == "extra_1 ran"
     journal = (tmp_path / "gateway" / "journal" / "gateway.journal").read_text()
-    assert journal.count('"tool":"mcp__up__echo"') == 2  # its start and its receipt
+    assert receipt["receipt_id"] in journal  # the mounted call's receipt is durable
 
 
 @pytest.mark.anyio
