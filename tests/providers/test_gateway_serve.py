@@ -76,6 +76,13 @@ async def test_serve_gateway_over_stdio(tmp_path, fixture_upstream):
             await changed.wait()
         assert "mcp__up__extra_1" in {t.name for t in (await c.list_tools()).tools}
         assert (await c.call_tool("mcp__up__extra_1", {})).content[0].text == "extra_1 ran"
+
+        # Health and context as resources, for hosts and people.
+        health = json.loads((await c.read_resource("openfunctions://gateway/upstreams")).contents[0].text)
+        status = {u["provider"]: (u["status"], u["tools"]) for u in health["upstreams"]}
+        assert status == {"up": ("up", 8), "ours": ("up", 3), "ghost": ("down", 0)}
+        context = (await c.read_resource("openfunctions://gateway/context")).contents[0].text
+        assert context.startswith("### MCP server up\nA test upstream for the gateway.")
     journal = (tmp_path / "gateway" / "journal" / "gateway.journal").read_text()
     assert receipt["receipt_id"] in journal  # the mounted call's receipt is durable
 
