@@ -103,8 +103,8 @@ class UpstreamConfig:
                 )
         elif self.bearer_token_file:
             try:
-                token = Path(self.bearer_token_file).expanduser().read_text().splitlines()[0].strip()
-            except (OSError, IndexError, UnicodeDecodeError) as exc:
+                token = next(iter(Path(self.bearer_token_file).expanduser().read_text().splitlines()), "").strip()
+            except (OSError, UnicodeDecodeError) as exc:
                 raise UpstreamConfigError(
                     f"upstream {self.name!r}: cannot read a token from bearerTokenFile {self.bearer_token_file}: {exc}"
                 ) from None

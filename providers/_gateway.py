@@ -10,6 +10,7 @@ logged and retried in the background, never fatal.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,6 +26,9 @@ from ._mcp import ConnectedMcpProvider, McpProvider
 from ._provider import DEFAULT_CONTEXT_TIMEOUT_S, ProviderHealth, check_provider_health, context_prompt
 
 log = structlog.get_logger("openfunctions.providers.gateway")
+
+HEALTH_URI = "openfunctions://gateway/upstreams"
+CONTEXT_URI = "openfunctions://gateway/context"
 
 INSTRUCTIONS = (
     "Tools of other MCP servers are mounted here as mcp__<server>__<tool>. Each call is validated against the "
@@ -66,10 +70,20 @@ class Gateway:
                             hint="retrying in the background; its tools appear when it answers")
 
     def install(self, server: Any) -> None:
-        """Called by the MCP server that serves the registry: tell its clients when our tool set changes."""
+        """Called by the MCP server that serves the registry: tell its clients when our tool set changes,
+        and serve two resources: each upstream's health (JSON) and the upstreams' context block (markdown)."""
         notify = getattr(server, "notify_tools_changed", None)
         if notify is not None:
             self._listeners.append(notify)
+        add_resource = getattr(server, "add_resource", None)
+        if add_resource is not None:
+            add_resource(HEALTH_URI, "gateway-upstreams", "application/json", self._health_json,
+                         title="Gateway upstreams", description="Each upstream MCP server's status, tool count and last error.")
+            add_resource(CONTEXT_URI, "gateway-context", "text/markdown", self.context,
+                         title="Gateway context", description="What the upstream servers offer (their instructions and resources).")
+
+    async def _health_json(self) -> str:
+        return json.dumps({"upstreams": [h.to_dict() for h in await self.health()]}, indent=2)
 
     def on_tools_changed(self, callback: Callable[[], Awaitable[None]]) -> None:
         self._listeners.append(callback)
@@ -127,13 +141,17 @@ def _base_registry(registry: ToolRegistry | None, modules: Iterable[str]) -> Too
     its executor (and with it its policy: a governed gateway) and its tools.
     """
     if registry is not None:
-        return ToolRegistry(registry.list(), executor=registry.executor)
+        base = ToolRegistry(executor=registry.executor)
+        for t in registry.list():
+            base.register(t, source=registry.source_of(t.name))
+        return base
+    modules = tuple(modules)
     parts = _module_parts(modules)
     owner = next((p for p in parts if isinstance(p, ToolRegistry)), None)
     base = ToolRegistry(executor=owner.executor) if owner is not None else ToolRegistry()
-    for p in parts:
+    for spec, p in zip(modules, parts):
         for t in p.list() if isinstance(p, ToolRegistry) else p:
-            base.register(t)
+            base.register(t, source=f"--module {spec}")
     return base
 
 
@@ -159,4 +177,4 @@ def build_gateway_profile(
     return Gateway(configs, _base_registry(registry, () if registry is not None else modules))
 
 
-__all__ = ["Gateway", "build_gateway_profile", "INSTRUCTIONS"]
+__all__ = ["CONTEXT_URI", "Gateway", "HEALTH_URI", "INSTRUCTIONS", "build_gateway_profile"]

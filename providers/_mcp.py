@@ -149,6 +149,7 @@ class ConnectedMcpProvider:
         self._kick = anyio.Event()
         self._changed = anyio.Event()
         self._first_attempt = anyio.Event()
+        self._done = anyio.Event()
         self._loss_reason: str | None = None
         self._http_status: str | None = None
         self._last_attempt_end = 0.0
@@ -184,8 +185,7 @@ class ConnectedMcpProvider:
         tg, self._tg = self._tg, None
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
             # Let the supervisor leave ``async with Client`` itself (a clean stdio shutdown) ...
-            while self._client is not None:
-                await anyio.sleep(0.01)
+            await self._done.wait()
         tg.cancel_scope.cancel()  # ... then stop whatever is left.
         await tg.__aexit__(None, None, None)
         self._unmount_all()
@@ -196,8 +196,10 @@ class ConnectedMcpProvider:
 
     # -- the supervisor --------------------------------------------------------
 
-    def _open(self) -> Client:
+    def _open(self) -> tuple[Client, list[Callable[[], Awaitable[None]]]]:
+        """The SDK client for one connection attempt, and what to close after it."""
         cfg = self.config
+        closers: list[Callable[[], Awaitable[None]]] = []
         if cfg.transport == "stdio":
             params = StdioServerParameters(command=cfg.command or "", args=list(cfg.args), env=cfg.env or None, cwd=cfg.cwd)
             from mcp.client.stdio import stdio_client
@@ -218,9 +220,11 @@ class ConnectedMcpProvider:
                 timeout=httpx2.Timeout(cfg.connect_timeout, read=max(cfg.timeout, 300.0)),
                 event_hooks={"response": [note_status]},
             )
+            closers.append(http.aclose)  # the SDK leaves a client it was given open
             target = streamable_http_client(cfg.url or "", http_client=http)
-        return Client(target, mode="legacy", cache=None, message_handler=self._on_message,
-                      client_info=types.Implementation(name="openfunctions-mcp-gateway", version="0.1.0"))
+        client = Client(target, mode="legacy", cache=None, message_handler=self._on_message,
+                        client_info=types.Implementation(name="openfunctions-mcp-gateway", version="0.1.0"))
+        return client, closers
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
@@ -241,8 +245,9 @@ class ConnectedMcpProvider:
         while not self._stopping:
             was_up = False
             self._http_status = None
+            closers: list[Callable[[], Awaitable[None]]] = []
             try:
-                client = self._open()
+                client, closers = self._open()
                 # One scope around the whole connection (the client's task groups
                 # must close inside it): a connect deadline, lifted once up.
                 with anyio.CancelScope(deadline=anyio.current_time() + self.config.connect_timeout) as deadline:
@@ -276,7 +281,15 @@ class ConnectedMcpProvider:
                 self.last_error = self._describe_failure(exc)
                 if not was_up:
                     self._failures += 1
-                log.warning("upstream_unavailable", server=self.config.name, error=self.last_error, failures=self._failures)
+                # Warn once per outage; the retries after it are debug noise.
+                (log.warning if self._failures <= 1 else log.debug)(
+                    "upstream_unavailable", server=self.config.name, error=self.last_error, failures=self._failures)
+            for close in closers:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    try:
+                        await close()
+                    except Exception as exc:
+                        log.debug("upstream_close_error", server=self.config.name, error=str(exc))
             if was_up and self._loss_reason:
                 self.last_error = self._loss_reason
             self._loss_reason = None
@@ -291,6 +304,7 @@ class ConnectedMcpProvider:
             self._kick = anyio.Event()
             with anyio.move_on_after(delay):
                 await self._kick.wait()
+        self._done.set()
 
     def _describe_failure(self, exc: BaseException) -> str:
         if isinstance(exc, TimeoutError):
@@ -427,7 +441,7 @@ class ConnectedMcpProvider:
             if name in self._registered:
                 continue
             try:
-                reg.register(t)
+                reg.register(t, source=f"upstream MCP server {self.config.name!r}")
             except DuplicateTool:
                 self._problems[t.meta[UPSTREAM_META_KEY]["tool"]] = f"left out: the registry already has a tool named {name!r}"
                 log.warning("upstream_tool_problem", server=self.config.name, tool=name, problem="name taken")
@@ -475,7 +489,8 @@ class ConnectedMcpProvider:
 
         try:
             with anyio.fail_after(self.config.timeout):
-                result = await client.call_tool(tool, params, progress_callback=progress)
+                result = await client.call_tool(
+                    tool, params, progress_callback=progress if ctx.progress is not None else None)
         except TimeoutError:
             raise ToolError(
                 f"upstream {name!r} did not answer {tool!r} within {self.config.timeout:g} s; the call was "

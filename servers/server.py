@@ -251,7 +251,9 @@ class OpenFunctionsServer:
         # Tools may change while serving (a gateway's upstream re-lists): say
         # so in the handshake, and remember the sessions that listed tools so
         # notify_tools_changed() can tell them.
-        self._listing_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        # A ServerSession is made per request; the connection it wraps lives as
+        # long as the client stays: key by that (weakly), keep its latest session.
+        self._listing_sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         default_options = self.lowlevel.create_initialization_options
 
         def initialization_options(notification_options: NotificationOptions | None = None, *a: Any, **kw: Any) -> Any:
@@ -448,16 +450,17 @@ class OpenFunctionsServer:
 
     async def notify_tools_changed(self) -> None:
         """Send ``notifications/tools/list_changed`` to every handshake-era session that listed tools."""
-        for session in list(self._listing_sessions):
+        for key, session in list(self._listing_sessions.items()):
             try:
                 await session.send_tool_list_changed()
-            except Exception as exc:  # a session that went away meanwhile
-                self._listing_sessions.discard(session)
+            except Exception as exc:  # a connection that went away meanwhile
+                self._listing_sessions.pop(key, None)
                 log.debug("tools_changed_notify_failed", error=str(exc))
 
     async def _on_list_tools(self, ctx: Any, params: Any) -> dict[str, Any]:
-        if ctx.protocol_version in _HANDSHAKE_ERA and getattr(ctx, "session", None) is not None:
-            self._listing_sessions.add(ctx.session)
+        session = getattr(ctx, "session", None)
+        if ctx.protocol_version in _HANDSHAKE_ERA and session is not None:
+            self._listing_sessions[getattr(session, "_connection", session)] = session
         # A fresh top-level dict: the runner may stamp envelope keys on it.
         return dict(self.list_tools_result())
 

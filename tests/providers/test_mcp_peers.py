@@ -77,6 +77,7 @@ async def test_our_own_server_over_http_with_a_bearer_token(tmp_path, monkeypatc
             await denied.close()
 
 
+@pytest.mark.interop
 async def test_the_npm_everything_server(npm_servers: NpmServers):
     registry = ToolRegistry()
     connected = await connect_provider(McpProvider(one_upstream("ev", {
@@ -102,6 +103,7 @@ async def test_the_npm_everything_server(npm_servers: NpmServers):
         await connected.close()
 
 
+@pytest.mark.interop
 async def test_a_governed_policy_refuses_filesystem_write_file_for_a_principal(tmp_path, npm_servers: NpmServers):
     root = tmp_path / "files"
     root.mkdir()
@@ -125,3 +127,43 @@ async def test_a_governed_policy_refuses_filesystem_write_file_for_a_principal(t
         assert target.read_text() == "hi"
     finally:
         await connected.close()
+
+
+async def test_an_upstream_down_at_start_is_mounted_when_it_comes_up(tmp_path):
+    import subprocess
+
+    import anyio
+
+    from ..interop._serve import cli_command
+    from .._net import free_port, wait_for_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    registry = ToolRegistry()
+    connected = await connect_provider(McpProvider(one_upstream("late", {"url": url, "connectTimeout": 10})), registry)
+    proc = None
+    try:
+        health = await connected.health()
+        assert health.status == "down" and "ConnectError" in (health.message or "")
+        # A call meanwhile is refused before anything is sent: certainty known. (No tools are mounted yet,
+        # so call the provider the way a mounted tool's handler does.)
+        with pytest.raises(Exception) as info:
+            await connected.call("of_hash_text", {"text": "x"}, ToolExecutionContext())
+        assert info.value.code == "upstream_unavailable" and info.value.effect_happened is False
+        assert registry.list() == []
+
+        log = (tmp_path / "server.log").open("wb")
+        proc = subprocess.Popen([*cli_command(), "serve", "--transport", "http", "--port", str(port),
+                                 "--data-dir", str(tmp_path / "up")], stdout=log, stderr=subprocess.STDOUT)
+        wait_for_port(port, proc, timeout=60)
+        with anyio.fail_after(60):  # the supervisor's backoff retries find it
+            while "mcp__late__of_hash_text" not in registry:
+                await anyio.sleep(0.1)
+        d = await registry.execute_detailed("mcp__late__of_hash_text", {"text": "hello"})
+        assert d.ok and d.result.structured["bytes"] == 5
+        assert (await connected.health()).ok
+    finally:
+        await connected.close()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=20)
