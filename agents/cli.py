@@ -27,12 +27,9 @@ from ._runlog import journal_files, read_runs
 
 
 def _default_data_dir() -> Path:
-    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
-    if env:
-        return Path(env)
-    import platformdirs
+    from openfunctions.core.files import default_data_dir as _shared_default
 
-    return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+    return Path(_shared_default())
 
 
 def add_commands(subparsers: Any) -> None:

@@ -74,4 +74,16 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = FILE_
         fsync_dir(directory or ".")
 
 
-__all__ = ["FILE_MODE", "fsync_dir", "write_all", "write_atomic"]
+def default_data_dir() -> "os.PathLike[str]":
+    """The per-user data dir every command defaults to (``$OPENFUNCTIONS_MCP_DATA_DIR`` overrides it)."""
+    from pathlib import Path
+
+    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+
+
+__all__ = ["FILE_MODE", "default_data_dir", "fsync_dir", "write_all", "write_atomic"]

@@ -27,12 +27,9 @@ EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
 def _default_data_dir() -> Path:
     # The server's default (openfunctions.servers.cli.default_data_dir), repeated here because rag
     # sits below servers in the dependency order.
-    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
-    if env:
-        return Path(env)
-    import platformdirs
+    from openfunctions.core.files import default_data_dir as _shared_default
 
-    return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+    return Path(_shared_default())
 
 
 def add_commands(subparsers: Any) -> None:

@@ -42,12 +42,9 @@ HELP = "list, show and resume durable workflow runs"
 
 
 def default_data_dir() -> Path:
-    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
-    if env:
-        return Path(env)
-    import platformdirs
+    from openfunctions.core.files import default_data_dir as _shared_default
 
-    return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+    return Path(_shared_default())
 
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:

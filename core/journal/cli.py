@@ -299,12 +299,9 @@ def _follow(args: argparse.Namespace, seen: ScanResult) -> int:
 
 
 def _default_data_dir() -> Path:
-    env = os.environ.get("OPENFUNCTIONS_MCP_DATA_DIR")
-    if env:
-        return Path(env)
-    import platformdirs
+    from ..files import default_data_dir as _shared_default
 
-    return Path(platformdirs.user_data_dir("openfunctions-mcp", appauthor=False))
+    return Path(_shared_default())
 
 
 def _journal_files(data_dir: Path) -> list[Path]:
