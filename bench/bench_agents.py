@@ -67,7 +67,6 @@ async def agent(registry: ToolRegistry, rounds: int, runs) -> float:
 
 async def main_async(short: int, long: int, runs_n: int) -> dict[tuple[str, int], float]:
     registry = ToolRegistry([NOOP])
-    out: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         journal = await RunJournal.open_in(tmp)
         mem = MemoryRunLog()

@@ -309,7 +309,7 @@ def _gated(tool: ToolDefinition) -> ToolDefinition:
                                     code="workflow_journal_failed", effect_happened=False) from exc
             return await inner(params, ctx)
 
-        tool.spec_sha256  # computed once, on the original, and shared by the copy
+        _ = tool.spec_sha256  # computed now, on the original, so the copy shares the cached digest
         gated = object.__new__(ToolDefinition)
         gated.__dict__.update(tool.__dict__)
         object.__setattr__(gated, "handler", handler)
