@@ -223,6 +223,7 @@ _CONTRIBUTED = {
     "rag": ("openfunctions.rag.cli", "openfunctions.rag", "ingest documents and search them"),
     "gateway": ("openfunctions.providers.cli", "openfunctions.providers", "check the upstream MCP servers a gateway mounts"),
     "workflows": ("openfunctions.workflows.cli", "openfunctions.workflows", "list, show and resume durable workflow runs"),
+    "chat": ("openfunctions.chat.cli", "openfunctions.chat", "chat with a model that uses your tools (a terminal loop, or --serve for HTTP and a web page)"),
 }
 
 
