@@ -205,19 +205,26 @@ class ChatAgent:
 
     async def _events(self, message: str) -> AsyncIterator[ChatEvent]:
         send, receive = anyio.create_memory_object_stream[ChatEvent](math.inf)
+        failed: list[BaseException] = []
 
         async def run() -> None:
             async with send:
-                await self._turn(message, send.send, stream=True)
+                try:
+                    await self._turn(message, send.send, stream=True)
+                except Exception as exc:  # raised to the reader below, not as an exception group
+                    failed.append(exc)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
-            try:
-                async with receive:
+            async with receive:
+                try:
                     async for event in receive:
                         yield event
-            finally:
-                tg.cancel_scope.cancel()
+                except GeneratorExit:  # the reader closed the stream early: cancel the turn, wait for its record
+                    tg.cancel_scope.cancel()
+                    return
+        if failed:
+            raise failed[0]
 
     async def _turn(self, message: str, emit: Any, *, stream: bool) -> ChatResponse:
         """One turn (see the module docstring). ``emit``: ``async (ChatEvent) -> None`` or None."""
