@@ -70,7 +70,6 @@ Guarantees
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -85,9 +84,10 @@ import anyio.to_thread
 import structlog
 
 from openfunctions.core import canonical_bytes, utc_now
+from openfunctions.core.files import TEMP_PREFIX, flock, open_private, try_flock, write_atomic
 
 from ._checks import MAX_READ_BYTES, check_media_type, check_range, check_scope
-from ._fs import FROZEN_MODE, ensure_dir, read_small, unlink_quiet, write_atomic
+from ._fs import FROZEN_MODE, ensure_dir, read_small, store_unsafe, unlink_quiet
 from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
 from ._records import FORMAT_VERSION, HEX_RE, key_doc, key_name, parse_record, record_bytes
 from ._writer import CHUNK, BlobWriter, as_view, file_chunks
@@ -115,7 +115,7 @@ _OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 # Blob verifications, per process: file identity -> the hex digest it was
 # verified against. Any store instance may use an entry (the identity names
 # one inode in one state, whichever root it was reached through).
-_VERIFIED: "OrderedDict[tuple[int, ...], str]" = OrderedDict()
+_VERIFIED: OrderedDict[tuple[int, ...], str] = OrderedDict()
 _VERIFIED_LOCK = threading.Lock()
 _LAYOUT_NAMES = frozenset({"store.json", "lock", "blobs", "index", "keys", "tmp"})
 
@@ -148,7 +148,7 @@ class ArtifactStore:
 
     # -- lifecycle --------------------------------------------------------
 
-    async def open(self) -> "ArtifactStore":
+    async def open(self) -> ArtifactStore:
         """Create or check the store and recover from a crash. Idempotent."""
         if self._lock_fd is None:
             with _os_errors(f"opening artifact store {self.root!r}"):
@@ -161,7 +161,7 @@ class ArtifactStore:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
-    async def __aenter__(self) -> "ArtifactStore":
+    async def __aenter__(self) -> ArtifactStore:
         return await self.open()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -171,17 +171,14 @@ class ArtifactStore:
         with self._open_lock:
             if self._lock_fd is not None:
                 return
-            parent = os.path.dirname(self.root)
-            if not os.path.isdir(parent):
-                os.makedirs(parent, mode=0o700, exist_ok=True)
             if os.path.lexists(self.root):
                 self._refuse_foreign_root()  # before changing anything in it
-            ensure_dir(self.root)
-            fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
+            ensure_dir(self.root)  # missing parents too, each 0700
+            fd = open_private(os.path.join(self.root, "lock"), os.O_RDWR, create=True, unsafe=store_unsafe)
             try:
                 # Under the lock: two processes opening a new store at once
                 # must not see each other's half-made layout.
-                with self._locked(fd):
+                with flock(fd):
                     self._check_marker()
                     for d in (self._blobs, self._index, self._keys, self._tmp):
                         ensure_dir(d)
@@ -198,7 +195,7 @@ class ArtifactStore:
         names = set(os.listdir(self.root))
         if "store.json" in names:
             return
-        foreign = sorted(n for n in names - _LAYOUT_NAMES if not n.startswith(".tmp-store.json"))
+        foreign = sorted(n for n in names - _LAYOUT_NAMES if not n.startswith(TEMP_PREFIX + "store.json"))
         if foreign:
             raise ArtifactStoreUnsafe(
                 f"{self.root!r} is a non-empty directory without store.json (it holds e.g. {foreign[0]!r}): "
@@ -211,7 +208,7 @@ class ArtifactStore:
             raw = read_small(marker, 4096)
         except FileNotFoundError:
             doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_now()}
-            write_atomic(self.root, "store.json", canonical_bytes(doc), mode=FROZEN_MODE)
+            write_atomic(os.path.join(self.root, "store.json"), canonical_bytes(doc), mode=FROZEN_MODE)
             return
         except (OSError, ValueError) as exc:
             raise ArtifactStoreUnsafe(f"cannot read {marker!r}: {exc}") from None
@@ -229,7 +226,7 @@ class ArtifactStore:
         sizes: dict[str, int] = {}
         damaged = 0
         for name in os.listdir(self._index):
-            if name.startswith(".tmp-"):
+            if name.startswith(TEMP_PREFIX):
                 unlink_quiet(os.path.join(self._index, name))  # index writes hold the lock: no live writer
                 continue
             if not (name.endswith(".json") and is_artifact_id(name[:-5])):
@@ -245,14 +242,14 @@ class ArtifactStore:
             self._records[info.id] = info
             sizes[info.sha256[7:]] = info.size
         for name in os.listdir(self._keys):
-            if name.startswith(".tmp-"):
+            if name.startswith(TEMP_PREFIX):
                 unlink_quiet(os.path.join(self._keys, name))
         for info in self._records.values():
             key = key_name(info.sha256, info.scope, info.media_type)
             if self._lookup_key(key) is None:
                 # Key files are a rebuildable cache (see the format header):
                 # _commit writes them without fsync, and so does recovery.
-                write_atomic(self._keys, key, key_doc(info.id), mode=FROZEN_MODE, durable=False)
+                write_atomic(os.path.join(self._keys, key), key_doc(info.id), mode=FROZEN_MODE, durable=False)
         used = sum(sizes.values())
         for name in os.listdir(self._blobs):
             if not HEX_RE.fullmatch(name) or name in sizes:
@@ -274,11 +271,8 @@ class ArtifactStore:
         except OSError:
             return
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return  # a live writer holds it
-            unlink_quiet(path)
+            if try_flock(fd):  # else a live writer holds it
+                unlink_quiet(path)
         finally:
             os.close(fd)
 
@@ -352,18 +346,18 @@ class ArtifactStore:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(writer.discard)
 
-    def _new_writer(self) -> "BlobWriter":
+    def _new_writer(self) -> BlobWriter:
         # No blob can be larger than the whole quota, so a stream past it is
         # refused before it fills the disk. (The bytes *left* are not a valid
         # cap: content that already exists is reused at no cost.)
         return BlobWriter(self._tmp, self.quota_bytes, os.path.join(self.root, "lock"))
 
-    def _commit(self, writer: "BlobWriter", media_type: str, scope: str | None) -> ArtifactRef:
+    def _commit(self, writer: BlobWriter, media_type: str, scope: str | None) -> ArtifactRef:
         hexdigest, size = writer.hexdigest, writer.size
         sha = "sha256:" + hexdigest
         key = key_name(sha, scope, media_type)
         blob = os.path.join(self._blobs, hexdigest)
-        with self._commit_lock, self._locked(self._require_fd()) as fd:
+        with self._commit_lock, flock(self._require_fd()) as fd:
             used = self._read_ledger(fd)
             existing = self._lookup_key(key)
             if existing is not None:
@@ -379,14 +373,14 @@ class ArtifactStore:
             info = ArtifactInfo(
                 id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_now()
             )
-            write_atomic(self._index, info.id + ".json", record_bytes(info), mode=FROZEN_MODE)
+            write_atomic(os.path.join(self._index, info.id + ".json"), record_bytes(info), mode=FROZEN_MODE)
             # The key file is only a lookup that open() rebuilds from the index: no fsync.
-            write_atomic(self._keys, key, key_doc(info.id), mode=FROZEN_MODE, durable=False)
+            write_atomic(os.path.join(self._keys, key), key_doc(info.id), mode=FROZEN_MODE, durable=False)
             self._records[info.id] = info
             log.debug("artifact_put", store=self.root, artifact_id=info.id, size=size, scope=scope)
             return info.ref
 
-    def _ensure_blob(self, writer: "BlobWriter", blob: str, hexdigest: str, size: int, *, charge_only: bool = False) -> bool:
+    def _ensure_blob(self, writer: BlobWriter, blob: str, hexdigest: str, size: int, *, charge_only: bool = False) -> bool:
         """Make ``blob`` hold the writer's bytes. With ``charge_only``, just report whether a good copy exists.
 
         An existing blob that fails verification is replaced by the fresh copy
@@ -536,7 +530,7 @@ class ArtifactStore:
         await self._ready()
 
         def ledger() -> int:
-            with self._commit_lock, self._locked(self._require_fd()) as fd:
+            with self._commit_lock, flock(self._require_fd()) as fd:
                 return self._read_ledger(fd)
 
         used = await anyio.to_thread.run_sync(ledger)
@@ -616,17 +610,6 @@ class ArtifactStore:
         if self._lock_fd is None:
             raise ArtifactStoreUnsafe(f"artifact store {self.root!r} is closed")
         return self._lock_fd
-
-    class _locked:
-        def __init__(self, fd: int) -> None:
-            self.fd = fd
-
-        def __enter__(self) -> int:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            return self.fd
-
-        def __exit__(self, *exc: Any) -> None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def _read_ledger(self, fd: int) -> int:
         raw = os.pread(fd, _LEDGER.size, 0)

@@ -42,6 +42,7 @@ import anyio.to_thread
 import mcp_types as types
 import structlog
 from mcp.shared.message import SessionMessage
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 
 from ._constants import DEFAULT_MAX_MESSAGE_BYTES
 from ._outstanding import Outstanding
@@ -50,9 +51,6 @@ log = structlog.get_logger("openfunctions.servers.stdio")
 
 _READ_CHUNK = 1 << 16
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-INTERNAL_ERROR = -32603
 #: Deepest array/object nesting the SDK's message adapter accepts (its JSON
 #: parser's recursion limit); deeper lines get -32600 naming the limit.
 MAX_NESTING = 200
