@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 from importlib.resources import files
 from typing import Any
 
@@ -247,21 +248,44 @@ async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token:
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off",
                             log_config=None, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise ChatConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+    stopped = anyio.Event()
+
+    async def run_server() -> None:
+        try:
+            with anyio.CancelScope(shield=True):  # stopped through should_exit, so shutdown closes every connection
+                await server.serve(sockets=[sock])
+        finally:
+            stopped.set()
 
     async def announce() -> None:
-        while not server.started:
+        while not server.started and not stopped.is_set():
             await anyio.sleep(0.01)
-        bound = server.servers[0].sockets[0].getsockname()[1]
+        if not server.started:
+            return
+        bound = sock.getsockname()[1]
         log.info("chat_listening", url=f"http://{host}:{bound}/", auth=bool(token))
         if ready is not None:
             ready(bound)
 
     async with anyio.create_task_group() as tg:
+        tg.start_soon(run_server)
         tg.start_soon(announce)
         try:
-            await server.serve()
+            await stopped.wait()
         finally:
-            tg.cancel_scope.cancel()
+            server.should_exit = True  # cancelled (or a signal): uvicorn's graceful shutdown, bounded by 2 s
+    sock.close()
 
 
 __all__ = ["MAX_BODY_BYTES", "create_chat_app", "serve"]
