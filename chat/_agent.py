@@ -253,7 +253,10 @@ class ChatAgent:
             ctx = ToolExecutionContext(principal=f"chat:{self.name}")
             result = await self._runtime.run(self._agent, message, ctx, options=options)
             if result.status == "completed":
-                await self._remember(thread, message, result.text or "")
+                try:
+                    await self._remember(thread, message, result.text or "")
+                except OpenFunctionsError as exc:  # the answer stands; the conversation misses this turn (logged)
+                    log.warning("chat_remember_failed", thread=thread, run_id=result.run_id, error=exc.message)
             response = ChatResponse(
                 text=result.text or "", status=result.status, run_id=result.run_id, rounds=result.rounds,
                 tool_calls=tool_calls, thread_id=thread, provider=getattr(self.adapter, "provider", ""),
