@@ -159,13 +159,19 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
             return _error(503, ChatClosed.code, "the chat agent was destroyed")
         return JSONResponse({"thread_id": await agent.reset()})
 
-    async def chat(request: Request) -> Response:
+    async def checked(request: Request) -> str | Response:
+        """The request's message, or the 4xx/503 answer that names what is wrong with it."""
         try:
-            message = agent._check(await _message(request))
+            return str(agent._check(await _message(request)))
         except _BadRequest as exc:
             return _error(exc.status, exc.code, exc.message)
         except OpenFunctionsError as exc:
             return _error(_STATUS.get(type(exc), 400), exc.code, exc.message)
+
+    async def chat(request: Request) -> Response:
+        message = await checked(request)
+        if isinstance(message, Response):
+            return message
         try:
             response = await agent._turn(message, None, stream=False)
         except ChatClosed as exc:
@@ -173,13 +179,8 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
         return JSONResponse(response.to_dict(), status_code=502 if response.status == "failed" else 200)
 
     async def stream(request: Request) -> Any:
-        try:
-            message = agent._check(await _message(request))
-        except _BadRequest as exc:
-            return _error(exc.status, exc.code, exc.message)
-        except OpenFunctionsError as exc:
-            return _error(_STATUS.get(type(exc), 400), exc.code, exc.message)
-        return _Stream(agent, message)
+        message = await checked(request)
+        return message if isinstance(message, Response) else _Stream(agent, message)
 
     app: Any = Starlette(routes=[
         Route("/", index, methods=["GET"]),

@@ -68,13 +68,7 @@ async def test_streaming_yields_tool_call_then_tool_result_then_text_then_done(t
 async def test_a_stream_closed_early_cancels_the_turn_and_records_it_cancelled(tmp_path: Path) -> None:
     entered, cancelled = anyio.Event(), anyio.Event()
 
-    async def slow(messages: Any, tools: Any) -> str:
-        entered.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.set()
-        return "never"
+    slow = fx.blocking_reply(entered, cancelled)
 
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 1}}, slow])
     async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent:

@@ -123,13 +123,7 @@ async def test_bad_bodies_get_a_4xx_that_names_the_problem(tmp_path: Path) -> No
 async def test_a_client_that_disconnects_mid_stream_cancels_its_turn_and_the_server_keeps_working(tmp_path: Path) -> None:
     thinking, cancelled = anyio.Event(), anyio.Event()
 
-    async def slow(messages: Any, tools: Any) -> str:
-        thinking.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.set()
-        return "never"
+    slow = fx.blocking_reply(thinking, cancelled)
 
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 2}}, slow, "I am still here."])
     async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent, \
