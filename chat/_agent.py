@@ -276,8 +276,10 @@ class ChatAgent:
         else:
             page = await self.memory.get_thread(thread, limit=n)
             pairs = [(m.role, m.content) for m in reversed(page.messages)]
-        return [ModelMessage.user(text) if role == "user" else ModelMessage.assistant(text) for role, text in pairs
-                if role in ("user", "assistant")]
+        pairs = [(role, text) for role, text in pairs if role in ("user", "assistant")]
+        while pairs and pairs[0][0] != "user":  # providers want a user turn first
+            pairs.pop(0)
+        return [ModelMessage.user(text) if role == "user" else ModelMessage.assistant(text) for role, text in pairs]
 
     async def _remember(self, thread: str, message: str, answer: str) -> None:
         if len(answer) > STORED_REPLY_CHARS:
@@ -314,6 +316,8 @@ class ChatAgent:
         cfg = self.config
         try:
             self.adapter = _adapter(cfg)
+            if cfg.adapter is None and hasattr(self.adapter, "aclose"):
+                self._closers.append(self.adapter.aclose)  # ours (resolved from provider/model): its HTTP client
             self.role = resolve_prompt(cfg.prompt)
             own = self._base_tools()
             self.data_dir = Path(cfg.data_dir).expanduser() if cfg.data_dir is not None else _default_data_dir()

@@ -125,6 +125,12 @@ async def test_memory_off_keeps_the_conversation_in_process_and_offers_no_memory
         assert agent.tool_names == ["add", "shout"]
     assert [m.content for m in model.calls[1][0][1:]] == ["first", "one", "second"]
     assert not (tmp_path / "store" / "memory").exists()
+    # An odd history window never starts with the assistant (providers want a user turn first).
+    model = ScriptedAdapter(["one", "two", "three"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, history_messages=3) as agent:
+        for text in ("first", "second", "third"):
+            await agent.chat(text)
+    assert [m.content for m in model.calls[2][0][1:]] == ["second", "two", "third"]
 
 
 async def test_tool_selection_tags_and_exclusions(tmp_path: Path) -> None:
