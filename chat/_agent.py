@@ -253,7 +253,10 @@ class ChatAgent:
             ctx = ToolExecutionContext(principal=f"chat:{self.name}")
             result = await self._runtime.run(self._agent, message, ctx, options=options)
             if result.status == "completed":
-                await self._remember(thread, message, result.text or "")
+                try:
+                    await self._remember(thread, message, result.text or "")
+                except OpenFunctionsError as exc:  # the answer stands; the conversation misses this turn (logged)
+                    log.warning("chat_remember_failed", thread=thread, run_id=result.run_id, error=exc.message)
             response = ChatResponse(
                 text=result.text or "", status=result.status, run_id=result.run_id, rounds=result.rounds,
                 tool_calls=tool_calls, thread_id=thread, provider=getattr(self.adapter, "provider", ""),
@@ -273,8 +276,10 @@ class ChatAgent:
         else:
             page = await self.memory.get_thread(thread, limit=n)
             pairs = [(m.role, m.content) for m in reversed(page.messages)]
-        return [ModelMessage.user(text) if role == "user" else ModelMessage.assistant(text) for role, text in pairs
-                if role in ("user", "assistant")]
+        pairs = [(role, text) for role, text in pairs if role in ("user", "assistant")]
+        while pairs and pairs[0][0] != "user":  # providers want a user turn first
+            pairs.pop(0)
+        return [ModelMessage.user(text) if role == "user" else ModelMessage.assistant(text) for role, text in pairs]
 
     async def _remember(self, thread: str, message: str, answer: str) -> None:
         if len(answer) > STORED_REPLY_CHARS:
@@ -311,6 +316,8 @@ class ChatAgent:
         cfg = self.config
         try:
             self.adapter = _adapter(cfg)
+            if cfg.adapter is None and hasattr(self.adapter, "aclose"):
+                self._closers.append(self.adapter.aclose)  # ours (resolved from provider/model): its HTTP client
             self.role = resolve_prompt(cfg.prompt)
             own = self._base_tools()
             self.data_dir = Path(cfg.data_dir).expanduser() if cfg.data_dir is not None else _default_data_dir()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 from importlib.resources import files
 from typing import Any
 
@@ -158,13 +159,19 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
             return _error(503, ChatClosed.code, "the chat agent was destroyed")
         return JSONResponse({"thread_id": await agent.reset()})
 
-    async def chat(request: Request) -> Response:
+    async def checked(request: Request) -> str | Response:
+        """The request's message, or the 4xx/503 answer that names what is wrong with it."""
         try:
-            message = agent._check(await _message(request))
+            return str(agent._check(await _message(request)))
         except _BadRequest as exc:
             return _error(exc.status, exc.code, exc.message)
         except OpenFunctionsError as exc:
             return _error(_STATUS.get(type(exc), 400), exc.code, exc.message)
+
+    async def chat(request: Request) -> Response:
+        message = await checked(request)
+        if isinstance(message, Response):
+            return message
         try:
             response = await agent._turn(message, None, stream=False)
         except ChatClosed as exc:
@@ -172,13 +179,8 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
         return JSONResponse(response.to_dict(), status_code=502 if response.status == "failed" else 200)
 
     async def stream(request: Request) -> Any:
-        try:
-            message = agent._check(await _message(request))
-        except _BadRequest as exc:
-            return _error(exc.status, exc.code, exc.message)
-        except OpenFunctionsError as exc:
-            return _error(_STATUS.get(type(exc), 400), exc.code, exc.message)
-        return _Stream(agent, message)
+        message = await checked(request)
+        return message if isinstance(message, Response) else _Stream(agent, message)
 
     app: Any = Starlette(routes=[
         Route("/", index, methods=["GET"]),
@@ -247,21 +249,44 @@ async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token:
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off",
                             log_config=None, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise ChatConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+    stopped = anyio.Event()
+
+    async def run_server() -> None:
+        try:
+            with anyio.CancelScope(shield=True):  # stopped through should_exit, so shutdown closes every connection
+                await server.serve(sockets=[sock])
+        finally:
+            stopped.set()
 
     async def announce() -> None:
-        while not server.started:
+        while not server.started and not stopped.is_set():
             await anyio.sleep(0.01)
-        bound = server.servers[0].sockets[0].getsockname()[1]
+        if not server.started:
+            return
+        bound = sock.getsockname()[1]
         log.info("chat_listening", url=f"http://{host}:{bound}/", auth=bool(token))
         if ready is not None:
             ready(bound)
 
     async with anyio.create_task_group() as tg:
+        tg.start_soon(run_server)
         tg.start_soon(announce)
         try:
-            await server.serve()
+            await stopped.wait()
         finally:
-            tg.cancel_scope.cancel()
+            server.should_exit = True  # cancelled (or a signal): uvicorn's graceful shutdown, bounded by 2 s
+    sock.close()
 
 
 __all__ = ["MAX_BODY_BYTES", "create_chat_app", "serve"]

@@ -6,6 +6,8 @@ Exit codes: 0 done, 2 a configuration problem (the message says what to set).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ._agent import create_chat_agent, scripted_adapter_from_file
 
     configure_logging()
+    if (args.module or args.context_providers) and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # --module mytools finds ./mytools.py, as `python -m` would
     if (args.auth_token_env or args.auth_token_file) and not args.serve:
         return _fail("--auth-token-env/--auth-token-file apply to --serve only")
     config: dict[str, Any] = {
@@ -99,6 +103,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 else:
                     await agent.interactive()
 
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C: a clean exit
         anyio.run(run)
     except OpenFunctionsError as exc:
         message = exc.message

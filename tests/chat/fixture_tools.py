@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+
 from openfunctions.core import Capability, ToolRegistry, define_tool
 from openfunctions.providers import ProviderHealth, define_provider
 
@@ -73,3 +75,17 @@ async def _refuse(provider: Any) -> Any:
 
 
 unreachable = define_provider(id="unreachable", name="Unreachable", connect=_refuse)
+
+
+def blocking_reply(thinking: anyio.Event, cancelled: anyio.Event) -> Any:
+    """A scripted reply that thinks forever: sets ``thinking`` when asked, ``cancelled`` when its turn is cancelled."""
+
+    async def reply(messages: Any, tools: Any) -> str:
+        thinking.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+        return "never"
+
+    return reply

@@ -68,13 +68,7 @@ async def test_streaming_yields_tool_call_then_tool_result_then_text_then_done(t
 async def test_a_stream_closed_early_cancels_the_turn_and_records_it_cancelled(tmp_path: Path) -> None:
     entered, cancelled = anyio.Event(), anyio.Event()
 
-    async def slow(messages: Any, tools: Any) -> str:
-        entered.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.set()
-        return "never"
+    slow = fx.blocking_reply(entered, cancelled)
 
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 1}}, slow])
     async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent:
@@ -131,6 +125,12 @@ async def test_memory_off_keeps_the_conversation_in_process_and_offers_no_memory
         assert agent.tool_names == ["add", "shout"]
     assert [m.content for m in model.calls[1][0][1:]] == ["first", "one", "second"]
     assert not (tmp_path / "store" / "memory").exists()
+    # An odd history window never starts with the assistant (providers want a user turn first).
+    model = ScriptedAdapter(["one", "two", "three"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, history_messages=3) as agent:
+        for text in ("first", "second", "third"):
+            await agent.chat(text)
+    assert [m.content for m in model.calls[2][0][1:]] == ["second", "two", "third"]
 
 
 async def test_tool_selection_tags_and_exclusions(tmp_path: Path) -> None:
