@@ -230,7 +230,7 @@ class WorkController:
         async with self._lifecycle:
             if unknown or not_started:
                 await self._append(R.recovered(restored=[], unknown_operations=unknown, not_started_operations=not_started))
-            for attempt_id, target, reason in restore_plan(self.state):
+            for attempt_id, target, reason in restore_plan(self.state, self.catalog.digest):
                 await self._transition(self.state.attempts[attempt_id], target, reason)
 
     async def close(self) -> None:
@@ -351,7 +351,7 @@ class WorkController:
             if op.step not in steps:
                 continue
             ways = []
-            if (op.readback or {}).get("reconcilable"):
+            if (op.readback or {}).get("reconcilable") and att.catalog_digest == self.catalog.digest:
                 ways.append(f"of_work_reconcile on attempt {att.attempt_id} (it reads the effect back)")
             ways.append(f"an operator runs: openfunctions-mcp work resolve {op.operation_id} --as applied|not-applied --reason '...'")
             raise OperationUncertain(

@@ -16,9 +16,11 @@ backend operations … and finally restores lifecycle"):
    operation is *not done*. The controller journals this as one
    ``recovered`` record, which the fold applies;
 2. **restore the lifecycle** (:func:`restore_plan`) — which attempts must
-   move to ``blocked`` (unknown effects) or back to ``running`` (an
-   interrupted read-only verification); the controller journals those
-   transitions under its own locks.
+   move to ``failed`` (bound to a catalog this controller no longer runs:
+   no step, verifier or completion of theirs can ever be checked again),
+   ``blocked`` (unknown effects) or back to ``running`` (an interrupted
+   read-only verification); the controller journals those transitions
+   under its own locks.
 
 It reads records only: no locks, no writes, no tool calls.
 """
@@ -62,11 +64,24 @@ def replay(records: Iterable[Any]) -> WorkState:
     return state
 
 
-def restore_plan(state: WorkState) -> list[tuple[str, str, dict[str, Any]]]:
-    """The lifecycle transitions the controller must apply, as ``(attempt_id, to, reason)``."""
+def restore_plan(state: WorkState, catalog_digest: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """The lifecycle transitions the controller must apply, as ``(attempt_id, to, reason)``.
+
+    ``catalog_digest`` is the catalog the controller runs now: a live attempt
+    bound to another one has *failed* (the rule for ``failed``, see
+    :mod:`openfunctions.work.state`).
+    """
     plan: list[tuple[str, str, dict[str, Any]]] = []
     for att in state.attempts.values():
         if att.terminal:
+            continue
+        if catalog_digest is not None and att.catalog_digest != catalog_digest:
+            plan.append((att.attempt_id, "failed", {
+                "code": "catalog_changed",
+                "message": f"the attempt is bound to catalog {att.catalog_digest}; the controller now runs {catalog_digest}, "
+                "so none of its steps, verifiers or its completion can be checked again: preview and start a new attempt",
+                "catalog_digest": catalog_digest,
+            }))
             continue
         unknown = [op.operation_id for op in att.operations.values() if op.status == "unknown"]
         if unknown:

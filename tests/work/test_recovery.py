@@ -209,3 +209,44 @@ async def test_status_reads_the_same_before_and_after_a_restart(env):
     assert again.status(principal="agent") == before and before["attempt"]["state"] == "completed"
     aid = before["attempt"]["attemptId"]
     assert again.attempt(aid).history == ctl.attempt(aid).history, "live start and replay build the same attempt"
+
+
+@pytest.mark.anyio
+async def test_an_attempt_bound_to_a_catalog_no_longer_run_fails_at_restart(env):
+    # the rule for `failed` (work/state.py): an attempt that can never go on
+    from openfunctions.work.errors import InvalidTransition, OperationUncertain
+
+    counter = Counter()
+    ctl, att = await _started(env, counter)
+    await ctl.run_step(principal="agent")  # bump: done
+    op_id = new_id("op")
+    await ctl._record(
+        "intent",
+        {"attempt_id": att["attemptId"], "operation_id": op_id, "plan_index": 0, "step": "bump", "params": {},
+         "effect": "write", "input_digest": "sha256:" + "0" * 64, "readback": {"reconcilable": True}},
+    )
+    await ctl._record("dispatched", {"attempt_id": att["attemptId"], "operation_id": op_id, "receipt_id": new_id("rcpt")})
+    await ctl.close()
+    # the operator edits the catalog and restarts the server
+    env.catalog_path.write_text(env.catalog_path.read_text().replace('description = "append a line"', 'description = "append one line"'))
+    await env.grant(("bump", "look", "check"), catalog_digest=None)
+    again = await env.open(counter.tools())
+    st = again.status(principal="agent")["attempt"]
+    assert st["state"] == "failed", st
+    hist = again.state.attempts[att["attemptId"]].history
+    assert hist[-1]["to"] == "failed" and hist[-1]["reason"]["code"] == "catalog_changed"
+    with pytest.raises(InvalidTransition):
+        await again.run_step(principal="agent")
+    # failing the attempt does not discharge its uncertain write: a new plan with that step is refused,
+    # and the way out it names is the operator (no reconcile: the attempt's catalog is gone)
+    with pytest.raises(OperationUncertain) as ei:
+        await again.preview(PLAN, principal="agent")
+    assert op_id in ei.value.message and "of_work_reconcile" not in ei.value.message
+    # a plan without it starts: the failed attempt is terminal, not active
+    prv = await again.preview([{"step": "look"}], principal="agent")
+    assert (await again.start(prv["previewId"], principal="agent"))["state"] == "started"
+    # and a second restart keeps it failed without another transition
+    await again.close()
+    third = await env.open(counter.tools())
+    assert [h["to"] for h in third.state.attempts[att["attemptId"]].history].count("failed") == 1
+    assert counter.runs == {"bump": 1}
