@@ -250,3 +250,79 @@ async def test_an_attempt_bound_to_a_catalog_no_longer_run_fails_at_restart(env)
     third = await env.open(counter.tools())
     assert [h["to"] for h in third.state.attempts[att["attemptId"]].history].count("failed") == 1
     assert counter.runs == {"bump": 1}
+
+
+async def _died_before_outcome(env, counter, *, fail_with=None):
+    """Run `bump` with the server's execution journal as the executor's sink; the controller dies
+    after the executor settled the call (its receipt durable) and before the outcome record."""
+    from openfunctions.core import ToolRegistry
+    from openfunctions.core.journal import ExecutionJournal
+
+    env.write_catalog(CATALOG)
+    await env.grant(("bump", "look", "check"))
+    journal = await ExecutionJournal.open(env.data / "journal" / "work.journal")
+    registry = ToolRegistry(counter.tools(), journal=journal)
+    ctl = await env.open([], registry=registry)
+    prv = await ctl.preview(PLAN, principal="agent")
+    att = await ctl.start(prv["previewId"], principal="agent")
+    real_append = ctl.custody.append
+
+    async def append(rec):
+        if rec[0] == "outcome":
+            raise OSError("the process died here")
+        return await real_append(rec)
+
+    ctl.custody.append = append
+    counter.fail_with = fail_with
+    with pytest.raises(OSError):
+        await ctl.run_step(principal="agent")
+    await ctl.close()
+    await journal.close()
+    counter.fail_with = None
+    return att
+
+
+@pytest.mark.anyio
+async def test_a_settled_receipt_in_the_execution_journal_settles_an_interrupted_operation(env):
+    counter = Counter()
+    att = await _died_before_outcome(env, counter)
+    assert counter.runs == {"bump": 1}
+    again = await env.open(counter.tools())
+    st = again.status(principal="agent")["attempt"]
+    # before: blocked, the operation unknown (only an operator could settle an effect with no readback)
+    assert st["state"] == "running", st
+    [op] = st["operations"]
+    assert op["status"] == "done" and op["certainty"] == "known" and op["outcome"] == "succeeded"
+    assert st["cursor"] == 1 and st["mutationEpoch"] == 1
+    outcome = [r for r in again.state.attempts[att["attemptId"]].operations.values()][0]
+    assert outcome.receipt["receipt_id"] == outcome.dispatch_receipt_id
+    r = await again.run_step(principal="agent")  # the plan goes on: the next step, not bump again
+    assert r["operation"]["step"] == "look" and counter.runs == {"bump": 1, "look": 1}
+    assert again.state.open_uncertain() == []
+
+
+@pytest.mark.anyio
+async def test_a_known_failure_in_the_execution_journal_counts_and_an_unknown_one_does_not(env):
+    from openfunctions.core import ToolError
+
+    counter = Counter()
+    await _died_before_outcome(env, counter, fail_with=ToolError("refused", effect_happened=False))
+    again = await env.open(counter.tools())
+    st = again.status(principal="agent")["attempt"]
+    assert st["state"] == "running" and [o["status"] for o in st["operations"]] == ["failed"]
+    await again.close()
+
+    env2_root = env.root / "second"
+    env2_root.mkdir()
+    from .conftest import WorkEnv
+
+    env2 = WorkEnv(env2_root)
+    counter2 = Counter()
+    try:
+        await _died_before_outcome(env2, counter2, fail_with=RuntimeError("boom"))  # certainty unknown
+        third = await env2.open(counter2.tools())
+        st = third.status(principal="agent")["attempt"]
+        assert st["state"] == "blocked" and [o["status"] for o in st["operations"]] == ["unknown"]
+    finally:
+        for c in env2.controllers:
+            await c.close()
