@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any, Literal, get_type_hints
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
 
 from .canonical import canonical_json, check_json, digest
 from .errors import NonJsonValue, ToolDefinitionError
@@ -67,6 +67,17 @@ class Capability(BaseModel):
     synchronously), ``optional`` (long calls become tasks for clients that
     declared the extension), ``required`` (clients that did not declare it
     are refused).
+
+    ``prepare_reconciliation`` / ``reconcile_effect`` (both or neither) bind
+    a readback of the tool's effect, for a caller that must settle a call
+    whose outcome is unknown without running it again (the work
+    controller's ``tool`` steps): ``prepare_reconciliation(params)`` returns
+    JSON metadata to save *before* the call runs (e.g. the prior state);
+    ``reconcile_effect(params, metadata)`` reads the effect back afterwards
+    and returns ``{"status": "applied" | "not_applied" | "partial" |
+    "inconclusive", "observed": {...}, "reason": "..."}``. Either may be a
+    plain function (run in a worker thread) or async. They are code, so
+    they are not part of the spec (nor its digest).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -77,10 +88,23 @@ class Capability(BaseModel):
     required_scopes: tuple[str, ...] = ()
     requires_verification: bool = False
     task_support: Literal["forbidden", "optional", "required"] = "forbidden"
+    prepare_reconciliation: Callable[..., Any] | None = Field(default=None, exclude=True)
+    reconcile_effect: Callable[..., Any] | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Capability:
+        if (self.prepare_reconciliation is None) != (self.reconcile_effect is None):
+            raise ValueError("prepare_reconciliation and reconcile_effect are declared together (both or neither)")
+        return self
 
     @property
     def requires_authority(self) -> bool:
         return bool(self.required_scopes)
+
+    @property
+    def reconcilable(self) -> bool:
+        """Whether the tool binds a readback of its effect (see the class docstring)."""
+        return self.reconcile_effect is not None
 
 
 @dataclass(frozen=True, eq=False)
