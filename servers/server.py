@@ -267,6 +267,7 @@ class OpenFunctionsServer:
         self.lowlevel.add_request_handler("tasks/get", _TaskParams, self._on_tasks_get)
         self.lowlevel.add_request_handler("tasks/update", _TaskUpdateParams, self._on_tasks_update)
         self.lowlevel.add_request_handler("tasks/cancel", _TaskParams, self._on_tasks_cancel)
+        self.tasks.serve_listen(self.lowlevel, self._principal_for)  # notifications/tasks (subscriptions/listen)
 
     # -- registration (resources and prompts) -------------------------------
 
