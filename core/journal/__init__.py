@@ -5,7 +5,7 @@
 - :class:`ExecutionJournal` — the executor's durable sink (starts, receipts, recovery).
 - :func:`read_records` — lock-free validating reader.
 
-The file format is documented in ``_encoder.py`` and docs/formats/journal.md.
+The line format is written once, in ``_encoder.py``; docs/formats/journal.md covers the rest.
 
 Usage::
 

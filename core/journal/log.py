@@ -1,6 +1,6 @@
 """JournalLog: the one durable append-only log both journals are built on.
 
-The byte format is documented in ``_encoder.py`` (and docs/formats/journal.md).
+The byte format is written once, in ``_encoder.py``; docs/formats/journal.md covers the rest.
 This module owns the *life* of a log:
 
 - **open/recover**: create the directory (0700) and file (0600, header via
