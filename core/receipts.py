@@ -72,7 +72,7 @@ def utc_now() -> str:
     sec, us = divmod(time.time_ns() // 1000, 1_000_000)
     cached = _second_text
     if cached[0] != sec:
-        cached = _second_text = (sec, _dt.datetime.fromtimestamp(sec, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"))
+        cached = _second_text = (sec, _dt.datetime.fromtimestamp(sec, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S"))
     return f"{cached[1]}.{us:06d}Z"
 
 

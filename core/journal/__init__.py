@@ -23,7 +23,6 @@ Usage::
 """
 
 from ._record import Header, Record
-from .execution import ExecutionJournal, recovered_receipt
 from .errors import (
     JournalClosed,
     JournalCorrupt,
@@ -33,6 +32,7 @@ from .errors import (
     JournalMismatch,
     JournalUnsafe,
 )
+from .execution import ExecutionJournal, recovered_receipt
 from .log import JournalLog, read_records, segment_paths
 
 __all__ = [

@@ -68,8 +68,8 @@ with the chain it is also tamper-evident. 128 bits are kept to keep lines short.
 
 from __future__ import annotations
 
-from hashlib import sha256
 import os
+from hashlib import sha256
 from json.encoder import encode_basestring as _encode_str
 from typing import Any
 
