@@ -206,6 +206,9 @@ class StepSpec:
             params = {}
         if not isinstance(params, dict):
             raise PlanInvalid(f"parameters of step {self.name!r} must be an object, got {type(params).__name__}")
+        # a strict-mode client says "use the default" with null (the published schemas accept it)
+        optional = {p.name for p in self.params if not p.required}
+        params = {k: v for k, v in params.items() if not (v is None and k in optional)}
         assert self._validator is not None
         found = self._validator.violations(params)
         if found:
