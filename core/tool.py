@@ -196,7 +196,14 @@ def _as_schema(schema: Any, what: str) -> dict[str, Any]:
     raise ToolDefinitionError(f"{what} must be a JSON Schema object or a pydantic model class")
 
 
-def _wrap_sync(fn: Callable[..., Any]) -> Handler:
+def _wrap_sync(fn: Callable[..., Any], blocking: bool = True) -> Handler:
+    if not blocking:  # declared quick and non-blocking: no thread hop (see define_tool)
+        async def run_inline(params: dict[str, Any], ctx: Any) -> Any:
+            return fn(params, ctx)
+
+        run_inline.__wrapped__ = fn  # type: ignore[attr-defined]
+        return run_inline
+
     async def run_in_thread(params: dict[str, Any], ctx: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, params, ctx)
 
@@ -217,10 +224,17 @@ def define_tool(
     annotations: ToolAnnotations | Mapping[str, Any] | None = None,
     meta: Mapping[str, Any] | None = None,
     capability: Capability | Mapping[str, Any] | None = None,
+    blocking: bool = True,
 ) -> ToolDefinition:
     """Define a tool whose handler takes ``(params: dict, ctx: ToolExecutionContext)``.
 
-    A sync handler runs in a worker thread. Schemas are checked now, so a
+    A sync handler runs in a worker thread, so a slow or blocking one never
+    stalls the event loop. ``blocking=False`` declares a sync handler quick
+    and non-blocking (pure computation on bounded input, no I/O, no locks):
+    it is then called on the event loop, which saves the thread hand-over
+    (two thread switches, about 0.1-0.5 ms per call on a busy machine). It
+    changes only where the handler runs, not what the tool is: it is not part
+    of the spec or its digest, and it has no effect on an async handler. Schemas are checked now, so a
     malformed definition fails at import time, not at the first call.
 
     A closed input schema (``additionalProperties: false`` at its root) is
@@ -247,7 +261,7 @@ def define_tool(
         annotations = ToolAnnotations.model_validate(dict(annotations))
     if isinstance(capability, Mapping):
         capability = Capability.model_validate(dict(capability))
-    fn: Handler = handler if inspect.iscoroutinefunction(handler) else _wrap_sync(handler)
+    fn: Handler = handler if inspect.iscoroutinefunction(handler) else _wrap_sync(handler, blocking)
     t = ToolDefinition(
         name=name,
         description=description,
@@ -290,7 +304,9 @@ def tool(
     trusted context. The return annotation becomes the output schema: an
     object type is used as is, anything else is wrapped as ``{"result": ...}``
     (the MCP SDK's convention). The docstring is the description.
+    ``blocking=False`` runs a sync function on the event loop (see :func:`define_tool`).
     """
+    blocking = kwargs.pop("blocking", True)
 
     if name is not None and not callable(name) and not isinstance(name, str):
         raise ToolDefinitionError(f"tool(): the name must be a string, got {describe_object(name)}")
@@ -343,6 +359,8 @@ def tool(
                 call_kwargs[ctx_param] = ctx
             if is_async:
                 value = await fn(**call_kwargs)
+            elif not blocking:
+                value = fn(**call_kwargs)
             else:
                 value = await anyio.to_thread.run_sync(lambda: fn(**call_kwargs))
             if adapter is not None:

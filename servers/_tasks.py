@@ -42,21 +42,28 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import anyio
 import structlog
 from mcp.shared.exceptions import MCPError
-from mcp_types import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    SubscriptionsListenRequestParams,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from openfunctions.core.canonical import canonical_json
 from openfunctions.core.receipts import new_id
 
 from . import _task_records as rec
+from ._task_listen import TaskListen
 from ._task_records import TaskState
 
 log = structlog.get_logger("openfunctions.servers.tasks")
@@ -111,7 +118,7 @@ class TaskHandle:
     ``task_after_s`` becomes a task by itself.
     """
 
-    def __init__(self, run: "_Run") -> None:
+    def __init__(self, run: _Run) -> None:
         self._run = run
 
     @property
@@ -144,7 +151,7 @@ class TaskHandle:
 
 @dataclass(eq=False)
 class _Run:
-    manager: "TaskManager"
+    manager: TaskManager
     tool: str
     principal: str | None
     receipt_id: str
@@ -181,6 +188,17 @@ class TaskManager:
         self.recovered: list[str] = []
         self._jobs: set[asyncio.Task[None]] = set()
         self._opening = asyncio.Lock()
+        self.listen: TaskListen | None = None  # notifications/tasks streams (serve_listen)
+
+    def serve_listen(self, lowlevel: Any, principal_for: Callable[[Any], str | None]) -> TaskListen:
+        """Serve ``subscriptions/listen`` on ``lowlevel`` (an SDK low-level server): task status notifications.
+
+        ``principal_for(ctx)`` names who asks (the server's rule). Returns the
+        handler; a profile that publishes core change events sets its ``bus``.
+        """
+        self.listen = TaskListen(self, principal_for=principal_for, declared=declared_tasks)
+        lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, self.listen)
+        return self.listen
 
     # -- durable state ---------------------------------------------------------
 
@@ -272,8 +290,12 @@ class TaskManager:
         if self.log is not None:
             await self.log.append(type_, data)
         rec.apply(self.tasks, type_, data)
+        if self.listen is not None:
+            self.listen.changed(data["task_id"])
 
     async def close(self) -> None:
+        if self.listen is not None:
+            self.listen.close()
         if self._jobs:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await asyncio.gather(*self._jobs, return_exceptions=True)
@@ -491,8 +513,11 @@ class TaskManager:
         run.scope.cancel()
 
     def shutdown(self) -> None:
+        """The server stops admitting: mark running tasks, and end every listen stream gracefully."""
         for run in list(self.runs.values()):
             run.shutdown = True
+        if self.listen is not None:
+            self.listen.close()
 
 
 def _is_protocol_error(d: Any) -> bool:
