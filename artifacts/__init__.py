@@ -2,6 +2,7 @@
 and the projection that keeps large tool replies inside a model's output budget.
 """
 
+from ._ids import ARTIFACT_ID_PATTERN, find_artifact_ids, is_artifact_id
 from .errors import (
     ArtifactCorrupt,
     ArtifactError,
@@ -11,11 +12,10 @@ from .errors import (
     ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
+from .projection import DEFAULT_BUDGET, default_summary, project_reply, reply_sizes
+from .protocol import ArtifactStoreProtocol
 from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 from .store import DEFAULT_MEDIA_TYPE, DEFAULT_QUOTA_BYTES, MAX_READ_BYTES, ArtifactStore
-from ._ids import ARTIFACT_ID_PATTERN, find_artifact_ids, is_artifact_id
-from .protocol import ArtifactStoreProtocol
-from .projection import DEFAULT_BUDGET, default_summary, project_reply, reply_sizes
 from .tool import create_artifact_read_tool
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Index records and reuse keys: their bytes and their checked parsing.
 
-The format (version 1) is documented at the top of ``store.py``, the module
-that writes these files, and in docs/formats/artifacts.md.
+The format (version 1) is written once, at the top of ``store.py``, the
+module that writes these files (docs/formats/artifacts.md points there).
 """
 
 from __future__ import annotations

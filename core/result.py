@@ -33,7 +33,7 @@ class ToolResult:
         return digest(self.to_dict())
 
     @classmethod
-    def text(cls, text: str, *, is_error: bool = False) -> "ToolResult":
+    def text(cls, text: str, *, is_error: bool = False) -> ToolResult:
         return cls(content=[{"type": "text", "text": text}], is_error=is_error)
 
 
@@ -67,9 +67,9 @@ class DetailedResult:
     """
 
     result: ToolResult
-    receipt: "Receipt"
+    receipt: Receipt
     value: Any = None
-    error: "OpenFunctionsError | None" = None
+    error: OpenFunctionsError | None = None
 
     @property
     def ok(self) -> bool:

@@ -505,13 +505,16 @@ class OpenFunctionsServer:
         tctx = self._execution_context(ctx)
         scope = anyio.CancelScope()
         self._inflight.add(scope)
-        detailed = None
+        # The executor hands over the settled result even when close() cancels
+        # the call (our scope swallows that cancellation): the reply still
+        # carries the receipt the journal holds.
+        settled: list[Any] = []
         try:
             with scope:
-                detailed = await self.registry.executor.execute_detailed(tool, params.arguments, tctx)
+                await self.registry.executor.execute_detailed(tool, params.arguments, tctx, on_settled=settled.append)
         finally:
             self._inflight.discard(scope)
-        return self._call_result(name, ctx, detailed)
+        return self._call_result(name, ctx, settled[0] if settled else None, shut_down=scope.cancelled_caught)
 
     async def _call_maybe_task(self, tool: Any, params: types.CallToolRequestParams, ctx: Any) -> dict[str, Any]:
         """Run the call; answer synchronously if it ends soon, else as a durable task (``_tasks.py``)."""
@@ -534,14 +537,14 @@ class OpenFunctionsServer:
             return self._call_result(tool.name, ctx, run.detailed)
         return self.tasks.create_result(task)
 
-    def _call_result(self, name: str, ctx: Any, detailed: Any) -> dict[str, Any]:
-        if detailed is None:  # cancelled by close() after the grace period
-            return {
-                "content": [{"type": "text", "text": f"tool {name!r} was cancelled: the server shut down before it finished"}],
-                "isError": True,
-                "resultType": "complete",
-            }
+    def _call_result(self, name: str, ctx: Any, detailed: Any, *, shut_down: bool = False) -> dict[str, Any]:
+        shut_down_text = f"tool {name!r} was cancelled: the server shut down before it finished"
+        if detailed is None:  # cancelled by close() before the executor settled it (it always settles: defensive)
+            return {"content": [{"type": "text", "text": shut_down_text}], "isError": True, "resultType": "complete"}
         receipt = detailed.receipt.to_dict()
+        if shut_down and detailed.receipt.outcome == "cancelled":  # by close() after the grace period: say why, with the receipt
+            return {"content": [{"type": "text", "text": shut_down_text}], "_meta": {RECEIPT_META_KEY: receipt},
+                    "isError": True, "resultType": "complete"}
         if (
             isinstance(detailed.error, InvalidParams)
             and ctx.protocol_version in _ARGS_ARE_PROTOCOL_ERRORS

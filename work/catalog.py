@@ -2,7 +2,8 @@
 
 An agent never names a command or a tool: it picks a *step* from this catalog
 and fills only the parameters the step declares. Every step is bound to one
-registry tool (``of_step.<name>``, built by :mod:`openfunctions.work.steps`).
+registry tool (``of_step.<name>``, built by :mod:`openfunctions.work.steps`;
+a ``tool`` step runs the registered tool it names).
 
 File format (version 1; see ``work/example_catalog.toml`` and
 ``docs/work/catalog.md``)::
@@ -11,11 +12,11 @@ File format (version 1; see ``work/example_catalog.toml`` and
     workspace = "."                  # required; relative to the catalog file's directory
 
     [steps.<name>]                   # name: ^[a-z][a-z0-9_-]{0,63}$
-    kind = "command" | "write_file" | "read_file" | "fingerprint"   # required
+    kind = "command" | "write_file" | "read_file" | "fingerprint" | "tool"   # required
     description = "..."              # required, shown to the agent
-    effect = "read" | "write" | "external"   # command only (default "external");
+    effect = "read" | "write" | "external"   # command and tool only (default "external");
                                      # write_file is "write", read kinds are "read"
-    idempotent = true|false          # default: false for command, true otherwise
+    idempotent = true|false          # default: false for command and tool, true otherwise
     verifier = true|false            # command only: a trusted verification binding
     timeout_s = 300                  # command only (1..86400, default 300)
 
@@ -36,6 +37,13 @@ File format (version 1; see ``work/example_catalog.toml`` and
     max_length = 256                 # strings, default 256 (max 4096)
     minimum / maximum                # integers
     default = ...                    # absent = required
+
+    # tool: a registered tool run as the step (its receipt is the step's)
+    tool = "deploy_release"          # a tool in the registry the work tools are built into
+    reconcile = true|false           # default false; true: the tool's capability must bind
+                                     # prepare_reconciliation/reconcile_effect, which become
+                                     # the step's readback oracle (of_oracle.<name>)
+    [steps.<name>.params.<slot>]     # as for command; the slots ARE the tool's parameters
 
     # write_file / read_file / fingerprint
     paths = ["src/**"]               # glob patterns relative to the workspace (required)
@@ -71,6 +79,7 @@ ORACLE_TOOL_PREFIX = "of_oracle."
 STEP_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 SLOT_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 _SLOT_RE = re.compile(r"^\{([a-z_][a-z0-9_]{0,63})\}$")
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_TIMEOUT_S = 86400.0
 DEFAULT_TIMEOUT_S = 300.0
@@ -79,9 +88,9 @@ MAX_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_STRING_MAX = 256
 MAX_STRING_MAX = 4096
 
-Kind = Literal["command", "write_file", "read_file", "fingerprint"]
+Kind = Literal["command", "write_file", "read_file", "fingerprint", "tool"]
 Effect = Literal["read", "write", "external"]
-KINDS = ("command", "write_file", "read_file", "fingerprint")
+KINDS = ("command", "write_file", "read_file", "fingerprint", "tool")
 EFFECTS = ("read", "write", "external")
 
 
@@ -168,11 +177,14 @@ class StepSpec:
     # write_file / read_file / fingerprint
     paths: tuple[str, ...] = ()
     max_bytes: int = DEFAULT_MAX_BYTES
+    # tool: the registered tool this step runs
+    tool: str | None = None
     _validator: Validator | None = field(default=None, repr=False, compare=False)
 
     @property
     def tool_name(self) -> str:
-        return STEP_TOOL_PREFIX + self.name
+        """The registry tool a run of this step executes (a ``tool`` step: the bound tool itself)."""
+        return self.tool if self.kind == "tool" and self.tool else STEP_TOOL_PREFIX + self.name
 
     @property
     def oracle_name(self) -> str | None:
@@ -252,7 +264,7 @@ class StepSpec:
             d["argv"] = list(self.argv)
             d["cwd"] = self.cwd
             d["timeout_s"] = self.timeout_s
-        else:
+        elif self.kind != "tool":
             d["paths"] = list(self.paths)
         return d
 
@@ -340,6 +352,7 @@ _STEP_KEYS = {
     "write_file": {"kind", "description", "idempotent", "paths", "max_bytes"},
     "read_file": {"kind", "description", "paths", "max_bytes"},
     "fingerprint": {"kind", "description", "paths"},
+    "tool": {"kind", "description", "tool", "effect", "idempotent", "reconcile", "params"},
 }
 _PARAM_KEYS = {"type", "description", "pattern", "enum", "max_length", "minimum", "maximum", "default"}
 
@@ -415,6 +428,8 @@ def _parse_step(c: _Ctx, name: Any, body: Any, workspace: Path) -> StepSpec:
 
     if kind == "command":
         return _parse_command(c, name, body, desc, workspace)
+    if kind == "tool":
+        return _parse_tool(c, name, body, desc)
 
     paths = _patterns(c, body.get("paths"), name, "paths")
     max_bytes = body.get("max_bytes", DEFAULT_MAX_BYTES)
@@ -517,6 +532,42 @@ def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspac
         )
     if effect == "read" and readback is not None:
         raise c.fail("a read step has no effect to reconcile; remove 'readback'", step=name, field_="readback")
+    schema, validator = _params_schema(c, name, params)
+    return StepSpec(
+        name=name, kind="command", description=desc, effect=effect, idempotent=idempotent, verifier=verifier,
+        timeout_s=float(t), params=tuple(params.values()), params_schema=schema,
+        reconcilable=readback is not None, argv=argv, cwd=cwd, env=env,
+        env_set=tuple(sorted(env_set_raw.items())), readback=readback, _validator=validator,
+    )
+
+
+def _parse_tool(c: _Ctx, name: str, body: dict[str, Any], desc: str) -> StepSpec:
+    tool = body.get("tool")
+    if not isinstance(tool, str) or not TOOL_NAME_RE.match(tool):
+        raise c.fail(f"must name a registered tool (^[A-Za-z0-9_.-]{{1,128}}$), got {tool!r}", step=name, field_="tool")
+    if tool.startswith((STEP_TOOL_PREFIX, ORACLE_TOOL_PREFIX, "of_work_")):
+        raise c.fail(f"{tool!r} is one of the work controller's own tools; bind a tool of yours", step=name, field_="tool")
+    effect = body.get("effect", "external")
+    if effect not in EFFECTS:
+        raise c.fail(f"must be one of {', '.join(EFFECTS)}, got {effect!r}", step=name, field_="effect")
+    idempotent = _bool(c, body, "idempotent", False, name)
+    reconcile = _bool(c, body, "reconcile", False, name)
+    if effect == "read" and reconcile:
+        raise c.fail("a read step has no effect to reconcile; remove 'reconcile'", step=name, field_="reconcile")
+    params_raw = body.get("params", {})
+    if not isinstance(params_raw, dict):
+        raise c.fail("must be a table of [steps.<name>.params.<slot>] tables", step=name, field_="params")
+    params = {pn: _parse_param(c, name, pn, pb) for pn, pb in params_raw.items()}
+    schema, validator = _params_schema(c, name, params)
+    return StepSpec(
+        name=name, kind="tool", description=desc, effect=effect, idempotent=idempotent, verifier=False,
+        timeout_s=DEFAULT_TIMEOUT_S, params=tuple(params.values()), params_schema=schema, reconcilable=reconcile,
+        tool=tool, _validator=validator,
+    )
+
+
+def _params_schema(c: _Ctx, name: str, params: dict[str, ParamSpec]) -> tuple[dict[str, Any], Validator]:
+    """The JSON Schema of declared parameter slots, and its validator (each default checked against it)."""
     props = {p.name: p.schema() for p in params.values()}
     required = sorted(p.name for p in params.values() if p.required)
     schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
@@ -531,12 +582,7 @@ def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspac
         raise
     except Exception as exc:  # a bad operator regex surfaces here
         raise c.fail(f"parameter declarations do not form a valid schema: {exc}", step=name, field_="params") from None
-    return StepSpec(
-        name=name, kind="command", description=desc, effect=effect, idempotent=idempotent, verifier=verifier,
-        timeout_s=float(t), params=tuple(params.values()), params_schema=schema,
-        reconcilable=readback is not None, argv=argv, cwd=cwd, env=env,
-        env_set=tuple(sorted(env_set_raw.items())), readback=readback, _validator=validator,
-    )
+    return schema, validator
 
 
 def _parse_param(c: _Ctx, step: str, pname: Any, body: Any) -> ParamSpec:

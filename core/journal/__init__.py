@@ -5,7 +5,7 @@
 - :class:`ExecutionJournal` — the executor's durable sink (starts, receipts, recovery).
 - :func:`read_records` — lock-free validating reader.
 
-The file format is documented in ``_encoder.py`` and docs/formats/journal.md.
+The line format is written once, in ``_encoder.py``; docs/formats/journal.md covers the rest.
 
 Usage::
 
@@ -23,7 +23,6 @@ Usage::
 """
 
 from ._record import Header, Record
-from .execution import ExecutionJournal, recovered_receipt
 from .errors import (
     JournalClosed,
     JournalCorrupt,
@@ -33,6 +32,7 @@ from .errors import (
     JournalMismatch,
     JournalUnsafe,
 )
+from .execution import ExecutionJournal, recovered_receipt
 from .log import JournalLog, read_records, segment_paths
 
 __all__ = [

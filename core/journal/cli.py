@@ -105,7 +105,7 @@ _warned: set[str] = set()
 def _open_for_reading(path: Path) -> int:
     """Open a journal read-only: refuse a symlink or a non-regular file; warn (once) about a shared mode or owner.
 
-    A server refuses such a file for writing (``_fsutil.check_private``); a
+    A server refuses such a file for writing (``core.files.check_private``); a
     reader only looks, so a copied journal (``cp`` leaves 0644) can be read.
     """
     try:

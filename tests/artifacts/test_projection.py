@@ -150,7 +150,7 @@ async def test_quota_exhaustion_is_explicit_and_keeps_the_truth(tmp_path):
 
 async def test_an_oversized_summary_is_truncated_and_says_so(store):
     payload = {"attempt_id": "att_9", "ok": True, "certainty": "known",
-               "log": ["line %d " % i + "z" * 300 for i in range(2000)], "note": "n" * 100_000}
+               "log": [f"line {i} " + "z" * 300 for i in range(2000)], "note": "n" * 100_000}
     reply = await project_reply(payload, store=store, scope="s", summarize=lambda p: dict(p))
     assert reply["summaryTruncated"] is True
     assert reply["artifactProjection"]["available"] is True

@@ -42,7 +42,7 @@ async def _profile_tools(name: str, tmp_path: Path) -> list:
     catalog.write_text((REPO / "work" / "example_catalog.toml").read_text())
     try:
         prof = build_profile(name, data_dir=tmp_path / name, catalog=catalog, principal="agent", files_root=tmp_path)
-    except Exception as exc:  # a layer not in this build yet (its package says so)
+    except Exception as exc:  # a profile this configuration cannot serve (gateway without --upstreams)
         if getattr(exc, "code", None) == "profile_unavailable":
             return []
         raise
