@@ -572,7 +572,7 @@ class OpenFunctionsServer:
 
     async def _on_tasks_get(self, ctx: Any, params: _TaskParams) -> dict[str, Any]:
         task = self._task_for(ctx, params, "tasks/get")
-        return {**self.tasks.detailed(task), "resultType": "complete"}
+        return {**await self.tasks.get(task), "resultType": "complete"}
 
     async def _on_tasks_update(self, ctx: Any, params: _TaskUpdateParams) -> dict[str, Any]:
         task = self._task_for(ctx, params, "tasks/update")
