@@ -59,6 +59,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _report import median, table, write_section  # noqa: E402
+from bench_rag import timed  # noqa: E402
 from bench_store import pg_server  # noqa: E402
 
 from openfunctions.rag import Chunker, LexicalEmbedder, PgVectorIndex  # noqa: E402
@@ -143,15 +144,6 @@ def chunk_and_embed(corpus: Corpus, embedder: LexicalEmbedder, chunker: Chunker)
     arr = np.asarray(vecs, dtype="<f4")
     np.save(cache, arr)
     return chunks, arr, rate
-
-
-async def timed(fn, items):
-    lat, out = [], []
-    for x in items:
-        t = time.perf_counter()
-        out.append(await fn(x))
-        lat.append((time.perf_counter() - t) * 1000)
-    return lat, out
 
 
 def recall(approx: list[list[str]], exact: list[list[str]]) -> float:

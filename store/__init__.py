@@ -44,6 +44,7 @@ from ._errors import (
     ValueTooLarge,
 )
 from ._local import LocalStore, create_store, default_data_dir
+from ._tools import guard, obj, state_tool
 from ._pg import PgStore, apply_migrations, create_pg_store, open_pool, redact_dsn
 
 
@@ -66,5 +67,5 @@ __all__ = [
     "LocalStore", "MAX_KEY_BYTES", "MiniLMEmbedder", "OpenAIEmbedder", "PgStore", "SchemaTooNew", "Store", "StoreClosed",
     "StoreCorrupt", "StoreError", "StoreFailed", "StoreLocked", "StoreUnavailable", "StoreUnsafe", "Transaction",
     "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
-    "is_database_url", "open_pool", "open_store", "redact_dsn",
+    "guard", "is_database_url", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]

@@ -65,7 +65,6 @@ import bisect
 import errno
 import fcntl
 import os
-import re
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -86,10 +85,11 @@ from ._api import (
     Store,
     Transaction,
     check_key,
-    check_limit,
-    check_prefix,
+    check_list_args,
+    check_name,
     check_version,
     encode_value,
+    prefix_end,
 )
 from ._errors import Conflict, StoreClosed, StoreCorrupt, StoreFailed, StoreLocked, StoreUnsafe
 
@@ -97,7 +97,6 @@ FORMAT = 1
 JOURNAL_NAME = "store.journal"
 COMPACT_MIN_RECORDS = 10_000
 COMPACT_RATIO = 2.0
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")
 
 
 def default_data_dir() -> Path:
@@ -106,8 +105,7 @@ def default_data_dir() -> Path:
 
 
 def store_dir(name: str, data_dir: str | os.PathLike[str] | None) -> Path:
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise StoreUnsafe(f"store name {name!r} is invalid: use 1-64 characters of A-Z a-z 0-9 _ . - (not starting with '.' or '-')")
+    check_name(name)
     base = Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
     return base / "store" / name
 
@@ -515,15 +513,12 @@ class LocalStore(Store):
 
     async def list(self, prefix: str = "", *, after: str | None = None, limit: int = DEFAULT_LIST_LIMIT,
                    reverse: bool = False) -> list[Entry]:
-        prefix = check_prefix(prefix)
-        limit = check_limit(limit)
-        if after is not None:
-            check_key(after, "after")
+        prefix, after, limit = check_list_args(prefix, after, limit)
         self._check()
         await self._wait(self._last)  # everything shown is durable
         keys, data = self._state.keys, self._state.data
         lo = bisect.bisect_left(keys, prefix)
-        upper = _successor(prefix)
+        upper = prefix_end(prefix)
         hi = bisect.bisect_left(keys, upper) if upper is not None else len(keys)
         if after is not None:
             if reverse:
@@ -627,14 +622,6 @@ def _unlink_quietly(path: Path) -> None:
             os.unlink(p)
         except FileNotFoundError:
             pass
-
-
-def _successor(prefix: str) -> str | None:
-    """The smallest string greater than every string starting with ``prefix`` (None: no bound)."""
-    p = prefix.rstrip("\U0010ffff")
-    if not p:
-        return None
-    return p[:-1] + chr(ord(p[-1]) + 1)
 
 
 async def create_store(name: str, data_dir: str | os.PathLike[str] | None = None, *,

@@ -44,10 +44,11 @@ from ._api import (
     Store,
     Transaction,
     check_key,
-    check_limit,
-    check_prefix,
+    check_list_args,
+    check_name,
     check_version,
     encode_value,
+    prefix_end,
 )
 from ._errors import Conflict, SchemaTooNew, StoreClosed, StoreError, StoreUnavailable, StoreUnsafe
 
@@ -299,17 +300,14 @@ class PgStore(Store):
 
     async def list(self, prefix: str = "", *, after: str | None = None, limit: int = DEFAULT_LIST_LIMIT,
                    reverse: bool = False) -> list[Entry]:
-        prefix = check_prefix(prefix)
-        limit = check_limit(limit)
-        if after is not None:
-            check_key(after, "after")
+        prefix, after, limit = check_list_args(prefix, after, limit)
         # Range bounds use the primary key's index; starts_with guards the upper bound's edge cases.
         sql = ["SELECT key, value, version, updated_at FROM of_store_entries WHERE store = %s AND key >= %s"]
         params: list[Any] = [self.name, prefix]
         if prefix:
             sql.append("AND starts_with(key, %s)")
             params.append(prefix)
-            upper = _successor(prefix)
+            upper = prefix_end(prefix)
             if upper is not None and not _has_surrogate(upper):
                 sql.append("AND key < %s")
                 params.append(upper)
@@ -388,13 +386,6 @@ class _PgTransaction(Transaction):
         await self._conn.execute("DELETE FROM of_store_entries WHERE store = %s AND key = %s", (self._store.name, key))
 
 
-def _successor(prefix: str) -> str | None:
-    p = prefix.rstrip("\U0010ffff")
-    if not p:
-        return None
-    return p[:-1] + chr(ord(p[-1]) + 1)
-
-
 def _has_surrogate(s: str) -> bool:
     return any(0xD800 <= ord(c) <= 0xDFFF for c in s)
 
@@ -409,10 +400,7 @@ async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None
     psycopg ``AsyncConnectionPool`` as ``pool`` (shared; the caller closes it).
     Raises StoreUnavailable (cannot connect), SchemaTooNew.
     """
-    from ._local import NAME_RE
-
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise StoreUnsafe(f"store name {name!r} is invalid: use 1-64 characters of A-Z a-z 0-9 _ . -")
+    check_name(name)
     owns = pool is None
     if pool is None:
         if dsn is None:
