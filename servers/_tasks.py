@@ -53,8 +53,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from openfunctions.core.canonical import canonical_json
-from openfunctions.core.receipts import new_id
+from openfunctions.core import canonical_json
+from openfunctions.core import new_id
 
 from . import _task_records as rec
 from ._task_records import TaskState

@@ -81,9 +81,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from openfunctions.core.canonical import digest
+from openfunctions.core import digest
 from openfunctions.core.errors import ToolError
-from openfunctions.core.tool import ToolDefinition, define_tool
+from openfunctions.core import ToolDefinition, define_tool
 
 from ._paths import matching_pattern, resolve_in_workspace
 from ._procs import MARKER_ENV

@@ -292,15 +292,15 @@ class WorkTools:
         return tools
 
     def _unavailable_artifact_read(self) -> ToolDefinition:
-        from openfunctions.artifacts.tool import INPUT_SCHEMA, OUTPUT_SCHEMA
+        from openfunctions.artifacts import READ_INPUT_SCHEMA, READ_OUTPUT_SCHEMA
 
         async def refuse(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
             await self.ready()
             raise AssertionError("unreachable")
 
         return define_tool(
-            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=INPUT_SCHEMA,
-            output_schema=OUTPUT_SCHEMA, handler=refuse, annotations=_READ, tags=("work",),
+            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=READ_INPUT_SCHEMA,
+            output_schema=READ_OUTPUT_SCHEMA, handler=refuse, annotations=_READ, tags=("work",),
             capability={"effect": "read", "parallel_safe": True, "idempotent": True},
         )
 

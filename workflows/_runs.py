@@ -21,11 +21,11 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core.canonical import canonical_json, to_utf8
-from openfunctions.core.context import ToolExecutionContext
+from openfunctions.core import canonical_json, to_utf8
+from openfunctions.core import ToolExecutionContext
 from openfunctions.core.errors import JournalCorrupt, JournalError, JournalLocked, NonJsonValue, OpenFunctionsError
 from openfunctions.core.journal import JournalLog, read_records
-from openfunctions.core.receipts import new_id
+from openfunctions.core import new_id
 
 from ._errors import (
     InvalidInput,
