@@ -83,7 +83,7 @@ from openfunctions.core import (
     ToolResult,
     define_tool,
 )
-from openfunctions.core.tool import TOOL_NAME_RE
+from openfunctions.core import TOOL_NAME_RE
 
 from ._config import UpstreamConfig
 from ._errors import UpstreamError, UpstreamUnavailable

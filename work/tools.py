@@ -306,7 +306,7 @@ class WorkTools:
         return tools
 
     def _unavailable_artifact_read(self) -> ToolDefinition:
-        from openfunctions.artifacts.tool import INPUT_SCHEMA, OUTPUT_SCHEMA
+        from openfunctions.artifacts import READ_INPUT_SCHEMA, READ_OUTPUT_SCHEMA
 
         async def refuse(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
             await self.ready()
