@@ -94,3 +94,24 @@ def test_retention_options_are_checked():
         WorkflowRuns("/nonexistent", keep_runs=-1)
     with pytest.raises(WorkflowDefinitionError, match="keep_seconds"):
         WorkflowRuns("/nonexistent", keep_seconds="a week")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_version_1_run_file_is_migrated_into_the_shared_journal(tmp_path):
+    from openfunctions.workflows._runs import run_path, runs_dir
+
+    wf = pipe(lambda n: n + 1, name="inc")
+    old = run_path(runs_dir(tmp_path), "old-1")
+    log = await JournalLog.open(old, kind="workflow-run", meta={
+        "format": "openfunctions.workflow-run", "version": 1, "run_id": "old-1", "workflow": "inc"})
+    await log.append_many([
+        ("run_started", {"run_id": "old-1", "workflow": "inc", "digest": wf.digest, "input": 1}),
+        ("step_settled", {"step": "0", "name": "<lambda>", "status": "succeeded", "result": 2}),
+        ("run_finished", {"status": "succeeded", "result": 2}),
+    ])
+    await log.close()
+    async with WorkflowRuns(tmp_path, workflows=[wf]) as runs:
+        assert [(r["run_id"], r["status"]) for r in runs.list()] == [("old-1", "succeeded")]
+        assert (await runs.run(wf, 1, run_id="old-1")).result == 2  # its recorded outcome, not a new run
+    assert not old.exists() and not (old.parent / (old.name + ".lock")).exists()
+    assert WorkflowRuns(tmp_path).show("old-1").steps["0"].result == 2
