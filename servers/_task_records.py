@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from openfunctions.core.receipts import new_id, utc_now
+from openfunctions.core import new_id, utc_now
 
 KIND = "tasks"
 VERSION = 1

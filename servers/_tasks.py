@@ -60,8 +60,8 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from openfunctions.core.canonical import canonical_json
-from openfunctions.core.receipts import new_id
+from openfunctions.core import canonical_json
+from openfunctions.core import new_id
 
 from . import _task_records as rec
 from ._task_listen import TaskListen

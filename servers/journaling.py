@@ -48,7 +48,7 @@ import structlog
 import anyio
 
 from openfunctions.core.errors import JournalFailed, JournalLocked, OpenFunctionsError
-from openfunctions.core.journal.execution import DEFAULT_ROTATE_BYTES
+from openfunctions.core.journal import DEFAULT_ROTATE_BYTES
 
 from .errors import DataDirLocked, DataDirUnusable
 

@@ -92,9 +92,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from openfunctions.core.canonical import check_json, digest
+from openfunctions.core import ToolDefinition, check_json, define_tool, digest
 from openfunctions.core.errors import NonJsonValue, ToolError
-from openfunctions.core.tool import ToolDefinition, define_tool
+from openfunctions.core.files import fsync_dir, write_atomic
 
 from ._paths import matching_pattern, resolve_in_workspace
 from ._procs import MARKER_ENV
@@ -265,15 +265,6 @@ def _sha_or_none(real: Path) -> str | None:
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
 
 
-def _fsync_at(dir_fd: int) -> None:
-    """fsync the directory ``dir_fd`` refers to (an O_PATH fd cannot be fsynced itself)."""
-    fd = os.open(".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _open_dir_chain(parent: Path, *, create: bool = True) -> int:
     """Open ``parent`` (an absolute, already resolved path) one component at a time
     without following symlinks, creating missing directories (each made durable).
@@ -295,7 +286,7 @@ def _open_dir_chain(parent: Path, *, create: bool = True) -> int:
                         os.mkdir(part, 0o777, dir_fd=fd)
                     except FileExistsError:
                         pass
-                    _fsync_at(fd)  # the new entry is durable in its parent
+                    fsync_dir(fd)  # the new entry is durable in its parent
                     # the re-open is inside the same guard: a symlink swapped in
                     # between mkdir and here is refused like any other (ELOOP/ENOTDIR)
                     nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -316,42 +307,15 @@ def _open_dir_chain(parent: Path, *, create: bool = True) -> int:
 def write_atomically(real: Path, data: bytes) -> None:
     """Replace ``real`` (a resolved path) with ``data`` durably and atomically.
 
-    The directory chain is opened without following symlinks; the content
-    goes to a temp file beside the target (``O_EXCL|O_NOFOLLOW``), is
-    fsynced, renamed over the target, and the directory is fsynced. An
-    existing file's mode is kept; a new file gets ``0666 & ~umask``.
+    The directory chain is opened without following symlinks; then
+    :func:`openfunctions.core.files.write_atomic` writes a temp file beside
+    the target (``O_EXCL|O_NOFOLLOW``), fsyncs it, renames it over the
+    target and fsyncs the directory. An existing file's mode is kept; a new
+    file gets ``0666 & ~umask`` (the user's own file, not a private one).
     """
     dfd = _open_dir_chain(real.parent)
-    name = real.name
     try:
-        mode: int | None = None
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            mode = st.st_mode & 0o7777
-        except FileNotFoundError:
-            pass
-        tmp = f".{name}.{os.urandom(6).hex()}.of-tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o666, dir_fd=dfd)
-        try:
-            if mode is not None:
-                os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            os.fsync(fd)
-            os.close(fd)
-            fd = -1
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
-            raise
-        _fsync_at(dfd)
+        write_atomic(real.name, data, mode=None, dir_fd=dfd)
     finally:
         os.close(dfd)
 

@@ -47,8 +47,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from openfunctions.core.canonical import digest
-from openfunctions.core.receipts import utc_now
+from openfunctions.core import digest
+from openfunctions.core import utc_now
 
 from ._paths import matches
 from .catalog import Catalog

@@ -52,8 +52,8 @@ from ..canonical import canonical_json
 from ..errors import JournalCorrupt, JournalError
 from ._decoder import ScanResult, scan
 from ._lock import kernel_holders, lock_path
+from ._log import segment_paths
 from ._record import Record
-from .log import segment_paths
 
 EXIT_OK, EXIT_CORRUPT, EXIT_UNREADABLE = 0, 1, 2
 

@@ -219,7 +219,7 @@ json_values = st.recursive(
     available=st.booleans(),
 )
 def test_property_bounding_always_fits_and_keeps_what_fits(summary, budget, keep, available):
-    from openfunctions.artifacts.projection import _bounded
+    from openfunctions.artifacts._projection import _bounded
 
     projection = (
         {"available": True, "artifact_id": "art_" + "0" * 32, "sha256": "sha256:" + "0" * 64, "size": 1,

@@ -39,8 +39,8 @@ import anyio.to_thread
 from openfunctions.core import canonical_bytes, canonical_json
 from openfunctions.core.result import json_text
 
+from ._protocol import ArtifactStoreProtocol
 from .errors import ArtifactError, ArtifactQuotaExceeded
-from .protocol import ArtifactStoreProtocol
 
 DEFAULT_BUDGET = 32 * 1024
 MIN_BUDGET = 1024

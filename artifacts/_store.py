@@ -139,6 +139,7 @@ from ._checks import MAX_READ_BYTES, check_media_type, check_range, check_scope
 from ._fs import FROZEN_MODE, ensure_dir, read_small, store_unsafe, unlink_quiet
 from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
 from ._records import FORMAT_VERSION, HEX_RE, key_doc, key_name, parse_record, record_bytes
+from ._refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 from ._writer import CHUNK, BlobWriter, as_view, file_chunks
 from .errors import (
     ArtifactCorrupt,
@@ -148,7 +149,6 @@ from .errors import (
     ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
-from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 
 log = structlog.get_logger("openfunctions.artifacts")
 

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from ..receipts import Receipt, ReceiptError, StartRecord, utc_now
+from ._log import JournalLog, read_records, segment_paths
 from ._record import Record
-from .log import JournalLog, read_records, segment_paths
 
 KIND = "execution"
 START = "start"
