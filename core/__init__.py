@@ -11,6 +11,7 @@ subpackage), never from an implementation module.
 from ._logging import configure_logging
 from ._providers import to_anthropic, to_gemini, to_openai
 from ._registry import ToolRegistry
+from ._stamps import new_id, utc_timestamp
 from .canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
 from .context import ProgressReporter, ToolExecutionContext, with_child_execution
 from .errors import (
@@ -37,8 +38,8 @@ from .errors import (
 )
 from .executor import ToolExecutor
 from .policy import AllowAllPolicy, Policy, PolicyDecision, ScopePolicy
-from .receipts import Receipt, StartRecord, new_id, utc_now
-from .result import DetailedResult, ToolResult
+from .receipts import Receipt, StartRecord
+from .result import DetailedResult, ToolResult, pretty_json
 from .scheduler import Reservation, Scheduler
 from .schema import Validator, accepts_null, strict_violations
 from .sink import ExecutionJournalSink, FanoutSink, MemoryJournalSink
@@ -53,6 +54,6 @@ __all__ = [
     "StartRecord", "ToolAnnotations", "ToolDefinition", "ToolDefinitionError", "ToolError",
     "ToolExecutionContext", "ToolExecutor", "ToolFailed", "ToolNotFound", "ToolRegistry", "ToolResult",
     "UnsafePath", "Validator", "accepts_null", "canonical_bytes", "canonical_json", "check_json",
-    "configure_logging", "define_tool", "digest", "new_id", "strict_violations", "to_anthropic", "to_gemini",
-    "to_openai", "to_utf8", "tool", "utc_now", "with_child_execution",
+    "configure_logging", "define_tool", "digest", "new_id", "pretty_json", "strict_violations", "to_anthropic", "to_gemini",
+    "to_openai", "to_utf8", "tool", "utc_timestamp", "with_child_execution",
 ]

@@ -45,7 +45,7 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core import utc_now
+from openfunctions.core import utc_timestamp
 from openfunctions.store import Store, StoreUnavailable, apply_migrations, open_pool, redact_dsn
 
 from ._errors import IndexMismatch, InvalidRagInput
@@ -127,7 +127,7 @@ class StoreIndex:
                 await tx.delete(f"chunk/{doc_id}#{n:06d}")
             for n, (text, vec) in enumerate(zip(chunks, packed)):
                 await tx.put(f"chunk/{doc_id}#{n:06d}", {"t": text, "v": vec})
-            await tx.put(f"doc/{doc_id}", {**info, "at": utc_now()})
+            await tx.put(f"doc/{doc_id}", {**info, "at": utc_timestamp()})
         for n in range(len(chunks), old["chunks"] if old else 0):
             self._rows.pop(f"{doc_id}#{n:06d}", None)
         for n, vec in enumerate(packed):

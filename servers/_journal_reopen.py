@@ -89,7 +89,7 @@ async def _watch(served: Any, poll_s: float) -> None:
 
 async def answer(served: Any, request: Path) -> dict[str, Any]:
     """Act on one operator's re-open request and answer it beside the journal."""
-    from openfunctions.core import canonical_bytes, utc_now
+    from openfunctions.core import canonical_bytes, utc_timestamp
 
     journal_name, nonce = request.name.split(REQUEST_INFIX, 1)
     if not served.failed:
@@ -98,7 +98,7 @@ async def answer(served: Any, request: Path) -> dict[str, Any]:
         status, reason = "reopened", None
     else:
         status, reason = "refused", served.reopen_blocked or "the journal could not be re-opened"
-    doc = {"v": 1, "status": status, "reason": reason, "journal": str(served.path), "at": utc_now()}
+    doc = {"v": 1, "status": status, "reason": reason, "journal": str(served.path), "at": utc_timestamp()}
     log.warning("journal_reopen_requested", status=status, reason=reason, journal=str(served.path))
 
     def write() -> None:

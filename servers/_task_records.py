@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from openfunctions.core import new_id, utc_now
+from openfunctions.core import new_id, utc_timestamp
 
 KIND = "tasks"
 VERSION = 1
@@ -120,7 +120,7 @@ def created(
         "principal": principal,
         "tool": tool,
         "receipt_id": receipt_id,
-        "created_at": utc_now(),
+        "created_at": utc_timestamp(),
         "ttl_ms": int(ttl_ms),
         "expires_at_ms": now_ms() + int(ttl_ms),
         "poll_interval_ms": int(poll_interval_ms),
@@ -131,7 +131,7 @@ def status(task_id: str, new_status: str, *, message: str | None = None,
            input_requests: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     if new_status not in (WORKING, INPUT_REQUIRED):
         raise ValueError(f"a task.status record takes working or input_required, not {new_status!r}")
-    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_now()}
+    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_timestamp()}
     if message is not None:
         data["message"] = message
     if new_status == INPUT_REQUIRED:
@@ -155,7 +155,7 @@ def settled(
 ) -> tuple[str, dict[str, Any]]:
     if new_status not in TERMINAL:
         raise ValueError(f"a task.settled record takes a terminal status, not {new_status!r}")
-    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_now()}
+    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_timestamp()}
     if message is not None:
         data["message"] = message
     if result is not None:

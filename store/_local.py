@@ -73,7 +73,7 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core import JournalCorrupt, JournalLocked, JournalUnsafe, utc_now
+from openfunctions.core import JournalCorrupt, JournalLocked, JournalUnsafe, utc_timestamp
 from openfunctions.core.files import fsync_dir
 from openfunctions.core.journal import JournalLog, JournalMismatch, Record
 
@@ -462,7 +462,7 @@ class LocalStore(Store):
         return await self._put(key, value)
 
     async def _put(self, key: str, value: Any) -> Entry:
-        ver, at = self._next_ver(), utc_now()
+        ver, at = self._next_ver(), utc_timestamp()
         data = {"k": key, "v": value, "ver": ver, "at": at}
         _fold(self._state, "put", data)
         await self._wait(self._append("put", data, [key]))
@@ -478,7 +478,7 @@ class LocalStore(Store):
         return True
 
     async def _delete(self, key: str) -> None:
-        data = {"k": key, "ver": self._next_ver(), "at": utc_now()}
+        data = {"k": key, "ver": self._next_ver(), "at": utc_timestamp()}
         _fold(self._state, "del", data)
         await self._wait(self._append("del", data, [key]))
 
@@ -611,7 +611,7 @@ class _LocalTransaction(Transaction):
                 ops.append({"op": "del", "k": key, "ver": s._next_ver()})
         if not ops:
             return
-        data = {"ops": ops, "at": utc_now()}
+        data = {"ops": ops, "at": utc_timestamp()}
         _fold(s._state, "txn", data)
         await s._wait(s._append("txn", data, [op["k"] for op in ops]))
 
