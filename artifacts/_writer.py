@@ -1,6 +1,6 @@
 """Writing one blob: stream into a temp file under ``tmp/`` while hashing it.
 
-The temp file belongs to the store's on-disk format (see ``store.py``): it
+The temp file belongs to the store's on-disk format (see ``_store.py``): it
 lives in ``tmp/``, is flock'ed by its live writer (so another process's
 crash recovery leaves it alone), and is fsynced and made read-only before
 the store renames it into ``blobs/``.

@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 import structlog
 
+from ._stamps import new_id, utc_timestamp
 from .canonical import canonical_json, sha256_hex, to_utf8
 from .context import ToolExecutionContext
 from .errors import (
@@ -53,8 +54,6 @@ from .receipts import (
     ReceiptError,
     StartRecord,
     fast_construct,
-    new_id,
-    utc_now,
 )
 from .result import DetailedResult, ToolResult, normalize
 from .scheduler import Reservation, Scheduler
@@ -218,7 +217,7 @@ class ToolExecutor:
         return await self._settle(call, "succeeded", "known", None)
 
     def _capture_identity(self, tool: ToolDefinition, ctx: ToolExecutionContext, receipt_id: str | None = None) -> _Call:
-        return _Call(tool=tool, ctx=ctx, receipt_id=receipt_id or new_id("rcpt"), started_at=utc_now(), t0=time.perf_counter())
+        return _Call(tool=tool, ctx=ctx, receipt_id=receipt_id or new_id("rcpt"), started_at=utc_timestamp(), t0=time.perf_counter())
 
     def _capture(self, call: _Call, params: Any) -> None:
         if params is None:
@@ -338,9 +337,11 @@ class ToolExecutor:
                 persisted = await self._persist_receipt(receipt)
                 if isinstance(persisted, OpenFunctionsError):
                     error = persisted
-                    receipt = receipt.model_copy(
-                        update={"outcome": "unknown", "certainty": "unknown", "error": ReceiptError(code=error.code, message=error.message)}
-                    )
+                    update: dict[str, Any] = {"error": ReceiptError(code=error.code, message=error.message)}
+                    if call.handler_started:  # an effect may have happened that nothing durable records
+                        update.update(outcome="unknown", certainty="unknown")
+                    # else: refused before its handler (e.g. by a failed journal): nothing happened, known.
+                    receipt = receipt.model_copy(update=update)
                     result = ToolResult.text(error.message, is_error=True)
             finally:
                 if call.owns_reservation and call.reservation is not None:
@@ -370,7 +371,7 @@ class ToolExecutor:
             certainty=certainty,
             handler_started=call.handler_started,
             started_at=call.started_at,
-            finished_at=utc_now(),
+            finished_at=utc_timestamp(),
             duration_ms=round((time.perf_counter() - call.t0) * 1000.0, 3),
             error=ReceiptError(code=error.code, message=_utf8_safe(error.message)) if error else None,
             policy=PolicyRecord(policy=d.policy, allowed=d.allowed, reason=d.reason) if d else None,

@@ -40,9 +40,6 @@ Invariant: the same params give the same ``params_sha256`` in any process.
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
-import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,27 +50,6 @@ Outcome = Literal["succeeded", "failed", "rejected", "cancelled", "unknown"]
 Certainty = Literal["known", "unknown"]
 
 RECEIPT_VERSION = 1
-
-
-def new_id(prefix: str) -> str:
-    """An opaque random id: ``prefix_`` + 32 lowercase hex chars (128 bits from the OS CSPRNG)."""
-    return prefix + "_" + os.urandom(16).hex()
-
-
-# (whole seconds since the epoch, their "YYYY-MM-DDTHH:MM:SS" text): the
-# date part changes once a second, so formatting it per call is wasted work
-# on the journal's append path. Replaced as one tuple, so threads may share it.
-_second_text: tuple[int, str] = (-1, "")
-
-
-def utc_now() -> str:
-    """The current UTC time as RFC 3339 with microseconds: ``2026-11-30T02:50:00.123456Z``."""
-    global _second_text
-    sec, us = divmod(time.time_ns() // 1000, 1_000_000)
-    cached = _second_text
-    if cached[0] != sec:
-        cached = _second_text = (sec, _dt.datetime.fromtimestamp(sec, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-    return f"{cached[1]}.{us:06d}Z"
 
 
 class ReceiptError(BaseModel):
@@ -156,4 +132,4 @@ class StartRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
-__all__ = ["fast_construct", "Receipt", "ReceiptError", "PolicyRecord", "StartRecord", "Outcome", "Certainty", "new_id", "utc_now", "RECEIPT_VERSION"]
+__all__ = ["fast_construct", "Receipt", "ReceiptError", "PolicyRecord", "StartRecord", "Outcome", "Certainty", "RECEIPT_VERSION"]

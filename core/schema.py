@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 import re
 from collections.abc import Callable
 from typing import Any
@@ -159,8 +160,7 @@ def compile_fast_check(schema: Any) -> Check | None:
         # Strings only: jsonschema's equality treats 1, 1.0 and True specially.
         if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
             return None
-        allowed = frozenset(values)
-        checks.append(lambda x, allowed=allowed: isinstance(x, str) and x in allowed)
+        checks.append(_one_of(frozenset(values)))
     if not _string_checks(schema, checks) or not _number_checks(schema, checks):
         return None
     if not _object_checks(schema, checks) or not _array_checks(schema, checks):
@@ -199,22 +199,26 @@ def _string_checks(schema: dict[str, Any], checks: list[Check]) -> bool:
     return True
 
 
+def _one_of(allowed: frozenset[str]) -> Check:
+    return lambda x: isinstance(x, str) and x in allowed
+
+
+# keyword -> the comparison that makes an instance fail it (as jsonschema words it)
+_BOUND_FAILS: dict[str, Callable[[Any, Any], bool]] = {
+    "minimum": operator.lt, "maximum": operator.gt, "exclusiveMinimum": operator.le, "exclusiveMaximum": operator.ge,
+}
+
+
+def _bound(fails: Callable[[Any, Any], bool], bound: Any) -> Check:
+    return lambda x: not _is_number(x) or not fails(x, bound)
+
+
 def _number_checks(schema: dict[str, Any], checks: list[Check]) -> bool:
-    bounds = []
-    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+    for key, fails in _BOUND_FAILS.items():
         if key in schema:
             if not _is_number(schema[key]):
                 return False
-            bounds.append((key, schema[key]))
-    for key, b in bounds:
-        if key == "minimum":
-            checks.append(lambda x, b=b: not _is_number(x) or not x < b)
-        elif key == "maximum":
-            checks.append(lambda x, b=b: not _is_number(x) or not x > b)
-        elif key == "exclusiveMinimum":
-            checks.append(lambda x, b=b: not _is_number(x) or not x <= b)
-        else:
-            checks.append(lambda x, b=b: not _is_number(x) or not x >= b)
+            checks.append(_bound(fails, schema[key]))
     return True
 
 
@@ -230,8 +234,9 @@ def _object_checks(schema: dict[str, Any], checks: list[Check]) -> bool:
         if c is None:
             return False
         compiled[name] = c
-    extra_check = None if extra is True else (False if extra is False else compile_fast_check(extra))
-    if extra_check is None and extra is not True:
+    closed = extra is False
+    extra_check = None if extra is True or closed else compile_fast_check(extra)
+    if extra_check is None and not (extra is True or closed):
         return False
     if not compiled and not required and extra is True:
         return True
@@ -248,7 +253,7 @@ def _object_checks(schema: dict[str, Any], checks: list[Check]) -> bool:
             if c is not None:
                 if not c(value):
                     return False
-            elif extra_check is False:
+            elif closed:
                 return False
             elif extra_check is not None and not extra_check(value):
                 return False

@@ -170,7 +170,7 @@ class TaskListen:
             )
             async for item in recv:
                 if isinstance(item, str):
-                    notification = self._task_notification(stream, item, meta)
+                    notification = await self._task_notification(stream, item, meta)
                     if notification is None:
                         continue
                 else:
@@ -188,7 +188,7 @@ class TaskListen:
             recv.close()
         return types.SubscriptionsListenResult(_meta=meta)
 
-    def _task_notification(self, stream: _Stream, task_id: str, meta: dict[str, Any]) -> Any:
+    async def _task_notification(self, stream: _Stream, task_id: str, meta: dict[str, Any]) -> Any:
         task = self.manager.tasks.get(task_id)
         if task is None:
             return None  # expired meanwhile: nothing left to say
@@ -196,7 +196,7 @@ class TaskListen:
         if stream.last_sent.get(task_id) == state:
             return None
         stream.last_sent[task_id] = state
-        params = self.manager.detailed(task)
+        params = await self.manager.get(task)
         params["_meta"] = {**params.get("_meta", {}), **meta}
         return TaskStatusNotification(params=params)
 

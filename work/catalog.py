@@ -78,9 +78,9 @@ from pydantic import (
     model_validator,
 )
 
-from openfunctions.core.canonical import digest as _digest
+from openfunctions.core import digest as _digest
 from openfunctions.core.errors import NonJsonValue
-from openfunctions.core.schema import Validator
+from openfunctions.core import Validator
 
 from ._paths import check_pattern
 from .errors import CatalogInvalid, PlanInvalid, UnknownStep

@@ -58,7 +58,7 @@ from openfunctions.core import (
     ToolRegistry,
     digest,
     new_id,
-    utc_now,
+    utc_timestamp,
     with_child_execution,
 )
 
@@ -109,7 +109,7 @@ class _Volatile:
 
     def __init__(self, rec: R.Rec) -> None:
         self.type, self.data = rec
-        self.time = utc_now()
+        self.time = utc_timestamp()
 
 
 class WorkController:

@@ -59,7 +59,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from openfunctions.core import canonical_json, new_id, utc_now
+from openfunctions.core import canonical_json, new_id, utc_timestamp
 from openfunctions.core.files import ensure_private_dir, flock, open_private, try_flock, write_atomic
 
 from .errors import LeaseHeld, LeaseLost, WorkError
@@ -140,7 +140,7 @@ class LeaseStore:
                     )
             generation = (rec["generation"] if rec else 0) + 1
             self._hold_live(generation)
-            stamp = utc_now()
+            stamp = utc_timestamp()
             new = {
                 "v": LEASE_VERSION,
                 "owner": self.owner,
@@ -202,7 +202,7 @@ class LeaseStore:
         async with self._locked():
             rec = self._check(lease)
             rec["expires_at"] = self.clock() + self.ttl
-            rec["renewed_at"] = utc_now()
+            rec["renewed_at"] = utc_timestamp()
             _atomic_write(self.path, rec)
             return Lease(lease.owner, lease.generation, rec["expires_at"], lease.ttl)
 
@@ -214,7 +214,7 @@ class LeaseStore:
                 self._drop_live()  # already someone else's: only our own flock to let go
                 return
             rec["expires_at"] = 0
-            rec["renewed_at"] = utc_now()
+            rec["renewed_at"] = utc_timestamp()
             _atomic_write(self.path, rec)
             self._drop_live(lease.generation)
 

@@ -94,10 +94,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from openfunctions.core.canonical import check_json, digest
+from openfunctions.core import ToolDefinition, check_json, define_tool, digest
 from openfunctions.core.errors import NonJsonValue, ToolError
 from openfunctions.core.files import fsync_dir, write_atomic
-from openfunctions.core.tool import ToolDefinition, define_tool
 
 from ._paths import matching_pattern, resolve_in_workspace
 from ._procs import MARKER_ENV

@@ -306,7 +306,7 @@ class WorkTools:
         return tools
 
     def _unavailable_artifact_read(self) -> ToolDefinition:
-        from openfunctions.artifacts.tool import INPUT_SCHEMA, OUTPUT_SCHEMA
+        from openfunctions.artifacts import READ_INPUT_SCHEMA, READ_OUTPUT_SCHEMA
 
         async def refuse(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
             await self.ready()
@@ -314,8 +314,8 @@ class WorkTools:
 
         capability, annotations = read_only()
         return define_tool(
-            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=INPUT_SCHEMA,
-            output_schema=OUTPUT_SCHEMA, handler=refuse, annotations=annotations, tags=("work",), capability=capability,
+            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=READ_INPUT_SCHEMA,
+            output_schema=READ_OUTPUT_SCHEMA, handler=refuse, annotations=annotations, tags=("work",), capability=capability,
         )
 
     def _input_schema(self, name: str) -> dict[str, Any]:

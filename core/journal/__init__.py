@@ -22,6 +22,8 @@ Usage::
     for r in read_records(path): ...                    # lock-free, for inspection
 """
 
+from ._execution import DEFAULT_ROTATE_BYTES, ExecutionJournal, recovered_receipt
+from ._log import JournalLog, read_records, segment_paths
 from ._record import Header, Record
 from .errors import (
     JournalClosed,
@@ -32,10 +34,9 @@ from .errors import (
     JournalMismatch,
     JournalUnsafe,
 )
-from .execution import ExecutionJournal, recovered_receipt
-from .log import JournalLog, read_records, segment_paths
 
 __all__ = [
+    "DEFAULT_ROTATE_BYTES",
     "ExecutionJournal",
     "Header",
     "JournalClosed",

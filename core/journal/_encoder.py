@@ -18,9 +18,9 @@ Line 1, the header::
 - ``format``: always ``"openfunctions.journal"``.
 - ``version``: ``2`` for files created by this code (``1`` for older files).
 - ``journal_id``: opaque random id, ``jnl_`` + 32 lowercase hex chars (128
-  bits from the OS CSPRNG; ``core.receipts.new_id``).
+  bits from the OS CSPRNG; ``openfunctions.core.new_id``).
 - ``kind``: what the journal holds, named by its owner, who also defines its
-  record types and documents them: ``"execution"`` (``core/journal/execution.py``),
+  record types and documents them: ``"execution"`` (``core/journal/_execution.py``),
   ``"attempt"`` (work attempts, ``work/_custody.py``), ``"grants"``
   (``work/grants.py``), ``"work-resolutions"`` (``work/records.py``),
   ``"tasks"`` (``servers/_task_records.py``), ``"runs"`` (``agents/_records.py``),

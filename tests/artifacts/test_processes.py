@@ -43,7 +43,7 @@ CHILD_STALL = textwrap.dedent(
     """
     import anyio, os, sys
     from openfunctions.artifacts import ArtifactStore
-    import openfunctions.artifacts.store as store_mod
+    import openfunctions.artifacts._store as store_mod
 
     where = sys.argv[2]
 

@@ -36,14 +36,18 @@ def chromium_or_skip() -> str:
     return path
 
 
-def serve_chat(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+def serve_chat(tmp_path: Path, token: str | None) -> tuple[subprocess.Popen[str], str]:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"tool": "add", "arguments": {"a": 2, "b": 3}}, REPLY]))
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    auth = []
+    if token:
+        env["CHAT_TEST_TOKEN"] = token
+        auth = ["--auth-token-env", "CHAT_TEST_TOKEN"]
     proc = subprocess.Popen([sys.executable, "-m", "openfunctions.servers", "chat", "--serve", "--port", "0",
                              "--provider", "scripted", "--script", str(script), "--module", "tests.chat.fixture_tools",
-                             "--data-dir", str(tmp_path / "data")],
+                             "--data-dir", str(tmp_path / "data"), *auth],
                             stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -66,9 +70,13 @@ def evaluate(browser: Browser, session: str, expression: str) -> Any:
     return out["result"].get("value")
 
 
-def test_the_page_streams_a_reply_and_shows_the_tool_receipt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("token", [None, "page-token-123"], ids=["loopback", "bearer"])
+def test_the_page_streams_a_reply_and_shows_the_tool_receipt(tmp_path: Path, token: str | None) -> None:
+    """With a token, the page is opened as /#token=... and sends it on every call (the fragment never reaches the server)."""
     executable = chromium_or_skip()
-    server, url = serve_chat(tmp_path)
+    server, url = serve_chat(tmp_path, token)
+    if token:
+        url += f"#token={token}"
     browser = Browser(executable, tmp_path / "profile")
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from openfunctions.core import ToolRegistry, tool
-from openfunctions.core.schema import accepts_null, strict_violations
+from openfunctions.core import ToolRegistry, accepts_null, strict_violations, tool
 from openfunctions.servers.profiles import PROFILES, build_profile
 
 from .conftest import REPO

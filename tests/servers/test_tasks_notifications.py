@@ -92,7 +92,8 @@ async def listen(session: Any, task_ids: list[str]) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[str]:
+async def serving(tmp_path: Path, configure: Any = None) -> AsyncIterator[str]:
+    """The task fixture tools served in-process behind uvicorn (bearer tokens alice/bob); ``configure(server)`` first."""
     import uvicorn
 
     from openfunctions.servers import create_http_app, create_mcp_server
@@ -106,6 +107,8 @@ async def serving(tmp_path: Path) -> AsyncIterator[str]:
 
     # A registry per server: closing a server closes its registry's scheduler.
     server = create_mcp_server(ToolRegistry(tools), name="t", version="0", journal_dir=tmp_path / "data")
+    if configure is not None:
+        configure(server)
     app = _TwoTokens(create_http_app(server), {"alice-token": "alice", "bob-token": "bob"})
     port = free_port()
     uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from openfunctions.core import ToolExecutionContext, canonical_bytes
-from openfunctions.core.result import json_text
+from openfunctions.core import pretty_json
 from openfunctions.work import WORK_TOOL_NAMES, build_work_profile
 
 PY = sys.executable
@@ -76,7 +76,7 @@ class Session:
         dr = await self.call(name, params)
         assert dr.ok, (name, dr.error and dr.error.to_dict())
         payload = dr.result.structured
-        assert len(canonical_bytes(payload)) <= BUDGET and len(json_text(payload).encode()) <= BUDGET
+        assert len(canonical_bytes(payload)) <= BUDGET and len(pretty_json(payload).encode()) <= BUDGET
         return payload
 
     async def read_artifact(self, artifact_id: str) -> bytes:
@@ -317,7 +317,7 @@ async def test_reply_bounding_at_the_32_kib_edge(work):
         return {"attemptId": "att_x", "state": "running", "blob": "a" * n}
 
     def size(p: dict[str, Any]) -> int:
-        return max(len(canonical_bytes(p)), len(json_text(p).encode()))
+        return max(len(canonical_bytes(p)), len(pretty_json(p).encode()))
 
     n = BUDGET - size(payload(0))
     assert size(payload(n)) == BUDGET

@@ -38,9 +38,9 @@ from typing import Any
 
 import anyio
 
+from .._stamps import new_id, utc_timestamp
 from ..errors import NonJsonValue
 from ..files import fsync_dir, write_atomic
-from ..receipts import new_id, utc_now
 from ._decoder import Decoder, ScanResult, scan
 from ._encoder import encode_header, encode_record, new_salt
 from ._fsutil import FileOps, ensure_private_dir, open_private, refuse_symlink
@@ -113,7 +113,7 @@ class JournalLog:
 
     def _recover(self, kind: str | None, meta: dict[str, Any] | None, on_record: Callable[[Record], None] | None) -> None:
         if not os.path.lexists(self.path):
-            header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_now(), new_salt(), dict(meta or {}))
+            header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_timestamp(), new_salt(), dict(meta or {}))
             write_atomic(self.path, encode_header(header))
         self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
         result = scan(self._fd, str(self.path), on_record=on_record)
@@ -226,7 +226,7 @@ class JournalLog:
             raise ValueError("journal record type must be a non-empty string")
         if not isinstance(data, dict):
             raise NonJsonValue(f"journal record data must be a JSON object, got {data.__class__.__name__}")
-        time = utc_now()
+        time = utc_timestamp()
         line, chk = encode_record(seq, type, time, data, prev)
         return line, chk, Record(seq, type, time, data, chk, prev, CURRENT_VERSION, offset, line_no)
 

@@ -132,13 +132,14 @@ from typing import Any
 import anyio.to_thread
 import structlog
 
-from openfunctions.core import canonical_bytes, utc_now
+from openfunctions.core import canonical_bytes, utc_timestamp
 from openfunctions.core.files import TEMP_PREFIX, flock, open_private, try_flock, write_atomic
 
 from ._checks import MAX_READ_BYTES, check_media_type, check_range, check_scope
 from ._fs import FROZEN_MODE, ensure_dir, read_small, store_unsafe, unlink_quiet
 from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
 from ._records import FORMAT_VERSION, HEX_RE, key_doc, key_name, parse_record, record_bytes
+from ._refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 from ._writer import CHUNK, BlobWriter, as_view, file_chunks
 from .errors import (
     ArtifactCorrupt,
@@ -148,7 +149,6 @@ from .errors import (
     ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
-from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 
 log = structlog.get_logger("openfunctions.artifacts")
 
@@ -256,7 +256,7 @@ class ArtifactStore:
         try:
             raw = read_small(marker, 4096)
         except FileNotFoundError:
-            doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_now()}
+            doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_timestamp()}
             write_atomic(os.path.join(self.root, "store.json"), canonical_bytes(doc), mode=FROZEN_MODE)
             return
         except (OSError, ValueError) as exc:
@@ -420,7 +420,7 @@ class ArtifactStore:
                 self._write_ledger(fd, used + size)
                 self._ensure_blob(writer, blob, hexdigest, size)
             info = ArtifactInfo(
-                id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_now()
+                id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_timestamp()
             )
             write_atomic(os.path.join(self._index, info.id + ".json"), record_bytes(info), mode=FROZEN_MODE)
             # The key file is only a lookup that open() rebuilds from the index: no fsync.

@@ -40,9 +40,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..receipts import Receipt, ReceiptError, StartRecord, utc_now
+from .._stamps import utc_timestamp
+from ..receipts import Receipt, ReceiptError, StartRecord
+from ._log import JournalLog, read_records, segment_paths
 from ._record import Record
-from .log import JournalLog, read_records, segment_paths
 
 KIND = "execution"
 START = "start"
@@ -64,7 +65,7 @@ def recovered_receipt(start: dict[str, Any]) -> Receipt:
         certainty="unknown",
         handler_started=True,
         started_at=start["started_at"],
-        finished_at=utc_now(),
+        finished_at=utc_timestamp(),
         duration_ms=0.0,
         error=ReceiptError(
             code=RECOVERED_CODE,

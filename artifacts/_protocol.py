@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
+    from ._refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 
 
 @runtime_checkable
