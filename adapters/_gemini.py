@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from openfunctions.core import ToolDefinition
-from openfunctions.core.providers import to_gemini
+from openfunctions.core import to_gemini
 
 from ._errors import MalformedResponse
 from ._http import HttpAdapter, StreamParser

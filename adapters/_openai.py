@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from openfunctions.core import ToolDefinition
-from openfunctions.core.providers import to_openai
+from openfunctions.core import to_openai
 
 from ._errors import MalformedResponse
 from ._http import HttpAdapter, StreamParser

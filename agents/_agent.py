@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from openfunctions.core import ToolDefinition
-from openfunctions.core.tool import TOOL_NAME_RE
+from openfunctions.core import TOOL_NAME_RE
 
 from ._errors import AgentDefinitionError
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from openfunctions.core import digest, new_id, utc_now
+from openfunctions.core import digest, new_id, utc_timestamp
 
 VERSION = 1
 KIND = "runs"
@@ -72,7 +72,7 @@ def started(*, run_id: str, agent: str, provider: str, model: str, instructions:
         "v": VERSION, "run_id": run_id, "agent": agent, "crew": crew, "parent_run_id": parent_run_id,
         "parent_receipt_id": parent_receipt_id, "principal": principal, "provider": provider, "model": model,
         "instructions_sha256": _text_digest(instructions), "capability_sha256": digest(tools), "tools": tools,
-        "limits": limits, "task_sha256": _text_digest(task), "task": task[:TASK_CHARS], "started_at": utc_now(),
+        "limits": limits, "task_sha256": _text_digest(task), "task": task[:TASK_CHARS], "started_at": utc_timestamp(),
     }
 
 
@@ -88,13 +88,13 @@ def finished(*, run_id: str, status: str, rounds: int, usage: dict[str, int], re
     return {
         "v": VERSION, "run_id": run_id, "status": status, "rounds": rounds, "usage": usage, "receipts": receipts,
         "text": (text or "")[:TEXT_CHARS], "text_sha256": _text_digest(text or ""), "output": output, "error": error,
-        "recovered": recovered, "finished_at": utc_now(),
+        "recovered": recovered, "finished_at": utc_timestamp(),
     }
 
 
 def claim(*, run_id: str, agent: str, text: str) -> dict[str, Any]:
     return {"v": VERSION, "run_id": run_id, "claim_id": new_id("claim"), "agent": agent, "text_sha256": _text_digest(text),
-            "claimed_at": utc_now()}
+            "claimed_at": utc_timestamp()}
 
 
 @dataclass

@@ -1,8 +1,11 @@
-"""Small durable-file helpers: safe directories, atomic writes, directory fsync.
+"""The artifact store's file helpers on top of :mod:`openfunctions.core.files`.
 
-Every name passed here is produced by this package (hex digests, checked
-artifact ids), never a caller string. An fsync error propagates and is not
-retried ("fsyncgate": the kernel may already have dropped the dirty pages).
+Atomic writes, private directories, kernel locks and directory fsync come
+from ``core.files`` (one policy for every package); this module adds what
+only the store needs: the store's own refusal error, early writeback for
+large blobs, a bounded read of small records. Every name passed here is
+produced by this package (hex digests, checked artifact ids), never a
+caller string.
 """
 
 from __future__ import annotations
@@ -10,33 +13,23 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-import stat
 import sys
 
-from openfunctions.core.files import fsync_dir
-from openfunctions.core.files import write_atomic as _write_atomic
+from openfunctions.core.files import ensure_private_dir
 
 from .errors import ArtifactStoreUnsafe
 
-DIR_MODE = 0o700
-FILE_MODE = 0o600
 FROZEN_MODE = 0o400
 _OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
+def store_unsafe(path: str, why: str) -> ArtifactStoreUnsafe:
+    return ArtifactStoreUnsafe(f"artifact store path {path!r} is unsafe: {why}", details={"path": path, "reason": why})
+
+
 def ensure_dir(path: str) -> None:
-    """Create ``path`` (0700) or check an existing one: a real directory we own, tightened to 0700."""
-    try:
-        os.mkdir(path, DIR_MODE)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise ArtifactStoreUnsafe(f"artifact store path {path!r} is not a plain directory (symlink or file)")
-    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-        raise ArtifactStoreUnsafe(f"artifact store directory {path!r} belongs to uid {st.st_uid}, not to this user")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(path, DIR_MODE)
+    """Create ``path`` 0700 or check an existing one (``core.files.ensure_private_dir``'s policy)."""
+    ensure_private_dir(path, unsafe=store_unsafe)
 
 
 def _load_sync_file_range():
@@ -66,13 +59,6 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
-def write_atomic(directory: str, name: str, data: bytes, *, mode: int = FILE_MODE, durable: bool = True) -> None:
-    """Write ``directory/name`` so that a crash leaves the old file or the new one, never a mix
-    (:func:`openfunctions.core.files.write_atomic`; ``durable=False`` only for
-    files a reader can rebuild and checks on read)."""
-    _write_atomic(os.path.join(directory, name), data, mode=mode, durable=durable)
-
-
 def read_small(path: str, limit: int) -> bytes:
     """Read a small file without following a symlink; raise ValueError past ``limit`` bytes."""
     fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
@@ -92,4 +78,4 @@ def unlink_quiet(path: str) -> None:
         pass
 
 
-__all__ = ["unlink_quiet", "ensure_dir", "fsync_dir", "start_writeback", "write_atomic", "read_small", "DIR_MODE", "FILE_MODE", "FROZEN_MODE"]
+__all__ = ["FROZEN_MODE", "ensure_dir", "read_small", "start_writeback", "store_unsafe", "unlink_quiet"]

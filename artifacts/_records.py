@@ -1,7 +1,7 @@
 """Index records and reuse keys: their bytes and their checked parsing.
 
-The format (version 1) is documented at the top of ``store.py``, the module
-that writes these files, and in docs/formats/artifacts.md.
+The format (version 1) is written once, at the top of ``_store.py``, the
+module that writes these files (docs/formats/artifacts.md points there).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from openfunctions.core import canonical_bytes
 from openfunctions.core.errors import NonJsonValue
 
+from ._refs import ArtifactInfo
 from .errors import ArtifactCorrupt
-from .refs import ArtifactInfo
 
 FORMAT_VERSION = 1
 HEX_RE = re.compile(r"[0-9a-f]{64}")

@@ -1,6 +1,6 @@
 """Writing one blob: stream into a temp file under ``tmp/`` while hashing it.
 
-The temp file belongs to the store's on-disk format (see ``store.py``): it
+The temp file belongs to the store's on-disk format (see ``_store.py``): it
 lives in ``tmp/``, is flock'ed by its live writer (so another process's
 crash recovery leaves it alone), and is fsynced and made read-only before
 the store renames it into ``blobs/``.
@@ -8,20 +8,21 @@ the store renames it into ``blobs/``.
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ._fs import FROZEN_MODE, fsync_dir, start_writeback, unlink_quiet
+from openfunctions.core.files import flock, fsync_dir, open_private, try_flock
+
+from ._fs import FROZEN_MODE, start_writeback, unlink_quiet
 from .errors import ArtifactQuotaExceeded, ArtifactRequestInvalid
 
 CHUNK = 1024 * 1024
 _WRITE_SLICE = 4 * 1024 * 1024
 _PARALLEL_MIN = 256 * 1024
-_OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
 class BlobWriter:
@@ -46,15 +47,11 @@ class BlobWriter:
         # writer, keep it". Recovery runs under an exclusive lock on ``lock``;
         # a shared lock (on a descriptor of our own) around create+flock keeps
         # it from seeing the file in between.
-        guard = os.open(lock_path, os.O_RDONLY | _OPEN_FLAGS) if lock_path else None
-        try:
-            if guard is not None:
-                fcntl.flock(guard, fcntl.LOCK_SH)
-            self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        finally:
-            if guard is not None:
-                os.close(guard)
+        with flock(lock_path, shared=True, create=False) if lock_path else contextlib.nullcontext():
+            self.fd: int | None = open_private(self.path, os.O_WRONLY | os.O_EXCL, create=True)
+            if not try_flock(self.fd):  # a fresh O_EXCL name: nobody else can hold it
+                os.close(self.fd)
+                raise AssertionError(f"new temp file {self.path!r} is already locked")
 
     def write(self, chunk: Any) -> None:
         view = as_view(chunk)

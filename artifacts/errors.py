@@ -8,7 +8,7 @@ see must be indistinguishable.
 
 from __future__ import annotations
 
-from openfunctions.core.errors import InvalidParams, OpenFunctionsError
+from openfunctions.core.errors import InvalidParams, OpenFunctionsError, UnsafePath
 
 
 class ArtifactError(OpenFunctionsError):
@@ -47,7 +47,7 @@ class ArtifactStoreFailed(ArtifactError):
     code = "artifact_store_failed"
 
 
-class ArtifactStoreUnsafe(ArtifactError):
+class ArtifactStoreUnsafe(ArtifactError, UnsafePath):
     """The store directory is a symlink, not a directory, or has an unsafe format/version."""
 
     code = "artifact_store_unsafe"

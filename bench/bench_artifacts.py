@@ -31,7 +31,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import median, table, write_section  # noqa: E402
 
-import openfunctions.artifacts.store as store_module  # noqa: E402
+import openfunctions.artifacts._store as store_module  # noqa: E402
 from openfunctions.artifacts import MAX_READ_BYTES, ArtifactStore, create_artifact_read_tool  # noqa: E402
 from openfunctions.core import ToolRegistry  # noqa: E402
 

@@ -1,10 +1,18 @@
 """openfunctions.core: tool definitions, registry, the validating executor.
 
 The one path: ``ToolDefinition -> ToolRegistry -> ToolExecutor -> host``.
+
+Every public name is re-exported here, once; other packages import from
+``openfunctions.core`` (and the public modules ``openfunctions.core.errors``,
+``openfunctions.core.files`` and the ``openfunctions.core.journal``
+subpackage), never from an implementation module.
 """
 
 from ._logging import configure_logging
-from .canonical import canonical_bytes, canonical_json, check_json, digest
+from ._providers import to_anthropic, to_gemini, to_openai
+from ._registry import ToolRegistry
+from ._stamps import new_id, utc_timestamp
+from .canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
 from .context import ProgressReporter, ToolExecutionContext, with_child_execution
 from .errors import (
     AdmissionRefused,
@@ -26,24 +34,26 @@ from .errors import (
     ToolError,
     ToolFailed,
     ToolNotFound,
+    UnsafePath,
 )
 from .executor import ToolExecutor
 from .policy import AllowAllPolicy, Policy, PolicyDecision, ScopePolicy
-from .receipts import Receipt, StartRecord, new_id, utc_now
-from .registry import ToolRegistry
-from .result import DetailedResult, ToolResult
+from .receipts import Receipt, StartRecord
+from .result import DetailedResult, ToolResult, pretty_json
 from .scheduler import Reservation, Scheduler
+from .schema import Validator, accepts_null, strict_violations
 from .sink import ExecutionJournalSink, FanoutSink, MemoryJournalSink
-from .tool import Capability, ToolAnnotations, ToolDefinition, define_tool, tool
+from .tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, define_tool, tool
 
 __all__ = [
-    "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
+    "TOOL_NAME_RE", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
     "DuplicateTool", "ExecutionCancelled", "ExecutionJournalSink", "FanoutSink", "InvalidOutput",
     "InvalidParams", "JournalCorrupt", "JournalError", "JournalFailed", "JournalLocked", "JournalUnsafe",
     "MemoryJournalSink", "NonJsonValue", "OpenFunctionsError", "Policy", "PolicyDecision", "PolicyDenied",
     "ProgressReporter", "Receipt", "ReceiptPersistenceFailed", "Reservation", "Scheduler", "ScopePolicy",
     "StartRecord", "ToolAnnotations", "ToolDefinition", "ToolDefinitionError", "ToolError",
     "ToolExecutionContext", "ToolExecutor", "ToolFailed", "ToolNotFound", "ToolRegistry", "ToolResult",
-    "canonical_bytes", "canonical_json", "check_json", "configure_logging", "define_tool", "digest",
-    "new_id", "tool", "utc_now", "with_child_execution",
+    "UnsafePath", "Validator", "accepts_null", "canonical_bytes", "canonical_json", "check_json",
+    "configure_logging", "define_tool", "digest", "new_id", "pretty_json", "strict_violations", "to_anthropic", "to_gemini",
+    "to_openai", "to_utf8", "tool", "utc_timestamp", "with_child_execution",
 ]

@@ -21,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import NonJsonValue
 
@@ -119,7 +120,7 @@ def _c_canonical() -> Callable[[Any], str]:
     falls back to ``_CANONICAL.encode``.
     """
     try:
-        from _json import make_encoder  # type: ignore[import-not-found]
+        from _json import make_encoder
         from json.encoder import encode_basestring
 
         enc = make_encoder(None, _refuse, encode_basestring, None, ":", ",", True, False, False)

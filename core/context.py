@@ -31,14 +31,14 @@ class ToolExecutionContext:
     # Set by the executor for the running call; hosts leave them unset.
     receipt_id: str | None = None
     parent_receipt_id: str | None = None
-    reservation: "Reservation | None" = field(default=None, repr=False)
+    reservation: Reservation | None = field(default=None, repr=False)
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress to the caller (an MCP ``notifications/progress``); a no-op without a reporter."""
         if self.progress is not None:
             await self.progress(progress, total, message)
 
-    def replace(self, **changes: Any) -> "ToolExecutionContext":
+    def replace(self, **changes: Any) -> ToolExecutionContext:
         """A copy with ``changes`` (fields only; cheaper than ``dataclasses.replace``)."""
         unknown = set(changes) - _FIELDS
         if unknown:

@@ -107,6 +107,14 @@ class ToolError(OpenFunctionsError):
         self.effect_happened = effect_happened
 
 
+class UnsafePath(OpenFunctionsError):
+    """A path we would open or create is a symlink, the wrong kind, someone else's, or
+    accessible to group or others (``details``: ``path``, ``reason``). The packages'
+    own ``*Unsafe`` errors subclass it, so one ``except UnsafePath`` catches them all."""
+
+    code = "path_unsafe"
+
+
 class JournalError(OpenFunctionsError):
     code = "journal_error"
 
@@ -119,7 +127,7 @@ class JournalCorrupt(JournalError):
     code = "journal_corrupt"
 
 
-class JournalUnsafe(JournalError):
+class JournalUnsafe(JournalError, UnsafePath):
     """A journal path is a symlink, has the wrong mode or owner."""
 
     code = "journal_unsafe"
@@ -148,6 +156,7 @@ __all__ = [
     "ExecutionCancelled",
     "ToolFailed",
     "ToolError",
+    "UnsafePath",
     "JournalError",
     "JournalLocked",
     "JournalCorrupt",

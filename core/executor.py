@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import structlog
 
+from ._stamps import new_id, utc_timestamp
 from .canonical import canonical_json, sha256_hex, to_utf8
 from .context import ToolExecutionContext
 from .errors import (
@@ -52,8 +54,6 @@ from .receipts import (
     ReceiptError,
     StartRecord,
     fast_construct,
-    new_id,
-    utc_now,
 )
 from .result import DetailedResult, ToolResult, normalize
 from .scheduler import Reservation, Scheduler
@@ -83,6 +83,7 @@ class _Call:
     value: Any = None
     result: ToolResult | None = None
     result_sha256: str | None = None
+    on_settled: Callable[[DetailedResult], None] | None = None
 
 
 class ToolExecutor:
@@ -152,12 +153,19 @@ class ToolExecutor:
 
     async def execute_detailed(
         self, tool: ToolDefinition, params: Any, context: ToolExecutionContext | None = None, *,
-        receipt_id: str | None = None,
+        receipt_id: str | None = None, on_settled: Callable[[DetailedResult], None] | None = None,
     ) -> DetailedResult:
         """Run ``tool`` through the pipeline. ``receipt_id``: an id the caller
         assigned beforehand (a task names its receipt before the handler runs);
-        by default a fresh one."""
+        by default a fresh one.
+
+        ``on_settled(detailed)``: called once the call settled (its receipt
+        persisted), with what this method returns, and also when the call is
+        cancelled, just before the cancellation propagates: a host that
+        cancelled a call itself (a shutdown) can still answer it with its receipt.
+        """
         call = self._capture_identity(tool, context or _EMPTY_CTX, receipt_id)
+        call.on_settled = on_settled
         cancelled_exc = anyio.get_cancelled_exc_class()
         try:
             self._capture(call, params)
@@ -165,6 +173,9 @@ class ToolExecutor:
             await self._resolve_policy(call)
         except OpenFunctionsError as exc:
             return await self._settle(call, "rejected", "known", exc)
+        except cancelled_exc:  # an awaited policy decision: nothing ran
+            await self._settle(call, "cancelled", "known", ExecutionCancelled("cancelled before admission"))
+            raise
         try:
             await self._admit(call)
         except cancelled_exc:
@@ -176,6 +187,9 @@ class ToolExecutor:
         # From here on the reservation is held; _settle releases it after on_settled.
         try:
             await self._persist_start(call)
+        except cancelled_exc:  # the handler never ran (a start written meanwhile is settled by this receipt)
+            await self._settle(call, "cancelled", "known", ExecutionCancelled("cancelled while its start record was written"))
+            raise
         except OpenFunctionsError as exc:
             return await self._settle(call, "rejected", "known", exc)
         except Exception as exc:  # a sink bug is still a refusal: the handler never ran
@@ -203,7 +217,7 @@ class ToolExecutor:
         return await self._settle(call, "succeeded", "known", None)
 
     def _capture_identity(self, tool: ToolDefinition, ctx: ToolExecutionContext, receipt_id: str | None = None) -> _Call:
-        return _Call(tool=tool, ctx=ctx, receipt_id=receipt_id or new_id("rcpt"), started_at=utc_now(), t0=time.perf_counter())
+        return _Call(tool=tool, ctx=ctx, receipt_id=receipt_id or new_id("rcpt"), started_at=utc_timestamp(), t0=time.perf_counter())
 
     def _capture(self, call: _Call, params: Any) -> None:
         if params is None:
@@ -323,14 +337,19 @@ class ToolExecutor:
                 persisted = await self._persist_receipt(receipt)
                 if isinstance(persisted, OpenFunctionsError):
                     error = persisted
-                    receipt = receipt.model_copy(
-                        update={"outcome": "unknown", "certainty": "unknown", "error": ReceiptError(code=error.code, message=error.message)}
-                    )
+                    update: dict[str, Any] = {"error": ReceiptError(code=error.code, message=error.message)}
+                    if call.handler_started:  # an effect may have happened that nothing durable records
+                        update.update(outcome="unknown", certainty="unknown")
+                    # else: refused before its handler (e.g. by a failed journal): nothing happened, known.
+                    receipt = receipt.model_copy(update=update)
                     result = ToolResult.text(error.message, is_error=True)
             finally:
                 if call.owns_reservation and call.reservation is not None:
                     call.reservation.release()
-        return self._deliver(call, receipt, result, error)
+        detailed = self._deliver(call, receipt, result, error)
+        if call.on_settled is not None:
+            call.on_settled(detailed)
+        return detailed
 
     def _receipt(
         self,
@@ -352,7 +371,7 @@ class ToolExecutor:
             certainty=certainty,
             handler_started=call.handler_started,
             started_at=call.started_at,
-            finished_at=utc_now(),
+            finished_at=utc_timestamp(),
             duration_ms=round((time.perf_counter() - call.t0) * 1000.0, 3),
             error=ReceiptError(code=error.code, message=_utf8_safe(error.message)) if error else None,
             policy=PolicyRecord(policy=d.policy, allowed=d.allowed, reason=d.reason) if d else None,

@@ -1,16 +1,22 @@
 """Execution receipts: the canonical record of what one call did.
 
-Receipt format, version 1 (canonical JSON, see ``canonical.py``; documented
-in docs/formats/receipt.md). Fields:
+Receipt format, version 1 (written once, here; docs/formats/receipt.md
+explains outcome/certainty and what is durable when, and points here for
+the fields). Canonical JSON (``canonical.py``: UTF-8, keys sorted, no
+whitespace, finite numbers only). Written by ``core/executor.py``, carried
+in every MCP tool result under ``_meta["dev.openfunctions/receipt"]`` and
+persisted by the execution journal before the result is delivered. Fields:
 
 - ``v``: format version, ``1``.
-- ``receipt_id``: opaque random id, ``rcpt_`` + 32 lowercase hex characters (128 bits).
+- ``receipt_id``: opaque random id, ``rcpt_`` + 32 lowercase hex characters
+  (128 bits); never derived from input.
 - ``tool``: the tool name. ``spec_sha256``: ``sha256:<hex>`` of the tool's
-  canonical spec at call time.
+  canonical spec (everything but the handler) at call time.
 - ``params_sha256``: digest of the canonical params as received (before
-  validation, so a rejected call still binds its input).
+  validation, so a rejected call still binds its input); null only when
+  they had no JSON form.
 - ``result_sha256``: digest of the canonical normalized result
-  (``{"content", "structuredContent", "isError"}``), when there is one.
+  (``{"content", "structuredContent", "isError"}``) on success, else null.
 - ``outcome``: ``succeeded | failed | rejected | cancelled | unknown``.
 - ``certainty``: ``known | unknown`` — whether we know the effect's fate.
   Rejections before the handler starts are ``known`` (nothing ran). Once a
@@ -18,12 +24,14 @@ in docs/formats/receipt.md). Fields:
   persistence leaves it ``unknown``.
 - ``handler_started``: whether the handler was entered (``false`` = a bound
   not-started receipt).
-- ``started_at``, ``finished_at``: RFC 3339 UTC with microseconds;
-  ``duration_ms``: float.
-- ``error``: ``{code, message}`` or null. ``policy``: the decision
-  ``{policy, allowed, reason}`` or null (no policy consulted).
+- ``started_at``, ``finished_at``: RFC 3339 UTC with microseconds and a
+  ``Z`` suffix; ``duration_ms``: float, wall time of the whole pipeline.
+- ``error``: ``{code, message}`` (``code`` the stable error code) or null.
+  ``policy``: the decision ``{policy, allowed, reason}`` or null (no policy
+  consulted).
 - ``principal``: who called (from the trusted context), or null.
-- ``parent_receipt_id``: the delegating call for a child execution, or null.
+- ``parent_receipt_id``: the delegating call for a child execution
+  (``with_child_execution``), or null.
 - ``recovered``: ``true`` only for a receipt written by journal recovery for
   a call that started and never settled.
 
@@ -32,9 +40,6 @@ Invariant: the same params give the same ``params_sha256`` in any process.
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
-import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,27 +50,6 @@ Outcome = Literal["succeeded", "failed", "rejected", "cancelled", "unknown"]
 Certainty = Literal["known", "unknown"]
 
 RECEIPT_VERSION = 1
-
-
-def new_id(prefix: str) -> str:
-    """An opaque random id: ``prefix_`` + 32 lowercase hex chars (128 bits from the OS CSPRNG)."""
-    return prefix + "_" + os.urandom(16).hex()
-
-
-# (whole seconds since the epoch, their "YYYY-MM-DDTHH:MM:SS" text): the
-# date part changes once a second, so formatting it per call is wasted work
-# on the journal's append path. Replaced as one tuple, so threads may share it.
-_second_text: tuple[int, str] = (-1, "")
-
-
-def utc_now() -> str:
-    """The current UTC time as RFC 3339 with microseconds: ``2026-11-30T02:50:00.123456Z``."""
-    global _second_text
-    sec, us = divmod(time.time_ns() // 1000, 1_000_000)
-    cached = _second_text
-    if cached[0] != sec:
-        cached = _second_text = (sec, _dt.datetime.fromtimestamp(sec, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"))
-    return f"{cached[1]}.{us:06d}Z"
 
 
 class ReceiptError(BaseModel):
@@ -148,4 +132,4 @@ class StartRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
-__all__ = ["fast_construct", "Receipt", "ReceiptError", "PolicyRecord", "StartRecord", "Outcome", "Certainty", "new_id", "utc_now", "RECEIPT_VERSION"]
+__all__ = ["fast_construct", "Receipt", "ReceiptError", "PolicyRecord", "StartRecord", "Outcome", "Certainty", "RECEIPT_VERSION"]

@@ -33,12 +33,15 @@ class ToolResult:
         return digest(self.to_dict())
 
     @classmethod
-    def text(cls, text: str, *, is_error: bool = False) -> "ToolResult":
+    def text(cls, text: str, *, is_error: bool = False) -> ToolResult:
         return cls(content=[{"type": "text", "text": text}], is_error=is_error)
 
 
-def json_text(value: Any) -> str:
-    """The JSON text block form of a payload (pretty, as MCP hosts show it)."""
+def pretty_json(value: Any) -> str:
+    """The JSON text block form of a payload: indented for people, as MCP hosts show it.
+
+    Not canonical: for digests and records use :func:`~openfunctions.core.canonical_json`.
+    """
     return dumps_checked(value, pretty=True)
 
 
@@ -54,7 +57,7 @@ def normalize(value: Any) -> ToolResult:
         # which checks its keys; the display text need not walk them twice.
         text = dumps_checked(value, pretty=True, check_keys=False)
         return ToolResult(content=[{"type": "text", "text": text}], structured=value)
-    return ToolResult(content=[{"type": "text", "text": json_text(value)}])
+    return ToolResult(content=[{"type": "text", "text": pretty_json(value)}])
 
 
 @dataclass
@@ -67,13 +70,13 @@ class DetailedResult:
     """
 
     result: ToolResult
-    receipt: "Receipt"
+    receipt: Receipt
     value: Any = None
-    error: "OpenFunctionsError | None" = None
+    error: OpenFunctionsError | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
 
-__all__ = ["ToolResult", "DetailedResult", "normalize", "json_text"]
+__all__ = ["ToolResult", "DetailedResult", "normalize", "pretty_json"]

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import anyio
 
-from openfunctions.core import utc_now
+from openfunctions.core import utc_timestamp
 from openfunctions.store import Conflict, Store
 
 from ._errors import FactNotFound, InvalidMemoryInput, MemoryNotOpen
@@ -172,7 +172,7 @@ class Memory:
             try:
                 async with store.transaction() as tx:
                     head = await tx.get(head_key)
-                    now = utc_now()
+                    now = utc_timestamp()
                     info = dict(head.value) if head is not None else {"created_at": now, "count": 0}
                     n = int(info["count"]) + 1
                     info.update(count=n, updated_at=now)
@@ -240,7 +240,7 @@ class Memory:
         if len(tags) > 20 or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in tags):
             raise InvalidMemoryInput("tags must be at most 20 strings of 1-64 characters")
         fid = f"f_{time.time_ns():016x}{os.urandom(4).hex()}"
-        now = utc_now()
+        now = utc_timestamp()
         value: dict[str, Any] = {"text": text, "source": source, "tags": tags, "at": now}
         if self.embedder is not None:
             vec = (await anyio.to_thread.run_sync(self.embedder.embed, [text]))[0]

@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 import h11
 import structlog
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ._constants import PRINCIPAL_SCOPE_KEY
@@ -52,7 +53,6 @@ from ._http_limits import (  # noqa: E402  (light module: the CLI reads the defa
 #: File descriptors kept free under the connection cap (journal, logs, listening socket, child processes).
 FD_HEADROOM = 64
 
-INVALID_REQUEST = -32600
 HEALTH_PATH = "/healthz"
 
 
@@ -418,7 +418,7 @@ class SessionLimits:
             if scope["method"] == "POST" and _header(scope, b"mcp-session-id") is None and self.full(key):
                 log.warning("session_refused", reason="max_sessions_per_principal", limit=self.per_principal)
                 await _respond(send, 503, _rpc_error(
-                    -32603,
+                    INTERNAL_ERROR,
                     f"too many open sessions for this client ({self.per_principal}, --max-sessions-per-principal): "
                     "end one (HTTP DELETE) or wait for idle ones to expire",
                 ), extra=[(b"retry-after", b"5")])

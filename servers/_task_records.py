@@ -25,8 +25,12 @@ Task record format, version 1 (``data.v == 1``; docs/formats/tasks.md):
 - ``"task.settled"``: ``task_id``, ``status`` (``completed``, ``failed`` or
   ``cancelled``), ``at``, optional ``message``; for ``completed`` the
   ``CallToolResult`` as sent on the wire in ``result`` (or, past
-  :data:`INLINE_RESULT_BYTES`, ``result_artifact``: the artifact id that holds
-  it); for ``failed`` the JSON-RPC ``error`` (``code``, ``message``,
+  :data:`INLINE_RESULT_BYTES`, ``result_artifact``: the id of the artifact
+  that holds its canonical JSON in the data dir's artifact store, with
+  ``result_sha256`` and ``result_size``, the digest and length the artifact
+  must still have when it is read back; a record written before these
+  fields existed names a file ``<task_id>.json`` in ``<tasks journal>.results/``
+  instead, still read); for ``failed`` the JSON-RPC ``error`` (``code``, ``message``,
   ``data``); ``receipt`` (the execution receipt, when known) and
   ``certainty`` (``known``/``unknown``, the receipt's). ``recovered: true``
   marks the record recovery wrote for a task whose server ended while it ran.
@@ -42,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from openfunctions.core.receipts import new_id, utc_now
+from openfunctions.core import new_id, utc_timestamp
 
 KIND = "tasks"
 VERSION = 1
@@ -58,7 +62,7 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
 
-#: A settled result larger than this (canonical JSON bytes) is stored as an artifact, not inline.
+#: A settled result larger than this (canonical JSON bytes) is stored as an artifact, not inline in the journal.
 INLINE_RESULT_BYTES = 256 * 1024
 
 
@@ -89,6 +93,8 @@ class TaskState:
     input_requests: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     result_artifact: str | None = None
+    result_sha256: str | None = None
+    result_size: int | None = None
     error: dict[str, Any] | None = None
     receipt: dict[str, Any] | None = None
     certainty: str | None = None
@@ -114,7 +120,7 @@ def created(
         "principal": principal,
         "tool": tool,
         "receipt_id": receipt_id,
-        "created_at": utc_now(),
+        "created_at": utc_timestamp(),
         "ttl_ms": int(ttl_ms),
         "expires_at_ms": now_ms() + int(ttl_ms),
         "poll_interval_ms": int(poll_interval_ms),
@@ -125,7 +131,7 @@ def status(task_id: str, new_status: str, *, message: str | None = None,
            input_requests: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     if new_status not in (WORKING, INPUT_REQUIRED):
         raise ValueError(f"a task.status record takes working or input_required, not {new_status!r}")
-    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_now()}
+    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_timestamp()}
     if message is not None:
         data["message"] = message
     if new_status == INPUT_REQUIRED:
@@ -140,6 +146,8 @@ def settled(
     message: str | None = None,
     result: dict[str, Any] | None = None,
     result_artifact: str | None = None,
+    result_sha256: str | None = None,
+    result_size: int | None = None,
     error: dict[str, Any] | None = None,
     receipt: dict[str, Any] | None = None,
     certainty: str | None = None,
@@ -147,13 +155,17 @@ def settled(
 ) -> tuple[str, dict[str, Any]]:
     if new_status not in TERMINAL:
         raise ValueError(f"a task.settled record takes a terminal status, not {new_status!r}")
-    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_now()}
+    data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_timestamp()}
     if message is not None:
         data["message"] = message
     if result is not None:
         data["result"] = result
     if result_artifact is not None:
         data["result_artifact"] = result_artifact
+    if result_sha256 is not None:
+        data["result_sha256"] = result_sha256
+    if result_size is not None:
+        data["result_size"] = int(result_size)
     if error is not None:
         data["error"] = error
     if receipt is not None:
@@ -203,6 +215,8 @@ def apply(tasks: dict[str, TaskState], type: str, data: dict[str, Any]) -> None:
         task.input_requests = {}
         task.result = data.get("result")
         task.result_artifact = data.get("result_artifact")
+        task.result_sha256 = data.get("result_sha256")
+        task.result_size = data.get("result_size")
         task.error = data.get("error")
         task.receipt = data.get("receipt")
         task.certainty = data.get("certainty")

@@ -19,7 +19,6 @@ import os
 import sys
 from collections.abc import Collection, Sequence
 from importlib import import_module
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +117,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                         f"currently {default_data_dir()}; env OPENFUNCTIONS_MCP_DATA_DIR overrides)")
     d.add_argument("--no-journal", action="store_true",
                    help="do not journal executions (receipts are still returned, but not durable)")
+    d.add_argument("--journal-reopen-interval", type=_seconds_or_off, default=5.0, metavar="SECONDS",
+                   help="a journal that failed (a full disk) is re-opened through recovery at most this often, once "
+                        "writes succeed again (default: %(default)s; 0: only a restart or `journal reopen PATH`)")
     d.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=_env_log_level(),
                    help="stderr log level, any case (default: $OPENFUNCTIONS_LOG_LEVEL, else warning); human-readable "
                         "lines on a terminal, JSON lines otherwise; stdout never carries logs")
@@ -141,6 +143,13 @@ def _seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def _seconds_or_off(text: str) -> float | None:
+    """A positive number of seconds, or 0 for off (``None``)."""
+    if text.strip() in ("0", "0.0"):
+        return None
+    return _seconds(text)
 
 
 def _add_http_limits(p: argparse.ArgumentParser) -> None:
@@ -211,41 +220,30 @@ def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
 
 
 # Sub-CLIs other packages contribute as ``add_commands(subparsers)``:
-# command -> (module, the package whose absence means "not in this build",
-# the help line ``--help`` lists). The help line repeats the module's own so
-# that ``--help`` need not import it (~0.2 s); test_cli checks they agree.
+# command -> (module, the help line ``--help`` lists). The help line repeats
+# the module's own so that ``--help`` need not import it (~0.2 s); test_cli
+# checks they agree. Every module named here ships in this distribution.
 _CONTRIBUTED = {
-    "journal": ("openfunctions.core.journal.cli", "openfunctions.core", "inspect and verify journals (read-only, no lock taken)"),
-    "grant": ("openfunctions.work.cli", "openfunctions.work", "issue, list and revoke work grants"),
-    "work": ("openfunctions.work.attempts_cli", "openfunctions.work", "resolve and inspect uncertain work operations"),
-    "catalog": ("openfunctions.work.catalog_cli", "openfunctions.work", "validate a work catalog and print its steps"),
-    "runs": ("openfunctions.agents.cli", "openfunctions.agents", "list, show and follow agent run records"),
-    "rag": ("openfunctions.rag.cli", "openfunctions.rag", "ingest documents and search them"),
-    "gateway": ("openfunctions.providers.cli", "openfunctions.providers", "check the upstream MCP servers a gateway mounts"),
-    "workflows": ("openfunctions.workflows.cli", "openfunctions.workflows", "list, show and resume durable workflow runs"),
+    "journal": ("openfunctions.core.journal.cli", "inspect and verify journals (read-only, no lock taken)"),
+    "grant": ("openfunctions.work.cli", "issue, list and revoke work grants"),
+    "work": ("openfunctions.work.attempts_cli", "resolve and inspect uncertain work operations"),
+    "catalog": ("openfunctions.work.catalog_cli", "validate a work catalog and print its steps"),
+    "runs": ("openfunctions.agents.cli", "list, show and follow agent run records"),
+    "rag": ("openfunctions.rag.cli", "ingest documents and search them"),
+    "gateway": ("openfunctions.providers.cli", "check the upstream MCP servers a gateway mounts"),
+    "workflows": ("openfunctions.workflows.cli", "list, show and resume durable workflow runs"),
+    "chat": ("openfunctions.chat.cli", "chat with a model that uses your tools (a terminal loop, or --serve for HTTP and a web page)"),
 }
 
 
 def _add_contributed(sub: Any, name: str) -> None:
-    module, _, help_text = _CONTRIBUTED[name]
-    try:
-        add_commands = import_module(module).add_commands
-    except (ImportError, AttributeError):
-        p = sub.add_parser(name, help=f"{help_text} (not available in this build)")
-        p.set_defaults(func=lambda args, _m=module, _n=name: _unavailable(_n, _m))
-        return
-    add_commands(sub)
+    module, _ = _CONTRIBUTED[name]
+    import_module(module).add_commands(sub)
 
 
 def _add_deferred(sub: Any, name: str) -> None:
     """A stand-in listed in ``--help`` without importing the sub-CLI; :func:`main` loads the real one when it runs."""
-    module, package, help_text = _CONTRIBUTED[name]
-    try:
-        present = find_spec(package) is not None  # imports only the parent namespace, not the package
-    except (ImportError, ValueError):
-        present = False
-    if not present:
-        help_text += " (not available in this build)"
+    _, help_text = _CONTRIBUTED[name]
     p = sub.add_parser(name, help=help_text)
     p.set_defaults(func=lambda args, _n=name: _run_contributed(_n))
 
@@ -253,11 +251,6 @@ def _add_deferred(sub: Any, name: str) -> None:
 def _run_contributed(name: str) -> int:
     args = build_parser(load=(name,)).parse_args([name])
     return args.func(args)
-
-
-def _unavailable(name: str, module: str) -> int:
-    print(f"openfunctions-mcp: the '{name}' commands are not available in this build ({module} is missing)", file=sys.stderr)
-    return 2
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -323,6 +316,7 @@ async def _serve(args: argparse.Namespace) -> int:
         journal_dir=None if args.no_journal else data_dir,
         profile=profile.name,
         close_timeout=args.shutdown_timeout,
+        journal_reopen_interval=args.journal_reopen_interval,
     )
     profile.install(server)
     try:

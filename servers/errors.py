@@ -1,4 +1,12 @@
-"""Errors of the MCP server layer (rooted in ``OpenFunctionsError``)."""
+"""Errors of the MCP server layer (rooted in ``OpenFunctionsError``).
+
+These are the project's errors, each with a stable ``code`` string. The
+JSON-RPC error *numbers* on the wire are the SDK's own constants
+(``from mcp_types import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ...``),
+imported where they are sent and never redefined here or elsewhere; the one
+number the SDK no longer names, the handshake-era ``-32002`` (resource not
+found), stays a named constant in ``server.py``.
+"""
 
 from __future__ import annotations
 

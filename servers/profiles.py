@@ -9,12 +9,15 @@
 - ``agents``, ``memory``, ``rag``, ``gateway``: the upper layers. Each layer
   package exports a builder named in :data:`LAYERS`; see :func:`_layer_profile`
   for the contract it implements.
-- ``all``: every part that is available in this build.
+- ``all``: every part this data directory and configuration can serve.
 - ``conformance``: the MCP conformance suite's fixtures
   (``openfunctions.servers.conformance.build_conformance_registry``).
 
-A profile whose package is not in this build raises :class:`ProfileUnavailable`
-naming what is missing; it is never faked.
+Every profile's package ships in this distribution. A part that cannot be
+served with this configuration (the work tools without a catalog, a layer
+whose builder refuses) raises :class:`ProfileUnavailable` or another
+``OpenFunctionsError`` naming what is missing; under ``all`` it is logged and
+left out, never faked.
 """
 
 from __future__ import annotations
@@ -158,12 +161,8 @@ def _tools_parts(modules: Iterable[str], files_root: str | Path | None, examples
 
 
 def _artifacts_part(data_dir: Path) -> tuple[list[ToolDefinition], Closer]:
-    try:
-        from openfunctions.artifacts import ArtifactStore, create_artifact_read_tool
-    except ImportError:
-        raise ProfileUnavailable(
-            "the 'artifacts' profile is not available yet: this build has no openfunctions.artifacts store"
-        ) from None
+    from openfunctions.artifacts import ArtifactStore, create_artifact_read_tool
+
     store = ArtifactStore(Path(data_dir) / "artifacts")
 
     async def close() -> None:
@@ -173,22 +172,14 @@ def _artifacts_part(data_dir: Path) -> tuple[list[ToolDefinition], Closer]:
 
 
 def _work_profile(data_dir: Path, *, catalog: str | Path | None, principal: str | None, base: ToolRegistry | None) -> Any:
-    try:
-        from openfunctions.work import build_work_profile
-    except ImportError:
-        raise ProfileUnavailable(
-            "the 'work' profile is not available yet: this build has no openfunctions.work.build_work_profile"
-        ) from None
+    from openfunctions.work import build_work_profile
+
     return build_work_profile(Path(data_dir), catalog_path=catalog, principal=principal, registry=base)
 
 
 def _conformance_profile() -> Profile:
-    try:
-        from .conformance import build_conformance_registry  # type: ignore[import-not-found]
-    except ImportError:
-        raise ProfileUnavailable(
-            "the 'conformance' profile is not available yet: this build has no openfunctions.servers.conformance"
-        ) from None
+    from .conformance import build_conformance_registry
+
     built = build_conformance_registry()
     if isinstance(built, ToolRegistry):
         return Profile("conformance", built)
@@ -226,11 +217,7 @@ LAYERS: dict[str, tuple[str, str]] = {
 
 def _layer_builder(name: str) -> Callable[..., Any]:
     package, attr = LAYERS[name]
-    try:
-        module = importlib.import_module(package)
-        return getattr(module, attr)
-    except (ImportError, AttributeError):
-        raise ProfileUnavailable(f"the {name!r} profile is not available: this build has no {package}.{attr}") from None
+    return getattr(importlib.import_module(package), attr)
 
 
 def _layer_profile(name: str, options: dict[str, Any], registry: ToolRegistry | None) -> Profile:
@@ -304,15 +291,12 @@ def _build_profile(
         return _conformance_profile()
     if name in LAYERS:
         return _layer_profile(name, layer_options, None)
-    # all: every part this build has; a missing part is logged, not faked.
+    # all: every part this configuration can serve; a part that cannot is logged, not faked.
     parts = _tools_parts(modules, files_root, examples)
     closers: list[Closer] = []
-    try:
-        tools, close = _artifacts_part(data_dir)
-        parts.append(tools)
-        closers.append(close)
-    except ProfileUnavailable as exc:
-        log.warning("profile_part_unavailable", part="artifacts", reason=exc.message)
+    tools, close = _artifacts_part(data_dir)
+    parts.append(tools)
+    closers.append(close)
     base = _merge(parts)
     instructions = INSTRUCTIONS["all"]
     try:

@@ -32,7 +32,12 @@ FULL_RULES = (
     "artifacts/projection.py", "tests/servers/test_cli.py", "tests/servers/test_packaging.py",
     "tests/servers/test_release.py", "tests/servers/test_strict_schemas.py", "tests/core/test_tool.py",
     "tests/interop/test_provision_messages.py", "tests/test_static_checks.py",
+    # core and artifacts whole (issue 17's house items), but for the four modules helper perf rewrites this
+    # session: they join when they are clean (FULL_RULES_NOT_YET).
+    "core", "artifacts", "tests/core", "tests/artifacts", "servers/errors.py", "servers/_constants.py",
 )
+FULL_RULES_NOT_YET = ("core/executor.py", "core/scheduler.py", "core/schema.py", "core/journal/_writer.py",
+                      "tests/core/test_executor*.py")
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -50,7 +55,7 @@ def test_ruff_passes_on_the_whole_tree_except_the_rules_not_yet_clean():
 
 
 def test_ruff_passes_every_rule_on_the_files_kept_clean():
-    proc = _ruff(*FULL_RULES)
+    proc = _ruff("--force-exclude", "--extend-exclude", ",".join(FULL_RULES_NOT_YET), *FULL_RULES)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 

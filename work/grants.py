@@ -49,7 +49,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from openfunctions.core.receipts import new_id
+from openfunctions.core import new_id
 
 from ._paths import check_pattern
 from .catalog import STEP_NAME_RE

@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core import utc_now
+from openfunctions.core import utc_timestamp
 
 from .records import RESOLUTIONS_FILE, RESOLUTIONS_KIND
 
@@ -72,7 +72,7 @@ class ResolutionInbox:
         reason = (reason or "").strip()
         if not reason:
             raise ValueError("a resolution needs a reason (what the operator checked)")
-        data = {"v": 1, "operation_id": operation_id, "as": as_, "reason": reason[:MAX_REASON], "by": by, "at": utc_now()}
+        data = {"v": 1, "operation_id": operation_id, "as": as_, "reason": reason[:MAX_REASON], "by": by, "at": utc_timestamp()}
         log = None
         with anyio.move_on_after(_LOCK_WAIT_S):
             while log is None:

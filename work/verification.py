@@ -47,8 +47,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from openfunctions.core.canonical import digest
-from openfunctions.core.receipts import utc_now
+from openfunctions.core import digest
+from openfunctions.core import utc_timestamp
 
 from ._paths import matches
 from .catalog import Catalog
@@ -323,7 +323,7 @@ def build_proof(
         "receipts": [r.model_dump(mode="json") for r in rs],
         "accepted": bool(rs) and all(r.accepted for r in rs),
         "tests_passed": bool(rs) and all(r.passed for r in rs),
-        "created_at": created_at or utc_now(),
+        "created_at": created_at or utc_timestamp(),
     }
     return Proof.model_validate({**fields, "proof_digest": digest(fields)})
 

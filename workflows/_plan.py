@@ -22,11 +22,11 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core.context import ToolExecutionContext, with_child_execution
+from openfunctions.core import ToolExecutionContext, with_child_execution
 from openfunctions.core.errors import NonJsonValue, OpenFunctionsError, ToolError, ToolNotFound
-from openfunctions.core.canonical import check_json
-from openfunctions.core.result import ToolResult
-from openfunctions.core.tool import ToolDefinition
+from openfunctions.core import check_json
+from openfunctions.core import ToolResult
+from openfunctions.core import ToolDefinition
 
 from ._errors import NonDeterministic, StepFailed, StepOutputInvalid, WorkflowDefinitionError, WorkflowError
 from ._runlog import RunJournal, StepRecord

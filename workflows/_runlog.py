@@ -96,7 +96,7 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core.canonical import canonical_json, to_utf8
+from openfunctions.core import canonical_json, to_utf8
 from openfunctions.core.errors import NonJsonValue
 from openfunctions.core.journal import JournalLog, Record
 

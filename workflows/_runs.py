@@ -28,12 +28,12 @@ from typing import Any
 import anyio
 import structlog
 
-from openfunctions.core.canonical import canonical_json, to_utf8
-from openfunctions.core.context import ToolExecutionContext
+from openfunctions.core import canonical_json, to_utf8
+from openfunctions.core import ToolExecutionContext
 from openfunctions.core.errors import JournalCorrupt, JournalError, JournalLocked, NonJsonValue, OpenFunctionsError
+from openfunctions.core import new_id
 from openfunctions.core.files import fsync_dir
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
-from openfunctions.core.receipts import new_id
 
 from ._errors import (
     InvalidInput,

@@ -16,8 +16,8 @@ from typing import Any
 
 from openfunctions.adapters import AIAdapter, ChatOptions, Message
 from openfunctions.core.errors import ToolDefinitionError
-from openfunctions.core.schema import Validator
-from openfunctions.core.tool import TOOL_NAME_RE, ToolDefinition
+from openfunctions.core import Validator
+from openfunctions.core import TOOL_NAME_RE, ToolDefinition
 
 from ._errors import StepOutputInvalid, WorkflowDefinitionError
 

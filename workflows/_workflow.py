@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from openfunctions.core.canonical import digest
-from openfunctions.core.context import ToolExecutionContext
+from openfunctions.core import digest
+from openfunctions.core import ToolExecutionContext
 from openfunctions.core.errors import ToolError
-from openfunctions.core.tool import Capability, ToolDefinition, define_tool
+from openfunctions.core import Capability, ToolDefinition, define_tool
 
 from ._errors import WorkflowDefinitionError, WorkflowError
 from ._plan import Exec, Seq, compile_parts

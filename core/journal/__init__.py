@@ -5,7 +5,7 @@
 - :class:`ExecutionJournal` — the executor's durable sink (starts, receipts, recovery).
 - :func:`read_records` — lock-free validating reader.
 
-The file format is documented in ``_encoder.py`` and docs/formats/journal.md.
+The line format is written once, in ``_encoder.py``; docs/formats/journal.md covers the rest.
 
 Usage::
 
@@ -22,8 +22,9 @@ Usage::
     for r in read_records(path): ...                    # lock-free, for inspection
 """
 
+from ._execution import DEFAULT_ROTATE_BYTES, ExecutionJournal, recovered_receipt
+from ._log import JournalLog, read_records, segment_paths
 from ._record import Header, Record
-from .execution import ExecutionJournal, recovered_receipt
 from .errors import (
     JournalClosed,
     JournalCorrupt,
@@ -33,9 +34,9 @@ from .errors import (
     JournalMismatch,
     JournalUnsafe,
 )
-from .log import JournalLog, read_records, segment_paths
 
 __all__ = [
+    "DEFAULT_ROTATE_BYTES",
     "ExecutionJournal",
     "Header",
     "JournalClosed",

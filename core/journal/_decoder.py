@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import JournalCorrupt
 from ._encoder import BODY_START, CHK_LEN, CHK_PREFIX, link
@@ -55,7 +56,7 @@ def _reject_constant(name: str) -> Any:
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _DECODE = _DECODER.decode
-_SCAN = _DECODER.scan_once
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__, not in the stubs
 
 
 class Decoder:

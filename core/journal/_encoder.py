@@ -1,7 +1,9 @@
 """Encoding: the canonical header line, the canonical v2 record line, the chain.
 
-Journal file format, version 2 (also in docs/formats/journal.md)
-================================================================
+Journal file format, version 2 (written once, here; docs/formats/journal.md
+covers the file's life -- companion files, durability, segments, invariants --
+and points here for the bytes)
+============================================================================
 
 A journal is a UTF-8 text file of newline-terminated lines. **The newline
 is the commit marker**: a line without its ``\\n`` was never acknowledged.
@@ -15,8 +17,16 @@ Line 1, the header::
 
 - ``format``: always ``"openfunctions.journal"``.
 - ``version``: ``2`` for files created by this code (``1`` for older files).
-- ``journal_id``: opaque random id (``jnl_`` + 26 base32 chars).
-- ``kind``: what the journal holds: ``"execution"``, ``"attempt"`` or ``"log"``.
+- ``journal_id``: opaque random id, ``jnl_`` + 32 lowercase hex chars (128
+  bits from the OS CSPRNG; ``openfunctions.core.new_id``).
+- ``kind``: what the journal holds, named by its owner, who also defines its
+  record types and documents them: ``"execution"`` (``core/journal/_execution.py``),
+  ``"attempt"`` (work attempts, ``work/_custody.py``), ``"grants"``
+  (``work/grants.py``), ``"work-resolutions"`` (``work/records.py``),
+  ``"tasks"`` (``servers/_task_records.py``), ``"runs"`` (``agents/_records.py``),
+  ``"workflow-run"`` (``workflows/_runlog.py``), ``"store"`` (``store/_local.py``);
+  ``"log"`` when an opener names none. An open that asks for another kind
+  than the file's is refused (``journal_mismatch``).
 - ``meta``: a JSON object of the owner's facts (e.g. the attempt id); may be ``{}``.
   A file that continues a finished segment (``JournalLog.rotate``) also has
   ``meta.previous``: ``{"file", "journal_id", "last_seq", "last_link"}`` of the
@@ -58,8 +68,8 @@ with the chain it is also tamper-evident. 128 bits are kept to keep lines short.
 
 from __future__ import annotations
 
-from hashlib import sha256
 import os
+from hashlib import sha256
 from json.encoder import encode_basestring as _encode_str
 from typing import Any
 

@@ -9,13 +9,12 @@ open in the same process is refused too.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 from pathlib import Path
 
 from ..errors import JournalLocked
-from ._fsutil import open_or_create_private
+from ..files import try_flock
+from ._fsutil import open_private
 
 
 def lock_path(path: Path) -> Path:
@@ -60,13 +59,14 @@ class JournalLock:
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        fd = open_or_create_private(self.path, os.O_RDWR)
+        # Not fsynced: the lock lives in the kernel and the pid is only a message.
+        fd = open_private(self.path, os.O_RDWR, create=True)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                raise
+            taken = try_flock(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not taken:
             pid = _recorded_pid(fd)
             os.close(fd)
             who = f"process {pid}" if pid else "another process"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import structlog
 
-from ._decoder import CHUNK, TornTail
 from ..files import fsync_dir, write_atomic
+from ._decoder import CHUNK, TornTail
 
 log = structlog.get_logger("openfunctions.journal")
 

@@ -41,9 +41,9 @@ CHILD_PUTS = textwrap.dedent(
 
 CHILD_STALL = textwrap.dedent(
     """
-    import anyio, sys
+    import anyio, os, sys
     from openfunctions.artifacts import ArtifactStore
-    import openfunctions.artifacts.store as store_mod
+    import openfunctions.artifacts._store as store_mod
 
     where = sys.argv[2]
 
@@ -54,10 +54,10 @@ CHILD_STALL = textwrap.dedent(
     if where == "commit":
         real = store_mod.write_atomic
 
-        def write_atomic(directory, name, data, **kw):
-            if directory.endswith("index"):
+        def write_atomic(path, data, **kw):
+            if os.path.dirname(path).endswith("index"):
                 stall("in-commit")  # the ledger is charged and the blob renamed, the record not yet written
-            return real(directory, name, data, **kw)
+            return real(path, data, **kw)
 
         store_mod.write_atomic = write_atomic
 
@@ -143,7 +143,7 @@ async def test_kill_9_during_a_put_leaves_a_clean_store(tmp_path, where):
 
 CHILD_OPEN = textwrap.dedent(
     """
-    import anyio, sys
+    import anyio, os, sys
     from openfunctions.artifacts import ArtifactStore
 
     async def main():

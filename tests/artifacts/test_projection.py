@@ -17,8 +17,7 @@ from openfunctions.artifacts import (
     project_reply,
     reply_sizes,
 )
-from openfunctions.core import ToolRegistry, canonical_bytes
-from openfunctions.core.result import json_text
+from openfunctions.core import ToolRegistry, canonical_bytes, pretty_json
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +45,7 @@ def payload_with_pretty_size(target: int, char: str = "x") -> dict:
     """A reply whose pretty text is exactly ``target`` bytes (the larger of the two forms)."""
     base = {"attempt_id": "att_1", "state": "completed", "ok": True, "certainty": "known",
             "evidence": [{"kind": "log", "body": ""}]}
-    overhead = len(json_text(base).encode())
+    overhead = len(pretty_json(base).encode())
     count, pad = divmod(target - overhead, len(char.encode()))
     base["evidence"][0]["body"] = char * count + "x" * pad
     canonical, pretty = reply_sizes(base)
@@ -150,7 +149,7 @@ async def test_quota_exhaustion_is_explicit_and_keeps_the_truth(tmp_path):
 
 async def test_an_oversized_summary_is_truncated_and_says_so(store):
     payload = {"attempt_id": "att_9", "ok": True, "certainty": "known",
-               "log": ["line %d " % i + "z" * 300 for i in range(2000)], "note": "n" * 100_000}
+               "log": [f"line {i} " + "z" * 300 for i in range(2000)], "note": "n" * 100_000}
     reply = await project_reply(payload, store=store, scope="s", summarize=lambda p: dict(p))
     assert reply["summaryTruncated"] is True
     assert reply["artifactProjection"]["available"] is True
@@ -219,7 +218,7 @@ json_values = st.recursive(
     available=st.booleans(),
 )
 def test_property_bounding_always_fits_and_keeps_what_fits(summary, budget, keep, available):
-    from openfunctions.artifacts.projection import _bounded
+    from openfunctions.artifacts._projection import _bounded
 
     projection = (
         {"available": True, "artifact_id": "art_" + "0" * 32, "sha256": "sha256:" + "0" * 64, "size": 1,

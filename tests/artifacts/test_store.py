@@ -509,13 +509,14 @@ async def test_modes_of_directories_and_files(store):
     assert all(mode("keys", k) == 0o400 for k in os.listdir(os.path.join(store.root, "keys")))
 
 
-async def test_a_loose_existing_store_directory_is_tightened(tmp_path):
+async def test_a_loose_existing_store_directory_is_refused_not_tightened(tmp_path):
+    # core.files' one policy: someone else may already have planted files, so say so instead of chmod-ing.
     root = tmp_path / "loose"
     root.mkdir(mode=0o755)
     os.chmod(root, 0o755)
-    s = await ArtifactStore(root).open()
-    assert stat.S_IMODE(os.lstat(root).st_mode) == 0o700
-    s.close()
+    with pytest.raises(ArtifactStoreUnsafe, match="0755.*chmod 700"):
+        await ArtifactStore(root).open()
+    assert stat.S_IMODE(os.lstat(root).st_mode) == 0o755 and os.listdir(root) == []
 
 
 async def test_refuses_symlinked_root_foreign_directory_and_unknown_version(tmp_path):
@@ -607,7 +608,7 @@ async def test_a_symlinked_store_subdirectory_is_refused(tmp_path, sub):
     elsewhere = tmp_path / "elsewhere"
     os.rename(root / sub, elsewhere)
     os.symlink(elsewhere, root / sub)
-    with pytest.raises(ArtifactStoreUnsafe, match="not a plain directory"):
+    with pytest.raises(ArtifactStoreUnsafe, match=f"{sub}' is unsafe: it is a symlink"):
         await ArtifactStore(root).open()
 
 

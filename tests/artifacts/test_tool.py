@@ -9,8 +9,7 @@ import os
 import pytest
 
 from openfunctions.artifacts import MAX_READ_BYTES, ArtifactStore, create_artifact_read_tool
-from openfunctions.core import ToolExecutionContext, ToolRegistry
-from openfunctions.core.result import json_text
+from openfunctions.core import ToolExecutionContext, ToolRegistry, pretty_json
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +50,7 @@ async def test_reads_every_chunk_through_the_registry(store):
         assert payload["sha256"] == ref.sha256 and payload["total_size"] == len(data)
         assert payload["offset"] == offset
         # Bounded: the full chunk's pretty text and structured form stay far inside 32 KiB.
-        assert len(json_text(payload).encode()) < 32 * 1024
+        assert len(pretty_json(payload).encode()) < 32 * 1024
         out += base64.b64decode(payload["data_base64"])
         offset += payload["length"]
         if payload["eof"]:

@@ -1,13 +1,12 @@
 """Provider formats against each provider's documented tool shape."""
 
 import json
-from typing import Optional
 
 from openfunctions.core import ToolRegistry, define_tool, tool
 
 
 @tool()
-def search(query: str, limit: Optional[int] = None, tags: list[str] = []) -> dict:
+def search(query: str, limit: int | None = None, tags: list[str] = []) -> dict:  # noqa: B006  (a schema default the decorator reads; never mutated)
     """Search the notes."""
     return {}
 

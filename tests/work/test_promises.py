@@ -186,7 +186,7 @@ def test_slot_patterns_match_the_whole_value(tmp_path: Path) -> None:
         with pytest.raises(PlanInvalid):
             step.validate_params({"word": bad})
     # the published schema says the same to every JSON Schema validator (the executor's included)
-    from openfunctions.core.tool import define_tool as _define
+    from openfunctions.core import define_tool as _define
 
     t = _define(name="x", description="x", input_schema=step.params_schema, handler=lambda p, c: {})
     assert ToolRegistry([t]).get("x").input_validator.violations({"word": "hello\n"})

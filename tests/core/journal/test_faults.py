@@ -103,7 +103,8 @@ async def test_crash_vfs_never_loses_synced_records_nor_accepts_garbage(tmp_path
         log = await JournalLog.open(p, _ops=ops)
         ops.synced_size = log.size
 
-        async def appender(k: int) -> None:
+        async def appender(k: int, log: JournalLog = log, submitted: dict[int, dict] = submitted,
+                           acked: set[int] = acked) -> None:
             for j in range(rng.randrange(1, 6)):
                 data = {"k": k, "j": j, "blob": "é" * rng.randrange(0, 300)}
                 try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import stat
@@ -269,7 +270,7 @@ async def test_append_many_is_one_group_with_one_fsync(tmp_path):
     recs = await log.append_many([("t", {"i": i}) for i in range(1, 6)])
     assert CountingOps.syncs == 2
     assert [r.seq for r in recs] == [2, 3, 4, 5, 6]
-    assert recs[0].prev == first.checksum and all(b.prev == a.checksum for a, b in zip(recs, recs[1:]))
+    assert recs[0].prev == first.checksum and all(b.prev == a.checksum for a, b in itertools.pairwise(recs))
     assert log.last_seq == 6 and log.size == os.path.getsize(p)
     after = await log.append("t", {"i": 6})
     assert after.seq == 7 and after.prev == recs[-1].checksum

@@ -7,8 +7,7 @@ import threading
 import anyio
 import pytest
 
-from openfunctions.core.journal import JournalClosed, JournalLog, read_records
-from openfunctions.core.journal import _writer
+from openfunctions.core.journal import JournalClosed, JournalLog, _writer, read_records
 from openfunctions.core.journal._fsutil import FileOps
 
 from .._helpers import until

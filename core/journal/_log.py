@@ -1,6 +1,6 @@
 """JournalLog: the one durable append-only log both journals are built on.
 
-The byte format is documented in ``_encoder.py`` (and docs/formats/journal.md).
+The byte format is written once, in ``_encoder.py``; docs/formats/journal.md covers the rest.
 This module owns the *life* of a log:
 
 - **open/recover**: create the directory (0700) and file (0600, header via
@@ -32,14 +32,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import anyio
 
+from .._stamps import new_id, utc_timestamp
 from ..errors import NonJsonValue
 from ..files import fsync_dir, write_atomic
-from ..receipts import new_id, utc_now
 from ._decoder import Decoder, ScanResult, scan
 from ._encoder import encode_header, encode_record, new_salt
 from ._fsutil import FileOps, ensure_private_dir, open_private, refuse_symlink
@@ -112,7 +113,7 @@ class JournalLog:
 
     def _recover(self, kind: str | None, meta: dict[str, Any] | None, on_record: Callable[[Record], None] | None) -> None:
         if not os.path.lexists(self.path):
-            header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_now(), new_salt(), dict(meta or {}))
+            header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_timestamp(), new_salt(), dict(meta or {}))
             write_atomic(self.path, encode_header(header))
         self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
         result = scan(self._fd, str(self.path), on_record=on_record)
@@ -170,12 +171,12 @@ class JournalLog:
         """
         writer = self._writable()
         seq, prev = self._next_seq, self._link
-        line, rec = self._encode(type, data, seq, prev, self._enqueued_size, seq + self._line_of_seq)
+        line, chk, rec = self._encode(type, data, seq, prev, self._enqueued_size, seq + self._line_of_seq)
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         writer.enqueue([line], seq, waiter, loop)  # raises JournalFailed before any seq is consumed
         self._next_seq = seq + 1
-        self._link = rec.checksum  # type: ignore[assignment]
+        self._link = chk
         self._enqueued_size += len(line)
         await waiter
         return rec
@@ -197,16 +198,16 @@ class JournalLog:
         lines: list[bytes] = []
         out: list[Record] = []
         for type, data in records:
-            line, rec = self._encode(type, data, seq, prev, offset, seq + self._line_of_seq)
+            line, prev, rec = self._encode(type, data, seq, prev, offset, seq + self._line_of_seq)
             lines.append(line)
             out.append(rec)
-            seq, prev, offset = seq + 1, rec.checksum, offset + len(line)
+            seq, offset = seq + 1, offset + len(line)
         if not out:
             return out
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         writer.enqueue(lines, seq - 1, waiter, loop)
-        self._next_seq, self._link, self._enqueued_size = seq, prev, offset  # type: ignore[assignment]
+        self._next_seq, self._link, self._enqueued_size = seq, prev, offset
         await waiter
         return out
 
@@ -219,14 +220,15 @@ class JournalLog:
         return writer
 
     @staticmethod
-    def _encode(type: str, data: dict[str, Any], seq: int, prev: str, offset: int, line_no: int) -> tuple[bytes, Record]:
+    def _encode(type: str, data: dict[str, Any], seq: int, prev: str, offset: int, line_no: int) -> tuple[bytes, str, Record]:
+        """The record's line, its checksum (the next record's ``prev``) and the record."""
         if not isinstance(type, str) or not type:
             raise ValueError("journal record type must be a non-empty string")
         if not isinstance(data, dict):
             raise NonJsonValue(f"journal record data must be a JSON object, got {data.__class__.__name__}")
-        time = utc_now()
+        time = utc_timestamp()
         line, chk = encode_record(seq, type, time, data, prev)
-        return line, Record(seq, type, time, data, chk, prev, CURRENT_VERSION, offset, line_no)
+        return line, chk, Record(seq, type, time, data, chk, prev, CURRENT_VERSION, offset, line_no)
 
     # -- segments ----------------------------------------------------------
     async def rotate(self, *, meta: dict[str, Any] | None = None) -> Path:

@@ -1,76 +1,124 @@
 """The artifact store: immutable, content-addressed blobs behind opaque ids.
 
-On-disk format, version 1 (also in docs/formats/artifacts.md)
-=============================================================
+On-disk format, version 1 (written once, here; docs/formats/artifacts.md
+shows how to use the store and points here for the bytes)
+=========================================================================
 
-::
+## Directory layout
 
-    <root>/                  0700  the store (refused if a symlink, not ours, or a
-                                   non-empty directory without store.json)
-      store.json             0400  {"format": "openfunctions-artifact-store", "v": 1,
-                                    "created_at": "<UTC ISO-8601>"}
-      lock                   0600  flock(2) target serializing commits across processes;
-                                   its first 16 bytes are the usage ledger (below)
-      blobs/<hex>            0400  the content, named by the SHA-256 hex of its bytes;
-                                   one file per distinct content, shared by all its artifacts
-      index/art_<id>.json    0400  one index record per artifact (below)
-      keys/<hex>.json        0400  reuse lookup: {"v": 1, "artifact_id": "art_..."}; the name is
-                                   the SHA-256 hex of the canonical JSON of
-                                   {"media_type", "scope", "sha256"}; written without
-                                   fsync (open() rebuilds missing or unreadable ones)
-      tmp/                   0700  blobs being written (each flock'ed by its live writer)
+```
+<root>/                  0700  the store
+  store.json             0400  {"format": "openfunctions-artifact-store", "v": 1, "created_at": "<UTC ISO-8601>"}
+  lock                   0600  flock(2) target for commits; first 16 bytes: the usage ledger
+  blobs/<hex>            0400  content, named by the SHA-256 hex of its bytes (one per distinct content)
+  index/art_<id>.json    0400  one index record per artifact
+  keys/<hex>.json        0400  reuse lookup (scope, digest, media type) -> artifact id
+  tmp/                   0700  blobs being written, each flock'ed by its live writer
+```
 
-Index record (canonical JSON, UTF-8)::
+A root that exists, is non-empty and has no `store.json` is refused (so a
+mistyped `--data-dir` never has its files garbage-collected). An existing
+directory that is a symlink, another user's, or accessible to group or others
+is refused (`core.files.ensure_private_dir`, the one policy of every package;
+the message says `chmod 700` it), never silently tightened.
 
-    {"v": 1,                           format version
-     "artifact_id": "art_<32 hex>",    the opaque id (random, never derived from input)
-     "sha256": "sha256:<64 hex>",      digest of the content
-     "size": <int>,                    content length in bytes
-     "media_type": "<type/subtype>",   as given to put()
-     "scope": <string or null>,        the owner's scope (an attempt id, a preview id, ...)
-     "created_at": "<UTC ISO-8601>",
-     "check": "sha256:<64 hex>"}       digest of the canonical JSON of the other fields
+### Index record (`index/art_<id>.json`, canonical JSON, UTF-8)
 
-Usage ledger (first 16 bytes of ``lock``): ``b"OFAU"``, uint32 LE version (1),
-uint64 LE bytes used = the sum of the sizes of the distinct blobs.
+| field | type | meaning |
+|---|---|---|
+| `v` | int | format version, `1` |
+| `artifact_id` | string | `art_` + 32 lowercase hex (128 random bits); must equal the file name |
+| `sha256` | string | `sha256:<64 hex>` of the content |
+| `size` | int | content length in bytes |
+| `media_type` | string | `type/subtype[; param=value]`, at most 255 characters |
+| `scope` | string or null | owner scope (attempt id, preview id, …), at most 1024 characters |
+| `created_at` | string | UTC ISO-8601 with microseconds and `Z` |
+| `check` | string | `sha256:<hex>` of the canonical JSON of all other fields |
 
-Write order of a put (crash-safe at every step)
------------------------------------------------
-1. outside the lock: stream to ``tmp/`` while hashing (large chunks are written
-   by a helper thread while the caller's thread hashes them), fsync, chmod 0400;
-2. under the lock: reuse an existing artifact if ``keys/`` has this
-   (scope, digest, media type); else charge the ledger (refusing past the
-   quota), rename the blob into ``blobs/`` and fsync the directory, write the
-   index record atomically (temp, fsync, rename, fsync directory), then the
-   key file (temp, rename; no fsync).
+A record whose `check` does not match, or that names another id, is
+`ArtifactCorrupt`.
 
-A crash after step 2's charge but before the index record leaves an orphan
-blob that is counted (so the quota errs on the safe side); opening the store
-recomputes the ledger from the index records, deletes orphan blobs and stale
-temp files, and restores missing key files.
+### Reuse key (`keys/<hex>.json`)
 
-Guarantees
-----------
-* Blobs and records are immutable once acknowledged; ``put`` returns only
-  after the blob and its index record are fsynced (the key file is a lookup
-  that open() rebuilds).
-* Quota: commits are serialized by a thread lock plus ``flock`` on ``lock``
-  and check the ledger inside that lock, so concurrent puts -- from threads,
-  tasks, or several processes on one store -- never take the stored bytes past
-  the quota. Only distinct blob bytes count (index files and directories do
-  not); the same content under another scope or media type costs nothing.
-* Reads verify the blob's SHA-256 before returning any byte. A verification is
-  cached per process for the file's identity (device, inode, size, mtime_ns,
-  ctime_ns): rewriting, replacing, chmod-ing or touching the blob changes
-  that identity and forces a new check.
-* The ledger itself is not fsynced: after a machine crash every process
-  restarts and the next open recomputes it from the index.
+Name: SHA-256 hex of the canonical JSON of
+`{"media_type": …, "scope": …, "sha256": "sha256:<hex>"}`. Content:
+`{"artifact_id": "art_…", "v": 1}`. Written atomically but without fsync:
+it is a lookup that opening the store rebuilds from the index when missing or
+unreadable. A key is trusted only if the record it names has the same scope,
+digest and media type.
+
+### Usage ledger (bytes 0–15 of `lock`)
+
+`struct "<4sIQ"`: magic `b"OFAU"`, version `1`, bytes used = the sum of the
+sizes of the distinct blobs. Read and written only under the lock. Not
+fsynced: after a machine crash every process restarts and the next open
+recomputes it.
+
+## Write order of a put
+
+1. Outside the lock: stream into `tmp/blob-<pid>-<random>` while hashing
+   (each chunk of 256 KiB or more is written by a helper thread while the
+   calling thread hashes it, and its range is handed to kernel writeback at
+   once), fsync, chmod 0400. A stream longer than the whole quota is
+   stopped at the first chunk past it.
+2. Under the thread lock and `flock(lock)`:
+   - if `keys/` names a matching artifact, reuse it (and if its blob fails
+     verification, replace the blob with the fresh copy: the store heals);
+   - else, if the blob is absent: check `used + size <= quota` (else
+     `ArtifactQuotaExceeded`), write the ledger, rename the temp file to
+     `blobs/<hex>`, fsync `blobs/`;
+   - write the index record (temp, fsync, rename, fsync `index/`), then the
+     key file.
+
+`put` returns only after the blob and the record are durable.
+
+## Recovery (every open, under the lock)
+
+- rebuild the ledger from the valid index records (distinct digests);
+- delete blobs no valid record references (a crash between the blob rename
+  and the record) — unless some record is damaged, in which case unknown
+  blobs are kept and counted;
+- delete `.tmp-*` (`core.files.TEMP_PREFIX`) files in `index/` and `keys/` (those writes hold the lock,
+  so their writer is dead) and files in `tmp/` whose flock can be taken
+  (their writer is dead);
+- rewrite missing or unreadable key files.
+
+## Guarantees and limits
+
+- **Quota, several processes.** Commits are serialized by a thread lock and
+  `flock` on one file and check the ledger inside the lock, so concurrent
+  puts from tasks, threads or processes on one store never take the stored
+  distinct bytes past the quota (tested with three real processes). Only blob
+  bytes count: index files, keys and directories do not; content stored again
+  (any scope) costs nothing. A crash can leave the ledger counting an orphan
+  blob until the next open: the error is always on the safe side.
+- **Verification.** Before the first byte of a blob is returned, the whole
+  blob is hashed and compared with its digest. The result is cached per
+  process by file identity (device, inode, size, mtime_ns, ctime_ns); any
+  rewrite, replacement, chmod or touch changes the identity and forces a new
+  check. On kernels with coarse timestamps, a same-size rewrite within one
+  timestamp tick of the previous check could go unnoticed by that process
+  (Linux 6.13+ gives fine-grained timestamps to files whose times were just
+  read, which the check does).
+- **Ids.** A caller's id reaches a path only after matching
+  `art_[0-9a-f]{32}` exactly; files are opened with `O_NOFOLLOW`. Refused and
+  unknown ids give byte-identical errors.
+- **No deletion yet.** Artifacts are immutable and there is no delete or GC
+  API in v1; a full store refuses new content (projection then reports
+  `available: false`). Use one store per purpose (the work controller has its
+  own under `work/artifacts/`).
+- `close()` only while no operation is running.
+- **Filesystem.** The guarantees assume one local POSIX filesystem
+  (`flock`, atomic `rename`, `fsync`); a store on a network filesystem is
+  not supported.
+- **Other backends.** The read tool and `project_reply` depend only on
+  `ArtifactStoreProtocol` (`put`, `stat`, `read`, `usage`); a backend on a
+  shared engine that keeps the guarantees above can replace the file store.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -84,12 +132,14 @@ from typing import Any
 import anyio.to_thread
 import structlog
 
-from openfunctions.core import canonical_bytes, utc_now
+from openfunctions.core import canonical_bytes, utc_timestamp
+from openfunctions.core.files import TEMP_PREFIX, flock, open_private, try_flock, write_atomic
 
 from ._checks import MAX_READ_BYTES, check_media_type, check_range, check_scope
-from ._fs import FROZEN_MODE, ensure_dir, read_small, unlink_quiet, write_atomic
+from ._fs import FROZEN_MODE, ensure_dir, read_small, store_unsafe, unlink_quiet
 from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
 from ._records import FORMAT_VERSION, HEX_RE, key_doc, key_name, parse_record, record_bytes
+from ._refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 from ._writer import CHUNK, BlobWriter, as_view, file_chunks
 from .errors import (
     ArtifactCorrupt,
@@ -99,7 +149,6 @@ from .errors import (
     ArtifactStoreFailed,
     ArtifactStoreUnsafe,
 )
-from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 
 log = structlog.get_logger("openfunctions.artifacts")
 
@@ -115,7 +164,7 @@ _OPEN_FLAGS = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 # Blob verifications, per process: file identity -> the hex digest it was
 # verified against. Any store instance may use an entry (the identity names
 # one inode in one state, whichever root it was reached through).
-_VERIFIED: "OrderedDict[tuple[int, ...], str]" = OrderedDict()
+_VERIFIED: OrderedDict[tuple[int, ...], str] = OrderedDict()
 _VERIFIED_LOCK = threading.Lock()
 _LAYOUT_NAMES = frozenset({"store.json", "lock", "blobs", "index", "keys", "tmp"})
 
@@ -148,7 +197,7 @@ class ArtifactStore:
 
     # -- lifecycle --------------------------------------------------------
 
-    async def open(self) -> "ArtifactStore":
+    async def open(self) -> ArtifactStore:
         """Create or check the store and recover from a crash. Idempotent."""
         if self._lock_fd is None:
             with _os_errors(f"opening artifact store {self.root!r}"):
@@ -161,7 +210,7 @@ class ArtifactStore:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
-    async def __aenter__(self) -> "ArtifactStore":
+    async def __aenter__(self) -> ArtifactStore:
         return await self.open()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -171,17 +220,14 @@ class ArtifactStore:
         with self._open_lock:
             if self._lock_fd is not None:
                 return
-            parent = os.path.dirname(self.root)
-            if not os.path.isdir(parent):
-                os.makedirs(parent, mode=0o700, exist_ok=True)
             if os.path.lexists(self.root):
                 self._refuse_foreign_root()  # before changing anything in it
-            ensure_dir(self.root)
-            fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
+            ensure_dir(self.root)  # missing parents too, each 0700
+            fd = open_private(os.path.join(self.root, "lock"), os.O_RDWR, create=True, unsafe=store_unsafe)
             try:
                 # Under the lock: two processes opening a new store at once
                 # must not see each other's half-made layout.
-                with self._locked(fd):
+                with flock(fd):
                     self._check_marker()
                     for d in (self._blobs, self._index, self._keys, self._tmp):
                         ensure_dir(d)
@@ -198,7 +244,7 @@ class ArtifactStore:
         names = set(os.listdir(self.root))
         if "store.json" in names:
             return
-        foreign = sorted(n for n in names - _LAYOUT_NAMES if not n.startswith(".tmp-store.json"))
+        foreign = sorted(n for n in names - _LAYOUT_NAMES if not n.startswith(TEMP_PREFIX + "store.json"))
         if foreign:
             raise ArtifactStoreUnsafe(
                 f"{self.root!r} is a non-empty directory without store.json (it holds e.g. {foreign[0]!r}): "
@@ -210,8 +256,8 @@ class ArtifactStore:
         try:
             raw = read_small(marker, 4096)
         except FileNotFoundError:
-            doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_now()}
-            write_atomic(self.root, "store.json", canonical_bytes(doc), mode=FROZEN_MODE)
+            doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_timestamp()}
+            write_atomic(os.path.join(self.root, "store.json"), canonical_bytes(doc), mode=FROZEN_MODE)
             return
         except (OSError, ValueError) as exc:
             raise ArtifactStoreUnsafe(f"cannot read {marker!r}: {exc}") from None
@@ -229,7 +275,7 @@ class ArtifactStore:
         sizes: dict[str, int] = {}
         damaged = 0
         for name in os.listdir(self._index):
-            if name.startswith(".tmp-"):
+            if name.startswith(TEMP_PREFIX):
                 unlink_quiet(os.path.join(self._index, name))  # index writes hold the lock: no live writer
                 continue
             if not (name.endswith(".json") and is_artifact_id(name[:-5])):
@@ -245,14 +291,14 @@ class ArtifactStore:
             self._records[info.id] = info
             sizes[info.sha256[7:]] = info.size
         for name in os.listdir(self._keys):
-            if name.startswith(".tmp-"):
+            if name.startswith(TEMP_PREFIX):
                 unlink_quiet(os.path.join(self._keys, name))
         for info in self._records.values():
             key = key_name(info.sha256, info.scope, info.media_type)
             if self._lookup_key(key) is None:
                 # Key files are a rebuildable cache (see the format header):
                 # _commit writes them without fsync, and so does recovery.
-                write_atomic(self._keys, key, key_doc(info.id), mode=FROZEN_MODE, durable=False)
+                write_atomic(os.path.join(self._keys, key), key_doc(info.id), mode=FROZEN_MODE, durable=False)
         used = sum(sizes.values())
         for name in os.listdir(self._blobs):
             if not HEX_RE.fullmatch(name) or name in sizes:
@@ -274,11 +320,8 @@ class ArtifactStore:
         except OSError:
             return
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return  # a live writer holds it
-            unlink_quiet(path)
+            if try_flock(fd):  # else a live writer holds it
+                unlink_quiet(path)
         finally:
             os.close(fd)
 
@@ -352,18 +395,18 @@ class ArtifactStore:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(writer.discard)
 
-    def _new_writer(self) -> "BlobWriter":
+    def _new_writer(self) -> BlobWriter:
         # No blob can be larger than the whole quota, so a stream past it is
         # refused before it fills the disk. (The bytes *left* are not a valid
         # cap: content that already exists is reused at no cost.)
         return BlobWriter(self._tmp, self.quota_bytes, os.path.join(self.root, "lock"))
 
-    def _commit(self, writer: "BlobWriter", media_type: str, scope: str | None) -> ArtifactRef:
+    def _commit(self, writer: BlobWriter, media_type: str, scope: str | None) -> ArtifactRef:
         hexdigest, size = writer.hexdigest, writer.size
         sha = "sha256:" + hexdigest
         key = key_name(sha, scope, media_type)
         blob = os.path.join(self._blobs, hexdigest)
-        with self._commit_lock, self._locked(self._require_fd()) as fd:
+        with self._commit_lock, flock(self._require_fd()) as fd:
             used = self._read_ledger(fd)
             existing = self._lookup_key(key)
             if existing is not None:
@@ -377,16 +420,16 @@ class ArtifactStore:
                 self._write_ledger(fd, used + size)
                 self._ensure_blob(writer, blob, hexdigest, size)
             info = ArtifactInfo(
-                id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_now()
+                id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_timestamp()
             )
-            write_atomic(self._index, info.id + ".json", record_bytes(info), mode=FROZEN_MODE)
+            write_atomic(os.path.join(self._index, info.id + ".json"), record_bytes(info), mode=FROZEN_MODE)
             # The key file is only a lookup that open() rebuilds from the index: no fsync.
-            write_atomic(self._keys, key, key_doc(info.id), mode=FROZEN_MODE, durable=False)
+            write_atomic(os.path.join(self._keys, key), key_doc(info.id), mode=FROZEN_MODE, durable=False)
             self._records[info.id] = info
             log.debug("artifact_put", store=self.root, artifact_id=info.id, size=size, scope=scope)
             return info.ref
 
-    def _ensure_blob(self, writer: "BlobWriter", blob: str, hexdigest: str, size: int, *, charge_only: bool = False) -> bool:
+    def _ensure_blob(self, writer: BlobWriter, blob: str, hexdigest: str, size: int, *, charge_only: bool = False) -> bool:
         """Make ``blob`` hold the writer's bytes. With ``charge_only``, just report whether a good copy exists.
 
         An existing blob that fails verification is replaced by the fresh copy
@@ -536,7 +579,7 @@ class ArtifactStore:
         await self._ready()
 
         def ledger() -> int:
-            with self._commit_lock, self._locked(self._require_fd()) as fd:
+            with self._commit_lock, flock(self._require_fd()) as fd:
                 return self._read_ledger(fd)
 
         used = await anyio.to_thread.run_sync(ledger)
@@ -616,17 +659,6 @@ class ArtifactStore:
         if self._lock_fd is None:
             raise ArtifactStoreUnsafe(f"artifact store {self.root!r} is closed")
         return self._lock_fd
-
-    class _locked:
-        def __init__(self, fd: int) -> None:
-            self.fd = fd
-
-        def __enter__(self) -> int:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            return self.fd
-
-        def __exit__(self, *exc: Any) -> None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def _read_ledger(self, fd: int) -> int:
         raw = os.pread(fd, _LEDGER.size, 0)

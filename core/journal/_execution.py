@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
-from ..receipts import Receipt, ReceiptError, StartRecord, utc_now
+from .._stamps import utc_timestamp
+from ..receipts import Receipt, ReceiptError, StartRecord
+from ._log import JournalLog, read_records, segment_paths
 from ._record import Record
-from .log import JournalLog, read_records, segment_paths
 
 KIND = "execution"
 START = "start"
@@ -52,7 +54,7 @@ RECOVERED_CODE = "recovered_unknown"
 DEFAULT_ROTATE_BYTES = 64 * 2**20
 
 
-def recovered_receipt(start: dict) -> Receipt:
+def recovered_receipt(start: dict[str, Any]) -> Receipt:
     """The ``unknown`` receipt recovery writes for a start that never settled."""
     return Receipt(
         receipt_id=start["receipt_id"],
@@ -63,7 +65,7 @@ def recovered_receipt(start: dict) -> Receipt:
         certainty="unknown",
         handler_started=True,
         started_at=start["started_at"],
-        finished_at=utc_now(),
+        finished_at=utc_timestamp(),
         duration_ms=0.0,
         error=ReceiptError(
             code=RECOVERED_CODE,
@@ -92,7 +94,7 @@ class ExecutionJournal:
     ) -> ExecutionJournal:
         """Open (creating if absent), lock and recover; ``rotate_over=None`` never rotates."""
         # One pass: the recovery scan also collects starts without receipts.
-        open_starts: dict[str, dict] = {}
+        open_starts: dict[str, dict[str, Any]] = {}
 
         def see(rec: Record) -> None:
             rid = rec.data.get("receipt_id")
@@ -112,7 +114,7 @@ class ExecutionJournal:
             raise
         return self
 
-    async def _recover(self, open_starts: dict[str, dict]) -> None:
+    async def _recover(self, open_starts: dict[str, dict[str, Any]]) -> None:
         # One group, one fsync, however many calls were in flight at the crash.
         receipts = [recovered_receipt(start) for start in open_starts.values()]
         await self.log.append_many([(RECEIPT, r.to_dict()) for r in receipts])

@@ -25,9 +25,9 @@ from openfunctions.core import ToolDefinition, ToolError, ToolExecutionContext, 
 
 from ._checks import MAX_READ_BYTES
 from ._ids import not_found
+from ._protocol import ArtifactStoreProtocol
+from ._refs import ArtifactInfo
 from .errors import ArtifactCorrupt, ArtifactError
-from .protocol import ArtifactStoreProtocol
-from .refs import ArtifactInfo
 
 log = structlog.get_logger("openfunctions.artifacts.tool")
 
@@ -36,7 +36,7 @@ AllowFn = Callable[[ArtifactInfo, ToolExecutionContext], bool | Awaitable[bool]]
 # Long enough for any id and short enough that a hostile one cannot bloat logs.
 MAX_ID_CHARS = 256
 
-INPUT_SCHEMA: dict[str, Any] = {
+READ_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "artifact_id": {
@@ -58,7 +58,7 @@ INPUT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-OUTPUT_SCHEMA: dict[str, Any] = {
+READ_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "artifact_id": {"type": "string"},
@@ -152,8 +152,8 @@ def create_artifact_read_tool(
         name=name,
         title=title,
         description=description,
-        input_schema=INPUT_SCHEMA,
-        output_schema=OUTPUT_SCHEMA,
+        input_schema=READ_INPUT_SCHEMA,
+        output_schema=READ_OUTPUT_SCHEMA,
         handler=read_artifact,
         tags=tags,
         annotations={
@@ -185,4 +185,4 @@ def _tool_error(exc: ArtifactError) -> ToolError:
     return ToolError(exc.message, code=exc.code, effect_happened=False, details=exc.details)
 
 
-__all__ = ["create_artifact_read_tool", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "AllowFn", "MAX_ID_CHARS"]
+__all__ = ["create_artifact_read_tool", "READ_INPUT_SCHEMA", "READ_OUTPUT_SCHEMA", "AllowFn", "MAX_ID_CHARS"]

@@ -147,17 +147,17 @@ class ToolRegistry:
     # -- provider formats (pure translations) -----------------------------
 
     def to_openai_format(self) -> builtins.list[dict[str, Any]]:
-        from .providers import to_openai
+        from ._providers import to_openai
 
         return [to_openai(t) for t in self.list()]
 
     def to_anthropic_format(self) -> builtins.list[dict[str, Any]]:
-        from .providers import to_anthropic
+        from ._providers import to_anthropic
 
         return [to_anthropic(t) for t in self.list()]
 
     def to_gemini_format(self) -> dict[str, Any]:
-        from .providers import to_gemini
+        from ._providers import to_gemini
 
         return to_gemini(self.list())
 

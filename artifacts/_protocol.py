@@ -13,20 +13,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .refs import ArtifactChunk, ArtifactInfo, ArtifactRef
+    from ._refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 
 
 @runtime_checkable
 class ArtifactStoreProtocol(Protocol):
-    async def put(self, data: Any, *, media_type: str = ..., scope: str | None = ...) -> "ArtifactRef":
+    async def put(self, data: Any, *, media_type: str = ..., scope: str | None = ...) -> ArtifactRef:
         """Store immutable content; reuse the artifact for the same (content, scope, media type)."""
         ...
 
-    async def stat(self, artifact_id: Any) -> "ArtifactInfo":
+    async def stat(self, artifact_id: Any) -> ArtifactInfo:
         """The index record; ``ArtifactNotFound`` for any unknown or malformed id."""
         ...
 
-    async def read(self, artifact_id: Any, offset: int = 0, length: int = ...) -> "ArtifactChunk":
+    async def read(self, artifact_id: Any, offset: int = 0, length: int = ...) -> ArtifactChunk:
         """At most 16 KiB at ``offset``, returned only after the content's digest was verified."""
         ...
 

@@ -2,7 +2,7 @@
 
 A model reads a reply twice over: as ``structuredContent`` (we measure its
 canonical UTF-8 JSON) and as the text block MCP hosts show, which is
-``json.dumps(payload, indent=2, ensure_ascii=False)`` (``core.result.json_text``).
+``json.dumps(payload, indent=2, ensure_ascii=False)`` (``openfunctions.core.pretty_json``).
 If either form is larger than the budget (32 KiB by default),
 :func:`project_reply` returns instead
 
@@ -36,11 +36,10 @@ from typing import Any
 
 import anyio.to_thread
 
-from openfunctions.core import canonical_bytes, canonical_json
-from openfunctions.core.result import json_text
+from openfunctions.core import canonical_bytes, canonical_json, pretty_json
 
+from ._protocol import ArtifactStoreProtocol
 from .errors import ArtifactError, ArtifactQuotaExceeded
-from .protocol import ArtifactStoreProtocol
 
 DEFAULT_BUDGET = 32 * 1024
 MIN_BUDGET = 1024
@@ -55,7 +54,7 @@ Summarizer = Callable[[Any], dict[str, Any]]
 
 def reply_sizes(payload: Any) -> tuple[int, int]:
     """``(canonical UTF-8 JSON bytes, pretty text bytes)`` of a reply."""
-    return len(canonical_bytes(payload)), len(json_text(payload).encode("utf-8"))
+    return len(canonical_bytes(payload)), len(pretty_json(payload).encode("utf-8"))
 
 
 def fits(payload: Any, budget: int) -> bool:
@@ -66,7 +65,7 @@ def fits(payload: Any, budget: int) -> bool:
     compact = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     if len(compact.encode("utf-8")) > budget:
         return False
-    return len(json_text(payload).encode("utf-8")) <= budget
+    return len(pretty_json(payload).encode("utf-8")) <= budget
 
 
 async def project_reply(
@@ -125,7 +124,7 @@ def default_summary(payload: Any) -> dict[str, Any]:
 
 def _full_if_too_big(payload: Any, budget: int) -> bytes | None:
     full = canonical_bytes(payload)  # validates: NaN, cycles, bytes raise NonJsonValue here
-    if len(full) > budget or len(json_text(payload).encode("utf-8")) > budget:
+    if len(full) > budget or len(pretty_json(payload).encode("utf-8")) > budget:
         return full
     return None
 
