@@ -172,7 +172,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer runs (a smoke test; numbers are noisier)")
     ap.add_argument("--no-write", action="store_true", help="print the table, do not touch docs/PERFORMANCE.md")
     args = ap.parse_args()
-    n_off, n_on = (20, 5) if args.quick else (1000, 150)
+    n_off, n_on = (20, 5) if args.quick else (1000, 100)
     rows, (one, two) = anyio.run(bench, n_off, n_on)
     body = table(["path (10 steps)", "median µs / step", "vs its peer (median of per-pair ratios)", "target",
                   "fsyncs / run"], rows)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import weakref
 from typing import Any
 
@@ -340,8 +341,9 @@ _GATED: "weakref.WeakKeyDictionary[ToolDefinition, ToolDefinition]" = weakref.We
 def _gated(tool: ToolDefinition) -> ToolDefinition:
     """``tool`` with a handler that waits for the current gate before running the real one.
 
-    A copy sharing the original's fields (spec, compiled validators, capability): receipts bind the
-    same spec digest. The handler is never called any other way than by the executor.
+    A copy with the original's fields (spec, capability, schemas): receipts bind the same spec
+    digest. The handler is never called any other way than by the executor. One copy per tool,
+    kept as long as the tool lives.
     """
     gated = _GATED.get(tool)
     if gated is None:
@@ -357,10 +359,9 @@ def _gated(tool: ToolDefinition) -> ToolDefinition:
                                     code="workflow_journal_failed", effect_happened=False) from exc
             return await inner(params, ctx)
 
-        _ = tool.spec_sha256  # computed now, on the original, so the copy shares the cached digest
-        gated = object.__new__(ToolDefinition)
-        gated.__dict__.update(tool.__dict__)
-        object.__setattr__(gated, "handler", handler)
+        # dataclasses.replace: the same fields (spec, capability, schemas) with another handler; the
+        # copy's digest and validators are computed from the same fields, so receipts bind the same spec.
+        gated = dataclasses.replace(tool, handler=handler)
         _GATED[tool] = gated
     return gated
 

@@ -12,54 +12,21 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from ._proc import ROOT, cli, lines, sigkill, wait_for
+from ._proc import env as _env
+
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, WF_TEST_DIR=str(tmp), PYTHONPATH=str(ROOT))
-    env.pop("WF_TEST_SLEEP_IN", None)
-    env.update(extra)
-    return env
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def _wait_for(pred, what: str, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _start_child(tmp: Path, data: Path, *args: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ROOT / "tests" / "workflows" / "_child.py"), str(data), *args],
                             cwd=ROOT, env=_env(tmp, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _sigkill(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-
-
-def _cli(tmp: Path, data: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "openfunctions.servers", "workflows", *args, "--data-dir", str(data)],
-                          cwd=ROOT, env=_env(tmp), capture_output=True, text=True, timeout=120)
 
 
 def test_sigkill_during_an_uncertain_tool_step_blocks_and_never_reruns(tmp_path):
@@ -68,31 +35,31 @@ def test_sigkill_during_an_uncertain_tool_step_blocks_and_never_reruns(tmp_path)
     child = _start_child(tmp_path, data, "run", "order-7", json.dumps({"amount": 30}),
                          WF_TEST_SLEEP_IN="charge", WF_TEST_SLEEP="120")
     try:
-        _wait_for(lambda: len(_lines(charges)) == 1, "the charge to start")
+        wait_for(lambda: len(lines(charges)) == 1, "the charge to start")
     finally:
-        _sigkill(child)
+        sigkill(child)
 
-    shown = _cli(tmp_path, data, "show", "order-7", "--json")
+    shown = cli(tmp_path, data, "show", "order-7", "--json")
     assert shown.returncode == 0, shown.stderr
     state = json.loads(shown.stdout)
     assert state["status"] == "running" and state["uncertain"] == ["1"]
 
-    resumed = _cli(tmp_path, data, "resume", "order-7", "--module", "tests.workflows._app:workflows")
+    resumed = cli(tmp_path, data, "resume", "order-7", "--module", "tests.workflows._app:workflows")
     assert resumed.returncode == 2
     assert "run order-7 is blocked: step(s) 1 (charge, tool charge)" in resumed.stderr
-    assert len(_lines(charges)) == 1  # never re-run blindly
-    listed = _cli(tmp_path, data, "list", "--json")
+    assert len(lines(charges)) == 1  # never re-run blindly
+    listed = cli(tmp_path, data, "list", "--json")
     [row] = json.loads(listed.stdout)
     assert row["status"] == "blocked" and row["uncertain"] == ["1"]
 
     # the operator checked the payment system: the charge went through
-    res = _cli(tmp_path, data, "resolve", "order-7", "1", "--applied", "--result", '{"charged": 30}', "--by", "ops")
+    res = cli(tmp_path, data, "resolve", "order-7", "1", "--applied", "--result", '{"charged": 30}', "--by", "ops")
     assert res.returncode == 0, res.stderr
-    done = _cli(tmp_path, data, "resume", "order-7", "--module", "tests.workflows._app:workflows", "--json")
+    done = cli(tmp_path, data, "resume", "order-7", "--module", "tests.workflows._app:workflows", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["status"] == "succeeded" and out["result"] == {"ok": True, "balance": 70}
-    assert len(_lines(charges)) == 1
+    assert len(lines(charges)) == 1
 
 
 def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path):
@@ -101,10 +68,10 @@ def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path):
     child = _start_child(tmp_path, data, "run", "order-8", json.dumps({"amount": 5}),
                          WF_TEST_SLEEP_IN="slow_read", WF_TEST_SLEEP="120")
     try:
-        _wait_for(lambda: len(_lines(reads)) == 1, "the read to start")
+        wait_for(lambda: len(lines(reads)) == 1, "the read to start")
     finally:
-        _sigkill(child)
-    assert len(_lines(charges)) == 1
+        sigkill(child)
+    assert len(lines(charges)) == 1
 
     nxt = _start_child(tmp_path, data, "resume-all")
     stdout, stderr = nxt.communicate(timeout=120)
@@ -112,5 +79,5 @@ def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path):
     [out] = json.loads(stdout)
     assert out["run_id"] == "order-8" and out["status"] == "succeeded" and out["resumed"] is True
     assert out["result"] == {"ok": True, "balance": 95}
-    assert len(_lines(charges)) == 1  # the settled charge was skipped
-    assert len(_lines(reads)) == 2  # the interrupted read ran again
+    assert len(lines(charges)) == 1  # the settled charge was skipped
+    assert len(lines(reads)) == 2  # the interrupted read ran again
