@@ -30,10 +30,7 @@ from _report import median, table, write_section  # noqa: E402
 
 from openfunctions.artifacts import ArtifactStore  # noqa: E402
 from openfunctions.core import ToolExecutionContext, ToolRegistry  # noqa: E402
-from openfunctions.work.authority import Authority  # noqa: E402
-from openfunctions.work.catalog import Catalog  # noqa: E402
-from openfunctions.work.grants import GrantStore  # noqa: E402
-from openfunctions.work.steps import build_step_tools  # noqa: E402
+from openfunctions.work import Authority, Catalog, GrantStore, build_step_tools  # noqa: E402
 
 CATALOG = """
 version = 1

@@ -307,7 +307,7 @@ def _build_profile(
             ex = base.executor
             base = ToolRegistry(base.list(), policy=ex.policy, mode=ex.mode)
         shown = {t.name for t in base.list()}
-        from openfunctions.work.profile import resolve_catalog_path
+        from openfunctions.work import resolve_catalog_path
 
         catalog_file = resolve_catalog_path(Path(data_dir), catalog)
         if not catalog_file.exists():

@@ -9,15 +9,21 @@
   and at replay), :class:`LeaseStore`, the attempt states, one injectable :class:`Clock`, the
   operator's resolutions (:class:`ResolutionInbox`), the ``of_work_*`` tools
   (:func:`build_work_tools`) and the server profile (:func:`build_work_profile`).
+
+Everything public is re-exported here, once (``__all__``); the modules that
+implement it are private (``_catalog``, ``_controller``, ...). The public
+modules besides this one are the three command-line entry points the
+``openfunctions-mcp`` CLI loads by name: ``cli`` (``grant``), ``attempts_cli``
+(``work``) and ``catalog_cli`` (``catalog``).
 """
 
-from . import records
-from .clock import Clock, SystemClock
-from .protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
-from .authority import Authority
-from .catalog import Catalog, ParamSpec, StepSpec
-from .controller import WorkController
-from .errors import (
+from . import _records as records
+from ._clock import Clock, SystemClock
+from ._protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
+from ._authority import Authority
+from ._catalog import Catalog, ParamSpec, StepSpec
+from ._controller import WorkController
+from ._errors import (
     AttemptActive,
     AttemptNotFound,
     CatalogInvalid,
@@ -37,15 +43,22 @@ from .errors import (
     UnknownStep,
     WorkError,
 )
-from .grants import Grant, GrantStore
-from .lease import Lease, LeaseStore
-from .profile import WorkProfile, build_work_profile
-from .recovery import Recovered, interrupted, replay, restore_plan
-from .resolutions import ResolutionInbox
-from .state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold
-from .steps import build_step_tools, prepare_reconciliation, reconcile_readback
-from .tools import WORK_TOOL_NAMES, WorkTools, build_work_tools
-from .verification import Proof, VerifierReceipt, build_proof, check_completion, fingerprint
+from ._grants import Grant, GrantStore
+from ._lease import Lease, LeaseStore
+from ._profile import CATALOG_ENV, WorkProfile, build_work_profile, resolve_catalog_path
+from ._recovery import Recovered, interrupted, replay, restore_plan, settled_receipts
+from ._resolutions import ResolutionInbox
+from ._state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold
+from ._steps import (
+    bind_tool,
+    build_step_tools,
+    prepare_reconciliation,
+    prepare_tool_reconciliation,
+    reconcile_readback,
+    reconcile_tool_effect,
+)
+from ._tools import WORK_TOOL_NAMES, WorkTools, build_work_tools
+from ._verification import Proof, VerifierReceipt, build_proof, check_completion, fingerprint
 
 __all__ = [
     "Attempt", "AttemptActive", "AttemptNotFound", "Authority", "Catalog", "CatalogInvalid", "EffectUncertain",
@@ -57,4 +70,6 @@ __all__ = [
     "reconcile_readback", "replay", "restore_plan",
     "OperationUncertain", "StillRunning", "Clock", "SystemClock", "ArtifactStoreProtocol", "AuthorityProtocol",
     "CustodyProtocol", "WorkState", "fold", "interrupted", "ResolutionInbox", "records",
+    "CATALOG_ENV", "resolve_catalog_path", "settled_receipts", "bind_tool", "prepare_tool_reconciliation",
+    "reconcile_tool_effect",
 ]

@@ -22,9 +22,9 @@ import structlog
 
 from openfunctions.core.files import ensure_private_dir
 
-from .clock import Clock
-from .errors import LeaseLost, WorkError
-from .lease import Lease, LeaseStore
+from ._clock import Clock
+from ._errors import LeaseLost, WorkError
+from ._lease import Lease, LeaseStore
 
 log = structlog.get_logger("openfunctions.work.custody")
 

@@ -28,7 +28,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import PathOutsideGrant
+from ._errors import PathOutsideGrant
 
 MAX_PATH_CHARS = 4096
 

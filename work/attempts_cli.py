@@ -6,7 +6,7 @@
 
 All three read the attempt journal lock-free (a server may be running).
 ``resolve`` appends to the operator's inbox ``<data-dir>/work/resolutions.journal``
-(see :mod:`openfunctions.work.resolutions`); the server copies it into its
+(see :mod:`openfunctions.work._resolutions`); the server copies it into its
 attempt journal at its next work call (or at start-up), and from then on a
 plan that runs the operation's step is no longer refused. ``resolve``
 refuses while a process of the operation's command is still running.
@@ -66,7 +66,7 @@ def _work_dir(args: argparse.Namespace) -> Path:
 def _state(work_dir: Path) -> Any:
     from openfunctions.core.journal import read_records
 
-    from .recovery import replay
+    from ._recovery import replay
 
     seg_dir = work_dir / "attempts"
     segs = sorted(p for p in seg_dir.iterdir() if p.name.startswith("g") and p.name.endswith(".jsonl")) if seg_dir.is_dir() else []
@@ -80,7 +80,7 @@ def _state(work_dir: Path) -> Any:
 
 def _uncertain(work_dir: Path) -> list[dict[str, Any]]:
     from ._procs import live_processes
-    from .resolutions import ResolutionInbox
+    from ._resolutions import ResolutionInbox
 
     state = _state(work_dir)
     pending = {d["operation_id"]: (seq, d) for seq, d in ResolutionInbox(work_dir).read() if seq not in state.resolved_inbox}
@@ -138,7 +138,7 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
 
     from openfunctions.core.errors import OpenFunctionsError
 
-    from .resolutions import ResolutionInbox
+    from ._resolutions import ResolutionInbox
 
     work_dir = _work_dir(args)
     if not args.reason.strip():

@@ -29,7 +29,7 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
 def _cmd_check(args: argparse.Namespace) -> int:
     from openfunctions.core.errors import OpenFunctionsError
 
-    from .catalog import Catalog
+    from ._catalog import Catalog
 
     try:
         catalog = Catalog.load(args.file)

@@ -30,8 +30,8 @@ import anyio
 
 from openfunctions.core.errors import OpenFunctionsError
 
-from .errors import GrantNotFound
-from .grants import GrantStore, now_utc, parse_ttl
+from ._errors import GrantNotFound
+from ._grants import GrantStore, now_utc, parse_ttl
 
 
 def default_data_dir() -> Path:
@@ -109,7 +109,7 @@ def _cmd_issue(args: argparse.Namespace) -> int:
     catalog_file = args.catalog
     if not catalog_file:
         # no --catalog: check the step names against the catalog the server would load, when there is one
-        from .profile import resolve_catalog_path
+        from ._profile import resolve_catalog_path
 
         found = resolve_catalog_path(_data_dir(args), None)
         if found.exists():
@@ -123,7 +123,7 @@ def _cmd_issue(args: argparse.Namespace) -> int:
                 print("openfunctions-mcp grant: warning: --paths grants no path: write_file/read_file steps "
                       "will be refused", file=sys.stderr)
     if catalog_file:
-        from .catalog import Catalog
+        from ._catalog import Catalog
 
         try:
             cat = Catalog.load(catalog_file)

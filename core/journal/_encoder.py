@@ -22,7 +22,7 @@ Line 1, the header::
 - ``kind``: what the journal holds, named by its owner, who also defines its
   record types and documents them: ``"execution"`` (``core/journal/_execution.py``),
   ``"attempt"`` (work attempts, ``work/_custody.py``), ``"grants"``
-  (``work/grants.py``), ``"work-resolutions"`` (``work/records.py``),
+  (``work/_grants.py``), ``"work-resolutions"`` (``work/_records.py``),
   ``"tasks"`` (``servers/_task_records.py``), ``"runs"`` (``agents/_records.py``),
   ``"workflow-run"`` (``workflows/_runlog.py``), ``"store"`` (``store/_local.py``);
   ``"log"`` when an opener names none. An open that asks for another kind

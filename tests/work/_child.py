@@ -19,11 +19,11 @@ from pathlib import Path
 
 from openfunctions.artifacts import ArtifactStore
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolRegistry
-from openfunctions.work.authority import Authority
-from openfunctions.work.catalog import Catalog
-from openfunctions.work.controller import WorkController
-from openfunctions.work.grants import GrantStore
-from openfunctions.work.steps import build_step_tools
+from openfunctions.work._authority import Authority
+from openfunctions.work._catalog import Catalog
+from openfunctions.work._controller import WorkController
+from openfunctions.work._grants import GrantStore
+from openfunctions.work._steps import build_step_tools
 
 
 def _paused(tool: ToolDefinition, mark: Path) -> ToolDefinition:

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from openfunctions.core import ToolDefinition, ToolRegistry
-from openfunctions.work.authority import Authority
-from openfunctions.work.catalog import Catalog
-from openfunctions.work.controller import WorkController
-from openfunctions.work.grants import GrantStore
+from openfunctions.work._authority import Authority
+from openfunctions.work._catalog import Catalog
+from openfunctions.work._controller import WorkController
+from openfunctions.work._grants import GrantStore
 
 PY = sys.executable
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from openfunctions.work.authority import Authority
-from openfunctions.work.catalog import Catalog
-from openfunctions.work.errors import GrantDenied, GrantExpired, GrantRevoked, LeaseLost, PathOutsideGrant
-from openfunctions.work.grants import GrantStore
+from openfunctions.work._authority import Authority
+from openfunctions.work._catalog import Catalog
+from openfunctions.work._errors import GrantDenied, GrantExpired, GrantRevoked, LeaseLost, PathOutsideGrant
+from openfunctions.work._grants import GrantStore
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from openfunctions.work.catalog import Catalog
-from openfunctions.work.errors import CatalogInvalid, PlanInvalid, UnknownStep
+from openfunctions.work._catalog import Catalog
+from openfunctions.work._errors import CatalogInvalid, PlanInvalid, UnknownStep
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "work" / "example_catalog.toml"
 

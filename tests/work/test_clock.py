@@ -7,8 +7,8 @@ import datetime as _dt
 import anyio
 import pytest
 
-from openfunctions.work.errors import GrantExpired, LeaseLost
-from openfunctions.work.lease import LeaseStore
+from openfunctions.work._errors import GrantExpired, LeaseLost
+from openfunctions.work._lease import LeaseStore
 
 from .test_controller import CATALOG, PLAN, Counter
 

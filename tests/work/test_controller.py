@@ -14,7 +14,7 @@ import pytest
 
 from openfunctions.core import ToolError, define_tool
 from openfunctions.core.journal import read_records
-from openfunctions.work.errors import (
+from openfunctions.work._errors import (
     AttemptActive,
     EffectUncertain,
     GrantDenied,
@@ -25,7 +25,7 @@ from openfunctions.work.errors import (
     ProofInvalid,
     UnknownStep,
 )
-from openfunctions.work.lease import LeaseStore
+from openfunctions.work._lease import LeaseStore
 
 CATALOG = """
 [steps.bump]
@@ -191,7 +191,7 @@ async def test_uncertain_outcome_blocks_the_attempt_and_refuses_further_steps(en
     with pytest.raises(OperationUncertain, match=op_id):
         await ctl2.preview(PLAN, principal="agent")
     # ... until an operator resolves it (the inbox is read at the next call)
-    from openfunctions.work.resolutions import ResolutionInbox
+    from openfunctions.work._resolutions import ResolutionInbox
 
     await ResolutionInbox(env.work_dir).resolve(op_id, as_="not_applied", reason="checked: nothing was appended", by="test")
     prv = await ctl2.preview(PLAN, principal="agent")
@@ -336,7 +336,7 @@ async def test_expired_grant_blocks_and_nothing_runs(env):
     await ctl.start(prv["previewId"], principal="agent")
     while time.time() < g.expires_at.timestamp():  # wait for the wall clock to pass the expiry
         await anyio.sleep(0.05)
-    from openfunctions.work.errors import GrantExpired
+    from openfunctions.work._errors import GrantExpired
 
     with pytest.raises(GrantExpired, match="expired"):
         await ctl.run_step(principal="agent")
@@ -401,7 +401,7 @@ async def test_grant_revoked_after_verification_refuses_completion_and_blocks(en
 
 @pytest.mark.anyio
 async def test_completion_checks_each_distinct_plan_step_once(env):
-    from openfunctions.work.authority import Authority
+    from openfunctions.work._authority import Authority
 
     class CountingAuthority(Authority):
         def __init__(self, *a: Any) -> None:

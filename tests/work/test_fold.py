@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from openfunctions.core import OpenFunctionsError, ToolError, define_tool
 from openfunctions.core.journal import read_records
-from openfunctions.work.resolutions import ResolutionInbox
-from openfunctions.work.state import fold
+from openfunctions.work._resolutions import ResolutionInbox
+from openfunctions.work._state import fold
 
 from .conftest import WorkEnv
 from .test_controller import CATALOG

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from openfunctions.work.cli import add_commands
-from openfunctions.work.errors import GrantNotFound, GrantStoreCorrupt
-from openfunctions.work.grants import GrantStore, parse_ttl
+from openfunctions.work._errors import GrantNotFound, GrantStoreCorrupt
+from openfunctions.work._grants import GrantStore, parse_ttl
 
 pytestmark = pytest.mark.anyio
 
@@ -203,9 +203,9 @@ def test_issue_without_catalog_checks_the_servers_catalog_or_warns(tmp_path: Pat
 
 
 async def test_refusals_say_where_grants_were_read_and_how_to_name_a_principal(tmp_path: Path) -> None:
-    from openfunctions.work.authority import Authority
-    from openfunctions.work.catalog import Catalog
-    from openfunctions.work.errors import GrantDenied
+    from openfunctions.work._authority import Authority
+    from openfunctions.work._catalog import Catalog
+    from openfunctions.work._errors import GrantDenied
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "c.toml").write_text("version = 1\nworkspace = 'ws'\n[steps.snap]\nkind = 'fingerprint'\ndescription = 'd'\npaths = ['**']\n")

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from openfunctions.core import define_tool
-from openfunctions.work.errors import GrantRevoked, PathOutsideGrant, PlanInvalid
+from openfunctions.work._errors import GrantRevoked, PathOutsideGrant, PlanInvalid
 
 from .test_controller import CATALOG, PLAN
 
@@ -143,7 +143,7 @@ async def test_the_completion_fence_itself_rechecks_revocation(env):
 
 
 async def test_a_proof_whose_verifier_changed_the_subject_does_not_complete(env):
-    from openfunctions.work.errors import ProofInvalid
+    from openfunctions.work._errors import ProofInvalid
 
     env.write_catalog(CATALOG + '\n[steps.snap]\nkind = "fingerprint"\ndescription = "subject"\npaths = ["src/**"]\n')
     (env.ws / "src").mkdir()
@@ -173,7 +173,7 @@ async def test_a_proof_whose_verifier_changed_the_subject_does_not_complete(env)
 def test_slot_patterns_match_the_whole_value(tmp_path: Path) -> None:
     """Issue 19, item 10. main: "hello\\n" passed pattern [a-z]+ (Python's $ matches before a final newline)."""
     from openfunctions.core import ToolRegistry
-    from openfunctions.work.catalog import Catalog
+    from openfunctions.work._catalog import Catalog
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "c.toml").write_text(
@@ -196,7 +196,7 @@ def test_slot_patterns_match_the_whole_value(tmp_path: Path) -> None:
 def test_a_directory_swapped_for_a_symlink_right_after_mkdir_is_refused(tmp_path: Path, monkeypatch) -> None:
     """Issue 19, item 11. main: the re-open after mkdir sat outside the try block, so the swap escaped as a
     raw OSError (the write was recorded unknown and the attempt blocked) instead of a clean refusal."""
-    from openfunctions.work import steps
+    from openfunctions.work import _steps as steps
 
     ws = tmp_path / "ws"
     (ws / "src").mkdir(parents=True)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from openfunctions.core import new_id
-from openfunctions.work.recovery import replay, restore_plan
+from openfunctions.work._recovery import replay, restore_plan
 
 from .test_controller import CATALOG, PLAN, Counter
 
@@ -137,7 +137,7 @@ async def _died_after_write_intent(env):
     Returns ``(catalog, store)``; the controller is closed.
     """
     from openfunctions.artifacts import ArtifactStore
-    from openfunctions.work.steps import build_step_tools, prepare_reconciliation
+    from openfunctions.work._steps import build_step_tools, prepare_reconciliation
 
     from .test_crash import WRITE_CATALOG
 
@@ -164,7 +164,7 @@ async def _died_after_write_intent(env):
 
 @pytest.mark.anyio
 async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_again(env):
-    from openfunctions.work.steps import build_step_tools
+    from openfunctions.work._steps import build_step_tools
 
     catalog, store = await _died_after_write_intent(env)
     again = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
@@ -181,8 +181,8 @@ async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_agai
 
 @pytest.mark.anyio
 async def test_readback_mismatch_keeps_the_attempt_blocked(env):
-    from openfunctions.work.errors import EffectUncertain, ProofInvalid
-    from openfunctions.work.steps import build_step_tools
+    from openfunctions.work._errors import EffectUncertain, ProofInvalid
+    from openfunctions.work._steps import build_step_tools
 
     catalog, store = await _died_after_write_intent(env)
     (env.ws / "src" / "a.txt").write_text("something else entirely")  # neither intended nor prior
@@ -213,8 +213,8 @@ async def test_status_reads_the_same_before_and_after_a_restart(env):
 
 @pytest.mark.anyio
 async def test_an_attempt_bound_to_a_catalog_no_longer_run_fails_at_restart(env):
-    # the rule for `failed` (work/state.py): an attempt that can never go on
-    from openfunctions.work.errors import InvalidTransition, OperationUncertain
+    # the rule for `failed` (work/_state.py): an attempt that can never go on
+    from openfunctions.work._errors import InvalidTransition, OperationUncertain
 
     counter = Counter()
     ctl, att = await _started(env, counter)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from openfunctions.work.errors import InvalidTransition
-from openfunctions.work.state import STATES, TERMINAL, TRANSITIONS, Attempt, check_transition
+from openfunctions.work._errors import InvalidTransition
+from openfunctions.work._state import STATES, TERMINAL, TRANSITIONS, Attempt, check_transition
 
 
 def _attempt(state: str = "started") -> Attempt:

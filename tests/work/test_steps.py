@@ -15,8 +15,8 @@ import pytest
 
 from openfunctions.artifacts import ArtifactStore
 from openfunctions.core import ToolExecutionContext, ToolRegistry
-from openfunctions.work.catalog import Catalog
-from openfunctions.work.steps import build_step_tools, prepare_reconciliation
+from openfunctions.work._catalog import Catalog
+from openfunctions.work._steps import build_step_tools, prepare_reconciliation
 
 pytestmark = pytest.mark.anyio
 
@@ -325,7 +325,7 @@ async def test_write_file_atomic_with_prior_digest(env: Env) -> None:
     assert sorted(p.name for p in target.parent.iterdir()) == ["mod.py"]  # no temp files left
     # A lone surrogate is not UTF-8 text. (The core executor currently raises on such
     # params before the handler runs -- reported upstream -- so check the step's own guard.)
-    from openfunctions.work.errors import PlanInvalid
+    from openfunctions.work._errors import PlanInvalid
 
     with pytest.raises(PlanInvalid, match="lone surrogate"):
         prepare_reconciliation(env.catalog, env.catalog.step("write_src"), {"path": "src/bad", "content": "\ud800"})
@@ -437,8 +437,8 @@ async def test_command_readback_oracle_statuses(env: Env) -> None:
 
 def test_write_refuses_a_directory_swapped_for_a_symlink_after_the_check(tmp_path: Path) -> None:
     """Resolve, then an attacker swaps a directory for a symlink: the write must not follow it."""
-    from openfunctions.work.errors import PathOutsideGrant
-    from openfunctions.work.steps import write_atomically
+    from openfunctions.work._errors import PathOutsideGrant
+    from openfunctions.work._steps import write_atomically
 
     ws = tmp_path / "ws"
     (ws / "src" / "pkg").mkdir(parents=True)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from openfunctions.core import ToolRegistry, define_tool
-from openfunctions.work.catalog import Catalog
-from openfunctions.work.errors import CatalogInvalid, ReconcileFailed
-from openfunctions.work.steps import build_step_tools
+from openfunctions.work._catalog import Catalog
+from openfunctions.work._errors import CatalogInvalid, ReconcileFailed
+from openfunctions.work._steps import build_step_tools
 
 from .conftest import WorkEnv
 
@@ -167,7 +167,7 @@ async def test_a_tool_step_that_never_wrote_reconciles_as_not_done_and_runs_agai
 
 @pytest.mark.anyio
 async def test_a_readback_that_fails_or_answers_nonsense_is_inconclusive(env, tmp_path):
-    from openfunctions.work.steps import prepare_tool_reconciliation, reconcile_tool_effect
+    from openfunctions.work._steps import prepare_tool_reconciliation, reconcile_tool_effect
 
     catalog = env.write_catalog(CATALOG)
     step = catalog.step("set_rate")

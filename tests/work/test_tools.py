@@ -308,7 +308,7 @@ async def test_no_principal_means_no_authority(work):
 
 @pytest.mark.anyio
 async def test_reply_bounding_at_the_32_kib_edge(work):
-    from openfunctions.work.tools import WorkTools
+    from openfunctions.work._tools import WorkTools
 
     profile = work()
     tools = WorkTools(profile.controller, store=profile.store)
@@ -330,7 +330,7 @@ async def test_reply_bounding_at_the_32_kib_edge(work):
 
 @pytest.mark.anyio
 async def test_over_budget_verify_and_completion_replies_still_carry_the_proof_digest(work, env):
-    from openfunctions.work.tools import WorkTools
+    from openfunctions.work._tools import WorkTools
 
     # a workspace large enough that the proof's file maps push the verify reply over 32 KiB
     for i in range(400):
@@ -375,8 +375,8 @@ async def test_a_profile_without_catalog_serves_tools_that_say_what_is_missing(t
 
 
 def test_refusals_are_bounded_and_keep_only_scalar_details():
-    from openfunctions.work.errors import PlanInvalid
-    from openfunctions.work.tools import MAX_ERROR_CHARS, _refusal
+    from openfunctions.work._errors import PlanInvalid
+    from openfunctions.work._tools import MAX_ERROR_CHARS, _refusal
 
     err = _refusal(PlanInvalid("x" * 100_000, details={"step": "s", "violations": [{"big": "y" * 100_000}]}))
     assert len(err.message) == MAX_ERROR_CHARS and err.message.endswith("...")

@@ -11,11 +11,11 @@ import pytest
 
 from openfunctions.artifacts import ArtifactStore
 from openfunctions.core import ToolExecutionContext, ToolRegistry
-from openfunctions.work.catalog import Catalog
-from openfunctions.work.errors import ProofInvalid
-from openfunctions.work.grants import GrantStore
-from openfunctions.work.steps import build_step_tools
-from openfunctions.work.verification import (
+from openfunctions.work._catalog import Catalog
+from openfunctions.work._errors import ProofInvalid
+from openfunctions.work._grants import GrantStore
+from openfunctions.work._steps import build_step_tools
+from openfunctions.work._verification import (
     VerifierReceipt,
     build_proof,
     check_completion,

@@ -17,7 +17,7 @@ _count = os.environ.get("OPENFUNCTIONS_TEST_COUNT_WRITES")
 if _mark or _count:
     import time
 
-    from openfunctions.work import steps as _steps
+    from openfunctions.work import _steps
 
     _real = _steps.write_atomically
 

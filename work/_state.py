@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import InvalidTransition
+from ._errors import InvalidTransition
 
 State = Literal["previewed", "started", "running", "verifying", "verified", "completed", "blocked", "failed", "cancelled"]
 
@@ -206,7 +206,7 @@ class WorkState:
 
     The controller applies each record right after it is durable; recovery
     folds the whole journal with the same method (:func:`fold`). Record
-    formats: :mod:`openfunctions.work.records`.
+    formats: :mod:`openfunctions.work._records`.
     """
 
     previews: dict[str, dict[str, Any]] = field(default_factory=dict)

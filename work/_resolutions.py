@@ -5,7 +5,7 @@ appends one ``resolve`` record here (a core journal, kind
 ``work-resolutions``: write + fsync before it returns, its own flock held
 only for the append), also while a server runs. The controller reads the
 inbox lock-free and copies each record it has not seen into its attempt
-journal as a ``resolution`` record (format: :mod:`openfunctions.work.records`);
+journal as a ``resolution`` record (format: :mod:`openfunctions.work._records`);
 only that copy changes state, so the attempt journal alone still rebuilds it.
 
 Record ``resolve`` data: ``{v: 1, operation_id, as ("applied" | "not_applied"),
@@ -22,7 +22,7 @@ import anyio
 
 from openfunctions.core import utc_timestamp
 
-from .records import RESOLUTIONS_FILE, RESOLUTIONS_KIND
+from ._records import RESOLUTIONS_FILE, RESOLUTIONS_KIND
 
 RESOLVE = "resolve"
 VERDICTS = ("applied", "not_applied")

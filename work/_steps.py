@@ -1,6 +1,6 @@
 """Catalog steps as registry tools: ``of_step.<name>`` runs a step, ``of_oracle.<name>`` reads its effect back.
 
-:func:`build_step_tools` turns a :class:`~openfunctions.work.catalog.Catalog`
+:func:`build_step_tools` turns a :class:`~openfunctions.work._catalog.Catalog`
 into :class:`~openfunctions.core.ToolDefinition` objects for the work
 controller's *internal* registry. They execute through the one path
 (registry -> executor), so every step and oracle call has a receipt. Do not
@@ -100,9 +100,9 @@ from openfunctions.core.files import fsync_dir, write_atomic
 
 from ._paths import matching_pattern, resolve_in_workspace
 from ._procs import MARKER_ENV
-from .catalog import Catalog, StepSpec
-from .errors import CatalogInvalid, PathOutsideGrant, PlanInvalid, ReconcileFailed, WorkError
-from .verification import diff_fingerprints, file_sha256, fingerprint, open_regular
+from ._catalog import Catalog, StepSpec
+from ._errors import CatalogInvalid, PathOutsideGrant, PlanInvalid, ReconcileFailed, WorkError
+from ._verification import diff_fingerprints, file_sha256, fingerprint, open_regular
 
 DEFAULT_CAPTURE_LIMIT = 8 * 1024 * 1024
 INLINE_READ_BYTES = 16 * 1024

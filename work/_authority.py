@@ -1,7 +1,7 @@
 """Authority: the check that runs at every effect, from the trusted context only.
 
 ``await authority.check(principal=..., step=..., paths=[...], lease=...)``
-returns the :class:`~openfunctions.work.grants.Grant` that authorizes the
+returns the :class:`~openfunctions.work._grants.Grant` that authorizes the
 effect, or raises (in this order, so the error names the first thing that
 was refused):
 
@@ -17,7 +17,7 @@ was refused):
 4. :class:`LeaseLost` (raised by the lease hook) — custody was lost.
 
 Grants are re-read from the grants journal at every call (lock-free; see
-:mod:`openfunctions.work.grants`), so a revocation by the CLI while the server
+:mod:`openfunctions.work._grants`), so a revocation by the CLI while the server
 runs refuses the next effect.
 
 Grant ``paths`` constrain a step's *path parameters* (``path`` of
@@ -42,9 +42,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._paths import matching_pattern, resolve_in_workspace
-from .catalog import Catalog, StepSpec
-from .errors import GrantDenied, GrantExpired, GrantRevoked, LeaseLost, PathOutsideGrant
-from .grants import Grant, GrantStore, now_utc
+from ._catalog import Catalog, StepSpec
+from ._errors import GrantDenied, GrantExpired, GrantRevoked, LeaseLost, PathOutsideGrant
+from ._grants import Grant, GrantStore, now_utc
 
 
 class Authority:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, ToolExecutionContext, define_tool
 from openfunctions.core.schema import Validator, complete_strict_schema
 
-from .controller import DISPATCHED_ATTR, MAX_PLAN_STEPS, WorkController
+from ._controller import DISPATCHED_ATTR, MAX_PLAN_STEPS, WorkController
 
 REPLY_BUDGET = 32 * 1024
 MAX_ERROR_CHARS = 4000

@@ -62,7 +62,7 @@ import anyio.to_thread
 from openfunctions.core import canonical_json, new_id, utc_timestamp
 from openfunctions.core.files import ensure_private_dir, flock, open_private, try_flock, write_atomic
 
-from .errors import LeaseHeld, LeaseLost, WorkError
+from ._errors import LeaseHeld, LeaseLost, WorkError
 
 LEASE_VERSION = 1
 LEASE_FILE = "lease.json"

@@ -5,7 +5,7 @@ docs/formats/journal.md) segment per lease generation,
 ``<data-dir>/work/attempts/g<generation:010d>.jsonl``, written only by the
 holder of that generation, every record appended under the lease fence.
 Every record's ``data`` carries ``lease_generation`` (the controller adds
-it when appending). :meth:`openfunctions.work.state.WorkState.apply` is the
+it when appending). :meth:`openfunctions.work._state.WorkState.apply` is the
 only code that turns these records into attempt state: the controller
 applies each record right after it is durable, and recovery folds the
 journal with the same method, so the state before and after a restart is
@@ -36,7 +36,7 @@ outcome           attempt_id, operation_id, plan_index, step, effect, params, in
 transition        attempt_id, from, to, reason ({code, message, ...} or absent),               every state change
                   mutation_epoch (optional)
 verification      attempt_id, verificationId, passed, accepted, checks, fingerprintsStable,    ``of_work_verify`` finished
-                  mutation_epoch, proof (see work/verification.py), proofSummary, artifacts
+                  mutation_epoch, proof (see work/_verification.py), proofSummary, artifacts
 reconciliation    attempt_id, operation_id, step, verdict (applied | not_applied | partial |   ``of_work_reconcile`` (a readback)
                   mismatch | inconclusive | still_running; their meanings:
                   docs/formats/work-attempts.md), status (done | not_done |

@@ -51,9 +51,9 @@ from openfunctions.core import digest
 from openfunctions.core import utc_timestamp
 
 from ._paths import matches
-from .catalog import Catalog
-from .errors import ProofInvalid
-from .grants import Grant, now_utc
+from ._catalog import Catalog
+from ._errors import ProofInvalid
+from ._grants import Grant, now_utc
 
 PROOF_VERSION = 1
 _CHUNK = 1024 * 1024
@@ -237,7 +237,7 @@ class VerifierReceipt(BaseModel):
 
     @classmethod
     def from_evidence(cls, step: str, evidence: Mapping[str, Any] | None, *, receipt_id: str | None, accepted: bool) -> "VerifierReceipt":
-        """Build from a command step's evidence payload (see :mod:`openfunctions.work.steps`)."""
+        """Build from a command step's evidence payload (see :mod:`openfunctions.work._steps`)."""
         ev = evidence or {}
         return cls(
             step=step,

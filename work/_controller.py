@@ -24,8 +24,8 @@ command is still running) or an operator's resolution settles it, and it
 stays open across attempts (a new plan running the same non-idempotent step
 is refused until then).
 
-State: every record is built by :mod:`openfunctions.work.records` (the
-format table) and applied to :class:`~openfunctions.work.state.WorkState`
+State: every record is built by :mod:`openfunctions.work._records` (the
+format table) and applied to :class:`~openfunctions.work._state.WorkState`
 by its ``apply``, right after it is durable; recovery folds the journal with
 the same ``apply``. Nothing else changes attempt state (the two in-memory
 exceptions, a lost lease and an unrecordable outcome, apply a record that
@@ -64,9 +64,9 @@ from openfunctions.core import (
 
 from openfunctions.artifacts import find_artifact_ids
 
-from . import records as R
+from . import _records as R
 from ._procs import boot_id, kill_and_wait, live_processes, start_ticks
-from .errors import (
+from ._errors import (
     AttemptActive,
     AttemptNotFound,
     EffectUncertain,
@@ -83,14 +83,14 @@ from .errors import (
 )
 from ._custody import JOURNAL_KIND, SEGMENT_DIR, Custody
 from ._observer import DispatchObserver
-from .clock import SYSTEM_CLOCK, Clock, iso
-from .lease import Lease
-from .protocols import ArtifactStoreProtocol, AuthorityProtocol
-from .recovery import interrupted, restore_plan, settled_receipts, settled_status
-from .resolutions import ResolutionInbox
-from .state import Attempt, Operation, WorkState, check_transition, fold
+from ._clock import SYSTEM_CLOCK, Clock, iso
+from ._lease import Lease
+from ._protocols import ArtifactStoreProtocol, AuthorityProtocol
+from ._recovery import interrupted, restore_plan, settled_receipts, settled_status
+from ._resolutions import ResolutionInbox
+from ._state import Attempt, Operation, WorkState, check_transition, fold
 
-log = structlog.get_logger("openfunctions.work.controller")
+log = structlog.get_logger("openfunctions.work._controller")
 
 MAX_PLAN_STEPS = 200
 #: attribute set on an error raised after a step or verifier was dispatched
@@ -782,7 +782,7 @@ class WorkController:
         then its outcome (never moving the mutation epoch); a read-only one
         needs no intent.
         """
-        from .verification import VerifierReceipt, build_proof, environment_digest, input_manifest, subject_patterns
+        from ._verification import VerifierReceipt, build_proof, environment_digest, input_manifest, subject_patterns
 
         epoch = att.mutation_epoch
         patterns = subject_patterns(self.catalog)
@@ -832,7 +832,7 @@ class WorkController:
         }
 
     async def complete(self, *, principal: str | None) -> dict[str, Any]:
-        from .verification import Proof, check_completion, environment_digest
+        from ._verification import Proof, check_completion, environment_digest
 
         async with self._admission:
             self._require_custody()
@@ -1043,14 +1043,14 @@ class WorkController:
 
     async def _prepare_reconciliation(self, spec: Any, params: dict[str, Any]) -> dict[str, Any]:
         """Readback metadata saved with the intent (file IO: in a worker thread; a ``tool`` step: its capability's binding)."""
-        from .steps import prepare_reconciliation, prepare_tool_reconciliation
+        from ._steps import prepare_reconciliation, prepare_tool_reconciliation
 
         if spec.kind == "tool":
             return await prepare_tool_reconciliation(spec, self.registry.get(spec.tool_name), params)
         return await anyio.to_thread.run_sync(prepare_reconciliation, self.catalog, spec, params)
 
     async def _fingerprints(self, patterns: Any = None) -> dict[str, str]:
-        from .verification import fingerprint, subject_patterns
+        from ._verification import fingerprint, subject_patterns
 
         pats = tuple(patterns) if patterns else subject_patterns(self.catalog)
         return await anyio.to_thread.run_sync(fingerprint, self.catalog.workspace, pats)

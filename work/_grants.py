@@ -52,8 +52,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from openfunctions.core import new_id
 
 from ._paths import check_pattern
-from .catalog import STEP_NAME_RE
-from .errors import GrantNotFound, GrantStoreCorrupt
+from ._catalog import STEP_NAME_RE
+from ._errors import GrantNotFound, GrantStoreCorrupt
 
 GRANTS_FORMAT_VERSION = 1
 GRANTS_FILE = "grants.journal"

@@ -38,11 +38,11 @@ import structlog
 
 from openfunctions.core import ToolRegistry
 
-from .controller import WorkController
-from .errors import CatalogInvalid
-from .tools import REPLY_BUDGET, WORK_TOOL_NAMES, build_work_tools
+from ._controller import WorkController
+from ._errors import CatalogInvalid
+from ._tools import REPLY_BUDGET, WORK_TOOL_NAMES, build_work_tools
 
-log = structlog.get_logger("openfunctions.work.profile")
+log = structlog.get_logger("openfunctions.work._profile")
 
 CATALOG_ENV = "OPENFUNCTIONS_WORK_CATALOG"
 DEFAULT_QUOTA = 64 * 1024 * 1024
@@ -106,10 +106,10 @@ def build_work_profile(
     """
     from openfunctions.artifacts import ArtifactStore
 
-    from .authority import Authority
-    from .catalog import Catalog
-    from .grants import GrantStore
-    from .steps import build_step_tools
+    from ._authority import Authority
+    from ._catalog import Catalog
+    from ._grants import GrantStore
+    from ._steps import build_step_tools
 
     data_dir = Path(data_dir)
     path = resolve_catalog_path(data_dir, catalog_path)

@@ -2,7 +2,7 @@
 
 An agent never names a command or a tool: it picks a *step* from this catalog
 and fills only the parameters the step declares. Every step is bound to one
-registry tool (``of_step.<name>``, built by :mod:`openfunctions.work.steps`;
+registry tool (``of_step.<name>``, built by :mod:`openfunctions.work._steps`;
 a ``tool`` step runs the registered tool it names).
 
 File format (version 1; see ``work/example_catalog.toml`` and
@@ -83,7 +83,7 @@ from openfunctions.core.errors import NonJsonValue
 from openfunctions.core import Validator
 
 from ._paths import check_pattern
-from .errors import CatalogInvalid, PlanInvalid, UnknownStep
+from ._errors import CatalogInvalid, PlanInvalid, UnknownStep
 
 CATALOG_VERSION = 1
 STEP_TOOL_PREFIX = "of_step."

@@ -1,7 +1,7 @@
 """Recovery: what a restart concludes from the attempt journal, dispatching nothing.
 
 The state itself is rebuilt by folding the journal with
-:meth:`WorkState.apply` (:func:`openfunctions.work.state.fold`), the same
+:meth:`WorkState.apply` (:func:`openfunctions.work._state.fold`), the same
 method the live controller applies each record with. This module only
 decides what the journal cannot say by itself, in the reference design's
 order ("Recovery first accounts saved outputs, then recovers oracle, step
@@ -37,8 +37,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import records as R
-from .state import WorkState, fold
+from . import _records as R
+from ._state import WorkState, fold
 
 # the old name of the folded state (kept for callers of 0.x)
 Recovered = WorkState
@@ -115,7 +115,7 @@ def restore_plan(state: WorkState, catalog_digest: str | None = None) -> list[tu
 
     ``catalog_digest`` is the catalog the controller runs now: a live attempt
     bound to another one has *failed* (the rule for ``failed``, see
-    :mod:`openfunctions.work.state`).
+    :mod:`openfunctions.work._state`).
     """
     plan: list[tuple[str, str, dict[str, Any]]] = []
     for att in state.attempts.values():
