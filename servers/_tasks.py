@@ -60,8 +60,7 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from openfunctions.core import canonical_json
-from openfunctions.core import new_id
+from openfunctions.core import canonical_json, new_id
 
 from . import _task_records as rec
 from ._task_listen import TaskListen
@@ -167,6 +166,7 @@ class _Run:
     failure: BaseException | None = None
     cancel_requested: bool = False
     shutdown: bool = False
+    v1: bool = False  # a 2025-11-25 task-augmented call (no input requests during the task)
     progress_message: str | None = None
     # input_required: outstanding key -> request, answers so far, keys ever used
     pending: dict[str, Any] = field(default_factory=dict)
@@ -521,6 +521,9 @@ class TaskManager:
 
     async def _ask(self, run: _Run, requests: dict[str, Any]) -> dict[str, Any]:
         assert run.task_id is not None
+        if run.v1:
+            raise RuntimeError("input requests during a task need the 2026-07-28 tasks extension "
+                               "(io.modelcontextprotocol/tasks); this call is a 2025-11-25 task")
         reused = [k for k in requests if k in run.used_keys]
         if reused:
             raise ValueError(f"input request keys must be unique over a task's life; already used: {reused}")

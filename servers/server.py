@@ -61,6 +61,7 @@ from openfunctions.core import InvalidParams, ToolExecutionContext, ToolNotFound
 
 from ._constants import PRINCIPAL_SCOPE_KEY, RECEIPT_META_KEY
 from ._outstanding import Outstanding
+from ._tasks_v1 import TasksV1
 from ._tasks import (
     DEFAULT_POLL_INTERVAL_MS,
     DEFAULT_TASK_AFTER_S,
@@ -278,6 +279,7 @@ class OpenFunctionsServer:
         self.lowlevel.add_request_handler("tasks/update", _TaskUpdateParams, self._on_tasks_update)
         self.lowlevel.add_request_handler("tasks/cancel", _TaskParams, self._on_tasks_cancel)
         self.tasks.serve_listen(self.lowlevel, self._principal_for)  # notifications/tasks (subscriptions/listen)
+        self.lowlevel.middleware.append(TasksV1(self))  # 2025-11-25 task-augmented calls (_tasks_v1.py)
 
     # -- registration (resources and prompts) -------------------------------
 
