@@ -231,7 +231,9 @@ class LocalStore(Store):
         self._last: asyncio.Task[Any] | None = None
         self._failure: BaseException | None = None
         self._closed = False
-        self._ok = False  # open, not failed: the one flag the hot paths test
+        self._ok = False  # open, not failed
+        self._fast = False  # _ok and no write in flight: get's one test
+        self._data: dict[str, Entry] = self._state.data
         self._tail: list[tuple[str, dict[str, Any]]] | None = None  # records sent to the old journal during a compaction
         self._gate: asyncio.Event | None = None  # set while a compaction switches files: writes wait on it
         self._compacting: asyncio.Task[None] | None = None
@@ -239,6 +241,8 @@ class LocalStore(Store):
 
     def _refresh(self) -> None:
         self._ok = not self._closed and self._log is not None and self._failure is None
+        self._fast = self._ok and not self._pending
+        self._data = self._state.data
 
     # -- open / recovery ----------------------------------------------------
     @classmethod
@@ -411,6 +415,7 @@ class LocalStore(Store):
         self._last = task
         for k in keys:
             self._pending[k] = task
+        self._fast = False
 
         def done(t: asyncio.Task[Any], keys: list[str] = keys) -> None:
             for k in keys:
@@ -418,6 +423,7 @@ class LocalStore(Store):
                     del self._pending[k]
             if not t.cancelled() and t.exception() is not None and self._failure is None:
                 self._failure = t.exception()
+            if not self._pending:
                 self._refresh()
 
         task.add_done_callback(done)
@@ -441,9 +447,12 @@ class LocalStore(Store):
     # -- the interface --------------------------------------------------------
     async def get(self, key: str) -> Entry | None:
         # The hot path (bench/bench_store.py): a key found in the state was checked when it was
-        # written, so a hit on an open store with no write in flight needs no other test.
-        if type(key) is str and self._ok and not self._pending:
-            e = self._state.data.get(key)
+        # written, so a hit on an open store with no write in flight (``_fast``) needs no other test.
+        if self._fast:
+            try:
+                e = self._data.get(key)
+            except TypeError:  # unhashable: the checks below say what is wrong with it
+                e = None
             if e is not None:
                 return e
         if not (type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES and "\x00" not in key):
