@@ -24,7 +24,7 @@ unclassified tool), so it holds a write barrier while the model thinks.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +32,8 @@ import anyio
 import structlog
 
 from openfunctions.adapters import (
-    AdapterError,
     ChatOptions,
+    MalformedResponse,
     Message,
     SamplingAdapter,
     ToolCall,
@@ -62,6 +62,7 @@ log = structlog.get_logger("openfunctions.agents")
 
 RUN_ID_KEY = "openfunctions.run_id"
 _RESULT_SINK = "openfunctions.agent_result"
+_RUN_OPTIONS = "openfunctions.agent_run_options"
 SUBMIT_TOOL = "submit_output"
 TOOL_RESULT_CHARS = 32768
 TASK_SCHEMA = {
@@ -109,6 +110,33 @@ class RunResult:
         return out
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """Per-run extras for an embedding host (the chat agent): not part of the agent's declaration.
+
+    - ``history``: earlier turns placed between the system prompt and the task
+      (user/assistant text messages of a conversation).
+    - ``system``: the system prompt for this run instead of the agent's
+      ``instructions`` (e.g. the instructions plus per-turn context); the run
+      record's ``instructions_sha256`` is of the prompt actually used.
+    - ``on_event``: ``async (event: dict) -> None``, awaited in order:
+      ``{"type": "text", "text"}`` (a streamed delta, or a whole reply's text),
+      ``{"type": "tool_call", "round", "id", "name", "arguments"}`` before a
+      tool runs, ``{"type": "tool_result", "round", "id", "name", "receipt_id",
+      "outcome", "error_code", "is_error", "content"}`` after it settled. An
+      exception it raises is logged and ignored (an observer never ends a run).
+    - ``stream``: ask the model through ``adapter.stream`` (text deltas as they come).
+
+    Applies to the top-level run only; delegated runs do not inherit it.
+    """
+
+    history: Sequence[Message] = ()
+    system: str | None = None
+    on_event: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    stream: bool = False
+
+
+_NO_OPTIONS = RunOptions()
 _COMPILED: dict[str, tuple[Any, Any]] = {}
 
 
@@ -140,6 +168,18 @@ def _tool(*, name: str, description: str, input_schema: dict[str, Any], handler:
 
 async def _accept(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return {"accepted": True}
+
+
+EVENT_CONTENT_CHARS = 4000
+
+
+async def _emit(opts: RunOptions, event: dict[str, Any]) -> None:
+    if opts.on_event is None:
+        return
+    try:
+        await opts.on_event(event)
+    except Exception as exc:
+        log.warning("run_observer_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 async def _progress(ctx: ToolExecutionContext, n: float, total: float, message: str) -> None:
@@ -309,11 +349,18 @@ class AgentRuntime:
         return tool
 
     # -- running -----------------------------------------------------------
-    async def run(self, agent: Agent, task: str, context: ToolExecutionContext | None = None) -> RunResult:
-        """Run ``agent`` on ``task`` as a call of its ``agent_<name>`` tool, through the executor."""
+    async def run(self, agent: Agent, task: str, context: ToolExecutionContext | None = None, *,
+                  options: RunOptions | None = None) -> RunResult:
+        """Run ``agent`` on ``task`` as a call of its ``agent_<name>`` tool, through the executor.
+
+        ``options`` (:class:`RunOptions`): conversation history, a per-run system prompt, an event observer.
+        """
         sink: list[RunResult] = []
         ctx = context or ToolExecutionContext()
-        ctx = ctx.replace(metadata={**dict(ctx.metadata), _RESULT_SINK: sink})
+        extra: dict[str, Any] = {_RESULT_SINK: sink}
+        if options is not None:
+            extra[_RUN_OPTIONS] = options
+        ctx = ctx.replace(metadata={**dict(ctx.metadata), **extra})
         detailed = await self.registry.executor.execute_detailed(self.agent_tool(agent), {"task": task}, ctx)
         if sink:
             result = sink[0]
@@ -347,7 +394,7 @@ class AgentRuntime:
             inner = with_child_execution(ctx, scopes=agent.scopes)
         else:
             inner = ctx.replace(scopes=ctx.scopes if agent.scopes is None else ctx.scopes & agent.scopes)
-        meta = {k: v for k, v in dict(ctx.metadata).items() if k != _RESULT_SINK}
+        meta = {k: v for k, v in dict(ctx.metadata).items() if k not in (_RESULT_SINK, _RUN_OPTIONS)}
         meta[RUN_ID_KEY] = run_id
         return inner.replace(metadata=meta, progress=None)
 
@@ -364,10 +411,12 @@ class AgentRuntime:
         except OpenFunctionsError as exc:
             adapter, adapter_error = None, exc
         meta = ctx.metadata if isinstance(ctx.metadata, Mapping) else {}
+        opts = meta.get(_RUN_OPTIONS)
+        opts = opts if isinstance(opts, RunOptions) else _NO_OPTIONS
         started = R.started(
             run_id=run_id, agent=agent.name, crew=crew,
             provider=getattr(adapter, "provider", "unresolved"), model=getattr(adapter, "model", agent.model or "unresolved"),
-            instructions=agent.instructions, tools=[{"name": t.name, "spec_sha256": t.spec_sha256} for t in tools],
+            instructions=opts.system if opts.system is not None else agent.instructions, tools=[{"name": t.name, "spec_sha256": t.spec_sha256} for t in tools],
             limits=lim.to_dict(), task=task, principal=ctx.principal, parent_run_id=meta.get(RUN_ID_KEY),
             parent_receipt_id=ctx.receipt_id,
         )
@@ -378,9 +427,9 @@ class AgentRuntime:
                 raise adapter_error
             if lim.timeout_s is not None:
                 with anyio.fail_after(lim.timeout_s):
-                    await self._rounds(agent, task, ctx, adapter, view, synthetic, tools, result)
+                    await self._rounds(agent, task, ctx, adapter, view, synthetic, tools, result, opts)
             else:
-                await self._rounds(agent, task, ctx, adapter, view, synthetic, tools, result)
+                await self._rounds(agent, task, ctx, adapter, view, synthetic, tools, result, opts)
         except cancelled:
             result.status = "cancelled"
             result.error = {"code": "cancelled", "message": "the run was cancelled"}
@@ -414,17 +463,18 @@ class AgentRuntime:
             await self.runs.append(R.CLAIM, R.claim(run_id=result.run_id, agent=result.agent, text=result.text or ""))
 
     async def _rounds(self, agent: Agent, task: str, ctx: ToolExecutionContext, adapter: Any, view: ToolRegistry,
-                      synthetic: ToolRegistry, tools: list[ToolDefinition], result: RunResult) -> None:
+                      synthetic: ToolRegistry, tools: list[ToolDefinition], result: RunResult,
+                      opts: RunOptions = _NO_OPTIONS) -> None:
         lim = agent.limits
-        system = agent.instructions
+        system = opts.system if opts.system is not None else agent.instructions
         if agent.output_schema is not None:
             system += f"\n\nWhen you are done, call {SUBMIT_TOOL} with your answer; its arguments are your output."
-        messages = [Message.system(system), Message.user(task)]
+        messages = [Message.system(system), *opts.history, Message.user(task)]
         options = ChatOptions(max_tokens=lim.max_tokens, temperature=lim.temperature)
         inner = self._inner_context(agent, ctx, result.run_id)
         calls_made = 0
         for n in range(1, lim.max_rounds + 1):
-            reply = await adapter.chat(messages, tools, options)
+            reply = await self._ask(adapter, messages, tools, options, opts)
             result.rounds = n
             result.usage = result.usage + reply.usage
             records: list[dict[str, Any]] = []
@@ -445,7 +495,11 @@ class AgentRuntime:
                 if calls_made > lim.max_tool_calls:
                     await self._round(result, n, reply, records)
                     raise ToolError(f"the run asked for more than {lim.max_tool_calls} tool calls", code="tool_call_limit")
+                await _emit(opts, {"type": "tool_call", "round": n, "id": call.id, "name": call.name,
+                                   "arguments": call.arguments})
                 text, is_error, rec, submitted = await self._call(call, view, synthetic, inner)
+                await _emit(opts, {"type": "tool_result", "round": n, **rec, "is_error": is_error,
+                                   "content": text[:EVENT_CONTENT_CHARS]})
                 records.append(rec)
                 if rec.get("receipt_id"):
                     result.receipts.append(rec["receipt_id"])
@@ -459,6 +513,24 @@ class AgentRuntime:
                 return
             await _progress(ctx, n, lim.max_rounds, f"{agent.name}: round {n}, {len(records)} tool call(s)")
         result.status = "max_rounds"
+
+    async def _ask(self, adapter: Any, messages: list[Message], tools: list[ToolDefinition], options: ChatOptions,
+                   opts: RunOptions) -> Any:
+        """One model call: ``adapter.chat``, or ``adapter.stream`` with text deltas observed as they arrive."""
+        if not (opts.stream and opts.on_event is not None):
+            reply = await adapter.chat(messages, tools, options)
+            if reply.text:
+                await _emit(opts, {"type": "text", "text": reply.text})
+            return reply
+        reply = None
+        async for event in adapter.stream(messages, tools, options):
+            if event.type == "text" and event.text:
+                await _emit(opts, {"type": "text", "text": event.text})
+            elif event.type == "done":
+                reply = event.reply
+        if reply is None:
+            raise MalformedResponse(f"the {getattr(adapter, 'provider', '?')} stream ended without its final reply")
+        return reply
 
     async def _round(self, result: RunResult, n: int, reply: Any, records: list[dict[str, Any]]) -> None:
         # Not waited for: its fsync overlaps the next model call, and the run's
@@ -486,7 +558,7 @@ class AgentRuntime:
 
     # -- crews ---------------------------------------------------------------
     async def _run_crew(self, crew: Crew, task: str, ctx: ToolExecutionContext) -> dict[str, Any]:
-        crew_ctx = ctx.replace(metadata={k: v for k, v in dict(ctx.metadata).items() if k != _RESULT_SINK})
+        crew_ctx = ctx.replace(metadata={k: v for k, v in dict(ctx.metadata).items() if k not in (_RESULT_SINK, _RUN_OPTIONS)})
 
         async def one(agent: Agent, agent_task: str) -> RunResult:
             sink: list[RunResult] = []
@@ -530,11 +602,11 @@ class AgentRuntime:
 
 
 async def run_agent(agent: Agent, task: str, *, registry: ToolRegistry, runs: MemoryRunLog | None = None,
-                    context: ToolExecutionContext | None = None) -> RunResult:
+                    context: ToolExecutionContext | None = None, options: RunOptions | None = None) -> RunResult:
     """Run ``agent`` once over ``registry`` (its own tools are registered if absent); see :class:`AgentRuntime`."""
     rt = AgentRuntime(registry, runs)
     rt._register_own(agent)
-    return await rt.run(agent, task, context)
+    return await rt.run(agent, task, context, options=options)
 
 
-__all__ = ["AgentRuntime", "RUN_ID_KEY", "RunResult", "SUBMIT_TOOL", "run_agent"]
+__all__ = ["AgentRuntime", "RUN_ID_KEY", "RunOptions", "RunResult", "SUBMIT_TOOL", "run_agent"]

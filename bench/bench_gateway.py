@@ -11,6 +11,15 @@ gateway, since every microsecond it adds shows. Modes, rounds interleaved
   this process, then ``registry.execute_detailed("mcp__up__noop")``: the
   same one stdio hop, plus our executor (validation, scheduling, receipt)
   and the result conversion — what the gateway itself costs;
+- ``pass-through proxy (SDK)``: the peer for the second hop: the SDK's
+  low-level ``Server`` on the SDK's ``stdio_server``, whose ``tools/call``
+  handler forwards to the upstream with ``mcp.Client`` and returns its
+  result — no validation, policy, scheduling, receipt or journal: what any
+  stdio proxy written with the SDK costs;
+- ``pass-through proxy (our stdio)``: the same proxy on our stdio transport
+  (``openfunctions.servers.stdio_transport``), so the gap between it and the
+  served gateway is only what the gateway does per call (executor, receipt,
+  result conversion);
 - ``served gateway``: ``mcp.Client`` -> ``openfunctions-mcp serve --profile
   gateway`` (``--no-journal``) -> upstream: two stdio hops;
 - ``served gateway, journal on``: the same with the default execution
@@ -22,6 +31,9 @@ per-round ratios mode/direct, and writes the table into docs/PERFORMANCE.md
 
     python bench/bench_gateway.py            # full (~1-2 min)
     python bench/bench_gateway.py --quick    # smoke run
+
+``--serve-proxy ENTRY_JSON [--proxy-transport sdk|ours]`` runs the
+pass-through proxy (the server side of the proxy modes).
 """
 
 from __future__ import annotations
@@ -60,6 +72,33 @@ def _upstream_entry(data_dir: Path) -> dict[str, Any]:
             "env": {"PYTHONPATH": _env()["PYTHONPATH"], "PATH": os.environ.get("PATH", "")}}
 
 
+async def serve_proxy(entry: dict[str, Any], transport: str) -> None:
+    """The pass-through proxy: the SDK's low-level server forwarding tools/list and tools/call to one upstream."""
+    import mcp_types as types
+    from mcp import Client, StdioServerParameters
+    from mcp.server.lowlevel import Server
+
+    async with Client(StdioServerParameters(command=entry["command"], args=entry["args"], env=entry.get("env")),
+                      mode="legacy", cache=None) as upstream:
+        async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+            return await upstream.list_tools()
+
+        async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+            return await upstream.call_tool(params.name, params.arguments)
+
+        server: Server[Any] = Server("pass-through-proxy", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+        if transport == "sdk":
+            from mcp.server.stdio import stdio_server
+
+            wire: Any = stdio_server()
+        else:
+            from openfunctions.servers import stdio_transport
+
+            wire = stdio_transport()
+        async with wire as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+
 async def bench(n: int, rounds: int, tmp: Path) -> tuple[list[list[object]], dict[str, list[float]]]:
     from mcp import Client, StdioServerParameters
 
@@ -80,6 +119,13 @@ async def bench(n: int, rounds: int, tmp: Path) -> tuple[list[list[object]], dic
         entry = _upstream_entry(tmp / "up-direct")
         direct = await stack.enter_async_context(Client(
             StdioServerParameters(command=entry["command"], args=entry["args"], env=_env()), mode="legacy", cache=None))
+        def proxy_params(data: str, transport: str) -> StdioServerParameters:
+            up = {**_upstream_entry(tmp / data), "env": _env()}
+            return StdioServerParameters(command=sys.executable, env=_env(), args=[
+                str(BENCH / "bench_gateway.py"), "--serve-proxy", json.dumps(up), "--proxy-transport", transport])
+
+        proxy_sdk = await stack.enter_async_context(Client(proxy_params("up-proxy-sdk", "sdk"), mode="legacy", cache=None))
+        proxy_ours = await stack.enter_async_context(Client(proxy_params("up-proxy-ours", "ours"), mode="legacy", cache=None))
         served = await stack.enter_async_context(Client(gateway_params("gw", "--no-journal"), mode="legacy", cache=None))
         journaled = await stack.enter_async_context(Client(gateway_params("gw-journal"), mode="legacy", cache=None))
         registry = ToolRegistry()
@@ -95,6 +141,14 @@ async def bench(n: int, rounds: int, tmp: Path) -> tuple[list[list[object]], dic
             d = await registry.execute_detailed("mcp__up__noop", {})
             assert d.ok, d.error
 
+        async def call_proxy_sdk() -> None:
+            r = await proxy_sdk.call_tool("noop", {})
+            assert not r.is_error, r.content
+
+        async def call_proxy_ours() -> None:
+            r = await proxy_ours.call_tool("noop", {})
+            assert not r.is_error, r.content
+
         async def call_served() -> None:
             r = await served.call_tool("mcp__up__noop", {})
             assert not r.is_error, r.content
@@ -104,6 +158,7 @@ async def bench(n: int, rounds: int, tmp: Path) -> tuple[list[list[object]], dic
             assert not r.is_error, r.content
 
         modes = {"direct": call_direct, "mounted (library)": call_library,
+                 "pass-through proxy (SDK)": call_proxy_sdk, "pass-through proxy (our stdio)": call_proxy_ours,
                  "served gateway": call_served, "served gateway, journal on": call_journaled}
         for fn in modes.values():  # warm up every path
             for _ in range(20):
@@ -120,12 +175,15 @@ async def bench(n: int, rounds: int, tmp: Path) -> tuple[list[list[object]], dic
             print(f"  round {r + 1}/{rounds}: " + ", ".join(
                 f"{k} {per_round[k][-1] * 1e3:.3f} ms" for k in modes), flush=True)
     rows = []
+    proxy = "pass-through proxy (our stdio)"
     for name in modes:
         ratios = [m / d for m, d in zip(per_round[name], per_round["direct"])]
         added = [m - d for m, d in zip(per_round[name], per_round["direct"])]
+        over_proxy = [m / p for m, p in zip(per_round[name], per_round[proxy])]
         rows.append([name, f"{median(lat[name]) * 1e3:.3f}", f"{statistics.quantiles(lat[name], n=20)[18] * 1e3:.3f}",
                      "—" if name == "direct" else f"{median(added) * 1e3:+.3f}",
-                     "1.00x (peer)" if name == "direct" else f"{median(ratios):.2f}x"])
+                     "1.00x (peer)" if name == "direct" else f"{median(ratios):.2f}x",
+                     f"{median(over_proxy):.2f}x" if name.startswith("served") else "—"])
     return rows, lat
 
 
@@ -135,14 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="rounds (default 10; 3 with --quick)")
     ap.add_argument("--calls", type=int, default=None, help="calls per mode per round (default 200; 50 with --quick)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/PERFORMANCE.md alone")
+    ap.add_argument("--serve-proxy", metavar="ENTRY_JSON", help="run the pass-through proxy to this upstream entry (internal)")
+    ap.add_argument("--proxy-transport", choices=("sdk", "ours"), default="sdk", help="the proxy's stdio transport")
     args = ap.parse_args(argv)
+    if args.serve_proxy:
+        anyio.run(serve_proxy, json.loads(args.serve_proxy), args.proxy_transport)
+        return 0
     rounds = args.rounds or (3 if args.quick else 10)
     n = args.calls or (50 if args.quick else 200)
     print(f"bench_gateway: no-op upstream tool over stdio, {rounds} rounds x {n} calls per mode", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         rows, _ = anyio.run(bench, n, rounds, Path(tmp))
     body = table(["mode", "median latency (ms)", "p95 (ms)", "added vs direct (ms, paired median)",
-                  "mode/direct (paired median)"], rows)
+                  "mode/direct (paired median)", "served/proxy on our stdio (paired median)"], rows)
     print(body)
     if not args.no_write:
         load = os.getloadavg()[0]

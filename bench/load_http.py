@@ -7,7 +7,8 @@ protocol 2026-07-28). For 50, 200 and 1,000 clients it measures, per server:
 calls/s, latency p50/p99, server CPU per call (from /proc), and errors.
 
 Peers: ``openfunctions-mcp serve --transport http --stateless`` (journal on:
-every call writes and fsyncs a start and a receipt) and the SDK's
+every call's receipt is fsynced before its reply; ``of_hash_text`` declares
+``effect: read``, so it has no start record) and the SDK's
 ``MCPServer`` with the same tool, stateless with JSON responses, under the
 same uvicorn. ``--profile`` also runs our server once under cProfile and
 prints where its CPU goes.
@@ -135,11 +136,14 @@ async def _load(port: int, clients: int, seconds: float) -> tuple[list[float], l
 
 
 def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[subprocess.Popen, int]:
+    """``kind``: ``ours`` (journal on), ``ours-no-journal`` (the same server with ``--no-journal``) or ``sdk``."""
     port = free_port()
-    if kind == "ours":
+    if kind.startswith("ours"):
         prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile_out)] if profile_out else [])
         argv = prefix + ["-m", "openfunctions.servers", "serve", "--transport", "http", "--stateless", "--port", str(port),
                          "--data-dir", str(data_dir), "--max-connections", "3000", "--keep-alive-timeout", "60"]
+        if kind == "ours-no-journal":
+            argv.append("--no-journal")
     else:
         argv = [sys.executable, "-c", SDK_SERVER, str(port)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -243,8 +247,8 @@ def main() -> None:
              "At 200 and 1,000 clients the one-process load generator and the server compete for the cores (and, "
              "on the shared machine, with other work): those rows measure contention more than the server, and at "
              "1,000 clients each client gets about one call in; the server-CPU-per-call column (from /proc) is the "
-             "robust comparison. Target (issue 19): ≥ 1.5× the SDK's calls/s — not met; the per-call cost in the "
-             "executor and journal is helper `tasks`'s to cut (see the profile).")
+             "robust comparison. Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
+             "`server` section (its `http load x50` row and CPU split) for where our CPU per call goes.")
     if args.profile:
         prof = profile(args.seconds)
         print(prof)

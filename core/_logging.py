@@ -50,6 +50,7 @@ def configure_logging(level: str = "warning") -> None:
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
+        logger.setLevel(logging.NOTSET)  # uvicorn.Config(log_level=...) sets one; ours decides
 
 
 # Safe default at import: nothing on stdout, warnings and up on stderr.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,7 @@ class _Call:
     value: Any = None
     result: ToolResult | None = None
     result_sha256: str | None = None
+    on_settled: Callable[[DetailedResult], None] | None = None
 
 
 class ToolExecutor:
@@ -151,12 +153,19 @@ class ToolExecutor:
 
     async def execute_detailed(
         self, tool: ToolDefinition, params: Any, context: ToolExecutionContext | None = None, *,
-        receipt_id: str | None = None,
+        receipt_id: str | None = None, on_settled: Callable[[DetailedResult], None] | None = None,
     ) -> DetailedResult:
         """Run ``tool`` through the pipeline. ``receipt_id``: an id the caller
         assigned beforehand (a task names its receipt before the handler runs);
-        by default a fresh one."""
+        by default a fresh one.
+
+        ``on_settled(detailed)``: called once the call settled (its receipt
+        persisted), with what this method returns, and also when the call is
+        cancelled, just before the cancellation propagates: a host that
+        cancelled a call itself (a shutdown) can still answer it with its receipt.
+        """
         call = self._capture_identity(tool, context or _EMPTY_CTX, receipt_id)
+        call.on_settled = on_settled
         cancelled_exc = anyio.get_cancelled_exc_class()
         try:
             self._capture(call, params)
@@ -164,6 +173,9 @@ class ToolExecutor:
             await self._resolve_policy(call)
         except OpenFunctionsError as exc:
             return await self._settle(call, "rejected", "known", exc)
+        except cancelled_exc:  # an awaited policy decision: nothing ran
+            await self._settle(call, "cancelled", "known", ExecutionCancelled("cancelled before admission"))
+            raise
         try:
             await self._admit(call)
         except cancelled_exc:
@@ -175,6 +187,9 @@ class ToolExecutor:
         # From here on the reservation is held; _settle releases it after on_settled.
         try:
             await self._persist_start(call)
+        except cancelled_exc:  # the handler never ran (a start written meanwhile is settled by this receipt)
+            await self._settle(call, "cancelled", "known", ExecutionCancelled("cancelled while its start record was written"))
+            raise
         except OpenFunctionsError as exc:
             return await self._settle(call, "rejected", "known", exc)
         except Exception as exc:  # a sink bug is still a refusal: the handler never ran
@@ -329,7 +344,10 @@ class ToolExecutor:
             finally:
                 if call.owns_reservation and call.reservation is not None:
                     call.reservation.release()
-        return self._deliver(call, receipt, result, error)
+        detailed = self._deliver(call, receipt, result, error)
+        if call.on_settled is not None:
+            call.on_settled(detailed)
+        return detailed
 
     def _receipt(
         self,

@@ -3,12 +3,24 @@
 A schema's ``$schema`` selects its dialect; without one we use 2020-12 (the
 MCP default). Draft-07 is accepted too. Validators are compiled once per
 schema object (``Validator``) and reused for every call.
+
+Fast path: most tool schemas are plain objects of typed properties. For a
+schema that uses only the keywords listed in :data:`FAST_KEYWORDS` (whose
+meaning is the same in both dialects), ``Validator`` also compiles a plain
+Python predicate, once, and a call whose instance passes it is valid without
+walking jsonschema's iterators (about 10x cheaper per call). The predicate only
+ever *accepts*: an instance it does not accept, or a schema using any other
+keyword (``$ref``, ``format``, ``patternProperties``, ...), goes through
+jsonschema exactly as before, so every violation message comes from there.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import operator
+import re
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
@@ -36,7 +48,7 @@ def _json_path(parts: Any) -> str:
 class Validator:
     """A compiled validator for one schema, in the dialect its ``$schema`` selects."""
 
-    __slots__ = ("schema", "dialect", "_v", "_trivial")
+    __slots__ = ("schema", "dialect", "_v", "_trivial", "_accepts")
 
     def __init__(self, schema: dict[str, Any], *, what: str = "schema") -> None:
         if not isinstance(schema, dict):
@@ -57,9 +69,14 @@ class Validator:
         self._v = cls(schema, format_checker=cls.FORMAT_CHECKER)
         # `{"type": "object"}` with nothing else is common and needs no walk.
         self._trivial = schema in ({"type": "object"}, {})
+        #: A predicate that accepts only valid instances (see the module docstring), or None.
+        self._accepts = compile_fast_check(schema)
 
     def violations(self, instance: Any) -> list[dict[str, str]]:
         if self._trivial and (not self.schema or isinstance(instance, dict)):
+            return []
+        accepts = self._accepts
+        if accepts is not None and accepts(instance):
             return []
         errors = sorted(self._v.iter_errors(instance), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         return [{"path": _json_path(e.absolute_path), "message": _clip(_json_message(e))} for e in errors]
@@ -73,6 +90,192 @@ class Validator:
         found = self.violations(payload)
         if found:
             raise InvalidOutput(_summarize(f"output of tool {tool!r} does not match its output schema", found), details=_capped(found))
+
+
+# -- fast path -----------------------------------------------------------------
+
+#: Keywords with no effect on validity (annotations), skipped by the fast path.
+_ANNOTATION_KEYWORDS = frozenset({
+    "$schema", "$comment", "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly",
+})
+#: Keywords the fast path compiles; a (sub)schema with any other keyword has no fast path.
+FAST_KEYWORDS = frozenset({
+    "type", "enum", "const", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "anyOf",
+})
+
+Check = Callable[[Any], bool]
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+# jsonschema's type checker for both dialects (draft 6 on: an integral float is an integer).
+_TYPE_TESTS: dict[str, Check] = {
+    "object": lambda x: isinstance(x, dict),
+    "array": lambda x: isinstance(x, list),
+    "string": lambda x: isinstance(x, str),
+    "boolean": lambda x: isinstance(x, bool),
+    "null": lambda x: x is None,
+    "number": _is_number,
+    "integer": lambda x: (isinstance(x, int) and not isinstance(x, bool)) or (isinstance(x, float) and x.is_integer()),
+}
+
+
+def _all(checks: list[Check]) -> Check:
+    if not checks:
+        return lambda x: True
+    if len(checks) == 1:
+        return checks[0]
+    tup = tuple(checks)
+    return lambda x: all(c(x) for c in tup)
+
+
+def compile_fast_check(schema: Any) -> Check | None:
+    """A predicate true only for instances valid against ``schema``, or None when ``schema`` leaves the fast subset.
+
+    Mirrors jsonschema's keyword semantics exactly for :data:`FAST_KEYWORDS`
+    (each keyword applies only to instances of its type, as there). ``False``
+    from the predicate proves nothing: the caller then asks jsonschema.
+    """
+    if schema is True:
+        return lambda x: True
+    if not isinstance(schema, dict):
+        return None
+    if any(k not in FAST_KEYWORDS and k not in _ANNOTATION_KEYWORDS for k in schema):
+        return None
+    checks: list[Check] = []
+    if "type" in schema:
+        t = schema["type"]
+        names = [t] if isinstance(t, str) else t
+        if not isinstance(names, list) or not names or any(n not in _TYPE_TESTS for n in names):
+            return None
+        tests = tuple(_TYPE_TESTS[n] for n in names)
+        checks.append(tests[0] if len(tests) == 1 else (lambda x: any(f(x) for f in tests)))
+    for key in ("enum", "const"):
+        if key not in schema:
+            continue
+        values = schema["enum"] if key == "enum" else [schema["const"]]
+        # Strings only: jsonschema's equality treats 1, 1.0 and True specially.
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+            return None
+        checks.append(_one_of(frozenset(values)))
+    if not _string_checks(schema, checks) or not _number_checks(schema, checks):
+        return None
+    if not _object_checks(schema, checks) or not _array_checks(schema, checks):
+        return None
+    if "anyOf" in schema:
+        subs = schema["anyOf"]
+        if not isinstance(subs, list) or not subs:
+            return None
+        compiled = [compile_fast_check(s) for s in subs]
+        if any(c is None for c in compiled):
+            return None
+        branches = tuple(c for c in compiled if c is not None)
+        checks.append(lambda x: any(c(x) for c in branches))
+    return _all(checks)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _string_checks(schema: dict[str, Any], checks: list[Check]) -> bool:
+    lo, hi, pattern = schema.get("minLength"), schema.get("maxLength"), schema.get("pattern")
+    if (lo is not None and not _count(lo)) or (hi is not None and not _count(hi)):
+        return False
+    if lo is not None or hi is not None:
+        lo_, hi_ = lo or 0, hi
+        checks.append(lambda x: not isinstance(x, str) or (len(x) >= lo_ and (hi_ is None or len(x) <= hi_)))
+    if pattern is not None:
+        if not isinstance(pattern, str):
+            return False
+        try:
+            search = re.compile(pattern).search
+        except re.error:
+            return False
+        checks.append(lambda x: not isinstance(x, str) or search(x) is not None)
+    return True
+
+
+def _one_of(allowed: frozenset[str]) -> Check:
+    return lambda x: isinstance(x, str) and x in allowed
+
+
+# keyword -> the comparison that makes an instance fail it (as jsonschema words it)
+_BOUND_FAILS: dict[str, Callable[[Any, Any], bool]] = {
+    "minimum": operator.lt, "maximum": operator.gt, "exclusiveMinimum": operator.le, "exclusiveMaximum": operator.ge,
+}
+
+
+def _bound(fails: Callable[[Any, Any], bool], bound: Any) -> Check:
+    return lambda x: not _is_number(x) or not fails(x, bound)
+
+
+def _number_checks(schema: dict[str, Any], checks: list[Check]) -> bool:
+    for key, fails in _BOUND_FAILS.items():
+        if key in schema:
+            if not _is_number(schema[key]):
+                return False
+            checks.append(_bound(fails, schema[key]))
+    return True
+
+
+def _object_checks(schema: dict[str, Any], checks: list[Check]) -> bool:
+    props = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if not isinstance(props, dict) or not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return False
+    compiled: dict[str, Check] = {}
+    for name, sub in props.items():
+        c = compile_fast_check(sub)
+        if c is None:
+            return False
+        compiled[name] = c
+    closed = extra is False
+    extra_check = None if extra is True or closed else compile_fast_check(extra)
+    if extra_check is None and not (extra is True or closed):
+        return False
+    if not compiled and not required and extra is True:
+        return True
+    need = tuple(required)
+
+    def check_object(x: Any) -> bool:
+        if not isinstance(x, dict):
+            return True
+        for name in need:
+            if name not in x:
+                return False
+        for key, value in x.items():
+            c = compiled.get(key)
+            if c is not None:
+                if not c(value):
+                    return False
+            elif closed:
+                return False
+            elif extra_check is not None and not extra_check(value):
+                return False
+        return True
+
+    checks.append(check_object)
+    return True
+
+
+def _array_checks(schema: dict[str, Any], checks: list[Check]) -> bool:
+    lo, hi = schema.get("minItems"), schema.get("maxItems")
+    if (lo is not None and not _count(lo)) or (hi is not None and not _count(hi)):
+        return False
+    if lo is not None or hi is not None:
+        lo_, hi_ = lo or 0, hi
+        checks.append(lambda x: not isinstance(x, list) or (len(x) >= lo_ and (hi_ is None or len(x) <= hi_)))
+    if "items" in schema:
+        item = compile_fast_check(schema["items"])  # a list (draft-07 tuple form) or false: no fast path
+        if item is None:
+            return False
+        checks.append(lambda x: not isinstance(x, list) or all(item(v) for v in x))
+    return True
 
 
 def _capped(found: list[dict[str, str]]) -> dict[str, Any]:
@@ -258,7 +461,7 @@ def strict_violations(schema: Any) -> list[str]:
 
 
 __all__ = [
-    "Validator", "DEFAULT_DIALECT", "SUPPORTED_DIALECTS", "MAX_VIOLATIONS", "JSON_TYPES", "jsonschema",
+    "Validator", "DEFAULT_DIALECT", "FAST_KEYWORDS", "compile_fast_check", "SUPPORTED_DIALECTS", "MAX_VIOLATIONS", "JSON_TYPES", "jsonschema",
     "accepts_null", "complete_strict_schema", "strict_violations",
 ]
 

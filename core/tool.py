@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any, Literal, get_type_hints
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
 
 from .canonical import canonical_json, check_json, digest
 from .errors import NonJsonValue, ToolDefinitionError
@@ -67,6 +67,17 @@ class Capability(BaseModel):
     synchronously), ``optional`` (long calls become tasks for clients that
     declared the extension), ``required`` (clients that did not declare it
     are refused).
+
+    ``prepare_reconciliation`` / ``reconcile_effect`` (both or neither) bind
+    a readback of the tool's effect, for a caller that must settle a call
+    whose outcome is unknown without running it again (the work
+    controller's ``tool`` steps): ``prepare_reconciliation(params)`` returns
+    JSON metadata to save *before* the call runs (e.g. the prior state);
+    ``reconcile_effect(params, metadata)`` reads the effect back afterwards
+    and returns ``{"status": "applied" | "not_applied" | "partial" |
+    "inconclusive", "observed": {...}, "reason": "..."}``. Either may be a
+    plain function (run in a worker thread) or async. They are code, so
+    they are not part of the spec (nor its digest).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -77,10 +88,23 @@ class Capability(BaseModel):
     required_scopes: tuple[str, ...] = ()
     requires_verification: bool = False
     task_support: Literal["forbidden", "optional", "required"] = "forbidden"
+    prepare_reconciliation: Callable[..., Any] | None = Field(default=None, exclude=True)
+    reconcile_effect: Callable[..., Any] | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Capability:
+        if (self.prepare_reconciliation is None) != (self.reconcile_effect is None):
+            raise ValueError("prepare_reconciliation and reconcile_effect are declared together (both or neither)")
+        return self
 
     @property
     def requires_authority(self) -> bool:
         return bool(self.required_scopes)
+
+    @property
+    def reconcilable(self) -> bool:
+        """Whether the tool binds a readback of its effect (see the class docstring)."""
+        return self.reconcile_effect is not None
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,7 +196,14 @@ def _as_schema(schema: Any, what: str) -> dict[str, Any]:
     raise ToolDefinitionError(f"{what} must be a JSON Schema object or a pydantic model class")
 
 
-def _wrap_sync(fn: Callable[..., Any]) -> Handler:
+def _wrap_sync(fn: Callable[..., Any], blocking: bool = True) -> Handler:
+    if not blocking:  # declared quick and non-blocking: no thread hop (see define_tool)
+        async def run_inline(params: dict[str, Any], ctx: Any) -> Any:
+            return fn(params, ctx)
+
+        run_inline.__wrapped__ = fn  # type: ignore[attr-defined]
+        return run_inline
+
     async def run_in_thread(params: dict[str, Any], ctx: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, params, ctx)
 
@@ -193,10 +224,17 @@ def define_tool(
     annotations: ToolAnnotations | Mapping[str, Any] | None = None,
     meta: Mapping[str, Any] | None = None,
     capability: Capability | Mapping[str, Any] | None = None,
+    blocking: bool = True,
 ) -> ToolDefinition:
     """Define a tool whose handler takes ``(params: dict, ctx: ToolExecutionContext)``.
 
-    A sync handler runs in a worker thread. Schemas are checked now, so a
+    A sync handler runs in a worker thread, so a slow or blocking one never
+    stalls the event loop. ``blocking=False`` declares a sync handler quick
+    and non-blocking (pure computation on bounded input, no I/O, no locks):
+    it is then called on the event loop, which saves the thread hand-over
+    (two thread switches, about 0.1-0.5 ms per call on a busy machine). It
+    changes only where the handler runs, not what the tool is: it is not part
+    of the spec or its digest, and it has no effect on an async handler. Schemas are checked now, so a
     malformed definition fails at import time, not at the first call.
 
     A closed input schema (``additionalProperties: false`` at its root) is
@@ -223,7 +261,7 @@ def define_tool(
         annotations = ToolAnnotations.model_validate(dict(annotations))
     if isinstance(capability, Mapping):
         capability = Capability.model_validate(dict(capability))
-    fn: Handler = handler if inspect.iscoroutinefunction(handler) else _wrap_sync(handler)
+    fn: Handler = handler if inspect.iscoroutinefunction(handler) else _wrap_sync(handler, blocking)
     t = ToolDefinition(
         name=name,
         description=description,
@@ -266,7 +304,9 @@ def tool(
     trusted context. The return annotation becomes the output schema: an
     object type is used as is, anything else is wrapped as ``{"result": ...}``
     (the MCP SDK's convention). The docstring is the description.
+    ``blocking=False`` runs a sync function on the event loop (see :func:`define_tool`).
     """
+    blocking = kwargs.pop("blocking", True)
 
     if name is not None and not callable(name) and not isinstance(name, str):
         raise ToolDefinitionError(f"tool(): the name must be a string, got {describe_object(name)}")
@@ -319,6 +359,8 @@ def tool(
                 call_kwargs[ctx_param] = ctx
             if is_async:
                 value = await fn(**call_kwargs)
+            elif not blocking:
+                value = fn(**call_kwargs)
             else:
                 value = await anyio.to_thread.run_sync(lambda: fn(**call_kwargs))
             if adapter is not None:

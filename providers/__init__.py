@@ -6,13 +6,14 @@
   ``context`` and ``context:<id>``; :func:`context_prompt`,
   :func:`compose_prompt`, :func:`auto_tool_guide`, :func:`check_provider_health`.
 - :class:`McpProvider`: another MCP server (stdio or streamable HTTP) whose
-  tools are mounted as ``mcp__<server>__<tool>`` and run through our executor;
+  tools are mounted as ``mcp__<server>__<tool>`` and run through our executor
+  (its prompts as ``mcp__<server>__<prompt>``);
   :class:`Gateway` / :func:`build_gateway_profile`: several of them, from an
   ``mcpServers`` JSON file (``serve --profile gateway --upstreams FILE``).
 """
 
 from ._config import UpstreamConfig, load_upstreams, parse_upstreams
-from ._errors import ProviderError, ProviderUnavailable, UpstreamConfigError, UpstreamUnavailable
+from ._errors import ProviderError, ProviderUnavailable, UpstreamConfigError, UpstreamError, UpstreamUnavailable
 from ._gateway import Gateway, build_gateway_profile
 from ._mcp import UPSTREAM_META_KEY, ConnectedMcpProvider, McpProvider, mounted_name
 from ._provider import (
@@ -33,7 +34,7 @@ from ._provider import (
 __all__ = [
     "CONTEXT_TAG", "DOMAINS", "UPSTREAM_META_KEY", "ConnectedMcpProvider", "ConnectedProvider", "ContextProvider",
     "Gateway", "McpProvider", "ProviderError", "ProviderHealth", "ProviderUnavailable", "UpstreamConfig",
-    "UpstreamConfigError", "UpstreamUnavailable", "auto_tool_guide", "build_gateway_profile",
+    "UpstreamConfigError", "UpstreamError", "UpstreamUnavailable", "auto_tool_guide", "build_gateway_profile",
     "check_provider_health", "compose_prompt", "connect_provider", "context_prompt", "define_provider",
     "load_upstreams", "mounted_name", "parse_upstreams", "provider_tags",
 ]

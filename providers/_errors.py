@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from openfunctions.core import ConfigurationError, OpenFunctionsError
 
 
@@ -33,4 +35,17 @@ class UpstreamUnavailable(ProviderError):
     code = "upstream_unavailable"
 
 
-__all__ = ["ProviderError", "ProviderUnavailable", "UpstreamConfigError", "UpstreamUnavailable"]
+class UpstreamError(ProviderError):
+    """An upstream refused a request or did not answer in time (outside a tool call, where a
+    :class:`~openfunctions.core.ToolError` carries the same codes): ``upstream_error``,
+    ``upstream_timeout``, ``upstream_unknown_prompt``."""
+
+    code = "upstream_error"
+
+    def __init__(self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details=details)
+        if code is not None:
+            self.code = code
+
+
+__all__ = ["ProviderError", "ProviderUnavailable", "UpstreamConfigError", "UpstreamError", "UpstreamUnavailable"]

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import mcp_types as types
 import structlog
+from mcp.shared.exceptions import MCPError
 
 from openfunctions.core import ToolDefinition, ToolRegistry
 
 from ._config import UpstreamConfig, load_upstreams
-from ._errors import ProviderUnavailable, UpstreamConfigError
+from ._errors import ProviderError, ProviderUnavailable, UpstreamConfigError
 from ._mcp import ConnectedMcpProvider, McpProvider
 from ._provider import DEFAULT_CONTEXT_TIMEOUT_S, ProviderHealth, check_provider_health, context_prompt
 
@@ -46,6 +48,8 @@ class Gateway:
         self.providers = [McpProvider(c, errlog=errlog) for c in upstreams]
         self.connected: list[ConnectedMcpProvider] = []
         self._listeners: list[Callable[[], Awaitable[None]]] = []
+        self._server: Any = None
+        self._served_prompts: set[str] = set()
 
     @property
     def instructions(self) -> str:
@@ -57,6 +61,7 @@ class Gateway:
         for p in self.providers:
             c = await p.connect(wait=False)
             c.on_tools_changed(self._tools_changed)
+            c.on_prompts_changed(self._prompts_changed)
             await c.mount(self.registry)
             self.connected.append(c)
         async with anyio.create_task_group() as tg:
@@ -71,10 +76,14 @@ class Gateway:
 
     def install(self, server: Any) -> None:
         """Called by the MCP server that serves the registry: tell its clients when our tool set changes,
-        and serve two resources: each upstream's health (JSON) and the upstreams' context block (markdown)."""
+        serve the upstreams' prompts as ``mcp__<server>__<prompt>`` (kept in step with them), and serve two
+        resources: each upstream's health (JSON) and the upstreams' context block (markdown)."""
         notify = getattr(server, "notify_tools_changed", None)
         if notify is not None:
             self._listeners.append(notify)
+        if hasattr(server, "add_prompt") and hasattr(server, "remove_prompt"):
+            self._server = server
+            self._sync_prompts()
         add_resource = getattr(server, "add_resource", None)
         if add_resource is not None:
             add_resource(HEALTH_URI, "gateway-upstreams", "application/json", self._health_json,
@@ -94,6 +103,47 @@ class Gateway:
                 await cb()
             except Exception as exc:
                 log.warning("tools_changed_notify_failed", error=str(exc))
+
+    def _sync_prompts(self) -> bool:
+        """Bring the server's mounted prompts in step with the upstreams'; True if anything changed."""
+        server = self._server
+        if server is None:
+            return False
+        wanted: dict[str, tuple[ConnectedMcpProvider, dict[str, Any]]] = {}
+        for c in self.connected:
+            for p in c.prompts():
+                wanted.setdefault(p["name"], (c, p))
+        changed = False
+        for name in self._served_prompts - set(wanted):
+            server.remove_prompt(name)
+            changed = True
+        for name, (c, p) in wanted.items():
+            server.add_prompt(name, p["description"], p["arguments"], self._prompt_renderer(c, name), title=p["title"])
+            changed = changed or name not in self._served_prompts
+        self._served_prompts = set(wanted)
+        return changed
+
+    @staticmethod
+    def _prompt_renderer(connected: ConnectedMcpProvider, name: str) -> Callable[[dict[str, str]], Awaitable[dict[str, Any]]]:
+        async def render(arguments: dict[str, str]) -> dict[str, Any]:
+            try:
+                result = await connected.get_prompt(name, arguments)
+            except ProviderError as exc:
+                upstream_code = exc.details.get("upstream_code")
+                code = types.INVALID_PARAMS if upstream_code == types.INVALID_PARAMS else types.INTERNAL_ERROR
+                raise MCPError(code, exc.message, data={"code": exc.code, **exc.details}) from None
+            return {**result, "resultType": "complete"}
+
+        return render
+
+    async def _prompts_changed(self) -> None:
+        if self._sync_prompts():
+            notify = getattr(self._server, "notify_prompts_changed", None)
+            if notify is not None:
+                try:
+                    await notify()
+                except Exception as exc:
+                    log.warning("prompts_changed_notify_failed", error=str(exc))
 
     async def health(self) -> list[ProviderHealth]:
         return await check_provider_health(self.connected)

@@ -42,18 +42,26 @@ Failure semantics (each a clear error; the gateway keeps serving):
   registry brought in step (added, removed, replaced); the server that
   installed the gateway tells its own clients.
 
+Prompts: an upstream's prompts are offered as ``mcp__<server>__<prompt>``
+(:meth:`ConnectedMcpProvider.prompts`, :meth:`ConnectedMcpProvider.get_prompt`),
+followed on ``notifications/prompts/list_changed`` like tools. A prompt is
+text for the host to show or send, not an action: ``prompts/get`` is
+forwarded as it is (no executor, no receipt), as the server does for its
+own prompts.
+
 ``close()`` must run in the task that called ``connect()`` (the background
 supervisor lives in a task group opened there, as anyio requires).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import anyio
 import mcp_types as types
@@ -61,7 +69,7 @@ import structlog
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from openfunctions.core import (
     Capability,
@@ -78,7 +86,7 @@ from openfunctions.core import (
 from openfunctions.core import TOOL_NAME_RE
 
 from ._config import UpstreamConfig
-from ._errors import UpstreamUnavailable
+from ._errors import UpstreamError, UpstreamUnavailable
 from ._provider import ContextProvider, ProviderHealth, provider_tags
 
 log = structlog.get_logger("openfunctions.providers.mcp")
@@ -98,21 +106,21 @@ _NOT_RUN_CODES = frozenset({types.INVALID_PARAMS, types.METHOD_NOT_FOUND, types.
 
 OnToolsChanged = Callable[[], Awaitable[None]]
 
+# A tools/call result is taken as the wire dict (after the SDK's protocol
+# validation of it): no typed model to build and dump again, and no second
+# output-schema check (our executor checks the structured output against the
+# same schema, the one that counts for the receipt).
+_RAW_RESULT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
 
 def mounted_name(server: str, tool: str) -> str:
     """``mcp__<server>__<tool>`` with characters invalid in our tool names replaced by ``_``."""
     return f"{MOUNT_PREFIX}__{server}__{_INVALID_CHAR.sub('_', tool)}"
 
 
-def _approx_size(value: Any) -> int:
-    """Roughly the JSON size of ``value`` (string lengths plus a little per item), without serializing it."""
-    if isinstance(value, str):
-        return len(value) + 2
-    if isinstance(value, dict):
-        return sum(len(str(k)) + 4 + _approx_size(v) for k, v in value.items()) + 2
-    if isinstance(value, (list, tuple)):
-        return sum(_approx_size(v) + 1 for v in value) + 2
-    return 8
+def _json_size(value: Any) -> int:
+    """The compact JSON length of ``value`` in characters (the C encoder: cheaper than walking it in Python)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
 class McpProvider(ContextProvider):
@@ -164,6 +172,9 @@ class ConnectedMcpProvider:
         self._registry: ToolRegistry | None = None
         self._registered: dict[str, ToolDefinition] = {}
         self._listeners: list[OnToolsChanged] = []
+        self._prompts: dict[str, types.Prompt] = {}  # mounted name -> the upstream's prompt
+        self._prompts_changed = anyio.Event()
+        self._prompt_listeners: list[OnToolsChanged] = []
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -193,6 +204,10 @@ class ConnectedMcpProvider:
     def on_tools_changed(self, callback: OnToolsChanged) -> None:
         """Call ``callback()`` after the mounted tool set changed (a server re-announces its list)."""
         self._listeners.append(callback)
+
+    def on_prompts_changed(self, callback: OnToolsChanged) -> None:
+        """Call ``callback()`` after the upstream's prompt list changed (or came or went with the connection)."""
+        self._prompt_listeners.append(callback)
 
     # -- the supervisor --------------------------------------------------------
 
@@ -234,6 +249,8 @@ class ConnectedMcpProvider:
             self._mark_lost(f"the upstream sent malformed JSON-RPC ({type(message).__name__}: {str(message)[:200]})")
         elif isinstance(message, types.ToolListChangedNotification):
             self._changed.set()
+        elif isinstance(message, types.PromptListChangedNotification):
+            self._prompts_changed.set()
 
     def _mark_lost(self, reason: str) -> None:
         if not self._lost.is_set():
@@ -253,6 +270,7 @@ class ConnectedMcpProvider:
                 with anyio.CancelScope(deadline=anyio.current_time() + self.config.connect_timeout) as deadline:
                     async with client:
                         await self._sync(client)
+                        await self._sync_prompts(client)
                         deadline.deadline = math.inf
                         self._client, was_up = client, True
                         self._connects += 1
@@ -268,8 +286,10 @@ class ConnectedMcpProvider:
                                  protocol=self.protocol_version)
                         try:
                             await self._notify_listeners()
+                            await self._notify_listeners(self._prompt_listeners)
                             async with anyio.create_task_group() as inner:
                                 inner.start_soon(self._follow_changes, client)
+                                inner.start_soon(self._follow_prompt_changes, client)
                                 await self._lost.wait()
                                 inner.cancel_scope.cancel()
                         finally:
@@ -334,8 +354,21 @@ class ConnectedMcpProvider:
             if changed:
                 await self._notify_listeners()
 
-    async def _notify_listeners(self) -> None:
-        for cb in list(self._listeners):
+    async def _follow_prompt_changes(self, client: Client) -> None:
+        while True:
+            await self._prompts_changed.wait()
+            self._prompts_changed = anyio.Event()
+            try:
+                with anyio.fail_after(self.config.connect_timeout):
+                    changed = await self._sync_prompts(client)
+            except Exception as exc:
+                log.warning("upstream_prompt_relist_failed", server=self.config.name, error=self._describe_failure(exc))
+                continue
+            if changed:
+                await self._notify_listeners(self._prompt_listeners)
+
+    async def _notify_listeners(self, listeners: list[OnToolsChanged] | None = None) -> None:
+        for cb in list(self._listeners if listeners is None else listeners):
             try:
                 await cb()
             except Exception as exc:
@@ -455,6 +488,64 @@ class ConnectedMcpProvider:
                 reg.unregister(name)
         self._registered.clear()
 
+    # -- prompts ---------------------------------------------------------------
+
+    async def _sync_prompts(self, client: Client) -> bool:
+        """List the upstream's prompts (if it has any); True if the mounted set changed."""
+        prompts: dict[str, types.Prompt] = {}
+        if client.server_capabilities.prompts is not None:
+            cursor: str | None = None
+            for _ in range(MAX_LIST_PAGES):
+                page = await client.list_prompts(cursor=cursor)
+                for prompt in page.prompts:
+                    name = mounted_name(self.config.name, prompt.name)
+                    if name in prompts:
+                        log.warning("upstream_prompt_problem", server=self.config.name, prompt=prompt.name,
+                                    problem=f"left out: it maps to {name!r}, as does {prompts[name].name!r}")
+                        continue
+                    prompts[name] = prompt
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        before = {n: p.model_dump() for n, p in self._prompts.items()}
+        self._prompts = prompts
+        return before != {n: p.model_dump() for n, p in prompts.items()}
+
+    def prompts(self) -> list[dict[str, Any]]:
+        """The upstream's prompts as mounted: ``{"name", "title", "description", "arguments", "upstream"}``."""
+        out = []
+        for name, p in self._prompts.items():
+            out.append({
+                "name": name, "title": p.title, "description": p.description, "upstream": p.name,
+                "arguments": [a.model_dump(by_alias=True, exclude_none=True) for a in p.arguments or ()],
+            })
+        return out
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> dict[str, Any]:
+        """``prompts/get`` on the upstream for the mounted prompt ``name``: the upstream's result, as wire JSON.
+
+        Raises :class:`UpstreamUnavailable` when it is not connected, :class:`UpstreamError`
+        (codes ``upstream_error``, ``upstream_timeout``, ``upstream_unknown_prompt``) when the upstream refuses or does not answer.
+        """
+        prompt = self._prompts.get(name)
+        if prompt is None:
+            raise UpstreamError(f"upstream MCP server {self.config.name!r} has no prompt mounted as {name!r}",
+                                code="upstream_unknown_prompt", details={"server": self.config.name, "prompt": name})
+        client = await self._ready_client()
+        try:
+            with anyio.fail_after(self.config.timeout):
+                result = await client.get_prompt(prompt.name, arguments or None)
+        except TimeoutError:
+            raise UpstreamError(f"upstream {self.config.name!r} did not answer prompts/get {prompt.name!r} within "
+                                f"{self.config.timeout:g} s", code="upstream_timeout",
+                                details={"server": self.config.name, "prompt": prompt.name}) from None
+        except MCPError as exc:
+            raise UpstreamError(f"upstream {self.config.name!r} answered prompts/get {prompt.name!r} with JSON-RPC "
+                                f"error {exc.error.code}: {exc.error.message}", code="upstream_error",
+                                details={"server": self.config.name, "prompt": prompt.name,
+                                         "upstream_code": exc.error.code}) from None
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
     # -- calls -----------------------------------------------------------------
 
     async def _ready_client(self) -> Client:
@@ -488,9 +579,10 @@ class ConnectedMcpProvider:
             await ctx.report_progress(done, total, message)
 
         try:
+            request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=params))
             with anyio.fail_after(self.config.timeout):
-                result = await client.call_tool(
-                    tool, params, progress_callback=progress if ctx.progress is not None else None)
+                result: dict[str, Any] = await client.session.send_request(
+                    request, cast(Any, _RAW_RESULT), progress_callback=cast(Any, progress) if ctx.progress is not None else None)
         except TimeoutError:
             raise ToolError(
                 f"upstream {name!r} did not answer {tool!r} within {self.config.timeout:g} s; the call was "
@@ -526,10 +618,17 @@ class ConnectedMcpProvider:
             ) from None
         return self._convert(tool, result)
 
-    def _convert(self, tool: str, result: types.CallToolResult) -> ToolResult:
-        content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
-        structured = result.structured_content
-        size = _approx_size(content) + (_approx_size(structured) if structured is not None else 0)
+    def _convert(self, tool: str, result: dict[str, Any]) -> ToolResult:
+        """The upstream's wire result (protocol-validated by the SDK) as ours: content, structuredContent, isError unchanged."""
+        content = result.get("content")
+        structured = result.get("structuredContent")
+        if not isinstance(content, list) or not (structured is None or isinstance(structured, dict)):
+            raise ToolError(
+                f"upstream {self.config.name!r} returned a result for {tool!r} without a content list"
+                + ("" if structured is None or isinstance(structured, dict) else " (structuredContent is not an object)"),
+                code="upstream_invalid_result", effect_happened=None, details={"server": self.config.name, "tool": tool},
+            )
+        size = _json_size(content) + (_json_size(structured) if structured is not None else 0)
         limit = self.config.max_result_bytes
         if size > limit:
             raise ToolError(
@@ -538,7 +637,7 @@ class ConnectedMcpProvider:
                 code="upstream_result_too_large", effect_happened=True,
                 details={"server": self.config.name, "tool": tool, "bytes": size, "limit": limit},
             )
-        return ToolResult(content=content, structured=structured, is_error=bool(result.is_error))
+        return ToolResult(content=content, structured=structured, is_error=result.get("isError") is True)
 
     # -- context and health ----------------------------------------------------
 
@@ -582,6 +681,8 @@ class ConnectedMcpProvider:
         }
         if self._problems:
             details["tool_problems"] = dict(self._problems)
+        if self._prompts:
+            details["prompts"] = len(self._prompts)
         if self._client is not None:
             return ProviderHealth(cfg.name, "up", None, tools=len(self._tools), details=details)
         return ProviderHealth(cfg.name, "down", self.last_error or "not connected yet", tools=len(self._tools), details=details)

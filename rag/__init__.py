@@ -14,7 +14,7 @@ Command line: ``openfunctions-mcp rag ingest PATH...`` / ``rag search QUERY``.
 See docs/STATE.md.
 """
 
-from openfunctions.store import Embedder, LexicalEmbedder, MiniLMEmbedder, create_embedder
+from openfunctions.store import Embedder, LexicalEmbedder, MiniLMEmbedder, OpenAIEmbedder, create_embedder
 
 from ._chunk import Chunker
 from ._demo import demo_session
@@ -28,6 +28,6 @@ create_tools = create_rag_tools  # the seed's rag.createTools()
 
 __all__ = [
     "ChunkNotFound", "Chunker", "DocumentTooLarge", "Embedder", "IndexMismatch", "IngestResult", "InvalidRagInput",
-    "LexicalEmbedder", "MiniLMEmbedder", "PgVectorIndex", "Rag", "RagError", "RagNotOpen", "RagProfile", "StoreIndex",
+    "LexicalEmbedder", "MiniLMEmbedder", "OpenAIEmbedder", "PgVectorIndex", "Rag", "RagError", "RagNotOpen", "RagProfile", "StoreIndex",
     "build_rag_profile", "create_embedder", "create_rag_tools", "create_tools", "demo_session", "open_rag",
 ]

@@ -30,7 +30,7 @@ pgvector (:class:`PgVectorIndex`), tables (component ``rag`` in ``of_schema``)::
                                                                       vector column has one dimension
 
 Search orders by ``embedding <=> query`` (cosine distance) under
-``hnsw.ef_search`` (default 100); ``exact=True`` disables index scans for
+``hnsw.ef_search`` (default 100, set per connection); ``exact=True`` disables index scans for
 a brute-force answer (what the benchmark measures recall against).
 """
 
@@ -40,6 +40,7 @@ import base64
 import json
 import re
 import struct
+import weakref
 from typing import Any
 
 import anyio
@@ -234,6 +235,7 @@ class PgVectorIndex:
 
         self._sql = sql
         self._table = sql.Identifier(f"of_rag_chunks_{name}")
+        self._ef_set: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search per connection
         self._hnsw = sql.Identifier(f"of_rag_chunks_{name}_hnsw")
 
     @classmethod
@@ -285,17 +287,34 @@ class PgVectorIndex:
         async with self.pool.connection() as conn:
             await conn.execute(self._sql.SQL("DROP INDEX IF EXISTS {}").format(self._hnsw))
 
-    async def build_hnsw(self, *, maintenance_work_mem: str = "1GB") -> None:
-        """(Re)build the HNSW index in one pass (after a bulk load); blocks writes to the index meanwhile."""
+    async def build_hnsw(self, *, m: int = 16, ef_construction: int = 64, maintenance_work_mem: str = "1GB",
+                         parallel_workers: int | None = None) -> None:
+        """(Re)build the HNSW index in one pass (after a bulk load); blocks writes to the index meanwhile.
+
+        ``m`` (links per node, 2..100) and ``ef_construction`` (candidate list while building,
+        4..1000, at least ``2 * m``) are pgvector's HNSW build parameters (its defaults: 16, 64);
+        larger ones give better recall for a slower build. ``parallel_workers`` sets
+        ``max_parallel_maintenance_workers`` for the build (pgvector >= 0.6 builds in parallel).
+        An existing HNSW index is kept as it is: :meth:`drop_hnsw` first to rebuild with others.
+        """
         if not re.fullmatch(r"\d{1,6}(kB|MB|GB)", maintenance_work_mem):
             raise InvalidRagInput(f"maintenance_work_mem {maintenance_work_mem!r}: use e.g. '512MB' or '1GB'")
+        for what, v, lo, hi in (("m", m, 2, 100), ("ef_construction", ef_construction, 4, 1000)):
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                raise InvalidRagInput(f"HNSW {what} must be an integer from {lo} to {hi}, got {v!r}")
+        if ef_construction < 2 * m:
+            raise InvalidRagInput(f"HNSW ef_construction ({ef_construction}) must be at least 2 * m ({2 * m})")
+        sql = self._sql
         async with self.pool.connection() as conn:
             async with conn.transaction():
-                await conn.execute(self._sql.SQL("SET LOCAL maintenance_work_mem = {}").format(
-                    self._sql.Literal(maintenance_work_mem)))
-                await conn.execute(self._sql.SQL(
-                    "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
-                        self._hnsw, self._table))
+                await conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem)))
+                if parallel_workers is not None:
+                    await conn.execute(sql.SQL("SET LOCAL max_parallel_maintenance_workers = {}").format(
+                        sql.Literal(max(0, int(parallel_workers)))))
+                await conn.execute(sql.SQL(
+                    "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops) "
+                    "WITH (m = {}, ef_construction = {})").format(
+                        self._hnsw, self._table, sql.Literal(m), sql.Literal(ef_construction)))
 
     async def get_doc(self, doc_id: str) -> dict[str, Any] | None:
         import psycopg
@@ -352,24 +371,35 @@ class PgVectorIndex:
             raise self._unavailable(exc, write=True) from None
 
     async def search(self, query: list[float], k: int, *, exact: bool = False) -> list[dict[str, Any]]:
+        """The ``k`` nearest chunks by cosine distance.
+
+        HNSW search is one statement: ``hnsw.ef_search`` is set per connection (a session
+        setting, sent only when a connection's value differs from the wanted one) instead of
+        ``SET LOCAL`` inside a transaction, which cost three more round trips per query
+        (measured in bench/bench_rag_recall.py). ``exact=True`` runs in a transaction with index
+        scans off: the brute-force answer the benchmark measures recall against.
+        """
         import psycopg
 
         q = _vector_text(query)
+        ef = max(self.ef_search, k)
+        stmt = self._sql.SQL(
+            "SELECT s.doc_id, s.n, s.text, s.score, d.source, d.title FROM ("
+            "SELECT doc_id, n, text, embedding <=> %s::vector AS dist, 1 - (embedding <=> %s::vector) AS score "
+            "FROM {} ORDER BY embedding <=> %s::vector LIMIT %s) s "
+            "LEFT JOIN of_rag_docs d ON d.index_name = %s AND d.doc_id = s.doc_id ORDER BY s.dist").format(self._table)
+        params = (q, q, q, k, self.name)
         try:
             async with self.pool.connection() as conn:
-                async with conn.transaction():
-                    if exact:
+                if exact:
+                    async with conn.transaction():
                         await conn.execute("SET LOCAL enable_indexscan = off")
-                    else:
-                        await conn.execute(self._sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                            self._sql.Literal(max(self.ef_search, k))))
-                    cur = await conn.execute(self._sql.SQL(
-                        "SELECT s.doc_id, s.n, s.text, s.score, d.source, d.title FROM ("
-                        "SELECT doc_id, n, text, embedding <=> %s::vector AS dist, 1 - (embedding <=> %s::vector) AS score "
-                        "FROM {} ORDER BY embedding <=> %s::vector LIMIT %s) s "
-                        "LEFT JOIN of_rag_docs d ON d.index_name = %s AND d.doc_id = s.doc_id ORDER BY s.dist"
-                    ).format(self._table), (q, q, q, k, self.name))
-                    rows = await cur.fetchall()
+                        rows = await (await conn.execute(stmt, params)).fetchall()
+                else:
+                    if self._ef_set.get(conn) != ef:
+                        await conn.execute(self._sql.SQL("SET hnsw.ef_search = {}").format(self._sql.Literal(ef)))
+                        self._ef_set[conn] = ef
+                    rows = await (await conn.execute(stmt, params)).fetchall()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._unavailable(exc, write=False) from None
         return [{"chunk_id": f"{r[0]}#{r[1]:06d}", "doc_id": r[0], "n": r[1], "text": r[2], "score": float(r[3]),

@@ -24,7 +24,8 @@ EMBEDDER_ENV = "OPENFUNCTIONS_EMBEDDER"
 INSTRUCTIONS = (
     "Retrieval: rag_search finds passages of the ingested documents by similarity (cite chunk_id and source); "
     "rag_get_chunk reads one chunk and its neighbours by id; rag_ingest adds or updates a document "
-    "(unchanged text is a no-op)."
+    "(unchanged text is a no-op). A reply over 32 KiB comes summarized with an artifactProjection: read it "
+    "whole with rag_artifact_read."
 )
 
 
@@ -37,6 +38,7 @@ class RagProfile:
     embedder_spec: str | None
     instructions: str = INSTRUCTIONS
     strict: bool = True
+    artifacts: Any = None  # <data-dir>/artifacts: replies over the budget (rag_artifact_read)
 
     async def start(self) -> None:
         """Open the index. Under 'all' (``strict=False``) an index that cannot be opened leaves the
@@ -52,15 +54,22 @@ class RagProfile:
         self.rag.index, self.rag.embedder = opened.index, opened.embedder
 
     async def aclose(self) -> None:
-        await self.rag.aclose()
+        try:
+            await self.rag.aclose()
+        finally:
+            if self.artifacts is not None:
+                self.artifacts.close()
 
 
 def build_rag_profile(*, data_dir: str | os.PathLike[str], registry: ToolRegistry | None = None,
                       principal: str | None = None, modules: Any = (), store: str | None = None,
                       upstreams: Any = None, embedder: str | None = None) -> RagProfile:
     """The profile builder servers/profiles.py calls (see ``LAYERS`` there)."""
+    from openfunctions.artifacts import ArtifactStore
+
     rag = Rag(None, None)
-    tools = create_rag_tools(rag)
+    artifacts = ArtifactStore(Path(data_dir) / "artifacts")
+    tools = create_rag_tools(rag, artifacts=artifacts)
     if registry is None:
         reg = ToolRegistry(tools)
     else:
@@ -73,7 +82,7 @@ def build_rag_profile(*, data_dir: str | os.PathLike[str], registry: ToolRegistr
         except ToolDefinitionError:  # a projection: a registry over the same executor
             reg = ToolRegistry([*registry.list(), *tools], executor=registry.executor)
     return RagProfile(reg, rag, store, Path(data_dir), embedder or os.environ.get(EMBEDDER_ENV) or None,
-                      strict=registry is None)
+                      strict=registry is None, artifacts=artifacts)
 
 
 __all__ = ["RagProfile", "build_rag_profile"]

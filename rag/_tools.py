@@ -1,47 +1,95 @@
 """RAG served as tools: ingest, search and read chunks through the registry's executor.
 
-Replies are bounded by construction: a search returns at most 20 chunks of
-at most ~180 words each; ``rag_get_chunk`` returns one chunk; document
-listings are paged. Nothing here grows with the corpus.
+Replies are bounded. A search returns at most 20 chunks, a listing is paged,
+and a reply over ``budget`` (32 KiB of JSON, the artifacts layer's default)
+does not go out whole: a chunk is usually ~180 words, but one "word" can be
+long (a text without spaces is cut only at the token budget), so a chunk can
+be large.
+
+- With an artifact store (``artifacts=``; the ``rag`` profile passes
+  ``<data-dir>/artifacts``), such a reply is projected
+  (:func:`openfunctions.artifacts.project_reply`): a summary whose chunk texts
+  are cut (``text_truncated: true``), plus ``artifactProjection`` naming the
+  artifact that holds the full reply, read with ``rag_artifact_read`` (which
+  sees only this layer's artifacts, scope ``rag``).
+- Without one, the chunk texts are cut to fit the budget and marked
+  ``text_truncated: true``; nothing is lost from the index (the full text
+  stays there).
+
+Annotations and errors come from :func:`openfunctions.store.state_tool`
+(shared with the memory tools).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, define_tool
+from openfunctions.core import ToolDefinition
+from openfunctions.store import obj, state_tool
 
 from ._rag import Rag
 
 MAX_TOOL_RESULTS = 20
 MAX_INGEST_CHARS = 1_000_000
+REPLY_BUDGET = 32 * 1024
+ARTIFACT_SCOPE = "rag"
+SUMMARY_TEXT_CHARS = 500
 
 _HIT = {
     "type": "object",
     "properties": {
         "chunk_id": {"type": "string"}, "doc_id": {"type": "string"}, "n": {"type": "integer"},
         "text": {"type": "string"}, "score": {"type": "number"}, "source": {"type": ["string", "null"]},
-        "title": {"type": ["string", "null"]},
+        "title": {"type": ["string", "null"]}, "text_truncated": {"type": "boolean"},
     },
     "required": ["chunk_id", "doc_id", "n", "text"],
 }
 
 
-def _guard(fn: Any) -> Any:
-    async def handler(params: dict[str, Any], ctx: Any) -> Any:
-        try:
-            return await fn(params, ctx)
-        except ToolError:
-            raise
-        except OpenFunctionsError as exc:
-            raise ToolError(exc.message, code=exc.code, effect_happened=getattr(exc, "effect_happened", False),
-                            details=exc.details) from None
-
-    return handler
+def _cut(hit: dict[str, Any], chars: int) -> dict[str, Any]:
+    if len(hit["text"]) <= chars:
+        return hit
+    return {**hit, "text": hit["text"][:chars], "text_truncated": True}
 
 
-def create_rag_tools(rag: Rag, *, prefix: str = "rag_") -> list[ToolDefinition]:
-    """``rag_ingest``, ``rag_search``, ``rag_get_chunk``, ``rag_list_documents``, ``rag_delete_document``."""
+def _fits(payload: Any, budget: int) -> bool:
+    return len(json.dumps(payload, ensure_ascii=False, indent=2).encode("utf-8", "surrogatepass")) <= budget
+
+
+def _cut_to_fit(payload: dict[str, Any], budget: int) -> dict[str, Any]:
+    """Without an artifact store: the same reply with chunk texts cut until it fits ``budget``."""
+    chars = max(SUMMARY_TEXT_CHARS, budget)
+    while True:
+        if "results" in payload:
+            out = {**payload, "results": [_cut(h, chars) for h in payload["results"]]}
+        else:
+            out = _cut(payload, chars)
+        if _fits(out, budget) or chars <= 16:
+            return out
+        chars //= 2
+
+
+def create_rag_tools(rag: Rag, *, prefix: str = "rag_", artifacts: Any = None,
+                     budget: int = REPLY_BUDGET) -> list[ToolDefinition]:
+    """``rag_ingest``, ``rag_search``, ``rag_get_chunk``, ``rag_list_documents``, ``rag_delete_document``;
+    with ``artifacts`` (an ArtifactStore) also ``rag_artifact_read`` for replies over ``budget``."""
+    read_tool = f"{prefix}artifact_read"
+
+    async def bounded(payload: dict[str, Any]) -> dict[str, Any]:
+        if _fits(payload, budget):
+            return payload
+        if artifacts is None:
+            return _cut_to_fit(payload, budget)
+        from openfunctions.artifacts import project_reply
+
+        def summarize(p: dict[str, Any]) -> dict[str, Any]:
+            if "results" in p:
+                return {"results": [_cut(h, SUMMARY_TEXT_CHARS) for h in p["results"]]}
+            return _cut(p, 8 * SUMMARY_TEXT_CHARS)
+
+        return await project_reply(payload, store=artifacts, scope=ARTIFACT_SCOPE, budget=budget,
+                                   summarize=summarize, keep=("results", "chunk_id"), read_tool=read_tool)
 
     async def ingest(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         async def progress(done: int, total: int) -> None:
@@ -53,10 +101,10 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_") -> list[ToolDefinition]:
 
     async def search(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         hits = await rag.search(p["query"], k=p.get("k", 5))
-        return {"results": [{**h, "score": round(h["score"], 6)} for h in hits]}
+        return await bounded({"results": [{**h, "score": round(h["score"], 6)} for h in hits]})
 
     async def get_chunk(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return await rag.get_chunk(p["chunk_id"])
+        return await bounded(await rag.get_chunk(p["chunk_id"]))
 
     async def list_documents(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         docs = await rag.list_documents(limit=p.get("limit", 50), after=p.get("after"))
@@ -65,72 +113,54 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_") -> list[ToolDefinition]:
     async def delete_document(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return {"doc_id": p["doc_id"], "deleted": await rag.delete_document(p["doc_id"])}
 
-    read = {"effect": "read", "parallel_safe": True, "idempotent": True}
     doc_id = {"type": "string", "minLength": 1, "maxLength": 512, "description": "your id for the document (no '#')"}
-    return [
-        define_tool(
-            name=f"{prefix}ingest",
-            description="Add a document (plain text) to the retrieval index, or update it. It is split into "
-                        "overlapping sentence chunks and embedded; ingesting unchanged text again does nothing.",
-            input_schema={"type": "object", "additionalProperties": False, "required": ["doc_id", "text"], "properties": {
-                "doc_id": doc_id, "text": {"type": "string", "minLength": 1, "maxLength": MAX_INGEST_CHARS},
-                "source": {"type": "string", "maxLength": 1024, "description": "where the text came from (URL, path)"},
-                "title": {"type": "string", "maxLength": 1024}}},
-            output_schema={"type": "object", "required": ["doc_id", "status", "chunks", "digest"], "properties": {
-                "doc_id": {"type": "string"}, "status": {"type": "string", "enum": ["added", "replaced", "unchanged"]},
-                "chunks": {"type": "integer"}, "digest": {"type": "string"}}},
-            handler=_guard(ingest),
-            annotations={"title": "Ingest a document", "read_only_hint": False, "destructive_hint": False,
-                         "idempotent_hint": True, "open_world_hint": False},
-            capability={"effect": "write", "idempotent": True}, tags=("rag",),
+    out = lambda props, req: obj(props, req, closed=False)  # noqa: E731
+    tools = [
+        state_tool(
+            f"{prefix}ingest", "Add a document (plain text) to the retrieval index, or update it. It is split into "
+                               "overlapping sentence chunks and embedded; ingesting unchanged text again does nothing.",
+            kind="write", title="Ingest a document", tag="rag", handler=ingest,
+            input=obj({"doc_id": doc_id, "text": {"type": "string", "minLength": 1, "maxLength": MAX_INGEST_CHARS},
+                       "source": {"type": "string", "maxLength": 1024, "description": "where the text came from (URL, path)"},
+                       "title": {"type": "string", "maxLength": 1024}}, ["doc_id", "text"]),
+            output=out({"doc_id": {"type": "string"}, "status": {"type": "string", "enum": ["added", "replaced", "unchanged"]},
+                        "chunks": {"type": "integer"}, "digest": {"type": "string"}}, ["doc_id", "status", "chunks", "digest"]),
         ),
-        define_tool(
-            name=f"{prefix}search",
-            description="Find the passages most similar to a query (cosine similarity of embeddings), best first.",
-            input_schema={"type": "object", "additionalProperties": False, "required": ["query"], "properties": {
-                "query": {"type": "string", "minLength": 1, "maxLength": 4096},
-                "k": {"type": "integer", "minimum": 1, "maximum": MAX_TOOL_RESULTS, "default": 5}}},
-            output_schema={"type": "object", "required": ["results"], "properties": {
-                "results": {"type": "array", "items": _HIT}}},
-            handler=_guard(search),
-            annotations={"title": "Search documents", "read_only_hint": True, "open_world_hint": False},
-            capability=read, tags=("rag",),
+        state_tool(
+            f"{prefix}search", "Find the passages most similar to a query (cosine similarity of embeddings), best first.",
+            kind="read", title="Search documents", tag="rag", handler=search,
+            input=obj({"query": {"type": "string", "minLength": 1, "maxLength": 4096},
+                       "k": {"type": "integer", "minimum": 1, "maximum": MAX_TOOL_RESULTS, "default": 5}}, ["query"]),
+            output=out({"results": {"type": "array", "items": _HIT}}, ["results"]),
         ),
-        define_tool(
-            name=f"{prefix}get_chunk",
-            description="Read one chunk by its id (<doc_id>#<n>, as rag_search returns it); neighbours are n-1 and n+1.",
-            input_schema={"type": "object", "additionalProperties": False, "required": ["chunk_id"], "properties": {
-                "chunk_id": {"type": "string", "minLength": 8, "maxLength": 520}}},
-            output_schema={"type": "object", "required": ["chunk_id", "doc_id", "n", "text"], "properties": {
-                **_HIT["properties"], "chunks": {"type": ["integer", "null"]}}},
-            handler=_guard(get_chunk),
-            annotations={"title": "Read a chunk", "read_only_hint": True, "open_world_hint": False},
-            capability=read, tags=("rag",),
+        state_tool(
+            f"{prefix}get_chunk", "Read one chunk by its id (<doc_id>#<n>, as rag_search returns it); neighbours are "
+                                  "n-1 and n+1.",
+            kind="read", title="Read a chunk", tag="rag", handler=get_chunk,
+            input=obj({"chunk_id": {"type": "string", "minLength": 8, "maxLength": 520}}, ["chunk_id"]),
+            output=out({**_HIT["properties"], "chunks": {"type": ["integer", "null"]}}, ["chunk_id", "doc_id", "n", "text"]),
         ),
-        define_tool(
-            name=f"{prefix}list_documents",
-            description="List ingested documents (id, source, chunk count, digest), one page at a time.",
-            input_schema={"type": "object", "additionalProperties": False, "properties": {
-                "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "after": doc_id}},
-            output_schema={"type": "object", "required": ["documents", "next_after"], "properties": {
-                "documents": {"type": "array", "items": {"type": "object"}}, "next_after": {"type": ["string", "null"]}}},
-            handler=_guard(list_documents),
-            annotations={"title": "List documents", "read_only_hint": True, "open_world_hint": False},
-            capability=read, tags=("rag",),
+        state_tool(
+            f"{prefix}list_documents", "List ingested documents (id, source, chunk count, digest), one page at a time.",
+            kind="read", title="List documents", tag="rag", handler=list_documents,
+            input=obj({"limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "after": doc_id}),
+            output=out({"documents": {"type": "array", "items": {"type": "object"}},
+                        "next_after": {"type": ["string", "null"]}}, ["documents", "next_after"]),
         ),
-        define_tool(
-            name=f"{prefix}delete_document",
-            description="Remove a document and all its chunks from the index, permanently.",
-            input_schema={"type": "object", "additionalProperties": False, "required": ["doc_id"],
-                          "properties": {"doc_id": doc_id}},
-            output_schema={"type": "object", "required": ["doc_id", "deleted"], "properties": {
-                "doc_id": {"type": "string"}, "deleted": {"type": "boolean"}}},
-            handler=_guard(delete_document),
-            annotations={"title": "Delete a document", "read_only_hint": False, "destructive_hint": True,
-                         "idempotent_hint": True, "open_world_hint": False},
-            capability={"effect": "write", "idempotent": True}, tags=("rag",),
+        state_tool(
+            f"{prefix}delete_document", "Remove a document and all its chunks from the index, permanently.",
+            kind="destroy", title="Delete a document", tag="rag", handler=delete_document,
+            input=obj({"doc_id": doc_id}, ["doc_id"]),
+            output=out({"doc_id": {"type": "string"}, "deleted": {"type": "boolean"}}, ["doc_id", "deleted"]),
         ),
     ]
+    if artifacts is not None:
+        from openfunctions.artifacts import create_artifact_read_tool
+
+        tools.append(create_artifact_read_tool(
+            artifacts, name=read_tool, allow=lambda info, ctx: info.scope == ARTIFACT_SCOPE,
+            title="Read a RAG reply artifact", source="the RAG layer's large replies", tags=("rag",)))
+    return tools
 
 
 __all__ = ["create_rag_tools"]

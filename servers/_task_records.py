@@ -25,8 +25,12 @@ Task record format, version 1 (``data.v == 1``; docs/formats/tasks.md):
 - ``"task.settled"``: ``task_id``, ``status`` (``completed``, ``failed`` or
   ``cancelled``), ``at``, optional ``message``; for ``completed`` the
   ``CallToolResult`` as sent on the wire in ``result`` (or, past
-  :data:`INLINE_RESULT_BYTES`, ``result_artifact``: the artifact id that holds
-  it); for ``failed`` the JSON-RPC ``error`` (``code``, ``message``,
+  :data:`INLINE_RESULT_BYTES`, ``result_artifact``: the id of the artifact
+  that holds its canonical JSON in the data dir's artifact store, with
+  ``result_sha256`` and ``result_size``, the digest and length the artifact
+  must still have when it is read back; a record written before these
+  fields existed names a file ``<task_id>.json`` in ``<tasks journal>.results/``
+  instead, still read); for ``failed`` the JSON-RPC ``error`` (``code``, ``message``,
   ``data``); ``receipt`` (the execution receipt, when known) and
   ``certainty`` (``known``/``unknown``, the receipt's). ``recovered: true``
   marks the record recovery wrote for a task whose server ended while it ran.
@@ -58,7 +62,7 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
 
-#: A settled result larger than this (canonical JSON bytes) is stored as an artifact, not inline.
+#: A settled result larger than this (canonical JSON bytes) is stored as an artifact, not inline in the journal.
 INLINE_RESULT_BYTES = 256 * 1024
 
 
@@ -89,6 +93,8 @@ class TaskState:
     input_requests: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     result_artifact: str | None = None
+    result_sha256: str | None = None
+    result_size: int | None = None
     error: dict[str, Any] | None = None
     receipt: dict[str, Any] | None = None
     certainty: str | None = None
@@ -140,6 +146,8 @@ def settled(
     message: str | None = None,
     result: dict[str, Any] | None = None,
     result_artifact: str | None = None,
+    result_sha256: str | None = None,
+    result_size: int | None = None,
     error: dict[str, Any] | None = None,
     receipt: dict[str, Any] | None = None,
     certainty: str | None = None,
@@ -154,6 +162,10 @@ def settled(
         data["result"] = result
     if result_artifact is not None:
         data["result_artifact"] = result_artifact
+    if result_sha256 is not None:
+        data["result_sha256"] = result_sha256
+    if result_size is not None:
+        data["result_size"] = int(result_size)
     if error is not None:
         data["error"] = error
     if receipt is not None:
@@ -203,6 +215,8 @@ def apply(tasks: dict[str, TaskState], type: str, data: dict[str, Any]) -> None:
         task.input_requests = {}
         task.result = data.get("result")
         task.result_artifact = data.get("result_artifact")
+        task.result_sha256 = data.get("result_sha256")
+        task.result_size = data.get("result_size")
         task.error = data.get("error")
         task.receipt = data.get("receipt")
         task.certainty = data.get("certainty")

@@ -40,23 +40,31 @@ is never re-run.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import anyio
 import structlog
 from mcp.shared.exceptions import MCPError
-from mcp_types import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    SubscriptionsListenRequestParams,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from openfunctions.core import canonical_json
 from openfunctions.core import new_id
 
 from . import _task_records as rec
+from ._task_listen import TaskListen
 from ._task_records import TaskState
 
 log = structlog.get_logger("openfunctions.servers.tasks")
@@ -73,6 +81,7 @@ DEFAULT_TASK_AFTER_S = 1.0
 ROTATE_BYTES = 16 * 2**20
 
 REQUIRED_CAPABILITIES = {"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}
+RESULT_MEDIA_TYPE = "application/json"
 
 
 def tasks_path(execution_journal: Path) -> Path:
@@ -111,7 +120,7 @@ class TaskHandle:
     ``task_after_s`` becomes a task by itself.
     """
 
-    def __init__(self, run: "_Run") -> None:
+    def __init__(self, run: _Run) -> None:
         self._run = run
 
     @property
@@ -144,7 +153,7 @@ class TaskHandle:
 
 @dataclass(eq=False)
 class _Run:
-    manager: "TaskManager"
+    manager: TaskManager
     tool: str
     principal: str | None
     receipt_id: str
@@ -181,6 +190,21 @@ class TaskManager:
         self.recovered: list[str] = []
         self._jobs: set[asyncio.Task[None]] = set()
         self._opening = asyncio.Lock()
+        self.listen: TaskListen | None = None  # notifications/tasks streams (serve_listen)
+        #: Where results past INLINE_RESULT_BYTES go: an ArtifactStoreProtocol; by default the data dir's
+        #: ``artifacts/`` store, opened with the first large result (or set one before serving).
+        self.artifacts: Any = None
+        self._own_artifacts = False
+
+    def serve_listen(self, lowlevel: Any, principal_for: Callable[[Any], str | None]) -> TaskListen:
+        """Serve ``subscriptions/listen`` on ``lowlevel`` (an SDK low-level server): task status notifications.
+
+        ``principal_for(ctx)`` names who asks (the server's rule). Returns the
+        handler; a profile that publishes core change events sets its ``bus``.
+        """
+        self.listen = TaskListen(self, principal_for=principal_for, declared=declared_tasks)
+        lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, self.listen)
+        return self.listen
 
     # -- durable state ---------------------------------------------------------
 
@@ -260,7 +284,8 @@ class TaskManager:
             }))
             if t.terminal:
                 records.append(rec.settled(t.task_id, t.status, message=t.message, result=t.result,
-                                           result_artifact=t.result_artifact, error=t.error, receipt=t.receipt,
+                                           result_artifact=t.result_artifact, result_sha256=t.result_sha256,
+                                           result_size=t.result_size, error=t.error, receipt=t.receipt,
                                            certainty=t.certainty, recovered=t.recovered))
         await self.log.append_many(records)
 
@@ -272,8 +297,12 @@ class TaskManager:
         if self.log is not None:
             await self.log.append(type_, data)
         rec.apply(self.tasks, type_, data)
+        if self.listen is not None:
+            self.listen.changed(data["task_id"])
 
     async def close(self) -> None:
+        if self.listen is not None:
+            self.listen.close()
         if self._jobs:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await asyncio.gather(*self._jobs, return_exceptions=True)
@@ -281,6 +310,9 @@ class TaskManager:
         if self.log is not None:
             await self.log.close()
             self.log = None
+        if self._own_artifacts and self.artifacts is not None:
+            self.artifacts.close()
+            self.artifacts, self._own_artifacts = None, False
 
     # -- lookups ---------------------------------------------------------------
 
@@ -301,8 +333,15 @@ class TaskManager:
                            data={"taskId": task_id if isinstance(task_id, str) else None})
         return task
 
+    async def get(self, task: TaskState) -> dict[str, Any]:
+        """:meth:`detailed`, with a result kept as an artifact read back (verified) and inlined."""
+        out = self.detailed(task)
+        if task.status == rec.COMPLETED and task.result is None:
+            out["result"] = await self._stored_result(task)
+        return out
+
     def detailed(self, task: TaskState) -> dict[str, Any]:
-        """The ``DetailedTask`` (without ``resultType``) for ``tasks/get`` and status notifications."""
+        """The ``DetailedTask`` (without ``resultType``); a result kept as an artifact is left to :meth:`get`."""
         out: dict[str, Any] = {
             "taskId": task.task_id,
             "status": task.status,
@@ -319,26 +358,53 @@ class TaskManager:
             out["statusMessage"] = message
         if task.status == rec.INPUT_REQUIRED:
             out["inputRequests"] = dict(task.input_requests)
-        elif task.status == rec.COMPLETED:
-            out["result"] = task.result if task.result is not None else self._artifact_result(task)
+        elif task.status == rec.COMPLETED and task.result is not None:
+            out["result"] = task.result
         elif task.status == rec.FAILED:
             out["error"] = task.error or {"code": INTERNAL_ERROR, "message": task.message or "the task failed"}
         if task.receipt_id:
             out["_meta"] = {"dev.openfunctions/task": {"receiptId": task.receipt_id,
                                                        **({"certainty": task.certainty} if task.certainty else {})}}
+        if task.result_artifact and task.result_sha256:
+            out.setdefault("_meta", {}).setdefault("dev.openfunctions/task", {})["resultArtifact"] = {
+                "id": task.result_artifact, "sha256": task.result_sha256, "size": task.result_size,
+                "mediaType": RESULT_MEDIA_TYPE}
         return out
 
-    def _artifact_result(self, task: TaskState) -> dict[str, Any]:
-        path = self._artifact_path(task.result_artifact or "")
-        try:
-            return json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            return {"content": [{"type": "text", "text": f"the task's result ({task.result_artifact}) cannot be read: {exc}"}],
-                    "isError": True}
+    async def _stored_result(self, task: TaskState) -> dict[str, Any]:
+        """The result kept as an artifact (or, in records older than artifacts, a file beside the journal)."""
+        from openfunctions.artifacts import ArtifactError, is_artifact_id
 
-    def _artifact_path(self, name: str) -> Path:
-        assert self.path is not None
-        return self.path.with_name(self.path.name + ".results") / name
+        name = task.result_artifact or ""
+        try:
+            if is_artifact_id(name):
+                store = await self._artifact_store()
+                data = await _read_artifact(store, name)
+                digest = "sha256:" + hashlib.sha256(data).hexdigest()
+                if digest != task.result_sha256 or len(data) != task.result_size:
+                    raise ValueError(f"its content is not the one recorded ({digest}, {len(data)} bytes; the task "
+                                     f"recorded {task.result_sha256}, {task.result_size} bytes)")
+            elif self.path is not None and name == f"{task.task_id}.json":
+                data = await anyio.to_thread.run_sync(self.path.with_name(self.path.name + ".results").joinpath(name).read_bytes)
+            else:
+                raise ValueError("the task journal names no readable result")
+            result = json.loads(data)
+        except (OSError, ValueError, ArtifactError) as exc:
+            log.error("task_result_unreadable", task_id=task.task_id, artifact=name[:80], error=str(exc)[:300])
+            return {"content": [{"type": "text", "text": f"the task completed, but its result ({name[:80]}) cannot be "
+                                 f"read back: {str(exc)[:300]}"}], "isError": True}
+        return result if isinstance(result, dict) else {"content": [], "isError": True}
+
+    async def _artifact_store(self) -> Any:
+        if self.artifacts is None:
+            from openfunctions.artifacts import ArtifactStore
+
+            if self.path is None:
+                raise OSError("the server is closed")
+            # <data-dir>/journal/<profile>.tasks.journal -> <data-dir>/artifacts (the artifacts profile's store)
+            self.artifacts = await ArtifactStore(self.path.parent.parent / "artifacts").open()
+            self._own_artifacts = True
+        return self.artifacts
 
     # -- running a call that may become a task ---------------------------------
 
@@ -429,28 +495,29 @@ class TaskManager:
                                             receipt=receipt, certainty=receipt["certainty"]))
             return
         result = _wire_result(d)
-        artifact = None
-        text = canonical_json(result)
-        if len(text.encode("utf-8")) > rec.INLINE_RESULT_BYTES and self.path is not None:
-            artifact = await self._store_result(task_id, text)
-        await self._record(*rec.settled(task_id, rec.COMPLETED, result=None if artifact else result,
-                                        result_artifact=artifact, receipt=receipt, certainty=receipt["certainty"]))
+        data = canonical_json(result).encode("utf-8")
+        if len(data) <= rec.INLINE_RESULT_BYTES or (self.path is None and self.artifacts is None):
+            await self._record(*rec.settled(task_id, rec.COMPLETED, result=result, receipt=receipt,
+                                            certainty=receipt["certainty"]))
+            return
+        from openfunctions.artifacts import ArtifactError
 
-    async def _store_result(self, task_id: str, text: str) -> str:
-        """A large result goes into a file of its own beside the journal (write + fsync + rename + dir fsync)."""
-        from openfunctions.core.files import fsync_dir, write_atomic
-
-        name = f"{task_id}.json"
-        path = self._artifact_path(name)
-
-        def write() -> None:
-            if not path.parent.is_dir():
-                path.parent.mkdir(mode=0o700)
-                fsync_dir(path.parent.parent)  # the new directory's entry is durable too
-            write_atomic(path, text.encode("utf-8"))  # write + fsync + rename + directory fsync
-
-        await anyio.to_thread.run_sync(write)
-        return name
+        try:
+            ref = await (await self._artifact_store()).put(data, media_type=RESULT_MEDIA_TYPE, scope=f"task:{task_id}")
+        except (ArtifactError, OSError) as exc:
+            # The call ran (its receipt says how); only its result cannot be kept: say so, never drop it silently.
+            code = getattr(exc, "code", "artifact_store_failed")
+            message = (f"the task's call finished ({receipt.get('outcome')}), but its {len(data)}-byte result could not "
+                       f"be kept: {getattr(exc, 'message', None) or exc}")
+            await self._record(*rec.settled(task_id, rec.FAILED, message=message, receipt=receipt,
+                                            certainty=receipt["certainty"],
+                                            error={"code": INTERNAL_ERROR, "message": message,
+                                                   "data": {"code": code, "certainty": receipt["certainty"],
+                                                            "receipt": receipt}}))
+            return
+        # The artifact is durable (blob and index fsynced) before the record that references it.
+        await self._record(*rec.settled(task_id, rec.COMPLETED, result_artifact=ref.id, result_sha256=ref.sha256,
+                                        result_size=ref.size, receipt=receipt, certainty=receipt["certainty"]))
 
     async def _ask(self, run: _Run, requests: dict[str, Any]) -> dict[str, Any]:
         assert run.task_id is not None
@@ -491,8 +558,11 @@ class TaskManager:
         run.scope.cancel()
 
     def shutdown(self) -> None:
+        """The server stops admitting: mark running tasks, and end every listen stream gracefully."""
         for run in list(self.runs.values()):
             run.shutdown = True
+        if self.listen is not None:
+            self.listen.close()
 
 
 def _is_protocol_error(d: Any) -> bool:
@@ -512,6 +582,17 @@ def _wire_result(d: Any) -> dict[str, Any]:
     if result.is_error:
         out["isError"] = True
     return out
+
+
+async def _read_artifact(store: Any, artifact_id: str) -> bytes:
+    """All of an artifact through the store protocol's verified, bounded reads."""
+    parts, offset = [], 0
+    while True:
+        chunk = await store.read(artifact_id, offset)
+        parts.append(chunk.data)
+        offset += chunk.length
+        if chunk.eof:
+            return b"".join(parts)
 
 
 def check_routing_header(ctx: Any, task_id: Any) -> None:

@@ -222,6 +222,7 @@ _CONTRIBUTED = {
     "rag": ("openfunctions.rag.cli", "ingest documents and search them"),
     "gateway": ("openfunctions.providers.cli", "check the upstream MCP servers a gateway mounts"),
     "workflows": ("openfunctions.workflows.cli", "list, show and resume durable workflow runs"),
+    "chat": ("openfunctions.chat.cli", "chat with a model that uses your tools (a terminal loop, or --serve for HTTP and a web page)"),
 }
 
 

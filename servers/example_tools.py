@@ -161,6 +161,7 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                 "required": ["algorithm", "hex", "bytes"],
             },
             handler=_hash_text,
+            blocking=False,  # pure computation on a bounded text: runs on the event loop, no thread hop
             annotations=_READ_HINTS,
             capability=_READ,
             examples=[{"text": "hello"}],
@@ -189,6 +190,7 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                 "required": ["found", "value", "stopped_at"],
             },
             handler=_json_query,
+            blocking=False,
             annotations=_READ_HINTS,
             capability=_READ,
         ),
@@ -212,6 +214,7 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                 "required": ["utc", "unix"],
             },
             handler=_now,
+            blocking=False,
             annotations={**_READ_HINTS, "idempotent_hint": False},
             capability={"effect": "read", "parallel_safe": True, "idempotent": False},
         ),

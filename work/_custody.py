@@ -20,6 +20,8 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
+from openfunctions.core.files import ensure_private_dir
+
 from .clock import Clock
 from .errors import LeaseLost, WorkError
 from .lease import Lease, LeaseStore
@@ -68,7 +70,7 @@ class Custody:
     def segments(self) -> list[Path]:
         d = self.root / SEGMENT_DIR
         if not d.exists():
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            ensure_private_dir(d)  # the one private-directory policy (0700, durable in its parent)
             return []
         return sorted(p for p in d.iterdir() if p.name.startswith("g") and p.name.endswith(".jsonl"))
 

@@ -2,7 +2,8 @@
 
 An agent never names a command or a tool: it picks a *step* from this catalog
 and fills only the parameters the step declares. Every step is bound to one
-registry tool (``of_step.<name>``, built by :mod:`openfunctions.work.steps`).
+registry tool (``of_step.<name>``, built by :mod:`openfunctions.work.steps`;
+a ``tool`` step runs the registered tool it names).
 
 File format (version 1; see ``work/example_catalog.toml`` and
 ``docs/work/catalog.md``)::
@@ -11,11 +12,11 @@ File format (version 1; see ``work/example_catalog.toml`` and
     workspace = "."                  # required; relative to the catalog file's directory
 
     [steps.<name>]                   # name: ^[a-z][a-z0-9_-]{0,63}$
-    kind = "command" | "write_file" | "read_file" | "fingerprint"   # required
+    kind = "command" | "write_file" | "read_file" | "fingerprint" | "tool"   # required
     description = "..."              # required, shown to the agent
-    effect = "read" | "write" | "external"   # command only (default "external");
+    effect = "read" | "write" | "external"   # command and tool only (default "external");
                                      # write_file is "write", read kinds are "read"
-    idempotent = true|false          # default: false for command, true otherwise
+    idempotent = true|false          # default: false for command and tool, true otherwise
     verifier = true|false            # command only: a trusted verification binding
     timeout_s = 300                  # command only (1..86400, default 300)
 
@@ -37,6 +38,13 @@ File format (version 1; see ``work/example_catalog.toml`` and
     minimum / maximum                # integers
     default = ...                    # absent = required
 
+    # tool: a registered tool run as the step (its receipt is the step's)
+    tool = "deploy_release"          # a tool in the registry the work tools are built into
+    reconcile = true|false           # default false; true: the tool's capability must bind
+                                     # prepare_reconciliation/reconcile_effect, which become
+                                     # the step's readback oracle (of_oracle.<name>)
+    [steps.<name>.params.<slot>]     # as for command; the slots ARE the tool's parameters
+
     # write_file / read_file / fingerprint
     paths = ["src/**"]               # glob patterns relative to the workspace (required)
     max_bytes = 1048576              # write_file/read_file size limit (default 1 MiB)
@@ -56,7 +64,19 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from openfunctions.core import digest as _digest
 from openfunctions.core.errors import NonJsonValue
@@ -71,6 +91,7 @@ ORACLE_TOOL_PREFIX = "of_oracle."
 STEP_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 SLOT_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 _SLOT_RE = re.compile(r"^\{([a-z_][a-z0-9_]{0,63})\}$")
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_TIMEOUT_S = 86400.0
 DEFAULT_TIMEOUT_S = 300.0
@@ -79,9 +100,9 @@ MAX_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_STRING_MAX = 256
 MAX_STRING_MAX = 4096
 
-Kind = Literal["command", "write_file", "read_file", "fingerprint"]
+Kind = Literal["command", "write_file", "read_file", "fingerprint", "tool"]
 Effect = Literal["read", "write", "external"]
-KINDS = ("command", "write_file", "read_file", "fingerprint")
+KINDS = ("command", "write_file", "read_file", "fingerprint", "tool")
 EFFECTS = ("read", "write", "external")
 
 
@@ -168,11 +189,14 @@ class StepSpec:
     # write_file / read_file / fingerprint
     paths: tuple[str, ...] = ()
     max_bytes: int = DEFAULT_MAX_BYTES
+    # tool: the registered tool this step runs
+    tool: str | None = None
     _validator: Validator | None = field(default=None, repr=False, compare=False)
 
     @property
     def tool_name(self) -> str:
-        return STEP_TOOL_PREFIX + self.name
+        """The registry tool a run of this step executes (a ``tool`` step: the bound tool itself)."""
+        return self.tool if self.kind == "tool" and self.tool else STEP_TOOL_PREFIX + self.name
 
     @property
     def oracle_name(self) -> str | None:
@@ -194,6 +218,9 @@ class StepSpec:
             params = {}
         if not isinstance(params, dict):
             raise PlanInvalid(f"parameters of step {self.name!r} must be an object, got {type(params).__name__}")
+        # a strict-mode client says "use the default" with null (the published schemas accept it)
+        optional = {p.name for p in self.params if not p.required}
+        params = {k: v for k, v in params.items() if not (v is None and k in optional)}
         assert self._validator is not None
         found = self._validator.violations(params)
         if found:
@@ -252,7 +279,7 @@ class StepSpec:
             d["argv"] = list(self.argv)
             d["cwd"] = self.cwd
             d["timeout_s"] = self.timeout_s
-        else:
+        elif self.kind != "tool":
             d["paths"] = list(self.paths)
         return d
 
@@ -314,7 +341,7 @@ class Catalog:
         }
 
 
-# -- parsing ----------------------------------------------------------------
+# -- parsing: the file's shape as pydantic models, then the rules that need the workspace --
 
 
 class _Ctx:
@@ -335,37 +362,253 @@ class _Ctx:
         return CatalogInvalid(f"{where}: {msg}", details=details)
 
 
-_STEP_KEYS = {
-    "command": {"kind", "description", "effect", "idempotent", "verifier", "timeout_s", "argv", "cwd", "env", "env_set", "readback", "params"},
-    "write_file": {"kind", "description", "idempotent", "paths", "max_bytes"},
-    "read_file": {"kind", "description", "paths", "max_bytes"},
-    "fingerprint": {"kind", "description", "paths"},
+class _Decl(BaseModel):
+    # strict: TOML's true is not 1, "5" is not 5; extra="forbid": a misspelt key is an error, not ignored
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _pattern_list(v: list[str]) -> list[str]:
+    for p in v:
+        why = check_pattern(p)
+        if why:
+            raise ValueError(why)
+    return v
+
+
+PatternList = Annotated[list[str], Field(min_length=1), AfterValidator(_pattern_list)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+_UNSET: Any = object()
+
+
+class ParamDecl(_Decl):
+    """``[steps.<name>.params.<slot>]``."""
+
+    type: Literal["string", "integer"]
+    description: str = ""
+    pattern: NonEmpty | None = None
+    enum: Annotated[list[StrictStr | StrictInt], Field(min_length=1)] | None = None
+    max_length: Annotated[int, Field(ge=1, le=MAX_STRING_MAX)] = DEFAULT_STRING_MAX
+    minimum: int | None = None
+    maximum: int | None = None
+    default: Any = _UNSET
+
+    @model_validator(mode="after")
+    def _by_type(self) -> ParamDecl:
+        if self.enum is not None and not all(isinstance(x, str if self.type == "string" else int) for x in self.enum):
+            raise ValueError(f"'enum' must be a non-empty list of {self.type}s")
+        if self.type == "string":
+            if self.pattern is None and self.enum is None:
+                raise ValueError("a string slot needs a 'pattern' (or an 'enum') so the operator decides what an agent may pass")
+            if self.pattern is not None:
+                try:
+                    re.compile(self.pattern)
+                except re.error as exc:
+                    raise ValueError(f"'pattern' is not a valid regular expression: {exc}") from None
+            if self.minimum is not None or self.maximum is not None:
+                raise ValueError("'minimum'/'maximum' apply to integer slots only")
+        elif self.pattern is not None or "max_length" in self.model_fields_set:
+            raise ValueError("'pattern'/'max_length' apply to string slots only")
+        return self
+
+    def spec(self, name: str) -> ParamSpec:
+        return ParamSpec(
+            name=name, type=self.type, description=self.description, pattern=self.pattern,
+            enum=tuple(self.enum) if self.enum is not None else None, max_length=self.max_length,
+            minimum=self.minimum, maximum=self.maximum, default=None if self.default is _UNSET else self.default,
+            required=self.default is _UNSET,
+        )
+
+
+def _slot_names(v: dict[str, ParamDecl]) -> dict[str, ParamDecl]:
+    for n in v:
+        if not SLOT_NAME_RE.match(n):
+            raise ValueError(f"parameter name {n!r} is invalid: use ^[a-z_][a-z0-9_]{{0,63}}$")
+    return v
+
+
+Params = Annotated[dict[str, ParamDecl], AfterValidator(_slot_names)]
+
+
+class _StepDecl(_Decl):
+    description: str
+
+    @field_validator("description")
+    @classmethod
+    def _said(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("a non-empty description is required (the agent reads it)")
+        return v
+
+
+class ReadbackDecl(_Decl):
+    paths: PatternList
+    changes_on_apply: bool = False
+
+
+def _env_names(v: list[str]) -> list[str]:
+    for e in v:
+        if not ENV_NAME_RE.match(e):
+            raise ValueError(f"{e!r} is not an environment variable name")
+    return v
+
+
+def _env_values(v: dict[str, str]) -> dict[str, str]:
+    for k, val in v.items():
+        if not ENV_NAME_RE.match(k) or "\x00" in val:
+            raise ValueError("must be a table of NAME = \"value\" strings")
+    return v
+
+
+class CommandDecl(_StepDecl):
+    kind: Literal["command"]
+    effect: Effect = "external"
+    idempotent: bool = False
+    verifier: bool = False
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] = DEFAULT_TIMEOUT_S
+    argv: Annotated[list[str], Field(min_length=1)]
+    cwd: str = "."
+    env: Annotated[list[str], AfterValidator(_env_names)] = []
+    env_set: Annotated[dict[str, str], AfterValidator(_env_values)] = {}
+    readback: ReadbackDecl | None = None
+    params: Params = {}
+
+    @model_validator(mode="after")
+    def _readback_needs_an_effect(self) -> CommandDecl:
+        if self.effect == "read" and self.readback is not None:
+            raise _FieldError("readback", "a read step has no effect to reconcile; remove 'readback'")
+        return self
+
+
+class WriteFileDecl(_StepDecl):
+    kind: Literal["write_file"]
+    idempotent: bool = True
+    paths: PatternList
+    max_bytes: Annotated[int, Field(ge=1, le=MAX_MAX_BYTES)] = DEFAULT_MAX_BYTES
+
+
+class ReadFileDecl(_StepDecl):
+    kind: Literal["read_file"]
+    paths: PatternList
+    max_bytes: Annotated[int, Field(ge=1, le=MAX_MAX_BYTES)] = DEFAULT_MAX_BYTES
+
+
+class FingerprintDecl(_StepDecl):
+    kind: Literal["fingerprint"]
+    paths: PatternList
+
+
+class ToolDecl(_StepDecl):
+    kind: Literal["tool"]
+    tool: str
+    effect: Effect = "external"
+    idempotent: bool = False
+    reconcile: bool = False
+    params: Params = {}
+
+    @field_validator("tool")
+    @classmethod
+    def _a_tool_of_yours(cls, v: str) -> str:
+        if not TOOL_NAME_RE.match(v):
+            raise ValueError(f"must name a registered tool (^[A-Za-z0-9_.-]{{1,128}}$), got {v!r}")
+        if v.startswith((STEP_TOOL_PREFIX, ORACLE_TOOL_PREFIX, "of_work_")):
+            raise ValueError(f"{v!r} is one of the work controller's own tools; bind a tool of yours")
+        return v
+
+    @model_validator(mode="after")
+    def _reconcile_needs_an_effect(self) -> ToolDecl:
+        if self.effect == "read" and self.reconcile:
+            raise _FieldError("reconcile", "a read step has no effect to reconcile; remove 'reconcile'")
+        return self
+
+
+StepDecl = Annotated[
+    CommandDecl | WriteFileDecl | ReadFileDecl | FingerprintDecl | ToolDecl, Field(discriminator="kind")
+]
+
+
+class CatalogDecl(_Decl):
+    """The whole file (see the module docstring)."""
+
+    version: int
+    workspace: NonEmpty
+    steps: Annotated[dict[str, StepDecl], Field(min_length=1)]
+
+
+class _FieldError(ValueError):
+    """A model rule about one field other than where pydantic would put it."""
+
+    def __init__(self, field_: str, msg: str) -> None:
+        super().__init__(msg)
+        self.field_ = field_
+
+
+_HINTS = {
+    "version": f"'version' must be {CATALOG_VERSION}",
+    "workspace": "'workspace' must be a non-empty string (a directory, relative to the catalog file)",
+    "steps": "'steps' must be a table with at least one [steps.<name>] entry",
 }
-_PARAM_KEYS = {"type", "description", "pattern", "enum", "max_length", "minimum", "maximum", "default"}
+
+
+def _invalid(c: _Ctx, raw: dict[str, Any], exc: ValidationError) -> CatalogInvalid:
+    """The first pydantic error as ``CatalogInvalid(file, step, field)``."""
+    err = exc.errors(include_url=False)[0]
+    loc = [str(x) for x in err["loc"]]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    ctx_err = (err.get("ctx") or {}).get("error")
+    if isinstance(ctx_err, _FieldError):
+        loc = loc + [ctx_err.field_]
+    if not loc or loc[0] != "steps" or len(loc) < 2:
+        if err["type"] == "extra_forbidden":
+            return c.fail(f"unknown top-level key {loc[0]!r}; allowed: version, workspace, steps")
+        top = loc[0] if loc else None
+        return c.fail(_HINTS.get(top or "", msg) + (f", got {raw.get(top)!r}" if top in raw else ""), field_=top)
+    step, rest = loc[1], loc[2:]
+    if rest and rest[0] in KINDS:
+        rest = rest[1:]  # the discriminated union's tag
+    body = (raw.get("steps") or {}).get(step)
+    kind = body.get("kind") if isinstance(body, dict) else None
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        return c.fail(f"must be one of {', '.join(KINDS)}, got {kind!r}", step=step, field_="kind")
+    if not rest:
+        return c.fail("must be a table", step=step)
+    if err["type"] == "extra_forbidden":
+        if len(rest) == 1:
+            allowed = sorted(_DECLS[kind].model_fields) if kind in _DECLS else []
+            return c.fail(f"unknown field {rest[0]!r} for a {kind} step; allowed: {', '.join(allowed)}", step=step)
+        return c.fail(f"unknown key {rest[-1]!r}", step=step, field_=".".join(rest[:-1]))
+    fld = ".".join(x for x in rest if not x.isdigit()) or None
+    if fld == "params" and "parameter name" not in msg:
+        msg = "must be a table of [steps.<name>.params.<slot>] tables"
+    if err["type"] == "missing":
+        msg = "is required" + (" (the agent reads it)" if fld == "description" else "")
+    elif err["type"] != "value_error" and "input" in err:
+        msg += f", got {repr(err['input'])[:80]}"
+    return c.fail(msg, step=step, field_=fld)
+
+
+_DECLS: dict[str, type[_StepDecl]] = {
+    "command": CommandDecl, "write_file": WriteFileDecl, "read_file": ReadFileDecl, "fingerprint": FingerprintDecl, "tool": ToolDecl,
+}
 
 
 def _parse(raw: dict[str, Any], base_dir: Path, source: str) -> Catalog:
     c = _Ctx(source)
-    unknown = sorted(set(raw) - {"version", "workspace", "steps"})
-    if unknown:
-        raise c.fail(f"unknown top-level key(s) {', '.join(map(repr, unknown))}; allowed: version, workspace, steps")
-    if raw.get("version") != CATALOG_VERSION:
-        raise c.fail(f"'version' must be {CATALOG_VERSION}, got {raw.get('version')!r}", field_="version")
-    ws = raw.get("workspace")
-    if not isinstance(ws, str) or not ws:
-        raise c.fail("'workspace' must be a non-empty string (a directory, relative to the catalog file)", field_="workspace")
-    wpath = Path(os.path.expanduser(ws))
+    for name in (raw.get("steps") or {}) if isinstance(raw.get("steps"), dict) else ():
+        if not STEP_NAME_RE.match(name):
+            raise c.fail(f"step name {name!r} is invalid: use ^[a-z][a-z0-9_-]{{0,63}}$", step=name)
+    try:
+        decl = CatalogDecl.model_validate(raw)
+    except ValidationError as exc:
+        raise _invalid(c, raw, exc) from None
+    if decl.version != CATALOG_VERSION:
+        raise c.fail(f"'version' must be {CATALOG_VERSION}, got {decl.version!r}", field_="version")
+    wpath = Path(os.path.expanduser(decl.workspace))
     if not wpath.is_absolute():
         wpath = base_dir / wpath
     workspace = Path(os.path.realpath(wpath))
     if not workspace.is_dir():
         raise c.fail(f"workspace {str(wpath)!r} does not exist or is not a directory", field_="workspace")
-    steps_raw = raw.get("steps")
-    if not isinstance(steps_raw, dict) or not steps_raw:
-        raise c.fail("'steps' must be a table with at least one [steps.<name>] entry", field_="steps")
-    steps: dict[str, StepSpec] = {}
-    for name, body in steps_raw.items():
-        steps[name] = _parse_step(c, name, body, workspace)
+    steps = {name: _step(c, name, body, workspace) for name, body in decl.steps.items()}
     try:
         dg = _digest({"catalog": raw, "workspace": str(workspace)})
     except NonJsonValue as exc:
@@ -373,56 +616,22 @@ def _parse(raw: dict[str, Any], base_dir: Path, source: str) -> Catalog:
     return Catalog(path=Path(source) if source != "<catalog>" else None, workspace=workspace, steps=steps, digest=dg, raw=raw)
 
 
-def _bool(c: _Ctx, body: dict[str, Any], key: str, default: bool, step: str) -> bool:
-    v = body.get(key, default)
-    if not isinstance(v, bool):
-        raise c.fail(f"must be true or false, got {v!r}", step=step, field_=key)
-    return v
-
-
-def _str_list(c: _Ctx, v: Any, step: str, key: str, *, nonempty: bool = True) -> tuple[str, ...]:
-    if not isinstance(v, list) or (nonempty and not v) or not all(isinstance(x, str) for x in v):
-        raise c.fail(f"must be a {'non-empty ' if nonempty else ''}list of strings", step=step, field_=key)
-    return tuple(v)
-
-
-def _patterns(c: _Ctx, v: Any, step: str, key: str) -> tuple[str, ...]:
-    pats = _str_list(c, v, step, key)
-    for p in pats:
-        why = check_pattern(p)
-        if why:
-            raise c.fail(why, step=step, field_=key)
-    return pats
-
-
-def _parse_step(c: _Ctx, name: Any, body: Any, workspace: Path) -> StepSpec:
-    if not isinstance(name, str) or not STEP_NAME_RE.match(name):
-        raise c.fail(f"step name {name!r} is invalid: use ^[a-z][a-z0-9_-]{{0,63}}$", step=str(name))
-    if not isinstance(body, dict):
-        raise c.fail("must be a table", step=name)
-    kind = body.get("kind")
-    if kind not in KINDS:
-        raise c.fail(f"must be one of {', '.join(KINDS)}, got {kind!r}", step=name, field_="kind")
-    extra = sorted(set(body) - _STEP_KEYS[kind])
-    if extra:
-        raise c.fail(
-            f"unknown field(s) for a {kind} step: {', '.join(map(repr, extra))}; allowed: {', '.join(sorted(_STEP_KEYS[kind]))}",
-            step=name,
+def _step(c: _Ctx, name: str, d: Any, workspace: Path) -> StepSpec:
+    """A validated declaration as a :class:`StepSpec` (plus the rules that need the workspace or several fields)."""
+    if isinstance(d, CommandDecl):
+        return _command(c, name, d, workspace)
+    if isinstance(d, ToolDecl):
+        params = {pn: pd.spec(pn) for pn, pd in d.params.items()}
+        schema, validator = _params_schema(c, name, params)
+        return StepSpec(
+            name=name, kind="tool", description=d.description, effect=d.effect, idempotent=d.idempotent, verifier=False,
+            timeout_s=DEFAULT_TIMEOUT_S, params=tuple(params.values()), params_schema=schema, reconcilable=d.reconcile,
+            tool=d.tool, _validator=validator,
         )
-    desc = body.get("description")
-    if not isinstance(desc, str) or not desc.strip():
-        raise c.fail("a non-empty description is required (the agent reads it)", step=name, field_="description")
-
-    if kind == "command":
-        return _parse_command(c, name, body, desc, workspace)
-
-    paths = _patterns(c, body.get("paths"), name, "paths")
-    max_bytes = body.get("max_bytes", DEFAULT_MAX_BYTES)
-    if kind != "fingerprint" and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or not 1 <= max_bytes <= MAX_MAX_BYTES):
-        raise c.fail(f"must be an integer in 1..{MAX_MAX_BYTES}", step=name, field_="max_bytes")
+    paths = tuple(d.paths)
     path_prop = {"type": "string", "minLength": 1, "maxLength": 4096, "description": "path relative to the workspace; must match " + ", ".join(paths)}
-    if kind == "write_file":
-        schema = {
+    if isinstance(d, WriteFileDecl):
+        schema: dict[str, Any] = {
             "type": "object",
             "properties": {
                 "path": path_prop,
@@ -433,36 +642,23 @@ def _parse_step(c: _Ctx, name: Any, body: Any, workspace: Path) -> StepSpec:
             "additionalProperties": False,
         }
         effect: Effect = "write"
-        idempotent = _bool(c, body, "idempotent", True, name)
-        reconcilable = True
-    elif kind == "read_file":
+        idempotent, reconcilable, max_bytes = d.idempotent, True, d.max_bytes
+    elif isinstance(d, ReadFileDecl):
         schema = {"type": "object", "properties": {"path": path_prop}, "required": ["path"], "additionalProperties": False}
-        effect, idempotent, reconcilable = "read", True, False
+        effect, idempotent, reconcilable, max_bytes = "read", True, False, d.max_bytes
     else:
         schema = {"type": "object", "properties": {}, "additionalProperties": False}
-        effect, idempotent, reconcilable = "read", True, False
+        effect, idempotent, reconcilable, max_bytes = "read", True, False, DEFAULT_MAX_BYTES
     return StepSpec(
-        name=name, kind=kind, description=desc, effect=effect, idempotent=idempotent, verifier=False,
+        name=name, kind=d.kind, description=d.description, effect=effect, idempotent=idempotent, verifier=False,
         timeout_s=DEFAULT_TIMEOUT_S, params=(), params_schema=schema, reconcilable=reconcilable,
-        paths=paths, max_bytes=max_bytes if kind != "fingerprint" else DEFAULT_MAX_BYTES,
-        _validator=Validator(schema, what=f"params of step {name!r}"),
+        paths=paths, max_bytes=max_bytes, _validator=Validator(schema, what=f"params of step {name!r}"),
     )
 
 
-def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspace: Path) -> StepSpec:
-    effect = body.get("effect", "external")
-    if effect not in EFFECTS:
-        raise c.fail(f"must be one of {', '.join(EFFECTS)}, got {effect!r}", step=name, field_="effect")
-    idempotent = _bool(c, body, "idempotent", False, name)
-    verifier = _bool(c, body, "verifier", False, name)
-    t = body.get("timeout_s", DEFAULT_TIMEOUT_S)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= MAX_TIMEOUT_S:
-        raise c.fail(f"must be a number in (0, {int(MAX_TIMEOUT_S)}] seconds, got {t!r}", step=name, field_="timeout_s")
-    argv = _str_list(c, body.get("argv"), name, "argv")
-    params_raw = body.get("params", {})
-    if not isinstance(params_raw, dict):
-        raise c.fail("must be a table of [steps.<name>.params.<slot>] tables", step=name, field_="params")
-    params = {pn: _parse_param(c, name, pn, pb) for pn, pb in params_raw.items()}
+def _command(c: _Ctx, name: str, d: CommandDecl, workspace: Path) -> StepSpec:
+    argv = tuple(d.argv)
+    params = {pn: pd.spec(pn) for pn, pd in d.params.items()}
     used: set[str] = set()
     for i, el in enumerate(argv):
         if "\x00" in el:
@@ -490,33 +686,25 @@ def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspac
     unused = sorted(set(params) - used)
     if unused:
         raise c.fail(f"declared parameter(s) {', '.join(map(repr, unused))} are not used in argv", step=name, field_="params")
-    cwd = body.get("cwd", ".")
-    if not isinstance(cwd, str) or os.path.isabs(cwd) or ".." in cwd.replace("\\", "/").split("/"):
+    cwd = d.cwd
+    if os.path.isabs(cwd) or ".." in cwd.replace("\\", "/").split("/"):
         raise c.fail(f"must be a relative directory inside the workspace without '..', got {cwd!r}", step=name, field_="cwd")
     cwd = os.path.normpath(cwd) if cwd else "."
     real = os.path.realpath(os.path.join(workspace, cwd))
     if not (real == str(workspace) or real.startswith(str(workspace) + os.sep)) or not os.path.isdir(real):
         raise c.fail(f"{cwd!r} does not resolve to a directory inside the workspace", step=name, field_="cwd")
-    env = _str_list(c, body.get("env", []), name, "env", nonempty=False)
-    for e in env:
-        if not ENV_NAME_RE.match(e):
-            raise c.fail(f"{e!r} is not an environment variable name", step=name, field_="env")
-    env_set_raw = body.get("env_set", {})
-    if not isinstance(env_set_raw, dict) or not all(
-        isinstance(k, str) and ENV_NAME_RE.match(k) and isinstance(v, str) and "\x00" not in v for k, v in env_set_raw.items()
-    ):
-        raise c.fail("must be a table of NAME = \"value\" strings", step=name, field_="env_set")
-    readback: Readback | None = None
-    rb = body.get("readback")
-    if rb is not None:
-        if not isinstance(rb, dict) or set(rb) - {"paths", "changes_on_apply"}:
-            raise c.fail("must be a table with 'paths' and optional 'changes_on_apply'", step=name, field_="readback")
-        readback = Readback(
-            paths=_patterns(c, rb.get("paths"), name, "readback.paths"),
-            changes_on_apply=_bool(c, rb, "changes_on_apply", False, name),
-        )
-    if effect == "read" and readback is not None:
-        raise c.fail("a read step has no effect to reconcile; remove 'readback'", step=name, field_="readback")
+    readback = Readback(tuple(d.readback.paths), d.readback.changes_on_apply) if d.readback is not None else None
+    schema, validator = _params_schema(c, name, params)
+    return StepSpec(
+        name=name, kind="command", description=d.description, effect=d.effect, idempotent=d.idempotent, verifier=d.verifier,
+        timeout_s=float(d.timeout_s), params=tuple(params.values()), params_schema=schema,
+        reconcilable=readback is not None, argv=argv, cwd=cwd, env=tuple(d.env),
+        env_set=tuple(sorted(d.env_set.items())), readback=readback, _validator=validator,
+    )
+
+
+def _params_schema(c: _Ctx, name: str, params: dict[str, ParamSpec]) -> tuple[dict[str, Any], Validator]:
+    """The JSON Schema of declared parameter slots, and its validator (each default checked against it)."""
     props = {p.name: p.schema() for p in params.values()}
     required = sorted(p.name for p in params.values() if p.required)
     schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
@@ -531,66 +719,7 @@ def _parse_command(c: _Ctx, name: str, body: dict[str, Any], desc: str, workspac
         raise
     except Exception as exc:  # a bad operator regex surfaces here
         raise c.fail(f"parameter declarations do not form a valid schema: {exc}", step=name, field_="params") from None
-    return StepSpec(
-        name=name, kind="command", description=desc, effect=effect, idempotent=idempotent, verifier=verifier,
-        timeout_s=float(t), params=tuple(params.values()), params_schema=schema,
-        reconcilable=readback is not None, argv=argv, cwd=cwd, env=env,
-        env_set=tuple(sorted(env_set_raw.items())), readback=readback, _validator=validator,
-    )
-
-
-def _parse_param(c: _Ctx, step: str, pname: Any, body: Any) -> ParamSpec:
-    fld = f"params.{pname}"
-    if not isinstance(pname, str) or not SLOT_NAME_RE.match(pname):
-        raise c.fail(f"parameter name {pname!r} is invalid: use ^[a-z_][a-z0-9_]{{0,63}}$", step=step, field_=fld)
-    if not isinstance(body, dict):
-        raise c.fail("must be a table", step=step, field_=fld)
-    extra = sorted(set(body) - _PARAM_KEYS)
-    if extra:
-        raise c.fail(f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {', '.join(sorted(_PARAM_KEYS))}", step=step, field_=fld)
-    typ = body.get("type")
-    if typ not in ("string", "integer"):
-        raise c.fail(f"'type' must be \"string\" or \"integer\", got {typ!r}", step=step, field_=fld)
-    desc = body.get("description", "")
-    if not isinstance(desc, str):
-        raise c.fail("'description' must be a string", step=step, field_=fld)
-    enum = body.get("enum")
-    if enum is not None:
-        want = str if typ == "string" else int
-        if not isinstance(enum, list) or not enum or not all(isinstance(x, want) and not isinstance(x, bool) for x in enum):
-            raise c.fail(f"'enum' must be a non-empty list of {typ}s", step=step, field_=fld)
-        enum = tuple(enum)
-    pattern = body.get("pattern")
-    max_length = body.get("max_length", DEFAULT_STRING_MAX)
-    minimum, maximum = body.get("minimum"), body.get("maximum")
-    if typ == "string":
-        if pattern is None and enum is None:
-            raise c.fail(
-                "a string slot needs a 'pattern' (or an 'enum') so the operator decides what an agent may pass",
-                step=step, field_=fld,
-            )
-        if pattern is not None:
-            if not isinstance(pattern, str) or not pattern:
-                raise c.fail("'pattern' must be a non-empty string", step=step, field_=fld)
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise c.fail(f"'pattern' is not a valid regular expression: {exc}", step=step, field_=fld) from None
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or not 1 <= max_length <= MAX_STRING_MAX:
-            raise c.fail(f"'max_length' must be an integer in 1..{MAX_STRING_MAX}", step=step, field_=fld)
-        if minimum is not None or maximum is not None:
-            raise c.fail("'minimum'/'maximum' apply to integer slots only", step=step, field_=fld)
-    else:
-        if pattern is not None or "max_length" in body:
-            raise c.fail("'pattern'/'max_length' apply to string slots only", step=step, field_=fld)
-        for k, v in (("minimum", minimum), ("maximum", maximum)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-                raise c.fail(f"'{k}' must be an integer", step=step, field_=fld)
-    has_default = "default" in body
-    return ParamSpec(
-        name=pname, type=typ, description=desc, pattern=pattern, enum=enum, max_length=max_length,
-        minimum=minimum, maximum=maximum, default=body.get("default"), required=not has_default,
-    )
+    return schema, validator
 
 
 __all__ = ["Catalog", "StepSpec", "ParamSpec", "Readback", "STEP_TOOL_PREFIX", "ORACLE_TOOL_PREFIX", "CATALOG_VERSION"]

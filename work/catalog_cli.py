@@ -51,7 +51,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             flags.append("verifier")
         if s.reconcilable:
             flags.append("reconcilable")
-        what = " ".join(s.argv) if s.kind == "command" else ", ".join(s.paths)
+        what = " ".join(s.argv) if s.kind == "command" else f"tool {s.tool}" if s.kind == "tool" else ", ".join(s.paths)
         params = ", ".join(p.name + ("" if p.required else "?") for p in s.params)
         print(f"  {name:<20} {' '.join(flags)}\n  {'':<20} {what}" + (f"\n  {'':<20} params: {params}" if params else ""))
     return 0

@@ -86,7 +86,7 @@ from ._observer import DispatchObserver
 from .clock import SYSTEM_CLOCK, Clock, iso
 from .lease import Lease
 from .protocols import ArtifactStoreProtocol, AuthorityProtocol
-from .recovery import interrupted, restore_plan
+from .recovery import interrupted, restore_plan, settled_receipts, settled_status
 from .resolutions import ResolutionInbox
 from .state import Attempt, Operation, WorkState, check_transition, fold
 
@@ -134,8 +134,14 @@ class WorkController:
         renew_every: float | None = None,
         owner: str | None = None,
         clock: Clock | None = None,
+        execution_journals: str | os.PathLike[str] | None = "",
     ) -> None:
         self.root = Path(root)
+        # the server's execution journals (<data-dir>/journal), read at recovery for settled receipts;
+        # "" = that default, None = do not look
+        self.execution_journals: Path | None = (
+            None if execution_journals is None else Path(execution_journals) if execution_journals else self.root.parent / "journal"
+        )
         self.catalog = catalog
         self.registry = registry
         self.authority: AuthorityProtocol | None = authority
@@ -226,12 +232,50 @@ class WorkController:
 
     async def _restore_lifecycle(self) -> None:
         """Journal what a restart concludes (see :mod:`.recovery`), then the lifecycle transitions, under the locks."""
+        await self._settle_from_execution_journal()
         unknown, not_started = interrupted(self.state)
         async with self._lifecycle:
             if unknown or not_started:
                 await self._append(R.recovered(restored=[], unknown_operations=unknown, not_started_operations=not_started))
-            for attempt_id, target, reason in restore_plan(self.state):
+            for attempt_id, target, reason in restore_plan(self.state, self.catalog.digest):
                 await self._transition(self.state.attempts[attempt_id], target, reason)
+
+    async def _settle_from_execution_journal(self) -> None:
+        """Interrupted operations whose call the executor settled: its receipt is the evidence.
+
+        The executor makes a call's receipt durable (the server's execution
+        journal) before the controller journals the outcome; a process that
+        died in between leaves a settled receipt for an operation the attempt
+        journal shows as interrupted. Read-only: the execution journal is read
+        with the lock-free reader; a receipt that is not ``known`` proves
+        nothing, and an unreadable journal leaves the operations to
+        :func:`.recovery.interrupted`.
+        """
+        pending = {
+            op.dispatch_receipt_id: (att, op)
+            for att in self.state.attempts.values() for op in att.operations.values()
+            if op.status == "pending" and op.dispatch_receipt_id is not None
+        }
+        if not pending or self.execution_journals is None:
+            return
+        try:
+            found = await anyio.to_thread.run_sync(settled_receipts, self.execution_journals, set(pending))
+        except (OpenFunctionsError, OSError) as exc:
+            log.warning("execution_journal_unreadable", path=str(self.execution_journals), error=str(exc)[:300])
+            return
+        async with self._lifecycle:
+            for rid, receipt in found.items():
+                att, op = pending[rid]
+                if receipt.get("certainty") != "known":
+                    continue
+                status = settled_status(op, receipt.get("outcome"), "known", bool(receipt.get("handler_started")))
+                epoch, cursor = _progress(att, op, status)
+                await self._append(R.outcome(
+                    attempt_id=att.attempt_id, operation_id=op.operation_id, plan_index=op.plan_index, step=op.step,
+                    effect=op.effect, params=op.params, input_digest=op.input_digest, status=status, receipt=receipt,
+                    artifacts=[], mutation_epoch=epoch, cursor=cursor, cancelled=False, purpose=op.purpose,
+                    source="execution_journal",
+                ))
 
     async def close(self) -> None:
         if self._closed:
@@ -351,7 +395,7 @@ class WorkController:
             if op.step not in steps:
                 continue
             ways = []
-            if (op.readback or {}).get("reconcilable"):
+            if (op.readback or {}).get("reconcilable") and att.catalog_digest == self.catalog.digest:
                 ways.append(f"of_work_reconcile on attempt {att.attempt_id} (it reads the effect back)")
             ways.append(f"an operator runs: openfunctions-mcp work resolve {op.operation_id} --as applied|not-applied --reason '...'")
             raise OperationUncertain(
@@ -430,6 +474,8 @@ class WorkController:
         if spec.kind == "command":
             d["argv"] = spec.expand_argv(entry["params"])
             d["cwd"] = spec.cwd
+        elif spec.kind == "tool":
+            d["tool"] = spec.tool
         else:
             d["paths"] = list(spec.paths)
         return d
@@ -640,14 +686,8 @@ class WorkController:
         return ToolExecutionContext(principal=principal, lease=lease, metadata=meta, progress=ctx.progress if ctx else None)
 
     async def _settle_op(self, att: Attempt, op: Operation, dr: Any, receipt: Receipt | None, *, cancelled: bool) -> dict[str, Any]:
-        if receipt is not None and receipt.certainty == "known":
-            status = "done" if receipt.outcome == "succeeded" else ("failed" if receipt.handler_started else "not_done")
-        else:
-            status = "unknown"
-        if op.effect == "read" and status == "unknown":
-            status = "failed"  # a read changed nothing, whatever happened to it
-        if op.purpose == "verify" and status == "unknown" and op.idempotent:
-            status = "failed"  # running an idempotent verifier again is harmless: it is not left open
+        status = settled_status(op, receipt.outcome if receipt else None, receipt.certainty if receipt else None,
+                                bool(receipt and receipt.handler_started))
         result = None
         artifacts: list[str] = []
         if dr is not None:
@@ -657,10 +697,7 @@ class WorkController:
         step_op = op.purpose == "step"
         async with self._lifecycle:
             effect_may_have_happened = op.effect != "read" and status in ("done", "unknown")
-            # a verifier's effects do not move the epoch (the proof it builds is
-            # bound to it); the subject fingerprints before/after show what it changed
-            epoch = att.mutation_epoch + 1 if effect_may_have_happened and step_op else att.mutation_epoch
-            cursor = att.cursor + 1 if step_op and status == "done" and op.plan_index == att.cursor else att.cursor
+            epoch, cursor = _progress(att, op, status)
             rec = R.outcome(
                 attempt_id=att.attempt_id, operation_id=op.operation_id, plan_index=op.plan_index, step=op.step,
                 effect=op.effect, params=op.params, input_digest=op.input_digest, status=status,
@@ -1005,9 +1042,11 @@ class WorkController:
         await self.custody.check()
 
     async def _prepare_reconciliation(self, spec: Any, params: dict[str, Any]) -> dict[str, Any]:
-        """Readback metadata saved with the intent (file IO: in a worker thread)."""
-        from .steps import prepare_reconciliation
+        """Readback metadata saved with the intent (file IO: in a worker thread; a ``tool`` step: its capability's binding)."""
+        from .steps import prepare_reconciliation, prepare_tool_reconciliation
 
+        if spec.kind == "tool":
+            return await prepare_tool_reconciliation(spec, self.registry.get(spec.tool_name), params)
         return await anyio.to_thread.run_sync(prepare_reconciliation, self.catalog, spec, params)
 
     async def _fingerprints(self, patterns: Any = None) -> dict[str, str]:
@@ -1027,6 +1066,17 @@ class WorkController:
             log.warning("artifact_save_failed", scope=scope, error=exc.message)
             return None
         return ref.id
+
+
+def _progress(att: Attempt, op: Operation, status: str) -> tuple[int, int]:
+    """``(mutation_epoch, cursor)`` after ``op`` settles with ``status`` (live and at recovery)."""
+    step_op = op.purpose == "step"
+    effect_may_have_happened = op.effect != "read" and status in ("done", "unknown")
+    # a verifier's effects do not move the epoch (the proof it builds is
+    # bound to it); the subject fingerprints before/after show what it changed
+    epoch = att.mutation_epoch + 1 if effect_may_have_happened and step_op else att.mutation_epoch
+    cursor = att.cursor + 1 if step_op and status == "done" and op.plan_index == att.cursor else att.cursor
+    return epoch, cursor
 
 
 def _path_params(spec: Any, params: dict[str, Any]) -> list[str]:

@@ -48,7 +48,6 @@ refused with :class:`LeaseLost`.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -61,7 +60,7 @@ import anyio
 import anyio.to_thread
 
 from openfunctions.core import canonical_json, new_id, utc_timestamp
-from openfunctions.core.files import write_atomic
+from openfunctions.core.files import ensure_private_dir, flock, open_private, try_flock, write_atomic
 
 from .errors import LeaseHeld, LeaseLost, WorkError
 
@@ -103,7 +102,7 @@ class LeaseStore:
         self.clock = clock
         self._local = anyio.Lock()
         self._live_fd: int | None = None
-        _ensure_dir(self.root)
+        ensure_private_dir(self.root, unsafe=_unsafe)
 
     @property
     def path(self) -> Path:
@@ -166,22 +165,17 @@ class LeaseStore:
     def _holder_alive(self, generation: int) -> bool:
         """Whether the process holding ``generation`` still lives (it keeps a flock on its live file)."""
         try:
-            fd = os.open(self._live_path(generation), os.O_RDWR | os.O_CLOEXEC)
+            fd = open_private(self._live_path(generation), os.O_RDWR, unsafe=_unsafe)
         except FileNotFoundError:
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+            return not try_flock(fd)
         finally:
             os.close(fd)
-        return False
 
     def _hold_live(self, generation: int) -> None:
-        fd = os.open(self._live_path(generation), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        fd = open_private(self._live_path(generation), os.O_RDWR, create=True, unsafe=_unsafe)
+        if not try_flock(fd):
             os.close(fd)
             raise WorkError(f"lease generation {generation} is already held by a live process; refusing to reuse it") from None
         if self._live_fd is not None:
@@ -260,21 +254,18 @@ class LeaseStore:
     @contextlib.asynccontextmanager
     async def _locked(self) -> AsyncIterator[None]:
         async with self._local:
-            fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
+            with contextlib.ExitStack() as held:
+                fd = open_private(self.root / LOCK_FILE, os.O_RDWR, create=True, unsafe=_unsafe)
+                held.callback(os.close, fd)  # closing the descriptor drops the flock
+                if not try_flock(fd):
                     # Another process holds it for a moment (its own fenced
                     # append): wait in a worker thread, never on the loop.
-                    await anyio.to_thread.run_sync(fcntl.flock, fd, fcntl.LOCK_EX)
+                    await anyio.to_thread.run_sync(held.enter_context, flock(fd))
                 yield
-            finally:
-                os.close(fd)  # closing the descriptor drops the flock
 
 
-def _ensure_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+def _unsafe(path: str, why: str) -> WorkError:
+    return WorkError(f"refusing the lease path {path!r}: {why}", details={"path": path})
 
 
 def _atomic_write(path: Path, record: dict[str, Any]) -> None:

@@ -130,7 +130,7 @@ def build_work_profile(
     work_dir = data_dir / "work"
     store = ArtifactStore(work_dir / "artifacts", quota_bytes=quota_bytes)
     internal = registry if registry is not None else ToolRegistry()
-    for t in build_step_tools(catalog, store=store):
+    for t in build_step_tools(catalog, store=store, tools=internal):  # a ``tool`` step binds a tool of ``registry``
         internal.register(t)
     controller = WorkController(
         work_dir,

@@ -30,7 +30,9 @@ spawned           attempt_id, operation_id, pid, pgid, start_ticks (field 22 of 
 outcome           attempt_id, operation_id, plan_index, step, effect, params, input_digest,    the call settled (a read step writes
                   status (done | failed | not_done | unknown), receipt (full receipt or       only this record)
                   null), result_digest, artifacts (ids the step's output was stored under),
-                  mutation_epoch, cursor, cancelled, purpose
+                  mutation_epoch, cursor, cancelled, purpose, source (absent, or
+                  ``execution_journal``: written at recovery from the settled
+                  receipt the server's execution journal held; artifacts then [])
 transition        attempt_id, from, to, reason ({code, message, ...} or absent),               every state change
                   mutation_epoch (optional)
 verification      attempt_id, verificationId, passed, accepted, checks, fingerprintsStable,    ``of_work_verify`` finished
@@ -133,14 +135,17 @@ def spawned(*, attempt_id: str, operation_id: str, pid: int, pgid: int, start_ti
 def outcome(
     *, attempt_id: str, operation_id: str, plan_index: int | None, step: str, effect: str, params: dict[str, Any],
     input_digest: str, status: str, receipt: dict[str, Any] | None, artifacts: list[str], mutation_epoch: int,
-    cursor: int, cancelled: bool, purpose: str = "step",
+    cursor: int, cancelled: bool, purpose: str = "step", source: str | None = None,
 ) -> Rec:
-    return "outcome", {
+    d = {
         "attempt_id": attempt_id, "operation_id": operation_id, "plan_index": plan_index, "step": step,
         "effect": effect, "params": params, "input_digest": input_digest, "status": status, "receipt": receipt,
         "result_digest": (receipt or {}).get("result_sha256"), "artifacts": artifacts,
         "mutation_epoch": mutation_epoch, "cursor": cursor, "cancelled": cancelled, "purpose": purpose,
     }
+    if source is not None:
+        d["source"] = source
+    return "outcome", d
 
 
 def transition(*, attempt_id: str, from_: str, to: str, reason: dict[str, Any] | None = None, mutation_epoch: int | None = None) -> Rec:

@@ -8,6 +8,11 @@ order ("Recovery first accounts saved outputs, then recovers oracle, step
 and verification calls. It records recovered outputs before reconciling
 backend operations … and finally restores lifecycle"):
 
+0. **settled receipts count** (:func:`settled_receipts`) — an interrupted
+   operation whose call the executor had already settled (its receipt is
+   in the server's execution journal, ``<data-dir>/journal``) gets the
+   ``outcome`` that receipt proves, journaled with ``source:
+   "execution_journal"``; only a ``known`` receipt counts;
 1. **interrupted operations** (:func:`interrupted`) — an operation with an
    intent and no outcome belonged to a process that died. With a
    ``dispatched`` record the executor had entered its handler: the effect
@@ -16,16 +21,20 @@ backend operations … and finally restores lifecycle"):
    operation is *not done*. The controller journals this as one
    ``recovered`` record, which the fold applies;
 2. **restore the lifecycle** (:func:`restore_plan`) — which attempts must
-   move to ``blocked`` (unknown effects) or back to ``running`` (an
-   interrupted read-only verification); the controller journals those
-   transitions under its own locks.
+   move to ``failed`` (bound to a catalog this controller no longer runs:
+   no step, verifier or completion of theirs can ever be checked again),
+   ``blocked`` (unknown effects) or back to ``running`` (an interrupted
+   read-only verification); the controller journals those transitions
+   under its own locks.
 
 It reads records only: no locks, no writes, no tool calls.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from . import records as R
@@ -33,6 +42,45 @@ from .state import WorkState, fold
 
 # the old name of the folded state (kept for callers of 0.x)
 Recovered = WorkState
+
+
+def settled_status(op: Any, outcome: str | None, certainty: str | None, handler_started: bool) -> str:
+    """An operation's status from its call's receipt (live, and from the execution journal at recovery)."""
+    if certainty == "known":
+        status = "done" if outcome == "succeeded" else ("failed" if handler_started else "not_done")
+    else:
+        status = "unknown"
+    if op.effect == "read" and status == "unknown":
+        status = "failed"  # a read changed nothing, whatever happened to it
+    if op.purpose == "verify" and status == "unknown" and op.idempotent:
+        status = "failed"  # running an idempotent verifier again is harmless: it is not left open
+    return status
+
+
+def settled_receipts(journal_dir: str | os.PathLike[str], receipt_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The receipts for ``receipt_ids`` in the execution journals under ``journal_dir`` (read-only).
+
+    Reads every ``*.journal`` there (and its finished segments) with the
+    core journal's lock-free reader, so a server holding the journal is not
+    disturbed. A journal that is not an execution journal, or cannot be
+    read, is skipped. Returns ``{receipt_id: receipt dict}``.
+    """
+    from openfunctions.core.errors import OpenFunctionsError
+    from openfunctions.core.journal import read_records, segment_paths
+
+    found: dict[str, dict[str, Any]] = {}
+    d = Path(journal_dir)
+    if not receipt_ids or not d.is_dir():
+        return found
+    for path in sorted(d.glob("*.journal")):
+        try:
+            for seg in [*segment_paths(path), path]:
+                for rec in read_records(seg):
+                    if rec.type == "receipt" and rec.data.get("receipt_id") in receipt_ids:
+                        found[rec.data["receipt_id"]] = dict(rec.data)
+        except (OpenFunctionsError, OSError):
+            continue
+    return found
 
 
 def interrupted(state: WorkState) -> tuple[list[str], list[str]]:
@@ -62,11 +110,24 @@ def replay(records: Iterable[Any]) -> WorkState:
     return state
 
 
-def restore_plan(state: WorkState) -> list[tuple[str, str, dict[str, Any]]]:
-    """The lifecycle transitions the controller must apply, as ``(attempt_id, to, reason)``."""
+def restore_plan(state: WorkState, catalog_digest: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """The lifecycle transitions the controller must apply, as ``(attempt_id, to, reason)``.
+
+    ``catalog_digest`` is the catalog the controller runs now: a live attempt
+    bound to another one has *failed* (the rule for ``failed``, see
+    :mod:`openfunctions.work.state`).
+    """
     plan: list[tuple[str, str, dict[str, Any]]] = []
     for att in state.attempts.values():
         if att.terminal:
+            continue
+        if catalog_digest is not None and att.catalog_digest != catalog_digest:
+            plan.append((att.attempt_id, "failed", {
+                "code": "catalog_changed",
+                "message": f"the attempt is bound to catalog {att.catalog_digest}; the controller now runs {catalog_digest}, "
+                "so none of its steps, verifiers or its completion can be checked again: preview and start a new attempt",
+                "catalog_digest": catalog_digest,
+            }))
             continue
         unknown = [op.operation_id for op in att.operations.values() if op.status == "unknown"]
         if unknown:
@@ -88,4 +149,4 @@ def restore_plan(state: WorkState) -> list[tuple[str, str, dict[str, Any]]]:
 
 RECORD_TYPES = R.RECORD_TYPES
 
-__all__ = ["Recovered", "interrupted", "replay", "restore_plan", "RECORD_TYPES"]
+__all__ = ["Recovered", "interrupted", "replay", "restore_plan", "settled_receipts", "settled_status", "RECORD_TYPES"]

@@ -13,11 +13,16 @@ The state diagram (also in docs/WORK.md)::
 mismatched, the lease was lost, or the grant was revoked or expired; only a
 successful reconciliation (or a cancel) leaves it.
 
-``failed`` is reserved: the transitions allow it, but no rule enters it yet
-(a step that fails with a known outcome is recorded as a failed operation
-and the attempt stays ``running``; nothing decides that an attempt as a
-whole is beyond repair). Until such a rule is decided, an attempt that
-cannot go on is cancelled.
+``failed`` has one rule: an attempt that can never go on fails. That is
+an attempt bound to a catalog (by its digest) other than the one the
+controller runs: every step, verifier and completion check of it would be
+refused forever ("the catalog changed"), so at start-up recovery moves it
+to ``failed`` (reason ``catalog_changed``) instead of leaving it live and
+stuck. A step that fails with a *known* outcome does not fail the attempt:
+its operation is recorded ``failed`` (the handler said it changed nothing)
+and the attempt stays ``running``, so the step may run again. Like
+``cancelled``, ``failed`` does not discharge an uncertain operation: it
+stays open in the data directory until a readback or an operator settles it.
 """
 
 from __future__ import annotations

@@ -55,6 +55,16 @@ and answers ``{status: "applied" | "not_applied" | "inconclusive", observed}``:
   ``changes_on_apply = true``, else ``inconclusive``.
 - ``command`` without a readback has no oracle: its uncertain effects are
   inconclusive by construction and an operator must resolve them.
+- ``tool`` (a registered tool run as the step, catalog ``reconcile = true``):
+  the binding the tool's capability declares.
+  :func:`prepare_tool_reconciliation` saves ``{v, step, kind, tool,
+  spec_sha256, reconcilable, params, prepared}`` where ``prepared`` is what
+  ``capability.prepare_reconciliation(params)`` returned (JSON; if it raises,
+  the step does not run); the oracle answers with
+  ``capability.reconcile_effect(params, prepared)``, normalized: a status
+  outside the four, a non-object answer, an exception, or a tool whose spec
+  changed since the intent -> ``inconclusive``; ``partial`` of a
+  non-idempotent step -> ``inconclusive`` (as for a command).
 
 A crash of the server process does not kill a running command (it is in its
 own session): it runs on, unsupervised and without its timeout, and its
@@ -69,6 +79,7 @@ operator's resolution refuse to conclude while any such process is alive
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import signal
 import subprocess
@@ -81,14 +92,14 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from openfunctions.core import digest
-from openfunctions.core.errors import ToolError
-from openfunctions.core import ToolDefinition, define_tool
+from openfunctions.core import ToolDefinition, check_json, define_tool, digest
+from openfunctions.core.errors import NonJsonValue, ToolError
+from openfunctions.core.files import fsync_dir, write_atomic
 
 from ._paths import matching_pattern, resolve_in_workspace
 from ._procs import MARKER_ENV
 from .catalog import Catalog, StepSpec
-from .errors import PathOutsideGrant, PlanInvalid, WorkError
+from .errors import CatalogInvalid, PathOutsideGrant, PlanInvalid, ReconcileFailed, WorkError
 from .verification import diff_fingerprints, file_sha256, fingerprint, open_regular
 
 DEFAULT_CAPTURE_LIMIT = 8 * 1024 * 1024
@@ -254,15 +265,6 @@ def _sha_or_none(real: Path) -> str | None:
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
 
 
-def _fsync_at(dir_fd: int) -> None:
-    """fsync the directory ``dir_fd`` refers to (an O_PATH fd cannot be fsynced itself)."""
-    fd = os.open(".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _open_dir_chain(parent: Path, *, create: bool = True) -> int:
     """Open ``parent`` (an absolute, already resolved path) one component at a time
     without following symlinks, creating missing directories (each made durable).
@@ -284,7 +286,7 @@ def _open_dir_chain(parent: Path, *, create: bool = True) -> int:
                         os.mkdir(part, 0o777, dir_fd=fd)
                     except FileExistsError:
                         pass
-                    _fsync_at(fd)  # the new entry is durable in its parent
+                    fsync_dir(fd)  # the new entry is durable in its parent
                     # the re-open is inside the same guard: a symlink swapped in
                     # between mkdir and here is refused like any other (ELOOP/ENOTDIR)
                     nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -305,42 +307,15 @@ def _open_dir_chain(parent: Path, *, create: bool = True) -> int:
 def write_atomically(real: Path, data: bytes) -> None:
     """Replace ``real`` (a resolved path) with ``data`` durably and atomically.
 
-    The directory chain is opened without following symlinks; the content
-    goes to a temp file beside the target (``O_EXCL|O_NOFOLLOW``), is
-    fsynced, renamed over the target, and the directory is fsynced. An
-    existing file's mode is kept; a new file gets ``0666 & ~umask``.
+    The directory chain is opened without following symlinks; then
+    :func:`openfunctions.core.files.write_atomic` writes a temp file beside
+    the target (``O_EXCL|O_NOFOLLOW``), fsyncs it, renames it over the
+    target and fsyncs the directory. An existing file's mode is kept; a new
+    file gets ``0666 & ~umask`` (the user's own file, not a private one).
     """
     dfd = _open_dir_chain(real.parent)
-    name = real.name
     try:
-        mode: int | None = None
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            mode = st.st_mode & 0o7777
-        except FileNotFoundError:
-            pass
-        tmp = f".{name}.{os.urandom(6).hex()}.of-tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o666, dir_fd=dfd)
-        try:
-            if mode is not None:
-                os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            os.fsync(fd)
-            os.close(fd)
-            fd = -1
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except FileNotFoundError:
-                pass
-            raise
-        _fsync_at(dfd)
+        write_atomic(real.name, data, mode=None, dir_fd=dfd)
     finally:
         os.close(dfd)
 
@@ -382,13 +357,87 @@ def prepare_reconciliation(catalog: Catalog, step: StepSpec, params: Mapping[str
     return {**base, "reconcilable": False}
 
 
-def reconcile_readback(catalog: Catalog, step: StepSpec, readback: Mapping[str, Any]) -> dict[str, Any]:
-    """The oracle's answer for saved ``readback`` metadata (read-only; see the module docstring)."""
+async def _call(fn: Any, *args: Any) -> Any:
+    """A capability binding: async, or a plain function run in a worker thread."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    out = await anyio.to_thread.run_sync(fn, *args)
+    return await out if inspect.isawaitable(out) else out
+
+
+async def prepare_tool_reconciliation(step: StepSpec, tool: ToolDefinition, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Readback metadata for a ``tool`` step, from its capability's ``prepare_reconciliation`` (before dispatch).
+
+    Raises :class:`ReconcileFailed` (nothing ran) when the binding raises or
+    returns something that is not JSON.
+    """
+    base: dict[str, Any] = {"v": RECONCILIATION_VERSION, "step": step.name, "kind": step.kind, "tool": tool.name,
+                            "spec_sha256": tool.spec_sha256}
+    cap = tool.capability
+    if not step.reconcilable or cap is None or cap.prepare_reconciliation is None:
+        return {**base, "reconcilable": False}
+    full = dict(params)
+    try:
+        prepared = await _call(cap.prepare_reconciliation, dict(full))
+        check_json(prepared)
+    except NonJsonValue as exc:
+        raise ReconcileFailed(
+            f"step {step.name!r}: tool {tool.name!r}'s prepare_reconciliation returned a value with no JSON form "
+            f"({exc.message}); the step did not run", details={"step": step.name, "tool": tool.name},
+        ) from None
+    except Exception as exc:
+        raise ReconcileFailed(
+            f"step {step.name!r}: tool {tool.name!r}'s prepare_reconciliation raised {type(exc).__name__}: {str(exc)[:300]}; "
+            "the step did not run (it cannot be reconciled without its readback)", details={"step": step.name, "tool": tool.name},
+        ) from None
+    return {**base, "reconcilable": True, "params": full, "prepared": prepared}
+
+
+_STATUSES = ("applied", "not_applied", "partial", "inconclusive")
+
+
+async def reconcile_tool_effect(step: StepSpec, tool: ToolDefinition, readback: Mapping[str, Any]) -> dict[str, Any]:
+    """The oracle's answer for a ``tool`` step: its capability's ``reconcile_effect``, normalized (read-only)."""
+    _check_readback_binding(step, readback)
+
+    def answer(status: str, reason: str, observed: Any = None) -> dict[str, Any]:
+        return {"step": step.name, "status": status, "observed": observed if isinstance(observed, dict) else {}, "reason": reason}
+
+    if not readback.get("reconcilable"):
+        return answer("inconclusive", "this step declares no readback")
+    cap = tool.capability
+    if readback.get("tool") != tool.name or cap is None or cap.reconcile_effect is None:
+        return answer("inconclusive", f"tool {readback.get('tool')!r} no longer binds a readback")
+    if readback.get("spec_sha256") != tool.spec_sha256:
+        return answer("inconclusive", f"tool {tool.name!r} changed since the step ran (its spec digest differs); "
+                      "its readback may no longer read what the run did")
+    try:
+        got = await _call(cap.reconcile_effect, dict(readback.get("params") or {}), readback.get("prepared"))
+        check_json(got)
+    except Exception as exc:  # a failed readback proves nothing either way
+        return answer("inconclusive", f"the readback raised {type(exc).__name__}: {str(getattr(exc, 'message', exc))[:300]}")
+    if not isinstance(got, dict) or got.get("status") not in _STATUSES:
+        status = got.get("status") if isinstance(got, dict) else None
+        return answer("inconclusive", f"the readback answered {str(status)[:80]!r}, not one of {', '.join(_STATUSES)}")
+    status = got["status"]
+    reason = str(got.get("reason") or "")[:2000] or f"the tool's readback says {status}"
+    if status == "partial" and not step.idempotent:
+        return answer("inconclusive", f"{reason} (partial, and the step is not idempotent: running it again could repeat its effect)",
+                      got.get("observed"))
+    return answer(status, reason, got.get("observed"))
+
+
+def _check_readback_binding(step: StepSpec, readback: Mapping[str, Any]) -> None:
     if readback.get("step") != step.name or readback.get("kind") != step.kind or readback.get("v") != RECONCILIATION_VERSION:
         raise PlanInvalid(
             f"readback metadata is for step {readback.get('step')!r} ({readback.get('kind')!r}, v{readback.get('v')}), "
             f"not step {step.name!r} ({step.kind})"
         )
+
+
+def reconcile_readback(catalog: Catalog, step: StepSpec, readback: Mapping[str, Any]) -> dict[str, Any]:
+    """The oracle's answer for saved ``readback`` metadata (read-only; see the module docstring)."""
+    _check_readback_binding(step, readback)
     if not readback.get("reconcilable"):
         return {"step": step.name, "status": "inconclusive", "observed": {}, "reason": "this step declares no readback"}
     if step.kind == "write_file":
@@ -723,9 +772,11 @@ def _step_tool(catalog: Catalog, step: StepSpec, store: Any, capture_limit: int)
     )
 
 
-def _oracle_tool(catalog: Catalog, step: StepSpec) -> ToolDefinition:
+def _oracle_tool(catalog: Catalog, step: StepSpec, bound: ToolDefinition | None = None) -> ToolDefinition:
     async def handler(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
         try:
+            if bound is not None:
+                return await reconcile_tool_effect(step, bound, params["readback"])
             return await anyio.to_thread.run_sync(reconcile_readback, catalog, step, params["readback"])
         except WorkError as exc:
             raise _refuse(exc) from None
@@ -745,23 +796,68 @@ def _oracle_tool(catalog: Catalog, step: StepSpec) -> ToolDefinition:
     )
 
 
+_EFFECT_RANK = {"read": 0, "write": 1, "external": 2}
+
+
+def bind_tool(catalog: Catalog, step: StepSpec, tools: Any) -> ToolDefinition:
+    """The registered tool a ``tool`` step runs; :class:`CatalogInvalid` (file, step, field) if it cannot be bound.
+
+    ``tools`` is a :class:`~openfunctions.core.ToolRegistry` or a mapping of
+    name to :class:`ToolDefinition`. Refused: a tool that is not registered,
+    one whose capability declares a wider effect than the step (the catalog
+    would understate what the agent can do), and a step declaring
+    ``reconcile = true`` for a tool whose capability binds no readback.
+    """
+    source = str(catalog.path) if catalog.path else "<catalog>"
+
+    def fail(msg: str, field_: str) -> CatalogInvalid:
+        return CatalogInvalid(f"catalog {source!r}, step {step.name!r}, field {field_!r}: {msg}",
+                              details={"file": source, "step": step.name, "field": field_})
+
+    assert step.tool is not None
+    found: ToolDefinition | None
+    if isinstance(tools, Mapping):
+        found = tools.get(step.tool)
+    else:
+        found = tools.get(step.tool) if tools is not None and step.tool in tools else None
+    if found is None:
+        raise fail(f"tool {step.tool!r} is not registered (serve it beside the work profile, e.g. --profile all "
+                   "with --module, or pass it in the registry given to build_work_profile)", "tool")
+    cap = found.capability
+    if cap is not None and cap.effect is not None and _EFFECT_RANK[cap.effect] > _EFFECT_RANK[step.effect]:
+        raise fail(f"tool {step.tool!r} declares effect {cap.effect!r}, wider than the step's {step.effect!r}", "effect")
+    if step.reconcilable and (cap is None or not cap.reconcilable):
+        raise fail(f"tool {step.tool!r} binds no readback (its capability has no prepare_reconciliation/"
+                   "reconcile_effect); set reconcile = false or add the binding", "reconcile")
+    return found
+
+
 def build_step_tools(
-    catalog: Catalog, *, store: Any, include_oracles: bool = True, capture_limit: int = DEFAULT_CAPTURE_LIMIT
+    catalog: Catalog, *, store: Any, include_oracles: bool = True, capture_limit: int = DEFAULT_CAPTURE_LIMIT,
+    tools: Any = None,
 ) -> list[ToolDefinition]:
     """One ``of_step.<name>`` tool per catalog step, plus ``of_oracle.<name>`` for reconcilable steps.
 
     ``store`` is the :class:`~openfunctions.artifacts.ArtifactStore` that
-    receives command output and large reads. Register the result in the
-    controller's internal registry (never on an MCP server).
+    receives command output and large reads. A ``tool`` step gets no
+    ``of_step`` tool (it runs the registered tool it names, looked up in
+    ``tools``: a registry or a name -> definition mapping; see
+    :func:`bind_tool`), only its oracle when it is reconcilable. Register the
+    result in the controller's internal registry (never on an MCP server).
     """
-    tools = [_step_tool(catalog, s, store, capture_limit) for _, s in sorted(catalog.steps.items())]
+    steps = [s for _, s in sorted(catalog.steps.items())]
+    bound = {s.name: bind_tool(catalog, s, tools) for s in steps if s.kind == "tool"}
+    out = [_step_tool(catalog, s, store, capture_limit) for s in steps if s.kind != "tool"]
     if include_oracles:
-        tools += [_oracle_tool(catalog, s) for _, s in sorted(catalog.steps.items()) if s.reconcilable]
-    return tools
+        out += [_oracle_tool(catalog, s, bound.get(s.name)) for s in steps if s.reconcilable]
+    return out
 
 
 __all__ = [
+    "bind_tool",
     "build_step_tools",
+    "prepare_tool_reconciliation",
+    "reconcile_tool_effect",
     "prepare_reconciliation",
     "reconcile_readback",
     "check_step_path",

@@ -19,9 +19,14 @@ returns the same artifact id, also after a restart. Refusals are raised as
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, ToolExecutionContext, define_tool
+from openfunctions.core import Validator, complete_strict_schema
 
 from .controller import DISPATCHED_ATTR, MAX_PLAN_STEPS, WorkController
 
@@ -34,31 +39,83 @@ WORK_TOOL_NAMES = (
     "of_work_verify", "of_work_reconcile", "of_work_complete", "of_work_cancel", "of_work_artifact_read",
 )
 
-_PROJECTION_SCHEMA = {
-    "type": "object",
-    "description": "Present when the full reply was larger than the 32 KiB budget (or could not be stored).",
-    "properties": {
-        "available": {"type": "boolean"},
-        "artifact_id": {"type": "string"},
-        "sha256": {"type": "string"},
-        "size": {"type": "integer"},
-        "media_type": {"type": "string"},
-        "read_with": {"type": "string"},
-        "reason": {"type": "string"},
-    },
-    "required": ["available"],
-}
+class ArtifactProjection(BaseModel):
+    """Present when the full reply was larger than the 32 KiB budget (or could not be stored)."""
+
+    available: bool
+    artifact_id: str = None  # type: ignore[assignment]  # absent, never null
+    sha256: str = None  # type: ignore[assignment]
+    size: int = None  # type: ignore[assignment]
+    media_type: str = None  # type: ignore[assignment]
+    read_with: str = None  # type: ignore[assignment]
+    reason: str = None  # type: ignore[assignment]
 
 
-def _out(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+class _Reply(BaseModel):
     # Replies over budget become a projection that keeps only the identity,
-    # state and summaries; additional properties stay allowed for that reason.
-    return {
-        "type": "object",
-        "properties": {**props, "artifactProjection": _PROJECTION_SCHEMA, "summaryTruncated": {"type": "boolean"}},
-        "required": list(required),
-        "additionalProperties": True,
-    }
+    # state and summaries; every field is optional and additional properties
+    # stay allowed for that reason.
+    model_config = ConfigDict(extra="allow")
+
+    artifactProjection: ArtifactProjection = None  # type: ignore[assignment]
+    summaryTruncated: bool = None  # type: ignore[assignment]
+
+
+class _AttemptReply(_Reply):
+    attemptId: str | None = Field(None, description="The attempt id.")
+    state: str | None = Field(None, description="The attempt's state.")
+
+
+class CatalogReply(_Reply):
+    catalogDigest: str = None  # type: ignore[assignment]
+    steps: list[Any] = None  # type: ignore[assignment]
+    grants: list[Any] = None  # type: ignore[assignment]
+
+
+class PreviewReply(_Reply):
+    previewId: str = None  # type: ignore[assignment]
+    planDigest: str = None  # type: ignore[assignment]
+    steps: list[Any] = None  # type: ignore[assignment]
+    allGranted: bool = None  # type: ignore[assignment]
+    artifactId: str | None = None
+
+
+class StatusReply(_Reply):
+    controller: dict[str, Any] = None  # type: ignore[assignment]
+    attempt: dict[str, Any] | None = None
+
+
+class RunStepReply(_AttemptReply):
+    operation: dict[str, Any] = None  # type: ignore[assignment]
+    result: Any = None
+
+
+class VerifyReply(_AttemptReply):
+    passed: bool = None  # type: ignore[assignment]
+    checks: list[Any] = None  # type: ignore[assignment]
+
+
+class ReconcileReply(_AttemptReply):
+    reconciled: list[Any] = None  # type: ignore[assignment]
+
+
+class CompleteReply(_AttemptReply):
+    proofDigest: str = None  # type: ignore[assignment]
+
+
+def output_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A reply model's JSON Schema as served: pydantic's, without its generated titles and defaults."""
+
+    def clean(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: clean(v) for k, v in node.items() if k not in ("title", "default") or isinstance(v, dict)}
+        if isinstance(node, list):
+            return [clean(v) for v in node]
+        return node
+
+    schema = clean(model.model_json_schema())
+    schema.setdefault("required", [])
+    return schema
 
 
 ARTIFACT_READ_TITLE = "Read a work artifact"
@@ -71,9 +128,110 @@ ARTIFACT_READ_DESCRIPTION = (
 )
 READ_WITH = "of_work_artifact_read"
 
-_STATE = {"type": ["string", "null"], "description": "The attempt's state."}
-_ATTEMPT = {"type": ["string", "null"], "description": "The attempt id."}
-_READ = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True, "open_world_hint": False}
+
+def _obj(props: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A closed input schema of optional properties."""
+    return {"type": "object", "properties": props or {}, "additionalProperties": False}
+
+
+def _id(description: str) -> dict[str, Any]:
+    return {"type": "string", "pattern": ID_PATTERN, "description": description}
+
+
+def read_only(*, idempotent: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The capability and MCP annotations of a read-only tool (one place for all of them)."""
+    return (
+        {"effect": "read", "parallel_safe": True, "idempotent": idempotent},
+        {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": idempotent, "open_world_hint": False},
+    )
+
+
+def effectful(effect: str, *, destructive: bool = False, idempotent: bool = False, tasks: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The capability and MCP annotations of a tool that changes something (``tasks``: may answer as an MCP task)."""
+    cap: dict[str, Any] = {"effect": effect}
+    if tasks:
+        cap["task_support"] = "optional"
+    return cap, {"read_only_hint": False, "destructive_hint": destructive, "idempotent_hint": idempotent,
+                 "open_world_hint": effect == "external"}
+
+
+@dataclass(frozen=True)
+class ToolRow:
+    """One row of the ``of_work_*`` table: everything but the handler, which is ``WorkTools._<name>``."""
+
+    name: str
+    title: str
+    description: str
+    input: dict[str, Any] | None  # None: built from the catalog (preview, run_step)
+    output: type[BaseModel]
+    kind: tuple[dict[str, Any], dict[str, Any]]  # (capability, annotations)
+
+    @property
+    def method(self) -> str:
+        return "_" + self.name.removeprefix("of_work_")
+
+
+TOOLS: tuple[ToolRow, ...] = (
+    ToolRow(
+        "of_work_catalog", "Work catalog",
+        "List the operator's catalog: the steps you may put in a plan (each with its parameter schema, "
+        "effect and whether it is a verifier) and the grants that let you run them. Read-only.",
+        _obj(), CatalogReply, read_only(),
+    ),
+    ToolRow(
+        "of_work_preview", "Preview a work plan",
+        "Check a plan (a list of catalog steps with their parameters) and describe what it would run: "
+        "the exact argv or paths, effects, grant coverage and workspace fingerprints. Runs nothing. "
+        "The preview is saved; start it with of_work_start(previewId).",
+        None, PreviewReply, read_only(idempotent=False),
+    ),
+    ToolRow(
+        "of_work_start", "Start a work attempt",
+        "Start an attempt from a saved preview. Only one attempt is active at a time: a second start is "
+        "refused and names the active attempt.",
+        {**_obj({"previewId": _id("from of_work_preview")}), "required": ["previewId"]},
+        _AttemptReply, effectful("write"),
+    ),
+    ToolRow(
+        "of_work_status", "Work attempt status",
+        "The selected attempt's state, operations (with their certainty), proof and blocked reason. Read-only.",
+        _obj({"attemptId": _id("default: the selected attempt")}), StatusReply, read_only(),
+    ),
+    ToolRow(
+        "of_work_run_step", "Run a plan step",
+        "Run the next step of the attempt's plan (or the named one / the plan index given) through the "
+        "executor, under the grant and the lease. Long steps report progress and stop when the call is "
+        "cancelled; a step whose outcome is uncertain blocks the attempt until of_work_reconcile.",
+        # A long step may answer as an MCP task (servers/_tasks.py) for clients that support them.
+        None, RunStepReply, effectful("external", destructive=True, tasks=True),
+    ),
+    ToolRow(
+        "of_work_verify", "Verify the attempt",
+        "Run the catalog's trusted verifier steps (e.g. the test suite) and re-read the workspace "
+        "fingerprints; on success the attempt is 'verified' with a proof bound to the plan, catalog, "
+        "environment, fingerprints and mutation epoch. Any later write invalidates the proof.",
+        _obj(), VerifyReply, effectful("external", tasks=True),
+    ),
+    ToolRow(
+        "of_work_reconcile", "Reconcile uncertain effects",
+        "Resolve operations whose outcome is unknown (e.g. after a crash) by running the step's read-only "
+        "oracle: a matching readback resolves them (done or not done); a missing, mismatched or "
+        "inconclusive one keeps the attempt blocked. Never re-runs the step. Verify again afterwards.",
+        _obj({"operationId": _id("default: every unknown operation")}), ReconcileReply,
+        ({"effect": "write"}, effectful("write", idempotent=True)[1]),
+    ),
+    ToolRow(
+        "of_work_complete", "Complete the attempt",
+        "Complete a verified attempt. Rechecks the grant, the catalog and the workspace fingerprints and "
+        "needs a fresh proof (no write since verification).",
+        _obj(), CompleteReply, effectful("write"),
+    ),
+    ToolRow(
+        "of_work_cancel", "Cancel the attempt",
+        "Cancel the selected attempt (a terminal state). Effects already made stay on the record.",
+        _obj({"reason": {"type": "string", "maxLength": 500}}), _AttemptReply, effectful("write", destructive=True),
+    ),
+)
 
 
 class WorkTools:
@@ -125,161 +283,17 @@ class WorkTools:
     # -- the tools -------------------------------------------------------------
 
     def build(self) -> list[ToolDefinition]:
-        c = self.controller
-        tools = [
-            define_tool(
-                name="of_work_catalog",
-                title="Work catalog",
-                description=(
-                    "List the operator's catalog: the steps you may put in a plan (each with its parameter schema, "
-                    "effect and whether it is a verifier) and the grants that let you run them. Read-only."
-                ),
-                input_schema={"type": "object", "properties": {}, "additionalProperties": False},
-                output_schema=_out({"catalogDigest": {"type": "string"}, "steps": {"type": "array"}, "grants": {"type": "array"}}),
-                handler=self._catalog,
-                annotations=_READ,
-                capability={"effect": "read", "parallel_safe": True, "idempotent": True},
-                tags=("work",),
-            ),
-            define_tool(
-                name="of_work_preview",
-                title="Preview a work plan",
-                description=(
-                    "Check a plan (a list of catalog steps with their parameters) and describe what it would run: "
-                    "the exact argv or paths, effects, grant coverage and workspace fingerprints. Runs nothing. "
-                    "The preview is saved; start it with of_work_start(previewId)."
-                ),
-                input_schema=self._preview_schema(),
-                output_schema=_out(
-                    {"previewId": {"type": "string"}, "planDigest": {"type": "string"}, "steps": {"type": "array"},
-                     "allGranted": {"type": "boolean"}, "artifactId": {"type": ["string", "null"]}},
-                ),
-                handler=self._preview,
-                annotations={**_READ, "idempotent_hint": False},
-                capability={"effect": "read", "parallel_safe": True},
-                tags=("work",),
-            ),
-            define_tool(
-                name="of_work_start",
-                title="Start a work attempt",
-                description=(
-                    "Start an attempt from a saved preview. Only one attempt is active at a time: a second start is "
-                    "refused and names the active attempt."
-                ),
-                input_schema={
-                    "type": "object",
-                    "properties": {"previewId": {"type": "string", "pattern": ID_PATTERN, "description": "from of_work_preview"}},
-                    "required": ["previewId"],
-                    "additionalProperties": False,
-                },
-                output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE}),
-                handler=self._start,
-                annotations={"read_only_hint": False, "destructive_hint": False, "idempotent_hint": False, "open_world_hint": False},
-                capability={"effect": "write"},
-                tags=("work",),
-            ),
-            define_tool(
-                name="of_work_status",
-                title="Work attempt status",
-                description="The selected attempt's state, operations (with their certainty), proof and blocked reason. Read-only.",
-                input_schema={
-                    "type": "object",
-                    "properties": {"attemptId": {"type": "string", "pattern": ID_PATTERN, "description": "default: the selected attempt"}},
-                    "additionalProperties": False,
-                },
-                output_schema=_out({"controller": {"type": "object"}, "attempt": {"type": ["object", "null"]}}),
-                handler=self._status,
-                annotations=_READ,
-                capability={"effect": "read", "parallel_safe": True, "idempotent": True},
-                tags=("work",),
-            ),
-            define_tool(
-                name="of_work_run_step",
-                title="Run a plan step",
-                description=(
-                    "Run the next step of the attempt's plan (or the named one / the plan index given) through the "
-                    "executor, under the grant and the lease. Long steps report progress and stop when the call is "
-                    "cancelled; a step whose outcome is uncertain blocks the attempt until of_work_reconcile."
-                ),
-                input_schema={
-                    "type": "object",
-                    "properties": {
-                        "step": {"type": "string", **({"enum": sorted(c.catalog.steps)} if c else {}), "description": "a step of the plan (default: the next one)"},
-                        "index": {"type": "integer", "minimum": 0, "maximum": MAX_PLAN_STEPS - 1, "description": "a plan index"},
-                    },
-                    "additionalProperties": False,
-                },
-                output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE, "operation": {"type": "object"}, "result": {}}),
-                handler=self._run_step,
-                annotations={"read_only_hint": False, "destructive_hint": True, "idempotent_hint": False, "open_world_hint": True},
-                # A long step may answer as an MCP task (servers/_tasks.py) for clients that support them.
-                capability={"effect": "external", "task_support": "optional"},
-                tags=("work",),
-            ),
-            define_tool(
-                name="of_work_verify",
-                title="Verify the attempt",
-                description=(
-                    "Run the catalog's trusted verifier steps (e.g. the test suite) and re-read the workspace "
-                    "fingerprints; on success the attempt is 'verified' with a proof bound to the plan, catalog, "
-                    "environment, fingerprints and mutation epoch. Any later write invalidates the proof."
-                ),
-                input_schema={"type": "object", "properties": {}, "additionalProperties": False},
-                output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE, "passed": {"type": "boolean"}, "checks": {"type": "array"}}),
-                handler=self._verify,
-                annotations={"read_only_hint": False, "destructive_hint": False, "idempotent_hint": False, "open_world_hint": True},
-                capability={"effect": "external", "task_support": "optional"},
-                tags=("work",),
-            ),
-            define_tool(
-                name="of_work_reconcile",
-                title="Reconcile uncertain effects",
-                description=(
-                    "Resolve operations whose outcome is unknown (e.g. after a crash) by running the step's read-only "
-                    "oracle: a matching readback resolves them (done or not done); a missing, mismatched or "
-                    "inconclusive one keeps the attempt blocked. Never re-runs the step. Verify again afterwards."
-                ),
-                input_schema={
-                    "type": "object",
-                    "properties": {"operationId": {"type": "string", "pattern": ID_PATTERN, "description": "default: every unknown operation"}},
-                    "additionalProperties": False,
-                },
-                output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE, "reconciled": {"type": "array"}}),
-                handler=self._reconcile,
-                annotations={"read_only_hint": False, "destructive_hint": False, "idempotent_hint": True, "open_world_hint": False},
-                capability={"effect": "write"},
-                tags=("work",),
-            ),
-            define_tool(
-                name="of_work_complete",
-                title="Complete the attempt",
-                description=(
-                    "Complete a verified attempt. Rechecks the grant, the catalog and the workspace fingerprints and "
-                    "needs a fresh proof (no write since verification)."
-                ),
-                input_schema={"type": "object", "properties": {}, "additionalProperties": False},
-                output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE, "proofDigest": {"type": "string"}}),
-                handler=self._complete,
-                annotations={"read_only_hint": False, "destructive_hint": False, "idempotent_hint": False, "open_world_hint": False},
-                capability={"effect": "write"},
-                tags=("work",),
-            ),
-            define_tool(
-                name="of_work_cancel",
-                title="Cancel the attempt",
-                description="Cancel the selected attempt (a terminal state). Effects already made stay on the record.",
-                input_schema={
-                    "type": "object",
-                    "properties": {"reason": {"type": "string", "maxLength": 500}},
-                    "additionalProperties": False,
-                },
-                output_schema=_out({"attemptId": _ATTEMPT, "state": _STATE}),
-                handler=self._cancel,
-                annotations={"read_only_hint": False, "destructive_hint": True, "idempotent_hint": False, "open_world_hint": False},
-                capability={"effect": "write"},
-                tags=("work",),
-            ),
-        ]
+        tools = []
+        for row in TOOLS:
+            capability, annotations = row.kind
+            tools.append(define_tool(
+                name=row.name, title=row.title, description=row.description,
+                input_schema=row.input if row.input is not None else self._input_schema(row.name),
+                output_schema=output_schema(row.output), handler=getattr(self, row.method),
+                annotations=annotations, capability=capability, tags=("work",),
+            ))
+        # of_work_preview: checked in the discriminated form, so an error names the failing field
+        tools = [_checked_by(t, self._preview_checked_schema()) if t.name == "of_work_preview" else t for t in tools]
         if self.store is not None:
             from openfunctions.artifacts import create_artifact_read_tool
 
@@ -298,46 +312,75 @@ class WorkTools:
             await self.ready()
             raise AssertionError("unreachable")
 
+        capability, annotations = read_only()
         return define_tool(
-            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=READ_INPUT_SCHEMA,
-            output_schema=READ_OUTPUT_SCHEMA, handler=refuse, annotations=_READ, tags=("work",),
-            capability={"effect": "read", "parallel_safe": True, "idempotent": True},
+            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=INPUT_SCHEMA,
+            output_schema=OUTPUT_SCHEMA, handler=refuse, annotations=annotations, tags=("work",), capability=capability,
         )
 
-    def _preview_schema(self) -> dict[str, Any]:
+    def _input_schema(self, name: str) -> dict[str, Any]:
+        """The input schemas drawn from the catalog (``of_work_preview``, ``of_work_run_step``)."""
         c = self.controller
-        if c is None:
-            items: Any = {"type": "object", "properties": {"step": {"type": "string"}, "params": {"type": "object"}}, "required": ["step"]}
-            return {"type": "object", "properties": {"plan": {"type": "array", "minItems": 1, "items": items}}, "required": ["plan"]}
-        # One item schema with an if/then per step (not an anyOf of steps): a
-        # validator then reports the failing field itself ("$.plan[0].params.n:
-        # '5; rm' is not of type 'integer'", "'rm_rf' is not one of [...]"),
-        # where an anyOf only said "is not valid under any of the given schemas".
-        names = sorted(c.catalog.steps)
-        item: dict[str, Any] = {
+        if name == "of_work_run_step":
+            return _obj({
+                "step": {"type": "string", **({"enum": sorted(c.catalog.steps)} if c else {}), "description": "a step of the plan (default: the next one)"},
+                "index": {"type": "integer", "minimum": 0, "maximum": MAX_PLAN_STEPS - 1, "description": "a plan index"},
+            })
+        # of_work_preview, as advertised: strict (every object closed and listing
+        # `required`, every node typed), one anyOf branch per step
+        return self._plan_schema([
+            {"type": "object", "properties": {"step": {"type": "string", "const": name, "description": spec.description[:200]},
+                                              "params": self._params(spec)},
+             "required": ["step", "params"], "additionalProperties": False}
+            for name, spec in self._steps()
+        ])
+
+    def _preview_checked_schema(self) -> dict[str, Any]:
+        """of_work_preview as checked: the same plans, one item schema with an if/then per step.
+
+        Not an anyOf of steps: a validator then reports the failing field
+        itself ("$.plan[0].params.n: \"5; rm\" is not of type \"integer\"",
+        "\"rm_rf\" is not one of [...]"), where an anyOf only said "is not
+        valid under any of the given schemas". It accepts every plan the
+        advertised schema does, and also an item that leaves out ``params``
+        (a step without parameters).
+        """
+        if self.controller is None:  # every call refuses, naming the missing catalog
+            return {"type": "object"}
+        names = [n for n, _ in self._steps()]
+        return self._plan_schema([{
             "type": "object",
-            "properties": {
-                "step": {"enum": names, "description": "a step of of_work_catalog"},
-                "params": {"type": "object", "description": "the step's parameters (its params schema in of_work_catalog)"},
-            },
+            "properties": {"step": {"enum": names, "description": "a step of of_work_catalog"}, "params": {"type": "object"}},
             "required": ["step"],
             "additionalProperties": False,
             "allOf": [
-                {"if": {"properties": {"step": {"const": name}}, "required": ["step"]},
-                 "then": {"properties": {"params": spec.params_schema}}}
-                for name, spec in sorted(c.catalog.steps.items())
+                {"if": {"properties": {"step": {"const": name}}, "required": ["step"]}, "then": {"properties": {"params": self._params(spec)}}}
+                for name, spec in self._steps()
             ],
-        }
-        alternatives = names
+        }])
+
+    def _steps(self) -> list[tuple[str, Any]]:
+        c = self.controller
+        return sorted(c.catalog.steps.items()) if c is not None else []
+
+    @staticmethod
+    def _params(spec: Any) -> dict[str, Any]:
+        # optional parameters accept null ("use the default"), as on every tool's top level
+        return complete_strict_schema(spec.params_schema)[0]
+
+    def _plan_schema(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.controller is None:
+            item: Any = {"type": "object", "properties": {"step": {"type": "string"}, "params": {"type": "object", "properties": {}, "additionalProperties": False, "required": []}},
+                         "required": ["step", "params"], "additionalProperties": False}
+        else:
+            item = items[0] if len(items) == 1 else {"anyOf": items} if items else False
         return {
             "type": "object",
             "properties": {
                 "plan": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": MAX_PLAN_STEPS,
+                    "type": "array", "minItems": 1, "maxItems": MAX_PLAN_STEPS,
                     "description": "The steps to run, in order: [{step, params}] drawn from of_work_catalog.",
-                    "items": item if alternatives else False,
+                    "items": item,
                 }
             },
             "required": ["plan"],
@@ -416,6 +459,23 @@ class WorkTools:
         return c.may_read_artifact(info.id, scope if isinstance(scope, str) else None, principal=who)
 
 
+@dataclass(frozen=True, eq=False)
+class _CheckedTool(ToolDefinition):
+    """A tool whose arguments are checked against an equivalent, better-reporting form of its advertised schema."""
+
+    checked_schema: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @cached_property
+    def input_validator(self) -> Validator:
+        return Validator(self.checked_schema, what=f"inputSchema of tool {self.name!r}")
+
+
+def _checked_by(tool: ToolDefinition, checked: dict[str, Any]) -> ToolDefinition:
+    out = _CheckedTool(**{f.name: getattr(tool, f.name) for f in fields(tool)}, checked_schema=checked)
+    _ = out.input_validator  # a bad schema fails now
+    return out
+
+
 async def _refusing(coro: Any) -> dict[str, Any]:
     """Run a controller call; its refusal becomes a ToolError that says whether anything may have run.
 
@@ -483,4 +543,4 @@ def build_work_tools(
     return WorkTools(controller, store=store, budget=budget, principal=principal, unavailable=unavailable).build()
 
 
-__all__ = ["WorkTools", "build_work_tools", "WORK_TOOL_NAMES", "REPLY_BUDGET"]
+__all__ = ["WorkTools", "build_work_tools", "WORK_TOOL_NAMES", "REPLY_BUDGET", "TOOLS", "ToolRow", "read_only", "effectful", "output_schema"]

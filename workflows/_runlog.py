@@ -1,44 +1,69 @@
 """The workflow run journal: its records, the one fold over them, the live writer.
 
-Workflow run journal, format version 1 (also in docs/formats/workflow-runs.md)
+Workflow run journal, format version 2 (also in docs/formats/workflow-runs.md)
 ==============================================================================
 
-One core journal file per run (``openfunctions.core.journal.JournalLog``: the
-byte format, checksums, chain, fsync and flock are documented in
-``core/journal/_encoder.py``), at::
+One core journal (``openfunctions.core.journal.JournalLog``: the byte format,
+checksums, chain, fsync and flock are documented in
+``core/journal/_encoder.py``) holds every run of a data directory::
 
-    <data-dir>/workflows/runs/<sha256(run_id)[:32]>.jsonl     (0600; dirs 0700)
+    <data-dir>/workflows/runs.journal              (0600; dirs 0700)
+    <data-dir>/workflows/runs.journal.lock         its writer's flock (one writer process)
+    <data-dir>/workflows/runs.journal.seg-NNNNNN   only while a compaction is under way
 
-The file name is a digest, so a run id never becomes a path. Header: ``kind``
-``"workflow-run"``, ``meta`` ``{"format": "openfunctions.workflow-run",
-"version": 1, "run_id": …, "workflow": …}``. The writer holds the file's flock
-for as long as it runs the run; a second process gets ``RunBusy``.
+Header: ``kind`` ``"workflow-runs"``, ``meta`` ``{"format":
+"openfunctions.workflow-runs", "version": 2}`` (a compacted file's header
+also has ``previous``, the core journal's link to the segment it replaced).
+Runs share the file, so a new run costs no file creation; their appends
+share the log's group commit (one ``write`` + one ``fdatasync`` for every
+record queued together, whichever runs they belong to).
 
-Records (``type``: ``data``), in the order a run writes them:
+Every record's ``data`` carries ``run_id``; a run's records are folded by
+:func:`apply` into its :class:`RunState` (``fold`` routes a record to its
+run), live and at recovery alike. Records (``type``: ``data``), in the
+order a run writes them:
 
-- ``run_started``: ``{run_id, workflow, digest, input}`` — always seq 1
-  (a file with a header and no record is a run that never started).
+- ``run_started``: ``{run_id, workflow, digest, input}`` — the run's first
+  record (a run id with no record is a run that never started).
   ``digest`` is ``sha256:<hex>`` of the workflow's canonical step description
   (kinds, names, tool names, nesting); ``input`` the run's JSON input.
-- ``step_started``: ``{step, name, tool, params}`` — written, and fsynced,
-  *before* a tool step whose tool's ``capability.effect`` is not ``"read"``
-  runs. ``step`` is the step's path in the workflow (``"2"``, ``"3.1.0"``,
-  ``"4.t.0"``: sequence index, parallel branch, branch side ``t``/``f``).
-  A ``step_started`` with no later ``step_settled`` is an **uncertain** step.
-- ``step_settled``: ``{step, name, status, result?, error?, receipt_id?,
-  certainty?, uncertain?}`` — ``status`` ``succeeded`` (``result``: the step's
-  JSON result), ``failed`` (``error``: ``{code, message}``) or ``cancelled``;
-  tool steps add the executor's ``receipt_id`` and ``certainty``; a failed or
-  cancelled non-read tool step whose receipt certainty is ``unknown`` has
-  ``uncertain: true``.
-- ``run_blocked``: ``{steps, reason}`` — written when a run is opened to
-  resume and has uncertain steps (``steps``: their paths).
-- ``step_resolved``: ``{step, applied, result?, by}`` — an operator's answer
-  for an uncertain step: ``applied: true`` settles it with ``result``;
-  ``applied: false`` says the effect did not happen, so the step runs again.
-- ``run_finished``: ``{status, result?, error?}`` — ``status`` ``succeeded``
-  (``result``), ``failed`` (``error``: ``{code, message, details?}``) or
-  ``cancelled``. Nothing follows it.
+- ``step_started``: ``{run_id, step, name, tool, params}`` — written, and
+  fsynced, *before* a tool step whose tool's ``capability.effect`` is not
+  ``"read"`` runs. ``step`` is the step's path in the workflow (``"2"``,
+  ``"3.1.0"``, ``"4.t.0"``: sequence index, parallel branch, branch side
+  ``t``/``f``). A ``step_started`` with no later ``step_settled`` is an
+  **uncertain** step.
+- ``step_settled``: ``{run_id, step, name, status, result?, error?,
+  receipt_id?, certainty?, uncertain?, attempt?}`` — ``status``
+  ``succeeded`` (``result``: the step's JSON result), ``failed``
+  (``error``: ``{code, message}``) or ``cancelled``; tool steps add the
+  executor's ``receipt_id`` and ``certainty``; a failed or cancelled non-read
+  tool step whose receipt certainty is ``unknown`` has ``uncertain: true``.
+  ``attempt`` (from 2): a retried step's failed attempts are not recorded,
+  only the attempt that settled it.
+- ``run_blocked``: ``{run_id, steps, reason}`` — written when a run is
+  opened to resume and has uncertain steps (``steps``: their paths).
+- ``step_resolved``: ``{run_id, step, applied, result?, by}`` — an
+  operator's answer for an uncertain step: ``applied: true`` settles it with
+  ``result``; ``applied: false`` says the effect did not happen, so the step
+  runs again.
+- ``run_finished``: ``{run_id, status, result?, error?}`` — ``status``
+  ``succeeded`` (``result``), ``failed`` (``error``: ``{code, message,
+  details?}``) or ``cancelled``. Nothing of that run follows it.
+- ``run_snapshot``: ``{run_id, state}`` — written only by a compaction:
+  the run's whole folded state (``state``: :meth:`RunState.snapshot`); it
+  replaces whatever was folded for that run before.
+- ``compacted``: ``{segments, kept, pruned}`` — the last record of a
+  compaction's batch (no ``run_id``; not folded into any run).
+
+Compaction (retention; ``_runs.py``): the file is rotated into a segment
+(``JournalLog.rotate``), a ``run_snapshot`` for every run that is kept and a
+``compacted`` record are appended as one batch (one fsync), then the
+segments are deleted (and the directory fsynced). Reading: if the file holds
+a ``compacted`` record, the segments it names are obsolete (a crash before
+their deletion left them; they are deleted now); otherwise every segment is
+folded first, oldest first, then the file (a crash in mid-compaction loses
+nothing: the snapshots that made it repeat what the segment says).
 
 Durability (when each record is fsynced; records written together share one
 fsync): ``step_started`` before its step's tool handler runs (the handler
@@ -53,12 +78,17 @@ non-read step that settled but was not yet flushed stays uncertain (it
 blocks; it is never re-run blindly).
 
 Reading fails closed: an unknown record type, a record missing a field or a
-header of another run raise :class:`RunCorrupt` naming the file.
+header of another format raise :class:`RunCorrupt` naming the file.
+
+Version 1 (session 3: one file per run, ``<data-dir>/workflows/runs/<sha256(run_id)[:32]>.jsonl``,
+records without ``run_id``) is migrated on open: each such run becomes a
+``run_snapshot`` in the shared journal, then its file is removed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,9 +102,11 @@ from openfunctions.core.journal import JournalLog, Record
 
 from ._errors import RunCorrupt, StepOutputInvalid
 
-KIND = "workflow-run"
-FORMAT = "openfunctions.workflow-run"
-VERSION = 1
+KIND = "workflow-runs"
+FORMAT = "openfunctions.workflow-runs"
+VERSION = 2
+#: the per-run files of version 1 (migrated on open)
+V1_KIND, V1_FORMAT, V1_VERSION = "workflow-run", "openfunctions.workflow-run", 1
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
@@ -156,6 +188,15 @@ class RunState:
             "updated_at": self.updated_at,
         }
 
+    def snapshot(self) -> dict[str, Any]:
+        """Every field, as JSON (what a ``run_snapshot`` record holds; :func:`apply` restores it)."""
+        return {
+            "workflow": self.workflow, "digest": self.digest, "input": self.input, "status": self.status,
+            "result": self.result, "error": self.error, "steps": [dataclasses.asdict(s) for s in self.steps.values()],
+            "blocked": list(self.blocked), "resolutions": list(self.resolutions), "started_at": self.started_at,
+            "updated_at": self.updated_at, "records": self.records,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         out = self.summary()
         out.update({
@@ -185,6 +226,9 @@ def apply(state: RunState, rec: Any) -> None:
     fn = _APPLY.get(rec.type)
     if fn is None:
         raise ValueError(f"unknown record type {rec.type!r} (written by a newer version?)")
+    if rec.type == "run_snapshot":
+        _run_snapshot(state, rec.data)
+        return
     if rec.type != "run_started" and state.status == "new":
         raise ValueError(f"{rec.type!r} record before run_started")
     if state.terminal:
@@ -260,6 +304,36 @@ def _run_finished(s: RunState, d: dict[str, Any]) -> None:
     s.blocked = []
 
 
+def _run_snapshot(s: RunState, d: dict[str, Any]) -> None:
+    snap = d["state"]
+    if not isinstance(snap, dict):
+        raise TypeError("run_snapshot.state must be an object")
+    status = _str(snap["status"])
+    if status not in TERMINAL and status not in ("running", "blocked"):
+        raise ValueError(f"run_snapshot with status {status!r}")
+    steps = {}
+    for step in snap["steps"]:
+        rec = StepRecord(**step)
+        steps[_str(rec.step)] = rec
+    s.workflow, s.digest, s.input, s.status = _str(snap["workflow"]), _str(snap["digest"]), snap["input"], status
+    s.result, s.error, s.steps = snap.get("result"), snap.get("error"), steps
+    s.blocked, s.resolutions = list(snap["blocked"]), list(snap["resolutions"])
+    s.started_at, s.updated_at, s.records = snap.get("started_at"), snap.get("updated_at"), int(snap.get("records", 0))
+
+
+def fold(states: dict[str, RunState], rec: Any) -> RunState | None:
+    """Route one record of the shared journal to its run's state (created on its first record) and
+    :func:`apply` it. ``compacted`` belongs to no run: ``None``."""
+    if rec.type == "compacted":
+        return None
+    run_id = _str(rec.data["run_id"])
+    state = states.get(run_id)
+    if state is None:
+        state = states[run_id] = RunState(run_id=run_id)
+    apply(state, rec)
+    return state
+
+
 def _str(v: Any) -> str:
     if not isinstance(v, str):
         raise TypeError(f"expected a string, got {type(v).__name__}")
@@ -273,10 +347,11 @@ _APPLY = {
     "run_blocked": _run_blocked,
     "step_resolved": _step_resolved,
     "run_finished": _run_finished,
+    "run_snapshot": _run_snapshot,
 }
 
 #: record types of format version 1 (docs/formats/workflow-runs.md)
-RECORD_TYPES = tuple(_APPLY)
+RECORD_TYPES = (*_APPLY, "compacted")
 
 
 def fold_error(path: Path, rec: Record, exc: Exception) -> RunCorrupt:
@@ -331,8 +406,9 @@ class RunJournal:
     async def _append(self, records: list[tuple[str, dict[str, Any]]]) -> None:
         # Shielded: a record handed to the log is written even if the caller
         # is cancelled; the fold must see it too, or state and file diverge.
+        rid = self.state.run_id
         with anyio.CancelScope(shield=True):
-            written = await self.log.append_many(records)
+            written = await self.log.append_many([(t, {"run_id": rid, **d}) for t, d in records])
         for r in written:
             apply(self.state, r)
 
@@ -343,7 +419,7 @@ class RunJournal:
             self._effect_pending = False
             await self._append(pending)
 
-    def begin_step(self, path: str, name: str, tool: str, params: Any) -> "asyncio.Future[None]":
+    def begin_step(self, path: str, name: str, tool: str, params: Any) -> asyncio.Future[None]:
         """A non-read tool step's start: its ``step_started`` record, with everything buffered, handed
         to the log now; the returned future resolves once it is durable. The caller makes the tool's
         handler wait for it (so the call never runs before its start is on disk) while the executor
@@ -409,4 +485,5 @@ class RunJournal:
         await self._append([*pending, ("run_finished", data)])
 
 
-__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "RunState", "StepRecord", "TERMINAL", "VERSION", "apply", "fold_error", "json_copy"]
+__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "RunState", "StepRecord", "TERMINAL",
+           "V1_FORMAT", "V1_KIND", "V1_VERSION", "VERSION", "apply", "fold", "fold_error", "json_copy"]

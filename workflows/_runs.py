@@ -1,9 +1,11 @@
 """Durable runs: start, resume, resolve, list and show workflow runs kept in a data directory.
 
-Each run has its own journal (format: ``_runlog.py``, docs/formats/workflow-runs.md).
-Whoever runs a run holds its journal's flock, so one run never runs in two
-places; opening it replays the journal through the one fold (``_runlog.apply``)
-and the engine skips every settled step. A tool step that started and never
+Every run of a data directory is kept in one journal (format: ``_runlog.py``,
+docs/formats/workflow-runs.md). One process at a time writes it (the core
+journal's flock); inside that process a run is claimed by the task running
+it, so one run never runs in two places. Opening the journal replays it
+through the one fold (``_runlog.fold``/``apply``) and the engine skips every
+settled step. A tool step that started and never
 settled (the process died mid-call) makes the run *blocked*: it is never
 re-run blindly; an operator resolves it (:meth:`WorkflowRuns.resolve`,
 ``openfunctions-mcp workflows resolve``) and resumes.
@@ -11,21 +13,27 @@ re-run blindly; an operator resolves it (:meth:`WorkflowRuns.resolve`,
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 
 from openfunctions.core import canonical_json, to_utf8
 from openfunctions.core import ToolExecutionContext
 from openfunctions.core.errors import JournalCorrupt, JournalError, JournalLocked, NonJsonValue, OpenFunctionsError
-from openfunctions.core.journal import JournalLog, read_records
 from openfunctions.core import new_id
+from openfunctions.core.files import fsync_dir
+from openfunctions.core.journal import JournalLog, read_records, segment_paths
 
 from ._errors import (
     InvalidInput,
@@ -41,18 +49,44 @@ from ._errors import (
     WorkflowError,
     WorkflowUnknown,
 )
-from ._runlog import FORMAT, KIND, MAX_RESULT_BYTES, VERSION, RunJournal, RunState, apply, fold_error, json_copy
+from ._runlog import (
+    FORMAT,
+    KIND,
+    MAX_RESULT_BYTES,
+    V1_FORMAT,
+    V1_VERSION,
+    VERSION,
+    RunJournal,
+    RunState,
+    apply,
+    fold,
+    fold_error,
+    json_copy,
+)
 from ._workflow import Workflow
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 
 
+log = structlog.get_logger("openfunctions.workflows")
+
+#: Retention defaults: finished runs kept (the newest), and for how long (seconds).
+KEEP_RUNS = 1000
+KEEP_SECONDS = 30 * 24 * 3600
+
+
+def journal_path(data_dir: str | os.PathLike[str]) -> Path:
+    """``<data-dir>/workflows/runs.journal``: the one journal of every run of a data directory."""
+    return Path(data_dir) / "workflows" / "runs.journal"
+
+
 def runs_dir(data_dir: str | os.PathLike[str]) -> Path:
+    """Where format version 1 kept one file per run (migrated on open)."""
     return Path(data_dir) / "workflows" / "runs"
 
 
 def run_path(root: Path, run_id: str) -> Path:
-    """``root/<sha256(run_id)[:32]>.jsonl``: a safe file name for any id."""
+    """Version 1's file of a run: ``root/<sha256(run_id)[:32]>.jsonl``."""
     return root / (hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:32] + ".jsonl")
 
 
@@ -102,24 +136,53 @@ class RunOutcome:
 
 
 class WorkflowRuns:
-    """The durable runs under ``<data_dir>/workflows/runs/``.
+    """The durable runs of ``data_dir``, kept in ``<data_dir>/workflows/runs.journal``.
 
     ``workflows``: the workflows this process can run or resume, by name.
     ``registry``/``adapter``: defaults for runs whose workflow has none bound.
     ``max_result_bytes``: the largest step result (and run input) journaled, as canonical UTF-8 JSON;
     a larger one fails the step (``StepOutputInvalid``) or the run (``InvalidInput``).
+    ``keep_runs``/``keep_seconds``: retention of *finished* runs (the newest ``keep_runs``, none older
+    than ``keep_seconds``; ``None``: no limit); running and blocked runs are always kept.
+    ``compact_every``: while open, compact once that many finished runs are past retention
+    (default: a quarter of ``keep_runs``, at least 16).
+
+    The journal is opened by each operation and closed after it, unless the instance is held open:
+    ``async with WorkflowRuns(...) as runs`` or :meth:`open`/:meth:`close` (a server does this
+    through :meth:`start`, which also resumes interrupted runs). Holding it open saves reading the
+    journal per operation; while one process holds it, another gets :class:`RunBusy`.
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], *, workflows: Iterable[Workflow] = (), registry: Any = None,
-                 adapter: Any = None, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
+                 adapter: Any = None, max_result_bytes: int = MAX_RESULT_BYTES, keep_runs: int | None = KEEP_RUNS,
+                 keep_seconds: float | None = KEEP_SECONDS, compact_every: int | None = None) -> None:
+        if keep_runs is not None and (not isinstance(keep_runs, int) or keep_runs < 0):
+            raise WorkflowDefinitionError(f"keep_runs must be a non-negative integer or None, got {keep_runs!r}")
+        if keep_seconds is not None and (not isinstance(keep_seconds, (int, float)) or keep_seconds < 0):
+            raise WorkflowDefinitionError(f"keep_seconds must be a non-negative number or None, got {keep_seconds!r}")
         self.data_dir = Path(data_dir)
         self.max_result_bytes = max_result_bytes
-        self.root = runs_dir(self.data_dir)
+        self.path = journal_path(self.data_dir)
+        self.root = self.path.parent
         self.registry = registry
         self.adapter = adapter
+        self.keep_runs = keep_runs
+        self.keep_seconds = keep_seconds
+        self.compact_every = compact_every if compact_every is not None else max(16, (keep_runs or 0) // 4)
         self._workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self.register(wf)
+        self._log: JournalLog | None = None
+        self._states: dict[str, RunState] = {}
+        self._users = 0
+        self._held = False
+        self._gate: anyio.Lock | None = None
+        self._claimed: set[str] = set()
+        self._compacting: anyio.Event | None = None
+        self._closing = False
+        self._resumer: asyncio.Task[Any] | None = None
+        #: what the last compaction did: {"kept", "pruned", "segments"} (None before any)
+        self.last_compaction: dict[str, Any] | None = None
 
     def register(self, workflow: Workflow) -> Workflow:
         if not isinstance(workflow, Workflow):
@@ -130,12 +193,219 @@ class WorkflowRuns:
         known = self._workflows.get(workflow.name)
         if known is not None and known is not workflow and known.digest != workflow.digest:
             raise WorkflowDefinitionError(f"another workflow with different steps is already registered as {workflow.name!r}")
-        self._workflows[workflow.name] = workflow
+        if known is None or known.registry is None or workflow.registry is not None:
+            self._workflows[workflow.name] = workflow
         return workflow
 
     @property
     def workflows(self) -> dict[str, Workflow]:
         return dict(self._workflows)
+
+    # -- holding the journal ------------------------------------------------------
+
+    async def open(self) -> WorkflowRuns:
+        """Open the journal (recover, migrate, compact) and keep it open until :meth:`close`."""
+        async with self._using():
+            self._held = True
+        return self
+
+    async def close(self) -> None:
+        """Stop a background resume (its run stays unfinished: the next start resumes it) and close
+        the journal once no operation uses it."""
+        task, self._resumer = self._resumer, None
+        if task is not None and not task.done():
+            self._closing = True
+            task.cancel()
+            try:
+                await task
+            except BaseException:
+                pass
+            finally:
+                self._closing = False
+        self._held = False
+        await self._release()
+
+    async def start(self) -> None:
+        """For a server: open the journal and resume every interrupted run of a registered workflow in
+        the background (a blocked run is logged and waits for ``resolve``; it is never re-run)."""
+        await self.open()
+        if self._resumer is None:
+            self._resumer = asyncio.ensure_future(self._resume_in_background())
+
+    async def _resume_in_background(self) -> None:
+        for item in await self.resume_interrupted():
+            if isinstance(item, WorkflowError):
+                log.warning("workflow_run_not_resumed", code=item.code, error=item.message, **{
+                    k: v for k, v in item.details.items() if k in ("run_id", "steps", "workflow")})
+            else:
+                log.info("workflow_run_resumed", run_id=item.run_id, workflow=item.workflow, status=item.status)
+
+    async def __aenter__(self) -> WorkflowRuns:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def _using(self) -> AsyncIterator[JournalLog]:
+        if self._gate is None:
+            self._gate = anyio.Lock()
+        async with self._gate:
+            if self._log is None:
+                await self._load()
+            self._users += 1
+        try:
+            while self._compacting is not None:
+                await self._compacting.wait()
+            assert self._log is not None
+            yield self._log
+        finally:
+            self._users -= 1
+            if self._users == 0 and not self._held:
+                await self._release()
+
+    async def _release(self) -> None:
+        if self._gate is None:
+            return
+        with anyio.CancelScope(shield=True):
+            async with self._gate:
+                if self._users == 0 and not self._held and self._log is not None:
+                    log_, self._log, self._states = self._log, None, {}
+                    await _close(log_)
+
+    def _claim(self, run_id: str) -> None:
+        if run_id in self._claimed:
+            raise RunBusy(f"run {run_id} is being run by another task of this process", details={"run_id": run_id})
+        self._claimed.add(run_id)
+
+    async def _load(self) -> None:
+        path = self.path
+        seen: list[Any] = []
+        meta = {"format": FORMAT, "version": VERSION}
+        try:
+            log_ = await JournalLog.open(path, kind=KIND, meta=meta, on_record=seen.append)
+        except JournalLocked as exc:
+            raise RunBusy(f"the workflow runs of {str(self.data_dir)!r} are being run by another process ({exc.message}); "
+                          "stop it (a server serving workflows resumes and runs them) or use it",
+                          details={"path": str(path), "pid": exc.details.get("pid")}) from None
+        except JournalError as exc:
+            raise RunCorrupt(f"workflow run journal {str(path)!r} cannot be opened: {exc.message}; it is left untouched",
+                             details={"path": str(path), "cause": exc.code}) from None
+        try:
+            _check_header(path, log_.header.meta)
+            self._states = await anyio.to_thread.run_sync(self._fold_all, seen)
+            self._log = log_
+        except BaseException:
+            await _close(log_)
+            raise
+        await self._migrate_v1()
+        if self._prunable():
+            await self._compact()
+
+    def _fold_all(self, current: list[Any]) -> dict[str, RunState]:
+        """Fold the journal: its finished segments first (unless a compaction superseded them), then
+        the file's records ``current``."""
+        states: dict[str, RunState] = {}
+        done = next((r for r in current if r.type == "compacted"), None)
+        for seg in segment_paths(self.path):
+            if done is not None:
+                if seg.name in done.data.get("segments", ()):
+                    _unlink(seg)  # a compaction's leftover: everything it held is in the snapshots
+                continue
+            try:
+                for rec in read_records(seg):
+                    _fold_one(seg, states, rec)
+            except JournalError as exc:
+                raise RunCorrupt(f"workflow run journal segment {str(seg)!r} is unreadable: {exc.message}",
+                                 details={"path": str(seg), "cause": exc.code}) from None
+        for rec in current:
+            _fold_one(self.path, states, rec)
+        return states
+
+    async def _migrate_v1(self) -> None:
+        """Version 1 kept one file per run: fold each into a snapshot here, then remove the file."""
+        old = runs_dir(self.data_dir)
+        if not old.is_dir():
+            return
+        found: list[tuple[Path, RunState]] = []
+        for entry in sorted(os.scandir(old), key=lambda e: e.name):
+            if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
+                continue
+            try:
+                st = _read_state(Path(entry.path), None)
+            except RunCorrupt as exc:
+                log.warning("workflow_v1_run_unreadable", path=entry.path, error=exc.message)
+                continue  # left in place, untouched
+            found.append((Path(entry.path), st))
+        snaps = [("run_snapshot", {"run_id": st.run_id, "state": st.snapshot()}) for _, st in found
+                 if st.status != "new" and st.run_id not in self._states]
+        assert self._log is not None
+        written = await self._log.append_many(snaps)
+        for rec in written:
+            fold(self._states, rec)
+        for p, _ in found:
+            _unlink(p)
+            _unlink(Path(f"{p}.lock"))
+        fsync_dir(old)
+        if found:
+            log.info("workflow_v1_runs_migrated", runs=len(snaps), files=len(found))
+
+    # -- retention ----------------------------------------------------------------
+
+    def _prunable(self) -> list[str]:
+        """Finished runs past retention: beyond the newest ``keep_runs``, or older than ``keep_seconds``."""
+        done = sorted((s for s in self._states.values() if s.terminal), key=lambda s: s.updated_at or "")
+        out: list[str] = []
+        if self.keep_runs is not None and len(done) > self.keep_runs:
+            out = [s.run_id for s in done[: len(done) - self.keep_runs]]
+        if self.keep_seconds is not None:
+            cutoff = time.time() - self.keep_seconds
+            taken = set(out)
+            out += [s.run_id for s in done if s.run_id not in taken and _epoch(s.updated_at) < cutoff]
+        return out
+
+    async def prune(self) -> dict[str, Any]:
+        """Compact now: drop the finished runs past retention. Returns ``{"kept", "pruned", "segments"}``."""
+        async with self._using():
+            while self._claimed:  # wait for this process's runs to finish: a compaction rewrites the file
+                await anyio.sleep(0.01)
+            return await self._compact()
+
+    async def _maybe_compact(self) -> None:
+        if self._claimed or self._compacting is not None or self._log is None:
+            return
+        if len(self._prunable()) >= max(1, self.compact_every):
+            await self._compact()
+
+    async def _compact(self) -> dict[str, Any]:
+        """Rotate the journal into a segment, write a snapshot of every kept run and a ``compacted``
+        record (one fsync), delete the segments. Runs in no run's way: callers wait on ``_compacting``."""
+        assert self._log is not None and not self._claimed
+        self._compacting = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                pruned = set(self._prunable())
+                kept = [s for s in self._states.values() if s.status != "new" and s.run_id not in pruned]
+                older = segment_paths(self.path)
+                seg = await self._log.rotate(meta={"format": FORMAT, "version": VERSION})
+                segments = [*older, seg]
+                records: list[tuple[str, dict[str, Any]]] = [
+                    ("run_snapshot", {"run_id": s.run_id, "state": s.snapshot()}) for s in kept]
+                records.append(("compacted", {"segments": [p.name for p in segments], "kept": len(kept),
+                                              "pruned": len(pruned)}))
+                await self._log.append_many(records)
+                for p in segments:
+                    _unlink(p)
+                fsync_dir(self.path.parent)
+                for run_id in pruned:
+                    self._states.pop(run_id, None)
+                self.last_compaction = {"kept": len(kept), "pruned": len(pruned), "segments": len(segments)}
+                log.info("workflow_runs_compacted", **self.last_compaction)
+        finally:
+            ev, self._compacting = self._compacting, None
+            ev.set()
+        assert self.last_compaction is not None
+        return self.last_compaction
 
     # -- running ----------------------------------------------------------------
 
@@ -146,7 +416,7 @@ class WorkflowRuns:
         ``run_id`` (default: a new ``wfr_…`` id) is an idempotency key: if that run exists, its
         recorded outcome is returned (finished) or it is resumed (interrupted) — with the same
         workflow, never a second run. Raises :class:`RunBlocked` for a run with an uncertain step,
-        :class:`RunBusy` if another process runs it, :class:`InvalidInput` for non-JSON input.
+        :class:`RunBusy` if another task or process runs it, :class:`InvalidInput` for non-JSON input.
         A step failure does not raise: the outcome says ``failed``; cancelling the caller records
         ``cancelled`` and re-raises.
         """
@@ -164,20 +434,26 @@ class WorkflowRuns:
         import json
 
         input_copy = json.loads(text)
-        log, state = await self._open(run_id, create_for=workflow)
-        try:
-            journal = RunJournal(log, state, max_result_bytes=self.max_result_bytes)
-            if state.status == "new":  # a new run, or one that crashed before its first record
-                journal.started({"run_id": run_id, "workflow": workflow.name, "digest": workflow.digest, "input": input_copy})
-                return await self._drive(journal, workflow, input_copy, context, registry, adapter, resumed=False)
-            if state.workflow != workflow.name:
-                raise WorkflowChanged(
-                    f"run {run_id} belongs to workflow {state.workflow!r}, not {workflow.name!r}",
-                    details={"run_id": run_id, "workflow": state.workflow},
-                )
-            return await self._drive(journal, workflow, state.input, context, registry, adapter, resumed=True)
-        finally:
-            await _close(log)
+        async with self._using() as log_:
+            self._claim(run_id)
+            try:
+                state = self._states.get(run_id)
+                if state is None or state.status == "new":  # a new run, or one that crashed before its first record
+                    state = self._states[run_id] = RunState(run_id=run_id)
+                    journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
+                    journal.started({"run_id": run_id, "workflow": workflow.name, "digest": workflow.digest,
+                                     "input": input_copy})
+                    return await self._drive(journal, workflow, input_copy, context, registry, adapter, resumed=False)
+                if state.workflow != workflow.name:
+                    raise WorkflowChanged(
+                        f"run {run_id} belongs to workflow {state.workflow!r}, not {workflow.name!r}",
+                        details={"run_id": run_id, "workflow": state.workflow},
+                    )
+                journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
+                return await self._drive(journal, workflow, state.input, context, registry, adapter, resumed=True)
+            finally:
+                self._claimed.discard(run_id)
+                await self._maybe_compact()
 
     async def resume(self, run_id: str, *, context: ToolExecutionContext | None = None, registry: Any = None,
                      adapter: Any = None) -> RunOutcome:
@@ -186,22 +462,26 @@ class WorkflowRuns:
         Raises :class:`RunNotFound`, :class:`RunBusy`, :class:`RunCorrupt`, :class:`RunBlocked`,
         :class:`WorkflowUnknown` (not registered here), :class:`WorkflowChanged` (its steps changed).
         """
-        log, state = await self._open(check_run_id(run_id))
-        try:
-            if state.status == "new":
-                raise RunNotFound(f"run {run_id} never started (its journal holds no record): start it again with run()",
-                                  details={"run_id": run_id})
-            journal = RunJournal(log, state, max_result_bytes=self.max_result_bytes)
-            wf = self._workflows.get(state.workflow)
-            if wf is None and not state.terminal:
-                raise WorkflowUnknown(
-                    f"run {run_id} is a run of workflow {state.workflow!r}, which is not registered here "
-                    f"(known: {', '.join(sorted(self._workflows)) or 'none'})",
-                    details={"run_id": run_id, "workflow": state.workflow},
-                )
-            return await self._drive(journal, wf, state.input, context, registry, adapter, resumed=True)  # type: ignore[arg-type]
-        finally:
-            await _close(log)
+        run_id = check_run_id(run_id)
+        async with self._using() as log_:
+            self._claim(run_id)
+            try:
+                state = self._states.get(run_id)
+                if state is None or state.status == "new":
+                    raise RunNotFound(f"no workflow run {run_id!r} in {str(self.data_dir)!r} "
+                                      "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
+                journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
+                wf = self._workflows.get(state.workflow)
+                if wf is None and not state.terminal:
+                    raise WorkflowUnknown(
+                        f"run {run_id} is a run of workflow {state.workflow!r}, which is not registered here "
+                        f"(known: {', '.join(sorted(self._workflows)) or 'none'})",
+                        details={"run_id": run_id, "workflow": state.workflow},
+                    )
+                return await self._drive(journal, wf, state.input, context, registry, adapter, resumed=True)
+            finally:
+                self._claimed.discard(run_id)
+                await self._maybe_compact()
 
     async def resume_interrupted(self) -> list[RunOutcome | WorkflowError]:
         """On start: resume every unfinished run of a registered workflow, one after another.
@@ -210,13 +490,14 @@ class WorkflowRuns:
         a blocked run waits for :meth:`resolve`; it is reported, not retried.
         """
         out: list[RunOutcome | WorkflowError] = []
-        for summary in self.list():
-            if summary.get("status") not in ("running", "blocked") or summary.get("workflow") not in self._workflows:
-                continue
-            try:
-                out.append(await self.resume(summary["run_id"]))
-            except WorkflowError as exc:
-                out.append(exc)
+        async with self._using():
+            todo = [s.run_id for s in self._states.values() if s.status in ("running", "blocked")
+                    and s.workflow in self._workflows and s.run_id not in self._claimed]
+            for run_id in todo:
+                try:
+                    out.append(await self.resume(run_id))
+                except WorkflowError as exc:
+                    out.append(exc)
         return out
 
     async def _drive(self, journal: RunJournal, wf: Workflow | None, input: Any, context: ToolExecutionContext | None,
@@ -244,7 +525,10 @@ class WorkflowRuns:
             result = await wf.root.run(ex, input)
         except cancelled:
             with anyio.CancelScope(shield=True):
-                await journal.finished("cancelled", error={"code": "cancelled", "message": "the run was cancelled"})
+                if self._closing:  # shutting down: leave the run unfinished, the next start resumes it
+                    await journal.flush()
+                else:
+                    await journal.finished("cancelled", error={"code": "cancelled", "message": "the run was cancelled"})
             raise
         except OpenFunctionsError as exc:
             if isinstance(exc, JournalError):
@@ -269,102 +553,106 @@ class WorkflowRuns:
         run continues after it. ``applied=False``: it did not happen; the step runs again on resume.
         Raises :class:`NotUncertain` if ``step`` is not an uncertain step of that run.
         """
-        log, state = await self._open(check_run_id(run_id))
-        try:
-            rec = state.steps.get(step)
-            if state.terminal or rec is None or not rec.is_uncertain:
-                raise NotUncertain(
-                    f"step {step!r} of run {run_id} is not uncertain (uncertain steps: {state.uncertain_steps() or 'none'})",
-                    details={"run_id": run_id, "step": step, "uncertain": state.uncertain_steps()},
-                )
-            value = json_copy(result, step, rec.name, self.max_result_bytes) if applied else None
-            journal = RunJournal(log, state, max_result_bytes=self.max_result_bytes)
-            if state.status != "blocked":
-                await journal.blocked(state.uncertain_steps(), "resolution requested")
-            await journal.resolved(step, applied=applied, result=value, by=by)
-            return state
-        finally:
-            await _close(log)
+        run_id = check_run_id(run_id)
+        async with self._using() as log_:
+            state = self._states.get(run_id)
+            if state is None or state.status == "new":
+                raise RunNotFound(f"no workflow run {run_id!r} in {str(self.data_dir)!r} "
+                                  "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
+            self._claim(run_id)
+            try:
+                rec = state.steps.get(step)
+                if state.terminal or rec is None or not rec.is_uncertain:
+                    raise NotUncertain(
+                        f"step {step!r} of run {run_id} is not uncertain (uncertain steps: {state.uncertain_steps() or 'none'})",
+                        details={"run_id": run_id, "step": step, "uncertain": state.uncertain_steps()},
+                    )
+                value = json_copy(result, step, rec.name, self.max_result_bytes) if applied else None
+                journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
+                if state.status != "blocked":
+                    await journal.blocked(state.uncertain_steps(), "resolution requested")
+                await journal.resolved(step, applied=applied, result=value, by=by)
+                return state
+            finally:
+                self._claimed.discard(run_id)
 
-    # -- reading (no lock: works while a run is running) -------------------------
+    # -- reading (no lock: works while another process runs runs) -------------------
 
     def show(self, run_id: str) -> RunState:
-        """The run's state as its journal says now (lock-free). Raises RunNotFound, RunCorrupt."""
-        path = run_path(self.root, check_run_id(run_id))
-        if not os.path.lexists(path):
-            raise RunNotFound(f"no workflow run {run_id!r} in {str(self.root)!r} (see `openfunctions-mcp workflows list`)",
+        """The run's state as the journal says now (lock-free). Raises RunNotFound, RunCorrupt."""
+        state = self._read().get(check_run_id(run_id))
+        if state is None or state.status == "new":
+            raise RunNotFound(f"no workflow run {run_id!r} in {str(self.data_dir)!r} (see `openfunctions-mcp workflows list`)",
                               details={"run_id": run_id})
-        return _read_state(path, run_id)
+        return state
 
     def list(self) -> list[dict[str, Any]]:
-        """A summary per run (oldest first); an unreadable file is listed with ``status: corrupt``."""
-        if not self.root.is_dir():
-            return []
-        out: list[dict[str, Any]] = []
-        for _, path in sorted(self._run_files()):
-            try:
-                out.append(_read_state(path, None).summary())
-            except RunCorrupt as exc:
-                out.append({"run_id": None, "status": "corrupt", "path": str(path), "error": exc.message})
-        return out
+        """A summary per run, oldest first. Raises RunCorrupt if the journal is damaged."""
+        states = [s for s in self._read().values() if s.status != "new"]
+        return [s.summary() for s in sorted(states, key=lambda s: s.started_at or "")]
 
-    # -- files ------------------------------------------------------------------
-
-    def _run_files(self) -> list[tuple[float, Path]]:
-        found = []
-        for entry in os.scandir(self.root):
-            if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
-                continue  # lock files, .broken copies, symlinks (never followed)
-            try:
-                found.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
-            except FileNotFoundError:
-                continue  # removed meanwhile
-        return found
-
-    async def _open(self, run_id: str, *, create_for: Workflow | None = None) -> tuple[JournalLog, RunState]:
-        path = run_path(self.root, run_id)
-        if create_for is None and not os.path.lexists(path):
-            raise RunNotFound(f"no workflow run {run_id!r} in {str(self.root)!r} (see `openfunctions-mcp workflows list`)",
-                              details={"run_id": run_id})
-        state = RunState(run_id=run_id)
-        meta = {"format": FORMAT, "version": VERSION, "run_id": run_id, "workflow": create_for.name if create_for else None}
-        folded: list[Any] = []
+    def _read(self) -> dict[str, RunState]:
+        if self._log is not None:
+            return dict(self._states)
+        if not os.path.lexists(self.path):
+            return {}
         try:
-            log = await JournalLog.open(path, kind=KIND, meta=meta, on_record=folded.append)
-        except JournalLocked as exc:
-            raise RunBusy(f"run {run_id} is being run by another process or task ({exc.message})",
-                          details={"run_id": run_id, "path": str(path)}) from None
-        except JournalError as exc:
-            raise RunCorrupt(f"workflow run journal {str(path)!r} cannot be opened: {exc.message}; it is left untouched",
-                             details={"run_id": run_id, "path": str(path), "cause": exc.code}) from None
-        try:
-            _check_header(path, log.header.meta, run_id)
-            for rec in folded:
-                try:
-                    apply(state, rec)
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise fold_error(path, rec, exc) from None
-        except BaseException:
-            await _close(log)
-            raise
-        return log, state
+            _check_header(self.path, _header_meta(self.path))
+            return self._fold_all(list(read_records(self.path)))
+        except JournalCorrupt as exc:
+            raise RunCorrupt(f"workflow run journal {str(self.path)!r} is corrupt: {exc.message}",
+                             details={"path": str(self.path), "cause": exc.code}) from None
+        except (JournalError, OSError) as exc:
+            msg = exc.message if isinstance(exc, JournalError) else (exc.strerror or str(exc))
+            raise RunCorrupt(f"workflow run journal {str(self.path)!r} cannot be read: {msg}",
+                             details={"path": str(self.path)}) from None
 
 
-def _check_header(path: Path, meta: Any, run_id: str | None) -> None:
+def _fold_one(path: Path, states: dict[str, RunState], rec: Any) -> None:
+    try:
+        fold(states, rec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise fold_error(path, rec, exc) from None
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _epoch(stamp: str | None) -> float:
+    if not stamp:
+        return 0.0
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _check_header(path: Path, meta: Any) -> None:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RunCorrupt(f"{str(path)!r} is not a workflow run journal (header meta {meta!r})", details={"path": str(path)})
     if meta.get("version") != VERSION:
-        raise RunCorrupt(f"{str(path)!r} has workflow-run format version {meta.get('version')!r}; this build reads {VERSION}",
+        raise RunCorrupt(f"{str(path)!r} has workflow-runs format version {meta.get('version')!r}; this build reads {VERSION}",
+                         details={"path": str(path)})
+
+
+def _check_v1_header(path: Path, meta: Any, run_id: str | None) -> None:
+    if not isinstance(meta, dict) or meta.get("format") != V1_FORMAT or meta.get("version") != V1_VERSION:
+        raise RunCorrupt(f"{str(path)!r} is not a version 1 workflow run journal (header meta {meta!r})",
                          details={"path": str(path)})
     if run_id is not None and meta.get("run_id") != run_id:
         raise RunCorrupt(f"{str(path)!r} belongs to run {meta.get('run_id')!r}, not {run_id!r}", details={"path": str(path)})
 
 
 def _read_state(path: Path, run_id: str | None) -> RunState:
+    """A version 1 run file, folded (for the migration)."""
     try:
         records = read_records(path)
         header_meta = _header_meta(path)
-        _check_header(path, header_meta, run_id)
+        _check_v1_header(path, header_meta, run_id)
         state = RunState(run_id=header_meta["run_id"], workflow=header_meta.get("workflow") or "")
         for rec in records:
             try:
@@ -412,4 +700,4 @@ async def _close(log: JournalLog) -> None:
         await log.close()
 
 
-__all__ = ["RunOutcome", "WorkflowRuns", "check_run_id", "run_path", "runs_dir"]
+__all__ = ["KEEP_RUNS", "KEEP_SECONDS", "RunOutcome", "WorkflowRuns", "check_run_id", "journal_path", "run_path", "runs_dir"]

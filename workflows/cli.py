@@ -103,7 +103,10 @@ def _fail(args: argparse.Namespace, exc: OpenFunctionsError) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    rows = _runs(args).list()
+    try:
+        rows = _runs(args).list()
+    except OpenFunctionsError as exc:
+        return _fail(args, exc)
     if args.json:
         print(json.dumps(rows, sort_keys=True))
         return 0
@@ -111,9 +114,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print("no workflow runs")
         return 0
     for r in rows:
-        if r["status"] == "corrupt":
-            print(f"?  corrupt    {r['path']}: {r['error']}")
-            continue
         extra = f"  uncertain={','.join(r['uncertain'])}" if r.get("uncertain") else ""
         print(f"{r['run_id']}  {r['status']:<9}  workflow={r['workflow']}  settled={r['steps_settled']}  "
               f"started={r['started_at']}  updated={r['updated_at']}{extra}")

@@ -16,6 +16,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from ..interop._serve import cli_command
 from .conftest import HERE, FixtureUpstream
@@ -46,9 +47,11 @@ def _gateway_params(data: Path, servers: Path, *extra: str) -> StdioServerParame
 async def test_serve_gateway_over_stdio(tmp_path, fixture_upstream):
     servers = _write_servers(tmp_path / "servers.json", fixture_upstream, tmp_path)
     changed = anyio.Event()
+    notices: list[object] = []
 
     async def on_message(message) -> None:
         if isinstance(message, types.ToolListChangedNotification):
+            notices.append(message)
             changed.set()
 
     async with Client(_gateway_params(tmp_path, servers), mode="legacy", message_handler=on_message, cache=None) as c:
@@ -70,21 +73,76 @@ async def test_serve_gateway_over_stdio(tmp_path, fixture_upstream):
         assert h.structured_content["hex"].startswith("2cf24dba")
         assert h.meta[RECEIPT]["tool"] == "mcp__ours__of_hash_text"  # ours, not the upstream's receipt
 
-        # The upstream announces a new tool; the gateway re-lists and tells us.
+        # The upstream announces a new tool; the gateway re-lists and tells us, once per
+        # connection however often we listed (servers/server.py finds the connection
+        # behind each request's session: if an SDK release hides it, this fails).
+        await c.list_tools()
         assert not (await c.call_tool("mcp__up__grow", {})).is_error
         with anyio.fail_after(30):
             await changed.wait()
+        await anyio.sleep(0.5)
+        assert len(notices) == 1
         assert "mcp__up__extra_1" in {t.name for t in (await c.list_tools()).tools}
         assert (await c.call_tool("mcp__up__extra_1", {})).content[0].text == "extra_1 ran"
 
         # Health and context as resources, for hosts and people.
         health = json.loads((await c.read_resource("openfunctions://gateway/upstreams")).contents[0].text)
         status = {u["provider"]: (u["status"], u["tools"]) for u in health["upstreams"]}
-        assert status == {"up": ("up", 8), "ours": ("up", 3), "ghost": ("down", 0)}
+        assert status == {"up": ("up", 9), "ours": ("up", 3), "ghost": ("down", 0)}
         context = (await c.read_resource("openfunctions://gateway/context")).contents[0].text
         assert context.startswith("### MCP server up\nA test upstream for the gateway.")
     journal = (tmp_path / "gateway" / "journal" / "gateway.journal").read_text()
     assert receipt["receipt_id"] in journal  # the mounted call's receipt is durable
+
+
+@pytest.mark.anyio
+async def test_served_upstream_prompts_and_prompt_changes(tmp_path, fixture_upstream):
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps({"mcpServers": {"up": fixture_upstream.entry()}}))
+    changed = anyio.Event()
+
+    async def on_message(message) -> None:
+        if isinstance(message, types.PromptListChangedNotification):
+            changed.set()
+
+    async with Client(_gateway_params(tmp_path, servers), mode="legacy", message_handler=on_message, cache=None) as c:
+        assert c.server_capabilities.prompts is not None and c.server_capabilities.prompts.list_changed is True
+        prompts = {p.name: p for p in (await c.list_prompts()).prompts}
+        assert set(prompts) == {"mcp__up__greet", "mcp__up__bad_prompt_"}
+        assert prompts["mcp__up__greet"].title == "Greeting" and prompts["mcp__up__greet"].arguments[0].required is True
+        got = await c.get_prompt("mcp__up__greet", {"name": "Ada"})
+        assert got.messages[0].content.text == "Say hello to Ada, warmly." and got.description == "upstream prompt greet"
+        with pytest.raises(MCPError) as refused:  # the upstream's declared arguments are checked here first
+            await c.get_prompt("mcp__up__greet", {"other": "x"})
+        assert refused.value.error.code == -32602
+        assert refused.value.error.message == "prompt 'mcp__up__greet' is missing required arguments: name"
+
+        assert not (await c.call_tool("mcp__up__grow_prompts", {})).is_error
+        with anyio.fail_after(30):
+            await changed.wait()
+        assert "mcp__up__extra_prompt_1" in {p.name for p in (await c.list_prompts()).prompts}
+        assert (await c.get_prompt("mcp__up__extra_prompt_1")).messages[0].content.text == "the prompt extra_prompt_1"
+
+
+@pytest.mark.anyio
+async def test_a_2026_client_hears_of_changes_on_its_listen_stream(tmp_path, fixture_upstream):
+    """Protocol 2026-07-28 has no standing notification channel: change events ride `subscriptions/listen`."""
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps({"mcpServers": {"up": fixture_upstream.entry()}}))
+    async with Client(_gateway_params(tmp_path, servers), mode="2026-07-28", cache=None) as c:
+        assert c.protocol_version == "2026-07-28"
+        async with c.listen(tools_list_changed=True, prompts_list_changed=True) as sub:
+            assert sub.honored.tools_list_changed and sub.honored.prompts_list_changed
+            events = []
+            assert not (await c.call_tool("mcp__up__grow", {})).is_error
+            with anyio.fail_after(30):
+                events.append(await sub.__anext__())
+            assert "mcp__up__extra_1" in {t.name for t in (await c.list_tools()).tools}
+            assert not (await c.call_tool("mcp__up__grow_prompts", {})).is_error
+            with anyio.fail_after(30):
+                events.append(await sub.__anext__())
+        assert [type(e).__name__ for e in events] == ["ToolsListChanged", "PromptsListChanged"]
+        assert "mcp__up__extra_prompt_1" in {p.name for p in (await c.list_prompts()).prompts}
 
 
 @pytest.mark.anyio
@@ -114,7 +172,7 @@ def test_gateway_check_reports_each_upstream(tmp_path, fixture_upstream):
     p = _run_cli("gateway", "check", str(servers))
     assert p.returncode == 1, p.stderr  # ghost is down
     lines = p.stdout.splitlines()
-    assert lines[0].startswith("up    up                      7 tools  stdio ")
+    assert lines[0].startswith("up    up                      8 tools  stdio ")
     assert "      tool 'get weather!': renamed to 'mcp__up__get_weather_'" in p.stdout
     assert any(line.startswith("up    ours") and " 3 tools" in line for line in lines)
     ghost = lines.index(next(line for line in lines if line.startswith("DOWN  ghost")))
@@ -124,7 +182,7 @@ def test_gateway_check_reports_each_upstream(tmp_path, fixture_upstream):
     p = _run_cli("gateway", "check", str(ok), "--json")
     assert p.returncode == 0, p.stderr
     rows = {r["provider"]: r for r in json.loads(p.stdout)["upstreams"]}
-    assert rows["up"]["ok"] and rows["up"]["tools"] == 7 and rows["ours"]["tools"] == 3
+    assert rows["up"]["ok"] and rows["up"]["tools"] == 8 and rows["ours"]["tools"] == 3
 
 
 def test_gateway_check_names_what_is_wrong_in_the_file(tmp_path):

@@ -63,7 +63,7 @@ async def test_tools_mounted_with_schemas_annotations_and_structured_output(tmp_
     try:
         names = sorted(t.name for t in m.registry.list())
         assert names == sorted(f"mcp__up__{n}" for n in
-                               ("echo", "get_weather_", "hang", "big", "garbage", "grow", "write_note"))
+                               ("echo", "get_weather_", "hang", "big", "garbage", "grow", "grow_prompts", "write_note"))
         echo = m.registry.get("mcp__up__echo")
         assert echo.input_schema["required"] == ["message"] and echo.input_schema["additionalProperties"] is False
         assert echo.output_schema is not None and echo.output_schema["required"] == ["echo"]
@@ -90,7 +90,7 @@ async def test_tools_mounted_with_schemas_annotations_and_structured_output(tmp_
         w = await m.registry.execute_detailed("mcp__up__get_weather_", {})
         assert w.ok and w.result.content[0]["text"] == "sunny"
         health = (await check_provider_health([m.connected]))[0]
-        assert health.ok and health.tools == 7
+        assert health.ok and health.tools == 8
         assert "renamed to 'mcp__up__get_weather_'" in health.details["tool_problems"]["get weather!"]
     finally:
         await _unmount(m)
@@ -194,6 +194,41 @@ async def test_tools_list_changed_is_followed(tmp_path, fixture_upstream):
         assert "mcp__up__extra_1" in m.registry
         d = await m.registry.execute_detailed("mcp__up__extra_1", {})
         assert d.ok and d.result.content[0]["text"] == "extra_1 ran"
+    finally:
+        await _unmount(m)
+
+
+async def test_upstream_prompts_are_mounted_fetched_and_followed(tmp_path, fixture_upstream):
+    from openfunctions.providers import UpstreamError
+
+    m = await _mount(tmp_path, fixture_upstream.config("up"))
+    changed = anyio.Event()
+
+    async def on_change() -> None:
+        changed.set()
+
+    m.connected.on_prompts_changed(on_change)
+    try:
+        prompts = {p["name"]: p for p in m.connected.prompts()}
+        assert set(prompts) == {"mcp__up__greet", "mcp__up__bad_prompt_"}
+        assert prompts["mcp__up__greet"]["arguments"] == [{"name": "name", "description": "Who to greet", "required": True}]
+        assert prompts["mcp__up__greet"]["title"] == "Greeting" and prompts["mcp__up__bad_prompt_"]["upstream"] == "bad prompt!"
+        got = await m.connected.get_prompt("mcp__up__greet", {"name": "Ada"})
+        assert got["messages"] == [{"role": "user", "content": {"type": "text", "text": "Say hello to Ada, warmly."}}]
+        assert (await m.connected.get_prompt("mcp__up__bad_prompt_"))["messages"][0]["content"]["text"] == "the prompt bad prompt!"
+        with pytest.raises(UpstreamError) as refused:  # the upstream's own -32602, named
+            await m.connected.get_prompt("mcp__up__greet", {})
+        assert refused.value.code == "upstream_error" and refused.value.details["upstream_code"] == -32602
+        assert "greet needs the argument 'name'" in refused.value.message
+        with pytest.raises(UpstreamError) as unknown:
+            await m.connected.get_prompt("mcp__up__nope")
+        assert unknown.value.code == "upstream_unknown_prompt"
+        # notifications/prompts/list_changed is followed.
+        assert (await m.registry.execute_detailed("mcp__up__grow_prompts", {})).ok
+        with anyio.fail_after(30):
+            await changed.wait()
+        assert "mcp__up__extra_prompt_1" in {p["name"] for p in m.connected.prompts()}
+        assert (await m.connected.health()).details["prompts"] == 3
     finally:
         await _unmount(m)
 

@@ -8,7 +8,12 @@ Tools: ``echo`` (structured output with an output schema), ``get weather!``
 (a name our tool names do not allow), ``hang`` (waits until cancelled),
 ``big`` (a reply of N bytes), ``garbage`` (writes a line that is not JSON-RPC
 onto the wire, then waits), ``grow`` (adds tool ``extra_<n>`` and sends
-``notifications/tools/list_changed``), ``write_note`` (not read-only).
+``notifications/tools/list_changed``), ``write_note`` (not read-only),
+``grow_prompts`` (adds prompt ``extra_prompt_<n>`` and sends
+``notifications/prompts/list_changed``).
+
+Prompts: ``greet`` (a required argument ``name``), ``bad prompt!`` (a name
+with characters our tool names do not allow), and the ones ``grow_prompts`` adds.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ RO = types.ToolAnnotations(read_only_hint=True)
 ECHO_OUT = {"type": "object", "properties": {"echo": {"type": "string"}, "n": {"type": "integer"}}, "required": ["echo"]}
 
 extra: list[str] = []
+extra_prompts: list[str] = []
 
 
 def _tools() -> list[types.Tool]:
@@ -45,6 +51,7 @@ def _tools() -> list[types.Tool]:
                    input_schema={"type": "object", "properties": {"bytes": {"type": "integer"}}, "required": ["bytes"]}),
         types.Tool(name="garbage", description="Writes a non-JSON-RPC line onto the wire.", input_schema=obj),
         types.Tool(name="grow", description="Adds a tool and announces tools/list_changed.", input_schema=obj),
+        types.Tool(name="grow_prompts", description="Adds a prompt and announces prompts/list_changed.", input_schema=obj),
         types.Tool(name="write_note", description="Writes a note file.",
                    annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
                    input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
@@ -84,6 +91,10 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         extra.append(f"extra_{len(extra) + 1}")
         await ctx.session.send_tool_list_changed()
         return types.CallToolResult(content=_text(f"added {extra[-1]}"))
+    if name == "grow_prompts":
+        extra_prompts.append(f"extra_prompt_{len(extra_prompts) + 1}")
+        await ctx.session.send_prompt_list_changed()
+        return types.CallToolResult(content=_text(f"added {extra_prompts[-1]}"))
     if name == "write_note":
         (DIR / "note.txt").write_text(args["text"])
         return types.CallToolResult(content=_text("written"))
@@ -92,11 +103,44 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     return types.CallToolResult(content=_text(f"unknown tool {name}"), is_error=True)
 
 
+def _prompts() -> list[types.Prompt]:
+    prompts = [
+        types.Prompt(name="greet", title="Greeting", description="Greet someone by name.",
+                     arguments=[types.PromptArgument(name="name", description="Who to greet", required=True)]),
+        types.Prompt(name="bad prompt!", description="A prompt whose name has a space and a '!'.", arguments=[]),
+    ]
+    return prompts + [types.Prompt(name=n, description="Added by grow_prompts.", arguments=[]) for n in extra_prompts]
+
+
+async def list_prompts(ctx, params) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=_prompts())
+
+
+async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    args = params.arguments or {}
+    if params.name == "greet":
+        if "name" not in args:
+            from mcp.shared.exceptions import MCPError
+
+            raise MCPError(types.INVALID_PARAMS, "greet needs the argument 'name'")
+        text = f"Say hello to {args['name']}, warmly."
+    elif params.name in ("bad prompt!", *extra_prompts):
+        text = f"the prompt {params.name}"
+    else:
+        from mcp.shared.exceptions import MCPError
+
+        raise MCPError(types.INVALID_PARAMS, f"no prompt {params.name!r}")
+    return types.GetPromptResult(description=f"upstream prompt {params.name}", messages=[
+        types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))])
+
+
 async def main() -> None:
     server = Server("gateway-test-upstream", version="1.0", instructions="A test upstream for the gateway.",
-                    on_list_tools=list_tools, on_call_tool=call_tool)
+                    on_list_tools=list_tools, on_call_tool=call_tool, on_list_prompts=list_prompts,
+                    on_get_prompt=get_prompt)
     async with stdio_server() as (r, w):
-        await server.run(r, w, server.create_initialization_options(NotificationOptions(tools_changed=True)))
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True, prompts_changed=True))
+        await server.run(r, w, options)
 
 
 if __name__ == "__main__":

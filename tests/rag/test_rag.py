@@ -145,3 +145,45 @@ async def test_rag_tools_through_the_registry(rag_where):
         assert bad.error.code == "rag_invalid_input" and bad.receipt.certainty == "known"
     finally:
         await rag.aclose()
+
+
+async def test_large_replies_spill_to_an_artifact_or_are_cut_to_the_budget(tmp_path):
+    import base64
+    import json
+
+    from openfunctions.artifacts import ArtifactStore
+
+    rag = await open_rag(data_dir=tmp_path / "data", name="big")
+    artifacts = ArtifactStore(tmp_path / "artifacts")
+    try:
+        # 10 chunks of 100 words of 400 characters each: ~40 KB per chunk
+        blobs = [f"blob{i} " + " ".join(["x" * 400] * 100) for i in range(10)]
+        await rag.ingest("big", ". ".join(blobs) + ".")
+        await rag.ingest("small", "A small note about trains.")
+        reg = ToolRegistry(create_tools(rag, artifacts=artifacts))
+        assert reg.get("rag_artifact_read").annotations.read_only_hint is True
+
+        hit = await reg.execute("rag_get_chunk", {"chunk_id": "big#000003"})
+        assert hit["text_truncated"] is True and len(hit["text"]) < 40_000
+        proj = hit["artifactProjection"]
+        assert proj["available"] is True and proj["size"] > 40_000
+        got, offset = b"", 0
+        while offset < proj["size"]:
+            page = await reg.execute("rag_artifact_read", {"artifact_id": proj["artifact_id"], "offset": offset})
+            got += base64.b64decode(page["data_base64"])
+            offset = len(got)
+        full = json.loads(got)
+        assert full["text"] == (await rag.get_chunk("big#000003"))["text"] and len(full["text"]) > 40_000
+
+        found = await reg.execute("rag_search", {"query": "blob3 xxxx", "k": 5})
+        assert "artifactProjection" in found and all(len(h["text"]) <= 500 for h in found["results"])
+        small = await reg.execute("rag_get_chunk", {"chunk_id": "small#000000"})  # a small reply: as is
+        assert "artifactProjection" not in small and "text_truncated" not in small
+
+        # without an artifact store the texts are cut to the budget and marked
+        plain = ToolRegistry(create_tools(rag, budget=8192))
+        cut = await plain.execute("rag_search", {"query": "blob3 xxxx", "k": 5})
+        assert len(json.dumps(cut, indent=2)) <= 8192 and all(h.get("text_truncated") for h in cut["results"])
+    finally:
+        artifacts.close()
+        await rag.aclose()

@@ -22,6 +22,7 @@ _METHODS = [
     "ping", "tools/list", "tools/call", "resources/list", "resources/read", "resources/templates/list",
     "prompts/list", "prompts/get", "completion/complete", "logging/setLevel", "initialize", "server/discover",
     "tasks/get", "nope/unknown", "", " ", "tools/call\x00", "TOOLS/LIST", "rpc.discover",
+    "tasks/update", "tasks/cancel", "subscriptions/listen", "resources/subscribe",
 ]
 _NOTIFICATIONS = [
     "notifications/initialized", "notifications/cancelled", "notifications/progress",

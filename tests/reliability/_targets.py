@@ -1,4 +1,4 @@
-"""Server subprocesses driven by raw JSON-RPC, for the reliability suite (stdio and stateless HTTP)."""
+"""Server subprocesses driven by raw JSON-RPC, for the reliability suite (stdio, stateless HTTP, HTTP sessions)."""
 
 from __future__ import annotations
 
@@ -114,17 +114,25 @@ class StdioTarget:
 
 
 class HttpTarget:
+    """``serve --transport http --stateless``: every request stands alone (2026-07-28, per-request ``_meta``)."""
+
+    MODE = ("--stateless",)
+
     def __init__(self, profile: str, data_dir: Path, *extra: str) -> None:
         self.profile = profile
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.proc = subprocess.Popen(
             serve_argv("--profile", profile, "--data-dir", str(data_dir), "--transport", "http",
-                       "--port", str(self.port), "--stateless", *extra),
+                       "--port", str(self.port), *self.MODE, *extra),
             env=server_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         self.problems: list[str] = []
         self.client = httpx.Client(timeout=60)
+
+    def wrap(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A request's params as this target's protocol wants them."""
+        return {**params, "_meta": MODERN_META}
 
     def headers(self, method: str = "tools/list", name: str | None = None) -> dict[str, str]:
         h = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
@@ -161,3 +169,40 @@ class HttpTarget:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(timeout=10)
+
+
+class HttpSessionTarget(HttpTarget):
+    """``serve --transport http`` with sessions: one ``initialize`` (2025-11-25), then every request carries
+    ``Mcp-Session-Id``. :meth:`headers` may be told to send a wrong or no session id (the fuzzer does, sometimes)."""
+
+    MODE = ()
+
+    session_id = ""
+    initialized = 0
+
+    def headers(self, method: str = "tools/list", name: str | None = None, session: str | None = None) -> dict[str, str]:
+        h = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+             "MCP-Protocol-Version": LEGACY}
+        sid = self.session_id if session is None else session
+        if sid:
+            h["Mcp-Session-Id"] = sid
+        return h
+
+    def wrap(self, params: dict[str, Any]) -> dict[str, Any]:
+        return params
+
+    def start(self, timeout: float = 120.0) -> list[dict]:
+        try:
+            wait_for_port(self.port, self.proc, timeout)
+        except RuntimeError as exc:
+            if self.proc.returncode == 2 and NOT_IN_BUILD in str(exc):
+                raise Unavailable(str(exc)) from None
+            raise
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "0"}}}
+        resp = self.client.post(self.url, json=init, headers=self.headers(session=""))
+        self.session_id = resp.headers["mcp-session-id"]
+        self.initialized += 1
+        self.client.post(self.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=self.headers())
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        return self.messages(self.client.post(self.url, json=body, headers=self.headers()))[-1]["result"]["tools"]

@@ -1,7 +1,9 @@
 """A seeded JSON-RPC fuzzer over stdio and HTTP, every profile of this build (issue 19).
 
 ``OPENFUNCTIONS_FUZZ_MESSAGES`` (default 20,000) messages per run, split over
-the targets (70 % stdio, 30 % HTTP); ``OPENFUNCTIONS_FUZZ_SEED`` picks the
+the targets (60 % stdio, 20 % stateless HTTP, 20 % HTTP with sessions: one
+``initialize``, then every message carries the ``Mcp-Session-Id``, and about
+one in twenty a wrong, stale or missing one); ``OPENFUNCTIONS_FUZZ_SEED`` picks the
 sequence (default 19). Asserted: no server exits, every request with a valid
 id is answered (within a bound), every stdout line and every HTTP body is a
 well-formed JSON-RPC message with no Python exception name or traceback in
@@ -23,7 +25,7 @@ from openfunctions.servers._constants import PROFILES
 
 from ._fuzz import check_reply, messages
 from ..servers.conftest import serve_argv, server_env
-from ._targets import MODERN_META, HttpTarget, StdioTarget, Unavailable
+from ._targets import HttpSessionTarget, HttpTarget, StdioTarget, Unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -54,11 +56,9 @@ def _header_safe(value: object) -> bool:
     return isinstance(value, str) and value != "" and value.strip() == value and value.isprintable() and value.isascii()
 
 
-def _fuzz_http(t: HttpTarget, tools: list[dict], count: int, rng: random.Random, sent: list[int]) -> None:
-    def wrap(params: dict) -> dict:
-        return {**params, "_meta": MODERN_META}
-
-    for body, rid in messages(rng, count, tools, wrap_params=wrap):
+def _fuzz_http(t: HttpTarget, tools: list[dict], count: int, rng: random.Random, sent: list[int],
+               wrong_session: list[int]) -> None:
+    for body, rid in messages(rng, count, tools, wrap_params=t.wrap):
         try:
             parsed = json.loads(body)
         except (ValueError, RecursionError):
@@ -69,6 +69,14 @@ def _fuzz_http(t: HttpTarget, tools: list[dict], count: int, rng: random.Random,
         headers = t.headers(method if _header_safe(method) else "ping", name if _header_safe(name) else None)
         if rng.random() < 0.03:
             headers["Content-Type"] = rng.choice(["text/plain", "application/jsonx", ""])
+        if isinstance(t, HttpSessionTarget) and rng.random() < 0.05:
+            # A wrong, stale-looking or missing session id: a 4xx, never another session's state, never a 5xx.
+            wrong = rng.choice(["", "bogus", "0" * 32, t.session_id + "0", t.session_id.upper(), t.session_id[:-1]])
+            headers.pop("Mcp-Session-Id", None)
+            if wrong:
+                headers["Mcp-Session-Id"] = wrong
+            wrong_session[0] += 1
+            rid = None  # no reply is owed to a request outside the session
         resp = t.client.post(t.url, content=body, headers=headers)
         sent[0] += 1
         if resp.status_code >= 500:
@@ -107,7 +115,7 @@ def _normal_call_works(target, tools: list[dict]) -> None:
             result = target.request("final", "tools/call", params)["result"]
         else:
             resp = target.client.post(target.url, json={"jsonrpc": "2.0", "id": "final", "method": "tools/call",
-                                                        "params": {**params, "_meta": MODERN_META}},
+                                                        "params": target.wrap(params)},
                                       headers=target.headers("tools/call", hasher))
             result = target.messages(resp)[-1]["result"]
         assert result["structuredContent"]["hex"].startswith("ba7816bf"), result
@@ -127,18 +135,21 @@ def test_fuzzed_json_rpc_never_kills_hangs_or_leaks(tmp_path):
                 ready.append((t, t.start()))
             except Unavailable:
                 unavailable.append(t.profile)
-        http_targets = [HttpTarget(t.profile, tmp_path / f"http-{t.profile}", *_config(t.profile, tmp_path))
-                        for t, _ in list(ready)]
+        http_targets = [kind(t.profile, tmp_path / f"{kind.__name__}-{t.profile}", *_config(t.profile, tmp_path))
+                        for t, _ in list(ready) for kind in (HttpTarget, HttpSessionTarget)]
         targets += http_targets
         for t in http_targets:
             ready.append((t, t.start()))
         assert ready, "no profile could start"
         started = time.monotonic() - t0
         stdio = [r for r in ready if isinstance(r[0], StdioTarget)]
-        http = [r for r in ready if isinstance(r[0], HttpTarget)]
-        per_stdio = int(TOTAL * 0.7) // max(1, len(stdio)) + 1
-        per_http = int(TOTAL * 0.3) // max(1, len(http)) + 1
+        http = [r for r in ready if type(r[0]) is HttpTarget]
+        sessions = [r for r in ready if type(r[0]) is HttpSessionTarget]
+        per_stdio = int(TOTAL * 0.6) // max(1, len(stdio)) + 1
+        per_http = int(TOTAL * 0.2) // max(1, len(http)) + 1
+        per_session = int(TOTAL * 0.2) // max(1, len(sessions)) + 1
         counts = [[0] for _ in ready]
+        wrong_session = [0]
         errors: list[BaseException] = []
 
         def run(i: int, t, tools) -> None:
@@ -147,7 +158,8 @@ def test_fuzzed_json_rpc_never_kills_hangs_or_leaks(tmp_path):
                 if isinstance(t, StdioTarget):
                     _fuzz_stdio(t, tools, per_stdio, rng, counts[i])
                 else:
-                    _fuzz_http(t, tools, per_http, rng, counts[i])
+                    n = per_session if isinstance(t, HttpSessionTarget) else per_http
+                    _fuzz_http(t, tools, n, rng, counts[i], wrong_session)
                 _normal_call_works(t, tools)
             except BaseException as exc:  # reported below, with the target's name
                 errors.append(RuntimeError(f"{t.profile}/{type(t).__name__}: {exc!r}"))
@@ -158,7 +170,11 @@ def test_fuzzed_json_rpc_never_kills_hangs_or_leaks(tmp_path):
         for th in threads:
             th.join()
         sent = sum(c[0] for c in counts)
+        by_kind: dict[str, int] = {}
+        for (t, _), c in zip(ready, counts):
+            by_kind[type(t).__name__] = by_kind.get(type(t).__name__, 0) + c[0]
         print(f"\nfuzz: servers up in {started:.0f} s, fuzzing took {time.monotonic() - t0 - started:.0f} s")
+        print(f"\nfuzz: by transport {by_kind}; {wrong_session[0]} session messages sent with a wrong or no session id")
         print(f"\nfuzz: seed {SEED}, {sent} messages to {len(ready)} targets "
               f"({', '.join(f'{t.profile}/{type(t).__name__[:-6].lower()}={c[0]}' for (t, _), c in zip(ready, counts))}); "
               f"not in this build: {sorted(set(unavailable))}")
@@ -166,6 +182,9 @@ def test_fuzzed_json_rpc_never_kills_hangs_or_leaks(tmp_path):
         problems = [f"{t.profile}/{type(t).__name__}: {p}" for t, _ in ready for p in t.problems]
         assert not problems, problems[:20]
         assert sent >= TOTAL
+        if sessions:  # the sessions were fuzzed, each inside the one session it opened
+            assert by_kind.get("HttpSessionTarget", 0) >= int(TOTAL * 0.2)
+            assert all(t.initialized == 1 for t, _ in sessions)
         for t, _ in ready:
             assert t.proc.poll() is None, f"{t.profile}/{type(t).__name__} exited with {t.proc.returncode}"
     finally:

@@ -72,21 +72,6 @@ def _made_required(ours: dict, strict: dict) -> list[tuple[dict, str]]:
     return [(ours["properties"][n], n) for n in strict.get("required") or () if n not in before]
 
 
-# Known, not fixed: the work helper's actionable plan errors (issue 17 item 4)
-# made of_work_preview's plan items a per-step conditional schema (allOf of
-# if/then on the step name), which the strict-mode rules cannot express. Listed
-# exactly, so any other violation (or a new one here) still fails; the open
-# issue 17 note says so.
-KNOWN_NOT_STRICT = {
-    "work/of_work_preview: $.plan[].params: additionalProperties is not false",
-    "work/of_work_preview: $.plan[].params: no required list",
-    *(f"work/of_work_preview: $.plan[]/allOf/{i}: no type" for i in range(5)),
-    "all/of_work_preview: $.plan[].params: additionalProperties is not false",
-    "all/of_work_preview: $.plan[].params: no required list",
-    *(f"all/of_work_preview: $.plan[]/allOf/{i}: no type" for i in range(5)),
-}
-
-
 async def test_every_tool_of_every_profile_is_strict(tmp_path):
     openai = pytest.importorskip("openai", reason="the openai package (test extra) runs OpenAI's strict converter")
     assert openai is not None
@@ -104,7 +89,7 @@ async def test_every_tool_of_every_profile_is_strict(tmp_path):
                 if not accepts_null(prop):
                     problems.append(f"{name}/{t.name}: optional {pname!r} refuses null (strict clients send it)")
     assert seen >= 15, f"only {seen} tools found: the profiles did not build"
-    assert [p for p in problems if p not in KNOWN_NOT_STRICT and not p.startswith(("work/of_work_preview: OpenAI", "all/of_work_preview: OpenAI"))] == []
+    assert problems == []
 
 
 def test_the_rules_checker_catches_each_rule():

@@ -146,7 +146,9 @@ def test_a_finished_tasks_result_survives_sigkill(served: Served) -> None:
 
 
 @pytest.mark.slow
-def test_a_large_result_is_kept_beside_the_journal_and_inlined_again(served: Served) -> None:
+def test_a_large_result_is_kept_as_an_artifact_and_inlined_again_after_sigkill(served: Served) -> None:
+    import hashlib
+
     client = served.start()
     created = _create(client, "task_big", {"size": 400_000})
     done = client.until(created["taskId"], {"completed"})
@@ -154,10 +156,19 @@ def test_a_large_result_is_kept_beside_the_journal_and_inlined_again(served: Ser
     journal = served.data_dir / "journal" / "tools.tasks.journal"
     settled = [r.data for r in read_records(journal) if r.type == "task.settled"]
     assert len(settled) == 1 and "result" not in settled[0]
-    name = settled[0]["result_artifact"]
-    assert name == f"{created['taskId']}.json"
-    assert (journal.parent / "tools.tasks.journal.results" / name).stat().st_size > 400_000
+    art = settled[0]["result_artifact"]
+    assert re.fullmatch(r"art_[0-9a-f]{32}", art), art
+    # The artifact store's own index record: scoped to the task, digest and size as the task recorded them.
+    index = json.loads((served.data_dir / "artifacts" / "index" / f"{art}.json").read_text())
+    assert index["scope"] == f"task:{created['taskId']}" and index["media_type"] == "application/json"
+    assert index["sha256"] == settled[0]["result_sha256"] and index["size"] == settled[0]["result_size"] > 400_000
+    blob = (served.data_dir / "artifacts" / "blobs" / index["sha256"][7:]).read_bytes()
+    assert "sha256:" + hashlib.sha256(blob).hexdigest() == index["sha256"]
+    assert json.loads(blob) == done["result"]
     assert journal.stat().st_size < 10_000  # the journal itself stays small
+    # tasks/get says where the result lives, for a client that reads it in bounded chunks (of_artifact_read).
+    assert done["_meta"]["dev.openfunctions/task"]["resultArtifact"] == {
+        "id": art, "sha256": index["sha256"], "size": index["size"], "mediaType": "application/json"}
     served.kill9()
     client = served.start()
     assert client.result("tasks/get", {"taskId": created["taskId"]})["result"] == done["result"]

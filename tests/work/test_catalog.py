@@ -235,3 +235,37 @@ def test_bad_patterns(bad: str) -> None:
     from openfunctions.work._paths import check_pattern
 
     assert check_pattern(bad) is not None
+
+
+H = "version = 1\nworkspace='ws'\n"
+SLOT = "[steps.a]\nkind='command'\ndescription='d'\nargv=['echo','{x}']\n[steps.a.params.x]\ntype='string'\npattern='a'\n"
+# Errors the pydantic models add or word the same way (issue 17 house): each names file, step, field and the value.
+MORE_BAD = [
+    (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=['ls']\nidempotent='yes'", "a", "idempotent", "got 'yes'"),
+    (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=['ls']\ntimeout_s=true", "a", "timeout_s", "got True"),
+    (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=[]", "a", "argv", "at least 1"),
+    (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=['ls']\nreadback={paths=['out/**'], extra=1}", "a", "readback", "unknown key 'extra'"),
+    (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=['ls']\nreadback={paths=['out/**'], changes_on_apply=1}",
+     "a", "readback.changes_on_apply", "got 1"),
+    (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=['ls']\neffect='read'\nreadback={paths=['out/**']}", "a", "readback", "no effect"),
+    (H + SLOT.replace("pattern='a'", "enum=[1,'a']"), "a", "params.x", "list of strings"),
+    (H + SLOT.replace("pattern='a'", "pattern='a'\nmax_length=true"), "a", "params.x.max_length", "got True"),
+    (H + SLOT.replace("pattern='a'", "pattern='a'\nbogus=1"), "a", "params.x", "unknown key 'bogus'"),
+    (H + SLOT.replace("[steps.a.params.x]", "[steps.a.params.X]"), "a", "params", "parameter name 'X'"),
+    (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=['ls']\nenv_set={A=1}", "a", "env_set.A", "got 1"),
+    (H + "[steps.a]\nkind='write_file'\ndescription='  '\npaths=['a']", "a", "description", "non-empty"),
+    (H + "[steps.a]\nkind='write_file'\ndescription='d'\npaths=['a']\nmax_bytes=0", "a", "max_bytes", "got 0"),
+    (H + "[steps.a]\nkind='tool'\ndescription='d'", "a", "tool", "is required"),
+    (H + "steps = {a = 3}", "a", None, "must be a table"),
+    ("version = 1\nworkspace='ws'\nextra=1\n[steps.a]\nkind='fingerprint'\ndescription='d'\npaths=['a']", None, None, "unknown top-level key 'extra'"),
+    ("version = '1'\nworkspace='ws'\n[steps.a]\nkind='fingerprint'\ndescription='d'\npaths=['a']", None, "version", "got '1'"),
+]
+
+
+@pytest.mark.parametrize("text, step, field, words", MORE_BAD)
+def test_more_bad_catalogs_name_file_step_field_and_value(tmp_path: Path, text: str, step: str | None, field: str | None, words: str) -> None:
+    p = write(tmp_path, text)
+    with pytest.raises(CatalogInvalid) as ei:
+        Catalog.load(p)
+    assert ei.value.details.get("file") == str(p) and ei.value.details.get("step") == step
+    assert ei.value.details.get("field") == field and words in ei.value.message, ei.value.message

@@ -170,3 +170,21 @@ async def test_two_processes_refused_while_live_takeover_after_expiry_stale_gene
             a.cont()
         a.close()
         b.close()
+
+
+def test_the_lease_directory_and_files_follow_the_one_private_files_policy(tmp_path):
+    """Issue 17 house: work/lease.py uses core.files (private dir, private open, flock), not its own spellings."""
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    with pytest.raises(WorkError, match="chmod 700"):
+        LeaseStore(loose)  # before: accepted a directory others can read (and plant files in, when 0777)
+    fresh = tmp_path / "a" / "work"
+    LeaseStore(fresh)
+    assert (fresh.stat().st_mode & 0o777) == 0o700
+    # a live file swapped for a symlink is refused, not followed
+    (fresh / "live.7").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(WorkError, match="symlink"):
+        LeaseStore(fresh)._hold_live(7)
+    assert not (tmp_path / "elsewhere").exists()
+    os.unlink(fresh / "live.7")

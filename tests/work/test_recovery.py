@@ -209,3 +209,120 @@ async def test_status_reads_the_same_before_and_after_a_restart(env):
     assert again.status(principal="agent") == before and before["attempt"]["state"] == "completed"
     aid = before["attempt"]["attemptId"]
     assert again.attempt(aid).history == ctl.attempt(aid).history, "live start and replay build the same attempt"
+
+
+@pytest.mark.anyio
+async def test_an_attempt_bound_to_a_catalog_no_longer_run_fails_at_restart(env):
+    # the rule for `failed` (work/state.py): an attempt that can never go on
+    from openfunctions.work.errors import InvalidTransition, OperationUncertain
+
+    counter = Counter()
+    ctl, att = await _started(env, counter)
+    await ctl.run_step(principal="agent")  # bump: done
+    op_id = new_id("op")
+    await ctl._record(
+        "intent",
+        {"attempt_id": att["attemptId"], "operation_id": op_id, "plan_index": 0, "step": "bump", "params": {},
+         "effect": "write", "input_digest": "sha256:" + "0" * 64, "readback": {"reconcilable": True}},
+    )
+    await ctl._record("dispatched", {"attempt_id": att["attemptId"], "operation_id": op_id, "receipt_id": new_id("rcpt")})
+    await ctl.close()
+    # the operator edits the catalog and restarts the server
+    env.catalog_path.write_text(env.catalog_path.read_text().replace('description = "append a line"', 'description = "append one line"'))
+    await env.grant(("bump", "look", "check"), catalog_digest=None)
+    again = await env.open(counter.tools())
+    st = again.status(principal="agent")["attempt"]
+    assert st["state"] == "failed", st
+    hist = again.state.attempts[att["attemptId"]].history
+    assert hist[-1]["to"] == "failed" and hist[-1]["reason"]["code"] == "catalog_changed"
+    with pytest.raises(InvalidTransition):
+        await again.run_step(principal="agent")
+    # failing the attempt does not discharge its uncertain write: a new plan with that step is refused,
+    # and the way out it names is the operator (no reconcile: the attempt's catalog is gone)
+    with pytest.raises(OperationUncertain) as ei:
+        await again.preview(PLAN, principal="agent")
+    assert op_id in ei.value.message and "of_work_reconcile" not in ei.value.message
+    # a plan without it starts: the failed attempt is terminal, not active
+    prv = await again.preview([{"step": "look"}], principal="agent")
+    assert (await again.start(prv["previewId"], principal="agent"))["state"] == "started"
+    # and a second restart keeps it failed without another transition
+    await again.close()
+    third = await env.open(counter.tools())
+    assert [h["to"] for h in third.state.attempts[att["attemptId"]].history].count("failed") == 1
+    assert counter.runs == {"bump": 1}
+
+
+async def _died_before_outcome(env, counter, *, fail_with=None):
+    """Run `bump` with the server's execution journal as the executor's sink; the controller dies
+    after the executor settled the call (its receipt durable) and before the outcome record."""
+    from openfunctions.core import ToolRegistry
+    from openfunctions.core.journal import ExecutionJournal
+
+    env.write_catalog(CATALOG)
+    await env.grant(("bump", "look", "check"))
+    journal = await ExecutionJournal.open(env.data / "journal" / "work.journal")
+    registry = ToolRegistry(counter.tools(), journal=journal)
+    ctl = await env.open([], registry=registry)
+    prv = await ctl.preview(PLAN, principal="agent")
+    att = await ctl.start(prv["previewId"], principal="agent")
+    real_append = ctl.custody.append
+
+    async def append(rec):
+        if rec[0] == "outcome":
+            raise OSError("the process died here")
+        return await real_append(rec)
+
+    ctl.custody.append = append
+    counter.fail_with = fail_with
+    with pytest.raises(OSError):
+        await ctl.run_step(principal="agent")
+    await ctl.close()
+    await journal.close()
+    counter.fail_with = None
+    return att
+
+
+@pytest.mark.anyio
+async def test_a_settled_receipt_in_the_execution_journal_settles_an_interrupted_operation(env):
+    counter = Counter()
+    att = await _died_before_outcome(env, counter)
+    assert counter.runs == {"bump": 1}
+    again = await env.open(counter.tools())
+    st = again.status(principal="agent")["attempt"]
+    # before: blocked, the operation unknown (only an operator could settle an effect with no readback)
+    assert st["state"] == "running", st
+    [op] = st["operations"]
+    assert op["status"] == "done" and op["certainty"] == "known" and op["outcome"] == "succeeded"
+    assert st["cursor"] == 1 and st["mutationEpoch"] == 1
+    outcome = [r for r in again.state.attempts[att["attemptId"]].operations.values()][0]
+    assert outcome.receipt["receipt_id"] == outcome.dispatch_receipt_id
+    r = await again.run_step(principal="agent")  # the plan goes on: the next step, not bump again
+    assert r["operation"]["step"] == "look" and counter.runs == {"bump": 1, "look": 1}
+    assert again.state.open_uncertain() == []
+
+
+@pytest.mark.anyio
+async def test_a_known_failure_in_the_execution_journal_counts_and_an_unknown_one_does_not(env):
+    from openfunctions.core import ToolError
+
+    counter = Counter()
+    await _died_before_outcome(env, counter, fail_with=ToolError("refused", effect_happened=False))
+    again = await env.open(counter.tools())
+    st = again.status(principal="agent")["attempt"]
+    assert st["state"] == "running" and [o["status"] for o in st["operations"]] == ["failed"]
+    await again.close()
+
+    env2_root = env.root / "second"
+    env2_root.mkdir()
+    from .conftest import WorkEnv
+
+    env2 = WorkEnv(env2_root)
+    counter2 = Counter()
+    try:
+        await _died_before_outcome(env2, counter2, fail_with=RuntimeError("boom"))  # certainty unknown
+        third = await env2.open(counter2.tools())
+        st = third.status(principal="agent")["attempt"]
+        assert st["state"] == "blocked" and [o["status"] for o in st["operations"]] == ["unknown"]
+    finally:
+        for c in env2.controllers:
+            await c.close()

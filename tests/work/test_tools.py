@@ -413,3 +413,33 @@ async def test_the_work_artifact_reader_says_which_store_it_reads_and_replies_sa
     await s.ok("of_work_start", {"previewId": prv["previewId"]})
     r = await s.ok("of_work_run_step", {})
     assert r["readWith"] == "of_work_artifact_read" and r["result"]["stdout"]["artifact_id"]
+
+
+@pytest.mark.anyio
+async def test_the_preview_schema_is_strict_and_a_strict_client_plan_is_accepted(work, env):
+    """Issue 17 (house): the per-step plan schema had an allOf of if/then (not strict); now one closed anyOf branch
+    per step, while errors still name the failing field (test_plan_errors_name_...)."""
+    from openfunctions.core import strict_violations
+
+    env.catalog_path.write_text(env.catalog_path.read_text() + """
+[steps.shout2]
+kind = "command"
+description = "print with a pad"
+argv = ["echo", "{pad}"]
+effect = "read"
+[steps.shout2.params.pad]
+type = "string"
+enum = ["a", "b"]
+default = "a"
+""")
+    s = Session(work())
+    tool = s.profile.registry.get("of_work_preview")
+    assert strict_violations(tool.input_schema) == []
+    branches = tool.input_schema["properties"]["plan"]["items"]["anyOf"]
+    assert [b["properties"]["step"]["const"] for b in branches] == ["check", "nap", "shout", "shout2", "write_src"]
+    assert all(b["required"] == ["step", "params"] and b["additionalProperties"] is False for b in branches)
+    # what OpenAI's strict mode sends: every field, null for "use the default"
+    prv = await s.ok("of_work_preview", {"plan": [{"step": "shout2", "params": {"pad": None}}, {"step": "check", "params": {}}]})
+    assert prv["steps"][0]["params"] == {"pad": "a"} and prv["steps"][0]["argv"] == ["echo", "a"]
+    # and a client that leaves params out for a step without any still may
+    assert (await s.ok("of_work_preview", {"plan": [{"step": "check"}]}))["steps"][0]["params"] == {}

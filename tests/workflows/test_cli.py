@@ -59,13 +59,13 @@ def test_list_show_and_errors(tmp_path, capsys):
     assert rc == 0 and "run-1 succeeded: 42" in out
 
 
-def test_a_corrupt_run_file_is_listed_and_show_exits_1_naming_it(tmp_path, capsys):
+def test_a_corrupt_run_journal_makes_list_and_show_exit_1_naming_it(tmp_path, capsys):
     wf = pipe(transform(lambda x: x, name="same"), name="same")
     anyio.run(lambda: WorkflowRuns(tmp_path, workflows=[wf]).run(wf, {"a": 1}, run_id="c1"))
-    [path] = (tmp_path / "workflows" / "runs").glob("*.jsonl")
+    path = tmp_path / "workflows" / "runs.journal"
     raw = path.read_bytes().replace(b'"same"', b'"sam3"', 1)
     path.write_bytes(raw)
-    rc, out, _ = run_cli(capsys, "list", "--data-dir", str(tmp_path))
-    assert rc == 0 and "corrupt" in out and str(path) in out
+    rc, _, err = run_cli(capsys, "list", "--data-dir", str(tmp_path))
+    assert rc == 1 and "corrupt" in err and str(path) in err
     rc, _, err = run_cli(capsys, "show", "c1", "--data-dir", str(tmp_path))
     assert rc == 1 and str(path) in err

@@ -1,0 +1,32 @@
+"""openfunctions.chat: one embeddable chat agent (adapter + filtered registry + memory + context providers).
+
+Usage::
+
+    from openfunctions.adapters import ScriptedAdapter
+    from openfunctions.chat import create_chat_agent
+
+    agent = await create_chat_agent({"adapter": ScriptedAdapter(["Hello!"]), "data_dir": "/tmp/chat"})
+    reply = await agent.chat("hi")                     # ChatResponse: text, tool_calls (+ receipts), rounds, run_id
+    async for event in agent.chat("again", stream=True):   # ChatEvent: tool_call, tool_result, text, done
+        ...
+    await agent.reset()                                # a new conversation; saved facts stay
+    await agent.serve(port=8765)                       # POST /chat, /chat/stream (SSE), GET /health, POST /reset, GET /
+    await agent.destroy()
+
+Without ``adapter``/``provider``/``model`` the provider comes from the environment
+(ANTHROPIC_API_KEY, OPENAI_API_KEY, ...). Every turn is a run of the chat's agent
+through the registry's executor and leaves run records. See docs/CHAT.md;
+from the shell: ``openfunctions-mcp chat`` (``--serve`` to serve it).
+"""
+
+from ._agent import ChatAgent, ChatEvent, ChatResponse, create_chat_agent, scripted_adapter_from_file
+from ._config import MAX_MESSAGE_CHARS, ChatConfig
+from ._errors import ChatClosed, ChatConfigError, ChatError, InvalidMessage, MessageTooLarge
+from ._http import MAX_BODY_BYTES, create_chat_app
+from ._prompt import PRESETS, resolve_prompt
+
+__all__ = [
+    "MAX_BODY_BYTES", "MAX_MESSAGE_CHARS", "PRESETS", "ChatAgent", "ChatClosed", "ChatConfig", "ChatConfigError",
+    "ChatError", "ChatEvent", "ChatResponse", "InvalidMessage", "MessageTooLarge", "create_chat_agent",
+    "create_chat_app", "resolve_prompt", "scripted_adapter_from_file",
+]

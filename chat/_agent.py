@@ -1,0 +1,517 @@
+"""The chat agent: an adapter, a filtered registry, memory and context providers behind ``chat()``.
+
+One turn, one path (:meth:`ChatAgent._turn`):
+
+1. check the message (a non-blank string of at most ``max_message_chars``);
+2. read the conversation's last ``history_messages`` messages (memory on:
+   the thread in the memory store; off: this process's list);
+3. build the system prompt: the resolved prompt, then ``## Context`` (the
+   context providers' blocks, best effort, and the saved facts matching the
+   message), then ``## Tools`` (a guide to the offered tools);
+4. run the chat's agent through :meth:`AgentRuntime.run` with those as
+   :class:`~openfunctions.agents.RunOptions`: the run is a call of the
+   ``agent_<name>`` tool through the registry's executor, every tool the
+   model asks for is a child call with its own receipt, and the run leaves
+   its run records (``run_started`` … ``run_finished``) in the run journal;
+5. append the user's message and the answer to the conversation (completed
+   turns only: a failed or cancelled turn leaves the conversation as it was).
+
+Turns of one agent run one at a time (a lock): a conversation has one order.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import structlog
+
+from openfunctions.adapters import AdapterNotConfigured, ScriptedAdapter, resolve_adapter
+from openfunctions.adapters import Message as ModelMessage
+from openfunctions.agents import AgentLimits, AgentRuntime, RunJournal, RunOptions, define_agent
+from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolExecutionContext, ToolRegistry, new_id
+
+from ._config import ChatConfig, load_config, load_object, module_tools
+from ._errors import ChatClosed, ChatConfigError, InvalidMessage, MessageTooLarge
+from ._prompt import memory_hint, resolve_prompt
+
+log = structlog.get_logger("openfunctions.chat")
+
+#: Memory tools the chat's model is offered (the conversation itself is the chat's to keep, not the model's).
+MEMORY_TOOLS = ("memory_save_fact", "memory_search", "memory_forget")
+#: Characters of an answer kept in the conversation (the memory layer stores at most 32 KiB per message).
+STORED_REPLY_CHARS = 8000
+EVENT_TYPES = ("text", "tool_call", "tool_result", "done")
+
+
+@dataclass
+class ChatResponse:
+    """One turn's answer.
+
+    ``status``: ``completed``, ``max_rounds``, ``failed`` (``error`` says why)
+    or ``cancelled``. ``tool_calls``: every call the model asked for, in order,
+    with its receipt (``receipt_id``, ``outcome``, ``error_code``; a call of a
+    tool the model was not offered has no receipt). ``receipt_id`` is the
+    receipt of the turn's own ``agent_<name>`` call; ``run_id`` names its run
+    record (``openfunctions-mcp runs show RUN_ID``).
+    """
+
+    text: str
+    status: str
+    run_id: str
+    rounds: int = 0
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    thread_id: str = ""
+    provider: str = ""
+    model: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
+    receipt_id: str | None = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {"thread_id": self.thread_id, "provider": self.provider, "model": self.model, "usage": self.usage,
+                "receipt_id": self.receipt_id}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "status": self.status, "run_id": self.run_id, "rounds": self.rounds,
+                "tool_calls": self.tool_calls, "metadata": self.metadata, "error": self.error}
+
+
+@dataclass(frozen=True)
+class ChatEvent:
+    """A streamed event: ``text`` (``{"text"}``: a delta), ``tool_call`` (``{"id", "name", "arguments", "round"}``),
+    ``tool_result`` (``{"id", "name", "receipt_id", "outcome", "error_code", "is_error", "content", "round"}``),
+    ``done`` (the whole :meth:`ChatResponse.to_dict`, last)."""
+
+    type: str
+    data: dict[str, Any]
+
+
+def _tool_record(call: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any]:
+    out = {"id": result.get("id"), "name": result.get("name"), "arguments": (call or {}).get("arguments", {})}
+    for key in ("receipt_id", "outcome", "error_code", "is_error", "content", "round"):
+        out[key] = result.get(key)
+    return out
+
+
+class ChatAgent:
+    """Built by :func:`create_chat_agent`; see the module docstring for one turn."""
+
+    def __init__(self, config: ChatConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.adapter: Any = None
+        self.registry: ToolRegistry = ToolRegistry()
+        self.memory: Any = None
+        self.providers: list[Any] = []  # connected context providers
+        self.runs: Any = None
+        self.data_dir: Path | None = None
+        self.thread_id = config.thread_id or new_id("chat")
+        self.tool_names: list[str] = []
+        self.role = ""
+        self._runtime: AgentRuntime | None = None
+        self._agent: Any = None
+        self._journal: Any = None
+        self._closers: list[Any] = []
+        self._history: list[tuple[str, str]] = []  # memory off: (role, text)
+        self._lock = anyio.Lock()
+        self._closed = False
+
+    # -- public API -------------------------------------------------------------
+    def chat(self, message: str, *, stream: bool = False) -> Any:
+        """``await chat(m)`` -> :class:`ChatResponse`; ``chat(m, stream=True)`` -> async iterator of :class:`ChatEvent`.
+
+        Close a stream you stop reading early (``async with contextlib.aclosing(...)``): that cancels the
+        turn, whose run is then recorded ``cancelled``.
+        """
+        self._check(message)
+        if stream:
+            return self._events(message)
+        return self._turn(message, None, stream=False)
+
+    async def reset(self) -> str:
+        """Start a new conversation (a new thread id); saved facts stay. Returns the new thread id."""
+        async with self._lock:
+            self.thread_id = new_id("chat")
+            self._history.clear()
+            return self.thread_id
+
+    async def health(self) -> dict[str, Any]:
+        from openfunctions.providers import check_provider_health
+
+        providers = [h.to_dict() for h in await check_provider_health(self.providers)] if self.providers else []
+        degraded = any(not p["ok"] for p in providers)
+        return {"status": "closed" if self._closed else ("degraded" if degraded else "ok"), "agent": self.name,
+                "provider": getattr(self.adapter, "provider", ""), "model": getattr(self.adapter, "model", ""),
+                "memory": self.memory is not None, "thread_id": self.thread_id, "tools": list(self.tool_names),
+                "providers": providers}
+
+    async def destroy(self) -> None:
+        """Close the providers, memory store, run journal and receipts journal. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                for close in reversed(self._closers):
+                    try:
+                        await close()
+                    except Exception as exc:
+                        log.warning("chat_close_failed", error=f"{type(exc).__name__}: {exc}")
+                self._closers.clear()
+
+    async def __aenter__(self) -> ChatAgent:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.destroy()
+
+    async def interactive(self, *, input: TextIO | None = None, output: TextIO | None = None) -> None:
+        """A read-eval-print loop on stdin/stdout (``/reset``, ``/exit``, ``/help``); see :mod:`._terminal`."""
+        from ._terminal import run_loop
+
+        await run_loop(self, input or sys.stdin, output or sys.stdout)
+
+    async def serve(self, *, port: int = 8765, host: str = "127.0.0.1", token: str | None = None,
+                    ready: Any = None) -> None:
+        """Serve ``POST /chat``, ``POST /chat/stream`` (SSE), ``GET /health``, ``POST /reset`` and ``GET /`` (see :mod:`._http`)."""
+        from ._http import serve
+
+        await serve(self, port=port, host=host, token=token, ready=ready)
+
+    # -- one turn ---------------------------------------------------------------
+    def _check(self, message: Any) -> str:
+        if self._closed:
+            raise ChatClosed(f"chat agent {self.name!r} was destroyed; create a new one")
+        if not isinstance(message, str):
+            raise InvalidMessage(f"message must be a string, got {type(message).__name__}")
+        if not message.strip():
+            raise InvalidMessage("message is empty")
+        limit = self.config.max_message_chars
+        if len(message) > limit:
+            raise MessageTooLarge(f"message is {len(message)} characters; the limit is {limit}",
+                                  details={"limit": limit, "length": len(message)})
+        return message
+
+    async def _events(self, message: str) -> AsyncIterator[ChatEvent]:
+        send, receive = anyio.create_memory_object_stream[ChatEvent](math.inf)
+        failed: list[BaseException] = []
+
+        async def run() -> None:
+            async with send:
+                try:
+                    await self._turn(message, send.send, stream=True)
+                except Exception as exc:  # raised to the reader below, not as an exception group
+                    failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            async with receive:
+                try:
+                    async for event in receive:
+                        yield event
+                except GeneratorExit:  # the reader closed the stream early: cancel the turn, wait for its record
+                    tg.cancel_scope.cancel()
+                    return
+        if failed:
+            raise failed[0]
+
+    async def _turn(self, message: str, emit: Any, *, stream: bool) -> ChatResponse:
+        """One turn (see the module docstring). ``emit``: ``async (ChatEvent) -> None`` or None."""
+        self._check(message)
+        async with self._lock:
+            if self._closed:
+                raise ChatClosed(f"chat agent {self.name!r} was destroyed; create a new one")
+            assert self._runtime is not None
+            thread = self.thread_id
+            history = await self._read_history(thread)
+            system = await self._system_prompt(message)
+            calls: dict[str, dict[str, Any]] = {}
+            tool_calls: list[dict[str, Any]] = []
+
+            async def on_event(event: dict[str, Any]) -> None:
+                kind = event["type"]
+                if kind == "tool_call":
+                    calls[event["id"]] = event
+                elif kind == "tool_result":
+                    tool_calls.append(_tool_record(calls.get(event["id"]), event))
+                if emit is not None:
+                    data = {k: v for k, v in event.items() if k != "type"}
+                    await emit(ChatEvent(kind, data))
+
+            options = RunOptions(history=history, system=system, on_event=on_event, stream=stream)
+            ctx = ToolExecutionContext(principal=f"chat:{self.name}")
+            result = await self._runtime.run(self._agent, message, ctx, options=options)
+            if result.status == "completed":
+                try:
+                    await self._remember(thread, message, result.text or "")
+                except OpenFunctionsError as exc:  # the answer stands; the conversation misses this turn (logged)
+                    log.warning("chat_remember_failed", thread=thread, run_id=result.run_id, error=exc.message)
+            response = ChatResponse(
+                text=result.text or "", status=result.status, run_id=result.run_id, rounds=result.rounds,
+                tool_calls=tool_calls, thread_id=thread, provider=getattr(self.adapter, "provider", ""),
+                model=getattr(self.adapter, "model", ""), usage=result.usage.to_dict(),
+                receipt_id=getattr(result.receipt, "receipt_id", None), error=result.error,
+            )
+            if emit is not None:
+                await emit(ChatEvent("done", response.to_dict()))
+            return response
+
+    async def _read_history(self, thread: str) -> list[ModelMessage]:
+        n = self.config.history_messages
+        if n == 0:
+            return []
+        if self.memory is None:
+            pairs = self._history[-n:]
+        else:
+            page = await self.memory.get_thread(thread, limit=n)
+            pairs = [(m.role, m.content) for m in reversed(page.messages)]
+        pairs = [(role, text) for role, text in pairs if role in ("user", "assistant")]
+        while pairs and pairs[0][0] != "user":  # providers want a user turn first
+            pairs.pop(0)
+        return [ModelMessage.user(text) if role == "user" else ModelMessage.assistant(text) for role, text in pairs]
+
+    async def _remember(self, thread: str, message: str, answer: str) -> None:
+        if len(answer) > STORED_REPLY_CHARS:
+            answer = answer[:STORED_REPLY_CHARS] + f"\n[... {len(answer) - STORED_REPLY_CHARS} more characters not kept]"
+        if self.memory is None:
+            self._history += [("user", message), ("assistant", answer)]
+            return
+        await self.memory.append_message(thread, "user", message)
+        await self.memory.append_message(thread, "assistant", answer or "(no text)")
+
+    async def _system_prompt(self, message: str) -> str:
+        from openfunctions.providers import auto_tool_guide, compose_prompt, context_prompt
+
+        blocks: list[str] = []
+        if self.providers:
+            block = await context_prompt(self.providers)  # best effort: a failing provider is left out, logged
+            if block:
+                blocks.append(block)
+        if self.memory is not None and self.config.recall_facts:
+            try:
+                _, hits = await self.memory.search(message[:4096], limit=self.config.recall_facts)
+            except OpenFunctionsError as exc:
+                log.warning("chat_recall_failed", error=exc.message)
+                hits = []
+            if hits:
+                blocks.append("Saved facts that may be relevant:\n"
+                              + "\n".join(f"- {h.fact.text} (fact {h.fact.id})" for h in hits))
+        view = self.registry.project(names=self.tool_names)
+        return compose_prompt(role=self.role, context="\n\n".join(blocks) or None,
+                              tool_guide=auto_tool_guide(view) if self.tool_names else None)
+
+    # -- building ---------------------------------------------------------------
+    async def _build(self) -> None:
+        cfg = self.config
+        try:
+            self.adapter = _adapter(cfg)
+            if cfg.adapter is None and hasattr(self.adapter, "aclose"):
+                self._closers.append(self.adapter.aclose)  # ours (resolved from provider/model): its HTTP client
+            self.role = resolve_prompt(cfg.prompt)
+            own = self._base_tools()
+            self.data_dir = Path(cfg.data_dir).expanduser() if cfg.data_dir is not None else _default_data_dir()
+            if cfg.registry is not None:
+                self.registry = ToolRegistry(own, executor=cfg.registry.executor)
+            else:
+                if cfg.journal:
+                    await self._open_journal()
+                self.registry = ToolRegistry(own, journal=self._journal)
+            offered = self._select(own)
+            memory_names = await self._open_memory()
+            provider_names = await self._connect_providers()
+            self.tool_names = self._exclude([*offered, *memory_names, *provider_names])
+            if self.memory is not None and any(n in self.tool_names for n in MEMORY_TOOLS):
+                self.role = f"{self.role}\n\n{memory_hint()}"
+            self.runs = await self._open_runs()
+            limits = AgentLimits(max_rounds=cfg.max_rounds, max_tool_calls=cfg.max_tool_calls,
+                                 max_tokens=cfg.max_tokens, temperature=cfg.temperature, timeout_s=cfg.timeout_s)
+            try:
+                self._agent = define_agent(cfg.name, self.role, tools=self.tool_names, adapter=self.adapter,
+                                           limits=limits, description=f"chat agent {cfg.name}")
+            except OpenFunctionsError as exc:
+                raise ChatConfigError(exc.message) from None
+            self._runtime = AgentRuntime(self.registry, self.runs)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.destroy()
+            raise
+
+    def _base_tools(self) -> list[ToolDefinition]:
+        cfg = self.config
+        tools: dict[str, ToolDefinition] = {}
+        sources: list[list[ToolDefinition]] = []
+        if cfg.registry is not None:
+            sources.append(cfg.registry.list())
+        if cfg.module:
+            sources.append(module_tools(cfg.module))
+        sources.append([t for t in cfg.tools or () if isinstance(t, ToolDefinition)])
+        for part in sources:
+            for t in part:
+                if t.name in tools and tools[t.name] is not t:
+                    raise ChatConfigError(f"two different tools are named {t.name!r} (registry, module, tools=): rename one")
+                tools[t.name] = t
+        return list(tools.values())
+
+    def _select(self, own: list[ToolDefinition]) -> list[str]:
+        cfg = self.config
+        by_name = {t.name: t for t in own}
+        if cfg.tools is None:
+            names = list(by_name)
+        else:
+            names = [t.name if isinstance(t, ToolDefinition) else t for t in cfg.tools]
+            unknown = [n for n in names if n not in by_name]
+            if unknown:
+                raise ChatConfigError(f"tools= names unknown tool(s) {unknown}; available: {', '.join(sorted(by_name)) or 'none'}")
+        if cfg.tags is not None:
+            wanted = set(cfg.tags)
+            names = [n for n in names if wanted & set(by_name[n].tags)]
+        return names
+
+    def _exclude(self, names: list[str]) -> list[str]:
+        unknown = sorted(set(self.config.exclude) - set(names) - self._names())
+        if unknown:
+            raise ChatConfigError(f"exclude= names unknown tool(s) {unknown}")
+        out: list[str] = []
+        for n in names:
+            if n not in self.config.exclude and n not in out:
+                out.append(n)
+        return out
+
+    def _names(self) -> set[str]:
+        return {t.name for t in self.registry.list()}
+
+    async def _open_journal(self) -> None:
+        from openfunctions.core.journal import ExecutionJournal, JournalLocked
+
+        assert self.data_dir is not None
+        for slot in range(1, 17):
+            path = self.data_dir / "journal" / ("chat.journal" if slot == 1 else f"chat.{slot}.journal")
+            try:
+                self._journal = await ExecutionJournal.open(path)
+            except JournalLocked:
+                continue
+            self._closers.append(self._journal.close)
+            return
+        raise ChatConfigError(f"all 16 chat journal slots in {self.data_dir / 'journal'} are held by running chats")
+
+    async def _open_runs(self) -> Any:
+        from openfunctions.agents import RunJournalError
+
+        assert self.data_dir is not None
+        try:
+            runs = await RunJournal.open_in(self.data_dir)
+        except (RunJournalError, OSError) as exc:
+            raise ChatConfigError(f"run journal in {self.data_dir}: {getattr(exc, 'message', exc)}") from None
+        self._closers.append(runs.close)
+        return runs
+
+    async def _open_memory(self) -> list[str]:
+        from openfunctions.memory import Memory, create_memory_tools
+
+        cfg = self.config
+        if cfg.memory is False or cfg.memory is None:
+            return []
+        if isinstance(cfg.memory, Memory):
+            self.memory = cfg.memory  # the caller's: the caller closes it
+        elif cfg.memory is True:
+            from openfunctions.store import StoreError, create_store
+
+            try:
+                store = await create_store("memory", self.data_dir)
+            except StoreError as exc:
+                raise ChatConfigError(f"memory store in {self.data_dir}: {exc.message} (pass memory=False to chat "
+                                      "without memory, or another data_dir)", details={"code": exc.code}) from None
+            self.memory = Memory(store)
+            self._closers.append(self.memory.aclose)
+        else:
+            raise ChatConfigError(f"memory must be true, false or a Memory, got {type(cfg.memory).__name__}")
+        for t in create_memory_tools(self.memory):
+            if t.name in MEMORY_TOOLS:
+                self.registry.register(t)
+        return list(MEMORY_TOOLS)
+
+    async def _connect_providers(self) -> list[str]:
+        from openfunctions.providers import ContextProvider, connect_provider
+
+        names: list[str] = []
+        for spec in self.config.providers:
+            provider = load_object(spec, "context provider", "provider") if isinstance(spec, str) else spec
+            if not isinstance(provider, ContextProvider):
+                raise ChatConfigError(f"context provider {spec!r}: expected a ContextProvider (or 'pkg.module:attr' "
+                                      f"naming one), got {type(provider).__name__}")
+            before = self._names()
+            try:
+                connected = await connect_provider(provider, self.registry)
+            except Exception as exc:
+                why = exc.message if isinstance(exc, OpenFunctionsError) else f"{type(exc).__name__}: {exc}"
+                raise ChatConfigError(f"context provider {provider.id!r} failed to connect: {why}",
+                                      details={"provider": provider.id}) from None
+            self.providers.append(connected)
+            self._closers.append(connected.close)
+            names += sorted(self._names() - before)
+        return names
+
+
+def _default_data_dir() -> Path:
+    from openfunctions.core.files import default_data_dir
+
+    return Path(default_data_dir())
+
+
+def _adapter(cfg: ChatConfig) -> Any:
+    if cfg.adapter is not None:
+        if not (hasattr(cfg.adapter, "chat") and hasattr(cfg.adapter, "provider")):
+            raise ChatConfigError("adapter must implement AIAdapter (chat, stream, provider, model)")
+        return cfg.adapter
+    if cfg.provider == "scripted":
+        raise ChatConfigError("provider 'scripted' needs its script: pass adapter=ScriptedAdapter([...]) "
+                              "(or on the command line --script FILE)")
+    try:
+        return resolve_adapter(cfg.provider, cfg.model, api_key=cfg.api_key, base_url=cfg.base_url)
+    except AdapterNotConfigured as exc:
+        raise ChatConfigError(exc.message + "; or pass adapter=ScriptedAdapter([...]) to run offline",
+                              details=exc.details) from None
+    except ImportError as exc:  # httpx is the adapters extra
+        raise ChatConfigError(f"the HTTP model adapters need httpx: pip install 'openfunctions-mcp[adapters]' ({exc})") from None
+
+
+async def create_chat_agent(config: ChatConfig | Mapping[str, Any] | Any = None, **kwargs: Any) -> ChatAgent:
+    """Resolve ``config`` (a dict, a :class:`ChatConfig`, a pydantic model, or keyword arguments) into a :class:`ChatAgent`.
+
+    Raises :class:`ChatConfigError` naming what could not be resolved (no model provider: the environment
+    variables to set). Close the agent with ``await agent.destroy()`` (or ``async with``).
+    """
+    agent = ChatAgent(load_config(config, **kwargs))
+    await agent._build()
+    return agent
+
+
+def scripted_adapter_from_file(path: str | Path) -> ScriptedAdapter:
+    """A :class:`ScriptedAdapter` from a JSON file: a list of replies (strings, ``{"text"}``, ``{"tool", "arguments"}``)."""
+    import json
+
+    p = Path(path)
+    try:
+        script = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ChatConfigError(f"script {str(p)!r}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ChatConfigError(f"script {str(p)!r} is not JSON: {exc}") from None
+    if not isinstance(script, list) or not all(isinstance(i, (str, dict)) for i in script):
+        raise ChatConfigError(f"script {str(p)!r} must be a JSON list of replies (strings or objects)")
+    return ScriptedAdapter(script)
+
+
+__all__ = ["ChatAgent", "ChatEvent", "ChatResponse", "create_chat_agent", "scripted_adapter_from_file"]
+

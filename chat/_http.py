@@ -1,0 +1,292 @@
+"""``serve()``: the chat agent over HTTP (Starlette on uvicorn).
+
+| route | does |
+|---|---|
+| ``GET /`` | the chat page (``_page.html``: one file, no CDN, no build step) |
+| ``POST /chat`` | ``{"message": str}`` -> the turn's :meth:`ChatResponse.to_dict` (200; 502 when the turn ``failed``) |
+| ``POST /chat/stream`` | same body -> ``text/event-stream``: ``tool_call``, ``tool_result``, ``text``, … , ``done`` |
+| ``GET /health`` | the agent's :meth:`ChatAgent.health` |
+| ``POST /reset`` | a new conversation: ``{"thread_id"}`` |
+
+Bad requests get ``{"error": {"code", "message"}}``: 400 ``invalid_json``
+(not JSON, or not an object), 400 ``chat_message_invalid`` (``message``
+missing, not a string, blank), 413 ``chat_message_too_large`` (more than
+``max_message_chars`` characters) or 413 ``body_too_large`` (a body over
+:data:`MAX_BODY_BYTES`), 415 ``unsupported_media_type``, 503 ``chat_closed``.
+
+Security: loopback by default; a non-loopback ``host`` needs a ``token``.
+With a token every route but the page needs ``Authorization: Bearer
+<token>`` (the MCP HTTP server's :class:`BearerAuth`: constant-time check,
+401 with ``WWW-Authenticate``); the page (no data in it) reads the token
+from its URL fragment, ``http://127.0.0.1:8765/#token=...``, which browsers
+never send to a server. On a loopback bind the ``Host`` header must
+name a loopback host (DNS rebinding), and a request with an ``Origin`` header
+must come from the page's own origin (another web site's script cannot post).
+
+A client that disconnects from ``/chat/stream`` cancels its turn: the run is
+recorded ``cancelled`` and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from importlib.resources import files
+from typing import Any
+
+import anyio
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from openfunctions.core import OpenFunctionsError
+
+from ._errors import ChatClosed, InvalidMessage, MessageTooLarge
+
+log = structlog.get_logger("openfunctions.chat.http")
+
+#: The largest request body read, in bytes (a message is at most 8,000 characters; JSON escapes may double it).
+MAX_BODY_BYTES = 64 * 1024
+_STATUS = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503}
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+async def _message(request: Request) -> str:
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype not in ("application/json", "text/plain", ""):
+        raise _BadRequest(415, "unsupported_media_type", f"send the body as application/json, not {ctype}")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _BadRequest(413, "body_too_large", f"the body is {declared} bytes; the limit is {MAX_BODY_BYTES}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise _BadRequest(413, "body_too_large", f"the body is over the {MAX_BODY_BYTES}-byte limit")
+    try:
+        data = json.loads(bytes(body).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _BadRequest(400, "invalid_json", f'the body is not JSON ({exc}); send {{"message": "..."}}') from None
+    if not isinstance(data, dict):
+        raise _BadRequest(400, "invalid_json", f'the body must be a JSON object {{"message": "..."}}, got {type(data).__name__}')
+    if "message" not in data:
+        raise _BadRequest(400, InvalidMessage.code, 'the body has no "message" field')
+    return data["message"]
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+class _Stream:
+    """``text/event-stream`` of one turn; the turn is cancelled when the client disconnects."""
+
+    headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
+               (b"x-accel-buffering", b"no")]
+
+    def __init__(self, agent: Any, message: str) -> None:
+        self.agent, self.message = agent, message
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+        events_in, events_out = anyio.create_memory_object_stream[Any](1000)
+
+        async def turn() -> None:
+            async with events_in:
+                try:
+                    await self.agent._turn(self.message, events_in.send, stream=True)
+                except OpenFunctionsError as exc:  # e.g. destroyed meanwhile: an error event, then the end
+                    await events_in.send(_sse("error", exc.to_dict()))
+
+        async def watch(tg: Any) -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    log.info("chat_stream_disconnected", agent=self.agent.name)
+                    tg.cancel_scope.cancel()
+                    return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch, tg)
+            tg.start_soon(turn)
+            async with events_out:
+                async for item in events_out:
+                    chunk = item if isinstance(item, bytes) else _sse(item.type, item.data)
+                    try:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    except OSError:  # the connection went away between two events
+                        tg.cancel_scope.cancel()
+                        return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            tg.cancel_scope.cancel()
+
+
+def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None) -> Any:
+    """The ASGI app ``serve()`` runs (see the module docstring)."""
+    page = files(__package__).joinpath("_page.html").read_text(encoding="utf-8")
+
+    async def index(request: Request) -> Response:
+        return HTMLResponse(page, headers={"cache-control": "no-store",
+                                           "content-security-policy": "default-src 'self'; script-src 'unsafe-inline'; "
+                                                                      "style-src 'unsafe-inline'; img-src data:"})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse(await agent.health())
+
+    async def reset(request: Request) -> Response:
+        if agent._closed:
+            return _error(503, ChatClosed.code, "the chat agent was destroyed")
+        return JSONResponse({"thread_id": await agent.reset()})
+
+    async def checked(request: Request) -> str | Response:
+        """The request's message, or the 4xx/503 answer that names what is wrong with it."""
+        try:
+            return str(agent._check(await _message(request)))
+        except _BadRequest as exc:
+            return _error(exc.status, exc.code, exc.message)
+        except OpenFunctionsError as exc:
+            return _error(_STATUS.get(type(exc), 400), exc.code, exc.message)
+
+    async def chat(request: Request) -> Response:
+        message = await checked(request)
+        if isinstance(message, Response):
+            return message
+        try:
+            response = await agent._turn(message, None, stream=False)
+        except ChatClosed as exc:
+            return _error(503, exc.code, exc.message)
+        return JSONResponse(response.to_dict(), status_code=502 if response.status == "failed" else 200)
+
+    async def stream(request: Request) -> Any:
+        message = await checked(request)
+        return message if isinstance(message, Response) else _Stream(agent, message)
+
+    app: Any = Starlette(routes=[
+        Route("/", index, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/reset", reset, methods=["POST"]),
+        Route("/chat", chat, methods=["POST"]),
+        Route("/chat/stream", stream, methods=["POST"]),
+    ])
+    if _is_loopback(host):
+        app = _LoopbackOnly(app)
+    if token:
+        from openfunctions.servers.http import BearerAuth  # the MCP HTTP server's check, reused
+
+        app = _PageOpen(app, BearerAuth(app, token, "bearer"))
+    return app
+
+
+class _PageOpen:
+    """With a token: ``GET /`` (the page: no data in it) is open; the page sends the token it reads from the
+    URL fragment (``/#token=...``, never sent to the server by the browser) on every call; everything else needs it."""
+
+    def __init__(self, app: Any, guarded: Any) -> None:
+        self.app, self.guarded = app, guarded
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("method") == "GET" and scope.get("path") == "/":
+            await self.app(scope, receive, send)
+        else:
+            await self.guarded(scope, receive, send)
+
+
+class _LoopbackOnly:
+    """On a loopback bind: the Host header must be a loopback name; an Origin, if sent, must be the same host."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or ())
+            host = headers.get(b"host", b"").decode("latin-1")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            origin = headers.get(b"origin", b"").decode("latin-1")
+            why = None
+            if not _is_loopback(name):
+                why = f"Host {host!r} is not a loopback name"
+            elif origin and origin not in ("null",) and origin.split("://", 1)[-1] != host:
+                why = f"Origin {origin!r} is not this page's origin"
+            if why is not None:
+                await _error(403, "forbidden_origin", why)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token: str | None = None,
+                ready: Any = None, log_level: str = "warning") -> None:
+    """Serve until cancelled (or SIGINT/SIGTERM). ``port=0`` picks a free port; ``ready(port)`` is called once listening."""
+    import uvicorn
+
+    from ._errors import ChatConfigError
+
+    if not _is_loopback(host) and not token:
+        raise ChatConfigError(f"serving the chat on {host!r} (not loopback) needs a bearer token: pass token= "
+                              "(--auth-token-env / --auth-token-file), or bind 127.0.0.1")
+    app = create_chat_app(agent, host=host, port=port, token=token)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off",
+                            log_config=None, timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise ChatConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+    stopped = anyio.Event()
+
+    async def run_server() -> None:
+        try:
+            with anyio.CancelScope(shield=True):  # stopped through should_exit, so shutdown closes every connection
+                await server.serve(sockets=[sock])
+        finally:
+            stopped.set()
+
+    async def announce() -> None:
+        while not server.started and not stopped.is_set():
+            await anyio.sleep(0.01)
+        if not server.started:
+            return
+        bound = sock.getsockname()[1]
+        log.info("chat_listening", url=f"http://{host}:{bound}/", auth=bool(token))
+        if ready is not None:
+            ready(bound)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_server)
+        tg.start_soon(announce)
+        try:
+            await stopped.wait()
+        finally:
+            server.should_exit = True  # cancelled (or a signal): uvicorn's graceful shutdown, bounded by 2 s
+    sock.close()
+
+
+__all__ = ["MAX_BODY_BYTES", "create_chat_app", "serve"]

@@ -1,0 +1,199 @@
+"""serve(): the HTTP endpoints on a real uvicorn listening on 127.0.0.1 (in this process), driven by httpx."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from openfunctions.adapters import ScriptedAdapter
+from openfunctions.chat import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, ChatConfigError, create_chat_agent
+
+from . import fixture_tools as fx
+
+pytestmark = pytest.mark.anyio
+
+
+@contextlib.asynccontextmanager
+async def served(agent: Any, **options: Any) -> AsyncIterator[str]:
+    ports: list[int] = []
+    listening = anyio.Event()
+
+    def ready(port: int) -> None:
+        ports.append(port)
+        listening.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(agent.serve, port=0, ready=ready, **options))
+        with anyio.fail_after(20):
+            await listening.wait()
+        try:
+            yield f"http://127.0.0.1:{ports[0]}"
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def sse(text: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+async def test_chat_health_reset_and_the_page(tmp_path: Path) -> None:
+    model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 4, "b": 5}}, "9.", "Hello again."])
+    async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        r = await client.post("/chat", json={"message": "4 + 5?"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["text"] == "9." and body["status"] == "completed" and body["run_id"].startswith("run_")
+        assert body["tool_calls"][0]["name"] == "add" and body["tool_calls"][0]["receipt_id"].startswith("rcpt_")
+        health = (await client.get("/health")).json()
+        assert health["status"] == "ok" and health["provider"] == "scripted" and "add" in health["tools"]
+        thread = health["thread_id"]
+        r = await client.post("/reset")
+        assert r.status_code == 200 and r.json()["thread_id"] != thread
+        r = await client.post("/chat", json={"message": "hi"})
+        assert r.json()["text"] == "Hello again."
+        assert [m.role for m in model.calls[-1][0]] == ["system", "user"]  # the reset conversation starts empty
+        page = await client.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "chat/stream" in page.text and "<script>" in page.text
+        assert "http://" not in page.text and "https://" not in page.text and "src=" not in page.text  # self-contained
+
+
+async def test_the_stream_endpoint_sends_sse_events_in_order(tmp_path: Path) -> None:
+    model = ScriptedAdapter([{"tool": "shout", "arguments": {"text": "hey"}}, "HEY."])
+    async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path, memory=False) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        r = await client.post("/chat/stream", json={"message": "shout hey"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = sse(r.text)
+    assert [e for e, _ in events] == ["tool_call", "tool_result", "text", "done"]
+    assert events[1][1]["receipt_id"].startswith("rcpt_") and events[2][1]["text"] == "HEY."
+    assert events[3][1]["status"] == "completed" and events[3][1]["tool_calls"][0]["receipt_id"] == events[1][1]["receipt_id"]
+
+
+async def test_bad_bodies_get_a_4xx_that_names_the_problem(tmp_path: Path) -> None:
+    model = ScriptedAdapter(["still fine"])
+    cases: list[tuple[dict[str, Any], int, str, str]] = [
+        ({"content": b"{not json"}, 400, "invalid_json", "the body is not JSON"),
+        ({"content": b"\xff\xfe"}, 400, "invalid_json", "the body is not JSON"),
+        ({"json": ["message"]}, 400, "invalid_json", "must be a JSON object"),
+        ({"json": {}}, 400, "chat_message_invalid", 'no "message" field'),
+        ({"json": {"message": 5}}, 400, "chat_message_invalid", "message must be a string, got int"),
+        ({"json": {"message": "   "}}, 400, "chat_message_invalid", "message is empty"),
+        ({"json": {"message": "x" * (MAX_MESSAGE_CHARS + 1)}}, 413, "chat_message_too_large",
+         f"message is {MAX_MESSAGE_CHARS + 1} characters; the limit is {MAX_MESSAGE_CHARS}"),
+        ({"content": b'{"message": "' + b"y" * MAX_BODY_BYTES + b'"}'}, 413, "body_too_large", f"{MAX_BODY_BYTES}"),
+        ({"content": b"<p>hi</p>", "headers": {"content-type": "text/html"}}, 415, "unsupported_media_type", "text/html"),
+    ]
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        for path in ("/chat", "/chat/stream"):
+            for kwargs, status, code, words in cases:
+                r = await client.post(path, **kwargs)
+                assert r.status_code == status, (path, kwargs.keys(), r.text)
+                err = r.json()["error"]
+                assert err["code"] == code and words in err["message"], (path, err)
+        # A body sent in chunks without a length is cut off at the limit too.
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(MAX_BODY_BYTES // 4096 + 2):
+                yield b" " * 4096
+
+        r = await client.post("/chat", content=chunks())
+        assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+        assert (await client.get("/chat")).status_code == 405
+        # Nothing reached the model; the server still answers.
+        assert model.calls == []
+        r = await client.post("/chat", json={"message": "ok?"})
+        assert r.status_code == 200 and r.json()["text"] == "still fine"
+
+
+async def test_a_client_that_disconnects_mid_stream_cancels_its_turn_and_the_server_keeps_working(tmp_path: Path) -> None:
+    thinking, cancelled = anyio.Event(), anyio.Event()
+
+    slow = fx.blocking_reply(thinking, cancelled)
+
+    model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 2}}, slow, "I am still here."])
+    async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent, \
+            served(agent) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            async with client.stream("POST", "/chat/stream", json={"message": "add 1 and 2, slowly"}) as r:
+                assert r.status_code == 200
+                seen = ""
+                async for chunk in r.aiter_text():
+                    seen += chunk
+                    if "event: tool_result" in seen:
+                        break
+            # leaving the block closed the connection while the model was thinking
+        with anyio.fail_after(20):
+            await cancelled.wait()
+            while not [run for run in agent.runs.state.values() if run.finished]:
+                await anyio.sleep(0.05)
+        [run] = agent.runs.state.values()
+        assert thinking.is_set() and run.status == "cancelled"
+        assert len(run.finished["receipts"]) == 1  # the add call that settled before the disconnect
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            r = await client.post("/chat", json={"message": "still there?"})
+            assert r.status_code == 200 and r.json()["text"] == "I am still here."
+            # The cancelled turn is not part of the conversation.
+            assert [m.content for m in model.calls[-1][0][1:]] == ["still there?"]
+            assert (await client.get("/health")).json()["status"] == "ok"
+
+
+async def test_bearer_auth_refuses_a_missing_or_wrong_token(tmp_path: Path) -> None:
+    model = ScriptedAdapter(["authorized"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+            served(agent, token="s3cret-token") as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic s3cret-token"}):
+            for method, path in (("POST", "/chat"), ("POST", "/chat/stream"), ("GET", "/health"), ("POST", "/reset")):
+                r = await client.request(method, path, json={"message": "hi"}, headers=headers)
+                assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer"), (path, headers)
+                assert r.json()["error"] == "invalid_token"
+        assert model.calls == []
+        assert (await client.get("/")).status_code == 200  # the page holds no data; it sends the token itself
+        r = await client.post("/chat", json={"message": "hi"}, headers={"authorization": "Bearer s3cret-token"})
+        assert r.status_code == 200 and r.json()["text"] == "authorized"
+
+
+async def test_loopback_server_refuses_foreign_hosts_and_origins(tmp_path: Path) -> None:
+    async with await create_chat_agent(adapter=ScriptedAdapter(["same origin ok"]), data_dir=tmp_path, memory=False) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        r = await client.get("/health", headers={"host": "evil.example"})
+        assert r.status_code == 403 and "Host 'evil.example' is not a loopback name" in r.json()["error"]["message"]
+        r = await client.post("/chat", json={"message": "hi"}, headers={"origin": "http://evil.example"})
+        assert r.status_code == 403 and "Origin 'http://evil.example'" in r.json()["error"]["message"]
+        r = await client.post("/chat", json={"message": "hi"}, headers={"origin": url})
+        assert r.status_code == 200 and r.json()["text"] == "same origin ok"
+
+
+async def test_a_failed_turn_is_a_502_with_the_error_and_its_run_id(tmp_path: Path) -> None:
+    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        r = await client.post("/chat", json={"message": "hi"})
+    assert r.status_code == 502
+    body = r.json()
+    assert body["status"] == "failed" and body["error"]["code"] == "script_exhausted" and body["run_id"].startswith("run_")
+
+
+async def test_serve_refuses_a_public_bind_without_a_token_and_a_taken_port(tmp_path: Path) -> None:
+    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent:
+        with pytest.raises(ChatConfigError, match="not loopback.*needs a bearer token"):
+            await agent.serve(host="0.0.0.0", port=0)
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            with pytest.raises(ChatConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+                await agent.serve(port=port)
