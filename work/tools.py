@@ -314,8 +314,8 @@ class WorkTools:
 
         capability, annotations = read_only()
         return define_tool(
-            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=INPUT_SCHEMA,
-            output_schema=OUTPUT_SCHEMA, handler=refuse, annotations=annotations, tags=("work",), capability=capability,
+            name="of_work_artifact_read", title=ARTIFACT_READ_TITLE, description=ARTIFACT_READ_DESCRIPTION, input_schema=READ_INPUT_SCHEMA,
+            output_schema=READ_OUTPUT_SCHEMA, handler=refuse, annotations=annotations, tags=("work",), capability=capability,
         )
 
     def _input_schema(self, name: str) -> dict[str, Any]:
