@@ -236,7 +236,7 @@ class _LoopbackOnly:
 
 
 async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token: str | None = None,
-                ready: Any = None, log_level: str = "warning") -> None:
+                ready: Any = None) -> None:
     """Serve until cancelled (or SIGINT/SIGTERM). ``port=0`` picks a free port; ``ready(port)`` is called once listening."""
     import uvicorn
 
@@ -246,7 +246,8 @@ async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token:
         raise ChatConfigError(f"serving the chat on {host!r} (not loopback) needs a bearer token: pass token= "
                               "(--auth-token-env / --auth-token-file), or bind 127.0.0.1")
     app = create_chat_app(agent, host=host, port=port, token=token)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off",
+    # log_level=None, log_config=None: uvicorn leaves the process's logging (its loggers' levels) alone.
+    config = uvicorn.Config(app, host=host, port=port, log_level=None, access_log=False, lifespan="off",
                             log_config=None, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

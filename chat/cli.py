@@ -6,6 +6,7 @@ Exit codes: 0 done, 2 a configuration problem (the message says what to set).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -66,6 +67,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ._agent import create_chat_agent, scripted_adapter_from_file
 
     configure_logging()
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # this command prints its own "served at" line
     if (args.module or args.context_providers) and "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # --module mytools finds ./mytools.py, as `python -m` would
     if (args.auth_token_env or args.auth_token_file) and not args.serve:

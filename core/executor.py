@@ -337,9 +337,11 @@ class ToolExecutor:
                 persisted = await self._persist_receipt(receipt)
                 if isinstance(persisted, OpenFunctionsError):
                     error = persisted
-                    receipt = receipt.model_copy(
-                        update={"outcome": "unknown", "certainty": "unknown", "error": ReceiptError(code=error.code, message=error.message)}
-                    )
+                    update: dict[str, Any] = {"error": ReceiptError(code=error.code, message=error.message)}
+                    if call.handler_started:  # an effect may have happened that nothing durable records
+                        update.update(outcome="unknown", certainty="unknown")
+                    # else: refused before its handler (e.g. by a failed journal): nothing happened, known.
+                    receipt = receipt.model_copy(update=update)
                     result = ToolResult.text(error.message, is_error=True)
             finally:
                 if call.owns_reservation and call.reservation is not None:

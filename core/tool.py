@@ -75,7 +75,7 @@ class Capability(BaseModel):
     JSON metadata to save *before* the call runs (e.g. the prior state);
     ``reconcile_effect(params, metadata)`` reads the effect back afterwards
     and returns ``{"status": "applied" | "not_applied" | "partial" |
-    "inconclusive", "observed": {...}, "reason": "..."}``. Either may be a
+    "mismatch" | "inconclusive", "observed": {...}, "reason": "..."}``. Either may be a
     plain function (run in a worker thread) or async. They are code, so
     they are not part of the spec (nor its digest).
     """

@@ -117,6 +117,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                         f"currently {default_data_dir()}; env OPENFUNCTIONS_MCP_DATA_DIR overrides)")
     d.add_argument("--no-journal", action="store_true",
                    help="do not journal executions (receipts are still returned, but not durable)")
+    d.add_argument("--journal-reopen-interval", type=_seconds_or_off, default=5.0, metavar="SECONDS",
+                   help="a journal that failed (a full disk) is re-opened through recovery at most this often, once "
+                        "writes succeed again (default: %(default)s; 0: only a restart or `journal reopen PATH`)")
     d.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=_env_log_level(),
                    help="stderr log level, any case (default: $OPENFUNCTIONS_LOG_LEVEL, else warning); human-readable "
                         "lines on a terminal, JSON lines otherwise; stdout never carries logs")
@@ -140,6 +143,13 @@ def _seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def _seconds_or_off(text: str) -> float | None:
+    """A positive number of seconds, or 0 for off (``None``)."""
+    if text.strip() in ("0", "0.0"):
+        return None
+    return _seconds(text)
 
 
 def _add_http_limits(p: argparse.ArgumentParser) -> None:
@@ -306,6 +316,7 @@ async def _serve(args: argparse.Namespace) -> int:
         journal_dir=None if args.no_journal else data_dir,
         profile=profile.name,
         close_timeout=args.shutdown_timeout,
+        journal_reopen_interval=args.journal_reopen_interval,
     )
     profile.install(server)
     try:

@@ -25,7 +25,11 @@ no call that started on the failed file is still running and a 64 KiB
 written-and-fsynced probe file succeeds in the journal directory, the failed
 file is closed and opened afresh through full recovery (torn tail cut and
 saved, unsettled starts settled ``unknown``), at most once per
-``reopen_interval`` seconds, tried by the next call or health check.
+``reopen_interval`` seconds, tried by the next call or health check, and
+by a watcher task every second even when nothing calls. The watcher also
+answers an operator's ``openfunctions-mcp journal reopen PATH``, which asks
+for the re-open now (same safety rules, no interval; works with automatic
+re-opening off): see ``_journal_reopen.py``.
 """
 
 from __future__ import annotations
@@ -128,7 +132,7 @@ DEFAULT_REOPEN_INTERVAL = 5.0
 
 
 async def open_execution_journal(
-    data_dir: Path, profile: str, *, reopen_interval: float | None = DEFAULT_REOPEN_INTERVAL
+    data_dir: Path, profile: str, *, reopen_interval: float | None = DEFAULT_REOPEN_INTERVAL, watch: bool = True
 ) -> tuple[Any, Path]:
     """Open the profile's execution journal in the first free slot.
 
@@ -152,7 +156,12 @@ async def open_execution_journal(
             log.info("journal_slot", path=str(path), reason="lower slots are held by other live servers")
         if journal.rotated_to is not None:
             log.info("journal_rotated", path=str(path), segment=str(journal.rotated_to))
-        return ServedJournal(journal, data_dir=Path(data_dir), profile=profile, reopen_interval=reopen_interval), path
+        served = ServedJournal(journal, data_dir=Path(data_dir), profile=profile, reopen_interval=reopen_interval)
+        if watch:
+            from ._journal_reopen import start_watch
+
+            served._watch = start_watch(served)
+        return served, path
     raise DataDirLocked(
         f"all {MAX_SLOTS} journal slots of profile {profile!r} in {Path(data_dir) / 'journal'} are held by "
         "other running servers; stop one, use another --data-dir, or pass --no-journal",
@@ -180,6 +189,9 @@ class ServedJournal:
         # a re-open would settle them ``unknown`` while they still run.
         self._running: set[str] = set()
         self._reopening = anyio.Lock()
+        #: Why the last re-open attempt did not happen (``None`` after a success).
+        self.reopen_blocked: str | None = None
+        self._watch: Any = None  # the reopen watcher task (``_journal_reopen.start_watch``)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._journal, name)
@@ -191,10 +203,12 @@ class ServedJournal:
     def _refusal(self) -> JournalFailed:
         path = str(self._journal.path)
         if self.reopen_interval is None:
-            action = "restart the server to re-open it through recovery"
+            action = (f"once the disk takes writes again, run `openfunctions-mcp journal reopen {path}` "
+                      "or restart the server to re-open it through recovery")
         else:
             action = (f"the server re-opens it through recovery once the disk takes writes again "
-                      f"(tried every {self.reopen_interval:g} s), or restart it")
+                      f"(tried every {self.reopen_interval:g} s; `openfunctions-mcp journal reopen {path}` asks now), "
+                      "or restart it")
         return JournalFailed(
             f"the execution journal {path} failed ({self.failure}) and refuses every write until it is "
             f"re-opened: no call runs meanwhile; {action}",
@@ -244,17 +258,25 @@ class ServedJournal:
         refusal = self._refusal()
         return {"status": "failed", "code": refusal.code, "cause": self.failure, "action": refusal.details["action"]}
 
-    async def try_reopen(self) -> bool:
-        """Re-open a failed journal through full recovery if it is time and safe; True if it is healthy now."""
+    async def try_reopen(self, *, force: bool = False) -> bool:
+        """Re-open a failed journal through full recovery if it is time and safe; True if it is healthy now.
+
+        ``force`` (an operator's ``journal reopen``): ignore the interval and
+        whether automatic re-opening is on; the safety rules still hold.
+        """
         if self.failure is None:
             return True
-        if self.reopen_interval is None or self._running:
+        if self._running:
+            self.reopen_blocked = (f"{len(self._running)} call(s) that started on the failed file are still running; "
+                                   "re-opening now would settle them unknown while they run")
+            return False
+        if self.reopen_interval is None and not force:
             return False
         async with self._reopening:
             if self.failure is None:
                 return True
             now = time.monotonic()
-            if now - self._last_attempt < self.reopen_interval:
+            if not force and now - self._last_attempt < (self.reopen_interval or 0.0):
                 return False
             self._last_attempt = now
             directory = Path(self._journal.path).parent
@@ -262,24 +284,31 @@ class ServedJournal:
                 await anyio.to_thread.run_sync(probe_writable, directory)
             except OSError as exc:
                 log.info("journal_reopen_deferred", path=str(self._journal.path), reason=_why(exc))
+                self.reopen_blocked = f"a {PROBE_BYTES // 1024} KiB probe write in {directory} failed: {_why(exc)}"
                 return False
             try:
                 await self._journal.close()
             except Exception as exc:  # a failed log may not close cleanly; its lock and fd are released regardless
                 log.warning("journal_close_failed", path=str(self._journal.path), error=str(exc))
             try:
-                fresh, path = await open_execution_journal(self._data_dir, self._profile, reopen_interval=None)
+                fresh, path = await open_execution_journal(self._data_dir, self._profile, reopen_interval=None,
+                                                           watch=False)
             except Exception as exc:
                 log.error("journal_reopen_failed", path=str(self._journal.path), error=str(exc))
+                self.reopen_blocked = f"opening the journal afresh failed: {exc}"
                 return False
             self._journal = fresh._journal
             self.failure = None
+            self.reopen_blocked = None
             self.reopened += 1
             log.warning("journal_reopened", path=str(path), recovered=len(fresh.recovered),
                         repaired_tail=str(fresh.log.repaired_tail) if fresh.log.repaired_tail else None)
             return True
 
     async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         await self._journal.close()
 
 

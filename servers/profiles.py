@@ -139,8 +139,11 @@ def _merge(parts: list[Any]) -> ToolRegistry:
     policies = {id(r.executor.policy): r for r in registries if r.executor.policy is not None}
     if len(policies) > 1:
         raise ToolLoadError("several tool sources bring their own policy; serve them in separate servers")
-    base = next(iter(policies.values()), None)
-    merged = ToolRegistry(policy=base.executor.policy, mode=base.executor.mode) if base is not None else ToolRegistry()
+    base = next(iter(policies.values()), None) or (registries[0] if len(registries) == 1 else None)
+    # The merged registry shares the executor of the registry part (the one with the policy): a tool
+    # that calls back into its own registry (a workflow tool's steps) then runs in the server's
+    # executor, under its journal and scheduler, not in a copy's.
+    merged = ToolRegistry(executor=base.executor) if base is not None else ToolRegistry()
     for source, p in labeled:
         for t in p.list() if isinstance(p, ToolRegistry) else p:
             merged.register(t, source=source)
@@ -237,7 +240,23 @@ INSTRUCTIONS = {
 }
 
 
-def build_profile(
+def build_profile(name: str, **options: Any) -> Profile:
+    """Build the named profile (options: see :func:`_build_profile`), then give every served tool that
+    asks for it a start and a close hook: a tool whose handler has ``on_server_start`` /
+    ``on_server_close`` (async, no arguments; e.g. a durable workflow tool, whose runs resume on start)
+    has them run with the profile's own starters and closers, once each."""
+    prof = _build_profile(name, **options)
+    for tool in prof.registry.list():
+        start = getattr(tool.handler, "on_server_start", None)
+        close = getattr(tool.handler, "on_server_close", None)
+        if callable(start) and start not in prof.starters:
+            prof.starters.append(start)
+        if callable(close) and close not in prof.closers:
+            prof.closers.insert(0, close)  # closers run in reverse: these run last, after the layers'
+    return prof
+
+
+def _build_profile(
     name: str,
     *,
     data_dir: Path,

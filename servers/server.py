@@ -217,6 +217,7 @@ class OpenFunctionsServer:
         task_ttl_s: float = DEFAULT_TTL_MS / 1000,
         task_after_s: float = DEFAULT_TASK_AFTER_S,
         task_poll_interval_s: float = DEFAULT_POLL_INTERVAL_MS / 1000,
+        journal_reopen_interval: float | None = 5.0,
     ) -> None:
         self.registry = registry
         self.name = name
@@ -225,6 +226,7 @@ class OpenFunctionsServer:
         self.scopes = frozenset(scopes)
         self.profile = profile
         self.close_timeout = close_timeout
+        self.journal_reopen_interval = journal_reopen_interval  # a failed journal's automatic re-open (None: off)
         self._journal_dir = Path(journal_dir) if journal_dir is not None else None
         self.journal: Any = None
         self.journal_file: Path | None = None
@@ -339,7 +341,8 @@ class OpenFunctionsServer:
         if self._journal_dir is not None:
             from .journaling import open_execution_journal
 
-            self.journal, self.journal_file = await open_execution_journal(self._journal_dir, self.profile)
+            self.journal, self.journal_file = await open_execution_journal(
+                self._journal_dir, self.profile, reopen_interval=self.journal_reopen_interval)
             try:
                 await self._open_tasks(self.journal, self.journal_file)
             except BaseException:
@@ -751,6 +754,8 @@ def create_mcp_server(registry: ToolRegistry, **options: Any) -> OpenFunctionsSe
     task and its result are kept after creation, default one day),
     ``task_after_s`` (a task-capable call still running after this becomes a
     task, default 1 s), ``task_poll_interval_s`` (the polling hint, 1 s).
+    ``journal_reopen_interval``: seconds between automatic re-opens of a
+    failed journal (default 5; ``None``: only a restart or ``journal reopen``).
     """
     return OpenFunctionsServer(registry, **options)
 

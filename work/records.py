@@ -38,7 +38,8 @@ transition        attempt_id, from, to, reason ({code, message, ...} or absent),
 verification      attempt_id, verificationId, passed, accepted, checks, fingerprintsStable,    ``of_work_verify`` finished
                   mutation_epoch, proof (see work/verification.py), proofSummary, artifacts
 reconciliation    attempt_id, operation_id, step, verdict (applied | not_applied | partial |   ``of_work_reconcile`` (a readback)
-                  mismatch | inconclusive | still_running), status (done | not_done |
+                  mismatch | inconclusive | still_running; their meanings:
+                  docs/formats/work-attempts.md), status (done | not_done |
                   unknown), evidence, receipt (the oracle call's receipt or null),
                   receipt_id, linked_receipt_id, linked_operation_id, mutation_epoch, cursor
 resolution        attempt_id, operation_id, as (applied | not_applied), reason, by, at,        an operator resolved an uncertain

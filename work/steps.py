@@ -62,9 +62,11 @@ and answers ``{status: "applied" | "not_applied" | "inconclusive", observed}``:
   ``capability.prepare_reconciliation(params)`` returned (JSON; if it raises,
   the step does not run); the oracle answers with
   ``capability.reconcile_effect(params, prepared)``, normalized: a status
-  outside the four, a non-object answer, an exception, or a tool whose spec
-  changed since the intent -> ``inconclusive``; ``partial`` of a
-  non-idempotent step -> ``inconclusive`` (as for a command).
+  other than applied / not_applied / partial / mismatch / inconclusive, a
+  non-object answer, an exception, or a tool whose spec changed since the
+  intent -> ``inconclusive``; ``partial`` of a non-idempotent step ->
+  ``inconclusive`` (as for a command); ``mismatch`` (the readback
+  contradicts the intent) keeps the operation unknown.
 
 A crash of the server process does not kill a running command (it is in its
 own session): it runs on, unsupervised and without its timeout, and its
@@ -181,7 +183,7 @@ ORACLE_OUTPUT_SCHEMA = {
     "type": "object",
     "properties": {
         "step": {"type": "string"},
-        "status": {"enum": ["applied", "not_applied", "partial", "inconclusive"]},
+        "status": {"enum": ["applied", "not_applied", "partial", "mismatch", "inconclusive"]},
         "observed": {"type": "object"},
         "reason": {"type": "string"},
     },
@@ -393,7 +395,7 @@ async def prepare_tool_reconciliation(step: StepSpec, tool: ToolDefinition, para
     return {**base, "reconcilable": True, "params": full, "prepared": prepared}
 
 
-_STATUSES = ("applied", "not_applied", "partial", "inconclusive")
+_STATUSES = ("applied", "not_applied", "partial", "mismatch", "inconclusive")
 
 
 async def reconcile_tool_effect(step: StepSpec, tool: ToolDefinition, readback: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ result (or replays its recorded failure) without running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import weakref
 from typing import Any
@@ -180,53 +181,82 @@ class Exec:
         cap = tool.capability
         read = cap is not None and cap.effect == "read"
         ctx = with_child_execution(self.ctx) if self.child else self.ctx  # type: ignore[arg-type]
-        gate = None
         if j is not None:
             try:
                 check_json(params)
             except NonJsonValue as exc:
                 raise StepFailed(f"step {path} ({step.name}): arguments have no JSON form: {exc.message}",
                                  details={"step": path, "name": step.name, "cause": exc.code}) from None
-            if read:
-                await j.before_step(path, step.name, step.tool, params, effect=False)
-            else:
-                gate = j.begin_step(path, step.name, step.tool, params)
+        attempt = 0
         try:
-            if gate is None:
-                detailed = await registry.execute_detailed(step.tool, params, ctx)
-            else:
-                # The same executor pipeline registry.execute_detailed runs, on a copy of the tool whose
-                # handler first waits for the step's start record (same spec, same receipt).
-                token = _GATE.set(gate)
-                try:
-                    detailed = await registry.executor.execute_detailed(_gated(tool), params, ctx)
-                finally:
-                    _GATE.reset(token)
-                await gate  # a journal failure surfaces here (the handler did not run)
+            while True:
+                attempt += 1
+                detailed = None
+                with anyio.move_on_after(step.timeout) if step.timeout is not None else contextlib.nullcontext():
+                    detailed = await self._call(path, step, tool, params, ctx, read)
+                if detailed is None:  # timed out: the executor settled the call as cancelled
+                    if read and attempt <= step.retries:
+                        await anyio.sleep(step.retry_delay)
+                        continue
+                    msg = f"did not finish within {step.timeout:g} s (attempt {attempt})"
+                    if j is not None:
+                        j.failed(path, step.name, "failed", {"code": "workflow_step_timeout", "message": msg},
+                                 uncertain=not read, effect=not read, attempt=attempt)
+                    raise StepFailed(f"step {path} ({step.name}): tool {step.tool!r} {msg}",
+                                     details={"step": path, "name": step.name, "cause": "workflow_step_timeout",
+                                              "certainty": "known" if read else "unknown", "attempts": attempt})
+                receipt = detailed.receipt
+                err = detailed.error
+                if err is None:
+                    break
+                safe = receipt.outcome == "failed" and (read or receipt.certainty == "known")
+                if safe and attempt <= step.retries:
+                    await anyio.sleep(step.retry_delay)
+                    continue
+                if j is not None:
+                    j.failed(path, step.name, "failed", {"code": err.code, "message": err.message}, receipt,
+                             uncertain=not read and receipt.certainty == "unknown", effect=not read, attempt=attempt)
+                raise StepFailed(
+                    f"step {path} ({step.name}): tool {step.tool!r} {receipt.outcome}: {err.message}",
+                    details={"step": path, "name": step.name, "cause": err.code, "receipt_id": receipt.receipt_id,
+                             "certainty": receipt.certainty, "attempts": attempt},
+                )
         except anyio.get_cancelled_exc_class():
             if j is not None:
-                if gate is not None:
-                    with anyio.CancelScope(shield=True):
-                        await _settle(gate)
                 # The executor settled the call (receipt: cancelled) before re-raising.
                 j.failed(path, step.name, "cancelled", {"code": "cancelled", "message": "cancelled while running"},
                          uncertain=not read, effect=not read)
             raise
-        receipt = detailed.receipt
-        err = detailed.error
-        if err is not None:
-            if j is not None:
-                j.failed(path, step.name, "failed", {"code": err.code, "message": err.message}, receipt,
-                         uncertain=not read and receipt.certainty == "unknown", effect=not read)
-            raise StepFailed(
-                f"step {path} ({step.name}): tool {step.tool!r} {receipt.outcome}: {err.message}",
-                details={"step": path, "name": step.name, "cause": err.code, "receipt_id": receipt.receipt_id,
-                         "certainty": receipt.certainty},
-            )
         out = _tool_output(detailed)
         if j is not None:
-            return j.succeeded(path, step.name, out, receipt, effect=not read)
+            return j.succeeded(path, step.name, out, receipt, effect=not read, attempt=attempt)
         return out
+
+    async def _call(self, path: str, step: ToolStep, tool: ToolDefinition, params: Any, ctx: Any, read: bool) -> Any:
+        """One attempt: the executor's pipeline; in a durable run a non-read tool's handler first waits
+        for the step's start record (written now, with everything buffered)."""
+        j = self.journal
+        registry = self.registry
+        if j is None:
+            return await registry.execute_detailed(step.tool, params, ctx)
+        if read:
+            await j.before_step(path, step.name, step.tool, params, effect=False)
+            return await registry.execute_detailed(step.tool, params, ctx)
+        gate = j.begin_step(path, step.name, step.tool, params)
+        try:
+            # The same executor pipeline registry.execute_detailed runs, on a copy of the tool whose
+            # handler first waits for the step's start record (same spec, same receipt).
+            token = _GATE.set(gate)
+            try:
+                detailed = await registry.executor.execute_detailed(_gated(tool), params, ctx)
+            finally:
+                _GATE.reset(token)
+            await gate  # a journal failure surfaces here (the handler did not run)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await _settle(gate)
+            raise
+        return detailed
 
     async def transform(self, path: str, step: Transform, value: Any) -> Any:
         try:
@@ -267,20 +297,38 @@ class Exec:
                              details={"step": path, "name": step.name, "cause": type(exc).__name__}) from exc
         if self.journal is not None:
             await self.journal.before_step(path, step.name, effect=False)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                out = await self._ask(path, step, adapter, messages)
+                break
+            except StepFailed:
+                # A model call has no effect: any failure may be retried.
+                if attempt > step.retries:
+                    raise
+                await anyio.sleep(step.retry_delay)
+        if self.journal is not None:
+            # A model call costs time and money: make its answer durable now.
+            out = self.journal.succeeded(path, step.name, out, attempt=attempt)
+            await self.journal.flush()
+        return out
+
+    async def _ask(self, path: str, step: LLMStep, adapter: Any, messages: Any) -> Any:
+        reply = None
         try:
-            reply = await adapter.chat(messages, (), step.options)
+            with anyio.move_on_after(step.timeout) if step.timeout is not None else contextlib.nullcontext():
+                reply = await adapter.chat(messages, (), step.options)
         except OpenFunctionsError as exc:
             raise StepFailed(f"step {path} ({step.name}): the model call failed: {exc.message}",
                              details={"step": path, "name": step.name, "cause": exc.code}) from exc
         except Exception as exc:
             raise StepFailed(f"step {path} ({step.name}): the model call raised {type(exc).__name__}: {exc}",
                              details={"step": path, "name": step.name, "cause": type(exc).__name__}) from exc
-        out = step.parse(getattr(reply, "text", None), path)
-        if self.journal is not None:
-            # A model call costs time and money: make its answer durable now.
-            out = self.journal.succeeded(path, step.name, out)
-            await self.journal.flush()
-        return out
+        if reply is None:
+            raise StepFailed(f"step {path} ({step.name}): the model did not answer within {step.timeout:g} s",
+                             details={"step": path, "name": step.name, "cause": "workflow_step_timeout"})
+        return step.parse(getattr(reply, "text", None), path)
 
 
 # The start record a gated handler waits for (set around one executor call; a context variable,

@@ -444,10 +444,13 @@ class RunJournal:
         elif self._effect_pending:
             await self.flush()
 
-    def succeeded(self, path: str, name: str, result: Any, receipt: Any = None, *, effect: bool = False) -> Any:
+    def succeeded(self, path: str, name: str, result: Any, receipt: Any = None, *, effect: bool = False,
+                  attempt: int = 1) -> Any:
         """Buffer a step's result; returns its JSON copy (what a replay would see)."""
         value = json_copy(result, path, name, self.max_result_bytes)
         data: dict[str, Any] = {"step": path, "name": name, "status": "succeeded", "result": value}
+        if attempt > 1:
+            data["attempt"] = attempt
         if receipt is not None:
             data["receipt_id"] = receipt.receipt_id
             data["certainty"] = receipt.certainty
@@ -456,8 +459,10 @@ class RunJournal:
         return value
 
     def failed(self, path: str, name: str, status: str, error: dict[str, Any], receipt: Any = None, *,
-               uncertain: bool = False, effect: bool = False) -> None:
+               uncertain: bool = False, effect: bool = False, attempt: int = 1) -> None:
         data: dict[str, Any] = {"step": path, "name": name, "status": status, "error": error}
+        if attempt > 1:
+            data["attempt"] = attempt
         if receipt is not None:
             data["receipt_id"] = receipt.receipt_id
             data["certainty"] = receipt.certainty

@@ -181,8 +181,12 @@ class WorkflowRuns:
         self._compacting: anyio.Event | None = None
         self._closing = False
         self._resumer: asyncio.Task[Any] | None = None
+        #: at most this many seconds :meth:`start` waits for the host's execution journal before it
+        #: resumes interrupted runs in the background
+        self.resume_delay = 5.0
         #: what the last compaction did: {"kept", "pruned", "segments"} (None before any)
         self.last_compaction: dict[str, Any] | None = None
+        self._pruned_total = 0
 
     def register(self, workflow: Workflow) -> Workflow:
         if not isinstance(workflow, Workflow):
@@ -233,6 +237,15 @@ class WorkflowRuns:
             self._resumer = asyncio.ensure_future(self._resume_in_background())
 
     async def _resume_in_background(self) -> None:
+        # Let the host finish starting first (a server attaches its execution journal after the
+        # profile's starters ran), so that resumed steps are journaled like any call: wait until
+        # every registered workflow's registry journals, or at most ``resume_delay`` seconds (a
+        # server run with --no-journal never does).
+        executors = [wf.registry.executor for wf in self._workflows.values()
+                     if getattr(wf.registry, "executor", None) is not None]
+        with anyio.move_on_after(self.resume_delay):
+            while any(ex.journal is None for ex in executors):
+                await anyio.sleep(0.05)
         for item in await self.resume_interrupted():
             if isinstance(item, WorkflowError):
                 log.warning("workflow_run_not_resumed", code=item.code, error=item.message, **{
@@ -293,7 +306,7 @@ class WorkflowRuns:
                              details={"path": str(path), "cause": exc.code}) from None
         try:
             _check_header(path, log_.header.meta)
-            self._states = await anyio.to_thread.run_sync(self._fold_all, seen)
+            self._states = await anyio.to_thread.run_sync(lambda: self._fold_all(seen, cleanup=True))
             self._log = log_
         except BaseException:
             await _close(log_)
@@ -302,14 +315,15 @@ class WorkflowRuns:
         if self._prunable():
             await self._compact()
 
-    def _fold_all(self, current: list[Any]) -> dict[str, RunState]:
+    def _fold_all(self, current: list[Any], *, cleanup: bool = False) -> dict[str, RunState]:
         """Fold the journal: its finished segments first (unless a compaction superseded them), then
-        the file's records ``current``."""
+        the file's records ``current``. ``cleanup`` (the writer, holding the lock): delete segments a
+        finished compaction left behind."""
         states: dict[str, RunState] = {}
         done = next((r for r in current if r.type == "compacted"), None)
         for seg in segment_paths(self.path):
             if done is not None:
-                if seg.name in done.data.get("segments", ()):
+                if cleanup and seg.name in done.data.get("segments", ()):
                     _unlink(seg)  # a compaction's leftover: everything it held is in the snapshots
                 continue
             try:
@@ -365,11 +379,16 @@ class WorkflowRuns:
         return out
 
     async def prune(self) -> dict[str, Any]:
-        """Compact now: drop the finished runs past retention. Returns ``{"kept", "pruned", "segments"}``."""
+        """Compact now: drop the finished runs past retention. Returns ``{"kept", "pruned", "segments"}``
+        (``pruned``: every run this call dropped, also by the compaction its open may have run)."""
+        before = self._pruned_total
         async with self._using():
             while self._claimed:  # wait for this process's runs to finish: a compaction rewrites the file
                 await anyio.sleep(0.01)
-            return await self._compact()
+            if self._prunable() or self.last_compaction is None:
+                await self._compact()
+            assert self.last_compaction is not None
+            return {**self.last_compaction, "pruned": self._pruned_total - before}
 
     async def _maybe_compact(self) -> None:
         if self._claimed or self._compacting is not None or self._log is None:
@@ -400,6 +419,7 @@ class WorkflowRuns:
                 for run_id in pruned:
                     self._states.pop(run_id, None)
                 self.last_compaction = {"kept": len(kept), "pruned": len(pruned), "segments": len(segments)}
+                self._pruned_total += len(pruned)
                 log.info("workflow_runs_compacted", **self.last_compaction)
         finally:
             ev, self._compacting = self._compacting, None

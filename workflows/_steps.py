@@ -33,17 +33,35 @@ class Step:
         return {"kind": self.kind, "name": self.name}
 
 
+def _check_attempts(what: str, timeout: Any, retries: Any, retry_delay: Any) -> tuple[float | None, int, float]:
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
+        raise WorkflowDefinitionError(f"{what}: timeout must be a positive number of seconds or None, got {timeout!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
+        raise WorkflowDefinitionError(f"{what}: retries must be an integer from 0 to 100, got {retries!r}")
+    if isinstance(retry_delay, bool) or not isinstance(retry_delay, (int, float)) or not 0 <= retry_delay <= 3600:
+        raise WorkflowDefinitionError(f"{what}: retry_delay must be 0 to 3600 seconds, got {retry_delay!r}")
+    return (float(timeout) if timeout is not None else None), retries, float(retry_delay)
+
+
 class ToolStep(Step):
     """Run a registered tool through the registry's executor (validation, policy, scheduling, receipt).
 
     ``params``: ``None`` passes the step's input as the arguments (it must be
     an object); a mapping is used as is; a callable builds them from the input
     (it must be pure: see the replay rules in docs/WORKFLOWS.md).
+
+    ``timeout``: seconds an attempt may take; then it is cancelled (its receipt says ``cancelled``)
+    and the attempt fails with cause ``workflow_step_timeout``. ``retries``: attempts after a failed
+    one, ``retry_delay`` seconds apart — only when repeating is safe: a read tool's failure or
+    timeout, or any tool's failure whose receipt says the effect certainly did not happen
+    (``certainty`` ``known``); never a rejected call (bad arguments, policy) and never a non-read
+    tool whose effect is unknown (a timeout, a crash in the handler): that fails the step.
     """
 
-    __slots__ = ("kind", "name", "tool", "params")
+    __slots__ = ("kind", "name", "tool", "params", "timeout", "retries", "retry_delay")
 
-    def __init__(self, tool: str, params: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None, *, name: str | None = None) -> None:
+    def __init__(self, tool: str, params: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None, *,
+                 name: str | None = None, timeout: float | None = None, retries: int = 0, retry_delay: float = 0.0) -> None:
         if isinstance(tool, ToolDefinition):
             tool = tool.name
         if not isinstance(tool, str) or not TOOL_NAME_RE.match(tool):
@@ -56,6 +74,7 @@ class ToolStep(Step):
         self.tool = tool
         self.name = _check_name(name or tool)
         self.params = dict(params) if isinstance(params, Mapping) else params
+        self.timeout, self.retries, self.retry_delay = _check_attempts(f"tool_step {tool!r}", timeout, retries, retry_delay)
 
     def params_for(self, value: Any) -> Any:
         p = self.params
@@ -96,9 +115,12 @@ class LLMStep(Step):
     matching that schema, and the step's result is the parsed value; without
     it, the result is the reply text. ``adapter`` (an ``openfunctions.adapters.AIAdapter``: a provider
     adapter, the sampling adapter, or the scripted one) defaults to the run's. No tools are offered.
+    ``timeout``/``retries``/``retry_delay``: as for a tool step; a model call has no effect, so any
+    failure (an adapter error, a timeout, a reply that is not JSON or misses the schema) is retried.
     """
 
-    __slots__ = ("kind", "name", "prompt", "system", "output_schema", "validator", "adapter", "options")
+    __slots__ = ("kind", "name", "prompt", "system", "output_schema", "validator", "adapter", "options",
+                 "timeout", "retries", "retry_delay")
 
     def __init__(
         self,
@@ -109,6 +131,9 @@ class LLMStep(Step):
         adapter: AIAdapter | None = None,
         options: ChatOptions | None = None,
         name: str | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry_delay: float = 0.0,
     ) -> None:
         if options is not None and not isinstance(options, ChatOptions):
             raise WorkflowDefinitionError(f"llm_step: options must be an openfunctions.adapters.ChatOptions, got {type(options).__name__}")
@@ -120,6 +145,7 @@ class LLMStep(Step):
         self.adapter = adapter
         self.options = options
         self.name = _check_name(name or "llm")
+        self.timeout, self.retries, self.retry_delay = _check_attempts(f"llm_step {self.name!r}", timeout, retries, retry_delay)
         self.output_schema = dict(output_schema) if output_schema is not None else None
         try:
             self.validator = Validator(self.output_schema, what=f"output_schema of llm_step {self.name!r}") if self.output_schema is not None else None
@@ -189,9 +215,11 @@ def _fn_name(fn: Any) -> str:
     return name if isinstance(name, str) and name else "transform"
 
 
-def tool_step(tool: str | ToolDefinition, params: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None, *, name: str | None = None) -> ToolStep:
-    """A step that runs ``tool`` (a name or a ToolDefinition registered in the run's registry)."""
-    return ToolStep(tool, params, name=name)
+def tool_step(tool: str | ToolDefinition, params: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None, *,
+              name: str | None = None, timeout: float | None = None, retries: int = 0, retry_delay: float = 0.0) -> ToolStep:
+    """A step that runs ``tool`` (a name or a ToolDefinition registered in the run's registry);
+    ``timeout``/``retries``/``retry_delay``: see :class:`ToolStep`."""
+    return ToolStep(tool, params, name=name, timeout=timeout, retries=retries, retry_delay=retry_delay)
 
 
 def transform(fn: Callable[[Any], Any], *, name: str | None = None) -> Transform:
@@ -207,10 +235,15 @@ def llm_step(
     adapter: AIAdapter | None = None,
     options: ChatOptions | None = None,
     name: str | None = None,
+    timeout: float | None = None,
+    retries: int = 0,
+    retry_delay: float = 0.0,
 ) -> LLMStep:
     """A step that asks a model. ``prompt`` is a string (``{input}`` is replaced by the input, JSON
-    unless it is a string) or a function of the input."""
-    return LLMStep(prompt, system=system, output_schema=output_schema, adapter=adapter, options=options, name=name)
+    unless it is a string) or a function of the input; ``timeout``/``retries``/``retry_delay``: see
+    :class:`LLMStep`."""
+    return LLMStep(prompt, system=system, output_schema=output_schema, adapter=adapter, options=options, name=name,
+                   timeout=timeout, retries=retries, retry_delay=retry_delay)
 
 
 __all__ = ["LLMStep", "Step", "ToolStep", "Transform", "llm_step", "tool_step", "transform"]

@@ -169,11 +169,18 @@ class Workflow:
         child executions of the workflow's own call (they share its scheduler reservation; their
         receipts link to its receipt). Without ``capability`` the tool is unclassified, so it runs
         exclusively; a read (parallel-safe) capability cannot run write steps (AdmissionRefused).
-        With ``runs`` (a :class:`WorkflowRuns`) every call is a durable run. A failed run raises a
+        With ``runs`` (a :class:`WorkflowRuns`) every call is a durable run, and a server serving the
+        tool starts the runs (``runs.start()``: resuming interrupted runs) and closes them. A failed run raises a
         ``ToolError`` carrying the step's error code; its effects are ``unknown``.
         """
         wf = self if self.name is not None else self.named(name)
         wf_registry = registry
+        if runs is not None:
+            # Registered now, with its registry and adapter bound, so that the runs can resume it on
+            # start (a server calls ``handler.on_server_start``) before any call names it.
+            if registry is not None or adapter is not None:
+                wf = wf.bind(registry=registry, adapter=adapter)
+            runs.register(wf)
 
         async def handler(params: dict[str, Any], ctx: ToolExecutionContext) -> Any:
             try:
@@ -184,6 +191,11 @@ class Workflow:
             except WorkflowError as exc:
                 raise ToolError(exc.message, code=exc.code, details=exc.details) from exc
 
+        if runs is not None:
+            # A server serving this tool opens the runs (resuming interrupted ones) on start and closes
+            # them on shutdown (servers/profiles.build_profile looks for these).
+            handler.on_server_start = runs.start  # type: ignore[attr-defined]
+            handler.on_server_close = runs.close  # type: ignore[attr-defined]
         return define_tool(
             name=name,
             description=description or f"Workflow {wf.name}: {len(self.parts)} step(s)",

@@ -5,16 +5,20 @@
     workflows resume RUN_ID --module PKG.MOD:ATTR [--json] [--data-dir D]
     workflows resume --all --module PKG.MOD:ATTR
     workflows resolve RUN_ID STEP (--applied [--result JSON] | --not-applied) [--by NAME] [--data-dir D]
+    workflows prune [--keep-runs N] [--keep-days D] [--data-dir D]
 
 ``list`` and ``show`` read journals without a lock (they work while a run is
 running). ``resume`` needs the workflow's code: ``--module`` names a
 ``Workflow``, a list of them, or a zero-argument function returning either;
 each workflow should carry its registry (``pipe(..., registry=...)`` or
 ``.bind(registry=...)``). ``resolve`` records an operator's answer for an
-uncertain step (see docs/WORKFLOWS.md, "Uncertain steps").
+uncertain step (see docs/WORKFLOWS.md, "Uncertain steps"). ``prune`` drops
+finished runs past retention now (running and blocked runs always stay).
 
 The data directory defaults, like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR``
-or else the per-user data dir; runs live in ``<data-dir>/workflows/runs/``.
+or else the per-user data dir; runs live in ``<data-dir>/workflows/runs.journal``.
+While a server serving durable workflows runs, it holds that journal:
+``resume``, ``resolve`` and ``prune`` then exit 2 naming it.
 Exit codes: 0 done (``resume``: the run succeeded); 1 the run failed or was
 cancelled, or its journal is corrupt; 2 bad usage, unknown run id, a run
 blocked or busy, an unloadable module.
@@ -35,7 +39,7 @@ import anyio
 from openfunctions.core.errors import OpenFunctionsError
 
 from ._errors import RunCorrupt, WorkflowDefinitionError
-from ._runs import RunOutcome, WorkflowRuns
+from ._runs import KEEP_RUNS, KEEP_SECONDS, RunOutcome, WorkflowRuns
 from ._workflow import Workflow
 
 HELP = "list, show and resume durable workflow runs"
@@ -51,7 +55,7 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``workflows`` command group to an argparse subparsers object."""
     wf = subparsers.add_parser("workflows", help=HELP, description=__doc__.split("\n\n")[0],
                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = wf.add_subparsers(dest="workflows_command", metavar="{list,show,resume,resolve}")
+    sub = wf.add_subparsers(dest="workflows_command", metavar="{list,show,resume,resolve,prune}")
     wf.set_defaults(func=lambda args: (wf.print_help(sys.stderr), 2)[1])
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -87,7 +91,29 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--by", default=None, help="who resolves it (default: the OS user)")
     common(p)
     p.set_defaults(func=_cmd_resolve)
+
+    p = sub.add_parser("prune", help="drop finished runs past retention now (running and blocked runs stay)")
+    p.add_argument("--keep-runs", type=int, default=KEEP_RUNS, metavar="N",
+                   help="keep the newest N finished runs (default: %(default)s)")
+    p.add_argument("--keep-days", type=float, default=KEEP_SECONDS / 86400, metavar="D",
+                   help="drop finished runs older than D days (default: %(default)s)")
+    common(p)
+    p.set_defaults(func=_cmd_prune)
     return wf
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    try:
+        runs = WorkflowRuns(args.workflows_data_dir or default_data_dir(), keep_runs=args.keep_runs,
+                            keep_seconds=args.keep_days * 86400)
+        done = anyio.run(runs.prune)
+    except OpenFunctionsError as exc:
+        return _fail(args, exc)
+    if args.json:
+        print(json.dumps(done, sort_keys=True))
+    else:
+        print(f"kept {done['kept']} run(s), dropped {done['pruned']} finished run(s) past retention")
+    return 0
 
 
 def _runs(args: argparse.Namespace, workflows: list[Workflow] = ()) -> WorkflowRuns:  # type: ignore[assignment]

@@ -1,4 +1,4 @@
-"""``openfunctions-mcp journal inspect|verify|tail|show``: read-only journal tools.
+"""``openfunctions-mcp journal inspect|verify|tail|show|reopen``: journal tools.
 
 The server CLI calls :func:`add_commands` with its subparsers; each handler
 takes the parsed ``args`` and returns the exit code. Also runnable as
@@ -13,6 +13,21 @@ appended (polling; each change re-validates the file from its start, and a
 rotation to a new segment is followed). ``show RECEIPT_ID`` finds the start
 and receipt records of one call in the given journals, or in every journal
 and segment of the data directory.
+
+``reopen PATH`` is the one command that asks something of a running server:
+the server holding ``PATH`` re-opens it through recovery now, if it failed
+(a full disk) and it is safe (no call from the failed file still runs, and
+a 64 KiB written-and-fsynced probe succeeds), regardless of its automatic
+re-open interval. It writes nothing into the journal. The request is an
+empty file ``<journal>.reopen-request.<nonce>`` (32 hex; created
+exclusively, mode 0600: an empty file needs no data block, so this works on
+a disk that is still full); the server answers by renaming it to
+``<journal>.reopen-<reopened|healthy|refused>.<nonce>`` and writing the
+reason into it when there is room (format: ``openfunctions.servers._journal_reopen``).
+``reopen`` waits ``--wait`` seconds (default 15) for the answer, removes it,
+and exits 0 when the journal was re-opened or had not failed, 1 when the
+server refused (with its reason), 2 when no live server holds the journal
+or no answer came in time.
 
 Exit codes: 0 the journal is valid (a torn tail is repairable and reported,
 not an error); 1 the journal is corrupt (the reason names offset and line);
@@ -47,7 +62,7 @@ def add_commands(subparsers: Any) -> None:
     """Add the ``journal`` command group to an argparse subparsers object."""
     j = subparsers.add_parser("journal", help="inspect and verify journals (read-only, no lock taken)",
                               description="Read-only tools for openfunctions journals.")
-    jsub = j.add_subparsers(dest="journal_command", metavar="{inspect,verify,tail,show}")
+    jsub = j.add_subparsers(dest="journal_command", metavar="{inspect,verify,tail,show,reopen}")
     j.set_defaults(func=lambda args: (j.print_help(sys.stderr), 2)[1])
 
     p = jsub.add_parser("inspect", help="summary: records, types, last seq, torn tail, owner")
@@ -78,6 +93,16 @@ def add_commands(subparsers: Any) -> None:
                    help="the server's data dir (default: $OPENFUNCTIONS_MCP_DATA_DIR, else the per-user data dir)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_show)
+
+    p = jsub.add_parser("reopen", help="ask the running server to re-open its failed journal now (through recovery)",
+                        description="Ask the live server that holds PATH to re-open it through full recovery now "
+                                    "(after a full disk was freed). Safe: it refuses while a call from the failed "
+                                    "file still runs or the disk still refuses a probe write, and says why.")
+    p.add_argument("path", type=Path, help="the journal file the server writes (<data-dir>/journal/<profile>.journal)")
+    p.add_argument("--wait", type=float, default=15.0, metavar="SECONDS",
+                   help="how long to wait for the server's answer (default 15)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_reopen)
 
 
 # -- shared ------------------------------------------------------------------
@@ -348,6 +373,78 @@ def cmd_show(args: argparse.Namespace) -> int:
     return _guard(args, run)
 
 
+def _no_room_reason(directory: Path) -> str:
+    """The server's answer had no room for its reason: look for ourselves (a 64 KiB write, removed)."""
+    probe = directory / f".reopen-probe.{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"\0" * 65536)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return (f"the server gave no reason (no room to write it); a 64 KiB probe write in {directory} fails here "
+                f"too: {exc.strerror or exc}")
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+    return "the server gave no reason (no room to write it): see its log (journal_reopen_requested)"
+
+
+def cmd_reopen(args: argparse.Namespace) -> int:
+    import json
+    import secrets
+
+    def out(ok: bool, code: int, message: str, **extra: Any) -> int:
+        if args.json:
+            print(canonical_json({"ok": ok, "path": str(args.path), "message": message, **extra}))
+        else:
+            print(message, file=sys.stdout if ok else sys.stderr)
+        return code
+
+    def run() -> int:
+        path = Path(os.path.abspath(args.path))
+        if not path.is_file() or path.is_symlink():
+            raise JournalError(f"{str(path)!r} is not a journal file", details={"path": str(path)})
+        owner = _owner(path)
+        if owner["locked"] is False:
+            return out(False, EXIT_UNREADABLE, f"no running server holds {path}: a server re-opens (and recovers) "
+                       "its journal when it starts", status="no_server")
+        nonce = secrets.token_hex(16)
+        request = path.with_name(f"{path.name}.reopen-request.{nonce}")
+        os.close(os.open(request, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        answers = {s: path.with_name(f"{path.name}.reopen-{s}.{nonce}") for s in ("reopened", "healthy", "refused")}
+        deadline = time.monotonic() + args.wait
+        while time.monotonic() < deadline:
+            for status, answer in answers.items():
+                if not answer.exists():
+                    continue
+                time.sleep(0.2)  # the reason is written right after the rename
+                try:
+                    doc = json.loads(answer.read_bytes() or b"{}")
+                except (OSError, ValueError):
+                    doc = {}
+                answer.unlink(missing_ok=True)
+                reason = doc.get("reason") if isinstance(doc, dict) else None
+                journal = doc.get("journal") or str(path)
+                if status == "reopened":
+                    return out(True, EXIT_OK, f"re-opened {journal} through recovery", status=status)
+                if status == "healthy":
+                    return out(True, EXIT_OK, f"{path} had not failed: nothing to do", status=status)
+                reason = reason or _no_room_reason(path.parent)
+                return out(False, EXIT_CORRUPT, f"the server refused to re-open {path}: {reason}", status=status,
+                           reason=reason)
+            time.sleep(0.1)
+        request.unlink(missing_ok=True)
+        pid = f" (pid {owner['pid']})" if owner.get("pid") else ""
+        return out(False, EXIT_UNREADABLE, f"no answer from the server holding {path}{pid} within {args.wait:g} s; "
+                   "its log says more", status="no_answer")
+
+    return _guard(args, run)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m openfunctions.core.journal.cli")
     add_commands(parser.add_subparsers(dest="command"))
@@ -359,4 +456,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["add_commands", "cmd_inspect", "cmd_show", "cmd_tail", "cmd_verify", "main"]
+__all__ = ["add_commands", "cmd_inspect", "cmd_reopen", "cmd_show", "cmd_tail", "cmd_verify", "main"]

@@ -198,6 +198,55 @@ async def test_tools_list_changed_is_followed(tmp_path, fixture_upstream):
         await _unmount(m)
 
 
+async def test_list_changed_is_followed_over_an_http_upstream(tmp_path, fixture_upstream):
+    """The same notifications over streamable HTTP (the SDK client's standing GET stream): a real HTTP upstream."""
+    import subprocess
+    import sys
+
+    from .._net import free_port, wait_for_port
+    from .conftest import UPSTREAM_SCRIPT
+
+    port = free_port()
+    log = (tmp_path / "http-upstream.log").open("w")
+    proc = subprocess.Popen([sys.executable, str(UPSTREAM_SCRIPT), str(fixture_upstream.markers), "--http", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc, timeout=60, output=(tmp_path / "http-upstream.log").read_text)
+        m = await _mount(tmp_path, one_upstream("web", {"url": f"http://127.0.0.1:{port}/mcp"}))
+        tools_changed, prompts_changed = anyio.Event(), anyio.Event()
+
+        async def on_tools() -> None:
+            tools_changed.set()
+
+        async def on_prompts() -> None:
+            prompts_changed.set()
+
+        m.connected.on_tools_changed(on_tools)
+        m.connected.on_prompts_changed(on_prompts)
+        try:
+            assert (await m.connected.health()).details["transport"] == "http"
+            assert "mcp__web__extra_1" not in m.registry
+            assert (await m.registry.execute_detailed("mcp__web__grow", {})).ok
+            with anyio.fail_after(30):
+                await tools_changed.wait()
+            d = await m.registry.execute_detailed("mcp__web__extra_1", {})
+            assert d.ok and d.result.content[0]["text"] == "extra_1 ran"
+            assert (await m.registry.execute_detailed("mcp__web__grow_prompts", {})).ok
+            with anyio.fail_after(30):
+                await prompts_changed.wait()
+            assert "mcp__web__extra_prompt_1" in {p["name"] for p in m.connected.prompts()}
+        finally:
+            await _unmount(m)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
 async def test_upstream_prompts_are_mounted_fetched_and_followed(tmp_path, fixture_upstream):
     from openfunctions.providers import UpstreamError
 

@@ -1,6 +1,7 @@
 """A misbehaving-on-demand MCP server (SDK low-level server, stdio) the gateway tests mount.
 
-Run as ``python upstream_server.py DIR``. Cross-process signals are files in
+Run as ``python upstream_server.py DIR`` (stdio), or ``python upstream_server.py DIR
+--http PORT`` (streamable HTTP on 127.0.0.1:PORT, path ``/mcp``). Cross-process signals are files in
 DIR: a tool writes ``<DIR>/<tool>.started`` when it runs (its pid inside) and
 ``<DIR>/hang.cancelled`` when the upstream sees a cancellation.
 
@@ -28,6 +29,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 
 DIR = Path(sys.argv[1])
+HTTP_PORT = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--http" else None
 DIR.mkdir(parents=True, exist_ok=True)
 WIRE = os.dup(1)  # the protocol pipe, before the SDK diverts fd 1 to stderr
 
@@ -138,6 +140,17 @@ async def main() -> None:
     server = Server("gateway-test-upstream", version="1.0", instructions="A test upstream for the gateway.",
                     on_list_tools=list_tools, on_call_tool=call_tool, on_list_prompts=list_prompts,
                     on_get_prompt=get_prompt)
+    if HTTP_PORT is not None:
+        import functools
+
+        import uvicorn
+
+        # The HTTP session manager builds the handshake from the default options: advertise listChanged there too.
+        server.create_initialization_options = functools.partial(  # type: ignore[method-assign]
+            server.create_initialization_options, NotificationOptions(tools_changed=True, prompts_changed=True))
+        app = server.streamable_http_app()
+        await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=HTTP_PORT, log_level="warning")).serve()
+        return
     async with stdio_server() as (r, w):
         options = server.create_initialization_options(NotificationOptions(tools_changed=True, prompts_changed=True))
         await server.run(r, w, options)

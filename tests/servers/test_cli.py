@@ -264,7 +264,7 @@ def test_importing_the_cli_and_its_help_import_neither_work_nor_the_journal_cli(
 def test_contributed_commands_still_run_with_their_own_options(tmp_path):
     journal = subprocess.run([sys.executable, "-m", "openfunctions.servers", "journal", "--help"],
                              capture_output=True, text=True, timeout=60, env=server_env())
-    assert journal.returncode == 0 and "{inspect,verify,tail,show}" in journal.stdout, journal.stderr
+    assert journal.returncode == 0 and "{inspect,verify,tail,show,reopen}" in journal.stdout, journal.stderr
     grants = subprocess.run(
         [sys.executable, "-m", "openfunctions.servers", "grant", "list", "--data-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=60, env=server_env(),

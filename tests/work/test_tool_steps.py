@@ -250,3 +250,121 @@ def test_a_tool_step_without_binding_is_not_reconcilable_and_gets_no_oracle(tmp_
     out = build_step_tools(catalog, store=None, tools={"ledger_set": ledger.tool(binding=False)})
     assert out == [] and not catalog.step("s").reconcilable and catalog.step("s").tool_name == "ledger_set"
     assert isinstance(Catalog.load(env.catalog_path).step("s").describe()["tool"], str)
+
+
+@pytest.mark.anyio
+async def test_a_readback_that_contradicts_the_intent_is_a_mismatch_and_keeps_the_attempt_blocked(env, tmp_path):
+    ledger = Ledger(tmp_path / "ledger.json")
+    await _crash_mid_step(env, ledger)
+
+    async def contradicts(params, prepared):
+        return {"status": "mismatch", "observed": {"now": "gone"}, "reason": "the key was deleted"}
+
+    tool = ledger.tool()
+    cap = tool.capability.model_copy(update={"reconcile_effect": contradicts})
+    import dataclasses
+
+    registry = ToolRegistry([dataclasses.replace(tool, capability=cap)])
+    for t in build_step_tools(env.catalog(), store=None, tools=registry):
+        registry.register(t)
+    again = await env.open([], registry=registry, execution_journals=None)
+    rec = await again.reconcile(principal="agent")
+    [one] = rec["reconciled"]
+    assert one["verdict"] == "mismatch" and one["status"] == "unknown" and rec["state"] == "blocked"
+    assert one["evidence"]["reason"] == "the key was deleted"
+
+
+LEDGER_MODULE = '''
+import json, os, time
+from pathlib import Path
+from openfunctions.core import ToolRegistry, define_tool
+
+LEDGER = Path(os.environ["LEDGER_FILE"])
+
+def _read():
+    return json.loads(LEDGER.read_text()) if LEDGER.exists() else {}
+
+def set_rate(params, ctx):
+    with open(str(LEDGER) + ".runs", "a") as f:
+        f.write("ran\\n")
+    data = _read()
+    data[params["key"]] = params["value"]
+    LEDGER.write_text(json.dumps(data))
+    Path(str(LEDGER) + ".written").write_text("1")
+    time.sleep(float(os.environ.get("LEDGER_SLEEP", "0")))  # the server is killed here
+    return {"key": params["key"], "value": params["value"]}
+
+def prepare(params):
+    return {"prior": _read().get(params["key"])}
+
+def readback(params, prepared):
+    now = _read().get(params["key"])
+    if now == params["value"]:
+        return {"status": "applied", "observed": {"now": now}, "reason": "the ledger holds the new value"}
+    if now == prepared["prior"]:
+        return {"status": "not_applied", "observed": {"now": now}, "reason": "the ledger holds the prior value"}
+    return {"status": "mismatch", "observed": {"now": now}, "reason": "changed by something else"}
+
+registry = ToolRegistry([define_tool(
+    name="ledger_set", description="Set one rate.", handler=set_rate,
+    input_schema={"type": "object", "properties": {"key": {"type": "string"}, "value": {"type": "integer"}},
+                  "required": ["key", "value"], "additionalProperties": False},
+    capability={"effect": "write", "prepare_reconciliation": prepare, "reconcile_effect": readback},
+)])
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_user_tool_step_killed_mid_run_is_reconciled_over_mcp_by_its_own_readback(env, tmp_path):
+    """Issue 11, pluggable reconciliation. main: a catalog could not bind a registered tool as a step at all
+    (kind 'tool' was refused), so a user's own effect could only ever be settled by an operator."""
+    import os
+    import signal
+
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from ..servers.conftest import serve_argv, server_env
+    from ._proc import wait_for
+
+    mod_dir = tmp_path / "mods"
+    mod_dir.mkdir()
+    (mod_dir / "ledgermod.py").write_text(LEDGER_MODULE)
+    ledger = tmp_path / "ledger.json"
+    env.write_catalog(CATALOG)
+    await env.grant(("set_rate", "look"))
+    senv = server_env(OPENFUNCTIONS_WORK_CATALOG=str(env.catalog_path), LEDGER_FILE=str(ledger), LEDGER_SLEEP="120")
+    senv["PYTHONPATH"] = os.pathsep.join([str(mod_dir), senv["PYTHONPATH"]])
+    argv = serve_argv("--profile", "all", "--module", "ledgermod:registry", "--data-dir", str(env.data), "--principal", "agent")
+
+    def client():
+        return Client(StdioServerParameters(command=argv[0], args=argv[1:], env=senv), read_timeout_seconds=60)
+
+    plan = [{"step": "set_rate", "params": {"key": "eur", "value": 7}}, {"step": "look", "params": {}}]
+    try:
+        async with client() as c:
+            prv = await c.call_tool("of_work_preview", {"plan": plan})
+            assert not prv.is_error, prv
+            assert prv.structured_content["steps"][0]["tool"] == "ledger_set"
+            await c.call_tool("of_work_start", {"previewId": prv.structured_content["previewId"]})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(c.call_tool, "of_work_run_step", {})
+                await anyio.to_thread.run_sync(lambda: wait_for(lambda: Path(str(ledger) + ".written").exists(), what="the write"))
+                os.kill(json.loads((env.work_dir / "lease.json").read_text())["pid"], signal.SIGKILL)
+                tg.cancel_scope.cancel()
+    except Exception:
+        pass  # the transport fails once its server is gone
+    senv["LEDGER_SLEEP"] = "0"
+    async with client() as c:
+        st = (await c.call_tool("of_work_status", {})).structured_content
+        assert st["attempt"]["state"] == "blocked" and st["attempt"]["operations"][0]["status"] == "unknown"
+        rec = await c.call_tool("of_work_reconcile", {})
+        [one] = rec.structured_content["reconciled"]
+        assert one["verdict"] == "applied" and one["status"] == "done", one
+        assert one["evidence"]["observed"] == {"now": 7}
+        r = await c.call_tool("of_work_run_step", {})
+        assert not r.is_error and r.structured_content["operation"]["step"] == "look"
+    assert Path(str(ledger) + ".runs").read_text() == "ran\n", "the tool ran once"
+    assert json.loads(ledger.read_text()) == {"eur": 7}

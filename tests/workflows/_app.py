@@ -68,3 +68,18 @@ served.register(checkout.bind(registry=served).as_tool(
     output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}, "balance": {"type": "integer"}},
                    "required": ["ok", "balance"]},
 ))
+
+
+def durable() -> ToolRegistry:
+    """What `openfunctions-mcp serve --module tests.workflows._app:durable` serves (example tools on): the
+    step tools and the checkout workflow as a *durable* tool whose runs live in ``$WF_TEST_DATA`` (the
+    server's data dir); the server starts the runs, so interrupted ones resume when it starts."""
+    from openfunctions.workflows import WorkflowRuns
+
+    runs = WorkflowRuns(os.environ["WF_TEST_DATA"])
+    reg = ToolRegistry([registry.get("charge"), registry.get("slow_read")])
+    reg.register(checkout.bind(registry=reg).as_tool(
+        "checkout", {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]},
+        description="charge an order and report the balance (a durable run)", registry=reg, runs=runs,
+    ))
+    return reg

@@ -1,4 +1,8 @@
-"""A workflow served over MCP: `openfunctions-mcp serve --module ...` as a real stdio subprocess, the SDK client."""
+"""A workflow served over MCP: `openfunctions-mcp serve --module ...` as a real stdio subprocess, the SDK client.
+
+With the example tools on (the default), the server merges the module's registry with them; the workflow
+tool's steps must still run through the server's journaled executor (session 3 found they did not).
+"""
 
 from __future__ import annotations
 
@@ -25,15 +29,14 @@ async def test_a_workflow_tool_served_over_stdio_runs_its_steps_as_journaled_chi
     env.pop("WF_TEST_SLEEP_IN", None)
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "openfunctions.servers", "serve", "--module", "tests.workflows._app:served", "--no-example-tools",
-              "--data-dir", str(data)],
+        args=["-m", "openfunctions.servers", "serve", "--module", "tests.workflows._app:served", "--data-dir", str(data)],
         env=env, cwd=str(ROOT),
     )
     async with Client(server, read_timeout_seconds=60) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         ok = await client.call_tool("checkout", {"amount": 10})
         bad = await client.call_tool("checkout", {"amount": "ten"})
-    assert set(tools) == {"checkout", "charge", "slow_read"}
+    assert {"checkout", "charge", "slow_read", "of_hash_text"} <= set(tools)  # the example tools are served too
     assert tools["checkout"].output_schema["required"] == ["ok", "balance"]
     assert not ok.is_error and ok.structured_content == {"ok": True, "balance": 90}
     parent = ok.meta[RECEIPT_META_KEY]["receipt_id"]
