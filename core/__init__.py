@@ -41,7 +41,7 @@ from .policy import AllowAllPolicy, Policy, PolicyDecision, ScopePolicy
 from .receipts import Receipt, StartRecord
 from .result import DetailedResult, ToolResult, pretty_json
 from .scheduler import Reservation, Scheduler
-from .schema import Validator, accepts_null, strict_violations
+from .schema import Validator, accepts_null, complete_strict_schema, strict_violations
 from .sink import ExecutionJournalSink, FanoutSink, MemoryJournalSink
 from .tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, define_tool, tool
 
@@ -53,7 +53,7 @@ __all__ = [
     "ProgressReporter", "Receipt", "ReceiptPersistenceFailed", "Reservation", "Scheduler", "ScopePolicy",
     "StartRecord", "ToolAnnotations", "ToolDefinition", "ToolDefinitionError", "ToolError",
     "ToolExecutionContext", "ToolExecutor", "ToolFailed", "ToolNotFound", "ToolRegistry", "ToolResult",
-    "UnsafePath", "Validator", "accepts_null", "canonical_bytes", "canonical_json", "check_json",
+    "UnsafePath", "Validator", "accepts_null", "canonical_bytes", "canonical_json", "check_json", "complete_strict_schema",
     "configure_logging", "define_tool", "digest", "new_id", "pretty_json", "strict_violations", "to_anthropic", "to_gemini",
     "to_openai", "to_utf8", "tool", "utc_timestamp", "with_child_execution",
 ]

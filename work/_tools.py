@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, ToolExecutionContext, define_tool
-from openfunctions.core.schema import Validator, complete_strict_schema
+from openfunctions.core import Validator, complete_strict_schema
 
 from ._controller import DISPATCHED_ATTR, MAX_PLAN_STEPS, WorkController
 

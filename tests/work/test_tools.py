@@ -419,7 +419,7 @@ async def test_the_work_artifact_reader_says_which_store_it_reads_and_replies_sa
 async def test_the_preview_schema_is_strict_and_a_strict_client_plan_is_accepted(work, env):
     """Issue 17 (house): the per-step plan schema had an allOf of if/then (not strict); now one closed anyOf branch
     per step, while errors still name the failing field (test_plan_errors_name_...)."""
-    from openfunctions.core.schema import strict_violations
+    from openfunctions.core import strict_violations
 
     env.catalog_path.write_text(env.catalog_path.read_text() + """
 [steps.shout2]
