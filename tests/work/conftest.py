@@ -67,6 +67,22 @@ class WorkEnv:
         return ctl
 
 
+async def run_step_dying_before_its_outcome(ctl: WorkController) -> None:
+    """Run the next step; the controller "dies" after the step was dispatched (and ran) and
+    before its outcome record is durable: the append of that record fails, then the controller closes."""
+    real = ctl.custody.append
+
+    async def append(rec: Any) -> Any:
+        if rec[0] == "outcome":
+            raise OSError("the process died here")
+        return await real(rec)
+
+    ctl.custody.append = append  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        await ctl.run_step(principal="agent")
+    await ctl.close()
+
+
 @pytest.fixture
 async def env(tmp_path: Path):
     e = WorkEnv(tmp_path)

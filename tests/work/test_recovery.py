@@ -258,6 +258,8 @@ async def _died_before_outcome(env, counter, *, fail_with=None):
     from openfunctions.core import ToolRegistry
     from openfunctions.core.journal import ExecutionJournal
 
+    from .conftest import run_step_dying_before_its_outcome
+
     env.write_catalog(CATALOG)
     await env.grant(("bump", "look", "check"))
     journal = await ExecutionJournal.open(env.data / "journal" / "work.journal")
@@ -265,18 +267,8 @@ async def _died_before_outcome(env, counter, *, fail_with=None):
     ctl = await env.open([], registry=registry)
     prv = await ctl.preview(PLAN, principal="agent")
     att = await ctl.start(prv["previewId"], principal="agent")
-    real_append = ctl.custody.append
-
-    async def append(rec):
-        if rec[0] == "outcome":
-            raise OSError("the process died here")
-        return await real_append(rec)
-
-    ctl.custody.append = append
     counter.fail_with = fail_with
-    with pytest.raises(OSError):
-        await ctl.run_step(principal="agent")
-    await ctl.close()
+    await run_step_dying_before_its_outcome(ctl)
     await journal.close()
     counter.fail_with = None
     return att

@@ -18,7 +18,7 @@ from openfunctions.work._catalog import Catalog
 from openfunctions.work._errors import CatalogInvalid, ReconcileFailed
 from openfunctions.work._steps import build_step_tools
 
-from .conftest import WorkEnv
+from .conftest import WorkEnv, run_step_dying_before_its_outcome
 
 CATALOG = """
 [steps.set_rate]
@@ -98,17 +98,7 @@ async def _crash_mid_step(env, ledger: Ledger):
     catalog, registry, ctl = await _open(env, ledger)
     prv = await ctl.preview([{"step": "set_rate", "params": {"key": "eur", "value": 7}}, {"step": "look"}], principal="agent")
     await ctl.start(prv["previewId"], principal="agent")
-    real = ctl.custody.append
-
-    async def append(rec):
-        if rec[0] == "outcome":
-            raise OSError("the process died here")
-        return await real(rec)
-
-    ctl.custody.append = append
-    with pytest.raises(OSError):
-        await ctl.run_step(principal="agent")
-    await ctl.close()
+    await run_step_dying_before_its_outcome(ctl)
     return catalog, registry
 
 
