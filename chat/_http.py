@@ -192,7 +192,7 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
     if _is_loopback(host):
         app = _LoopbackOnly(app)
     if token:
-        from openfunctions.servers.http import BearerAuth  # the MCP HTTP server's check, reused
+        from openfunctions.core import BearerAuth  # the MCP HTTP server's check, reused
 
         app = _PageOpen(app, BearerAuth(app, token, "bearer"))
     return app

@@ -8,6 +8,7 @@ Every public name is re-exported here, once; other packages import from
 subpackage), never from an implementation module.
 """
 
+from ._asgi_auth import PRINCIPAL_SCOPE_KEY, BearerAuth
 from ._logging import configure_logging
 from ._providers import to_anthropic, to_gemini, to_openai
 from ._registry import ToolRegistry
@@ -46,6 +47,7 @@ from .sink import ExecutionJournalSink, FanoutSink, MemoryJournalSink
 from .tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, define_tool, tool
 
 __all__ = [
+    "PRINCIPAL_SCOPE_KEY", "BearerAuth",
     "TOOL_NAME_RE", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
     "DuplicateTool", "ExecutionCancelled", "ExecutionJournalSink", "FanoutSink", "InvalidOutput",
     "InvalidParams", "JournalCorrupt", "JournalError", "JournalFailed", "JournalLocked", "JournalUnsafe",

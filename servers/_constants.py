@@ -3,4 +3,3 @@
 PROFILES = ("tools", "work", "artifacts", "agents", "memory", "rag", "gateway", "all", "conformance")
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 RECEIPT_META_KEY = "dev.openfunctions/receipt"
-PRINCIPAL_SCOPE_KEY = "openfunctions.principal"  # ASGI scope key the HTTP auth sets for the server

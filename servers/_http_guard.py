@@ -37,7 +37,7 @@ import structlog
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ._constants import PRINCIPAL_SCOPE_KEY
+from openfunctions.core import PRINCIPAL_SCOPE_KEY
 
 log = structlog.get_logger("openfunctions.servers.http")
 

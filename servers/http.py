@@ -40,8 +40,6 @@ waiting, the journal is closed, and :func:`serve_http` raises
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import os
 import stat
 import weakref
@@ -55,7 +53,8 @@ import structlog
 import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 
-from ._constants import PRINCIPAL_SCOPE_KEY
+from openfunctions.core import BearerAuth
+
 from ._event_store import MemoryEventStore
 from ._http_guard import (
     DEFAULT_BODY_TIMEOUT,
@@ -108,47 +107,6 @@ def read_auth_token(*, env: str | None = None, file: str | Path | None = None) -
             raise AuthConfigError(f"--auth-token-file {p}: the file is empty")
         return token
     return None
-
-
-class BearerAuth:
-    """ASGI middleware: require ``Authorization: Bearer <token>`` on every HTTP request."""
-
-    def __init__(self, app: Any, token: str, principal: str) -> None:
-        self.app = app
-        self._token = token.encode("utf-8")
-        self._principal = principal
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        supplied = b""
-        for k, v in scope.get("headers", ()):
-            if k == b"authorization":
-                scheme, _, value = v.partition(b" ")
-                if scheme.lower() == b"bearer":
-                    supplied = value.strip()
-                break
-        # compare_digest over equal-length inputs is constant time; hash first
-        # so the comparison does not leak the token's length either.
-        ok = hmac.compare_digest(hashlib.sha256(supplied).digest(), hashlib.sha256(self._token).digest()) and bool(supplied)
-        if not ok:
-            body = b'{"error":"invalid_token","error_description":"missing or invalid bearer token"}'
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"www-authenticate", b'Bearer error="invalid_token"'),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        scope[PRINCIPAL_SCOPE_KEY] = self._principal
-        await self.app(scope, receive, send)
 
 
 def _host_rules(host: str, port: int | None, allowed_hosts: list[str] | None, allowed_origins: list[str] | None) -> HostRules | None:

@@ -59,7 +59,9 @@ from pydantic import Field
 
 from openfunctions.core import InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
 
-from ._constants import PRINCIPAL_SCOPE_KEY, RECEIPT_META_KEY
+from openfunctions.core import PRINCIPAL_SCOPE_KEY
+
+from ._constants import RECEIPT_META_KEY
 from ._outstanding import Outstanding
 from ._tasks_v1 import TasksV1
 from ._tasks import (

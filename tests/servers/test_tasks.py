@@ -271,7 +271,7 @@ class _TwoTokens:
         self.app, self.principals = app, principals
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        from openfunctions.servers._constants import PRINCIPAL_SCOPE_KEY
+        from openfunctions.core import PRINCIPAL_SCOPE_KEY
 
         if scope["type"] == "http":
             auth = dict(scope["headers"]).get(b"authorization", b"").decode()
