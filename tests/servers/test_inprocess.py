@@ -270,7 +270,7 @@ async def test_start_attaches_and_close_detaches_the_journal(tmp_path, monkeypat
         async def close(self):
             self.closed = True
 
-    async def fake_open(data_dir, profile, **options):
+    async def fake_open(data_dir, profile, **options):  # options: reopen_interval (the server passes its own)
         j = FakeJournal()
         opened.append(j)
         return j, data_dir / "journal" / f"{profile}.journal"
