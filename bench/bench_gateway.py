@@ -133,33 +133,22 @@ async def bench(n: int, rounds: int, tmp: Path) -> tuple[list[list[object]], dic
         connected = await connect_provider(McpProvider(cfg), registry)
         stack.push_async_callback(connected.close)
 
-        async def call_direct() -> None:
-            r = await direct.call_tool("noop", {})
-            assert not r.is_error, r.content
+        def over_mcp(client: Any, tool: str) -> Any:
+            async def call() -> None:
+                r = await client.call_tool(tool, {})
+                assert not r.is_error, r.content
+
+            return call
 
         async def call_library() -> None:
             d = await registry.execute_detailed("mcp__up__noop", {})
             assert d.ok, d.error
 
-        async def call_proxy_sdk() -> None:
-            r = await proxy_sdk.call_tool("noop", {})
-            assert not r.is_error, r.content
-
-        async def call_proxy_ours() -> None:
-            r = await proxy_ours.call_tool("noop", {})
-            assert not r.is_error, r.content
-
-        async def call_served() -> None:
-            r = await served.call_tool("mcp__up__noop", {})
-            assert not r.is_error, r.content
-
-        async def call_journaled() -> None:
-            r = await journaled.call_tool("mcp__up__noop", {})
-            assert not r.is_error, r.content
-
-        modes = {"direct": call_direct, "mounted (library)": call_library,
-                 "pass-through proxy (SDK)": call_proxy_sdk, "pass-through proxy (our stdio)": call_proxy_ours,
-                 "served gateway": call_served, "served gateway, journal on": call_journaled}
+        modes = {"direct": over_mcp(direct, "noop"), "mounted (library)": call_library,
+                 "pass-through proxy (SDK)": over_mcp(proxy_sdk, "noop"),
+                 "pass-through proxy (our stdio)": over_mcp(proxy_ours, "noop"),
+                 "served gateway": over_mcp(served, "mcp__up__noop"),
+                 "served gateway, journal on": over_mcp(journaled, "mcp__up__noop")}
         for fn in modes.values():  # warm up every path
             for _ in range(20):
                 await fn()
@@ -180,9 +169,9 @@ async def bench(n: int, rounds: int, tmp: Path) -> tuple[list[list[object]], dic
     rows = []
     proxy = "pass-through proxy (our stdio)"
     for name in modes:
-        ratios = [m / d for m, d in zip(per_round[name], per_round["direct"])]
-        added = [m - d for m, d in zip(per_round[name], per_round["direct"])]
-        over_proxy = [m / p for m, p in zip(per_round[name], per_round[proxy])]
+        ratios = [m / d for m, d in zip(per_round[name], per_round["direct"], strict=True)]
+        added = [m - d for m, d in zip(per_round[name], per_round["direct"], strict=True)]
+        over_proxy = [m / p for m, p in zip(per_round[name], per_round[proxy], strict=True)]
         rows.append([name, f"{median(lat[name]) * 1e3:.3f}", f"{statistics.quantiles(lat[name], n=20)[18] * 1e3:.3f}",
                      "—" if name == "direct" else f"{median(added) * 1e3:+.3f}",
                      "1.00x (peer)" if name == "direct" else f"{median(ratios):.2f}x",

@@ -155,7 +155,7 @@ class ConnectedMcpProvider:
         self._up = anyio.Event()
         self._lost = anyio.Event()
         self._kick = anyio.Event()
-        self._changed = anyio.Event()
+        self._change_events = {"tools": anyio.Event(), "prompts": anyio.Event()}  # an upstream list_changed arrived
         self._first_attempt = anyio.Event()
         self._done = anyio.Event()
         self._loss_reason: str | None = None
@@ -173,7 +173,6 @@ class ConnectedMcpProvider:
         self._registered: dict[str, ToolDefinition] = {}
         self._listeners: list[OnToolsChanged] = []
         self._prompts: dict[str, types.Prompt] = {}  # mounted name -> the upstream's prompt
-        self._prompts_changed = anyio.Event()
         self._prompt_listeners: list[OnToolsChanged] = []
 
     # -- lifecycle -------------------------------------------------------------
@@ -248,9 +247,9 @@ class ConnectedMcpProvider:
             # (pending calls fail as 'lost') and reopen it.
             self._mark_lost(f"the upstream sent malformed JSON-RPC ({type(message).__name__}: {str(message)[:200]})")
         elif isinstance(message, types.ToolListChangedNotification):
-            self._changed.set()
+            self._change_events["tools"].set()
         elif isinstance(message, types.PromptListChangedNotification):
-            self._prompts_changed.set()
+            self._change_events["prompts"].set()
 
     def _mark_lost(self, reason: str) -> None:
         if not self._lost.is_set():
@@ -288,8 +287,8 @@ class ConnectedMcpProvider:
                             await self._notify_listeners()
                             await self._notify_listeners(self._prompt_listeners)
                             async with anyio.create_task_group() as inner:
-                                inner.start_soon(self._follow_changes, client)
-                                inner.start_soon(self._follow_prompt_changes, client)
+                                inner.start_soon(self._follow_changes, client, "tools")
+                                inner.start_soon(self._follow_changes, client, "prompts")
                                 await self._lost.wait()
                                 inner.cancel_scope.cancel()
                         finally:
@@ -341,31 +340,20 @@ class ConnectedMcpProvider:
             return f"cannot start {self.config.command!r}: {exc.strerror}"
         return f"{type(exc).__name__}: {exc}"
 
-    async def _follow_changes(self, client: Client) -> None:
+    async def _follow_changes(self, client: Client, kind: str) -> None:
+        """On the upstream's ``notifications/<kind>/list_changed`` ("tools" or "prompts"): re-list, tell the listeners."""
+        sync, listeners = (self._sync, self._listeners) if kind == "tools" else (self._sync_prompts, self._prompt_listeners)
         while True:
-            await self._changed.wait()
-            self._changed = anyio.Event()
+            await self._change_events[kind].wait()
+            self._change_events[kind] = anyio.Event()
             try:
                 with anyio.fail_after(self.config.connect_timeout):
-                    changed = await self._sync(client)
+                    changed = await sync(client)
             except Exception as exc:
-                log.warning("upstream_relist_failed", server=self.config.name, error=self._describe_failure(exc))
+                log.warning("upstream_relist_failed", server=self.config.name, kind=kind, error=self._describe_failure(exc))
                 continue
             if changed:
-                await self._notify_listeners()
-
-    async def _follow_prompt_changes(self, client: Client) -> None:
-        while True:
-            await self._prompts_changed.wait()
-            self._prompts_changed = anyio.Event()
-            try:
-                with anyio.fail_after(self.config.connect_timeout):
-                    changed = await self._sync_prompts(client)
-            except Exception as exc:
-                log.warning("upstream_prompt_relist_failed", server=self.config.name, error=self._describe_failure(exc))
-                continue
-            if changed:
-                await self._notify_listeners(self._prompt_listeners)
+                await self._notify_listeners(listeners)
 
     async def _notify_listeners(self, listeners: list[OnToolsChanged] | None = None) -> None:
         for cb in list(self._listeners if listeners is None else listeners):

@@ -53,6 +53,16 @@ async def _mount(tmp_path: Path, config, **registry_kw) -> Mounted:
     return Mounted(registry, connected, journal)
 
 
+def _signal() -> tuple[anyio.Event, Any]:
+    """An event and an async callback that sets it (for on_tools_changed / on_prompts_changed)."""
+    event = anyio.Event()
+
+    async def set_it() -> None:
+        event.set()
+
+    return event, set_it
+
+
 async def _unmount(m: Mounted) -> None:
     await m.connected.close()
     await m.journal.close()
@@ -180,11 +190,7 @@ async def test_a_call_past_its_timeout_is_unknown_and_cancelled_upstream(tmp_pat
 
 async def test_tools_list_changed_is_followed(tmp_path, fixture_upstream):
     m = await _mount(tmp_path, fixture_upstream.config("up"))
-    changed = anyio.Event()
-
-    async def on_change() -> None:
-        changed.set()
-
+    changed, on_change = _signal()
     m.connected.on_tools_changed(on_change)
     try:
         assert "mcp__up__extra_1" not in m.registry
@@ -213,14 +219,7 @@ async def test_list_changed_is_followed_over_an_http_upstream(tmp_path, fixture_
     try:
         wait_for_port(port, proc, timeout=60, output=(tmp_path / "http-upstream.log").read_text)
         m = await _mount(tmp_path, one_upstream("web", {"url": f"http://127.0.0.1:{port}/mcp"}))
-        tools_changed, prompts_changed = anyio.Event(), anyio.Event()
-
-        async def on_tools() -> None:
-            tools_changed.set()
-
-        async def on_prompts() -> None:
-            prompts_changed.set()
-
+        (tools_changed, on_tools), (prompts_changed, on_prompts) = _signal(), _signal()
         m.connected.on_tools_changed(on_tools)
         m.connected.on_prompts_changed(on_prompts)
         try:
@@ -251,11 +250,7 @@ async def test_upstream_prompts_are_mounted_fetched_and_followed(tmp_path, fixtu
     from openfunctions.providers import UpstreamError
 
     m = await _mount(tmp_path, fixture_upstream.config("up"))
-    changed = anyio.Event()
-
-    async def on_change() -> None:
-        changed.set()
-
+    changed, on_change = _signal()
     m.connected.on_prompts_changed(on_change)
     try:
         prompts = {p["name"]: p for p in m.connected.prompts()}
