@@ -11,16 +11,15 @@ Run in memory: ``await wf.run(input)``. Run durably (each step's result
 journaled as it settles; resumed after a crash without re-running settled
 steps; an uncertain effect blocks until resolved)::
 
-    runs = WorkflowRuns(data_dir, workflows=[wf])
-    outcome = await runs.run(wf, input)          # RunOutcome(run_id, status, result, error)
-    await runs.resume_interrupted()              # on the next start
+    async with WorkflowRuns(data_dir, workflows=[wf]) as runs:   # <data_dir>/workflows/runs.journal
+        await runs.resume_interrupted()          # on start (a server does this itself: runs.start())
+        outcome = await runs.run(wf, input)      # RunOutcome(run_id, status, result, error)
 
 Serve or hand to agents as a tool: ``wf.as_tool("report", input_schema)``.
 The replay rules (what a step may and may not do) are in docs/WORKFLOWS.md;
 the run journal's format is in ``_runlog.py`` and docs/formats/workflow-runs.md.
 
-The chat agent of issue 15 is not here: it waits for the adapters, agents,
-memory and providers layers.
+The chat agent of issue 15 is ``openfunctions.chat`` (docs/CHAT.md).
 """
 
 from ._errors import (
