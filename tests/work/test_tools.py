@@ -281,7 +281,8 @@ async def test_cancelling_a_long_step_blocks_the_attempt_with_an_unknown_operati
 
             tg.start_soon(run)
             # wait until the command has started (it wrote its mark), then cancel the call
-            while not (env.ws / "nap.txt").exists():
+            # (open() creates the file before the write lands: wait for the content, not the name)
+            while not (env.ws / "nap.txt").exists() or (env.ws / "nap.txt").read_text() != "x":
                 await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
     st = await s.ok("of_work_status")
