@@ -1,4 +1,4 @@
-"""``openfunctions-mcp workflows list|show|resume|resolve``: the operator's view of durable runs.
+"""``openfunctions-mcp workflows list|show|resume|resolve|prune``: the operator's view of durable runs.
 
     workflows list [--json] [--data-dir D]
     workflows show RUN_ID [--json] [--data-dir D]

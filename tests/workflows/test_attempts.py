@@ -85,14 +85,16 @@ async def test_a_timed_out_read_is_retried_and_a_timed_out_write_fails_uncertain
     sink = MemoryJournalSink()
     reg = world.registry(sink)
     with pytest.raises(StepFailed) as ei:
-        await pipe(tool_step("read_hang", {}, timeout=0.05, retries=2), registry=reg).run()
-    assert ei.value.details["cause"] == "workflow_step_timeout" and world.calls == ["hang"] * 3
-    assert [r.outcome for r in sink.receipts] == ["cancelled"] * 3
+        await pipe(tool_step("read_hang", {}, timeout=0.2, retries=2), registry=reg).run()
+    assert ei.value.details["cause"] == "workflow_step_timeout" and ei.value.details["attempts"] == 3
+    assert [r.outcome for r in sink.receipts] == ["cancelled"] * 3  # three attempts, each cancelled
 
     world.calls.clear()
-    wf = pipe(tool_step("write_hang", {}, timeout=0.05, retries=2), name="w", registry=reg)
+    wf = pipe(tool_step("write_hang", {}, timeout=0.5, retries=2), name="w", registry=reg)
     out = await WorkflowRuns(tmp_path, workflows=[wf]).run(wf, None, run_id="w1")
-    assert out.status == "failed" and out.error["code"] == "workflow_step_failed" and world.calls == ["hang"]
+    # one attempt only (under heavy load the timeout may even beat the handler's start: still never retried)
+    assert out.status == "failed" and out.error["code"] == "workflow_step_failed" and len(world.calls) <= 1
+    assert [r.outcome for r in sink.receipts[3:]] == ["cancelled"]
     [settled] = [r.data for r in read_records(tmp_path / "workflows" / "runs.journal") if r.type == "step_settled"]
     assert settled["uncertain"] is True and settled["error"]["code"] == "workflow_step_timeout"
 

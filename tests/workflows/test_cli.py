@@ -69,3 +69,20 @@ def test_a_corrupt_run_journal_makes_list_and_show_exit_1_naming_it(tmp_path, ca
     assert rc == 1 and "corrupt" in err and str(path) in err
     rc, _, err = run_cli(capsys, "show", "c1", "--data-dir", str(tmp_path))
     assert rc == 1 and str(path) in err
+
+
+def test_prune_drops_finished_runs_past_the_given_retention(tmp_path, capsys):
+    wf = pipe(transform(lambda x: x, name="same"), name="same")
+
+    async def three() -> None:
+        async with WorkflowRuns(tmp_path, workflows=[wf], keep_runs=None) as runs:
+            for i in range(3):
+                await runs.run(wf, i, run_id=f"p{i}")
+
+    anyio.run(three)
+    rc, out, _ = run_cli(capsys, "prune", "--keep-runs", "1", "--data-dir", str(tmp_path))
+    assert rc == 0 and "kept 1 run(s), dropped 2" in out
+    rc, out, _ = run_cli(capsys, "list", "--json", "--data-dir", str(tmp_path))
+    assert [r["run_id"] for r in json.loads(out)] == ["p2"]
+    rc, _, err = run_cli(capsys, "prune", "--keep-runs", "-1", "--data-dir", str(tmp_path))
+    assert rc == 2 and "keep_runs" in err
