@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from openfunctions.core.journal import ExecutionJournal, read_records
 from openfunctions.store import open_pg_journal, verify_pg_journal
-from openfunctions.store._migrations import migrate
+from openfunctions.store import migrate_database as migrate
 
 _migrated: set[str] = set()
 
@@ -71,5 +72,21 @@ class PgBackend:
         await journal.pool.close()
 
 
-async def gather(*aws: Any) -> list[Any]:
-    return await asyncio.gather(*aws)
+@contextmanager
+def private_database(dsn: str) -> Iterator[str]:
+    """A new, empty database on the same server, dropped afterwards (for tests that need the whole schema)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from tests._pg import unique_name
+
+    name = unique_name("db")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = conninfo_to_dict(dsn)
+    parts["dbname"] = name
+    try:
+        yield make_conninfo(**parts)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')

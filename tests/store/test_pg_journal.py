@@ -6,27 +6,20 @@ import asyncio
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from openfunctions.core import ToolRegistry, define_tool
 from openfunctions.store import SchemaOutOfDate, SchemaTooNew, open_pg_journal, verify_pg_journal
-from openfunctions.store._migrations import MIGRATIONS, migrate
+from openfunctions.store import migrate_database as migrate
+from openfunctions.store._migrations import MIGRATIONS
 
-from ._journal_backends import migrated
+from ._journal_backends import migrated, private_database
 from tests._pg import unique_name
 
 
 @pytest.fixture
 def fresh_db(pg_dsn):
-    """A new, empty database on the same server (schema tests must not share the migrated one)."""
-    name = unique_name("db")
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    parts = conninfo_to_dict(pg_dsn)
-    parts["dbname"] = name
-    yield make_conninfo(**parts)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with private_database(pg_dsn) as dsn:
+        yield dsn
 
 
 @pytest.mark.anyio
