@@ -24,14 +24,15 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
            "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "bump"}
 
 
-def start_replica(dsn: str, data_dir: Path, port: int | None = None) -> tuple[str, subprocess.Popen]:
+def start_replica(dsn: str, data_dir: Path, port: int | None = None, *extra: str) -> tuple[str, subprocess.Popen]:
+    """``extra``: more serve options (behind a balancer: ``--allowed-host`` naming the balancer's address)."""
     port = port or free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                PYTHONUNBUFFERED="1")
     env.pop("OPENFUNCTIONS_DATABASE_URL", None)
     argv = [sys.executable, "-m", "openfunctions.servers", "serve", "--transport", "http", "--stateless",
             "--port", str(port), "--module", "replica_tools:registry", "--no-example-tools",
-            "--data-dir", str(data_dir), "--database", dsn]
+            "--data-dir", str(data_dir), "--database", dsn, *extra]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_port(port, proc)
     return f"http://127.0.0.1:{port}/mcp", proc
@@ -43,6 +44,8 @@ def call(client: httpx.Client, url: str, n: int) -> dict:
             "params": {"name": "bump", "arguments": {"n": n}, "_meta": META}}
     resp = client.post(url, content=json.dumps(body), headers=HEADERS, timeout=30)
     text = resp.text
+    if resp.status_code != 200:
+        raise ValueError(f"HTTP {resp.status_code}: {text[:200]}")
     if resp.headers.get("content-type", "").startswith("text/event-stream"):
         msgs = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
         msg = next(m for m in reversed(msgs) if "result" in m or "error" in m)
@@ -58,6 +61,7 @@ class Load:
         self.url = url
         self.seen: list[dict] = []
         self.errors = 0
+        self.last_error = ""
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(workers)]
@@ -69,9 +73,10 @@ class Load:
                 n += 1
                 try:
                     receipt = call(client, self.url, n)
-                except (httpx.HTTPError, ValueError, StopIteration):
+                except (httpx.HTTPError, ValueError, StopIteration) as exc:
                     with self._lock:
                         self.errors += 1
+                        self.last_error = f"{type(exc).__name__}: {exc}"
                     continue
                 if receipt:
                     with self._lock:
