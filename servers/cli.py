@@ -115,6 +115,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--data-dir", type=Path, metavar="DIR",
                    help="where journals, artifacts and work state live (default: the per-user data dir, "
                         f"currently {default_data_dir()}; env OPENFUNCTIONS_MCP_DATA_DIR overrides)")
+    d.add_argument("--database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+                   help="keep the execution journal in PostgreSQL (postgresql://...), shared by server replicas "
+                        "behind a load balancer; run `openfunctions-mcp db migrate` first (default: "
+                        "$OPENFUNCTIONS_DATABASE_URL, which also sets --store; else files in the data dir)")
     d.add_argument("--no-journal", action="store_true",
                    help="do not journal executions (receipts are still returned, but not durable)")
     d.add_argument("--journal-reopen-interval", type=_seconds_or_off, default=5.0, metavar="SECONDS",
@@ -232,6 +236,7 @@ _CONTRIBUTED = {
     "rag": ("openfunctions.rag.cli", "ingest documents and search them"),
     "gateway": ("openfunctions.providers.cli", "check the upstream MCP servers a gateway mounts"),
     "workflows": ("openfunctions.workflows.cli", "list, show and resume durable workflow runs"),
+    "db": ("openfunctions.store.db_cli", "migrate, check and verify the PostgreSQL database that server replicas share"),
     "chat": ("openfunctions.chat.cli", "chat with a model that uses your tools (a terminal loop, or --serve for HTTP and a web page)"),
 }
 
@@ -317,6 +322,7 @@ async def _serve(args: argparse.Namespace) -> int:
         profile=profile.name,
         close_timeout=args.shutdown_timeout,
         journal_reopen_interval=args.journal_reopen_interval,
+        database_url=None if args.no_journal else args.database,
     )
     profile.install(server)
     try:

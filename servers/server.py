@@ -221,6 +221,7 @@ class OpenFunctionsServer:
         task_after_s: float = DEFAULT_TASK_AFTER_S,
         task_poll_interval_s: float = DEFAULT_POLL_INTERVAL_MS / 1000,
         journal_reopen_interval: float | None = 5.0,
+        database_url: str | None = None,
     ) -> None:
         self.registry = registry
         self.name = name
@@ -231,6 +232,7 @@ class OpenFunctionsServer:
         self.close_timeout = close_timeout
         self.journal_reopen_interval = journal_reopen_interval  # a failed journal's automatic re-open (None: off)
         self._journal_dir = Path(journal_dir) if journal_dir is not None else None
+        self._database_url = database_url  # the execution journal in PostgreSQL instead of journal_dir's files
         self.journal: Any = None
         self.journal_file: Path | None = None
         self._started = False
@@ -342,11 +344,17 @@ class OpenFunctionsServer:
         if self._started:
             return
         self._started = True
-        if self._journal_dir is not None:
+        if self._database_url is not None:  # PostgreSQL, shared by replicas (servers/_database.py)
+            from ._database import open_database_journal
+
+            self.journal, self.journal_file = await open_database_journal(
+                self._database_url, self._journal_dir, self.profile)
+        elif self._journal_dir is not None:
             from .journaling import open_execution_journal
 
             self.journal, self.journal_file = await open_execution_journal(
                 self._journal_dir, self.profile, reopen_interval=self.journal_reopen_interval)
+        if self.journal is not None:
             try:
                 await self._open_tasks(self.journal, self.journal_file)
             except BaseException:
@@ -760,6 +768,8 @@ def create_mcp_server(registry: ToolRegistry, **options: Any) -> OpenFunctionsSe
     task, default 1 s), ``task_poll_interval_s`` (the polling hint, 1 s).
     ``journal_reopen_interval``: seconds between automatic re-opens of a
     failed journal (default 5; ``None``: only a restart or ``journal reopen``).
+    ``database_url``: keep the execution journal in PostgreSQL (shared by
+    replicas; docs/SCALING.md) instead of ``journal_dir``'s files.
     """
     return OpenFunctionsServer(registry, **options)
 

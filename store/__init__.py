@@ -46,6 +46,8 @@ from ._errors import (
 from ._local import LocalStore, create_store, default_data_dir
 from ._tools import guard, obj, state_tool
 from ._pg import PgStore, apply_migrations, create_pg_store, open_pool, redact_dsn
+from ._migrations import SchemaOutOfDate, migrate as migrate_database
+from ._pg_journal import DuplicateReceipt, JournalUnavailable, PgExecutionJournal, open_pg_journal, verify_pg_journal
 
 
 def is_database_url(url: Any) -> bool:
@@ -67,5 +69,7 @@ __all__ = [
     "LocalStore", "MAX_KEY_BYTES", "MiniLMEmbedder", "OpenAIEmbedder", "PgStore", "SchemaTooNew", "Store", "StoreClosed",
     "StoreCorrupt", "StoreError", "StoreFailed", "StoreLocked", "StoreUnavailable", "StoreUnsafe", "Transaction",
     "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
-    "guard", "is_database_url", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
+    "guard", "is_database_url",
+    "DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "SchemaOutOfDate", "migrate_database", "open_pg_journal",
+    "verify_pg_journal", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]

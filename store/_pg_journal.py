@@ -1,0 +1,444 @@
+"""The execution journal in PostgreSQL: an ``ExecutionJournalSink`` several server replicas share.
+
+Schema (component ``"journal"`` in ``of_schema``; versioned migrations in
+``store/_migrations.py``, applied only by ``openfunctions-mcp db migrate``)::
+
+    of_journals(                         -- one row per journal (a server profile: "tools", "work", ...)
+        name      text COLLATE "C" PRIMARY KEY,
+        header    text,                  -- canonical JSON, the same object as a journal file's line 1
+                                         -- (format, version 2, journal_id, kind "execution", created, meta, salt)
+        last_seq  bigint,                -- the seq of the newest record (0: none yet)
+        last_link text)                  -- its chk (before the first record: link(header))
+    of_journal_records(                  -- the records, one row each, PRIMARY KEY (journal, seq)
+        journal text, seq bigint,        -- seq: 1, 2, 3, ... per journal, no gap, no duplicate
+        type    text,                    -- "start" | "receipt" (docs/formats/journal.md, execution records)
+        time    text,                    -- RFC 3339 UTC time of the append
+        data    text,                    -- canonical JSON of the StartRecord / Receipt
+        prev    text, chk text,          -- the chain, exactly as a v2 journal line (core/journal/_encoder.py):
+                                         -- chk = sha256('{"data":…,"prev":"…","seq":N,"time":"…","type":"…"}')[:32 hex]
+                                         -- prev = the previous record's chk (seq 1: link(header))
+        receipt_id text,                 -- data.receipt_id; UNIQUE per journal among "receipt" rows
+        instance   text)                 -- the server process (of_journal_instances) that appended it
+    of_journal_instances(                -- the live (or crashed, not yet recovered) server processes
+        instance text PRIMARY KEY,       -- "inst_" + 32 hex
+        journal  text, lock_key bigint,  -- the process holds pg_advisory_lock(lock_key) on a dedicated
+        host text, pid int,              -- connection for its lifetime: the lock dies with the process
+        started_at timestamptz)          -- (or its connection), as a journal file's flock does
+    of_journal_append(journal, instance, types[], times[], datas[], receipt_ids[])
+        -- PL/pgSQL: locks the journal's row FOR UPDATE, assigns seq and computes chk for each
+        -- record in order, inserts them, moves last_seq/last_link; one statement, one commit.
+
+Promises (docs/formats/receipt.md, the same as the file backend's):
+
+- **An append is a committed insert.** ``on_start``/``on_settled`` return only
+  after the statement that inserted the record committed (autocommit; the
+  server's ``synchronous_commit`` decides what "committed" means on disk:
+  keep it ``on``). Concurrent appends in one process share one statement and
+  one commit (group commit: a flusher takes everything queued the moment its
+  previous commit returned), and nothing is acknowledged before its commit.
+- **seq is a total order across replicas**: the journal's row lock makes
+  appends from every process take turns; the chain and checksums keep their
+  meaning, and :func:`verify_pg_journal` checks them as ``journal verify``
+  checks a file.
+- **A lost connection mid-append** raises :class:`JournalUnavailable` with
+  ``certainty="unknown"`` (the commit may or may not have happened): the
+  executor turns that into an ``unknown`` receipt, never a success. The next
+  append takes a fresh connection.
+- **Recovery reads evidence only.** A process that died left its instance row
+  and its lock is free: the next server to open the journal takes the lock,
+  writes one ``unknown`` receipt (``recovered_unknown``) for each of the dead
+  instance's starts that has none, and deletes the row. A process whose lock
+  connection was cut while it lives is treated the same way (its starts are
+  settled ``unknown`` by another replica): its later receipts for those calls
+  are refused as duplicates (the client sees ``unknown``) and its new appends
+  are refused until it registers again (it does so on the next append).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from hashlib import sha256
+from typing import Any
+
+from openfunctions.core import OpenFunctionsError, canonical_json, new_id, utc_timestamp
+from openfunctions.core.journal import recovered_receipt
+
+from ._errors import StoreError, StoreUnavailable
+from ._migrations import COMPONENT, check_schema
+from ._pg import _psycopg, redact_dsn
+
+KIND = "execution"
+START = "start"
+RECEIPT = "receipt"
+CHK_LEN = 32
+
+
+class JournalUnavailable(StoreUnavailable):
+    """The database could not take (or confirm) a journal append; ``certainty`` says whether it may have committed."""
+
+    code = "journal_unavailable"
+
+
+class DuplicateReceipt(StoreError):
+    """A receipt for this call is already in the journal (another replica recovered the call as ``unknown``)."""
+
+    code = "journal_duplicate_receipt"
+    certainty = "unknown"
+
+
+def link(text: str) -> str:
+    """The chain link of a header (as a journal file's header line, without its newline)."""
+    return sha256(text.encode("utf-8")).hexdigest()[:CHK_LEN]
+
+
+def record_chk(seq: int, type: str, time: str, data_text: str, prev: str) -> str:
+    """The v2 checksum of a record (core/journal/_encoder.py's format), from its canonical data text."""
+    body = (f'{{"data":{data_text},"prev":"{prev}","seq":{seq:d},"time":{json.dumps(time)},'
+            f'"type":{json.dumps(type)}}}')
+    return sha256(body.encode("utf-8")).hexdigest()[:CHK_LEN]
+
+
+@dataclass
+class _Pending:
+    type: str
+    data: dict[str, Any]
+    receipt_id: str | None
+    future: asyncio.Future[int] = field(repr=False)
+
+
+class PgExecutionJournal:
+    """Starts and receipts in PostgreSQL; open with :func:`open_pg_journal`."""
+
+    def __init__(self, dsn: str, name: str, pool: Any, owns_pool: bool) -> None:
+        self.name = name
+        self.pool = pool
+        self._dsn = dsn
+        self._owns_pool = owns_pool
+        self.where = redact_dsn(dsn)
+        #: Receipts this open wrote for dead instances' unsettled starts.
+        self.recovered: list[Any] = []
+        self.instance: str | None = None
+        self._lock_conn: Any = None
+        self._queue: list[_Pending] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._closed = False
+        psycopg, _ = _psycopg()
+        self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
+        self._psycopg = psycopg
+        #: Statements (commits) issued for appends, and records they carried: the group-commit ratio.
+        self.commits = 0
+        self.appended = 0
+
+    @property
+    def path(self) -> str:
+        return f"{self.where} journal {self.name!r}"
+
+    # -- instance registration -------------------------------------------------
+    async def _register(self) -> None:
+        psycopg = self._psycopg
+        if self._lock_conn is not None:
+            try:
+                await self._lock_conn.close()
+            except Exception:
+                pass
+        conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+        instance = new_id("inst")
+        key = int.from_bytes(os.urandom(8), "big", signed=True)
+        await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        await conn.execute(
+            "INSERT INTO of_journal_instances (instance, journal, lock_key, host, pid) VALUES (%s, %s, %s, %s, %s)",
+            (instance, self.name, key, socket.gethostname(), os.getpid()))
+        self._lock_conn, self.instance = conn, instance
+
+    async def _ensure_journal(self, conn: Any) -> None:
+        header = canonical_json({
+            "format": "openfunctions.journal", "version": 2, "journal_id": new_id("jnl"), "kind": KIND,
+            "created": utc_timestamp(), "meta": {"backend": "postgresql", "journal": self.name},
+            "salt": os.urandom(16).hex(),
+        })
+        await conn.execute(
+            "INSERT INTO of_journals (name, header, last_seq, last_link) VALUES (%s, %s, 0, %s) "
+            "ON CONFLICT (name) DO NOTHING", (self.name, header, link(header)))
+
+    # -- recovery ----------------------------------------------------------------
+    async def _recover(self) -> None:
+        """Settle ``unknown`` every start of a dead instance that has no receipt (reads evidence; runs nothing)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT instance, lock_key FROM of_journal_instances WHERE journal = %s AND instance <> %s",
+                (self.name, self.instance))
+            others = await cur.fetchall()
+        for instance, key in others:
+            cur = await self._lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+            if not (await cur.fetchone())[0]:
+                continue  # alive
+            try:
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute("SELECT 1 FROM of_journal_instances WHERE instance = %s", (instance,))
+                    if await cur.fetchone() is None:
+                        continue  # another replica recovered it meanwhile
+                    cur = await conn.execute(
+                        "SELECT s.data FROM of_journal_records s WHERE s.journal = %s AND s.instance = %s "
+                        "AND s.type = 'start' AND NOT EXISTS (SELECT 1 FROM of_journal_records r WHERE "
+                        "r.journal = s.journal AND r.receipt_id = s.receipt_id AND r.type = 'receipt') ORDER BY s.seq",
+                        (self.name, instance))
+                    starts = [json.loads(row[0]) for row in await cur.fetchall()]
+                receipts = [recovered_receipt(s) for s in starts]
+                if receipts:
+                    await self._append_rows([(RECEIPT, r.to_dict(), r.receipt_id) for r in receipts], tolerate_duplicates=True)
+                async with self.pool.connection() as conn:
+                    await conn.execute("DELETE FROM of_journal_instances WHERE instance = %s", (instance,))
+                self.recovered.extend(receipts)
+            finally:
+                await self._lock_conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    # -- appending -----------------------------------------------------------------
+    async def _append_rows(self, rows: list[tuple[str, dict[str, Any], str | None]], *,
+                           tolerate_duplicates: bool = False) -> list[int | None]:
+        """Append in order in one statement; the seqs (``None`` for a receipt already present)."""
+        time = utc_timestamp()
+        args = (self.name, self.instance, [r[0] for r in rows], [time] * len(rows),
+                [canonical_json(r[1]) for r in rows], [r[2] for r in rows])
+        committing = False
+        try:
+            async with self.pool.connection() as conn:
+                committing = True
+                cur = await conn.execute("SELECT o_idx, o_seq FROM of_journal_append(%s, %s, %s, %s, %s, %s)", args)
+                out = await cur.fetchall()
+        except self._db_errors as exc:
+            await self._lost()
+            raise self._unavailable(exc, committing) from None
+        except self._psycopg.errors.RaiseException as exc:
+            if "no longer registered" in str(exc):
+                self.instance = None  # the next append registers again
+            raise JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: "
+                                     f"{exc.diag.message_primary}", certainty="known") from None
+        seqs: list[int | None] = [None] * len(rows)
+        for idx, seq in out:
+            seqs[idx - 1] = seq
+        self.commits += 1
+        self.appended += len(rows)
+        return seqs
+
+    async def _lost(self) -> None:
+        """After a connection failed: have the pool drop its other dead connections (a restarted server breaks all)."""
+        try:
+            await asyncio.wait_for(self.pool.check(), 5)
+        except Exception:
+            pass
+
+    def _unavailable(self, exc: BaseException, committing: bool) -> JournalUnavailable:
+        what = ("the append may or may not have committed" if committing
+                else "nothing was written (no connection)")
+        return JournalUnavailable(
+            f"journal {self.name!r}: PostgreSQL at {self.where} failed mid-append ({type(exc).__name__}: "
+            f"{str(exc).strip() or 'connection lost'}); {what}. The next append reconnects.",
+            certainty="unknown" if committing else "known")
+
+    async def _append(self, type: str, data: dict[str, Any], receipt_id: str | None) -> int:
+        if self._closed:
+            raise JournalUnavailable(f"journal {self.name!r} is closed", certainty="known")
+        canonical_json(data)  # refuse a non-JSON record here, not in the shared batch
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(type, data, receipt_id, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return await asyncio.shield(fut)
+
+    async def _flush(self) -> None:
+        """Group commit: everything queued goes in one statement, then what queued meanwhile, until empty."""
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                if self.instance is None:
+                    await self._register()
+                seqs = await self._append_rows([(p.type, p.data, p.receipt_id) for p in batch])
+            except BaseException as exc:
+                err = exc if isinstance(exc, OpenFunctionsError) else self._unavailable(exc, True)
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(err)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for p, seq in zip(batch, seqs):
+                if p.future.done():
+                    continue
+                if seq is None:
+                    p.future.set_exception(DuplicateReceipt(
+                        f"call {p.receipt_id} already has a receipt in journal {self.name!r} (another server "
+                        "settled it `unknown` after this one lost its database lock); this result is not recorded",
+                        details={"receipt_id": p.receipt_id}))
+                else:
+                    p.future.set_result(seq)
+
+    # -- ExecutionJournalSink ------------------------------------------------------
+    async def on_start(self, record: Any) -> None:
+        if getattr(record, "read_only", False):
+            return
+        await self._append(START, record.to_dict(), record.receipt_id)
+
+    async def on_settled(self, receipt: Any) -> None:
+        await self._append(RECEIPT, receipt.to_dict(), receipt.receipt_id)
+
+    async def health(self) -> dict[str, Any]:
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute("SELECT 1")
+        except Exception as exc:
+            return {"status": "failed", "code": JournalUnavailable.code, "cause": str(exc),
+                    "action": f"check PostgreSQL at {self.where}"}
+        return {"status": "ok"}
+
+    # -- reading -------------------------------------------------------------------
+    def receipts(self) -> Iterator[Any]:
+        """Every receipt in seq order (a blocking read on its own connection: for recovery paths and tools)."""
+        from openfunctions.core import Receipt
+
+        with self._psycopg.connect(self._dsn) as conn:
+            cur = conn.execute("SELECT data FROM of_journal_records WHERE journal = %s AND type = 'receipt' "
+                               "ORDER BY seq", (self.name,))
+            for (data,) in cur:
+                yield Receipt.model_validate(json.loads(data))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._flusher is not None:
+            try:
+                await self._flusher
+            except Exception:
+                pass
+        if self._lock_conn is not None:
+            try:  # a clean exit: nothing of ours is left unsettled, so the row goes with the lock
+                async with self.pool.connection() as conn:
+                    await conn.execute("DELETE FROM of_journal_instances WHERE instance = %s", (self.instance,))
+            except Exception:
+                pass
+            await self._lock_conn.close()
+        if self._owns_pool:
+            await self.pool.close()
+
+    async def __aenter__(self) -> PgExecutionJournal:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def open_pg_journal(dsn: str, name: str, *, pool: Any = None, max_connections: int = 4,
+                          timeout: float = 10.0) -> PgExecutionJournal:
+    """Open journal ``name`` (a profile) in the database at ``dsn``: check the schema, register, recover.
+
+    Raises :class:`~openfunctions.store.SchemaTooNew` / :class:`SchemaOutOfDate`
+    when the database's schema is not the one this code was built for (run
+    ``openfunctions-mcp db migrate``), :class:`StoreUnavailable` when it cannot connect.
+    """
+    from ._pg import open_pool
+
+    owns = pool is None
+    if pool is None:
+        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
+    journal = PgExecutionJournal(dsn, name, pool, owns)
+    try:
+        async with pool.connection() as conn:
+            await check_schema(conn, COMPONENT, where=journal.where)
+            await journal._ensure_journal(conn)
+        await journal._register()
+        await journal._recover()
+    except BaseException:
+        await journal.close()
+        raise
+    return journal
+
+
+@dataclass
+class VerifyReport:
+    name: str
+    records: int = 0
+    starts: int = 0
+    receipts: int = 0
+    unsettled: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_pg_journal(dsn: str, name: str) -> VerifyReport:
+    """Read journal ``name`` in seq order and check what ``journal verify`` checks in a file.
+
+    seq contiguous from 1, every ``chk`` recomputed, every ``prev`` the previous
+    ``chk`` (seq 1: the header's link), ``last_seq``/``last_link`` at the end,
+    ``data`` canonical JSON, at most one receipt per call. Blocking (a CLI's tool).
+    """
+    psycopg, _ = _psycopg()
+    report = VerifyReport(name)
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT header, last_seq, last_link FROM of_journals WHERE name = %s", (name,)).fetchone()
+        if row is None:
+            report.problems.append(f"no journal named {name!r}")
+            return report
+        header, last_seq, last_link = row
+        prev = link(header)
+        expected = 1
+        open_starts: set[str] = set()
+        settled: set[str] = set()
+        cur = conn.cursor(name="of_verify")  # server-side cursor: memory stays flat however long the journal
+        cur.execute("SELECT seq, type, time, data, prev, chk, receipt_id FROM of_journal_records WHERE journal = %s "
+                    "ORDER BY seq", (name,))
+        for seq, type, time, data, rprev, chk, rid in cur:
+            report.records += 1
+            where = f"journal {name!r} seq {seq}"
+            if seq != expected:
+                report.problems.append(f"{where}: expected seq {expected} (gap or duplicate)")
+            if rprev != prev:
+                report.problems.append(f"{where}: prev {rprev} does not match the previous link {prev}")
+            if record_chk(seq, type, time, data, rprev) != chk:
+                report.problems.append(f"{where}: checksum mismatch")
+            try:
+                obj = json.loads(data)
+                if canonical_json(obj) != data:
+                    report.problems.append(f"{where}: data is not canonical JSON")
+                if obj.get("receipt_id") != rid:
+                    report.problems.append(f"{where}: receipt_id column differs from the data's")
+            except ValueError as exc:
+                report.problems.append(f"{where}: data is not JSON ({exc})")
+            if type == START:
+                report.starts += 1
+                open_starts.add(rid)
+            elif type == RECEIPT:
+                report.receipts += 1
+                if rid in settled:
+                    report.problems.append(f"{where}: a second receipt for {rid}")
+                settled.add(rid)
+                open_starts.discard(rid)
+            else:
+                report.problems.append(f"{where}: unknown record type {type!r}")
+            prev = chk
+            expected = seq + 1
+            if len(report.problems) > 50:
+                report.problems.append("... stopped after 50 problems")
+                return report
+        if last_seq != expected - 1 or last_link != prev:
+            report.problems.append(f"journal {name!r}: head says seq {last_seq} link {last_link}, records end at "
+                                   f"seq {expected - 1} link {prev}")
+        report.unsettled = len(open_starts)
+    return report
+
+
+def list_pg_journals(dsn: str) -> list[str]:
+    psycopg, _ = _psycopg()
+    with psycopg.connect(dsn) as conn:
+        return [r[0] for r in conn.execute("SELECT name FROM of_journals ORDER BY name").fetchall()]
+
+
+__all__ = ["DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "VerifyReport", "list_pg_journals",
+           "open_pg_journal", "record_chk", "verify_pg_journal"]

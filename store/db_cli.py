@@ -1,0 +1,135 @@
+"""``openfunctions-mcp db``: the PostgreSQL schema and journals that server replicas share.
+
+- ``db migrate``: bring the journal schema to this release's version (versioned
+  migrations, ``store/_migrations.py``; safe to run from several machines at
+  once: an advisory lock makes the others wait and then find the work done).
+  ``serve --database URL`` never migrates: it refuses a schema older or newer
+  than its code and names both versions.
+- ``db status``: the schema version found and the one this code needs.
+- ``db verify [--journal NAME]``: what ``journal verify`` checks in a file
+  (seq contiguous from 1, every checksum, the chain, one receipt per call),
+  for each execution journal in the database. Exit 0 valid, 1 a problem, 2 unusable.
+
+The URL comes from ``--database`` or ``$OPENFUNCTIONS_DATABASE_URL``. See docs/SCALING.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+HELP = "migrate, check and verify the PostgreSQL database that server replicas share"
+
+
+def add_commands(subparsers: Any) -> argparse.ArgumentParser:
+    db = subparsers.add_parser("db", help=HELP, description=__doc__.split("\n\n")[0])
+    sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify}")
+    sub.required = True
+
+    def url_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+                       help="postgresql://user:pass@host/db (default: $OPENFUNCTIONS_DATABASE_URL)")
+
+    m = sub.add_parser("migrate", help="apply the schema migrations this release knows")
+    url_arg(m)
+    m.set_defaults(func=_cmd_migrate)
+    s = sub.add_parser("status", help="print the schema version found and the one this code needs")
+    url_arg(s)
+    s.set_defaults(func=_cmd_status)
+    v = sub.add_parser("verify", help="check every execution journal's seq, checksums and chain")
+    url_arg(v)
+    v.add_argument("--journal", metavar="NAME", help="only this journal (a server profile: tools, work, ...)")
+    v.set_defaults(func=_cmd_verify)
+    return db
+
+
+def _url(args: argparse.Namespace) -> str | None:
+    if not args.database:
+        print("openfunctions-mcp db: no database: pass --database postgresql://... or set "
+              "$OPENFUNCTIONS_DATABASE_URL", file=sys.stderr)
+        return None
+    return str(args.database)
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from openfunctions.core.errors import OpenFunctionsError
+
+    from ._migrations import migrate
+    from ._pg import redact_dsn
+
+    url = _url(args)
+    if url is None:
+        return 2
+    try:
+        before, after = asyncio.run(migrate(url))
+    except OpenFunctionsError as exc:
+        print(f"openfunctions-mcp db migrate: {exc.message}", file=sys.stderr)
+        return 2
+    if before == after:
+        print(f"{redact_dsn(url)}: journal schema already at version {after}; nothing to do")
+    else:
+        print(f"{redact_dsn(url)}: journal schema migrated from version {before} to {after}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ._migrations import MIGRATIONS, schema_version
+    from ._pg import _psycopg, redact_dsn
+
+    url = _url(args)
+    if url is None:
+        return 2
+    psycopg, _ = _psycopg()
+
+    async def found() -> int:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            return await schema_version(conn)
+
+    try:
+        have = asyncio.run(found())
+    except psycopg.Error as exc:
+        print(f"openfunctions-mcp db status: cannot read {redact_dsn(url)}: {exc}", file=sys.stderr)
+        return 2
+    need = len(MIGRATIONS)
+    state = "current" if have == need else "older than this code: run `openfunctions-mcp db migrate`" if have < need \
+        else "newer than this code: upgrade openfunctions-mcp"
+    print(f"{redact_dsn(url)}: journal schema version {have}, this code needs {need} ({state})")
+    return 0 if have == need else 1
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from ._pg import _psycopg, redact_dsn
+    from ._pg_journal import list_pg_journals, verify_pg_journal
+
+    url = _url(args)
+    if url is None:
+        return 2
+    psycopg, _ = _psycopg()
+    try:
+        names = [args.journal] if args.journal else list_pg_journals(url)
+        reports = [verify_pg_journal(url, n) for n in names]
+    except psycopg.Error as exc:
+        print(f"openfunctions-mcp db verify: cannot read {redact_dsn(url)}: {exc}", file=sys.stderr)
+        return 2
+    if not reports:
+        print(f"{redact_dsn(url)}: no execution journals yet")
+    bad = 0
+    for r in reports:
+        if r.ok:
+            print(f"journal {r.name}: ok: {r.records} records ({r.starts} starts, {r.receipts} receipts, "
+                  f"{r.unsettled} start(s) of live servers not yet settled); seq, checksums and chain verified")
+        else:
+            bad += 1
+            print(f"journal {r.name}: {len(r.problems)} problem(s):")
+            for p in r.problems:
+                print(f"  {p}")
+    return 1 if bad else 0
+
+
+__all__ = ["HELP", "add_commands"]

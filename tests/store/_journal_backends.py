@@ -1,0 +1,92 @@
+"""The two execution-journal backends behind one test face: files (core.journal) and PostgreSQL (store)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from openfunctions.core.journal import ExecutionJournal, read_records
+from openfunctions.store import open_pg_journal, verify_pg_journal
+from openfunctions.store import migrate_database as migrate
+
+_migrated: set[str] = set()
+
+
+async def migrated(dsn: str) -> str:
+    if dsn not in _migrated:
+        await migrate(dsn)
+        _migrated.add(dsn)
+    return dsn
+
+
+class FileBackend:
+    name = "file"
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "journal" / "tools.journal"
+
+    async def open(self) -> Any:
+        return await ExecutionJournal.open(self.path)
+
+    def records(self) -> list[tuple[str, str]]:
+        return [(r.type, r.data["receipt_id"]) for r in read_records(self.path)]
+
+    def verify(self) -> None:
+        seqs = [r.seq for r in read_records(self.path)]  # validates seq, checksums and chain; raises if not
+        assert seqs == list(range(1, len(seqs) + 1))
+
+    async def crash(self, journal: Any) -> None:
+        """What a SIGKILL leaves: the file as written, the lock gone (no receipt for calls in flight)."""
+        await journal.log.close()
+
+
+class PgBackend:
+    name = "postgresql"
+
+    def __init__(self, dsn: str, journal: str) -> None:
+        self.dsn = dsn
+        self.journal = journal
+
+    async def open(self) -> Any:
+        await migrated(self.dsn)
+        return await open_pg_journal(self.dsn, self.journal)
+
+    def records(self) -> list[tuple[str, str]]:
+        import psycopg
+
+        with psycopg.connect(self.dsn) as conn:
+            rows = conn.execute("SELECT type, receipt_id FROM of_journal_records WHERE journal = %s ORDER BY seq",
+                                (self.journal,)).fetchall()
+        return [(t, r) for t, r in rows]
+
+    def verify(self) -> None:
+        report = verify_pg_journal(self.dsn, self.journal)
+        assert report.ok, report.problems
+
+    async def crash(self, journal: Any) -> None:
+        """What a SIGKILL leaves: the instance row stays, its advisory lock dies with its connection."""
+        journal._closed = True
+        await journal._lock_conn.close()
+        await journal.pool.close()
+
+
+@contextmanager
+def private_database(dsn: str) -> Iterator[str]:
+    """A new, empty database on the same server, dropped afterwards (for tests that need the whole schema)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from tests._pg import unique_name
+
+    name = unique_name("db")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = conninfo_to_dict(dsn)
+    parts["dbname"] = name
+    try:
+        yield make_conninfo(**parts)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')

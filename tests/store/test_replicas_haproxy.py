@@ -1,0 +1,116 @@
+"""Two `serve --transport http --stateless --database` replicas behind a real haproxy, one SIGKILLed under load.
+
+Every receipt a client saw through the balancer is in the database as seen;
+both replicas served; the journal verifies (one seq order across replicas);
+a later server settles the dead replica's in-flight starts `unknown`.
+haproxy is Debian's package: missing, the test skips, except in CI
+(`CI`/`OPENFUNCTIONS_REQUIRE_INTEROP` set), where it fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+
+import psycopg
+import pytest
+
+from openfunctions.store import migrate_database, verify_pg_journal
+
+from ._journal_backends import private_database
+from ._replicas import Load, db_receipts, start_replica, stop
+from tests._net import free_port, wait_for_port
+from tests._pg import _required
+
+pytestmark = pytest.mark.slow
+
+HAPROXY_CFG = """\
+global
+    maxconn 256
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    option redispatch
+    retries 2
+frontend front
+    bind 127.0.0.1:{port}
+    default_backend replicas
+backend replicas
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host 127.0.0.1:{port}
+{servers}
+"""
+
+
+@pytest.fixture
+def haproxy_bin() -> str:
+    found = shutil.which("haproxy") or (shutil.which("haproxy", path="/usr/sbin:/sbin"))
+    if found is None:
+        msg = "haproxy is not installed (Debian: apt-get install -y haproxy)"
+        if _required():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    return found
+
+
+def _wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_two_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin, tmp_path) -> None:
+    import asyncio
+
+    with private_database(pg_dsn) as db:
+        asyncio.run(migrate_database(db))
+        port = free_port()
+        # Behind a balancer the Host header names the balancer: allow it (DNS-rebinding protection stays on).
+        replicas = [start_replica(db, tmp_path / f"r{i}", None, "--allowed-host", f"127.0.0.1:{port}")
+                    for i in range(2)]
+        servers = "\n".join(f"    server r{i} {url.split('//')[1].split('/')[0]} check inter 200ms fall 1 rise 2"
+                            for i, (url, _) in enumerate(replicas))
+        cfg = tmp_path / "haproxy.cfg"
+        cfg.write_text(HAPROXY_CFG.format(port=port, servers=servers))
+        lb = subprocess.Popen([haproxy_bin, "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+        load = None
+        try:
+            wait_for_port(port, lb)
+            load = Load(f"http://127.0.0.1:{port}/mcp", workers=4).start()
+            _wait_for(lambda: len(load.seen) >= 100 or load.errors > 50)
+            assert len(load.seen) >= 100, (load.errors, load.last_error)
+            replicas[0][1].send_signal(signal.SIGKILL)
+            before = len(load.seen)
+            _wait_for(lambda: len(load.seen) >= before + 100)  # the survivor carries on through the balancer
+            load.stop()
+        finally:
+            if load is not None:
+                load.stop()
+            lb.kill()
+            lb.wait(timeout=10)
+            lb.stderr.close()  # type: ignore[union-attr]
+            for _, proc in replicas:
+                stop(proc)
+        seen = list(load.seen)
+        stored = db_receipts(db)
+        assert all(r["receipt_id"] in stored and stored[r["receipt_id"]] == r for r in seen)
+        assert all(r["outcome"] == "succeeded" for r in seen)
+        with psycopg.connect(db) as conn:
+            instances = conn.execute("SELECT count(DISTINCT instance) FROM of_journal_records").fetchone()[0]
+        assert instances == 2  # both replicas appended to the one journal
+        report = verify_pg_journal(db, "tools")
+        assert report.ok, report.problems
+
+        url3, proc3 = start_replica(db, tmp_path / "r3")  # recovery of the dead replica happens at an open
+        stop(proc3)
+        report = verify_pg_journal(db, "tools")
+        assert report.ok and report.unsettled == 0, (report.problems, report.unsettled)
+        print(f"\nhaproxy: {len(seen)} receipts seen through the balancer, all in the database; "
+              f"{load.errors} call(s) failed at the kill (no reply: never a success); {report.records} records verified")
