@@ -19,8 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from openfunctions.core import ToolDefinition
-from openfunctions.core import to_anthropic
+from openfunctions.core import ToolDefinition, to_anthropic
 
 from ._errors import MalformedResponse, ProviderUnavailable
 from ._http import HttpAdapter, StreamParser

@@ -19,8 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from openfunctions.core import ToolDefinition
-from openfunctions.core import to_gemini
+from openfunctions.core import ToolDefinition, to_gemini
 
 from ._errors import MalformedResponse
 from ._http import HttpAdapter, StreamParser

@@ -146,7 +146,7 @@ class HttpAdapter:
         base_url: str | None = None,
         timeout: float = 120.0,
         retry: RetryPolicy | None = None,
-        client: "httpx.AsyncClient | None" = None,
+        client: httpx.AsyncClient | None = None,
     ) -> None:
         if httpx is None:
             raise AdapterNotConfigured(
@@ -226,12 +226,12 @@ class HttpAdapter:
             self._client = None
 
     # -- moving bytes --------------------------------------------------------
-    def _http(self) -> "httpx.AsyncClient":
+    def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient()
         return self._client
 
-    def _timeout(self, opts: ChatOptions) -> "httpx.Timeout":
+    def _timeout(self, opts: ChatOptions) -> httpx.Timeout:
         return httpx.Timeout(opts.timeout if opts.timeout is not None else self.timeout)
 
     async def _with_retries(self, once: Callable[[], Awaitable[bytes]]) -> bytes:

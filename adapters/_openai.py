@@ -17,8 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from openfunctions.core import ToolDefinition
-from openfunctions.core import to_openai
+from openfunctions.core import ToolDefinition, to_openai
 
 from ._errors import MalformedResponse
 from ._http import HttpAdapter, StreamParser
@@ -114,8 +113,8 @@ class _OpenAIStream(StreamParser):
             return []
         chunk = json.loads(data)
         if "error" in chunk:
-            from ._http import _provider_message
             from ._errors import ProviderUnavailable
+            from ._http import _provider_message
 
             raise ProviderUnavailable(f"{self.adapter.provider} reported an error mid-stream: "
                                       f"{_provider_message(data.encode())}", details={"provider": self.adapter.provider})

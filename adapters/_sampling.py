@@ -28,7 +28,17 @@ from typing import Any
 from openfunctions.core import OpenFunctionsError, ToolDefinition
 
 from ._errors import AdapterError, MalformedResponse, SamplingUnavailable
-from ._types import ChatOptions, ChatReply, Message, StopReason, StreamEvent, ToolCall, Usage, parse_arguments, stream_from_chat
+from ._types import (
+    ChatOptions,
+    ChatReply,
+    Message,
+    StopReason,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    parse_arguments,
+    stream_from_chat,
+)
 
 SAMPLER_KEY = "openfunctions.sampler"
 SAMPLING_CAPABILITY_KEY = "openfunctions.sampling"
@@ -82,7 +92,7 @@ class SamplingAdapter:
         self.model = "host"
 
     @classmethod
-    def from_context(cls, ctx: Any, *, model_hint: str | None = None) -> "SamplingAdapter":
+    def from_context(cls, ctx: Any, *, model_hint: str | None = None) -> SamplingAdapter:
         meta = getattr(ctx, "metadata", None) or {}
         return cls(meta.get(SAMPLER_KEY), meta.get(SAMPLING_CAPABILITY_KEY), model_hint=model_hint)
 

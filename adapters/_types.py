@@ -51,19 +51,19 @@ class Message:
     is_error: bool = False
 
     @classmethod
-    def system(cls, text: str) -> "Message":
+    def system(cls, text: str) -> Message:
         return cls("system", text)
 
     @classmethod
-    def user(cls, text: str) -> "Message":
+    def user(cls, text: str) -> Message:
         return cls("user", text)
 
     @classmethod
-    def assistant(cls, text: str = "", tool_calls: Sequence[ToolCall] = ()) -> "Message":
+    def assistant(cls, text: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
         return cls("assistant", text, tuple(tool_calls))
 
     @classmethod
-    def tool_result(cls, call: ToolCall, text: str, *, is_error: bool = False) -> "Message":
+    def tool_result(cls, call: ToolCall, text: str, *, is_error: bool = False) -> Message:
         return cls("tool", text, tool_call_id=call.id, name=call.name, is_error=is_error)
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,7 +82,7 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
     def to_dict(self) -> dict[str, int]:

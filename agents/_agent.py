@@ -12,8 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from openfunctions.core import ToolDefinition
-from openfunctions.core import TOOL_NAME_RE
+from openfunctions.core import TOOL_NAME_RE, ToolDefinition
 
 from ._errors import AgentDefinitionError
 
@@ -53,7 +52,7 @@ class Agent:
     model: str | None
     limits: AgentLimits
     output_schema: dict[str, Any] | None = None
-    delegates: tuple["Agent", ...] = ()
+    delegates: tuple[Agent, ...] = ()
     scopes: frozenset[str] | None = None
     _resolved: dict[str, Any] = field(default_factory=dict, repr=False)
 

@@ -91,7 +91,7 @@ class RunJournal(MemoryRunLog):
         self._idle.set()
 
     @classmethod
-    async def open(cls, path: str | os.PathLike[str], *, rotate_over: int | None = ROTATE_BYTES) -> "RunJournal":
+    async def open(cls, path: str | os.PathLike[str], *, rotate_over: int | None = ROTATE_BYTES) -> RunJournal:
         state: dict[str, R.RunState] = {}
         log = await JournalLog.open(path, kind=R.KIND, on_record=lambda rec: R.apply(state, rec.type, rec.data))
         self = cls(log, state)
@@ -113,7 +113,7 @@ class RunJournal(MemoryRunLog):
             del self.state[rid]
 
     @classmethod
-    async def open_in(cls, data_dir: str | os.PathLike[str]) -> "RunJournal":
+    async def open_in(cls, data_dir: str | os.PathLike[str]) -> RunJournal:
         """Open the first free slot under ``data_dir`` (see the module docstring)."""
         for slot in range(1, MAX_SLOTS + 1):
             try:

@@ -45,7 +45,7 @@ def write_section(name: str, title: str, body: str, command: str) -> None:
     PERF.parent.mkdir(parents=True, exist_ok=True)
     text = PERF.read_text() if PERF.exists() else _HEADER
     start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     section = f"{start}\n## {title}\n\nCommand: `{command}` — run {stamp}, {machine()}.\n\n{body.strip()}\n{end}"
     if start in text and end in text:
         before, rest = text.split(start, 1)

@@ -28,6 +28,7 @@ from openfunctions.adapters import Message, ScriptedAdapter  # noqa: E402
 from openfunctions.agents import MemoryRunLog, RunJournal, define_agent, run_agent  # noqa: E402
 from openfunctions.core import ToolRegistry, define_tool  # noqa: E402
 
+
 async def _noop_async(p, c):
     return {"ok": True}
 

@@ -58,7 +58,7 @@ async def atimed(fn) -> float:
     return time.perf_counter() - t
 
 
-async def read_all_chunks(store: ArtifactStore, artifact_id: str, h: "hashlib._Hash | None" = None) -> None:
+async def read_all_chunks(store: ArtifactStore, artifact_id: str, h: hashlib._Hash | None = None) -> None:
     offset = 0
     while True:
         c = await store.read(artifact_id, offset, MAX_READ_BYTES)
@@ -170,7 +170,7 @@ async def main() -> None:
         rows.append(row("of_artifact_read via ToolRegistry", "tool", f"{SIZE // MAX_READ_BYTES} calls, base64"))
     ratio = base / med["put"]
     # Also paired per run (hash and put measured back to back), so load drifts cancel out.
-    paired = median([h / p for h, p in zip(t["hash"], t["put"])])
+    paired = median([h / p for h, p in zip(t["hash"], t["put"], strict=False)])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     body = (
         f"64 MiB of random bytes, median of {runs} runs; speed ratio = hashlib time / row time. "

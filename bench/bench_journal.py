@@ -290,7 +290,7 @@ def main() -> None:
         load_after = os.getloadavg()[0]
         def ratio(name: str, peer: str) -> float:
             # Median of per-round ratios: both sides of a ratio saw the same disk state.
-            return median([a / b for a, b in zip(samples[name], samples[peer])])
+            return median([a / b for a, b in zip(samples[name], samples[peer], strict=False)])
 
         for name, r in rates.items():
             xs = samples[name]
@@ -317,7 +317,7 @@ def main() -> None:
             rec_ts.append(time_recovery(jpath))
             raw_ts.append(time_raw_parse(jpath))
         rec_t, raw_t = median(rec_ts), median(raw_ts)
-        scan_ratio = median([b / a for a, b in zip(rec_ts, raw_ts)])
+        scan_ratio = median([b / a for a, b in zip(rec_ts, raw_ts, strict=False)])
         scan_table = table(
             [f"scan of {scan_n:,} records ({size / 2**20:.0f} MiB, page cache warm)", "seconds (median of 3 interleaved)", "records/s", "MiB/s"],
             [

@@ -129,7 +129,7 @@ async def embedded_part(rag, docs, qs, rows) -> None:
         sample = list(index._rows.values())[:2000]
         qv = rag.embedder.embed([qs[0]])[0]
         t = time.perf_counter()
-        sorted((sum(a * b for a, b in zip(qv, v)), i) for i, v in enumerate(sample))
+        sorted((sum(a * b for a, b in zip(qv, v, strict=False)), i) for i, v in enumerate(sample))
         py_ms = (time.perf_counter() - t) * 1000 * n_chunks / len(sample)
         rows.append(["  peer: pure-Python exact scan (scaled)", f"{py_ms:,.0f} ms", f"{py_ms / median(lat):.0f}x slower"])
 
@@ -159,11 +159,11 @@ async def pgvector_part(args, docs, qs, rows, notes) -> None:
                 rag.index.ef_search = ef
                 hl, hres = await timed(lambda q: rag.search(q, k=10), qs)
                 recall = sum(len({h["chunk_id"] for h in a} & {h["chunk_id"] for h in b}) / max(1, len(b))
-                             for a, b in zip(hres, eres)) / len(qs)
+                             for a, b in zip(hres, eres, strict=False)) / len(qs)
                 # ann-benchmarks' definition: a result counts if it is as close as the 10th exact
                 # neighbour (+1e-3): chunks tied with the true neighbours are not misses
                 ties = sum(sum(1 for h in a if h["score"] >= b[-1]["score"] - 1e-3) / max(1, len(b))
-                           for a, b in zip(hres, eres) if b) / len(qs)
+                           for a, b in zip(hres, eres, strict=False) if b) / len(qs)
                 rows.append([f"search, pgvector HNSW (ef_search {ef})", f"{median(hl):.1f} ms",
                              f"recall@10 = {recall:.3f} (ties counted: {ties:.3f}), "
                              f"{median(el) / median(hl):.1f}x faster than exact"])

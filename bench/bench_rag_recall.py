@@ -147,14 +147,14 @@ def chunk_and_embed(corpus: Corpus, embedder: LexicalEmbedder, chunker: Chunker)
 
 
 def recall(approx: list[list[str]], exact: list[list[str]]) -> float:
-    return sum(len(set(a) & set(e)) / max(1, len(e)) for a, e in zip(approx, exact)) / len(exact)
+    return sum(len(set(a) & set(e)) / max(1, len(e)) for a, e in zip(approx, exact, strict=False)) / len(exact)
 
 
 def recall_with_ties(approx: list[list[dict]], exact: list[list[dict]], eps: float = 1e-3) -> float:
     """ann-benchmarks' definition: a result counts when it is as close as the 10th exact neighbour
     (within ``eps``): a chunk tied with the true neighbours is not a miss."""
     return sum(sum(1 for h in a if h["score"] >= e[-1]["score"] - eps) / max(1, len(e))
-               for a, e in zip(approx, exact) if e) / len(exact)
+               for a, e in zip(approx, exact, strict=False) if e) / len(exact)
 
 
 def gap(exact_scores: np.ndarray) -> float:
@@ -171,7 +171,7 @@ async def pgvector_part(args, corpus, chunks, vecs, qvecs, rows) -> None:
         try:
             await index.drop_hnsw()
             t, pos = time.perf_counter(), 0
-            for (doc_id, text, _, _), cs in zip(corpus.docs, chunks):
+            for (doc_id, text, _, _), cs in zip(corpus.docs, chunks, strict=False):
                 info = {"digest": "sha256:" + hashlib.sha256(text.encode()).hexdigest(), "chunker": "bench",
                         "embedder": emb.name, "chunks": len(cs), "bytes": len(text)}
                 await index.replace_doc(doc_id, info, cs, vecs[pos:pos + len(cs)])
@@ -237,7 +237,7 @@ async def embedded_part(args, corpus, chunks, vecs, qvecs, rows) -> None:
         emb = LexicalEmbedder()
         await index.open(emb)
         t, pos = time.perf_counter(), 0
-        for (doc_id, text, _, _), cs in zip(corpus.docs, chunks):
+        for (doc_id, text, _, _), cs in zip(corpus.docs, chunks, strict=False):
             info = {"digest": "x", "chunker": "bench", "embedder": emb.name, "chunks": len(cs), "bytes": len(text)}
             await index.replace_doc(doc_id, info, cs, vecs[pos:pos + len(cs)].tolist())
             pos += len(cs)
@@ -249,7 +249,7 @@ async def embedded_part(args, corpus, chunks, vecs, qvecs, rows) -> None:
         ours = [[h["chunk_id"] for h in r] for r in ores]
         rows.append(["embedded exact index (StoreIndex.search: numpy + chunk reads)", f"{median(ol):.1f} ms",
                      "exact"])
-        ids = [f"{doc_id}#{n:06d}" for (doc_id, *_), cs in zip(corpus.docs, chunks) for n in range(len(cs))]
+        ids = [f"{doc_id}#{n:06d}" for (doc_id, *_), cs in zip(corpus.docs, chunks, strict=False) for n in range(len(cs))]
         # bare numpy over the same float32 matrix: the floor for an exact in-memory scan
         mat = np.ascontiguousarray(vecs)
         lat = []

@@ -83,7 +83,7 @@ async def _pair(a, b, n: int, clock=time.perf_counter) -> tuple[float, float, fl
             t0 = clock()
             await side[0]()
             side[1].append((clock() - t0) / STEPS * 1e6)
-    return median(ta), median(tb), median([y / x for x, y in zip(ta, tb)])
+    return median(ta), median(tb), median([y / x for x, y in zip(ta, tb, strict=False)])
 
 
 async def fsync_floor(root: Path, n: int) -> tuple[float, float]:

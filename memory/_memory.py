@@ -278,7 +278,7 @@ class Memory:
         if used == "meaning":
             qv = (await anyio.to_thread.run_sync(self.embedder.embed, [query]))[0]
             name = self.embedder.name
-            scored = [(sum(a * b for a, b in zip(qv, v["vec"])), k, v) for k, v in facts
+            scored = [(sum(a * b for a, b in zip(qv, v["vec"], strict=False)), k, v) for k, v in facts
                       if v.get("embedder") == name and v.get("vec")]
         else:
             scored = self._text_scores(query, facts)

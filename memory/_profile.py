@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 import structlog
 
 from openfunctions.core import DuplicateTool, OpenFunctionsError, ToolDefinition, ToolDefinitionError, ToolRegistry

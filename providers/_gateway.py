@@ -199,7 +199,7 @@ def _base_registry(registry: ToolRegistry | None, modules: Iterable[str]) -> Too
     parts = _module_parts(modules)
     owner = next((p for p in parts if isinstance(p, ToolRegistry)), None)
     base = ToolRegistry(executor=owner.executor) if owner is not None else ToolRegistry()
-    for spec, p in zip(modules, parts):
+    for spec, p in zip(modules, parts, strict=False):
         for t in p.list() if isinstance(p, ToolRegistry) else p:
             base.register(t, source=f"--module {spec}")
     return base

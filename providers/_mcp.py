@@ -72,6 +72,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter, ValidationError
 
 from openfunctions.core import (
+    TOOL_NAME_RE,
     Capability,
     DuplicateTool,
     OpenFunctionsError,
@@ -83,7 +84,6 @@ from openfunctions.core import (
     ToolResult,
     define_tool,
 )
-from openfunctions.core import TOOL_NAME_RE
 
 from ._config import UpstreamConfig
 from ._errors import UpstreamError, UpstreamUnavailable
@@ -131,7 +131,7 @@ class McpProvider(ContextProvider):
         self.config = config
         self.errlog = errlog
 
-    async def connect(self, *, wait: bool = True) -> "ConnectedMcpProvider":
+    async def connect(self, *, wait: bool = True) -> ConnectedMcpProvider:
         """Start the connection supervisor; with ``wait``, return after the first attempt (success or not).
 
         An upstream that is down is not an error here: ``health()`` reports it.

@@ -83,7 +83,7 @@ class ConnectedProvider(Protocol):
     :func:`connect_provider` then lets it register and keep its tools in step.
     """
 
-    provider: "ContextProvider"
+    provider: ContextProvider
 
     def create_tools(self) -> list[ToolDefinition]: ...
 

@@ -125,7 +125,7 @@ class StoreIndex:
         async with self.store.transaction() as tx:
             for n in range(len(chunks), old["chunks"] if old else 0):
                 await tx.delete(f"chunk/{doc_id}#{n:06d}")
-            for n, (text, vec) in enumerate(zip(chunks, packed)):
+            for n, (text, vec) in enumerate(zip(chunks, packed, strict=False)):
                 await tx.put(f"chunk/{doc_id}#{n:06d}", {"t": text, "v": vec})
             await tx.put(f"doc/{doc_id}", {**info, "at": utc_timestamp()})
         for n in range(len(chunks), old["chunks"] if old else 0):
@@ -160,7 +160,7 @@ class StoreIndex:
         if not self._ids:
             return []
         if np is None:
-            scored = sorted(((sum(a * b for a, b in zip(query, self._rows[i])), i) for i in self._ids), reverse=True)
+            scored = sorted(((sum(a * b for a, b in zip(query, self._rows[i], strict=False)), i) for i in self._ids), reverse=True)
             return [(i, s) for s, i in scored[:k]]
         # einsum, not ``@``: a threaded BLAS gemv was 30x slower on a busy 2-core machine (measured:
         # 10 ms vs 0.3 ms for 2,000 x 256), and a matrix-vector product is memory-bound anyway.
@@ -330,7 +330,7 @@ class PgVectorIndex:
         if row is None:
             return None
         keys = ("digest", "chunker", "embedder", "source", "title", "chunks", "bytes", "at")
-        d = dict(zip(keys, row))
+        d = dict(zip(keys, row, strict=False))
         d["at"] = d["at"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         return d
 
@@ -344,7 +344,7 @@ class PgVectorIndex:
                     await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
                     async with conn.cursor().copy(
                             sql.SQL("COPY {} (doc_id, n, text, embedding) FROM STDIN").format(self._table)) as copy:
-                        for n, (text, vec) in enumerate(zip(chunks, vectors)):
+                        for n, (text, vec) in enumerate(zip(chunks, vectors, strict=False)):
                             await copy.write_row((doc_id, n, text, _vector_text(vec)))
                     await conn.execute(
                         "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, chunks, "
@@ -432,7 +432,7 @@ class PgVectorIndex:
         keys = ("doc_id", "digest", "chunker", "embedder", "source", "title", "chunks", "bytes", "at")
         out = []
         for r in rows:
-            d = dict(zip(keys, r))
+            d = dict(zip(keys, r, strict=False))
             d["at"] = d["at"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             out.append(d)
         return out

@@ -22,11 +22,8 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core import ToolExecutionContext, with_child_execution
+from openfunctions.core import ToolDefinition, ToolExecutionContext, ToolResult, check_json, with_child_execution
 from openfunctions.core.errors import NonJsonValue, OpenFunctionsError, ToolError, ToolNotFound
-from openfunctions.core import check_json
-from openfunctions.core import ToolResult
-from openfunctions.core import ToolDefinition
 
 from ._errors import NonDeterministic, StepFailed, StepOutputInvalid, WorkflowDefinitionError, WorkflowError
 from ._runlog import RunJournal, StepRecord
@@ -36,7 +33,7 @@ from ._steps import LLMStep, Step, ToolStep, Transform
 class Node:
     __slots__ = ("path",)
 
-    async def run(self, ex: "Exec", value: Any) -> Any:  # pragma: no cover - abstract
+    async def run(self, ex: Exec, value: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -47,7 +44,7 @@ class Leaf(Node):
         self.path = path
         self.step = step
 
-    async def run(self, ex: "Exec", value: Any) -> Any:
+    async def run(self, ex: Exec, value: Any) -> Any:
         step = self.step
         if ex.journal is not None:
             rec = ex.journal.state.steps.get(self.path)
@@ -69,7 +66,7 @@ class Seq(Node):
         self.path = path
         self.children = children
 
-    async def run(self, ex: "Exec", value: Any) -> Any:
+    async def run(self, ex: Exec, value: Any) -> Any:
         for child in self.children:
             value = await child.run(ex, value)
         return value
@@ -82,7 +79,7 @@ class Par(Node):
         self.path = path
         self.branches = branches
 
-    async def run(self, ex: "Exec", value: Any) -> Any:
+    async def run(self, ex: Exec, value: Any) -> Any:
         results: list[Any] = [None] * len(self.branches)
         failures: list[BaseException] = []
 
@@ -114,7 +111,7 @@ class Branch(Node):
         self.if_true = if_true
         self.if_false = if_false
 
-    async def run(self, ex: "Exec", value: Any) -> Any:
+    async def run(self, ex: Exec, value: Any) -> Any:
         try:
             taken = bool(self.predicate(value))
         except Exception as exc:
@@ -335,7 +332,7 @@ class Exec:
 # The start record a gated handler waits for (set around one executor call; a context variable,
 # so parallel branches each see their own).
 _GATE: contextvars.ContextVar[Any] = contextvars.ContextVar("openfunctions_workflow_gate")
-_GATED: "weakref.WeakKeyDictionary[ToolDefinition, ToolDefinition]" = weakref.WeakKeyDictionary()
+_GATED: weakref.WeakKeyDictionary[ToolDefinition, ToolDefinition] = weakref.WeakKeyDictionary()
 
 
 def _gated(tool: ToolDefinition) -> ToolDefinition:

@@ -28,10 +28,8 @@ from typing import Any
 import anyio
 import structlog
 
-from openfunctions.core import canonical_json, to_utf8
-from openfunctions.core import ToolExecutionContext
+from openfunctions.core import ToolExecutionContext, canonical_json, new_id, to_utf8
 from openfunctions.core.errors import JournalCorrupt, JournalError, JournalLocked, NonJsonValue, OpenFunctionsError
-from openfunctions.core import new_id
 from openfunctions.core.files import fsync_dir
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
 

@@ -15,9 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from openfunctions.adapters import AIAdapter, ChatOptions, Message
+from openfunctions.core import TOOL_NAME_RE, ToolDefinition, Validator
 from openfunctions.core.errors import ToolDefinitionError
-from openfunctions.core import Validator
-from openfunctions.core import TOOL_NAME_RE, ToolDefinition
 
 from ._errors import StepOutputInvalid, WorkflowDefinitionError
 
@@ -101,7 +100,7 @@ class Transform(Step):
             raise WorkflowDefinitionError(f"transform needs a function, got {type(fn).__name__}")
         self.kind = "transform"
         self.fn = fn
-        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(fn.__call__)
         self.name = _check_name(name or _fn_name(fn))
 
     def __repr__(self) -> str:

@@ -12,15 +12,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from openfunctions.core import digest
-from openfunctions.core import ToolExecutionContext
+from openfunctions.adapters import AIAdapter
+from openfunctions.core import Capability, ToolDefinition, ToolExecutionContext, define_tool, digest
 from openfunctions.core.errors import ToolError
-from openfunctions.core import Capability, ToolDefinition, define_tool
 
 from ._errors import WorkflowDefinitionError, WorkflowError
 from ._plan import Exec, Seq, compile_parts
-from openfunctions.adapters import AIAdapter
-
 from ._steps import Step, ToolStep, Transform, _fn_name
 
 _WORKFLOW_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -71,21 +68,21 @@ class Workflow:
 
     # -- building -------------------------------------------------------------
 
-    def _with(self, part: Any) -> "Workflow":
+    def _with(self, part: Any) -> Workflow:
         return Workflow((*self.parts, part), name=self.name, registry=self.registry, adapter=self.adapter)
 
-    def then(self, step: Any) -> "Workflow":
+    def then(self, step: Any) -> Workflow:
         """Append a step (or a nested workflow, a ToolDefinition, a function) fed the previous result."""
         return self._with(_coerce(step, "then()"))
 
-    def parallel(self, *steps: Any) -> "Workflow":
+    def parallel(self, *steps: Any) -> Workflow:
         """Run ``steps`` concurrently on the previous result; the result is their results, in order.
         The first failure cancels the others and fails the workflow."""
         if not steps:
             raise WorkflowDefinitionError("parallel() needs at least one step")
         return self._with(_ParallelPart(tuple(_coerce(s, f"parallel() branch {i}") for i, s in enumerate(steps))))
 
-    def branch(self, predicate: Callable[[Any], Any], if_true: Any = None, if_false: Any = None, *, name: str | None = None) -> "Workflow":
+    def branch(self, predicate: Callable[[Any], Any], if_true: Any = None, if_false: Any = None, *, name: str | None = None) -> Workflow:
         """Run ``if_true`` or ``if_false`` (each a step or workflow; ``None`` passes the value through)
         depending on ``predicate(previous result)``, which must be a pure function of it."""
         if not callable(predicate):
@@ -94,11 +91,11 @@ class Workflow:
         f = _coerce(if_false, "branch() if_false") if if_false is not None else None
         return self._with(_BranchPart(predicate, name or _fn_name(predicate), t, f))
 
-    def named(self, name: str) -> "Workflow":
+    def named(self, name: str) -> Workflow:
         """The same workflow under ``name`` (durable runs find their workflow by name)."""
         return Workflow(self.parts, name=name, registry=self.registry, adapter=self.adapter)
 
-    def bind(self, *, registry: Any = None, adapter: AIAdapter | None = None) -> "Workflow":
+    def bind(self, *, registry: Any = None, adapter: AIAdapter | None = None) -> Workflow:
         """The same workflow with a default registry and/or adapter."""
         return Workflow(self.parts, name=self.name, registry=registry if registry is not None else self.registry,
                         adapter=adapter if adapter is not None else self.adapter)

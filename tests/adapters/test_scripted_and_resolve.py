@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from openfunctions.adapters import (
     AdapterError,
     AdapterNotConfigured,
     AIAdapter,
-    ChatReply,
     MalformedResponse,
     Message,
     OpenAIAdapter,

@@ -3,7 +3,6 @@ they think with the MCP host's model (the test client's sampling callback)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import anyio

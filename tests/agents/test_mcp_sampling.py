@@ -3,7 +3,6 @@ sampling callback plays the model (scripted); servers are real subprocesses."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

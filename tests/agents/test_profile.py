@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-from mcp import Client
 
 from openfunctions.agents import AgentDefinitionError
 from openfunctions.servers import create_mcp_server

@@ -90,7 +90,7 @@ class _DirLock:
     def __init__(self, path: Path, timeout: float) -> None:
         self.path, self.timeout, self.fd = path, timeout, -1
 
-    def __enter__(self) -> "_DirLock":
+    def __enter__(self) -> _DirLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + self.timeout
@@ -101,7 +101,7 @@ class _DirLock:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     os.close(self.fd)
-                    raise TimeoutError(f"another session has held {self.path} for over {self.timeout:.0f} s")
+                    raise TimeoutError(f"another session has held {self.path} for over {self.timeout:.0f} s") from None
                 time.sleep(0.5)
 
     def __exit__(self, *exc: object) -> None:

@@ -41,7 +41,7 @@ async def test_concurrent_appends_get_distinct_numbers(memory_store):
 
 async def test_thread_reads_are_bounded_by_bytes(memory_store):
     m = Memory(memory_store)
-    for i in range(6):
+    for _i in range(6):
         await m.append_message("big", "user", "x" * 30_000)
     page = await m.get_thread("big", limit=100, budget_bytes=100_000)
     assert 1 <= len(page.messages) < 6 and page.next_before is not None

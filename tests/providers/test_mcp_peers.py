@@ -134,8 +134,8 @@ async def test_an_upstream_down_at_start_is_mounted_when_it_comes_up(tmp_path):
 
     import anyio
 
-    from ..interop._serve import cli_command
     from .._net import free_port, wait_for_port
+    from ..interop._serve import cli_command
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"

@@ -323,8 +323,9 @@ async def test_a_governed_policy_refuses_a_mounted_tool_for_a_principal(tmp_path
 
 
 async def test_context_from_an_upstream_survives_a_raising_and_a_hanging_provider(tmp_path, fixture_upstream):
-    from .test_provider import Connected
     from openfunctions.providers import define_provider
+
+    from .test_provider import Connected
 
     async def boom():
         raise RuntimeError("nope")

@@ -21,7 +21,7 @@ def test_chunks_hold_whole_sentences_within_budget_with_overlap():
         assert c.endswith(".")  # never cut inside a sentence
         for s in sents:
             assert (s in c) or not any(w in c.split() for w in s.split()[-1:]), "a sentence was split"
-    for a, b in zip(chunks, chunks[1:]):
+    for a, b in zip(chunks, chunks[1:], strict=False):
         last = a.split(". ")[-1]
         assert b.startswith(last.rstrip(".")), "the next chunk starts with the previous chunk's last sentence"
     joined = " ".join(chunks)

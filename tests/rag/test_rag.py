@@ -6,8 +6,8 @@ import pytest
 
 from openfunctions.core import ToolRegistry
 from openfunctions.rag import (
-    ChunkNotFound,
     Chunker,
+    ChunkNotFound,
     DocumentTooLarge,
     IndexMismatch,
     InvalidRagInput,
