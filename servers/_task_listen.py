@@ -15,7 +15,8 @@ What this handler does, in wire order:
    unknown id and another principal's id are both left out, alike, so the
    acknowledgment reveals nothing a ``tasks/get`` would not. At most
    :data:`MAX_TASK_IDS` ids per stream. The core kinds are honored when the
-   server publishes such events (a bus is attached), else left out;
+   server publishes such events (a bus is attached: the server's own, for a
+   gateway's re-listed tools and prompts, and a profile's), else left out;
 2. the current state of every honored task (a client that subscribes after
    the task finished still learns its end);
 3. then, until the client goes away or the server closes: one
@@ -78,10 +79,9 @@ class TaskListen:
     """The ``subscriptions/listen`` handler of a server with tasks; register it on the low-level server.
 
     ``principal_for(ctx)`` and ``declared(ctx)`` are the server's own rules
-    (who is asking; did this request declare the tasks extension). ``bus``:
-    an SDK ``SubscriptionBus`` whose core change events (list changes,
-    resource updates) ride the same streams; ``None`` until a profile that
-    publishes such events attaches one.
+    (who is asking; did this request declare the tasks extension). ``buses``:
+    SDK ``SubscriptionBus`` es whose core change events (list changes,
+    resource updates) ride the same streams (:meth:`attach`).
     """
 
     def __init__(self, manager: TaskManager, *, principal_for: Callable[[Any], str | None],
@@ -89,9 +89,14 @@ class TaskListen:
         self.manager = manager
         self.principal_for = principal_for
         self.declared = declared
-        self.bus: SubscriptionBus | None = None
+        self.buses: list[SubscriptionBus] = []
         self._streams: set[_Stream] = set()
         self._sends: set[Any] = set()
+
+    def attach(self, bus: SubscriptionBus) -> None:
+        """Carry ``bus``'s core change events on the streams opened from now on."""
+        if bus not in self.buses:
+            self.buses.append(bus)
 
     def changed(self, task_id: str) -> None:
         """A record changed ``task_id``'s state: queue it on every stream that asked for it (synchronous)."""
@@ -105,7 +110,7 @@ class TaskListen:
             send.close()
 
     def _honored(self, ctx: Any, requested: types.SubscriptionFilter) -> tuple[types.SubscriptionFilter, frozenset[str]]:
-        core = self.bus is not None
+        core = bool(self.buses)
         task_ids: list[str] = []
         raw = (requested.model_extra or {}).get(TASK_IDS_FILTER)
         if isinstance(raw, list) and self.declared(ctx):
@@ -156,7 +161,7 @@ class TaskListen:
         stream = _Stream(task_ids, deliver)
         # Registered before the ack so nothing published meanwhile is lost; this task alone
         # writes the stream, and it drains only after the ack is sent.
-        unsubscribe = self.bus.subscribe(on_event) if self.bus is not None else None
+        unsubscribes = [bus.subscribe(on_event) for bus in self.buses]
         self._streams.add(stream)
         self._sends.add(send)
         for task_id in sorted(task_ids):
@@ -177,7 +182,7 @@ class TaskListen:
                     notification = event_to_notification(item, meta)
                 await ctx.session.send_notification(notification, related_request_id=subscription_id)
         finally:
-            if unsubscribe is not None:
+            for unsubscribe in unsubscribes:
                 try:
                     unsubscribe()
                 except Exception as exc:  # a custom bus must not stop this stream's cleanup

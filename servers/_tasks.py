@@ -196,13 +196,16 @@ class TaskManager:
         self.artifacts: Any = None
         self._own_artifacts = False
 
-    def serve_listen(self, lowlevel: Any, principal_for: Callable[[Any], str | None]) -> TaskListen:
+    def serve_listen(self, lowlevel: Any, principal_for: Callable[[Any], str | None], bus: Any = None) -> TaskListen:
         """Serve ``subscriptions/listen`` on ``lowlevel`` (an SDK low-level server): task status notifications.
 
-        ``principal_for(ctx)`` names who asks (the server's rule). Returns the
-        handler; a profile that publishes core change events sets its ``bus``.
+        ``principal_for(ctx)`` names who asks (the server's rule); ``bus``: the
+        server's SDK ``SubscriptionBus`` of core change events (list changes),
+        carried on the same streams. Returns the handler (``attach`` more buses).
         """
         self.listen = TaskListen(self, principal_for=principal_for, declared=declared_tasks)
+        if bus is not None:
+            self.listen.attach(bus)
         lowlevel.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, self.listen)
         return self.listen
 

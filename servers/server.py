@@ -282,7 +282,8 @@ class OpenFunctionsServer:
         self.lowlevel.add_request_handler("tasks/get", _TaskParams, self._on_tasks_get)
         self.lowlevel.add_request_handler("tasks/update", _TaskUpdateParams, self._on_tasks_update)
         self.lowlevel.add_request_handler("tasks/cancel", _TaskParams, self._on_tasks_cancel)
-        self.tasks.serve_listen(self.lowlevel, self._principal_for)  # notifications/tasks (subscriptions/listen)
+        # One subscriptions/listen handler for both: this bus's list changes and notifications/tasks.
+        self.tasks.serve_listen(self.lowlevel, self._principal_for, bus=self.subscriptions)
         self.lowlevel.middleware.append(TasksV1(self))  # 2025-11-25 task-augmented calls (_tasks_v1.py)
 
     # -- registration (resources and prompts) -------------------------------

@@ -9,7 +9,6 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -213,9 +212,11 @@ def add_conformance_fixtures(server: Any) -> None:
     low.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, subs.unsubscribe)
     low.add_request_handler("logging/setLevel", types.SetLevelRequestParams, _set_logging_level)
     low.add_request_handler("completion/complete", types.CompleteRequestParams, _complete)
-    # subscriptions/listen is the server's own (task status notifications); the list-change
-    # triggers publish on this bus, whose events ride the same streams.
-    server.tasks.listen.bus = _EVENT_BUSES.get(server.registry) or InMemorySubscriptionBus()
+    # subscriptions/listen is the server's own (list changes and task status notifications); the
+    # list-change triggers publish on the registry's bus, attached so its events ride the same streams.
+    bus = _EVENT_BUSES.get(server.registry)
+    if bus is not None:
+        server.tasks.listen.attach(bus)
     # Outermost first: the boundary seals what the adapter lifts, and verifies the
     # echoed requestState before any fixture sees it (a tampered token is -32602).
     low.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=low.name))
