@@ -304,7 +304,7 @@ async def bench(
         await _run_mode(name, [ours, sdk], n, rounds, warmup=max(20, n // 5))
         o, s = median(ours.rates), median(sdk.rates)
         # Rounds alternate ours/SDK back to back, so each pair saw about the same machine load.
-        paired = median([a / b for a, b in zip(ours.rates, sdk.rates)])
+        paired = median([a / b for a, b in zip(ours.rates, sdk.rates, strict=True)])
         rows.append([name, n, f"{o:,.0f}", f"{s:,.0f}", f"{paired:.2f}x"])
         rates[name] = (o, s, paired)
 

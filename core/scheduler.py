@@ -25,7 +25,7 @@ Mode = Literal["shared", "exclusive"]
 class Reservation:
     __slots__ = ("mode", "released", "_scheduler")
 
-    def __init__(self, scheduler: "Scheduler", mode: Mode) -> None:
+    def __init__(self, scheduler: Scheduler, mode: Mode) -> None:
         self.mode = mode
         self.released = False
         self._scheduler = scheduler

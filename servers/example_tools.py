@@ -74,7 +74,7 @@ def _json_query(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 
 def _now(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     out: dict[str, Any] = {"utc": now.isoformat(timespec="seconds").replace("+00:00", "Z"), "unix": now.timestamp()}
     zone = params.get("timezone")
     if zone:

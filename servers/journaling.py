@@ -43,9 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 import anyio
+import structlog
 
 from openfunctions.core.errors import JournalFailed, JournalLocked, OpenFunctionsError
 from openfunctions.core.journal import DEFAULT_ROTATE_BYTES

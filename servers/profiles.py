@@ -39,6 +39,7 @@ from .example_tools import example_tools
 log = structlog.get_logger("openfunctions.servers.profiles")
 
 from ._constants import PROFILES
+
 ENTRY_POINT_GROUP = "openfunctions.tools"
 
 Setup = Callable[[Any], None]
@@ -188,7 +189,7 @@ def _conformance_profile() -> Profile:
         prof = Profile("conformance", registry)
         prof.setups.extend(r for r in rest if callable(r))
         return prof
-    registry = getattr(built, "registry")
+    registry = built.registry
     prof = Profile("conformance", registry, instructions=getattr(built, "instructions", None))
     for attr in ("install", "setup"):
         fn = getattr(built, attr, None)

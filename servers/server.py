@@ -57,13 +57,10 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
 from pydantic import Field
 
-from openfunctions.core import InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
-
-from openfunctions.core import PRINCIPAL_SCOPE_KEY
+from openfunctions.core import PRINCIPAL_SCOPE_KEY, InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
 
 from ._constants import RECEIPT_META_KEY
 from ._outstanding import Outstanding
-from ._tasks_v1 import TasksV1
 from ._tasks import (
     DEFAULT_POLL_INTERVAL_MS,
     DEFAULT_TASK_AFTER_S,
@@ -77,6 +74,7 @@ from ._tasks import (
     missing_extension,
     tasks_path,
 )
+from ._tasks_v1 import TasksV1
 
 log = structlog.get_logger("openfunctions.servers")
 
@@ -386,7 +384,7 @@ class OpenFunctionsServer:
         await self.tasks.open(tasks_path(journal_file), recovered_receipts=recovered, find_receipts=find,
                               write_receipt=write_receipt)
 
-    async def __aenter__(self) -> "OpenFunctionsServer":
+    async def __aenter__(self) -> OpenFunctionsServer:
         await self.start()
         return self
 

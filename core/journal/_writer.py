@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 

@@ -99,7 +99,7 @@ class RawSession:
         self.proc = subprocess.Popen(
             argv, env=server_env(**(env or {})), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-        self.lines: "queue.Queue[bytes | None]" = queue.Queue()
+        self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.stdout_lines: list[bytes] = []
         self.stderr = bytearray()
 

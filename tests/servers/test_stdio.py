@@ -11,7 +11,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from openfunctions.servers import RECEIPT_META_KEY
 
-from .conftest import cancel_slow_call, journaled_receipts, server_env, serve_argv, wait_for_file
+from .conftest import cancel_slow_call, journaled_receipts, serve_argv, server_env, wait_for_file
 
 pytestmark = pytest.mark.slow
 
