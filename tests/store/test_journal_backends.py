@@ -14,9 +14,9 @@ import pytest
 
 from openfunctions.core import ToolRegistry, define_tool, new_id, utc_timestamp
 from openfunctions.core.journal import recovered_receipt
+from tests._pg import unique_name
 
 from ._journal_backends import FileBackend, PgBackend
-from tests._pg import unique_name
 
 
 @pytest.fixture(params=["file", "postgresql"])
