@@ -11,6 +11,8 @@ started for the run. Modes, interleaved round by round so machine noise hits all
   on one psycopg connection: the floor a hand-written durable insert pays;
 - ``journal 8`` / ``raw 8``: 8 concurrent callers (the journal shares commits: group commit;
   raw uses 8 connections, each inserting on its own).
+- ``raw+idx 1``: the same INSERT into a table with the journal's two extra indexes (one receipt per
+  call, starts by instance): what the journal's table alone costs, without its function and head row;
 - ``file 1``: the file journal (core.journal.ExecutionJournal, write + fdatasync) one call at a
   time, for scale.
 
@@ -72,17 +74,18 @@ class Raw:
         return row
 
 
-SQL = ("INSERT INTO bench_raw (journal, seq, type, time, data, prev, chk, receipt_id, instance) "
+SQL = ("INSERT INTO {table} (journal, seq, type, time, data, prev, chk, receipt_id, instance) "
        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
 
 
-async def run_raw(conns, raw: Raw, rs, conc: int) -> float:
+async def run_raw(conns, raw: Raw, rs, conc: int, table: str = "bench_raw") -> float:
     t = time.perf_counter()
     it = iter(rs)
+    sql = SQL.format(table=table)
 
     async def worker(conn):
         for r in it:
-            await conn.execute(SQL, raw.row(r))
+            await conn.execute(sql, raw.row(r))
 
     await asyncio.gather(*(worker(c) for c in conns[:conc]))
     return (time.perf_counter() - t) / len(rs)
@@ -104,21 +107,28 @@ async def main() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
             await c.execute("CREATE TABLE IF NOT EXISTS bench_raw (journal text, seq bigint, type text, time text, "
                             "data text, prev text, chk text, receipt_id text, instance text, PRIMARY KEY (journal, seq))")
+            await c.execute("CREATE TABLE IF NOT EXISTS bench_raw_idx (LIKE bench_raw INCLUDING ALL)")
+            await c.execute("CREATE UNIQUE INDEX IF NOT EXISTS bench_raw_idx_r ON bench_raw_idx (journal, receipt_id) "
+                            "WHERE type = 'receipt'")
+            await c.execute("CREATE INDEX IF NOT EXISTS bench_raw_idx_s ON bench_raw_idx (journal, instance, receipt_id) "
+                            "WHERE type = 'start'")
         conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(8)]
         journal = await open_pg_journal(dsn, "bench", max_connections=8)
         fj = await ExecutionJournal.open(Path(root) / "fj" / "bench.journal")
         raw = Raw()
-        results: dict[str, list[float]] = {k: [] for k in ("journal 1", "raw 1", "journal 8", "raw 8", "file 1")}
+        results: dict[str, list[float]] = {k: [] for k in ("journal 1", "raw 1", "raw+idx 1", "journal 8", "raw 8", "file 1")}
         for _ in range(args.rounds):
             results["journal 1"].append(await run_journal(journal, receipts(args.calls), 1))
             results["raw 1"].append(await run_raw(conns, raw, receipts(args.calls), 1))
+            results["raw+idx 1"].append(await run_raw(conns, raw, receipts(args.calls), 1, "bench_raw_idx"))
             results["journal 8"].append(await run_journal(journal, receipts(args.calls), 8))
             results["raw 8"].append(await run_raw(conns, raw, receipts(args.calls), 8))
             results["file 1"].append(await run_journal(fj, receipts(args.calls), 1))
         med = {k: statistics.median(v) for k, v in results.items()}
         for k, v in med.items():
             print(f"{k:10} {v * 1e6:8.0f} us/call  {1 / v:8.0f} calls/s")
-        print(f"journal/raw speed, one at a time: {med['raw 1'] / med['journal 1']:.2f}x")
+        print(f"journal/raw speed, one at a time: {med['raw 1'] / med['journal 1']:.2f}x "
+              f"(vs raw with the journal's indexes: {med['raw+idx 1'] / med['journal 1']:.2f}x)")
         print(f"journal/raw speed, 8 concurrent:  {med['raw 8'] / med['journal 8']:.2f}x "
               f"(journal commits: {journal.commits} for {journal.appended} records)")
         await journal.close()
