@@ -124,6 +124,7 @@ class PgExecutionJournal:
         self.recovered: list[Any] = []
         self.instance: str | None = None
         self._lock_conn: Any = None
+        self._conn: Any = None  # the appends' connection (opened at the first append, replaced after a failure)
         self._queue: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
@@ -206,11 +207,14 @@ class PgExecutionJournal:
                 [canonical_json(r[1]) for r in rows], [r[2] for r in rows])
         committing = False
         try:
-            async with self.pool.connection() as conn:
-                committing = True
-                cur = await conn.execute("SELECT o_idx, o_seq FROM of_journal_append(%s, %s, %s, %s, %s, %s)", args)
-                out = await cur.fetchall()
+            if self._conn is None:  # one connection of its own: appends go one statement at a time anyway
+                self._conn = await self._psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+            conn = self._conn
+            committing = True
+            cur = await conn.execute("SELECT o_idx, o_seq FROM of_journal_append(%s, %s, %s, %s, %s, %s)", args)
+            out = await cur.fetchall()
         except self._db_errors as exc:
+            await self._drop_conn()
             await self._lost()
             raise self._unavailable(exc, committing) from None
         except self._psycopg.errors.RaiseException as exc:
@@ -224,6 +228,14 @@ class PgExecutionJournal:
         self.commits += 1
         self.appended += len(rows)
         return seqs
+
+    async def _drop_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:
+                pass
 
     async def _lost(self) -> None:
         """After a connection failed: have the pool drop its other dead connections (a restarted server breaks all)."""
@@ -266,7 +278,7 @@ class PgExecutionJournal:
                 if not isinstance(exc, Exception):
                     raise
                 continue
-            for p, seq in zip(batch, seqs):
+            for p, seq in zip(batch, seqs, strict=True):
                 if p.future.done():
                     continue
                 if seq is None:
@@ -315,6 +327,7 @@ class PgExecutionJournal:
                 await self._flusher
             except Exception:
                 pass
+        await self._drop_conn()
         if self._lock_conn is not None:
             try:  # a clean exit: nothing of ours is left unsettled, so the row goes with the lock
                 async with self.pool.connection() as conn:

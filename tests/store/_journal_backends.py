@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from openfunctions.core.journal import ExecutionJournal, read_records
-from openfunctions.store import open_pg_journal, verify_pg_journal
 from openfunctions.store import migrate_database as migrate
+from openfunctions.store import open_pg_journal, verify_pg_journal
 
 _migrated: set[str] = set()
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -108,3 +109,10 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
     if proc.stderr:
         proc.stderr.close()
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

@@ -7,15 +7,14 @@ in flight is recovered `unknown` by the next server (never re-run); verify passe
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
-from openfunctions.store import verify_pg_journal
 from openfunctions.store import migrate_database as migrate
+from openfunctions.store import verify_pg_journal
 
 from ._journal_backends import private_database
-from ._replicas import Load, db_receipts, start_replica, stop
+from ._replicas import Load, db_receipts, start_replica, stop, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -30,18 +29,11 @@ def db(pg_dsn):
         yield dsn
 
 
-def _wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_sigkill_under_load_loses_no_receipt_a_client_saw(db, tmp_path) -> None:
     url, proc = start_replica(db, tmp_path / "a")
     load = Load(url, workers=4).start()
     try:
-        _wait_for(lambda: len(load.seen) >= 100)
+        wait_for(lambda: len(load.seen) >= 100)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:

@@ -11,9 +11,9 @@ from openfunctions.core import ToolRegistry, define_tool
 from openfunctions.store import SchemaOutOfDate, SchemaTooNew, open_pg_journal, verify_pg_journal
 from openfunctions.store import migrate_database as migrate
 from openfunctions.store._migrations import MIGRATIONS
+from tests._pg import unique_name
 
 from ._journal_backends import migrated, private_database
-from tests._pg import unique_name
 
 
 @pytest.fixture
@@ -143,3 +143,25 @@ async def test_a_replica_that_lost_its_lock_cannot_settle_a_recovered_call_twice
         await a.close()
     report = verify_pg_journal(dsn, name)
     assert report.ok, report.problems
+
+
+@pytest.mark.anyio
+async def test_a_second_receipt_for_one_call_is_refused_and_the_batch_goes_on(pg_dsn) -> None:
+    from openfunctions.core import new_id, utc_timestamp
+    from openfunctions.core.journal import recovered_receipt
+    from openfunctions.store import DuplicateReceipt
+
+    dsn = await migrated(pg_dsn)
+    journal = await open_pg_journal(dsn, unique_name("j"))
+    try:
+        first, other = (recovered_receipt({"receipt_id": new_id("rcpt"), "tool": "t", "started_at": utc_timestamp()})
+                        for _ in range(2))
+        await journal.on_settled(first)
+        # In one group-commit batch: the duplicate is refused alone, its neighbour commits.
+        results = await asyncio.gather(journal.on_settled(first), journal.on_settled(other), return_exceptions=True)
+        assert isinstance(results[0], DuplicateReceipt) and results[0].certainty == "unknown"
+        assert results[1] is None
+    finally:
+        await journal.close()
+    report = verify_pg_journal(dsn, journal.name)
+    assert report.ok and report.receipts == 2, report

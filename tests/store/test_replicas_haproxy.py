@@ -12,17 +12,16 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import time
 
 import psycopg
 import pytest
 
 from openfunctions.store import migrate_database, verify_pg_journal
-
-from ._journal_backends import private_database
-from ._replicas import Load, db_receipts, start_replica, stop
 from tests._net import free_port, wait_for_port
 from tests._pg import _required
+
+from ._journal_backends import private_database
+from ._replicas import Load, db_receipts, start_replica, stop, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,13 +57,6 @@ def haproxy_bin() -> str:
     return found
 
 
-def _wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_two_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin, tmp_path) -> None:
     import asyncio
 
@@ -84,11 +76,11 @@ def test_two_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin, 
         try:
             wait_for_port(port, lb)
             load = Load(f"http://127.0.0.1:{port}/mcp", workers=4).start()
-            _wait_for(lambda: len(load.seen) >= 100 or load.errors > 50)
+            wait_for(lambda: len(load.seen) >= 100 or load.errors > 50)
             assert len(load.seen) >= 100, (load.errors, load.last_error)
             replicas[0][1].send_signal(signal.SIGKILL)
             before = len(load.seen)
-            _wait_for(lambda: len(load.seen) >= before + 100)  # the survivor carries on through the balancer
+            wait_for(lambda: len(load.seen) >= before + 100)  # the survivor carries on through the balancer
             load.stop()
         finally:
             if load is not None:
