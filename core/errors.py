@@ -88,7 +88,11 @@ class ToolError(OpenFunctionsError):
 
     The message reaches the model as is. Certainty stays ``unknown`` unless
     the handler passes ``effect_happened=False``: only the handler knows
-    whether it changed anything before failing.
+    whether it changed anything before failing. ``refused=True`` (which
+    implies ``effect_happened=False``) says the handler turned the call down
+    before doing anything (a precondition, a contradiction in its arguments):
+    the receipt is then ``rejected``/``known``, like a refusal by the executor,
+    with ``handler_started`` true telling the two apart.
     """
 
     code = "tool_error"
@@ -99,12 +103,16 @@ class ToolError(OpenFunctionsError):
         *,
         code: str | None = None,
         effect_happened: bool | None = None,
+        refused: bool = False,
         details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, details=details)
         if code:
             self.code = code
-        self.effect_happened = effect_happened
+        if refused and effect_happened:
+            raise ValueError("ToolError(refused=True) means nothing ran: effect_happened cannot be true")
+        self.refused = refused
+        self.effect_happened = False if refused else effect_happened
 
 
 class UnsafePath(OpenFunctionsError):

@@ -200,6 +200,8 @@ class ToolExecutor:
             await self._settle(call, "cancelled", "unknown", ExecutionCancelled(f"tool {tool.name!r} was cancelled while running"))
             raise
         except ToolError as exc:
+            if exc.refused:  # turned down by the handler before it did anything
+                return await self._settle(call, "rejected", "known", exc)
             certainty: Certainty = "known" if exc.effect_happened is False else "unknown"
             return await self._settle(call, "failed", certainty, exc)
         except Exception as exc:

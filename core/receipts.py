@@ -19,7 +19,9 @@ persisted by the execution journal before the result is delivered. Fields:
   (``{"content", "structuredContent", "isError"}``) on success, else null.
 - ``outcome``: ``succeeded | failed | rejected | cancelled | unknown``.
 - ``certainty``: ``known | unknown`` — whether we know the effect's fate.
-  Rejections before the handler starts are ``known`` (nothing ran). Once a
+  Rejections before the handler starts, and a handler's own refusal before it
+  did anything (``ToolError(refused=True)``, outcome ``rejected``), are
+  ``known`` (nothing ran). Once a
   handler has been entered, a raise, an invalid output or a failed receipt
   persistence leaves it ``unknown``.
 - ``handler_started``: whether the handler was entered (``false`` = a bound

@@ -169,6 +169,19 @@ async def test_schema_and_catalog_rejections_happen_in_the_executor(work):
 
 
 @pytest.mark.anyio
+async def test_a_controller_refusal_that_ran_nothing_is_rejected_known(work):
+    # issue 11: refused calls that ran nothing are `rejected`/`known` (before: `failed`/`known`)
+    s = Session(work())
+    prv = await s.ok("of_work_preview", {"plan": [{"step": "write_src", "params": {"path": "src/a.txt", "content": "x"}}]})
+    await s.ok("of_work_start", {"previewId": prv["previewId"]})
+    dr = await s.call("of_work_run_step", {"step": "shout", "index": 0})  # contradicts plan[0]
+    assert not dr.ok and dr.error.code == "plan_invalid"
+    assert (dr.receipt.outcome, dr.receipt.certainty, dr.receipt.handler_started) == ("rejected", "known", True)
+    dr = await s.call("of_work_complete")  # nothing verified yet: refused before anything ran
+    assert not dr.ok and (dr.receipt.outcome, dr.receipt.certainty) == ("rejected", "known")
+
+
+@pytest.mark.anyio
 async def test_paths_outside_the_grant_are_refused_and_nothing_is_written(work, env):
     s = Session(work())
     (env.root / "outside").mkdir()
