@@ -13,6 +13,11 @@ started for the run. Modes, interleaved round by round so machine noise hits all
   raw uses 8 connections, each inserting on its own).
 - ``raw+idx 1``: the same INSERT into a table with the journal's two extra indexes (one receipt per
   call, starts by instance): what the journal's table alone costs, without its function and head row;
+- ``row fn 1``: the product's ``of_journal_append`` called directly on a connection (no flusher, no
+  instance check): the database side of ``journal 1``;
+- ``advisory fn 1``: an alternative append function measured for the lock choice (not the product's):
+  ``pg_advisory_xact_lock`` per journal instead of the head row's ``FOR UPDATE``, and the tail read
+  from the records' primary key instead of a head row that is updated on every commit;
 - ``file 1``: the file journal (core.journal.ExecutionJournal, write + fdatasync) one call at a
   time, for scale.
 
@@ -74,6 +79,45 @@ class Raw:
         return row
 
 
+ADVISORY_FN = r"""
+CREATE OR REPLACE FUNCTION bench_append_advisory(p_journal text, p_instance text, p_types text[], p_times text[],
+                                                 p_datas text[], p_rids text[])
+RETURNS TABLE(o_idx int, o_seq bigint) LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_seq bigint; v_link text; v_prev text; i int;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('of_journal:' || p_journal));
+    SELECT seq, chk INTO v_seq, v_link FROM bench_adv WHERE journal = p_journal ORDER BY seq DESC LIMIT 1;
+    IF NOT FOUND THEN v_seq := 0; v_link := repeat('0', 32); END IF;
+    FOR i IN 1 .. coalesce(array_length(p_types, 1), 0) LOOP
+        IF p_types[i] = 'receipt' AND EXISTS (SELECT 1 FROM bench_adv r WHERE r.journal = p_journal
+                AND r.receipt_id = p_rids[i] AND r.type = 'receipt') THEN
+            o_idx := i; o_seq := NULL; RETURN NEXT; CONTINUE;
+        END IF;
+        v_seq := v_seq + 1; v_prev := v_link;
+        v_link := left(encode(sha256(convert_to('{"data":' || p_datas[i] || ',"prev":"' || v_prev || '","seq":'
+                  || v_seq::text || ',"time":' || to_json(p_times[i])::text || ',"type":' || to_json(p_types[i])::text
+                  || '}', 'UTF8')), 'hex'), 32);
+        INSERT INTO bench_adv (journal, seq, type, time, data, prev, chk, receipt_id, instance)
+            VALUES (p_journal, v_seq, p_types[i], p_times[i], p_datas[i], v_prev, v_link, p_rids[i], p_instance);
+        o_idx := i; o_seq := v_seq; RETURN NEXT;
+    END LOOP;
+END
+$fn$
+"""
+
+
+async def run_fn(conn, rs, fn: str, journal: str) -> float:
+    """One append function called directly (no Python journal around it): the two lock choices side by side."""
+    t = time.perf_counter()
+    for r in rs:
+        cur = await conn.execute(f"SELECT o_idx, o_seq FROM {fn}(%s, %s, %s, %s, %s, %s)",
+                                 (journal, None, ["receipt"], [utc_timestamp()], [canonical_json(r.to_dict())],
+                                  [r.receipt_id]))
+        await cur.fetchall()
+    return (time.perf_counter() - t) / len(rs)
+
+
 SQL = ("INSERT INTO {table} (journal, seq, type, time, data, prev, chk, receipt_id, instance) "
        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
 
@@ -108,17 +152,25 @@ async def main() -> None:
             await c.execute("CREATE TABLE IF NOT EXISTS bench_raw (journal text, seq bigint, type text, time text, "
                             "data text, prev text, chk text, receipt_id text, instance text, PRIMARY KEY (journal, seq))")
             await c.execute("CREATE TABLE IF NOT EXISTS bench_raw_idx (LIKE bench_raw INCLUDING ALL)")
+            await c.execute("CREATE TABLE IF NOT EXISTS bench_adv (LIKE bench_raw_idx INCLUDING ALL)")
             await c.execute("CREATE UNIQUE INDEX IF NOT EXISTS bench_raw_idx_r ON bench_raw_idx (journal, receipt_id) "
                             "WHERE type = 'receipt'")
             await c.execute("CREATE INDEX IF NOT EXISTS bench_raw_idx_s ON bench_raw_idx (journal, instance, receipt_id) "
                             "WHERE type = 'start'")
+            await c.execute("CREATE UNIQUE INDEX IF NOT EXISTS bench_adv_r ON bench_adv (journal, receipt_id) "
+                            "WHERE type = 'receipt'")
+            await c.execute(ADVISORY_FN)
         conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(8)]
         journal = await open_pg_journal(dsn, "bench", max_connections=8)
+        fn_journal = await open_pg_journal(dsn, "fn")  # creates the "fn" journal row for the direct calls
+        await fn_journal.close()
         fj = await ExecutionJournal.open(Path(root) / "fj" / "bench.journal")
         raw = Raw()
-        results: dict[str, list[float]] = {k: [] for k in ("journal 1", "raw 1", "raw+idx 1", "journal 8", "raw 8", "file 1")}
+        results: dict[str, list[float]] = {k: [] for k in ("journal 1", "row fn 1", "advisory fn 1", "raw 1", "raw+idx 1", "journal 8", "raw 8", "file 1")}
         for _ in range(args.rounds):
             results["journal 1"].append(await run_journal(journal, receipts(args.calls), 1))
+            results["row fn 1"].append(await run_fn(conns[0], receipts(args.calls), "of_journal_append", "fn"))
+            results["advisory fn 1"].append(await run_fn(conns[0], receipts(args.calls), "bench_append_advisory", "adv"))
             results["raw 1"].append(await run_raw(conns, raw, receipts(args.calls), 1))
             results["raw+idx 1"].append(await run_raw(conns, raw, receipts(args.calls), 1, "bench_raw_idx"))
             results["journal 8"].append(await run_journal(journal, receipts(args.calls), 8))
@@ -128,7 +180,9 @@ async def main() -> None:
         for k, v in med.items():
             print(f"{k:10} {v * 1e6:8.0f} us/call  {1 / v:8.0f} calls/s")
         print(f"journal/raw speed, one at a time: {med['raw 1'] / med['journal 1']:.2f}x "
-              f"(vs raw with the journal's indexes: {med['raw+idx 1'] / med['journal 1']:.2f}x)")
+              f"(vs raw with the journal's indexes: {med['raw+idx 1'] / med['journal 1']:.2f}x); "
+              f"row-lock fn / raw: {med['raw 1'] / med['row fn 1']:.2f}x; "
+              f"advisory-lock fn / raw: {med['raw 1'] / med['advisory fn 1']:.2f}x")
         print(f"journal/raw speed, 8 concurrent:  {med['raw 8'] / med['journal 8']:.2f}x "
               f"(journal commits: {journal.commits} for {journal.appended} records)")
         await journal.close()

@@ -15,6 +15,9 @@ from typing import Any
 
 from .errors import DataDirUnusable
 
+#: Seconds between sweeps for replicas that died (their unsettled calls are settled ``unknown``).
+SWEEP_INTERVAL = 5.0
+
 
 async def open_database_journal(url: str, data_dir: Path | None, profile: str) -> tuple[Any, Path]:
     """``(journal, anchor)``: the profile's journal in the database, and the local path tasks live beside."""
@@ -24,6 +27,7 @@ async def open_database_journal(url: str, data_dir: Path | None, profile: str) -
         raise DataDirUnusable("--database needs the execution journal on: drop --no-journal",
                               details={"database": True})
     journal = await open_pg_journal(url, profile)
+    journal.start_sweeping(SWEEP_INTERVAL)
     anchor = Path(data_dir) / "journal" / f"{profile}.db.journal"
     try:
         anchor.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

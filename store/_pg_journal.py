@@ -52,6 +52,9 @@ Promises (docs/formats/receipt.md, the same as the file backend's):
   settled ``unknown`` by another replica): its later receipts for those calls
   are refused as duplicates (the client sees ``unknown``) and its new appends
   are refused until it registers again (it does so on the next append).
+  A server also sweeps every few seconds (:meth:`PgExecutionJournal.start_sweeping`;
+  ``serve --database`` uses 5 s), so a surviving replica settles a dead one's
+  calls without waiting for a restart.
 """
 
 from __future__ import annotations
@@ -65,12 +68,16 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import Any
 
+import structlog
+
 from openfunctions.core import OpenFunctionsError, canonical_json, new_id, utc_timestamp
 from openfunctions.core.journal import recovered_receipt
 
 from ._errors import StoreError, StoreUnavailable
 from ._migrations import COMPONENT, check_schema
 from ._pg import _psycopg, redact_dsn
+
+log = structlog.get_logger("openfunctions.store.journal")
 
 KIND = "execution"
 START = "start"
@@ -127,6 +134,8 @@ class PgExecutionJournal:
         self._conn: Any = None  # the appends' connection (opened at the first append, replaced after a failure)
         self._queue: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeping = asyncio.Lock()
         self._closed = False
         psycopg, _ = _psycopg()
         self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -190,17 +199,51 @@ class PgExecutionJournal:
                         (self.name, instance))
                     starts = [json.loads(row[0]) for row in await cur.fetchall()]
                 receipts = [recovered_receipt(s) for s in starts]
-                if receipts:
-                    await self._append_rows([(RECEIPT, r.to_dict(), r.receipt_id) for r in receipts], tolerate_duplicates=True)
+                # Through the group-commit queue (a sweep runs beside live appends); a receipt that is
+                # already there (the call settled meanwhile, or another replica got there first) is skipped.
+                results = await asyncio.gather(*(self._append(RECEIPT, r.to_dict(), r.receipt_id) for r in receipts),
+                                               return_exceptions=True)
+                for res in results:
+                    if isinstance(res, BaseException) and not isinstance(res, DuplicateReceipt):
+                        raise res
+                receipts = [r for r, res in zip(receipts, results, strict=True) if not isinstance(res, BaseException)]
                 async with self.pool.connection() as conn:
                     await conn.execute("DELETE FROM of_journal_instances WHERE instance = %s", (instance,))
                 self.recovered.extend(receipts)
             finally:
                 await self._lock_conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
+    async def sweep(self) -> list[Any]:
+        """Recover dead instances now (what an open does); the receipts written by this sweep."""
+        async with self._sweeping:
+            before = len(self.recovered)
+            await self._recover()
+            return self.recovered[before:]
+
+    def start_sweeping(self, interval: float) -> None:
+        """Every ``interval`` seconds, settle the calls of replicas that died (their advisory lock is free).
+
+        Without it a dead replica's in-flight calls stay open until a server starts.
+        A failed sweep (the database away) is logged and tried again next time.
+        """
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                if self.instance is None or self._closed:
+                    continue
+                try:
+                    found = await self.sweep()
+                except Exception as exc:  # noqa: BLE001 - a sweep is retried; appends report their own errors
+                    log.warning("journal_sweep_failed", journal=self.name, error=f"{type(exc).__name__}: {exc}")
+                    continue
+                if found:
+                    log.warning("journal_recovered_dead_replica", journal=self.name, receipts=len(found),
+                                hint="calls of a server that died were settled unknown (not re-run)")
+
+        self._sweeper = asyncio.get_running_loop().create_task(loop(), name=f"journal-sweep-{self.name}")
+
     # -- appending -----------------------------------------------------------------
-    async def _append_rows(self, rows: list[tuple[str, dict[str, Any], str | None]], *,
-                           tolerate_duplicates: bool = False) -> list[int | None]:
+    async def _append_rows(self, rows: list[tuple[str, dict[str, Any], str | None]]) -> list[int | None]:
         """Append in order in one statement; the seqs (``None`` for a receipt already present)."""
         time = utc_timestamp()
         args = (self.name, self.instance, [r[0] for r in rows], [time] * len(rows),
@@ -321,6 +364,12 @@ class PgExecutionJournal:
     async def close(self) -> None:
         if self._closed:
             return
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except BaseException:  # noqa: BLE001 - cancelled, or a sweep's own failure: closing anyway
+                pass
         self._closed = True
         if self._flusher is not None:
             try:

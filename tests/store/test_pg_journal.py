@@ -165,3 +165,38 @@ async def test_a_second_receipt_for_one_call_is_refused_and_the_batch_goes_on(pg
         await journal.close()
     report = verify_pg_journal(dsn, journal.name)
     assert report.ok and report.receipts == 2, report
+
+
+@pytest.mark.anyio
+async def test_a_running_replica_sweeps_up_a_dead_ones_calls(pg_dsn) -> None:
+    from ._journal_backends import PgBackend
+
+    dsn = await migrated(pg_dsn)
+    backend = PgBackend(dsn, unique_name("j"))
+    survivor = await backend.open()
+    dying = await backend.open()
+    entered = asyncio.Event()
+
+    async def slow(params, ctx):
+        entered.set()
+        await asyncio.sleep(3600)
+
+    registry = ToolRegistry([define_tool(name="slow", description="x", handler=slow)], journal=dying)
+    call = asyncio.ensure_future(registry.execute_detailed("slow", {}))
+    try:
+        await entered.wait()
+        assert await survivor.sweep() == []  # alive: its lock is held, nothing is touched
+        await backend.crash(dying)
+        survivor.start_sweeping(0.05)
+        for _ in range(200):
+            if survivor.recovered:
+                break
+            await asyncio.sleep(0.05)
+        (receipt,) = survivor.recovered
+        assert receipt.outcome == "unknown" and receipt.error.code == "recovered_unknown"
+    finally:
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        await survivor.close()
+    report = verify_pg_journal(dsn, backend.journal)
+    assert report.ok and report.unsettled == 0, report
