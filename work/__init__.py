@@ -18,10 +18,9 @@ modules besides this one are the three command-line entry points the
 """
 
 from . import _records as records
-from ._clock import Clock, SystemClock
-from ._protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
 from ._authority import Authority
 from ._catalog import Catalog, ParamSpec, StepSpec
+from ._clock import Clock, SystemClock
 from ._controller import WorkController
 from ._errors import (
     AttemptActive,
@@ -33,19 +32,20 @@ from ._errors import (
     GrantRevoked,
     InvalidTransition,
     LeaseHeld,
-    OperationUncertain,
-    StillRunning,
     LeaseLost,
+    OperationUncertain,
     PathOutsideGrant,
     PlanInvalid,
     ProofInvalid,
     ReconcileFailed,
+    StillRunning,
     UnknownStep,
     WorkError,
 )
 from ._grants import Grant, GrantStore
 from ._lease import Lease, LeaseStore
 from ._profile import CATALOG_ENV, WorkProfile, build_work_profile, resolve_catalog_path
+from ._protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
 from ._recovery import Recovered, interrupted, replay, restore_plan, settled_receipts
 from ._resolutions import ResolutionInbox
 from ._state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold

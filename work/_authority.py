@@ -41,10 +41,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._paths import matching_pattern, resolve_in_workspace
 from ._catalog import Catalog, StepSpec
 from ._errors import GrantDenied, GrantExpired, GrantRevoked, LeaseLost, PathOutsideGrant
 from ._grants import Grant, GrantStore, now_utc
+from ._paths import matching_pattern, resolve_in_workspace
 
 
 class Authority:

@@ -78,12 +78,12 @@ from pydantic import (
     model_validator,
 )
 
+from openfunctions.core import Validator
 from openfunctions.core import digest as _digest
 from openfunctions.core.errors import NonJsonValue
-from openfunctions.core import Validator
 
-from ._paths import check_pattern
 from ._errors import CatalogInvalid, PlanInvalid, UnknownStep
+from ._paths import check_pattern
 
 CATALOG_VERSION = 1
 STEP_TOOL_PREFIX = "of_step."
@@ -295,7 +295,7 @@ class Catalog:
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "Catalog":
+    def load(cls, path: str | os.PathLike[str]) -> Catalog:
         p = Path(path)
         try:
             data = p.read_bytes()
@@ -317,7 +317,7 @@ class Catalog:
         return cls.from_dict(raw, base_dir=p.resolve().parent, source=str(p))
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], *, base_dir: str | os.PathLike[str], source: str = "<catalog>") -> "Catalog":
+    def from_dict(cls, raw: Mapping[str, Any], *, base_dir: str | os.PathLike[str], source: str = "<catalog>") -> Catalog:
         """Build from an already-parsed mapping (tests, embedding). ``base_dir`` anchors a relative workspace."""
         return _parse(dict(raw), Path(base_dir), source)
 

@@ -30,7 +30,7 @@ class SystemClock:
         return _time.time()
 
     def now(self) -> _dt.datetime:
-        return _dt.datetime.now(_dt.timezone.utc)
+        return _dt.datetime.now(_dt.UTC)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -38,7 +38,7 @@ class SystemClock:
 
 def iso(t: _dt.datetime) -> str:
     """RFC 3339 UTC with microseconds and a ``Z`` (the journals' time format)."""
-    return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond:06d}Z"
+    return t.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond:06d}Z"
 
 
 SYSTEM_CLOCK = SystemClock()

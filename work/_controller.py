@@ -40,7 +40,6 @@ while a long step awaits its subprocess.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Mapping
@@ -50,22 +49,22 @@ from typing import Any
 import anyio
 import structlog
 
+from openfunctions.artifacts import find_artifact_ids
 from openfunctions.core import (
-    canonical_json,
     OpenFunctionsError,
     Receipt,
     ToolExecutionContext,
     ToolRegistry,
+    canonical_json,
     digest,
     new_id,
     utc_timestamp,
     with_child_execution,
 )
 
-from openfunctions.artifacts import find_artifact_ids
-
 from . import _records as R
-from ._procs import boot_id, kill_and_wait, live_processes, start_ticks
+from ._clock import SYSTEM_CLOCK, Clock, iso
+from ._custody import SEGMENT_DIR, Custody
 from ._errors import (
     AttemptActive,
     AttemptNotFound,
@@ -81,10 +80,9 @@ from ._errors import (
     ReconcileFailed,
     WorkError,
 )
-from ._custody import JOURNAL_KIND, SEGMENT_DIR, Custody
-from ._observer import DispatchObserver
-from ._clock import SYSTEM_CLOCK, Clock, iso
 from ._lease import Lease
+from ._observer import DispatchObserver
+from ._procs import boot_id, kill_and_wait, live_processes, start_ticks
 from ._protocols import ArtifactStoreProtocol, AuthorityProtocol
 from ._recovery import interrupted, restore_plan, settled_receipts, settled_status
 from ._resolutions import ResolutionInbox
@@ -185,7 +183,7 @@ class WorkController:
     # == opening and closing ===================================================
 
     @classmethod
-    async def open(cls, root: str | os.PathLike[str], **kwargs: Any) -> "WorkController":
+    async def open(cls, root: str | os.PathLike[str], **kwargs: Any) -> WorkController:
         self = cls(root, **kwargs)
         await self.ensure_open()
         return self
@@ -284,7 +282,7 @@ class WorkController:
         self.registry.executor.remove_sink(self.observer)
         await self.custody.release()
 
-    async def __aenter__(self) -> "WorkController":
+    async def __aenter__(self) -> WorkController:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -713,7 +711,8 @@ class WorkController:
                 # nothing else may run.
                 self.state.apply(_Volatile(R.outcome(**{**_outcome_kwargs(rec), "status": "unknown"})))
                 self._block_in_memory(att, {"code": "outcome_unrecorded", "message": f"the outcome of {op.operation_id} could not be recorded: {exc}"[:500]})
-                raise _mark_dispatched(exc)
+                _mark_dispatched(exc)
+                raise
             if step_op:
                 if status == "unknown":
                     await self._transition(
@@ -763,7 +762,9 @@ class WorkController:
                                 await self._transition(att, "blocked", reason, mutation_epoch=att.mutation_epoch)
                             else:
                                 await self._transition(att, "running", reason, mutation_epoch=att.mutation_epoch)
-                raise (_mark_dispatched(exc) if dispatched else exc)
+                if dispatched:
+                    _mark_dispatched(exc)
+                raise
             passed = outcome["passed"]
             async with self._lifecycle:
                 await self._append(R.verification(attempt_id=att.attempt_id, outcome=outcome))

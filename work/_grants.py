@@ -51,9 +51,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from openfunctions.core import new_id
 
-from ._paths import check_pattern
 from ._catalog import STEP_NAME_RE
 from ._errors import GrantNotFound, GrantStoreCorrupt
+from ._paths import check_pattern
 
 GRANTS_FORMAT_VERSION = 1
 GRANTS_FILE = "grants.journal"
@@ -66,7 +66,7 @@ _LOCK_WAIT_S = 10.0
 def _utc(t: _dt.datetime) -> _dt.datetime:
     if t.tzinfo is None:
         raise ValueError("timestamps must be timezone-aware")
-    return t.astimezone(_dt.timezone.utc)
+    return t.astimezone(_dt.UTC)
 
 
 def _iso(t: _dt.datetime) -> str:
@@ -74,7 +74,7 @@ def _iso(t: _dt.datetime) -> str:
 
 
 def now_utc() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.UTC)
 
 
 class Grant(BaseModel):
@@ -191,7 +191,7 @@ class GrantStore:
         self._parsed: dict[tuple[int, str], Grant] = {}
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | os.PathLike[str]) -> "GrantStore":
+    def in_data_dir(cls, data_dir: str | os.PathLike[str]) -> GrantStore:
         return cls(Path(data_dir) / "work" / GRANTS_FILE)
 
     # -- reading (lock-free) ----------------------------------------------

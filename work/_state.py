@@ -148,7 +148,7 @@ class Attempt:
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def started(cls, data: Mapping[str, Any], *, at: str) -> "Attempt":
+    def started(cls, data: Mapping[str, Any], *, at: str) -> Attempt:
         """A new attempt in ``started`` from an ``attempt_started`` record's data.
 
         The one constructor for both ``start`` (live) and replay (recovery),

@@ -98,10 +98,10 @@ from openfunctions.core import ToolDefinition, check_json, define_tool, digest
 from openfunctions.core.errors import NonJsonValue, ToolError
 from openfunctions.core.files import fsync_dir, write_atomic
 
-from ._paths import matching_pattern, resolve_in_workspace
-from ._procs import MARKER_ENV
 from ._catalog import Catalog, StepSpec
 from ._errors import CatalogInvalid, PathOutsideGrant, PlanInvalid, ReconcileFailed, WorkError
+from ._paths import matching_pattern, resolve_in_workspace
+from ._procs import MARKER_ENV
 from ._verification import diff_fingerprints, file_sha256, fingerprint, open_regular
 
 DEFAULT_CAPTURE_LIMIT = 8 * 1024 * 1024

@@ -25,8 +25,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, ToolExecutionContext, define_tool
-from openfunctions.core import Validator, complete_strict_schema
+from openfunctions.core import (
+    OpenFunctionsError,
+    ToolDefinition,
+    ToolError,
+    ToolExecutionContext,
+    Validator,
+    complete_strict_schema,
+    define_tool,
+)
 
 from ._controller import DISPATCHED_ATTR, MAX_PLAN_STEPS, WorkController
 

@@ -47,13 +47,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from openfunctions.core import digest
-from openfunctions.core import utc_timestamp
+from openfunctions.core import digest, utc_timestamp
 
-from ._paths import matches
 from ._catalog import Catalog
 from ._errors import ProofInvalid
 from ._grants import Grant, now_utc
+from ._paths import matches
 
 PROOF_VERSION = 1
 _CHUNK = 1024 * 1024
@@ -236,7 +235,7 @@ class VerifierReceipt(BaseModel):
         return self.accepted and self.exit_code == 0 and not self.timed_out
 
     @classmethod
-    def from_evidence(cls, step: str, evidence: Mapping[str, Any] | None, *, receipt_id: str | None, accepted: bool) -> "VerifierReceipt":
+    def from_evidence(cls, step: str, evidence: Mapping[str, Any] | None, *, receipt_id: str | None, accepted: bool) -> VerifierReceipt:
         """Build from a command step's evidence payload (see :mod:`openfunctions.work._steps`)."""
         ev = evidence or {}
         return cls(

@@ -129,7 +129,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             extra.append("has a readback: of_work_reconcile can settle it")
         print(f"{r['operationId']}  step={r['step']}  attempt={r['attemptId']} ({r['attemptState']})  at={r['at']}"
               + ("  " + "; ".join(extra) if extra else ""))
-    print(f"\nresolve one with: openfunctions-mcp work resolve OP_ID --as applied|not-applied --reason '...'")
+    print("\nresolve one with: openfunctions-mcp work resolve OP_ID --as applied|not-applied --reason '...'")
     return 0
 
 

@@ -115,7 +115,7 @@ async def test_path_inside_catalog_but_outside_grant_pattern(setup) -> None:
 
 async def test_expired_grant(setup) -> None:
     cat, store, _ = setup
-    t0 = dt.datetime.now(dt.timezone.utc)
+    t0 = dt.datetime.now(dt.UTC)
     g = await store.issue(principal="agent", steps=["test"], ttl=dt.timedelta(minutes=5), now=t0)
     auth = Authority(store, cat)
     await auth.check(principal="agent", step=cat.step("test"), now=t0 + dt.timedelta(minutes=4))

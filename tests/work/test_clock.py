@@ -28,7 +28,7 @@ class FakeClock:
         return self.t
 
     def now(self) -> _dt.datetime:
-        return _dt.datetime.fromtimestamp(self.t, _dt.timezone.utc)
+        return _dt.datetime.fromtimestamp(self.t, _dt.UTC)
 
     async def sleep(self, seconds: float) -> None:
         self.slept.set()

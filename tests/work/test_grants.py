@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from openfunctions.work.cli import add_commands
 from openfunctions.work._errors import GrantNotFound, GrantStoreCorrupt
 from openfunctions.work._grants import GrantStore, parse_ttl
+from openfunctions.work.cli import add_commands
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +40,7 @@ async def test_issue_list_revoke_roundtrip(tmp_path: Path) -> None:
     r = await store.revoke(g.grant_id, by="op2")
     assert r.revoked_at is not None and r.revoked_by == "op2"
     assert await other.active_for("agent") == []
-    assert (await other.get(g.grant_id)).status(dt.datetime.now(dt.timezone.utc)) == "revoked"
+    assert (await other.get(g.grant_id)).status(dt.datetime.now(dt.UTC)) == "revoked"
     again = await store.revoke(g.grant_id, by="op3")  # idempotent: first revocation wins
     assert again.revoked_by == "op2"
     with pytest.raises(GrantNotFound):
@@ -53,7 +53,7 @@ async def test_issue_list_revoke_roundtrip(tmp_path: Path) -> None:
 
 async def test_expiry_uses_the_given_clock(tmp_path: Path) -> None:
     store = GrantStore(tmp_path / "g.journal")
-    t0 = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     g = await store.issue(principal="a", steps=["s"], ttl=dt.timedelta(hours=1), now=t0)
     assert [x.grant_id for x in await store.active_for("a", t0 + dt.timedelta(minutes=59))] == [g.grant_id]
     assert await store.active_for("a", t0 + dt.timedelta(hours=1)) == []

@@ -16,8 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from openfunctions.core import ToolExecutionContext, canonical_bytes
-from openfunctions.core import pretty_json
+from openfunctions.core import ToolExecutionContext, canonical_bytes, pretty_json
 from openfunctions.work import WORK_TOOL_NAMES, build_work_profile
 
 PY = sys.executable
