@@ -25,15 +25,16 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
            "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "bump"}
 
 
-def start_replica(dsn: str, data_dir: Path, port: int | None = None, *extra: str) -> tuple[str, subprocess.Popen]:
-    """``extra``: more serve options (behind a balancer: ``--allowed-host`` naming the balancer's address)."""
+def start_replica(dsn: str | None, data_dir: Path, port: int | None = None, *extra: str) -> tuple[str, subprocess.Popen]:
+    """``extra``: more serve options (behind a balancer: ``--allowed-host`` naming the balancer's address).
+    ``dsn=None``: the file journal in ``data_dir`` (the single-machine peer)."""
     port = port or free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                PYTHONUNBUFFERED="1")
     env.pop("OPENFUNCTIONS_DATABASE_URL", None)
     argv = [sys.executable, "-m", "openfunctions.servers", "serve", "--transport", "http", "--stateless",
             "--port", str(port), "--module", "replica_tools:registry", "--no-example-tools",
-            "--data-dir", str(data_dir), "--database", dsn, *extra]
+            "--data-dir", str(data_dir), *(["--database", dsn] if dsn else []), *extra]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_port(port, proc)
     return f"http://127.0.0.1:{port}/mcp", proc

@@ -1,7 +1,7 @@
-"""Two `serve --transport http --stateless --database` replicas behind a real haproxy, one SIGKILLed under load.
+"""Three `serve --transport http --stateless --database` replicas behind a real haproxy, one SIGKILLed under load.
 
 Every receipt a client saw through the balancer is in the database as seen;
-both replicas served; the journal verifies (one seq order across replicas);
+every replica served; the journal verifies (one seq order across replicas);
 the surviving replica's sweep settles the dead one's in-flight starts `unknown`.
 haproxy is Debian's package: missing, the test skips, except in CI
 (`CI`/`OPENFUNCTIONS_REQUIRE_INTEROP` set), where it fails.
@@ -57,7 +57,7 @@ def haproxy_bin() -> str:
     return found
 
 
-def test_two_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin, tmp_path) -> None:
+def test_three_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin, tmp_path) -> None:
     import asyncio
 
     with private_database(pg_dsn) as db:
@@ -65,7 +65,7 @@ def test_two_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin, 
         port = free_port()
         # Behind a balancer the Host header names the balancer: allow it (DNS-rebinding protection stays on).
         replicas = [start_replica(db, tmp_path / f"r{i}", None, "--allowed-host", f"127.0.0.1:{port}")
-                    for i in range(2)]
+                    for i in range(3)]
         servers = "\n".join(f"    server r{i} {url.split('//')[1].split('/')[0]} check inter 200ms fall 1 rise 2"
                             for i, (url, _) in enumerate(replicas))
         cfg = tmp_path / "haproxy.cfg"
@@ -99,7 +99,7 @@ def test_two_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin, 
         assert all(r["outcome"] == "succeeded" for r in seen)
         with psycopg.connect(db) as conn:
             instances = conn.execute("SELECT count(DISTINCT instance) FROM of_journal_records").fetchone()[0]
-        assert instances == 2  # both replicas appended to the one journal
+        assert instances == 3  # every replica appended to the one journal
         report = verify_pg_journal(db, "tools")
         assert report.ok, report.problems
         swept = [r for r in stored.values() if r.get("recovered")]
