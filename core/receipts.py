@@ -42,7 +42,7 @@ Invariant: the same params give the same ``params_sha256`` in any process.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,7 +95,10 @@ class Receipt(BaseModel):
         return canonical_json(self.to_dict())
 
 
-def fast_construct(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def fast_construct(cls: type[_M], data: dict[str, Any]) -> _M:
     """Build a trusted model instance without validation, cheaper than ``model_construct``.
 
     Only for data the executor itself assembled with every field present;

@@ -50,6 +50,7 @@ from ._http_limits import (  # noqa: E402  (light module: the CLI reads the defa
     DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     DEFAULT_SESSION_IDLE_TIMEOUT,
 )
+
 #: File descriptors kept free under the connection cap (journal, logs, listening socket, child processes).
 FD_HEADROOM = 64
 

@@ -44,10 +44,11 @@ from ._errors import (
     ValueTooLarge,
 )
 from ._local import LocalStore, create_store, default_data_dir
-from ._tools import guard, obj, state_tool
+from ._migrations import SchemaOutOfDate
+from ._migrations import migrate as migrate_database
 from ._pg import PgStore, apply_migrations, create_pg_store, open_pool, redact_dsn
-from ._migrations import SchemaOutOfDate, migrate as migrate_database
 from ._pg_journal import DuplicateReceipt, JournalUnavailable, PgExecutionJournal, open_pg_journal, verify_pg_journal
+from ._tools import guard, obj, state_tool
 
 
 def is_database_url(url: Any) -> bool:

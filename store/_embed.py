@@ -27,6 +27,7 @@ import math
 import re
 import zlib
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any, Protocol, runtime_checkable
 
 from openfunctions.core import ConfigurationError
@@ -58,7 +59,7 @@ class LexicalEmbedder:
         counts: dict[str, int] = {}
         for w in words:
             counts[w] = counts.get(w, 0) + 1
-        for a, b in zip(words, words[1:]):
+        for a, b in pairwise(words):
             pair = a + " " + b
             counts[pair] = counts.get(pair, 0) + 1
         vec = [0.0] * self.dimension

@@ -81,7 +81,7 @@ def _psycopg() -> tuple[Any, Any]:
 
 
 def _ts(value: _dt.datetime) -> str:
-    return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def redact_dsn(dsn: str) -> str:

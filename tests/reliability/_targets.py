@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import queue
 import subprocess
 import threading
 import time

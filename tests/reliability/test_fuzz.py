@@ -23,8 +23,8 @@ import pytest
 
 from openfunctions.servers._constants import PROFILES
 
-from ._fuzz import check_reply, messages
 from ..servers.conftest import serve_argv, server_env
+from ._fuzz import check_reply, messages
 from ._targets import HttpSessionTarget, HttpTarget, StdioTarget, Unavailable
 
 pytestmark = pytest.mark.slow
@@ -171,12 +171,12 @@ def test_fuzzed_json_rpc_never_kills_hangs_or_leaks(tmp_path):
             th.join()
         sent = sum(c[0] for c in counts)
         by_kind: dict[str, int] = {}
-        for (t, _), c in zip(ready, counts):
+        for (t, _), c in zip(ready, counts, strict=True):
             by_kind[type(t).__name__] = by_kind.get(type(t).__name__, 0) + c[0]
         print(f"\nfuzz: servers up in {started:.0f} s, fuzzing took {time.monotonic() - t0 - started:.0f} s")
         print(f"\nfuzz: by transport {by_kind}; {wrong_session[0]} session messages sent with a wrong or no session id")
         print(f"\nfuzz: seed {SEED}, {sent} messages to {len(ready)} targets "
-              f"({', '.join(f'{t.profile}/{type(t).__name__[:-6].lower()}={c[0]}' for (t, _), c in zip(ready, counts))}); "
+              f"({', '.join(f'{t.profile}/{type(t).__name__[:-6].lower()}={c[0]}' for (t, _), c in zip(ready, counts, strict=True))}); "
               f"not in this build: {sorted(set(unavailable))}")
         assert not errors, errors
         problems = [f"{t.profile}/{type(t).__name__}: {p}" for t, _ in ready for p in t.problems]

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import pytest
@@ -76,7 +75,9 @@ def test_sigkill_under_load_loses_no_acknowledged_receipt(tmp_path):
             target = rng.randrange(3, 40)
             reached = threading.Event()
 
-            def load(n: int) -> None:
+            # this round's objects bound now (B023): the threads are joined before the next round anyway
+            def load(n: int, stop: threading.Event = stop, url: str = url, round_no: int = round_no,
+                     round_acks: list[int] = round_acks, target: int = target, reached: threading.Event = reached) -> None:
                 with httpx.Client(timeout=60) as c:
                     i = 0
                     while not stop.is_set():

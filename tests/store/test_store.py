@@ -9,10 +9,10 @@ import re
 import pytest
 
 from openfunctions.store import (
+    MAX_KEY_BYTES,
     Conflict,
     InvalidKey,
     InvalidValue,
-    MAX_KEY_BYTES,
     ValueTooLarge,
 )
 
