@@ -43,13 +43,13 @@ from .receipts import Receipt, StartRecord
 from .result import DetailedResult, ToolResult, pretty_json
 from .scheduler import Reservation, Scheduler
 from .schema import Validator, accepts_null, complete_strict_schema, strict_violations
-from .sink import ExecutionJournalSink, FanoutSink, MemoryJournalSink
+from .sink import ExecutionObserver, FanoutSink, MemoryJournalSink
 from .tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, define_tool, tool
 
 __all__ = [
     "PRINCIPAL_SCOPE_KEY", "BearerAuth",
     "TOOL_NAME_RE", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
-    "DuplicateTool", "ExecutionCancelled", "ExecutionJournalSink", "FanoutSink", "InvalidOutput",
+    "DuplicateTool", "ExecutionCancelled", "ExecutionObserver", "FanoutSink", "InvalidOutput",
     "InvalidParams", "JournalCorrupt", "JournalError", "JournalFailed", "JournalLocked", "JournalUnsafe",
     "MemoryJournalSink", "NonJsonValue", "OpenFunctionsError", "Policy", "PolicyDecision", "PolicyDenied",
     "ProgressReporter", "Receipt", "ReceiptPersistenceFailed", "Reservation", "Scheduler", "ScopePolicy",

@@ -18,7 +18,7 @@ from .executor import ToolExecutor
 from .policy import Mode, Policy
 from .result import DetailedResult
 from .scheduler import Scheduler
-from .sink import ExecutionJournalSink
+from .sink import ExecutionObserver
 from .tool import ToolDefinition, describe_object
 
 
@@ -31,7 +31,7 @@ class ToolRegistry:
         policy: Policy | None = None,
         mode: Mode = "local",
         scheduler: Scheduler | None = None,
-        journal: ExecutionJournalSink | None = None,
+        journal: ExecutionObserver | None = None,
         max_parallel: int = 8,
     ) -> None:
         self.executor = executor or ToolExecutor(

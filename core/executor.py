@@ -57,7 +57,7 @@ from .receipts import (
 )
 from .result import DetailedResult, ToolResult, normalize
 from .scheduler import Reservation, Scheduler
-from .sink import ExecutionJournalSink, FanoutSink
+from .sink import ExecutionObserver, FanoutSink
 from .tool import ToolDefinition
 
 log = structlog.get_logger("openfunctions.executor")
@@ -95,7 +95,7 @@ class ToolExecutor:
         policy: Policy | None = None,
         mode: Mode = "local",
         scheduler: Scheduler | None = None,
-        journal: ExecutionJournalSink | None = None,
+        journal: ExecutionObserver | None = None,
         max_parallel: int = 8,
     ) -> None:
         if mode not in ("local", "governed"):
@@ -105,24 +105,24 @@ class ToolExecutor:
         self.mode = mode
         self.policy = policy
         self.scheduler = scheduler or Scheduler(max_parallel)
-        self._sinks: list[ExecutionJournalSink] = []
-        self._sink: ExecutionJournalSink | None = None  # what the pipeline calls
+        self._sinks: list[ExecutionObserver] = []
+        self._sink: ExecutionObserver | None = None  # what the pipeline calls
         self.journal = journal
 
     # -- sinks ----------------------------------------------------------------
 
     @property
-    def journal(self) -> ExecutionJournalSink | None:
+    def journal(self) -> ExecutionObserver | None:
         """The sink the pipeline writes to: ``None``, the one sink, or a
         :class:`FanoutSink` of several (in order). Assigning replaces them all."""
         return self._sink
 
     @journal.setter
-    def journal(self, sink: ExecutionJournalSink | None) -> None:
+    def journal(self, sink: ExecutionObserver | None) -> None:
         self._sinks = [] if sink is None else [sink]
         self._sink = sink
 
-    def add_sink(self, sink: ExecutionJournalSink, *, first: bool = False) -> None:
+    def add_sink(self, sink: ExecutionObserver, *, first: bool = False) -> None:
         """Add ``sink`` after the others (``first=True``: before them).
 
         Order matters: sinks run in order and the first failure stops the
@@ -136,7 +136,7 @@ class ToolExecutor:
             self._sinks.append(sink)
         self._compose()
 
-    def remove_sink(self, sink: ExecutionJournalSink) -> bool:
+    def remove_sink(self, sink: ExecutionObserver) -> bool:
         """Remove ``sink`` (by identity); returns whether it was there."""
         for i, s in enumerate(self._sinks):
             if s is sink:

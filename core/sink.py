@@ -1,4 +1,8 @@
-"""The executor's journal sink interface (the durable journal implements it).
+"""``ExecutionObserver``: what the executor tells about every admitted call.
+
+The durable execution journal is one observer (the first, when there is one);
+the work controller's settled-call observer is another. The name says
+observer, not journal, because not every one of them persists anything.
 
 ``on_start`` runs after admission and before the handler is entered; if it
 raises, the handler is never entered (a known, not-started rejection).
@@ -18,7 +22,7 @@ from .receipts import Receipt, StartRecord
 
 
 @runtime_checkable
-class ExecutionJournalSink(Protocol):
+class ExecutionObserver(Protocol):
     async def on_start(self, record: StartRecord) -> None: ...
 
     async def on_settled(self, receipt: Receipt) -> None: ...
@@ -41,7 +45,7 @@ class MemoryJournalSink:
 class FanoutSink:
     """Several sinks in order; the first failure propagates (later sinks do not run)."""
 
-    def __init__(self, *sinks: ExecutionJournalSink) -> None:
+    def __init__(self, *sinks: ExecutionObserver) -> None:
         self.sinks = list(sinks)
 
     async def on_start(self, record: StartRecord) -> None:
@@ -53,4 +57,4 @@ class FanoutSink:
             await s.on_settled(receipt)
 
 
-__all__ = ["ExecutionJournalSink", "MemoryJournalSink", "FanoutSink"]
+__all__ = ["ExecutionObserver", "MemoryJournalSink", "FanoutSink"]

@@ -169,7 +169,7 @@ async def open_execution_journal(
 
 
 class ServedJournal:
-    """A server's execution journal (an ``ExecutionJournalSink``): fail-stop made loud, and re-opened through recovery.
+    """A server's execution journal (an ``ExecutionObserver``): fail-stop made loud, and re-opened through recovery.
 
     Everything else (``log``, ``receipts()``, ``recovered``, ``rotated_to``,
     ``path``) is the current :class:`~openfunctions.core.journal.ExecutionJournal`'s.
@@ -224,7 +224,7 @@ class ServedJournal:
                   hint="calls are refused until the journal is re-opened (automatic once writes succeed, or restart); "
                        "GET /healthz answers 503 meanwhile")
 
-    # -- ExecutionJournalSink ------------------------------------------------
+    # -- ExecutionObserver ------------------------------------------------
     async def on_start(self, record: Any) -> None:
         if self.failure is not None and not await self.try_reopen():
             raise self._refusal()

@@ -1,4 +1,4 @@
-"""The execution journal in PostgreSQL: an ``ExecutionJournalSink`` several server replicas share.
+"""The execution journal in PostgreSQL: an ``ExecutionObserver`` several server replicas share.
 
 Schema (component ``"journal"`` in ``of_schema``; versioned migrations in
 ``store/_migrations.py``, applied only by ``openfunctions-mcp db migrate``)::
@@ -332,7 +332,7 @@ class PgExecutionJournal:
                 else:
                     p.future.set_result(seq)
 
-    # -- ExecutionJournalSink ------------------------------------------------------
+    # -- ExecutionObserver ------------------------------------------------------
     async def on_start(self, record: Any) -> None:
         if getattr(record, "read_only", False):
             return

@@ -46,7 +46,7 @@ from ._grants import Grant, GrantStore
 from ._lease import Lease, LeaseStore
 from ._profile import CATALOG_ENV, WorkProfile, build_work_profile, resolve_catalog_path
 from ._protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
-from ._recovery import Recovered, interrupted, replay, restore_plan, settled_receipts
+from ._recovery import interrupted, replay, restore_plan, settled_receipts
 from ._resolutions import ResolutionInbox
 from ._state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold
 from ._steps import (
@@ -64,7 +64,7 @@ __all__ = [
     "Attempt", "AttemptActive", "AttemptNotFound", "Authority", "Catalog", "CatalogInvalid", "EffectUncertain",
     "Grant", "GrantDenied", "GrantExpired", "GrantRevoked", "GrantStore", "InvalidTransition", "Lease", "LeaseHeld",
     "LeaseLost", "LeaseStore", "Operation", "ParamSpec", "PathOutsideGrant", "PlanInvalid", "Proof", "ProofInvalid",
-    "ReconcileFailed", "Recovered", "STATES", "StepSpec", "TERMINAL", "TRANSITIONS", "UnknownStep", "VerifierReceipt",
+    "ReconcileFailed", "STATES", "StepSpec", "TERMINAL", "TRANSITIONS", "UnknownStep", "VerifierReceipt",
     "WORK_TOOL_NAMES", "WorkController", "WorkError", "WorkProfile", "WorkTools", "build_proof", "build_step_tools",
     "build_work_profile", "build_work_tools", "check_completion", "fingerprint", "prepare_reconciliation",
     "reconcile_readback", "replay", "restore_plan",

@@ -43,7 +43,7 @@ from typing import Any
 
 from ._catalog import Catalog, StepSpec
 from ._errors import GrantDenied, GrantExpired, GrantRevoked, LeaseLost, PathOutsideGrant
-from ._grants import Grant, GrantStore, now_utc
+from ._grants import Grant, GrantStore, utc_datetime
 from ._paths import matching_pattern, resolve_in_workspace
 
 
@@ -58,7 +58,7 @@ class Authority:
         """The active grants of ``principal`` bound to this catalog (for ``of_work_catalog``)."""
         if not principal:
             return []
-        t = now or now_utc()
+        t = now or utc_datetime()
         return [
             g for g in await self.grants.active_for(principal, t)
             if g.catalog_digest in (None, self.catalog.digest)
@@ -73,7 +73,7 @@ class Authority:
         lease: Any = None,
         now: _dt.datetime | None = None,
     ) -> Grant:
-        t = now or now_utc()
+        t = now or utc_datetime()
         if not principal:
             raise GrantDenied(
                 f"no principal in the trusted context: step {step.name!r} needs a grant issued to a principal; "

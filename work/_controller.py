@@ -691,7 +691,7 @@ class WorkController:
         if dr is not None:
             structured = dr.result.structured
             result = structured if structured is not None else {"content": dr.result.content}
-            artifacts = sorted(find_artifact_ids(_json_text(result)))
+            artifacts = sorted(find_artifact_ids(_canonical_text(result)))
         step_op = op.purpose == "step"
         async with self._lifecycle:
             effect_may_have_happened = op.effect != "read" and status in ("done", "unknown")
@@ -803,7 +803,7 @@ class WorkController:
             evidence = dr.result.structured if dr.ok else None
             vr = VerifierReceipt.from_evidence(spec.name, evidence, receipt_id=dr.receipt.receipt_id, accepted=dr.ok)
             receipts.append(vr)
-            found = sorted(find_artifact_ids(_json_text(evidence)))
+            found = sorted(find_artifact_ids(_canonical_text(evidence)))
             artifacts.extend(found)
             checks.append(
                 {
@@ -1106,7 +1106,7 @@ def _outcome_kwargs(rec: R.Rec) -> dict[str, Any]:
     return d
 
 
-def _json_text(value: Any) -> str:
+def _canonical_text(value: Any) -> str:
     # Executor-checked results and evidence: always JSON.
     return canonical_json(value)
 

@@ -73,7 +73,7 @@ def _iso(t: _dt.datetime) -> str:
     return _utc(t).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def now_utc() -> _dt.datetime:
+def utc_datetime() -> _dt.datetime:
     return _dt.datetime.now(_dt.UTC)
 
 
@@ -155,7 +155,7 @@ class Grant(BaseModel):
         d = self.to_record()
         d["revoked_at"] = _iso(self.revoked_at) if self.revoked_at else None
         d["revoked_by"] = self.revoked_by
-        d["status"] = self.status(now or now_utc())
+        d["status"] = self.status(now or utc_datetime())
         return d
 
 
@@ -278,7 +278,7 @@ class GrantStore:
 
     async def active_for(self, principal: str, now: _dt.datetime | None = None) -> list[Grant]:
         """The grants of ``principal`` neither expired nor revoked at ``now``."""
-        t = now or now_utc()
+        t = now or utc_datetime()
         return [g for g in await self.for_principal(principal) if g.active(t)]
 
     # -- writing (the issuer; opens the writer briefly) ---------------------
@@ -308,7 +308,7 @@ class GrantStore:
         now: _dt.datetime | None = None,
     ) -> Grant:
         """Issue a grant (durable once this returns). Give ``ttl`` or ``expires_at``."""
-        t = _utc(now) if now else now_utc()
+        t = _utc(now) if now else utc_datetime()
         if (ttl is None) == (expires_at is None):
             raise ValueError("give exactly one of ttl= or expires_at=")
         exp = t + ttl if ttl is not None else _utc(expires_at)  # type: ignore[arg-type]
@@ -337,7 +337,7 @@ class GrantStore:
 
     async def revoke(self, grant_id: str, *, by: str | None = None, now: _dt.datetime | None = None) -> Grant:
         """Revoke a grant (durable once this returns). Revoking a revoked grant returns it unchanged."""
-        t = _utc(now) if now else now_utc()
+        t = _utc(now) if now else utc_datetime()
         log = await self._open_writer()
         try:
             # Read under the writer's lock so two revocations cannot race.

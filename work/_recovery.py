@@ -40,9 +40,6 @@ from typing import Any
 from . import _records as R
 from ._state import WorkState, fold
 
-# the old name of the folded state (kept for callers of 0.x)
-Recovered = WorkState
-
 
 def settled_status(op: Any, outcome: str | None, certainty: str | None, handler_started: bool) -> str:
     """An operation's status from its call's receipt (live, and from the execution journal at recovery)."""
@@ -149,4 +146,4 @@ def restore_plan(state: WorkState, catalog_digest: str | None = None) -> list[tu
 
 RECORD_TYPES = R.RECORD_TYPES
 
-__all__ = ["Recovered", "interrupted", "replay", "restore_plan", "settled_receipts", "settled_status", "RECORD_TYPES"]
+__all__ = ["interrupted", "replay", "restore_plan", "settled_receipts", "settled_status", "RECORD_TYPES"]

@@ -51,7 +51,7 @@ from openfunctions.core import digest, utc_timestamp
 
 from ._catalog import Catalog
 from ._errors import ProofInvalid
-from ._grants import Grant, now_utc
+from ._grants import Grant, utc_datetime
 from ._paths import matches
 
 PROOF_VERSION = 1
@@ -337,7 +337,7 @@ def check_completion(
     plan_digest: str | None = None,
     current_epoch: Callable[[], int] | None = None,
     now: _dt.datetime | None = None,
-    clock: Callable[[], _dt.datetime] = now_utc,
+    clock: Callable[[], _dt.datetime] = utc_datetime,
 ) -> Callable[[], None]:
     """Check a proof against the current facts; return the synchronous completion fence.
 

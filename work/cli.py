@@ -31,7 +31,7 @@ import anyio
 from openfunctions.core.errors import OpenFunctionsError
 
 from ._errors import GrantNotFound
-from ._grants import GrantStore, now_utc, parse_ttl
+from ._grants import GrantStore, parse_ttl, utc_datetime
 
 
 def default_data_dir() -> Path:
@@ -162,7 +162,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         grants = anyio.run(store.list)
     except OpenFunctionsError as exc:
         return _fail(exc.message, 1)
-    now = now_utc()
+    now = utc_datetime()
     if args.principal:
         grants = [g for g in grants if g.principal == args.principal]
     if not args.all:

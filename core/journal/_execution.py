@@ -1,4 +1,4 @@
-"""ExecutionJournal: the executor's durable sink (``ExecutionJournalSink``).
+"""ExecutionJournal: the executor's durable sink (``ExecutionObserver``).
 
 Record types written (kind ``"execution"`` journal, format in ``_encoder.py``):
 
@@ -124,7 +124,7 @@ class ExecutionJournal:
     def path(self) -> Path:
         return self.log.path
 
-    # -- ExecutionJournalSink ---------------------------------------------
+    # -- ExecutionObserver ---------------------------------------------
     async def on_start(self, record: StartRecord) -> None:
         if record.read_only:
             return

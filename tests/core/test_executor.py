@@ -5,7 +5,7 @@ import math
 import pytest
 
 from openfunctions.core import (
-    ExecutionJournalSink,
+    ExecutionObserver,
     MemoryJournalSink,
     ToolError,
     ToolExecutionContext,
@@ -232,7 +232,7 @@ async def test_start_persistence_failure_never_enters_handler():
         return {}
 
     sink = FailingSink(fail_start=True)
-    assert isinstance(sink, ExecutionJournalSink)
+    assert isinstance(sink, ExecutionObserver)
     d = await ToolRegistry([make(handler=h)], journal=sink).execute_detailed("t", {})
     assert entered == []
     assert (d.receipt.outcome, d.receipt.certainty, d.receipt.handler_started) == ("rejected", "known", False)
