@@ -27,12 +27,11 @@ An agent without ``adapter=``/``model=`` thinks with the MCP host's model
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, ToolRegistry, define_tool
+from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, ToolRegistry, define_tool, import_spec
 
 from ._agent import Agent, Crew
 from ._errors import AgentDefinitionError
@@ -50,13 +49,7 @@ INSTRUCTIONS = (
 
 
 def _load(spec: str) -> list[Agent | Crew | ToolDefinition]:
-    mod_name, _, attr = spec.partition(":")
-    attr = attr or "agents"
-    try:
-        module = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise AgentDefinitionError(f"--module {spec!r}: cannot import {mod_name!r} ({exc})") from None
-    obj = getattr(module, attr, None)
+    obj = import_spec(spec, default_attr="agents", error=AgentDefinitionError, missing_ok=True)
     if obj is None:
         return []
     if callable(obj) and not isinstance(obj, (Agent, Crew)) and not isinstance(obj, (list, tuple)):

@@ -6,14 +6,13 @@ Given as a dict, a :class:`ChatConfig`, another pydantic model (its
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from openfunctions.core import ToolDefinition, ToolRegistry
+from openfunctions.core import ToolDefinition, ToolRegistry, import_spec
 
 from ._errors import ChatConfigError
 
@@ -85,18 +84,7 @@ def load_config(config: Any = None, **kwargs: Any) -> ChatConfig:
 
 def load_object(spec: str, what: str, default_attr: str) -> Any:
     """``pkg.module:attr`` (``attr`` defaults to ``default_attr``); a zero-argument factory is called."""
-    mod_name, _, attr = spec.partition(":")
-    attr = attr or default_attr
-    if not mod_name:
-        raise ChatConfigError(f"{what} {spec!r}: use the form pkg.module:attribute")
-    try:
-        module = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ChatConfigError(f"{what} {spec!r}: cannot import {mod_name!r} ({exc})") from None
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise ChatConfigError(f"{what} {spec!r}: module {mod_name!r} has no attribute {attr!r}") from None
+    obj = import_spec(spec, default_attr=default_attr, what=what, error=ChatConfigError)
     if callable(obj) and not isinstance(obj, (ToolRegistry, ToolDefinition, type)) and not hasattr(obj, "connect") \
             and not hasattr(obj, "__iter__"):
         try:

@@ -9,6 +9,7 @@ subpackage), never from an implementation module.
 """
 
 from ._asgi_auth import PRINCIPAL_SCOPE_KEY, BearerAuth
+from ._imports import import_spec
 from ._logging import configure_logging
 from ._providers import to_anthropic, to_gemini, to_openai
 from ._registry import ToolRegistry
@@ -47,6 +48,7 @@ from .sink import ExecutionObserver, FanoutSink, MemoryJournalSink
 from .tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, define_tool, tool
 
 __all__ = [
+    "import_spec",
     "PRINCIPAL_SCOPE_KEY", "BearerAuth",
     "TOOL_NAME_RE", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
     "DuplicateTool", "ExecutionCancelled", "ExecutionObserver", "FanoutSink", "InvalidOutput",

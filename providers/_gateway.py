@@ -9,7 +9,6 @@ logged and retried in the background, never fatal.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -20,7 +19,7 @@ import mcp_types as types
 import structlog
 from mcp.shared.exceptions import MCPError
 
-from openfunctions.core import ToolDefinition, ToolRegistry
+from openfunctions.core import ToolDefinition, ToolRegistry, import_spec
 
 from ._config import UpstreamConfig, load_upstreams
 from ._errors import ProviderError, ProviderUnavailable, UpstreamConfigError
@@ -165,11 +164,7 @@ class Gateway:
 def _module_parts(modules: Iterable[str]) -> list[ToolRegistry | list[ToolDefinition]]:
     parts: list[ToolRegistry | list[ToolDefinition]] = []
     for spec in modules:
-        mod_name, _, attr = spec.partition(":")
-        try:
-            obj = getattr(importlib.import_module(mod_name), attr or "registry")
-        except (ImportError, AttributeError) as exc:
-            raise UpstreamConfigError(f"--module {spec!r}: {exc}") from None
+        obj = import_spec(spec, default_attr="registry", error=UpstreamConfigError)
         if callable(obj) and not isinstance(obj, (ToolRegistry, ToolDefinition)):
             obj = obj()
         if isinstance(obj, ToolDefinition):

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolRegistry
+from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolRegistry, import_spec
 
 from .errors import ProfileUnavailable, ToolLoadError
 from .example_tools import example_tools
@@ -99,18 +99,7 @@ def _as_tools(obj: Any, where: str) -> ToolRegistry | list[ToolDefinition]:
 
 def load_module_tools(spec: str) -> ToolRegistry | list[ToolDefinition]:
     """Load ``pkg.mod:attr`` (``attr`` defaults to ``registry``)."""
-    mod_name, _, attr = spec.partition(":")
-    attr = attr or "registry"
-    if not mod_name:
-        raise ToolLoadError(f"--module {spec!r}: use the form pkg.module:attribute")
-    try:
-        module = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ToolLoadError(f"--module {spec!r}: cannot import {mod_name!r} ({exc})") from None
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise ToolLoadError(f"--module {spec!r}: module {mod_name!r} has no attribute {attr!r}") from None
+    obj = import_spec(spec, default_attr="registry", error=ToolLoadError)
     return _as_tools(obj, f"--module {spec}")
 
 

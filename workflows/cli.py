@@ -27,7 +27,6 @@ blocked or busy, an unloadable module.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 
 import anyio
 
+from openfunctions.core import import_spec
 from openfunctions.core.errors import OpenFunctionsError
 
 from ._errors import RunCorrupt, WorkflowDefinitionError
@@ -174,14 +174,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def load_workflows(spec: str) -> list[Workflow]:
     """The workflows ``PKG.MOD:ATTR`` names (ATTR defaults to ``workflows``)."""
-    mod_name, _, attr = spec.partition(":")
-    attr = attr or "workflows"
-    try:
-        obj = getattr(importlib.import_module(mod_name), attr)
-    except ImportError as exc:
-        raise WorkflowDefinitionError(f"--module {spec!r}: cannot import {mod_name!r} ({exc})") from None
-    except AttributeError:
-        raise WorkflowDefinitionError(f"--module {spec!r}: module {mod_name!r} has no attribute {attr!r}") from None
+    obj = import_spec(spec, default_attr="workflows", error=WorkflowDefinitionError)
     if callable(obj) and not isinstance(obj, Workflow):
         obj = obj()
     items = [obj] if isinstance(obj, Workflow) else list(obj) if isinstance(obj, (list, tuple)) else None
