@@ -9,13 +9,20 @@ subpackage), never from an implementation module.
 """
 
 from ._asgi_auth import PRINCIPAL_SCOPE_KEY, BearerAuth
+from ._canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
+from ._context import ProgressReporter, ToolExecutionContext, with_child_execution
 from ._imports import import_spec
 from ._logging import configure_logging
+from ._policy import AllowAllPolicy, Policy, PolicyDecision, ScopePolicy
 from ._providers import to_anthropic, to_gemini, to_openai
+from ._receipts import Receipt, StartRecord
 from ._registry import ToolRegistry
+from ._result import DetailedResult, ToolResult, pretty_json
+from ._scheduler import Reservation, Scheduler
+from ._schema import Validator, accepts_null, complete_strict_schema, strict_violations
+from ._sink import ExecutionObserver, FanoutSink, MemoryJournalSink
 from ._stamps import new_id, utc_timestamp
-from .canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
-from .context import ProgressReporter, ToolExecutionContext, with_child_execution
+from ._tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, define_tool, tool
 from .errors import (
     AdmissionRefused,
     ConfigurationError,
@@ -39,13 +46,6 @@ from .errors import (
     UnsafePath,
 )
 from .executor import ToolExecutor
-from .policy import AllowAllPolicy, Policy, PolicyDecision, ScopePolicy
-from .receipts import Receipt, StartRecord
-from .result import DetailedResult, ToolResult, pretty_json
-from .scheduler import Reservation, Scheduler
-from .schema import Validator, accepts_null, complete_strict_schema, strict_violations
-from .sink import ExecutionObserver, FanoutSink, MemoryJournalSink
-from .tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, define_tool, tool
 
 __all__ = [
     "import_spec",

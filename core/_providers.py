@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .tool import ToolDefinition
+from ._tool import ToolDefinition
 
 
 def to_openai(tool: ToolDefinition) -> dict[str, Any]:

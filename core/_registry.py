@@ -12,14 +12,14 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-from .context import ToolExecutionContext
+from ._context import ToolExecutionContext
+from ._policy import Mode, Policy
+from ._result import DetailedResult
+from ._scheduler import Scheduler
+from ._sink import ExecutionObserver
+from ._tool import ToolDefinition, describe_object
 from .errors import DuplicateTool, OpenFunctionsError, ToolDefinitionError, ToolNotFound
 from .executor import ToolExecutor
-from .policy import Mode, Policy
-from .result import DetailedResult
-from .scheduler import Scheduler
-from .sink import ExecutionObserver
-from .tool import ToolDefinition, describe_object
 
 
 class ToolRegistry:

@@ -31,9 +31,24 @@ from typing import Any
 import anyio
 import structlog
 
+from ._canonical import canonical_json, sha256_hex, to_utf8
+from ._context import ToolExecutionContext
+from ._policy import Mode, Policy, PolicyDecision
+from ._receipts import (
+    RECEIPT_VERSION,
+    Certainty,
+    Outcome,
+    PolicyRecord,
+    Receipt,
+    ReceiptError,
+    StartRecord,
+    fast_construct,
+)
+from ._result import DetailedResult, ToolResult, normalize
+from ._scheduler import Reservation, Scheduler
+from ._sink import ExecutionObserver, FanoutSink
 from ._stamps import new_id, utc_timestamp
-from .canonical import canonical_json, sha256_hex, to_utf8
-from .context import ToolExecutionContext
+from ._tool import ToolDefinition
 from .errors import (
     ConfigurationError,
     ExecutionCancelled,
@@ -44,21 +59,6 @@ from .errors import (
     ToolError,
     ToolFailed,
 )
-from .policy import Mode, Policy, PolicyDecision
-from .receipts import (
-    RECEIPT_VERSION,
-    Certainty,
-    Outcome,
-    PolicyRecord,
-    Receipt,
-    ReceiptError,
-    StartRecord,
-    fast_construct,
-)
-from .result import DetailedResult, ToolResult, normalize
-from .scheduler import Reservation, Scheduler
-from .sink import ExecutionObserver, FanoutSink
-from .tool import ToolDefinition
 
 log = structlog.get_logger("openfunctions.executor")
 

@@ -7,7 +7,7 @@ and points here for the bytes)
 
 A journal is a UTF-8 text file of newline-terminated lines. **The newline
 is the commit marker**: a line without its ``\\n`` was never acknowledged.
-Every line is canonical JSON (``openfunctions.core.canonical``: keys sorted,
+Every line is canonical JSON (``openfunctions.core._canonical``: keys sorted,
 no whitespace, non-ASCII kept, finite numbers only).
 
 Line 1, the header::
@@ -73,7 +73,7 @@ from hashlib import sha256
 from json.encoder import encode_basestring as _encode_str
 from typing import Any
 
-from ..canonical import canonical_bytes, canonical_json, to_utf8
+from .._canonical import canonical_bytes, canonical_json, to_utf8
 from ._record import CURRENT_VERSION, FORMAT_NAME, Header
 
 CHK_LEN = 32

@@ -40,8 +40,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .._receipts import Receipt, ReceiptError, StartRecord
 from .._stamps import utc_timestamp
-from ..receipts import Receipt, ReceiptError, StartRecord
 from ._log import JournalLog, read_records, segment_paths
 from ._record import Record
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..canonical import canonical_json
+from .._canonical import canonical_json
 from ..errors import JournalCorrupt, JournalError
 from ._decoder import ScanResult, scan
 from ._lock import kernel_holders, lock_path

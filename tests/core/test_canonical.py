@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from openfunctions.core.canonical import canonical_json
+from openfunctions.core import canonical_json
 from openfunctions.core.errors import NonJsonValue
 
 _REFERENCE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"))

@@ -348,7 +348,7 @@ async def test_non_string_keys_in_a_non_object_result_are_refused():
 
 @pytest.mark.anyio
 async def test_sinks_are_added_and_removed_independently_in_order():
-    from openfunctions.core.sink import MemoryJournalSink
+    from openfunctions.core import MemoryJournalSink
 
     calls: list[str] = []
 

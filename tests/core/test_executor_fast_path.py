@@ -16,8 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from openfunctions.core import ToolRegistry, define_tool, tool
-from openfunctions.core.receipts import Receipt
+from openfunctions.core import Receipt, ToolRegistry, define_tool, tool
 
 
 def _where(params: dict[str, Any], ctx: Any) -> dict[str, Any]:

@@ -64,7 +64,7 @@ async def test_an_effectful_calls_start_is_durable_before_its_handler_runs(tmp_p
 
 @pytest.mark.anyio
 async def test_observers_still_see_the_start_of_a_read_only_call(tmp_path: Path) -> None:
-    from openfunctions.core.sink import MemoryJournalSink
+    from openfunctions.core import MemoryJournalSink
 
     async def look(params, ctx):
         return "ok"

@@ -1,6 +1,6 @@
 """The validator's fast path accepts exactly what jsonschema accepts, and never reports errors of its own.
 
-core/schema.py compiles a plain predicate for schemas in its keyword subset;
+core/_schema.py compiles a plain predicate for schemas in its keyword subset;
 an instance it accepts skips jsonschema. Property test: over random schemas of
 the subset and random JSON instances, the predicate accepts an instance only
 when jsonschema (the dialect's own validator) finds it valid, and for the
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft7Validator, Draft202012Validator
 
-from openfunctions.core.schema import Validator, compile_fast_check
+from openfunctions.core._schema import Validator, compile_fast_check
 
 numbers = st.integers(-2, 2) | st.sampled_from([1.0, 2.0, -0.0, 0.5, -1.5])
 json_values = st.recursive(

@@ -2,7 +2,7 @@
 
 Two checks per tool:
 
-* :func:`openfunctions.core.schema.strict_violations`, a checker of the rules the
+* :func:`openfunctions.core.strict_violations`, a checker of the rules the
   providers document in common (closed objects listing ``required``, typed nodes);
 * OpenAI's own strict converter (``openai.lib._pydantic._ensure_strict_json_schema``,
   what the ``openai`` package runs on a function tool's parameters with

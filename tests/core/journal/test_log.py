@@ -144,7 +144,7 @@ async def test_kind_mismatch(tmp_path):
 
 
 def test_encoded_record_is_canonical_json():
-    from openfunctions.core.canonical import canonical_json
+    from openfunctions.core import canonical_json
     from openfunctions.core.journal._encoder import encode_record
 
     for data, type_ in [({"b": 1, "a": [1.5, None, "é\u2028"]}, "t"), ({}, 'q"uo\\te\n'), ({"z": {"y": True}}, "ü")]:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .context import ToolExecutionContext
-from .tool import ToolDefinition
+from ._context import ToolExecutionContext
+from ._tool import ToolDefinition
 
 Mode = Literal["local", "governed"]
 

@@ -23,9 +23,9 @@ from typing import Any, Literal, get_type_hints
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
 
-from .canonical import canonical_json, check_json, digest
+from ._canonical import canonical_json, check_json, digest
+from ._schema import Validator, complete_strict_schema
 from .errors import NonJsonValue, ToolDefinitionError
-from .schema import Validator, complete_strict_schema
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
@@ -313,7 +313,7 @@ def tool(
     tool_name = name if isinstance(name, str) else None
 
     def decorate(fn: Callable[..., Any]) -> ToolDefinition:
-        from .context import ToolExecutionContext
+        from ._context import ToolExecutionContext
 
         if not callable(fn):
             raise ToolDefinitionError(f"@tool decorates a function, got {describe_object(fn)}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from .receipts import Receipt, StartRecord
+from ._receipts import Receipt, StartRecord
 
 
 @runtime_checkable

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .canonical import digest, dumps_checked
+from ._canonical import digest, dumps_checked
 
 if TYPE_CHECKING:
+    from ._receipts import Receipt
     from .errors import OpenFunctionsError
-    from .receipts import Receipt
 
 
 @dataclass

@@ -46,7 +46,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .canonical import canonical_json
+from ._canonical import canonical_json
 
 Outcome = Literal["succeeded", "failed", "rejected", "cancelled", "unknown"]
 Certainty = Literal["known", "unknown"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .scheduler import Reservation
+    from ._scheduler import Reservation
 
 ProgressReporter = Callable[[float, float | None, str | None], Awaitable[None]]
 
