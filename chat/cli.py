@@ -90,7 +90,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             config["adapter"] = scripted_adapter_from_file(args.script)
         token = None
         if args.serve and (args.auth_token_env or args.auth_token_file):
-            from openfunctions.servers.http import read_auth_token
+            from openfunctions.core import read_auth_token
 
             token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)
 

@@ -8,7 +8,7 @@ Every public name is re-exported here, once; other packages import from
 subpackage), never from an implementation module.
 """
 
-from ._asgi_auth import PRINCIPAL_SCOPE_KEY, BearerAuth
+from ._asgi_auth import PRINCIPAL_SCOPE_KEY, AuthConfigError, BearerAuth, read_auth_token
 from ._canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
 from ._context import ProgressReporter, ToolExecutionContext, with_child_execution
 from ._imports import import_spec
@@ -49,7 +49,7 @@ from .executor import ToolExecutor
 
 __all__ = [
     "import_spec",
-    "PRINCIPAL_SCOPE_KEY", "BearerAuth",
+    "PRINCIPAL_SCOPE_KEY", "AuthConfigError", "BearerAuth", "read_auth_token",
     "TOOL_NAME_RE", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
     "DuplicateTool", "ExecutionCancelled", "ExecutionObserver", "FanoutSink", "InvalidOutput",
     "InvalidParams", "JournalCorrupt", "JournalError", "JournalFailed", "JournalLocked", "JournalUnsafe",

@@ -1,4 +1,5 @@
-"""Bearer-token check for any ASGI app this project serves (the MCP HTTP server, the chat server).
+"""Bearer tokens for any ASGI app this project serves (the MCP HTTP server, the chat server):
+reading the token (``read_auth_token``) and checking it on every request (``BearerAuth``).
 
 It lives in core, not in servers, so that a layer below servers (chat) can guard its own HTTP app
 with the same check without importing upward (DESIGN.md, dependency direction). Plain ASGI: no
@@ -9,13 +10,53 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import stat
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import structlog
+
+from .errors import ConfigurationError
+
+log = structlog.get_logger("openfunctions.auth")
 
 #: ASGI scope key under which an authenticated request carries its principal.
 PRINCIPAL_SCOPE_KEY = "openfunctions.principal"
 
 _UNAUTHORIZED = b'{"error":"invalid_token","error_description":"missing or invalid bearer token"}'
+
+
+class AuthConfigError(ConfigurationError):
+    """The HTTP bearer token could not be read (missing env var, unreadable/empty file)."""
+
+    code = "auth_config_invalid"
+
+
+def read_auth_token(*, env: str | None = None, file: str | Path | None = None) -> str | None:
+    """The bearer token from an environment variable or a file (first line, stripped)."""
+    if env and file:
+        raise AuthConfigError("give the auth token through --auth-token-env or --auth-token-file, not both")
+    if env:
+        token = os.environ.get(env, "")
+        if not token.strip():
+            raise AuthConfigError(f"--auth-token-env {env}: the environment variable is unset or empty")
+        return token.strip()
+    if file:
+        p = Path(file)
+        try:
+            mode = p.stat().st_mode
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise AuthConfigError(f"--auth-token-file {p}: cannot read it ({exc.strerror})") from None
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            log.warning("auth_token_file_permissions", path=str(p), hint="chmod 600: other users can read the token")
+        token = text.strip().splitlines()[0].strip() if text.strip() else ""
+        if not token:
+            raise AuthConfigError(f"--auth-token-file {p}: the file is empty")
+        return token
+    return None
 
 
 class BearerAuth:
@@ -56,4 +97,4 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-__all__ = ["PRINCIPAL_SCOPE_KEY", "BearerAuth"]
+__all__ = ["PRINCIPAL_SCOPE_KEY", "AuthConfigError", "BearerAuth", "read_auth_token"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 
+from openfunctions.core import AuthConfigError  # defined beside the token reader in core, re-exported here
 from openfunctions.core.errors import ConfigurationError, OpenFunctionsError
 
 
@@ -29,12 +30,6 @@ class ToolLoadError(ConfigurationError):
     """``--module`` or an ``openfunctions.tools`` entry point did not yield tools."""
 
     code = "tool_load_failed"
-
-
-class AuthConfigError(ConfigurationError):
-    """The HTTP bearer token could not be read (missing env var, unreadable/empty file)."""
-
-    code = "auth_config_invalid"
 
 
 class DataDirUnusable(ConfigurationError):

@@ -40,12 +40,9 @@ waiting, the journal is closed, and :func:`serve_http` raises
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
 import weakref
 from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -53,7 +50,7 @@ import structlog
 import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 
-from openfunctions.core import BearerAuth
+from openfunctions.core import BearerAuth, read_auth_token
 
 from ._event_store import MemoryEventStore
 from ._http_guard import (
@@ -72,7 +69,6 @@ from ._http_guard import (
     clamp_connections,
 )
 from ._signals import ShutdownWatch
-from .errors import AuthConfigError
 from .server import OpenFunctionsServer
 
 log = structlog.get_logger("openfunctions.servers.http")
@@ -82,31 +78,6 @@ DEFAULT_SSE_RETRY_MS = 1000
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/mcp"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def read_auth_token(*, env: str | None = None, file: str | Path | None = None) -> str | None:
-    """The bearer token from an environment variable or a file (first line, stripped)."""
-    if env and file:
-        raise AuthConfigError("give the auth token through --auth-token-env or --auth-token-file, not both")
-    if env:
-        token = os.environ.get(env, "")
-        if not token.strip():
-            raise AuthConfigError(f"--auth-token-env {env}: the environment variable is unset or empty")
-        return token.strip()
-    if file:
-        p = Path(file)
-        try:
-            mode = p.stat().st_mode
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise AuthConfigError(f"--auth-token-file {p}: cannot read it ({exc.strerror})") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            log.warning("auth_token_file_permissions", path=str(p), hint="chmod 600: other users can read the token")
-        token = text.strip().splitlines()[0].strip() if text.strip() else ""
-        if not token:
-            raise AuthConfigError(f"--auth-token-file {p}: the file is empty")
-        return token
-    return None
 
 
 def _host_rules(host: str, port: int | None, allowed_hosts: list[str] | None, allowed_origins: list[str] | None) -> HostRules | None:
