@@ -1,7 +1,7 @@
 """The ``agents`` profile: agents and crews a module defines, each served as a tool.
 
 ``build_agents_profile(data_dir, registry, principal, modules, store, upstreams)``
-(the contract is in ``servers/profiles.py`` above ``LAYERS``):
+(the contract is in ``servers/_profiles.py`` above ``LAYERS``):
 
 - each ``--module pkg.mod:attr`` names an :class:`Agent`, a :class:`Crew`, a
   list of them, or a zero-argument factory returning one of those. A list

@@ -32,7 +32,7 @@ from typing import Any
 
 from openfunctions.core import ToolRegistry, define_tool
 from openfunctions.core.journal import ExecutionJournal
-from openfunctions.servers.example_tools import example_tools
+from openfunctions.servers._example_tools import example_tools
 
 STAGES = ["execute_detailed", "_capture", "_validate", "_resolve_policy", "_admit", "_persist_start", "_invoke",
           "_normalize", "_check_output", "_settle", "_persist_receipt", "_receipt"]

@@ -80,7 +80,7 @@ class MemoryProfile:
 def build_memory_profile(*, data_dir: str | os.PathLike[str], registry: ToolRegistry | None = None,
                          principal: str | None = None, modules: Any = (), store: str | None = None,
                          upstreams: Any = None, embedder: str | None = None) -> MemoryProfile:
-    """The profile builder servers/profiles.py calls (see ``LAYERS`` there)."""
+    """The profile builder servers/_profiles.py calls (see ``LAYERS`` there)."""
     memory = Memory(None)
     reg = join_registry(registry, create_memory_tools(memory))
     return MemoryProfile(reg, memory, url=store, data_dir=Path(data_dir),

@@ -2,7 +2,7 @@
 
 ``openfunctions-mcp serve --profile gateway --upstreams servers.json`` builds
 it through :func:`build_gateway_profile` (the contract is the comment above
-``LAYERS`` in ``servers/profiles.py``). The server runs :meth:`Gateway.start`
+``LAYERS`` in ``servers/_profiles.py``). The server runs :meth:`Gateway.start`
 before it serves: every upstream is connected then, and one that is down is
 logged and retried in the background, never fatal.
 """
@@ -210,7 +210,7 @@ def build_gateway_profile(
     upstreams: str | Path | None = None,
     **_: Any,
 ) -> Gateway:
-    """The ``gateway`` profile's builder (see ``servers/profiles.py``); the server calls ``start()`` before serving."""
+    """The ``gateway`` profile's builder (see ``servers/_profiles.py``); the server calls ``start()`` before serving."""
     if upstreams is None:
         raise ProviderUnavailable(
             "the 'gateway' profile needs --upstreams FILE: a JSON file with an 'mcpServers' object naming the "

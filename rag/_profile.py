@@ -64,7 +64,7 @@ class RagProfile:
 def build_rag_profile(*, data_dir: str | os.PathLike[str], registry: ToolRegistry | None = None,
                       principal: str | None = None, modules: Any = (), store: str | None = None,
                       upstreams: Any = None, embedder: str | None = None) -> RagProfile:
-    """The profile builder servers/profiles.py calls (see ``LAYERS`` there)."""
+    """The profile builder servers/_profiles.py calls (see ``LAYERS`` there)."""
     from openfunctions.artifacts import ArtifactStore
 
     rag = Rag(None, None)

@@ -26,15 +26,15 @@ _EXPORTS = {
     "ShutdownForced": ".errors",
     "ToolLoadError": ".errors",
     "MemoryEventStore": "._event_store",
-    "create_http_app": ".http",
-    "serve_http": ".http",
-    "run_stdio": ".runtime",
-    "start_server": ".runtime",
+    "create_http_app": "._http",
+    "serve_http": "._http",
+    "run_stdio": "._runtime",
+    "start_server": "._runtime",
     "RECEIPT_META_KEY": "._constants",
-    "REQUEST_CONTEXT_KEY": ".server",
-    "OpenFunctionsServer": ".server",
-    "create_mcp_server": ".server",
-    "stdio_transport": ".stdio",
+    "REQUEST_CONTEXT_KEY": "._server",
+    "OpenFunctionsServer": "._server",
+    "create_mcp_server": "._server",
+    "stdio_transport": "._stdio",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

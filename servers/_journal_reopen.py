@@ -1,6 +1,6 @@
 """``openfunctions-mcp journal reopen``: the running server's side (and the automatic re-open without traffic).
 
-A server's :class:`~openfunctions.servers.journaling.ServedJournal` runs one
+A server's :class:`~openfunctions.servers._journaling.ServedJournal` runs one
 watcher task for its lifetime. Every :data:`POLL_S` seconds it
 
 - answers an operator's re-open request for its journal, if one is there;

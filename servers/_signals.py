@@ -19,7 +19,7 @@ import structlog
 from .errors import ShutdownForced
 
 if TYPE_CHECKING:
-    from .server import OpenFunctionsServer
+    from ._server import OpenFunctionsServer
 
 log = structlog.get_logger("openfunctions.servers")
 

@@ -287,11 +287,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace) -> int:
     from . import __version__
-    from .http import read_auth_token, serve_http
-    from .journaling import prepare_data_dir
-    from .profiles import build_profile
-    from .runtime import run_stdio
-    from .server import create_mcp_server
+    from ._http import read_auth_token, serve_http
+    from ._journaling import prepare_data_dir
+    from ._profiles import build_profile
+    from ._runtime import run_stdio
+    from ._server import create_mcp_server
 
     data_dir = prepare_data_dir((args.data_dir or default_data_dir()).expanduser())
     token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)
@@ -399,7 +399,7 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from ._demo import run_demo
 
     return run_demo(profile=args.profile, data_dir=args.data_dir, catalog=args.catalog, keep=args.keep)
 

@@ -11,7 +11,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from openfunctions.core import ToolExecutionContext, ToolRegistry
 
-from ..server import REQUEST_CONTEXT_KEY
+from .._server import REQUEST_CONTEXT_KEY
 
 log = structlog.get_logger("openfunctions.servers.conformance")
 

@@ -8,7 +8,7 @@ import pytest
 
 from openfunctions.agents import AgentDefinitionError
 from openfunctions.servers import create_mcp_server
-from openfunctions.servers.profiles import build_profile
+from openfunctions.servers._profiles import build_profile
 
 from .test_mcp_sampling import HostModel, client
 

@@ -180,7 +180,7 @@ async def test_memory_profile_joins_a_projection(tmp_path):
 
 
 async def test_all_profile_serves_memory_and_rag_and_degrades_on_a_locked_store(tmp_path):
-    from openfunctions.servers.profiles import build_profile
+    from openfunctions.servers._profiles import build_profile
     from openfunctions.store import StoreLocked
 
     first = build_profile("all", data_dir=tmp_path)

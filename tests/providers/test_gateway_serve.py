@@ -74,7 +74,7 @@ async def test_serve_gateway_over_stdio(tmp_path, fixture_upstream):
         assert h.meta[RECEIPT]["tool"] == "mcp__ours__of_hash_text"  # ours, not the upstream's receipt
 
         # The upstream announces a new tool; the gateway re-lists and tells us, once per
-        # connection however often we listed (servers/server.py finds the connection
+        # connection however often we listed (servers/_server.py finds the connection
         # behind each request's session: if an SDK release hides it, this fails).
         await c.list_tools()
         assert not (await c.call_tool("mcp__up__grow", {})).is_error

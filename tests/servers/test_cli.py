@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from openfunctions.servers import cli
+from openfunctions.servers._profiles import PROFILES, build_profile, load_module_tools
 from openfunctions.servers.errors import ToolLoadError
-from openfunctions.servers.profiles import PROFILES, build_profile, load_module_tools
 
 from .conftest import REPO, serve_argv, server_env
 
@@ -408,7 +408,7 @@ def test_stdio_in_a_terminal_says_it_waits_for_a_client(tmp_path):
 
 
 def test_demo_deletes_its_temporary_dir_and_says_so_unless_kept(monkeypatch, capsys, tmp_path):
-    from openfunctions.servers import demo
+    from openfunctions.servers import _demo as demo
 
     seen = []
 

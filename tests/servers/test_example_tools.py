@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from openfunctions.core import ToolRegistry
-from openfunctions.servers.example_tools import example_tools
+from openfunctions.servers._example_tools import example_tools
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from openfunctions.servers import MemoryEventStore
-from openfunctions.servers.http import create_http_app
+from openfunctions.servers._http import create_http_app
 
 from .conftest import wait_for_file
 

@@ -260,7 +260,7 @@ async def test_resources_templates_and_prompts(mode):
 
 @pytest.mark.anyio
 async def test_start_attaches_and_close_detaches_the_journal(tmp_path, monkeypatch):
-    from openfunctions.servers import journaling
+    from openfunctions.servers import _journaling as journaling
 
     opened: list[object] = []
 

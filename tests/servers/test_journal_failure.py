@@ -13,7 +13,7 @@ import pytest
 from openfunctions.core import ToolRegistry
 from openfunctions.core.errors import JournalFailed
 from openfunctions.servers import RECEIPT_META_KEY
-from openfunctions.servers.journaling import ServedJournal, open_execution_journal
+from openfunctions.servers._journaling import ServedJournal, open_execution_journal
 
 from .conftest import journaled_receipts
 from .test_http import parse_body, post, rpc

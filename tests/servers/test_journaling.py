@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from openfunctions.servers import journaling
+from openfunctions.servers import _journaling as journaling
 from openfunctions.servers.errors import DataDirLocked
 
 from .conftest import RawSession

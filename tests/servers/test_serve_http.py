@@ -15,7 +15,7 @@ import pytest
 
 from openfunctions.core import ToolRegistry
 from openfunctions.servers import MemoryEventStore, create_mcp_server
-from openfunctions.servers import http as http_mod
+from openfunctions.servers import _http as http_mod
 
 from .._net import free_port, wait_for_port
 from .conftest import server_env, wait_for_file
@@ -54,7 +54,7 @@ import sys
 import anyio
 import fixture_tools
 from openfunctions.servers import create_mcp_server
-from openfunctions.servers.http import serve_http
+from openfunctions.servers._http import serve_http
 
 server = create_mcp_server(fixture_tools.registry, name="t", version="0")
 anyio.run(lambda: serve_http(server, port=int(sys.argv[1]), event_store=False))

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from openfunctions.core import ToolRegistry, accepts_null, strict_violations, tool
-from openfunctions.servers.profiles import PROFILES, build_profile
+from openfunctions.servers._profiles import PROFILES, build_profile
 
 from .conftest import REPO
 

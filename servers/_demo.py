@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from .server import RECEIPT_META_KEY
+from ._server import RECEIPT_META_KEY
 
 DEMO_PRINCIPAL = "demo-agent"
 

@@ -17,9 +17,9 @@ import structlog
 
 from openfunctions.core import ToolRegistry
 
+from ._server import OpenFunctionsServer, create_mcp_server
 from ._signals import ShutdownWatch
-from .server import OpenFunctionsServer, create_mcp_server
-from .stdio import DEFAULT_MAX_MESSAGE_BYTES, stdio_transport
+from ._stdio import DEFAULT_MAX_MESSAGE_BYTES, stdio_transport
 
 log = structlog.get_logger("openfunctions.servers")
 

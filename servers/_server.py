@@ -349,7 +349,7 @@ class OpenFunctionsServer:
             self.journal, self.journal_file = await open_database_journal(
                 self._database_url, self._journal_dir, self.profile)
         elif self._journal_dir is not None:
-            from .journaling import open_execution_journal
+            from ._journaling import open_execution_journal
 
             self.journal, self.journal_file = await open_execution_journal(
                 self._journal_dir, self.profile, reopen_interval=self.journal_reopen_interval)
@@ -728,7 +728,7 @@ def _connection_of(session: Any) -> Any:
         _CONNECTION_WARNED.append(True)
         log.error("sdk_connection_unavailable", session_type=type(session).__name__,
                   consequence="handshake-era clients get no tools/prompts list_changed notifications",
-                  hint="mcp.server.session.ServerSession no longer has _connection; update servers/server.py")
+                  hint="mcp.server.session.ServerSession no longer has _connection; update servers/_server.py")
     return session
 
 

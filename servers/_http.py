@@ -68,8 +68,8 @@ from ._http_guard import (
     SessionLimits,
     clamp_connections,
 )
+from ._server import OpenFunctionsServer
 from ._signals import ShutdownWatch
-from .server import OpenFunctionsServer
 
 log = structlog.get_logger("openfunctions.servers.http")
 

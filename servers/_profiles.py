@@ -33,8 +33,8 @@ import structlog
 
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolRegistry, import_spec
 
+from ._example_tools import example_tools
 from .errors import ProfileUnavailable, ToolLoadError
-from .example_tools import example_tools
 
 log = structlog.get_logger("openfunctions.servers.profiles")
 

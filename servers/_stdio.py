@@ -48,7 +48,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from ._constants import DEFAULT_MAX_MESSAGE_BYTES
 from ._outstanding import Outstanding
 
-log = structlog.get_logger("openfunctions.servers.stdio")
+log = structlog.get_logger("openfunctions.servers._stdio")
 
 _READ_CHUNK = 1 << 16
 
