@@ -89,10 +89,11 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
+from pydantic import BaseModel
 
 from openfunctions.core import ToolDefinition, check_json, define_tool, digest
 from openfunctions.core.errors import NonJsonValue, ToolError
@@ -102,6 +103,7 @@ from ._catalog import Catalog, StepSpec
 from ._errors import CatalogInvalid, PathOutsideGrant, PlanInvalid, ReconcileFailed, WorkError
 from ._paths import matching_pattern, resolve_in_workspace
 from ._procs import MARKER_ENV
+from ._schemas import output_schema
 from ._verification import diff_fingerprints, file_sha256, fingerprint, open_regular
 
 DEFAULT_CAPTURE_LIMIT = 8 * 1024 * 1024
@@ -111,84 +113,72 @@ TERM_GRACE_S = 2.0
 PROGRESS_INTERVAL_S = 1.0
 RECONCILIATION_VERSION = 1
 
-_STREAM_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "artifact_id": {"type": ["string", "null"]},
-        "sha256": {"type": "string"},
-        "size": {"type": "integer"},
-        "truncated": {"type": "boolean"},
-        "tail": {"type": "string"},
-        "artifact_error": {"type": "string"},
-    },
-    "required": ["artifact_id", "sha256", "size", "truncated", "tail"],
-}
-COMMAND_OUTPUT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "step": {"type": "string"},
-        "argv": {"type": "array", "items": {"type": "string"}},
-        "cwd": {"type": "string"},
-        "exit_code": {"type": ["integer", "null"]},
-        "signal": {"type": ["integer", "null"]},
-        "timed_out": {"type": "boolean"},
-        "passed": {"type": "boolean"},
-        "duration_ms": {"type": "integer"},
-        "stdout": _STREAM_SCHEMA,
-        "stderr": _STREAM_SCHEMA,
-    },
-    "required": ["step", "argv", "cwd", "exit_code", "signal", "timed_out", "passed", "duration_ms", "stdout", "stderr"],
-}
-WRITE_OUTPUT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "step": {"type": "string"},
-        "path": {"type": "string"},
-        "sha256": {"type": "string"},
-        "size": {"type": "integer"},
-        "prior_sha256": {"type": ["string", "null"]},
-        "changed": {"type": "boolean"},
-    },
-    "required": ["step", "path", "sha256", "size", "prior_sha256", "changed"],
-}
-READ_OUTPUT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "step": {"type": "string"},
-        "path": {"type": "string"},
-        "sha256": {"type": "string"},
-        "size": {"type": "integer"},
-        "content": {"type": "string"},
-        "artifact_id": {"type": "string"},
-    },
-    "required": ["step", "path", "sha256", "size"],
-}
-FINGERPRINT_OUTPUT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "step": {"type": "string"},
-        "files": {"type": "object", "additionalProperties": {"type": "string"}},
-        "count": {"type": "integer"},
-        "digest": {"type": "string"},
-    },
-    "required": ["step", "files", "count", "digest"],
-}
+class _Stream(BaseModel):
+    artifact_id: str | None
+    sha256: str
+    size: int
+    truncated: bool
+    tail: str
+    artifact_error: str | None = None
+
+
+class CommandReply(BaseModel):
+    step: str
+    argv: list[str]
+    cwd: str
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    passed: bool
+    duration_ms: int
+    stdout: _Stream
+    stderr: _Stream
+
+
+class WriteReply(BaseModel):
+    step: str
+    path: str
+    sha256: str
+    size: int
+    prior_sha256: str | None
+    changed: bool
+
+
+class ReadReply(BaseModel):
+    step: str
+    path: str
+    sha256: str
+    size: int
+    content: str | None = None
+    artifact_id: str | None = None
+
+
+class FingerprintReply(BaseModel):
+    step: str
+    files: dict[str, str]
+    count: int
+    digest: str
+
+
+class OracleReply(BaseModel):
+    step: str
+    status: Literal["applied", "not_applied", "partial", "mismatch", "inconclusive"]
+    observed: dict[str, Any]
+    reason: str
+
+
+# The step tools' reply schemas, from the models above (work/_schemas.output_schema).
+COMMAND_OUTPUT_SCHEMA = output_schema(CommandReply)
+WRITE_OUTPUT_SCHEMA = output_schema(WriteReply)
+READ_OUTPUT_SCHEMA = output_schema(ReadReply)
+FINGERPRINT_OUTPUT_SCHEMA = output_schema(FingerprintReply)
 ORACLE_INPUT_SCHEMA = {
     "type": "object",
     "properties": {"readback": {"type": "object", "description": "the metadata prepare_reconciliation returned before dispatch"}},
     "required": ["readback"],
     "additionalProperties": False,
 }
-ORACLE_OUTPUT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "step": {"type": "string"},
-        "status": {"enum": ["applied", "not_applied", "partial", "mismatch", "inconclusive"]},
-        "observed": {"type": "object"},
-        "reason": {"type": "string"},
-    },
-    "required": ["step", "status", "observed", "reason"],
-}
+ORACLE_OUTPUT_SCHEMA = output_schema(OracleReply)
 
 
 def _refuse(exc: WorkError) -> ToolError:

@@ -36,6 +36,7 @@ from openfunctions.core import (
 )
 
 from ._controller import DISPATCHED_ATTR, MAX_PLAN_STEPS, WorkController
+from ._schemas import output_schema
 
 REPLY_BUDGET = 32 * 1024
 MAX_ERROR_CHARS = 4000
@@ -108,21 +109,6 @@ class ReconcileReply(_AttemptReply):
 
 class CompleteReply(_AttemptReply):
     proofDigest: str = None  # type: ignore[assignment]
-
-
-def output_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """A reply model's JSON Schema as served: pydantic's, without its generated titles and defaults."""
-
-    def clean(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: clean(v) for k, v in node.items() if k not in ("title", "default") or isinstance(v, dict)}
-        if isinstance(node, list):
-            return [clean(v) for v in node]
-        return node
-
-    schema = clean(model.model_json_schema())
-    schema.setdefault("required", [])
-    return schema
 
 
 ARTIFACT_READ_TITLE = "Read a work artifact"
