@@ -12,7 +12,10 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -284,20 +287,24 @@ class _TwoTokens:
         await self.app(scope, receive, send)
 
 
-@pytest.mark.anyio
-async def test_another_principals_tasks_get_is_refused_exactly_like_an_unknown_id(tmp_path: Path) -> None:
-    import sys
-
+@asynccontextmanager
+async def serving(tmp_path: Path, configure: Any = None) -> AsyncIterator[str]:
+    """The task fixture tools served in-process behind uvicorn (bearer tokens alice/bob); ``configure(server)`` first."""
     import uvicorn
 
     from openfunctions.servers import create_http_app, create_mcp_server
 
     sys.path.insert(0, str(Path(__file__).parent))
     try:
-        from task_fixture_tools import registry
+        from task_fixture_tools import tools
     finally:
         sys.path.pop(0)
-    server = create_mcp_server(registry, name="t", version="0", journal_dir=tmp_path / "data")
+    from openfunctions.core import ToolRegistry
+
+    # A registry per server: closing a server closes its registry's scheduler.
+    server = create_mcp_server(ToolRegistry(tools), name="t", version="0", journal_dir=tmp_path / "data")
+    if configure is not None:
+        configure(server)
     app = _TwoTokens(create_http_app(server), {"alice-token": "alice", "bob-token": "bob"})
     port = free_port()
     uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
@@ -306,7 +313,15 @@ async def test_another_principals_tasks_get_is_refused_exactly_like_an_unknown_i
         with anyio.fail_after(30):
             while not uv.started:
                 await anyio.sleep(0.01)
-        url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            uv.should_exit = True
+
+
+@pytest.mark.anyio
+async def test_another_principals_tasks_get_is_refused_exactly_like_an_unknown_id(tmp_path: Path) -> None:
+    async with serving(tmp_path) as url:
         alice, bob = Http(url, "alice-token"), Http(url, "bob-token")
 
         def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -320,7 +335,6 @@ async def test_another_principals_tasks_get_is_refused_exactly_like_an_unknown_i
             return created, done, {"stolen": stolen, "unknown": unknown, "unknown_id": unknown_id}, bob_cancel
 
         created, done, refused, bob_cancel = await anyio.to_thread.run_sync(scenario)
-        uv.should_exit = True
     stolen, unknown = refused["stolen"]["error"], refused["unknown"]["error"]
     assert stolen["code"] == unknown["code"] == -32602
     assert stolen["message"].replace(created["taskId"], "ID") == unknown["message"].replace(refused["unknown_id"], "ID")

@@ -10,7 +10,6 @@ two bearer principals.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,8 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from pydantic import BaseModel, ConfigDict
 
-from .conftest import free_port
-from .test_tasks import EXT, TASK_ID_RE, Http, _TwoTokens
+from .test_tasks import EXT, TASK_ID_RE, Http, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -89,38 +87,6 @@ async def listen(session: Any, task_ids: list[str]) -> AsyncIterator[None]:
         tg.start_soon(session.send_request, request, types.SubscriptionsListenResult)
         yield
         tg.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def serving(tmp_path: Path, configure: Any = None) -> AsyncIterator[str]:
-    """The task fixture tools served in-process behind uvicorn (bearer tokens alice/bob); ``configure(server)`` first."""
-    import uvicorn
-
-    from openfunctions.servers import create_http_app, create_mcp_server
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    try:
-        from task_fixture_tools import tools
-    finally:
-        sys.path.pop(0)
-    from openfunctions.core import ToolRegistry
-
-    # A registry per server: closing a server closes its registry's scheduler.
-    server = create_mcp_server(ToolRegistry(tools), name="t", version="0", journal_dir=tmp_path / "data")
-    if configure is not None:
-        configure(server)
-    app = _TwoTokens(create_http_app(server), {"alice-token": "alice", "bob-token": "bob"})
-    port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    async with server, anyio.create_task_group() as tg:
-        tg.start_soon(uv.serve)
-        with anyio.fail_after(30):
-            while not uv.started:
-                await anyio.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            uv.should_exit = True
 
 
 def _client(url: str, token: str, ext: ClientExtension, **kw: Any) -> Client:
