@@ -51,7 +51,7 @@ async def main(quick: bool, write: bool) -> None:
     batches, per_batch = (7, 300) if quick else (15, 2000)
     params = {"x": 1}
     reg = ToolRegistry([TOOL])
-    reg_sink = ToolRegistry([TOOL], journal=MemoryJournalSink())
+    reg_sink = ToolRegistry([TOOL], sink=MemoryJournalSink())
 
     async def direct():
         await noop(params, None)
@@ -61,8 +61,8 @@ async def main(quick: bool, write: bool) -> None:
 
     async def executor_sink():
         await reg_sink.execute_detailed("noop", params)
-        reg_sink.executor.journal.receipts.clear()
-        reg_sink.executor.journal.starts.clear()
+        reg_sink.executor.sink.receipts.clear()
+        reg_sink.executor.sink.starts.clear()
 
     results = {
         "handler called directly": await per_call_us(direct, batches, per_batch),

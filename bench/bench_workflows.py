@@ -59,7 +59,7 @@ def _registry(effect: str, journal=None) -> ToolRegistry:
     return ToolRegistry(
         [define_tool(name=f"step{i}", description="no-op", input_schema=schema, handler=_inc, capability=cap)
          for i in range(STEPS)],
-        journal=journal,
+        sink=journal,
     )
 
 

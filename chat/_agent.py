@@ -326,7 +326,7 @@ class ChatAgent:
             else:
                 if cfg.journal:
                     await self._open_journal()
-                self.registry = ToolRegistry(own, journal=self._journal)
+                self.registry = ToolRegistry(own, sink=self._journal)
             offered = self._select(own)
             memory_names = await self._open_memory()
             provider_names = await self._connect_providers()

@@ -31,11 +31,11 @@ class ToolRegistry:
         policy: Policy | None = None,
         mode: Mode = "local",
         scheduler: Scheduler | None = None,
-        journal: ExecutionObserver | None = None,
+        sink: ExecutionObserver | None = None,
         max_parallel: int = 8,
     ) -> None:
         self.executor = executor or ToolExecutor(
-            policy=policy, mode=mode, scheduler=scheduler, journal=journal, max_parallel=max_parallel
+            policy=policy, mode=mode, scheduler=scheduler, sink=sink, max_parallel=max_parallel
         )
         self._tools: dict[str, ToolDefinition] = {}
         self._sources: dict[str, str] = {}

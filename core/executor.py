@@ -95,7 +95,7 @@ class ToolExecutor:
         policy: Policy | None = None,
         mode: Mode = "local",
         scheduler: Scheduler | None = None,
-        journal: ExecutionObserver | None = None,
+        sink: ExecutionObserver | None = None,
         max_parallel: int = 8,
     ) -> None:
         if mode not in ("local", "governed"):
@@ -107,18 +107,18 @@ class ToolExecutor:
         self.scheduler = scheduler or Scheduler(max_parallel)
         self._sinks: list[ExecutionObserver] = []
         self._sink: ExecutionObserver | None = None  # what the pipeline calls
-        self.journal = journal
+        self.sink = sink
 
     # -- sinks ----------------------------------------------------------------
 
     @property
-    def journal(self) -> ExecutionObserver | None:
+    def sink(self) -> ExecutionObserver | None:
         """The sink the pipeline writes to: ``None``, the one sink, or a
         :class:`FanoutSink` of several (in order). Assigning replaces them all."""
         return self._sink
 
-    @journal.setter
-    def journal(self, sink: ExecutionObserver | None) -> None:
+    @sink.setter
+    def sink(self, sink: ExecutionObserver | None) -> None:
         self._sinks = [] if sink is None else [sink]
         self._sink = sink
 

@@ -242,7 +242,7 @@ class WorkflowRuns:
         executors = [wf.registry.executor for wf in self._workflows.values()
                      if getattr(wf.registry, "executor", None) is not None]
         with anyio.move_on_after(self.resume_delay):
-            while any(ex.journal is None for ex in executors):
+            while any(ex.sink is None for ex in executors):
                 await anyio.sleep(0.05)
         for item in await self.resume_interrupted():
             if isinstance(item, WorkflowError):

@@ -17,7 +17,7 @@ Usage::
 
     journal = await ExecutionJournal.open(path)         # journal.recovered: unknown receipts;
                                                         # past 64 MiB it continues in a new segment
-    registry = ToolRegistry(tools, journal=journal)
+    registry = ToolRegistry(tools, sink=journal)
 
     for r in read_records(path): ...                    # lock-free, for inspection
 """

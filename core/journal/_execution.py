@@ -79,7 +79,7 @@ def recovered_receipt(start: dict[str, Any]) -> Receipt:
 
 
 class ExecutionJournal:
-    """Starts and receipts of executed calls; plug into ``ToolRegistry(journal=...)``."""
+    """Starts and receipts of executed calls; plug into ``ToolRegistry(sink=...)``."""
 
     def __init__(self, log: JournalLog) -> None:
         self.log = log

@@ -40,7 +40,7 @@ def fail_tool():
 @pytest.fixture
 def setup():
     sink = MemoryJournalSink()
-    reg = ToolRegistry([add_tool(), fail_tool()], journal=sink)
+    reg = ToolRegistry([add_tool(), fail_tool()], sink=sink)
     return reg, sink, MemoryRunLog()
 
 
@@ -244,7 +244,7 @@ async def test_crew_delegation_child_outside_its_narrowed_authority_is_refused_w
     written = []
     deploy = define_tool(name="deploy", description="deploy", handler=lambda p, c: (written.append(1), "deployed")[1],
                          capability={"effect": "write", "required_scopes": ["deploy"]})
-    reg = ToolRegistry([deploy, add_tool()], policy=ScopePolicy(), journal=sink)
+    reg = ToolRegistry([deploy, add_tool()], policy=ScopePolicy(), sink=sink)
     # The child may only read ("math"): its authority is narrowed, whatever the parent holds.
     child = define_agent("child", "x", tools=["deploy", "add"], scopes=["math"], adapter=ScriptedAdapter([
         {"tool": "deploy"}, "I could not deploy."]))

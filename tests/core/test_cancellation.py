@@ -12,7 +12,7 @@ from ._helpers import Gate, until
 async def test_cancel_while_queued_never_starts_and_frees_the_queue():
     g = Gate()
     sink = MemoryJournalSink()
-    reg = ToolRegistry([g.tool("u")], journal=sink)
+    reg = ToolRegistry([g.tool("u")], sink=sink)
     async with anyio.create_task_group() as tg:
         tg.start_soon(reg.execute, "u", {"key": "a"})
         await until(lambda: "a" in g.running)
@@ -53,7 +53,7 @@ async def test_cancel_while_running_reaches_the_handler():
             observed["cancelled"] = True
             raise
 
-    reg = ToolRegistry([define_tool(name="slow", description="", handler=slow)], journal=sink)
+    reg = ToolRegistry([define_tool(name="slow", description="", handler=slow)], sink=sink)
     async with anyio.create_task_group() as tg:
         tg.start_soon(reg.execute, "slow", {})
         await entered.wait()
@@ -79,7 +79,7 @@ async def test_result_settled_before_late_cancellation_is_kept_and_recorded():
     async def quick(params, ctx):
         return {"done": True}
 
-    reg = ToolRegistry([define_tool(name="q", description="", handler=quick)], journal=sink)
+    reg = ToolRegistry([define_tool(name="q", description="", handler=quick)], sink=sink)
     got = {}
     with anyio.CancelScope() as scope:
         sink.scope = scope
@@ -95,7 +95,7 @@ async def test_result_settled_before_late_cancellation_is_kept_and_recorded():
 async def test_closed_scheduler_refuses_queued_and_new_calls():
     g = Gate()
     sink = MemoryJournalSink()
-    reg = ToolRegistry([g.tool("u")], journal=sink)
+    reg = ToolRegistry([g.tool("u")], sink=sink)
     results = []
 
     async def call(k):

@@ -27,7 +27,7 @@ def make(name="t", handler=None, **kw):
 async def test_success_receipt_binds_params_spec_and_result():
     sink = MemoryJournalSink()
     t = make(input_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
-    reg = ToolRegistry([t], journal=sink)
+    reg = ToolRegistry([t], sink=sink)
     d = await reg.execute_detailed("t", {"n": 1}, ToolExecutionContext(principal="alice"))
     r = d.receipt
     assert (r.outcome, r.certainty, r.handler_started) == ("succeeded", "known", True)
@@ -233,7 +233,7 @@ async def test_start_persistence_failure_never_enters_handler():
 
     sink = FailingSink(fail_start=True)
     assert isinstance(sink, ExecutionObserver)
-    d = await ToolRegistry([make(handler=h)], journal=sink).execute_detailed("t", {})
+    d = await ToolRegistry([make(handler=h)], sink=sink).execute_detailed("t", {})
     assert entered == []
     assert (d.receipt.outcome, d.receipt.certainty, d.receipt.handler_started) == ("rejected", "known", False)
     assert "EIO on start" in d.error.message
@@ -243,7 +243,7 @@ async def test_start_persistence_failure_never_enters_handler():
 @pytest.mark.anyio
 async def test_receipt_persistence_failure_makes_certainty_unknown():
     sink = FailingSink(fail_settled=True)
-    d = await ToolRegistry([make()], journal=sink).execute_detailed("t", {})
+    d = await ToolRegistry([make()], sink=sink).execute_detailed("t", {})
     assert (d.receipt.outcome, d.receipt.certainty) == ("unknown", "unknown")
     assert d.error.code == "receipt_persistence_failed"
     assert d.result.is_error
@@ -380,6 +380,6 @@ async def test_sinks_are_added_and_removed_independently_in_order():
     await reg.execute_detailed("t", {})
     assert calls == ["observer.start", "other.start", "observer.settled", "other.settled"]
     ex.remove_sink(observer)
-    assert ex.journal is other  # one sink is called directly, no fan-out
+    assert ex.sink is other  # one sink is called directly, no fan-out
     ex.remove_sink(other)
-    assert ex.journal is None
+    assert ex.sink is None

@@ -72,7 +72,7 @@ async def test_on_settled_hands_over_the_receipt_of_a_call_cancelled_from_outsid
         await anyio.sleep_forever()
 
     sink = _Sink()
-    reg = ToolRegistry([define_tool(name="hang", description="d", handler=hang)], journal=sink)
+    reg = ToolRegistry([define_tool(name="hang", description="d", handler=hang)], sink=sink)
     seen: list[Any] = []
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:

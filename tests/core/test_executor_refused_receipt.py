@@ -34,7 +34,7 @@ async def test_refused_before_the_handler_and_unpersisted_is_still_known() -> No
 
     tool = define_tool(name="t", description="d", input_schema={"type": "object"}, handler=h,
                        capability={"effect": "write"})
-    d = await ToolRegistry([tool], journal=_DiskFull()).execute_detailed("t", {})
+    d = await ToolRegistry([tool], sink=_DiskFull()).execute_detailed("t", {})
     assert entered == []
     assert (d.receipt.outcome, d.receipt.certainty, d.receipt.handler_started) == ("rejected", "known", False)
     assert d.receipt.error is not None and "settled record" in d.receipt.error.message

@@ -31,7 +31,7 @@ async def test_a_read_only_call_leaves_no_start_record_and_a_durable_receipt(tmp
 
     tool = define_tool(name="look", description="reads", handler=look, capability={"effect": "read"})
     async with await ExecutionJournal.open(path) as journal:
-        registry = ToolRegistry([tool], journal=journal)
+        registry = ToolRegistry([tool], sink=journal)
         out = await registry.execute_detailed("look", {})
         rid = out.receipt.receipt_id
         assert out.receipt.outcome == "succeeded"
@@ -54,7 +54,7 @@ async def test_an_effectful_calls_start_is_durable_before_its_handler_runs(tmp_p
 
     tool = define_tool(name="change", description="writes", handler=change, capability=capability)
     async with await ExecutionJournal.open(path) as journal:
-        registry = ToolRegistry([tool], journal=journal)
+        registry = ToolRegistry([tool], sink=journal)
         out = await registry.execute_detailed("change", {})
         rid = out.receipt.receipt_id
         assert out.receipt.outcome == "succeeded", out.receipt
@@ -72,7 +72,7 @@ async def test_observers_still_see_the_start_of_a_read_only_call(tmp_path: Path)
     tool = define_tool(name="look", description="reads", handler=look, capability={"effect": "read"})
     observer = MemoryJournalSink()
     async with await ExecutionJournal.open(tmp_path / "x.journal") as journal:
-        registry = ToolRegistry([tool], journal=journal)
+        registry = ToolRegistry([tool], sink=journal)
         registry.executor.add_sink(observer)
         out = await registry.execute_detailed("look", {})
     assert [s.receipt_id for s in observer.starts] == [out.receipt.receipt_id]
@@ -93,7 +93,7 @@ async def test_a_read_only_call_in_flight_at_a_crash_leaves_nothing_to_recover(t
 
     tool = define_tool(name="hang", description="reads forever", handler=hang, capability={"effect": "read"})
     journal = await ExecutionJournal.open(path)
-    registry = ToolRegistry([tool], journal=journal)
+    registry = ToolRegistry([tool], sink=journal)
     async with anyio.create_task_group() as tg:
         tg.start_soon(registry.execute_detailed, "hang", {})
         await entered.wait()

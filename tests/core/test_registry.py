@@ -43,7 +43,7 @@ def test_unknown_tool_names_it_and_suggests(bad):
 @pytest.mark.anyio
 async def test_projection_filters_and_shares_services():
     sink = MemoryJournalSink()
-    reg = ToolRegistry([t("a", ["x"]), t("b", ["y"]), t("c", ["x", "y"])], journal=sink)
+    reg = ToolRegistry([t("a", ["x"]), t("b", ["y"]), t("c", ["x", "y"])], sink=sink)
     by_tag = reg.project(tags=["x"])
     assert [x.name for x in by_tag.list()] == ["a", "c"]
     by_name = reg.project(names=["b", "c"]).project(tags=["x"])

@@ -32,7 +32,7 @@ def test_build_returns_registry_and_installer() -> None:
 async def test_content_blocks_pass_through_the_executor() -> None:
     registry = build_conformance_registry().registry
     sink = MemoryJournalSink()
-    registry.executor.journal = sink
+    registry.executor.sink = sink
     mixed = await registry.execute_detailed("test_multiple_content_types", {})
     assert [c["type"] for c in mixed.result.content] == ["text", "image", "resource"]
     assert mixed.result.content[1]["data"] == TEST_IMAGE_BASE64

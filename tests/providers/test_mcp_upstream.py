@@ -48,7 +48,7 @@ class Mounted:
 
 async def _mount(tmp_path: Path, config, **registry_kw) -> Mounted:
     journal = await ExecutionJournal.open(tmp_path / "journal.jsonl")
-    registry = ToolRegistry(journal=journal, **registry_kw)
+    registry = ToolRegistry(sink=journal, **registry_kw)
     connected = await connect_provider(McpProvider(config), registry)
     return Mounted(registry, connected, journal)
 

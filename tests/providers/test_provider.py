@@ -84,7 +84,7 @@ def test_metadata_is_cheap_and_checked():
 @pytest.mark.anyio
 async def test_connect_provider_tags_tools_and_they_run_through_the_executor():
     sink = MemoryJournalSink()
-    registry = ToolRegistry(journal=sink)
+    registry = ToolRegistry(sink=sink)
     p, holder = _provider("exf", tools=[_tool("exf_list_tasks", "read"), _tool("exf_add_task")])
     connected = await connect_provider(p, registry)
     assert connected is holder["c"]

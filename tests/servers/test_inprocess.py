@@ -133,7 +133,7 @@ async def test_cancellation_reaches_the_handler_and_the_receipt(mode):
 
     sink = MemoryJournalSink()
     registry = ToolRegistry(
-        [define_tool(name="block", description="blocks", handler=blocker), *fixture_tools.tools], journal=sink
+        [define_tool(name="block", description="blocks", handler=blocker), *fixture_tools.tools], sink=sink
     )
     server = create_mcp_server(registry, name="t", version="1")
     async with Client(server.lowlevel, mode=mode) as client:
@@ -166,7 +166,7 @@ async def test_close_refuses_queued_and_lets_running_finish():
         return {"done": p["n"]}
 
     sink = MemoryJournalSink()
-    registry = ToolRegistry([define_tool(name="excl", description="exclusive", handler=exclusive)], journal=sink)
+    registry = ToolRegistry([define_tool(name="excl", description="exclusive", handler=exclusive)], sink=sink)
     server = create_mcp_server(registry, name="t", version="1", close_timeout=30)
     results: dict[int, object] = {}
     async with Client(server.lowlevel, mode="legacy") as client:
@@ -280,7 +280,7 @@ async def test_start_attaches_and_close_detaches_the_journal(tmp_path, monkeypat
     async with create_mcp_server(registry, name="t", version="1", journal_dir=tmp_path) as server:
         async with Client(server.lowlevel, mode="legacy") as client:
             await client.call_tool("add", {"a": 1, "b": 2})
-        assert registry.executor.journal is opened[0]
+        assert registry.executor.sink is opened[0]
     assert opened[0].closed
-    assert registry.executor.journal is None
+    assert registry.executor.sink is None
     assert [r.tool for r in opened[0].receipts] == ["add"]

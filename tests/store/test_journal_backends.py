@@ -40,7 +40,7 @@ async def test_start_is_durable_before_the_handler_and_receipt_before_delivery(b
     seen: list = []
     journal = await backend.open()
     try:
-        registry = ToolRegistry([_tool(seen=seen, backend=backend)], journal=journal)
+        registry = ToolRegistry([_tool(seen=seen, backend=backend)], sink=journal)
         out = await registry.execute_detailed("change", {"n": 1})
         rid = out.receipt.receipt_id
         assert out.receipt.outcome == "succeeded"
@@ -55,7 +55,7 @@ async def test_start_is_durable_before_the_handler_and_receipt_before_delivery(b
 async def test_a_read_only_call_writes_only_its_receipt(backend) -> None:
     journal = await backend.open()
     try:
-        registry = ToolRegistry([_tool("look", capability={"effect": "read"})], journal=journal)
+        registry = ToolRegistry([_tool("look", capability={"effect": "read"})], sink=journal)
         out = await registry.execute_detailed("look", {})
         assert backend.records() == [("receipt", out.receipt.receipt_id)]
     finally:
@@ -68,7 +68,7 @@ async def test_concurrent_calls_all_land_in_order_and_verify(backend) -> None:
     try:
         # Writes are exclusive in the scheduler (one at a time); reviewed parallel-safe reads share a pool of 8.
         registry = ToolRegistry([_tool(), _tool("look", capability={"effect": "read", "parallel_safe": True})],
-                                journal=journal)
+                                sink=journal)
         writes = [registry.execute_detailed("change", {"n": i}) for i in range(20)]
         reads = [registry.execute_detailed("look", {"n": i}) for i in range(60)]
         outs = await asyncio.gather(*writes, *reads)
@@ -112,7 +112,7 @@ async def test_recovery_settles_a_crashed_start_unknown_once_and_never_reruns(ba
         await asyncio.sleep(3600)
 
     journal = await backend.open()
-    registry = ToolRegistry([define_tool(name="slow", description="never ends", handler=slow)], journal=journal)
+    registry = ToolRegistry([define_tool(name="slow", description="never ends", handler=slow)], sink=journal)
     task = asyncio.ensure_future(registry.execute_detailed("slow", {}))
     await entered.wait()
     (start,) = backend.records()

@@ -67,7 +67,7 @@ async def test_a_connection_cut_mid_call_gives_an_unknown_receipt_never_a_succes
     try:
         registry = ToolRegistry([define_tool(name="cut", description="x", handler=partition),
                                  define_tool(name="fine", description="x", handler=lambda p, c: {"ok": 1})],
-                                journal=journal)
+                                sink=journal)
         out = await registry.execute_detailed("cut", {})
         assert out.receipt.outcome == "unknown" and out.receipt.certainty == "unknown", out.receipt
         assert out.receipt.error.code == "receipt_persistence_failed"
@@ -86,7 +86,7 @@ async def test_verify_finds_a_tampered_record_and_a_gap(pg_dsn) -> None:
     journal = await open_pg_journal(dsn, name)
     try:
         registry = ToolRegistry([define_tool(name="t", description="x", handler=lambda p, c: {"n": p.get("n")})],
-                                journal=journal)
+                                sink=journal)
         for i in range(3):
             await registry.execute_detailed("t", {"n": i})
     finally:
@@ -119,7 +119,7 @@ async def test_a_replica_that_lost_its_lock_cannot_settle_a_recovered_call_twice
         return {"ok": True}
 
     try:
-        registry = ToolRegistry([define_tool(name="slow", description="x", handler=slow)], journal=a)
+        registry = ToolRegistry([define_tool(name="slow", description="x", handler=slow)], sink=a)
         call = asyncio.ensure_future(registry.execute_detailed("slow", {}))
         await entered.wait()
         await asyncio.to_thread(_kill_backends, dsn, set())  # a partition: every connection of A dies
@@ -181,7 +181,7 @@ async def test_a_running_replica_sweeps_up_a_dead_ones_calls(pg_dsn) -> None:
         entered.set()
         await asyncio.sleep(3600)
 
-    registry = ToolRegistry([define_tool(name="slow", description="x", handler=slow)], journal=dying)
+    registry = ToolRegistry([define_tool(name="slow", description="x", handler=slow)], sink=dying)
     call = asyncio.ensure_future(registry.execute_detailed("slow", {}))
     try:
         await entered.wait()

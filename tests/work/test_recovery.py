@@ -263,7 +263,7 @@ async def _died_before_outcome(env, counter, *, fail_with=None):
     env.write_catalog(CATALOG)
     await env.grant(("bump", "look", "check"))
     journal = await ExecutionJournal.open(env.data / "journal" / "work.journal")
-    registry = ToolRegistry(counter.tools(), journal=journal)
+    registry = ToolRegistry(counter.tools(), sink=journal)
     ctl = await env.open([], registry=registry)
     prv = await ctl.preview(PLAN, principal="agent")
     att = await ctl.start(prv["previewId"], principal="agent")

@@ -37,7 +37,7 @@ class Flaky:
             define_tool(name="read_hang", description="", handler=hang, capability={"effect": "read"}),
             define_tool(name="write_hang", description="", handler=hang, capability={"effect": "write"}),
         ]
-        return ToolRegistry(tools, journal=sink)
+        return ToolRegistry(tools, sink=sink)
 
 
 @pytest.mark.anyio

@@ -34,7 +34,7 @@ def make_registry(sink=None) -> ToolRegistry:
                                       "required": ["n"]}),
             define_tool(name="double", description="2n", handler=double, capability={"effect": "write"}),
         ],
-        journal=sink,
+        sink=sink,
     )
 
 
@@ -103,7 +103,7 @@ async def test_parallel_failure_cancels_the_siblings_and_fails_with_the_first_er
         finally:
             sibling_cancelled.set()
 
-    reg = ToolRegistry([define_tool(name="hang", description="waits", handler=hang, capability=READ)], journal=sink)
+    reg = ToolRegistry([define_tool(name="hang", description="waits", handler=hang, capability=READ)], sink=sink)
 
     async def fail(x):
         await sibling_started.wait()
@@ -152,7 +152,7 @@ async def test_cancelling_a_run_cancels_the_running_tool_step():
         finally:
             cancelled.set()
 
-    reg = ToolRegistry([define_tool(name="hang", description="waits", handler=hang)], journal=sink)
+    reg = ToolRegistry([define_tool(name="hang", description="waits", handler=hang)], sink=sink)
     wf = pipe(tool_step("hang"), lambda r: pytest.fail("a step after a cancelled one ran"), registry=reg)
     async with anyio.create_task_group() as tg:
         tg.start_soon(wf.run, {})

@@ -64,7 +64,7 @@ async def execute(path: str) -> None:
         capability={"effect": "external"},
     )
     journal = await ExecutionJournal.open(path)
-    reg = ToolRegistry([t], journal=journal)
+    reg = ToolRegistry([t], sink=journal)
     await reg.execute_detailed("charge_card", {"amount": 5})
 
 

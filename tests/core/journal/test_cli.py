@@ -139,7 +139,7 @@ def test_show_finds_a_receipt_by_id_in_a_data_dir(tmp_path, capsys):
 
     async def call() -> str:
         journal = await ExecutionJournal.open(data / "journal" / "tools.journal")
-        reg = ToolRegistry([define_tool(name="t", description="", handler=lambda p, c: {"ok": True})], journal=journal)
+        reg = ToolRegistry([define_tool(name="t", description="", handler=lambda p, c: {"ok": True})], sink=journal)
         detailed = await reg.execute_detailed("t", {})
         await journal.close()
         return detailed.receipt.receipt_id

@@ -29,7 +29,7 @@ async def test_start_before_handler_and_receipt_on_settle(tmp_path):
     async def bad(params, ctx):
         raise ToolError("nope", effect_happened=False)
 
-    reg = ToolRegistry([_tool(h), _tool(bad, "bad")], journal=j)
+    reg = ToolRegistry([_tool(h), _tool(bad, "bad")], sink=j)
     d1 = await reg.execute_detailed("t", {})
     d2 = await reg.execute_detailed("bad", {})
     assert seen_in_handler == [["start"]]
@@ -54,7 +54,7 @@ async def test_unsettled_start_is_recovered_once(tmp_path):
         entered.set()
         await anyio.sleep_forever()
 
-    reg = ToolRegistry([_tool(hang)], journal=j)
+    reg = ToolRegistry([_tool(hang)], sink=j)
     async with anyio.create_task_group() as tg:
         tg.start_soon(reg.execute_detailed, "t", {"a": 1})
         await entered.wait()
