@@ -53,6 +53,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from openfunctions.core import BearerAuth, read_auth_token
 
 from ._event_store import MemoryEventStore
+from ._fast import FastCalls, fast_path_enabled
+from ._fast_http import FastToolCalls
 from ._http_guard import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -121,6 +123,7 @@ def create_http_app(
     max_sessions_per_principal: int | None = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     session_idle_timeout: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    fast_path: bool | None = None,
 ) -> Any:
     """The ASGI app serving ``server`` at ``path`` (its lifespan runs the session manager).
 
@@ -138,6 +141,10 @@ def create_http_app(
     stateful sessions; ``None`` lifts a bound. ``body_timeout``: seconds a
     POST body may take to arrive. ``GET /healthz`` answers 200, or 503 while
     the execution journal is failed.
+
+    ``fast_path``: answer plain 2026-07-28 ``tools/call`` requests directly,
+    bypassing the SDK's transport layers (``_fast_http``; same chain, same
+    replies); ``None`` reads ``OPENFUNCTIONS_FAST_PATH`` (default on).
     """
     if retry_interval is not None and retry_interval < 0:
         raise ValueError(f"retry_interval must be >= 0 milliseconds, got {retry_interval}")
@@ -158,6 +165,9 @@ def create_http_app(
         event_store=store.for_session("") if store is not None else None,
         retry_interval=retry_interval if store is not None else None,
     )
+    if fast_path_enabled() if fast_path is None else fast_path:
+        app = FastToolCalls(app, FastCalls.of(server), path=path, json_response=json_response,
+                            manager=server.lowlevel.session_manager)
     limits = SessionLimits(max_sessions_per_principal)
     if not stateless:
         on_admit = _event_store_scoper(store) if store is not None else None

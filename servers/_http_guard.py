@@ -56,6 +56,9 @@ FD_HEADROOM = 64
 
 HEALTH_PATH = "/healthz"
 
+#: ASGI scope key: the POST body as :class:`RequestGuard` parsed it (a dict), so the fast path need not parse it again.
+PARSED_BODY_KEY = "openfunctions.parsed_body"
+
 
 def clamp_connections(requested: int) -> int:
     """``requested`` connections, lowered below this process's open-file limit (with a warning) if needed."""
@@ -296,7 +299,7 @@ class RequestGuard:
         if body is None:  # the client went away
             return
         if complete:
-            refusal = _invalid_id_refusal(body)
+            refusal = _invalid_id_refusal(body, scope)
             if refusal is not None:
                 await _respond(send, 400, refusal)
                 return
@@ -329,7 +332,7 @@ def _replay(body: bytes, complete: bool, receive: Callable[..., Any]) -> Callabl
     return replayed
 
 
-def _invalid_id_refusal(body: bytes) -> bytes | None:
+def _invalid_id_refusal(body: bytes, scope: dict[str, Any] | None = None) -> bytes | None:
     """A -32600 body for a request (it has a ``method``) whose ``id`` is present but not a string/integer."""
     if b"id" not in body:  # cheap pre-check; a JSON key "id" always contains these bytes unless escaped
         return None
@@ -341,6 +344,8 @@ def _invalid_id_refusal(body: bytes) -> bytes | None:
         shown = json.dumps(value["id"])
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
         return _rpc_error(INVALID_REQUEST, f'Invalid Request: the "id" member must be a string or an integer, got {shown}')
+    if scope is not None and isinstance(value, dict):
+        scope[PARSED_BODY_KEY] = value
     return None
 
 
@@ -447,4 +452,5 @@ __all__ = [
     "DEFAULT_MAX_SESSIONS_PER_PRINCIPAL",
     "DEFAULT_SESSION_IDLE_TIMEOUT",
     "HEALTH_PATH",
+    "PARSED_BODY_KEY",
 ]

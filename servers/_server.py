@@ -242,6 +242,7 @@ class OpenFunctionsServer:
         self._templates: list[_ResourceTemplate] = []
         self._prompts: dict[str, _Prompt] = {}
         self._tools_cache: tuple[tuple[int, ...], dict[str, Any]] | None = None
+        self._fast_calls: Any = None  # the direct tools/call path's state (_fast.FastCalls.of)
         # Change notifications (a gateway's upstream re-lists its tools or
         # prompts): 2026-07-28 clients get them on the `subscriptions/listen`
         # streams they open (the SDK's handler, fed by this bus); handshake-era

@@ -106,6 +106,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="accepted Origin header with --allowed-host (repeatable)")
     t.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="N",
                    help="largest accepted message: stdio line or HTTP body (default: %(default)s = 4 MiB)")
+    t.add_argument("--no-fast-path", action="store_true",
+                   help="HTTP: serve every tools/call through the MCP SDK's own transport layers instead of the "
+                        "direct path (same replies, more CPU per call; for comparison and fault isolation; env "
+                        "OPENFUNCTIONS_FAST_PATH=0 does the same)")
     _add_http_limits(p)
     t.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled "
@@ -356,6 +360,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 header_timeout=args.header_timeout,
                 keep_alive_timeout=args.keep_alive_timeout,
                 max_connections=args.max_connections,
+                fast_path=False if args.no_fast_path else None,
             )
     finally:
         await profile.aclose()

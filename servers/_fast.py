@@ -1,0 +1,296 @@
+"""The direct ``tools/call`` path: one JSON-RPC request answered without the SDK's transport machinery.
+
+The SDK serves a ``tools/call`` through several layers that each re-read the
+request: the transport (streams, tasks), the runner (``_meta`` lifted with
+pydantic, the params validated twice, the result validated and re-dumped),
+the JSON-RPC envelope models. Under load these layers cost more CPU than the
+call itself. :class:`FastCalls` admits a request only when it is plainly a
+well-formed 2026-07-28 ``tools/call`` that it can answer exactly as the SDK
+would, and then runs the SAME chain the SDK runs: the server's middleware
+(OpenTelemetry span, the 2025-11-25 tasks shim) around
+:meth:`OpenFunctionsServer._on_call_tool` (the thin MCP layer -> executor;
+receipt in ``_meta``, principal scope, shutdown handling), with a real
+``ServerSession``/``ServerRequestContext``; then it shapes the result the way
+the SDK's runner does (the ``serverInfo`` stamp; the per-version result sieve
+unless the result is in the plain shape the sieve leaves unchanged, checked by
+tests/servers/test_fast_path.py).
+
+A request is admitted only if all of these hold (anything else returns
+``None`` and the caller hands the request, unchanged, to the SDK path, which
+answers it, errors included):
+
+- the envelope: an object with only ``jsonrpc`` ("2.0"), ``id`` (a string or
+  an integer), ``method`` ("tools/call") and ``params``;
+- ``params`` has only ``name`` (a string), ``arguments`` (an object, or
+  absent) and ``_meta``; no ``task`` (task augmentation), nothing else;
+- ``_meta`` carries only the 2026-07-28 envelope keys (protocol version,
+  client capabilities, optional client info): no ``progressToken``, no log
+  level, no trace context; its protocol version is a modern one and equals
+  the transport's (the HTTP header); the envelope passes the SDK's own
+  validation (checked once per distinct envelope and cached);
+- the tool exists, declares no task support (``forbidden``) and its input
+  schema has no ``x-mcp-header`` annotations (no ``Mcp-Param-*`` checks to
+  make); no cache hint is configured for ``tools/call``.
+
+Private SDK API used (guarded: a missing piece turns the fast path off with
+one error log, never breaks a call): the session manager's
+``_lifespan_state`` and ``_task_group`` (HTTP), read by
+:mod:`openfunctions.servers._fast_http`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+import structlog
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp.server.runner import aclose_shielded, modern_error_data
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    INTERNAL_ERROR,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+)
+from mcp_types import methods as _methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from openfunctions.core import ToolNotFound
+
+if TYPE_CHECKING:
+    from ._server import OpenFunctionsServer
+
+log = structlog.get_logger("openfunctions.servers.fast")
+
+FAST_PATH_ENV = "OPENFUNCTIONS_FAST_PATH"
+"""Set to ``0`` (or ``off``/``false``/``no``) to turn the direct ``tools/call`` path off (``--no-fast-path``)."""
+
+_ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY})
+_REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+_PARAM_KEYS = frozenset({"name", "arguments", "_meta"})
+_PLAIN_RESULT_KEYS = frozenset({"content", "_meta", "resultType", "structuredContent", "isError"})
+_ENVELOPE_CACHE_MAX = 1024
+
+
+def fast_path_enabled(default: bool = True) -> bool:
+    """The ``OPENFUNCTIONS_FAST_PATH`` switch (``0``/``off``/``false``/``no`` turn it off)."""
+    import os
+
+    value = os.environ.get(FAST_PATH_ENV)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("0", "off", "false", "no")
+
+
+def valid_id(value: Any) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A ``tools/call`` the fast path answers: what :meth:`FastCalls.run` needs."""
+
+    request_id: str | int
+    name: str
+    arguments: dict[str, Any] | None
+    params: dict[str, Any]
+    meta: dict[str, Any]  # the validated envelope (a fresh copy per request)
+    protocol_version: str
+
+
+@dataclass(frozen=True)
+class _Envelope:
+    meta: dict[str, Any]
+
+
+def _plain_result(result: Mapping[str, Any]) -> bool:
+    """Whether ``result`` is in the shape the SDK's result sieve returns unchanged (text blocks only)."""
+    if not _PLAIN_RESULT_KEYS.issuperset(result) or result.get("resultType") != "complete":
+        return False
+    content = result.get("content")
+    if not isinstance(content, list):
+        return False
+    for block in content:
+        if type(block) is not dict or len(block) != 2 or block.get("type") != "text" or type(block.get("text")) is not str:
+            return False
+    if "structuredContent" in result and type(result["structuredContent"]) is not dict:
+        return False
+    if "isError" in result and result["isError"] is not True:
+        return False
+    meta = result.get("_meta", {})
+    # The sieve drops None values directly under `_meta` (not deeper): such a result is not plain.
+    return type(meta) is dict and None not in meta.values()
+
+
+class FastCalls:
+    """Admission and execution of direct ``tools/call`` requests for one server (HTTP and stdio share it)."""
+
+    def __init__(self, server: OpenFunctionsServer) -> None:
+        self.server = server
+        self.served = 0  # calls answered by this path (tests and the bench check it is taken)
+        self._envelopes: dict[str, _Envelope | None] = {}
+        self._tools: dict[str, tuple[Any, bool]] = {}
+        self._stamp: dict[str, Any] | None = None
+        self._composed: tuple[tuple[Any, ...], Callable[[Any], Awaitable[Any]]] | None = None
+
+    @classmethod
+    def of(cls, server: OpenFunctionsServer) -> FastCalls:
+        """The server's one instance (its caches and counter are shared by every transport serving it)."""
+        calls = server._fast_calls
+        if not isinstance(calls, cls):
+            calls = server._fast_calls = cls(server)
+        return calls
+
+    # -- admission ---------------------------------------------------------------
+
+    def admit(self, message: Any, protocol_version: str | None) -> Admitted | None:
+        """The request, if the fast path can answer it exactly as the SDK would; else ``None`` (use the SDK path).
+
+        ``protocol_version``: what the transport says (the HTTP
+        ``MCP-Protocol-Version`` header); ``None`` where the transport has no
+        such header (stdio: the envelope alone decides).
+        """
+        if type(message) is not dict or not _REQUEST_KEYS.issuperset(message) or len(message) != 4:
+            return None
+        if message["jsonrpc"] != "2.0" or message["method"] != "tools/call" or not valid_id(message["id"]):
+            return None
+        params = message["params"]
+        if type(params) is not dict or not _PARAM_KEYS.issuperset(params):
+            return None
+        name, meta = params.get("name"), params.get("_meta")
+        arguments = params.get("arguments")
+        if type(name) is not str or type(meta) is not dict or (arguments is not None and type(arguments) is not dict):
+            return None
+        if "arguments" in params and arguments is None:
+            return None  # explicit null: let the SDK judge it
+        version = meta.get(PROTOCOL_VERSION_META_KEY)
+        if version not in MODERN_PROTOCOL_VERSIONS or (protocol_version is not None and version != protocol_version):
+            return None
+        if not _ENVELOPE_KEYS.issuperset(meta) or CLIENT_CAPABILITIES_META_KEY not in meta:
+            return None
+        envelope = self._envelope(meta, version)
+        if envelope is None or not self._tool_ok(name) or self.server.lowlevel.cache_hints.get("tools/call") is not None:
+            return None
+        return Admitted(message["id"], name, arguments, params, dict(envelope.meta), version)
+
+    def _envelope(self, meta: dict[str, Any], version: str) -> _Envelope | None:
+        try:
+            key = json.dumps(meta, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):
+            return None
+        if key in self._envelopes:
+            return self._envelopes[key]
+        envelope: _Envelope | None
+        try:
+            # What the SDK checks on its path: the whole request's params at this
+            # version (arguments: any object), the lifted `_meta`, the connection.
+            _methods.validate_client_request("tools/call", version, {"name": "x", "arguments": {}, "_meta": meta})
+            lifted = types.RequestParams.model_validate({"_meta": meta}, by_name=False).meta
+            Connection.from_envelope(version, meta.get(CLIENT_INFO_META_KEY), meta[CLIENT_CAPABILITIES_META_KEY])
+            envelope = _Envelope(dict(lifted)) if isinstance(lifted, Mapping) else None
+        except Exception:  # any refusal is the SDK path's to phrase
+            envelope = None
+        if len(self._envelopes) >= _ENVELOPE_CACHE_MAX:
+            self._envelopes.clear()
+        self._envelopes[key] = envelope
+        return envelope
+
+    def _tool_ok(self, name: str) -> bool:
+        try:
+            tool = self.server.registry.get(name)
+        except ToolNotFound:
+            return False  # the SDK path phrases the unknown tool
+        cached = self._tools.get(name)
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        support = tool.capability.task_support if tool.capability is not None else "forbidden"
+        ok = support == "forbidden" and "x-mcp-header" not in json.dumps(tool.input_schema)
+        self._tools[name] = (tool, ok)
+        return ok
+
+    # -- execution ---------------------------------------------------------------
+
+    async def run(self, call: Admitted, dctx: Any, *, lifespan_state: Any, request: Any = None) -> dict[str, Any]:
+        """The JSON-RPC reply (a dict) for ``call``: the server's middleware around ``_on_call_tool``, shaped as the SDK's runner does."""
+        self.served += 1
+        version = call.protocol_version
+        connection = Connection.from_envelope(version, call.meta.get(CLIENT_INFO_META_KEY),
+                                              call.meta[CLIENT_CAPABILITIES_META_KEY])
+        session = ServerSession(dctx, connection, request_meta=call.meta)  # type: ignore[arg-type]
+        ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
+            session=session, lifespan_context=lifespan_state, protocol_version=version, method="tools/call",
+            params=call.params, request_id=call.request_id, meta=call.meta,  # type: ignore[arg-type]
+            request=request,
+        )
+        try:
+            result = await self._chain()(ctx)
+            if not isinstance(result, dict):
+                raise TypeError(f"handler returned {type(result).__name__}; expected dict")
+            return {"jsonrpc": "2.0", "id": call.request_id, "result": dict(result)}
+        except Exception as exc:
+            error = modern_error_data(exc).model_dump(mode="json", by_alias=True, exclude_none=True)
+            return {"jsonrpc": "2.0", "id": call.request_id, "error": error}
+        finally:
+            if getattr(connection.exit_stack, "_exit_callbacks", True):  # nothing registered: nothing to unwind
+                await aclose_shielded(connection)
+
+    def _chain(self) -> Callable[[Any], Awaitable[Any]]:
+        """The server's middleware, outermost first, around :meth:`_inner` (as the SDK's runner composes it)."""
+        middleware = tuple(self.server.lowlevel.middleware)
+        if self._composed is None or self._composed[0] != middleware:
+            call: Callable[[Any], Awaitable[Any]] = self._inner
+            for mw in reversed(middleware):
+                call = partial(_apply, mw, call)
+            self._composed = (middleware, call)
+        return self._composed[1]
+
+    async def _inner(self, ctx: Any) -> dict[str, Any]:
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        typed = types.CallToolRequestParams.model_construct(name=params.get("name"), arguments=params.get("arguments"))
+        result = await self.server._on_call_tool(ctx, typed)
+        return self._serialize(ctx.protocol_version, result)
+
+    def _serialize(self, version: str, result: Any) -> dict[str, Any]:
+        """The runner's ``_serialize`` for a ``tools/call`` result at a modern version (no cache hint: admission checked)."""
+        dumped = dict(result)
+        if not _plain_result(dumped):
+            try:
+                dumped = _methods.serialize_server_result("tools/call", version, dumped)
+            except ValidationError:
+                log.exception("tools/call handler returned an invalid result")
+                raise MCPError(code=INTERNAL_ERROR, message="Handler returned an invalid result") from None
+        if dumped.get("resultType") is None:
+            dumped["resultType"] = "complete"
+        meta = dumped.get("_meta")
+        if meta is None:
+            dumped["_meta"] = {SERVER_INFO_META_KEY: self._server_info()}
+        elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
+            dumped["_meta"] = {**meta, SERVER_INFO_META_KEY: self._server_info()}
+        return dumped
+
+    def _server_info(self) -> dict[str, Any]:
+        # The SDK hands out a deep copy per response; ours is serialized at once and never mutated.
+        if self._stamp is None:
+            self._stamp = self.server.lowlevel.server_info_stamp
+        return self._stamp
+
+
+def _apply(middleware: Any, call_next: Callable[[Any], Awaitable[Any]], ctx: Any) -> Awaitable[Any]:
+    return middleware(ctx, call_next)  # type: ignore[no-any-return]
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """The reply's bytes, as the SDK writes them (compact JSON, ASCII escapes)."""
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+__all__ = ["FastCalls", "Admitted", "FAST_PATH_ENV", "fast_path_enabled", "encode", "valid_id"]
