@@ -219,12 +219,18 @@ class FastCalls:
 
     # -- execution ---------------------------------------------------------------
 
-    async def run(self, call: Admitted, dctx: Any, *, lifespan_state: Any, request: Any = None) -> dict[str, Any]:
-        """The JSON-RPC reply (a dict) for ``call``: the server's middleware around ``_on_call_tool``, shaped as the SDK's runner does."""
+    async def run(self, call: Admitted, dctx: Any, *, lifespan_state: Any, request: Any = None,
+                  outbound: Any = None) -> dict[str, Any]:
+        """The JSON-RPC reply (a dict) for ``call``: the server's middleware around ``_on_call_tool``, shaped as the SDK's runner does.
+
+        ``dctx``: the request's channel (the SDK's ``DispatchContext`` shape);
+        ``outbound``: the connection-scoped channel (``None``: none, as on HTTP).
+        """
         self.served += 1
         version = call.protocol_version
+        extra = {} if outbound is None else {"outbound": outbound}
         connection = Connection.from_envelope(version, call.meta.get(CLIENT_INFO_META_KEY),
-                                              call.meta[CLIENT_CAPABILITIES_META_KEY])
+                                              call.meta[CLIENT_CAPABILITIES_META_KEY], **extra)
         session = ServerSession(dctx, connection, request_meta=call.meta)  # type: ignore[arg-type]
         ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
             session=session, lifespan_context=lifespan_state, protocol_version=version, method="tools/call",

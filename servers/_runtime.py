@@ -14,9 +14,11 @@ from typing import Any
 
 import anyio
 import structlog
+from mcp.server.lowlevel.server import lifespan as default_lifespan
 
 from openfunctions.core import ToolRegistry
 
+from ._fast import FastCalls, fast_path_enabled
 from ._server import OpenFunctionsServer, create_mcp_server
 from ._signals import ShutdownWatch
 from ._stdio import DEFAULT_MAX_MESSAGE_BYTES, stdio_transport
@@ -45,9 +47,17 @@ async def finish_after_eof(server: OpenFunctionsServer, stdout_gone: anyio.Event
 
 
 async def run_stdio(
-    server: OpenFunctionsServer, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, handle_signals: bool = True
+    server: OpenFunctionsServer, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, handle_signals: bool = True,
+    fast_path: bool | None = None,
 ) -> None:
-    """Serve ``server`` over this process's stdin/stdout until EOF or a shutdown signal, then close it."""
+    """Serve ``server`` over this process's stdin/stdout until EOF or a shutdown signal, then close it.
+
+    ``fast_path``: answer plain 2026-07-28 ``tools/call`` lines directly (``_stdio``); ``None`` reads
+    ``OPENFUNCTIONS_FAST_PATH`` (default on).
+    """
+    fast = FastCalls.of(server) if (fast_path_enabled() if fast_path is None else fast_path) else None
+    if fast is not None and server.lowlevel.lifespan is not default_lifespan:
+        fast = None  # the fast path passes the default lifespan's state ({}); a custom one is the SDK's to run
     watch = ShutdownWatch(server)
     async with server:
         stop = anyio.Event()
@@ -62,8 +72,13 @@ async def run_stdio(
                     max_message_bytes=max_message_bytes,
                     on_eof=lambda gone: finish_after_eof(server, gone),
                     stop=stop,
+                    fast=fast,
                 )
-                await server.connect(transport)
+                try:
+                    await server.connect(transport)
+                finally:
+                    if fast is not None:
+                        log.info("fast_path", transport="stdio", served=fast.served)
                 tg.cancel_scope.cancel()
 
             tg.start_soon(serve)

@@ -17,6 +17,16 @@ reading the next line:
 - a line longer than ``max_message_bytes`` (default 4 MiB) -> ``-32600``
   naming the limit; the line is discarded without being buffered whole.
 
+The direct ``tools/call`` path (``fast``, a :class:`~openfunctions.servers._fast.FastCalls`):
+once the connection's era is the 2026-07-28 one (decided, as the SDK decides
+it, by the first request: one carrying the per-request ``_meta`` envelope
+that is not ``initialize``; that first request always goes to the SDK, so
+its loop locks to the same era), a ``tools/call`` line the fast path admits
+is dispatched here and its reply written here; every other line goes to the
+SDK session as before. ``notifications/cancelled`` naming a fast-path call
+cancels it (no reply is written for it, as on the SDK path); shutdown waits
+for its answer like any other request's.
+
 EOF on stdin is the MCP stdio shutdown signal. Calls already running are
 not dropped: the ``on_eof`` hook lets the host finish and answer them
 (bounded by its shutdown timeout) before the read side closes, unless the
@@ -46,6 +56,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 
 from ._constants import DEFAULT_MAX_MESSAGE_BYTES
+from ._fast import Admitted, FastCalls
 from ._outstanding import Outstanding
 
 log = structlog.get_logger("openfunctions.servers._stdio")
@@ -211,6 +222,7 @@ async def stdio_transport(
     on_eof: OnEof | None = None,
     stop: anyio.Event | None = None,
     answer_timeout: float = 10.0,
+    fast: FastCalls | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Serve the process's stdin/stdout; yields ``(read_stream, write_stream)`` for ``Server.run``.
 
@@ -221,6 +233,8 @@ async def stdio_transport(
     is left to answer), then every request already read gets its answer
     written (bounded by ``answer_timeout``), and only then the read stream
     closes (which makes the SDK cancel whatever still runs).
+
+    ``fast``: answer admitted 2026-07-28 ``tools/call`` lines directly (see the module docstring).
     """
     with suppress(Exception):
         sys.stdout.flush()
@@ -239,6 +253,10 @@ async def stdio_transport(
     pending: Outstanding[Any] = Outstanding()
 
     inline_ok = _inline_write_check(wire_out)
+    # The connection's protocol era, decided by the first request as the SDK decides it.
+    era: list[str] = []
+    fast_running: dict[Any, anyio.CancelScope] = {}
+    fast_group: list[Any] = []  # the task group fast-path calls run in (set once the transport runs)
 
     async def emit(data: bytes) -> None:
         async with write_lock:
@@ -257,8 +275,39 @@ async def stdio_transport(
                 wire_broken.append(exc)
                 log.info("stdout_closed", error=str(exc))
 
+    async def fast_call(call: Admitted, scope: anyio.CancelScope) -> None:
+        try:
+            reply: dict[str, Any] | None = None
+            with scope:
+                reply = await fast.run(call, _LineExchange(call.request_id, emit), lifespan_state={},  # type: ignore[union-attr]
+                                       outbound=_LineOutbound(emit))
+            if reply is not None and not scope.cancelled_caught:
+                await emit(json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
+        finally:
+            fast_running.pop(call.request_id, None)
+            pending.discard(call.request_id)
+
+    def try_fast(line: bytes) -> bool:
+        """Dispatch ``line`` on the fast path if it is an admitted tools/call on a modern connection."""
+        if fast is None or era != ["modern"] or not fast_group:
+            return False
+        try:
+            value = json.loads(line)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return False
+        call = fast.admit(value, None)
+        if call is None or call.request_id in fast_running or call.request_id in pending:
+            return False
+        scope = anyio.CancelScope()
+        fast_running[call.request_id] = scope
+        pending.add(call.request_id)
+        fast_group[0].start_soon(fast_call, call, scope)
+        return True
+
     async def handle_line(line: bytes) -> None:
         if not line.strip():
+            return
+        if try_fast(line):
             return
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -266,6 +315,8 @@ async def stdio_transport(
             await emit(classify_bad_line(line, exc))
             return
         if isinstance(message, types.JSONRPCRequest):
+            if not era:
+                era.append("modern" if message.method != "initialize" and _has_envelope(message.params) else "legacy")
             pending.add(message.id)
         elif isinstance(message, types.JSONRPCNotification):
             # Rare next to requests, so the second parse costs little.
@@ -278,6 +329,9 @@ async def stdio_transport(
                 rid = params.get("requestId")
                 if _valid_id(rid):  # an object/array id would not even be hashable
                     pending.discard(rid)
+                    running = fast_running.get(rid)
+                    if running is not None:  # a fast-path call: cancel it here (the SDK does not know it)
+                        running.cancel()
         await read_send.send(SessionMessage(message))
 
     async def handle_line_safely(line: bytes) -> None:
@@ -393,6 +447,7 @@ async def stdio_transport(
 
     try:
         async with anyio.create_task_group() as tg:
+            fast_group.append(tg)
             tg.start_soon(reader)
             tg.start_soon(writer)
             yield read_recv, write_send
@@ -404,6 +459,55 @@ async def stdio_transport(
             os.dup2(wire_out, 1)
         with suppress(OSError):
             os.dup2(wire_in, 0)
+
+
+def _has_envelope(params: Any) -> bool:
+    """Whether request params carry the 2026-07-28 ``_meta`` envelope (the SDK's era test)."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
+
+
+class _LineExchange:
+    """A fast-path call's request channel on stdio: request-scoped notifications are lines; no back-channel."""
+
+    can_send_request = False
+    progress_token = None  # admission refuses a progressToken
+    message_metadata = None
+
+    def __init__(self, request_id: Any, emit: Callable[[bytes], Awaitable[None]]) -> None:
+        from mcp.shared.transport_context import TransportContext
+
+        self.transport = TransportContext(kind="jsonrpc", can_send_request=False)
+        self.request_id = request_id
+        self._emit = emit
+        self._cancel_requested: anyio.Event | None = None
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        if self._cancel_requested is None:
+            self._cancel_requested = anyio.Event()
+        return self._cancel_requested
+
+    async def send_raw_request(self, method: str, params: Any, opts: Any = None) -> dict[str, Any]:
+        from mcp.shared.exceptions import NoBackChannelError
+
+        raise NoBackChannelError(method)
+
+    async def notify(self, method: str, params: Any, opts: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        await self._emit(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        return  # no progressToken (admission): the SDK drops it too
+
+
+def _LineOutbound(emit: Callable[[bytes], Awaitable[None]]) -> Any:  # noqa: N802  (a factory standing in for a class)
+    """The connection-scoped channel of a fast-path call: the SDK's notify-only outbound over our stdout."""
+    from mcp.server.connection import NotifyOnlyOutbound
+
+    return NotifyOnlyOutbound(_LineExchange(None, emit))  # type: ignore[arg-type]
 
 
 async def _wait_any(*events: anyio.Event) -> None:

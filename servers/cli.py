@@ -107,7 +107,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="N",
                    help="largest accepted message: stdio line or HTTP body (default: %(default)s = 4 MiB)")
     t.add_argument("--no-fast-path", action="store_true",
-                   help="HTTP: serve every tools/call through the MCP SDK's own transport layers instead of the "
+                   help="serve every tools/call through the MCP SDK's own transport layers instead of the "
                         "direct path (same replies, more CPU per call; for comparison and fault isolation; env "
                         "OPENFUNCTIONS_FAST_PATH=0 does the same)")
     _add_http_limits(p)
@@ -336,7 +336,8 @@ async def _serve(args: argparse.Namespace) -> int:
                 print(f"openfunctions-mcp: serving the '{profile.name}' profile on stdio, waiting for an MCP client "
                       "on stdin. An MCP host (Claude Desktop, ...) launches this command itself; to try it by hand, "
                       "run `openfunctions-mcp demo`. Ctrl-C to quit.", file=sys.stderr, flush=True)
-            await run_stdio(server, max_message_bytes=args.max_message_bytes)
+            await run_stdio(server, max_message_bytes=args.max_message_bytes,
+                            fast_path=False if args.no_fast_path else None)
         else:
             auth = "on (Authorization: Bearer <token>)" if token else "off"
             print(f"openfunctions-mcp: serving the '{profile.name}' profile over streamable HTTP at "
