@@ -258,7 +258,7 @@ def floor_table(floors: list[float], rates: dict[str, tuple[float, float, float]
             "that the SDK's server, which persists nothing, does not pay. So: " + "; ".join(verdict) + ".")
 
 
-def load_rows(rounds: int, seconds: float) -> tuple[list[object], str]:
+def load_rows(rounds: int, seconds: float) -> tuple[list[list[object]], str]:
     """``bench/load_http.py`` at 50 clients, ours vs the SDK, ``rounds`` interleaved pairs: a table row and a note.
 
     Each round also measures our server with ``--no-journal``, so the note can
@@ -266,24 +266,31 @@ def load_rows(rounds: int, seconds: float) -> tuple[list[object], str]:
     """
     import load_http
 
-    ours, bare, sdk = [], [], []
+    ours, bare, slow, sdk = [], [], [], []
     for _ in range(rounds):
         ours.append(load_http.measure("ours", 50, seconds))
         bare.append(load_http.measure("ours-no-journal", 50, seconds))
+        slow.append(load_http.measure("ours-no-fast-path", 50, seconds))
         sdk.append(load_http.measure("sdk", 50, seconds))
     paired = median([o["rate"] / s["rate"] for o, s in zip(ours, sdk, strict=True)])
+    paired_slow = median([o["rate"] / s["rate"] for o, s in zip(slow, sdk, strict=True)])
     o_rate, s_rate = median([r["rate"] for r in ours]), median([r["rate"] for r in sdk])
-    o_cpu, b_cpu, s_cpu = (median([r["cpu_ms"] for r in cells]) for cells in (ours, bare, sdk))
-    errors = sum(r["errors"] for r in ours + bare + sdk)
-    row = ["http load x50 (raw HTTP, of_hash_text, journal on)", f"{seconds:g} s", f"{o_rate:,.0f}", f"{s_rate:,.0f}",
-           f"{paired:.2f}x"]
+    o_cpu, b_cpu, f_cpu, s_cpu = (median([r["cpu_ms"] for r in cells]) for cells in (ours, bare, slow, sdk))
+    errors = sum(r["errors"] for r in ours + bare + slow + sdk)
+    rows: list[list[object]] = [
+        ["http load x50 (raw HTTP, of_hash_text, journal on)", f"{seconds:g} s", f"{o_rate:,.0f}", f"{s_rate:,.0f}",
+         f"{paired:.2f}x"],
+        ["http load x50, --no-fast-path", f"{seconds:g} s", f"{median([r['rate'] for r in slow]):,.0f}",
+         f"{s_rate:,.0f}", f"{paired_slow:.2f}x"],
+    ]
     note = (f"`http load x50`: `bench/load_http.py`'s generator, 50 raw keep-alive clients, {rounds} interleaved "
             f"cells of {seconds:g} s per server. Server CPU per call (from /proc, medians): ours journal on "
             f"**{o_cpu:.2f} ms**, ours `--no-journal` **{b_cpu:.2f} ms** (so the journal costs about "
             f"{o_cpu - b_cpu:.2f} ms of CPU per call: encoding, the writer thread's write + fdatasync, the wake-up), "
+            f"ours journal on with `--no-fast-path` **{f_cpu:.2f} ms** (every call through the SDK's HTTP layers), "
             f"SDK MCPServer **{s_cpu:.2f} ms** (ours/SDK {o_cpu / s_cpu:.2f}×). Throughput here is bounded by CPU "
             f"(two cores shared with the load generator), so calls/s follow CPU per call; errors {errors}.")
-    return row, note
+    return rows, note
 
 
 async def bench(
@@ -327,13 +334,21 @@ async def bench(
     await mode("stdio, journal on, effectful tool",
                _Target("ours+journal", lambda: [client(ours_journal)], tool="noop_write"),
                _Target("sdk", lambda: [client(sdk_stdio)], tool="noop_write"), n_stdio)
+    # The same server with the direct tools/call path off: every call through the SDK's layers (before/after).
+    slow_path = _ours_cmd(tmp / "stdio-journal-sdk-path", "--no-fast-path", journal=True)
+    ours_slow_path = StdioServerParameters(command=slow_path[0], args=slow_path[1:], env=_env())
+    await mode("stdio, journal on, read-only tool, --no-fast-path",
+               _Target("ours+journal", lambda: [client(ours_slow_path)]),
+               _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
 
     floors += fsync_floor(tmp)
-    p1, p2, p3 = free_port(), free_port(), free_port()
+    p1, p2, p3, p4 = free_port(), free_port(), free_port(), free_port()
     ours_http = _HttpProc(_ours_cmd(tmp / "http", "--transport", "http", "--port", str(p1)), p1, tmp / "ours-http.log")
     sdk_http = _HttpProc(_sdk_cmd("http", p2), p2, tmp / "sdk-http.log")
     ours_http_j = _HttpProc(_ours_cmd(tmp / "http-journal", "--transport", "http", "--port", str(p3), journal=True), p3,
                             tmp / "ours-http-journal.log")
+    ours_http_slow = _HttpProc(_ours_cmd(tmp / "http-journal-sdk-path", "--transport", "http", "--port", str(p4),
+                                         "--no-fast-path", journal=True), p4, tmp / "ours-http-sdk-path.log")
     try:
         await mode("http x1", _Target("ours", lambda: [client(ours_http.url)]),
                    _Target("sdk", lambda: [client(sdk_http.url)]), n_http)
@@ -345,10 +360,14 @@ async def bench(
         await mode("http x16, journal on, effectful tool",
                    _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], tool="noop_write"),
                    _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], tool="noop_write"), n_http * 2)
+        await mode("http x16, journal on, read-only tool, --no-fast-path",
+                   _Target("ours+journal", lambda: [client(ours_http_slow.url) for _ in range(16)]),
+                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)]), n_http * 2)
     finally:
         ours_http.stop()
         sdk_http.stop()
         ours_http_j.stop()
+        ours_http_slow.stop()
     return rows
 
 
@@ -374,8 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rows = anyio.run(bench, n_inproc, n_stdio, n_http, rounds, Path(tmp), floors, rates)
     load_rounds, load_seconds = (1, 2.0) if args.quick else (3, 4.0)
-    load_row, load_note = load_rows(load_rounds, load_seconds)
-    rows.append(load_row)
+    load_table_rows, load_note = load_rows(load_rounds, load_seconds)
+    rows += load_table_rows
     load = os.getloadavg()[0]
     body = table(["mode", "calls/round", "ours (calls/s)", "SDK MCPServer (calls/s)", "ours/SDK (paired)"], rows)
     body += "\n\n" + load_note + "\n\n" + floor_table(floors, rates)
@@ -394,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
             "handler; a declared read (`noop`, `effect: read`) needs no start record (docs/formats/receipt.md). "
             "The SDK persists nothing — these rows show what durability costs, not a like-for-like race. "
             "Issue 16's targets for the journal-on rows: stdio read-only >= 1.0x, stdio effectful >= 0.8x, "
-            "http x16 >= 1.5x; issue 19's for the load row: >= 1.5x. The fsync-floor table below says whether the "
+            "http x16 >= 1.5x; issue 19's for the load row: >= 1.5x. The `--no-fast-path` rows are the same "
+            "default server with the direct `tools/call` path off (every call through the SDK's transport layers; "
+            "docs/SERVERS.md): before/after in one run. The fsync-floor table below says whether the "
             "stdio targets are reachable on this disk at all; docs/notes/session-4/perf.md has the per-stage "
             "profile and why the HTTP targets are out of reach while the SDK's HTTP stack (shared by both servers) "
             "is most of the CPU of a call. "

@@ -8,7 +8,9 @@ calls/s, latency p50/p99, server CPU per call (from /proc), and errors.
 
 Peers: ``openfunctions-mcp serve --transport http --stateless`` (journal on:
 every call's receipt is fsynced before its reply; ``of_hash_text`` declares
-``effect: read``, so it has no start record) and the SDK's
+``effect: read``, so it has no start record), the same server with
+``--no-fast-path`` (every call through the SDK's HTTP layers: the direct
+``tools/call`` path's before/after in one run), and the SDK's
 ``MCPServer`` with the same tool, stateless with JSON responses, under the
 same uvicorn. ``--profile`` also runs our server once under cProfile and
 prints where its CPU goes.
@@ -136,7 +138,8 @@ async def _load(port: int, clients: int, seconds: float) -> tuple[list[float], l
 
 
 def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[subprocess.Popen, int]:
-    """``kind``: ``ours`` (journal on), ``ours-no-journal`` (the same server with ``--no-journal``) or ``sdk``."""
+    """``kind``: ``ours`` (journal on), ``ours-no-journal`` (``--no-journal``), ``ours-no-fast-path``
+    (``--no-fast-path``: every call through the SDK's HTTP layers) or ``sdk``."""
     port = free_port()
     if kind.startswith("ours"):
         prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile_out)] if profile_out else [])
@@ -144,6 +147,8 @@ def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[
                          "--data-dir", str(data_dir), "--max-connections", "3000", "--keep-alive-timeout", "60"]
         if kind == "ours-no-journal":
             argv.append("--no-journal")
+        if kind == "ours-no-fast-path":
+            argv.append("--no-fast-path")
     else:
         argv = [sys.executable, "-c", SDK_SERVER, str(port)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -228,7 +233,7 @@ def main() -> None:
     args = ap.parse_args()
     results = []
     for clients in [int(c) for c in args.clients.split(",")]:
-        for kind in ("ours", "sdk"):
+        for kind in ("ours", "ours-no-fast-path", "sdk"):
             r = measure(kind, clients, args.seconds)
             print(r, flush=True)
             results.append(r)
@@ -236,8 +241,10 @@ def main() -> None:
     by = {(r["kind"], r["clients"]): r for r in results}
     for clients in sorted({r["clients"] for r in results}):
         ours, sdk = by[("ours", clients)], by[("sdk", clients)]
-        for r in (ours, sdk):
-            rows.append([clients, "openfunctions-mcp (journal on)" if r["kind"] == "ours" else "SDK MCPServer",
+        names = {"ours": "openfunctions-mcp (journal on)", "ours-no-fast-path": "openfunctions-mcp, --no-fast-path",
+                 "sdk": "SDK MCPServer"}
+        for r in (ours, by[("ours-no-fast-path", clients)], sdk):
+            rows.append([clients, names[r["kind"]],
                          f"{r['rate']:.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", f"{r['cpu_ms']:.2f}", r["errors"]])
         rows.append([clients, "**ratio ours/SDK**", f"**{ours['rate'] / sdk['rate']:.2f}×**", "", "",
                      f"{ours['cpu_ms'] / sdk['cpu_ms']:.2f}×", ""])

@@ -9,6 +9,7 @@ Normalization happens once, in the executor.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _encode_str  # the C encoder's string quoting (ensure_ascii=False)
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import digest, dumps_checked
@@ -45,6 +46,41 @@ def pretty_json(value: Any) -> str:
     return dumps_checked(value, pretty=True)
 
 
+_SCALAR_TEXT = {True: "true", False: "false"}
+
+
+def _pretty_flat(value: dict[str, Any]) -> str | None:
+    """``pretty_json(value)`` for a flat object of plain scalars, built from C-encoded pieces; ``None`` otherwise.
+
+    ``json`` has no C path with ``indent``; for the common tool payload (string
+    keys, string/int/float/bool/None values) the indented text is just the
+    pieces joined. Anything else (nesting, subclasses, a non-finite float)
+    returns ``None`` and takes the encoder. Tests check it equals
+    :func:`pretty_json` (tests/core/test_result_pretty.py).
+    """
+    if not value:
+        return "{}"
+    parts = []
+    for k, v in value.items():
+        if type(k) is not str:
+            return None
+        t = type(v)
+        if t is str:
+            text = _encode_str(v)
+        elif t is int:
+            text = int.__repr__(v)
+        elif t is bool:
+            text = _SCALAR_TEXT[v]
+        elif v is None:
+            text = "null"
+        elif t is float and v - v == 0.0:  # finite (nan/inf: the encoder raises as before)
+            text = float.__repr__(v)
+        else:
+            return None
+        parts.append(_encode_str(k) + ": " + text)
+    return "{\n  " + ",\n  ".join(parts) + "\n}"
+
+
 def normalize(value: Any) -> ToolResult:
     if isinstance(value, ToolResult):
         # Validated by the executor's digest of ``to_dict()`` right after this
@@ -55,7 +91,9 @@ def normalize(value: Any) -> ToolResult:
     if isinstance(value, dict):
         # The executor digests ``structured`` canonically right after this,
         # which checks its keys; the display text need not walk them twice.
-        text = dumps_checked(value, pretty=True, check_keys=False)
+        text = _pretty_flat(value)
+        if text is None:
+            text = dumps_checked(value, pretty=True, check_keys=False)
         return ToolResult(content=[{"type": "text", "text": text}], structured=value)
     return ToolResult(content=[{"type": "text", "text": pretty_json(value)}])
 
