@@ -187,9 +187,17 @@ class _Target:
     """One server in one mode, with its clients open across rounds."""
 
     def __init__(self, label: str, make_clients: Callable[[], list[Any]], close: Callable[[], None] = lambda: None,
-                 tool: str = "noop"):
+                 tool: str = "noop", pid: int | None = None):
         self.label, self.make_clients, self.close, self.tool = label, make_clients, close, tool
         self.rates: list[float] = []
+        self.pid = pid  # the server process, when it is one: its CPU per call is recorded per round
+        self.server_cpu_ms: list[float] = []  # server process CPU per call
+        self.client_cpu_ms: list[float] = []  # this (client) process's CPU per call
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _run_mode(mode: str, targets: list[_Target], n: int, rounds: int, warmup: int) -> None:
@@ -203,7 +211,13 @@ async def _run_mode(mode: str, targets: list[_Target], n: int, rounds: int, warm
             opened.append((t, clients))
         for _ in range(rounds):
             for t, clients in opened:
+                server0 = _cpu_seconds(t.pid) if t.pid is not None else 0.0
+                client0 = time.process_time()
                 t.rates.append(await _rate(clients, n, t.tool))
+                calls = n // len(clients) * len(clients)
+                t.client_cpu_ms.append((time.process_time() - client0) / calls * 1000)
+                if t.pid is not None:
+                    t.server_cpu_ms.append((_cpu_seconds(t.pid) - server0) / calls * 1000)
     for t in targets:
         t.close()
     print(f"  {mode:<11} " + "  ".join(f"{t.label}: {median(t.rates):8.0f}/s" for t in targets), flush=True)
@@ -295,7 +309,7 @@ def load_rows(rounds: int, seconds: float) -> tuple[list[list[object]], str]:
 
 async def bench(
     n_inproc: int, n_stdio: int, n_http: int, rounds: int, tmp: Path, floors: list[float] | None = None,
-    rates: dict[str, tuple[float, float, float]] | None = None,
+    rates: dict[str, tuple[float, float, float]] | None = None, cpu_rows: list[list[object]] | None = None,
 ) -> list[list[object]]:
     """The table rows; ``floors`` collects fsync-floor samples (ms), ``rates`` each mode's (ours, SDK, paired ratio)."""
     from mcp import Client, StdioServerParameters
@@ -304,11 +318,15 @@ async def bench(
         return Client(target, read_timeout_seconds=60)
 
     rows: list[list[object]] = []
+    cpu_rows = [] if cpu_rows is None else cpu_rows
     floors = [] if floors is None else floors
     rates = {} if rates is None else rates
 
     async def mode(name: str, ours: _Target, sdk: _Target, n: int) -> None:
         await _run_mode(name, [ours, sdk], n, rounds, warmup=max(20, n // 5))
+        if ours.server_cpu_ms and sdk.server_cpu_ms:
+            cpu_rows.append([name, f"{median(ours.server_cpu_ms):.2f}", f"{median(sdk.server_cpu_ms):.2f}",
+                             f"{median(ours.client_cpu_ms):.2f}", f"{median(sdk.client_cpu_ms):.2f}"])
         o, s = median(ours.rates), median(sdk.rates)
         # Rounds alternate ours/SDK back to back, so each pair saw about the same machine load.
         paired = median([a / b for a, b in zip(ours.rates, sdk.rates, strict=True)])
@@ -350,19 +368,22 @@ async def bench(
     ours_http_slow = _HttpProc(_ours_cmd(tmp / "http-journal-sdk-path", "--transport", "http", "--port", str(p4),
                                          "--no-fast-path", journal=True), p4, tmp / "ours-http-sdk-path.log")
     try:
-        await mode("http x1", _Target("ours", lambda: [client(ours_http.url)]),
-                   _Target("sdk", lambda: [client(sdk_http.url)]), n_http)
-        await mode("http x16", _Target("ours", lambda: [client(ours_http.url) for _ in range(16)]),
-                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)]), n_http * 2)
+        await mode("http x1", _Target("ours", lambda: [client(ours_http.url)], pid=ours_http.proc.pid),
+                   _Target("sdk", lambda: [client(sdk_http.url)], pid=sdk_http.proc.pid), n_http)
+        await mode("http x16", _Target("ours", lambda: [client(ours_http.url) for _ in range(16)], pid=ours_http.proc.pid),
+                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
         await mode("http x16, journal on, read-only tool",
-                   _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)]),
-                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)]), n_http * 2)
+                   _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], pid=ours_http_j.proc.pid),
+                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
         await mode("http x16, journal on, effectful tool",
-                   _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], tool="noop_write"),
-                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], tool="noop_write"), n_http * 2)
+                   _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], tool="noop_write",
+                           pid=ours_http_j.proc.pid),
+                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], tool="noop_write",
+                           pid=sdk_http.proc.pid), n_http * 2)
         await mode("http x16, journal on, read-only tool, --no-fast-path",
-                   _Target("ours+journal", lambda: [client(ours_http_slow.url) for _ in range(16)]),
-                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)]), n_http * 2)
+                   _Target("ours+journal", lambda: [client(ours_http_slow.url) for _ in range(16)],
+                           pid=ours_http_slow.proc.pid),
+                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
     finally:
         ours_http.stop()
         sdk_http.stop()
@@ -391,13 +412,20 @@ def main(argv: list[str] | None = None) -> int:
     floors: list[float] = []
     rates: dict[str, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        rows = anyio.run(bench, n_inproc, n_stdio, n_http, rounds, Path(tmp), floors, rates)
+        cpu_rows: list[list[object]] = []
+        rows = anyio.run(bench, n_inproc, n_stdio, n_http, rounds, Path(tmp), floors, rates, cpu_rows)
     load_rounds, load_seconds = (1, 2.0) if args.quick else (3, 4.0)
     load_table_rows, load_note = load_rows(load_rounds, load_seconds)
     rows += load_table_rows
     load = os.getloadavg()[0]
     body = table(["mode", "calls/round", "ours (calls/s)", "SDK MCPServer (calls/s)", "ours/SDK (paired)"], rows)
     body += "\n\n" + load_note + "\n\n" + floor_table(floors, rates)
+    body += "\n\n" + table(["HTTP mode: CPU ms per call (medians)", "our server", "SDK server",
+                             "client process (vs ours)", "client process (vs SDK)"], cpu_rows)
+    body += ("\n\nThe HTTP rows' clients (`mcp.Client`, 16 of them for x16) share one Python process (this "
+             "bench's), on the same two cores as the server: when the client process spends more CPU per call than "
+             "the server, calls/s follow the client's cost, and a server-side saving shows in the server column "
+             "more than in calls/s. The raw-HTTP `http load x50` row has a lean client and is the server-bound figure.")
     print(body)
     if not args.no_write:
         note = (

@@ -35,7 +35,10 @@ answers it, errors included):
 Private SDK API used (guarded: a missing piece turns the fast path off with
 one error log, never breaks a call): the session manager's
 ``_lifespan_state`` and ``_task_group`` (HTTP), read by
-:mod:`openfunctions.servers._fast_http`.
+:mod:`openfunctions.servers._fast_http`; the type of the SDK's
+OpenTelemetry middleware (``mcp.server._otel``), left out of the chain while
+tracing is off (see :meth:`FastCalls._chain`). tests/servers/test_fast_http.py
+checks each is still there.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 import structlog
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.runner import aclose_shielded, modern_error_data
@@ -62,6 +66,7 @@ from mcp_types import (
 )
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from opentelemetry import trace
 from pydantic import ValidationError
 
 from openfunctions.core import ToolNotFound
@@ -184,8 +189,8 @@ class FastCalls:
 
     def _envelope(self, meta: dict[str, Any], version: str) -> _Envelope | None:
         try:
-            key = json.dumps(meta, sort_keys=True, separators=(",", ":"))
-        except (TypeError, ValueError, RecursionError):
+            key = repr(meta)  # JSON values: distinct values, distinct reprs (a reordered copy is just another entry)
+        except RecursionError:
             return None
         if key in self._envelopes:
             return self._envelopes[key]
@@ -250,8 +255,16 @@ class FastCalls:
                 await aclose_shielded(connection)
 
     def _chain(self) -> Callable[[Any], Awaitable[Any]]:
-        """The server's middleware, outermost first, around :meth:`_inner` (as the SDK's runner composes it)."""
+        """The server's middleware, outermost first, around :meth:`_inner` (as the SDK's runner composes it).
+
+        The SDK's OpenTelemetry middleware is left out while no tracer provider
+        is installed: its span is then a non-recording one that changes nothing
+        (admission refuses trace context in ``_meta``); once a provider is set,
+        every call gets its span as on the SDK path.
+        """
         middleware = tuple(self.server.lowlevel.middleware)
+        if _tracing_off():
+            middleware = tuple(mw for mw in middleware if not isinstance(mw, OpenTelemetryMiddleware))
         if self._composed is None or self._composed[0] != middleware:
             call: Callable[[Any], Awaitable[Any]] = self._inner
             for mw in reversed(middleware):
@@ -288,6 +301,11 @@ class FastCalls:
         if self._stamp is None:
             self._stamp = self.server.lowlevel.server_info_stamp
         return self._stamp
+
+
+def _tracing_off() -> bool:
+    provider = trace.get_tracer_provider()
+    return isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 def _apply(middleware: Any, call_next: Callable[[Any], Awaitable[Any]], ctx: Any) -> Awaitable[Any]:

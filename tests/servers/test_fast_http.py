@@ -255,3 +255,22 @@ def test_the_sdk_result_sieve_leaves_plain_results_unchanged(result: dict[str, A
 ])
 def test_other_results_go_through_the_sdk_sieve(result: dict[str, Any]) -> None:
     assert not _plain_result(result)
+
+
+def test_the_otel_middleware_is_kept_once_tracing_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    import openfunctions.servers._fast as fast_module
+
+    server = create_mcp_server(ToolRegistry(_tools()), name="t", version="0")
+    assert any(isinstance(mw, OpenTelemetryMiddleware) for mw in server.lowlevel.middleware)  # what the SDK path runs
+    calls = FastCalls.of(server)
+    off = calls._chain()
+    assert calls._composed is not None and not any(isinstance(mw, OpenTelemetryMiddleware) for mw in calls._composed[0])
+
+    class Provider:  # any installed provider other than the API's no-op/proxy ones
+        pass
+
+    monkeypatch.setattr(fast_module.trace, "get_tracer_provider", lambda: Provider())
+    on = calls._chain()
+    assert on is not off and calls._composed[0] == tuple(server.lowlevel.middleware)
