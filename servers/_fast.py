@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import mcp_types as types
 import structlog
 from mcp.server._otel import OpenTelemetryMiddleware
@@ -56,7 +57,7 @@ from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.runner import aclose_shielded, modern_error_data
 from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
@@ -303,6 +304,46 @@ class FastCalls:
         return self._stamp
 
 
+class Exchange:
+    """One fast-path request's channel to its client (the SDK's ``DispatchContext`` shape), per transport.
+
+    No back-channel (a 2026-07-28 server sends the client no requests); no
+    progress (admission refuses a ``progressToken``, and the SDK drops
+    progress without one); a request-scoped notification goes to
+    :meth:`deliver`, which each transport implements.
+    """
+
+    can_send_request = False
+    progress_token = None
+    message_metadata = None
+
+    def __init__(self, transport: Any, request_id: Any) -> None:
+        self.transport = transport
+        self.request_id = request_id
+        self._cancel_requested: anyio.Event | None = None
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        if self._cancel_requested is None:
+            self._cancel_requested = anyio.Event()
+        return self._cancel_requested
+
+    async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        await self.deliver(message)
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        return
+
+    async def deliver(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
 def _tracing_off() -> bool:
     provider = trace.get_tracer_provider()
     return isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
@@ -317,4 +358,4 @@ def encode(message: Mapping[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode()
 
 
-__all__ = ["FastCalls", "Admitted", "FAST_PATH_ENV", "fast_path_enabled", "encode", "valid_id"]
+__all__ = ["FastCalls", "Admitted", "Exchange", "FAST_PATH_ENV", "fast_path_enabled", "encode", "valid_id"]

@@ -41,14 +41,13 @@ from typing import Any
 
 import anyio
 import structlog
-from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, decode_header_value
 from mcp.shared.transport_context import TransportContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
-from ._fast import Admitted, FastCalls, encode
+from ._fast import Admitted, Exchange, FastCalls, encode
 from ._http_guard import PARSED_BODY_KEY
 
 log = structlog.get_logger("openfunctions.servers.fast")
@@ -89,47 +88,22 @@ def replay_body(first: dict[str, Any], receive: Callable[..., Any]) -> Callable[
     return replayed
 
 
-class _Exchange:
-    """The request-scoped channel of one fast-path HTTP request (the SDK's ``DispatchContext`` shape).
-
-    No back-channel (a 2026-07-28 server sends the client no requests); a
-    notification commits the response to SSE and goes out as an event, or is
-    dropped in JSON-response mode, as on the SDK's path.
-    """
-
-    can_send_request = False
-    progress_token = None  # admission refuses a progressToken
+class _Exchange(Exchange):
+    """A fast-path HTTP request's channel: a notification commits the response to SSE and goes out as an event,
+    or is dropped in JSON-response mode, as on the SDK's path."""
 
     def __init__(self, scope: dict[str, Any], request_id: str | int, send: Callable[..., Any], sse: bool) -> None:
-        self.transport = TransportContext(kind="streamable-http", can_send_request=False, headers=Headers(scope=scope))
-        self.request_id = request_id
-        self.message_metadata = None
+        super().__init__(TransportContext(kind="streamable-http", can_send_request=False, headers=Headers(scope=scope)),
+                         request_id)
         self._send = send
         self._sse = sse
-        self._cancel_requested: anyio.Event | None = None
         self.committed = False
         self.finished = False
         self._lock: asyncio.Lock | None = None
 
-    @property
-    def cancel_requested(self) -> anyio.Event:
-        if self._cancel_requested is None:
-            self._cancel_requested = anyio.Event()
-        return self._cancel_requested
-
-    async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> dict[str, Any]:
-        raise NoBackChannelError(method)
-
-    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> None:
-        if not self._sse:
-            return
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = dict(params)
-        await self.emit(_sse_event(message))
-
-    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        return  # no progressToken (admission): the SDK drops it too
+    async def deliver(self, message: dict[str, Any]) -> None:
+        if self._sse:
+            await self.emit(_sse_event(message))
 
     async def emit(self, event: bytes | None, *, last: bool = False) -> None:
         """Write one SSE chunk (``None``: a ping), committing the response to SSE first if needed."""

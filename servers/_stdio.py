@@ -56,7 +56,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 
 from ._constants import DEFAULT_MAX_MESSAGE_BYTES
-from ._fast import Admitted, FastCalls
+from ._fast import Admitted, Exchange, FastCalls
 from ._outstanding import Outstanding
 
 log = structlog.get_logger("openfunctions.servers._stdio")
@@ -467,40 +467,17 @@ def _has_envelope(params: Any) -> bool:
     return isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
 
 
-class _LineExchange:
-    """A fast-path call's request channel on stdio: request-scoped notifications are lines; no back-channel."""
-
-    can_send_request = False
-    progress_token = None  # admission refuses a progressToken
-    message_metadata = None
+class _LineExchange(Exchange):
+    """A fast-path call's request channel on stdio: request-scoped notifications are lines."""
 
     def __init__(self, request_id: Any, emit: Callable[[bytes], Awaitable[None]]) -> None:
         from mcp.shared.transport_context import TransportContext
 
-        self.transport = TransportContext(kind="jsonrpc", can_send_request=False)
-        self.request_id = request_id
+        super().__init__(TransportContext(kind="jsonrpc", can_send_request=False), request_id)
         self._emit = emit
-        self._cancel_requested: anyio.Event | None = None
 
-    @property
-    def cancel_requested(self) -> anyio.Event:
-        if self._cancel_requested is None:
-            self._cancel_requested = anyio.Event()
-        return self._cancel_requested
-
-    async def send_raw_request(self, method: str, params: Any, opts: Any = None) -> dict[str, Any]:
-        from mcp.shared.exceptions import NoBackChannelError
-
-        raise NoBackChannelError(method)
-
-    async def notify(self, method: str, params: Any, opts: Any = None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = dict(params)
+    async def deliver(self, message: dict[str, Any]) -> None:
         await self._emit(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
-
-    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        return  # no progressToken (admission): the SDK drops it too
 
 
 def _LineOutbound(emit: Callable[[bytes], Awaitable[None]]) -> Any:  # noqa: N802  (a factory standing in for a class)

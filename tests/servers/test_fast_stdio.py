@@ -18,13 +18,7 @@ from typing import Any
 import pytest
 
 from .conftest import journaled_receipts, serve_argv, server_env, wait_for_file
-
-META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
-VOLATILE = ("receipt_id", "started_at", "finished_at", "duration_ms")
+from .test_fast_http import META, _mask
 
 
 def _call(rid: Any, name: Any, arguments: Any = None, meta: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -57,14 +51,6 @@ LINES: list[tuple[Any, bool]] = [
                                                                      "clientInfo": {"name": "x", "version": "0"}}}, False),
     ("{not json", False),
 ]
-
-
-def _mask(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: ("*" if k in VOLATILE else _mask(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask(v) for v in value]
-    return value
 
 
 def _serve(tmp_path: Path, lines: list[Any], expected: int, *extra: str) -> tuple[dict[Any, Any], int]:
