@@ -12,6 +12,14 @@ same disk the servers' journals use), and prints:
   before/after, not with the unprofiled total.
 
     python bench/profile_call_path.py [--tool of_hash_text|noop|noop_write] [--calls 2000] [--no-journal]
+    python bench/profile_call_path.py --http [--calls 2000] [--no-journal]
+
+``--http`` instead drives one whole 2026-07-28 ``tools/call`` POST through the
+real ASGI app (``create_http_app``: the request guard, the direct
+``tools/call`` path or, with it off, the SDK's streamable-HTTP app), in
+process without sockets, fast path on and off alternately: per-request wall
+and process CPU (the journal writer thread included), then a cProfile of the
+fast path.
 
 Prints only; nothing is written to docs/ (the figures are quoted in the
 session notes with the command that produced them).
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import json
 import pstats
 import statistics
 import sys
@@ -76,13 +85,100 @@ async def _run(tool: str, calls: int, journal: bool, prof: cProfile.Profile | No
     return wall / calls * 1e6, cpu / calls * 1e6
 
 
+_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+         "io.modelcontextprotocol/clientInfo": {"name": "profile", "version": "0"},
+         "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+async def _http_request(app: Any, i: int) -> int:
+    """One 2026-07-28 ``tools/call`` POST of ``of_hash_text`` through the ASGI app; its HTTP status."""
+    body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+        "name": "of_hash_text", "arguments": {"text": f"call {i}"}, "_meta": _META}}).encode()
+    headers = [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"),
+               (b"accept", b"application/json, text/event-stream"), (b"mcp-protocol-version", b"2026-07-28"),
+               (b"mcp-method", b"tools/call"), (b"mcp-name", b"of_hash_text"), (b"content-length", str(len(body)).encode())]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/mcp", "raw_path": b"/mcp", "query_string": b"", "root_path": "", "headers": headers,
+             "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8000)}
+    delivered = False
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # no disconnect
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await app(scope, receive, send)
+    return status
+
+
+async def _run_http(calls: int, journal: bool, fast: bool, prof: cProfile.Profile | None) -> tuple[float, float]:
+    """Per-request wall and process CPU (us) of the real ASGI app (guard, fast path or the SDK's app), no sockets."""
+    from openfunctions.servers import create_http_app, create_mcp_server
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = create_mcp_server(ToolRegistry([t for t in example_tools() if t.name == "of_hash_text"]), name="p",
+                                   version="0", journal_dir=Path(tmp) if journal else None)
+        app = create_http_app(server, port=8000, fast_path=fast)
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        lifespan = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}}, inbox.get, outbox.put))
+        await inbox.put({"type": "lifespan.startup"})
+        await outbox.get()
+        async with server:
+            for i in range(100):
+                if await _http_request(app, i) != 200:
+                    raise RuntimeError("the warm-up call failed")
+            if prof is not None:
+                prof.enable()
+            c0, w0 = time.process_time(), time.perf_counter()
+            for i in range(calls):
+                await _http_request(app, i)
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            if prof is not None:
+                prof.disable()
+        await inbox.put({"type": "lifespan.shutdown"})
+        await outbox.get()
+        await lifespan
+    return wall / calls * 1e6, cpu / calls * 1e6
+
+
+def http_main(calls: int, journal: bool) -> int:
+    """``--http``: the whole HTTP request (ASGI, no sockets), fast path on vs off, alternating, medians of 5 each."""
+    on, off = [], []
+    for _ in range(5):
+        on.append(asyncio.run(_run_http(calls // 2, journal, True, None)))
+        off.append(asyncio.run(_run_http(calls // 2, journal, False, None)))
+    for label, runs in (("fast path on ", on), ("fast path off", off)):
+        print(f"HTTP of_hash_text, journal {'on' if journal else 'off'}, {label}: wall "
+              f"{statistics.median(w for w, _ in runs):.0f} us/request, process CPU "
+              f"{statistics.median(c for _, c in runs):.0f} us/request (median of 5 x {calls // 2})")
+    prof = cProfile.Profile(time.thread_time)
+    asyncio.run(_run_http(calls, journal, True, prof))
+    print(f"fast path on, cProfile on the loop thread's CPU clock, top cumulative ({calls} requests):")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tool", default="of_hash_text", choices=["of_hash_text", "noop", "noop_write"])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--no-journal", action="store_true")
+    ap.add_argument("--http", action="store_true",
+                    help="profile the whole HTTP request through the ASGI app (of_hash_text), fast path on vs off")
     args = ap.parse_args(argv)
     journal = not args.no_journal
+    if args.http:
+        return http_main(args.calls, journal)
     runs = [asyncio.run(_run(args.tool, args.calls // 2, journal, None)) for _ in range(5)]
     wall = statistics.median(w for w, _ in runs)
     cpu = statistics.median(c for _, c in runs)
