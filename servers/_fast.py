@@ -111,11 +111,30 @@ class Admitted:
     params: dict[str, Any]
     meta: dict[str, Any]  # the validated envelope (a fresh copy per request)
     protocol_version: str
+    envelope: _Envelope
 
 
 @dataclass(frozen=True)
 class _Envelope:
+    """A validated envelope and the client identity the SDK derives from it (built once, like a session's)."""
+
     meta: dict[str, Any]
+    client_params: Any  # InitializeRequestParams | None
+    client_capabilities: Any  # ClientCapabilities | None
+    no_channel: Any  # the SDK's default connection outbound (none)
+
+    def connection(self, version: str, outbound: Any = None) -> Connection:
+        """What ``Connection.from_envelope`` builds, without validating the same envelope again.
+
+        The validated identity objects are shared by the requests carrying this
+        envelope, as a handshake-era session's are shared by its requests.
+        tests/servers/test_fast_http.py checks it matches ``from_envelope``.
+        """
+        connection = Connection(self.no_channel if outbound is None else outbound, protocol_version=version,
+                                client_params=self.client_params)
+        connection.client_capabilities = self.client_capabilities
+        connection.initialized.set()
+        return connection
 
 
 def _plain_result(result: Mapping[str, Any]) -> bool:
@@ -186,7 +205,7 @@ class FastCalls:
         envelope = self._envelope(meta, version)
         if envelope is None or not self._tool_ok(name) or self.server.lowlevel.cache_hints.get("tools/call") is not None:
             return None
-        return Admitted(message["id"], name, arguments, params, dict(envelope.meta), version)
+        return Admitted(message["id"], name, arguments, params, dict(envelope.meta), version, envelope)
 
     def _envelope(self, meta: dict[str, Any], version: str) -> _Envelope | None:
         try:
@@ -201,8 +220,9 @@ class FastCalls:
             # version (arguments: any object), the lifted `_meta`, the connection.
             _methods.validate_client_request("tools/call", version, {"name": "x", "arguments": {}, "_meta": meta})
             lifted = types.RequestParams.model_validate({"_meta": meta}, by_name=False).meta
-            Connection.from_envelope(version, meta.get(CLIENT_INFO_META_KEY), meta[CLIENT_CAPABILITIES_META_KEY])
-            envelope = _Envelope(dict(lifted)) if isinstance(lifted, Mapping) else None
+            made = Connection.from_envelope(version, meta.get(CLIENT_INFO_META_KEY), meta[CLIENT_CAPABILITIES_META_KEY])
+            envelope = (_Envelope(dict(lifted), made.client_params, made.client_capabilities, made.outbound)
+                        if isinstance(lifted, Mapping) else None)
         except Exception:  # any refusal is the SDK path's to phrase
             envelope = None
         if len(self._envelopes) >= _ENVELOPE_CACHE_MAX:
@@ -234,9 +254,7 @@ class FastCalls:
         """
         self.served += 1
         version = call.protocol_version
-        extra = {} if outbound is None else {"outbound": outbound}
-        connection = Connection.from_envelope(version, call.meta.get(CLIENT_INFO_META_KEY),
-                                              call.meta[CLIENT_CAPABILITIES_META_KEY], **extra)
+        connection = call.envelope.connection(version, outbound)
         session = ServerSession(dctx, connection, request_meta=call.meta)  # type: ignore[arg-type]
         ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
             session=session, lifespan_context=lifespan_state, protocol_version=version, method="tools/call",

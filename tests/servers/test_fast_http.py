@@ -274,3 +274,19 @@ def test_the_otel_middleware_is_kept_once_tracing_is_on(monkeypatch: pytest.Monk
     monkeypatch.setattr(fast_module.trace, "get_tracer_provider", lambda: Provider())
     on = calls._chain()
     assert on is not off and calls._composed[0] == tuple(server.lowlevel.middleware)
+
+
+def test_the_cached_envelope_builds_what_from_envelope_builds() -> None:
+    from mcp.server.connection import Connection
+
+    server = create_mcp_server(ToolRegistry(_tools()), name="t", version="0")
+    meta = {**META, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}, "extensions": {"x": {}}}}
+    call = FastCalls.of(server).admit(_call("add", {"a": 1, "b": 2}, meta=meta), "2026-07-28")
+    assert call is not None
+    ours = call.envelope.connection("2026-07-28")
+    sdk = Connection.from_envelope("2026-07-28", meta["io.modelcontextprotocol/clientInfo"],
+                                   meta["io.modelcontextprotocol/clientCapabilities"])
+    for attr in ("protocol_version", "session_id", "client_params", "client_capabilities", "state"):
+        assert getattr(ours, attr) == getattr(sdk, attr), attr
+    assert ours.initialized.is_set() and sdk.initialized.is_set()
+    assert type(ours.outbound) is type(sdk.outbound)
