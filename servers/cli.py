@@ -67,7 +67,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                         "conformance: the MCP conformance suite's fixtures (default: %(default)s)")
     g.add_argument("--module", action="append", default=[], metavar="PKG.MOD:ATTR",
                    help="load tools from ATTR of module PKG.MOD: a ToolRegistry, a list of tools, or a zero-arg "
-                        "factory returning one (repeatable; ATTR defaults to 'registry')")
+                        "factory returning one (repeatable; ATTR defaults to 'registry'; a bare module without one serves its top-level @tool functions)")
     g.add_argument("--files-root", metavar="DIR",
                    help="enable the of_list_dir example tool, limited to DIR")
     g.add_argument("--no-example-tools", action="store_true",
