@@ -56,11 +56,13 @@ Promises:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as _dt
 import json
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -87,13 +89,45 @@ def _work() -> Any:
 class _Pg:
     """What the three share: the pool, the space, the clock, and one way to run a transaction."""
 
-    def __init__(self, dsn: str, pool: Any, space: str, clock: Callable[[], float] | None) -> None:
+    def __init__(self, dsn: str, pool: Any, space: str, clock: Callable[[], float] | None, *, max_connections: int = 4,
+                 timeout: float = 10.0) -> None:
         self.dsn = dsn
         self.pool = pool
+        self.owns_pool = pool is None
         self.space = space
         self.clock = clock
         self.where = f"{redact_dsn(dsn)} (work space {space!r})"
         self.psycopg, _ = _psycopg()
+        self._limits = (max_connections, timeout)
+        self._checked = False
+        self._lock = asyncio.Lock()
+
+    async def ready(self) -> None:
+        """Open the pool and check the schema once (``SchemaOutOfDate`` / ``SchemaTooNew``: nothing is used)."""
+        if self._checked:
+            return
+        async with self._lock:
+            if self._checked:
+                return
+            from ._pg import open_pool
+
+            if self.pool is None:
+                self.pool = await open_pool(self.dsn, max_size=self._limits[0], timeout=self._limits[1])
+            async with self.pool.connection() as conn:
+                await check_work_schema(conn, where=self.where)
+            self._checked = True
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        await self.ready()
+        async with self.pool.connection() as conn:
+            yield conn
+
+    async def close(self) -> None:
+        if self.owns_pool and self.pool is not None:
+            pool, self.pool = self.pool, None
+            self._checked = False
+            await pool.close()
 
     def now_param(self) -> float | None:
         return None if self.clock is None else float(self.clock())
@@ -139,7 +173,7 @@ class PgLeaseStore:
     async def acquire(self) -> Any:
         work = _work()
         try:
-            async with self.pg.pool.connection() as conn, conn.transaction():
+            async with self.pg.connection() as conn, conn.transaction():
                 owner, generation, expires_at, pid, host, _, now = await self._locked_row(conn)
                 if owner is not None and owner != self.owner and expires_at > now:
                     raise work.LeaseHeld(
@@ -178,7 +212,7 @@ class PgLeaseStore:
     async def renew(self, lease: Any) -> Any:
         work = _work()
         try:
-            async with self.pg.pool.connection() as conn, conn.transaction():
+            async with self.pg.connection() as conn, conn.transaction():
                 owner, generation, expires_at, *_, now = await self._locked_row(conn)
                 self._fence(lease, owner, generation, expires_at, now)
                 exp = now + self.ttl
@@ -191,7 +225,7 @@ class PgLeaseStore:
 
     async def release(self, lease: Any) -> None:
         try:
-            async with self.pg.pool.connection() as conn:
+            async with self.pg.connection() as conn:
                 await conn.execute(
                     "UPDATE of_work_leases SET expires_at = 0, renewed_at = %s WHERE space = %s AND owner = %s AND generation = %s",
                     (utc_timestamp(), self.pg.space, lease.owner, lease.generation),
@@ -202,7 +236,7 @@ class PgLeaseStore:
 
     async def check(self, lease: Any) -> dict[str, Any]:
         try:
-            async with self.pg.pool.connection() as conn, conn.transaction():
+            async with self.pg.connection() as conn, conn.transaction():
                 owner, generation, expires_at, pid, host, _, now = await self._locked_row(conn)
         except self.pg.psycopg.Error as exc:
             await self.pg.lost()
@@ -215,7 +249,7 @@ class PgLeaseStore:
 
     async def read(self) -> dict[str, Any] | None:
         """The lease row (diagnostics and tests), or None before the first lease."""
-        async with self.pg.pool.connection() as conn:
+        async with self.pg.connection() as conn:
             cur = await conn.execute("SELECT owner, generation, expires_at, ttl, host, pid, last_seq FROM of_work_leases "
                                      "WHERE space = %s", (self.pg.space,))
             row = await cur.fetchone()
@@ -240,7 +274,7 @@ class PgAttemptLog:
 
     async def read(self, after: int = 0) -> list[Any]:
         try:
-            async with self.pg.pool.connection() as conn:
+            async with self.pg.connection() as conn:
                 cur = await conn.execute(
                     "SELECT seq, type, time, data FROM of_work_records WHERE space = %s AND seq > %s ORDER BY seq",
                     (self.pg.space, int(after)))
@@ -262,7 +296,7 @@ class PgAttemptLog:
         time = utc_timestamp()
         text = canonical_json(data)
         try:
-            async with self.pg.pool.connection() as conn:
+            async with self.pg.connection() as conn:
                 async with conn.transaction():
                     owner, generation, expires_at, _, _, last_seq, now = await self.leases._locked_row(conn)
                     self.leases._fence(lease, owner, generation, expires_at, now)  # LeaseLost rolls back: nothing written
@@ -299,7 +333,7 @@ class PgGrantStore:
 
     async def _rows(self, where: str = "", args: Sequence[Any] = ()) -> list[Any]:
         try:
-            async with self.pg.pool.connection() as conn:
+            async with self.pg.connection() as conn:
                 cur = await conn.execute(self._SELECT + where + " ORDER BY ord", (self.pg.space, *args))
                 rows = await cur.fetchall()
         except self.pg.psycopg.Error as exc:
@@ -346,7 +380,7 @@ class PgGrantStore:
         g = _work().Grant.new(principal=principal, steps=steps, paths=paths, ttl=ttl, expires_at=expires_at, issuer=issuer,
                               catalog_digest=catalog_digest, now=now)
         try:
-            async with self.pg.pool.connection() as conn:
+            async with self.pg.connection() as conn:
                 await conn.execute("INSERT INTO of_work_grants (space, grant_id, principal, record) VALUES (%s, %s, %s, %s)",
                                    (self.pg.space, g.grant_id, g.principal, canonical_json(g.to_record())))
         except self.pg.psycopg.Error as exc:
@@ -360,7 +394,7 @@ class PgGrantStore:
             return g
         revoked = g.revoked_copy(now or _dt.datetime.now(_dt.UTC), by or _default_issuer())
         try:
-            async with self.pg.pool.connection() as conn:
+            async with self.pg.connection() as conn:
                 await conn.execute(  # the first revocation wins
                     "UPDATE of_work_grants SET revoked_at = %s, revoked_by = %s WHERE space = %s AND grant_id = %s "
                     "AND revoked_at IS NULL", (revoked.describe()["revoked_at"], revoked.revoked_by, self.pg.space, grant_id))
@@ -409,38 +443,39 @@ async def migrate_work(dsn: str) -> tuple[int, int]:
     return found, max(found, len(MIGRATIONS))
 
 
-async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, owner: str | None = None,
-                       clock: Callable[[], float] | None = None, pool: Any = None, max_connections: int = 4,
-                       timeout: float = 10.0) -> Any:
-    """The ``WorkBackend`` of work space ``space`` in the database at ``dsn`` (schema checked, never migrated).
+def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, owner: str | None = None,
+                    clock: Callable[[], float] | None = None, pool: Any = None, max_connections: int = 4,
+                    timeout: float = 10.0) -> Any:
+    """The ``WorkBackend`` of work space ``space`` in the database at ``dsn``, connected on first use.
 
-    ``clock``: POSIX seconds for lease expiry (default: the database's clock,
-    one for every replica). Close it with ``await backend.aclose()`` (the
-    work controller does, when it owns it).
+    Built synchronously (a server builds its profile before its loop runs);
+    ``await backend.aopen()`` (the controller does, the server does at start)
+    opens the pool and checks the schema: older or newer than this code ->
+    ``SchemaOutOfDate`` / ``SchemaTooNew`` (never migrated here). ``clock``:
+    POSIX seconds for lease expiry (default: the database's clock, one for
+    every replica). Close it with ``await backend.aclose()``.
     """
-    from ._pg import open_pool
-
-    work = _work()
-    owns = pool is None
-    if pool is None:
-        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
-    pg = _Pg(dsn, pool, space, clock)
-    try:
-        async with pool.connection() as conn:
-            await check_work_schema(conn, where=pg.where)
-    except BaseException:
-        if owns:
-            await pool.close()
-        raise
+    pg = _Pg(dsn, pool, space, clock, max_connections=max_connections, timeout=timeout)
     leases = PgLeaseStore(pg, ttl=ttl, owner=owner)
     grants = PgGrantStore(pg)
 
     async def close() -> None:
         grants.close()
-        if owns:
-            await pool.close()
+        await pg.close()
 
-    return work.WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True, close=close)
+    return _work().WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True,
+                               close=close, open=pg.ready)
+
+
+async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, **options: Any) -> Any:
+    """:func:`pg_work_backend`, opened (schema checked): refuses an older or newer schema at once."""
+    backend = pg_work_backend(dsn, space, **options)
+    try:
+        await backend.aopen()
+    except BaseException:
+        await backend.aclose()
+        raise
+    return backend
 
 
 def verify_pg_work(dsn: str, space: str = DEFAULT_SPACE) -> list[str]:
@@ -480,5 +515,5 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT space FROM of_work_leases ORDER BY space")]
 
 
-__all__ = ["DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "check_work_schema", "list_pg_work_spaces",
+__all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "check_work_schema", "list_pg_work_spaces",
            "migrate_work", "open_pg_work", "verify_pg_work"]

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -115,6 +115,12 @@ class WorkBackend:
     # True: several controllers (server replicas) use this work space; each takes the lease per call
     shared: bool = False
     close: Callable[[], Any] | None = None
+    # connect and check (a database's schema); awaited before first use, idempotent
+    open: Callable[[], Awaitable[None]] | None = None
+
+    async def aopen(self) -> None:
+        if self.open is not None:
+            await self.open()
 
     async def aclose(self) -> None:
         if self.close is not None:

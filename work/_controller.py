@@ -218,6 +218,7 @@ class WorkController:
             await self._open()
 
     async def _open(self) -> None:
+        await self.custody.backend.aopen()
         if self.shared:  # no lease between calls: each lifecycle call takes it (see _admitted)
             self.state = fold(await self.custody.read_all())
             self.registry.executor.add_sink(self.observer)

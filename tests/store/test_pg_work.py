@@ -46,7 +46,7 @@ async def test_a_connection_cut_mid_append_is_an_unknown_error_and_the_next_read
         lease = await b.leases.acquire()
         t, d = R.lease_acquired(owner=lease.owner, generation=lease.generation, pid=1, catalog_digest="c")
         await b.attempts.append(lease, t, {**d, "lease_generation": lease.generation})
-        async with b.leases.pg.pool.connection() as mine:  # the pool's one connection
+        async with b.leases.pg.connection() as mine:  # the pool's one connection
             pid = mine.info.backend_pid
         with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a partition: the database drops it
             assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
