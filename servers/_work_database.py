@@ -31,4 +31,11 @@ def database_work_backend(url: str, *, lease_ttl: float) -> Any:
     return pg_work_backend(url, WORK_SPACE, ttl=lease_ttl)
 
 
-__all__ = ["WORK_SPACE", "database_work_backend"]
+async def open_database_grants(url: str) -> Any:
+    """The opened backend whose ``grants`` ``openfunctions-mcp grant ... --database URL`` issues, lists and revokes."""
+    from openfunctions.store import open_pg_work
+
+    return await open_pg_work(url, WORK_SPACE)
+
+
+__all__ = ["WORK_SPACE", "database_work_backend", "open_database_grants"]

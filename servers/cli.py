@@ -246,7 +246,12 @@ _CONTRIBUTED = {
 
 def _add_contributed(sub: Any, name: str) -> None:
     module, _ = _CONTRIBUTED[name]
-    import_module(module).add_commands(sub)
+    mod = import_module(module)
+    if name == "grant":  # grant --database: work takes the PostgreSQL grants by injection (servers/_work_database.py)
+        from ._work_database import open_database_grants
+
+        mod.DATABASE_GRANTS = open_database_grants
+    mod.add_commands(sub)
 
 
 def _add_deferred(sub: Any, name: str) -> None:

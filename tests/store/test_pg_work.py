@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
 import psycopg
 import pytest
 
@@ -80,3 +87,34 @@ async def test_verify_finds_a_gap_and_a_record_of_a_stale_generation(pg_dsn) -> 
         assert any("last_seq is 3 but the last record is seq 2" in p for p in problems), problems
     finally:
         await b.aclose()
+
+
+def test_the_grant_cli_issues_lists_and_revokes_grants_in_the_database(pg_dsn, tmp_path) -> None:
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ)
+        env.pop("OPENFUNCTIONS_DATABASE_URL", None)
+        return subprocess.run([sys.executable, "-m", "openfunctions.servers", "grant", *argv], capture_output=True,
+                              text=True, timeout=60, env=env)
+
+    with private_database(pg_dsn) as dsn:
+        asyncio.run(migrate_work(dsn))
+        out = cli("issue", "--principal", "agent", "--steps", "test", "--ttl", "1h", "--database", dsn,
+                  "--data-dir", str(tmp_path))
+        assert out.returncode == 0, out.stderr
+        gid = out.stdout.split()[0]
+        listed = cli("list", "--database", dsn, "--json")
+        assert [g["grant_id"] for g in json.loads(listed.stdout)] == [gid]
+        assert cli("list", "--data-dir", str(tmp_path)).stdout.startswith("no grants in"), "not in the data directory"
+        assert cli("revoke", gid, "--by", "op", "--database", dsn).returncode == 0
+
+        async def seen() -> Any:
+            b = await open_pg_work(dsn, "work")
+            try:
+                return await b.grants.get(gid)
+            finally:
+                await b.aclose()
+
+        g = asyncio.run(seen())
+        assert g.revoked() and g.revoked_by == "op"
+        bad = cli("revoke", "grant_nope", "--database", dsn)
+        assert bad.returncode == 2 and "no grant 'grant_nope'" in bad.stderr
