@@ -11,9 +11,9 @@ when a replica dies holding the lease another takes it over after expiry
 the server starts (the profile's starter): older or newer than the code ->
 refused, naming ``openfunctions-mcp db migrate``.
 
-Still per replica (its own ``--data-dir``): the work artifacts (previews and
-large replies projected to an artifact id) and the operator's resolution
-inbox (``work resolve``); see docs/WORK.md, "PostgreSQL backend".
+Still per replica (its own ``--data-dir``): the work artifacts (previews,
+command output and large replies projected to an artifact id); see
+docs/WORK.md, "PostgreSQL backend".
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ def database_work_backend(url: str, *, lease_ttl: float) -> Any:
     return pg_work_backend(url, WORK_SPACE, ttl=lease_ttl)
 
 
-async def open_database_grants(url: str) -> Any:
-    """The opened backend whose ``grants`` ``openfunctions-mcp grant ... --database URL`` issues, lists and revokes."""
+async def open_database_work(url: str) -> Any:
+    """The opened backend ``openfunctions-mcp grant|work ... --database URL`` use (grants; attempts and the inbox)."""
     from openfunctions.store import open_pg_work
 
     return await open_pg_work(url, WORK_SPACE)
 
 
-__all__ = ["WORK_SPACE", "database_work_backend", "open_database_grants"]
+__all__ = ["WORK_SPACE", "database_work_backend", "open_database_work"]

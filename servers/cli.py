@@ -247,10 +247,12 @@ _CONTRIBUTED = {
 def _add_contributed(sub: Any, name: str) -> None:
     module, _ = _CONTRIBUTED[name]
     mod = import_module(module)
-    if name == "grant":  # grant --database: work takes the PostgreSQL grants by injection (servers/_work_database.py)
-        from ._work_database import open_database_grants
+    if name in ("grant", "work"):  # --database: work takes the PostgreSQL backend by injection (servers/_work_database.py)
+        from openfunctions.work import cli as work_cli
 
-        mod.DATABASE_GRANTS = open_database_grants
+        from ._work_database import open_database_work
+
+        work_cli.DATABASE_BACKEND = open_database_work
     mod.add_commands(sub)
 
 

@@ -31,6 +31,9 @@ Schema (component ``"work"`` in ``of_schema``; migrations in
         principal text,
         record text,                -- canonical JSON of Grant.to_record() (docs/formats/work-grants.md)
         revoked_at text, revoked_by text)   -- null until the first revocation (later ones change nothing)
+    of_work_resolutions(            -- the operator's inbox (``work resolve --database``), migration 2
+        space text, seq bigint IDENTITY,    -- one order for every replica: a seq a controller copied is
+        type text, data text)       -- skipped by the others; type "resolve", data as work/_resolutions.py
 
 Promises:
 
@@ -101,6 +104,7 @@ class _Pg:
         self._limits = (max_connections, timeout)
         self._checked = False
         self._lock = asyncio.Lock()
+        self._sync: Any = None
 
     async def ready(self) -> None:
         """Open the pool and check the schema once (``SchemaOutOfDate`` / ``SchemaTooNew``: nothing is used)."""
@@ -124,10 +128,28 @@ class _Pg:
             yield conn
 
     async def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
         if self.owns_pool and self.pool is not None:
             pool, self.pool = self.pool, None
             self._checked = False
             await pool.close()
+
+    def query_sync(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Rows of one query on this process's synchronous connection (reconnects once; for callers that may not await)."""
+        for attempt in (1, 2):
+            try:
+                if self._sync is None or self._sync.closed:
+                    self._sync = self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+                return list(self._sync.execute(sql, params).fetchall())
+            except self.psycopg.OperationalError as exc:
+                if self._sync is not None:
+                    self._sync.close()
+                self._sync = None
+                if attempt == 2:
+                    raise self.unavailable("cannot read the work space", exc) from None
+        return []
 
     def now_param(self) -> float | None:
         return None if self.clock is None else float(self.clock())
@@ -317,7 +339,6 @@ class PgGrantStore:
     def __init__(self, pg: _Pg) -> None:
         self.pg = pg
         self.where = pg.where
-        self._sync: Any = None
 
     def _grant(self, grant_id: str, record: str, revoked_at: str | None, revoked_by: str | None) -> Any:
         work = _work()
@@ -359,20 +380,7 @@ class PgGrantStore:
 
     def load_sync(self) -> dict[str, Any]:
         """Every grant by id, read now on a synchronous connection (the completion fence awaits nothing)."""
-        psycopg = self.pg.psycopg
-        for attempt in (1, 2):
-            try:
-                if self._sync is None or self._sync.closed:
-                    self._sync = psycopg.connect(self.pg.dsn, autocommit=True, connect_timeout=10)
-                rows = self._sync.execute(self._SELECT + " ORDER BY ord", (self.pg.space,)).fetchall()
-                return {r[0]: self._grant(*r) for r in rows}
-            except psycopg.OperationalError as exc:
-                if self._sync is not None:
-                    self._sync.close()
-                self._sync = None
-                if attempt == 2:
-                    raise self.pg.unavailable("cannot read the grants", exc) from None
-        return {}
+        return {r[0]: self._grant(*r) for r in self.pg.query_sync(self._SELECT + " ORDER BY ord", (self.pg.space,))}
 
     async def issue(self, *, principal: str, steps: Sequence[str], paths: Sequence[str] = (), ttl: _dt.timedelta | None = None,
                     expires_at: _dt.datetime | None = None, issuer: str | None = None, catalog_digest: str | None = None,
@@ -403,10 +411,45 @@ class PgGrantStore:
             raise self.pg.unavailable("cannot revoke the grant", exc, certainty="unknown") from None
         return await self.get(grant_id)
 
-    def close(self) -> None:
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
+
+
+class PgResolutionInbox:
+    """The operator's inbox as rows (``ResolutionBackend``): one seq order for every replica."""
+
+    def __init__(self, pg: _Pg) -> None:
+        self.pg = pg
+        self.where = pg.where
+
+    def unchanged(self) -> bool:
+        return False  # no cheap change signal: the controller reads the inbox (one indexed query) per lifecycle call
+
+    def read(self) -> list[tuple[int, dict[str, Any]]]:
+        valid = _work().valid_resolve
+        rows = self.pg.query_sync("SELECT seq, type, data FROM of_work_resolutions WHERE space = %s ORDER BY seq",
+                                  (self.pg.space,))
+        out = []
+        for seq, type_, text in rows:
+            try:
+                data = json.loads(text)
+            except ValueError:
+                continue  # never written by this code; skipped like an invalid file record
+            if valid(type_, data):
+                out.append((int(seq), data))
+        return out
+
+    async def resolve(self, operation_id: str, *, as_: str, reason: str, by: str) -> dict[str, Any]:
+        work = _work()
+        data = work.resolve_record(operation_id, as_=as_, reason=reason, by=by)
+        try:
+            async with self.pg.connection() as conn:
+                cur = await conn.execute("INSERT INTO of_work_resolutions (space, type, data) VALUES (%s, %s, %s) RETURNING seq",
+                                         (self.pg.space, "resolve", canonical_json(data)))
+                row = await cur.fetchone()
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot record the resolution", exc, certainty="unknown") from None
+        assert row is not None
+        return {**data, "seq": int(row[0])}
 
 
 def _default_issuer() -> str:
@@ -459,12 +502,8 @@ def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, 
     leases = PgLeaseStore(pg, ttl=ttl, owner=owner)
     grants = PgGrantStore(pg)
 
-    async def close() -> None:
-        grants.close()
-        await pg.close()
-
     return _work().WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True,
-                               close=close, open=pg.ready)
+                               close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg))
 
 
 async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, **options: Any) -> Any:
@@ -515,5 +554,5 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT space FROM of_work_leases ORDER BY space")]
 
 
-__all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "check_work_schema", "list_pg_work_spaces",
+__all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox", "check_work_schema", "list_pg_work_spaces",
            "migrate_work", "open_pg_work", "verify_pg_work"]

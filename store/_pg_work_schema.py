@@ -45,6 +45,14 @@ MIGRATIONS: list[Sequence[str]] = [
             PRIMARY KEY (space, grant_id))""",
         "CREATE INDEX of_work_grants_principal ON of_work_grants (space, principal)",
     ),
+    (  # 2: the operator's resolution inbox (work resolve --database), one seq order for every replica
+        """CREATE TABLE of_work_resolutions (
+            space text COLLATE "C" NOT NULL,
+            seq bigint GENERATED ALWAYS AS IDENTITY,
+            type text NOT NULL,
+            data text NOT NULL,
+            PRIMARY KEY (space, seq))""",
+    ),
 ]
 
 __all__ = ["COMPONENT", "MIGRATIONS"]

@@ -20,7 +20,15 @@ modules besides this one are the three command-line entry points the
 
 from . import _records as records
 from ._authority import Authority
-from ._backend import AttemptLog, FileAttemptLog, GrantBackend, LeaseBackend, WorkBackend, file_backend
+from ._backend import (
+    AttemptLog,
+    FileAttemptLog,
+    GrantBackend,
+    LeaseBackend,
+    ResolutionBackend,
+    WorkBackend,
+    file_backend,
+)
 from ._catalog import Catalog, ParamSpec, StepSpec
 from ._clock import Clock, SystemClock
 from ._controller import WorkController
@@ -52,7 +60,7 @@ from ._lease import Lease, LeaseStore
 from ._profile import CATALOG_ENV, WorkProfile, build_work_profile, resolve_catalog_path
 from ._protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
 from ._recovery import interrupted, replay, restore_plan, settled_receipts
-from ._resolutions import ResolutionInbox
+from ._resolutions import ResolutionInbox, resolve_record, valid_resolve
 from ._state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold
 from ._steps import (
     bind_tool,
@@ -77,5 +85,5 @@ __all__ = [
     "CustodyProtocol", "WorkState", "fold", "interrupted", "ResolutionInbox", "records",
     "CATALOG_ENV", "resolve_catalog_path", "settled_receipts", "bind_tool", "prepare_tool_reconciliation",
     "reconcile_tool_effect", "AttemptLog", "FileAttemptLog", "GrantBackend", "LeaseBackend", "WorkBackend", "file_backend",
-    "GrantNotFound", "GrantStoreCorrupt", "BackendUnavailable",
+    "GrantNotFound", "GrantStoreCorrupt", "BackendUnavailable", "ResolutionBackend", "resolve_record", "valid_resolve",
 ]

@@ -17,7 +17,10 @@ The controller never touches a file or a database itself. Its custody
   the same lock or transaction as the write), else ``LeaseLost`` and nothing
   is written;
 - :class:`GrantBackend` — the operator's grants (issue, revoke, list, the
-  checks' reads, and ``load_sync``, the completion fence's synchronous re-read).
+  checks' reads, and ``load_sync``, the completion fence's synchronous re-read);
+- :class:`ResolutionBackend` — the operator's inbox of verdicts on uncertain
+  operations (``work resolve`` appends; the controller copies each new one
+  into the attempt journal as a ``resolution`` record, by its inbox ``seq``).
 
 One durable state, one fold: whatever the backend, the records it returns
 are folded by :meth:`openfunctions.work.WorkState.apply`, the same code the
@@ -105,6 +108,16 @@ class GrantBackend(Protocol):
     async def revoke(self, grant_id: str, *, by: str | None = None, now: _dt.datetime | None = None) -> Any: ...
 
 
+class ResolutionBackend(Protocol):
+    where: str
+
+    def unchanged(self) -> bool: ...  # True: nothing new since the last read (cheap; may always say False)
+
+    def read(self) -> list[tuple[int, dict[str, Any]]]: ...  # every resolve record as (seq, data); blocking
+
+    async def resolve(self, operation_id: str, *, as_: str, reason: str, by: str) -> dict[str, Any]: ...
+
+
 @dataclass
 class WorkBackend:
     """The three durable parts of one work space, and whether several processes share them."""
@@ -117,6 +130,8 @@ class WorkBackend:
     close: Callable[[], Any] | None = None
     # connect and check (a database's schema); awaited before first use, idempotent
     open: Callable[[], Awaitable[None]] | None = None
+    # the operator's inbox; None: the file inbox of the controller's work directory
+    resolutions: ResolutionBackend | None = None
 
     async def aopen(self) -> None:
         if self.open is not None:
@@ -199,4 +214,5 @@ def file_backend(
     )
 
 
-__all__ = ["AttemptLog", "FileAttemptLog", "GrantBackend", "JOURNAL_KIND", "LeaseBackend", "SEGMENT_DIR", "WorkBackend", "file_backend"]
+__all__ = ["AttemptLog", "FileAttemptLog", "GrantBackend", "JOURNAL_KIND", "LeaseBackend", "ResolutionBackend", "SEGMENT_DIR",
+           "WorkBackend", "file_backend"]

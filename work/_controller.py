@@ -157,7 +157,7 @@ class WorkController:
         self.catalog_loader = catalog_loader
         self.clock: Clock = clock or SYSTEM_CLOCK
         self.state = WorkState()
-        self.inbox = ResolutionInbox(self.root)
+        self.inbox: Any = backend.resolutions if backend is not None and backend.resolutions is not None else ResolutionInbox(self.root)
         self._inbox_waiting = False
         self._admission = anyio.Lock()
         self._lifecycle = anyio.Lock()
@@ -467,12 +467,9 @@ class WorkController:
     async def _sync_resolutions(self) -> None:
         """Copy the operator's new resolutions from the inbox into the journal (callers hold ``_lifecycle``).
 
-        Not for a shared backend: the inbox is a file of one data directory
-        and its seqs would collide between replicas (``work resolve`` against
-        a database is not built; docs/WORK.md).
+        A shared backend keeps its own inbox (one seq order for every replica),
+        so a seq copied by one replica is skipped by the others.
         """
-        if self.shared:
-            return
         if self.inbox.unchanged() and not self._inbox_waiting:
             return
         try:

@@ -18,7 +18,7 @@ dir of ``openfunctions-mcp`` (platformdirs); grants live in
 ``<data-dir>/work/grants.journal``. With ``--database URL`` (default
 ``$OPENFUNCTIONS_DATABASE_URL``, like ``serve --database``) they are rows in
 that PostgreSQL instead, where every server replica reads them; the server CLI
-supplies the opener (:data:`DATABASE_GRANTS`): work never imports store.
+supplies the opener (:data:`DATABASE_BACKEND`): work never imports store.
 """
 
 from __future__ import annotations
@@ -37,9 +37,32 @@ from openfunctions.core.errors import OpenFunctionsError
 from ._errors import GrantNotFound, WorkError
 from ._grants import GrantStore, parse_ttl, utc_datetime
 
-#: ``url -> an opened WorkBackend`` whose ``grants`` the commands use with ``--database``; set by the
-#: server CLI (``servers/_work_database.open_database_grants``), None when this module runs alone
-DATABASE_GRANTS: Callable[[str], Awaitable[Any]] | None = None
+#: ``url -> an opened WorkBackend`` the ``grant`` and ``work`` commands use with ``--database``; set by
+#: the server CLI (``servers/_work_database.open_database_work``), None when this module runs alone
+DATABASE_BACKEND: Callable[[str], Awaitable[Any]] | None = None
+
+
+def redacted(url: str) -> str:
+    """A database URL without its password (for messages)."""
+    import re
+
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
+
+
+def with_database(url: str, use: Callable[[Any], Awaitable[Any]]) -> Any:
+    """``use(backend)`` with the opened work backend of the database at ``url`` (closed afterwards)."""
+    if DATABASE_BACKEND is None:
+        raise WorkError("--database needs the openfunctions-mcp command (it supplies the PostgreSQL backend)")
+    opener = DATABASE_BACKEND
+
+    async def run() -> Any:
+        backend = await opener(url)
+        try:
+            return await use(backend)
+        finally:
+            await backend.aclose()
+
+    return anyio.run(run)
 
 
 def _with_grants(args: argparse.Namespace, use: Callable[[Any], Awaitable[Any]]) -> tuple[Any, str]:
@@ -48,18 +71,11 @@ def _with_grants(args: argparse.Namespace, use: Callable[[Any], Awaitable[Any]])
     if not url:
         store = GrantStore.in_data_dir(_data_dir(args))
         return anyio.run(use, store), str(store.path)
-    if DATABASE_GRANTS is None:
-        raise WorkError("--database needs the openfunctions-mcp command (it supplies the PostgreSQL backend)")
-    opener = DATABASE_GRANTS
 
-    async def run() -> tuple[Any, str]:
-        backend = await opener(url)
-        try:
-            return await use(backend.grants), backend.grants.where
-        finally:
-            await backend.aclose()
+    async def on(backend: Any) -> tuple[Any, str]:
+        return await use(backend.grants), backend.grants.where
 
-    return anyio.run(run)
+    return with_database(url, on)  # type: ignore[no-any-return]
 
 
 def default_data_dir() -> Path:
@@ -236,4 +252,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["add_commands", "default_data_dir", "main"]
+__all__ = ["add_commands", "default_data_dir", "main", "with_database", "redacted", "DATABASE_BACKEND"]

@@ -342,3 +342,21 @@ async def test_sigkill_mid_step_then_the_next_controller_blocks_the_unknown_oper
         from openfunctions.store import verify_pg_work
 
         assert verify_pg_work(backends.dsn, backends.space) == []
+
+
+@pytest.mark.anyio
+async def test_the_operators_inbox_keeps_resolutions_in_one_seq_order_and_refuses_bad_ones(backends):
+    from openfunctions.work import ResolutionInbox
+
+    b = await backends()
+    inbox = b.resolutions if b.resolutions is not None else ResolutionInbox(backends.data / "work")
+    one = await inbox.resolve("op_1", as_="applied", reason="checked the file", by="op")
+    two = await inbox.resolve("op_2", as_="not_applied", reason="nothing there", by="op")
+    assert one["seq"] < two["seq"]
+    with pytest.raises(ValueError, match="--as"):
+        await inbox.resolve("op_3", as_="maybe", reason="x", by="op")
+    with pytest.raises(ValueError, match="reason"):
+        await inbox.resolve("op_3", as_="applied", reason="  ", by="op")
+    other = (await backends()).resolutions or ResolutionInbox(backends.data / "work")  # another replica's view
+    assert [(seq, d["operation_id"], d["as"]) for seq, d in other.read()] == [
+        (one["seq"], "op_1", "applied"), (two["seq"], "op_2", "not_applied")]

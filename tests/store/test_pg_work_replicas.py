@@ -195,6 +195,20 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any) -> None:
         assert recovered[-1].data["lease_generation"] > old.generation
         replicas_that_wrote = {x.data["owner"] for x in records if x.type == "lease_acquired"}
         assert len(replicas_that_wrote) >= 2
+
+        # the operator settles it in the database (any machine); the next call through any replica applies it
+        listed = _cli("work", "list-uncertain", "--json", "--database", dsn)
+        assert [r["operationId"] for r in json.loads(listed.stdout)] == [op["operationId"]], listed.stderr
+        done = _cli("work", "resolve", op["operationId"], "--as", "applied", "--reason", "the counter line is there",
+                    "--by", "op", "--database", dsn)
+        assert done.returncode == 0, done.stderr
+        r = ok(c, "of_work_reconcile")
+        assert r["state"] == "running", r
+        st = ok(b, "of_work_status")["attempt"]
+        [op2] = [o for o in st["operations"] if o["operationId"] == op["operationId"]]
+        assert op2["status"] == "done" and op2["resolution"]["by"] == "op" and st["cursor"] == 3, st
+        assert len([x for x in await backend.attempts.read(0) if x.type == "resolution"]) == 1, "copied once, by one replica"
+        assert len(_lines(counter)) == 2, "resolving runs nothing"
     finally:
         if sleeper is not None:
             _kill(sleeper)
@@ -204,6 +218,13 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any) -> None:
     out = subprocess.run([sys.executable, "-m", "openfunctions.servers", "db", "verify", "--database", dsn],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("OPENFUNCTIONS_DATABASE_URL", None)
+    return subprocess.run([sys.executable, "-m", "openfunctions.servers", *argv], capture_output=True, text=True,
+                          timeout=120, env=env)
 
 
 def _swallow(url: str, out: list[Any]) -> None:
