@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from openfunctions.work import (
 )
 from openfunctions.work import records as R
 from tests._pg import unique_name
+from tests.work._catalogs import COUNT_STEP, WRITE_CATALOG
 from tests.work._proc import ChildController, kill_pid, wait_for
 
 
@@ -191,20 +191,7 @@ async def test_grants_issue_list_check_revoke_and_the_fences_synchronous_read(ba
 
 # -- a controller on each backend ------------------------------------------------------------
 
-CATALOG = f"""
-[steps.write_src]
-kind = "write_file"
-description = "write a file under src/"
-paths = ["src/**"]
-
-[steps.check]
-kind = "command"
-description = "the test suite: src/a.txt must say hello"
-argv = ['{sys.executable}', "-c", "import pathlib,sys; sys.exit(0 if pathlib.Path('src/a.txt').read_text() == 'hello' else 1)"]
-effect = "read"
-verifier = true
-env = ["PATH"]
-"""
+CATALOG = WRITE_CATALOG
 
 
 def _catalog(root: Path, body: str = CATALOG) -> Catalog:
@@ -273,25 +260,7 @@ paths = ["notes/**"]
 
 # -- a crash: SIGKILL mid-step ---------------------------------------------------------------------
 
-SLEEPER = (
-    "import os,sys,time\n"
-    "with open('counter.txt','a') as f:\n"
-    "    f.write('ran %d\\n' % os.getpid()); f.flush(); os.fsync(f.fileno())\n"
-    "time.sleep(float(sys.argv[1]))\n"
-)
-COUNT = (
-    "\n[steps.count]\n"
-    'kind = "command"\n'
-    'description = "append a line to counter.txt, then sleep"\n'
-    f"argv = ['{sys.executable}', '-c', '''{SLEEPER}''', '{{seconds}}']\n"
-    'effect = "write"\n'
-    "timeout_s = 300\n"
-    'env = ["PATH"]\n'
-    "[steps.count.params.seconds]\n"
-    'type = "integer"\n'
-    "minimum = 0\n"
-    "maximum = 600\n"
-)
+COUNT = COUNT_STEP
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ import pytest
 from openfunctions.store import migrate_database, migrate_work, open_pg_work, verify_pg_work
 from openfunctions.work import Lease, LeaseLost
 from tests._net import free_port, wait_for_port
+from tests.work._catalogs import COUNT_STEP
 
 from ._journal_backends import private_database
 from ._replicas import stop, wait_for
@@ -46,30 +47,13 @@ META = {
 }
 TTL = 3.0
 
-SLEEPER = (
-    "import os,sys,time\n"
-    "with open('counter.txt','a') as f:\n"
-    "    f.write('ran %d %s\\n' % (os.getpid(), sys.argv[1])); f.flush(); os.fsync(f.fileno())\n"
-    "time.sleep(float(sys.argv[1]))\n"
-)
 CATALOG = (
     'version = 1\nworkspace = "ws"\n'
     "[steps.note]\n"
     'kind = "write_file"\n'
     'description = "write a note"\n'
     'paths = ["notes/**"]\n'
-    "[steps.count]\n"
-    'kind = "command"\n'
-    'description = "append a line to counter.txt, then sleep"\n'
-    f"argv = ['{sys.executable}', '-c', '''{SLEEPER}''', '{{seconds}}']\n"
-    'effect = "write"\n'
-    "timeout_s = 300\n"
-    'env = ["PATH"]\n'
-    "[steps.count.params.seconds]\n"
-    'type = "integer"\n'
-    "minimum = 0\n"
-    "maximum = 600\n"
-)
+) + COUNT_STEP
 
 
 def _replica(dsn: str, data_dir: Path, catalog: Path) -> tuple[str, subprocess.Popen]:
