@@ -73,8 +73,7 @@ import structlog
 from openfunctions.core import canonical_json, new_id, utc_timestamp
 from openfunctions.core.journal import Record
 
-from ._errors import SchemaTooNew
-from ._migrations import SchemaOutOfDate, schema_version
+from ._migrations import check_schema
 from ._pg import _psycopg, redact_dsn
 from ._pg_work_schema import COMPONENT, MIGRATIONS
 
@@ -463,17 +462,7 @@ def _default_issuer() -> str:
 
 async def check_work_schema(conn: Any, *, where: str = "the database") -> int:
     """Refuse a ``work`` schema other than this code's (older: run ``db migrate``; newer: upgrade)."""
-    known, found = len(MIGRATIONS), await schema_version(conn, COMPONENT)
-    details = {"component": COMPONENT, "found": found, "known": known}
-    if found < known:
-        raise SchemaOutOfDate(
-            f"the {COMPONENT} schema in {where} is version {found}; this code needs version {known}: run "
-            "`openfunctions-mcp db migrate --database <url>` (with the new code) and start the server again", details=details)
-    if found > known:
-        raise SchemaTooNew(
-            f"the {COMPONENT} schema in {where} is version {found}; this code knows up to version {known}: "
-            "upgrade openfunctions-mcp on this machine (every replica must run the same release)", details=details)
-    return found
+    return await check_schema(conn, COMPONENT, where=where)
 
 
 async def migrate_work(dsn: str) -> tuple[int, int]:
@@ -546,6 +535,21 @@ def verify_pg_work(dsn: str, space: str = DEFAULT_SPACE) -> list[str]:
     return problems
 
 
+def report_work_spaces(dsn: str) -> int:
+    """``db verify``'s part: print each work space's audit; how many have problems."""
+    bad = 0
+    for space in list_pg_work_spaces(dsn):
+        problems = verify_pg_work(dsn, space)
+        if problems:
+            bad += 1
+            print(f"work space {space}: {len(problems)} problem(s):")
+            for p in problems:
+                print(f"  {p}")
+        else:
+            print(f"work space {space}: ok: seq contiguous, every record fenced by a generation that never went back")
+    return bad
+
+
 def list_pg_work_spaces(dsn: str) -> list[str]:
     psycopg, _ = _psycopg()
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
@@ -555,4 +559,4 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
 
 
 __all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox", "check_work_schema", "list_pg_work_spaces",
-           "migrate_work", "open_pg_work", "verify_pg_work"]
+           "migrate_work", "open_pg_work", "report_work_spaces", "verify_pg_work"]

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from openfunctions.store import migrate_database, migrate_work, open_pg_work, verify_pg_work
+from openfunctions.store import migrate_database, open_pg_work, verify_pg_work
 from openfunctions.work import Lease, LeaseLost
 from tests._net import free_port, wait_for_port
 from tests.work._catalogs import COUNT_STEP
@@ -105,8 +105,8 @@ def _kill(pid: int) -> None:
 @pytest.mark.anyio
 async def test_an_attempt_moves_between_replicas_and_a_dead_holders_lease_is_taken_over_fenced(pg_dsn, tmp_path) -> None:
     with private_database(pg_dsn) as dsn:
-        await migrate_database(dsn)
-        await migrate_work(dsn)
+        migrated = _cli("db", "migrate", "--database", dsn)  # the operator's path: every component
+        assert migrated.returncode == 0 and "work schema migrated from version 0 to 2" in migrated.stdout, migrated
         backend = await open_pg_work(dsn, "work")
         try:
             await backend.grants.issue(principal="agent", steps=["note", "count"], paths=["notes/**"],
@@ -202,6 +202,7 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any) -> None:
     out = subprocess.run([sys.executable, "-m", "openfunctions.servers", "db", "verify", "--database", dsn],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert "work space work: ok" in out.stdout, out.stdout
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
@@ -222,7 +223,11 @@ def _swallow(url: str, out: list[Any]) -> None:
 @pytest.mark.anyio
 async def test_serve_refuses_a_work_schema_older_than_the_code_and_names_the_command(pg_dsn, tmp_path) -> None:
     with private_database(pg_dsn) as dsn:
-        await migrate_database(dsn)  # the journal's component only: the work component is missing
+        await migrate_database(dsn)  # every component, then the work component set back to an older version
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE of_schema SET version = 1 WHERE component = 'work'")
         (tmp_path / "ws").mkdir()
         (tmp_path / "catalog.toml").write_text(CATALOG)
         env = dict(os.environ)
