@@ -43,9 +43,11 @@ Promises:
   the database's clock (``clock_timestamp()``), one clock for every machine;
   a test may pass its own clock.
 - **Every attempt write is fenced by the generation in the same
-  transaction**: the append locks the lease row, checks owner, generation
-  and expiry, inserts the record with ``seq = last_seq + 1`` and moves
-  ``last_seq``, then commits. A stale or expired holder's write is refused
+  transaction**: the append is one statement (one transaction): an UPDATE
+  of the lease row that moves ``last_seq`` only where owner, generation and
+  expiry still match (it takes the row lock; a takeover committed meanwhile
+  is seen, READ COMMITTED re-checks the newest row version), and the INSERT
+  of the record with that ``seq`` only if the UPDATE matched. A stale or expired holder's write is refused
   with ``LeaseLost`` and nothing is written; since a takeover needs the same
   row lock, a write either committed before the takeover (the new holder
   reads it) or is refused.
@@ -168,10 +170,6 @@ class _Pg:
             pass
 
 
-_LOCK_ROW = (
-    "SELECT owner, generation, expires_at, pid, host, last_seq, "
-    "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) FROM of_work_leases WHERE space = %s FOR UPDATE"
-)
 
 
 class PgLeaseStore:
@@ -184,36 +182,34 @@ class PgLeaseStore:
         self.ttl = float(ttl)
         self.owner = owner or new_id("own")
 
-    async def _locked_row(self, conn: Any) -> tuple[Any, ...]:
-        await conn.execute("INSERT INTO of_work_leases (space) VALUES (%s) ON CONFLICT (space) DO NOTHING", (self.pg.space,))
-        cur = await conn.execute(_LOCK_ROW, (self.pg.now_param(), self.pg.space))
-        row = await cur.fetchone()
-        assert row is not None
-        return tuple(row)
-
     async def acquire(self) -> Any:
+        """One statement: insert the row (generation 1), or take it over (generation + 1) only where it is free,
+        released, expired or already ours; nothing returned -> a live holder (``LeaseHeld``, named from the row)."""
         work = _work()
+        stamp = utc_timestamp()
         try:
-            async with self.pg.connection() as conn, conn.transaction():
-                owner, generation, expires_at, pid, host, _, now = await self._locked_row(conn)
-                if owner is not None and owner != self.owner and expires_at > now:
-                    raise work.LeaseHeld(
-                        f"the work space {self.pg.space!r} is leased by owner {owner} ({host} pid {pid}, generation "
-                        f"{generation}) for {expires_at - now:.1f}s more; another controller is acting",
-                        details={"owner": owner, "generation": generation, "expires_at": expires_at, "pid": pid, "host": host},
-                    )
-                stamp = utc_timestamp()
-                gen = int(generation) + 1
-                exp = now + self.ttl
-                await conn.execute(
-                    "UPDATE of_work_leases SET owner = %s, generation = %s, expires_at = %s, ttl = %s, acquired_at = %s, "
-                    "renewed_at = %s, host = %s, pid = %s WHERE space = %s",
-                    (self.owner, gen, exp, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(), self.pg.space),
-                )
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(_ACQUIRE, (
+                    self.pg.space, self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(),
+                    self.pg.now_param()))
+                row = await cur.fetchone()
+                if row is None:
+                    cur = await conn.execute(
+                        "SELECT owner, generation, expires_at, pid, host, "
+                        "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) FROM of_work_leases WHERE space = %s",
+                        (self.pg.now_param(), self.pg.space))
+                    held = await cur.fetchone()
         except self.pg.psycopg.Error as exc:
             await self.pg.lost()
             raise self.pg.unavailable("cannot take the work lease", exc) from None
-        return work.Lease(self.owner, gen, exp, self.ttl)
+        if row is None:
+            owner, generation, expires_at, pid, host, now = held or (None, 0, 0.0, None, None, 0.0)
+            raise work.LeaseHeld(
+                f"the work space {self.pg.space!r} is leased by owner {owner} ({host} pid {pid}, generation "
+                f"{generation}) for {expires_at - now:.1f}s more; another controller is acting",
+                details={"owner": owner, "generation": generation, "expires_at": expires_at, "pid": pid, "host": host},
+            )
+        return work.Lease(self.owner, int(row[0]), float(row[1]), self.ttl)
 
     def _fence(self, lease: Any, owner: Any, generation: Any, expires_at: float, now: float) -> None:
         """Refuse a stale or expired generation (the same words as the file lease's)."""
@@ -233,16 +229,24 @@ class PgLeaseStore:
     async def renew(self, lease: Any) -> Any:
         work = _work()
         try:
-            async with self.pg.connection() as conn, conn.transaction():
-                owner, generation, expires_at, *_, now = await self._locked_row(conn)
-                self._fence(lease, owner, generation, expires_at, now)
-                exp = now + self.ttl
-                await conn.execute("UPDATE of_work_leases SET expires_at = %s, renewed_at = %s WHERE space = %s",
-                                   (exp, utc_timestamp(), self.pg.space))
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(
+                    "UPDATE of_work_leases SET expires_at = COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) "
+                    "+ ttl, renewed_at = %s WHERE space = %s AND owner = %s AND generation = %s AND expires_at > "
+                    "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) RETURNING expires_at",
+                    (self.pg.now_param(), utc_timestamp(), self.pg.space, lease.owner, lease.generation, self.pg.now_param()))
+                row = await cur.fetchone()
+                if row is None:
+                    cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+                    found = await cur.fetchone()
         except self.pg.psycopg.Error as exc:
             await self.pg.lost()
             raise self.pg.unavailable("cannot renew the work lease", exc) from None
-        return work.Lease(lease.owner, lease.generation, exp, lease.ttl)
+        if row is None:  # never silently re-taken: stale or expired
+            owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
+            self._fence(lease, owner, generation, expires_at, now)
+            raise work.LeaseLost(f"lease generation {lease.generation} could not be renewed", details={"generation": lease.generation})
+        return work.Lease(lease.owner, lease.generation, float(row[0]), lease.ttl)
 
     async def release(self, lease: Any) -> None:
         try:
@@ -256,14 +260,17 @@ class PgLeaseStore:
             log.warning("work_lease_release_failed", error=str(exc)[:200])
 
     async def check(self, lease: Any) -> dict[str, Any]:
+        """Whether ``lease`` is current now (a read, no lock: the fence that counts is the append's)."""
         try:
-            async with self.pg.connection() as conn, conn.transaction():
-                owner, generation, expires_at, pid, host, _, now = await self._locked_row(conn)
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+                row = await cur.fetchone()
         except self.pg.psycopg.Error as exc:
             await self.pg.lost()
             raise self.pg.unavailable("cannot read the work lease", exc) from None
+        owner, generation, expires_at, now = row if row is not None else (None, None, 0.0, 0.0)
         self._fence(lease, owner, generation, expires_at, now)
-        return {"owner": owner, "generation": generation, "expires_at": expires_at, "pid": pid, "host": host}
+        return {"owner": owner, "generation": generation, "expires_at": expires_at}
 
     def abandon(self) -> None:
         return None  # nothing held between calls: the row is the whole lease
@@ -314,22 +321,51 @@ class PgAttemptLog:
         return out
 
     async def append(self, lease: Any, type_: str, data: dict[str, Any]) -> Any:
+        """One statement, so one transaction: the UPDATE locks the lease row and moves ``last_seq`` only if
+        ``lease`` is the current, unexpired generation (re-checked on the newest row version if a takeover
+        committed meanwhile); the INSERT writes the record only if the UPDATE did."""
         time = utc_timestamp()
         text = canonical_json(data)
         try:
             async with self.pg.connection() as conn:
-                async with conn.transaction():
-                    owner, generation, expires_at, _, _, last_seq, now = await self.leases._locked_row(conn)
-                    self.leases._fence(lease, owner, generation, expires_at, now)  # LeaseLost rolls back: nothing written
-                    seq = int(last_seq) + 1
-                    await conn.execute(
-                        "INSERT INTO of_work_records (space, seq, generation, type, time, data) VALUES (%s, %s, %s, %s, %s, %s)",
-                        (self.pg.space, seq, lease.generation, type_, time, text))
-                    await conn.execute("UPDATE of_work_leases SET last_seq = %s WHERE space = %s", (seq, self.pg.space))
+                cur = await conn.execute(_FENCED_APPEND, (
+                    self.pg.space, lease.owner, lease.generation, self.pg.now_param(),
+                    self.pg.space, lease.generation, type_, time, text))
+                row = await cur.fetchone()
+                if row is None:  # fenced: say why (stale or expired), from the row as it is now
+                    cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+                    found = await cur.fetchone()
         except self.pg.psycopg.Error as exc:
             await self.pg.lost()
             raise self.pg.unavailable(f"cannot append the attempt record {type_!r}", exc, certainty="unknown") from None
-        return Record(seq, type_, time, json.loads(text))
+        if row is None:
+            owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
+            self.leases._fence(lease, owner, generation, expires_at, now)
+            raise _work().LeaseLost(f"lease generation {lease.generation} may record no effect (the lease row refused it)",
+                                    details={"generation": lease.generation})
+        return Record(int(row[0]), type_, time, json.loads(text))
+
+
+_ACQUIRE = (
+    "INSERT INTO of_work_leases AS l (space, owner, generation, expires_at, ttl, acquired_at, renewed_at, host, pid) "
+    "SELECT %s, %s, 1, n.now + %s, %s, %s, %s, %s, %s "
+    "FROM (SELECT COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) AS now) n "
+    "ON CONFLICT (space) DO UPDATE SET owner = EXCLUDED.owner, generation = l.generation + 1, "
+    "expires_at = EXCLUDED.expires_at, ttl = EXCLUDED.ttl, acquired_at = EXCLUDED.acquired_at, "
+    "renewed_at = EXCLUDED.renewed_at, host = EXCLUDED.host, pid = EXCLUDED.pid "
+    "WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= EXCLUDED.expires_at - EXCLUDED.ttl "
+    "RETURNING generation, expires_at"
+)
+_FENCED_APPEND = (
+    "WITH ok AS (UPDATE of_work_leases SET last_seq = last_seq + 1 WHERE space = %s AND owner = %s AND generation = %s "
+    "AND expires_at > COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) RETURNING last_seq) "
+    "INSERT INTO of_work_records (space, seq, generation, type, time, data) "
+    "SELECT %s, last_seq, %s, %s, %s, %s FROM ok RETURNING seq"
+)
+_READ_ROW = (
+    "SELECT owner, generation, expires_at, COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) "
+    "FROM of_work_leases WHERE space = %s"
+)
 
 
 class PgGrantStore:
