@@ -1,11 +1,19 @@
-"""``serve --database postgresql://...``: the execution journal in PostgreSQL, shared by server replicas.
+"""``serve --database postgresql://...``: the execution journal and the MCP tasks in PostgreSQL, shared by replicas.
 
-The journal's rows are the store package's (``openfunctions.store.open_pg_journal``;
-schema and promises at the top of ``store/_pg_journal.py``). This process's
-other durable parts stay in its own data dir: the MCP task journal sits at
-``<data-dir>/journal/<profile>.db.tasks.journal`` (so two replicas on one
-machine need two ``--data-dir``\\ s), and work, grants and artifacts are files
-(docs/SCALING.md, "not built yet").
+The rows are the store package's (``openfunctions.store.open_pg_journal`` and
+``open_pg_task_log``; schemas and promises at the top of
+``store/_pg_journal.py`` and ``store/_pg_tasks.py``). With a database:
+
+- the execution journal is the database's (one seq order for every replica);
+- MCP tasks are rows too (``servers/_tasks_store.py``'s ``DatabaseTaskStore``):
+  ``tasks/get``, ``tasks/list`` (2025-11-25), ``tasks/result`` and
+  ``tasks/cancel`` answer through any replica; a cancel reaches the replica
+  running the call by ``NOTIFY``; ``tasks/update`` (input for a waiting
+  task) only through the replica running it (refused, with that reason,
+  elsewhere). Every replica sweeps: the calls and tasks of a replica that
+  died are settled ``unknown``/``failed``, never re-run;
+- what is still local to the data dir: large task results kept as
+  artifacts (``<data-dir>/artifacts/``), work, grants (docs/SCALING.md).
 """
 
 from __future__ import annotations
@@ -15,12 +23,12 @@ from typing import Any
 
 from .errors import DataDirUnusable
 
-#: Seconds between sweeps for replicas that died (their unsettled calls are settled ``unknown``).
+#: Seconds between sweeps for replicas that died (their unsettled calls are settled ``unknown``, their tasks ``failed``).
 SWEEP_INTERVAL = 5.0
 
 
 async def open_database_journal(url: str, data_dir: Path | None, profile: str) -> tuple[Any, Path]:
-    """``(journal, anchor)``: the profile's journal in the database, and the local path tasks live beside."""
+    """``(journal, anchor)``: the profile's journal in the database, and the local path of this process's data."""
     from openfunctions.store import open_pg_journal
 
     if data_dir is None:
@@ -38,4 +46,22 @@ async def open_database_journal(url: str, data_dir: Path | None, profile: str) -
     return journal, anchor
 
 
-__all__ = ["open_database_journal"]
+async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str, anchor: Path) -> None:
+    """Keep ``manager``'s tasks in the database beside ``journal``; settle what dead replicas left running."""
+    from openfunctions.store import open_pg_task_log
+
+    from ._tasks import tasks_path
+    from ._tasks_store import DatabaseTaskStore
+
+    store = DatabaseTaskStore(await open_pg_task_log(url, profile, pool=journal.pool), journal)
+    try:
+        manager.recovered = await store.sweep()
+    except BaseException:
+        await store.close()
+        raise
+    store.start_sweeping(SWEEP_INTERVAL)
+    store.listen_cancels(manager.cancel_here)
+    manager.use_store(store, tasks_path(anchor))
+
+
+__all__ = ["open_database_journal", "open_database_tasks"]

@@ -175,10 +175,17 @@ def _artifacts_part(data_dir: Path) -> tuple[list[ToolDefinition], Closer]:
     return [create_artifact_read_tool(store)], close
 
 
-def _work_profile(data_dir: Path, *, catalog: str | Path | None, principal: str | None, base: ToolRegistry | None) -> Any:
+def _work_profile(data_dir: Path, *, catalog: str | Path | None, principal: str | None, base: ToolRegistry | None,
+                  database: str | None = None, lease_ttl: float = 30.0) -> Any:
     from openfunctions.work import build_work_profile
 
-    return build_work_profile(Path(data_dir), catalog_path=catalog, principal=principal, registry=base)
+    backend = None
+    if database:  # lease, attempts and grants in PostgreSQL, shared by replicas (servers/_work_database.py)
+        from ._work_database import database_work_backend
+
+        backend = database_work_backend(database, lease_ttl=lease_ttl)
+    return build_work_profile(Path(data_dir), catalog_path=catalog, principal=principal, registry=base,
+                              lease_ttl=lease_ttl, backend=backend)
 
 
 def _conformance_profile() -> Profile:
@@ -271,13 +278,18 @@ def _build_profile(
     principal: str | None = None,
     store: str | None = None,
     upstreams: str | Path | None = None,
+    database: str | None = None,
+    work_lease_ttl: float = 30.0,
 ) -> Profile:
     """Build the named profile's registry and server setup.
 
     ``catalog``/``principal`` go to the work controller (``work`` and ``all``);
     ``store`` (a PostgreSQL URL, else the data directory) to memory and RAG;
     ``upstreams`` (an ``mcpServers`` JSON file) to the gateway.
+    ``database`` (a PostgreSQL URL): the work controller's lease, attempts and
+    grants there, shared by replicas (checked at start); ``work_lease_ttl`` its lease.
     """
+    work_db = dict(database=database, lease_ttl=work_lease_ttl)
     layer_options: dict[str, Any] = dict(
         data_dir=Path(data_dir), principal=principal, modules=tuple(modules), store=store, upstreams=upstreams,
     )
@@ -289,8 +301,8 @@ def _build_profile(
         tools, close = _artifacts_part(data_dir)
         return Profile("artifacts", ToolRegistry(tools), INSTRUCTIONS["artifacts"], closers=[close])
     if name == "work":
-        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=None)
-        return Profile("work", wp.registry, wp.instructions, closers=[wp.aclose])
+        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=None, **work_db)
+        return Profile("work", wp.registry, wp.instructions, closers=[wp.aclose], starters=[wp.open] if database else [])
     if name == "conformance":
         return _conformance_profile()
     if name in LAYERS:
@@ -303,6 +315,7 @@ def _build_profile(
     closers.append(close)
     base = _merge(parts)
     instructions = INSTRUCTIONS["all"]
+    work_starters: list[Starter] = []  # with --database: connect the work backend and check its schema at start
     try:
         # The work tools must share the executor of the steps they run
         # (reservations, journal): build them into the same registry and
@@ -316,7 +329,9 @@ def _build_profile(
         catalog_file = resolve_catalog_path(Path(data_dir), catalog)
         if not catalog_file.exists():
             raise ProfileUnavailable(f"no work catalog at {catalog_file} (pass --catalog)")
-        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=base)
+        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=base, **work_db)
+        if database:
+            work_starters.append(wp.open)
         shown |= {t.name for t in wp.registry.list()}
         base = base.project(names=shown)
         closers.append(wp.aclose)
@@ -324,7 +339,7 @@ def _build_profile(
     except ProfileUnavailable as exc:
         log.warning("profile_part_unavailable", part="work", reason=exc.message)
     setups: list[Setup] = []
-    starters: list[Starter] = []
+    starters: list[Starter] = list(work_starters)
     for layer in LAYERS:
         try:
             part = _layer_profile(layer, layer_options, base)

@@ -368,6 +368,11 @@ class OpenFunctionsServer:
         """Open the task journal beside ``journal_file``; settle tasks the last process left running."""
         from openfunctions.core.journal import recovered_receipt
 
+        if self._database_url is not None:  # tasks in PostgreSQL too, shared by the replicas (servers/_database.py)
+            from ._database import open_database_tasks
+
+            await open_database_tasks(self.tasks, journal, self._database_url, self.profile, journal_file)
+            return
         recovered = {r.receipt_id: r for r in getattr(journal, "recovered", ())}
 
         def find(ids: set[str]) -> dict[str, Any]:
@@ -598,18 +603,18 @@ class OpenFunctionsServer:
 
     # -- tasks (io.modelcontextprotocol/tasks) -----------------------------------
 
-    def _task_for(self, ctx: Any, params: _TaskParams, method: str) -> Any:
+    async def _task_for(self, ctx: Any, params: _TaskParams, method: str) -> Any:
         if not declared_tasks(ctx):
             raise missing_extension(method)
         check_routing_header(ctx, params.task_id)
-        return self.tasks.lookup(params.task_id, self._principal_for(ctx))
+        return await self.tasks.lookup(params.task_id, self._principal_for(ctx))
 
     async def _on_tasks_get(self, ctx: Any, params: _TaskParams) -> dict[str, Any]:
-        task = self._task_for(ctx, params, "tasks/get")
+        task = await self._task_for(ctx, params, "tasks/get")
         return {**await self.tasks.get(task), "resultType": "complete"}
 
     async def _on_tasks_update(self, ctx: Any, params: _TaskUpdateParams) -> dict[str, Any]:
-        task = self._task_for(ctx, params, "tasks/update")
+        task = await self._task_for(ctx, params, "tasks/update")
         responses = params.input_responses
         if not isinstance(responses, Mapping):
             raise MCPError(INVALID_PARAMS, "tasks/update needs params.inputResponses: an object of key -> response",
@@ -618,8 +623,8 @@ class OpenFunctionsServer:
         return {"resultType": "complete"}
 
     async def _on_tasks_cancel(self, ctx: Any, params: _TaskParams) -> dict[str, Any]:
-        task = self._task_for(ctx, params, "tasks/cancel")
-        self.tasks.cancel(task)
+        task = await self._task_for(ctx, params, "tasks/cancel")
+        await self.tasks.cancel(task)
         return {"resultType": "complete"}
 
     # -- resources -----------------------------------------------------------

@@ -109,7 +109,7 @@ class TaskListen:
         for send in list(self._sends):
             send.close()
 
-    def _honored(self, ctx: Any, requested: types.SubscriptionFilter) -> tuple[types.SubscriptionFilter, frozenset[str]]:
+    async def _honored(self, ctx: Any, requested: types.SubscriptionFilter) -> tuple[types.SubscriptionFilter, frozenset[str]]:
         core = bool(self.buses)
         task_ids: list[str] = []
         raw = (requested.model_extra or {}).get(TASK_IDS_FILTER)
@@ -117,7 +117,7 @@ class TaskListen:
             principal = self.principal_for(ctx)
             for task_id in raw[:MAX_TASK_IDS]:
                 try:
-                    self.manager.lookup(task_id, principal)
+                    await self.manager.lookup(task_id, principal)
                 except MCPError:
                     continue  # unknown, expired or not this principal's: left out alike
                 if task_id not in task_ids:
@@ -138,7 +138,7 @@ class TaskListen:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen requires a request id")
         if len(self._streams) >= MAX_STREAMS:
             raise MCPError(types.INTERNAL_ERROR, "Subscription limit reached")
-        honored, task_ids = self._honored(ctx, params.notifications)
+        honored, task_ids = await self._honored(ctx, params.notifications)
         uris = frozenset(honored.resource_subscriptions or ())
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
         send, recv = anyio.create_memory_object_stream[Any](MAX_BUFFERED)
@@ -194,7 +194,7 @@ class TaskListen:
         return types.SubscriptionsListenResult(_meta=meta)
 
     async def _task_notification(self, stream: _Stream, task_id: str, meta: dict[str, Any]) -> Any:
-        task = self.manager.tasks.get(task_id)
+        task = await self.manager.find(task_id)
         if task is None:
             return None  # expired meanwhile: nothing left to say
         state = (task.status, task.last_updated_at)

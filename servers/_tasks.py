@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +65,7 @@ from openfunctions.core import canonical_json, new_id
 from . import _task_records as rec
 from ._task_listen import TaskListen
 from ._task_records import TaskState
+from ._tasks_store import FileTaskStore, TaskStore, fold
 
 log = structlog.get_logger("openfunctions.servers.tasks")
 
@@ -76,8 +77,6 @@ TASK_METADATA_KEY = "openfunctions.task"
 DEFAULT_TTL_MS = 24 * 3600 * 1000
 DEFAULT_POLL_INTERVAL_MS = 1000
 DEFAULT_TASK_AFTER_S = 1.0
-#: Past this size at startup the task journal is compacted (live tasks re-written into a new segment).
-ROTATE_BYTES = 16 * 2**20
 
 REQUIRED_CAPABILITIES = {"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}
 RESULT_MEDIA_TYPE = "application/json"
@@ -183,13 +182,12 @@ class TaskManager:
         self.ttl_ms = int(ttl_ms)
         self.poll_interval_ms = int(poll_interval_ms)
         self.task_after_s = float(task_after_s)
-        self.tasks: dict[str, TaskState] = {}
-        self.log: Any = None  # JournalLog, or None: tasks then live in memory only
-        self.path: Path | None = None
+        #: The records and their fold (``_tasks_store.py``): memory only until :meth:`open` or :meth:`use_store`.
+        self.store: TaskStore = FileTaskStore()
+        self.path: Path | None = None  # the task journal (file backend), or the local anchor (database backend)
         self.runs: dict[str, _Run] = {}
         self.recovered: list[str] = []
         self._jobs: set[asyncio.Task[None]] = set()
-        self._opening = asyncio.Lock()
         self.listen: TaskListen | None = None  # notifications/tasks streams (serve_listen)
         #: Where results past INLINE_RESULT_BYTES go: an ArtifactStoreProtocol; by default the data dir's
         #: ``artifacts/`` store, opened with the first large result (or set one before serving).
@@ -211,97 +209,44 @@ class TaskManager:
 
     # -- durable state ---------------------------------------------------------
 
-    async def open(self, path: Path, *, recovered_receipts: Mapping[str, Any], find_receipts: Callable[[set[str]], dict[str, Any]],
+    async def open(self, path: Path, *, recovered_receipts: Mapping[str, Any], find_receipts: Callable[[set[str]], Any],
                    write_receipt: Callable[[dict[str, Any]], Any]) -> None:
-        """Use the task journal at ``path``: fold it, and settle what the last process left running.
+        """Use the task journal file at ``path``: fold it, and settle what the last process left running.
 
-        A server that never created a task has no task journal: the file is
-        created with the first task (:meth:`_record`). ``recovered_receipts``:
-        receipt id -> the ``unknown`` receipt the execution journal's recovery
-        wrote this open; ``find_receipts(ids)`` looks up receipts already in
-        the execution journal; ``write_receipt(start)`` writes a recovered
-        receipt for a call that left none (a declared read journals no start).
+        ``recovered_receipts``: receipt id -> the ``unknown`` receipt the
+        execution journal's recovery wrote this open; ``find_receipts(ids)``
+        (sync or async) looks up receipts already in the execution journal;
+        ``write_receipt(start)`` writes a recovered receipt for a call that
+        left none (a declared read journals no start).
         """
+        async def find(ids: set[str]) -> dict[str, Any]:
+            found = find_receipts(ids)
+            return dict(await found if inspect.isawaitable(found) else found)
+
         self.path = path
-        if not os.path.lexists(path):
-            return
-        tasks: dict[str, TaskState] = {}
-        await self._open_log(lambda r: rec.apply(tasks, r.type, r.data))
-        now = rec.now_ms()
-        self.tasks = {k: t for k, t in tasks.items() if not t.expired(now)}
-        try:
-            await self._recover(recovered_receipts, find_receipts, write_receipt)
-            if self.log.size > ROTATE_BYTES:
-                await self._compact()
-        except BaseException:
-            await self.log.close()
-            self.log = None
-            raise
+        store = FileTaskStore(path)
+        self.recovered = await store.open(recovered_receipts=recovered_receipts, find_receipts=find,
+                                          write_receipt=write_receipt)
+        self.store = store
 
-    async def _open_log(self, on_record: Callable[[Any], None] | None = None) -> None:
-        from openfunctions.core.journal import JournalLog
+    def use_store(self, store: TaskStore, anchor: Path | None = None) -> None:
+        """Keep tasks in ``store`` (the database backend: ``DatabaseTaskStore``) instead of the task journal file.
 
-        assert self.path is not None
-        self.log = await JournalLog.open(self.path, kind=rec.KIND, on_record=on_record)
+        ``anchor``: a local path whose data dir holds the default artifact
+        store for large results (when no ``artifacts`` store was set).
+        """
+        self.store = store
+        self.path = anchor
 
-    async def _recover(self, recovered: Mapping[str, Any], find: Callable[[set[str]], dict[str, Any]],
-                       write_receipt: Callable[[dict[str, Any]], Any]) -> None:
-        unsettled = [t for t in self.tasks.values() if not t.terminal]
-        if not unsettled:
-            return
-        ids = {t.receipt_id for t in unsettled if t.receipt_id and t.receipt_id not in recovered}
-        found = find(ids) if ids else {}
-        records = []
-        for t in unsettled:
-            receipt = recovered.get(t.receipt_id or "") or found.get(t.receipt_id or "")
-            if receipt is None:
-                receipt = await write_receipt({"receipt_id": t.receipt_id or new_id("rcpt"), "tool": t.tool,
-                                               "started_at": t.created_at, "principal": t.principal})
-            receipt = receipt if isinstance(receipt, dict) else receipt.to_dict()
-            certainty = "unknown" if receipt.get("recovered") else receipt.get("certainty", "unknown")
-            message = ("the server ended while this task was running; whether its effect happened is unknown, "
-                       "and it was not re-run" if receipt.get("recovered") else
-                       f"the server ended after the call settled ({receipt.get('outcome')}) and before its result was "
-                       "recorded; the result is lost, and the call was not re-run")
-            records.append(rec.settled(
-                t.task_id, rec.FAILED, message=message,
-                error={"code": INTERNAL_ERROR, "message": message,
-                       "data": {"certainty": certainty, "recovered": True, "receipt": receipt}},
-                receipt=receipt, certainty=certainty, recovered=True,
-            ))
-        await self.log.append_many(records)
-        for type_, data in records:
-            rec.apply(self.tasks, type_, data)
-        self.recovered = [t.task_id for t in unsettled]
-        log.warning("tasks_recovered", count=len(unsettled), path=str(self.path))
-
-    async def _compact(self) -> None:
-        """Close the file as a segment and re-write only the live tasks into the new one."""
-        await self.log.rotate(meta={"compacted": True})
-        records: list[tuple[str, dict[str, Any]]] = []
-        for t in self.tasks.values():
-            records.append((rec.CREATED, {
-                "v": rec.VERSION, "task_id": t.task_id, "principal": t.principal, "tool": t.tool,
-                "receipt_id": t.receipt_id, "created_at": t.created_at, "ttl_ms": t.ttl_ms,
-                "expires_at_ms": t.expires_at_ms, "poll_interval_ms": t.poll_interval_ms,
-            }))
-            if t.terminal:
-                records.append(rec.settled(t.task_id, t.status, message=t.message, result=t.result,
-                                           result_artifact=t.result_artifact, result_sha256=t.result_sha256,
-                                           result_size=t.result_size, error=t.error, receipt=t.receipt,
-                                           certainty=t.certainty, recovered=t.recovered))
-        await self.log.append_many(records)
-
-    async def _record(self, type_: str, data: dict[str, Any]) -> None:
-        if self.log is None and self.path is not None:
-            async with self._opening:
-                if self.log is None and self.path is not None:
-                    await self._open_log()  # the first task of a data dir that had none
-        if self.log is not None:
-            await self.log.append(type_, data)
-        rec.apply(self.tasks, type_, data)
-        if self.listen is not None:
+    async def _record(self, type_: str, data: dict[str, Any]) -> bool:
+        """Make a record durable (the store folds it); ``False``: the task was settled already, nothing written."""
+        written = await self.store.record(type_, data)
+        if not written:
+            log.warning("task_record_not_written", task_id=data["task_id"], type=type_,
+                        reason="the task was already settled (another replica's recovery took it: its record stands)")
+        elif self.listen is not None:
             self.listen.changed(data["task_id"])
+        return written
 
     async def close(self) -> None:
         if self.listen is not None:
@@ -309,28 +254,22 @@ class TaskManager:
         if self._jobs:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await asyncio.gather(*self._jobs, return_exceptions=True)
-        self.path = None  # nothing is recorded after close (a late record stays in memory)
-        if self.log is not None:
-            await self.log.close()
-            self.log = None
+        self.path = None
+        await self.store.close()
         if self._own_artifacts and self.artifacts is not None:
             self.artifacts.close()
             self.artifacts, self._own_artifacts = None, False
 
     # -- lookups ---------------------------------------------------------------
 
-    def _prune(self) -> None:
-        """Forget tasks past their TTL (their records stay in the journal until compaction)."""
-        now = rec.now_ms()
-        for task_id in [k for k, t in self.tasks.items() if t.expired(now)]:
-            del self.tasks[task_id]
+    async def find(self, task_id: Any) -> TaskState | None:
+        """The task if it exists and has not expired (anyone's: callers check the principal)."""
+        task = await self.store.get(task_id) if isinstance(task_id, str) else None
+        return None if task is None or task.expired() else task
 
-    def lookup(self, task_id: Any, principal: str | None) -> TaskState:
+    async def lookup(self, task_id: Any, principal: str | None) -> TaskState:
         """The task, if it exists, has not expired and belongs to ``principal``; else the one unknown-id error."""
-        task = self.tasks.get(task_id) if isinstance(task_id, str) else None
-        if task is not None and task.expired():
-            self.tasks.pop(task.task_id, None)
-            task = None
+        task = await self.find(task_id)
         if task is None or task.principal != principal:
             raise MCPError(INVALID_PARAMS, f"Failed to retrieve task: unknown task id {str(task_id)[:80]!r}",
                            data={"taskId": task_id if isinstance(task_id, str) else None})
@@ -451,21 +390,20 @@ class TaskManager:
         if run.done.is_set() and not run.escalate.is_set():
             return None
         # Decided: it becomes a task. No await between the check above and this line.
-        if len(self.tasks) % 256 == 255:
-            self._prune()
         task_id = rec.new_task_id()
         run.task_id = task_id
         run.escalate.set()
+        created = rec.created(task_id, principal=run.principal, tool=run.tool, receipt_id=run.receipt_id,
+                              ttl_ms=self.ttl_ms, poll_interval_ms=self.poll_interval_ms)
         try:
-            await self._record(*rec.created(task_id, principal=run.principal, tool=run.tool, receipt_id=run.receipt_id,
-                                            ttl_ms=self.ttl_ms, poll_interval_ms=self.poll_interval_ms))
+            await self._record(*created)
         except BaseException as exc:
             run.task_id, run.create_error = None, exc
             run.created.set()
             raise
         self.runs[task_id] = run
         run.created.set()
-        return self.tasks[task_id]
+        return fold([created])[task_id]
 
     def create_result(self, task: TaskState) -> dict[str, Any]:
         out = self.detailed(task)
@@ -541,6 +479,11 @@ class TaskManager:
 
     async def update(self, task: TaskState, responses: Mapping[str, Any]) -> None:
         run = self.runs.get(task.task_id)
+        if run is None and not task.terminal and self.store.shared:
+            raise MCPError(INVALID_PARAMS, f"task {task.task_id} is waiting for input in another server replica, and "
+                           "this release delivers tasks/update only to the replica running the task (send it with "
+                           "the session or route that created the task)", data={"taskId": task.task_id,
+                                                                                 "status": task.status})
         if run is None or task.terminal:
             return
         taken = [k for k in responses if k in run.pending]
@@ -556,12 +499,24 @@ class TaskManager:
         async with run.answered:
             run.answered.notify_all()
 
-    def cancel(self, task: TaskState) -> None:
-        run = self.runs.get(task.task_id)
-        if run is None or task.terminal:
+    async def cancel(self, task: TaskState) -> None:
+        """Cancel the task's call: here if this process runs it, else ask the one that does (a shared store)."""
+        if task.terminal:
             return  # idempotent on a terminal task
+        if task.task_id not in self.runs:
+            if self.store.shared:
+                await self.store.request_cancel(task.task_id)
+            return
+        self.cancel_here(task.task_id)
+
+    def cancel_here(self, task_id: str) -> bool:
+        """Cancel the call of ``task_id`` if this process runs it (a cancel request from another replica)."""
+        run = self.runs.get(task_id)
+        if run is None:
+            return False
         run.cancel_requested = True
         run.scope.cancel()
+        return True
 
     def shutdown(self) -> None:
         """The server stops admitting: mark running tasks, and end every listen stream gracefully."""

@@ -127,19 +127,19 @@ class TasksV1:
 
     # -- tasks/* ------------------------------------------------------------------------
 
-    def _lookup(self, ctx: Any, params: Mapping[str, Any]) -> TaskState:
-        return self.server.tasks.lookup(params.get("taskId"), self.server._principal_for(ctx))
+    async def _lookup(self, ctx: Any, params: Mapping[str, Any]) -> TaskState:
+        return await self.server.tasks.lookup(params.get("taskId"), self.server._principal_for(ctx))
 
     async def _get(self, ctx: Any, params: Mapping[str, Any]) -> dict[str, Any]:
-        task = self._lookup(ctx, params)
+        task = await self._lookup(ctx, params)
         run = self.server.tasks.runs.get(task.task_id)
         return v1_task(task, run.progress_message if run is not None and task.status == rec.WORKING else None)
 
     async def _result(self, ctx: Any, params: Mapping[str, Any]) -> dict[str, Any]:
-        task = self._lookup(ctx, params)
+        task = await self._lookup(ctx, params)
         while not task.terminal:  # blocks until the task ends, as tasks/result does in 2025-11-25
             await anyio.sleep(min(0.05, task.poll_interval_ms / 1000))
-            task = self._lookup(ctx, params)
+            task = await self._lookup(ctx, params)
         related = {RELATED_TASK_META: {"taskId": task.task_id}}
         if task.status == rec.COMPLETED:
             result = (await self.server.tasks.get(task))["result"]
@@ -150,8 +150,7 @@ class TasksV1:
 
     async def _list(self, ctx: Any, params: Mapping[str, Any]) -> dict[str, Any]:
         principal = self.server._principal_for(ctx)
-        mine = sorted((t for t in self.server.tasks.tasks.values() if t.principal == principal and not t.expired()),
-                      key=lambda t: (t.created_at, t.task_id))
+        mine = sorted(await self.server.tasks.store.of_principal(principal), key=lambda t: (t.created_at, t.task_id))
         cursor = params.get("cursor")
         start = 0
         if cursor is not None:
@@ -165,15 +164,15 @@ class TasksV1:
         return out
 
     async def _cancel(self, ctx: Any, params: Mapping[str, Any]) -> dict[str, Any]:
-        task = self._lookup(ctx, params)
+        task = await self._lookup(ctx, params)
         if task.terminal:
             raise MCPError(INVALID_PARAMS, f"task {task.task_id} is already {task.status}: it cannot be cancelled",
                            data={"taskId": task.task_id, "status": task.status})
-        self.server.tasks.cancel(task)
+        await self.server.tasks.cancel(task)
         with anyio.move_on_after(5):  # the handler sees the cancellation and the task settles
             while not task.terminal:
                 await anyio.sleep(0.02)
-                task = self._lookup(ctx, params)
+                task = await self._lookup(ctx, params)
         return v1_task(task)
 
 

@@ -123,6 +123,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="keep the execution journal in PostgreSQL (postgresql://...), shared by server replicas "
                         "behind a load balancer; run `openfunctions-mcp db migrate` first (default: "
                         "$OPENFUNCTIONS_DATABASE_URL, which also sets --store; else files in the data dir)")
+    d.add_argument("--work-lease-ttl", metavar="SECONDS", type=float, default=30.0,
+                   help="with --database and --profile work/all: seconds after which a replica that died holding the "
+                        "work lease is taken over by another (default 30; renewed every third of it while held)")
     d.add_argument("--no-journal", action="store_true",
                    help="do not journal executions (receipts are still returned, but not durable)")
     d.add_argument("--journal-reopen-interval", type=_seconds_or_off, default=5.0, metavar="SECONDS",
@@ -247,7 +250,14 @@ _CONTRIBUTED = {
 
 def _add_contributed(sub: Any, name: str) -> None:
     module, _ = _CONTRIBUTED[name]
-    import_module(module).add_commands(sub)
+    mod = import_module(module)
+    if name in ("grant", "work"):  # --database: work takes the PostgreSQL backend by injection (servers/_work_database.py)
+        from openfunctions.work import cli as work_cli
+
+        from ._work_database import open_database_work
+
+        work_cli.DATABASE_BACKEND = open_database_work
+    mod.add_commands(sub)
 
 
 def _add_deferred(sub: Any, name: str) -> None:
@@ -315,6 +325,8 @@ async def _serve(args: argparse.Namespace) -> int:
         principal=args.principal,
         store=args.store,
         upstreams=args.upstreams,
+        database=None if args.no_journal else args.database,  # work's lease, attempts, grants (servers/_work_database.py)
+        work_lease_ttl=args.work_lease_ttl,
     )
     server = create_mcp_server(
         profile.registry,

@@ -1,4 +1,4 @@
-"""Versioned migrations of the journal schema in PostgreSQL, applied only by ``openfunctions-mcp db migrate``.
+"""Versioned migrations of the schema in PostgreSQL, applied only by ``openfunctions-mcp db migrate``.
 
 The version of each component lives in ``of_schema`` (``store/_pg.py`` made
 the table; the key-value store migrates its own component ``"store"`` when it
@@ -7,6 +7,8 @@ opens). Component ``"journal"``: ``MIGRATIONS[i]`` brings it from version
 migrates: :func:`check_schema` refuses a database whose version differs from
 ``len(MIGRATIONS)`` (older: run ``db migrate``; newer: upgrade the code), so
 replicas of two releases never write one journal with two meanings.
+Other components (:data:`COMPONENTS`: MCP tasks, ...) keep their own
+migration list in their own module, under the same rules.
 """
 
 from __future__ import annotations
@@ -87,6 +89,24 @@ MIGRATIONS: list[Sequence[str]] = [
 ]
 
 
+#: The other schema components ``db migrate`` applies after the journal's, each with its own migration
+#: list in its own module (one registration line each): component -> "module:attribute".
+COMPONENTS: dict[str, str] = {
+    "tasks": "openfunctions.store._pg_tasks:MIGRATIONS",  # MCP tasks shared by replicas (pgshared)
+    "work": "openfunctions.store._pg_work_schema:MIGRATIONS",  # work lease, attempts, grants, inbox (pgwork)
+}
+
+
+def migrations_of(component: str) -> Sequence[Sequence[str]]:
+    """The migration list of ``component`` (``"journal"`` or one of :data:`COMPONENTS`)."""
+    if component == COMPONENT:
+        return MIGRATIONS
+    import importlib
+
+    module, _, attr = COMPONENTS[component].partition(":")
+    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+
 class SchemaOutOfDate(StoreError):
     """The database's schema is older than this code: run ``openfunctions-mcp db migrate``."""
 
@@ -104,7 +124,7 @@ async def schema_version(conn: Any, component: str = COMPONENT) -> int:
 
 async def check_schema(conn: Any, component: str = COMPONENT, *, where: str = "the database") -> int:
     """Refuse (with both versions and the command to run) a schema other than this code's; return it."""
-    known = len(MIGRATIONS)
+    known = len(migrations_of(component))
     found = await schema_version(conn, component)
     details = {"component": component, "found": found, "known": known}
     if found < known:
@@ -128,19 +148,29 @@ async def check_encoding(conn: Any) -> None:
 
 
 async def migrate(dsn: str) -> tuple[int, int]:
-    """Apply the journal migrations this code knows; ``(version before, version after)``."""
+    """Apply every migration this code knows; the journal's ``(version before, version after)``."""
+    return (await migrate_components(dsn))[COMPONENT]
+
+
+async def migrate_components(dsn: str) -> dict[str, tuple[int, int]]:
+    """Apply the journal's migrations, then each of :data:`COMPONENTS`'; component -> (before, after)."""
     from ._pg import _psycopg, apply_migrations, redact_dsn
 
     psycopg, _ = _psycopg()
+    out: dict[str, tuple[int, int]] = {}
     try:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await check_encoding(conn)
-            found = await apply_migrations(conn, COMPONENT, MIGRATIONS)
+            for component in (COMPONENT, *COMPONENTS):
+                migrations = migrations_of(component)
+                found = await apply_migrations(conn, component, migrations)
+                out[component] = (found, max(found, len(migrations)))
     except psycopg.OperationalError as exc:
         from ._errors import StoreUnavailable
 
         raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {exc}") from None
-    return found, max(found, len(MIGRATIONS))
+    return out
 
 
-__all__ = ["COMPONENT", "MIGRATIONS", "SchemaOutOfDate", "check_schema", "migrate", "schema_version"]
+__all__ = ["COMPONENT", "COMPONENTS", "MIGRATIONS", "SchemaOutOfDate", "check_schema", "migrate", "migrate_components",
+           "migrations_of", "schema_version"]

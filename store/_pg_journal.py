@@ -350,7 +350,27 @@ class PgExecutionJournal:
                     "action": f"check PostgreSQL at {self.where}"}
         return {"status": "ok"}
 
+    async def ensure_registered(self) -> str:
+        """This process's live instance id (registering again if the database forgot it); tasks carry it."""
+        if self.instance is None:
+            await self._register()
+        assert self.instance is not None
+        return self.instance
+
     # -- reading -------------------------------------------------------------------
+    async def find_receipts(self, ids: set[str]) -> dict[str, Any]:
+        """receipt id -> the receipt in this journal, for those of ``ids`` that have one (an indexed read)."""
+        from openfunctions.core import Receipt
+
+        if not ids:
+            return {}
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT data FROM of_journal_records WHERE journal = %s AND type = 'receipt' "
+                                     "AND receipt_id = ANY(%s)", (self.name, sorted(ids)))
+            rows = await cur.fetchall()
+        found = [Receipt.model_validate(json.loads(d)) for (d,) in rows]
+        return {r.receipt_id: r for r in found}
+
     def receipts(self) -> Iterator[Any]:
         """Every receipt in seq order (a blocking read on its own connection: for recovery paths and tools)."""
         from openfunctions.core import Receipt

@@ -5,10 +5,13 @@
   once: an advisory lock makes the others wait and then find the work done).
   ``serve --database URL`` never migrates: it refuses a schema older or newer
   than its code and names both versions.
-- ``db status``: the schema version found and the one this code needs.
+- ``db status``: the schema version found and the one this code needs, per
+  component (``journal``, ``tasks``, ...).
 - ``db verify [--journal NAME]``: what ``journal verify`` checks in a file
   (seq contiguous from 1, every checksum, the chain, one receipt per call),
-  for each execution journal in the database. Exit 0 valid, 1 a problem, 2 unusable.
+  for each execution journal in the database, and each work space's attempt
+  records (seq contiguous, generations never going back: the lease fence held).
+  Exit 0 valid, 1 a problem, 2 unusable.
 
 The URL comes from ``--database`` or ``$OPENFUNCTIONS_DATABASE_URL``. See docs/SCALING.md.
 """
@@ -58,49 +61,54 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
     from openfunctions.core.errors import OpenFunctionsError
 
-    from ._migrations import migrate
+    from ._migrations import migrate_components
     from ._pg import redact_dsn
 
     url = _url(args)
     if url is None:
         return 2
     try:
-        before, after = asyncio.run(migrate(url))
+        done = asyncio.run(migrate_components(url))
     except OpenFunctionsError as exc:
         print(f"openfunctions-mcp db migrate: {exc.message}", file=sys.stderr)
         return 2
-    if before == after:
-        print(f"{redact_dsn(url)}: journal schema already at version {after}; nothing to do")
-    else:
-        print(f"{redact_dsn(url)}: journal schema migrated from version {before} to {after}")
+    for component, (before, after) in done.items():
+        if before == after:
+            print(f"{redact_dsn(url)}: {component} schema already at version {after}; nothing to do")
+        else:
+            print(f"{redact_dsn(url)}: {component} schema migrated from version {before} to {after}")
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ._migrations import MIGRATIONS, schema_version
+    from ._migrations import COMPONENT, COMPONENTS, migrations_of, schema_version
     from ._pg import _psycopg, redact_dsn
 
     url = _url(args)
     if url is None:
         return 2
     psycopg, _ = _psycopg()
+    components = (COMPONENT, *COMPONENTS)
 
-    async def found() -> int:
+    async def found() -> list[int]:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            return await schema_version(conn)
+            return [await schema_version(conn, c) for c in components]
 
     try:
-        have = asyncio.run(found())
+        versions = asyncio.run(found())
     except psycopg.Error as exc:
         print(f"openfunctions-mcp db status: cannot read {redact_dsn(url)}: {exc}", file=sys.stderr)
         return 2
-    need = len(MIGRATIONS)
-    state = "current" if have == need else "older than this code: run `openfunctions-mcp db migrate`" if have < need \
-        else "newer than this code: upgrade openfunctions-mcp"
-    print(f"{redact_dsn(url)}: journal schema version {have}, this code needs {need} ({state})")
-    return 0 if have == need else 1
+    current = True
+    for component, have in zip(components, versions, strict=True):
+        need = len(migrations_of(component))
+        state = "current" if have == need else "older than this code: run `openfunctions-mcp db migrate`" \
+            if have < need else "newer than this code: upgrade openfunctions-mcp"
+        print(f"{redact_dsn(url)}: {component} schema version {have}, this code needs {need} ({state})")
+        current = current and have == need
+    return 0 if current else 1
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -129,6 +137,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             print(f"journal {r.name}: {len(r.problems)} problem(s):")
             for p in r.problems:
                 print(f"  {p}")
+    if not args.journal:  # the work spaces' records too (store/_pg_work.py)
+        from ._pg_work import report_work_spaces
+
+        bad += report_work_spaces(url)
     return 1 if bad else 0
 
 

@@ -6,7 +6,8 @@
 - controller side: :class:`WorkController` (the seven lifecycle commands over one
   selected attempt), its custody (lease, fenced journal appends, renewal; :class:`CustodyProtocol`),
   the one fold (:mod:`.records` builds every record, :meth:`WorkState.apply` applies it, live
-  and at replay), :class:`LeaseStore`, the attempt states, one injectable :class:`Clock`, the
+  and at replay), :class:`LeaseStore`, where the durable state lives (:class:`WorkBackend`:
+  :class:`LeaseBackend`, :class:`AttemptLog`, :class:`GrantBackend`; :func:`file_backend` by default), the attempt states, one injectable :class:`Clock`, the
   operator's resolutions (:class:`ResolutionInbox`), the ``of_work_*`` tools
   (:func:`build_work_tools`) and the server profile (:func:`build_work_profile`).
 
@@ -19,17 +20,29 @@ modules besides this one are the three command-line entry points the
 
 from . import _records as records
 from ._authority import Authority
+from ._backend import (
+    AttemptLog,
+    FileAttemptLog,
+    GrantBackend,
+    LeaseBackend,
+    ResolutionBackend,
+    WorkBackend,
+    file_backend,
+)
 from ._catalog import Catalog, ParamSpec, StepSpec
 from ._clock import Clock, SystemClock
 from ._controller import WorkController
 from ._errors import (
     AttemptActive,
     AttemptNotFound,
+    BackendUnavailable,
     CatalogInvalid,
     EffectUncertain,
     GrantDenied,
     GrantExpired,
+    GrantNotFound,
     GrantRevoked,
+    GrantStoreCorrupt,
     InvalidTransition,
     LeaseHeld,
     LeaseLost,
@@ -47,7 +60,7 @@ from ._lease import Lease, LeaseStore
 from ._profile import CATALOG_ENV, WorkProfile, build_work_profile, resolve_catalog_path
 from ._protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
 from ._recovery import interrupted, replay, restore_plan, settled_receipts
-from ._resolutions import ResolutionInbox
+from ._resolutions import ResolutionInbox, resolve_record, valid_resolve
 from ._state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold
 from ._steps import (
     bind_tool,
@@ -71,5 +84,6 @@ __all__ = [
     "OperationUncertain", "StillRunning", "Clock", "SystemClock", "ArtifactStoreProtocol", "AuthorityProtocol",
     "CustodyProtocol", "WorkState", "fold", "interrupted", "ResolutionInbox", "records",
     "CATALOG_ENV", "resolve_catalog_path", "settled_receipts", "bind_tool", "prepare_tool_reconciliation",
-    "reconcile_tool_effect",
+    "reconcile_tool_effect", "AttemptLog", "FileAttemptLog", "GrantBackend", "LeaseBackend", "WorkBackend", "file_backend",
+    "GrantNotFound", "GrantStoreCorrupt", "BackendUnavailable", "ResolutionBackend", "resolve_record", "valid_resolve",
 ]

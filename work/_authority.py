@@ -91,7 +91,7 @@ class Authority:
             granted = sorted({s for g in mine if g.active(t) for s in g.steps})
             raise GrantDenied(
                 f"principal {principal!r} has no grant for step {step.name!r}"
-                + (f" (active grants cover: {', '.join(granted)})" if granted else f" (no active grants in {self.grants.path})"),
+                + (f" (active grants cover: {', '.join(granted)})" if granted else f" (no active grants in {self.grants.where})"),
                 details={"principal": principal, "step": step.name, "granted_steps": granted},
             )
         bound = [g for g in covering if g.catalog_digest in (None, self.catalog.digest)]

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,9 @@ from openfunctions.core import (
 )
 
 from . import _records as R
+from ._backend import SEGMENT_DIR, WorkBackend
 from ._clock import SYSTEM_CLOCK, Clock, iso
-from ._custody import SEGMENT_DIR, Custody
+from ._custody import Custody
 from ._errors import (
     AttemptActive,
     AttemptNotFound,
@@ -73,6 +74,7 @@ from ._errors import (
     GrantExpired,
     GrantRevoked,
     InvalidTransition,
+    LeaseHeld,
     LeaseLost,
     OperationUncertain,
     PlanInvalid,
@@ -133,8 +135,16 @@ class WorkController:
         owner: str | None = None,
         clock: Clock | None = None,
         execution_journals: str | os.PathLike[str] | None = "",
+        backend: WorkBackend | None = None,
+        lease_wait: float | None = None,
     ) -> None:
         self.root = Path(root)
+        # shared: several controllers (server replicas) use one work space in a database (see ._backend)
+        self.shared = bool(backend is not None and backend.shared)
+        # how long a call of a shared controller waits for another replica's lease (its holder may have died: expiry)
+        self.lease_wait = float(lease_wait) if lease_wait is not None else 2.0 * (backend.leases.ttl if backend else lease_ttl) + 5.0
+        if self.shared:
+            execution_journals = None  # the execution journal is in the database, not in <data-dir>/journal
         # the server's execution journals (<data-dir>/journal), read at recovery for settled receipts;
         # "" = that default, None = do not look
         self.execution_journals: Path | None = (
@@ -147,15 +157,19 @@ class WorkController:
         self.catalog_loader = catalog_loader
         self.clock: Clock = clock or SYSTEM_CLOCK
         self.state = WorkState()
-        self.inbox = ResolutionInbox(self.root)
+        self.inbox: Any = backend.resolutions if backend is not None and backend.resolutions is not None else ResolutionInbox(self.root)
         self._inbox_waiting = False
         self._admission = anyio.Lock()
         self._lifecycle = anyio.Lock()
+        if backend is not None:
+            lease_ttl = backend.leases.ttl  # the backend's lease decides
         self.custody = Custody(
             self.root, ttl=lease_ttl, renew_every=renew_every if renew_every is not None else lease_ttl / 3.0,
             owner=owner, clock=self.clock, apply=lambda rec: self.state.apply(rec), on_lost=self._on_lease_lost,
-            lifecycle=self._lifecycle,
+            lifecycle=self._lifecycle, backend=backend,
         )
+        self._shared_open = False
+        self._refold = False
         self.observer = DispatchObserver(self._dispatched)
         self._open_lock = anyio.Lock()
 
@@ -190,7 +204,7 @@ class WorkController:
 
     @property
     def opened(self) -> bool:
-        return self.custody.journal is not None
+        return self._shared_open if self.shared else self.custody.holding
 
     async def ensure_open(self) -> None:
         """Acquire the lease, recover and start renewal, once (a failed open may be retried)."""
@@ -204,13 +218,17 @@ class WorkController:
             await self._open()
 
     async def _open(self) -> None:
+        await self.custody.backend.aopen()
+        if self.shared:  # no lease between calls: each lifecycle call takes it (see _admitted)
+            self.state = fold(await self.custody.read_all())
+            self.registry.executor.add_sink(self.observer)
+            self._shared_open = True
+            log.info("work_controller_opened", shared=True, attempts=len(self.state.attempts), records=self.state.records)
+            return
         lease = await self.custody.acquire()
         try:
-            self.state = await anyio.to_thread.run_sync(self._read_all)
-            await self._append(R.lease_acquired(owner=lease.owner, generation=lease.generation, pid=os.getpid(), catalog_digest=self.catalog.digest))
-            await self._restore_lifecycle()
-            async with self._lifecycle:
-                await self._sync_resolutions()
+            self.state = fold(await self.custody.read_all())
+            await self._take_custody(lease)
         except BaseException:
             await self.custody.release()
             self.custody.lease = None
@@ -219,14 +237,56 @@ class WorkController:
         self.custody.start_renewal()
         log.info("work_controller_opened", generation=lease.generation, attempts=len(self.state.attempts), records=self.state.records)
 
-    def _read_all(self) -> WorkState:
-        from openfunctions.core.journal import read_records
+    async def _take_custody(self, lease: Lease) -> None:
+        """A new generation's first records: who holds it, then what a restart (or a takeover) concludes."""
+        await self._append(R.lease_acquired(owner=lease.owner, generation=lease.generation, pid=os.getpid(), catalog_digest=self.catalog.digest))
+        await self._restore_lifecycle()
+        async with self._lifecycle:
+            await self._sync_resolutions()
 
-        def records():
-            for seg in self.custody.segments():
-                yield from read_records(seg)
+    async def refresh(self) -> None:
+        """Fold the records other replicas appended (a shared backend; a no-op for the file backend's sole holder)."""
+        if self.shared and self._shared_open and not self._refold:
+            await self.custody.catch_up()
 
-        return fold(records())
+    @contextlib.asynccontextmanager
+    async def _admitted(self) -> AsyncIterator[None]:
+        """One lifecycle call at a time; custody checked (held for the process, or taken for this call when shared)."""
+        async with self._admission:
+            if not self.shared:
+                self._require_custody()
+                yield
+                return
+            if self._closed:
+                raise WorkError("the work controller is closed")
+            lease = await self._acquire_for_call()
+            try:
+                if self._refold:  # the last call lost its lease: its in-memory blocks were never durable
+                    self.state = fold(await self.custody.read_all())
+                    self._refold = False
+                else:
+                    await self.custody.catch_up()
+                await self._take_custody(lease)
+                self.custody.start_renewal()
+                yield
+            finally:
+                if self.custody.lost is not None:
+                    self._refold = True
+                await self.custody.release()
+                self.custody.lease = None
+
+    async def _acquire_for_call(self) -> Lease:
+        """The shared lease, waiting while another replica's call holds it (at most ``lease_wait`` s: its expiry)."""
+        deadline = self.clock.time() + self.lease_wait
+        delay = 0.02
+        while True:
+            try:
+                return await self.custody.acquire()
+            except LeaseHeld:
+                if self.clock.time() >= deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     async def _restore_lifecycle(self) -> None:
         """Journal what a restart concludes (see :mod:`.recovery`), then the lifecycle transitions, under the locks."""
@@ -281,6 +341,8 @@ class WorkController:
         self.custody.closed = True
         self.registry.executor.remove_sink(self.observer)
         await self.custody.release()
+        if self.custody.backend.close is not None:
+            await self.custody.backend.aclose()
 
     async def __aenter__(self) -> WorkController:
         return self
@@ -403,7 +465,11 @@ class WorkController:
             )
 
     async def _sync_resolutions(self) -> None:
-        """Copy the operator's new resolutions from the inbox into the journal (callers hold ``_lifecycle``)."""
+        """Copy the operator's new resolutions from the inbox into the journal (callers hold ``_lifecycle``).
+
+        A shared backend keeps its own inbox (one seq order for every replica),
+        so a seq copied by one replica is skipped by the others.
+        """
         if self.inbox.unchanged() and not self._inbox_waiting:
             return
         try:
@@ -481,8 +547,7 @@ class WorkController:
     async def preview(self, plan: Any, *, principal: str | None) -> dict[str, Any]:
         """Check a plan and describe what it would run. No effects; the preview is saved."""
         entries = self._check_plan(plan)
-        async with self._admission:
-            self._require_custody()
+        async with self._admitted():
             async with self._lifecycle:
                 await self._sync_resolutions()
             self._refuse_uncertain(entries)
@@ -515,8 +580,7 @@ class WorkController:
             return payload
 
     async def start(self, preview_id: str, *, principal: str | None) -> dict[str, Any]:
-        async with self._admission:
-            self._require_custody()
+        async with self._admitted():
             active = self._active()
             if active is not None and not active.terminal:
                 raise AttemptActive(
@@ -599,8 +663,7 @@ class WorkController:
         ctx: ToolExecutionContext | None = None,
     ) -> dict[str, Any]:
         """Run the next plan step (or a named one / an index) through the executor."""
-        async with self._admission:
-            self._require_custody()
+        async with self._admitted():
             att = self._require_selected(principal)
             async with self._lifecycle:
                 await self._sync_resolutions()
@@ -739,8 +802,7 @@ class WorkController:
     # == verify and complete =====================================================
 
     async def verify(self, *, principal: str | None, ctx: ToolExecutionContext | None = None) -> dict[str, Any]:
-        async with self._admission:
-            self._require_custody()
+        async with self._admitted():
             att = self._require_selected(principal)
             if att.state == "blocked":
                 raise EffectUncertain(f"attempt {att.attempt_id} is blocked; reconcile first", details={"reason": att.blocked_reason})
@@ -835,8 +897,7 @@ class WorkController:
     async def complete(self, *, principal: str | None) -> dict[str, Any]:
         from ._verification import Proof, check_completion, environment_digest
 
-        async with self._admission:
-            self._require_custody()
+        async with self._admitted():
             att = self._require_selected(principal)
             if att.state != "verified" or att.proof is None:
                 raise ProofInvalid(
@@ -903,8 +964,7 @@ class WorkController:
     # == reconcile ===============================================================
 
     async def reconcile(self, *, principal: str | None, operation_id: str | None = None, ctx: ToolExecutionContext | None = None) -> dict[str, Any]:
-        async with self._admission:
-            self._require_custody()
+        async with self._admitted():
             att = self._require_selected(principal)
             async with self._lifecycle:
                 await self._sync_resolutions()
@@ -966,8 +1026,7 @@ class WorkController:
         Its uncertain operations stay uncertain: cancelling an attempt does
         not discharge an effect in the world (see :meth:`_refuse_uncertain`).
         """
-        async with self._admission:
-            self._require_custody()
+        async with self._admitted():
             att = self._require_selected(principal)
             check_transition(att.attempt_id, att.state, "cancelled")
             killed: dict[str, list[int]] = {}

@@ -20,16 +20,13 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
-from openfunctions.core.files import ensure_private_dir
-
+from ._backend import JOURNAL_KIND, SEGMENT_DIR, WorkBackend, file_backend
 from ._clock import Clock
 from ._errors import LeaseLost, WorkError
-from ._lease import Lease, LeaseStore
+from ._lease import Lease
 
 log = structlog.get_logger("openfunctions.work.custody")
 
-SEGMENT_DIR = "attempts"
-JOURNAL_KIND = "attempt"
 
 
 class CustodyProtocol(Protocol):
@@ -49,9 +46,12 @@ class Custody:
     def __init__(
         self, root: Path, *, ttl: float, renew_every: float, owner: str | None, clock: Clock,
         apply: Callable[[Any], None], on_lost: Callable[[LeaseLost], None], lifecycle: anyio.Lock,
+        backend: WorkBackend | None = None,
     ) -> None:
         self.root = root
-        self.leases = LeaseStore(root, ttl=ttl, owner=owner, clock=clock.time)
+        self.backend = backend if backend is not None else file_backend(root, ttl=ttl, owner=owner, clock=clock.time)
+        self.leases = self.backend.leases
+        self.log = self.backend.attempts
         self.renew_every = renew_every
         self.clock = clock
         self.apply = apply
@@ -60,33 +60,42 @@ class Custody:
         self.lifecycle = lifecycle
         self.lease: Lease | None = None
         self.lost: LeaseLost | None = None
-        self.journal: Any = None
+        # True while this process may append (a generation's log is open)
+        self.holding = False
         self.closed = False
         self.renewals = 0
+        # how many of the log's records are folded into the state (shared backends read the rest before acting)
+        self.position = 0
+        self._fold = anyio.Lock()
         self._renewer: asyncio.Task[None] | None = None
 
     # -- opening and closing ---------------------------------------------------
 
-    def segments(self) -> list[Path]:
-        d = self.root / SEGMENT_DIR
-        if not d.exists():
-            ensure_private_dir(d)  # the one private-directory policy (0700, durable in its parent)
-            return []
-        return sorted(p for p in d.iterdir() if p.name.startswith("g") and p.name.endswith(".jsonl"))
+    async def read_all(self) -> list[Any]:
+        """Every record of the attempt log, in order (recovery folds them)."""
+        records = await self.log.read(0)
+        self.position = len(records)
+        return records
+
+    async def catch_up(self) -> int:
+        """Fold the records other processes appended since this one last read (shared backends); how many."""
+        async with self._fold:
+            new = await self.log.read(self.position)
+            for rec in new:
+                self.apply(rec)
+            self.position += len(new)
+            return len(new)
 
     async def acquire(self) -> Lease:
-        """Take the lease (``LeaseHeld`` while another owner is live) and open this generation's segment."""
-        from openfunctions.core.journal import JournalLog
-
+        """Take the lease (``LeaseHeld`` while another owner is live) and open this generation's log."""
+        self.lost = None
         self.lease = await self.leases.acquire()
         try:
-            seg = self.root / SEGMENT_DIR / f"g{self.lease.generation:010d}.jsonl"
-            if seg.exists():
-                raise WorkError(f"attempt journal segment {seg} already exists for a new lease generation; refusing to reuse it")
-            self.journal = await JournalLog.open(seg, kind=JOURNAL_KIND)
+            await self.log.open(self.lease)
         except BaseException:
             await self.release()
             raise
+        self.holding = True
         return self.lease
 
     def start_renewal(self) -> None:
@@ -98,10 +107,10 @@ class Custody:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._renewer
             self._renewer = None
-        if self.journal is not None:
-            j, self.journal = self.journal, None
+        if self.holding:
+            self.holding = False
             with contextlib.suppress(Exception):
-                await j.close()
+                await self.log.close()
         if self.lease is not None and self.lost is None:
             with contextlib.suppress(Exception):
                 await self.leases.release(self.lease)
@@ -150,20 +159,22 @@ class Custody:
     async def append(self, rec: tuple[str, dict[str, Any]]) -> Any:
         if self.lost is not None:
             raise self.lost
-        if self.journal is None:
-            raise WorkError("the work controller is closed")
+        if not self.holding:
+            raise WorkError("the work controller is closed" if self.closed else "this controller holds no lease now")
         assert self.lease is not None
         type_, data = rec
         # A record is either durable and applied, or neither: a cancellation
-        # may not land between the append and the apply.
+        # may not land between the append and the apply. The log checks the
+        # generation in the same lock/transaction as the write (the fence).
         with anyio.CancelScope(shield=True):
-            try:
-                async with self.leases.fenced(self.lease):
-                    record = await self.journal.append(type_, {**data, "lease_generation": self.lease.generation})
-            except LeaseLost as exc:
-                self.lose(exc)
-                raise
-            self.apply(record)
+            async with self._fold:
+                try:
+                    record = await self.log.append(self.lease, type_, {**data, "lease_generation": self.lease.generation})
+                except LeaseLost as exc:
+                    self.lose(exc)
+                    raise
+                self.apply(record)
+                self.position += 1
         return record
 
     @property

@@ -95,6 +95,12 @@ class LeaseLost(WorkError):
     code = "lease_lost"
 
 
+class BackendUnavailable(WorkError):
+    """The backend (a database) could not be reached; ``details['certainty']`` says whether a write may have landed."""
+
+    code = "work_backend_unavailable"
+
+
 class AttemptActive(WorkError):
     """A start was refused because another attempt is active (``details['attempt_id']``)."""
 
@@ -164,6 +170,7 @@ __all__ = [
     "LeaseHeld",
     "LeaseLost",
     "AttemptActive",
+    "BackendUnavailable",
     "AttemptNotFound",
     "InvalidTransition",
     "EffectUncertain",

@@ -117,6 +117,42 @@ class Grant(BaseModel):
                 raise ValueError(why)
         return v
 
+    @classmethod
+    def new(
+        cls, *, principal: str, steps: Sequence[str], paths: Sequence[str] = (), ttl: _dt.timedelta | None = None,
+        expires_at: _dt.datetime | None = None, issuer: str | None = None, catalog_digest: str | None = None,
+        now: _dt.datetime | None = None,
+    ) -> Grant:
+        """A new grant (fresh id) checked field by field; every backend's ``issue`` builds its grant here.
+
+        Give ``ttl`` or ``expires_at``. Bad input raises ``ValueError`` naming the field.
+        """
+        t = _utc(now) if now else utc_datetime()
+        if (ttl is None) == (expires_at is None):
+            raise ValueError("give exactly one of ttl= or expires_at=")
+        exp = t + ttl if ttl is not None else _utc(expires_at)  # type: ignore[arg-type]
+        if exp <= t:
+            raise ValueError("a grant must expire in the future")
+        try:
+            return cls(
+                grant_id=new_id("grant"),
+                issuer=issuer or _default_issuer(),
+                principal=principal,
+                steps=tuple(dict.fromkeys(steps)),
+                paths=tuple(dict.fromkeys(paths)),
+                issued_at=t,
+                expires_at=exp,
+                catalog_digest=catalog_digest,
+            )
+        except ValidationError as exc:
+            msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"invalid grant: {msg}") from None
+
+    def revoked_copy(self, at: _dt.datetime | str, by: str | None) -> Grant:
+        """This grant with its (first) revocation folded in (``at``: a datetime or the ISO text a record holds)."""
+        when = _dt.datetime.fromisoformat(at.replace("Z", "+00:00")) if isinstance(at, str) else at
+        return self.model_copy(update={"revoked_at": _utc(when), "revoked_by": str(by or "unknown")})
+
     def expired(self, now: _dt.datetime) -> bool:
         return _utc(now) >= self.expires_at
 
@@ -183,6 +219,7 @@ class GrantStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.where = str(self.path)  # what refusals name as the place grants were read from (GrantBackend)
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: dict[str, Grant] = {}
         # Parsed grant.issued records by (seq, grant_id): journal records are
@@ -233,12 +270,7 @@ class GrantStore:
                     if g is None:
                         raise ValueError(f"revokes unknown grant {gid!r}")
                     if g.revoked_at is None:
-                        grants[gid] = g.model_copy(
-                            update={
-                                "revoked_at": _utc(_dt.datetime.fromisoformat(data["revoked_at"].replace("Z", "+00:00"))),
-                                "revoked_by": str(data.get("revoked_by") or "unknown"),
-                            }
-                        )
+                        grants[gid] = g.revoked_copy(data["revoked_at"], data.get("revoked_by"))
                 # other record types (future versions, notes) are ignored
             except (KeyError, TypeError, ValueError, ValidationError) as exc:
                 raise GrantStoreCorrupt(
@@ -308,26 +340,8 @@ class GrantStore:
         now: _dt.datetime | None = None,
     ) -> Grant:
         """Issue a grant (durable once this returns). Give ``ttl`` or ``expires_at``."""
-        t = _utc(now) if now else utc_datetime()
-        if (ttl is None) == (expires_at is None):
-            raise ValueError("give exactly one of ttl= or expires_at=")
-        exp = t + ttl if ttl is not None else _utc(expires_at)  # type: ignore[arg-type]
-        if exp <= t:
-            raise ValueError("a grant must expire in the future")
-        try:
-            g = Grant(
-                grant_id=new_id("grant"),
-                issuer=issuer or _default_issuer(),
-                principal=principal,
-                steps=tuple(dict.fromkeys(steps)),
-                paths=tuple(dict.fromkeys(paths)),
-                issued_at=t,
-                expires_at=exp,
-                catalog_digest=catalog_digest,
-            )
-        except ValidationError as exc:
-            msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"invalid grant: {msg}") from None
+        g = Grant.new(principal=principal, steps=steps, paths=paths, ttl=ttl, expires_at=expires_at, issuer=issuer,
+                      catalog_digest=catalog_digest, now=now)
         log = await self._open_writer()
         try:
             await log.append(ISSUED, {"v": GRANTS_FORMAT_VERSION, "grant": g.to_record()})
@@ -349,7 +363,7 @@ class GrantStore:
                 return g
             who = by or _default_issuer()
             await log.append(REVOKED, {"v": GRANTS_FORMAT_VERSION, "grant_id": grant_id, "revoked_at": _iso(t), "revoked_by": who})
-            return g.model_copy(update={"revoked_at": t, "revoked_by": who})
+            return g.revoked_copy(t, who)
         finally:
             await log.close()
 

@@ -97,12 +97,17 @@ def build_work_profile(
     budget: int = REPLY_BUDGET,
     registry: ToolRegistry | None = None,
     require_catalog: bool = False,
+    backend: Any = None,
 ) -> WorkProfile:
     """Build the work profile for ``data_dir`` (see the module docstring).
 
     ``principal`` is the trusted default principal for calls whose context
     carries none (the server's ``--principal``); tool arguments never set it.
     ``registry`` lets a host share an executor (its policy, journal sink).
+    ``backend`` (a :class:`~openfunctions.work._backend.WorkBackend`) keeps the
+    lease, attempts and grants elsewhere than ``<data-dir>/work`` (``serve
+    --database`` passes PostgreSQL's, built by the store package); the
+    profile then owns it and closes it with the controller.
     """
     from openfunctions.artifacts import ArtifactStore
 
@@ -136,10 +141,11 @@ def build_work_profile(
         work_dir,
         catalog=catalog,
         registry=internal,
-        authority=Authority(GrantStore.in_data_dir(data_dir), catalog),
+        authority=Authority(backend.grants if backend is not None else GrantStore.in_data_dir(data_dir), catalog),
         artifacts=store,
         catalog_loader=lambda: Catalog.load(path),
         lease_ttl=lease_ttl,
+        backend=backend,
     )
     for t in build_work_tools(controller, store=store, budget=budget, principal=principal):
         internal.register(t)

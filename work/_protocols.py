@@ -5,7 +5,11 @@
 - :class:`ArtifactStoreProtocol` — where previews and reply projections go
   (:class:`openfunctions.artifacts.ArtifactStore`);
 - custody (lease, fenced journal, renewal) is
-  :class:`openfunctions.work._custody.CustodyProtocol`, re-exported here.
+  :class:`openfunctions.work._custody.CustodyProtocol`, re-exported here;
+- where the durable state lives: :class:`LeaseBackend`, :class:`AttemptLog`,
+  :class:`GrantBackend`, :class:`ResolutionBackend`, bundled as a :class:`WorkBackend`
+  (:mod:`openfunctions.work._backend`; files by default, PostgreSQL from the
+  store package), re-exported here.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ._backend import AttemptLog, GrantBackend, LeaseBackend, ResolutionBackend, WorkBackend
 from ._custody import CustodyProtocol
 
 
@@ -28,4 +33,4 @@ class ArtifactStoreProtocol(Protocol):
     async def put(self, data: Any, *, media_type: str, scope: str | None = None) -> Any: ...
 
 
-__all__ = ["AuthorityProtocol", "ArtifactStoreProtocol", "CustodyProtocol"]
+__all__ = ["AuthorityProtocol", "ArtifactStoreProtocol", "AttemptLog", "CustodyProtocol", "GrantBackend", "LeaseBackend", "ResolutionBackend", "WorkBackend"]

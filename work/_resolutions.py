@@ -30,9 +30,25 @@ MAX_REASON = 2000
 _LOCK_WAIT_S = 5.0
 
 
+def resolve_record(operation_id: str, *, as_: str, reason: str, by: str) -> dict[str, Any]:
+    """The ``resolve`` record's data, checked (every inbox backend writes this); bad input -> ``ValueError``."""
+    if as_ not in VERDICTS:
+        raise ValueError(f"--as must be one of {', '.join(VERDICTS)}")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValueError("a resolution needs a reason (what the operator checked)")
+    return {"v": 1, "operation_id": operation_id, "as": as_, "reason": reason[:MAX_REASON], "by": by, "at": utc_timestamp()}
+
+
+def valid_resolve(type_: str, data: Any) -> bool:
+    """Whether an inbox record is a ``resolve`` the controller may copy (others are skipped)."""
+    return type_ == RESOLVE and isinstance(data, dict) and data.get("as") in VERDICTS and isinstance(data.get("operation_id"), str)
+
+
 class ResolutionInbox:
     def __init__(self, work_dir: str | os.PathLike[str]) -> None:
         self.path = Path(work_dir) / RESOLUTIONS_FILE
+        self.where = str(self.path)
         self._key: tuple[int, int, int] | None = None
         self._cache: list[tuple[int, dict[str, Any]]] = []
 
@@ -57,9 +73,8 @@ class ResolutionInbox:
         if key != self._key:
             out = []
             for r in read_records(self.path):
-                d = r.data
-                if r.type == RESOLVE and isinstance(d, dict) and d.get("as") in VERDICTS and isinstance(d.get("operation_id"), str):
-                    out.append((r.seq, d))
+                if valid_resolve(r.type, r.data):
+                    out.append((r.seq, r.data))
             self._key, self._cache = key, out
         return list(self._cache)
 
@@ -67,12 +82,7 @@ class ResolutionInbox:
         """Append one resolution (durable once this returns)."""
         from openfunctions.core.journal import JournalLocked, JournalLog
 
-        if as_ not in VERDICTS:
-            raise ValueError(f"--as must be one of {', '.join(VERDICTS)}")
-        reason = (reason or "").strip()
-        if not reason:
-            raise ValueError("a resolution needs a reason (what the operator checked)")
-        data = {"v": 1, "operation_id": operation_id, "as": as_, "reason": reason[:MAX_REASON], "by": by, "at": utc_timestamp()}
+        data = resolve_record(operation_id, as_=as_, reason=reason, by=by)
         log = None
         with anyio.move_on_after(_LOCK_WAIT_S):
             while log is None:
@@ -89,4 +99,4 @@ class ResolutionInbox:
         return {**data, "seq": rec.seq}
 
 
-__all__ = ["ResolutionInbox", "RESOLVE", "VERDICTS"]
+__all__ = ["ResolutionInbox", "RESOLVE", "VERDICTS", "resolve_record", "valid_resolve"]

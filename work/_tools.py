@@ -257,6 +257,7 @@ class WorkTools:
             raise _refusal(self.unavailable)
         try:
             await self.controller.ensure_open()
+            await self.controller.refresh()  # a shared backend: what other replicas recorded
         except OpenFunctionsError as exc:
             raise _refusal(exc) from None
 

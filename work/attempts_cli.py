@@ -1,8 +1,8 @@
 """``openfunctions-mcp work ...``: the operator's view of work attempts and their uncertain operations.
 
-    work list-uncertain [--data-dir D] [--json]
-    work resolve OP_ID --as applied|not-applied --reason TEXT [--by NAME] [--data-dir D]
-    work show ATTEMPT_ID [--data-dir D]
+    work list-uncertain [--data-dir D | --database URL] [--json]
+    work resolve OP_ID --as applied|not-applied --reason TEXT [--by NAME] [--data-dir D | --database URL]
+    work show ATTEMPT_ID [--data-dir D | --database URL]
 
 All three read the attempt journal lock-free (a server may be running).
 ``resolve`` appends to the operator's inbox ``<data-dir>/work/resolutions.journal``
@@ -10,6 +10,10 @@ All three read the attempt journal lock-free (a server may be running).
 attempt journal at its next work call (or at start-up), and from then on a
 plan that runs the operation's step is no longer refused. ``resolve``
 refuses while a process of the operation's command is still running.
+With ``--database URL`` (default ``$OPENFUNCTIONS_DATABASE_URL``) they read the
+attempt records of the work space replicas share in PostgreSQL and write its
+inbox there (``serve --database``); the process check then only sees this
+machine's processes (run it on the machine of the replica that ran the step).
 Exit codes: 0 done, 1 refused (e.g. still running), 2 bad input.
 """
 
@@ -35,7 +39,12 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     sub.required = True
 
     def data_dir_opt(p: argparse.ArgumentParser) -> None:
+        import os
+
         p.add_argument("--data-dir", dest="work_data_dir", default=None, help="data directory (default: per-user data dir)")
+        p.add_argument("--database", dest="work_database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+                       help="the work space server replicas share in this PostgreSQL (default: $OPENFUNCTIONS_DATABASE_URL; "
+                            "else the data directory)")
 
     lst = sub.add_parser("list-uncertain", help="list operations whose outcome is unknown and not yet resolved")
     lst.add_argument("--json", action="store_true", help="print JSON (one array)")
@@ -63,27 +72,44 @@ def _work_dir(args: argparse.Namespace) -> Path:
     return (Path(d) if d else default_data_dir()) / "work"
 
 
-def _state(work_dir: Path) -> Any:
-    from openfunctions.core.journal import read_records
+def _where(args: argparse.Namespace) -> str:
+    from .cli import redacted
 
+    return redacted(args.work_database) if getattr(args, "work_database", None) else str(_work_dir(args))
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, list[tuple[int, dict[str, Any]]]]:
+    """``(state, inbox)``: the attempt records folded (by the one fold) and the operator's inbox."""
     from ._recovery import replay
 
-    seg_dir = work_dir / "attempts"
-    segs = sorted(p for p in seg_dir.iterdir() if p.name.startswith("g") and p.name.endswith(".jsonl")) if seg_dir.is_dir() else []
+    if getattr(args, "work_database", None):
+        from .cli import with_database
 
-    def records():
-        for seg in segs:
-            yield from read_records(seg)
+        async def read(backend: Any) -> tuple[Any, list[tuple[int, dict[str, Any]]]]:
+            records = await backend.attempts.read(0)
+            return replay(records), await anyio.to_thread.run_sync(backend.resolutions.read)
 
-    return replay(records())
-
-
-def _uncertain(work_dir: Path) -> list[dict[str, Any]]:
-    from ._procs import live_processes
+        return with_database(args.work_database, read)  # type: ignore[no-any-return]
+    from ._backend import FileAttemptLog
     from ._resolutions import ResolutionInbox
 
-    state = _state(work_dir)
-    pending = {d["operation_id"]: (seq, d) for seq, d in ResolutionInbox(work_dir).read() if seq not in state.resolved_inbox}
+    work_dir = _work_dir(args)
+    log = FileAttemptLog(work_dir)
+    segs = log.segments() if (work_dir / "attempts").is_dir() else []
+    from openfunctions.core.journal import read_records
+
+    return replay(r for seg in segs for r in read_records(seg)), ResolutionInbox(work_dir).read()
+
+
+def _state(args: argparse.Namespace) -> Any:
+    return _load(args)[0]
+
+
+def _uncertain(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from ._procs import live_processes
+
+    state, inbox = _load(args)
+    pending = {d["operation_id"]: (seq, d) for seq, d in inbox if seq not in state.resolved_inbox}
     out = []
     for att in state.attempts.values():
         for op in att.operations.values():
@@ -110,14 +136,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from openfunctions.core.errors import OpenFunctionsError
 
     try:
-        rows = _uncertain(_work_dir(args))
+        rows = _uncertain(args)
     except OpenFunctionsError as exc:
         return _err(exc.message, 1)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print(f"no uncertain operations in {_work_dir(args)}")
+        print(f"no uncertain operations in {_where(args)}")
         return 0
     for r in rows:
         extra = []
@@ -140,16 +166,15 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
 
     from ._resolutions import ResolutionInbox
 
-    work_dir = _work_dir(args)
     if not args.reason.strip():
         return _err("--reason must say what you checked", 2)
     try:
-        rows = {r["operationId"]: r for r in _uncertain(work_dir)}
+        rows = {r["operationId"]: r for r in _uncertain(args)}
     except OpenFunctionsError as exc:
         return _err(exc.message, 1)
     row = rows.get(args.operation_id)
     if row is None:
-        return _err(f"no uncertain operation {args.operation_id[:80]!r} in {work_dir} (see: openfunctions-mcp work list-uncertain)", 2)
+        return _err(f"no uncertain operation {args.operation_id[:80]!r} in {_where(args)} (see: openfunctions-mcp work list-uncertain)", 2)
     if row["running"]:
         return _err(
             f"operation {args.operation_id} still has running processes {row['running']}: its effect is not over, so no "
@@ -160,7 +185,14 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     except Exception:
         by = "operator"
     try:
-        rec = anyio.run(lambda: ResolutionInbox(work_dir).resolve(args.operation_id, as_=verdict, reason=args.reason, by=by))
+        if getattr(args, "work_database", None):
+            from .cli import with_database
+
+            rec = with_database(args.work_database, lambda b: b.resolutions.resolve(
+                args.operation_id, as_=verdict, reason=args.reason, by=by))
+        else:
+            inbox = ResolutionInbox(_work_dir(args))
+            rec = anyio.run(lambda: inbox.resolve(args.operation_id, as_=verdict, reason=args.reason, by=by))
     except (OpenFunctionsError, ValueError) as exc:
         return _err(getattr(exc, "message", str(exc)), 1)
     print(f"recorded: {args.operation_id} resolved as {verdict} by {by} (inbox seq {rec['seq']}); "
@@ -172,12 +204,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from openfunctions.core.errors import OpenFunctionsError
 
     try:
-        state = _state(_work_dir(args))
+        state = _state(args)
     except OpenFunctionsError as exc:
         return _err(exc.message, 1)
     att = state.attempts.get(args.attempt_id)
     if att is None:
-        return _err(f"no attempt {args.attempt_id[:80]!r} in {_work_dir(args)}", 2)
+        return _err(f"no attempt {args.attempt_id[:80]!r} in {_where(args)}", 2)
     out = att.summary()
     out["history"] = att.history
     out["verifications"] = [{k: v.get(k) for k in ("verificationId", "passed", "accepted", "checks", "proofSummary")} for v in att.verifications]

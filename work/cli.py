@@ -15,7 +15,10 @@ grant to the catalog's digest (an edited catalog then needs a new grant);
 ``--no-bind`` checks the steps without binding. The data directory defaults,
 like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR`` or else the per-user data
 dir of ``openfunctions-mcp`` (platformdirs); grants live in
-``<data-dir>/work/grants.journal``.
+``<data-dir>/work/grants.journal``. With ``--database URL`` (default
+``$OPENFUNCTIONS_DATABASE_URL``, like ``serve --database``) they are rows in
+that PostgreSQL instead, where every server replica reads them; the server CLI
+supplies the opener (:data:`DATABASE_BACKEND`): work never imports store.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +34,48 @@ import anyio
 
 from openfunctions.core.errors import OpenFunctionsError
 
-from ._errors import GrantNotFound
+from ._errors import GrantNotFound, WorkError
 from ._grants import GrantStore, parse_ttl, utc_datetime
+
+#: ``url -> an opened WorkBackend`` the ``grant`` and ``work`` commands use with ``--database``; set by
+#: the server CLI (``servers/_work_database.open_database_work``), None when this module runs alone
+DATABASE_BACKEND: Callable[[str], Awaitable[Any]] | None = None
+
+
+def redacted(url: str) -> str:
+    """A database URL without its password (for messages)."""
+    import re
+
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
+
+
+def with_database(url: str, use: Callable[[Any], Awaitable[Any]]) -> Any:
+    """``use(backend)`` with the opened work backend of the database at ``url`` (closed afterwards)."""
+    if DATABASE_BACKEND is None:
+        raise WorkError("--database needs the openfunctions-mcp command (it supplies the PostgreSQL backend)")
+    opener = DATABASE_BACKEND
+
+    async def run() -> Any:
+        backend = await opener(url)
+        try:
+            return await use(backend)
+        finally:
+            await backend.aclose()
+
+    return anyio.run(run)
+
+
+def _with_grants(args: argparse.Namespace, use: Callable[[Any], Awaitable[Any]]) -> tuple[Any, str]:
+    """``(use(grants), where)`` with the grants of ``--database`` or of the data directory."""
+    url = getattr(args, "grant_database", None)
+    if not url:
+        store = GrantStore.in_data_dir(_data_dir(args))
+        return anyio.run(use, store), str(store.path)
+
+    async def on(backend: Any) -> tuple[Any, str]:
+        return await use(backend.grants), backend.grants.where
+
+    return with_database(url, on)  # type: ignore[no-any-return]
 
 
 def default_data_dir() -> Path:
@@ -62,7 +106,12 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     sub.required = True
 
     def data_dir_opt(p: argparse.ArgumentParser) -> None:
+        import os
+
         p.add_argument("--data-dir", dest="grant_data_dir", default=None, help="data directory (default: per-user data dir)")
+        p.add_argument("--database", dest="grant_database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+                       help="grants as rows in this PostgreSQL, shared by `serve --database` replicas "
+                            "(default: $OPENFUNCTIONS_DATABASE_URL; else the data directory)")
 
     issue = sub.add_parser("issue", help="issue a grant to a principal")
     issue.add_argument("--principal", required=True, help="the principal (trusted-context identity) the grant authorizes")
@@ -136,10 +185,9 @@ def _cmd_issue(args: argparse.Namespace) -> int:
         if path_steps and not paths:
             print(f"openfunctions-mcp grant: warning: steps {', '.join(path_steps)} take paths, but --paths grants none; "
                   "they will be refused", file=sys.stderr)
-    store = GrantStore.in_data_dir(_data_dir(args))
     try:
-        g = anyio.run(lambda: store.issue(principal=args.principal, steps=steps, paths=paths, ttl=ttl,
-                                          issuer=args.issuer, catalog_digest=digest))
+        g, _ = _with_grants(args, lambda store: store.issue(principal=args.principal, steps=steps, paths=paths, ttl=ttl,
+                                                            issuer=args.issuer, catalog_digest=digest))
     except ValueError as exc:
         return _fail(str(exc))
     except OpenFunctionsError as exc:
@@ -157,9 +205,8 @@ def _cmd_issue(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    store = GrantStore.in_data_dir(_data_dir(args))
     try:
-        grants = anyio.run(store.list)
+        grants, where = _with_grants(args, lambda store: store.list())
     except OpenFunctionsError as exc:
         return _fail(exc.message, 1)
     now = utc_datetime()
@@ -172,7 +219,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, sort_keys=True))
         return 0
     if not rows:
-        print(f"no grants in {store.path}" + ("" if args.all else " (active); --all shows expired and revoked ones"))
+        print(f"no grants in {where}" + ("" if args.all else " (active); --all shows expired and revoked ones"))
         return 0
     for r in rows:
         print(
@@ -183,9 +230,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_revoke(args: argparse.Namespace) -> int:
-    store = GrantStore.in_data_dir(_data_dir(args))
     try:
-        g = anyio.run(lambda: store.revoke(args.grant_id, by=args.by))
+        g, _ = _with_grants(args, lambda store: store.revoke(args.grant_id, by=args.by))
     except GrantNotFound as exc:
         return _fail(exc.message, 2)  # bad input: an id that was never issued here
     except OpenFunctionsError as exc:
@@ -206,4 +252,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["add_commands", "default_data_dir", "main"]
+__all__ = ["add_commands", "default_data_dir", "main", "with_database", "redacted", "DATABASE_BACKEND"]

@@ -1,7 +1,8 @@
 """A work controller in its own process, driven line by line over stdin/stdout.
 
 Used by the crash and lease tests (real processes, SIGKILL / SIGSTOP).
-Usage: ``python _child.py DATA_DIR CATALOG [--ttl S] [--renew S] [--principal P]``.
+Usage: ``python _child.py DATA_DIR CATALOG [--ttl S] [--renew S] [--principal P] [--database URL --space S]``
+(``--database``: lease, attempts and grants in PostgreSQL, ``openfunctions.store.open_pg_work``, shared mode).
 Each stdin line is a JSON command ``{"op": ..., ...}``; each reply is one
 JSON line ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {...}}``.
 ``{"op": "open"}`` must come first. Step tools come from the real
@@ -54,6 +55,8 @@ async def main() -> None:
     ap.add_argument("--renew", type=float, default=None)
     ap.add_argument("--principal", default="agent")
     ap.add_argument("--pause-after", default=None, help="step whose tool, after doing its work, marks pause.mark and hangs")
+    ap.add_argument("--database", default=None, help="the work space's rows in this PostgreSQL (shared backend)")
+    ap.add_argument("--space", default="work")
     a = ap.parse_args()
     catalog = Catalog.load(a.catalog)
     store = ArtifactStore(Path(a.data_dir) / "work" / "artifacts")
@@ -61,7 +64,12 @@ async def main() -> None:
     if a.pause_after:
         tools = [_paused(t, Path(a.data_dir) / "pause.mark") if t.name == "of_step." + a.pause_after else t for t in tools]
     registry = ToolRegistry(tools)
-    authority = Authority(GrantStore.in_data_dir(a.data_dir), catalog)
+    backend = None
+    if a.database:
+        from openfunctions.store import open_pg_work
+
+        backend = await open_pg_work(a.database, a.space, ttl=a.ttl)
+    authority = Authority(backend.grants if backend else GrantStore.in_data_dir(a.data_dir), catalog)
     ctl: WorkController | None = None
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -76,7 +84,7 @@ async def main() -> None:
             if op == "open":
                 ctl = await WorkController.open(
                     Path(a.data_dir) / "work", catalog=catalog, registry=registry, authority=authority,
-                    lease_ttl=a.ttl, renew_every=a.renew, artifacts=store,
+                    lease_ttl=a.ttl, renew_every=a.renew, artifacts=store, backend=backend,
                 )
                 result = {"generation": ctl.lease.generation if ctl.lease else None}
             elif op == "close":
@@ -94,6 +102,7 @@ async def main() -> None:
                     emit({"ok": True, "event": "dispatching"})
                     result = await ctl.run_step(principal=a.principal, step=cmd.get("step"))
                 elif op == "status":
+                    await ctl.refresh()
                     result = ctl.status(principal=a.principal)
                 elif op == "snapshot":
                     result = json.loads(json.dumps(ctl.state.snapshot(), default=str))

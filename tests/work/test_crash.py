@@ -10,39 +10,18 @@ operation ``unknown``, and must not run the command again.
 from __future__ import annotations
 
 import hashlib
-import sys
 
 import pytest
 
 from openfunctions.core.journal import read_records
 
+from ._catalogs import COUNT_STEP, WRITE_CATALOG
 from ._proc import ChildController, kill_pid, wait_for
 
 pytestmark = pytest.mark.slow
 
-SLEEPER = (
-    "import os,sys,time\n"
-    "with open('counter.txt','a') as f:\n"
-    "    f.write('ran %d\\n' % os.getpid()); f.flush(); os.fsync(f.fileno())\n"
-    "time.sleep(float(sys.argv[1]))\n"
-)
-
-
 def _write_catalog(env) -> None:
-    # TOML literal strings keep the Python source readable and unescaped.
-    env.write_catalog(
-        "\n[steps.count]\n"
-        'kind = "command"\n'
-        'description = "append a line to counter.txt, then sleep"\n'
-        f"argv = ['{sys.executable}', '-c', '''{SLEEPER}''', '{{seconds}}']\n"
-        'effect = "write"\n'
-        "timeout_s = 300\n"
-        'env = ["PATH"]\n'
-        "[steps.count.params.seconds]\n"
-        'type = "integer"\n'
-        "minimum = 0\n"
-        "maximum = 600\n"
-    )
+    env.write_catalog(COUNT_STEP)
 
 
 def _alive(pid: int) -> bool:
@@ -118,20 +97,6 @@ async def test_sigkill_mid_step_blocks_with_unknown_operation_and_never_reruns(e
             kill_pid(sleeper_pid)
 
 
-WRITE_CATALOG = f"""
-[steps.write_src]
-kind = "write_file"
-description = "write a file under src/"
-paths = ["src/**"]
-
-[steps.check]
-kind = "command"
-description = "the test suite: src/a.txt must say hello"
-argv = ['{sys.executable}', "-c", "import pathlib,sys; sys.exit(0 if pathlib.Path('src/a.txt').read_text() == 'hello' else 1)"]
-effect = "read"
-verifier = true
-env = ["PATH"]
-"""
 
 
 @pytest.mark.anyio

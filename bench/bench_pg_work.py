@@ -1,0 +1,91 @@
+"""Cost of one work call on the PostgreSQL backend against the file backend, in one run.
+
+One controller runs a plan of N ``read_file`` steps (each ``of_work_run_step``
+is a lifecycle call: on files under the lease the process holds; on PostgreSQL
+``shared``: take the lease, fold what others appended, append, give it back).
+Rounds interleave the two backends; the medians and their ratio are printed.
+
+    python bench/bench_pg_work.py --steps 40 --rounds 5 [--database URL]
+
+Without ``--database`` it starts a private PostgreSQL with ``pgserver`` (the
+test extra). Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as _dt
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from openfunctions.artifacts import ArtifactStore
+from openfunctions.core import ToolRegistry
+from openfunctions.work import Authority, Catalog, WorkController, build_step_tools, file_backend
+
+CATALOG = """version = 1
+workspace = "ws"
+[steps.look]
+kind = "read_file"
+description = "read a file"
+paths = ["**"]
+"""
+
+
+async def one_round(root: Path, backend, steps: int) -> float:
+    (root / "ws").mkdir(parents=True, exist_ok=True)
+    (root / "ws" / "a.txt").write_text("hello")
+    (root / "catalog.toml").write_text(CATALOG)
+    catalog = Catalog.load(root / "catalog.toml")
+    await backend.aopen()
+    await backend.grants.issue(principal="agent", steps=["look"], paths=["**"], ttl=_dt.timedelta(hours=1))
+    store = ArtifactStore(root / "artifacts")
+    ctl = await WorkController.open(root / "work", catalog=catalog, registry=ToolRegistry(build_step_tools(catalog, store=store)),
+                                    authority=Authority(backend.grants, catalog), backend=backend, execution_journals=None)
+    try:
+        prv = await ctl.preview([{"step": "look", "params": {"path": "a.txt"}}] * steps, principal="agent")
+        await ctl.start(prv["previewId"], principal="agent")
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            await ctl.run_step(principal="agent")
+        return (time.perf_counter() - t0) / steps * 1e6
+    finally:
+        await ctl.close()
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--database", default=None)
+    a = ap.parse_args()
+    server = None
+    dsn = a.database
+    if dsn is None:
+        import pgserver
+
+        server = pgserver.get_server(tempfile.mkdtemp(prefix="ofbench-"), cleanup_mode="stop")
+        dsn = server.get_uri()
+    from openfunctions.store import migrate_database, pg_work_backend
+
+    await migrate_database(dsn)
+    files, pg = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.rounds):
+            root = Path(tmp) / f"f{r}"
+            files.append(await one_round(root, file_backend(root / "work"), a.steps))
+            pg.append(await one_round(Path(tmp) / f"p{r}", pg_work_backend(dsn, f"bench{r}_{time.time_ns()}"), a.steps))
+    f, p = statistics.median(files), statistics.median(pg)
+    print(f"| backend | µs per run_step (median of {a.rounds} rounds of {a.steps}) |")
+    print("|---|---|")
+    print(f"| files (lease held by the process) | {f:,.0f} |")
+    print(f"| PostgreSQL (lease taken per call) | {p:,.0f} |")
+    print(f"| **PostgreSQL / files** | {p / f:.2f}x |")
+    if server is not None:
+        server.cleanup()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

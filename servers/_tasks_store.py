@@ -1,0 +1,306 @@
+"""Where a server's MCP tasks live: the task store interface and its two backends.
+
+A :class:`TaskStore` takes the records ``_task_records`` builds and answers
+lookups with their fold (``_task_records.apply``, the one fold, live and at
+recovery):
+
+- :class:`FileTaskStore` (the default): the task journal file beside the
+  execution journal, folded into memory when it opens; one process owns it
+  (the journal's kernel lock), so its memory *is* the state.
+- :class:`DatabaseTaskStore` (``serve --database``): the records as rows in
+  PostgreSQL (``openfunctions.store.PgTaskLog``; schema at the top of
+  ``store/_pg_tasks.py``), shared by every replica on the database: each
+  lookup folds the task's rows again, so ``tasks/get`` through replica B sees
+  what replica A wrote. Its sweep settles ``failed`` the tasks of a replica
+  that died (after the execution journal's sweep settled its calls
+  ``unknown``); nothing is re-run.
+
+Recovery is the same for both (:func:`recovery_records`): a task still
+working when its process ended is settled ``failed`` with ``recovered: true``
+and the execution receipt recovery found or wrote for its call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+from mcp_types import INTERNAL_ERROR
+
+from openfunctions.core import new_id
+
+from . import _task_records as rec
+from ._task_records import TaskState
+
+log = structlog.get_logger("openfunctions.servers.tasks")
+
+Record = tuple[str, dict[str, Any]]
+#: Past this size at startup the task journal is compacted (live tasks re-written into a new segment).
+ROTATE_BYTES = 16 * 2**20
+
+
+class TaskStore(Protocol):
+    """The durable records of a server's tasks, and their fold."""
+
+    #: Other processes write these tasks too: never answer from memory alone.
+    shared: bool
+
+    async def record(self, type_: str, data: dict[str, Any]) -> bool:
+        """Make one record durable; ``False``: not written (the task is already settled, or unknown)."""
+        ...
+
+    async def get(self, task_id: str) -> TaskState | None:
+        """The task's current state (expired or not), or ``None``."""
+        ...
+
+    async def of_principal(self, principal: str | None) -> list[TaskState]:
+        """The principal's tasks that have not expired."""
+        ...
+
+    async def request_cancel(self, task_id: str) -> bool:
+        """Ask the process running ``task_id``'s call to cancel it; ``False``: no other process can run it."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def fold(records: list[Record]) -> dict[str, TaskState]:
+    tasks: dict[str, TaskState] = {}
+    for type_, data in records:
+        rec.apply(tasks, type_, data)
+    return tasks
+
+
+async def recovery_records(
+    unsettled: list[TaskState],
+    recovered: Mapping[str, Any],
+    find: Callable[[set[str]], Awaitable[dict[str, Any]]],
+    write_receipt: Callable[[dict[str, Any]], Awaitable[Any]],
+) -> list[Record]:
+    """The ``task.settled`` (failed, ``recovered: true``) record of each task whose process ended while it ran.
+
+    ``recovered``: receipt id -> the ``unknown`` receipt the execution journal's
+    recovery wrote; ``find(ids)`` looks up receipts already in the execution
+    journal; ``write_receipt(start)`` writes a recovered receipt for a call
+    that left none (a declared read journals no start). Evidence only.
+    """
+    ids = {t.receipt_id for t in unsettled if t.receipt_id and t.receipt_id not in recovered}
+    found = await find(ids) if ids else {}
+    records = []
+    for t in unsettled:
+        receipt = recovered.get(t.receipt_id or "") or found.get(t.receipt_id or "")
+        if receipt is None:
+            receipt = await write_receipt({"receipt_id": t.receipt_id or new_id("rcpt"), "tool": t.tool,
+                                           "started_at": t.created_at, "principal": t.principal})
+        receipt = receipt if isinstance(receipt, dict) else receipt.to_dict()
+        certainty = "unknown" if receipt.get("recovered") else receipt.get("certainty", "unknown")
+        message = ("the server ended while this task was running; whether its effect happened is unknown, "
+                   "and it was not re-run" if receipt.get("recovered") else
+                   f"the server ended after the call settled ({receipt.get('outcome')}) and before its result was "
+                   "recorded; the result is lost, and the call was not re-run")
+        records.append(rec.settled(
+            t.task_id, rec.FAILED, message=message,
+            error={"code": INTERNAL_ERROR, "message": message,
+                   "data": {"certainty": certainty, "recovered": True, "receipt": receipt}},
+            receipt=receipt, certainty=certainty, recovered=True,
+        ))
+    return records
+
+
+class FileTaskStore:
+    """The task journal file (``None``: memory only, a server without a journal)."""
+
+    shared = False
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.tasks: dict[str, TaskState] = {}
+        self.log: Any = None  # core JournalLog, opened with the first record (or at open)
+        self._opening = asyncio.Lock()
+
+    async def open(self, *, recovered_receipts: Mapping[str, Any],
+                   find_receipts: Callable[[set[str]], Awaitable[dict[str, Any]]],
+                   write_receipt: Callable[[dict[str, Any]], Awaitable[Any]]) -> list[str]:
+        """Fold the file and settle what the last process left running; the ids of the tasks recovered.
+
+        A server that never created a task has no task journal: the file is
+        created with the first task (:meth:`record`).
+        """
+        if self.path is None or not os.path.lexists(self.path):
+            return []
+        tasks: dict[str, TaskState] = {}
+        await self._open_log(lambda r: rec.apply(tasks, r.type, r.data))
+        now = rec.now_ms()
+        self.tasks = {k: t for k, t in tasks.items() if not t.expired(now)}
+        try:
+            unsettled = [t for t in self.tasks.values() if not t.terminal]
+            if unsettled:
+                records = await recovery_records(unsettled, recovered_receipts, find_receipts, write_receipt)
+                await self.log.append_many(records)
+                for type_, data in records:
+                    rec.apply(self.tasks, type_, data)
+                log.warning("tasks_recovered", count=len(unsettled), path=str(self.path))
+            if self.log.size > ROTATE_BYTES:
+                await self._compact()
+        except BaseException:
+            await self.log.close()
+            self.log = None
+            raise
+        return [t.task_id for t in unsettled]
+
+    async def _open_log(self, on_record: Callable[[Any], None] | None = None) -> None:
+        from openfunctions.core.journal import JournalLog
+
+        assert self.path is not None
+        self.log = await JournalLog.open(self.path, kind=rec.KIND, on_record=on_record)
+
+    async def _compact(self) -> None:
+        """Close the file as a segment and re-write only the live tasks into the new one."""
+        await self.log.rotate(meta={"compacted": True})
+        records: list[Record] = []
+        for t in self.tasks.values():
+            records.append((rec.CREATED, {
+                "v": rec.VERSION, "task_id": t.task_id, "principal": t.principal, "tool": t.tool,
+                "receipt_id": t.receipt_id, "created_at": t.created_at, "ttl_ms": t.ttl_ms,
+                "expires_at_ms": t.expires_at_ms, "poll_interval_ms": t.poll_interval_ms,
+            }))
+            if t.terminal:
+                records.append(rec.settled(t.task_id, t.status, message=t.message, result=t.result,
+                                           result_artifact=t.result_artifact, result_sha256=t.result_sha256,
+                                           result_size=t.result_size, error=t.error, receipt=t.receipt,
+                                           certainty=t.certainty, recovered=t.recovered))
+        await self.log.append_many(records)
+
+    async def record(self, type_: str, data: dict[str, Any]) -> bool:
+        if type_ == rec.CREATED and len(self.tasks) % 256 == 255:
+            self._prune()
+        if self.log is None and self.path is not None:
+            async with self._opening:
+                if self.log is None and self.path is not None:
+                    await self._open_log()  # the first task of a data dir that had none
+        if self.log is not None:
+            await self.log.append(type_, data)
+        rec.apply(self.tasks, type_, data)
+        return True
+
+    def _prune(self) -> None:
+        """Forget tasks past their TTL (their records stay in the journal until compaction)."""
+        now = rec.now_ms()
+        for task_id in [k for k, t in self.tasks.items() if t.expired(now)]:
+            del self.tasks[task_id]
+
+    async def get(self, task_id: str) -> TaskState | None:
+        return self.tasks.get(task_id)
+
+    async def of_principal(self, principal: str | None) -> list[TaskState]:
+        now = rec.now_ms()
+        return [t for t in self.tasks.values() if t.principal == principal and not t.expired(now)]
+
+    async def request_cancel(self, task_id: str) -> bool:
+        return False  # one process owns the file: a task it does not run is not running
+
+    async def close(self) -> None:
+        self.path = None  # nothing is recorded after close (a late record stays in memory)
+        if self.log is not None:
+            await self.log.close()
+            self.log = None
+
+
+class DatabaseTaskStore:
+    """Task records in PostgreSQL, shared by replicas (``serve --database``)."""
+
+    shared = True
+
+    def __init__(self, task_log: Any, journal: Any) -> None:
+        self.task_log = task_log  # openfunctions.store.PgTaskLog
+        self.journal = journal  # openfunctions.store.PgExecutionJournal: liveness, receipts
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeping = asyncio.Lock()
+        #: Task ids this store's sweeps settled as orphans.
+        self.recovered: list[str] = []
+
+    async def record(self, type_: str, data: dict[str, Any]) -> bool:
+        task_id = data["task_id"]
+        if type_ == rec.CREATED:
+            # The instance whose death makes this task an orphan: this process's, as its journal registered it.
+            instance = await self.journal.ensure_registered()
+            await self.task_log.create(task_id, principal=data.get("principal"), instance=instance,
+                                       expires_at_ms=int(data["expires_at_ms"]), record=(type_, data))
+            return True
+        if type_ == rec.SETTLED:
+            return bool(await self.task_log.settle(task_id, (type_, data)))
+        return bool(await self.task_log.append(task_id, (type_, data)))
+
+    async def get(self, task_id: str) -> TaskState | None:
+        return fold(await self.task_log.records(task_id)).get(task_id)
+
+    async def of_principal(self, principal: str | None) -> list[TaskState]:
+        rows = await self.task_log.records_of(principal, rec.now_ms())
+        return list(fold([r for _, r in rows]).values())
+
+    async def request_cancel(self, task_id: str) -> bool:
+        await self.task_log.request_cancel(task_id)
+        return True
+
+    def listen_cancels(self, on_cancel: Callable[[str], object]) -> None:
+        """Cancel requests from every replica: ``on_cancel(task_id)`` (the manager's ``cancel_here``)."""
+        self.task_log.listen_cancels(on_cancel)
+
+    async def sweep(self) -> list[str]:
+        """Settle ``failed`` the tasks of processes that are gone; forget expired tasks. The ids settled."""
+        async with self._sweeping:
+            await self.journal.sweep()  # first the execution journal's: dead instances' calls settled, rows gone
+            await self.task_log.prune(rec.now_ms())
+            states = [s for s in [await self.get(i) for i in await self.task_log.orphans()]
+                      if s is not None and not s.terminal]
+            if not states:
+                return []
+            from openfunctions.core.journal import recovered_receipt
+
+            async def write_receipt(start: dict[str, Any]) -> dict[str, Any]:
+                receipt = recovered_receipt(start)
+                try:
+                    await self.journal.on_settled(receipt)
+                except Exception as exc:  # the call's receipt appeared meanwhile (another sweep): use it
+                    found = await self.journal.find_receipts({receipt.receipt_id})
+                    if receipt.receipt_id not in found:
+                        raise
+                    log.info("task_receipt_found_on_retry", receipt_id=receipt.receipt_id, error=str(exc)[:200])
+                    return dict(found[receipt.receipt_id].to_dict())
+                return dict(receipt.to_dict())
+
+            records = await recovery_records(states, {}, self.journal.find_receipts, write_receipt)
+            settled = [r[1]["task_id"] for r in records if await self.task_log.settle(r[1]["task_id"], r)]
+            self.recovered.extend(settled)
+            if settled:
+                log.warning("tasks_recovered_dead_replica", count=len(settled), journal=self.task_log.journal,
+                            hint="tasks of a server that died were settled failed (not re-run)")
+            return settled
+
+    def start_sweeping(self, interval: float) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    await self.sweep()
+                except Exception as exc:  # noqa: BLE001 - retried next time; the database may be away
+                    log.warning("task_sweep_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+
+        self._sweeper = asyncio.get_running_loop().create_task(loop(), name="task-sweep")
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except BaseException:  # noqa: BLE001 - cancelled: closing anyway
+                pass
+            self._sweeper = None
+        await self.task_log.close()
+
+
+__all__ = ["DatabaseTaskStore", "FileTaskStore", "TaskStore", "fold", "recovery_records"]

@@ -1,0 +1,222 @@
+"""MCP task records in PostgreSQL: the task journal that server replicas share.
+
+The records are the task journal's (``servers/_task_records.py`` builds them
+and its ``apply`` folds them; docs/formats/tasks.md): this module stores them
+as rows, in order, and knows only which record creates a task, which settles
+it, and the columns it indexes. Schema (component ``"tasks"`` in ``of_schema``;
+:data:`MIGRATIONS`, applied only by ``openfunctions-mcp db migrate``; it needs
+the ``journal`` component's ``of_journal_instances``)::
+
+    of_tasks(                            -- one row per task
+        task_id   text COLLATE "C" PRIMARY KEY,  -- "task_" + 32 hex (unguessable, from the server)
+        journal   text COLLATE "C",      -- the server profile it belongs to ("tools", "work", ...)
+        principal text,                  -- who created it (NULL: a server without principals)
+        instance  text,                  -- of_journal_instances.instance of the process running its call
+        expires_at_ms bigint,            -- Unix ms; past it the task is unknown and may be deleted
+        settled   boolean)               -- its task.settled record is in (only the first one counts)
+    of_task_records(                     -- the records, in one global order
+        seq     bigserial PRIMARY KEY,   -- a task's records fold in seq order
+        task_id text REFERENCES of_tasks ON DELETE CASCADE,
+        type    text,                    -- "task.created" | "task.status" | "task.settled"
+        data    text)                    -- canonical JSON: the record's data, as in a task journal line
+
+Promises:
+
+- **Every write is one committed statement** (autocommit): ``task.created``
+  inserts the task's row and its first record together; a status record is
+  inserted only while the task is not settled; ``task.settled`` flips
+  ``settled`` and inserts its record in one statement, and only the first
+  settle of a task does (a replica whose result arrives after another
+  replica's recovery settled the task gets ``False``: the recovery's record
+  stands, as the fold's "a terminal status is final" says).
+- **Liveness is the execution journal's**: a task carries the instance of
+  the process running its call (``of_journal_instances``, whose session
+  advisory lock dies with the process). The journal's sweep deletes a dead
+  instance's row after settling its calls ``unknown``; from then on that
+  instance's unsettled tasks are *orphans* (:meth:`PgTaskLog.orphans`),
+  which the tasks' own sweep settles ``failed``. Nothing here decides that
+  a process is dead, and nothing is re-run.
+- **Cancel across replicas** is a notification, not a record:
+  :meth:`PgTaskLog.request_cancel` sends ``NOTIFY of_task_cancel, '<task id>'``
+  and every replica listening (:meth:`PgTaskLog.listen_cancels`) cancels the
+  call if it runs it; the task then settles ``cancelled`` as a local cancel does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from openfunctions.core import canonical_json
+
+from ._errors import StoreUnavailable
+from ._pg import _psycopg, redact_dsn
+
+log = structlog.get_logger("openfunctions.store.tasks")
+
+COMPONENT = "tasks"
+CANCEL_CHANNEL = "of_task_cancel"
+
+MIGRATIONS: list[Sequence[str]] = [
+    (  # 1: tasks and their records
+        """CREATE TABLE of_tasks (
+            task_id text COLLATE "C" PRIMARY KEY,
+            journal text COLLATE "C" NOT NULL,
+            principal text,
+            instance text,
+            expires_at_ms bigint NOT NULL,
+            settled boolean NOT NULL DEFAULT false)""",
+        "CREATE INDEX of_tasks_open ON of_tasks (journal, instance) WHERE NOT settled",
+        "CREATE INDEX of_tasks_principal ON of_tasks (journal, principal, expires_at_ms)",
+        """CREATE TABLE of_task_records (
+            seq bigserial PRIMARY KEY,
+            task_id text COLLATE "C" NOT NULL REFERENCES of_tasks (task_id) ON DELETE CASCADE,
+            type text NOT NULL,
+            data text NOT NULL)""",
+        "CREATE INDEX of_task_records_task ON of_task_records (task_id, seq)",
+    ),
+]
+
+Record = tuple[str, dict[str, Any]]
+
+
+class PgTaskLog:
+    """The task records of one journal (a server profile) in PostgreSQL; open with :func:`open_pg_task_log`."""
+
+    def __init__(self, dsn: str, journal: str, pool: Any, owns_pool: bool) -> None:
+        self.journal = journal
+        self.pool = pool
+        self._dsn = dsn
+        self._owns_pool = owns_pool
+        self.where = redact_dsn(dsn)
+        self._listener: asyncio.Task[None] | None = None
+        psycopg, _ = _psycopg()
+        self._psycopg = psycopg
+
+    async def _run(self, sql: str, params: tuple[Any, ...], *, fetch: bool = False, write: bool = True) -> Any:
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(sql, params)
+                return await cur.fetchall() if fetch else cur.rowcount
+        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
+            try:
+                await asyncio.wait_for(self.pool.check(), 5)
+            except Exception:
+                pass
+            what = "the write may or may not have committed" if write else "nothing was read"
+            raise StoreUnavailable(f"tasks in PostgreSQL at {self.where}: {type(exc).__name__}: "
+                                   f"{str(exc).strip() or 'connection lost'}; {what}",
+                                   certainty="unknown" if write else "known") from None
+
+    # -- writing -----------------------------------------------------------------------
+    async def create(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int,
+                     record: Record) -> None:
+        """The task's row and its ``task.created`` record, in one statement."""
+        await self._run(
+            "WITH t AS (INSERT INTO of_tasks (task_id, journal, principal, instance, expires_at_ms) "
+            "VALUES (%s, %s, %s, %s, %s) RETURNING task_id) "
+            "INSERT INTO of_task_records (task_id, type, data) SELECT task_id, %s, %s FROM t",
+            (task_id, self.journal, principal, instance, int(expires_at_ms), record[0], canonical_json(record[1])))
+
+    async def append(self, task_id: str, record: Record) -> bool:
+        """A record of a task that is not settled yet; ``False`` if it is (or does not exist): nothing written."""
+        n = await self._run(
+            "INSERT INTO of_task_records (task_id, type, data) SELECT task_id, %s, %s FROM of_tasks "
+            "WHERE task_id = %s AND journal = %s AND NOT settled",
+            (record[0], canonical_json(record[1]), task_id, self.journal))
+        return bool(n)
+
+    async def settle(self, task_id: str, record: Record) -> bool:
+        """The task's one ``task.settled`` record; ``False`` if another one got there first (nothing written)."""
+        n = await self._run(
+            "WITH u AS (UPDATE of_tasks SET settled = true WHERE task_id = %s AND journal = %s AND NOT settled "
+            "RETURNING task_id) INSERT INTO of_task_records (task_id, type, data) SELECT task_id, %s, %s FROM u",
+            (task_id, self.journal, record[0], canonical_json(record[1])))
+        return bool(n)
+
+    async def prune(self, now_ms: int) -> int:
+        """Delete the tasks (and their records) past their expiry; how many."""
+        n = await self._run("DELETE FROM of_tasks WHERE journal = %s AND expires_at_ms <= %s",
+                            (self.journal, int(now_ms)))
+        return int(n or 0)
+
+    # -- reading -----------------------------------------------------------------------
+    async def records(self, task_id: str) -> list[Record]:
+        """The task's records in order (``[]``: no such task in this journal)."""
+        rows = await self._run(
+            "SELECT r.type, r.data FROM of_task_records r JOIN of_tasks t USING (task_id) "
+            "WHERE r.task_id = %s AND t.journal = %s ORDER BY r.seq", (task_id, self.journal), fetch=True, write=False)
+        return [(t, json.loads(d)) for t, d in rows]
+
+    async def records_of(self, principal: str | None, now_ms: int) -> list[tuple[str, Record]]:
+        """``(task id, record)`` of every unexpired task of ``principal``, in record order."""
+        rows = await self._run(
+            "SELECT r.task_id, r.type, r.data FROM of_task_records r JOIN of_tasks t USING (task_id) "
+            "WHERE t.journal = %s AND t.principal IS NOT DISTINCT FROM %s AND t.expires_at_ms > %s ORDER BY r.seq",
+            (self.journal, principal, int(now_ms)), fetch=True, write=False)
+        return [(i, (t, json.loads(d))) for i, t, d in rows]
+
+    async def orphans(self) -> list[str]:
+        """Unsettled tasks whose process is gone (its instance recovered or closed): they need settling."""
+        rows = await self._run(
+            "SELECT t.task_id FROM of_tasks t WHERE t.journal = %s AND NOT t.settled AND NOT EXISTS "
+            "(SELECT 1 FROM of_journal_instances i WHERE i.instance = t.instance) ORDER BY t.task_id",
+            (self.journal,), fetch=True, write=False)
+        return [r[0] for r in rows]
+
+    # -- cancel across replicas ------------------------------------------------------
+    async def request_cancel(self, task_id: str) -> None:
+        """Ask every replica listening to cancel ``task_id``'s call (the one running it does)."""
+        await self._run("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, task_id))
+
+    def listen_cancels(self, on_cancel: Callable[[str], object], *, retry_s: float = 1.0) -> None:
+        """Call ``on_cancel(task_id)`` for every cancel request; reconnects after a lost connection."""
+        async def loop() -> None:
+            while True:
+                try:
+                    async with await self._psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
+                        await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+                        async for note in conn.notifies():
+                            on_cancel(note.payload)
+                except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
+                    log.warning("task_cancel_listener_lost", error=str(exc)[:200], retry_s=retry_s)
+                await asyncio.sleep(retry_s)
+
+        self._listener = asyncio.get_running_loop().create_task(loop(), name=f"task-cancels-{self.journal}")
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            try:
+                await self._listener
+            except BaseException:  # noqa: BLE001 - cancelled: closing anyway
+                pass
+            self._listener = None
+        if self._owns_pool:
+            await self.pool.close()
+
+
+async def open_pg_task_log(dsn: str, journal: str, *, pool: Any = None, max_connections: int = 4,
+                           timeout: float = 10.0) -> PgTaskLog:
+    """Task records of ``journal`` (a server profile) at ``dsn``; refuses a ``tasks`` schema not this code's."""
+    from ._migrations import check_schema
+    from ._pg import open_pool
+
+    owns = pool is None
+    if pool is None:
+        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
+    log_ = PgTaskLog(dsn, journal, pool, owns)
+    try:
+        async with pool.connection() as conn:
+            await check_schema(conn, COMPONENT, where=log_.where)
+    except BaseException:
+        await log_.close()
+        raise
+    return log_
+
+
+__all__ = ["CANCEL_CHANNEL", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]

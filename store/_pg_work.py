@@ -1,0 +1,598 @@
+"""The work controller's durable state in PostgreSQL: lease, attempt records, grants, shared by server replicas.
+
+It implements the three interfaces of ``openfunctions.work`` (``LeaseBackend``,
+``AttemptLog``, ``GrantBackend``; see ``work/_backend.py``) over rows, and
+:func:`open_pg_work` bundles them as a ``WorkBackend`` with ``shared = True``:
+each controller takes the lease for one lifecycle call and gives it back, so
+an attempt started through one replica continues through another. The work
+package never imports this module: ``serve --database`` injects it
+(``servers/_work_database.py``).
+
+Schema (component ``"work"`` in ``of_schema``; migrations in
+``store/_pg_work_schema.py``, applied only by ``openfunctions-mcp db migrate``)::
+
+    of_work_leases(                 -- one row per work space (default "work"); the lease AND the log's head
+        space      text PRIMARY KEY,
+        owner      text,            -- the holder's owner id ("own_" + 26 base32), null before the first lease
+        generation bigint,          -- +1 on every acquisition (takeover, or the next call); never reused
+        expires_at double precision,-- POSIX seconds after which the lease is free; 0 after a release
+        ttl        double precision,-- seconds each renewal adds
+        acquired_at, renewed_at text,   -- RFC 3339 UTC (diagnostics)
+        host text, pid integer,     -- the holder (diagnostics only; never used for liveness)
+        last_seq   bigint)          -- the seq of the space's newest attempt record (0: none)
+    of_work_records(                -- the attempt journal: one row per record, PRIMARY KEY (space, seq)
+        space text, seq bigint,     -- 1, 2, 3, ... no gap: assigned as last_seq + 1 under the lease row's lock
+        generation bigint,          -- the lease generation that wrote it (= data.lease_generation)
+        type text, time text,       -- the record type (work/_records.py's table) and RFC 3339 UTC time
+        data text)                  -- canonical JSON of the record's data (docs/formats/work-attempts.md)
+    of_work_grants(                 -- one row per grant, PRIMARY KEY (space, grant_id)
+        space text, grant_id text,
+        ord bigint IDENTITY,        -- issue order
+        principal text,
+        record text,                -- canonical JSON of Grant.to_record() (docs/formats/work-grants.md)
+        revoked_at text, revoked_by text)   -- null until the first revocation (later ones change nothing)
+    of_work_resolutions(            -- the operator's inbox (``work resolve --database``), migration 2
+        space text, seq bigint IDENTITY,    -- one order for every replica: a seq a controller copied is
+        type text, data text)       -- skipped by the others; type "resolve", data as work/_resolutions.py
+
+Promises:
+
+- **A lease is a row.** ``acquire`` locks the row (``SELECT ... FOR UPDATE``);
+  a live lease of another owner is refused (``LeaseHeld``), a free, released
+  or expired one is taken with ``generation + 1``. Expiry compares against
+  the database's clock (``clock_timestamp()``), one clock for every machine;
+  a test may pass its own clock.
+- **Every attempt write is fenced by the generation in the same
+  transaction**: the append is one statement (one transaction): an UPDATE
+  of the lease row that moves ``last_seq`` only where owner, generation and
+  expiry still match (it takes the row lock; a takeover committed meanwhile
+  is seen, READ COMMITTED re-checks the newest row version), and the INSERT
+  of the record with that ``seq`` only if the UPDATE matched. A stale or expired holder's write is refused
+  with ``LeaseLost`` and nothing is written; since a takeover needs the same
+  row lock, a write either committed before the takeover (the new holder
+  reads it) or is refused.
+- **A lost connection mid-append** raises ``BackendUnavailable`` (code
+  ``work_backend_unavailable``, ``certainty: unknown``): the commit may or may
+  not have happened; the next reader folds whatever is in the table.
+- **Grants are rows**; a check reads them at every call (a revocation on
+  any machine counts at the next check), and the completion fence's
+  ``load_sync`` reads them on its own synchronous connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import json
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import structlog
+
+from openfunctions.core import canonical_json, new_id, utc_timestamp
+from openfunctions.core.journal import Record
+
+from ._migrations import check_schema
+from ._pg import _psycopg, redact_dsn
+from ._pg_work_schema import COMPONENT, MIGRATIONS
+
+log = structlog.get_logger("openfunctions.store.work")
+
+DEFAULT_SPACE = "work"
+
+
+def _work() -> Any:
+    import openfunctions.work as work
+
+    return work
+
+
+class _Pg:
+    """What the three share: the pool, the space, the clock, and one way to run a transaction."""
+
+    def __init__(self, dsn: str, pool: Any, space: str, clock: Callable[[], float] | None, *, max_connections: int = 4,
+                 timeout: float = 10.0) -> None:
+        self.dsn = dsn
+        self.pool = pool
+        self.owns_pool = pool is None
+        self.space = space
+        self.clock = clock
+        self.where = f"{redact_dsn(dsn)} (work space {space!r})"
+        self.psycopg, _ = _psycopg()
+        self._limits = (max_connections, timeout)
+        self._checked = False
+        self._lock = asyncio.Lock()
+        self._sync: Any = None
+
+    async def ready(self) -> None:
+        """Open the pool and check the schema once (``SchemaOutOfDate`` / ``SchemaTooNew``: nothing is used)."""
+        if self._checked:
+            return
+        async with self._lock:
+            if self._checked:
+                return
+            from ._pg import open_pool
+
+            if self.pool is None:
+                self.pool = await open_pool(self.dsn, max_size=self._limits[0], timeout=self._limits[1])
+            async with self.pool.connection() as conn:
+                await check_work_schema(conn, where=self.where)
+            self._checked = True
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        await self.ready()
+        async with self.pool.connection() as conn:
+            yield conn
+
+    async def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+        if self.owns_pool and self.pool is not None:
+            pool, self.pool = self.pool, None
+            self._checked = False
+            await pool.close()
+
+    def query_sync(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Rows of one query on this process's synchronous connection (reconnects once; for callers that may not await)."""
+        for attempt in (1, 2):
+            try:
+                if self._sync is None or self._sync.closed:
+                    self._sync = self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+                return list(self._sync.execute(sql, params).fetchall())
+            except self.psycopg.OperationalError as exc:
+                if self._sync is not None:
+                    self._sync.close()
+                self._sync = None
+                if attempt == 2:
+                    raise self.unavailable("cannot read the work space", exc) from None
+        return []
+
+    def now_param(self) -> float | None:
+        return None if self.clock is None else float(self.clock())
+
+    def unavailable(self, what: str, exc: BaseException, *, certainty: str = "known") -> Exception:
+        err = _work().BackendUnavailable(
+            f"{what}: PostgreSQL at {self.where} is unavailable ({type(exc).__name__}: {str(exc)[:200]})"
+            + ("; the write may or may not have committed" if certainty == "unknown" else ""),
+            details={"certainty": certainty, "space": self.space},
+        )
+        return err  # type: ignore[no-any-return]
+
+    async def lost(self) -> None:
+        try:
+            await self.pool.check()
+        except Exception:  # the pool reconnects on the next loan anyway
+            pass
+
+
+
+
+class PgLeaseStore:
+    """The lease of one work space as a row (``LeaseBackend``)."""
+
+    def __init__(self, pg: _Pg, *, ttl: float, owner: str | None) -> None:
+        if ttl <= 0:
+            raise ValueError("lease ttl must be positive")
+        self.pg = pg
+        self.ttl = float(ttl)
+        self.owner = owner or new_id("own")
+
+    async def acquire(self) -> Any:
+        """One statement: insert the row (generation 1), or take it over (generation + 1) only where it is free,
+        released, expired or already ours; nothing returned -> a live holder (``LeaseHeld``, named from the row)."""
+        work = _work()
+        stamp = utc_timestamp()
+        try:
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(_ACQUIRE, (
+                    self.pg.space, self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(),
+                    self.pg.now_param()))
+                row = await cur.fetchone()
+                if row is None:
+                    cur = await conn.execute(
+                        "SELECT owner, generation, expires_at, pid, host, "
+                        "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) FROM of_work_leases WHERE space = %s",
+                        (self.pg.now_param(), self.pg.space))
+                    held = await cur.fetchone()
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot take the work lease", exc) from None
+        if row is None:
+            owner, generation, expires_at, pid, host, now = held or (None, 0, 0.0, None, None, 0.0)
+            raise work.LeaseHeld(
+                f"the work space {self.pg.space!r} is leased by owner {owner} ({host} pid {pid}, generation "
+                f"{generation}) for {expires_at - now:.1f}s more; another controller is acting",
+                details={"owner": owner, "generation": generation, "expires_at": expires_at, "pid": pid, "host": host},
+            )
+        return work.Lease(self.owner, int(row[0]), float(row[1]), self.ttl)
+
+    def _fence(self, lease: Any, owner: Any, generation: Any, expires_at: float, now: float) -> None:
+        """Refuse a stale or expired generation (the same words as the file lease's)."""
+        work = _work()
+        if owner != lease.owner or generation != lease.generation:
+            raise work.LeaseLost(
+                f"lease generation {lease.generation} is stale: owner {owner} holds generation {generation} now "
+                "(taken over); this controller may record no effect",
+                details={"generation": lease.generation, "current_generation": generation, "current_owner": owner},
+            )
+        if expires_at <= now:
+            raise work.LeaseLost(
+                f"lease generation {lease.generation} expired {now - expires_at:.1f}s ago; this controller may record no effect",
+                details={"generation": lease.generation, "expired_at": expires_at},
+            )
+
+    async def renew(self, lease: Any) -> Any:
+        work = _work()
+        try:
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(
+                    "UPDATE of_work_leases SET expires_at = COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) "
+                    "+ ttl, renewed_at = %s WHERE space = %s AND owner = %s AND generation = %s AND expires_at > "
+                    "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) RETURNING expires_at",
+                    (self.pg.now_param(), utc_timestamp(), self.pg.space, lease.owner, lease.generation, self.pg.now_param()))
+                row = await cur.fetchone()
+                if row is None:
+                    cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+                    found = await cur.fetchone()
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot renew the work lease", exc) from None
+        if row is None:  # never silently re-taken: stale or expired
+            owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
+            self._fence(lease, owner, generation, expires_at, now)
+            raise work.LeaseLost(f"lease generation {lease.generation} could not be renewed", details={"generation": lease.generation})
+        return work.Lease(lease.owner, lease.generation, float(row[0]), lease.ttl)
+
+    async def release(self, lease: Any) -> None:
+        try:
+            async with self.pg.connection() as conn:
+                await conn.execute(
+                    "UPDATE of_work_leases SET expires_at = 0, renewed_at = %s WHERE space = %s AND owner = %s AND generation = %s",
+                    (utc_timestamp(), self.pg.space, lease.owner, lease.generation),
+                )
+        except self.pg.psycopg.Error as exc:  # it expires by itself
+            await self.pg.lost()
+            log.warning("work_lease_release_failed", error=str(exc)[:200])
+
+    async def check(self, lease: Any) -> dict[str, Any]:
+        """Whether ``lease`` is current now (a read, no lock: the fence that counts is the append's)."""
+        try:
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+                row = await cur.fetchone()
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot read the work lease", exc) from None
+        owner, generation, expires_at, now = row if row is not None else (None, None, 0.0, 0.0)
+        self._fence(lease, owner, generation, expires_at, now)
+        return {"owner": owner, "generation": generation, "expires_at": expires_at}
+
+    def abandon(self) -> None:
+        return None  # nothing held between calls: the row is the whole lease
+
+    async def read(self) -> dict[str, Any] | None:
+        """The lease row (diagnostics and tests), or None before the first lease."""
+        async with self.pg.connection() as conn:
+            cur = await conn.execute("SELECT owner, generation, expires_at, ttl, host, pid, last_seq FROM of_work_leases "
+                                     "WHERE space = %s", (self.pg.space,))
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        return dict(zip(("owner", "generation", "expires_at", "ttl", "host", "pid", "last_seq"), row, strict=True))
+
+
+class PgAttemptLog:
+    """The attempt journal as rows, every append fenced by the lease row (``AttemptLog``)."""
+
+    def __init__(self, pg: _Pg, leases: PgLeaseStore) -> None:
+        self.pg = pg
+        self.leases = leases
+        self.where = pg.where
+
+    async def open(self, lease: Any) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def read(self, after: int = 0) -> list[Any]:
+        try:
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT seq, type, time, data FROM of_work_records WHERE space = %s AND seq > %s ORDER BY seq",
+                    (self.pg.space, int(after)))
+                rows = await cur.fetchall()
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot read the attempt records", exc) from None
+        out = []
+        expect = int(after) + 1
+        for seq, type_, time, data in rows:
+            if seq != expect:  # the fence makes the seqs contiguous: a gap is damage, never guessed over
+                raise _work().WorkError(f"attempt records of {self.pg.where}: expected seq {expect}, found {seq}; "
+                                        "refusing to fold a journal with a gap", details={"seq": seq})
+            out.append(Record(seq, type_, time, json.loads(data)))
+            expect += 1
+        return out
+
+    async def append(self, lease: Any, type_: str, data: dict[str, Any]) -> Any:
+        """One statement, so one transaction: the UPDATE locks the lease row and moves ``last_seq`` only if
+        ``lease`` is the current, unexpired generation (re-checked on the newest row version if a takeover
+        committed meanwhile); the INSERT writes the record only if the UPDATE did."""
+        time = utc_timestamp()
+        text = canonical_json(data)
+        try:
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(_FENCED_APPEND, (
+                    self.pg.space, lease.owner, lease.generation, self.pg.now_param(),
+                    self.pg.space, lease.generation, type_, time, text))
+                row = await cur.fetchone()
+                if row is None:  # fenced: say why (stale or expired), from the row as it is now
+                    cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+                    found = await cur.fetchone()
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable(f"cannot append the attempt record {type_!r}", exc, certainty="unknown") from None
+        if row is None:
+            owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
+            self.leases._fence(lease, owner, generation, expires_at, now)
+            raise _work().LeaseLost(f"lease generation {lease.generation} may record no effect (the lease row refused it)",
+                                    details={"generation": lease.generation})
+        return Record(int(row[0]), type_, time, json.loads(text))
+
+
+_ACQUIRE = (
+    "INSERT INTO of_work_leases AS l (space, owner, generation, expires_at, ttl, acquired_at, renewed_at, host, pid) "
+    "SELECT %s, %s, 1, n.now + %s, %s, %s, %s, %s, %s "
+    "FROM (SELECT COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) AS now) n "
+    "ON CONFLICT (space) DO UPDATE SET owner = EXCLUDED.owner, generation = l.generation + 1, "
+    "expires_at = EXCLUDED.expires_at, ttl = EXCLUDED.ttl, acquired_at = EXCLUDED.acquired_at, "
+    "renewed_at = EXCLUDED.renewed_at, host = EXCLUDED.host, pid = EXCLUDED.pid "
+    "WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= EXCLUDED.expires_at - EXCLUDED.ttl "
+    "RETURNING generation, expires_at"
+)
+_FENCED_APPEND = (
+    "WITH ok AS (UPDATE of_work_leases SET last_seq = last_seq + 1 WHERE space = %s AND owner = %s AND generation = %s "
+    "AND expires_at > COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) RETURNING last_seq) "
+    "INSERT INTO of_work_records (space, seq, generation, type, time, data) "
+    "SELECT %s, last_seq, %s, %s, %s, %s FROM ok RETURNING seq"
+)
+_READ_ROW = (
+    "SELECT owner, generation, expires_at, COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) "
+    "FROM of_work_leases WHERE space = %s"
+)
+
+
+class PgGrantStore:
+    """Grants as rows (``GrantBackend``): issued by an operator, read at every check."""
+
+    def __init__(self, pg: _Pg) -> None:
+        self.pg = pg
+        self.where = pg.where
+
+    def _grant(self, grant_id: str, record: str, revoked_at: str | None, revoked_by: str | None) -> Any:
+        work = _work()
+        try:
+            g = work.Grant.model_validate(json.loads(record))
+            return g.revoked_copy(revoked_at, revoked_by) if revoked_at else g
+        except (ValueError, TypeError) as exc:
+            raise work.GrantStoreCorrupt(
+                f"grant {grant_id!r} in {self.where} is not a valid grant record: {str(exc)[:300]}; refusing every grant "
+                "until the operator repairs it", details={"grant_id": grant_id}) from None
+
+    _SELECT = "SELECT grant_id, record, revoked_at, revoked_by FROM of_work_grants WHERE space = %s"
+
+    async def _rows(self, where: str = "", args: Sequence[Any] = ()) -> list[Any]:
+        try:
+            async with self.pg.connection() as conn:
+                cur = await conn.execute(self._SELECT + where + " ORDER BY ord", (self.pg.space, *args))
+                rows = await cur.fetchall()
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot read the grants", exc) from None
+        return [self._grant(*r) for r in rows]
+
+    async def list(self) -> list[Any]:
+        return await self._rows()
+
+    async def get(self, grant_id: str) -> Any:
+        found = await self._rows(" AND grant_id = %s", (grant_id,))
+        if not found:
+            raise _work().GrantNotFound(f"no grant {grant_id!r} in {self.where}", details={"grant_id": grant_id})
+        return found[0]
+
+    async def for_principal(self, principal: str) -> list[Any]:
+        return await self._rows(" AND principal = %s", (principal,))
+
+    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> list[Any]:
+        t = now or _dt.datetime.now(_dt.UTC)
+        return [g for g in await self.for_principal(principal) if g.active(t)]
+
+    def load_sync(self) -> dict[str, Any]:
+        """Every grant by id, read now on a synchronous connection (the completion fence awaits nothing)."""
+        return {r[0]: self._grant(*r) for r in self.pg.query_sync(self._SELECT + " ORDER BY ord", (self.pg.space,))}
+
+    async def issue(self, *, principal: str, steps: Sequence[str], paths: Sequence[str] = (), ttl: _dt.timedelta | None = None,
+                    expires_at: _dt.datetime | None = None, issuer: str | None = None, catalog_digest: str | None = None,
+                    now: _dt.datetime | None = None) -> Any:
+        g = _work().Grant.new(principal=principal, steps=steps, paths=paths, ttl=ttl, expires_at=expires_at, issuer=issuer,
+                              catalog_digest=catalog_digest, now=now)
+        try:
+            async with self.pg.connection() as conn:
+                await conn.execute("INSERT INTO of_work_grants (space, grant_id, principal, record) VALUES (%s, %s, %s, %s)",
+                                   (self.pg.space, g.grant_id, g.principal, canonical_json(g.to_record())))
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot issue the grant", exc, certainty="unknown") from None
+        return g
+
+    async def revoke(self, grant_id: str, *, by: str | None = None, now: _dt.datetime | None = None) -> Any:
+        g = await self.get(grant_id)
+        if g.revoked_at is not None:
+            return g
+        revoked = g.revoked_copy(now or _dt.datetime.now(_dt.UTC), by or _default_issuer())
+        try:
+            async with self.pg.connection() as conn:
+                await conn.execute(  # the first revocation wins
+                    "UPDATE of_work_grants SET revoked_at = %s, revoked_by = %s WHERE space = %s AND grant_id = %s "
+                    "AND revoked_at IS NULL", (revoked.describe()["revoked_at"], revoked.revoked_by, self.pg.space, grant_id))
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot revoke the grant", exc, certainty="unknown") from None
+        return await self.get(grant_id)
+
+
+
+class PgResolutionInbox:
+    """The operator's inbox as rows (``ResolutionBackend``): one seq order for every replica."""
+
+    def __init__(self, pg: _Pg) -> None:
+        self.pg = pg
+        self.where = pg.where
+
+    def unchanged(self) -> bool:
+        return False  # no cheap change signal: the controller reads the inbox (one indexed query) per lifecycle call
+
+    def read(self) -> list[tuple[int, dict[str, Any]]]:
+        valid = _work().valid_resolve
+        rows = self.pg.query_sync("SELECT seq, type, data FROM of_work_resolutions WHERE space = %s ORDER BY seq",
+                                  (self.pg.space,))
+        out = []
+        for seq, type_, text in rows:
+            try:
+                data = json.loads(text)
+            except ValueError:
+                continue  # never written by this code; skipped like an invalid file record
+            if valid(type_, data):
+                out.append((int(seq), data))
+        return out
+
+    async def resolve(self, operation_id: str, *, as_: str, reason: str, by: str) -> dict[str, Any]:
+        work = _work()
+        data = work.resolve_record(operation_id, as_=as_, reason=reason, by=by)
+        try:
+            async with self.pg.connection() as conn:
+                cur = await conn.execute("INSERT INTO of_work_resolutions (space, type, data) VALUES (%s, %s, %s) RETURNING seq",
+                                         (self.pg.space, "resolve", canonical_json(data)))
+                row = await cur.fetchone()
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot record the resolution", exc, certainty="unknown") from None
+        assert row is not None
+        return {**data, "seq": int(row[0])}
+
+
+def _default_issuer() -> str:
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except Exception:
+        return f"uid:{os.getuid()}"
+
+
+async def check_work_schema(conn: Any, *, where: str = "the database") -> int:
+    """Refuse a ``work`` schema other than this code's (older: run ``db migrate``; newer: upgrade)."""
+    return await check_schema(conn, COMPONENT, where=where)
+
+
+async def migrate_work(dsn: str) -> tuple[int, int]:
+    """Apply the ``work`` component's migrations; ``(version before, version after)`` (``db migrate`` does all components)."""
+    from ._pg import apply_migrations
+
+    psycopg, _ = _psycopg()
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        found = await apply_migrations(conn, COMPONENT, MIGRATIONS)
+    return found, max(found, len(MIGRATIONS))
+
+
+def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, owner: str | None = None,
+                    clock: Callable[[], float] | None = None, pool: Any = None, max_connections: int = 4,
+                    timeout: float = 10.0) -> Any:
+    """The ``WorkBackend`` of work space ``space`` in the database at ``dsn``, connected on first use.
+
+    Built synchronously (a server builds its profile before its loop runs);
+    ``await backend.aopen()`` (the controller does, the server does at start)
+    opens the pool and checks the schema: older or newer than this code ->
+    ``SchemaOutOfDate`` / ``SchemaTooNew`` (never migrated here). ``clock``:
+    POSIX seconds for lease expiry (default: the database's clock, one for
+    every replica). Close it with ``await backend.aclose()``.
+    """
+    pg = _Pg(dsn, pool, space, clock, max_connections=max_connections, timeout=timeout)
+    leases = PgLeaseStore(pg, ttl=ttl, owner=owner)
+    grants = PgGrantStore(pg)
+
+    return _work().WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True,
+                               close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg))
+
+
+async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, **options: Any) -> Any:
+    """:func:`pg_work_backend`, opened (schema checked): refuses an older or newer schema at once."""
+    backend = pg_work_backend(dsn, space, **options)
+    try:
+        await backend.aopen()
+    except BaseException:
+        await backend.aclose()
+        raise
+    return backend
+
+
+def verify_pg_work(dsn: str, space: str = DEFAULT_SPACE) -> list[str]:
+    """Problems in a work space's records (empty: fine): seq contiguous from 1 up to the lease row's last_seq,
+    generations never going back and never past the lease's, every record's ``lease_generation`` its row's."""
+    psycopg, _ = _psycopg()
+    problems: list[str] = []
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        head = conn.execute("SELECT generation, last_seq FROM of_work_leases WHERE space = %s", (space,)).fetchone()
+        if head is None:
+            return [f"work space {space!r}: no lease row"]
+        expect, last_gen = 1, 0
+        for seq, gen, data in conn.execute(
+                "SELECT seq, generation, data FROM of_work_records WHERE space = %s ORDER BY seq", (space,)):
+            if seq != expect:
+                problems.append(f"seq {seq}: expected seq {expect}")
+            if gen < last_gen:
+                problems.append(f"seq {seq}: generation {gen} after generation {last_gen} (a stale write)")
+            if gen > head[0]:
+                problems.append(f"seq {seq}: generation {gen} is newer than the lease's {head[0]}")
+            try:
+                if json.loads(data).get("lease_generation") != gen:
+                    problems.append(f"seq {seq}: data.lease_generation is not the row's generation {gen}")
+            except ValueError:
+                problems.append(f"seq {seq}: data is not JSON")
+            expect, last_gen = seq + 1, max(last_gen, gen)
+        if expect - 1 != head[1]:
+            problems.append(f"the lease row's last_seq is {head[1]} but the last record is seq {expect - 1}")
+    return problems
+
+
+def report_work_spaces(dsn: str) -> int:
+    """``db verify``'s part: print each work space's audit; how many have problems."""
+    bad = 0
+    for space in list_pg_work_spaces(dsn):
+        problems = verify_pg_work(dsn, space)
+        if problems:
+            bad += 1
+            print(f"work space {space}: {len(problems)} problem(s):")
+            for p in problems:
+                print(f"  {p}")
+        else:
+            print(f"work space {space}: ok: seq contiguous, every record fenced by a generation that never went back")
+    return bad
+
+
+def list_pg_work_spaces(dsn: str) -> list[str]:
+    psycopg, _ = _psycopg()
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        if not conn.execute("SELECT to_regclass('of_work_leases') IS NOT NULL").fetchone()[0]:
+            return []
+        return [r[0] for r in conn.execute("SELECT space FROM of_work_leases ORDER BY space")]
+
+
+__all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox", "check_work_schema", "list_pg_work_spaces",
+           "migrate_work", "open_pg_work", "report_work_spaces", "verify_pg_work"]

@@ -1,0 +1,154 @@
+"""MCP tasks shared by server replicas on one PostgreSQL (``serve --transport http --stateless --database``).
+
+Two real replica subprocesses on one database, each with its own data dir:
+a task created through replica A is answered through replica B (``tasks/get``,
+its result, ``tasks/cancel``), and a task whose replica is SIGKILLed mid-call
+is settled ``failed``/``unknown`` by the survivor's sweep, with the execution
+journal's recovered receipt, and never re-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests._pg import pg_dsn  # noqa: F401  (a fixture)
+from tests.store._journal_backends import private_database
+
+from .conftest import free_port, serve_argv, server_env, wait_for_file, wait_for_port
+from .test_tasks import Http, _create
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def db(pg_dsn):  # noqa: F811
+    from openfunctions.store import migrate_database
+
+    with private_database(pg_dsn) as dsn:
+        asyncio.run(migrate_database(dsn))
+        yield dsn
+
+
+class Replica:
+    def __init__(self, dsn: str, data_dir: Path) -> None:
+        port = free_port()
+        argv = serve_argv("--transport", "http", "--stateless", "--port", str(port), "--module",
+                          "task_fixture_tools:registry", "--data-dir", str(data_dir), "--database", dsn,
+                          "--log-level", "warning")
+        env = server_env()
+        env.pop("OPENFUNCTIONS_DATABASE_URL", None)
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for_port(port, self.proc)
+        self.client = Http(f"http://127.0.0.1:{port}/mcp")
+
+    def kill9(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+@pytest.fixture
+def replicas(db, tmp_path):
+    started: list[Replica] = []
+
+    def start(name: str) -> Replica:
+        r = Replica(db, tmp_path / name)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        r.stop()
+
+
+def _journal_receipt(dsn: str, receipt_id: str) -> list[dict]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT data FROM of_journal_records WHERE type = 'receipt' AND receipt_id = %s",
+                            (receipt_id,)).fetchall()
+    return [json.loads(r[0]) for r in rows]
+
+
+def test_a_task_created_on_one_replica_is_read_and_finished_through_another(replicas, tmp_path: Path) -> None:
+    a, b = replicas("a"), replicas("b")
+    markers = tmp_path / "m"
+    created = _create(a.client, "task_slow", {"dir": str(markers)})
+    task_id = created["taskId"]
+    wait_for_file(markers / "started")
+    assert json.loads((markers / "started").read_text())["task_id"] == task_id
+
+    on_b = b.client.result("tasks/get", {"taskId": task_id})
+    assert on_b["status"] == "working" and on_b["taskId"] == task_id
+    assert on_b["createdAt"] == created["createdAt"]
+
+    (markers / "release").write_text("go")
+    done = b.client.until(task_id, {"completed", "failed", "cancelled"})
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"] == {"released": True}
+    receipt = done["result"]["_meta"]["dev.openfunctions/receipt"]
+    assert receipt["outcome"] == "succeeded"
+    # Both replicas answer the same, from the same rows.
+    assert a.client.result("tasks/get", {"taskId": task_id}) == done
+    # An unknown id is the one unknown-id error on either replica.
+    unknown = b.client.rpc("tasks/get", {"taskId": "task_" + "0" * 32})
+    assert unknown["error"]["code"] == -32602 and "unknown task id" in unknown["error"]["message"]
+
+
+def test_tasks_cancel_through_another_replica_reaches_the_handler(replicas, tmp_path: Path) -> None:
+    a, b = replicas("a"), replicas("b")
+    markers = tmp_path / "m"
+    task_id = _create(a.client, "task_slow", {"dir": str(markers)})["taskId"]
+    wait_for_file(markers / "started")
+    assert b.client.result("tasks/cancel", {"taskId": task_id})["resultType"] == "complete"
+    wait_for_file(markers / "cancelled")  # replica A's handler saw the cancel B relayed (NOTIFY)
+    got = b.client.until(task_id, {"cancelled", "completed", "failed"})
+    assert got["status"] == "cancelled", got
+    assert got["_meta"]["dev.openfunctions/task"]["receiptId"]
+
+
+def test_a_replica_killed_mid_task_leaves_it_failed_unknown_on_the_survivor_never_rerun(
+        replicas, db, tmp_path: Path) -> None:
+    a, b = replicas("a"), replicas("b")
+    markers = tmp_path / "m"
+    task_id = _create(a.client, "task_slow", {"dir": str(markers)})["taskId"]
+    wait_for_file(markers / "started")
+    started = json.loads((markers / "started").read_text())
+    assert b.client.result("tasks/get", {"taskId": task_id})["status"] == "working"
+
+    a.kill9()
+    (markers / "started").unlink()
+    t0 = time.monotonic()
+    got = b.client.until(task_id, {"failed", "completed", "cancelled"}, timeout=60)
+    settled_after = time.monotonic() - t0
+    assert got["status"] == "failed", got
+    error = got["error"]
+    assert "not re-run" in error["message"] and error["data"]["certainty"] == "unknown"
+    receipt = error["data"]["receipt"]
+    assert receipt["receipt_id"] == started["receipt_id"]
+    assert receipt["recovered"] is True and receipt["outcome"] == "unknown"
+    # The receipt is the execution journal's own (one, written by recovery), not made up for the reply.
+    assert _journal_receipt(db, started["receipt_id"]) == [receipt]
+    assert not (markers / "started").exists()  # never re-run
+    # A replica started afterwards answers the same from the rows.
+    c = replicas("c")
+    assert c.client.result("tasks/get", {"taskId": task_id}) == got
+    print(f"\nkilled replica's task settled failed/unknown by the survivor {settled_after:.1f} s after the SIGKILL")

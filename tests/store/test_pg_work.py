@@ -1,0 +1,120 @@
+"""PostgreSQL-only work backend behaviour: schema versions, a cut connection mid-append, verify."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+from openfunctions.store import SchemaOutOfDate, SchemaTooNew, migrate_work, open_pg_work, verify_pg_work
+from openfunctions.store._pg_work_schema import MIGRATIONS
+from openfunctions.work import BackendUnavailable
+from openfunctions.work import records as R
+from tests._pg import unique_name
+
+from ._journal_backends import private_database
+
+
+@pytest.fixture
+def fresh_db(pg_dsn):
+    with private_database(pg_dsn) as dsn:
+        yield dsn
+
+
+@pytest.mark.anyio
+async def test_serving_refuses_an_older_or_newer_work_schema_and_names_the_command(fresh_db) -> None:
+    with pytest.raises(SchemaOutOfDate) as err:
+        await open_pg_work(fresh_db)
+    assert "the work schema in" in str(err.value)  # names the component
+    assert f"version 0; this code needs version {len(MIGRATIONS)}" in str(err.value)
+    assert "openfunctions-mcp db migrate" in str(err.value)
+    assert await migrate_work(fresh_db) == (0, len(MIGRATIONS))
+    assert await migrate_work(fresh_db) == (len(MIGRATIONS), len(MIGRATIONS))  # idempotent
+    b = await open_pg_work(fresh_db)
+    await b.aclose()
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute("UPDATE of_schema SET version = version + 1 WHERE component = 'work'")
+    with pytest.raises(SchemaTooNew) as err2:
+        await open_pg_work(fresh_db)
+    assert f"version {len(MIGRATIONS) + 1}; this code knows up to version {len(MIGRATIONS)}" in str(err2.value)
+
+
+@pytest.mark.anyio
+async def test_a_connection_cut_mid_append_is_an_unknown_error_and_the_next_read_folds_what_committed(pg_dsn) -> None:
+    await migrate_work(pg_dsn)
+    b = await open_pg_work(pg_dsn, unique_name("w"), max_connections=1)
+    try:
+        lease = await b.leases.acquire()
+        t, d = R.lease_acquired(owner=lease.owner, generation=lease.generation, pid=1, catalog_digest="c")
+        await b.attempts.append(lease, t, {**d, "lease_generation": lease.generation})
+        async with b.leases.pg.connection() as mine:  # the pool's one connection
+            pid = mine.info.backend_pid
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a partition: the database drops it
+            assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+        with pytest.raises(BackendUnavailable) as err:
+            await b.attempts.append(lease, t, {**d, "lease_generation": lease.generation})
+        assert err.value.details["certainty"] == "unknown" and "may or may not have committed" in err.value.message
+        # the pool reconnects: the next read folds what committed (here: the first record only), the next append lands
+        assert [r.seq for r in await b.attempts.read(0)] == [1]
+        await b.attempts.append(lease, t, {**d, "lease_generation": lease.generation})
+        assert [r.seq for r in await b.attempts.read(0)] == [1, 2]
+    finally:
+        await b.aclose()
+
+
+@pytest.mark.anyio
+async def test_verify_finds_a_gap_and_a_record_of_a_stale_generation(pg_dsn) -> None:
+    await migrate_work(pg_dsn)
+    space = unique_name("w")
+    b = await open_pg_work(pg_dsn, space)
+    try:
+        lease = await b.leases.acquire()
+        for _ in range(3):
+            t, d = R.lease_acquired(owner=lease.owner, generation=lease.generation, pid=1, catalog_digest="c")
+            await b.attempts.append(lease, t, {**d, "lease_generation": lease.generation})
+        assert verify_pg_work(pg_dsn, space) == []
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE of_work_records SET generation = 7 WHERE space = %s AND seq = 2", (space,))
+            conn.execute("DELETE FROM of_work_records WHERE space = %s AND seq = 3", (space,))
+        problems = verify_pg_work(pg_dsn, space)
+        assert any("generation 7 is newer than the lease's 1" in p for p in problems), problems
+        assert any("last_seq is 3 but the last record is seq 2" in p for p in problems), problems
+    finally:
+        await b.aclose()
+
+
+def test_the_grant_cli_issues_lists_and_revokes_grants_in_the_database(pg_dsn, tmp_path) -> None:
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ)
+        env.pop("OPENFUNCTIONS_DATABASE_URL", None)
+        return subprocess.run([sys.executable, "-m", "openfunctions.servers", "grant", *argv], capture_output=True,
+                              text=True, timeout=60, env=env)
+
+    with private_database(pg_dsn) as dsn:
+        asyncio.run(migrate_work(dsn))
+        out = cli("issue", "--principal", "agent", "--steps", "test", "--ttl", "1h", "--database", dsn,
+                  "--data-dir", str(tmp_path))
+        assert out.returncode == 0, out.stderr
+        gid = out.stdout.split()[0]
+        listed = cli("list", "--database", dsn, "--json")
+        assert [g["grant_id"] for g in json.loads(listed.stdout)] == [gid]
+        assert cli("list", "--data-dir", str(tmp_path)).stdout.startswith("no grants in"), "not in the data directory"
+        assert cli("revoke", gid, "--by", "op", "--database", dsn).returncode == 0
+
+        async def seen() -> Any:
+            b = await open_pg_work(dsn, "work")
+            try:
+                return await b.grants.get(gid)
+            finally:
+                await b.aclose()
+
+        g = asyncio.run(seen())
+        assert g.revoked() and g.revoked_by == "op"
+        bad = cli("revoke", "grant_nope", "--database", dsn)
+        assert bad.returncode == 2 and "no grant 'grant_nope'" in bad.stderr
