@@ -12,8 +12,10 @@ The rows are the store package's (``openfunctions.store.open_pg_journal`` and
   task) only through the replica running it (refused, with that reason,
   elsewhere). Every replica sweeps: the calls and tasks of a replica that
   died are settled ``unknown``/``failed``, never re-run;
-- what is still local to the data dir: large task results kept as
-  artifacts (``<data-dir>/artifacts/``), work, grants (docs/SCALING.md).
+- large task results (past 256 KiB) are artifacts in the database's store
+  ``"default"`` (``openfunctions.store.PgArtifactStore``), so any replica
+  reads them back, verified;
+- what is still local to the data dir: work, grants (docs/SCALING.md).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from .errors import DataDirUnusable
 
 #: Seconds between sweeps for replicas that died (their unsettled calls are settled ``unknown``, their tasks ``failed``).
 SWEEP_INTERVAL = 5.0
+#: The database's artifact store that large task results go to (what the data dir's ``artifacts/`` is for files).
+ARTIFACT_STORE = "default"
 
 
 async def open_database_journal(url: str, data_dir: Path | None, profile: str) -> tuple[Any, Path]:
@@ -48,11 +52,13 @@ async def open_database_journal(url: str, data_dir: Path | None, profile: str) -
 
 async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str, anchor: Path) -> None:
     """Keep ``manager``'s tasks in the database beside ``journal``; settle what dead replicas left running."""
-    from openfunctions.store import open_pg_task_log
+    from openfunctions.store import open_pg_artifact_store, open_pg_task_log
 
     from ._tasks import tasks_path
     from ._tasks_store import DatabaseTaskStore
 
+    # Results past 256 KiB: artifacts in the database too, so any replica reads them back (same pool).
+    artifacts = await open_pg_artifact_store(url, ARTIFACT_STORE, pool=journal.pool)
     store = DatabaseTaskStore(await open_pg_task_log(url, profile, pool=journal.pool), journal)
     try:
         manager.recovered = await store.sweep()
@@ -62,6 +68,7 @@ async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str
     store.start_sweeping(SWEEP_INTERVAL)
     store.listen_cancels(manager.cancel_here)
     manager.use_store(store, tasks_path(anchor))
+    manager.artifacts = artifacts
 
 
 __all__ = ["open_database_journal", "open_database_tasks"]

@@ -47,6 +47,7 @@ from ._local import LocalStore, create_store, default_data_dir
 from ._migrations import SchemaOutOfDate
 from ._migrations import migrate as migrate_database
 from ._pg import PgStore, apply_migrations, create_pg_store, open_pool, redact_dsn
+from ._pg_artifacts import PgArtifactStore, open_pg_artifact_store
 from ._pg_journal import DuplicateReceipt, JournalUnavailable, PgExecutionJournal, open_pg_journal, verify_pg_journal
 from ._pg_tasks import PgTaskLog, open_pg_task_log
 from ._tools import guard, obj, state_tool
@@ -73,5 +74,6 @@ __all__ = [
     "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
     "guard", "is_database_url",
     "DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "SchemaOutOfDate", "migrate_database", "open_pg_journal",
-    "verify_pg_journal", "PgTaskLog", "open_pg_task_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
+    "verify_pg_journal", "PgTaskLog", "open_pg_task_log", "PgArtifactStore",
+    "open_pg_artifact_store", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]

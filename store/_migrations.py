@@ -93,6 +93,7 @@ MIGRATIONS: list[Sequence[str]] = [
 #: list in its own module (one registration line each): component -> "module:attribute".
 COMPONENTS: dict[str, str] = {
     "tasks": "openfunctions.store._pg_tasks:MIGRATIONS",  # MCP tasks shared by replicas (pgshared)
+    "artifacts": "openfunctions.store._pg_artifacts:MIGRATIONS",  # artifact index and blobs (pgshared)
 }
 
 

@@ -152,3 +152,34 @@ def test_a_replica_killed_mid_task_leaves_it_failed_unknown_on_the_survivor_neve
     c = replicas("c")
     assert c.client.result("tasks/get", {"taskId": task_id}) == got
     print(f"\nkilled replica's task settled failed/unknown by the survivor {settled_after:.1f} s after the SIGKILL")
+
+
+def test_a_large_result_kept_on_one_replica_is_read_back_verified_through_another(replicas, db) -> None:
+    import hashlib
+
+    import psycopg
+
+    a, b = replicas("a"), replicas("b")
+    created = _create(a.client, "task_big", {"size": 400_000})
+    done = b.client.until(created["taskId"], {"completed", "failed"})
+    assert done["status"] == "completed", done
+    assert done["result"]["content"] == [{"type": "text", "text": "x" * 400_000}]
+    ref = done["_meta"]["dev.openfunctions/task"]["resultArtifact"]
+    with psycopg.connect(db) as conn:
+        record, content = conn.execute(
+            "SELECT a.record, b.content FROM of_artifacts a JOIN of_artifact_blobs b USING (store, sha256) "
+            "WHERE a.artifact_id = %s", (ref["id"],)).fetchone()
+        settled = [json.loads(d) for (d,) in conn.execute(
+            "SELECT data FROM of_task_records WHERE task_id = %s AND type = 'task.settled'", (created["taskId"],))]
+    index = json.loads(record)
+    assert index["scope"] == f"task:{created['taskId']}" and index["media_type"] == "application/json"
+    assert "sha256:" + hashlib.sha256(content).hexdigest() == index["sha256"] == ref["sha256"]
+    assert len(settled) == 1 and "result" not in settled[0] and settled[0]["result_artifact"] == ref["id"]
+    assert json.loads(content) == done["result"]
+    # Changed bytes in the database are never served: the replica says so instead.
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE of_artifact_blobs SET content = overlay(content PLACING 'y'::bytea FROM 100) "
+                     "WHERE sha256 = %s", (ref["sha256"][7:],))
+    bad = a.client.result("tasks/get", {"taskId": created["taskId"]})
+    assert bad["result"]["isError"] is True and "cannot be read back" in bad["result"]["content"][0]["text"]
+    assert "x" * 1000 not in json.dumps(bad)
