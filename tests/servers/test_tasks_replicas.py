@@ -183,3 +183,40 @@ def test_a_large_result_kept_on_one_replica_is_read_back_verified_through_anothe
     bad = a.client.result("tasks/get", {"taskId": created["taskId"]})
     assert bad["result"]["isError"] is True and "cannot be read back" in bad["result"]["content"][0]["text"]
     assert "x" * 1000 not in json.dumps(bad)
+
+
+def test_a_listen_stream_on_one_replica_pushes_the_end_of_a_task_running_on_another(replicas, tmp_path: Path) -> None:
+    import threading
+
+    import httpx
+
+    from .test_tasks import _body, _headers
+
+    a, b = replicas("a"), replicas("b")
+    markers = tmp_path / "m"
+    task_id = _create(a.client, "task_slow", {"dir": str(markers)})["taskId"]
+    wait_for_file(markers / "started")
+    frames: list[dict] = []
+    acked = threading.Event()
+
+    def listen() -> None:
+        params = {"notifications": {"taskIds": [task_id]}}
+        with httpx.stream("POST", b.client.url, json=_body("subscriptions/listen", params, 99, True),
+                          headers=_headers("subscriptions/listen", params, None), timeout=60) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data:") and line[5:].strip():
+                    frames.append(json.loads(line[5:]))
+                    if frames[-1].get("method") == "notifications/subscriptions/acknowledged":
+                        acked.set()
+                    if frames[-1].get("params", {}).get("status") == "completed":
+                        return
+
+    t = threading.Thread(target=listen, daemon=True)
+    t.start()
+    assert acked.wait(30), frames
+    (markers / "release").write_text("go")  # replica A finishes the task; B learns it from the rows
+    t.join(30)
+    assert not t.is_alive(), frames
+    pushed = [f["params"] for f in frames if f.get("method") == "notifications/tasks"]
+    assert [p["status"] for p in pushed] == ["working", "completed"], pushed
+    assert pushed[-1]["taskId"] == task_id and pushed[-1]["result"]["structuredContent"] == {"released": True}
