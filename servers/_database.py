@@ -71,4 +71,50 @@ async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str
     manager.artifacts = artifacts
 
 
-__all__ = ["open_database_journal", "open_database_tasks"]
+class ServedArtifacts:
+    """The artifacts profile's store (``of_artifact_read``): the data dir's files, or the database's with a database.
+
+    ``install(server)`` learns the server's ``database_url``; ``start()`` then
+    opens the database's store :data:`ARTIFACT_STORE` (where large task results
+    go), so a result kept through one replica reads in bounded chunks through
+    any other. Without a database nothing changes: ``<data-dir>/artifacts``.
+    """
+
+    def __init__(self, root: Path) -> None:
+        from openfunctions.artifacts import ArtifactStore
+
+        self._files = ArtifactStore(root)
+        self._db: Any = None
+        self._url: str | None = None
+        self.current: Any = self._files
+
+    def install(self, server: Any) -> None:
+        self._url = getattr(server, "database_url", None)
+
+    async def start(self) -> None:
+        if self._url and self._db is None:
+            from openfunctions.store import open_pg_artifact_store
+
+            self._db = await open_pg_artifact_store(self._url, ARTIFACT_STORE, max_connections=2)
+            self.current = self._db
+
+    async def put(self, data: Any, **kw: Any) -> Any:
+        return await self.current.put(data, **kw)
+
+    async def stat(self, artifact_id: Any) -> Any:
+        return await self.current.stat(artifact_id)
+
+    async def read(self, artifact_id: Any, *a: Any, **kw: Any) -> Any:
+        return await self.current.read(artifact_id, *a, **kw)
+
+    async def usage(self) -> dict[str, int]:
+        return dict(await self.current.usage())
+
+    async def close(self) -> None:
+        self._files.close()
+        if self._db is not None:
+            await self._db.aclose()
+            self._db = None
+
+
+__all__ = ["ServedArtifacts", "open_database_journal", "open_database_tasks"]

@@ -38,11 +38,11 @@ def db(pg_dsn):  # noqa: F811
 
 
 class Replica:
-    def __init__(self, dsn: str, data_dir: Path) -> None:
+    def __init__(self, dsn: str, data_dir: Path, *extra: str) -> None:
         port = free_port()
-        argv = serve_argv("--transport", "http", "--stateless", "--port", str(port), "--module",
-                          "task_fixture_tools:registry", "--data-dir", str(data_dir), "--database", dsn,
-                          "--log-level", "warning")
+        argv = serve_argv("--transport", "http", "--stateless", "--port", str(port), "--data-dir", str(data_dir),
+                          "--database", dsn, "--log-level", "warning",
+                          *(extra or ("--module", "task_fixture_tools:registry")))
         env = server_env()
         env.pop("OPENFUNCTIONS_DATABASE_URL", None)
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -69,8 +69,8 @@ class Replica:
 def replicas(db, tmp_path):
     started: list[Replica] = []
 
-    def start(name: str) -> Replica:
-        r = Replica(db, tmp_path / name)
+    def start(name: str, *extra: str) -> Replica:
+        r = Replica(db, tmp_path / name, *extra)
         started.append(r)
         return r
 
@@ -176,6 +176,21 @@ def test_a_large_result_kept_on_one_replica_is_read_back_verified_through_anothe
     assert "sha256:" + hashlib.sha256(content).hexdigest() == index["sha256"] == ref["sha256"]
     assert len(settled) == 1 and "result" not in settled[0] and settled[0]["result_artifact"] == ref["id"]
     assert json.loads(content) == done["result"]
+    # The artifacts profile of any replica pages through it in verified 16 KiB chunks (of_artifact_read).
+    import base64
+
+    c = replicas("c", "--profile", "artifacts")
+    got, offset = b"", 0
+    while True:
+        chunk = c.client.result("tools/call", {"name": "of_artifact_read",
+                                               "arguments": {"artifact_id": ref["id"], "offset": offset}})
+        part = chunk["structuredContent"]
+        assert part["sha256"] == ref["sha256"] and part["length"] <= 16 * 1024
+        got += base64.b64decode(part["data_base64"])
+        offset += part["length"]
+        if part["eof"]:
+            break
+    assert got == bytes(content)
     # Changed bytes in the database are never served: the replica says so instead.
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("UPDATE of_artifact_blobs SET content = overlay(content PLACING 'y'::bytea FROM 100) "
