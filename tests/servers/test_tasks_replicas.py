@@ -235,3 +235,34 @@ def test_a_listen_stream_on_one_replica_pushes_the_end_of_a_task_running_on_anot
     pushed = [f["params"] for f in frames if f.get("method") == "notifications/tasks"]
     assert [p["status"] for p in pushed] == ["working", "completed"], pushed
     assert pushed[-1]["taskId"] == task_id and pushed[-1]["result"]["structuredContent"] == {"released": True}
+
+
+def test_2025_11_25_tasks_get_list_result_and_cancel_through_another_replica(raw_stdio, db, tmp_path: Path) -> None:
+    """Two stdio replicas on one database, 2025-11-25 task-augmented calls: create on A, the rest on B."""
+    def replica(name: str) -> object:
+        s = raw_stdio("--module", "task_fixture_tools:registry", "--data-dir", str(tmp_path / name), "--database", db,
+                      env={"OPENFUNCTIONS_DATABASE_URL": ""})
+        assert s.initialize("2025-11-25")["result"]["capabilities"]["tasks"]
+        return s
+
+    a, b = replica("a"), replica("b")
+    m1, m2 = tmp_path / "m1", tmp_path / "m2"
+    first = a.call("tools/call", {"name": "task_slow", "arguments": {"dir": str(m1)}, "task": {}})["result"]["task"]
+    wait_for_file(m1 / "started")
+    assert b.call("tasks/get", {"taskId": first["taskId"]})["result"]["status"] == "working"
+    # tasks/result on B blocks until A's handler ends.
+    rid = b.request("tasks/result", {"taskId": first["taskId"]})
+    (m1 / "release").write_text("go")
+    result = b.response(rid)["result"]
+    assert result["structuredContent"] == {"released": True}
+    assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": first["taskId"]}
+    # tasks/cancel on B reaches A's handler (an effectful tool: it runs after the first); B answers with the end.
+    second = a.call("tools/call", {"name": "task_slow", "arguments": {"dir": str(m2)}, "task": {}})["result"]["task"]
+    wait_for_file(m2 / "started")
+    listed = b.call("tasks/list", {})["result"]
+    assert {t["taskId"] for t in listed["tasks"]} == {first["taskId"], second["taskId"]}
+    cancelled = b.call("tasks/cancel", {"taskId": second["taskId"]})["result"]
+    assert cancelled["taskId"] == second["taskId"] and cancelled["status"] == "cancelled"
+    assert (m2 / "cancelled").exists()
+    assert b.call("tasks/cancel", {"taskId": first["taskId"]})["error"]["code"] == -32602  # terminal
+    assert a.close() == 0 and b.close() == 0
