@@ -8,9 +8,9 @@ The rows are the store package's (``openfunctions.store.open_pg_journal`` and
 - MCP tasks are rows too (``servers/_tasks_store.py``'s ``DatabaseTaskStore``):
   ``tasks/get``, ``tasks/list`` (2025-11-25), ``tasks/result`` and
   ``tasks/cancel`` answer through any replica; a cancel reaches the replica
-  running the call by ``NOTIFY``; ``tasks/update`` (input for a waiting
-  task) only through the replica running it (refused, with that reason,
-  elsewhere). Every replica sweeps: the calls and tasks of a replica that
+  running the call by ``NOTIFY``, and so do ``tasks/update`` responses (up
+  to ~7,900 bytes of JSON: a larger answer is refused with that reason).
+  Every replica sweeps: the calls and tasks of a replica that
   died are settled ``unknown``/``failed``, never re-run;
 - large task results (past 256 KiB) are artifacts in the database's store
   ``"default"`` (``openfunctions.store.PgArtifactStore``), so any replica
@@ -66,7 +66,7 @@ async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str
         await store.close()
         raise
     store.start_sweeping(SWEEP_INTERVAL)
-    store.listen_cancels(manager.cancel_here)
+    store.listen(manager.cancel_here, manager.update_here)
     manager.use_store(store, tasks_path(anchor))
     manager.artifacts = artifacts
 

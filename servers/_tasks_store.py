@@ -65,6 +65,10 @@ class TaskStore(Protocol):
         """Ask the process running ``task_id``'s call to cancel it; ``False``: no other process can run it."""
         ...
 
+    async def relay_update(self, task_id: str, responses: dict[str, Any]) -> None:
+        """Hand ``tasks/update`` responses to the process running the task (``ValueError``: cannot)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -203,6 +207,9 @@ class FileTaskStore:
     async def request_cancel(self, task_id: str) -> bool:
         return False  # one process owns the file: a task it does not run is not running
 
+    async def relay_update(self, task_id: str, responses: dict[str, Any]) -> None:
+        raise ValueError("no other process runs tasks of this task journal")
+
     async def close(self) -> None:
         self.path = None  # nothing is recorded after close (a late record stays in memory)
         if self.log is not None:
@@ -246,9 +253,13 @@ class DatabaseTaskStore:
         await self.task_log.request_cancel(task_id)
         return True
 
-    def listen_cancels(self, on_cancel: Callable[[str], object]) -> None:
-        """Cancel requests from every replica: ``on_cancel(task_id)`` (the manager's ``cancel_here``)."""
-        self.task_log.listen_cancels(on_cancel)
+    async def relay_update(self, task_id: str, responses: dict[str, Any]) -> None:
+        await self.task_log.relay_input(task_id, responses)
+
+    def listen(self, on_cancel: Callable[[str], object],
+               on_input: Callable[[str, dict[str, Any]], Awaitable[object]]) -> None:
+        """Requests from every replica for the calls this one runs: cancels, and ``tasks/update`` responses."""
+        self.task_log.listen(on_cancel, on_input)
 
     async def sweep(self) -> list[str]:
         """Settle ``failed`` the tasks of processes that are gone; forget expired tasks. The ids settled."""

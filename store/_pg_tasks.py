@@ -36,17 +36,21 @@ Promises:
   instance's unsettled tasks are *orphans* (:meth:`PgTaskLog.orphans`),
   which the tasks' own sweep settles ``failed``. Nothing here decides that
   a process is dead, and nothing is re-run.
-- **Cancel across replicas** is a notification, not a record:
+- **Cancel and input across replicas** are notifications, not records:
   :meth:`PgTaskLog.request_cancel` sends ``NOTIFY of_task_cancel, '<task id>'``
-  and every replica listening (:meth:`PgTaskLog.listen_cancels`) cancels the
-  call if it runs it; the task then settles ``cancelled`` as a local cancel does.
+  and :meth:`PgTaskLog.relay_input` ``NOTIFY of_task_input, '{"task_id", "responses"}'``
+  (at most :data:`MAX_RELAYED_INPUT` bytes); every replica listening
+  (:meth:`PgTaskLog.listen`) acts on those of the calls it runs, which then
+  record their status as a local cancel or ``tasks/update`` does. A replica
+  that is not listening at that moment (it died) misses them; its tasks are
+  then settled by the sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -60,6 +64,9 @@ log = structlog.get_logger("openfunctions.store.tasks")
 
 COMPONENT = "tasks"
 CANCEL_CHANNEL = "of_task_cancel"
+INPUT_CHANNEL = "of_task_input"
+#: PostgreSQL's NOTIFY payload limit is 8,000 bytes; the relayed JSON must stay under it.
+MAX_RELAYED_INPUT = 7900
 
 MIGRATIONS: list[Sequence[str]] = [
     (  # 1: tasks and their records
@@ -94,6 +101,7 @@ class PgTaskLog:
         self._owns_pool = owns_pool
         self.where = redact_dsn(dsn)
         self._listener: asyncio.Task[None] | None = None
+        self._relays: set[asyncio.Task[None]] = set()
         psycopg, _ = _psycopg()
         self._psycopg = psycopg
 
@@ -173,15 +181,37 @@ class PgTaskLog:
         """Ask every replica listening to cancel ``task_id``'s call (the one running it does)."""
         await self._run("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, task_id))
 
-    def listen_cancels(self, on_cancel: Callable[[str], object], *, retry_s: float = 1.0) -> None:
-        """Call ``on_cancel(task_id)`` for every cancel request; reconnects after a lost connection."""
+    async def relay_input(self, task_id: str, responses: dict[str, Any]) -> None:
+        """Hand ``tasks/update`` responses to the replica running ``task_id`` (``ValueError``: too large to relay)."""
+        payload = canonical_json({"task_id": task_id, "responses": responses})
+        if len(payload.encode("utf-8")) > MAX_RELAYED_INPUT:
+            raise ValueError(f"its input responses ({len(payload.encode('utf-8'))} bytes of JSON) are too large to "
+                             f"relay (at most {MAX_RELAYED_INPUT}): send tasks/update to the replica running it")
+        await self._run("SELECT pg_notify(%s, %s)", (INPUT_CHANNEL, payload))
+
+    def listen(self, on_cancel: Callable[[str], object],
+               on_input: Callable[[str, dict[str, Any]], Awaitable[object]], *, retry_s: float = 1.0) -> None:
+        """``on_cancel(task_id)`` per cancel request, ``await on_input(task_id, responses)`` per relayed update."""
+        async def deliver(payload: str) -> None:
+            try:
+                msg = json.loads(payload)
+                await on_input(str(msg["task_id"]), dict(msg["responses"]))
+            except Exception as exc:  # noqa: BLE001 - one bad relay must not end the listener
+                log.warning("task_input_relay_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+
         async def loop() -> None:
             while True:
                 try:
                     async with await self._psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
                         await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+                        await conn.execute(f"LISTEN {INPUT_CHANNEL}")
                         async for note in conn.notifies():
-                            on_cancel(note.payload)
+                            if note.channel == CANCEL_CHANNEL:
+                                on_cancel(note.payload)
+                            else:
+                                job = asyncio.get_running_loop().create_task(deliver(note.payload))
+                                self._relays.add(job)
+                                job.add_done_callback(self._relays.discard)
                 except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
                     log.warning("task_cancel_listener_lost", error=str(exc)[:200], retry_s=retry_s)
                 await asyncio.sleep(retry_s)
@@ -219,4 +249,4 @@ async def open_pg_task_log(dsn: str, journal: str, *, pool: Any = None, max_conn
     return log_
 
 
-__all__ = ["CANCEL_CHANNEL", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]
+__all__ = ["CANCEL_CHANNEL", "INPUT_CHANNEL", "MAX_RELAYED_INPUT", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]

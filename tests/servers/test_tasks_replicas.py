@@ -266,3 +266,22 @@ def test_2025_11_25_tasks_get_list_result_and_cancel_through_another_replica(raw
     assert (m2 / "cancelled").exists()
     assert b.call("tasks/cancel", {"taskId": first["taskId"]})["error"]["code"] == -32602  # terminal
     assert a.close() == 0 and b.close() == 0
+
+
+def test_tasks_update_through_another_replica_reaches_the_waiting_handler(replicas) -> None:
+    a, b = replicas("a"), replicas("b")
+    task_id = _create(a.client, "task_ask", {})["taskId"]
+    waiting = b.client.until(task_id, {"input_required"})
+    assert list(waiting["inputRequests"]) == ["color"]
+    ack = b.client.result("tasks/update", {"taskId": task_id,
+                                           "inputResponses": {"color": {"action": "accept", "content": {"color": "teal"}}}})
+    assert ack["resultType"] == "complete"
+    done = b.client.until(task_id, {"completed", "failed"})
+    assert done["status"] == "completed" and done["result"]["structuredContent"] == {"color": "teal"}
+    # An answer too large to relay between replicas is refused with the reason, and changes nothing.
+    second = _create(a.client, "task_ask", {})["taskId"]
+    b.client.until(second, {"input_required"})
+    big = b.client.rpc("tasks/update", {"taskId": second, "inputResponses": {
+        "color": {"action": "accept", "content": {"color": "x" * 10_000}}}})
+    assert big["error"]["code"] == -32602 and "too large to relay" in big["error"]["message"]
+    assert b.client.result("tasks/get", {"taskId": second})["status"] == "input_required"
