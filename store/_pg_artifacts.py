@@ -283,20 +283,11 @@ class PgArtifactStore:
 async def open_pg_artifact_store(dsn: str, name: str = "default", *, quota_bytes: int = DEFAULT_QUOTA_BYTES,
                                  pool: Any = None, max_connections: int = 4, timeout: float = 10.0) -> PgArtifactStore:
     """The artifact store ``name`` at ``dsn``; refuses an ``artifacts`` schema other than this code's."""
-    from ._migrations import check_schema
-    from ._pg import open_pool
+    from ._pg_rows import open_checked
 
-    owns = pool is None
-    if pool is None:
-        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
-    store = PgArtifactStore(dsn, name, pool, owns, quota_bytes)
-    try:
-        async with pool.connection() as conn:
-            await check_schema(conn, COMPONENT, where=store.where)
-    except BaseException:
-        await store.aclose()
-        raise
-    return store
+    return await open_checked(dsn, COMPONENT, lambda p, owns: PgArtifactStore(dsn, name, p, owns, quota_bytes),
+                              pool=pool, max_connections=max_connections, timeout=timeout,
+                              close=PgArtifactStore.aclose)
 
 
 __all__ = ["MIGRATIONS", "PgArtifactStore", "open_pg_artifact_store"]

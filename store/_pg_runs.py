@@ -32,9 +32,8 @@ from typing import Any
 
 from openfunctions.core import canonical_json
 
-from ._errors import StoreUnavailable
-from ._pg import _psycopg, redact_dsn
 from ._pg_instances import PgInstance
+from ._pg_rows import PgRows, open_checked
 
 COMPONENT = "runs"
 Record = tuple[str, dict[str, Any]]
@@ -58,27 +57,15 @@ MIGRATIONS: list[Sequence[str]] = [
 ]
 
 
-class PgRunLog:
+class PgRunLog(PgRows):
     """Run records of one space in PostgreSQL; open with :func:`open_pg_run_log`."""
 
-    def __init__(self, dsn: str, space: str, pool: Any, owns_pool: bool) -> None:
-        self.space = space
-        self.pool = pool
-        self.where = redact_dsn(dsn)
-        self._owns_pool = owns_pool
-        self.live = PgInstance(dsn, f"runs:{space}")
-        self._psycopg, _ = _psycopg()
+    what = "run records"
 
-    async def _run(self, sql: str, params: tuple[Any, ...], *, fetch: bool = False, write: bool = True) -> Any:
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(sql, params)
-                return await cur.fetchall() if fetch else cur.rowcount
-        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
-            what = "the write may or may not have committed" if write else "nothing was read"
-            raise StoreUnavailable(f"run records in PostgreSQL at {self.where}: {type(exc).__name__}: "
-                                   f"{str(exc).strip() or 'connection lost'}; {what}",
-                                   certainty="unknown" if write else "known") from None
+    def __init__(self, dsn: str, space: str, pool: Any, owns_pool: bool) -> None:
+        super().__init__(dsn, pool, owns_pool)
+        self.space = space
+        self.live = PgInstance(dsn, f"runs:{space}")
 
     async def start(self, run_id: str, agent: str | None, record: Record) -> None:
         """The run's row (carrying this process's instance) and its start record, in one statement."""
@@ -133,28 +120,17 @@ class PgRunLog:
 
     async def close(self) -> None:
         await self.live.close(self.pool)
-        if self._owns_pool:
-            await self.pool.close()
+        await self._close_pool()
 
 
 async def open_pg_run_log(dsn: str, space: str = "default", *, pool: Any = None, max_connections: int = 4,
                           timeout: float = 10.0) -> PgRunLog:
     """Run records of ``space`` at ``dsn``, this process registered; refuses a ``runs`` schema not this code's."""
-    from ._migrations import check_schema
-    from ._pg import open_pool
-
-    owns = pool is None
-    if pool is None:
-        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
-    log = PgRunLog(dsn, space, pool, owns)
-    try:
-        async with pool.connection() as conn:
-            await check_schema(conn, COMPONENT, where=log.where)
+    async def register(log: PgRunLog) -> None:
         await log.live.register()
-    except BaseException:
-        await log.close()
-        raise
-    return log
+
+    return await open_checked(dsn, COMPONENT, lambda p, owns: PgRunLog(dsn, space, p, owns), pool=pool,
+                              max_connections=max_connections, timeout=timeout, then=register, close=PgRunLog.close)
 
 
 __all__ = ["MIGRATIONS", "PgRunLog", "open_pg_run_log"]

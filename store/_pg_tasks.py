@@ -57,8 +57,7 @@ import structlog
 
 from openfunctions.core import canonical_json
 
-from ._errors import StoreUnavailable
-from ._pg import _psycopg, redact_dsn
+from ._pg_rows import PgRows, open_checked
 
 log = structlog.get_logger("openfunctions.store.tasks")
 
@@ -91,34 +90,16 @@ MIGRATIONS: list[Sequence[str]] = [
 Record = tuple[str, dict[str, Any]]
 
 
-class PgTaskLog:
+class PgTaskLog(PgRows):
     """The task records of one journal (a server profile) in PostgreSQL; open with :func:`open_pg_task_log`."""
 
+    what = "tasks"
+
     def __init__(self, dsn: str, journal: str, pool: Any, owns_pool: bool) -> None:
+        super().__init__(dsn, pool, owns_pool)
         self.journal = journal
-        self.pool = pool
-        self._dsn = dsn
-        self._owns_pool = owns_pool
-        self.where = redact_dsn(dsn)
         self._listener: asyncio.Task[None] | None = None
         self._relays: set[asyncio.Task[None]] = set()
-        psycopg, _ = _psycopg()
-        self._psycopg = psycopg
-
-    async def _run(self, sql: str, params: tuple[Any, ...], *, fetch: bool = False, write: bool = True) -> Any:
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(sql, params)
-                return await cur.fetchall() if fetch else cur.rowcount
-        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
-            try:
-                await asyncio.wait_for(self.pool.check(), 5)
-            except Exception:
-                pass
-            what = "the write may or may not have committed" if write else "nothing was read"
-            raise StoreUnavailable(f"tasks in PostgreSQL at {self.where}: {type(exc).__name__}: "
-                                   f"{str(exc).strip() or 'connection lost'}; {what}",
-                                   certainty="unknown" if write else "known") from None
 
     # -- writing -----------------------------------------------------------------------
     async def create(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int,
@@ -226,27 +207,14 @@ class PgTaskLog:
             except BaseException:  # noqa: BLE001 - cancelled: closing anyway
                 pass
             self._listener = None
-        if self._owns_pool:
-            await self.pool.close()
+        await self._close_pool()
 
 
 async def open_pg_task_log(dsn: str, journal: str, *, pool: Any = None, max_connections: int = 4,
                            timeout: float = 10.0) -> PgTaskLog:
     """Task records of ``journal`` (a server profile) at ``dsn``; refuses a ``tasks`` schema not this code's."""
-    from ._migrations import check_schema
-    from ._pg import open_pool
-
-    owns = pool is None
-    if pool is None:
-        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
-    log_ = PgTaskLog(dsn, journal, pool, owns)
-    try:
-        async with pool.connection() as conn:
-            await check_schema(conn, COMPONENT, where=log_.where)
-    except BaseException:
-        await log_.close()
-        raise
-    return log_
+    return await open_checked(dsn, COMPONENT, lambda p, owns: PgTaskLog(dsn, journal, p, owns), pool=pool,
+                              max_connections=max_connections, timeout=timeout, close=PgTaskLog.close)
 
 
 __all__ = ["CANCEL_CHANNEL", "INPUT_CHANNEL", "MAX_RELAYED_INPUT", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]
