@@ -135,6 +135,7 @@ class PgExecutionJournal:
         self._flusher: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._sweeping = asyncio.Lock()
+        self._registering = asyncio.Lock()  # the flusher and ensure_registered() register once between them
         self._closed = False
         psycopg, _ = _psycopg()
         self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -294,8 +295,7 @@ class PgExecutionJournal:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                if self.instance is None:
-                    await self._register()
+                await self.ensure_registered()
                 seqs = await self._append_rows([(p.type, p.data, p.receipt_id) for p in batch])
             except BaseException as exc:
                 err = exc if isinstance(exc, OpenFunctionsError) else self._unavailable(exc, True)
@@ -336,8 +336,9 @@ class PgExecutionJournal:
 
     async def ensure_registered(self) -> str:
         """This process's live instance id (registering again if the database forgot it); tasks carry it."""
-        if self.instance is None:
-            await self._register()
+        async with self._registering:
+            if self.instance is None:
+                await self._register()
         assert self.instance is not None
         return self.instance
 
