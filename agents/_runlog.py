@@ -304,6 +304,22 @@ def journal_files(data_dir: str | os.PathLike[str]) -> list[Path]:
     return out
 
 
+async def read_runs_in_database(url: str, run_id: str | None = None, *, space: str = "default",
+                                limit_runs: int = 1000) -> dict[str, R.RunState]:
+    """Fold the runs in the database (one run, or the newest ``limit_runs``), writing nothing and taking no lock."""
+    from openfunctions.store import open_pg_run_log
+
+    log = await open_pg_run_log(url, space, register=False, max_connections=1)
+    try:
+        records = await log.records(run_id) if run_id is not None else await log.all_records(limit_runs)
+    finally:
+        await log.close()
+    state: dict[str, R.RunState] = {}
+    for rtype, data in records:
+        R.apply(state, rtype, data)
+    return state
+
+
 def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
     """Fold every run record under ``data_dir`` without taking a lock (a live writer's tail may be missing)."""
     state: dict[str, R.RunState] = {}
@@ -312,4 +328,4 @@ def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
     return state
 
 
-__all__ = ["DatabaseRunLog", "KEEP_FINISHED", "MemoryRunLog", "RunJournal", "interrupted_record", "journal_files", "read_runs", "runs_journal_path"]
+__all__ = ["DatabaseRunLog", "KEEP_FINISHED", "MemoryRunLog", "RunJournal", "interrupted_record", "journal_files", "read_runs", "read_runs_in_database", "runs_journal_path"]

@@ -124,13 +124,17 @@ class PgRunLog(PgRows):
 
 
 async def open_pg_run_log(dsn: str, space: str = "default", *, pool: Any = None, max_connections: int = 4,
-                          timeout: float = 10.0) -> PgRunLog:
-    """Run records of ``space`` at ``dsn``, this process registered; refuses a ``runs`` schema not this code's."""
-    async def register(log: PgRunLog) -> None:
-        await log.live.register()
+                          timeout: float = 10.0, register: bool = True) -> PgRunLog:
+    """Run records of ``space`` at ``dsn``, this process registered; refuses a ``runs`` schema not this code's.
+
+    ``register=False``: a reader (the ``runs`` CLI) that writes nothing and takes no lock.
+    """
+    async def register_(log: PgRunLog) -> None:
+        if register:
+            await log.live.register()
 
     return await open_checked(dsn, COMPONENT, lambda p, owns: PgRunLog(dsn, space, p, owns), pool=pool,
-                              max_connections=max_connections, timeout=timeout, then=register, close=PgRunLog.close)
+                              max_connections=max_connections, timeout=timeout, then=register_, close=PgRunLog.close)
 
 
 __all__ = ["MIGRATIONS", "PgRunLog", "open_pg_run_log"]

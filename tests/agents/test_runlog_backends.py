@@ -172,3 +172,35 @@ async def test_the_agents_profile_keeps_runs_in_the_database_a_server_names(pg_d
         assert not (tmp_path / "journal").exists()  # no run journal file: the rows are the record
     finally:
         await profile.aclose()
+
+
+async def test_runs_list_and_show_read_the_database(pg_dsn, tmp_path) -> None:  # noqa: F811
+    import json
+
+    from tests._pg import unique_name
+
+    from .test_runlog import _cli
+
+    await migrated(pg_dsn)
+    log = await DatabaseRunLog.open(pg_dsn, sweep_interval=None)  # space "default": what serve uses
+    try:
+        r = await run_agent(define_agent(unique_name("calc"), "x", adapter=ScriptedAdapter(["42"])), "q",
+                            registry=ToolRegistry(), runs=log)
+    finally:
+        await log.close()
+    rows = json.loads((await anyio_cli("list", "--database", pg_dsn, "--json", "-n", "0")).stdout)
+    assert r.run_id in [row["run_id"] for row in rows]
+    show = await anyio_cli("show", r.run_id, "--database", pg_dsn, "--json")
+    assert show.returncode == 0 and json.loads(show.stdout)["finished"]["text"] == "42"
+    missing = await anyio_cli("show", "run_" + "0" * 32, "--database", pg_dsn)
+    assert missing.returncode == 1 and "no run" in missing.stderr
+    # With --data-dir (and no --database) the files are read, as before.
+    assert "no runs in" in _cli("list", "--data-dir", str(tmp_path)).stdout
+
+
+async def anyio_cli(*args: str):
+    import anyio
+
+    from .test_runlog import _cli
+
+    return await anyio.to_thread.run_sync(lambda: _cli(*args))
