@@ -66,7 +66,7 @@ async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str
         await store.close()
         raise
     store.start_sweeping(SWEEP_INTERVAL)
-    store.listen(manager.cancel_here, manager.update_here)
+    store.listen(manager.cancel_here, manager.update_here, running=lambda: list(manager.runs))
     manager.use_store(store, tasks_path(anchor))
     manager.artifacts = artifacts
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -227,6 +227,8 @@ class DatabaseTaskStore:
         self.journal = journal  # openfunctions.store.PgExecutionJournal: liveness, receipts
         self._sweeper: asyncio.Task[None] | None = None
         self._sweeping = asyncio.Lock()
+        self._on_cancel: Callable[[str], object] = lambda task_id: None
+        self._running: Callable[[], Iterable[str]] = tuple
         #: Task ids this store's sweeps settled as orphans.
         self.recovered: list[str] = []
 
@@ -257,13 +259,20 @@ class DatabaseTaskStore:
         await self.task_log.relay_input(task_id, responses)
 
     def listen(self, on_cancel: Callable[[str], object],
-               on_input: Callable[[str, dict[str, Any]], Awaitable[object]]) -> None:
-        """Requests from every replica for the calls this one runs: cancels, and ``tasks/update`` responses."""
+               on_input: Callable[[str, dict[str, Any]], Awaitable[object]],
+               running: Callable[[], Iterable[str]] = tuple) -> None:
+        """Requests from every replica for the calls this one runs (``running()``): cancels, ``tasks/update`` responses.
+
+        Each sweep also acts on cancel marks whose notification this replica missed.
+        """
+        self._on_cancel, self._running = on_cancel, running
         self.task_log.listen(on_cancel, on_input)
 
     async def sweep(self) -> list[str]:
         """Settle ``failed`` the tasks of processes that are gone; forget expired tasks. The ids settled."""
         async with self._sweeping:
+            for task_id in await self.task_log.cancels_for(sorted(self._running())):
+                self._on_cancel(task_id)  # a cancel whose NOTIFY this replica missed (its listener was reconnecting)
             await self.journal.sweep()  # first the execution journal's: dead instances' calls settled, rows gone
             await self.task_log.prune(rec.now_ms())
             states = [s for s in [await self.get(i) for i in await self.task_log.orphans()]

@@ -13,7 +13,8 @@ the ``journal`` component's ``of_journal_instances``)::
         principal text,                  -- who created it (NULL: a server without principals)
         instance  text,                  -- of_journal_instances.instance of the process running its call
         expires_at_ms bigint,            -- Unix ms; past it the task is unknown and may be deleted
-        settled   boolean)               -- its task.settled record is in (only the first one counts)
+        settled   boolean,               -- its task.settled record is in (only the first one counts)
+        cancel_requested boolean)        -- tasks/cancel reached some replica (the running one acts on it)
     of_task_records(                     -- the records, in one global order
         seq     bigserial PRIMARY KEY,   -- a task's records fold in seq order
         task_id text REFERENCES of_tasks ON DELETE CASCADE,
@@ -36,14 +37,16 @@ Promises:
   instance's unsettled tasks are *orphans* (:meth:`PgTaskLog.orphans`),
   which the tasks' own sweep settles ``failed``. Nothing here decides that
   a process is dead, and nothing is re-run.
-- **Cancel and input across replicas** are notifications, not records:
-  :meth:`PgTaskLog.request_cancel` sends ``NOTIFY of_task_cancel, '<task id>'``
+- **Cancel and input across replicas** are notifications:
+  :meth:`PgTaskLog.request_cancel` marks the task ``cancel_requested`` and sends
+  ``NOTIFY of_task_cancel, '<task id>'`` in one statement (a replica that missed
+  the notification finds the mark at its next sweep: :meth:`PgTaskLog.cancels_for`),
   and :meth:`PgTaskLog.relay_input` ``NOTIFY of_task_input, '{"task_id", "responses"}'``
   (at most :data:`MAX_RELAYED_INPUT` bytes); every replica listening
   (:meth:`PgTaskLog.listen`) acts on those of the calls it runs, which then
-  record their status as a local cancel or ``tasks/update`` does. A replica
-  that is not listening at that moment (it died) misses them; its tasks are
-  then settled by the sweep.
+  record their status as a local cancel or ``tasks/update`` does. A relayed
+  ``tasks/update`` is not stored: a replica not listening at that moment misses
+  it (if it died, its tasks are settled by the sweep).
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ MIGRATIONS: list[Sequence[str]] = [
             principal text,
             instance text,
             expires_at_ms bigint NOT NULL,
-            settled boolean NOT NULL DEFAULT false)""",
+            settled boolean NOT NULL DEFAULT false,
+            cancel_requested boolean NOT NULL DEFAULT false)""",
         "CREATE INDEX of_tasks_open ON of_tasks (journal, instance) WHERE NOT settled",
         "CREATE INDEX of_tasks_principal ON of_tasks (journal, principal, expires_at_ms)",
         """CREATE TABLE of_task_records (
@@ -159,8 +163,20 @@ class PgTaskLog(PgRows):
 
     # -- cancel across replicas ------------------------------------------------------
     async def request_cancel(self, task_id: str) -> None:
-        """Ask every replica listening to cancel ``task_id``'s call (the one running it does)."""
-        await self._run("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, task_id))
+        """Mark ``task_id`` to be cancelled and tell every replica listening (the one running it acts)."""
+        await self._run(
+            "WITH u AS (UPDATE of_tasks SET cancel_requested = true WHERE task_id = %s AND journal = %s "
+            "AND NOT settled RETURNING task_id) SELECT pg_notify(%s, task_id) FROM u",
+            (task_id, self.journal, CANCEL_CHANNEL), fetch=True)
+
+    async def cancels_for(self, task_ids: Sequence[str]) -> list[str]:
+        """Those of ``task_ids`` (calls this replica runs) marked to be cancelled: a missed notification's catch-up."""
+        if not task_ids:
+            return []
+        rows = await self._run("SELECT task_id FROM of_tasks WHERE task_id = ANY(%s) AND journal = %s "
+                               "AND cancel_requested AND NOT settled", (list(task_ids), self.journal),
+                               fetch=True, write=False)
+        return [r[0] for r in rows]
 
     async def relay_input(self, task_id: str, responses: dict[str, Any]) -> None:
         """Hand ``tasks/update`` responses to the replica running ``task_id`` (``ValueError``: too large to relay)."""

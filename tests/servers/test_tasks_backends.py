@@ -159,3 +159,29 @@ async def test_the_principals_list_holds_its_tasks_only(backend, tmp_path: Path)
         assert all(t.status == "completed" for t in listed)
         assert [t.task_id for t in await store.of_principal("bob")] == [theirs]
         assert await store.of_principal(None) == []
+
+
+async def test_a_cancel_mark_whose_notification_was_missed_is_found_by_the_sweep(pg_dsn, tmp_path: Path) -> None:  # noqa: F811
+    """PostgreSQL only: the running replica missed the NOTIFY (set the mark by hand); its next sweep cancels."""
+    import psycopg
+
+    from openfunctions.store import migrate_database
+
+    markers = tmp_path / "m"
+    with private_database(pg_dsn) as dsn:
+        await migrate_database(dsn)
+        async with serving(tmp_path, database_url=dsn) as url:
+            alice = Http(url, "alice-token")
+
+            def scenario() -> dict[str, Any]:
+                from .conftest import wait_for_file
+
+                task_id = _create(alice, "task_slow", {"dir": str(markers)})["taskId"]
+                wait_for_file(markers / "started")
+                with psycopg.connect(dsn, autocommit=True) as conn:  # a mark with no notification
+                    conn.execute("UPDATE of_tasks SET cancel_requested = true WHERE task_id = %s", (task_id,))
+                wait_for_file(markers / "cancelled", timeout=30)  # the sweep runs every 5 s
+                return alice.until(task_id, {"cancelled", "completed", "failed"})
+
+            got = await anyio.to_thread.run_sync(scenario)
+    assert got["status"] == "cancelled"
