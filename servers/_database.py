@@ -8,8 +8,9 @@ The rows are the store package's (``openfunctions.store.open_pg_journal`` and
 - MCP tasks are rows too (``servers/_tasks_store.py``'s ``DatabaseTaskStore``):
   ``tasks/get``, ``tasks/list`` (2025-11-25), ``tasks/result`` and
   ``tasks/cancel`` answer through any replica; a cancel reaches the replica
-  running the call by ``NOTIFY``, and so do ``tasks/update`` responses (up
-  to ~7,900 bytes of JSON: a larger answer is refused with that reason).
+  running the call by ``NOTIFY`` (and a mark on the task's row, found by the
+  next sweep if the notification was missed), and so do ``tasks/update``
+  responses (a row the running replica takes once).
   Every replica sweeps: the calls and tasks of a replica that
   died are settled ``unknown``/``failed``, never re-run;
 - large task results (past 256 KiB) are artifacts in the database's store

@@ -229,6 +229,8 @@ class DatabaseTaskStore:
         self._sweeping = asyncio.Lock()
         self._on_cancel: Callable[[str], object] = lambda task_id: None
         self._running: Callable[[], Iterable[str]] = tuple
+        self._on_input: Callable[[str, dict[str, Any]], Awaitable[object]] | None = None
+        self._deliveries: set[asyncio.Task[None]] = set()
         #: Task ids this store's sweeps settled as orphans.
         self.recovered: list[str] = []
 
@@ -263,16 +265,35 @@ class DatabaseTaskStore:
                running: Callable[[], Iterable[str]] = tuple) -> None:
         """Requests from every replica for the calls this one runs (``running()``): cancels, ``tasks/update`` responses.
 
-        Each sweep also acts on cancel marks whose notification this replica missed.
+        Each sweep also acts on cancel marks and waiting responses whose notification this replica missed.
         """
-        self._on_cancel, self._running = on_cancel, running
-        self.task_log.listen(on_cancel, on_input)
+        self._on_cancel, self._on_input, self._running = on_cancel, on_input, running
+
+        def input_ready(task_id: str) -> None:
+            if task_id in set(running()):
+                job = asyncio.get_running_loop().create_task(self._deliver_inputs([task_id]))
+                self._deliveries.add(job)
+                job.add_done_callback(self._deliveries.discard)
+
+        self.task_log.listen(on_cancel, input_ready)
+
+    async def _deliver_inputs(self, task_ids: list[str]) -> None:
+        """Take the responses waiting for ``task_ids`` and hand them to the handlers (once each)."""
+        if self._on_input is None:
+            return
+        try:
+            for task_id, responses in await self.task_log.take_inputs(task_ids):
+                await self._on_input(task_id, responses)
+        except Exception as exc:  # noqa: BLE001 - logged; a sweep or the next notification tries again
+            log.warning("task_input_delivery_failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def sweep(self) -> list[str]:
         """Settle ``failed`` the tasks of processes that are gone; forget expired tasks. The ids settled."""
         async with self._sweeping:
-            for task_id in await self.task_log.cancels_for(sorted(self._running())):
+            running = sorted(self._running())
+            for task_id in await self.task_log.cancels_for(running):
                 self._on_cancel(task_id)  # a cancel whose NOTIFY this replica missed (its listener was reconnecting)
+            await self._deliver_inputs(running)  # and responses whose NOTIFY it missed
             await self.journal.sweep()  # first the execution journal's: dead instances' calls settled, rows gone
             await self.task_log.prune(rec.now_ms())
             states = [s for s in [await self.get(i) for i in await self.task_log.orphans()]

@@ -20,6 +20,10 @@ the ``journal`` component's ``of_journal_instances``)::
         task_id text REFERENCES of_tasks ON DELETE CASCADE,
         type    text,                    -- "task.created" | "task.status" | "task.settled"
         data    text)                    -- canonical JSON: the record's data, as in a task journal line
+    of_task_inputs(                      -- tasks/update responses received by a replica not running the task,
+        seq bigserial PRIMARY KEY,       -- waiting for the running replica to take them (taking deletes them)
+        task_id text REFERENCES of_tasks ON DELETE CASCADE,
+        responses text)                  -- canonical JSON: params.inputResponses
 
 Promises:
 
@@ -41,19 +45,20 @@ Promises:
   :meth:`PgTaskLog.request_cancel` marks the task ``cancel_requested`` and sends
   ``NOTIFY of_task_cancel, '<task id>'`` in one statement (a replica that missed
   the notification finds the mark at its next sweep: :meth:`PgTaskLog.cancels_for`),
-  and :meth:`PgTaskLog.relay_input` ``NOTIFY of_task_input, '{"task_id", "responses"}'``
-  (at most :data:`MAX_RELAYED_INPUT` bytes); every replica listening
-  (:meth:`PgTaskLog.listen`) acts on those of the calls it runs, which then
-  record their status as a local cancel or ``tasks/update`` does. A relayed
-  ``tasks/update`` is not stored: a replica not listening at that moment misses
-  it (if it died, its tasks are settled by the sweep).
+  and :meth:`PgTaskLog.relay_input` stores the responses as a row of
+  ``of_task_inputs`` and sends ``NOTIFY of_task_input, '<task id>'``, in one
+  statement. Every replica listens (:meth:`PgTaskLog.listen`); the one running
+  the call takes the rows (:meth:`PgTaskLog.take_inputs` deletes what it
+  returns, so each answer is delivered once) and records the status change as
+  a local ``tasks/update`` does. A replica that missed a notification finds the
+  mark or the rows at its next sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -67,8 +72,6 @@ log = structlog.get_logger("openfunctions.store.tasks")
 COMPONENT = "tasks"
 CANCEL_CHANNEL = "of_task_cancel"
 INPUT_CHANNEL = "of_task_input"
-#: PostgreSQL's NOTIFY payload limit is 8,000 bytes; the relayed JSON must stay under it.
-MAX_RELAYED_INPUT = 7900
 
 MIGRATIONS: list[Sequence[str]] = [
     (  # 1: tasks and their records
@@ -88,6 +91,11 @@ MIGRATIONS: list[Sequence[str]] = [
             type text NOT NULL,
             data text NOT NULL)""",
         "CREATE INDEX of_task_records_task ON of_task_records (task_id, seq)",
+        """CREATE TABLE of_task_inputs (
+            seq bigserial PRIMARY KEY,
+            task_id text COLLATE "C" NOT NULL REFERENCES of_tasks (task_id) ON DELETE CASCADE,
+            responses text NOT NULL)""",
+        "CREATE INDEX of_task_inputs_task ON of_task_inputs (task_id, seq)",
     ),
 ]
 
@@ -103,7 +111,6 @@ class PgTaskLog(PgRows):
         super().__init__(dsn, pool, owns_pool)
         self.journal = journal
         self._listener: asyncio.Task[None] | None = None
-        self._relays: set[asyncio.Task[None]] = set()
 
     # -- writing -----------------------------------------------------------------------
     async def create(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int,
@@ -178,24 +185,25 @@ class PgTaskLog(PgRows):
                                fetch=True, write=False)
         return [r[0] for r in rows]
 
-    async def relay_input(self, task_id: str, responses: dict[str, Any]) -> None:
-        """Hand ``tasks/update`` responses to the replica running ``task_id`` (``ValueError``: too large to relay)."""
-        payload = canonical_json({"task_id": task_id, "responses": responses})
-        if len(payload.encode("utf-8")) > MAX_RELAYED_INPUT:
-            raise ValueError(f"its input responses ({len(payload.encode('utf-8'))} bytes of JSON) are too large to "
-                             f"relay (at most {MAX_RELAYED_INPUT}): send tasks/update to the replica running it")
-        await self._run("SELECT pg_notify(%s, %s)", (INPUT_CHANNEL, payload))
+    async def relay_input(self, task_id: str, responses: dict[str, Any]) -> bool:
+        """Keep ``tasks/update`` responses for the replica running ``task_id`` and tell it; ``False``: task settled."""
+        rows = await self._run(
+            "WITH i AS (INSERT INTO of_task_inputs (task_id, responses) SELECT task_id, %s FROM of_tasks "
+            "WHERE task_id = %s AND journal = %s AND NOT settled RETURNING task_id) SELECT pg_notify(%s, task_id) FROM i",
+            (canonical_json(responses), task_id, self.journal, INPUT_CHANNEL), fetch=True)
+        return bool(rows)
 
-    def listen(self, on_cancel: Callable[[str], object],
-               on_input: Callable[[str, dict[str, Any]], Awaitable[object]], *, retry_s: float = 1.0) -> None:
-        """``on_cancel(task_id)`` per cancel request, ``await on_input(task_id, responses)`` per relayed update."""
-        async def deliver(payload: str) -> None:
-            try:
-                msg = json.loads(payload)
-                await on_input(str(msg["task_id"]), dict(msg["responses"]))
-            except Exception as exc:  # noqa: BLE001 - one bad relay must not end the listener
-                log.warning("task_input_relay_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+    async def take_inputs(self, task_ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+        """Remove and return the responses waiting for ``task_ids`` (calls this replica runs), oldest first."""
+        if not task_ids:
+            return []
+        rows = await self._run("DELETE FROM of_task_inputs WHERE task_id = ANY(%s) RETURNING seq, task_id, responses",
+                               (list(task_ids),), fetch=True)
+        return [(t, json.loads(r)) for _, t, r in sorted(rows)]
 
+    def listen(self, on_cancel: Callable[[str], object], on_input: Callable[[str], object], *,
+               retry_s: float = 1.0) -> None:
+        """``on_cancel(task_id)`` per cancel request, ``on_input(task_id)`` when responses wait for a task."""
         async def loop() -> None:
             while True:
                 try:
@@ -203,12 +211,7 @@ class PgTaskLog(PgRows):
                         await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                         await conn.execute(f"LISTEN {INPUT_CHANNEL}")
                         async for note in conn.notifies():
-                            if note.channel == CANCEL_CHANNEL:
-                                on_cancel(note.payload)
-                            else:
-                                job = asyncio.get_running_loop().create_task(deliver(note.payload))
-                                self._relays.add(job)
-                                job.add_done_callback(self._relays.discard)
+                            (on_cancel if note.channel == CANCEL_CHANNEL else on_input)(note.payload)
                 except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
                     log.warning("task_cancel_listener_lost", error=str(exc)[:200], retry_s=retry_s)
                 await asyncio.sleep(retry_s)
@@ -233,4 +236,4 @@ async def open_pg_task_log(dsn: str, journal: str, *, pool: Any = None, max_conn
                               max_connections=max_connections, timeout=timeout, close=PgTaskLog.close)
 
 
-__all__ = ["CANCEL_CHANNEL", "INPUT_CHANNEL", "MAX_RELAYED_INPUT", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]
+__all__ = ["CANCEL_CHANNEL", "INPUT_CHANNEL", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]

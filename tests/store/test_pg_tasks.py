@@ -54,8 +54,14 @@ async def test_orphans_are_the_unsettled_tasks_of_instances_that_are_gone(pg_dsn
         # A cancel mark: found for the calls a replica runs, until the task settles.
         await log.request_cancel("task_live")
         assert await log.cancels_for(["task_live", "task_gone"]) == ["task_live"]
+        # Relayed tasks/update responses wait as rows; taking them deletes them (each delivered once).
+        assert await log.relay_input("task_live", {"k": 1}) and await log.relay_input("task_live", {"k": "x" * 9000})
+        assert await log.take_inputs(["task_gone"]) == []
+        assert await log.take_inputs(["task_live"]) == [("task_live", {"k": 1}), ("task_live", {"k": "x" * 9000})]
+        assert await log.take_inputs(["task_live"]) == []
         await log.settle("task_live", ("task.settled", {"task_id": "task_live", "status": "cancelled"}))
         assert await log.cancels_for(["task_live"]) == []
+        assert not await log.relay_input("task_live", {"k": 2})  # settled: nothing kept
     finally:
         await log.close()
         await journal.close()
