@@ -35,7 +35,7 @@ from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, To
 
 from ._agent import Agent, Crew
 from ._errors import AgentDefinitionError
-from ._runlog import MemoryRunLog, RunJournal, read_runs
+from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_runs
 from ._runtime import AgentRuntime
 
 RUN_BUDGET = 32 * 1024
@@ -70,12 +70,19 @@ class AgentsProfile:
     runtime: AgentRuntime
     data_dir: Path
     instructions: str = INSTRUCTIONS
-    journal: RunJournal | None = None
+    journal: RunJournal | DatabaseRunLog | None = None
     artifacts: Any = None
+    database_url: str | None = None  # serve --database: run records in PostgreSQL, shared by replicas
     _closers: list[Any] = field(default_factory=list)
 
+    def install(self, server: Any) -> None:
+        self.database_url = getattr(server, "database_url", None)
+
     async def start(self) -> None:
-        self.journal = await RunJournal.open_in(self.data_dir)
+        if self.database_url:
+            self.journal = await DatabaseRunLog.open(self.database_url)
+        else:
+            self.journal = await RunJournal.open_in(self.data_dir)
         self.runtime.runs = self.journal
 
     async def aclose(self) -> None:
@@ -92,7 +99,9 @@ def _run_tools(profile: AgentsProfile) -> list[Any]:
         run_id = params["run_id"]
         runs = profile.runtime.runs
         run = runs.get(run_id) if isinstance(runs, MemoryRunLog) else None
-        if run is None:  # another server on this data dir may have written it
+        if run is None and isinstance(runs, DatabaseRunLog):  # another replica may have written it
+            run = await runs.load(run_id)
+        if run is None and not isinstance(runs, DatabaseRunLog):  # another server on this data dir may have written it
             import anyio
 
             run = (await anyio.to_thread.run_sync(read_runs, profile.data_dir)).get(run_id)

@@ -15,6 +15,9 @@ slot left by a dead process is recovered by the next server that opens it.
   runs in progress and the last :data:`KEEP_FINISHED` finished ones; older
   runs are read from the files (:func:`read_runs`).
 - :class:`MemoryRunLog`: the same fold without a file (library use, tests).
+- :class:`DatabaseRunLog` (``serve --database``): the same records as rows
+  in PostgreSQL, shared by replicas; a dead replica's runs are finished
+  ``interrupted`` by the others' sweep.
 - :func:`read_runs`: a lock-free fold over every slot and segment, for the
   CLI and for reading runs another process wrote.
 """
@@ -124,14 +127,7 @@ class RunJournal(MemoryRunLog):
 
     async def _recover(self) -> None:
         pending = R.unfinished(self.state)
-        records = [
-            (R.FINISHED, R.finished(run_id=r.run_id, status="interrupted", rounds=len(r.rounds),
-                                    usage=_usage(r.rounds), receipts=_receipts(r.rounds), text=None,
-                                    error={"code": "run_interrupted", "message": "the process ended while this run was "
-                                           "in progress; it was not resumed and none of its tool calls were re-run"},
-                                    recovered=True))
-            for r in pending
-        ]
+        records = [interrupted_record(r) for r in pending]
         if records:
             await self.log.append_many(records)
             for rtype, data in records:
@@ -192,6 +188,103 @@ class RunJournal(MemoryRunLog):
         await self.log.close()
 
 
+class DatabaseRunLog(MemoryRunLog):
+    """Run records in PostgreSQL (``openfunctions.store.PgRunLog``; schema in ``store/_pg_runs.py``), shared by replicas.
+
+    Every append is a committed insert before it returns (rounds included:
+    there is no unwaited queue here). :meth:`open` and a sweep every
+    ``sweep_interval`` seconds finish ``interrupted`` the runs of processes
+    that died (their advisory lock free), as :class:`RunJournal`'s open does
+    for its file; nothing is resumed. In memory: this process's recent runs;
+    :meth:`load` folds any run from the rows.
+    """
+
+    def __init__(self, log: Any) -> None:
+        super().__init__()
+        self.log = log
+        self.path = None
+        #: Runs of dead processes this log finished ``interrupted``.
+        self.interrupted: list[str] = []
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, url: str, space: str = "default", *, sweep_interval: float | None = 5.0) -> DatabaseRunLog:
+        from openfunctions.store import open_pg_run_log
+
+        self = cls(await open_pg_run_log(url, space))
+        try:
+            await self.sweep()
+        except BaseException:
+            await self.log.close()
+            raise
+        if sweep_interval:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_every(sweep_interval))
+        return self
+
+    async def sweep(self) -> list[str]:
+        def record(run_id: str, records: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
+            state: dict[str, R.RunState] = {}
+            for rtype, data in records:
+                R.apply(state, rtype, data)
+            return interrupted_record(state.get(run_id) or R.RunState(run_id, {"run_id": run_id}))
+
+        found = await self.log.recover_dead(record)
+        self.interrupted.extend(found)
+        return list(found)
+
+    async def _sweep_every(self, interval: float) -> None:
+        import structlog
+
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep()
+            except Exception as exc:  # noqa: BLE001 - retried next time; the database may be away
+                structlog.get_logger("openfunctions.agents").warning("run_sweep_failed", error=str(exc)[:300])
+
+    async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
+        run_id = data["run_id"]
+        if rtype == R.STARTED:
+            await self.log.start(run_id, data.get("agent"), (rtype, data))
+        elif rtype == R.FINISHED:
+            if not await self.log.finish(run_id, (rtype, data)):
+                raise RunJournalError(f"run {run_id} was already finished in the database (another server recovered "
+                                      "it as interrupted after this one lost its database lock); this end is not recorded")
+        else:
+            await self.log.append(run_id, (rtype, data))
+        R.apply(self.state, rtype, data)
+        if rtype == R.FINISHED and len(self.state) > 2 * KEEP_FINISHED:
+            finished = [rid for rid, r in self.state.items() if r.finished is not None and rid != run_id]
+            for rid in finished[:len(finished) - KEEP_FINISHED]:
+                del self.state[rid]
+
+    async def load(self, run_id: str) -> R.RunState | None:
+        """The run as its rows say (any replica's)."""
+        state: dict[str, R.RunState] = {}
+        for rtype, data in await self.log.records(run_id):
+            R.apply(state, rtype, data)
+        return state.get(run_id)
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except BaseException:  # noqa: BLE001 - cancelled: closing anyway
+                pass
+            self._sweeper = None
+        await self.log.close()
+
+
+def interrupted_record(r: R.RunState) -> tuple[str, dict[str, Any]]:
+    """The ``run_finished`` (``interrupted``, ``recovered``) recovery writes for a run its process left unfinished."""
+    return (R.FINISHED, R.finished(run_id=r.run_id, status="interrupted", rounds=len(r.rounds),
+                                   usage=_usage(r.rounds), receipts=_receipts(r.rounds), text=None,
+                                   error={"code": "run_interrupted", "message": "the process ended while this run "
+                                          "was in progress; it was not resumed and none of its tool calls were re-run"},
+                                   recovered=True))
+
+
 def _usage(rounds: list[dict[str, Any]]) -> dict[str, int]:
     return {k: sum(int((r.get("usage") or {}).get(k, 0)) for r in rounds) for k in ("input_tokens", "output_tokens")}
 
@@ -211,6 +304,22 @@ def journal_files(data_dir: str | os.PathLike[str]) -> list[Path]:
     return out
 
 
+async def read_runs_in_database(url: str, run_id: str | None = None, *, space: str = "default",
+                                limit_runs: int = 1000) -> dict[str, R.RunState]:
+    """Fold the runs in the database (one run, or the newest ``limit_runs``), writing nothing and taking no lock."""
+    from openfunctions.store import open_pg_run_log
+
+    log = await open_pg_run_log(url, space, register=False, max_connections=1)
+    try:
+        records = await log.records(run_id) if run_id is not None else await log.all_records(limit_runs)
+    finally:
+        await log.close()
+    state: dict[str, R.RunState] = {}
+    for rtype, data in records:
+        R.apply(state, rtype, data)
+    return state
+
+
 def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
     """Fold every run record under ``data_dir`` without taking a lock (a live writer's tail may be missing)."""
     state: dict[str, R.RunState] = {}
@@ -219,4 +328,4 @@ def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
     return state
 
 
-__all__ = ["KEEP_FINISHED", "MemoryRunLog", "RunJournal", "journal_files", "read_runs", "runs_journal_path"]
+__all__ = ["DatabaseRunLog", "KEEP_FINISHED", "MemoryRunLog", "RunJournal", "interrupted_record", "journal_files", "read_runs", "read_runs_in_database", "runs_journal_path"]

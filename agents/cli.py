@@ -6,7 +6,9 @@
   printing new ones as servers write them (Ctrl-C stops).
 
 ``--data-dir`` defaults to the per-user data dir (``$OPENFUNCTIONS_MCP_DATA_DIR``
-overrides it), as ``serve`` uses. Exit codes: 0 ok; 1 a run id not found; 2 the
+overrides it), as ``serve`` uses. ``list`` and ``show`` with ``--database URL``
+(default without ``--data-dir``: ``$OPENFUNCTIONS_DATABASE_URL``, as ``serve``) read the runs that
+``serve --database`` replicas keep in PostgreSQL instead. Exit codes: 0 ok; 1 a run id not found; 2 the
 journal cannot be read (corrupt, unsafe path).
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,16 +46,23 @@ def add_commands(subparsers: Any) -> None:
                        help="data directory (default: the per-user data dir)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    def database(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--database", dest="runs_database", metavar="URL", default=None,
+                       help="read the runs serve --database keeps in PostgreSQL (default without --data-dir: "
+                            "$OPENFUNCTIONS_DATABASE_URL, if set)")
+
     p = rsub.add_parser("list", help="one line per run: id, agent, status, rounds, model, started")
     p.add_argument("--agent", help="only runs of this agent")
     p.add_argument("--status", help="only runs with this status (running, completed, max_rounds, cancelled, failed, interrupted)")
     p.add_argument("-n", type=int, default=50, metavar="N", help="at most the last N runs (default 50)")
     common(p)
+    database(p)
     p.set_defaults(func=cmd_list)
 
     p = rsub.add_parser("show", help="one run's whole record")
     p.add_argument("run_id")
     common(p)
+    database(p)
     p.set_defaults(func=cmd_show)
 
     p = rsub.add_parser("tail", help="the last N run records as written (-f: keep following)")
@@ -71,9 +81,39 @@ def _fail(exc: OpenFunctionsError) -> int:
     return 2
 
 
+def _database(args: argparse.Namespace) -> str | None:
+    """``--database``; else, unless ``--data-dir`` was given, ``$OPENFUNCTIONS_DATABASE_URL`` (as ``serve``)."""
+    if getattr(args, "runs_database", None):
+        return str(args.runs_database)
+    if args.runs_data_dir is None and "runs_database" in args:
+        return os.environ.get("OPENFUNCTIONS_DATABASE_URL") or None
+    return None
+
+
+def _where(args: argparse.Namespace) -> str:
+    url = _database(args)
+    if url:
+        from openfunctions.store import redact_dsn
+
+        return redact_dsn(url)
+    return str(_dir(args))
+
+
+def _runs(args: argparse.Namespace, run_id: str | None = None) -> dict[str, Any]:
+    """The runs folded from the database (``--database``) or the data dir's run journals."""
+    url = _database(args)
+    if url:
+        import asyncio
+
+        from ._runlog import read_runs_in_database
+
+        return asyncio.run(read_runs_in_database(url, run_id))
+    return read_runs(_dir(args))
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     try:
-        runs = list(read_runs(_dir(args)).values())
+        runs = list(_runs(args).values())
     except OpenFunctionsError as exc:
         return _fail(exc)
     rows = [r.summary() for r in runs
@@ -83,7 +123,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print(f"no runs in {_dir(args)}")
+        print(f"no runs in {_where(args)}")
         return 0
     for row in rows:
         print(f"{row['run_id']}  {row['agent']:<20} {row['status']:<11} rounds={row['rounds']:<3} "
@@ -93,11 +133,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     try:
-        run = read_runs(_dir(args)).get(args.run_id)
+        run = _runs(args, args.run_id).get(args.run_id)
     except OpenFunctionsError as exc:
         return _fail(exc)
     if run is None:
-        print(f"openfunctions-mcp runs: no run {args.run_id!r} in {_dir(args)}", file=sys.stderr)
+        print(f"openfunctions-mcp runs: no run {args.run_id!r} in {_where(args)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(run.to_dict(), indent=2, ensure_ascii=False))

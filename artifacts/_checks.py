@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import ArtifactRequestInvalid
+from .errors import ArtifactQuotaExceeded, ArtifactRequestInvalid
 
 MAX_READ_BYTES = 16 * 1024
 MAX_SCOPE_CHARS = 1024
@@ -42,4 +42,11 @@ def check_range(offset: Any, length: Any, size: int) -> tuple[int, int]:
     return offset, min(length, MAX_READ_BYTES, size - offset)
 
 
-__all__ = ["check_media_type", "check_scope", "check_range", "MAX_READ_BYTES", "MAX_SCOPE_CHARS"]
+def quota_error(quota: int, used: int, size: int) -> ArtifactQuotaExceeded:
+    return ArtifactQuotaExceeded(
+        f"storing {size} bytes would exceed the artifact quota ({used} of {quota} bytes used); nothing was stored",
+        details={"quota_bytes": quota, "used_bytes": used, "size": size},
+    )
+
+
+__all__ = ["check_media_type", "check_scope", "check_range", "quota_error", "MAX_READ_BYTES", "MAX_SCOPE_CHARS"]

@@ -136,6 +136,7 @@ from openfunctions.core import canonical_bytes, utc_timestamp
 from openfunctions.core.files import TEMP_PREFIX, flock, open_private, try_flock, write_atomic
 
 from ._checks import MAX_READ_BYTES, check_media_type, check_range, check_scope
+from ._checks import quota_error as _quota_error
 from ._fs import FROZEN_MODE, ensure_dir, read_small, store_unsafe, unlink_quiet
 from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
 from ._records import FORMAT_VERSION, HEX_RE, key_doc, key_name, parse_record, record_bytes
@@ -144,7 +145,6 @@ from ._writer import CHUNK, BlobWriter, as_view, file_chunks
 from .errors import (
     ArtifactCorrupt,
     ArtifactNotFound,
-    ArtifactQuotaExceeded,
     ArtifactRequestInvalid,
     ArtifactStoreFailed,
     ArtifactStoreUnsafe,
@@ -716,13 +716,6 @@ def _read_exact(fd: int, size: int) -> bytes:
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _quota_error(quota: int, used: int, size: int) -> ArtifactQuotaExceeded:
-    return ArtifactQuotaExceeded(
-        f"storing {size} bytes would exceed the artifact quota ({used} of {quota} bytes used); nothing was stored",
-        details={"quota_bytes": quota, "used_bytes": used, "size": size},
-    )
 
 
 __all__ = [

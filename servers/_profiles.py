@@ -164,15 +164,14 @@ def _tools_parts(modules: Iterable[str], files_root: str | Path | None, examples
     return parts
 
 
-def _artifacts_part(data_dir: Path) -> tuple[list[ToolDefinition], Closer]:
-    from openfunctions.artifacts import ArtifactStore, create_artifact_read_tool
+def _artifacts_part(data_dir: Path) -> tuple[list[ToolDefinition], Closer, Setup, Starter]:
+    """of_artifact_read over the data dir's store, or (``serve --database``) the database's (servers/_database.py)."""
+    from openfunctions.artifacts import create_artifact_read_tool
 
-    store = ArtifactStore(Path(data_dir) / "artifacts")
+    from ._database import ServedArtifacts
 
-    async def close() -> None:
-        store.close()
-
-    return [create_artifact_read_tool(store)], close
+    store = ServedArtifacts(Path(data_dir) / "artifacts")
+    return [create_artifact_read_tool(store)], store.close, store.install, store.start
 
 
 def _work_profile(data_dir: Path, *, catalog: str | Path | None, principal: str | None, base: ToolRegistry | None,
@@ -298,8 +297,9 @@ def _build_profile(
     if name == "tools":
         return Profile("tools", _merge(_tools_parts(modules, files_root, examples)), INSTRUCTIONS["tools"])
     if name == "artifacts":
-        tools, close = _artifacts_part(data_dir)
-        return Profile("artifacts", ToolRegistry(tools), INSTRUCTIONS["artifacts"], closers=[close])
+        tools, close, setup, start = _artifacts_part(data_dir)
+        return Profile("artifacts", ToolRegistry(tools), INSTRUCTIONS["artifacts"], closers=[close], setups=[setup],
+                       starters=[start])
     if name == "work":
         wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=None, **work_db)
         return Profile("work", wp.registry, wp.instructions, closers=[wp.aclose], starters=[wp.open] if database else [])
@@ -310,7 +310,7 @@ def _build_profile(
     # all: every part this configuration can serve; a part that cannot is logged, not faked.
     parts = _tools_parts(modules, files_root, examples)
     closers: list[Closer] = []
-    tools, close = _artifacts_part(data_dir)
+    tools, close, artifacts_setup, artifacts_start = _artifacts_part(data_dir)
     parts.append(tools)
     closers.append(close)
     base = _merge(parts)
@@ -338,8 +338,8 @@ def _build_profile(
         instructions = f"{instructions}\n\n{wp.instructions}"
     except ProfileUnavailable as exc:
         log.warning("profile_part_unavailable", part="work", reason=exc.message)
-    setups: list[Setup] = []
-    starters: list[Starter] = list(work_starters)
+    setups: list[Setup] = [artifacts_setup]
+    starters: list[Starter] = [artifacts_start, *work_starters]
     for layer in LAYERS:
         try:
             part = _layer_profile(layer, layer_options, base)

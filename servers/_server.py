@@ -398,6 +398,11 @@ class OpenFunctionsServer:
         await self.close()
 
     @property
+    def database_url(self) -> str | None:
+        """``serve --database``: the PostgreSQL the replicas share (layers keep their records there too)."""
+        return self._database_url
+
+    @property
     def in_flight(self) -> int:
         return len(self._inflight)
 

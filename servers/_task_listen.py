@@ -32,11 +32,15 @@ and polling stays correct; every frame's ``_meta`` carries
 consecutive frames with the same task state are sent once. Delivery is
 fire-and-forget with no replay, like the SDK's ``ListenHandler``: a stream
 whose client stops reading is ended at :data:`MAX_BUFFERED` pending events.
-Changes of ``statusMessage`` alone (progress) are not pushed.
+Changes of ``statusMessage`` alone (progress) are not pushed. With a shared
+task store (``serve --database``), a task may run on another replica: the
+stream also re-reads its unfinished tasks every :data:`SHARED_POLL_S` seconds,
+so their changes arrive within that delay.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -58,6 +62,8 @@ TASKS_NOTIFICATION = "notifications/tasks"
 TASK_IDS_FILTER = "taskIds"
 MAX_STREAMS = 1024
 MAX_BUFFERED = 1024
+#: With a shared (database) task store: how often a stream re-reads its unfinished tasks (changes made by other replicas).
+SHARED_POLL_S = 1.0
 MAX_TASK_IDS = 1000
 
 
@@ -166,6 +172,10 @@ class TaskListen:
         self._sends.add(send)
         for task_id in sorted(task_ids):
             deliver(task_id)  # the current state of each task first
+        poller = None
+        if task_ids and getattr(self.manager.store, "shared", False):
+            # Another replica may run these tasks: its changes reach this one only through the rows.
+            poller = asyncio.get_running_loop().create_task(self._poll(stream, deliver))
         try:
             await ctx.session.send_notification(
                 types.SubscriptionsAcknowledgedNotification(
@@ -182,6 +192,8 @@ class TaskListen:
                     notification = event_to_notification(item, meta)
                 await ctx.session.send_notification(notification, related_request_id=subscription_id)
         finally:
+            if poller is not None:
+                poller.cancel()
             for unsubscribe in unsubscribes:
                 try:
                     unsubscribe()
@@ -192,6 +204,16 @@ class TaskListen:
             send.close()
             recv.close()
         return types.SubscriptionsListenResult(_meta=meta)
+
+    async def _poll(self, stream: _Stream, deliver: Callable[[Any], None]) -> None:
+        """Shared task store: queue each unfinished task every :data:`SHARED_POLL_S` (unchanged states are not sent)."""
+        from ._task_records import TERMINAL
+
+        while True:
+            await asyncio.sleep(SHARED_POLL_S)
+            for task_id in stream.task_ids:
+                if stream.last_sent.get(task_id, ("", ""))[0] not in TERMINAL:
+                    deliver(task_id)
 
     async def _task_notification(self, stream: _Stream, task_id: str, meta: dict[str, Any]) -> Any:
         task = await self.manager.find(task_id)

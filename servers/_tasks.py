@@ -478,13 +478,21 @@ class TaskManager:
     # -- the tasks/* methods -----------------------------------------------------
 
     async def update(self, task: TaskState, responses: Mapping[str, Any]) -> None:
-        run = self.runs.get(task.task_id)
-        if run is None and not task.terminal and self.store.shared:
-            raise MCPError(INVALID_PARAMS, f"task {task.task_id} is waiting for input in another server replica, and "
-                           "this release delivers tasks/update only to the replica running the task (send it with "
-                           "the session or route that created the task)", data={"taskId": task.task_id,
-                                                                                 "status": task.status})
-        if run is None or task.terminal:
+        """Deliver input responses to the task's handler: here, or (a shared store) to the replica running it."""
+        if task.task_id not in self.runs and not task.terminal and self.store.shared:
+            try:
+                await self.store.relay_update(task.task_id, dict(responses))
+            except ValueError as exc:
+                raise MCPError(INVALID_PARAMS, f"task {task.task_id} runs on another server replica and {exc}",
+                               data={"taskId": task.task_id}) from None
+            return
+        await self.update_here(task.task_id, responses)
+
+    async def update_here(self, task_id: str, responses: Mapping[str, Any]) -> None:
+        """Deliver responses to the handler of ``task_id`` if this process runs it (else nothing)."""
+        run = self.runs.get(task_id)
+        task = await self.find(task_id) if run is not None else None
+        if run is None or task is None or task.terminal:
             return
         taken = [k for k in responses if k in run.pending]
         if not taken:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,6 +63,10 @@ class TaskStore(Protocol):
 
     async def request_cancel(self, task_id: str) -> bool:
         """Ask the process running ``task_id``'s call to cancel it; ``False``: no other process can run it."""
+        ...
+
+    async def relay_update(self, task_id: str, responses: dict[str, Any]) -> None:
+        """Hand ``tasks/update`` responses to the process running the task (``ValueError``: cannot)."""
         ...
 
     async def close(self) -> None: ...
@@ -203,6 +207,9 @@ class FileTaskStore:
     async def request_cancel(self, task_id: str) -> bool:
         return False  # one process owns the file: a task it does not run is not running
 
+    async def relay_update(self, task_id: str, responses: dict[str, Any]) -> None:
+        raise ValueError("no other process runs tasks of this task journal")
+
     async def close(self) -> None:
         self.path = None  # nothing is recorded after close (a late record stays in memory)
         if self.log is not None:
@@ -220,6 +227,10 @@ class DatabaseTaskStore:
         self.journal = journal  # openfunctions.store.PgExecutionJournal: liveness, receipts
         self._sweeper: asyncio.Task[None] | None = None
         self._sweeping = asyncio.Lock()
+        self._on_cancel: Callable[[str], object] = lambda task_id: None
+        self._running: Callable[[], Iterable[str]] = tuple
+        self._on_input: Callable[[str, dict[str, Any]], Awaitable[object]] | None = None
+        self._deliveries: set[asyncio.Task[None]] = set()
         #: Task ids this store's sweeps settled as orphans.
         self.recovered: list[str] = []
 
@@ -246,13 +257,43 @@ class DatabaseTaskStore:
         await self.task_log.request_cancel(task_id)
         return True
 
-    def listen_cancels(self, on_cancel: Callable[[str], object]) -> None:
-        """Cancel requests from every replica: ``on_cancel(task_id)`` (the manager's ``cancel_here``)."""
-        self.task_log.listen_cancels(on_cancel)
+    async def relay_update(self, task_id: str, responses: dict[str, Any]) -> None:
+        await self.task_log.relay_input(task_id, responses)
+
+    def listen(self, on_cancel: Callable[[str], object],
+               on_input: Callable[[str, dict[str, Any]], Awaitable[object]],
+               running: Callable[[], Iterable[str]] = tuple) -> None:
+        """Requests from every replica for the calls this one runs (``running()``): cancels, ``tasks/update`` responses.
+
+        Each sweep also acts on cancel marks and waiting responses whose notification this replica missed.
+        """
+        self._on_cancel, self._on_input, self._running = on_cancel, on_input, running
+
+        def input_ready(task_id: str) -> None:
+            if task_id in set(running()):
+                job = asyncio.get_running_loop().create_task(self._deliver_inputs([task_id]))
+                self._deliveries.add(job)
+                job.add_done_callback(self._deliveries.discard)
+
+        self.task_log.listen(on_cancel, input_ready)
+
+    async def _deliver_inputs(self, task_ids: list[str]) -> None:
+        """Take the responses waiting for ``task_ids`` and hand them to the handlers (once each)."""
+        if self._on_input is None:
+            return
+        try:
+            for task_id, responses in await self.task_log.take_inputs(task_ids):
+                await self._on_input(task_id, responses)
+        except Exception as exc:  # noqa: BLE001 - logged; a sweep or the next notification tries again
+            log.warning("task_input_delivery_failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def sweep(self) -> list[str]:
         """Settle ``failed`` the tasks of processes that are gone; forget expired tasks. The ids settled."""
         async with self._sweeping:
+            running = sorted(self._running())
+            for task_id in await self.task_log.cancels_for(running):
+                self._on_cancel(task_id)  # a cancel whose NOTIFY this replica missed (its listener was reconnecting)
+            await self._deliver_inputs(running)  # and responses whose NOTIFY it missed
             await self.journal.sweep()  # first the execution journal's: dead instances' calls settled, rows gone
             await self.task_log.prune(rec.now_ms())
             states = [s for s in [await self.get(i) for i in await self.task_log.orphans()]

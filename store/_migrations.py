@@ -94,6 +94,8 @@ MIGRATIONS: list[Sequence[str]] = [
 COMPONENTS: dict[str, str] = {
     "tasks": "openfunctions.store._pg_tasks:MIGRATIONS",  # MCP tasks shared by replicas (pgshared)
     "work": "openfunctions.store._pg_work_schema:MIGRATIONS",  # work lease, attempts, grants, inbox (pgwork)
+    "artifacts": "openfunctions.store._pg_artifacts:MIGRATIONS",  # artifact index and blobs (pgshared)
+    "runs": "openfunctions.store._pg_runs:MIGRATIONS",  # agents' run records (pgshared)
 }
 
 

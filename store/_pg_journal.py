@@ -62,7 +62,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from hashlib import sha256
@@ -76,6 +75,7 @@ from openfunctions.core.journal import recovered_receipt
 from ._errors import StoreError, StoreUnavailable
 from ._migrations import COMPONENT, check_schema
 from ._pg import _psycopg, redact_dsn
+from ._pg_instances import PgInstance
 
 log = structlog.get_logger("openfunctions.store.journal")
 
@@ -129,13 +129,13 @@ class PgExecutionJournal:
         self.where = redact_dsn(dsn)
         #: Receipts this open wrote for dead instances' unsettled starts.
         self.recovered: list[Any] = []
-        self.instance: str | None = None
-        self._lock_conn: Any = None
+        self._live = PgInstance(dsn, name)  # this process's registration (store/_pg_instances.py)
         self._conn: Any = None  # the appends' connection (opened at the first append, replaced after a failure)
         self._queue: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._sweeping = asyncio.Lock()
+        self._registering = asyncio.Lock()  # the flusher and ensure_registered() register once between them
         self._closed = False
         psycopg, _ = _psycopg()
         self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -149,21 +149,21 @@ class PgExecutionJournal:
         return f"{self.where} journal {self.name!r}"
 
     # -- instance registration -------------------------------------------------
+    @property
+    def instance(self) -> str | None:
+        """This process's instance id (``None``: not registered: the next append registers)."""
+        return self._live.instance
+
+    @instance.setter
+    def instance(self, value: str | None) -> None:
+        self._live.instance = value
+
+    @property
+    def _lock_conn(self) -> Any:
+        return self._live.lock_conn
+
     async def _register(self) -> None:
-        psycopg = self._psycopg
-        if self._lock_conn is not None:
-            try:
-                await self._lock_conn.close()
-            except Exception:
-                pass
-        conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
-        instance = new_id("inst")
-        key = int.from_bytes(os.urandom(8), "big", signed=True)
-        await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-        await conn.execute(
-            "INSERT INTO of_journal_instances (instance, journal, lock_key, host, pid) VALUES (%s, %s, %s, %s, %s)",
-            (instance, self.name, key, socket.gethostname(), os.getpid()))
-        self._lock_conn, self.instance = conn, instance
+        await self._live.register()
 
     async def _ensure_journal(self, conn: Any) -> None:
         header = canonical_json({
@@ -178,40 +178,25 @@ class PgExecutionJournal:
     # -- recovery ----------------------------------------------------------------
     async def _recover(self) -> None:
         """Settle ``unknown`` every start of a dead instance that has no receipt (reads evidence; runs nothing)."""
+        await self._live.recover_dead(self.pool, self._settle_dead)
+
+    async def _settle_dead(self, instance: str) -> None:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT instance, lock_key FROM of_journal_instances WHERE journal = %s AND instance <> %s",
-                (self.name, self.instance))
-            others = await cur.fetchall()
-        for instance, key in others:
-            cur = await self._lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-            if not (await cur.fetchone())[0]:
-                continue  # alive
-            try:
-                async with self.pool.connection() as conn:
-                    cur = await conn.execute("SELECT 1 FROM of_journal_instances WHERE instance = %s", (instance,))
-                    if await cur.fetchone() is None:
-                        continue  # another replica recovered it meanwhile
-                    cur = await conn.execute(
-                        "SELECT s.data FROM of_journal_records s WHERE s.journal = %s AND s.instance = %s "
-                        "AND s.type = 'start' AND NOT EXISTS (SELECT 1 FROM of_journal_records r WHERE "
-                        "r.journal = s.journal AND r.receipt_id = s.receipt_id AND r.type = 'receipt') ORDER BY s.seq",
-                        (self.name, instance))
-                    starts = [json.loads(row[0]) for row in await cur.fetchall()]
-                receipts = [recovered_receipt(s) for s in starts]
-                # Through the group-commit queue (a sweep runs beside live appends); a receipt that is
-                # already there (the call settled meanwhile, or another replica got there first) is skipped.
-                results = await asyncio.gather(*(self._append(RECEIPT, r.to_dict(), r.receipt_id) for r in receipts),
-                                               return_exceptions=True)
-                for res in results:
-                    if isinstance(res, BaseException) and not isinstance(res, DuplicateReceipt):
-                        raise res
-                receipts = [r for r, res in zip(receipts, results, strict=True) if not isinstance(res, BaseException)]
-                async with self.pool.connection() as conn:
-                    await conn.execute("DELETE FROM of_journal_instances WHERE instance = %s", (instance,))
-                self.recovered.extend(receipts)
-            finally:
-                await self._lock_conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                "SELECT s.data FROM of_journal_records s WHERE s.journal = %s AND s.instance = %s "
+                "AND s.type = 'start' AND NOT EXISTS (SELECT 1 FROM of_journal_records r WHERE "
+                "r.journal = s.journal AND r.receipt_id = s.receipt_id AND r.type = 'receipt') ORDER BY s.seq",
+                (self.name, instance))
+            starts = [json.loads(row[0]) for row in await cur.fetchall()]
+        receipts = [recovered_receipt(s) for s in starts]
+        # Through the group-commit queue (a sweep runs beside live appends); a receipt that is
+        # already there (the call settled meanwhile, or another replica got there first) is skipped.
+        results = await asyncio.gather(*(self._append(RECEIPT, r.to_dict(), r.receipt_id) for r in receipts),
+                                       return_exceptions=True)
+        for res in results:
+            if isinstance(res, BaseException) and not isinstance(res, DuplicateReceipt):
+                raise res
+        self.recovered.extend(r for r, res in zip(receipts, results, strict=True) if not isinstance(res, BaseException))
 
     async def sweep(self) -> list[Any]:
         """Recover dead instances now (what an open does); the receipts written by this sweep."""
@@ -310,8 +295,7 @@ class PgExecutionJournal:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                if self.instance is None:
-                    await self._register()
+                await self.ensure_registered()
                 seqs = await self._append_rows([(p.type, p.data, p.receipt_id) for p in batch])
             except BaseException as exc:
                 err = exc if isinstance(exc, OpenFunctionsError) else self._unavailable(exc, True)
@@ -352,8 +336,9 @@ class PgExecutionJournal:
 
     async def ensure_registered(self) -> str:
         """This process's live instance id (registering again if the database forgot it); tasks carry it."""
-        if self.instance is None:
-            await self._register()
+        async with self._registering:
+            if self.instance is None:
+                await self._register()
         assert self.instance is not None
         return self.instance
 
@@ -397,13 +382,7 @@ class PgExecutionJournal:
             except Exception:
                 pass
         await self._drop_conn()
-        if self._lock_conn is not None:
-            try:  # a clean exit: nothing of ours is left unsettled, so the row goes with the lock
-                async with self.pool.connection() as conn:
-                    await conn.execute("DELETE FROM of_journal_instances WHERE instance = %s", (self.instance,))
-            except Exception:
-                pass
-            await self._lock_conn.close()
+        await self._live.close(self.pool)  # a clean exit: nothing of ours is left unsettled
         if self._owns_pool:
             await self.pool.close()
 

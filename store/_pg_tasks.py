@@ -13,12 +13,17 @@ the ``journal`` component's ``of_journal_instances``)::
         principal text,                  -- who created it (NULL: a server without principals)
         instance  text,                  -- of_journal_instances.instance of the process running its call
         expires_at_ms bigint,            -- Unix ms; past it the task is unknown and may be deleted
-        settled   boolean)               -- its task.settled record is in (only the first one counts)
+        settled   boolean,               -- its task.settled record is in (only the first one counts)
+        cancel_requested boolean)        -- tasks/cancel reached some replica (the running one acts on it)
     of_task_records(                     -- the records, in one global order
         seq     bigserial PRIMARY KEY,   -- a task's records fold in seq order
         task_id text REFERENCES of_tasks ON DELETE CASCADE,
         type    text,                    -- "task.created" | "task.status" | "task.settled"
         data    text)                    -- canonical JSON: the record's data, as in a task journal line
+    of_task_inputs(                      -- tasks/update responses received by a replica not running the task,
+        seq bigserial PRIMARY KEY,       -- waiting for the running replica to take them (taking deletes them)
+        task_id text REFERENCES of_tasks ON DELETE CASCADE,
+        responses text)                  -- canonical JSON: params.inputResponses
 
 Promises:
 
@@ -36,10 +41,17 @@ Promises:
   instance's unsettled tasks are *orphans* (:meth:`PgTaskLog.orphans`),
   which the tasks' own sweep settles ``failed``. Nothing here decides that
   a process is dead, and nothing is re-run.
-- **Cancel across replicas** is a notification, not a record:
-  :meth:`PgTaskLog.request_cancel` sends ``NOTIFY of_task_cancel, '<task id>'``
-  and every replica listening (:meth:`PgTaskLog.listen_cancels`) cancels the
-  call if it runs it; the task then settles ``cancelled`` as a local cancel does.
+- **Cancel and input across replicas** are notifications:
+  :meth:`PgTaskLog.request_cancel` marks the task ``cancel_requested`` and sends
+  ``NOTIFY of_task_cancel, '<task id>'`` in one statement (a replica that missed
+  the notification finds the mark at its next sweep: :meth:`PgTaskLog.cancels_for`),
+  and :meth:`PgTaskLog.relay_input` stores the responses as a row of
+  ``of_task_inputs`` and sends ``NOTIFY of_task_input, '<task id>'``, in one
+  statement. Every replica listens (:meth:`PgTaskLog.listen`); the one running
+  the call takes the rows (:meth:`PgTaskLog.take_inputs` deletes what it
+  returns, so each answer is delivered once) and records the status change as
+  a local ``tasks/update`` does. A replica that missed a notification finds the
+  mark or the rows at its next sweep.
 """
 
 from __future__ import annotations
@@ -53,13 +65,13 @@ import structlog
 
 from openfunctions.core import canonical_json
 
-from ._errors import StoreUnavailable
-from ._pg import _psycopg, redact_dsn
+from ._pg_rows import PgRows, open_checked
 
 log = structlog.get_logger("openfunctions.store.tasks")
 
 COMPONENT = "tasks"
 CANCEL_CHANNEL = "of_task_cancel"
+INPUT_CHANNEL = "of_task_input"
 
 MIGRATIONS: list[Sequence[str]] = [
     (  # 1: tasks and their records
@@ -69,7 +81,8 @@ MIGRATIONS: list[Sequence[str]] = [
             principal text,
             instance text,
             expires_at_ms bigint NOT NULL,
-            settled boolean NOT NULL DEFAULT false)""",
+            settled boolean NOT NULL DEFAULT false,
+            cancel_requested boolean NOT NULL DEFAULT false)""",
         "CREATE INDEX of_tasks_open ON of_tasks (journal, instance) WHERE NOT settled",
         "CREATE INDEX of_tasks_principal ON of_tasks (journal, principal, expires_at_ms)",
         """CREATE TABLE of_task_records (
@@ -78,39 +91,26 @@ MIGRATIONS: list[Sequence[str]] = [
             type text NOT NULL,
             data text NOT NULL)""",
         "CREATE INDEX of_task_records_task ON of_task_records (task_id, seq)",
+        """CREATE TABLE of_task_inputs (
+            seq bigserial PRIMARY KEY,
+            task_id text COLLATE "C" NOT NULL REFERENCES of_tasks (task_id) ON DELETE CASCADE,
+            responses text NOT NULL)""",
+        "CREATE INDEX of_task_inputs_task ON of_task_inputs (task_id, seq)",
     ),
 ]
 
 Record = tuple[str, dict[str, Any]]
 
 
-class PgTaskLog:
+class PgTaskLog(PgRows):
     """The task records of one journal (a server profile) in PostgreSQL; open with :func:`open_pg_task_log`."""
 
-    def __init__(self, dsn: str, journal: str, pool: Any, owns_pool: bool) -> None:
-        self.journal = journal
-        self.pool = pool
-        self._dsn = dsn
-        self._owns_pool = owns_pool
-        self.where = redact_dsn(dsn)
-        self._listener: asyncio.Task[None] | None = None
-        psycopg, _ = _psycopg()
-        self._psycopg = psycopg
+    what = "tasks"
 
-    async def _run(self, sql: str, params: tuple[Any, ...], *, fetch: bool = False, write: bool = True) -> Any:
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(sql, params)
-                return await cur.fetchall() if fetch else cur.rowcount
-        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
-            try:
-                await asyncio.wait_for(self.pool.check(), 5)
-            except Exception:
-                pass
-            what = "the write may or may not have committed" if write else "nothing was read"
-            raise StoreUnavailable(f"tasks in PostgreSQL at {self.where}: {type(exc).__name__}: "
-                                   f"{str(exc).strip() or 'connection lost'}; {what}",
-                                   certainty="unknown" if write else "known") from None
+    def __init__(self, dsn: str, journal: str, pool: Any, owns_pool: bool) -> None:
+        super().__init__(dsn, pool, owns_pool)
+        self.journal = journal
+        self._listener: asyncio.Task[None] | None = None
 
     # -- writing -----------------------------------------------------------------------
     async def create(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int,
@@ -170,18 +170,48 @@ class PgTaskLog:
 
     # -- cancel across replicas ------------------------------------------------------
     async def request_cancel(self, task_id: str) -> None:
-        """Ask every replica listening to cancel ``task_id``'s call (the one running it does)."""
-        await self._run("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, task_id))
+        """Mark ``task_id`` to be cancelled and tell every replica listening (the one running it acts)."""
+        await self._run(
+            "WITH u AS (UPDATE of_tasks SET cancel_requested = true WHERE task_id = %s AND journal = %s "
+            "AND NOT settled RETURNING task_id) SELECT pg_notify(%s, task_id) FROM u",
+            (task_id, self.journal, CANCEL_CHANNEL), fetch=True)
 
-    def listen_cancels(self, on_cancel: Callable[[str], object], *, retry_s: float = 1.0) -> None:
-        """Call ``on_cancel(task_id)`` for every cancel request; reconnects after a lost connection."""
+    async def cancels_for(self, task_ids: Sequence[str]) -> list[str]:
+        """Those of ``task_ids`` (calls this replica runs) marked to be cancelled: a missed notification's catch-up."""
+        if not task_ids:
+            return []
+        rows = await self._run("SELECT task_id FROM of_tasks WHERE task_id = ANY(%s) AND journal = %s "
+                               "AND cancel_requested AND NOT settled", (list(task_ids), self.journal),
+                               fetch=True, write=False)
+        return [r[0] for r in rows]
+
+    async def relay_input(self, task_id: str, responses: dict[str, Any]) -> bool:
+        """Keep ``tasks/update`` responses for the replica running ``task_id`` and tell it; ``False``: task settled."""
+        rows = await self._run(
+            "WITH i AS (INSERT INTO of_task_inputs (task_id, responses) SELECT task_id, %s FROM of_tasks "
+            "WHERE task_id = %s AND journal = %s AND NOT settled RETURNING task_id) SELECT pg_notify(%s, task_id) FROM i",
+            (canonical_json(responses), task_id, self.journal, INPUT_CHANNEL), fetch=True)
+        return bool(rows)
+
+    async def take_inputs(self, task_ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+        """Remove and return the responses waiting for ``task_ids`` (calls this replica runs), oldest first."""
+        if not task_ids:
+            return []
+        rows = await self._run("DELETE FROM of_task_inputs WHERE task_id = ANY(%s) RETURNING seq, task_id, responses",
+                               (list(task_ids),), fetch=True)
+        return [(t, json.loads(r)) for _, t, r in sorted(rows)]
+
+    def listen(self, on_cancel: Callable[[str], object], on_input: Callable[[str], object], *,
+               retry_s: float = 1.0) -> None:
+        """``on_cancel(task_id)`` per cancel request, ``on_input(task_id)`` when responses wait for a task."""
         async def loop() -> None:
             while True:
                 try:
                     async with await self._psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
                         await conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+                        await conn.execute(f"LISTEN {INPUT_CHANNEL}")
                         async for note in conn.notifies():
-                            on_cancel(note.payload)
+                            (on_cancel if note.channel == CANCEL_CHANNEL else on_input)(note.payload)
                 except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
                     log.warning("task_cancel_listener_lost", error=str(exc)[:200], retry_s=retry_s)
                 await asyncio.sleep(retry_s)
@@ -196,27 +226,14 @@ class PgTaskLog:
             except BaseException:  # noqa: BLE001 - cancelled: closing anyway
                 pass
             self._listener = None
-        if self._owns_pool:
-            await self.pool.close()
+        await self._close_pool()
 
 
 async def open_pg_task_log(dsn: str, journal: str, *, pool: Any = None, max_connections: int = 4,
                            timeout: float = 10.0) -> PgTaskLog:
     """Task records of ``journal`` (a server profile) at ``dsn``; refuses a ``tasks`` schema not this code's."""
-    from ._migrations import check_schema
-    from ._pg import open_pool
-
-    owns = pool is None
-    if pool is None:
-        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
-    log_ = PgTaskLog(dsn, journal, pool, owns)
-    try:
-        async with pool.connection() as conn:
-            await check_schema(conn, COMPONENT, where=log_.where)
-    except BaseException:
-        await log_.close()
-        raise
-    return log_
+    return await open_checked(dsn, COMPONENT, lambda p, owns: PgTaskLog(dsn, journal, p, owns), pool=pool,
+                              max_connections=max_connections, timeout=timeout, close=PgTaskLog.close)
 
 
-__all__ = ["CANCEL_CHANNEL", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]
+__all__ = ["CANCEL_CHANNEL", "INPUT_CHANNEL", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]

@@ -288,8 +288,10 @@ class _TwoTokens:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path, configure: Any = None) -> AsyncIterator[str]:
-    """The task fixture tools served in-process behind uvicorn (bearer tokens alice/bob); ``configure(server)`` first."""
+async def serving(tmp_path: Path, configure: Any = None, **options: Any) -> AsyncIterator[str]:
+    """The task fixture tools served in-process behind uvicorn (bearer tokens alice/bob); ``configure(server)`` first.
+
+    ``options``: more ``create_mcp_server`` options (``database_url=``: tasks in PostgreSQL)."""
     import uvicorn
 
     from openfunctions.servers import create_http_app, create_mcp_server
@@ -302,7 +304,7 @@ async def serving(tmp_path: Path, configure: Any = None) -> AsyncIterator[str]:
     from openfunctions.core import ToolRegistry
 
     # A registry per server: closing a server closes its registry's scheduler.
-    server = create_mcp_server(ToolRegistry(tools), name="t", version="0", journal_dir=tmp_path / "data")
+    server = create_mcp_server(ToolRegistry(tools), name="t", version="0", journal_dir=tmp_path / "data", **options)
     if configure is not None:
         configure(server)
     app = _TwoTokens(create_http_app(server), {"alice-token": "alice", "bob-token": "bob"})

@@ -1,0 +1,74 @@
+"""What the PostgreSQL record stores (tasks, runs, artifacts) share: opening with a schema check, one statement.
+
+Each store keeps its schema and promises at the top of its own module; this
+module only holds the two steps they do alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ._errors import StoreUnavailable
+from ._pg import _psycopg, redact_dsn
+
+T = TypeVar("T")
+
+
+class PgRows:
+    """A store over a connection pool: :meth:`_run` is one statement, its failure a :class:`StoreUnavailable`."""
+
+    what = "rows"  # what the rows are, for error messages ("tasks", "run records", ...)
+
+    def __init__(self, dsn: str, pool: Any, owns_pool: bool) -> None:
+        self.pool = pool
+        self.where = redact_dsn(dsn)
+        self._dsn = dsn
+        self._owns_pool = owns_pool
+        self._psycopg, _ = _psycopg()
+
+    async def _run(self, sql: str, params: tuple[Any, ...], *, fetch: bool = False, write: bool = True) -> Any:
+        """One statement (autocommit): its rows (``fetch``) or its row count. ``certainty`` says if a write may have happened."""
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(sql, params)
+                return await cur.fetchall() if fetch else cur.rowcount
+        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
+            try:  # a restarted server breaks every pooled connection: have the pool drop them
+                await asyncio.wait_for(self.pool.check(), 5)
+            except Exception:
+                pass
+            what = "the write may or may not have committed" if write else "nothing was read"
+            raise StoreUnavailable(f"{self.what} in PostgreSQL at {self.where}: {type(exc).__name__}: "
+                                   f"{str(exc).strip() or 'connection lost'}; {what}",
+                                   certainty="unknown" if write else "known") from None
+
+    async def _close_pool(self) -> None:
+        if self._owns_pool:
+            await self.pool.close()
+
+
+async def open_checked(dsn: str, component: str, make: Callable[[Any, bool], T], *, pool: Any, max_connections: int,
+                       timeout: float, then: Callable[[T], Awaitable[None]] | None = None,
+                       close: Callable[[T], Awaitable[None]]) -> T:
+    """``make(pool, owns_pool)`` on ``pool`` (or a new one), after refusing a ``component`` schema not this code's."""
+    from ._migrations import check_schema
+    from ._pg import open_pool
+
+    owns = pool is None
+    if pool is None:
+        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
+    made = make(pool, owns)
+    try:
+        async with pool.connection() as conn:
+            await check_schema(conn, component, where=redact_dsn(dsn))
+        if then is not None:
+            await then(made)
+    except BaseException:
+        await close(made)
+        raise
+    return made
+
+
+__all__ = ["PgRows", "open_checked"]

@@ -1,0 +1,140 @@
+"""Agent run records in PostgreSQL: the run log that server replicas share.
+
+The records are the run journal's (``agents/_records.py`` builds them and its
+``apply`` folds them; docs/formats): this module stores them as rows, in
+order, and knows only which record starts a run and which finishes it.
+Schema (component ``"runs"`` in ``of_schema``; :data:`MIGRATIONS`, applied only
+by ``openfunctions-mcp db migrate``; it needs the ``journal`` component's
+``of_journal_instances``)::
+
+    of_runs(run_id text PRIMARY KEY,     -- "run_" + 32 hex
+        space    text,                   -- the run log's name ("default": one per deployment)
+        agent    text,
+        instance text,                   -- the process running it (of_journal_instances, scope "runs:<space>")
+        finished boolean)                -- its run_finished record is in (only the first one counts)
+    of_run_records(seq bigserial PRIMARY KEY, run_id text, type text,
+        data text)                       -- canonical JSON, the record's data as in a run journal line
+
+Promises: every append is one committed statement; a ``run_finished`` is
+written only while the run is unfinished (so a replica's late finish after
+another replica's recovery wrote ``interrupted`` is refused, and the recovery's
+record stands). Recovery is evidence only: :meth:`PgRunLog.recover_dead` hands
+the records of each unfinished run of a dead process (its advisory lock free,
+:class:`~._pg_instances.PgInstance`) to a callback that builds the
+``interrupted`` record; nothing is resumed or re-run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from openfunctions.core import canonical_json
+
+from ._pg_instances import PgInstance
+from ._pg_rows import PgRows, open_checked
+
+COMPONENT = "runs"
+Record = tuple[str, dict[str, Any]]
+
+MIGRATIONS: list[Sequence[str]] = [
+    (  # 1: runs and their records
+        """CREATE TABLE of_runs (
+            run_id text COLLATE "C" PRIMARY KEY,
+            space text COLLATE "C" NOT NULL,
+            agent text,
+            instance text,
+            finished boolean NOT NULL DEFAULT false)""",
+        "CREATE INDEX of_runs_open ON of_runs (space, instance) WHERE NOT finished",
+        """CREATE TABLE of_run_records (
+            seq bigserial PRIMARY KEY,
+            run_id text COLLATE "C" NOT NULL,
+            type text NOT NULL,
+            data text NOT NULL)""",
+        "CREATE INDEX of_run_records_run ON of_run_records (run_id, seq)",
+    ),
+]
+
+
+class PgRunLog(PgRows):
+    """Run records of one space in PostgreSQL; open with :func:`open_pg_run_log`."""
+
+    what = "run records"
+
+    def __init__(self, dsn: str, space: str, pool: Any, owns_pool: bool) -> None:
+        super().__init__(dsn, pool, owns_pool)
+        self.space = space
+        self.live = PgInstance(dsn, f"runs:{space}")
+
+    async def start(self, run_id: str, agent: str | None, record: Record) -> None:
+        """The run's row (carrying this process's instance) and its start record, in one statement."""
+        instance = self.live.instance or await self.live.register()
+        await self._run(
+            "WITH r AS (INSERT INTO of_runs (run_id, space, agent, instance) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (run_id) DO NOTHING RETURNING run_id) "
+            "INSERT INTO of_run_records (run_id, type, data) SELECT run_id, %s, %s FROM r",
+            (run_id, self.space, agent, instance, record[0], canonical_json(record[1])))
+
+    async def append(self, run_id: str, record: Record) -> None:
+        await self._run("INSERT INTO of_run_records (run_id, type, data) VALUES (%s, %s, %s)",
+                        (run_id, record[0], canonical_json(record[1])))
+
+    async def finish(self, run_id: str, record: Record) -> bool:
+        """The run's one finish record; ``False`` if it already has one (nothing written)."""
+        n = await self._run(
+            "WITH u AS (UPDATE of_runs SET finished = true WHERE run_id = %s AND space = %s AND NOT finished "
+            "RETURNING run_id) INSERT INTO of_run_records (run_id, type, data) SELECT run_id, %s, %s FROM u",
+            (run_id, self.space, record[0], canonical_json(record[1])))
+        return bool(n)
+
+    async def records(self, run_id: str) -> list[Record]:
+        rows = await self._run(
+            "SELECT r.type, r.data FROM of_run_records r JOIN of_runs s USING (run_id) WHERE r.run_id = %s "
+            "AND s.space = %s ORDER BY r.seq", (run_id, self.space), fetch=True, write=False)
+        return [(t, json.loads(d)) for t, d in rows]
+
+    async def all_records(self, limit_runs: int = 1000) -> list[Record]:
+        """The records of the newest ``limit_runs`` runs, in order (for listings)."""
+        rows = await self._run(
+            "SELECT r.type, r.data FROM of_run_records r WHERE r.run_id IN (SELECT run_id FROM of_run_records "
+            "WHERE type = 'run_started' ORDER BY seq DESC LIMIT %s) ORDER BY r.seq", (limit_runs,),
+            fetch=True, write=False)
+        return [(t, json.loads(d)) for t, d in rows]
+
+    async def recover_dead(self, interrupted: Callable[[str, list[Record]], Record]) -> list[str]:
+        """Finish ``interrupted(run_id, records)`` every unfinished run of a dead process; the run ids."""
+        done: list[str] = []
+
+        async def settle(instance: str) -> None:
+            rows = await self._run("SELECT run_id FROM of_runs WHERE space = %s AND instance = %s AND NOT finished",
+                                   (self.space, instance), fetch=True, write=False)
+            for (run_id,) in rows:
+                if await self.finish(run_id, interrupted(run_id, await self.records(run_id))):
+                    done.append(run_id)
+
+        if self.live.instance is None:
+            await self.live.register()
+        await self.live.recover_dead(self.pool, settle)
+        return done
+
+    async def close(self) -> None:
+        await self.live.close(self.pool)
+        await self._close_pool()
+
+
+async def open_pg_run_log(dsn: str, space: str = "default", *, pool: Any = None, max_connections: int = 4,
+                          timeout: float = 10.0, register: bool = True) -> PgRunLog:
+    """Run records of ``space`` at ``dsn``, this process registered; refuses a ``runs`` schema not this code's.
+
+    ``register=False``: a reader (the ``runs`` CLI) that writes nothing and takes no lock.
+    """
+    async def register_(log: PgRunLog) -> None:
+        if register:
+            await log.live.register()
+
+    return await open_checked(dsn, COMPONENT, lambda p, owns: PgRunLog(dsn, space, p, owns), pool=pool,
+                              max_connections=max_connections, timeout=timeout, then=register_, close=PgRunLog.close)
+
+
+__all__ = ["MIGRATIONS", "PgRunLog", "open_pg_run_log"]
