@@ -23,6 +23,7 @@ left out, never faked.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -98,8 +99,21 @@ def _as_tools(obj: Any, where: str) -> ToolRegistry | list[ToolDefinition]:
 
 
 def load_module_tools(spec: str) -> ToolRegistry | list[ToolDefinition]:
-    """Load ``pkg.mod:attr`` (``attr`` defaults to ``registry``)."""
-    obj = import_spec(spec, default_attr="registry", error=ToolLoadError)
+    """Load ``pkg.mod:attr`` (``attr`` defaults to ``registry``).
+
+    A bare ``pkg.mod`` whose module has no ``registry`` serves the tools defined at its top level
+    (``@tool`` functions, ``define_tool`` results), in definition order: what a newcomer who wrote
+    ``mytools.py`` with two ``@tool`` functions expects ``--module mytools`` to do.
+    """
+    obj = import_spec(spec, default_attr="registry", error=ToolLoadError, missing_ok=":" not in spec)
+    if obj is None:
+        module = sys.modules[spec]
+        found = list({id(v): v for v in vars(module).values() if isinstance(v, ToolDefinition)}.values())
+        if not found:
+            raise ToolLoadError(
+                f"--module {spec!r}: module {spec!r} has no attribute 'registry' and defines no tools at its "
+                f"top level: decorate functions with @tool, or name the attribute ({spec}:ATTR)")
+        return found
     return _as_tools(obj, f"--module {spec}")
 
 

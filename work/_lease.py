@@ -14,7 +14,7 @@ Files (in ``<data-dir>/work/``; directory 0700, files 0600):
 atomically (write temp file, fsync, rename, fsync directory):
 
 - ``v``: ``1``.
-- ``owner``: the holder's owner id (``own_`` + 26 base32 chars, new per
+- ``owner``: the holder's owner id (``own_`` + 32 lowercase hex chars, ``core.new_id``; new per
   controller process/instance).
 - ``generation``: integer >= 1, +1 on every acquisition (a takeover or a
   restart); never reused, so the file is kept on release (``expires_at``

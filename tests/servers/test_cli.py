@@ -324,6 +324,26 @@ def test_the_console_script_finds_a_module_in_the_current_directory(tmp_path):
     assert os.getcwd() != str(tmp_path)
 
 
+def test_a_bare_module_without_a_registry_serves_its_top_level_tools(tmp_path):
+    """`--module mytools` (no `:attr`) on a file of @tool functions and no `registry` serves those tools."""
+    (tmp_path / "bare_tools_mod.py").write_text(MYTOOLS.replace("registry = ToolRegistry([word_count])", "") +
+                                                "\n\n@tool\ndef shout(text: str) -> str:\n    \"\"\"Upper-case.\"\"\"\n"
+                                                "    return text.upper()\n")
+    (tmp_path / "empty_mod.py").write_text("X = 1\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert [t.name for t in load_module_tools("bare_tools_mod")] == ["word_count", "shout"]
+        # an explicit attribute is still required to exist
+        with pytest.raises(ToolLoadError, match="no attribute 'registry'"):
+            load_module_tools("bare_tools_mod:registry")
+        with pytest.raises(ToolLoadError, match="defines no tools at its top level: decorate functions with @tool"):
+            load_module_tools("empty_mod")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("bare_tools_mod", None)
+        sys.modules.pop("empty_mod", None)
+
+
 def test_options_without_a_command_mean_serve(monkeypatch):
     seen = {}
     monkeypatch.setattr(cli, "_cmd_serve", lambda args: seen.setdefault("args", args) and 0)
