@@ -21,26 +21,30 @@ has (seeded, synthetic, reproducible):
   about the subject, as a "more like this" search or a query rewritten into a
   hypothetical answer sends).
 
-Embedder: the default lexical one (256 dimensions), the real one the
-embedded default uses; the vectors are computed once (through
-``LexicalEmbedder.embed``) and cached under /tmp so that tuning runs do not
-re-embed. The index is loaded through ``PgVectorIndex.replace_doc`` (one
+Embedders: ``--embedders`` names them (``create_embedder`` names; default
+``lexical``); each gets its own pgvector index in the same database. Vectors are
+computed once (through ``embed``) and cached under /tmp by corpus size and
+embedder name, so that tuning runs do not re-embed. Each index is loaded through ``PgVectorIndex.replace_doc`` (one
 transaction and one COPY per document) with the HNSW index dropped, then
 ``build_hnsw(m, ef_construction)`` builds it; each ``hnsw.ef_search`` is
 measured against pgvector's exact search (index scans off: a sequential scan
 computing every distance) in the same database and the same run:
-median latency of ``index.search`` (query vector given), speed ratio, and
+median latency of ``index.search`` (query vector given), speed ratio (the exact
+search timed again on ``--paired`` of the queries, each right after its HNSW
+search, so both medians come from the same minutes), and
 recall@10 = |HNSW top 10 ∩ exact top 10| / 10 averaged over the queries, and
 the same counting ties (a result as close as the 10th exact neighbour, within
 1e-3, counts: ann-benchmarks' definition). The median gap between the 10th and
-11th exact similarity shows how separated the true top 10 is.
+11th exact similarity shows how separated the true top 10 is. Retrieval
+quality (not recall): the share of the exact top 10 that comes from the
+query's own subtopic.
 
 ``--embedded`` also measures the embedded exact index (``StoreIndex``, numpy
 over a float32 matrix) against sqlite-vec (``vec0`` virtual table, exact KNN)
 and a plain numpy matrix product over the same 100,000 vectors.
 
-Usage: python bench/bench_rag_recall.py [--chunks 100000] [--queries 100]
-           [--hnsw 16:64 24:128] [--ef-search 40 100 200] [--embedded] [--dsn URL] [--no-write]
+Usage: python bench/bench_rag_recall.py [--chunks 100000] [--queries 100] [--embedders lexical-v1 lexical-v2]
+           [--hnsw 16:64 24:128] [--ef-search 100 200 400 800] [--paired 25] [--embedded] [--dsn URL] [--no-write]
 """
 
 from __future__ import annotations
