@@ -12,8 +12,11 @@ the message together), so concurrent appenders never share a number and a
 crash never leaves a gap. Fact ids are ``f_<16 hex: time in ns><8 hex random>``,
 so listing ``fact/`` is oldest-first. ``vec`` (present when an embedder is
 configured) is the fact's unit vector, rounded to 6 decimals, and
-``embedder`` names the embedder that made it: a fact embedded by another
-embedder is searched by text only.
+``embedder`` names the embedder that made it. Search by meaning embeds the
+query once per embedder found among the facts when it can build that one
+(the configured embedder, or any ``lexical-v<n>-<d>``: facts saved before
+``lexical`` meant v2 stay searchable by meaning); a fact embedded by another
+embedder is found by text search only.
 
 Search by text scores each fact by the query words it contains (each word
 weighted by how rare it is among the facts scanned) and scans at most
@@ -35,7 +38,7 @@ from typing import Any, Literal
 import anyio
 
 from openfunctions.core import utc_timestamp
-from openfunctions.store import Conflict, Store
+from openfunctions.store import Conflict, LexicalEmbedder, Store
 
 from ._errors import FactNotFound, InvalidMemoryInput, MemoryNotOpen
 
@@ -276,15 +279,23 @@ class Memory:
         used = "meaning" if (mode == "meaning" or (mode == "auto" and self.embedder is not None)) else "text"
         facts = await self._scan()
         if used == "meaning":
-            qv = (await anyio.to_thread.run_sync(self.embedder.embed, [query]))[0]
-            name = self.embedder.name
-            scored = [(sum(a * b for a, b in zip(qv, v["vec"], strict=False)), k, v) for k, v in facts
-                      if v.get("embedder") == name and v.get("vec")]
+            names = {v.get("embedder") for _, v in facts if v.get("vec")}
+            qvs = await anyio.to_thread.run_sync(self._query_vectors, query, names)
+            scored = [(sum(a * b for a, b in zip(qvs[v["embedder"]], v["vec"], strict=False)), k, v) for k, v in facts
+                      if v.get("vec") and qvs.get(v.get("embedder")) is not None]
         else:
             scored = self._text_scores(query, facts)
         scored = [s for s in scored if s[0] > 0]
         scored.sort(key=lambda s: (-s[0], s[1]))
         return used, [FactHit(self._fact(k, v), float(score)) for score, k, v in scored[:limit]]
+
+    def _query_vectors(self, query: str, names: set[Any]) -> dict[Any, list[float] | None]:
+        """The query's vector under each embedder in ``names`` this memory can build (else None)."""
+        out: dict[Any, list[float] | None] = {self.embedder.name: self.embedder.embed([query])[0]}
+        for name in names - out.keys():
+            other = LexicalEmbedder.from_name(name)
+            out[name] = other.embed([query])[0] if other is not None else None
+        return out
 
     async def _scan(self) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []

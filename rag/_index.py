@@ -28,10 +28,19 @@ pgvector (:class:`PgVectorIndex`), tables (component ``rag`` in ``of_schema``)::
     of_rag_chunks_<name>(doc_id, n, text, embedding vector(d), PRIMARY KEY (doc_id, n))
         + HNSW index USING hnsw (embedding vector_cosine_ops)       -- one table per index: a
                                                                       vector column has one dimension
+    (``embedding`` is stored ``MAIN``, not pgvector's default ``EXTERNAL``: a row holding a chunk
+    of ~1.3 KB and a 512-dimension vector (2 KB) is past PostgreSQL's 2 KB toast threshold, and
+    ``EXTERNAL`` moved the vector out of line (checked on pgvector 0.6.2: 50 such rows took 10 heap
+    pages with EXTERNAL and 17 with MAIN, one toasted value per row either way), so an exact scan fetched
+    every vector from the toast table. ``MAIN`` keeps it in the row unless the row exceeds a page;
+    the text goes out of line instead. Tables made before this change keep their setting.)
 
 Search orders by ``embedding <=> query`` (cosine distance) under
-``hnsw.ef_search`` (default 100, set per connection); ``exact=True`` disables index scans for
-a brute-force answer (what the benchmark measures recall against).
+``hnsw.ef_search`` (default 400, set per connection; ``index.ef_search``); ``exact=True`` disables
+index scans for a brute-force answer (what the benchmark measures recall against). Why 400: at
+100,000 chunks with lexical-v2, 12-word questions got recall@10 0.71 at ef_search 100, 0.93 at 400
+(10 ms) and 0.97 at 800 (29 ms; the exact scan took ~500 ms): bench/bench_rag_recall.py,
+docs/PERFORMANCE.md. Raise it to 800 where short queries must not miss a neighbour.
 """
 
 from __future__ import annotations
@@ -94,6 +103,11 @@ class StoreIndex:
         self._rows: dict[str, Any] = {}  # chunk id -> vector
         self._matrix: Any = None
         self._dirty = True
+
+    async def recorded_embedder(self) -> str | None:
+        """The name of the embedder this index was built with (None: a new index)."""
+        meta = await self.store.get("meta")
+        return meta.value.get("embedder") if meta is not None else None
 
     async def open(self, embedder: Any) -> None:
         meta = await self.store.get("meta")
@@ -222,7 +236,7 @@ class PgVectorIndex:
         ),
     ]
 
-    def __init__(self, pool: Any, name: str, *, owns_pool: bool, where: str, ef_search: int = 100) -> None:
+    def __init__(self, pool: Any, name: str, *, owns_pool: bool, where: str, ef_search: int = 400) -> None:
         if not INDEX_NAME_RE.match(name):
             raise InvalidRagInput(f"index name {name!r} is invalid: use 1-40 of a-z 0-9 _ starting with a letter")
         self.pool = pool
@@ -249,6 +263,21 @@ class PgVectorIndex:
             f"{str(exc).strip()}); {'the write may or may not have committed' if write else 'nothing was changed'}. "
             "The next call reconnects.", certainty="unknown" if write else "known")
 
+    async def recorded_embedder(self) -> str | None:
+        """The name of the embedder this index was built with (None: a new index or a new database)."""
+        import psycopg
+
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute("SELECT to_regclass('of_rag_indexes') IS NOT NULL")
+                if not (await cur.fetchone())[0]:
+                    return None
+                cur = await conn.execute("SELECT embedder FROM of_rag_indexes WHERE name = %s", (self.name,))
+                row = await cur.fetchone()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        return row[0] if row else None
+
     async def open(self, embedder: Any) -> None:
         import psycopg
 
@@ -271,9 +300,14 @@ class PgVectorIndex:
                     built, dim = await cur.fetchone()
                     if built != embedder.name or dim != embedder.dimension:
                         raise _mismatch(f"RAG index {self.name!r} in PostgreSQL", built, dim, embedder)
+                    cur = await conn.execute("SELECT to_regclass(%s) IS NULL", (f"of_rag_chunks_{self.name}",))
+                    created = (await cur.fetchone())[0]
                     await conn.execute(sql.SQL(
                         "CREATE TABLE IF NOT EXISTS {} (doc_id text NOT NULL, n integer NOT NULL, text text NOT NULL, "
                         "embedding vector({}) NOT NULL, PRIMARY KEY (doc_id, n))").format(self._table, sql.Literal(dim)))
+                    if created:  # vectors inline (see the module docstring)
+                        await conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding SET STORAGE MAIN").format(
+                            self._table))
                     await conn.execute(sql.SQL(
                         "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
                             self._hnsw, self._table))

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from openfunctions.store import create_embedder, open_store
+from openfunctions.store import LexicalEmbedder, create_embedder, open_store
 
 from ._chunk import Chunker
 from ._errors import ChunkNotFound, DocumentTooLarge, InvalidRagInput, RagNotOpen
@@ -171,15 +171,20 @@ async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] |
     """Open the RAG index ``name``: pgvector for a ``postgresql://`` ``url``, else the embedded
     index in ``<data_dir>/store/<name>/`` (``data_dir`` defaults to ``<cwd>/.data``).
 
-    ``embedder``: an object or a name (``"lexical"`` — the default —, ``"minilm"``).
-    Raises IndexMismatch when the index was built by another embedder.
+    ``embedder``: an object or a name (``"lexical"``, ``"minilm"``, ...; see
+    ``openfunctions.store.create_embedder``). Not given (None): an existing index opens with the
+    lexical embedder it was built with (an index built by ``lexical-v1-256`` before v2 became the
+    default keeps working), a new one gets ``"lexical"``. Raises IndexMismatch when the index was
+    built by another embedder than the one given.
     """
-    emb = await anyio.to_thread.run_sync(create_embedder, embedder)
     if url:
         index: Any = await PgVectorIndex.connect(url, name)
     else:
         index = StoreIndex(await open_store(name, data_dir=data_dir))
     try:
+        if embedder is None:
+            embedder = LexicalEmbedder.from_name(await index.recorded_embedder() or "")
+        emb = await anyio.to_thread.run_sync(create_embedder, embedder)
         await index.open(emb)
     except BaseException:
         await index.aclose()

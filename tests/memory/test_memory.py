@@ -110,6 +110,22 @@ async def test_search_by_meaning_with_an_embedder(memory_store):
         await plain.search("cat", mode="meaning")
 
 
+async def test_facts_of_an_older_lexical_embedder_stay_searchable_by_meaning(memory_store):
+    """Facts saved when 'lexical' meant v1 are found by meaning after it means v2: the query is
+    embedded by each lexical embedder the facts name; another embedder's facts are left out."""
+    old = Memory(memory_store, embedder=LexicalEmbedder(version=1))
+    cat = await old.save_fact("The cat sleeps on the red sofa")
+    new = Memory(memory_store, embedder=LexicalEmbedder(version=2))
+    invoices = await new.save_fact("Invoices are due within thirty days")
+    await memory_store.put("fact/f_0000000000000000ffffffff",
+                           {"text": "cat sofa", "source": None, "tags": [], "at": "2026-01-01T00:00:00Z",
+                            "vec": [1.0, 0.0], "embedder": "some-model"})
+    mode, hits = await new.search("where does the cat sleep")
+    assert mode == "meaning" and [h.fact.id for h in hits] == [cat.id]
+    mode, hits = await new.search("when are invoices due")
+    assert [h.fact.id for h in hits] == [invoices.id]
+
+
 async def test_oversized_fact_refused_before_write(memory_store):
     m = Memory(memory_store)
     with pytest.raises(InvalidMemoryInput) as info:

@@ -49,7 +49,7 @@ def test_rag_cli_ingests_with_progress_then_searches(tmp_path):
     missing = _rag("ingest", str(tmp_path / "nope"), "--data-dir", str(data), cwd=tmp_path)
     assert missing.returncode == 2 and "not a file or directory" in missing.stderr
     wrong = _rag("search", "x", "--data-dir", str(data), "--embedder", "lexical:64", cwd=tmp_path)
-    assert wrong.returncode == 2 and "lexical-v1-256" in wrong.stderr and "lexical-v1-64" in wrong.stderr
+    assert wrong.returncode == 2 and "lexical-v2-512" in wrong.stderr and "lexical-v2-64" in wrong.stderr
 
 
 def test_rag_help_lists_commands():

@@ -119,10 +119,37 @@ async def test_dimension_mismatch_refused_at_open_naming_both(rag_where):
     with pytest.raises(IndexMismatch) as info:
         await open_rag(embedder="lexical:128", **rag_where)
     msg = info.value.message
-    assert "lexical-v1-256" in msg and "256 dimensions" in msg and "lexical-v1-128" in msg and "128 dimensions" in msg
+    assert "lexical-v2-512" in msg and "512 dimensions" in msg and "lexical-v2-128" in msg and "128 dimensions" in msg
+    with pytest.raises(IndexMismatch) as info:  # same dimension, another version: refused too, naming both
+        await open_rag(embedder="lexical-v1:512", **rag_where)
+    assert "lexical-v2-512" in info.value.message and "lexical-v1-512" in info.value.message
     again = await open_rag(embedder="lexical", **rag_where)  # the right one still opens
     assert (await again.search("some text"))[0]["doc_id"] == "d"
     await again.aclose()
+
+
+async def test_an_index_built_by_lexical_v1_keeps_opening_without_an_embedder(rag_where):
+    """v2 became the default; an index built by v1 (any dimension) opens with v1 when no embedder
+    is named, and its new documents are embedded by v1 too. Naming another embedder is refused."""
+    old = await open_rag(embedder="lexical-v1", **rag_where)
+    await old.ingest("old", "Obsidian is volcanic glass.")
+    await old.aclose()
+    rag = await open_rag(**rag_where)
+    try:
+        assert rag.embedder.name == "lexical-v1-256"
+        await rag.ingest("new", "Bees dance to show where the flowers are.")
+        assert (await rag.search("volcanic glass", k=1))[0]["doc_id"] == "old"
+        assert (await rag.search("where are the flowers", k=1))[0]["doc_id"] == "new"
+    finally:
+        await rag.aclose()
+    with pytest.raises(IndexMismatch) as info:
+        await open_rag(embedder="lexical", **rag_where)
+    assert "lexical-v1-256" in info.value.message and "lexical-v2-512" in info.value.message
+    fresh = await open_rag(**{**rag_where, "name": rag_where["name"] + "2"})  # a new index: the current default
+    try:
+        assert fresh.embedder.name == "lexical-v2-512"
+    finally:
+        await fresh.aclose()
 
 
 async def test_rag_tools_through_the_registry(rag_where):
