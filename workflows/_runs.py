@@ -179,9 +179,6 @@ class WorkflowRuns:
         self._compacting: anyio.Event | None = None
         self._closing = False
         self._resumer: asyncio.Task[Any] | None = None
-        #: at most this many seconds :meth:`start` waits for the host's execution journal before it
-        #: resumes interrupted runs in the background
-        self.resume_delay = 5.0
         #: what the last compaction did: {"kept", "pruned", "segments"} (None before any)
         self.last_compaction: dict[str, Any] | None = None
         self._pruned_total = 0
@@ -229,21 +226,18 @@ class WorkflowRuns:
 
     async def start(self) -> None:
         """For a server: open the journal and resume every interrupted run of a registered workflow in
-        the background (a blocked run is logged and waits for ``resolve``; it is never re-run)."""
+        the background (a blocked run is logged and waits for ``resolve``; it is never re-run).
+
+        Call it once the host's execution journal is attached to the workflows' registries (a server
+        started by ``openfunctions-mcp serve`` runs its profile's starters after its own start), so
+        the resumed steps' receipts are journaled."""
         await self.open()
         if self._resumer is None:
             self._resumer = asyncio.ensure_future(self._resume_in_background())
 
     async def _resume_in_background(self) -> None:
-        # Let the host finish starting first (a server attaches its execution journal after the
-        # profile's starters ran), so that resumed steps are journaled like any call: wait until
-        # every registered workflow's registry journals, or at most ``resume_delay`` seconds (a
-        # server run with --no-journal never does).
-        executors = [wf.registry.executor for wf in self._workflows.values()
-                     if getattr(wf.registry, "executor", None) is not None]
-        with anyio.move_on_after(self.resume_delay):
-            while any(ex.sink is None for ex in executors):
-                await anyio.sleep(0.05)
+        # The host calls start() once its execution journal is attached (openfunctions-mcp serve starts
+        # the server, then the profile's starters), so the resumed steps are journaled like any call.
         for item in await self.resume_interrupted():
             if isinstance(item, WorkflowError):
                 log.warning("workflow_run_not_resumed", code=item.code, error=item.message, **{
