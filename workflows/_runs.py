@@ -42,6 +42,7 @@ from ._errors import (
     RunBusy,
     RunCorrupt,
     RunNotFound,
+    StepInterrupted,
     WorkflowChanged,
     WorkflowDefinitionError,
     WorkflowError,
@@ -545,9 +546,10 @@ class WorkflowRuns:
         except OpenFunctionsError as exc:
             if isinstance(exc, JournalError):
                 raise  # the run cannot be recorded: leave it unfinished (resumable, or blocked)
-            if isinstance(exc, (WorkflowDefinitionError, NonDeterministic)):
-                # Not the run's failure but the code's: record what settled, leave the run
-                # unfinished (it resumes once the code or configuration is fixed).
+            if isinstance(exc, (WorkflowDefinitionError, NonDeterministic, StepInterrupted)):
+                # Not the run's failure but the code's or the host's (a step refused while it shuts
+                # down): record what settled, leave the run unfinished (it resumes once the code or
+                # configuration is fixed, or at the host's next start).
                 with anyio.CancelScope(shield=True):
                     await journal.flush()
                 raise
