@@ -72,6 +72,8 @@ log = structlog.get_logger("openfunctions.workflows")
 #: Retention defaults: finished runs kept (the newest), and for how long (seconds).
 KEEP_RUNS = 1000
 KEEP_SECONDS = 30 * 24 * 3600
+#: While the journal is held open, age-based retention is looked at no more often than this (seconds).
+AGE_CHECK_SECONDS = 60.0
 
 
 def journal_path(data_dir: str | os.PathLike[str]) -> Path:
@@ -180,6 +182,7 @@ class WorkflowRuns:
         self._compacting: anyio.Event | None = None
         self._closing = False
         self._resumer: asyncio.Task[Any] | None = None
+        self._age_checked = 0.0  # time.monotonic() of the last age-based retention check
         #: what the last compaction did: {"kept", "pruned", "segments"} (None before any)
         self.last_compaction: dict[str, Any] | None = None
         self._pruned_total = 0
@@ -305,6 +308,7 @@ class WorkflowRuns:
             await _close(log_)
             raise
         await self._migrate_v1()
+        self._age_checked = time.monotonic()
         if self._prunable():
             await self._compact()
 
@@ -384,9 +388,21 @@ class WorkflowRuns:
             return {**self.last_compaction, "pruned": self._pruned_total - before}
 
     async def _maybe_compact(self) -> None:
+        """After a run: compact once ``compact_every`` finished runs are past retention. Cheap checks first
+        (this runs after every run, and :meth:`_prunable` sorts every finished run): by count, that many
+        cannot be past ``keep_runs`` before the journal holds ``keep_runs + compact_every`` runs; by age,
+        look at most once per :data:`AGE_CHECK_SECONDS`."""
         if self._claimed or self._compacting is not None or self._log is None:
             return
-        if len(self._prunable()) >= max(1, self.compact_every):
+        every = max(1, self.compact_every)
+        by_count = self.keep_runs is not None and len(self._states) >= self.keep_runs + every
+        now = time.monotonic()
+        by_age = self.keep_seconds is not None and now - self._age_checked >= AGE_CHECK_SECONDS
+        if not (by_count or by_age):
+            return
+        if by_age:
+            self._age_checked = now
+        if len(self._prunable()) >= every:
             await self._compact()
 
     async def _compact(self) -> dict[str, Any]:
