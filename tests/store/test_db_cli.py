@@ -42,3 +42,27 @@ def test_an_operator_migrates_checks_and_verifies(pg_dsn, tmp_path) -> None:
 def test_db_without_a_url_says_how_to_give_one() -> None:
     out = _run("db", "migrate")
     assert out.returncode == 2 and "--database postgresql://" in out.stderr
+
+
+def test_journal_verify_of_a_database_url_is_db_verify(pg_dsn) -> None:
+    """`journal verify postgresql://...` (the issue's spelling) runs `db verify` on that database."""
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    def url(conninfo: str, dbname: str | None = None) -> str:
+        parts = conninfo_to_dict(conninfo)
+        user, host, port = parts.get("user", ""), parts.get("host", ""), parts.get("port")
+        query = {"host": host} if host.startswith("/") else {}
+        netloc = f"{quote(user)}@" + ("" if query else host) + (f":{port}" if port and not query else "")
+        return f"postgresql://{netloc}/{dbname or parts['dbname']}" + (f"?{urlencode(query)}" if query else "")
+
+    with private_database(pg_dsn) as db:
+        assert _run("db", "migrate", "--database", db).returncode == 0
+        direct = _run("db", "verify", "--database", db)
+        via_journal = _run("journal", "verify", url(db))
+        assert via_journal.returncode == direct.returncode == 0, via_journal.stderr
+        assert via_journal.stdout.split(": ", 1)[1] == direct.stdout.split(": ", 1)[1]
+        assert "no execution journals yet" in via_journal.stdout
+        missing = _run("journal", "verify", url(db, "of_no_such_db"))
+        assert missing.returncode != 0 and "cannot read" in missing.stderr and "of_no_such_db" in missing.stderr
