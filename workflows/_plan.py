@@ -25,7 +25,14 @@ import anyio
 from openfunctions.core import ToolDefinition, ToolExecutionContext, ToolResult, check_json, with_child_execution
 from openfunctions.core.errors import NonJsonValue, OpenFunctionsError, ToolError, ToolNotFound
 
-from ._errors import NonDeterministic, StepFailed, StepInterrupted, StepOutputInvalid, WorkflowDefinitionError, WorkflowError
+from ._errors import (
+    NonDeterministic,
+    StepFailed,
+    StepInterrupted,
+    StepOutputInvalid,
+    WorkflowDefinitionError,
+    WorkflowError,
+)
 from ._runlog import RunJournal, StepRecord
 from ._steps import LLMStep, Step, ToolStep, Transform
 
