@@ -194,7 +194,11 @@ async def bench(n_off: int, n_on: int, rounds: int) -> tuple[list[list[object]],
                         assert (await runs_plain.run(wf, {"n": 0})).result == {"n": STEPS}
 
                     note(f"{effect}:on", *await _pair(lambda reg_on=reg_on: _direct(reg_on), wf_on, n_on))
+                    async def wf_mem_on(reg_on: ToolRegistry = reg_on) -> None:
+                        assert (await wf.run({"n": 0}, registry=reg_on)) == {"n": STEPS}
+
                     note(f"{effect}:plain", *await _pair(lambda reg_off=reg_off: _direct(reg_off), wf_plain, n_on))
+                    note(f"{effect}:memon", *await _pair(lambda reg_on=reg_on: _direct(reg_on), wf_mem_on, n_on))
                 note("floor", *await journal_floor(floor_a, floor_b, n_on))
                 one, two = await fsync_pair(floor_a, floor_b, n_on)
                 note("two", one, two, two / one)
@@ -214,6 +218,8 @@ async def bench(n_off: int, n_on: int, rounds: int) -> tuple[list[list[object]],
     for effect in ("write", "read"):
         rows += [
             [f"{effect} tools: 10 direct calls, execution journal (peer)", m(f"{effect}:on:peer"), "1.00×", "", "20"],
+            [f"{effect} tools: pipe run in memory (not durable), execution journal", m(f"{effect}:memon"),
+             _spread(per_round[f"{effect}:memon"]), "", "20"],
             [f"{effect} tools: durable run, execution journal + run journal", m(f"{effect}:on"),
              _spread(per_round[f"{effect}:on"]), "≤ 1.5×", f"20 + {_run_fsyncs(effect)}"],
             [f"{effect} tools: durable run, run journal only (vs the no-journal peer, {m(effect + ':plain:peer')} µs)",
