@@ -10,6 +10,8 @@ Usage::
     async for event in agent.chat("again", stream=True):   # ChatEvent: tool_call, tool_result, text, done
         ...
     await agent.reset()                                # a new conversation; saved facts stay
+    conv = agent.open_conversation()                   # another conversation (serve() issues one per client)
+    await agent.chat("hello", conversation=conv)
     await agent.serve(port=8765)                       # POST /chat, /chat/stream (SSE), GET /health, POST /reset, GET /
     await agent.destroy()
 
@@ -21,12 +23,22 @@ from the shell: ``openfunctions-mcp chat`` (``--serve`` to serve it).
 
 from ._agent import ChatAgent, ChatEvent, ChatResponse, create_chat_agent, scripted_adapter_from_file
 from ._config import MAX_MESSAGE_CHARS, ChatConfig
-from ._errors import ChatClosed, ChatConfigError, ChatError, InvalidMessage, MessageTooLarge
-from ._http import MAX_BODY_BYTES, create_chat_app
+from ._conversations import MAX_CONVERSATIONS
+from ._errors import (
+    ChatClosed,
+    ChatConfigError,
+    ChatError,
+    ConversationNotFound,
+    InvalidConversation,
+    InvalidMessage,
+    MessageTooLarge,
+)
+from ._http import CONVERSATION_HEADER, MAX_BODY_BYTES, create_chat_app
 from ._prompt import PRESETS, resolve_prompt
 
 __all__ = [
-    "MAX_BODY_BYTES", "MAX_MESSAGE_CHARS", "PRESETS", "ChatAgent", "ChatClosed", "ChatConfig", "ChatConfigError",
-    "ChatError", "ChatEvent", "ChatResponse", "InvalidMessage", "MessageTooLarge", "create_chat_agent",
+    "CONVERSATION_HEADER", "MAX_BODY_BYTES", "MAX_CONVERSATIONS", "MAX_MESSAGE_CHARS", "PRESETS", "ChatAgent",
+    "ChatClosed", "ChatConfig", "ChatConfigError", "ChatError", "ChatEvent", "ConversationNotFound",
+    "InvalidConversation", "ChatResponse", "InvalidMessage", "MessageTooLarge", "create_chat_agent",
     "create_chat_app", "resolve_prompt", "scripted_adapter_from_file",
 ]

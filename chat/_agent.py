@@ -37,6 +37,7 @@ from openfunctions.agents import AgentLimits, AgentRuntime, RunJournal, RunOptio
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolExecutionContext, ToolRegistry, new_id
 
 from ._config import ChatConfig, load_config, load_object, module_tools
+from ._conversations import Conversation, Conversations
 from ._errors import ChatClosed, ChatConfigError, InvalidMessage, MessageTooLarge
 from ._prompt import memory_hint, resolve_prompt
 
@@ -72,6 +73,7 @@ class ChatResponse:
     usage: dict[str, int] = field(default_factory=dict)
     receipt_id: str | None = None
     error: dict[str, Any] | None = None
+    conversation_id: str | None = None  # an issued conversation's id (None: the agent's own conversation)
 
     @property
     def ok(self) -> bool:
@@ -83,8 +85,11 @@ class ChatResponse:
                 "receipt_id": self.receipt_id}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "status": self.status, "run_id": self.run_id, "rounds": self.rounds,
-                "tool_calls": self.tool_calls, "metadata": self.metadata, "error": self.error}
+        out = {"text": self.text, "status": self.status, "run_id": self.run_id, "rounds": self.rounds,
+               "tool_calls": self.tool_calls, "metadata": self.metadata, "error": self.error}
+        if self.conversation_id is not None:
+            out["conversation_id"] = self.conversation_id
+        return out
 
 
 @dataclass(frozen=True)
@@ -116,35 +121,54 @@ class ChatAgent:
         self.providers: list[Any] = []  # connected context providers
         self.runs: Any = None
         self.data_dir: Path | None = None
-        self.thread_id = config.thread_id or new_id("chat")
+        # the agent's own conversation (chat(), interactive()); served clients get issued ones
+        self._default = Conversation(id="", thread_id=config.thread_id or new_id("chat"))
+        self._conversations = Conversations(config.max_conversations)
         self.tool_names: list[str] = []
         self.role = ""
         self._runtime: AgentRuntime | None = None
         self._agent: Any = None
         self._journal: Any = None
         self._closers: list[Any] = []
-        self._history: list[tuple[str, str]] = []  # memory off: (role, text)
         self._lock = anyio.Lock()
         self._closed = False
 
     # -- public API -------------------------------------------------------------
-    def chat(self, message: str, *, stream: bool = False) -> Any:
+    @property
+    def thread_id(self) -> str:
+        """The memory thread of the agent's own conversation."""
+        return self._default.thread_id
+
+    def chat(self, message: str, *, stream: bool = False, conversation: str | None = None) -> Any:
         """``await chat(m)`` -> :class:`ChatResponse`; ``chat(m, stream=True)`` -> async iterator of :class:`ChatEvent`.
 
-        Close a stream you stop reading early (``async with contextlib.aclosing(...)``): that cancels the
-        turn, whose run is then recorded ``cancelled``.
+        ``conversation``: an id from :meth:`open_conversation` (each is its own conversation); None: the
+        agent's own. Close a stream you stop reading early (``async with contextlib.aclosing(...)``): that
+        cancels the turn, whose run is then recorded ``cancelled``.
         """
         self._check(message)
+        if conversation is not None:
+            self._conversations.get(conversation)  # a bad or unknown id fails here, before anything runs
         if stream:
-            return self._events(message)
-        return self._turn(message, None, stream=False)
+            return self._events(message, conversation)
+        return self._turn(message, None, stream=False, conversation=conversation)
 
-    async def reset(self) -> str:
-        """Start a new conversation (a new thread id); saved facts stay. Returns the new thread id."""
+    def open_conversation(self) -> str:
+        """Issue a new conversation; returns its id (``conv_…``) for ``chat(..., conversation=)`` and ``reset()``.
+
+        At most ``max_conversations`` are kept: past that the least recently used idle one is forgotten
+        (its id then raises :class:`ConversationNotFound`; its memory thread stays in the store)."""
+        if self._closed:
+            raise ChatClosed(f"chat agent {self.name!r} was destroyed; create a new one")
+        return self._conversations.issue().id
+
+    async def reset(self, conversation: str | None = None) -> str:
+        """Start the conversation over (a new thread id); saved facts stay. Returns the new thread id.
+
+        ``conversation``: an issued conversation's id (only that one starts over); None: the agent's own."""
+        conv = self._default if conversation is None else self._conversations.get(conversation)
         async with self._lock:
-            self.thread_id = new_id("chat")
-            self._history.clear()
-            return self.thread_id
+            return conv.reset()
 
     async def health(self) -> dict[str, Any]:
         from openfunctions.providers import check_provider_health
@@ -154,7 +178,7 @@ class ChatAgent:
         return {"status": "closed" if self._closed else ("degraded" if degraded else "ok"), "agent": self.name,
                 "provider": getattr(self.adapter, "provider", ""), "model": getattr(self.adapter, "model", ""),
                 "memory": self.memory is not None, "thread_id": self.thread_id, "tools": list(self.tool_names),
-                "providers": providers}
+                "conversations": len(self._conversations), "providers": providers}
 
     async def destroy(self) -> None:
         """Close the providers, memory store, run journal and receipts journal. Idempotent."""
@@ -203,14 +227,14 @@ class ChatAgent:
                                   details={"limit": limit, "length": len(message)})
         return message
 
-    async def _events(self, message: str) -> AsyncIterator[ChatEvent]:
+    async def _events(self, message: str, conversation: str | None = None) -> AsyncIterator[ChatEvent]:
         send, receive = anyio.create_memory_object_stream[ChatEvent](math.inf)
         failed: list[BaseException] = []
 
         async def run() -> None:
             async with send:
                 try:
-                    await self._turn(message, send.send, stream=True)
+                    await self._turn(message, send.send, stream=True, conversation=conversation)
                 except Exception as exc:  # raised to the reader below, not as an exception group
                     failed.append(exc)
 
@@ -226,15 +250,24 @@ class ChatAgent:
         if failed:
             raise failed[0]
 
-    async def _turn(self, message: str, emit: Any, *, stream: bool) -> ChatResponse:
-        """One turn (see the module docstring). ``emit``: ``async (ChatEvent) -> None`` or None."""
+    async def _turn(self, message: str, emit: Any, *, stream: bool, conversation: str | None = None) -> ChatResponse:
+        """One turn (see the module docstring). ``emit``: ``async (ChatEvent) -> None`` or None;
+        ``conversation``: an issued conversation's id, or None (the agent's own)."""
         self._check(message)
+        conv = self._default if conversation is None else self._conversations.get(conversation)
+        conv.busy += 1  # not evicted while its turn waits or runs
+        try:
+            return await self._turn_in(conv, message, emit, stream=stream)
+        finally:
+            conv.busy -= 1
+
+    async def _turn_in(self, conv: Conversation, message: str, emit: Any, *, stream: bool) -> ChatResponse:
         async with self._lock:
             if self._closed:
                 raise ChatClosed(f"chat agent {self.name!r} was destroyed; create a new one")
             assert self._runtime is not None
-            thread = self.thread_id
-            history = await self._read_history(thread)
+            thread = conv.thread_id
+            history = await self._read_history(conv)
             system = await self._system_prompt(message)
             calls: dict[str, dict[str, Any]] = {}
             tool_calls: list[dict[str, Any]] = []
@@ -254,7 +287,7 @@ class ChatAgent:
             result = await self._runtime.run(self._agent, message, ctx, options=options)
             if result.status == "completed":
                 try:
-                    await self._remember(thread, message, result.text or "")
+                    await self._remember(conv, thread, message, result.text or "")
                 except OpenFunctionsError as exc:  # the answer stands; the conversation misses this turn (logged)
                     log.warning("chat_remember_failed", thread=thread, run_id=result.run_id, error=exc.message)
             response = ChatResponse(
@@ -262,30 +295,31 @@ class ChatAgent:
                 tool_calls=tool_calls, thread_id=thread, provider=getattr(self.adapter, "provider", ""),
                 model=getattr(self.adapter, "model", ""), usage=result.usage.to_dict(),
                 receipt_id=getattr(result.receipt, "receipt_id", None), error=result.error,
+                conversation_id=conv.id or None,
             )
             if emit is not None:
                 await emit(ChatEvent("done", response.to_dict()))
             return response
 
-    async def _read_history(self, thread: str) -> list[ModelMessage]:
+    async def _read_history(self, conv: Conversation) -> list[ModelMessage]:
         n = self.config.history_messages
         if n == 0:
             return []
         if self.memory is None:
-            pairs = self._history[-n:]
+            pairs = conv.history[-n:]
         else:
-            page = await self.memory.get_thread(thread, limit=n)
+            page = await self.memory.get_thread(conv.thread_id, limit=n)
             pairs = [(m.role, m.content) for m in reversed(page.messages)]
         pairs = [(role, text) for role, text in pairs if role in ("user", "assistant")]
         while pairs and pairs[0][0] != "user":  # providers want a user turn first
             pairs.pop(0)
         return [ModelMessage.user(text) if role == "user" else ModelMessage.assistant(text) for role, text in pairs]
 
-    async def _remember(self, thread: str, message: str, answer: str) -> None:
+    async def _remember(self, conv: Conversation, thread: str, message: str, answer: str) -> None:
         if len(answer) > STORED_REPLY_CHARS:
             answer = answer[:STORED_REPLY_CHARS] + f"\n[... {len(answer) - STORED_REPLY_CHARS} more characters not kept]"
         if self.memory is None:
-            self._history += [("user", message), ("assistant", answer)]
+            conv.history += [("user", message), ("assistant", answer)]
             return
         await self.memory.append_message(thread, "user", message)
         await self.memory.append_message(thread, "assistant", answer or "(no text)")

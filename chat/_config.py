@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from openfunctions.core import ToolDefinition, ToolRegistry, import_spec
 
+from ._conversations import MAX_CONVERSATIONS
 from ._errors import ChatConfigError
 
 #: The longest chat message accepted, in characters (``chat()``, ``POST /chat``: 413 beyond it).
@@ -43,6 +44,8 @@ class ChatConfig(BaseModel):
     # memory
     memory: Any = Field(True, description="True: conversation + facts in the data dir; False: off; or a Memory")
     thread_id: str | None = Field(None, description="conversation thread to continue; None: a new one")
+    max_conversations: int = Field(MAX_CONVERSATIONS, ge=1, le=100_000,
+                                   description="issued conversations kept (serve(): one per client); least recently used evicted")
     history_messages: int = Field(20, ge=0, le=100, description="earlier messages shown to the model each turn")
     recall_facts: int = Field(5, ge=0, le=20, description="saved facts matching the message put in the prompt")
     # context providers

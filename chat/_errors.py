@@ -6,6 +6,8 @@
 | :class:`InvalidMessage` | ``chat_message_invalid`` | 400 |
 | :class:`MessageTooLarge` | ``chat_message_too_large`` | 413 |
 | :class:`ChatClosed` | ``chat_closed`` | 503 |
+| :class:`InvalidConversation` | ``chat_conversation_invalid`` | 400 |
+| :class:`ConversationNotFound` | ``chat_conversation_not_found`` | 404 |
 """
 
 from __future__ import annotations
@@ -43,4 +45,17 @@ class ChatClosed(ChatError):
     code = "chat_closed"
 
 
-__all__ = ["ChatClosed", "ChatConfigError", "ChatError", "InvalidMessage", "MessageTooLarge"]
+class InvalidConversation(ChatError):
+    """A conversation id that is not a string of the form this agent issues (``conv_`` + 32 characters)."""
+
+    code = "chat_conversation_invalid"
+
+
+class ConversationNotFound(ChatError):
+    """A well-formed conversation id this agent does not hold (never issued, evicted, or from before a restart)."""
+
+    code = "chat_conversation_not_found"
+
+
+__all__ = ["ChatClosed", "ChatConfigError", "ChatError", "ConversationNotFound", "InvalidConversation", "InvalidMessage",
+           "MessageTooLarge"]

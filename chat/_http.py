@@ -3,16 +3,31 @@
 | route | does |
 |---|---|
 | ``GET /`` | the chat page (``_page.html``: one file, no CDN, no build step) |
-| ``POST /chat`` | ``{"message": str}`` -> the turn's :meth:`ChatResponse.to_dict` (200; 502 when the turn ``failed``) |
+| ``POST /chat`` | ``{"message": str, "conversation_id"?: str}`` -> the turn's :meth:`ChatResponse.to_dict` (200; 502 when the turn ``failed``) |
 | ``POST /chat/stream`` | same body -> ``text/event-stream``: ``tool_call``, ``tool_result``, ``text``, … , ``done`` |
 | ``GET /health`` | the agent's :meth:`ChatAgent.health` |
-| ``POST /reset`` | a new conversation: ``{"thread_id"}`` |
+| ``POST /reset`` | ``{"conversation_id"?}``: that conversation starts over -> ``{"conversation_id", "thread_id"}`` |
+
+One conversation per client: a turn without a conversation id gets a new
+conversation issued (:meth:`ChatAgent.open_conversation`); its id comes back
+in the ``X-Conversation-Id`` response header, in the body's
+``conversation_id`` (``/chat``; ``/chat/stream``: in the ``done`` event),
+and the client sends it with its next turns (body field ``conversation_id``
+or the ``X-Conversation-Id`` request header; both given must agree).
+``/reset`` starts over only the conversation it names (without one: a new
+conversation is issued; nothing else changes). Ids are unguessable and held
+in this process, bounded by ``max_conversations`` (least recently used
+evicted).
 
 Bad requests get ``{"error": {"code", "message"}}``: 400 ``invalid_json``
 (not JSON, or not an object), 400 ``chat_message_invalid`` (``message``
-missing, not a string, blank), 413 ``chat_message_too_large`` (more than
-``max_message_chars`` characters) or 413 ``body_too_large`` (a body over
-:data:`MAX_BODY_BYTES`), 415 ``unsupported_media_type``, 503 ``chat_closed``.
+missing, not a string, blank), 400 ``chat_conversation_invalid`` (a
+conversation id that is not a string of the issued form, or body and header
+disagree), 404 ``chat_conversation_not_found`` (well-formed, not held:
+never issued, evicted, or from before a restart), 413
+``chat_message_too_large`` (more than ``max_message_chars`` characters) or
+413 ``body_too_large`` (a body over :data:`MAX_BODY_BYTES`), 415
+``unsupported_media_type``, 503 ``chat_closed``.
 
 Security: loopback by default; a non-loopback ``host`` needs a ``token``.
 With a token every route but the page needs ``Authorization: Bearer
@@ -44,13 +59,15 @@ from starlette.routing import Route
 
 from openfunctions.core import OpenFunctionsError
 
-from ._errors import ChatClosed, InvalidMessage, MessageTooLarge
+from ._errors import ChatClosed, ConversationNotFound, InvalidConversation, InvalidMessage, MessageTooLarge
 
 log = structlog.get_logger("openfunctions.chat.http")
 
 #: The largest request body read, in bytes (a message is at most 8,000 characters; JSON escapes may double it).
 MAX_BODY_BYTES = 64 * 1024
-_STATUS = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503}
+_STATUS = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503, InvalidConversation: 400, ConversationNotFound: 404}
+#: The request header (and response header) carrying a conversation id.
+CONVERSATION_HEADER = "x-conversation-id"
 
 
 class _BadRequest(Exception):
@@ -72,7 +89,8 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-async def _message(request: Request) -> str:
+async def _body(request: Request, *, required: bool = True) -> dict[str, Any]:
+    """The request's JSON object (``required=False``: an empty body is ``{}``), or :class:`_BadRequest`."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype not in ("application/json", "text/plain", ""):
         raise _BadRequest(415, "unsupported_media_type", f"send the body as application/json, not {ctype}")
@@ -84,15 +102,25 @@ async def _message(request: Request) -> str:
         body += chunk
         if len(body) > MAX_BODY_BYTES:
             raise _BadRequest(413, "body_too_large", f"the body is over the {MAX_BODY_BYTES}-byte limit")
+    if not body.strip() and not required:
+        return {}
     try:
         data = json.loads(bytes(body).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise _BadRequest(400, "invalid_json", f'the body is not JSON ({exc}); send {{"message": "..."}}') from None
     if not isinstance(data, dict):
         raise _BadRequest(400, "invalid_json", f'the body must be a JSON object {{"message": "..."}}, got {type(data).__name__}')
-    if "message" not in data:
-        raise _BadRequest(400, InvalidMessage.code, 'the body has no "message" field')
-    return data["message"]
+    return data
+
+
+def _conversation_id(request: Request, data: dict[str, Any]) -> Any:
+    """The conversation id the caller sent (body ``conversation_id`` or the header), or None."""
+    header = request.headers.get(CONVERSATION_HEADER)
+    given = data.get("conversation_id")
+    if header is not None and given is not None and header != given:
+        raise InvalidConversation(f"the body's conversation_id and the {CONVERSATION_HEADER} header name different "
+                                  "conversations; send one")
+    return given if given is not None else header
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -105,17 +133,18 @@ class _Stream:
     headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
                (b"x-accel-buffering", b"no")]
 
-    def __init__(self, agent: Any, message: str) -> None:
-        self.agent, self.message = agent, message
+    def __init__(self, agent: Any, message: str, conversation: str) -> None:
+        self.agent, self.message, self.conversation = agent, message, conversation
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+        headers = [*self.headers, (CONVERSATION_HEADER.encode(), self.conversation.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         events_in, events_out = anyio.create_memory_object_stream[Any](1000)
 
         async def turn() -> None:
             async with events_in:
                 try:
-                    await self.agent._turn(self.message, events_in.send, stream=True)
+                    await self.agent._turn(self.message, events_in.send, stream=True, conversation=self.conversation)
                 except OpenFunctionsError as exc:  # e.g. destroyed meanwhile: an error event, then the end
                     await events_in.send(_sse("error", exc.to_dict()))
 
@@ -154,33 +183,59 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
     async def health(request: Request) -> Response:
         return JSONResponse(await agent.health())
 
-    async def reset(request: Request) -> Response:
-        if agent._closed:
-            return _error(503, ChatClosed.code, "the chat agent was destroyed")
-        return JSONResponse({"thread_id": await agent.reset()})
-
-    async def checked(request: Request) -> str | Response:
-        """The request's message, or the 4xx/503 answer that names what is wrong with it."""
-        try:
-            return str(agent._check(await _message(request)))
-        except _BadRequest as exc:
+    def refusal(exc: Exception) -> Response:
+        if isinstance(exc, _BadRequest):
             return _error(exc.status, exc.code, exc.message)
-        except OpenFunctionsError as exc:
-            return _error(_STATUS.get(type(exc), 400), exc.code, exc.message)
+        assert isinstance(exc, OpenFunctionsError)
+        return _error(_STATUS.get(type(exc), 400), exc.code, exc.message)
+
+    async def reset(request: Request) -> Response:
+        try:
+            if agent._closed:
+                raise ChatClosed("the chat agent was destroyed")
+            conversation = _conversation_id(request, await _body(request, required=False))
+            if conversation is None:  # nothing named: a new conversation for this caller, nothing else changes
+                conversation = agent.open_conversation()
+                thread = agent._conversations.get(conversation).thread_id
+            else:
+                thread = await agent.reset(conversation)
+        except (_BadRequest, OpenFunctionsError) as exc:
+            return refusal(exc)
+        return JSONResponse({"conversation_id": conversation, "thread_id": thread},
+                            headers={CONVERSATION_HEADER: conversation})
+
+    async def checked(request: Request) -> tuple[str, str] | Response:
+        """The request's message and conversation id (issued now if the caller sent none), or the
+        4xx/503 answer that names what is wrong with the request."""
+        try:
+            data = await _body(request)
+            if "message" not in data:
+                raise _BadRequest(400, InvalidMessage.code, 'the body has no "message" field')
+            message = str(agent._check(data["message"]))
+            conversation = _conversation_id(request, data)
+            if conversation is None:
+                conversation = agent.open_conversation()
+            else:
+                agent._conversations.get(conversation)
+            return message, conversation
+        except (_BadRequest, OpenFunctionsError) as exc:
+            return refusal(exc)
 
     async def chat(request: Request) -> Response:
-        message = await checked(request)
-        if isinstance(message, Response):
-            return message
+        checked_ = await checked(request)
+        if isinstance(checked_, Response):
+            return checked_
+        message, conversation = checked_
         try:
-            response = await agent._turn(message, None, stream=False)
-        except ChatClosed as exc:
-            return _error(503, exc.code, exc.message)
-        return JSONResponse(response.to_dict(), status_code=502 if response.status == "failed" else 200)
+            response = await agent._turn(message, None, stream=False, conversation=conversation)
+        except OpenFunctionsError as exc:  # destroyed meanwhile, or the conversation evicted while queued
+            return refusal(exc)
+        return JSONResponse(response.to_dict(), status_code=502 if response.status == "failed" else 200,
+                            headers={CONVERSATION_HEADER: conversation})
 
     async def stream(request: Request) -> Any:
-        message = await checked(request)
-        return message if isinstance(message, Response) else _Stream(agent, message)
+        checked_ = await checked(request)
+        return checked_ if isinstance(checked_, Response) else _Stream(agent, *checked_)
 
     app: Any = Starlette(routes=[
         Route("/", index, methods=["GET"]),
@@ -290,4 +345,4 @@ async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token:
     sock.close()
 
 
-__all__ = ["MAX_BODY_BYTES", "create_chat_app", "serve"]
+__all__ = ["CONVERSATION_HEADER", "MAX_BODY_BYTES", "create_chat_app", "serve"]

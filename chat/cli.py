@@ -51,6 +51,8 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--port", type=int, default=8765, help="with --serve: port (default 8765; 0 picks a free one)")
     p.add_argument("--auth-token-env", metavar="VAR", help="with --serve: require Authorization: Bearer <the value of VAR>")
     p.add_argument("--auth-token-file", metavar="PATH", help="with --serve: as --auth-token-env, the token from PATH's first line")
+    p.add_argument("--max-conversations", type=int, default=None, metavar="N",
+                   help="with --serve: conversations kept, one per client (default 256; least recently used evicted)")
     p.set_defaults(func=cmd_chat)
 
 
@@ -77,6 +79,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         "exclude": args.exclude, "prompt": args.prompt, "providers": args.context_providers,
         "memory": not args.no_memory, "thread_id": args.thread, "data_dir": args.chat_data_dir,
     }
+    if args.max_conversations is not None:
+        config["max_conversations"] = args.max_conversations
     if args.script is not None:
         if args.provider not in (None, "scripted"):
             return _fail("--script goes with --provider scripted")

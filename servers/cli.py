@@ -342,7 +342,14 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     profile.install(server)
     try:
-        await profile.start()
+        # The server first (its execution journal attached), then the profile's starters: what a starter
+        # runs at once (a durable workflow's resumed runs) is journaled like any call.
+        await server.start()
+        try:
+            await profile.start()
+        except BaseException:
+            await server.close()
+            raise
         if args.transport == "stdio":
             if sys.stdin.isatty():
                 print(f"openfunctions-mcp: serving the '{profile.name}' profile on stdio, waiting for an MCP client "

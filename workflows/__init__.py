@@ -32,6 +32,7 @@ from ._errors import (
     RunCorrupt,
     RunNotFound,
     StepFailed,
+    StepInterrupted,
     StepOutputInvalid,
     WorkflowChanged,
     WorkflowDefinitionError,
@@ -46,7 +47,7 @@ from ._workflow import Workflow, pipe
 __all__ = [
     "InvalidInput", "InvalidRunId", "LLMStep", "NonDeterministic", "NotUncertain",
     "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound", "RunOutcome", "RunState", "Step", "StepFailed",
-    "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "Workflow", "WorkflowChanged",
+    "StepInterrupted", "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "Workflow", "WorkflowChanged",
     "WorkflowDefinitionError", "WorkflowError", "WorkflowRuns", "WorkflowUnknown", "llm_step", "pipe", "tool_step",
     "transform",
 ]

@@ -27,6 +27,13 @@ class StepFailed(WorkflowError):
     code = "workflow_step_failed"
 
 
+class StepInterrupted(StepFailed):
+    """A tool step's call was cancelled by its host before it ran (the executor's scheduler closed: a
+    server shutting down). Not the run's failure: a durable run stays unfinished and resumes later."""
+
+    code = "workflow_step_interrupted"
+
+
 class StepOutputInvalid(StepFailed):
     """A step returned something that is not JSON, or an LLM step's reply failed its output schema."""
 
@@ -92,6 +99,6 @@ class NotUncertain(WorkflowError):
 
 __all__ = [
     "InvalidInput", "InvalidRunId", "NonDeterministic", "NotUncertain", "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound",
-    "StepFailed", "StepOutputInvalid", "WorkflowChanged", "WorkflowDefinitionError", "WorkflowError",
+    "StepFailed", "StepInterrupted", "StepOutputInvalid", "WorkflowChanged", "WorkflowDefinitionError", "WorkflowError",
     "WorkflowUnknown",
 ]

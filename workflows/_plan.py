@@ -25,7 +25,14 @@ import anyio
 from openfunctions.core import ToolDefinition, ToolExecutionContext, ToolResult, check_json, with_child_execution
 from openfunctions.core.errors import NonJsonValue, OpenFunctionsError, ToolError, ToolNotFound
 
-from ._errors import NonDeterministic, StepFailed, StepOutputInvalid, WorkflowDefinitionError, WorkflowError
+from ._errors import (
+    NonDeterministic,
+    StepFailed,
+    StepInterrupted,
+    StepOutputInvalid,
+    WorkflowDefinitionError,
+    WorkflowError,
+)
 from ._runlog import RunJournal, StepRecord
 from ._steps import LLMStep, Step, ToolStep, Transform
 
@@ -211,6 +218,14 @@ class Exec:
                 if safe and attempt <= step.retries:
                     await anyio.sleep(step.retry_delay)
                     continue
+                if receipt.outcome == "cancelled" and receipt.certainty == "known" and not receipt.handler_started:
+                    # The host cancelled the call before it ran (its scheduler closed: shutting down). Not
+                    # the step's outcome: nothing is recorded, a durable run stays unfinished.
+                    raise StepInterrupted(
+                        f"step {path} ({step.name}): tool {step.tool!r} was not run: {err.message}",
+                        details={"step": path, "name": step.name, "cause": err.code, "receipt_id": receipt.receipt_id,
+                                 "certainty": receipt.certainty, "attempts": attempt},
+                    )
                 if j is not None:
                     j.failed(path, step.name, "failed", {"code": err.code, "message": err.message}, receipt,
                              uncertain=not read and receipt.certainty == "unknown", effect=not read, attempt=attempt)

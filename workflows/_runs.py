@@ -42,6 +42,7 @@ from ._errors import (
     RunBusy,
     RunCorrupt,
     RunNotFound,
+    StepInterrupted,
     WorkflowChanged,
     WorkflowDefinitionError,
     WorkflowError,
@@ -71,6 +72,8 @@ log = structlog.get_logger("openfunctions.workflows")
 #: Retention defaults: finished runs kept (the newest), and for how long (seconds).
 KEEP_RUNS = 1000
 KEEP_SECONDS = 30 * 24 * 3600
+#: While the journal is held open, age-based retention is looked at no more often than this (seconds).
+AGE_CHECK_SECONDS = 60.0
 
 
 def journal_path(data_dir: str | os.PathLike[str]) -> Path:
@@ -179,9 +182,7 @@ class WorkflowRuns:
         self._compacting: anyio.Event | None = None
         self._closing = False
         self._resumer: asyncio.Task[Any] | None = None
-        #: at most this many seconds :meth:`start` waits for the host's execution journal before it
-        #: resumes interrupted runs in the background
-        self.resume_delay = 5.0
+        self._age_checked = 0.0  # time.monotonic() of the last age-based retention check
         #: what the last compaction did: {"kept", "pruned", "segments"} (None before any)
         self.last_compaction: dict[str, Any] | None = None
         self._pruned_total = 0
@@ -229,21 +230,18 @@ class WorkflowRuns:
 
     async def start(self) -> None:
         """For a server: open the journal and resume every interrupted run of a registered workflow in
-        the background (a blocked run is logged and waits for ``resolve``; it is never re-run)."""
+        the background (a blocked run is logged and waits for ``resolve``; it is never re-run).
+
+        Call it once the host's execution journal is attached to the workflows' registries (a server
+        started by ``openfunctions-mcp serve`` runs its profile's starters after its own start), so
+        the resumed steps' receipts are journaled."""
         await self.open()
         if self._resumer is None:
             self._resumer = asyncio.ensure_future(self._resume_in_background())
 
     async def _resume_in_background(self) -> None:
-        # Let the host finish starting first (a server attaches its execution journal after the
-        # profile's starters ran), so that resumed steps are journaled like any call: wait until
-        # every registered workflow's registry journals, or at most ``resume_delay`` seconds (a
-        # server run with --no-journal never does).
-        executors = [wf.registry.executor for wf in self._workflows.values()
-                     if getattr(wf.registry, "executor", None) is not None]
-        with anyio.move_on_after(self.resume_delay):
-            while any(ex.sink is None for ex in executors):
-                await anyio.sleep(0.05)
+        # The host calls start() once its execution journal is attached (openfunctions-mcp serve starts
+        # the server, then the profile's starters), so the resumed steps are journaled like any call.
         for item in await self.resume_interrupted():
             if isinstance(item, WorkflowError):
                 log.warning("workflow_run_not_resumed", code=item.code, error=item.message, **{
@@ -310,6 +308,7 @@ class WorkflowRuns:
             await _close(log_)
             raise
         await self._migrate_v1()
+        self._age_checked = time.monotonic()
         if self._prunable():
             await self._compact()
 
@@ -389,9 +388,21 @@ class WorkflowRuns:
             return {**self.last_compaction, "pruned": self._pruned_total - before}
 
     async def _maybe_compact(self) -> None:
+        """After a run: compact once ``compact_every`` finished runs are past retention. Cheap checks first
+        (this runs after every run, and :meth:`_prunable` sorts every finished run): by count, that many
+        cannot be past ``keep_runs`` before the journal holds ``keep_runs + compact_every`` runs; by age,
+        look at most once per :data:`AGE_CHECK_SECONDS`."""
         if self._claimed or self._compacting is not None or self._log is None:
             return
-        if len(self._prunable()) >= max(1, self.compact_every):
+        every = max(1, self.compact_every)
+        by_count = self.keep_runs is not None and len(self._states) >= self.keep_runs + every
+        now = time.monotonic()
+        by_age = self.keep_seconds is not None and now - self._age_checked >= AGE_CHECK_SECONDS
+        if not (by_count or by_age):
+            return
+        if by_age:
+            self._age_checked = now
+        if len(self._prunable()) >= every:
             await self._compact()
 
     async def _compact(self) -> dict[str, Any]:
@@ -551,9 +562,10 @@ class WorkflowRuns:
         except OpenFunctionsError as exc:
             if isinstance(exc, JournalError):
                 raise  # the run cannot be recorded: leave it unfinished (resumable, or blocked)
-            if isinstance(exc, (WorkflowDefinitionError, NonDeterministic)):
-                # Not the run's failure but the code's: record what settled, leave the run
-                # unfinished (it resumes once the code or configuration is fixed).
+            if isinstance(exc, (WorkflowDefinitionError, NonDeterministic, StepInterrupted)):
+                # Not the run's failure but the code's or the host's (a step refused while it shuts
+                # down): record what settled, leave the run unfinished (it resumes once the code or
+                # configuration is fixed, or at the host's next start).
                 with anyio.CancelScope(shield=True):
                     await journal.flush()
                 raise

@@ -274,3 +274,27 @@ async def test_a_model_failure_ends_the_turn_failed_with_its_error(tmp_path: Pat
     assert reply.status == "failed" and reply.error["code"] == "script_exhausted" and not reply.ok
     assert [e.type for e in events] == ["done"] and events[0].data["status"] == "failed"
     assert read_runs(tmp_path)[reply.run_id].status == "failed"
+
+
+async def test_issued_conversations_are_separate_and_bounded(tmp_path: Path) -> None:
+    from openfunctions.chat import ConversationNotFound, InvalidConversation
+
+    model = ScriptedAdapter(["one", "two", "three", "four"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False, max_conversations=2) as agent:
+        first, second = agent.open_conversation(), agent.open_conversation()
+        await agent.chat("to first", conversation=first)
+        reply = await agent.chat("to second", conversation=second)
+        assert reply.conversation_id == second and [m.content for m in model.calls[-1][0][1:]] == ["to second"]
+        await agent.chat("to the agent's own")
+        assert [m.content for m in model.calls[-1][0][1:]] == ["to the agent's own"]
+        await agent.chat("first again", conversation=first)  # first is now the most recently used
+        assert [m.content for m in model.calls[-1][0][1:]] == ["to first", "one", "first again"]
+        third = agent.open_conversation()  # over the bound: the least recently used (second) is forgotten
+        with pytest.raises(ConversationNotFound, match="is unknown here"):
+            await agent.chat("hello?", conversation=second)
+        with pytest.raises(ConversationNotFound):
+            await agent.reset(second)
+        with pytest.raises(InvalidConversation):
+            agent.chat("hello?", conversation="not-an-id")
+        assert third != first and (await agent.health())["conversations"] == 2
+        assert len(model.calls) == 4  # the refused turns never reached the model

@@ -59,6 +59,15 @@ def test_no_provider_configured_says_which_variables_to_set_and_offers_the_offli
     assert proc.returncode == 2 and "bad.json' is not JSON" in proc.stderr
 
 
+def test_max_conversations_is_checked_and_named(tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text('["hi"]')
+    proc = cli("chat", "--provider", "scripted", "--script", str(script), "--data-dir", str(tmp_path), "--serve",
+               "--max-conversations", "0")
+    assert proc.returncode == 2 and "max_conversations: Input should be greater than or equal to 1" in proc.stderr
+    assert "--max-conversations" in cli("chat", "--help").stdout
+
+
 def test_the_interactive_loop_over_stdin(tmp_path: Path) -> None:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([

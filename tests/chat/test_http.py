@@ -197,3 +197,62 @@ async def test_serve_refuses_a_public_bind_without_a_token_and_a_taken_port(tmp_
             port = taken.getsockname()[1]
             with pytest.raises(ChatConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
                 await agent.serve(port=port)
+
+
+async def test_each_client_gets_its_own_conversation_and_reset_touches_only_its_own(tmp_path: Path) -> None:
+    model = ScriptedAdapter(["Hi Ada.", "Hi Bob.", "You are Ada.", "You are Bob.", "Fresh start.", "Still Bob."])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+
+        def seen() -> list[str]:  # what the model was shown in the last turn, system prompt left out
+            return [m.content for m in model.calls[-1][0][1:]]
+
+        a = await client.post("/chat", json={"message": "I am Ada"})
+        b = await client.post("/chat/stream", json={"message": "I am Bob"})
+        ida, idb = a.headers["x-conversation-id"], b.headers["x-conversation-id"]
+        assert ida != idb and ida.startswith("conv_") and a.json()["conversation_id"] == ida
+        assert sse(b.text)[-1][1]["conversation_id"] == idb  # the stream's done event names it too
+        assert seen() == ["I am Bob"]  # Bob's first turn does not see Ada's
+        # Ada carries hers in the body, Bob in the header: each sees only its own conversation.
+        r = await client.post("/chat", json={"message": "who am I?", "conversation_id": ida})
+        assert r.json()["text"] == "You are Ada." and seen() == ["I am Ada", "Hi Ada.", "who am I?"]
+        r = await client.post("/chat/stream", json={"message": "who am I?"}, headers={"x-conversation-id": idb})
+        assert r.headers["x-conversation-id"] == idb and seen() == ["I am Bob", "Hi Bob.", "who am I?"]
+        # Ada's reset starts Ada over; Bob's conversation is untouched.
+        r = await client.post("/reset", json={"conversation_id": ida})
+        assert r.status_code == 200 and r.json()["conversation_id"] == ida
+        await client.post("/chat", json={"message": "again", "conversation_id": ida})
+        assert seen() == ["again"]
+        await client.post("/chat", json={"message": "and me?", "conversation_id": idb})
+        assert seen() == ["I am Bob", "Hi Bob.", "who am I?", "You are Bob.", "and me?"]
+        # /reset naming nothing issues a new conversation and resets nobody's
+        r = await client.post("/reset")
+        assert r.status_code == 200 and r.json()["conversation_id"] not in (ida, idb)
+        assert (await client.get("/health")).json()["conversations"] == 3
+
+
+async def test_an_unknown_or_hostile_conversation_id_gets_a_clear_4xx(tmp_path: Path) -> None:
+    model = ScriptedAdapter(["ok"])
+    unknown = "conv_" + "A" * 32
+    cases: list[tuple[dict[str, Any], int, str, str]] = [
+        ({"json": {"message": "hi", "conversation_id": 5}}, 400, "chat_conversation_invalid", "'int' is not one this chat issues"),
+        ({"json": {"message": "hi", "conversation_id": "../../etc/passwd"}}, 400, "chat_conversation_invalid", "not one"),
+        ({"json": {"message": "hi", "conversation_id": "conv_" + "x" * 10_000}}, 400, "chat_conversation_invalid", "not one"),
+        ({"json": {"message": "hi", "conversation_id": ""}}, 400, "chat_conversation_invalid", "not one"),
+        ({"json": {"message": "hi"}, "headers": {"x-conversation-id": "chat_0123"}}, 400, "chat_conversation_invalid", "not one"),
+        ({"json": {"message": "hi", "conversation_id": unknown}}, 404, "chat_conversation_not_found", "is unknown here"),
+        ({"json": {"message": "hi", "conversation_id": unknown}, "headers": {"x-conversation-id": "conv_" + "B" * 32}},
+         400, "chat_conversation_invalid", "name different conversations"),
+    ]
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        for path in ("/chat", "/chat/stream", "/reset"):
+            for kwargs, status, code, words in cases:
+                r = await client.post(path, **kwargs)
+                assert r.status_code == status, (path, kwargs, r.text)
+                err = r.json()["error"]
+                assert err["code"] == code and words in err["message"], (path, err)
+                assert "x" * 100 not in err["message"]  # a huge id is not echoed back
+        assert model.calls == [] and (await client.get("/health")).json()["conversations"] == 0
+        r = await client.post("/chat", json={"message": "hi"})
+        assert r.status_code == 200 and r.json()["text"] == "ok"

@@ -417,3 +417,53 @@ async def test_a_failing_parallel_branch_cancels_its_siblings_in_a_durable_run(t
     state = runs.show("par1")
     assert state.steps["0.0"].status == "cancelled" and state.steps["0.0"].is_uncertain
     assert state.status == "failed" and finished_sibling == []
+
+
+@pytest.mark.anyio
+async def test_a_step_refused_because_the_host_shuts_down_leaves_the_run_unfinished(tmp_path):
+    """A server closing its scheduler (shutting down) while a run is between steps: the next step is refused
+    before it runs; that is not the run's failure, so the run stays unfinished and the next start resumes it."""
+    from openfunctions.workflows import StepInterrupted
+
+    charged, release, charges = anyio.Event(), anyio.Event(), []
+
+    async def charge(params, ctx):
+        charges.append(params)
+        charged.set()
+        await release.wait()
+        return {"charged": 10}
+
+    async def balance(params, ctx):
+        return {"balance": 100 - params["charged"]}
+
+    def registry():
+        return ToolRegistry([
+            define_tool(name="charge", description="charge", handler=charge, capability={"effect": "external"}),
+            define_tool(name="balance", description="read", handler=balance, capability={"effect": "read"}),
+        ])
+
+    reg = registry()
+    wf = pipe(tool_step("charge", {}), tool_step("balance"), name="pay", registry=reg)
+    async with WorkflowRuns(tmp_path, workflows=[wf]) as runs:
+        failures = []
+
+        async def run():
+            try:
+                await runs.run(wf, None, run_id="r1")
+            except StepInterrupted as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await charged.wait()
+            reg.executor.scheduler.close("the server is shutting down")  # what a server's drain does
+            release.set()
+        [exc] = failures
+        assert exc.details["step"] == "1" and "shutting down" in exc.message
+        state = runs.show("r1")
+        assert state.status == "running" and state.steps["0"].status == "succeeded" and "1" not in state.steps
+    # the next start (a fresh registry: a new scheduler) finishes it without charging again
+    wf2 = wf.bind(registry=registry())
+    async with WorkflowRuns(tmp_path, workflows=[wf2]) as runs:
+        [outcome] = await runs.resume_interrupted()
+    assert outcome.ok and outcome.result == {"balance": 90} and len(charges) == 1

@@ -94,7 +94,9 @@ def test_a_restarted_server_finishes_a_run_killed_in_a_read_step(tmp_path):
     assert state.result == {"ok": True, "balance": 90}
     assert len(lines(tmp_path / "charges.txt")) == 1  # the settled charge was not repeated
     assert len(lines(tmp_path / "reads.txt")) == 2  # the read was
-    # the resumed steps ran through the server's journaled executor: the read's receipt is in its journal
+    # the resumed steps ran through the server's journaled executor: the read's receipt is in its journal.
+    # Nothing waits for that journal: the server attaches it before its profile's starters run (resume
+    # starts at once); with the starters run first, the resumed read ran unjournaled and this failed.
     settled = [r.data for f in sorted((data / "journal").glob("*.journal")) for r in read_records(f)
                if r.data.get("tool") == "slow_read" and "outcome" in r.data]
     assert [d["outcome"] for d in settled] == ["succeeded"]
