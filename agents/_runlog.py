@@ -30,6 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from openfunctions.core import run_every, stop_task
 from openfunctions.core.errors import JournalLocked
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
 
@@ -218,7 +219,7 @@ class DatabaseRunLog(MemoryRunLog):
             await self.log.close()
             raise
         if sweep_interval:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_every(sweep_interval))
+            self._sweeper = run_every(sweep_interval, self.sweep, name="run-sweep", on_error=_sweep_failed)
         return self
 
     async def sweep(self) -> list[str]:
@@ -231,16 +232,6 @@ class DatabaseRunLog(MemoryRunLog):
         found = await self.log.recover_dead(record)
         self.interrupted.extend(found)
         return list(found)
-
-    async def _sweep_every(self, interval: float) -> None:
-        import structlog
-
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.sweep()
-            except Exception as exc:  # noqa: BLE001 - retried next time; the database may be away
-                structlog.get_logger("openfunctions.agents").warning("run_sweep_failed", error=str(exc)[:300])
 
     async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
         run_id = data["run_id"]
@@ -266,14 +257,16 @@ class DatabaseRunLog(MemoryRunLog):
         return state.get(run_id)
 
     async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            try:
-                await self._sweeper
-            except BaseException:  # noqa: BLE001 - cancelled: closing anyway
-                pass
-            self._sweeper = None
+        await stop_task(self._sweeper)
+        self._sweeper = None
         await self.log.close()
+
+
+def _sweep_failed(exc: Exception) -> None:
+    # retried at the next round; the database may be away
+    import structlog
+
+    structlog.get_logger("openfunctions.agents").warning("run_sweep_failed", error=str(exc)[:300])
 
 
 def interrupted_record(r: R.RunState) -> tuple[str, dict[str, Any]]:

@@ -9,6 +9,7 @@ subpackage), never from an implementation module.
 """
 
 from ._asgi_auth import PRINCIPAL_SCOPE_KEY, AuthConfigError, BearerAuth, read_auth_token
+from ._background import run_every, stop_task
 from ._canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
 from ._context import ProgressReporter, ToolExecutionContext, with_child_execution
 from ._imports import import_spec
@@ -48,7 +49,7 @@ from .errors import (
 from .executor import ToolExecutor
 
 __all__ = [
-    "import_spec",
+    "import_spec", "run_every", "stop_task",
     "PRINCIPAL_SCOPE_KEY", "AuthConfigError", "BearerAuth", "read_auth_token",
     "TOOL_NAME_RE", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
     "DuplicateTool", "ExecutionCancelled", "ExecutionObserver", "FanoutSink", "InvalidOutput",

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import structlog
 from mcp_types import INTERNAL_ERROR
 
-from openfunctions.core import new_id
+from openfunctions.core import new_id, run_every, stop_task
 
 from . import _task_records as rec
 from ._task_records import TaskState
@@ -323,24 +323,13 @@ class DatabaseTaskStore:
             return settled
 
     def start_sweeping(self, interval: float) -> None:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    await self.sweep()
-                except Exception as exc:  # noqa: BLE001 - retried next time; the database may be away
-                    log.warning("task_sweep_failed", error=f"{type(exc).__name__}: {exc}"[:300])
-
-        self._sweeper = asyncio.get_running_loop().create_task(loop(), name="task-sweep")
+        # a failed sweep is retried next round: the database may be away
+        self._sweeper = run_every(interval, self.sweep, name="task-sweep", on_error=lambda exc: log.warning(
+            "task_sweep_failed", error=f"{type(exc).__name__}: {exc}"[:300]))
 
     async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            try:
-                await self._sweeper
-            except BaseException:  # noqa: BLE001 - cancelled: closing anyway
-                pass
-            self._sweeper = None
+        await stop_task(self._sweeper)
+        self._sweeper = None
         await self.task_log.close()
 
 

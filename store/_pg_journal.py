@@ -69,7 +69,7 @@ from typing import Any
 
 import structlog
 
-from openfunctions.core import OpenFunctionsError, canonical_json, new_id, utc_timestamp
+from openfunctions.core import OpenFunctionsError, canonical_json, new_id, run_every, stop_task, utc_timestamp
 from openfunctions.core.journal import recovered_receipt
 
 from ._errors import StoreError, StoreUnavailable
@@ -211,21 +211,17 @@ class PgExecutionJournal:
         Without it a dead replica's in-flight calls stay open until a server starts.
         A failed sweep (the database away) is logged and tried again next time.
         """
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                if self.instance is None or self._closed:
-                    continue
-                try:
-                    found = await self.sweep()
-                except Exception as exc:  # noqa: BLE001 - a sweep is retried; appends report their own errors
-                    log.warning("journal_sweep_failed", journal=self.name, error=f"{type(exc).__name__}: {exc}")
-                    continue
-                if found:
-                    log.warning("journal_recovered_dead_replica", journal=self.name, receipts=len(found),
-                                hint="calls of a server that died were settled unknown (not re-run)")
+        async def once() -> None:
+            if self.instance is None or self._closed:
+                return
+            found = await self.sweep()
+            if found:
+                log.warning("journal_recovered_dead_replica", journal=self.name, receipts=len(found),
+                            hint="calls of a server that died were settled unknown (not re-run)")
 
-        self._sweeper = asyncio.get_running_loop().create_task(loop(), name=f"journal-sweep-{self.name}")
+        # a failed sweep is retried next round; appends report their own errors
+        self._sweeper = run_every(interval, once, name=f"journal-sweep-{self.name}", on_error=lambda exc: log.warning(
+            "journal_sweep_failed", journal=self.name, error=f"{type(exc).__name__}: {exc}"))
 
     # -- appending -----------------------------------------------------------------
     async def _append_rows(self, rows: list[tuple[str, dict[str, Any], str | None]]) -> list[int | None]:
@@ -369,12 +365,7 @@ class PgExecutionJournal:
     async def close(self) -> None:
         if self._closed:
             return
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            try:
-                await self._sweeper
-            except BaseException:  # noqa: BLE001 - cancelled, or a sweep's own failure: closing anyway
-                pass
+        await stop_task(self._sweeper)
         self._closed = True
         if self._flusher is not None:
             try:

@@ -63,7 +63,7 @@ from typing import Any
 
 import structlog
 
-from openfunctions.core import canonical_json
+from openfunctions.core import canonical_json, stop_task
 
 from ._pg_rows import PgRows, open_checked
 
@@ -219,13 +219,8 @@ class PgTaskLog(PgRows):
         self._listener = asyncio.get_running_loop().create_task(loop(), name=f"task-cancels-{self.journal}")
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            try:
-                await self._listener
-            except BaseException:  # noqa: BLE001 - cancelled: closing anyway
-                pass
-            self._listener = None
+        await stop_task(self._listener)
+        self._listener = None
         await self._close_pool()
 
 
