@@ -99,12 +99,13 @@ def _run_tools(profile: AgentsProfile) -> list[Any]:
         run_id = params["run_id"]
         runs = profile.runtime.runs
         run = runs.get(run_id) if isinstance(runs, MemoryRunLog) else None
-        if run is None and isinstance(runs, DatabaseRunLog):  # another replica may have written it
-            run = await runs.load(run_id)
-        if run is None and not isinstance(runs, DatabaseRunLog):  # another server on this data dir may have written it
-            import anyio
+        if run is None:
+            if isinstance(runs, DatabaseRunLog):  # another replica may have written it
+                run = await runs.load(run_id)
+            else:  # another server on this data dir may have written it
+                import anyio
 
-            run = (await anyio.to_thread.run_sync(read_runs, profile.data_dir)).get(run_id)
+                run = (await anyio.to_thread.run_sync(read_runs, profile.data_dir)).get(run_id)
         if run is None:
             raise ToolError(f"no run {run_id[:80]!r} in {profile.data_dir}", code="run_not_found", effect_happened=False)
         payload = run.to_dict()

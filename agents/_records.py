@@ -45,6 +45,7 @@ unfinished calls ``unknown``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,8 +149,16 @@ def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
         run.claims.append(data)
 
 
+def fold(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, RunState]:
+    """``(type, data)`` records folded into a fresh state by :func:`apply`."""
+    state: dict[str, RunState] = {}
+    for rtype, data in records:
+        apply(state, rtype, data)
+    return state
+
+
 def unfinished(state: dict[str, RunState]) -> list[RunState]:
     return [r for r in state.values() if r.finished is None and r.started.get("agent") is not None]
 
 
-__all__ = ["KIND", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "round_", "started", "unfinished"]
+__all__ = ["KIND", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "round_", "started", "unfinished"]

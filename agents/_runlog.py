@@ -59,6 +59,11 @@ class MemoryRunLog:
     async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
         R.apply(self.state, rtype, data)
 
+    def _trim(self, keep: str | None = None) -> None:
+        finished = [rid for rid, r in self.state.items() if r.finished is not None and rid != keep]
+        for rid in finished[: max(0, len(finished) - KEEP_FINISHED)]:  # dicts keep insertion (start) order
+            del self.state[rid]
+
     def get(self, run_id: str) -> R.RunState | None:
         return self.state.get(run_id)
 
@@ -110,11 +115,6 @@ class RunJournal(MemoryRunLog):
             raise
         self._writer = asyncio.get_running_loop().create_task(self._write_queued())
         return self
-
-    def _trim(self, keep: str | None = None) -> None:
-        finished = [rid for rid, r in self.state.items() if r.finished is not None and rid != keep]
-        for rid in finished[: max(0, len(finished) - KEEP_FINISHED)]:  # dicts keep insertion (start) order
-            del self.state[rid]
 
     @classmethod
     async def open_in(cls, data_dir: str | os.PathLike[str]) -> RunJournal:
@@ -224,10 +224,7 @@ class DatabaseRunLog(MemoryRunLog):
 
     async def sweep(self) -> list[str]:
         def record(run_id: str, records: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
-            state: dict[str, R.RunState] = {}
-            for rtype, data in records:
-                R.apply(state, rtype, data)
-            return interrupted_record(state.get(run_id) or R.RunState(run_id, {"run_id": run_id}))
+            return interrupted_record(R.fold(records).get(run_id) or R.RunState(run_id, {"run_id": run_id}))
 
         found = await self.log.recover_dead(record)
         self.interrupted.extend(found)
@@ -245,16 +242,11 @@ class DatabaseRunLog(MemoryRunLog):
             await self.log.append(run_id, (rtype, data))
         R.apply(self.state, rtype, data)
         if rtype == R.FINISHED and len(self.state) > 2 * KEEP_FINISHED:
-            finished = [rid for rid, r in self.state.items() if r.finished is not None and rid != run_id]
-            for rid in finished[:len(finished) - KEEP_FINISHED]:
-                del self.state[rid]
+            self._trim(keep=run_id)
 
     async def load(self, run_id: str) -> R.RunState | None:
         """The run as its rows say (any replica's)."""
-        state: dict[str, R.RunState] = {}
-        for rtype, data in await self.log.records(run_id):
-            R.apply(state, rtype, data)
-        return state.get(run_id)
+        return R.fold(await self.log.records(run_id)).get(run_id)
 
     async def close(self) -> None:
         await stop_task(self._sweeper)
@@ -307,18 +299,13 @@ async def read_runs_in_database(url: str, run_id: str | None = None, *, space: s
         records = await log.records(run_id) if run_id is not None else await log.all_records(limit_runs)
     finally:
         await log.close()
-    state: dict[str, R.RunState] = {}
-    for rtype, data in records:
-        R.apply(state, rtype, data)
-    return state
+    return R.fold(records)
 
 
 def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
     """Fold every run record under ``data_dir`` without taking a lock (a live writer's tail may be missing)."""
-    state: dict[str, R.RunState] = {}
-    for rec in itertools.chain.from_iterable(read_records(p) for p in journal_files(data_dir)):
-        R.apply(state, rec.type, rec.data)
-    return state
+    return R.fold((rec.type, rec.data) for rec in itertools.chain.from_iterable(
+        read_records(p) for p in journal_files(data_dir)))
 
 
 __all__ = ["DatabaseRunLog", "KEEP_FINISHED", "MemoryRunLog", "RunJournal", "interrupted_record", "journal_files", "read_runs", "read_runs_in_database", "runs_journal_path"]
