@@ -3,3 +3,8 @@
 PROFILES = ("tools", "work", "artifacts", "agents", "memory", "rag", "gateway", "all", "conformance")
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 RECEIPT_META_KEY = "dev.openfunctions/receipt"
+
+
+def valid_jsonrpc_id(value: object) -> bool:
+    """JSON-RPC ids are strings or integers (a bool is not an integer here; a float like 1.0 is not either)."""
+    return isinstance(value, (str, int)) and not isinstance(value, bool)

@@ -72,6 +72,8 @@ from pydantic import ValidationError
 
 from openfunctions.core import ToolNotFound
 
+from ._constants import valid_jsonrpc_id
+
 if TYPE_CHECKING:
     from ._server import OpenFunctionsServer
 
@@ -95,10 +97,6 @@ def fast_path_enabled(default: bool = True) -> bool:
     if value is None:
         return default
     return value.strip().lower() not in ("0", "off", "false", "no")
-
-
-def valid_id(value: Any) -> bool:
-    return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,7 @@ class FastCalls:
         """
         if type(message) is not dict or not _REQUEST_KEYS.issuperset(message) or len(message) != 4:
             return None
-        if message["jsonrpc"] != "2.0" or message["method"] != "tools/call" or not valid_id(message["id"]):
+        if message["jsonrpc"] != "2.0" or message["method"] != "tools/call" or not valid_jsonrpc_id(message["id"]):
             return None
         params = message["params"]
         if type(params) is not dict or not _PARAM_KEYS.issuperset(params):
@@ -376,4 +374,4 @@ def encode(message: Mapping[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode()
 
 
-__all__ = ["FastCalls", "Admitted", "Exchange", "FAST_PATH_ENV", "fast_path_enabled", "encode", "valid_id"]
+__all__ = ["FastCalls", "Admitted", "Exchange", "FAST_PATH_ENV", "fast_path_enabled", "encode"]

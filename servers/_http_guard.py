@@ -41,6 +41,7 @@ from openfunctions.core import PRINCIPAL_SCOPE_KEY
 
 log = structlog.get_logger("openfunctions.servers.http")
 
+from ._constants import valid_jsonrpc_id as _valid_id  # noqa: E402
 from ._http_limits import (  # noqa: E402  (light module: the CLI reads the defaults without uvicorn)
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -239,10 +240,6 @@ async def _respond(send: Callable[..., Any], status: int, body: bytes, *, conten
 
 def _rpc_error(code: int, message: str) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
-
-
-def _valid_id(value: Any) -> bool:
-    return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
 class RequestGuard:

@@ -375,7 +375,7 @@ class OpenFunctionsServer:
             return
         recovered = {r.receipt_id: r for r in getattr(journal, "recovered", ())}
 
-        def find(ids: set[str]) -> dict[str, Any]:
+        async def find(ids: set[str]) -> dict[str, Any]:
             found: dict[str, Any] = {}
             for r in journal.receipts():
                 if r.receipt_id in ids:

@@ -56,6 +56,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 
 from ._constants import DEFAULT_MAX_MESSAGE_BYTES
+from ._constants import valid_jsonrpc_id as _valid_id
 from ._fast import Admitted, Exchange, FastCalls
 from ._outstanding import Outstanding
 
@@ -86,11 +87,6 @@ def _error_line(request_id: Any, code: int, message: str, data: Any = None) -> b
     if data is not None:
         err["data"] = data
     return (json.dumps({"jsonrpc": "2.0", "id": request_id, "error": err}) + "\n").encode("utf-8")
-
-
-def _valid_id(value: Any) -> bool:
-    """JSON-RPC ids are strings or integers (a bool is not an integer here; a float like 1.0 is not either)."""
-    return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
 def _loads(line: bytes) -> Any:
@@ -282,7 +278,7 @@ async def stdio_transport(
                 reply = await fast.run(call, _LineExchange(call.request_id, emit), lifespan_state={},  # type: ignore[union-attr]
                                        outbound=_LineOutbound(emit))
             if reply is not None and not scope.cancelled_caught:
-                await emit(json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
+                await emit(_line(reply))
         finally:
             fast_running.pop(call.request_id, None)
             pending.discard(call.request_id)
@@ -464,7 +460,12 @@ async def stdio_transport(
 def _has_envelope(params: Any) -> bool:
     """Whether request params carry the 2026-07-28 ``_meta`` envelope (the SDK's era test)."""
     meta = params.get("_meta") if isinstance(params, dict) else None
-    return isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
+    return isinstance(meta, dict) and types.PROTOCOL_VERSION_META_KEY in meta
+
+
+def _line(message: Any) -> bytes:
+    """One JSON-RPC message as the line a fast-path reply or notification is written as."""
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
 class _LineExchange(Exchange):
@@ -477,7 +478,7 @@ class _LineExchange(Exchange):
         self._emit = emit
 
     async def deliver(self, message: dict[str, Any]) -> None:
-        await self._emit(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n")
+        await self._emit(_line(message))
 
 
 def _LineOutbound(emit: Callable[[bytes], Awaitable[None]]) -> Any:  # noqa: N802  (a factory standing in for a class)

@@ -41,9 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,23 +208,19 @@ class TaskManager:
 
     # -- durable state ---------------------------------------------------------
 
-    async def open(self, path: Path, *, recovered_receipts: Mapping[str, Any], find_receipts: Callable[[set[str]], Any],
+    async def open(self, path: Path, *, recovered_receipts: Mapping[str, Any], find_receipts: Callable[[set[str]], Awaitable[dict[str, Any]]],
                    write_receipt: Callable[[dict[str, Any]], Any]) -> None:
         """Use the task journal file at ``path``: fold it, and settle what the last process left running.
 
         ``recovered_receipts``: receipt id -> the ``unknown`` receipt the
         execution journal's recovery wrote this open; ``find_receipts(ids)``
-        (sync or async) looks up receipts already in the execution journal;
+        looks up receipts already in the execution journal;
         ``write_receipt(start)`` writes a recovered receipt for a call that
         left none (a declared read journals no start).
         """
-        async def find(ids: set[str]) -> dict[str, Any]:
-            found = find_receipts(ids)
-            return dict(await found if inspect.isawaitable(found) else found)
-
         self.path = path
         store = FileTaskStore(path)
-        self.recovered = await store.open(recovered_receipts=recovered_receipts, find_receipts=find,
+        self.recovered = await store.open(recovered_receipts=recovered_receipts, find_receipts=find_receipts,
                                           write_receipt=write_receipt)
         self.store = store
 
