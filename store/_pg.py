@@ -37,6 +37,8 @@ from typing import Any
 
 import anyio
 
+from openfunctions.core import redact_dsn
+
 from ._api import (
     DEFAULT_LIST_LIMIT,
     DEFAULT_MAX_VALUE_BYTES,
@@ -82,19 +84,6 @@ def _psycopg() -> tuple[Any, Any]:
 
 def _ts(value: _dt.datetime) -> str:
     return value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN without its password, for messages and logs."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        parts = conninfo_to_dict(dsn)
-        if "password" in parts:
-            parts["password"] = "***"
-        return make_conninfo(**parts)
-    except Exception:
-        return "<dsn>"
 
 
 async def apply_migrations(conn: Any, component: str, migrations: Sequence[Sequence[str]]) -> int:

@@ -43,10 +43,11 @@ DATABASE_BACKEND: Callable[[str], Awaitable[Any]] | None = None
 
 
 def redacted(url: str) -> str:
-    """A database URL without its password (for messages)."""
-    import re
+    """A database URL without its password (for messages): core's one redaction, which also hides
+    ``?password=`` and ``key=value`` forms."""
+    from openfunctions.core import redact_dsn
 
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
+    return redact_dsn(url)
 
 
 def with_database(url: str, use: Callable[[Any], Awaitable[Any]]) -> Any:
