@@ -65,4 +65,6 @@ def test_journal_verify_of_a_database_url_is_db_verify(pg_dsn) -> None:
         assert via_journal.stdout.split(": ", 1)[1] == direct.stdout.split(": ", 1)[1]
         assert "no execution journals yet" in via_journal.stdout
         missing = _run("journal", "verify", url(db, "of_no_such_db"))
-        assert missing.returncode != 0 and "cannot read" in missing.stderr and "of_no_such_db" in missing.stderr
+        missing_direct = _run("db", "verify", "--database", url(db, "of_no_such_db"))
+        assert missing.returncode == missing_direct.returncode != 0 and missing.stderr == missing_direct.stderr
+        assert "cannot read" in missing.stderr and "of_no_such_db" in missing.stderr

@@ -318,6 +318,8 @@ async def test_the_operators_inbox_keeps_resolutions_in_one_seq_order_and_refuse
     from openfunctions.work import ResolutionInbox
 
     b = await backends()
+    if backends.kind == "postgresql":  # the database case must test the database's inbox, not fall back to files
+        assert b.resolutions is not None and type(b.resolutions).__module__.startswith("openfunctions.store")
     inbox = b.resolutions if b.resolutions is not None else ResolutionInbox(backends.data / "work")
     one = await inbox.resolve("op_1", as_="applied", reason="checked the file", by="op")
     two = await inbox.resolve("op_2", as_="not_applied", reason="nothing there", by="op")
