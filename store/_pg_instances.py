@@ -14,6 +14,7 @@ once its row is gone.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,7 @@ class PgInstance:
         self.instance: str | None = None
         self.lock_conn: Any = None
         self._psycopg, _ = _psycopg()
+        self._registering = asyncio.Lock()  # concurrent first users register once between them
 
     async def register(self) -> str:
         """A new instance id (dropping a previous registration's lock connection, if any)."""
@@ -50,6 +52,14 @@ class PgInstance:
             (instance, self.scope, key, socket.gethostname(), os.getpid()))
         self.lock_conn, self.instance = conn, instance
         return instance
+
+    async def ensure(self) -> str:
+        """This process's instance id, registering first if there is none (or the database forgot it)."""
+        async with self._registering:
+            if self.instance is None:
+                await self.register()
+        assert self.instance is not None
+        return self.instance
 
     async def recover_dead(self, pool: Any, settle: Callable[[str], Awaitable[None]]) -> int:
         """``settle(instance)`` for each dead instance of the scope, its lock held; then its row goes. How many.

@@ -135,7 +135,6 @@ class PgExecutionJournal:
         self._flusher: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._sweeping = asyncio.Lock()
-        self._registering = asyncio.Lock()  # the flusher and ensure_registered() register once between them
         self._closed = False
         psycopg, _ = _psycopg()
         self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -153,10 +152,6 @@ class PgExecutionJournal:
     def instance(self) -> str | None:
         """This process's instance id (``None``: not registered: the next append registers)."""
         return self._live.instance
-
-    @instance.setter
-    def instance(self, value: str | None) -> None:
-        self._live.instance = value
 
     @property
     def _lock_conn(self) -> Any:
@@ -243,7 +238,7 @@ class PgExecutionJournal:
             raise self._unavailable(exc, committing) from None
         except self._psycopg.errors.RaiseException as exc:
             if "no longer registered" in str(exc):
-                self.instance = None  # the next append registers again
+                self._live.instance = None  # the next append registers again
             raise JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: "
                                      f"{exc.diag.message_primary}", certainty="known") from None
         seqs: list[int | None] = [None] * len(rows)
@@ -332,11 +327,7 @@ class PgExecutionJournal:
 
     async def ensure_registered(self) -> str:
         """This process's live instance id (registering again if the database forgot it); tasks carry it."""
-        async with self._registering:
-            if self.instance is None:
-                await self._register()
-        assert self.instance is not None
-        return self.instance
+        return await self._live.ensure()
 
     # -- reading -------------------------------------------------------------------
     async def find_receipts(self, ids: set[str]) -> dict[str, Any]:

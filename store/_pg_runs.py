@@ -69,7 +69,7 @@ class PgRunLog(PgRows):
 
     async def start(self, run_id: str, agent: str | None, record: Record) -> None:
         """The run's row (carrying this process's instance) and its start record, in one statement."""
-        instance = self.live.instance or await self.live.register()
+        instance = await self.live.ensure()
         await self._run(
             "WITH r AS (INSERT INTO of_runs (run_id, space, agent, instance) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (run_id) DO NOTHING RETURNING run_id) "
@@ -113,8 +113,7 @@ class PgRunLog(PgRows):
                 if await self.finish(run_id, interrupted(run_id, await self.records(run_id))):
                     done.append(run_id)
 
-        if self.live.instance is None:
-            await self.live.register()
+        await self.live.ensure()
         await self.live.recover_dead(self.pool, settle)
         return done
 
