@@ -150,7 +150,7 @@ def create_embedder(spec: Any = None) -> Any:
         spec = "lexical"
     if isinstance(spec, str):
         base, _, dim = spec.partition(":")
-        version = {"lexical": DEFAULT_LEXICAL_VERSION, "lexical-v1": 1, "lexical-v2": 2}.get(base)
+        version = {"lexical": DEFAULT_LEXICAL_VERSION, **{f"lexical-v{v}": v for v in LEXICAL_VERSIONS}}.get(base)
         if version is not None:
             if not dim:
                 return LexicalEmbedder(version=version)
