@@ -37,3 +37,12 @@ def reopen(backend, tmp_path, request):
         return await create_pg_store(s.name, request.getfixturevalue("pg_dsn"), max_value_bytes=4096)
 
     return _reopen
+
+
+@pytest.fixture
+def fresh_db(pg_dsn):  # noqa: F811  (pg_dsn is the fixture imported above)
+    """A private, empty database on the session's PostgreSQL, dropped afterwards."""
+    from ._journal_backends import private_database
+
+    with private_database(pg_dsn) as dsn:
+        yield dsn

@@ -13,13 +13,7 @@ from openfunctions.store import migrate_database as migrate
 from openfunctions.store._migrations import MIGRATIONS
 from tests._pg import unique_name
 
-from ._journal_backends import migrated, private_database
-
-
-@pytest.fixture
-def fresh_db(pg_dsn):
-    with private_database(pg_dsn) as dsn:
-        yield dsn
+from ._journal_backends import migrated
 
 
 @pytest.mark.anyio

@@ -21,12 +21,6 @@ from tests._pg import unique_name
 from ._journal_backends import private_database
 
 
-@pytest.fixture
-def fresh_db(pg_dsn):
-    with private_database(pg_dsn) as dsn:
-        yield dsn
-
-
 @pytest.mark.anyio
 async def test_serving_refuses_an_older_or_newer_work_schema_and_names_the_command(fresh_db) -> None:
     with pytest.raises(SchemaOutOfDate) as err:
