@@ -57,6 +57,11 @@ Promises:
 - **Grants are rows**; a check reads them at every call (a revocation on
   any machine counts at the next check), and the completion fence's
   ``load_sync`` reads them on its own synchronous connection.
+- **Recovery reads the execution journals**: an operation interrupted after
+  its call settled (the receipt committed, the outcome record not) is settled
+  from the receipt, as the file controller does from ``<data-dir>/journal``
+  (:class:`PgSettledReceipts`: every journal in the database, read through
+  ``store/_pg_journal.py``'s public reader).
 - **Work artifacts** (``pg_work_backend(..., artifacts=True)``, what ``serve
   --database`` builds): previews, command output and reply projections go to
   the database's artifact store :func:`work_artifact_store_name` (``"work:" +
@@ -227,6 +232,39 @@ class PgWorkArtifacts:
 
     def close(self) -> None:
         """Nothing of its own: the backend's ``aclose`` closes the pool."""
+
+
+class PgSettledReceipts:
+    """The execution journals' receipts by id (``WorkBackend.settled_receipts``), read at recovery.
+
+    What ``<data-dir>/journal`` is to the file controller: every execution
+    journal in this database (``list_pg_journals``; one per served profile,
+    appended to by every replica), each read with its public
+    ``PgExecutionJournal.find_receipts`` (an indexed read; nothing is
+    registered or written). A failure raises ``BackendUnavailable``: the
+    controller then leaves the operations ``unknown``, never guesses.
+    """
+
+    def __init__(self, pg: _Pg) -> None:
+        self.pg = pg
+
+    async def __call__(self, ids: set[str]) -> dict[str, dict[str, Any]]:
+        from ._pg_journal import PgExecutionJournal, list_pg_journals
+
+        found: dict[str, dict[str, Any]] = {}
+        await self.pg.ready()
+        try:
+            names = await asyncio.to_thread(list_pg_journals, self.pg.dsn)
+            for name in names:
+                wanted = set(ids) - found.keys()
+                if not wanted:
+                    break
+                reader = PgExecutionJournal(self.pg.dsn, name, self.pg.pool, False)
+                found.update((rid, r.to_dict()) for rid, r in (await reader.find_receipts(wanted)).items())
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot read the execution journals' receipts", exc) from None
+        return found
 
 
 class PgLeaseStore:
@@ -592,7 +630,8 @@ def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, 
 
     return _work().WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True,
                                close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg),
-                               artifacts=PgWorkArtifacts(pg) if artifacts else None)
+                               artifacts=PgWorkArtifacts(pg) if artifacts else None,
+                               settled_receipts=PgSettledReceipts(pg))
 
 
 async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, **options: Any) -> Any:
@@ -659,5 +698,5 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
 
 
 __all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox",
-           "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
+           "PgSettledReceipts", "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
            "report_work_spaces", "verify_pg_work", "work_artifact_store_name"]

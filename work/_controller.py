@@ -145,6 +145,8 @@ class WorkController:
         self.lease_wait = float(lease_wait) if lease_wait is not None else 2.0 * (backend.leases.ttl if backend else lease_ttl) + 5.0
         if self.shared:
             execution_journals = None  # the execution journal is in the database, not in <data-dir>/journal
+        # a backend's own reader of the execution journal's receipts (the database's), instead of the files
+        self._settled_receipts = backend.settled_receipts if backend is not None else None
         # the server's execution journals (<data-dir>/journal), read at recovery for settled receipts;
         # "" = that default, None = do not look
         self.execution_journals: Path | None = (
@@ -305,21 +307,28 @@ class WorkController:
         journal) before the controller journals the outcome; a process that
         died in between leaves a settled receipt for an operation the attempt
         journal shows as interrupted. Read-only: the execution journal is read
-        with the lock-free reader; a receipt that is not ``known`` proves
-        nothing, and an unreadable journal leaves the operations to
-        :func:`.recovery.interrupted`.
+        with the lock-free reader (files in ``<data-dir>/journal``) or, on a
+        shared backend, by the backend's ``settled_receipts`` (the database's
+        journals, which every replica appends to); a receipt that is not
+        ``known`` proves nothing, and an unreadable journal leaves the
+        operations to :func:`.recovery.interrupted`.
         """
         pending = {
             op.dispatch_receipt_id: (att, op)
             for att in self.state.attempts.values() for op in att.operations.values()
             if op.status == "pending" and op.dispatch_receipt_id is not None
         }
-        if not pending or self.execution_journals is None:
+        if not pending or (self.execution_journals is None and self._settled_receipts is None):
             return
         try:
-            found = await anyio.to_thread.run_sync(settled_receipts, self.execution_journals, set(pending))
+            if self._settled_receipts is not None:
+                found = await self._settled_receipts(set(pending))
+            else:
+                assert self.execution_journals is not None
+                found = await anyio.to_thread.run_sync(settled_receipts, self.execution_journals, set(pending))
         except (OpenFunctionsError, OSError) as exc:
-            log.warning("execution_journal_unreadable", path=str(self.execution_journals), error=str(exc)[:300])
+            where = self.custody.backend.attempts.where if self._settled_receipts is not None else str(self.execution_journals)
+            log.warning("execution_journal_unreadable", path=where, error=str(exc)[:300])
             return
         async with self._lifecycle:
             for rid, receipt in found.items():
