@@ -161,6 +161,7 @@ class WorkController:
         self.state = WorkState()
         self.inbox: Any = backend.resolutions if backend is not None and backend.resolutions is not None else ResolutionInbox(self.root)
         self._inbox_waiting = False
+        self._inbox_read = False  # shared: the inbox was read in this lifecycle call (reset when a call takes the lease)
         self._admission = anyio.Lock()
         self._lifecycle = anyio.Lock()
         if backend is not None:
@@ -262,6 +263,7 @@ class WorkController:
             if self._closed:
                 raise WorkError("the work controller is closed")
             lease = await self._acquire_for_call()
+            self._inbox_read = False
             try:
                 if self._refold:  # the last call lost its lease: its in-memory blocks were never durable
                     self.state = fold(await self.custody.read_all())
@@ -481,11 +483,14 @@ class WorkController:
         """
         if self.inbox.unchanged() and not self._inbox_waiting:
             return
+        if self.shared and self._inbox_read:
+            return  # read once per lifecycle call, when it took the lease (_take_custody)
         try:
             inbox = await anyio.to_thread.run_sync(self.inbox.read)
         except OpenFunctionsError as exc:
             log.error("resolutions_unreadable", error=exc.message)
             return
+        self._inbox_read = True
         self._inbox_waiting = False
         for seq, d in inbox:
             if seq in self.state.resolved_inbox:
