@@ -16,7 +16,10 @@ One turn, one path (:meth:`ChatAgent._turn`):
 5. append the user's message and the answer to the conversation (completed
    turns only: a failed or cancelled turn leaves the conversation as it was).
 
-Turns of one agent run one at a time (a lock): a conversation has one order.
+Turns of one conversation run one at a time, in the order they arrived (the
+conversation's FIFO lock): a conversation has one order. Turns of different
+conversations run concurrently (a slow model call for one client delays no
+other client).
 """
 
 from __future__ import annotations
@@ -130,7 +133,6 @@ class ChatAgent:
         self._agent: Any = None
         self._journal: Any = None
         self._closers: list[Any] = []
-        self._lock = anyio.Lock()
         self._closed = False
 
     # -- public API -------------------------------------------------------------
@@ -167,7 +169,7 @@ class ChatAgent:
 
         ``conversation``: an issued conversation's id (only that one starts over); None: the agent's own."""
         conv = self._default if conversation is None else self._conversations.get(conversation)
-        async with self._lock:
+        async with conv.lock:
             return conv.reset()
 
     async def health(self) -> dict[str, Any]:
@@ -186,13 +188,16 @@ class ChatAgent:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
-            async with self._lock:
-                for close in reversed(self._closers):
-                    try:
-                        await close()
-                    except Exception as exc:
-                        log.warning("chat_close_failed", error=f"{type(exc).__name__}: {exc}")
-                self._closers.clear()
+            # Wait for the turns that run (each holds its conversation's lock); queued ones then see _closed.
+            for conv in [self._default, *self._conversations.held()]:
+                async with conv.lock:
+                    pass
+            for close in reversed(self._closers):
+                try:
+                    await close()
+                except Exception as exc:
+                    log.warning("chat_close_failed", error=f"{type(exc).__name__}: {exc}")
+            self._closers.clear()
 
     async def __aenter__(self) -> ChatAgent:
         return self
@@ -262,7 +267,7 @@ class ChatAgent:
             conv.busy -= 1
 
     async def _turn_in(self, conv: Conversation, message: str, emit: Any, *, stream: bool) -> ChatResponse:
-        async with self._lock:
+        async with conv.lock:  # this conversation's turns in arrival order; other conversations run meanwhile
             if self._closed:
                 raise ChatClosed(f"chat agent {self.name!r} was destroyed; create a new one")
             assert self._runtime is not None
@@ -282,7 +287,9 @@ class ChatAgent:
                     data = {k: v for k, v in event.items() if k != "type"}
                     await emit(ChatEvent(kind, data))
 
-            options = RunOptions(history=history, system=system, on_event=on_event, stream=stream)
+            # per_call: this turn holds no place in the tools' scheduler while the model thinks, so other
+            # conversations' turns run meanwhile; each tool call is admitted on its own (a write still runs alone)
+            options = RunOptions(history=history, system=system, on_event=on_event, stream=stream, admission="per_call")
             ctx = ToolExecutionContext(principal=f"chat:{self.name}")
             result = await self._runtime.run(self._agent, message, ctx, options=options)
             if result.status == "completed":

@@ -23,6 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from openfunctions.core import new_id
 
 from ._errors import ConversationNotFound, InvalidConversation
@@ -40,6 +42,7 @@ class Conversation:
     thread_id: str
     history: list[tuple[str, str]] = field(default_factory=list)  # memory off: (role, text)
     busy: int = 0  # turns running or waiting: never evicted meanwhile
+    lock: anyio.Lock = field(default_factory=anyio.Lock)  # one turn at a time, first come first served
 
     def reset(self) -> str:
         self.thread_id = new_id("chat")
@@ -69,6 +72,10 @@ class Conversations:
                     self.evicted += 1
                     break
         return conv
+
+    def held(self) -> list[Conversation]:
+        """The conversations held now (least recently used first)."""
+        return list(self._table.values())
 
     def get(self, conversation_id: Any) -> Conversation:
         """The conversation ``conversation_id`` names (now the most recently used), or
