@@ -62,7 +62,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import Any
@@ -337,11 +337,8 @@ class PgExecutionJournal:
         if not ids:
             return {}
         async with self.pool.connection() as conn:
-            cur = await conn.execute("SELECT data FROM of_journal_records WHERE journal = %s AND type = 'receipt' "
-                                     "AND receipt_id = ANY(%s)", (self.name, sorted(ids)))
-            rows = await cur.fetchall()
-        found = [Receipt.model_validate(json.loads(d)) for (d,) in rows]
-        return {r.receipt_id: r for r in found}
+            found = await _settled(conn, ids, self.name)
+        return {rid: Receipt.model_validate(data) for rid, data in found.items()}
 
     def receipts(self) -> Iterator[Any]:
         """Every receipt in seq order (a blocking read on its own connection: for recovery paths and tools)."""
@@ -399,6 +396,59 @@ async def open_pg_journal(dsn: str, name: str, *, pool: Any = None, max_connecti
         await journal.close()
         raise
     return journal
+
+
+async def _settled(conn: Any, ids: Iterable[str], journal: str | None) -> dict[str, dict[str, Any]]:
+    """receipt id -> receipt dict, among ``ids``, in ``journal`` (``None``: every journal); index reads only."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    # One index probe per (journal, id) on of_journal_receipts (journal, receipt_id) WHERE type = 'receipt'.
+    cur = await conn.execute(
+        "SELECT r.data FROM of_journals j JOIN LATERAL (SELECT data FROM of_journal_records r WHERE r.journal = j.name "
+        "AND r.type = 'receipt' AND r.receipt_id = ANY(%s)) r ON true WHERE %s::text IS NULL OR j.name = %s",
+        (wanted, journal, journal))
+    out: dict[str, dict[str, Any]] = {}
+    for (data,) in await cur.fetchall():
+        receipt = json.loads(data)
+        out[receipt["receipt_id"]] = receipt
+    return out
+
+
+async def settled_pg_receipts(database: Any, receipt_ids: Iterable[str], *, journal: str | None = None,
+                              timeout: float = 10.0) -> dict[str, dict[str, Any]]:
+    """The settled receipts among ``receipt_ids`` in the database's execution journal(s): ``{receipt_id: receipt}``.
+
+    The database counterpart of reading ``<data-dir>/journal`` at recovery
+    (work's ``settled_receipts``): for each id that has a receipt, the
+    receipt as it was appended (the ``Receipt.to_dict()`` object: ``outcome``,
+    ``certainty``, ``handler_started``, ...); ids without one are absent.
+    ``database`` is a ``postgresql://`` URL (one connection, closed after) or
+    an open psycopg ``AsyncConnectionPool`` (one loan). ``journal`` names one
+    journal (a profile: ``"work"``, ``"tools"``); ``None`` reads every journal
+    in the database, as the file reader reads every ``*.journal`` file.
+
+    Read-only: no registration, no lock, no write; a live server is not
+    disturbed. Only *settled* evidence is returned: a call with a start and no
+    receipt is absent (its status is the caller's to conclude). Raises
+    :class:`SchemaOutOfDate`/:class:`SchemaTooNew` when the journal schema is
+    not this code's, :class:`StoreUnavailable` when PostgreSQL cannot be reached.
+    """
+    ids = set(receipt_ids)
+    psycopg, _ = _psycopg()
+    where = redact_dsn(database) if isinstance(database, str) else "the database"
+    try:
+        if isinstance(database, str):
+            async with await psycopg.AsyncConnection.connect(database, autocommit=True,
+                                                             connect_timeout=max(1, int(timeout))) as conn:
+                await check_schema(conn, COMPONENT, where=where)
+                return await _settled(conn, ids, journal)
+        async with database.connection(timeout=timeout) as conn:
+            await check_schema(conn, COMPONENT, where=where)
+            return await _settled(conn, ids, journal)
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise StoreUnavailable(f"cannot read the execution journal at {where}: {type(exc).__name__}: "
+                               f"{str(exc).strip() or 'connection lost'}") from None
 
 
 @dataclass
@@ -484,4 +534,4 @@ def list_pg_journals(dsn: str) -> list[str]:
 
 
 __all__ = ["DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "VerifyReport", "list_pg_journals",
-           "open_pg_journal", "record_chk", "verify_pg_journal"]
+           "open_pg_journal", "record_chk", "settled_pg_receipts", "verify_pg_journal"]

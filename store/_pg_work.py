@@ -57,6 +57,14 @@ Promises:
 - **Grants are rows**; a check reads them at every call (a revocation on
   any machine counts at the next check), and the completion fence's
   ``load_sync`` reads them on its own synchronous connection.
+- **Work artifacts** (``pg_work_backend(..., artifacts=True)``, what ``serve
+  --database`` builds): previews, command output and reply projections go to
+  the database's artifact store :func:`work_artifact_store_name` (``"work:" +
+  space``; tables and promises at the top of ``store/_pg_artifacts.py``), on
+  the backend's pool: the same quota (64 MiB), digest and scope rules as
+  ``<data-dir>/work/artifacts``, and an id minted through one replica reads
+  through ``of_work_artifact_read`` on any other. Its schema (component
+  ``artifacts``) is checked when the backend opens.
 """
 
 from __future__ import annotations
@@ -94,7 +102,7 @@ class _Pg:
     """What the three share: the pool, the space, the clock, and one way to run a transaction."""
 
     def __init__(self, dsn: str, pool: Any, space: str, clock: Callable[[], float] | None, *, max_connections: int = 4,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, artifact_quota: int | None = None) -> None:
         self.dsn = dsn
         self.pool = pool
         self.owns_pool = pool is None
@@ -106,6 +114,9 @@ class _Pg:
         self._checked = False
         self._lock = asyncio.Lock()
         self._sync: Any = None
+        # None: no artifact store; else its quota (bytes), opened on the pool by ready()
+        self.artifact_quota = artifact_quota
+        self.artifacts: Any = None
 
     async def ready(self) -> None:
         """Open the pool and check the schema once (``SchemaOutOfDate`` / ``SchemaTooNew``: nothing is used)."""
@@ -120,6 +131,11 @@ class _Pg:
                 self.pool = await open_pool(self.dsn, max_size=self._limits[0], timeout=self._limits[1])
             async with self.pool.connection() as conn:
                 await check_work_schema(conn, where=self.where)
+            if self.artifact_quota is not None and self.artifacts is None:
+                from ._pg_artifacts import open_pg_artifact_store
+
+                self.artifacts = await open_pg_artifact_store(  # checks the artifacts schema; shares the pool
+                    self.dsn, work_artifact_store_name(self.space), quota_bytes=self.artifact_quota, pool=self.pool)
             self._checked = True
 
     @contextlib.asynccontextmanager
@@ -132,6 +148,7 @@ class _Pg:
         if self._sync is not None:
             self._sync.close()
             self._sync = None
+        self.artifacts = None  # on this pool: nothing of its own to close
         if self.owns_pool and self.pool is not None:
             pool, self.pool = self.pool, None
             self._checked = False
@@ -170,6 +187,46 @@ class _Pg:
             pass
 
 
+
+
+def work_artifact_store_name(space: str) -> str:
+    """The database artifact store of work space ``space`` (apart from ``of_artifact_read``'s ``"default"``,
+    as ``<data-dir>/work/artifacts`` is apart from ``<data-dir>/artifacts``)."""
+    return f"work:{space}"
+
+
+class PgWorkArtifacts:
+    """The work space's artifact store (``ArtifactStoreProtocol``), built before the pool exists, opened with it.
+
+    Every call awaits the backend's ``ready()`` (pool open, schemas checked),
+    then is the ``PgArtifactStore``'s own: same ids, quota, digest checks and
+    scope records as the file store (``openfunctions.artifacts``' rules).
+    """
+
+    def __init__(self, pg: _Pg) -> None:
+        self.pg = pg
+
+    async def _store(self) -> Any:
+        await self.pg.ready()
+        return self.pg.artifacts
+
+    async def put(self, data: Any, **options: Any) -> Any:
+        return await (await self._store()).put(data, **options)
+
+    async def stat(self, artifact_id: Any) -> Any:
+        return await (await self._store()).stat(artifact_id)
+
+    async def read(self, artifact_id: Any, *args: Any, **options: Any) -> Any:
+        return await (await self._store()).read(artifact_id, *args, **options)
+
+    async def read_all(self, artifact_id: Any) -> bytes:
+        return await (await self._store()).read_all(artifact_id)  # type: ignore[no-any-return]
+
+    async def usage(self) -> dict[str, int]:
+        return dict(await (await self._store()).usage())
+
+    def close(self) -> None:
+        """Nothing of its own: the backend's ``aclose`` closes the pool."""
 
 
 class PgLeaseStore:
@@ -513,7 +570,7 @@ async def migrate_work(dsn: str) -> tuple[int, int]:
 
 def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, owner: str | None = None,
                     clock: Callable[[], float] | None = None, pool: Any = None, max_connections: int = 4,
-                    timeout: float = 10.0) -> Any:
+                    timeout: float = 10.0, artifacts: bool = False, artifact_quota: int | None = None) -> Any:
     """The ``WorkBackend`` of work space ``space`` in the database at ``dsn``, connected on first use.
 
     Built synchronously (a server builds its profile before its loop runs);
@@ -521,14 +578,21 @@ def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, 
     opens the pool and checks the schema: older or newer than this code ->
     ``SchemaOutOfDate`` / ``SchemaTooNew`` (never migrated here). ``clock``:
     POSIX seconds for lease expiry (default: the database's clock, one for
-    every replica). Close it with ``await backend.aclose()``.
+    every replica). ``artifacts``: the work artifacts too (``backend.artifacts``,
+    :class:`PgWorkArtifacts`; quota ``artifact_quota``, default 64 MiB), so
+    every replica reads the ids any other minted. Close it with ``await
+    backend.aclose()``.
     """
-    pg = _Pg(dsn, pool, space, clock, max_connections=max_connections, timeout=timeout)
+    from openfunctions.artifacts import DEFAULT_QUOTA_BYTES
+
+    quota = (artifact_quota if artifact_quota is not None else DEFAULT_QUOTA_BYTES) if artifacts else None
+    pg = _Pg(dsn, pool, space, clock, max_connections=max_connections, timeout=timeout, artifact_quota=quota)
     leases = PgLeaseStore(pg, ttl=ttl, owner=owner)
     grants = PgGrantStore(pg)
 
     return _work().WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True,
-                               close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg))
+                               close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg),
+                               artifacts=PgWorkArtifacts(pg) if artifacts else None)
 
 
 async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, **options: Any) -> Any:
@@ -594,5 +658,6 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT space FROM of_work_leases ORDER BY space")]
 
 
-__all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox", "check_work_schema", "list_pg_work_spaces",
-           "migrate_work", "open_pg_work", "report_work_spaces", "verify_pg_work"]
+__all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox",
+           "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
+           "report_work_spaces", "verify_pg_work", "work_artifact_store_name"]

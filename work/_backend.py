@@ -132,6 +132,9 @@ class WorkBackend:
     open: Callable[[], Awaitable[None]] | None = None
     # the operator's inbox; None: the file inbox of the controller's work directory
     resolutions: ResolutionBackend | None = None
+    # the work artifacts (previews, command output, reply projections) every process of this space reads;
+    # an ``openfunctions.artifacts.ArtifactStoreProtocol``; None: ``<data-dir>/work/artifacts`` (per process)
+    artifacts: Any = None
 
     async def aopen(self) -> None:
         if self.open is not None:

@@ -441,7 +441,7 @@ class WorkTools:
         payload = await _refusing(self.controller.cancel(principal=self.who(ctx), reason=params.get("reason")))
         return await self.reply(payload, scope=payload["attemptId"])
 
-    def _allow_artifact(self, info: Any, ctx: ToolExecutionContext) -> bool:
+    async def _allow_artifact(self, info: Any, ctx: ToolExecutionContext) -> bool:
         """Only the caller's selected attempt's artifacts, its saved previews' and its own reply projections."""
         c = self.controller
         if c is None or not c.opened:
@@ -450,6 +450,8 @@ class WorkTools:
         scope = getattr(info, "scope", None)
         if isinstance(scope, str) and scope in (f"catalog:{who}", f"status:{who}"):
             return True
+        # a shared backend: the preview or attempt may have been recorded through another replica
+        await c.refresh()
         return c.may_read_artifact(info.id, scope if isinstance(scope, str) else None, principal=who)
 
 

@@ -194,3 +194,75 @@ async def test_a_running_replica_sweeps_up_a_dead_ones_calls(pg_dsn) -> None:
         await survivor.close()
     report = verify_pg_journal(dsn, backend.journal)
     assert report.ok and report.unsettled == 0, report
+
+
+@pytest.mark.anyio
+async def test_settled_receipts_are_read_by_id_across_journals_without_registering(pg_dsn) -> None:
+    """``settled_pg_receipts`` (work recovery's reader): receipts by id, from a URL or a pool, one journal or all;
+    a start without a receipt is absent; it writes and registers nothing."""
+    from openfunctions.store import StoreUnavailable, open_pool, settled_pg_receipts
+
+    dsn = await migrated(pg_dsn)
+    names = unique_name("ja"), unique_name("jb")
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(params, ctx):
+        entered.set()
+        await release.wait()
+        return {"ok": True}
+
+    journals = [await open_pg_journal(dsn, n) for n in names]
+    try:
+        regs = [ToolRegistry([define_tool(name="t", description="x", handler=lambda p, c: {"n": p.get("n")}),
+                              define_tool(name="slow", description="x", handler=slow)], sink=j) for j in journals]
+        a = (await regs[0].execute_detailed("t", {"n": 1})).receipt
+        b = (await regs[1].execute_detailed("t", {"n": 2})).receipt
+        open_call = asyncio.ensure_future(regs[0].execute_detailed("slow", {}))
+        await entered.wait()
+        (start_id,) = [r for t, r in _types_and_ids(dsn, names[0]) if t == "start" and r not in (a.receipt_id,)]
+        instances_before = _count(dsn, "of_journal_instances")
+        records_before = _count(dsn, "of_journal_records")
+
+        wanted = {a.receipt_id, b.receipt_id, start_id, "rcpt_unknown"}
+        found = await settled_pg_receipts(dsn, wanted)
+        assert set(found) == {a.receipt_id, b.receipt_id}  # the open call's start is no evidence
+        assert found[a.receipt_id] == a.to_dict() and found[b.receipt_id]["outcome"] == "succeeded"
+        assert found[a.receipt_id]["certainty"] == "known"
+        assert set(await settled_pg_receipts(dsn, wanted, journal=names[1])) == {b.receipt_id}
+        pool = await open_pool(dsn, max_size=1)
+        try:
+            assert set(await settled_pg_receipts(pool, wanted, journal=names[0])) == {a.receipt_id}
+            assert await settled_pg_receipts(pool, []) == {}
+        finally:
+            await pool.close()
+        assert (_count(dsn, "of_journal_instances"), _count(dsn, "of_journal_records")) == (instances_before,
+                                                                                         records_before)
+        release.set()
+        settled = (await open_call).receipt
+        assert set(await settled_pg_receipts(dsn, {start_id})) == {settled.receipt_id} == {start_id}
+    finally:
+        release.set()
+        for j in journals:
+            await j.close()
+    with pytest.raises(StoreUnavailable, match="cannot read the execution journal at .*password=\\*\\*\\*") as err:
+        await settled_pg_receipts("postgresql://u:secret@127.0.0.1:1/x?password=secret", {"r"}, timeout=2)
+    assert "secret" not in str(err.value)
+
+
+@pytest.mark.anyio
+async def test_settled_receipts_refuse_an_unmigrated_database(fresh_db) -> None:
+    from openfunctions.store import settled_pg_receipts
+
+    with pytest.raises(SchemaOutOfDate, match="openfunctions-mcp db migrate"):
+        await settled_pg_receipts(fresh_db, {"rcpt_x"})
+
+
+def _types_and_ids(dsn: str, journal: str) -> list[tuple[str, str]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT type, receipt_id FROM of_journal_records WHERE journal = %s ORDER BY seq",
+                            (journal,)).fetchall()
+
+
+def _count(dsn: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608 (a test's fixed names)
