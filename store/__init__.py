@@ -48,7 +48,14 @@ from ._migrations import SchemaOutOfDate
 from ._migrations import migrate as migrate_database
 from ._pg import PgStore, apply_migrations, create_pg_store, open_pool, redact_dsn
 from ._pg_artifacts import PgArtifactStore, open_pg_artifact_store
-from ._pg_journal import DuplicateReceipt, JournalUnavailable, PgExecutionJournal, open_pg_journal, verify_pg_journal
+from ._pg_journal import (
+    DuplicateReceipt,
+    JournalUnavailable,
+    PgExecutionJournal,
+    open_pg_journal,
+    settled_pg_receipts,
+    verify_pg_journal,
+)
 from ._pg_runs import PgRunLog, open_pg_run_log
 from ._pg_tasks import PgTaskLog, open_pg_task_log
 from ._pg_work import (
@@ -84,7 +91,7 @@ __all__ = [
     "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
     "guard", "is_database_url",
     "DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "SchemaOutOfDate", "migrate_database", "open_pg_journal",
-    "verify_pg_journal", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "migrate_work", "open_pg_work", "pg_work_backend", "verify_pg_work",
+    "verify_pg_journal", "settled_pg_receipts", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "migrate_work", "open_pg_work", "pg_work_backend", "verify_pg_work",
     "PgTaskLog", "open_pg_task_log", "PgArtifactStore",
     "open_pg_artifact_store", "PgRunLog", "open_pg_run_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]
