@@ -317,6 +317,68 @@ def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
     )
 
 
+_THREAD_ONLY = (
+    "import sys; from openfunctions.core.journal import JournalLog; JournalLog.inline_when_idle = False; "
+    "from openfunctions.servers.cli import main; sys.exit(main())"
+)
+SERVER_PEERS = ("ours, journal on (lone appender in place)", "ours, journal on, inline_when_idle=False (writer thread)",
+                "SDK MCPServer (persists nothing)")
+
+
+def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[float]]:
+    """Per-call latency (s) of a serial stdio client against three servers,
+    interleaved call by call: ours (journal on), ours with every journal handing
+    over to its writer thread, and the SDK's MCPServer; for ``noop`` (a declared
+    read: one fsync, the receipt) and ``noop_write`` (two: start, receipt).
+    The servers and tools are bench_server's (``bench_server:registry``)."""
+    import bench_server
+    from mcp import Client, StdioServerParameters
+
+    ours = bench_server._ours_cmd(d / "srv-inline", journal=True)
+    thread = bench_server._ours_cmd(d / "srv-thread", journal=True)
+    serve = thread.index("serve")
+    thread = [sys.executable, "-c", _THREAD_ONLY, *thread[serve:]]
+    sdk = bench_server._sdk_cmd("stdio")
+    env = bench_server._env()
+    params = [StdioServerParameters(command=c[0], args=c[1:], env=env) for c in (ours, thread, sdk)]
+    lat: dict[tuple[str, str], list[float]] = {(tool, peer): [] for tool in ("noop", "noop_write") for peer in SERVER_PEERS}
+
+    async def run() -> None:
+        async with Client(params[0], read_timeout_seconds=60) as a, Client(params[1], read_timeout_seconds=60) as b, \
+                Client(params[2], read_timeout_seconds=60) as c:
+            clients = dict(zip(SERVER_PEERS, (a, b, c), strict=True))
+            for tool in ("noop", "noop_write"):
+                for cl in clients.values():  # warm-up
+                    for _ in range(20):
+                        await cl.call_tool(tool, {})
+                stop = time.perf_counter() + seconds / 2
+                while time.perf_counter() < stop:
+                    for peer, cl in clients.items():
+                        t0 = time.perf_counter()
+                        result = await cl.call_tool(tool, {})
+                        lat[(tool, peer)].append(time.perf_counter() - t0)
+                        if result.is_error:
+                            raise RuntimeError(f"{peer} {tool}: {result.content}")
+
+    anyio.run(run)
+    return lat
+
+
+def server_latency_table(lat: dict[tuple[str, str], list[float]], seconds: float) -> str:
+    rows = []
+    for (tool, peer), xs in lat.items():
+        sdk = lat[(tool, SERVER_PEERS[2])]
+        kind = "read-only (1 fsync)" if tool == "noop" else "effectful (2 fsyncs)"
+        rows.append([f"stdio, {kind}: {peer}", f"{len(xs):,}", f"{median(xs) * 1e3:.2f}",
+                     f"{_pct(xs, 0.25) * 1e3:.2f}–{_pct(xs, 0.75) * 1e3:.2f}",
+                     f"{median([s / x for s, x in zip(sdk, xs, strict=True)]):.2f}x"])
+    return table(
+        [f"serial stdio client, calls interleaved server by server for {seconds:g} s", "calls", "median ms",
+         "p25–p75 ms", "speed vs the SDK (median of per-call ratios)"],
+        rows,
+    )
+
+
 def _pct(xs: list[float], q: float) -> float:
     ys = sorted(xs)
     return ys[min(len(ys) - 1, int(q * len(ys)))]
@@ -432,6 +494,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="shorter runs and smaller files")
     ap.add_argument("--dir", type=Path, default=None, help="scratch directory on the disk to measure (default: a temp dir)")
     ap.add_argument("--no-write", action="store_true", help="print the table, do not touch docs/PERFORMANCE.md")
+    ap.add_argument("--server", action="store_true",
+                    help="only the stdio server table (ours in place vs ours through the writer thread vs the SDK, "
+                         "call-interleaved); prints it, does not touch docs/PERFORMANCE.md")
     ap.add_argument("--sync-only", action="store_true",
                     help="only the two latency tables (fdatasync by kind of space, 1 and 2 files at once; a lone "
                          "appender raw vs in place vs handed over); prints them, does not touch docs/PERFORMANCE.md")
@@ -444,6 +509,10 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="ofbench-", dir=a.dir))
     os.chmod(base, 0o700)
     try:
+        if a.server:
+            server_secs = 10.0 if a.quick else 40.0
+            print(server_latency_table(server_latencies(base, server_secs), server_secs))
+            return
         sync_secs = 8.0 if a.quick else 20.0
         lat = sync_latencies(base, sync_secs)
         sync_table = sync_latency_table(lat, sync_secs)

@@ -65,6 +65,10 @@ from .errors import JournalClosed, JournalMismatch
 class JournalLog:
     """An open, locked, recovered journal file. Create with :meth:`open`."""
 
+    # Whether a lone appender writes and syncs in place (see the module doc);
+    # set it on one log, or on the class for a whole process (a benchmark's peer).
+    inline_when_idle: bool = True
+
     def __init__(self) -> None:  # use JournalLog.open
         self.path: Path
         self.header: Header
@@ -79,7 +83,6 @@ class JournalLog:
         self._link = ""
         self._enqueued_size = 0
         self._writer: GroupWriter | None = None  # set once recovered
-        self.inline_when_idle = True  # see append ("a lone appender writes in place")
         self._handed_over = 0  # appends of this log waiting for the writer thread right now
         self._closing = False
         self._closed = False
