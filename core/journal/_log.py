@@ -188,19 +188,7 @@ class JournalLog:
         writer = self._writable()
         seq, prev = self._next_seq, self._link
         line, chk, rec = self._encode(type, data, seq, prev, self._enqueued_size, seq + self._line_of_seq)
-        loop = asyncio.get_running_loop()
-        if self._lone(loop) and writer.write_now([line], seq):
-            self._next_seq = seq + 1
-            self._link = chk
-            self._enqueued_size += len(line)
-            await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O
-            return rec
-        waiter = loop.create_future()
-        writer.enqueue([line], seq, waiter, loop)  # raises JournalFailed before any seq is consumed
-        self._next_seq = seq + 1
-        self._link = chk
-        self._enqueued_size += len(line)
-        await self._wait(waiter)
+        await self._durable(writer, [line], seq, seq + 1, chk, self._enqueued_size + len(line))
         return rec
 
     async def append_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> list[Record]:
@@ -226,25 +214,40 @@ class JournalLog:
             seq, offset = seq + 1, offset + len(line)
         if not out:
             return out
-        loop = asyncio.get_running_loop()
-        if self._lone(loop) and writer.write_now(lines, seq - 1):
-            self._next_seq, self._link, self._enqueued_size = seq, prev, offset
-            await asyncio.sleep(0)  # as in append
-            return out
-        waiter = loop.create_future()
-        writer.enqueue(lines, seq - 1, waiter, loop)
-        self._next_seq, self._link, self._enqueued_size = seq, prev, offset
-        await self._wait(waiter)
+        await self._durable(writer, lines, seq - 1, seq, prev, offset)
         return out
 
-    def _lone(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Whether this append may write in place: enabled, no other append of
-        this log waiting for the writer thread, and nothing else ready to run on
-        the loop (``loop._ready``: asyncio's run queue; a loop without one never
-        writes in place). :meth:`GroupWriter.write_now` adds: the thread is idle."""
-        return self.inline_when_idle and not self._handed_over and not getattr(loop, "_ready", True)
+    async def _durable(self, writer: GroupWriter, lines: list[bytes], last_seq: int, next_seq: int, link: str, size: int) -> None:
+        """Make ``lines`` durable, then return; the log's position moves to
+        (``next_seq``, ``link``, ``size``) once they are queued or written.
 
-    async def _wait(self, waiter: asyncio.Future[None]) -> None:
+        Cheapest first. A lone appender (``inline_when_idle`` on, no other
+        append of this log waiting for the thread) with nothing else ready on
+        the loop writes in place at once. A lone appender with something else
+        ready queues its lines *held* (the thread is not told), yields once so
+        whatever was ready runs, then writes in place unless another append
+        joined meanwhile (a stdio transport's reader task is often ready just
+        for a checkpoint). Otherwise the writer thread writes them with
+        whatever else is queued (group commit), and we wait for it.
+        """
+        loop = asyncio.get_running_loop()
+        lone = self.inline_when_idle and not self._handed_over
+        if lone and not getattr(loop, "_ready", True) and writer.write_now(lines, last_seq):
+            self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+            await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O
+            return
+        waiter = loop.create_future()
+        held = writer.enqueue(lines, last_seq, waiter, loop, hold=lone)  # raises JournalFailed before any seq is consumed
+        self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+        if held:
+            try:
+                await asyncio.sleep(0)
+            except BaseException:  # cancelled: the thread writes the lines; nobody is told
+                waiter.cancel()
+                writer.release_hold()
+                raise
+            if writer.take_back():
+                return
         self._handed_over += 1
         try:
             await waiter
