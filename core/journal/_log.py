@@ -17,17 +17,19 @@ This module owns the *life* of a log:
   once its own record is durable. A caller cancelled while waiting is not
   acknowledged, but its record is still written (as any unacknowledged
   record may be).
-- **a lone appender writes in place**: when nothing else could share its
-  fsync — no other append of this log is waiting for the writer thread,
-  nothing else is ready to run on the event loop, the thread is idle — an
-  append writes and syncs its lines itself, on the loop's thread
-  (:meth:`~._writer.GroupWriter.write_now`), and the thread is not
-  involved. The hand-over costs two thread wake-ups per record; on this
-  project's 2-vCPU VM that measured ~390 µs median on top of a ~450 µs
-  fdatasync, the in-place path ~90 µs (bench_journal's "lone appender"
-  table). The price: the loop is blocked for that one fsync, so I/O that
-  arrives meanwhile waits for it (and then goes to the thread, which
-  batches it). ``inline_when_idle = False`` turns it off for a log.
+- **in place for a lone appender, opt-in** (``inline_when_idle``, off by
+  default): when nothing else could share its fsync — no other append of
+  this log waiting for the thread, nothing else ready on the loop (or, if
+  something is, nothing joined after one yield) — an append writes and
+  syncs its lines itself, on the loop's thread
+  (:meth:`~._writer.GroupWriter.write_now`, ``take_back``). Measured both
+  ways (session 6, docs/PERFORMANCE.md journal section): in a bare process it
+  saves the hand-over's two thread wake-ups (~120 µs vs ~280 µs over a raw
+  write + fdatasync, op-interleaved); in the stdio server it was *slower*
+  (a read-only call 0.76–0.81× the SDK against 0.82–0.97× through the
+  thread, five interleaved runs of five): there the loop has work of its own
+  during the fsync that the thread path overlaps and the in-place path
+  serializes. So it stays off unless a caller measured that it pays.
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -65,9 +67,9 @@ from .errors import JournalClosed, JournalMismatch
 class JournalLog:
     """An open, locked, recovered journal file. Create with :meth:`open`."""
 
-    # Whether a lone appender writes and syncs in place (see the module doc);
-    # set it on one log, or on the class for a whole process (a benchmark's peer).
-    inline_when_idle: bool = True
+    # Whether a lone appender writes and syncs in place (opt-in: see the module
+    # doc); set it on one log, or on the class for a whole process.
+    inline_when_idle: bool = False
 
     def __init__(self) -> None:  # use JournalLog.open
         self.path: Path

@@ -1,4 +1,4 @@
-"""A lone appender writes and syncs in place (core/journal/_log.py, _writer.py ``write_now``)."""
+"""Opt-in: a lone appender writes and syncs in place (core/journal/_log.py ``_durable``, _writer.py ``write_now``/``take_back``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,23 @@ from openfunctions.core.journal import JournalFailed, JournalLog, read_records
 from openfunctions.core.journal._fsutil import FileOps
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _in_place(monkeypatch):
+    monkeypatch.setattr(JournalLog, "inline_when_idle", True)
+
+
+async def test_off_by_default_every_append_goes_through_the_writer_thread(tmp_path, monkeypatch):
+    monkeypatch.undo()
+    assert JournalLog.inline_when_idle is False
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await JournalLog.open(p, _ops=ops)
+    for i in range(3):
+        await log.append("t", {"i": i})
+    assert ops.syncs == [f"journal-writer:{p.name}"] * 3
+    await log.close()
 
 
 class WhereOps(FileOps):
