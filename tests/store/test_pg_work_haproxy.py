@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +225,9 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any, haproxy: str) -> Non
         assert isinstance(killed_call[0], str) and killed_call[0].startswith("no reply"), killed_call
 
         # 3. the agent carries on through the balancer: a survivor takes the lease over; the step is refused
+        t_kill = time.monotonic()
         r = agent.call("of_work_run_step")
+        took_over_in = time.monotonic() - t_kill  # reported, not asserted: a dead holder is taken over at once
         assert r.get("isError") and "effect_uncertain" in json.dumps(r), r
         st = agent.ok("of_work_status")["attempt"]
         assert st["attemptId"] == att and st["state"] == "blocked" and st["blockedReason"]["code"] == "effect_uncertain", st
@@ -285,7 +288,8 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any, haproxy: str) -> Non
     print(f"\nwork through haproxy: {len(completed)} attempts completed, {len(agent.succeeded)} steps each ran once; "
           f"{len(agent.seen) + len(load.seen)} receipts seen through the balancer, all in the database; "
           f"{len(load.seen)} status reads "
-          f"({load.errors} without a reply at the kill); lease generation {old.generation} -> {now['generation']}; "
+          f"({load.errors} without a reply at the kill); lease generation {old.generation} -> {now['generation']} "
+          f"(the takeover's call answered {took_over_in:.2f}s after the kill, lease TTL {TTL}s); "
           f"1 operation blocked unknown, never re-run; {len(swept)} call(s) of the dead replica settled unknown by "
           f"the survivors' sweep; {report.records} journal records verified")
 
