@@ -2,8 +2,9 @@
 
 The version of each component lives in ``of_schema`` (``store/_pg.py`` made
 the table; the key-value store migrates its own component ``"store"`` when it
-opens). Component ``"journal"``: ``MIGRATIONS[i]`` brings it from version
-``i`` to ``i + 1``; **append, never edit** a released entry. A server never
+opens). Component ``"journal"`` (its list: ``store/_pg_journal_schema.py``):
+``MIGRATIONS[i]`` brings it from version ``i`` to ``i + 1``; **append, never
+edit** a released entry. A server never
 migrates: :func:`check_schema` refuses a database whose version differs from
 ``len(MIGRATIONS)`` (older: run ``db migrate``; newer: upgrade the code), so
 replicas of two releases never write one journal with two meanings.
@@ -17,77 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._errors import SchemaTooNew, StoreError
+from ._pg_journal_schema import MIGRATIONS  # the journal's own list lives beside the module that writes it
 
 COMPONENT = "journal"
-
-_APPEND_FN = r"""
-CREATE OR REPLACE FUNCTION of_journal_append(p_journal text, p_instance text, p_types text[], p_times text[],
-                                             p_datas text[], p_rids text[])
-RETURNS TABLE(o_idx int, o_seq bigint) LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_seq bigint;
-    v_link text;
-    v_prev text;
-    i int;
-BEGIN
-    IF p_instance IS NOT NULL AND NOT EXISTS (SELECT 1 FROM of_journal_instances WHERE instance = p_instance) THEN
-        RAISE EXCEPTION 'instance % is no longer registered (another server recovered its calls)', p_instance;
-    END IF;
-    SELECT last_seq, last_link INTO v_seq, v_link FROM of_journals WHERE name = p_journal FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no journal named %', p_journal;
-    END IF;
-    FOR i IN 1 .. coalesce(array_length(p_types, 1), 0) LOOP
-        IF p_types[i] = 'receipt' AND EXISTS (SELECT 1 FROM of_journal_records r WHERE r.journal = p_journal
-                AND r.receipt_id = p_rids[i] AND r.type = 'receipt') THEN
-            o_idx := i; o_seq := NULL; RETURN NEXT;
-            CONTINUE;
-        END IF;
-        v_seq := v_seq + 1;
-        v_prev := v_link;
-        v_link := left(encode(sha256(convert_to('{"data":' || p_datas[i] || ',"prev":"' || v_prev || '","seq":'
-                  || v_seq::text || ',"time":' || to_json(p_times[i])::text || ',"type":' || to_json(p_types[i])::text
-                  || '}', 'UTF8')), 'hex'), 32);
-        INSERT INTO of_journal_records (journal, seq, type, time, data, prev, chk, receipt_id, instance)
-            VALUES (p_journal, v_seq, p_types[i], p_times[i], p_datas[i], v_prev, v_link, p_rids[i], p_instance);
-        o_idx := i; o_seq := v_seq; RETURN NEXT;
-    END LOOP;
-    UPDATE of_journals SET last_seq = v_seq, last_link = v_link WHERE name = p_journal;
-END
-$fn$
-"""
-
-MIGRATIONS: list[Sequence[str]] = [
-    (  # 1: the execution journal
-        """CREATE TABLE of_journals (
-            name text COLLATE "C" PRIMARY KEY,
-            header text NOT NULL,
-            last_seq bigint NOT NULL,
-            last_link text NOT NULL)""",
-        """CREATE TABLE of_journal_records (
-            journal text COLLATE "C" NOT NULL REFERENCES of_journals (name),
-            seq bigint NOT NULL,
-            type text NOT NULL,
-            time text NOT NULL,
-            data text NOT NULL,
-            prev text NOT NULL,
-            chk text NOT NULL,
-            receipt_id text,
-            instance text,
-            PRIMARY KEY (journal, seq))""",
-        "CREATE UNIQUE INDEX of_journal_receipts ON of_journal_records (journal, receipt_id) WHERE type = 'receipt'",
-        "CREATE INDEX of_journal_starts ON of_journal_records (journal, instance, receipt_id) WHERE type = 'start'",
-        """CREATE TABLE of_journal_instances (
-            instance text PRIMARY KEY,
-            journal text COLLATE "C" NOT NULL,
-            lock_key bigint NOT NULL,
-            host text,
-            pid integer,
-            started_at timestamptz NOT NULL DEFAULT now())""",
-        _APPEND_FN,
-    ),
-]
-
 
 #: The other schema components ``db migrate`` applies after the journal's, each with its own migration
 #: list in its own module (one registration line each): component -> "module:attribute".

@@ -1,14 +1,15 @@
 """The execution journal in PostgreSQL: an ``ExecutionObserver`` several server replicas share.
 
-Schema (component ``"journal"`` in ``of_schema``; versioned migrations in
-``store/_migrations.py``, applied only by ``openfunctions-mcp db migrate``)::
+Schema (component ``"journal"`` in ``of_schema``, version 2; versioned migrations in
+``store/_pg_journal_schema.py``, applied only by ``openfunctions-mcp db migrate``)::
 
     of_journals(                         -- one row per journal (a server profile: "tools", "work", ...)
         name      text COLLATE "C" PRIMARY KEY,
         header    text,                  -- canonical JSON, the same object as a journal file's line 1
                                          -- (format, version 2, journal_id, kind "execution", created, meta, salt)
         last_seq  bigint,                -- the seq of the newest record (0: none yet)
-        last_link text)                  -- its chk (before the first record: link(header))
+        last_link text,                  -- its chk (before the first record: link(header))
+        prev_link text)                  -- its prev (v2; NULL before the first record)
     of_journal_records(                  -- the records, one row each, PRIMARY KEY (journal, seq)
         journal text, seq bigint,        -- seq: 1, 2, 3, ... per journal, no gap, no duplicate
         type    text,                    -- "start" | "receipt" (docs/formats/journal.md, execution records)
@@ -24,18 +25,19 @@ Schema (component ``"journal"`` in ``of_schema``; versioned migrations in
         journal  text, lock_key bigint,  -- the process holds pg_advisory_lock(lock_key) on a dedicated
         host text, pid int,              -- connection for its lifetime: the lock dies with the process
         started_at timestamptz)          -- (or its connection), as a journal file's flock does
-    of_journal_append(journal, instance, types[], times[], datas[], receipt_ids[])
-        -- PL/pgSQL: locks the journal's row FOR UPDATE, assigns seq and computes chk for each
-        -- record in order, inserts them, moves last_seq/last_link; one statement, one commit.
+    APPEND (store/_pg_journal_schema.py; v1 had a PL/pgSQL function instead)
+        -- one statement per record: the head row's UPDATE (its row lock makes appends take
+        -- turns) assigns seq and computes chk from the old link, the INSERT writes the record.
 
 Promises (docs/formats/receipt.md, the same as the file backend's):
 
 - **An append is a committed insert.** ``on_start``/``on_settled`` return only
   after the statement that inserted the record committed (autocommit; the
   server's ``synchronous_commit`` decides what "committed" means on disk:
-  keep it ``on``). Concurrent appends in one process share one statement and
-  one commit (group commit: a flusher takes everything queued the moment its
-  previous commit returned), and nothing is acknowledged before its commit.
+  keep it ``on``). Concurrent appends in one process share one transaction
+  and one commit, sent as one pipeline (group commit: a flusher takes
+  everything queued the moment its previous commit returned), and nothing is
+  acknowledged before its commit.
 - **seq is a total order across replicas**: the journal's row lock makes
   appends from every process take turns; the chain and checksums keep their
   meaning, and :func:`verify_pg_journal` checks them as ``journal verify``
@@ -76,6 +78,7 @@ from ._errors import StoreError, StoreUnavailable
 from ._migrations import COMPONENT, check_schema
 from ._pg import _psycopg, redact_dsn
 from ._pg_instances import PgInstance
+from ._pg_journal_schema import APPEND, RECEIPTS_INDEX, REFUSAL
 
 log = structlog.get_logger("openfunctions.store.journal")
 
@@ -113,7 +116,7 @@ def record_chk(seq: int, type: str, time: str, data_text: str, prev: str) -> str
 @dataclass
 class _Pending:
     type: str
-    data: dict[str, Any]
+    text: str  # the record's data, canonical JSON
     receipt_id: str | None
     future: asyncio.Future[int] = field(repr=False)
 
@@ -219,34 +222,84 @@ class PgExecutionJournal:
             "journal_sweep_failed", journal=self.name, error=f"{type(exc).__name__}: {exc}"))
 
     # -- appending -----------------------------------------------------------------
-    async def _append_rows(self, rows: list[tuple[str, dict[str, Any], str | None]]) -> list[int | None]:
-        """Append in order in one statement; the seqs (``None`` for a receipt already present)."""
+    async def _append_rows(self, rows: list[_Pending]) -> tuple[list[int | None], JournalUnavailable | None]:
+        """Append in order in one transaction: the seqs, and why the ``None`` ones were not written.
+
+        ``None`` with no reason: a receipt already present (a duplicate); with
+        one: the journal is gone or this instance is no longer registered.
+
+        One record: :data:`APPEND` alone (one round trip, one commit). Several
+        (group commit): the same statement once per record, in one transaction,
+        sent as one pipeline (one round trip, one commit).
+        """
         time = utc_timestamp()
-        args = (self.name, self.instance, [r[0] for r in rows], [time] * len(rows),
-                [canonical_json(r[1]) for r in rows], [r[2] for r in rows])
+        params = [{"journal": self.name, "instance": self.instance, "type": p.type, "time": time, "data": p.text,
+                   "receipt_id": p.receipt_id} for p in rows]
         committing = False
         try:
             if self._conn is None:  # one connection of its own: appends go one statement at a time anyway
                 self._conn = await self._psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
             conn = self._conn
             committing = True
-            cur = await conn.execute("SELECT o_idx, o_seq FROM of_journal_append(%s, %s, %s, %s, %s, %s)", args)
-            out = await cur.fetchall()
+            if len(params) == 1:
+                cur = await conn.execute(APPEND, params[0])
+                row = await cur.fetchone()
+                seqs = [row[0] if row else None]
+            else:
+                seqs = await self._append_batch(conn, params)
         except self._db_errors as exc:
             await self._drop_conn()
             await self._lost()
             raise self._unavailable(exc, committing) from None
-        except self._psycopg.errors.RaiseException as exc:
-            if "no longer registered" in str(exc):
-                self._live.instance = None  # the next append registers again
-            raise JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: "
-                                     f"{exc.diag.message_primary}", certainty="known") from None
-        seqs: list[int | None] = [None] * len(rows)
-        for idx, seq in out:
-            seqs[idx - 1] = seq
+        except self._psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != RECEIPTS_INDEX:
+                raise JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: "
+                                         f"{exc.diag.message_primary}", certainty="known") from None
+            # A receipt committed meanwhile by another replica (not in this statement's snapshot): the
+            # transaction rolled back whole; one at a time, the duplicate is found and its neighbours commit.
+            if len(rows) == 1:
+                return [None], None
+            seqs, refusal = [], None
+            for p in rows:
+                one, why = await self._append_rows([p])
+                seqs += one
+                refusal = refusal or why
+            return seqs, refusal
         self.commits += 1
-        self.appended += len(rows)
-        return seqs
+        self.appended += sum(seq is not None for seq in seqs)
+        return seqs, (await self._refusal(conn, params[0]) if None in seqs else None)
+
+    async def _append_batch(self, conn: Any, params: list[dict[str, Any]]) -> list[int | None]:
+        """:data:`APPEND` per record between BEGIN and COMMIT, all sent as one pipeline (one round trip)."""
+        try:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                curs = [await conn.execute(APPEND, p) for p in params]
+                await conn.execute("COMMIT")
+        except self._psycopg.Error:
+            status = self._psycopg.pq.TransactionStatus
+            if conn.info.transaction_status in (status.INTRANS, status.INERROR):
+                await conn.execute("ROLLBACK")  # a failed statement left the transaction open (nothing committed)
+            raise
+        return [row[0] if (row := await cur.fetchone()) else None for cur in curs]
+
+    async def _refusal(self, conn: Any, params: dict[str, Any]) -> JournalUnavailable | None:
+        """Why :data:`APPEND` wrote nothing for some records: the journal, the instance, or (``None``) duplicates."""
+        try:
+            cur = await conn.execute(REFUSAL, params)
+            journal_exists, registered = await cur.fetchone()
+        except self._db_errors as exc:
+            await self._drop_conn()
+            raise self._unavailable(exc, committing=False) from None
+        if not journal_exists:
+            return JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: no journal named "
+                                      f"{self.name!r}", certainty="known")
+        if not registered:
+            self._live.instance = None  # the next append registers again
+            return JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: instance "
+                                      f"{params['instance']} is no longer registered (another server recovered its "
+                                      "calls)", certainty="known")
+        return None
 
     async def _drop_conn(self) -> None:
         conn, self._conn = self._conn, None
@@ -274,20 +327,20 @@ class PgExecutionJournal:
     async def _append(self, type: str, data: dict[str, Any], receipt_id: str | None) -> int:
         if self._closed:
             raise JournalUnavailable(f"journal {self.name!r} is closed", certainty="known")
-        canonical_json(data)  # refuse a non-JSON record here, not in the shared batch
+        text = canonical_json(data)  # a non-JSON record is refused here, not in the shared batch
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(type, data, receipt_id, fut))
+        self._queue.append(_Pending(type, text, receipt_id, fut))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
         return await asyncio.shield(fut)
 
     async def _flush(self) -> None:
-        """Group commit: everything queued goes in one statement, then what queued meanwhile, until empty."""
+        """Group commit: everything queued goes in one transaction, then what queued meanwhile, until empty."""
         while self._queue:
             batch, self._queue = self._queue, []
             try:
                 await self.ensure_registered()
-                seqs = await self._append_rows([(p.type, p.data, p.receipt_id) for p in batch])
+                seqs, refusal = await self._append_rows(batch)
             except BaseException as exc:
                 err = exc if isinstance(exc, OpenFunctionsError) else self._unavailable(exc, True)
                 for p in batch:
@@ -299,7 +352,9 @@ class PgExecutionJournal:
             for p, seq in zip(batch, seqs, strict=True):
                 if p.future.done():
                     continue
-                if seq is None:
+                if seq is None and refusal is not None:
+                    p.future.set_exception(refusal)
+                elif seq is None:
                     p.future.set_exception(DuplicateReceipt(
                         f"call {p.receipt_id} already has a receipt in journal {self.name!r} (another server "
                         "settled it `unknown` after this one lost its database lock); this result is not recorded",
@@ -469,18 +524,20 @@ def verify_pg_journal(dsn: str, name: str) -> VerifyReport:
     """Read journal ``name`` in seq order and check what ``journal verify`` checks in a file.
 
     seq contiguous from 1, every ``chk`` recomputed, every ``prev`` the previous
-    ``chk`` (seq 1: the header's link), ``last_seq``/``last_link`` at the end,
+    ``chk`` (seq 1: the header's link), ``last_seq``/``last_link``/``prev_link`` at the end,
     ``data`` canonical JSON, at most one receipt per call. Blocking (a CLI's tool).
     """
     psycopg, _ = _psycopg()
     report = VerifyReport(name)
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT header, last_seq, last_link FROM of_journals WHERE name = %s", (name,)).fetchone()
+        row = conn.execute("SELECT header, last_seq, last_link, prev_link FROM of_journals WHERE name = %s",
+                           (name,)).fetchone()
         if row is None:
             report.problems.append(f"no journal named {name!r}")
             return report
-        header, last_seq, last_link = row
+        header, last_seq, last_link, prev_link = row
         prev = link(header)
+        last_prev = None
         expected = 1
         open_starts: set[str] = set()
         settled: set[str] = set()
@@ -515,14 +572,14 @@ def verify_pg_journal(dsn: str, name: str) -> VerifyReport:
                 open_starts.discard(rid)
             else:
                 report.problems.append(f"{where}: unknown record type {type!r}")
-            prev = chk
+            prev, last_prev = chk, rprev
             expected = seq + 1
             if len(report.problems) > 50:
                 report.problems.append("... stopped after 50 problems")
                 return report
-        if last_seq != expected - 1 or last_link != prev:
-            report.problems.append(f"journal {name!r}: head says seq {last_seq} link {last_link}, records end at "
-                                   f"seq {expected - 1} link {prev}")
+        if last_seq != expected - 1 or last_link != prev or prev_link != last_prev:
+            report.problems.append(f"journal {name!r}: head says seq {last_seq} link {last_link} prev {prev_link}, "
+                                   f"records end at seq {expected - 1} link {prev} prev {last_prev}")
         report.unsettled = len(open_starts)
     return report
 

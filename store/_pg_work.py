@@ -57,6 +57,11 @@ Promises:
 - **Grants are rows**; a check reads them at every call (a revocation on
   any machine counts at the next check), and the completion fence's
   ``load_sync`` reads them on its own synchronous connection.
+- **Recovery reads the execution journals**: an operation interrupted after
+  its call settled (the receipt committed, the outcome record not) is settled
+  from the receipt, as the file controller does from ``<data-dir>/journal``
+  (:class:`PgSettledReceipts`: every journal in the database, read through
+  ``store/_pg_journal.py``'s public reader).
 - **Work artifacts** (``pg_work_backend(..., artifacts=True)``, what ``serve
   --database`` builds): previews, command output and reply projections go to
   the database's artifact store :func:`work_artifact_store_name` (``"work:" +
@@ -76,7 +81,7 @@ import json
 import os
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -85,7 +90,7 @@ from openfunctions.core.journal import Record
 
 from ._migrations import check_schema
 from ._pg import _psycopg, redact_dsn
-from ._pg_work_schema import COMPONENT, MIGRATIONS
+from ._pg_work_schema import COMPONENT
 
 log = structlog.get_logger("openfunctions.store.work")
 
@@ -169,6 +174,17 @@ class _Pg:
                     raise self.unavailable("cannot read the work space", exc) from None
         return []
 
+    @contextlib.asynccontextmanager
+    async def using(self, what: str, *, certainty: str = "known") -> AsyncIterator[Any]:
+        """A pooled connection; any database error in the block -> ``BackendUnavailable`` naming ``what``
+        (``certainty="unknown"`` for a write that may have committed), after the pool is told."""
+        try:
+            async with self.connection() as conn:
+                yield conn
+        except self.psycopg.Error as exc:
+            await self.lost()
+            raise self.unavailable(what, exc, certainty=certainty) from None
+
     def now_param(self) -> float | None:
         return None if self.clock is None else float(self.clock())
 
@@ -229,6 +245,34 @@ class PgWorkArtifacts:
         """Nothing of its own: the backend's ``aclose`` closes the pool."""
 
 
+class PgSettledReceipts:
+    """The execution journals' receipts by id (``WorkBackend.settled_receipts``), read at recovery.
+
+    What ``<data-dir>/journal`` is to the file controller: every execution
+    journal in this database (``list_pg_journals``; one per served profile,
+    appended to by every replica), each read with its public
+    ``PgExecutionJournal.find_receipts`` (an indexed read; nothing is
+    registered or written). A failure raises ``BackendUnavailable``: the
+    controller then leaves the operations ``unknown``, never guesses.
+    """
+
+    def __init__(self, pg: _Pg) -> None:
+        self.pg = pg
+
+    async def __call__(self, ids: set[str]) -> dict[str, dict[str, Any]]:
+        from ._pg_journal import PgExecutionJournal, list_pg_journals
+
+        found: dict[str, dict[str, Any]] = {}
+        async with self.pg.using("cannot read the execution journals' receipts"):
+            for name in await asyncio.to_thread(list_pg_journals, self.pg.dsn):
+                wanted = set(ids) - found.keys()
+                if not wanted:
+                    break
+                reader = PgExecutionJournal(self.pg.dsn, name, self.pg.pool, False)
+                found.update((rid, r.to_dict()) for rid, r in (await reader.find_receipts(wanted)).items())
+        return found
+
+
 class PgLeaseStore:
     """The lease of one work space as a row (``LeaseBackend``)."""
 
@@ -244,21 +288,14 @@ class PgLeaseStore:
         released, expired or already ours; nothing returned -> a live holder (``LeaseHeld``, named from the row)."""
         work = _work()
         stamp = utc_timestamp()
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(_ACQUIRE, (
-                    self.pg.space, self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(),
-                    self.pg.now_param()))
-                row = await cur.fetchone()
-                if row is None:
-                    cur = await conn.execute(
-                        "SELECT owner, generation, expires_at, pid, host, "
-                        "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) FROM of_work_leases WHERE space = %s",
-                        (self.pg.now_param(), self.pg.space))
-                    held = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot take the work lease", exc) from None
+        async with self.pg.using("cannot take the work lease") as conn:
+            cur = await conn.execute(_ACQUIRE, (
+                self.pg.space, self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(),
+                self.pg.now_param()))
+            row = await cur.fetchone()
+            if row is None:
+                cur = await conn.execute(_HELD, (self.pg.now_param(), self.pg.space))
+                held = await cur.fetchone()
         if row is None:
             owner, generation, expires_at, pid, host, now = held or (None, 0, 0.0, None, None, 0.0)
             raise work.LeaseHeld(
@@ -283,48 +320,38 @@ class PgLeaseStore:
                 details={"generation": lease.generation, "expired_at": expires_at},
             )
 
+    async def refused(self, conn: Any, lease: Any, what: str) -> NoReturn:
+        """A fenced statement matched no row: ``LeaseLost`` saying why (stale or expired), from the row as it is now."""
+        cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+        found = await cur.fetchone()
+        owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
+        self._fence(lease, owner, generation, expires_at, now)
+        raise _work().LeaseLost(f"lease generation {lease.generation} {what}", details={"generation": lease.generation})
+
     async def renew(self, lease: Any) -> Any:
-        work = _work()
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(
-                    "UPDATE of_work_leases SET expires_at = COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) "
-                    "+ ttl, renewed_at = %s WHERE space = %s AND owner = %s AND generation = %s AND expires_at > "
-                    "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) RETURNING expires_at",
-                    (self.pg.now_param(), utc_timestamp(), self.pg.space, lease.owner, lease.generation, self.pg.now_param()))
-                row = await cur.fetchone()
-                if row is None:
-                    cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
-                    found = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot renew the work lease", exc) from None
-        if row is None:  # never silently re-taken: stale or expired
-            owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
-            self._fence(lease, owner, generation, expires_at, now)
-            raise work.LeaseLost(f"lease generation {lease.generation} could not be renewed", details={"generation": lease.generation})
-        return work.Lease(lease.owner, lease.generation, float(row[0]), lease.ttl)
+        async with self.pg.using("cannot renew the work lease") as conn:
+            cur = await conn.execute(_RENEW, (self.pg.now_param(), utc_timestamp(), self.pg.space, lease.owner,
+                                              lease.generation, self.pg.now_param()))
+            row = await cur.fetchone()
+            if row is None:  # never silently re-taken: stale or expired
+                await self.refused(conn, lease, "could not be renewed")
+        return _work().Lease(lease.owner, lease.generation, float(row[0]), lease.ttl)
 
     async def release(self, lease: Any) -> None:
         try:
-            async with self.pg.connection() as conn:
+            async with self.pg.using("cannot release the work lease") as conn:
                 await conn.execute(
                     "UPDATE of_work_leases SET expires_at = 0, renewed_at = %s WHERE space = %s AND owner = %s AND generation = %s",
                     (utc_timestamp(), self.pg.space, lease.owner, lease.generation),
                 )
-        except self.pg.psycopg.Error as exc:  # it expires by itself
-            await self.pg.lost()
-            log.warning("work_lease_release_failed", error=str(exc)[:200])
+        except _work().BackendUnavailable as exc:  # it expires by itself
+            log.warning("work_lease_release_failed", error=exc.message)
 
     async def check(self, lease: Any) -> dict[str, Any]:
         """Whether ``lease`` is current now (a read, no lock: the fence that counts is the append's)."""
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
-                row = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot read the work lease", exc) from None
+        async with self.pg.using("cannot read the work lease") as conn:
+            cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+            row = await cur.fetchone()
         owner, generation, expires_at, now = row if row is not None else (None, None, 0.0, 0.0)
         self._fence(lease, owner, generation, expires_at, now)
         return {"owner": owner, "generation": generation, "expires_at": expires_at}
@@ -358,15 +385,11 @@ class PgAttemptLog:
         return None
 
     async def read(self, after: int = 0) -> list[Any]:
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT seq, type, time, data FROM of_work_records WHERE space = %s AND seq > %s ORDER BY seq",
-                    (self.pg.space, int(after)))
-                rows = await cur.fetchall()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot read the attempt records", exc) from None
+        async with self.pg.using("cannot read the attempt records") as conn:
+            cur = await conn.execute(
+                "SELECT seq, type, time, data FROM of_work_records WHERE space = %s AND seq > %s ORDER BY seq",
+                (self.pg.space, int(after)))
+            rows = await cur.fetchall()
         out = []
         expect = int(after) + 1
         for seq, type_, time, data in rows:
@@ -383,30 +406,22 @@ class PgAttemptLog:
         committed meanwhile); the INSERT writes the record only if the UPDATE did."""
         time = utc_timestamp()
         text = canonical_json(data)
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(_FENCED_APPEND, (
-                    self.pg.space, lease.owner, lease.generation, self.pg.now_param(),
-                    self.pg.space, lease.generation, type_, time, text))
-                row = await cur.fetchone()
-                if row is None:  # fenced: say why (stale or expired), from the row as it is now
-                    cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
-                    found = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable(f"cannot append the attempt record {type_!r}", exc, certainty="unknown") from None
-        if row is None:
-            owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
-            self.leases._fence(lease, owner, generation, expires_at, now)
-            raise _work().LeaseLost(f"lease generation {lease.generation} may record no effect (the lease row refused it)",
-                                    details={"generation": lease.generation})
+        async with self.pg.using(f"cannot append the attempt record {type_!r}", certainty="unknown") as conn:
+            cur = await conn.execute(_FENCED_APPEND, (
+                self.pg.space, lease.owner, lease.generation, self.pg.now_param(),
+                self.pg.space, lease.generation, type_, time, text))
+            row = await cur.fetchone()
+            if row is None:  # fenced: nothing written
+                await self.leases.refused(conn, lease, "may record no effect (the lease row refused it)")
         return Record(int(row[0]), type_, time, json.loads(text))
 
 
+#: "now" in POSIX seconds: the caller's clock (a test's) if it passes one, else the database's (one for every replica)
+_NOW = "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8)"
 _ACQUIRE = (
     "INSERT INTO of_work_leases AS l (space, owner, generation, expires_at, ttl, acquired_at, renewed_at, host, pid) "
     "SELECT %s, %s, 1, n.now + %s, %s, %s, %s, %s, %s "
-    "FROM (SELECT COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) AS now) n "
+    f"FROM (SELECT {_NOW} AS now) n "
     "ON CONFLICT (space) DO UPDATE SET owner = EXCLUDED.owner, generation = l.generation + 1, "
     "expires_at = EXCLUDED.expires_at, ttl = EXCLUDED.ttl, acquired_at = EXCLUDED.acquired_at, "
     "renewed_at = EXCLUDED.renewed_at, host = EXCLUDED.host, pid = EXCLUDED.pid "
@@ -415,13 +430,15 @@ _ACQUIRE = (
 )
 _FENCED_APPEND = (
     "WITH ok AS (UPDATE of_work_leases SET last_seq = last_seq + 1 WHERE space = %s AND owner = %s AND generation = %s "
-    "AND expires_at > COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) RETURNING last_seq) "
+    f"AND expires_at > {_NOW} RETURNING last_seq) "
     "INSERT INTO of_work_records (space, seq, generation, type, time, data) "
     "SELECT %s, last_seq, %s, %s, %s, %s FROM ok RETURNING seq"
 )
-_READ_ROW = (
-    "SELECT owner, generation, expires_at, COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) "
-    "FROM of_work_leases WHERE space = %s"
+_READ_ROW = f"SELECT owner, generation, expires_at, {_NOW} FROM of_work_leases WHERE space = %s"
+_HELD = f"SELECT owner, generation, expires_at, pid, host, {_NOW} FROM of_work_leases WHERE space = %s"
+_RENEW = (
+    f"UPDATE of_work_leases SET expires_at = {_NOW} + ttl, renewed_at = %s WHERE space = %s AND owner = %s "
+    f"AND generation = %s AND expires_at > {_NOW} RETURNING expires_at"
 )
 
 
@@ -445,13 +462,9 @@ class PgGrantStore:
     _SELECT = "SELECT grant_id, record, revoked_at, revoked_by FROM of_work_grants WHERE space = %s"
 
     async def _rows(self, where: str = "", args: Sequence[Any] = ()) -> list[Any]:
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(self._SELECT + where + " ORDER BY ord", (self.pg.space, *args))
-                rows = await cur.fetchall()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot read the grants", exc) from None
+        async with self.pg.using("cannot read the grants") as conn:
+            cur = await conn.execute(self._SELECT + where + " ORDER BY ord", (self.pg.space, *args))
+            rows = await cur.fetchall()
         return [self._grant(*r) for r in rows]
 
     async def list(self) -> list[Any]:
@@ -479,13 +492,9 @@ class PgGrantStore:
                     now: _dt.datetime | None = None) -> Any:
         g = _work().Grant.new(principal=principal, steps=steps, paths=paths, ttl=ttl, expires_at=expires_at, issuer=issuer,
                               catalog_digest=catalog_digest, now=now)
-        try:
-            async with self.pg.connection() as conn:
-                await conn.execute("INSERT INTO of_work_grants (space, grant_id, principal, record) VALUES (%s, %s, %s, %s)",
-                                   (self.pg.space, g.grant_id, g.principal, canonical_json(g.to_record())))
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot issue the grant", exc, certainty="unknown") from None
+        async with self.pg.using("cannot issue the grant", certainty="unknown") as conn:
+            await conn.execute("INSERT INTO of_work_grants (space, grant_id, principal, record) VALUES (%s, %s, %s, %s)",
+                               (self.pg.space, g.grant_id, g.principal, canonical_json(g.to_record())))
         return g
 
     async def revoke(self, grant_id: str, *, by: str | None = None, now: _dt.datetime | None = None) -> Any:
@@ -493,14 +502,10 @@ class PgGrantStore:
         if g.revoked_at is not None:
             return g
         revoked = g.revoked_copy(now or _dt.datetime.now(_dt.UTC), by or _default_issuer())
-        try:
-            async with self.pg.connection() as conn:
-                await conn.execute(  # the first revocation wins
-                    "UPDATE of_work_grants SET revoked_at = %s, revoked_by = %s WHERE space = %s AND grant_id = %s "
-                    "AND revoked_at IS NULL", (revoked.describe()["revoked_at"], revoked.revoked_by, self.pg.space, grant_id))
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot revoke the grant", exc, certainty="unknown") from None
+        async with self.pg.using("cannot revoke the grant", certainty="unknown") as conn:
+            await conn.execute(  # the first revocation wins
+                "UPDATE of_work_grants SET revoked_at = %s, revoked_by = %s WHERE space = %s AND grant_id = %s "
+                "AND revoked_at IS NULL", (revoked.describe()["revoked_at"], revoked.revoked_by, self.pg.space, grant_id))
         return await self.get(grant_id)
 
 
@@ -532,14 +537,10 @@ class PgResolutionInbox:
     async def resolve(self, operation_id: str, *, as_: str, reason: str, by: str) -> dict[str, Any]:
         work = _work()
         data = work.resolve_record(operation_id, as_=as_, reason=reason, by=by)
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute("INSERT INTO of_work_resolutions (space, type, data) VALUES (%s, %s, %s) RETURNING seq",
-                                         (self.pg.space, "resolve", canonical_json(data)))
-                row = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot record the resolution", exc, certainty="unknown") from None
+        async with self.pg.using("cannot record the resolution", certainty="unknown") as conn:
+            cur = await conn.execute("INSERT INTO of_work_resolutions (space, type, data) VALUES (%s, %s, %s) RETURNING seq",
+                                     (self.pg.space, "resolve", canonical_json(data)))
+            row = await cur.fetchone()
         assert row is not None
         return {**data, "seq": int(row[0])}
 
@@ -559,13 +560,11 @@ async def check_work_schema(conn: Any, *, where: str = "the database") -> int:
 
 
 async def migrate_work(dsn: str) -> tuple[int, int]:
-    """Apply the ``work`` component's migrations; ``(version before, version after)`` (``db migrate`` does all components)."""
-    from ._pg import apply_migrations
+    """``db migrate`` (every component, after the database's encoding check: ``migrate_components``); the ``work``
+    component's ``(version before, version after)``."""
+    from ._migrations import migrate_components
 
-    psycopg, _ = _psycopg()
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        found = await apply_migrations(conn, COMPONENT, MIGRATIONS)
-    return found, max(found, len(MIGRATIONS))
+    return (await migrate_components(dsn))[COMPONENT]
 
 
 def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, owner: str | None = None,
@@ -592,7 +591,8 @@ def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, 
 
     return _work().WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True,
                                close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg),
-                               artifacts=PgWorkArtifacts(pg) if artifacts else None)
+                               artifacts=PgWorkArtifacts(pg) if artifacts else None,
+                               settled_receipts=PgSettledReceipts(pg))
 
 
 async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, **options: Any) -> Any:
@@ -659,5 +659,5 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
 
 
 __all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox",
-           "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
+           "PgSettledReceipts", "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
            "report_work_spaces", "verify_pg_work", "work_artifact_store_name"]

@@ -170,10 +170,11 @@ def start_haproxy(binary: str, port: int, urls: list[str], cfg: Path, *, timeout
 
 
 def start_work_replica(dsn: str, data_dir: Path, catalog: Path, *extra: str, ttl: float = 3.0,
-                       principal: str = "agent") -> tuple[str, subprocess.Popen]:
-    """``serve --profile work --transport http --stateless --database dsn`` (its own data dir, lease TTL ``ttl``)."""
+                       principal: str = "agent", env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen]:
+    """``serve --profile work --transport http --stateless --database dsn`` (its own data dir, lease TTL ``ttl``;
+    ``env``: more environment, e.g. the test hooks of tests/work/_inject)."""
     port = free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     env.pop("OPENFUNCTIONS_DATABASE_URL", None)
     argv = [sys.executable, "-m", "openfunctions.servers", "serve", "--profile", "work", "--transport", "http",
             "--stateless", "--port", str(port), "--data-dir", str(data_dir), "--catalog", str(catalog),

@@ -266,3 +266,91 @@ def _types_and_ids(dsn: str, journal: str) -> list[tuple[str, str]]:
 def _count(dsn: str, table: str) -> int:
     with psycopg.connect(dsn) as conn:
         return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608 (a test's fixed names)
+
+
+@pytest.mark.anyio
+async def test_migration_2_keeps_a_version_1_journal_whole_and_appends_continue_its_chain(fresh_db) -> None:
+    """A journal written by schema 1 (its PL/pgSQL function) is refused until ``db migrate``; after migration 2
+    the head carries prev_link, appends (one statement each) continue the chain, and verify passes throughout."""
+    from openfunctions.core import canonical_json, new_id, utc_timestamp
+    from openfunctions.store import apply_migrations
+    from openfunctions.store._pg_journal import link
+
+    async with await psycopg.AsyncConnection.connect(fresh_db, autocommit=True) as conn:
+        assert await apply_migrations(conn, "journal", MIGRATIONS[:1]) == 0
+        header = canonical_json({"format": "openfunctions.journal", "version": 2, "journal_id": new_id("jnl"),
+                                 "kind": "execution", "created": utc_timestamp(), "meta": {}, "salt": "00"})
+        await conn.execute("INSERT INTO of_journals (name, header, last_seq, last_link) VALUES ('tools', %s, 0, %s)",
+                           (header, link(header)))
+        rid = new_id("rcpt")
+        datas = [canonical_json({"receipt_id": rid, "tool": "t", "n": i}) for i in range(2)]
+        await conn.execute("SELECT * FROM of_journal_append('tools', NULL, %s, %s, %s, %s)",
+                           (["start", "receipt"], [utc_timestamp()] * 2, datas, [rid, rid]))
+    with pytest.raises(SchemaOutOfDate, match="version 1; this code needs version 2"):
+        await open_pg_journal(fresh_db, "tools")
+    assert (await migrate(fresh_db)) == (1, 2)
+    report = verify_pg_journal(fresh_db, "tools")
+    assert report.ok and report.records == 2, report
+    journal = await open_pg_journal(fresh_db, "tools")
+    try:
+        registry = ToolRegistry([define_tool(name="t", description="x", handler=lambda p, c: {"n": 1})], sink=journal)
+        await registry.execute_detailed("t", {})
+        await asyncio.gather(*(registry.execute_detailed("t", {}) for _ in range(5)))
+    finally:
+        await journal.close()
+    report = verify_pg_journal(fresh_db, "tools")
+    assert report.ok and report.records == 2 + 12 and report.unsettled == 0, report
+    with psycopg.connect(fresh_db) as conn:
+        assert conn.execute("SELECT to_regproc('of_journal_append')").fetchone()[0] is None  # version 1's function
+
+
+@pytest.mark.anyio
+async def test_a_receipt_committed_while_an_append_waits_is_a_duplicate_and_its_batch_neighbour_commits(pg_dsn):
+    """The append statement's duplicate check sees its own snapshot; a receipt for the same call committed by
+    the transaction it waited for trips the unique index: the batch rolls back whole and is appended one record
+    at a time: the duplicate refused (``unknown``), its neighbour written, the chain whole."""
+    from openfunctions.core import new_id, utc_timestamp
+    from openfunctions.core.journal import recovered_receipt
+    from openfunctions.store import DuplicateReceipt
+    from openfunctions.store._pg_journal_schema import APPEND
+
+    dsn = await migrated(pg_dsn)
+    journal = await open_pg_journal(dsn, unique_name("j"))
+    racing, neighbour = (recovered_receipt({"receipt_id": new_id("rcpt"), "tool": "t", "started_at": utc_timestamp()})
+                         for _ in range(2))
+    try:
+        await journal.on_settled(recovered_receipt({"receipt_id": new_id("rcpt"), "tool": "t",
+                                                   "started_at": utc_timestamp()}))  # the append connection exists
+        other = await psycopg.AsyncConnection.connect(dsn)  # another replica, mid-transaction
+        try:
+            cur = await other.execute(APPEND, {"journal": journal.name, "instance": None, "type": "receipt",
+                                               "time": utc_timestamp(), "data": canonical_json_of(racing),
+                                               "receipt_id": racing.receipt_id})
+            assert (await cur.fetchone())[0] == 2
+            # both queue before the flusher runs: one batch (as in the second-receipt test above)
+            both = asyncio.gather(journal.on_settled(racing), journal.on_settled(neighbour), return_exceptions=True)
+            pid = journal._conn.info.backend_pid
+            for _ in range(400):  # until our batch waits for the other transaction's head row lock
+                with psycopg.connect(dsn) as conn:
+                    if conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                    (pid,)).fetchone()[0] == "Lock":
+                        break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the batch never waited for the head row")
+            await other.commit()
+            results = await both
+        finally:
+            await other.close()
+        assert isinstance(results[0], DuplicateReceipt) and results[0].certainty == "unknown", results
+        assert results[1] is None
+    finally:
+        await journal.close()
+    report = verify_pg_journal(dsn, journal.name)
+    assert report.ok and report.receipts == 3, report
+
+
+def canonical_json_of(receipt) -> str:
+    from openfunctions.core import canonical_json
+
+    return canonical_json(receipt.to_dict())

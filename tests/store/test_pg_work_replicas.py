@@ -36,7 +36,7 @@ from tests._net import free_port
 from tests.work._catalogs import COUNT_STEP
 
 from ._journal_backends import private_database
-from ._replicas import start_work_replica, stop, tool_call, wait_for
+from ._replicas import db_receipts, start_work_replica, stop, tool_call, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +58,9 @@ CATALOG = (
 )
 
 
-def _replica(dsn: str, data_dir: Path, catalog: Path, *extra: str) -> tuple[str, subprocess.Popen]:
-    return start_work_replica(dsn, data_dir, catalog, *extra, ttl=TTL)
+def _replica(dsn: str, data_dir: Path, catalog: Path, *extra: str,
+             env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen]:
+    return start_work_replica(dsn, data_dir, catalog, *extra, ttl=TTL, env=env)
 
 
 def tool(url: str, name: str, arguments: dict[str, Any] | None = None, *, timeout: float = 60) -> dict[str, Any]:
@@ -275,3 +276,59 @@ def _read_all(url: str, artifact_id: str) -> bytes:
         offset += chunk["length"]
         if chunk["eof"]:
             return data
+
+
+INJECT = Path(__file__).resolve().parents[1] / "work" / "_inject"
+
+
+@pytest.mark.anyio
+async def test_recovery_on_the_database_settles_from_a_receipt_the_dead_replica_committed(pg_dsn, tmp_path) -> None:
+    """A killed between the step's settled receipt (committed in the database journal) and its outcome record:
+    B's takeover reads the receipt there and settles the operation ``done``, as the file controller does from
+    ``<data-dir>/journal``; the plan goes on with the next step; the step ran once."""
+    with private_database(pg_dsn) as dsn:
+        await migrate_database(dsn)
+        backend = await open_pg_work(dsn, "work")
+        procs: list[subprocess.Popen] = []
+        try:
+            await backend.grants.issue(principal="agent", steps=["count", "note"], paths=["notes/**"],
+                                       ttl=_dt.timedelta(hours=1), issuer="test")
+            (tmp_path / "ws").mkdir()
+            catalog = tmp_path / "catalog.toml"
+            catalog.write_text(CATALOG)
+            marker = tmp_path / "paused"
+            hooks = {"PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")])),
+                     "OPENFUNCTIONS_TEST_PAUSE_BEFORE_OUTCOME": str(marker)}
+            (a, pa), (b, pb) = (_replica(dsn, tmp_path / "da", catalog, env=hooks), _replica(dsn, tmp_path / "db", catalog))
+            procs += [pa, pb]
+            plan = [{"step": "count", "params": {"seconds": 0}},
+                    {"step": "note", "params": {"path": "notes/n.txt", "content": "after"}}]
+            ok(a, "of_work_start", {"previewId": ok(a, "of_work_preview", {"plan": plan})["previewId"]})
+            killed_call: list[Any] = []
+            threading.Thread(target=_swallow, args=(a, killed_call), daemon=True).start()
+            wait_for(marker.exists, timeout=60)  # the step ran, its receipt is committed; no outcome record yet
+            pa.kill()
+            pa.wait(timeout=10)
+            [rid] = [x.data["receipt_id"] for x in await backend.attempts.read(0) if x.type == "dispatched"]
+            assert rid in db_receipts(dsn, "work"), "the dead replica's receipt is in the database journal"
+
+            r = ok(b, "of_work_run_step")  # takes the lease over after expiry, settles from the receipt, goes on
+            assert r["operation"]["step"] == "note" and r["operation"]["status"] == "done", r
+            st = ok(b, "of_work_status")["attempt"]
+            [op] = [o for o in st["operations"] if o["planIndex"] == 0]
+            assert op["status"] == "done" and op["certainty"] == "known" and op["receiptId"] == rid, op
+            assert st["state"] == "running" and st["cursor"] == 2, st
+            records = await backend.attempts.read(0)
+            [settled] = [x for x in records if x.type == "outcome" and x.data["operation_id"] == op["operationId"]]
+            assert settled.data["source"] == "execution_journal" and settled.data["receipt"]["receipt_id"] == rid
+            assert not [x for x in records if x.type == "recovered"], "nothing left unknown"
+            counter = tmp_path / "ws" / "counter.txt"
+            assert len(_lines(counter)) == 1, "the step ran once"
+            assert (tmp_path / "ws" / "notes" / "n.txt").read_text() == "after"
+            wait_for(lambda: bool(killed_call), timeout=30)
+            assert killed_call == ["no reply"]
+        finally:
+            for p in procs:
+                stop(p)
+            await backend.aclose()
+        assert verify_pg_work(dsn, "work") == []
