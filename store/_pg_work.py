@@ -87,6 +87,7 @@ Promises:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import datetime as _dt
 import hashlib
@@ -533,10 +534,10 @@ class PgGrantStore:
             raise _work().GrantNotFound(f"no grant {grant_id!r} in {self.where}", details={"grant_id": grant_id})
         return found[0]
 
-    async def for_principal(self, principal: str) -> list[Any]:
+    async def for_principal(self, principal: str) -> builtins.list[Any]:  # builtins: ``list`` is a method here
         return await self._rows(" AND principal = %s", (principal,))
 
-    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> list[Any]:
+    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> builtins.list[Any]:
         t = now or _dt.datetime.now(_dt.UTC)
         return [g for g in await self.for_principal(principal) if g.active(t)]
 
