@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import structlog
@@ -46,6 +46,7 @@ from openfunctions.core import (
     ToolDefinition,
     ToolError,
     ToolExecutionContext,
+    ToolExecutor,
     ToolNotFound,
     ToolRegistry,
     define_tool,
@@ -126,6 +127,16 @@ class RunOptions:
       "outcome", "error_code", "is_error", "content"}`` after it settled. An
       exception it raises is logged and ignored (an observer never ends a run).
     - ``stream``: ask the model through ``adapter.stream`` (text deltas as they come).
+    - ``admission``: ``"run"`` (the default): the run's own call is admitted
+      by the registry's scheduler and holds that reservation for the whole
+      run (an agent that may write: a write barrier while the model thinks);
+      its tool calls inherit it. ``"per_call"``: the run's own call takes no
+      place in the registry's scheduler (a scheduler of its own admits it;
+      same policy, mode and journal), and each tool call the model asks for
+      is admitted by the registry's scheduler on its own, its receipt linked
+      to the run's (a write still runs alone, but nothing is held while the
+      model thinks). For a host that runs many runs at once: the chat agent,
+      one per conversation.
 
     Applies to the top-level run only; delegated runs do not inherit it.
     """
@@ -134,6 +145,11 @@ class RunOptions:
     system: str | None = None
     on_event: Callable[[dict[str, Any]], Awaitable[None]] | None = None
     stream: bool = False
+    admission: Literal["run", "per_call"] = "run"
+
+    def __post_init__(self) -> None:
+        if self.admission not in ("run", "per_call"):
+            raise ValueError(f"RunOptions.admission must be 'run' or 'per_call', not {self.admission!r}")
 
 
 _NO_OPTIONS = RunOptions()
@@ -361,7 +377,10 @@ class AgentRuntime:
         if options is not None:
             extra[_RUN_OPTIONS] = options
         ctx = ctx.replace(metadata={**dict(ctx.metadata), **extra})
-        detailed = await self.registry.executor.execute_detailed(self.agent_tool(agent), {"task": task}, ctx)
+        executor = self.registry.executor
+        if options is not None and options.admission == "per_call":  # admitted at once: see RunOptions.admission
+            executor = ToolExecutor(policy=executor.policy, mode=executor.mode, sink=executor.sink, max_parallel=1)
+        detailed = await executor.execute_detailed(self.agent_tool(agent), {"task": task}, ctx)
         if sink:
             result = sink[0]
         else:  # refused before the loop started (invalid task, policy, admission)
@@ -389,8 +408,12 @@ class AgentRuntime:
             if close is not None:
                 await close()
 
-    def _inner_context(self, agent: Agent, ctx: ToolExecutionContext, run_id: str) -> ToolExecutionContext:
-        if ctx.receipt_id is not None and ctx.reservation is not None:
+    def _inner_context(self, agent: Agent, ctx: ToolExecutionContext, run_id: str,
+                       opts: RunOptions = _NO_OPTIONS) -> ToolExecutionContext:
+        if opts.admission == "per_call" and ctx.receipt_id is not None:  # children admitted one by one, linked
+            scopes = ctx.scopes if agent.scopes is None else ctx.scopes & frozenset(agent.scopes)
+            inner = ctx.replace(scopes=scopes, parent_receipt_id=ctx.receipt_id, receipt_id=None, reservation=None)
+        elif ctx.receipt_id is not None and ctx.reservation is not None:
             inner = with_child_execution(ctx, scopes=agent.scopes)
         else:
             inner = ctx.replace(scopes=ctx.scopes if agent.scopes is None else ctx.scopes & agent.scopes)
@@ -471,7 +494,7 @@ class AgentRuntime:
             system += f"\n\nWhen you are done, call {SUBMIT_TOOL} with your answer; its arguments are your output."
         messages = [Message.system(system), *opts.history, Message.user(task)]
         options = ChatOptions(max_tokens=lim.max_tokens, temperature=lim.temperature)
-        inner = self._inner_context(agent, ctx, result.run_id)
+        inner = self._inner_context(agent, ctx, result.run_id, opts)
         calls_made = 0
         for n in range(1, lim.max_rounds + 1):
             reply = await self._ask(adapter, messages, tools, options, opts)

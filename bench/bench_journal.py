@@ -22,6 +22,7 @@ Usage: ``python bench/bench_journal.py [--quick] [--dir DIR] [--no-write]``.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,7 +57,15 @@ TIME = "2026-11-30T02:50:00.000000Z"
 SQ = "sqlite3 WAL synchronous=FULL, 1 commit/record"
 RAW1 = "raw write+fdatasync, 1 record/fsync"
 RAW64 = "raw write+fdatasync, 64 records/fsync"
-RAWIP = "raw pwrite in place+fdatasync, 1 record/fsync (no file growth)"
+# Issue 16/15, session 6: what does one fdatasync cost, by the kind of space the
+# record lands in? See sync_latencies.
+SYNC_MODES = {
+    "append": "append (O_APPEND, the file grows)",
+    "zeroed": "pwrite into pre-zeroed space (written + fsynced beforehand)",
+    "fallocate": "pwrite into fallocate'd space (unwritten extents)",
+    "keep_size": "append into space fallocate'd beyond EOF (FALLOC_FL_KEEP_SIZE: the size still grows, no block allocation)",
+    "rewrite": "pwrite over the same 32 KiB again and again (a WAL that reached its size)",
+}
 J1 = "JournalLog.append, 1 appender"
 J8 = "JournalLog.append, 8 appenders"
 J64 = "JournalLog.append, 64 appenders"
@@ -160,26 +170,255 @@ def bench_raw(d: Path, seconds: float, batch: int) -> float:
     return n / el
 
 
-def bench_raw_in_place(d: Path, seconds: float) -> float:
-    """One record per fdatasync, overwriting blocks written (and synced) beforehand:
-    the file never grows, so the sync carries no metadata — how SQLite's WAL
-    syncs once its file has reached its size. An O_APPEND journal cannot."""
-    path = d / f"raw-in-place-{time.monotonic_ns()}.bin"
+def _fallocate_keep_size(fd: int, length: int) -> None:
+    """fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, length): blocks reserved past EOF, size unchanged (Linux)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    if libc.fallocate(fd, 1, 0, length) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def sync_latencies(d: Path, seconds: float, files: tuple[int, ...] = (1, 2)) -> dict[tuple[str, int], list[float]]:
+    """fdatasync latency (s) of one record, per (mode, number of files), op-interleaved.
+
+    For ``seconds``, cycle through every (files, mode) cell: ``files`` worker
+    threads each write one record to their own file of that mode and
+    ``fdatasync`` it, at the same moment (a barrier; 2 files = a workflow
+    step's two journals), and the cell's time is until both have returned.
+    Cells alternate op by op, so the shared disk's drift hits every cell
+    alike (1 s blocks per cell, tried first, drifted by 5x between rounds).
+    Space is prepared and fsynced before the clock starts; offsets advance
+    like a journal's, except in ``rewrite`` mode.
+    """
     line = sample_lines(1)[0]
-    slots = 1 << 14
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    os.write(fd, b"\0" * (len(line) * slots))
-    os.fsync(fd)
-    n = 0
-    t0 = time.perf_counter()
-    stop = t0 + seconds
-    while time.perf_counter() < stop:
-        os.pwrite(fd, line, (n % slots) * len(line))
-        os.fdatasync(fd)
-        n += 1
-    el = time.perf_counter() - t0
-    os.close(fd)
-    return n / el
+    room = 16 << 20  # per file; a cell gets 1/8 of the run's syncs (~1 MiB at 5,000 syncs/s for 30 s)
+    paths: list[Path] = []
+
+    def prepare(mode: str, i: int) -> int:
+        path = d / f"sync-{mode}-{i}-{time.monotonic_ns()}.bin"
+        paths.append(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode in ("append", "keep_size") else 0), 0o600)
+        if mode in ("zeroed", "rewrite"):
+            zeros = b"\0" * (1 << 20)
+            for _ in range(room >> 20 if mode == "zeroed" else 1):
+                os.write(fd, zeros)
+        elif mode == "fallocate":
+            os.posix_fallocate(fd, 0, room)
+        elif mode == "keep_size":
+            _fallocate_keep_size(fd, room)
+        os.fsync(fd)
+        return fd
+
+    nmax = max(files)
+    fds = {(m, i): prepare(m, i) for m in SYNC_MODES for i in range(nmax)}
+    offsets = dict.fromkeys(fds, 0)
+    cells = [(m, n) for n in files for m in SYNC_MODES]
+    lat: dict[tuple[str, int], list[float]] = {c: [] for c in cells}
+    # Every thread meets at `start` and `end` each cycle; the cell is set before
+    # `start` and read after it, so no worker can see the next cycle's cell early.
+    start, end = threading.Barrier(nmax + 1, timeout=60), threading.Barrier(nmax + 1, timeout=60)  # a stuck disk fails, not hangs
+    cell: list[tuple[str, int] | None] = [None]
+
+    def worker(i: int) -> None:
+        while True:
+            start.wait()
+            c = cell[0]
+            if c is None:
+                return
+            mode, n = c
+            if i < n:
+                key = (mode, i)
+                fd, off = fds[key], offsets[key]
+                if mode in ("append", "keep_size"):
+                    os.write(fd, line)
+                else:
+                    os.pwrite(fd, line, off)
+                    off += len(line)
+                    offsets[key] = off % (32 << 10) if mode == "rewrite" else off
+                os.fdatasync(fd)
+            end.wait()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(nmax)]
+    for t in threads:
+        t.start()
+    try:
+        stop = time.perf_counter() + seconds
+        k = 0
+        while k % len(cells) or time.perf_counter() < stop:
+            c = cell[0] = cells[k % len(cells)]
+            t0 = time.perf_counter()
+            start.wait()
+            end.wait()
+            lat[c].append(time.perf_counter() - t0)
+            k += 1
+        cell[0] = None
+        start.wait()
+        for t in threads:
+            t.join()
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+        for p in paths:
+            p.unlink(missing_ok=True)
+    return lat
+
+
+def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
+    """One appender awaiting each record (a stdio server's receipt): latency (s)
+    of a raw ``write`` + ``fdatasync``, of ``JournalLog.append`` writing in place,
+    and of ``JournalLog.append`` handing over to the writer thread
+    (``inline_when_idle = False``), interleaved op by op on three files."""
+    line = sample_lines(1)[0]
+    lat: dict[str, list[float]] = {k: [] for k in LONE}
+
+    async def run() -> None:
+        fd = os.open(d / f"lone-raw-{time.monotonic_ns()}.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        inline = await JournalLog.open(d / f"lone-inline-{time.monotonic_ns()}.jsonl")
+        thread = await JournalLog.open(d / f"lone-thread-{time.monotonic_ns()}.jsonl")
+        thread.inline_when_idle = False
+        try:
+            stop = time.perf_counter() + seconds
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                os.write(fd, line)
+                os.fdatasync(fd)
+                t1 = time.perf_counter()
+                await inline.append("start", DATA)
+                t2 = time.perf_counter()
+                await thread.append("start", DATA)
+                t3 = time.perf_counter()
+                lat[LONE_RAW].append(t1 - t0)
+                lat[LONE_INLINE].append(t2 - t1)
+                lat[LONE_THREAD].append(t3 - t2)
+        finally:
+            os.close(fd)
+            await inline.close()
+            await thread.close()
+
+    anyio.run(run)
+    return lat
+
+
+LONE_RAW = "raw write + fdatasync (no encoding)"
+LONE_INLINE = "JournalLog.append, in place (the default for a lone appender)"
+LONE_THREAD = "JournalLog.append, handed over to the writer thread (inline_when_idle=False)"
+LONE = (LONE_RAW, LONE_INLINE, LONE_THREAD)
+
+
+def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
+    raw = lat[LONE_RAW]
+    rows = [[name, f"{len(xs):,}", f"{median(xs) * 1e6:,.0f}", f"{_pct(xs, 0.25) * 1e6:,.0f}–{_pct(xs, 0.75) * 1e6:,.0f}",
+             f"{median([b - a for a, b in zip(raw, xs, strict=True)]) * 1e6:,.0f}"] for name, xs in lat.items()]
+    return table(
+        [f"1 appender awaiting each record, interleaved op by op for {seconds:g} s", "samples", "median µs",
+         "p25–p75 µs", "median of per-op (this − raw) µs"],
+        rows,
+    )
+
+
+_THREAD_ONLY = (
+    "import sys; from openfunctions.core.journal import JournalLog; JournalLog.inline_when_idle = False; "
+    "from openfunctions.servers.cli import main; sys.exit(main())"
+)
+SERVER_PEERS = ("ours, journal on (lone appender in place)", "ours, journal on, inline_when_idle=False (writer thread)",
+                "SDK MCPServer (persists nothing)")
+
+
+def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[float]]:
+    """Per-call latency (s) of a serial stdio client against three servers,
+    interleaved call by call: ours (journal on), ours with every journal handing
+    over to its writer thread, and the SDK's MCPServer; for ``noop`` (a declared
+    read: one fsync, the receipt) and ``noop_write`` (two: start, receipt).
+    The servers and tools are bench_server's (``bench_server:registry``)."""
+    import bench_server
+    from mcp import Client, StdioServerParameters
+
+    ours = bench_server._ours_cmd(d / "srv-inline", journal=True)
+    thread = bench_server._ours_cmd(d / "srv-thread", journal=True)
+    serve = thread.index("serve")
+    thread = [sys.executable, "-c", _THREAD_ONLY, *thread[serve:]]
+    sdk = bench_server._sdk_cmd("stdio")
+    env = bench_server._env()
+    params = [StdioServerParameters(command=c[0], args=c[1:], env=env) for c in (ours, thread, sdk)]
+    lat: dict[tuple[str, str], list[float]] = {(tool, peer): [] for tool in ("noop", "noop_write") for peer in SERVER_PEERS}
+
+    async def run() -> None:
+        async with Client(params[0], read_timeout_seconds=60) as a, Client(params[1], read_timeout_seconds=60) as b, \
+                Client(params[2], read_timeout_seconds=60) as c:
+            clients = dict(zip(SERVER_PEERS, (a, b, c), strict=True))
+            for tool in ("noop", "noop_write"):
+                for cl in clients.values():  # warm-up
+                    for _ in range(20):
+                        await cl.call_tool(tool, {})
+                stop = time.perf_counter() + seconds / 2
+                while time.perf_counter() < stop:
+                    for peer, cl in clients.items():
+                        t0 = time.perf_counter()
+                        result = await cl.call_tool(tool, {})
+                        lat[(tool, peer)].append(time.perf_counter() - t0)
+                        if result.is_error:
+                            raise RuntimeError(f"{peer} {tool}: {result.content}")
+
+    anyio.run(run)
+    return lat
+
+
+def server_latency_table(lat: dict[tuple[str, str], list[float]], seconds: float) -> str:
+    rows = []
+    for (tool, peer), xs in lat.items():
+        sdk = lat[(tool, SERVER_PEERS[2])]
+        kind = "read-only (1 fsync)" if tool == "noop" else "effectful (2 fsyncs)"
+        rows.append([f"stdio, {kind}: {peer}", f"{len(xs):,}", f"{median(xs) * 1e3:.2f}",
+                     f"{_pct(xs, 0.25) * 1e3:.2f}–{_pct(xs, 0.75) * 1e3:.2f}",
+                     f"{median([s / x for s, x in zip(sdk, xs, strict=True)]):.2f}x"])
+    return table(
+        [f"serial stdio client, calls interleaved server by server for {seconds:g} s", "calls", "median ms",
+         "p25–p75 ms", "speed vs the SDK (median of per-call ratios)"],
+        rows,
+    )
+
+
+def _pct(xs: list[float], q: float) -> float:
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, int(q * len(ys)))]
+
+
+def sync_latency_table(lat: dict[tuple[str, int], list[float]], seconds: float) -> str:
+    rows = []
+    for (mode, n), xs in lat.items():
+        peer = median(lat[("append", n)])
+        rows.append([
+            f"{SYNC_MODES[mode]}, {n} file{'s' if n > 1 else ''} at once", f"{len(xs):,}",
+            f"{median(xs) * 1e6:,.0f}", f"{_pct(xs, 0.25) * 1e6:,.0f}–{_pct(xs, 0.75) * 1e6:,.0f}",
+            f"{peer / median(xs):.2f}x",
+            f"{median(xs) / median(lat[(mode, 1)]):.2f}x" if n > 1 else "",
+        ])
+    return table(
+        [f"1 record + fdatasync per file, cells interleaved op by op for {seconds:g} s", "samples",
+         "median µs (until every file's sync returned)", "p25–p75 µs", "speed vs append (same files)",
+         "vs the same mode on 1 file"],
+        rows,
+    )
+
+
+LONE_INTRO = (
+    "A lone appender (a stdio server's caller waits for each record): handing the record to the writer thread "
+    "costs two thread wake-ups (the thread's, then the event loop's) on top of the fsync; with nothing else to "
+    "run and no other append waiting, `JournalLog.append` writes and syncs in place instead (docs/formats/journal.md, "
+    "'Durability'). Same record bytes, three files, op-interleaved:"
+)
+
+
+SYNC_INTRO = (
+    "What one durable record costs the disk, by where it lands (issue 16/15, session 6: would a preallocated, "
+    "zero-filled tail that records overwrite in place make each fdatasync cheaper than an append that grows the "
+    "file?). `fallocate'd` space is unwritten extents; `rewrite` overwrites the same 32 KiB over and over, as "
+    "SQLite's WAL does once it reached its size. `2 files at once` is two threads syncing one record each to their "
+    "own file at the same moment (a workflow step's two journals). Every cell alternates with every other op by op, "
+    "so a drift of the shared disk hits all cells alike; the earlier form of this comparison (1 s of each cell in "
+    "turn) swung 5x between rounds on this machine and once showed an in-place row at 3.17x an append."
+)
 
 
 # -- recovery -----------------------------------------------------------------
@@ -255,6 +494,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="shorter runs and smaller files")
     ap.add_argument("--dir", type=Path, default=None, help="scratch directory on the disk to measure (default: a temp dir)")
     ap.add_argument("--no-write", action="store_true", help="print the table, do not touch docs/PERFORMANCE.md")
+    ap.add_argument("--server", action="store_true",
+                    help="only the stdio server table (ours in place vs ours through the writer thread vs the SDK, "
+                         "call-interleaved); prints it, does not touch docs/PERFORMANCE.md")
+    ap.add_argument("--sync-only", action="store_true",
+                    help="only the two latency tables (fdatasync by kind of space, 1 and 2 files at once; a lone "
+                         "appender raw vs in place vs handed over); prints them, does not touch docs/PERFORMANCE.md")
     a = ap.parse_args()
     secs = 0.5 if a.quick else 1.0
     reps = 3 if a.quick else 5
@@ -264,6 +509,20 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="ofbench-", dir=a.dir))
     os.chmod(base, 0o700)
     try:
+        if a.server:
+            server_secs = 10.0 if a.quick else 40.0
+            print(server_latency_table(server_latencies(base, server_secs), server_secs))
+            return
+        sync_secs = 8.0 if a.quick else 20.0
+        lat = sync_latencies(base, sync_secs)
+        sync_table = sync_latency_table(lat, sync_secs)
+        print(sync_table, file=sys.stderr)
+        lone_secs = 5.0 if a.quick else 15.0
+        lone_table = lone_latency_table(lone_latencies(base, lone_secs), lone_secs)
+        print(lone_table, file=sys.stderr)
+        if a.sync_only:
+            print(sync_table + "\n\n" + lone_table)
+            return
         rows = []
         rates: dict[str, float] = {}
         runs: dict[str, object] = {}
@@ -271,7 +530,6 @@ def main() -> None:
             (SQ, lambda: bench_sqlite(base, secs)),
             (RAW1, lambda: bench_raw(base, secs, 1)),
             (RAW64, lambda: bench_raw(base, secs, 64)),
-            (RAWIP, lambda: bench_raw_in_place(base, secs)),
             (J1, lambda: bench_journal_appends(base, 1, secs, name=J1)),
             (J8, lambda: bench_journal_appends(base, 8, secs, name=J8)),
             (J64, lambda: bench_journal_appends(base, 64, secs, name=J64)),
@@ -298,7 +556,7 @@ def main() -> None:
             cpu_us = LOOP_CPU_US.get(name)
             rows.append([
                 name, f"{r:,.0f}", f"{min(xs):,.0f}–{max(xs):,.0f}",
-                f"{median(per_sync):.1f}" if per_sync else {RAW1: "1", RAW64: "64", RAWIP: "1"}.get(name, "1 commit"),
+                f"{median(per_sync):.1f}" if per_sync else {RAW1: "1", RAW64: "64"}.get(name, "1 commit"),
                 f"{median(cpu_us):.1f}" if cpu_us else "",
                 f"{ratio(name, SQ):.1f}x", f"{ratio(name, RAW1):.2f}x", f"{ratio(name, RAW64):.2f}x",
             ])
@@ -361,11 +619,7 @@ def main() -> None:
             f"the writer thread's write + fdatasync run outside it). Even if every fsync overlapped that CPU completely, "
             f"the loop could acknowledge at most 1/{cpu64:.1f} µs = {ceiling:,.0f} records/s = "
             f"{ceiling / rates[RAW64]:.2f}× the raw batched rate, which writes pre-encoded bytes. "
-            f"`append_many` (one await for 64 records) removes the per-record wake-up but not the encoding. "
-            f"Why sqlite's single commits are as fast as raw appends: its WAL is rewritten in place once it "
-            f"reached its size, and a sync that grows no file carries no metadata "
-            f"(in-place row: {ratio(RAWIP, RAW1):.2f}× the appending raw row); the journal appends (`O_APPEND`), "
-            f"so every fsync also commits the new file size."
+            f"`append_many` (one await for 64 records) removes the per-record wake-up but not the encoding."
         )
         body = "\n\n".join(
             [
@@ -377,6 +631,10 @@ def main() -> None:
                 "columns are medians of per-round ratios (each round measures every row back to back).",
                 append_table,
                 targets,
+                SYNC_INTRO,
+                sync_table,
+                LONE_INTRO,
+                lone_table,
                 "Recovery: `JournalLog.open` streams the file and validates every line "
                 "(UTF-8, JSON, fields, SHA-256 checksum, chain, seq) — the peer only parses.",
                 scan_table,

@@ -16,7 +16,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,35 +24,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from openfunctions.store import migrate_database  # noqa: E402
-from tests._net import free_port, wait_for_port  # noqa: E402
-from tests.store._replicas import Load, start_replica, stop  # noqa: E402
-
-CFG = """global
-    maxconn 512
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-frontend front
-    bind 127.0.0.1:{port}
-    default_backend replicas
-backend replicas
-    balance roundrobin
-{servers}
-"""
+from tests._net import free_port  # noqa: E402
+from tests.store._replicas import Load, start_haproxy, start_replica, stop  # noqa: E402
 
 
 def measure(dsn: str | None, replicas: int, root: Path, seconds: float, workers: int, haproxy: str) -> float:
     port = free_port()
     procs = [start_replica(dsn, root / f"r{i}-{time.monotonic_ns()}", None, "--allowed-host", f"127.0.0.1:{port}")
              for i in range(replicas)]
-    servers = "\n".join(f"    server r{i} {url.split('//')[1].split('/')[0]}" for i, (url, _) in enumerate(procs))
-    cfg = root / f"haproxy-{port}.cfg"
-    cfg.write_text(CFG.format(port=port, servers=servers))
-    lb = subprocess.Popen([haproxy, "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lb = start_haproxy(haproxy, port, [url for url, _ in procs], root / f"haproxy-{port}.cfg")  # the tests' balancer
     try:
-        wait_for_port(port, lb)
         load = Load(f"http://127.0.0.1:{port}/mcp", workers=workers).start()
         time.sleep(1.0)  # warm-up
         n0, t0 = len(load.seen), time.perf_counter()
@@ -66,6 +46,7 @@ def measure(dsn: str | None, replicas: int, root: Path, seconds: float, workers:
     finally:
         lb.kill()
         lb.wait()
+        lb.stderr.close()  # type: ignore[union-attr]
         for _, p in procs:
             stop(p)
 

@@ -10,8 +10,12 @@ run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 
 - ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
 - ``stdio``: ``mcp.Client`` driving the server as a subprocess;
-- ``http x1``: one ``mcp.Client`` over streamable HTTP on 127.0.0.1;
-- ``http x16``: 16 concurrent clients, each with its own connection;
+- ``http x1, mcp.Client``: one ``mcp.Client`` over streamable HTTP on 127.0.0.1;
+- ``http x16, mcp.Client``: 16 concurrent ``mcp.Client`` s in this process (client-bound: ~2-3 ms of
+  client CPU per call, more than either server's);
+- ``http x16``: 16 concurrent raw keep-alive connections driven by
+  ``load_http.LeanClients`` (the lean client, ~0.2 ms of client CPU per call), each server's
+  2026-07-28 single-exchange path;
 - ``http load x50``: ``bench/load_http.py``'s raw-HTTP load generator (50
   keep-alive clients, ``of_hash_text``, stateless, journal on) against both
   servers, a few interleaved pairs; server CPU per call from /proc.
@@ -53,6 +57,7 @@ from openfunctions.core import ToolRegistry, define_tool
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(1, str(BENCH.parent))  # the checkout, for the port helper the tests share
+import load_http  # noqa: E402
 from _report import median, table, write_section  # noqa: E402
 
 from tests._net import free_port, wait_for_port  # noqa: E402
@@ -186,9 +191,10 @@ async def _rate(clients: list[Any], total: int, tool: str = "noop") -> float:
 class _Target:
     """One server in one mode, with its clients open across rounds."""
 
-    def __init__(self, label: str, make_clients: Callable[[], list[Any]], close: Callable[[], None] = lambda: None,
-                 tool: str = "noop", pid: int | None = None):
+    def __init__(self, label: str, make_clients: Callable[[], list[Any]] = lambda: [], close: Callable[[], None] = lambda: None,
+                 tool: str = "noop", pid: int | None = None, lean: tuple[int, int] | None = None):
         self.label, self.make_clients, self.close, self.tool = label, make_clients, close, tool
+        self.lean = lean  # (port, clients): driven by load_http.LeanClients (raw HTTP) instead of mcp.Client
         self.rates: list[float] = []
         self.pid = pid  # the server process, when it is one: its CPU per call is recorded per round
         self.server_cpu_ms: list[float] = []  # server process CPU per call
@@ -200,21 +206,42 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def _open(t: _Target, stack: Any, warmup: int) -> Any:
+    """Open a target's clients (kept across rounds) and warm them up: ``mcp.Client`` s or one ``LeanClients``."""
+    if t.lean is not None:
+        port, k = t.lean
+        lean = load_http.LeanClients(port, k, t.tool, lambda n, i: {})
+        stack.callback(lean.close)
+        await lean.run(calls_each=max(1, warmup // 4))
+        return lean
+    clients = [await stack.enter_async_context(c) for c in t.make_clients()]
+    await _rate(clients, warmup * len(clients), t.tool)
+    return clients
+
+
+async def _round(t: _Target, clients: Any, n: int) -> tuple[float, int]:
+    """One round of ``n`` calls spread over the target's clients: (calls/s, calls made)."""
+    if isinstance(clients, load_http.LeanClients):
+        before = len(clients.latencies)
+        wall = await clients.run(calls_each=n // clients.clients)
+        if clients.errors:
+            raise RuntimeError(f"{t.label} ({t.tool}): {clients.errors[:3]}")
+        calls = len(clients.latencies) - before
+        return calls / wall, calls
+    return await _rate(clients, n, t.tool), n // len(clients) * len(clients)
+
+
 async def _run_mode(mode: str, targets: list[_Target], n: int, rounds: int, warmup: int) -> None:
     from contextlib import AsyncExitStack
 
     async with AsyncExitStack() as stack:
-        opened = []
-        for t in targets:
-            clients = [await stack.enter_async_context(c) for c in t.make_clients()]
-            await _rate(clients, warmup * len(clients), t.tool)
-            opened.append((t, clients))
+        opened = [(t, await _open(t, stack, warmup)) for t in targets]
         for _ in range(rounds):
             for t, clients in opened:
                 server0 = _cpu_seconds(t.pid) if t.pid is not None else 0.0
                 client0 = time.process_time()
-                t.rates.append(await _rate(clients, n, t.tool))
-                calls = n // len(clients) * len(clients)
+                rate, calls = await _round(t, clients, n)
+                t.rates.append(rate)
                 t.client_cpu_ms.append((time.process_time() - client0) / calls * 1000)
                 if t.pid is not None:
                     t.server_cpu_ms.append((_cpu_seconds(t.pid) - server0) / calls * 1000)
@@ -325,7 +352,8 @@ async def bench(
     async def mode(name: str, ours: _Target, sdk: _Target, n: int) -> None:
         await _run_mode(name, [ours, sdk], n, rounds, warmup=max(20, n // 5))
         if ours.server_cpu_ms and sdk.server_cpu_ms:
-            cpu_rows.append([name, f"{median(ours.server_cpu_ms):.2f}", f"{median(sdk.server_cpu_ms):.2f}",
+            kind = "lean raw HTTP (load_http.LeanClients)" if ours.lean else "`mcp.Client`"
+            cpu_rows.append([name, kind, f"{median(ours.server_cpu_ms):.2f}", f"{median(sdk.server_cpu_ms):.2f}",
                              f"{median(ours.client_cpu_ms):.2f}", f"{median(sdk.client_cpu_ms):.2f}"])
         o, s = median(ours.rates), median(sdk.rates)
         # Rounds alternate ours/SDK back to back, so each pair saw about the same machine load.
@@ -368,22 +396,25 @@ async def bench(
     ours_http_slow = _HttpProc(_ours_cmd(tmp / "http-journal-sdk-path", "--transport", "http", "--port", str(p4),
                                          "--no-fast-path", journal=True), p4, tmp / "ours-http-sdk-path.log")
     try:
-        await mode("http x1", _Target("ours", lambda: [client(ours_http.url)], pid=ours_http.proc.pid),
+        # mcp.Client rows: the clients share this process, whose CPU per call (~3 ms) bounds x16 on both sides.
+        await mode("http x1, mcp.Client", _Target("ours", lambda: [client(ours_http.url)], pid=ours_http.proc.pid),
                    _Target("sdk", lambda: [client(sdk_http.url)], pid=sdk_http.proc.pid), n_http)
-        await mode("http x16", _Target("ours", lambda: [client(ours_http.url) for _ in range(16)], pid=ours_http.proc.pid),
-                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
-        await mode("http x16, journal on, read-only tool",
+        await mode("http x16, mcp.Client, journal on, read-only tool",
                    _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], pid=ours_http_j.proc.pid),
                    _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
-        await mode("http x16, journal on, effectful tool",
-                   _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], tool="noop_write",
-                           pid=ours_http_j.proc.pid),
-                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], tool="noop_write",
-                           pid=sdk_http.proc.pid), n_http * 2)
-        await mode("http x16, journal on, read-only tool, --no-fast-path",
-                   _Target("ours+journal", lambda: [client(ours_http_slow.url) for _ in range(16)],
-                           pid=ours_http_slow.proc.pid),
-                   _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
+        # Lean rows (issue 16's x16 target): 16 raw keep-alive connections (load_http.LeanClients), 2026-07-28.
+        n_lean = n_http * 5
+
+        def lean(label: str, proc: _HttpProc, tool: str = "noop") -> _Target:
+            return _Target(label, tool=tool, pid=proc.proc.pid, lean=(proc.port, 16))
+
+        await mode("http x16", lean("ours", ours_http), lean("sdk", sdk_http), n_lean)
+        await mode("http x16, journal on, read-only tool", lean("ours+journal", ours_http_j), lean("sdk", sdk_http),
+                   n_lean)
+        await mode("http x16, journal on, effectful tool", lean("ours+journal", ours_http_j, "noop_write"),
+                   lean("sdk", sdk_http, "noop_write"), n_lean)
+        await mode("http x16, journal on, read-only tool, --no-fast-path", lean("ours+journal", ours_http_slow),
+                   lean("sdk", sdk_http), n_lean)
     finally:
         ours_http.stop()
         sdk_http.stop()
@@ -420,22 +451,26 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     body = table(["mode", "calls/round", "ours (calls/s)", "SDK MCPServer (calls/s)", "ours/SDK (paired)"], rows)
     body += "\n\n" + load_note + "\n\n" + floor_table(floors, rates)
-    body += "\n\n" + table(["HTTP mode: CPU ms per call (medians)", "our server", "SDK server",
+    body += "\n\n" + table(["HTTP mode: CPU ms per call (medians)", "client", "our server", "SDK server",
                              "client process (vs ours)", "client process (vs SDK)"], cpu_rows)
-    body += ("\n\nThe HTTP rows' clients (`mcp.Client`, 16 of them for x16) share one Python process (this "
-             "bench's), on the same two cores as the server: when the client process spends more CPU per call than "
-             "the server, calls/s follow the client's cost, and a server-side saving shows in the server column "
-             "more than in calls/s. The raw-HTTP `http load x50` row has a lean client and is the server-bound figure.")
+    body += ("\n\nClients of the HTTP rows: the rows named `mcp.Client` drive each server with the SDK's client "
+             "(16 of them in one Python process, this bench's, on the same two cores as the server); its CPU per call "
+             "(the `client process` columns) is larger than either server's, so those rows follow the client's cost. "
+             "The other `http x16` rows (issue 16's target rows) use `bench/load_http.py`'s lean client "
+             "(`LeanClients`: 16 raw HTTP/1.1 keep-alive connections on asyncio, 2026-07-28 `tools/call` without a "
+             "session, the reply read whole and checked), the same piece of code as the `load_http` section, whose "
+             "own CPU per call is shown in the same columns. The raw-HTTP `http load x50` row uses it too.")
     print(body)
     if not args.no_write:
         note = (
             "One no-op tool (`noop`, returns \"ok\") served by `openfunctions-mcp` (receipts on, `--no-journal`) "
-            "and by the SDK's `MCPServer`, driven by `mcp.Client` (default `auto` mode) in the same run, rounds "
-            f"interleaved; medians over {rounds} rounds, and the median of the per-round ratios (each pair of "
+            "and by the SDK's `MCPServer`, driven by `mcp.Client` (default `auto` mode; in-process, stdio and the "
+            "HTTP rows named `mcp.Client`) or by the lean raw-HTTP client (the other HTTP rows) in the same run, "
+            f"rounds interleaved; medians over {rounds} rounds, and the median of the per-round ratios (each pair of "
             "rounds ran back to back, so it saw about the same machine load). `http x16` is 16 concurrent "
             "clients, each with its own connection, against one server process; the clients share one Python "
-            "process, which is part of what is measured. Ours also validates arguments, schedules the call and "
-            "builds a receipt (sha256 of spec, params and result) for every call. The `journal on` rows are "
+            "process (this bench's), whose CPU per call is in the CPU table below. Ours also validates "
+            "arguments, schedules the call and builds a receipt (sha256 of spec, params and result) for every call. The `journal on` rows are "
             "the default server (no `--no-journal`): every call fsyncs its receipt before the reply, and a tool "
             "that declares an effect (`noop_write`, `effect: write`) also fsyncs a start record before its "
             "handler; a declared read (`noop`, `effect: read`) needs no start record (docs/formats/receipt.md). "

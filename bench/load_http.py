@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -68,13 +69,15 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _request(port: int, text: str) -> bytes:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                       "params": {"name": "of_hash_text", "arguments": {"text": text}, "_meta": META}}).encode()
+def request_bytes(port: int, tool: str, arguments: dict[str, object], rid: int = 1) -> bytes:
+    """One raw HTTP/1.1 2026-07-28 ``tools/call`` request (no session: both servers route it to their
+    single-exchange handler, in session and stateless mode alike)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                       "params": {"name": tool, "arguments": arguments, "_meta": META}}).encode()
     return (
         f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
         f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
-        f"Mcp-Method: tools/call\r\nMcp-Name: of_hash_text\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
@@ -103,38 +106,77 @@ def _ok(body: bytes) -> bool:
     return False
 
 
-async def _client(port: int, deadline: float, latencies: list[float], errors: list[str], n: int) -> None:
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError as exc:
-        errors.append(f"connect: {exc.strerror}")
-        return
-    i = 0
-    try:
-        while time.perf_counter() < deadline:
-            i += 1
+class LeanClients:
+    """``clients`` raw keep-alive HTTP/1.1 connections to ``127.0.0.1:port``, each a loop of ``tools/call``.
+
+    The one lean client of the benches: this module's load cells and
+    ``bench_server.py``'s ``http x16`` rows. Each reply is read whole
+    (Content-Length or a chunked SSE stream) and checked to be a result that
+    is not an error; anything else is counted in ``errors``. Connections stay
+    open across :meth:`run` calls (``close`` ends them).
+    """
+
+    def __init__(self, port: int, clients: int, tool: str = "of_hash_text",
+                 arguments: Callable[[int, int], dict[str, object]] | None = None) -> None:
+        self.port, self.clients, self.tool = port, clients, tool
+        self.arguments = arguments or (lambda n, i: {"text": f"client {n} call {i}"})
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self._conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] = []
+        self._calls = 0
+
+    async def _connect(self) -> None:
+        while len(self._conns) < self.clients:
+            try:
+                self._conns.append(await asyncio.open_connection("127.0.0.1", self.port))
+            except OSError as exc:
+                self.errors.append(f"connect: {exc.strerror}")
+                self._conns.append(None)
+
+    async def _loop(self, n: int, deadline: float, calls: int | None) -> None:
+        conn = self._conns[n]
+        if conn is None:
+            return
+        reader, writer = conn
+        done = 0
+        while (done < calls) if calls is not None else (time.perf_counter() < deadline):
+            done += 1
+            self._calls += 1
             t0 = time.perf_counter()
-            writer.write(_request(port, f"client {n} call {i}"))
+            writer.write(request_bytes(self.port, self.tool, self.arguments(n, self._calls), self._calls))
             try:
                 status, body = await _read_response(reader)
             except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                errors.append(type(exc).__name__)
+                self.errors.append(type(exc).__name__)
+                self._conns[n] = None
                 return
             if status != 200 or not _ok(body):
-                errors.append(f"HTTP {status}: {body[:80]!r}")
+                self.errors.append(f"HTTP {status}: {body[:80]!r}")
                 continue
-            latencies.append(time.perf_counter() - t0)
-    finally:
-        writer.close()
+            self.latencies.append(time.perf_counter() - t0)
+
+    async def run(self, *, seconds: float | None = None, calls_each: int | None = None) -> float:
+        """Every client calls for ``seconds``, or ``calls_each`` times; returns the wall time taken."""
+        await self._connect()
+        start = time.perf_counter()
+        deadline = start + (seconds or 0.0)
+        await asyncio.gather(*(self._loop(n, deadline, calls_each) for n in range(self.clients)))
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        for conn in self._conns:
+            if conn is not None:
+                conn[1].close()
+        self._conns = []
 
 
 async def _load(port: int, clients: int, seconds: float) -> tuple[list[float], list[str], float]:
-    latencies: list[float] = []
-    errors: list[str] = []
-    start = time.perf_counter()
-    deadline = start + seconds
-    await asyncio.gather(*(_client(port, deadline, latencies, errors, n) for n in range(clients)))
-    return latencies, errors, time.perf_counter() - start
+    lean = LeanClients(port, clients)
+    try:
+        wall = await lean.run(seconds=seconds)
+    finally:
+        lean.close()
+    return lean.latencies, lean.errors, wall
 
 
 def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[subprocess.Popen, int]:

@@ -14,6 +14,15 @@ same disk the servers' journals use), and prints:
     python bench/profile_call_path.py [--tool of_hash_text|noop|noop_write] [--calls 2000] [--no-journal]
     python bench/profile_call_path.py --http [--calls 2000] [--no-journal]
 
+``--threads`` splits the journal's CPU per call by thread (from
+``/proc/self/task``): the event-loop thread and the other threads (the
+journal writer is the only one),
+user and system time, journal on and off, 1 and 16 concurrent callers; and
+times the journal's own pieces on the loop thread (``time.thread_time_ns``
+around ``Receipt.to_dict``, ``JournalLog._encode``, ``GroupWriter.enqueue``,
+``_Batch.resolve``), so the rest of the loop thread's extra CPU is the
+wake-up (the writer's ``call_soon_threadsafe``, the loop's ``epoll_wait``).
+
 ``--http`` instead drives one whole 2026-07-28 ``tools/call`` POST through the
 real ASGI app (``create_http_app``: the request guard, the direct
 ``tools/call`` path or, with it off, the SDK's streamable-HTTP app), in
@@ -168,6 +177,107 @@ def http_main(calls: int, journal: bool) -> int:
     return 0
 
 
+def _thread_cpu() -> dict[str, tuple[str, float, float]]:
+    """Per thread of this process: (name, user s, system s)."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[tid] = (name, int(fields[11]) / tick, int(fields[12]) / tick)
+    return out
+
+
+_PIECES = (("core._receipts", "Receipt", "to_dict"), ("core.journal._log", "JournalLog", "_encode"),
+           ("core.journal._writer", "GroupWriter", "enqueue"), ("core.journal._writer", "_Batch", "resolve"))
+
+
+def _timed_pieces(acc: dict[str, int]) -> list[tuple[type, str, Any]]:
+    """Wrap the journal's loop-thread pieces to add their thread CPU (ns) into ``acc``; returns what to restore."""
+    import importlib
+
+    restore = []
+    for module, cls_name, attr in _PIECES:
+        mod = importlib.import_module("openfunctions." + module)
+        cls = getattr(mod, cls_name)
+        raw = cls.__dict__[attr]
+        func = raw.__func__ if isinstance(raw, staticmethod) else raw
+        label = f"{cls_name}.{attr}"
+
+        def timed(*a: Any, _f: Any = func, _label: str = label, **k: Any) -> Any:
+            t0 = time.thread_time_ns()
+            try:
+                return _f(*a, **k)
+            finally:
+                acc[_label] = acc.get(_label, 0) + time.thread_time_ns() - t0
+
+        setattr(cls, attr, staticmethod(timed) if isinstance(raw, staticmethod) else timed)
+        restore.append((cls, attr, raw))
+    return restore
+
+
+async def _run_threads(tool: str, calls: int, journal: bool, concurrency: int) -> dict[str, float]:
+    import threading
+
+    reg = _registry()
+    params = {"text": "client 1 call 2"} if tool == "of_hash_text" else {}
+    acc: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        j = await ExecutionJournal.open(Path(tmp) / "bench.journal") if journal else None
+        if j is not None:
+            reg.executor.add_sink(j, first=True)
+        ex, t = reg.executor, reg.get(tool)
+        for _ in range(50):
+            await ex.execute_detailed(t, params)
+        restore = _timed_pieces(acc) if journal else []
+        try:
+            before, w0 = _thread_cpu(), time.perf_counter()
+
+            async def caller(n: int) -> None:
+                for _ in range(n):
+                    await ex.execute_detailed(t, params)
+
+            await asyncio.gather(*(caller(calls // concurrency) for _ in range(concurrency)))
+            wall, after = time.perf_counter() - w0, _thread_cpu()
+        finally:
+            for cls, attr, raw in restore:
+                setattr(cls, attr, raw)
+        if j is not None:
+            await j.close()
+    main_tid = str(threading.get_native_id())
+    out = {"wall": wall / calls * 1e6}
+    for tid, (_name, user, system) in after.items():
+        if tid not in before:
+            continue
+        # Python 3.11 does not name OS threads: every other thread here is the journal writer.
+        role = "loop" if tid == main_tid else "writer"
+        out[f"{role} user"] = out.get(f"{role} user", 0.0) + (user - before[tid][1]) / calls * 1e6
+        out[f"{role} sys"] = out.get(f"{role} sys", 0.0) + (system - before[tid][2]) / calls * 1e6
+    out.update({k: v / calls / 1000 for k, v in acc.items()})
+    return out
+
+
+def threads_main(tool: str, calls: int) -> int:
+    """``--threads``: CPU per call by thread, journal on vs off, 1 and 16 callers (medians of 3 runs)."""
+    for concurrency in (1, 16):
+        for journal in (False, True):
+            runs = [asyncio.run(_run_threads(tool, calls, journal, concurrency)) for _ in range(3)]
+            keys = sorted({k for r in runs for k in r})
+            cells = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+            head = f"{tool}, {concurrency:2d} caller(s), journal {'on ' if journal else 'off'}:"
+            print(head, ", ".join(f"{k} {cells[k]:.0f}" for k in ("wall", "loop user", "loop sys", "writer user",
+                                                                      "writer sys") if k in cells), "us/call")
+            for label in (f"{c}.{a}" for _m, c, a in _PIECES):
+                if label in cells:
+                    print(f"    loop thread in {label}: {cells[label]:.1f} us/call")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tool", default="of_hash_text", choices=["of_hash_text", "noop", "noop_write"])
@@ -175,8 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-journal", action="store_true")
     ap.add_argument("--http", action="store_true",
                     help="profile the whole HTTP request through the ASGI app (of_hash_text), fast path on vs off")
+    ap.add_argument("--threads", action="store_true",
+                    help="CPU per call by thread (loop, journal writer), journal on/off, 1 and 16 callers")
     args = ap.parse_args(argv)
     journal = not args.no_journal
+    if args.threads:
+        return threads_main(args.tool, args.calls)
     if args.http:
         return http_main(args.calls, journal)
     runs = [asyncio.run(_run(args.tool, args.calls // 2, journal, None)) for _ in range(5)]

@@ -10,7 +10,7 @@ Usage::
     async for event in agent.chat("again", stream=True):   # ChatEvent: tool_call, tool_result, text, done
         ...
     await agent.reset()                                # a new conversation; saved facts stay
-    conv = agent.open_conversation()                   # another conversation (serve() issues one per client)
+    conv = await agent.open_conversation()             # another conversation (serve() issues one per client)
     await agent.chat("hello", conversation=conv)
     await agent.serve(port=8765)                       # POST /chat, /chat/stream (SSE), GET /health, POST /reset, GET /
     await agent.destroy()

@@ -16,7 +16,10 @@ One turn, one path (:meth:`ChatAgent._turn`):
 5. append the user's message and the answer to the conversation (completed
    turns only: a failed or cancelled turn leaves the conversation as it was).
 
-Turns of one agent run one at a time (a lock): a conversation has one order.
+Turns of one conversation run one at a time, in the order they arrived (the
+conversation's FIFO lock): a conversation has one order. Turns of different
+conversations run concurrently (a slow model call for one client delays no
+other client).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from openfunctions.agents import AgentLimits, AgentRuntime, RunJournal, RunOptio
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolExecutionContext, ToolRegistry, new_id
 
 from ._config import ChatConfig, load_config, load_object, module_tools
-from ._conversations import Conversation, Conversations
+from ._conversations import Conversation, Conversations, log_path
 from ._errors import ChatClosed, ChatConfigError, InvalidMessage, MessageTooLarge
 from ._prompt import memory_hint, resolve_prompt
 
@@ -130,7 +133,6 @@ class ChatAgent:
         self._agent: Any = None
         self._journal: Any = None
         self._closers: list[Any] = []
-        self._lock = anyio.Lock()
         self._closed = False
 
     # -- public API -------------------------------------------------------------
@@ -153,22 +155,30 @@ class ChatAgent:
             return self._events(message, conversation)
         return self._turn(message, None, stream=False, conversation=conversation)
 
-    def open_conversation(self) -> str:
+    async def open_conversation(self, *, principal: str | None = None) -> str:
         """Issue a new conversation; returns its id (``conv_…``) for ``chat(..., conversation=)`` and ``reset()``.
 
         At most ``max_conversations`` are kept: past that the least recently used idle one is forgotten
-        (its id then raises :class:`ConversationNotFound`; its memory thread stays in the store)."""
+        (its id then raises :class:`ConversationNotFound`; its memory thread stays in the store). With memory
+        on the table is durable in the data dir (the id is valid after a restart; it is durable before this
+        returns). ``principal``: the transport's principal of the caller, the only one the HTTP server lets
+        continue it."""
         if self._closed:
             raise ChatClosed(f"chat agent {self.name!r} was destroyed; create a new one")
-        return self._conversations.issue().id
+        return (await self._conversations.issue(principal)).id
 
     async def reset(self, conversation: str | None = None) -> str:
         """Start the conversation over (a new thread id); saved facts stay. Returns the new thread id.
 
         ``conversation``: an issued conversation's id (only that one starts over); None: the agent's own."""
-        conv = self._default if conversation is None else self._conversations.get(conversation)
-        async with self._lock:
-            return conv.reset()
+        if conversation is None:
+            async with self._default.lock:
+                self._default.thread_id = new_id("chat")
+                self._default.history.clear()
+                return self._default.thread_id
+        conv = self._conversations.get(conversation)
+        async with conv.lock:
+            return await self._conversations.reset(conv)
 
     async def health(self) -> dict[str, Any]:
         from openfunctions.providers import check_provider_health
@@ -178,7 +188,8 @@ class ChatAgent:
         return {"status": "closed" if self._closed else ("degraded" if degraded else "ok"), "agent": self.name,
                 "provider": getattr(self.adapter, "provider", ""), "model": getattr(self.adapter, "model", ""),
                 "memory": self.memory is not None, "thread_id": self.thread_id, "tools": list(self.tool_names),
-                "conversations": len(self._conversations), "providers": providers}
+                "conversations": len(self._conversations), "conversations_durable": self._conversations.durable,
+                "providers": providers}
 
     async def destroy(self) -> None:
         """Close the providers, memory store, run journal and receipts journal. Idempotent."""
@@ -186,13 +197,16 @@ class ChatAgent:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
-            async with self._lock:
-                for close in reversed(self._closers):
-                    try:
-                        await close()
-                    except Exception as exc:
-                        log.warning("chat_close_failed", error=f"{type(exc).__name__}: {exc}")
-                self._closers.clear()
+            # Wait for the turns that run (each holds its conversation's lock); queued ones then see _closed.
+            for conv in [self._default, *self._conversations.held()]:
+                async with conv.lock:
+                    pass
+            for close in reversed(self._closers):
+                try:
+                    await close()
+                except Exception as exc:
+                    log.warning("chat_close_failed", error=f"{type(exc).__name__}: {exc}")
+            self._closers.clear()
 
     async def __aenter__(self) -> ChatAgent:
         return self
@@ -262,7 +276,7 @@ class ChatAgent:
             conv.busy -= 1
 
     async def _turn_in(self, conv: Conversation, message: str, emit: Any, *, stream: bool) -> ChatResponse:
-        async with self._lock:
+        async with conv.lock:  # this conversation's turns in arrival order; other conversations run meanwhile
             if self._closed:
                 raise ChatClosed(f"chat agent {self.name!r} was destroyed; create a new one")
             assert self._runtime is not None
@@ -282,7 +296,9 @@ class ChatAgent:
                     data = {k: v for k, v in event.items() if k != "type"}
                     await emit(ChatEvent(kind, data))
 
-            options = RunOptions(history=history, system=system, on_event=on_event, stream=stream)
+            # per_call: this turn holds no place in the tools' scheduler while the model thinks, so other
+            # conversations' turns run meanwhile; each tool call is admitted on its own (a write still runs alone)
+            options = RunOptions(history=history, system=system, on_event=on_event, stream=stream, admission="per_call")
             ctx = ToolExecutionContext(principal=f"chat:{self.name}")
             result = await self._runtime.run(self._agent, message, ctx, options=options)
             if result.status == "completed":
@@ -290,6 +306,11 @@ class ChatAgent:
                     await self._remember(conv, thread, message, result.text or "")
                 except OpenFunctionsError as exc:  # the answer stands; the conversation misses this turn (logged)
                     log.warning("chat_remember_failed", thread=thread, run_id=result.run_id, error=exc.message)
+                if conv.id:
+                    try:
+                        await self._conversations.used(conv)  # now the most recently used (durable: its order too)
+                    except OpenFunctionsError as exc:
+                        log.warning("chat_conversation_use_not_recorded", run_id=result.run_id, error=exc.message)
             response = ChatResponse(
                 text=result.text or "", status=result.status, run_id=result.run_id, rounds=result.rounds,
                 tool_calls=tool_calls, thread_id=thread, provider=getattr(self.adapter, "provider", ""),
@@ -364,6 +385,7 @@ class ChatAgent:
             offered = self._select(own)
             memory_names = await self._open_memory()
             provider_names = await self._connect_providers()
+            await self._open_conversations()
             self.tool_names = self._exclude([*offered, *memory_names, *provider_names])
             if self.memory is not None and any(n in self.tool_names for n in MEMORY_TOOLS):
                 self.role = f"{self.role}\n\n{memory_hint()}"
@@ -438,6 +460,21 @@ class ChatAgent:
             self._closers.append(self._journal.close)
             return
         raise ChatConfigError(f"all 16 chat journal slots in {self.data_dir / 'journal'} are held by running chats")
+
+    async def _open_conversations(self) -> None:
+        """With memory on, the issued conversations' table is durable (``chat/<name>.conversations.journal``)."""
+        from openfunctions.core.journal import JournalError
+
+        if self.memory is None:
+            return  # the history lives in the process: so does the table
+        assert self.data_dir is not None
+        path = log_path(self.data_dir, self.name)
+        try:
+            self._conversations = await Conversations.open(path, self.config.max_conversations, agent=self.name)
+        except (JournalError, OSError) as exc:
+            raise ChatConfigError(f"conversation table {str(path)!r}: {getattr(exc, 'message', None) or exc}",
+                                  details={"path": str(path)}) from None
+        self._closers.append(self._conversations.close)
 
     async def _open_runs(self) -> Any:
         from openfunctions.agents import RunJournalError

@@ -1,35 +1,99 @@
-"""The conversations of one chat agent: ids the agent issues, each with its own thread, bounded.
+"""The conversations of one chat agent: ids the agent issues, each with its own thread, bounded, durable.
 
 A served chat gives every client its own conversation: the first turn
 without a ``conversation_id`` gets one issued (``conv_`` + 32 random
 URL-safe characters: an unguessable handle, so one client cannot talk
 into another's conversation), and the client sends it back with its next
-turns and its ``/reset``. The table lives in the process: at most
-``limit`` conversations; issuing one past the limit evicts the least
-recently used conversation that has no turn running (its id then gets
-404, and its memory thread stays in the store). A server restart forgets
-the table (the threads stay in the memory store); clients start a new
-conversation.
+turns and its ``/reset``. At most ``limit`` conversations are held; issuing
+one past the limit evicts the least recently used conversation that has no
+turn running (its id then gets 404, and its memory thread stays in the
+store). "Used" means a completed turn (or the issue, or a reset).
+
+An id is a bearer handle bound to the principal that created it: whoever
+holds the id continues the conversation, as long as the transport
+authenticated them as the same principal (the HTTP server's bearer-token
+principal, or none on an open loopback bind); another principal gets the
+same 404 as an unknown id. In-process callers (``chat(..., conversation=)``)
+are trusted and not checked.
 
 The agent's own conversation (``chat()`` without ``conversation=``,
 ``interactive()``) is not in the table and is never evicted.
+
+Durable table, format version 1
+===============================
+
+With memory on (the threads are in the memory store, so a conversation's
+history outlives the process), the table is a core journal
+(``openfunctions.core.journal.JournalLog``: byte format, checksums, chain,
+fsync and flock in ``core/journal/_encoder.py``)::
+
+    <data-dir>/chat/<agent>.conversations.journal        (0600; dir 0700)
+    <data-dir>/chat/<agent>.conversations.journal.lock   its writer's flock (one process)
+    <data-dir>/chat/<agent>.conversations.journal.seg-N  only while a compaction is under way
+
+(``<agent>`` is the agent's name if it is made of ``A-Z a-z 0-9 _ . -``,
+else ``sha256:`` of it, 32 hex characters.) Header: ``kind``
+``"chat-conversations"``, ``meta`` ``{"format":
+"openfunctions.chat-conversations", "version": 1, "agent": name}``.
+Records (``type``: ``data``), each applied by :func:`apply` to the table,
+live and at recovery alike; the table's order is least recently used
+first, and every record but ``evicted`` moves its conversation to the end:
+
+- ``issued``: ``{id, thread_id, principal}`` — a new conversation
+  (``principal``: the creator's, or null).
+- ``reset``: ``{id, thread_id}`` — the conversation starts over in a new
+  memory thread.
+- ``used``: ``{id}`` — a turn of it completed (not written when the last
+  record already named it).
+- ``evicted``: ``{id}`` — forgotten (past the bound; written in the same
+  batch as the ``issued`` that pushed it out, or at open when the bound
+  shrank).
+- ``snapshot``: ``{conversations: [[id, thread_id, principal], …]}`` —
+  the whole table, least recently used first; it replaces whatever was
+  folded before. Written only by a compaction.
+
+Every record is fsynced before the operation returns: an id is handed to a
+client only once its ``issued`` record is durable. Compaction (when the file
+holds more than ``max(4 × limit, 256)`` records): the file is rotated into a
+segment (``JournalLog.rotate``), one ``snapshot`` is appended, then the
+segments are deleted. Reading folds the segments (oldest first) and then the
+file, so a crash at any point of a compaction loses nothing (a ``snapshot``
+that made it replaces the segments' state; leftover segments are deleted on
+the next open once the file holds a snapshot). Reading fails closed: an
+unknown record type or a record missing a field raises
+:class:`ChatConfigError` naming the file and the record (the agent is not created).
+
+With memory off the history lives in the process, so the table does too: a
+restart forgets it (clients start a new conversation).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import secrets
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from openfunctions.core import new_id
+import anyio
 
-from ._errors import ConversationNotFound, InvalidConversation
+from openfunctions.core import new_id
+from openfunctions.core.journal import JournalLog, read_records, segment_paths
+
+from ._errors import ChatConfigError, ConversationNotFound, InvalidConversation
 
 #: How many issued conversations an agent keeps by default (``ChatConfig.max_conversations``).
 MAX_CONVERSATIONS = 256
 CONVERSATION_ID_RE = re.compile(r"^conv_[A-Za-z0-9_-]{32}$")
+KIND = "chat-conversations"
+FORMAT = "openfunctions.chat-conversations"
+VERSION = 1
+#: ``get(..., principal=ANY)``: an in-process caller, not checked.
+ANY = object()
 
 
 @dataclass
@@ -38,41 +102,183 @@ class Conversation:
 
     id: str
     thread_id: str
+    principal: str | None = None  # who created it (the transport's principal)
     history: list[tuple[str, str]] = field(default_factory=list)  # memory off: (role, text)
     busy: int = 0  # turns running or waiting: never evicted meanwhile
+    lock: anyio.Lock = field(default_factory=anyio.Lock)  # one turn at a time, first come first served
 
-    def reset(self) -> str:
-        self.thread_id = new_id("chat")
-        self.history.clear()
-        return self.thread_id
+
+Record = tuple[str, dict[str, Any]]
+
+
+def apply(table: OrderedDict[str, Conversation], type: str, data: dict[str, Any]) -> str | None:
+    """Fold one record into ``table`` (the only code that changes it). Returns the id it moved to the end
+    (the most recently used), or None. Raises KeyError/TypeError/ValueError on a malformed record."""
+    if type == "issued":
+        principal = data["principal"]
+        if principal is not None and not isinstance(principal, str):
+            raise TypeError(f"principal must be a string or null, not {type_name(principal)}")
+        table[_id(data)] = Conversation(id=_id(data), thread_id=_str(data, "thread_id"), principal=principal)
+    elif type == "reset":
+        conv = table.get(_id(data))
+        if conv is None:
+            return None
+        conv.thread_id = _str(data, "thread_id")
+        conv.history.clear()
+    elif type == "used":
+        if _id(data) not in table:
+            return None
+    elif type == "evicted":
+        table.pop(_id(data), None)
+        return None
+    elif type == "snapshot":
+        rows = data["conversations"]
+        if not isinstance(rows, list):
+            raise TypeError("conversations must be a list")
+        table.clear()
+        for row in rows:
+            cid, thread, principal = row
+            apply(table, "issued", {"id": cid, "thread_id": thread, "principal": principal})
+        return None
+    else:
+        raise ValueError(f"unknown record type {type!r}")
+    table.move_to_end(_id(data))
+    return _id(data)
+
+
+def type_name(v: Any) -> str:
+    return type(v).__name__
+
+
+def _str(data: dict[str, Any], key: str) -> str:
+    v = data[key]
+    if not isinstance(v, str) or not v:
+        raise TypeError(f"{key} must be a non-empty string, not {type_name(v)}")
+    return v
+
+
+def _id(data: dict[str, Any]) -> str:
+    v = _str(data, "id")
+    if not CONVERSATION_ID_RE.match(v):
+        raise ValueError(f"id {v[:40]!r} is not a conversation id")
+    return v
+
+
+def log_path(data_dir: Path, agent: str) -> Path:
+    """Where agent ``agent``'s table lives in ``data_dir``."""
+    safe = agent if re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", agent) and agent not in (".", "..") else \
+        "sha256-" + hashlib.sha256(agent.encode("utf-8")).hexdigest()[:32]
+    return data_dir / "chat" / f"{safe}.conversations.journal"
 
 
 class Conversations:
-    """Issued conversations by id, least recently used first (see the module docstring)."""
+    """Issued conversations by id, least recently used first (see the module docstring).
+
+    Build with ``Conversations(limit)`` (in the process only) or :meth:`open` (durable)."""
 
     def __init__(self, limit: int = MAX_CONVERSATIONS) -> None:
         self.limit = limit
         self._table: OrderedDict[str, Conversation] = OrderedDict()
+        self._log: JournalLog | None = None
+        self._tail: str | None = None  # the id the last record moved to the end
+        self._records = 0  # records in the file since its start (compaction when past _compact_at)
         self.evicted = 0
+
+    @classmethod
+    async def open(cls, path: Path, limit: int, *, agent: str) -> Conversations:
+        """Open (creating) the durable table at ``path``, fold it, and apply the bound.
+
+        Raises JournalLocked (another process holds it), JournalCorrupt, JournalUnsafe, ChatConfigError (a record
+        the fold refuses)."""
+        self = cls(limit)
+        for seg in segment_paths(path):
+            self._fold(read_records(seg), seg)
+        seen: list[Any] = []
+        log = await JournalLog.open(path, kind=KIND, meta={"format": FORMAT, "version": VERSION, "agent": agent},
+                                    on_record=seen.append)
+        try:
+            self._fold(seen, path)
+            self._records = len(seen)
+            if any(r.type == "snapshot" for r in seen):  # a finished compaction's leftovers
+                await anyio.to_thread.run_sync(_unlink_all, segment_paths(path))
+            self._log = log
+            extra = [("evicted", {"id": c.id}) for c in list(self._table.values())[: max(0, len(self._table) - limit)]]
+            if extra:  # the bound shrank since the last run (--max-conversations)
+                await self._commit(extra)
+        except BaseException:
+            self._log = None
+            with anyio.CancelScope(shield=True):
+                await log.close()
+            raise
+        return self
+
+    def _fold(self, records: Iterable[Any], path: Path) -> None:
+        for rec in records:
+            try:
+                moved = apply(self._table, rec.type, rec.data)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ChatConfigError(
+                    f"conversation table {str(path)!r}: record {rec.seq} ({rec.type!r}) is malformed: {exc}; "
+                    "move the file aside to start with no conversations",
+                    details={"path": str(path), "seq": rec.seq}) from None
+            self._tail = moved if moved is not None else self._tail
+
+    @property
+    def durable(self) -> bool:
+        return self._log is not None
 
     def __len__(self) -> int:
         return len(self._table)
 
-    def issue(self) -> Conversation:
-        """A new conversation (a fresh id and thread); evicts the least recently used idle one past the limit."""
-        conv = Conversation(id="conv_" + secrets.token_urlsafe(24), thread_id=new_id("chat"))
-        self._table[conv.id] = conv
-        if len(self._table) > self.limit:
-            for old in list(self._table.values()):
-                if old.busy == 0 and old is not conv:
-                    del self._table[old.id]
-                    self.evicted += 1
-                    break
-        return conv
+    def held(self) -> list[Conversation]:
+        """The conversations held now (least recently used first)."""
+        return list(self._table.values())
 
-    def get(self, conversation_id: Any) -> Conversation:
-        """The conversation ``conversation_id`` names (now the most recently used), or
-        :class:`InvalidConversation` (not an id this agent issues) / :class:`ConversationNotFound`."""
+    async def issue(self, principal: str | None = None) -> Conversation:
+        """A new conversation (a fresh id and thread), durable before it returns; evicts the least recently
+        used idle one past the limit."""
+        cid = "conv_" + secrets.token_urlsafe(24)
+        records: list[Record] = [("issued", {"id": cid, "thread_id": new_id("chat"), "principal": principal})]
+        if len(self._table) >= self.limit:
+            victim = next((c for c in self._table.values() if c.busy == 0), None)
+            if victim is not None:
+                records.append(("evicted", {"id": victim.id}))
+                self.evicted += 1
+        await self._commit(records)
+        return self._table[cid]
+
+    async def reset(self, conv: Conversation) -> str:
+        """Start ``conv`` over in a new thread (durable before it returns); returns the thread id."""
+        await self._commit([("reset", {"id": conv.id, "thread_id": new_id("chat")})])
+        return conv.thread_id
+
+    async def used(self, conv: Conversation) -> None:
+        """A turn of ``conv`` completed: it becomes the most recently used (no record if it already is)."""
+        if conv.id != self._tail and conv.id in self._table:
+            await self._commit([("used", {"id": conv.id})])
+
+    async def _commit(self, records: list[Record]) -> None:
+        for type, data in records:  # in memory at once (event-loop order is log order), then durable
+            moved = apply(self._table, type, data)
+            self._tail = moved if moved is not None else self._tail
+        if self._log is None:
+            return
+        await self._log.append_many(records)
+        self._records += len(records)
+        if self._records > max(4 * self.limit, 256):
+            await self._compact()
+
+    async def _compact(self) -> None:
+        assert self._log is not None
+        await self._log.rotate(meta={"format": FORMAT, "version": VERSION, "agent": self._log.header.meta.get("agent")})
+        rows = [[c.id, c.thread_id, c.principal] for c in self._table.values()]
+        await self._log.append("snapshot", {"conversations": rows})
+        self._records = 1
+        await anyio.to_thread.run_sync(_unlink_all, segment_paths(self._log.path))
+
+    def get(self, conversation_id: Any, *, principal: Any = ANY) -> Conversation:
+        """The conversation ``conversation_id`` names, or :class:`InvalidConversation` (not an id this agent
+        issues) / :class:`ConversationNotFound` (not held, or created by another ``principal``)."""
         if not isinstance(conversation_id, str) or not CONVERSATION_ID_RE.match(conversation_id):
             shown = conversation_id[:40] if isinstance(conversation_id, str) else type(conversation_id).__name__
             raise InvalidConversation(
@@ -80,13 +286,28 @@ class Conversations:
                 "send none to start a new conversation"
             )
         conv = self._table.get(conversation_id)
-        if conv is None:
+        if conv is None or (principal is not ANY and conv.principal != principal):
             raise ConversationNotFound(
                 f"conversation {conversation_id[:13]}… is unknown here (never issued, evicted after "
-                f"{self.limit} newer conversations, or the server restarted); send none to start a new one"
+                f"{self.limit} newer conversations, or created by another principal); send none to start a new one"
             )
-        self._table.move_to_end(conversation_id)
         return conv
 
+    async def close(self) -> None:
+        if self._log is not None:
+            await self._log.close()
 
-__all__ = ["CONVERSATION_ID_RE", "MAX_CONVERSATIONS", "Conversation", "Conversations"]
+
+def _unlink_all(paths: list[Path]) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+    if paths:
+        from openfunctions.core.files import fsync_dir
+
+        fsync_dir(paths[0].parent)
+
+
+__all__ = ["CONVERSATION_ID_RE", "MAX_CONVERSATIONS", "Conversation", "Conversations", "apply", "log_path"]

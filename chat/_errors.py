@@ -52,7 +52,7 @@ class InvalidConversation(ChatError):
 
 
 class ConversationNotFound(ChatError):
-    """A well-formed conversation id this agent does not hold (never issued, evicted, or from before a restart)."""
+    """A well-formed conversation id this agent does not hold (never issued, evicted, created by another principal, or with memory off from before a restart)."""
 
     code = "chat_conversation_not_found"
 

@@ -15,16 +15,17 @@ in the ``X-Conversation-Id`` response header, in the body's
 and the client sends it with its next turns (body field ``conversation_id``
 or the ``X-Conversation-Id`` request header; both given must agree).
 ``/reset`` starts over only the conversation it names (without one: a new
-conversation is issued; nothing else changes). Ids are unguessable and held
-in this process, bounded by ``max_conversations`` (least recently used
-evicted).
+conversation is issued; nothing else changes). Ids are unguessable,
+bounded by ``max_conversations`` (least recently used evicted), durable in
+the data dir with memory on (a client continues after a restart), and bound
+to the principal that created them (see ``_conversations.py``).
 
 Bad requests get ``{"error": {"code", "message"}}``: 400 ``invalid_json``
 (not JSON, or not an object), 400 ``chat_message_invalid`` (``message``
 missing, not a string, blank), 400 ``chat_conversation_invalid`` (a
 conversation id that is not a string of the issued form, or body and header
 disagree), 404 ``chat_conversation_not_found`` (well-formed, not held:
-never issued, evicted, or from before a restart), 413
+never issued, evicted, created by another principal, or (memory off) from before a restart), 413
 ``chat_message_too_large`` (more than ``max_message_chars`` characters) or
 413 ``body_too_large`` (a body over :data:`MAX_BODY_BYTES`), 415
 ``unsupported_media_type``, 503 ``chat_closed``.
@@ -57,9 +58,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from openfunctions.core import OpenFunctionsError
+from openfunctions.core import PRINCIPAL_SCOPE_KEY, OpenFunctionsError
 
-from ._errors import ChatClosed, ConversationNotFound, InvalidConversation, InvalidMessage, MessageTooLarge
+from ._errors import ChatClosed, ChatError, ConversationNotFound, InvalidConversation, InvalidMessage, MessageTooLarge
 
 log = structlog.get_logger("openfunctions.chat.http")
 
@@ -121,6 +122,12 @@ def _conversation_id(request: Request, data: dict[str, Any]) -> Any:
         raise InvalidConversation(f"the body's conversation_id and the {CONVERSATION_HEADER} header name different "
                                   "conversations; send one")
     return given if given is not None else header
+
+
+def _principal(request: Request) -> str | None:
+    """The transport's principal (the bearer-token check sets it), or None on an open loopback bind."""
+    who = request.scope.get(PRINCIPAL_SCOPE_KEY)
+    return who if isinstance(who, str) else None
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -187,17 +194,20 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
         if isinstance(exc, _BadRequest):
             return _error(exc.status, exc.code, exc.message)
         assert isinstance(exc, OpenFunctionsError)
-        return _error(_STATUS.get(type(exc), 400), exc.code, exc.message)
+        # a chat error is the request's; anything else (e.g. the conversation table's journal failed) is the server's
+        return _error(_STATUS.get(type(exc), 400 if isinstance(exc, ChatError) else 503), exc.code, exc.message)
 
     async def reset(request: Request) -> Response:
         try:
             if agent._closed:
                 raise ChatClosed("the chat agent was destroyed")
             conversation = _conversation_id(request, await _body(request, required=False))
+            who = _principal(request)
             if conversation is None:  # nothing named: a new conversation for this caller, nothing else changes
-                conversation = agent.open_conversation()
+                conversation = await agent.open_conversation(principal=who)
                 thread = agent._conversations.get(conversation).thread_id
             else:
+                agent._conversations.get(conversation, principal=who)
                 thread = await agent.reset(conversation)
         except (_BadRequest, OpenFunctionsError) as exc:
             return refusal(exc)
@@ -214,9 +224,9 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
             message = str(agent._check(data["message"]))
             conversation = _conversation_id(request, data)
             if conversation is None:
-                conversation = agent.open_conversation()
+                conversation = await agent.open_conversation(principal=_principal(request))
             else:
-                agent._conversations.get(conversation)
+                agent._conversations.get(conversation, principal=_principal(request))
             return message, conversation
         except (_BadRequest, OpenFunctionsError) as exc:
             return refusal(exc)

@@ -35,6 +35,7 @@ import anyio
 import h11
 import structlog
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from openfunctions.core import PRINCIPAL_SCOPE_KEY
@@ -228,6 +229,23 @@ def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
     return None
 
 
+_HANDSHAKE_VERSIONS = frozenset(v.encode("latin-1") for v in HANDSHAKE_PROTOCOL_VERSIONS)
+
+
+def _opens_session(scope: dict[str, Any]) -> bool:
+    """Whether the SDK's session manager would try to open a session for this request.
+
+    Only a POST without ``Mcp-Session-Id`` whose ``MCP-Protocol-Version`` is
+    absent or a handshake-era version: the manager routes any other version
+    (2026-07-28 and later, or an unknown one) to its sessionless single-exchange
+    handler, which opens nothing (same first-header rule as the manager).
+    """
+    if scope["method"] != "POST" or _header(scope, b"mcp-session-id") is not None:
+        return False
+    version = _header(scope, b"mcp-protocol-version")
+    return version is None or version in _HANDSHAKE_VERSIONS
+
+
 async def _respond(send: Callable[..., Any], status: int, body: bytes, *, content_type: bytes = b"application/json",
                    close: bool = False, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
@@ -406,7 +424,7 @@ class SessionLimits:
         manager._discard_session = discard_counted
 
     def middleware(self, app: Any) -> Callable[..., Any]:
-        """ASGI middleware (inside authentication): names the caller for admission, refuses early when its cap is reached."""
+        """ASGI middleware (inside authentication): names the caller for admission, refuses a request that would open a session early when its cap is reached (a 2026-07-28 request opens none and passes)."""
 
         async def limited(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
             if scope["type"] != "http":
@@ -418,7 +436,7 @@ class SessionLimits:
                 key = f"addr:{client[0]}" if client else "addr:?"
             else:
                 key = f"principal:{key}"
-            if scope["method"] == "POST" and _header(scope, b"mcp-session-id") is None and self.full(key):
+            if self.full(key) and _opens_session(scope):
                 log.warning("session_refused", reason="max_sessions_per_principal", limit=self.per_principal)
                 await _respond(send, 503, _rpc_error(
                     INTERNAL_ERROR,

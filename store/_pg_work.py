@@ -19,7 +19,9 @@ Schema (component ``"work"`` in ``of_schema``; migrations in
         ttl        double precision,-- seconds each renewal adds
         acquired_at, renewed_at text,   -- RFC 3339 UTC (diagnostics)
         host text, pid integer,     -- the holder (diagnostics only; never used for liveness)
-        last_seq   bigint)          -- the seq of the space's newest attempt record (0: none)
+        last_seq   bigint,          -- the seq of the space's newest attempt record (0: none)
+        alive_key  bigint)          -- migration 3: the key of the session advisory lock the holder's process
+                                    -- keeps while it lives (null: a holder without one: wait for expiry)
     of_work_records(                -- the attempt journal: one row per record, PRIMARY KEY (space, seq)
         space text, seq bigint,     -- 1, 2, 3, ... no gap: assigned as last_seq + 1 under the lease row's lock
         generation bigint,          -- the lease generation that wrote it (= data.lease_generation)
@@ -37,11 +39,21 @@ Schema (component ``"work"`` in ``of_schema``; migrations in
 
 Promises:
 
-- **A lease is a row.** ``acquire`` locks the row (``SELECT ... FOR UPDATE``);
-  a live lease of another owner is refused (``LeaseHeld``), a free, released
-  or expired one is taken with ``generation + 1``. Expiry compares against
-  the database's clock (``clock_timestamp()``), one clock for every machine;
-  a test may pass its own clock.
+- **A lease is a row.** ``acquire`` is one upsert that takes a free,
+  released or expired lease with ``generation + 1``; a live lease of another
+  owner is refused (``LeaseHeld``) — unless its holder's process is gone.
+  Expiry compares against the database's clock (``clock_timestamp()``), one
+  clock for every machine; a test may pass its own clock.
+- **A dead holder is taken over at once** (what ``live.<generation>``'s
+  flock does for the file lease): a process that takes a lease first takes a
+  session advisory lock (key ``alive_key``, from its space and owner id) on a
+  connection of its own, kept for its life. PostgreSQL drops the lock when
+  that session ends — the process died, or its connection was cut. A live
+  lease whose ``alive_key`` lock is free is taken over with ``generation + 1``
+  (guarded by the owner and generation seen); a holder still alive but
+  unresponsive keeps its session and is taken over only after expiry. A
+  holder cut off from the database but alive is fenced like any stale holder:
+  its appends are refused.
 - **Every attempt write is fenced by the generation in the same
   transaction**: the append is one statement (one transaction): an UPDATE
   of the lease row that moves ``last_seq`` only where owner, generation and
@@ -57,6 +69,19 @@ Promises:
 - **Grants are rows**; a check reads them at every call (a revocation on
   any machine counts at the next check), and the completion fence's
   ``load_sync`` reads them on its own synchronous connection.
+- **Recovery reads the execution journals**: an operation interrupted after
+  its call settled (the receipt committed, the outcome record not) is settled
+  from the receipt, as the file controller does from ``<data-dir>/journal``
+  (:class:`PgSettledReceipts`: every journal in the database, read through
+  ``store/_pg_journal.py``'s public reader).
+- **Work artifacts** (``pg_work_backend(..., artifacts=True)``, what ``serve
+  --database`` builds): previews, command output and reply projections go to
+  the database's artifact store :func:`work_artifact_store_name` (``"work:" +
+  space``; tables and promises at the top of ``store/_pg_artifacts.py``), on
+  the backend's pool: the same quota (64 MiB), digest and scope rules as
+  ``<data-dir>/work/artifacts``, and an id minted through one replica reads
+  through ``of_work_artifact_read`` on any other. Its schema (component
+  ``artifacts``) is checked when the backend opens.
 """
 
 from __future__ import annotations
@@ -64,11 +89,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -77,7 +103,7 @@ from openfunctions.core.journal import Record
 
 from ._migrations import check_schema
 from ._pg import _psycopg, redact_dsn
-from ._pg_work_schema import COMPONENT, MIGRATIONS
+from ._pg_work_schema import COMPONENT
 
 log = structlog.get_logger("openfunctions.store.work")
 
@@ -94,7 +120,7 @@ class _Pg:
     """What the three share: the pool, the space, the clock, and one way to run a transaction."""
 
     def __init__(self, dsn: str, pool: Any, space: str, clock: Callable[[], float] | None, *, max_connections: int = 4,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, artifact_quota: int | None = None) -> None:
         self.dsn = dsn
         self.pool = pool
         self.owns_pool = pool is None
@@ -106,6 +132,11 @@ class _Pg:
         self._checked = False
         self._lock = asyncio.Lock()
         self._sync: Any = None
+        # owner -> the connection holding that owner's liveness lock (the process's life)
+        self.alive: dict[str, Any] = {}
+        # None: no artifact store; else its quota (bytes), opened on the pool by ready()
+        self.artifact_quota = artifact_quota
+        self.artifacts: Any = None
 
     async def ready(self) -> None:
         """Open the pool and check the schema once (``SchemaOutOfDate`` / ``SchemaTooNew``: nothing is used)."""
@@ -120,6 +151,11 @@ class _Pg:
                 self.pool = await open_pool(self.dsn, max_size=self._limits[0], timeout=self._limits[1])
             async with self.pool.connection() as conn:
                 await check_work_schema(conn, where=self.where)
+            if self.artifact_quota is not None and self.artifacts is None:
+                from ._pg_artifacts import open_pg_artifact_store
+
+                self.artifacts = await open_pg_artifact_store(  # checks the artifacts schema; shares the pool
+                    self.dsn, work_artifact_store_name(self.space), quota_bytes=self.artifact_quota, pool=self.pool)
             self._checked = True
 
     @contextlib.asynccontextmanager
@@ -132,6 +168,11 @@ class _Pg:
         if self._sync is not None:
             self._sync.close()
             self._sync = None
+        self.artifacts = None  # on this pool: nothing of its own to close
+        for conn in self.alive.values():
+            with contextlib.suppress(Exception):
+                await conn.close()
+        self.alive.clear()
         if self.owns_pool and self.pool is not None:
             pool, self.pool = self.pool, None
             self._checked = False
@@ -151,6 +192,42 @@ class _Pg:
                 if attempt == 2:
                     raise self.unavailable("cannot read the work space", exc) from None
         return []
+
+    @contextlib.asynccontextmanager
+    async def using(self, what: str, *, certainty: str = "known") -> AsyncIterator[Any]:
+        """A pooled connection; any database error in the block -> ``BackendUnavailable`` naming ``what``
+        (``certainty="unknown"`` for a write that may have committed), after the pool is told."""
+        try:
+            async with self.connection() as conn:
+                yield conn
+        except self.psycopg.Error as exc:
+            await self.lost()
+            raise self.unavailable(what, exc, certainty=certainty) from None
+
+    def alive_key(self, owner: str) -> int:
+        """The advisory lock key of ``owner``'s liveness in this space (64 bits of SHA-256)."""
+        digest = hashlib.sha256(f"of_work_alive:{self.space}:{owner}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    async def hold_alive(self, owner: str) -> int:
+        """``owner``'s liveness lock, held on a connection of its own until :meth:`close`; checked at each call
+        (a session the database cut — a partition — is opened and locked again)."""
+        key = self.alive_key(owner)
+        conn = self.alive.get(owner)
+        if conn is not None and not conn.closed:
+            try:  # one round trip: a session the database cut would let others take us for dead
+                await conn.execute("SELECT 1")
+                return key
+            except self.psycopg.Error:
+                await conn.close()
+        conn = await self.psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+        try:
+            await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        except BaseException:
+            await conn.close()
+            raise
+        self.alive[owner] = conn
+        return key
 
     def now_param(self) -> float | None:
         return None if self.clock is None else float(self.clock())
@@ -172,6 +249,74 @@ class _Pg:
 
 
 
+def work_artifact_store_name(space: str) -> str:
+    """The database artifact store of work space ``space`` (apart from ``of_artifact_read``'s ``"default"``,
+    as ``<data-dir>/work/artifacts`` is apart from ``<data-dir>/artifacts``)."""
+    return f"work:{space}"
+
+
+class PgWorkArtifacts:
+    """The work space's artifact store (``ArtifactStoreProtocol``), built before the pool exists, opened with it.
+
+    Every call awaits the backend's ``ready()`` (pool open, schemas checked),
+    then is the ``PgArtifactStore``'s own: same ids, quota, digest checks and
+    scope records as the file store (``openfunctions.artifacts``' rules).
+    """
+
+    def __init__(self, pg: _Pg) -> None:
+        self.pg = pg
+
+    async def _store(self) -> Any:
+        await self.pg.ready()
+        return self.pg.artifacts
+
+    async def put(self, data: Any, **options: Any) -> Any:
+        return await (await self._store()).put(data, **options)
+
+    async def stat(self, artifact_id: Any) -> Any:
+        return await (await self._store()).stat(artifact_id)
+
+    async def read(self, artifact_id: Any, *args: Any, **options: Any) -> Any:
+        return await (await self._store()).read(artifact_id, *args, **options)
+
+    async def read_all(self, artifact_id: Any) -> bytes:
+        return await (await self._store()).read_all(artifact_id)  # type: ignore[no-any-return]
+
+    async def usage(self) -> dict[str, int]:
+        return dict(await (await self._store()).usage())
+
+    def close(self) -> None:
+        """Nothing of its own: the backend's ``aclose`` closes the pool."""
+
+
+class PgSettledReceipts:
+    """The execution journals' receipts by id (``WorkBackend.settled_receipts``), read at recovery.
+
+    What ``<data-dir>/journal`` is to the file controller: every execution
+    journal in this database (``list_pg_journals``; one per served profile,
+    appended to by every replica), each read with its public
+    ``PgExecutionJournal.find_receipts`` (an indexed read; nothing is
+    registered or written). A failure raises ``BackendUnavailable``: the
+    controller then leaves the operations ``unknown``, never guesses.
+    """
+
+    def __init__(self, pg: _Pg) -> None:
+        self.pg = pg
+
+    async def __call__(self, ids: set[str]) -> dict[str, dict[str, Any]]:
+        from ._pg_journal import PgExecutionJournal, list_pg_journals
+
+        found: dict[str, dict[str, Any]] = {}
+        async with self.pg.using("cannot read the execution journals' receipts"):
+            for name in await asyncio.to_thread(list_pg_journals, self.pg.dsn):
+                wanted = set(ids) - found.keys()
+                if not wanted:
+                    break
+                reader = PgExecutionJournal(self.pg.dsn, name, self.pg.pool, False)
+                found.update((rid, r.to_dict()) for rid, r in (await reader.find_receipts(wanted)).items())
+        return found
+
+
 class PgLeaseStore:
     """The lease of one work space as a row (``LeaseBackend``)."""
 
@@ -187,23 +332,26 @@ class PgLeaseStore:
         released, expired or already ours; nothing returned -> a live holder (``LeaseHeld``, named from the row)."""
         work = _work()
         stamp = utc_timestamp()
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(_ACQUIRE, (
-                    self.pg.space, self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(),
-                    self.pg.now_param()))
-                row = await cur.fetchone()
-                if row is None:
-                    cur = await conn.execute(
-                        "SELECT owner, generation, expires_at, pid, host, "
-                        "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) FROM of_work_leases WHERE space = %s",
-                        (self.pg.now_param(), self.pg.space))
-                    held = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot take the work lease", exc) from None
+        async with self.pg.using("cannot take the work lease") as conn:
+            key = await self.pg.hold_alive(self.owner)  # before the row names us: we never hold it without it
+            me = (self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(), key)
+            cur = await conn.execute(_ACQUIRE, (self.pg.space, *me, self.pg.now_param()))
+            row = await cur.fetchone()
+            held = None
+            if row is None:
+                cur = await conn.execute(_HELD, (self.pg.now_param(), self.pg.space))
+                held = await cur.fetchone()
+            if row is None and held is not None and held[6] is not None:
+                cur = await conn.execute(_DEAD, (held[6], held[6]))
+                if (await cur.fetchone())[0]:  # its liveness lock is free: the holder's process is gone
+                    cur = await conn.execute(_TAKEOVER, (self.owner, self.pg.now_param(), *me[1:], self.pg.space,
+                                                         held[0], held[1]))
+                    row = await cur.fetchone()
+                    if row is not None:
+                        log.info("work_lease_taken_over_from_dead_holder", space=self.pg.space, owner=held[0],
+                                 generation=held[1], host=held[4], pid=held[3])
         if row is None:
-            owner, generation, expires_at, pid, host, now = held or (None, 0, 0.0, None, None, 0.0)
+            owner, generation, expires_at, pid, host, now, _ = held or (None, 0, 0.0, None, None, 0.0, None)
             raise work.LeaseHeld(
                 f"the work space {self.pg.space!r} is leased by owner {owner} ({host} pid {pid}, generation "
                 f"{generation}) for {expires_at - now:.1f}s more; another controller is acting",
@@ -226,48 +374,38 @@ class PgLeaseStore:
                 details={"generation": lease.generation, "expired_at": expires_at},
             )
 
+    async def refused(self, conn: Any, lease: Any, what: str) -> NoReturn:
+        """A fenced statement matched no row: ``LeaseLost`` saying why (stale or expired), from the row as it is now."""
+        cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+        found = await cur.fetchone()
+        owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
+        self._fence(lease, owner, generation, expires_at, now)
+        raise _work().LeaseLost(f"lease generation {lease.generation} {what}", details={"generation": lease.generation})
+
     async def renew(self, lease: Any) -> Any:
-        work = _work()
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(
-                    "UPDATE of_work_leases SET expires_at = COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) "
-                    "+ ttl, renewed_at = %s WHERE space = %s AND owner = %s AND generation = %s AND expires_at > "
-                    "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) RETURNING expires_at",
-                    (self.pg.now_param(), utc_timestamp(), self.pg.space, lease.owner, lease.generation, self.pg.now_param()))
-                row = await cur.fetchone()
-                if row is None:
-                    cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
-                    found = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot renew the work lease", exc) from None
-        if row is None:  # never silently re-taken: stale or expired
-            owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
-            self._fence(lease, owner, generation, expires_at, now)
-            raise work.LeaseLost(f"lease generation {lease.generation} could not be renewed", details={"generation": lease.generation})
-        return work.Lease(lease.owner, lease.generation, float(row[0]), lease.ttl)
+        async with self.pg.using("cannot renew the work lease") as conn:
+            cur = await conn.execute(_RENEW, (self.pg.now_param(), utc_timestamp(), self.pg.space, lease.owner,
+                                              lease.generation, self.pg.now_param()))
+            row = await cur.fetchone()
+            if row is None:  # never silently re-taken: stale or expired
+                await self.refused(conn, lease, "could not be renewed")
+        return _work().Lease(lease.owner, lease.generation, float(row[0]), lease.ttl)
 
     async def release(self, lease: Any) -> None:
         try:
-            async with self.pg.connection() as conn:
+            async with self.pg.using("cannot release the work lease") as conn:
                 await conn.execute(
                     "UPDATE of_work_leases SET expires_at = 0, renewed_at = %s WHERE space = %s AND owner = %s AND generation = %s",
                     (utc_timestamp(), self.pg.space, lease.owner, lease.generation),
                 )
-        except self.pg.psycopg.Error as exc:  # it expires by itself
-            await self.pg.lost()
-            log.warning("work_lease_release_failed", error=str(exc)[:200])
+        except _work().BackendUnavailable as exc:  # it expires by itself
+            log.warning("work_lease_release_failed", error=exc.message)
 
     async def check(self, lease: Any) -> dict[str, Any]:
         """Whether ``lease`` is current now (a read, no lock: the fence that counts is the append's)."""
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
-                row = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot read the work lease", exc) from None
+        async with self.pg.using("cannot read the work lease") as conn:
+            cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
+            row = await cur.fetchone()
         owner, generation, expires_at, now = row if row is not None else (None, None, 0.0, 0.0)
         self._fence(lease, owner, generation, expires_at, now)
         return {"owner": owner, "generation": generation, "expires_at": expires_at}
@@ -301,15 +439,11 @@ class PgAttemptLog:
         return None
 
     async def read(self, after: int = 0) -> list[Any]:
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT seq, type, time, data FROM of_work_records WHERE space = %s AND seq > %s ORDER BY seq",
-                    (self.pg.space, int(after)))
-                rows = await cur.fetchall()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot read the attempt records", exc) from None
+        async with self.pg.using("cannot read the attempt records") as conn:
+            cur = await conn.execute(
+                "SELECT seq, type, time, data FROM of_work_records WHERE space = %s AND seq > %s ORDER BY seq",
+                (self.pg.space, int(after)))
+            rows = await cur.fetchall()
         out = []
         expect = int(after) + 1
         for seq, type_, time, data in rows:
@@ -326,45 +460,47 @@ class PgAttemptLog:
         committed meanwhile); the INSERT writes the record only if the UPDATE did."""
         time = utc_timestamp()
         text = canonical_json(data)
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(_FENCED_APPEND, (
-                    self.pg.space, lease.owner, lease.generation, self.pg.now_param(),
-                    self.pg.space, lease.generation, type_, time, text))
-                row = await cur.fetchone()
-                if row is None:  # fenced: say why (stale or expired), from the row as it is now
-                    cur = await conn.execute(_READ_ROW, (self.pg.now_param(), self.pg.space))
-                    found = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable(f"cannot append the attempt record {type_!r}", exc, certainty="unknown") from None
-        if row is None:
-            owner, generation, expires_at, now = found if found is not None else (None, None, 0.0, 0.0)
-            self.leases._fence(lease, owner, generation, expires_at, now)
-            raise _work().LeaseLost(f"lease generation {lease.generation} may record no effect (the lease row refused it)",
-                                    details={"generation": lease.generation})
+        async with self.pg.using(f"cannot append the attempt record {type_!r}", certainty="unknown") as conn:
+            cur = await conn.execute(_FENCED_APPEND, (
+                self.pg.space, lease.owner, lease.generation, self.pg.now_param(),
+                self.pg.space, lease.generation, type_, time, text))
+            row = await cur.fetchone()
+            if row is None:  # fenced: nothing written
+                await self.leases.refused(conn, lease, "may record no effect (the lease row refused it)")
         return Record(int(row[0]), type_, time, json.loads(text))
 
 
+#: "now" in POSIX seconds: the caller's clock (a test's) if it passes one, else the database's (one for every replica)
+_NOW = "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8)"
 _ACQUIRE = (
-    "INSERT INTO of_work_leases AS l (space, owner, generation, expires_at, ttl, acquired_at, renewed_at, host, pid) "
-    "SELECT %s, %s, 1, n.now + %s, %s, %s, %s, %s, %s "
-    "FROM (SELECT COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) AS now) n "
+    "INSERT INTO of_work_leases AS l (space, owner, generation, expires_at, ttl, acquired_at, renewed_at, host, pid, "
+    "alive_key) SELECT %s, %s, 1, n.now + %s, %s, %s, %s, %s, %s, %s "
+    f"FROM (SELECT {_NOW} AS now) n "
     "ON CONFLICT (space) DO UPDATE SET owner = EXCLUDED.owner, generation = l.generation + 1, "
     "expires_at = EXCLUDED.expires_at, ttl = EXCLUDED.ttl, acquired_at = EXCLUDED.acquired_at, "
-    "renewed_at = EXCLUDED.renewed_at, host = EXCLUDED.host, pid = EXCLUDED.pid "
+    "renewed_at = EXCLUDED.renewed_at, host = EXCLUDED.host, pid = EXCLUDED.pid, alive_key = EXCLUDED.alive_key "
     "WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= EXCLUDED.expires_at - EXCLUDED.ttl "
     "RETURNING generation, expires_at"
 )
 _FENCED_APPEND = (
     "WITH ok AS (UPDATE of_work_leases SET last_seq = last_seq + 1 WHERE space = %s AND owner = %s AND generation = %s "
-    "AND expires_at > COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) RETURNING last_seq) "
+    f"AND expires_at > {_NOW} RETURNING last_seq) "
     "INSERT INTO of_work_records (space, seq, generation, type, time, data) "
     "SELECT %s, last_seq, %s, %s, %s, %s FROM ok RETURNING seq"
 )
-_READ_ROW = (
-    "SELECT owner, generation, expires_at, COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8) "
-    "FROM of_work_leases WHERE space = %s"
+_READ_ROW = f"SELECT owner, generation, expires_at, {_NOW} FROM of_work_leases WHERE space = %s"
+_HELD = f"SELECT owner, generation, expires_at, pid, host, {_NOW}, alive_key FROM of_work_leases WHERE space = %s"
+#: true when nobody holds the advisory lock (taken and given back at once: a pooled session keeps nothing)
+_DEAD = "SELECT CASE WHEN pg_try_advisory_lock(%s) THEN pg_advisory_unlock(%s) ELSE false END"
+#: a dead holder's live lease -> ours, generation + 1; only if it is still the owner and generation we saw
+_TAKEOVER = (
+    f"UPDATE of_work_leases SET owner = %s, generation = generation + 1, expires_at = {_NOW} + %s, ttl = %s, "
+    "acquired_at = %s, renewed_at = %s, host = %s, pid = %s, alive_key = %s "
+    "WHERE space = %s AND owner = %s AND generation = %s RETURNING generation, expires_at"
+)
+_RENEW = (
+    f"UPDATE of_work_leases SET expires_at = {_NOW} + ttl, renewed_at = %s WHERE space = %s AND owner = %s "
+    f"AND generation = %s AND expires_at > {_NOW} RETURNING expires_at"
 )
 
 
@@ -388,13 +524,9 @@ class PgGrantStore:
     _SELECT = "SELECT grant_id, record, revoked_at, revoked_by FROM of_work_grants WHERE space = %s"
 
     async def _rows(self, where: str = "", args: Sequence[Any] = ()) -> list[Any]:
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute(self._SELECT + where + " ORDER BY ord", (self.pg.space, *args))
-                rows = await cur.fetchall()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot read the grants", exc) from None
+        async with self.pg.using("cannot read the grants") as conn:
+            cur = await conn.execute(self._SELECT + where + " ORDER BY ord", (self.pg.space, *args))
+            rows = await cur.fetchall()
         return [self._grant(*r) for r in rows]
 
     async def list(self) -> list[Any]:
@@ -422,13 +554,9 @@ class PgGrantStore:
                     now: _dt.datetime | None = None) -> Any:
         g = _work().Grant.new(principal=principal, steps=steps, paths=paths, ttl=ttl, expires_at=expires_at, issuer=issuer,
                               catalog_digest=catalog_digest, now=now)
-        try:
-            async with self.pg.connection() as conn:
-                await conn.execute("INSERT INTO of_work_grants (space, grant_id, principal, record) VALUES (%s, %s, %s, %s)",
-                                   (self.pg.space, g.grant_id, g.principal, canonical_json(g.to_record())))
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot issue the grant", exc, certainty="unknown") from None
+        async with self.pg.using("cannot issue the grant", certainty="unknown") as conn:
+            await conn.execute("INSERT INTO of_work_grants (space, grant_id, principal, record) VALUES (%s, %s, %s, %s)",
+                               (self.pg.space, g.grant_id, g.principal, canonical_json(g.to_record())))
         return g
 
     async def revoke(self, grant_id: str, *, by: str | None = None, now: _dt.datetime | None = None) -> Any:
@@ -436,14 +564,10 @@ class PgGrantStore:
         if g.revoked_at is not None:
             return g
         revoked = g.revoked_copy(now or _dt.datetime.now(_dt.UTC), by or _default_issuer())
-        try:
-            async with self.pg.connection() as conn:
-                await conn.execute(  # the first revocation wins
-                    "UPDATE of_work_grants SET revoked_at = %s, revoked_by = %s WHERE space = %s AND grant_id = %s "
-                    "AND revoked_at IS NULL", (revoked.describe()["revoked_at"], revoked.revoked_by, self.pg.space, grant_id))
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot revoke the grant", exc, certainty="unknown") from None
+        async with self.pg.using("cannot revoke the grant", certainty="unknown") as conn:
+            await conn.execute(  # the first revocation wins
+                "UPDATE of_work_grants SET revoked_at = %s, revoked_by = %s WHERE space = %s AND grant_id = %s "
+                "AND revoked_at IS NULL", (revoked.describe()["revoked_at"], revoked.revoked_by, self.pg.space, grant_id))
         return await self.get(grant_id)
 
 
@@ -475,14 +599,10 @@ class PgResolutionInbox:
     async def resolve(self, operation_id: str, *, as_: str, reason: str, by: str) -> dict[str, Any]:
         work = _work()
         data = work.resolve_record(operation_id, as_=as_, reason=reason, by=by)
-        try:
-            async with self.pg.connection() as conn:
-                cur = await conn.execute("INSERT INTO of_work_resolutions (space, type, data) VALUES (%s, %s, %s) RETURNING seq",
-                                         (self.pg.space, "resolve", canonical_json(data)))
-                row = await cur.fetchone()
-        except self.pg.psycopg.Error as exc:
-            await self.pg.lost()
-            raise self.pg.unavailable("cannot record the resolution", exc, certainty="unknown") from None
+        async with self.pg.using("cannot record the resolution", certainty="unknown") as conn:
+            cur = await conn.execute("INSERT INTO of_work_resolutions (space, type, data) VALUES (%s, %s, %s) RETURNING seq",
+                                     (self.pg.space, "resolve", canonical_json(data)))
+            row = await cur.fetchone()
         assert row is not None
         return {**data, "seq": int(row[0])}
 
@@ -502,18 +622,16 @@ async def check_work_schema(conn: Any, *, where: str = "the database") -> int:
 
 
 async def migrate_work(dsn: str) -> tuple[int, int]:
-    """Apply the ``work`` component's migrations; ``(version before, version after)`` (``db migrate`` does all components)."""
-    from ._pg import apply_migrations
+    """``db migrate`` (every component, after the database's encoding check: ``migrate_components``); the ``work``
+    component's ``(version before, version after)``."""
+    from ._migrations import migrate_components
 
-    psycopg, _ = _psycopg()
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        found = await apply_migrations(conn, COMPONENT, MIGRATIONS)
-    return found, max(found, len(MIGRATIONS))
+    return (await migrate_components(dsn))[COMPONENT]
 
 
 def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, owner: str | None = None,
                     clock: Callable[[], float] | None = None, pool: Any = None, max_connections: int = 4,
-                    timeout: float = 10.0) -> Any:
+                    timeout: float = 10.0, artifacts: bool = False, artifact_quota: int | None = None) -> Any:
     """The ``WorkBackend`` of work space ``space`` in the database at ``dsn``, connected on first use.
 
     Built synchronously (a server builds its profile before its loop runs);
@@ -521,14 +639,22 @@ def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, 
     opens the pool and checks the schema: older or newer than this code ->
     ``SchemaOutOfDate`` / ``SchemaTooNew`` (never migrated here). ``clock``:
     POSIX seconds for lease expiry (default: the database's clock, one for
-    every replica). Close it with ``await backend.aclose()``.
+    every replica). ``artifacts``: the work artifacts too (``backend.artifacts``,
+    :class:`PgWorkArtifacts`; quota ``artifact_quota``, default 64 MiB), so
+    every replica reads the ids any other minted. Close it with ``await
+    backend.aclose()``.
     """
-    pg = _Pg(dsn, pool, space, clock, max_connections=max_connections, timeout=timeout)
+    from openfunctions.artifacts import DEFAULT_QUOTA_BYTES
+
+    quota = (artifact_quota if artifact_quota is not None else DEFAULT_QUOTA_BYTES) if artifacts else None
+    pg = _Pg(dsn, pool, space, clock, max_connections=max_connections, timeout=timeout, artifact_quota=quota)
     leases = PgLeaseStore(pg, ttl=ttl, owner=owner)
     grants = PgGrantStore(pg)
 
     return _work().WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True,
-                               close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg))
+                               close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg),
+                               artifacts=PgWorkArtifacts(pg) if artifacts else None,
+                               settled_receipts=PgSettledReceipts(pg))
 
 
 async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, **options: Any) -> Any:
@@ -594,5 +720,6 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT space FROM of_work_leases ORDER BY space")]
 
 
-__all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox", "check_work_schema", "list_pg_work_spaces",
-           "migrate_work", "open_pg_work", "report_work_spaces", "verify_pg_work"]
+__all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox",
+           "PgSettledReceipts", "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
+           "report_work_spaces", "verify_pg_work", "work_artifact_store_name"]

@@ -132,6 +132,12 @@ class WorkBackend:
     open: Callable[[], Awaitable[None]] | None = None
     # the operator's inbox; None: the file inbox of the controller's work directory
     resolutions: ResolutionBackend | None = None
+    # the work artifacts (previews, command output, reply projections) every process of this space reads;
+    # an ``openfunctions.artifacts.ArtifactStoreProtocol``; None: ``<data-dir>/work/artifacts`` (per process)
+    artifacts: Any = None
+    # the execution journal's receipts by id, read at recovery to settle an operation whose call settled
+    # before its outcome record (a shared backend: the database's journals); None: <data-dir>/journal files
+    settled_receipts: Callable[[set[str]], Awaitable[dict[str, dict[str, Any]]]] | None = None
 
     async def aopen(self) -> None:
         if self.open is not None:

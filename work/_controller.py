@@ -141,10 +141,12 @@ class WorkController:
         self.root = Path(root)
         # shared: several controllers (server replicas) use one work space in a database (see ._backend)
         self.shared = bool(backend is not None and backend.shared)
-        # how long a call of a shared controller waits for another replica's lease (its holder may have died: expiry)
+        # how long a call of a shared controller waits for another replica's lease (an unresponsive holder: expiry)
         self.lease_wait = float(lease_wait) if lease_wait is not None else 2.0 * (backend.leases.ttl if backend else lease_ttl) + 5.0
         if self.shared:
             execution_journals = None  # the execution journal is in the database, not in <data-dir>/journal
+        # a backend's own reader of the execution journal's receipts (the database's), instead of the files
+        self._settled_receipts = backend.settled_receipts if backend is not None else None
         # the server's execution journals (<data-dir>/journal), read at recovery for settled receipts;
         # "" = that default, None = do not look
         self.execution_journals: Path | None = (
@@ -159,6 +161,7 @@ class WorkController:
         self.state = WorkState()
         self.inbox: Any = backend.resolutions if backend is not None and backend.resolutions is not None else ResolutionInbox(self.root)
         self._inbox_waiting = False
+        self._inbox_read = False  # shared: the inbox was read in this lifecycle call (reset when a call takes the lease)
         self._admission = anyio.Lock()
         self._lifecycle = anyio.Lock()
         if backend is not None:
@@ -260,6 +263,7 @@ class WorkController:
             if self._closed:
                 raise WorkError("the work controller is closed")
             lease = await self._acquire_for_call()
+            self._inbox_read = False
             try:
                 if self._refold:  # the last call lost its lease: its in-memory blocks were never durable
                     self.state = fold(await self.custody.read_all())
@@ -305,21 +309,28 @@ class WorkController:
         journal) before the controller journals the outcome; a process that
         died in between leaves a settled receipt for an operation the attempt
         journal shows as interrupted. Read-only: the execution journal is read
-        with the lock-free reader; a receipt that is not ``known`` proves
-        nothing, and an unreadable journal leaves the operations to
-        :func:`.recovery.interrupted`.
+        with the lock-free reader (files in ``<data-dir>/journal``) or, on a
+        shared backend, by the backend's ``settled_receipts`` (the database's
+        journals, which every replica appends to); a receipt that is not
+        ``known`` proves nothing, and an unreadable journal leaves the
+        operations to :func:`.recovery.interrupted`.
         """
         pending = {
             op.dispatch_receipt_id: (att, op)
             for att in self.state.attempts.values() for op in att.operations.values()
             if op.status == "pending" and op.dispatch_receipt_id is not None
         }
-        if not pending or self.execution_journals is None:
+        if not pending or (self.execution_journals is None and self._settled_receipts is None):
             return
         try:
-            found = await anyio.to_thread.run_sync(settled_receipts, self.execution_journals, set(pending))
+            if self._settled_receipts is not None:
+                found = await self._settled_receipts(set(pending))
+            else:
+                assert self.execution_journals is not None
+                found = await anyio.to_thread.run_sync(settled_receipts, self.execution_journals, set(pending))
         except (OpenFunctionsError, OSError) as exc:
-            log.warning("execution_journal_unreadable", path=str(self.execution_journals), error=str(exc)[:300])
+            where = self.custody.backend.attempts.where if self._settled_receipts is not None else str(self.execution_journals)
+            log.warning("execution_journal_unreadable", path=where, error=str(exc)[:300])
             return
         async with self._lifecycle:
             for rid, receipt in found.items():
@@ -472,11 +483,14 @@ class WorkController:
         """
         if self.inbox.unchanged() and not self._inbox_waiting:
             return
+        if self.shared and self._inbox_read:
+            return  # read once per lifecycle call, when it took the lease (_take_custody)
         try:
             inbox = await anyio.to_thread.run_sync(self.inbox.read)
         except OpenFunctionsError as exc:
             log.error("resolutions_unreadable", error=exc.message)
             return
+        self._inbox_read = True
         self._inbox_waiting = False
         for seq, d in inbox:
             if seq in self.state.resolved_inbox:

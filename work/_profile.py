@@ -2,7 +2,9 @@
 
 :func:`build_work_profile` assembles, for one data directory and catalog:
 
-- the artifact store ``<data-dir>/work/artifacts`` (64 MiB quota);
+- the artifact store ``<data-dir>/work/artifacts`` (64 MiB quota), or the
+  backend's shared one (``WorkBackend.artifacts``: ``serve --database`` keeps
+  them in PostgreSQL, so an id minted on one replica reads on any other);
 - an internal registry holding the catalog's step tools (``of_step.*``),
   its oracles (``of_oracle.*``) and the ``of_work_*`` tools — one executor,
   so a step run from ``of_work_run_step`` inherits the handler's exclusive
@@ -72,7 +74,7 @@ class WorkProfile:
 
     async def aclose(self) -> None:
         if self.controller is not None:
-            await self.controller.close()
+            await self.controller.close()  # closes the backend, and with it a backend's shared artifact store
         close = getattr(self.store, "close", None)
         if callable(close):
             close()
@@ -105,9 +107,10 @@ def build_work_profile(
     carries none (the server's ``--principal``); tool arguments never set it.
     ``registry`` lets a host share an executor (its policy, journal sink).
     ``backend`` (a :class:`~openfunctions.work._backend.WorkBackend`) keeps the
-    lease, attempts and grants elsewhere than ``<data-dir>/work`` (``serve
-    --database`` passes PostgreSQL's, built by the store package); the
-    profile then owns it and closes it with the controller.
+    lease, attempts and grants (and, with ``backend.artifacts``, the work
+    artifacts) elsewhere than ``<data-dir>/work`` (``serve --database`` passes
+    PostgreSQL's, built by the store package); the profile then owns it and
+    closes it with the controller.
     """
     from openfunctions.artifacts import ArtifactStore
 
@@ -133,7 +136,8 @@ def build_work_profile(
         return WorkProfile(registry=internal.project(names=WORK_TOOL_NAMES), controller=None, store=None, catalog=None, internal=internal)
     catalog = Catalog.load(path)
     work_dir = data_dir / "work"
-    store = ArtifactStore(work_dir / "artifacts", quota_bytes=quota_bytes)
+    shared = backend.artifacts if backend is not None else None
+    store = shared if shared is not None else ArtifactStore(work_dir / "artifacts", quota_bytes=quota_bytes)
     internal = registry if registry is not None else ToolRegistry()
     for t in build_step_tools(catalog, store=store, tools=internal):  # a ``tool`` step binds a tool of ``registry``
         internal.register(t)

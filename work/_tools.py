@@ -252,12 +252,15 @@ class WorkTools:
         """The caller: the trusted context's principal, else the server's configured one."""
         return ctx.principal if ctx.principal is not None else self.default_principal
 
-    async def ready(self) -> None:
+    async def ready(self, *, refresh: bool = True) -> None:
+        """The controller open; with ``refresh``, the records other replicas appended folded (a shared backend).
+        Lifecycle calls pass ``refresh=False``: they fold them once they hold the lease (one read per call)."""
         if self.unavailable is not None:
             raise _refusal(self.unavailable)
         try:
             await self.controller.ensure_open()
-            await self.controller.refresh()  # a shared backend: what other replicas recorded
+            if refresh:
+                await self.controller.refresh()
         except OpenFunctionsError as exc:
             raise _refusal(exc) from None
 
@@ -395,13 +398,13 @@ class WorkTools:
         return await self.reply(payload, scope=f"catalog:{self.who(ctx)}")
 
     async def _preview(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready()
+        await self.ready(refresh=False)
         payload = await _refusing(self.controller.preview(params["plan"], principal=self.who(ctx)))
         payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=f"preview:{payload['previewId']}")
 
     async def _start(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready()
+        await self.ready(refresh=False)
         payload = await _refusing(self.controller.start(params["previewId"], principal=self.who(ctx)))
         return await self.reply(payload, scope=payload["attemptId"])
 
@@ -415,33 +418,33 @@ class WorkTools:
         return await self.reply(payload, scope=att.get("attemptId") or f"status:{self.who(ctx)}")
 
     async def _run_step(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready()
+        await self.ready(refresh=False)
         payload = await _refusing(self.controller.run_step(principal=self.who(ctx), step=params.get("step"), index=params.get("index"), ctx=ctx))
         payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _verify(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready()
+        await self.ready(refresh=False)
         payload = await _refusing(self.controller.verify(principal=self.who(ctx), ctx=ctx))
         payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _reconcile(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready()
+        await self.ready(refresh=False)
         payload = await _refusing(self.controller.reconcile(principal=self.who(ctx), operation_id=params.get("operationId"), ctx=ctx))
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _complete(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready()
+        await self.ready(refresh=False)
         payload = await _refusing(self.controller.complete(principal=self.who(ctx)))
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _cancel(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready()
+        await self.ready(refresh=False)
         payload = await _refusing(self.controller.cancel(principal=self.who(ctx), reason=params.get("reason")))
         return await self.reply(payload, scope=payload["attemptId"])
 
-    def _allow_artifact(self, info: Any, ctx: ToolExecutionContext) -> bool:
+    async def _allow_artifact(self, info: Any, ctx: ToolExecutionContext) -> bool:
         """Only the caller's selected attempt's artifacts, its saved previews' and its own reply projections."""
         c = self.controller
         if c is None or not c.opened:
@@ -450,6 +453,8 @@ class WorkTools:
         scope = getattr(info, "scope", None)
         if isinstance(scope, str) and scope in (f"catalog:{who}", f"status:{who}"):
             return True
+        # a shared backend: the preview or attempt may have been recorded through another replica
+        await c.refresh()
         return c.may_read_artifact(info.id, scope if isinstance(scope, str) else None, principal=who)
 
 

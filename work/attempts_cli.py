@@ -94,11 +94,9 @@ def _load(args: argparse.Namespace) -> tuple[Any, list[tuple[int, dict[str, Any]
     from ._resolutions import ResolutionInbox
 
     work_dir = _work_dir(args)
-    log = FileAttemptLog(work_dir)
-    segs = log.segments() if (work_dir / "attempts").is_dir() else []
-    from openfunctions.core.journal import read_records
-
-    return replay(r for seg in segs for r in read_records(seg)), ResolutionInbox(work_dir).read()
+    # the attempt log's own reader (core.journal's public read_records per segment); read-only: no directory is made
+    records = FileAttemptLog(work_dir).read_sync() if (work_dir / "attempts").is_dir() else []
+    return replay(records), ResolutionInbox(work_dir).read()
 
 
 def _state(args: argparse.Namespace) -> Any:

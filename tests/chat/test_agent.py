@@ -281,7 +281,7 @@ async def test_issued_conversations_are_separate_and_bounded(tmp_path: Path) -> 
 
     model = ScriptedAdapter(["one", "two", "three", "four"])
     async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False, max_conversations=2) as agent:
-        first, second = agent.open_conversation(), agent.open_conversation()
+        first, second = await agent.open_conversation(), await agent.open_conversation()
         await agent.chat("to first", conversation=first)
         reply = await agent.chat("to second", conversation=second)
         assert reply.conversation_id == second and [m.content for m in model.calls[-1][0][1:]] == ["to second"]
@@ -289,7 +289,7 @@ async def test_issued_conversations_are_separate_and_bounded(tmp_path: Path) -> 
         assert [m.content for m in model.calls[-1][0][1:]] == ["to the agent's own"]
         await agent.chat("first again", conversation=first)  # first is now the most recently used
         assert [m.content for m in model.calls[-1][0][1:]] == ["to first", "one", "first again"]
-        third = agent.open_conversation()  # over the bound: the least recently used (second) is forgotten
+        third = await agent.open_conversation()  # over the bound: the least recently used (second) is forgotten
         with pytest.raises(ConversationNotFound, match="is unknown here"):
             await agent.chat("hello?", conversation=second)
         with pytest.raises(ConversationNotFound):

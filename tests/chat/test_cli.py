@@ -6,8 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -122,3 +124,66 @@ def test_serve_from_the_command_line(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+
+def _serve(tmp_path: Path, script: list[str], log: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """``chat --serve`` as a real process; returns it and its URL (read from its stderr, kept in ``log``)."""
+    (tmp_path / "replies.json").write_text(json.dumps(script))
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "openfunctions.servers", "chat", "--serve", "--port", "0",
+                                 "--provider", "scripted", "--script", str(tmp_path / "replies.json"),
+                                 "--data-dir", str(tmp_path / "data"), *extra],
+                                stderr=err, text=True, env=env(), cwd=REPO)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:  # a bounded wait for its "served at" line
+        for line in log.read_text().splitlines():
+            if line.startswith("chat served at "):
+                return proc, line.split()[3]
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=30)
+    raise AssertionError(f"chat --serve did not start: {log.read_text()[-2000:]}")
+
+
+async def _thread(data: Path, thread: str) -> list[tuple[str, str]]:
+    from openfunctions.memory import Memory
+    from openfunctions.store import create_store
+
+    memory = Memory(await create_store("memory", data))
+    try:
+        page = await memory.get_thread(thread, limit=50)
+        return [(m.role, m.content) for m in reversed(page.messages)]
+    finally:
+        await memory.aclose()
+
+
+@pytest.mark.slow
+def test_a_conversation_survives_a_sigkill_of_the_server(tmp_path: Path) -> None:
+    proc, url = _serve(tmp_path, ["Hello Ada.", "Hi.", "Noted."], tmp_path / "first.log")
+    try:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            r = client.post("/chat", json={"message": "I am Ada"})
+            ada, thread = r.headers["x-conversation-id"], r.json()["metadata"]["thread_id"]
+            other = client.post("/chat", json={"message": "someone else"}).headers["x-conversation-id"]
+            r = client.post("/chat", json={"message": "I like teal"}, headers={"x-conversation-id": ada})
+            assert r.json()["text"] == "Noted." and client.get("/health").json()["conversations_durable"] is True
+    finally:
+        proc.kill()  # SIGKILL: nothing is flushed or closed on the way out
+        proc.wait(timeout=30)
+    # Restarted with room for one conversation: the most recently used (Ada's) is kept, the other forgotten.
+    proc, url = _serve(tmp_path, ["You are Ada; you like teal."], tmp_path / "second.log", "--max-conversations", "1")
+    try:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            r = client.post("/chat", json={"message": "someone else again", "conversation_id": other})
+            assert r.status_code == 404 and r.json()["error"]["code"] == "chat_conversation_not_found"
+            r = client.post("/chat", json={"message": "who am I?", "conversation_id": ada})
+            assert r.status_code == 200, r.text
+            assert r.json()["text"] == "You are Ada; you like teal." and r.json()["metadata"]["thread_id"] == thread
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    # The turn after the restart was taken in Ada's thread, after the two before the kill (it was shown them).
+    assert anyio.run(_thread, tmp_path / "data", thread) == [
+        ("user", "I am Ada"), ("assistant", "Hello Ada."), ("user", "I like teal"), ("assistant", "Noted."),
+        ("user", "who am I?"), ("assistant", "You are Ada; you like teal.")]

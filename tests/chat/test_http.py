@@ -256,3 +256,84 @@ async def test_an_unknown_or_hostile_conversation_id_gets_a_clear_4xx(tmp_path: 
         assert model.calls == [] and (await client.get("/health")).json()["conversations"] == 0
         r = await client.post("/chat", json={"message": "hi"})
         assert r.status_code == 200 and r.json()["text"] == "ok"
+
+
+async def test_a_slow_turn_of_one_conversation_does_not_hold_up_another(tmp_path: Path) -> None:
+    """Conversation A's model reply waits until conversation B's whole turn has come back over HTTP: with turns
+    serialized across conversations, B would wait for A and neither would finish (the bound fails the test)."""
+    a_in_model, b_answered = anyio.Event(), anyio.Event()
+
+    async def reply(messages: list[Any], tools: list[Any]) -> str:
+        if messages[-1].content == "A: slow one":
+            a_in_model.set()
+            with anyio.fail_after(30):  # never forever, even when the turns are serialized
+                await b_answered.wait()
+            return "A answered"
+        return "B answered"
+
+    model = ScriptedAdapter([reply, reply])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+        answers: dict[str, httpx.Response] = {}
+
+        async def ask(key: str, message: str) -> None:
+            answers[key] = await client.post("/chat", json={"message": message})
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask, "A", "A: slow one")
+                with anyio.fail_after(20):
+                    await a_in_model.wait()  # A's turn is inside its model call
+                with anyio.fail_after(20):
+                    await ask("B", "B: quick one")  # another client, another conversation: answered meanwhile
+                b_answered.set()
+        finally:
+            b_answered.set()
+        assert answers["B"].status_code == 200 and answers["B"].json()["text"] == "B answered"
+        assert answers["A"].status_code == 200 and answers["A"].json()["text"] == "A answered"
+        assert answers["A"].headers["x-conversation-id"] != answers["B"].headers["x-conversation-id"]
+
+
+async def test_turns_of_one_conversation_take_turns_in_arrival_order(tmp_path: Path) -> None:
+    release = anyio.Event()
+    seen: dict[str, list[str]] = {}
+
+    async def reply(messages: list[Any], tools: list[Any]) -> str:
+        said = messages[-1].content
+        seen[said] = [m.content for m in messages[1:-1]]  # the history this turn was shown
+        if said == "one":
+            with anyio.fail_after(30):
+                await release.wait()
+        return f"re {said}"
+
+    model = ScriptedAdapter(["first", reply, reply, reply])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+        conv = (await client.post("/chat", json={"message": "hello"})).headers["x-conversation-id"]
+        held = agent._conversations.get(conv)
+        answers: dict[str, str] = {}
+
+        async def ask(message: str) -> None:
+            r = await client.post("/chat", json={"message": message, "conversation_id": conv})
+            answers[message] = r.json()["text"]
+
+        async def queued(n: int) -> None:  # a bounded wait on the conversation's count of waiting turns
+            with anyio.fail_after(20):
+                while held.busy < n:
+                    await anyio.sleep(0.01)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask, "one")
+                await queued(1)
+                tg.start_soon(ask, "two")
+                await queued(2)
+                tg.start_soon(ask, "three")
+                await queued(3)
+                assert "two" not in seen and "three" not in seen  # queued behind "one", not at the model
+                release.set()
+        finally:
+            release.set()
+    assert answers == {"one": "re one", "two": "re two", "three": "re three"}
+    assert seen["two"] == ["hello", "first", "one", "re one"]  # ran after "one" was answered and remembered
+    assert seen["three"] == ["hello", "first", "one", "re one", "two", "re two"]

@@ -23,7 +23,8 @@ def test_bench_server_quick_run_measures_every_mode() -> None:
     assert [r.split("|")[1].strip() for r in rows] == [
         "in-process", "stdio", "stdio, journal on, read-only tool", "stdio, journal on, effectful tool",
         "stdio, journal on, read-only tool, --no-fast-path",
-        "http x1", "http x16", "http x16, journal on, read-only tool", "http x16, journal on, effectful tool",
+        "http x1, mcp.Client", "http x16, mcp.Client, journal on, read-only tool",
+        "http x16", "http x16, journal on, read-only tool", "http x16, journal on, effectful tool",
         "http x16, journal on, read-only tool, --no-fast-path",
         "http load x50 (raw HTTP, of_hash_text, journal on)", "http load x50, --no-fast-path",
     ], proc.stdout

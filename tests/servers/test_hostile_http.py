@@ -133,6 +133,24 @@ def test_one_client_cannot_take_more_than_its_share_of_sessions(http_server):
     assert "--max-sessions-per-principal" in refused.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "sdk-path"])
+def test_a_full_per_principal_cap_refuses_only_requests_that_open_a_session(http_server, fast):
+    """A 2026-07-28 request opens no session: a full per-principal cap must not answer it 503 (on either path)."""
+    url, _ = http_server("--max-sessions", "10", "--max-sessions-per-principal", "1", *([] if fast else ["--no-fast-path"]))
+    assert _initialize(url).status_code == 200
+    assert _initialize(url).status_code == 503  # the cap is full for this client
+    call = post(url, rpc("tools/call", {"name": "of_hash_text", "arguments": {"text": "x"}}), name="of_hash_text")
+    assert call.status_code == 200, call.text
+    result = parse_body(call)["result"]
+    assert result["content"] and not result.get("isError")
+    listed = post(url, rpc("tools/list"), method="tools/list")
+    assert listed.status_code == 200 and parse_body(listed)["result"]["tools"]
+    # a handshake-era request without a session id would open one: still refused
+    legacy = httpx.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+                        headers={**ACCEPT, "mcp-protocol-version": "2025-11-25"}, timeout=30)
+    assert legacy.status_code == 503
+
+
 def test_idle_sessions_expire_and_free_their_slot(http_server):
     url, _ = http_server("--max-sessions", "1", "--session-idle-timeout", "1")
     first = _initialize(url)

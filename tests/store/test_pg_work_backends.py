@@ -258,6 +258,45 @@ paths = ["notes/**"]
     await two.close()
 
 
+@pytest.mark.anyio
+async def test_a_shared_lifecycle_call_reads_the_attempt_log_and_the_inbox_once(backends, tmp_path):
+    """One of_work_run_step of a shared controller: one read of the others' records (after it took the lease)
+    and one of the operator's inbox, not one in the tool's readiness check and another in the call."""
+    from openfunctions.work import build_work_tools
+
+    catalog = _catalog(tmp_path)
+    b = await backends(shared=True)
+    await b.grants.issue(principal="agent", steps=["write_src", "check"], paths=["src/**"], ttl=_dt.timedelta(hours=1))
+    ctl = await _controller(b, tmp_path, catalog)
+    tools = ToolRegistry(build_work_tools(ctl, principal="agent"))
+    prv = await ctl.preview([{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}], principal="agent")
+    await ctl.start(prv["previewId"], principal="agent")
+    reads: list[str] = []
+    log_read = b.attempts.read
+
+    async def counted(after: int = 0) -> list[Any]:
+        reads.append("attempts")
+        return await log_read(after)
+
+    b.attempts.read = counted  # type: ignore[method-assign]
+    inbox = ctl.inbox
+    inbox_read = inbox.read
+
+    def counted_inbox() -> Any:
+        reads.append("inbox")
+        return inbox_read()
+
+    inbox.unchanged = lambda: False  # as the database's inbox says: no cheap change signal
+    inbox.read = counted_inbox
+    result = await tools.execute("of_work_run_step", {})
+    assert result["operation"]["status"] == "done", result
+    assert sorted(reads) == ["attempts", "inbox"], reads
+    reads.clear()
+    await tools.execute("of_work_status", {})  # a read: folds the others' records, takes no lease
+    assert reads == ["attempts"], reads
+    await ctl.close()
+
+
 # -- a crash: SIGKILL mid-step ---------------------------------------------------------------------
 
 COUNT = COUNT_STEP

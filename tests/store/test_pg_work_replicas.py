@@ -6,7 +6,8 @@ replicas (each its own data dir) share one work space in the database:
 - an attempt previewed and started through replica A continues through B
   (B runs the next step; C sees the state);
 - A is SIGKILLed while it holds the lease in the middle of a step (the
-  command is running); B's next call waits for the lease to expire, takes it
+  command is running); B's next call finds the holder dead (its liveness lock
+  went with its process), takes it
   over with a higher generation, and recovery blocks the uncertain operation
   exactly as the file backend does (``unknown``; the step is refused, never
   re-run);
@@ -32,19 +33,14 @@ import pytest
 
 from openfunctions.store import migrate_database, open_pg_work, verify_pg_work
 from openfunctions.work import Lease, LeaseLost
-from tests._net import free_port, wait_for_port
+from tests._net import free_port
 from tests.work._catalogs import COUNT_STEP
 
 from ._journal_backends import private_database
-from ._replicas import stop, wait_for
+from ._replicas import db_receipts, start_work_replica, stop, tool_call, wait_for
 
 pytestmark = pytest.mark.slow
 
-META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientInfo": {"name": "work-replica-test", "version": "0"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 TTL = 3.0
 
 CATALOG = (
@@ -53,36 +49,27 @@ CATALOG = (
     'kind = "write_file"\n'
     'description = "write a note"\n'
     'paths = ["notes/**"]\n'
-) + COUNT_STEP
+) + COUNT_STEP + (
+    "\n[steps.shout]\n"
+    'kind = "command"\n'
+    'description = "print a long line (its stdout becomes an artifact)"\n'
+    f"argv = ['{sys.executable}', '-c', \"print('hello ' * 5000)\"]\n"
+    'effect = "read"\n'
+    'env = ["PATH"]\n'
+)
 
 
-def _replica(dsn: str, data_dir: Path, catalog: Path) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("OPENFUNCTIONS_DATABASE_URL", None)
-    argv = [sys.executable, "-m", "openfunctions.servers", "serve", "--profile", "work", "--transport", "http",
-            "--stateless", "--port", str(port), "--data-dir", str(data_dir), "--catalog", str(catalog),
-            "--principal", "agent", "--database", dsn, "--work-lease-ttl", str(TTL)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for_port(port, proc)
-    return f"http://127.0.0.1:{port}/mcp", proc
+def _replica(dsn: str, data_dir: Path, catalog: Path, *extra: str,
+             env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen]:
+    return start_work_replica(dsn, data_dir, catalog, *extra, ttl=TTL, env=env)
 
 
 def tool(url: str, name: str, arguments: dict[str, Any] | None = None, *, timeout: float = 60) -> dict[str, Any]:
     """One tools/call; the MCP result (``structuredContent``, ``isError``, ``content``)."""
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments or {}, "_meta": META}}
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": name}
-    resp = httpx.post(url, content=json.dumps(body), headers=headers, timeout=timeout)
-    assert resp.status_code == 200, resp.text[:500]
-    if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        msgs = [json.loads(x[5:]) for x in resp.text.splitlines() if x.startswith("data:") and x[5:].strip()]
-        msg = next(m for m in reversed(msgs) if "result" in m or "error" in m)
-    else:
-        msg = resp.json()
-    assert "result" in msg, msg
-    return msg["result"]
+    try:
+        return tool_call(url, name, arguments, timeout=timeout)
+    except ValueError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def ok(url: str, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -106,7 +93,7 @@ def _kill(pid: int) -> None:
 async def test_an_attempt_moves_between_replicas_and_a_dead_holders_lease_is_taken_over_fenced(pg_dsn, tmp_path) -> None:
     with private_database(pg_dsn) as dsn:
         migrated = _cli("db", "migrate", "--database", dsn)  # the operator's path: every component
-        assert migrated.returncode == 0 and "work schema migrated from version 0 to 2" in migrated.stdout, migrated
+        assert migrated.returncode == 0 and "work schema migrated from version 0 to 3" in migrated.stdout, migrated
         backend = await open_pg_work(dsn, "work")
         try:
             await backend.grants.issue(principal="agent", steps=["note", "count"], paths=["notes/**"],
@@ -147,7 +134,7 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any) -> None:
         pa.wait(timeout=10)
         old = Lease(holder["owner"], holder["generation"], holder["expires_at"], holder["ttl"])
 
-        # B: waits for the dead holder's lease to expire, takes it over, recovers; the step is refused
+        # B: the holder is dead, so B takes its lease over (at once), recovers; the step is refused
         r = tool(b, "of_work_run_step", timeout=120)
         assert r.get("isError"), r
         assert "effect_uncertain" in json.dumps(r), r
@@ -239,3 +226,110 @@ async def test_serve_refuses_a_work_schema_older_than_the_code_and_names_the_com
             capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 2, out.stderr[-2000:]
         assert "the work schema in" in out.stderr and "openfunctions-mcp db migrate" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.anyio
+async def test_work_artifacts_minted_on_one_replica_read_on_another(pg_dsn, tmp_path) -> None:
+    """Previews and command output are artifacts in the database: an id minted through A reads through B
+    (verified, bounded), under the same scope rules (another principal is refused; so is an unknown id)."""
+    with private_database(pg_dsn) as dsn:
+        await migrate_database(dsn)
+        backend = await open_pg_work(dsn, "work")
+        procs: list[subprocess.Popen] = []
+        try:
+            await backend.grants.issue(principal="agent", steps=["shout"], ttl=_dt.timedelta(hours=1), issuer="test")
+            (tmp_path / "ws").mkdir()
+            catalog = tmp_path / "catalog.toml"
+            catalog.write_text(CATALOG)
+            (a, pa), (b, pb), (c, pc) = (_replica(dsn, tmp_path / f"d{i}", catalog, *more)
+                                         for i, more in (("a", ()), ("b", ()), ("c", ("--principal", "other"))))
+            procs += [pa, pb, pc]
+            prv = ok(a, "of_work_preview", {"plan": [{"step": "shout", "params": {}}]})
+            assert prv["previewId"].encode() in _read_all(b, prv["artifactId"])  # minted on A, read on B
+            ok(a, "of_work_start", {"previewId": prv["previewId"]})
+            stdout = ok(a, "of_work_run_step")["result"]["stdout"]
+            art = stdout["artifact_id"]
+            assert art and stdout["size"] == len("hello " * 5000) + 1, stdout
+            assert _read_all(b, art) == ("hello " * 5000 + "\n").encode()  # B reads A's command output
+            for url, artifact_id in ((c, prv["artifactId"]), (c, art), (b, "art_" + "0" * 32)):
+                refused = tool(url, "of_work_artifact_read", {"artifact_id": artifact_id})
+                assert refused.get("isError") and "artifact_not_found" in json.dumps(refused), refused
+            import psycopg
+
+            with psycopg.connect(dsn) as conn:
+                stores = {r[0] for r in conn.execute("SELECT store FROM of_artifacts").fetchall()}
+            assert stores == {"work:work"}, stores
+            assert not any((tmp_path / f"d{i}" / "work" / "artifacts" / "index").exists() for i in "abc")
+        finally:
+            for p in procs:
+                stop(p)
+            await backend.aclose()
+
+
+def _read_all(url: str, artifact_id: str) -> bytes:
+    """Every byte of an artifact, in bounded chunks (offset += length until eof), each verified by the store."""
+    import base64
+
+    data, offset = b"", 0
+    while True:
+        chunk = ok(url, "of_work_artifact_read", {"artifact_id": artifact_id, "offset": offset})
+        data += base64.b64decode(chunk["data_base64"])
+        offset += chunk["length"]
+        if chunk["eof"]:
+            return data
+
+
+INJECT = Path(__file__).resolve().parents[1] / "work" / "_inject"
+
+
+@pytest.mark.anyio
+async def test_recovery_on_the_database_settles_from_a_receipt_the_dead_replica_committed(pg_dsn, tmp_path) -> None:
+    """A killed between the step's settled receipt (committed in the database journal) and its outcome record:
+    B's takeover reads the receipt there and settles the operation ``done``, as the file controller does from
+    ``<data-dir>/journal``; the plan goes on with the next step; the step ran once."""
+    with private_database(pg_dsn) as dsn:
+        await migrate_database(dsn)
+        backend = await open_pg_work(dsn, "work")
+        procs: list[subprocess.Popen] = []
+        try:
+            await backend.grants.issue(principal="agent", steps=["count", "note"], paths=["notes/**"],
+                                       ttl=_dt.timedelta(hours=1), issuer="test")
+            (tmp_path / "ws").mkdir()
+            catalog = tmp_path / "catalog.toml"
+            catalog.write_text(CATALOG)
+            marker = tmp_path / "paused"
+            hooks = {"PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")])),
+                     "OPENFUNCTIONS_TEST_PAUSE_BEFORE_OUTCOME": str(marker)}
+            (a, pa), (b, pb) = (_replica(dsn, tmp_path / "da", catalog, env=hooks), _replica(dsn, tmp_path / "db", catalog))
+            procs += [pa, pb]
+            plan = [{"step": "count", "params": {"seconds": 0}},
+                    {"step": "note", "params": {"path": "notes/n.txt", "content": "after"}}]
+            ok(a, "of_work_start", {"previewId": ok(a, "of_work_preview", {"plan": plan})["previewId"]})
+            killed_call: list[Any] = []
+            threading.Thread(target=_swallow, args=(a, killed_call), daemon=True).start()
+            wait_for(marker.exists, timeout=60)  # the step ran, its receipt is committed; no outcome record yet
+            pa.kill()
+            pa.wait(timeout=10)
+            [rid] = [x.data["receipt_id"] for x in await backend.attempts.read(0) if x.type == "dispatched"]
+            assert rid in db_receipts(dsn, "work"), "the dead replica's receipt is in the database journal"
+
+            r = ok(b, "of_work_run_step")  # takes the dead holder's lease over, settles from the receipt, goes on
+            assert r["operation"]["step"] == "note" and r["operation"]["status"] == "done", r
+            st = ok(b, "of_work_status")["attempt"]
+            [op] = [o for o in st["operations"] if o["planIndex"] == 0]
+            assert op["status"] == "done" and op["certainty"] == "known" and op["receiptId"] == rid, op
+            assert st["state"] == "running" and st["cursor"] == 2, st
+            records = await backend.attempts.read(0)
+            [settled] = [x for x in records if x.type == "outcome" and x.data["operation_id"] == op["operationId"]]
+            assert settled.data["source"] == "execution_journal" and settled.data["receipt"]["receipt_id"] == rid
+            assert not [x for x in records if x.type == "recovered"], "nothing left unknown"
+            counter = tmp_path / "ws" / "counter.txt"
+            assert len(_lines(counter)) == 1, "the step ran once"
+            assert (tmp_path / "ws" / "notes" / "n.txt").read_text() == "after"
+            wait_for(lambda: bool(killed_call), timeout=30)
+            assert killed_call == ["no reply"]
+        finally:
+            for p in procs:
+                stop(p)
+            await backend.aclose()
+        assert verify_pg_work(dsn, "work") == []

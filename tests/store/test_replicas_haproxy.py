@@ -9,52 +9,23 @@ haproxy is Debian's package: missing, the test skips, except in CI
 
 from __future__ import annotations
 
-import shutil
 import signal
-import subprocess
 
 import psycopg
 import pytest
 
 from openfunctions.store import migrate_database, verify_pg_journal
-from tests._net import free_port, wait_for_port
-from tests._pg import _required
+from tests._net import free_port
 
 from ._journal_backends import private_database
-from ._replicas import Load, db_receipts, start_replica, stop, wait_for
+from ._replicas import Load, db_receipts, haproxy_binary, start_haproxy, start_replica, stop, wait_for
 
 pytestmark = pytest.mark.slow
-
-HAPROXY_CFG = """\
-global
-    maxconn 256
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-    option redispatch
-    retries 2
-frontend front
-    bind 127.0.0.1:{port}
-    default_backend replicas
-backend replicas
-    balance roundrobin
-    option httpchk
-    http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host 127.0.0.1:{port}
-{servers}
-"""
 
 
 @pytest.fixture
 def haproxy_bin() -> str:
-    found = shutil.which("haproxy") or (shutil.which("haproxy", path="/usr/sbin:/sbin"))
-    if found is None:
-        msg = "haproxy is not installed (Debian: apt-get install -y haproxy)"
-        if _required():
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    return found
+    return haproxy_binary()
 
 
 def test_three_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin, tmp_path) -> None:
@@ -66,15 +37,9 @@ def test_three_replicas_behind_haproxy_one_killed_under_load(pg_dsn, haproxy_bin
         # Behind a balancer the Host header names the balancer: allow it (DNS-rebinding protection stays on).
         replicas = [start_replica(db, tmp_path / f"r{i}", None, "--allowed-host", f"127.0.0.1:{port}")
                     for i in range(3)]
-        servers = "\n".join(f"    server r{i} {url.split('//')[1].split('/')[0]} check inter 200ms fall 1 rise 2"
-                            for i, (url, _) in enumerate(replicas))
-        cfg = tmp_path / "haproxy.cfg"
-        cfg.write_text(HAPROXY_CFG.format(port=port, servers=servers))
-        lb = subprocess.Popen([haproxy_bin, "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True)
+        lb = start_haproxy(haproxy_bin, port, [url for url, _ in replicas], tmp_path / "haproxy.cfg")
         load = None
         try:
-            wait_for_port(port, lb)
             load = Load(f"http://127.0.0.1:{port}/mcp", workers=4).start()
             wait_for(lambda: len(load.seen) >= 100 or load.errors > 50)
             assert len(load.seen) >= 100, (load.errors, load.last_error)

@@ -8,6 +8,11 @@
 - ``OPENFUNCTIONS_TEST_COUNT_WRITES=<file>``: every ``write_file`` step of
   this server appends one line to the file and proceeds normally; the
   restarted server runs with it, so a blind re-run would show up there.
+- ``OPENFUNCTIONS_TEST_PAUSE_BEFORE_OUTCOME=<marker>``: the controller hangs
+  right before it appends an operation's ``outcome`` record (the step ran and
+  the executor settled its call: the receipt is durable), after writing
+  ``outcome`` to the marker file: the test SIGKILLs the server in the window
+  between the settled receipt and the outcome record.
 """
 
 import os
@@ -34,3 +39,21 @@ if _mark or _count:
             time.sleep(3600)
 
     _steps.write_atomically = write_atomically
+
+_before_outcome = os.environ.get("OPENFUNCTIONS_TEST_PAUSE_BEFORE_OUTCOME")
+if _before_outcome:
+    import asyncio
+
+    from openfunctions.work import _custody
+
+    _real_append = _custody.Custody.append
+
+    async def append(self, rec):
+        if rec[0] == "outcome":
+            with open(_before_outcome + ".tmp", "w") as f:
+                f.write("outcome\n")
+            os.replace(_before_outcome + ".tmp", _before_outcome)
+            await asyncio.sleep(3600)
+        return await _real_append(self, rec)
+
+    _custody.Custody.append = append
