@@ -264,6 +264,121 @@ def sync_latencies(d: Path, seconds: float, files: tuple[int, ...] = (1, 2)) -> 
     return lat
 
 
+def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
+    """One appender awaiting each record (a stdio server's receipt): latency (s)
+    of a raw ``write`` + ``fdatasync``, of ``JournalLog.append`` writing in place,
+    and of ``JournalLog.append`` handing over to the writer thread
+    (``inline_when_idle = False``), interleaved op by op on three files."""
+    line = sample_lines(1)[0]
+    lat: dict[str, list[float]] = {k: [] for k in LONE}
+
+    async def run() -> None:
+        fd = os.open(d / f"lone-raw-{time.monotonic_ns()}.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        inline = await JournalLog.open(d / f"lone-inline-{time.monotonic_ns()}.jsonl")
+        thread = await JournalLog.open(d / f"lone-thread-{time.monotonic_ns()}.jsonl")
+        thread.inline_when_idle = False
+        try:
+            stop = time.perf_counter() + seconds
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                os.write(fd, line)
+                os.fdatasync(fd)
+                t1 = time.perf_counter()
+                await inline.append("start", DATA)
+                t2 = time.perf_counter()
+                await thread.append("start", DATA)
+                t3 = time.perf_counter()
+                lat[LONE_RAW].append(t1 - t0)
+                lat[LONE_INLINE].append(t2 - t1)
+                lat[LONE_THREAD].append(t3 - t2)
+        finally:
+            os.close(fd)
+            await inline.close()
+            await thread.close()
+
+    anyio.run(run)
+    return lat
+
+
+LONE_RAW = "raw write + fdatasync (no encoding)"
+LONE_INLINE = "JournalLog.append, in place (the default for a lone appender)"
+LONE_THREAD = "JournalLog.append, handed over to the writer thread (inline_when_idle=False)"
+LONE = (LONE_RAW, LONE_INLINE, LONE_THREAD)
+
+
+def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
+    raw = lat[LONE_RAW]
+    rows = [[name, f"{len(xs):,}", f"{median(xs) * 1e6:,.0f}", f"{_pct(xs, 0.25) * 1e6:,.0f}–{_pct(xs, 0.75) * 1e6:,.0f}",
+             f"{median([b - a for a, b in zip(raw, xs, strict=True)]) * 1e6:,.0f}"] for name, xs in lat.items()]
+    return table(
+        [f"1 appender awaiting each record, interleaved op by op for {seconds:g} s", "samples", "median µs",
+         "p25–p75 µs", "median of per-op (this − raw) µs"],
+        rows,
+    )
+
+
+_THREAD_ONLY = (
+    "import sys; from openfunctions.core.journal import JournalLog; JournalLog.inline_when_idle = False; "
+    "from openfunctions.servers.cli import main; sys.exit(main())"
+)
+SERVER_PEERS = ("ours, journal on (lone appender in place)", "ours, journal on, inline_when_idle=False (writer thread)",
+                "SDK MCPServer (persists nothing)")
+
+
+def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[float]]:
+    """Per-call latency (s) of a serial stdio client against three servers,
+    interleaved call by call: ours (journal on), ours with every journal handing
+    over to its writer thread, and the SDK's MCPServer; for ``noop`` (a declared
+    read: one fsync, the receipt) and ``noop_write`` (two: start, receipt).
+    The servers and tools are bench_server's (``bench_server:registry``)."""
+    import bench_server
+    from mcp import Client, StdioServerParameters
+
+    ours = bench_server._ours_cmd(d / "srv-inline", journal=True)
+    thread = bench_server._ours_cmd(d / "srv-thread", journal=True)
+    serve = thread.index("serve")
+    thread = [sys.executable, "-c", _THREAD_ONLY, *thread[serve:]]
+    sdk = bench_server._sdk_cmd("stdio")
+    env = bench_server._env()
+    params = [StdioServerParameters(command=c[0], args=c[1:], env=env) for c in (ours, thread, sdk)]
+    lat: dict[tuple[str, str], list[float]] = {(tool, peer): [] for tool in ("noop", "noop_write") for peer in SERVER_PEERS}
+
+    async def run() -> None:
+        async with Client(params[0], read_timeout_seconds=60) as a, Client(params[1], read_timeout_seconds=60) as b, \
+                Client(params[2], read_timeout_seconds=60) as c:
+            clients = dict(zip(SERVER_PEERS, (a, b, c), strict=True))
+            for tool in ("noop", "noop_write"):
+                for cl in clients.values():  # warm-up
+                    for _ in range(20):
+                        await cl.call_tool(tool, {})
+                stop = time.perf_counter() + seconds / 2
+                while time.perf_counter() < stop:
+                    for peer, cl in clients.items():
+                        t0 = time.perf_counter()
+                        result = await cl.call_tool(tool, {})
+                        lat[(tool, peer)].append(time.perf_counter() - t0)
+                        if result.is_error:
+                            raise RuntimeError(f"{peer} {tool}: {result.content}")
+
+    anyio.run(run)
+    return lat
+
+
+def server_latency_table(lat: dict[tuple[str, str], list[float]], seconds: float) -> str:
+    rows = []
+    for (tool, peer), xs in lat.items():
+        sdk = lat[(tool, SERVER_PEERS[2])]
+        kind = "read-only (1 fsync)" if tool == "noop" else "effectful (2 fsyncs)"
+        rows.append([f"stdio, {kind}: {peer}", f"{len(xs):,}", f"{median(xs) * 1e3:.2f}",
+                     f"{_pct(xs, 0.25) * 1e3:.2f}–{_pct(xs, 0.75) * 1e3:.2f}",
+                     f"{median([s / x for s, x in zip(sdk, xs, strict=True)]):.2f}x"])
+    return table(
+        [f"serial stdio client, calls interleaved server by server for {seconds:g} s", "calls", "median ms",
+         "p25–p75 ms", "speed vs the SDK (median of per-call ratios)"],
+        rows,
+    )
+
+
 def _pct(xs: list[float], q: float) -> float:
     ys = sorted(xs)
     return ys[min(len(ys) - 1, int(q * len(ys)))]
@@ -285,6 +400,14 @@ def sync_latency_table(lat: dict[tuple[str, int], list[float]], seconds: float) 
          "vs the same mode on 1 file"],
         rows,
     )
+
+
+LONE_INTRO = (
+    "A lone appender (a stdio server's caller waits for each record): handing the record to the writer thread "
+    "costs two thread wake-ups (the thread's, then the event loop's) on top of the fsync; with nothing else to "
+    "run and no other append waiting, `JournalLog.append` writes and syncs in place instead (docs/formats/journal.md, "
+    "'Durability'). Same record bytes, three files, op-interleaved:"
+)
 
 
 SYNC_INTRO = (
@@ -371,9 +494,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="shorter runs and smaller files")
     ap.add_argument("--dir", type=Path, default=None, help="scratch directory on the disk to measure (default: a temp dir)")
     ap.add_argument("--no-write", action="store_true", help="print the table, do not touch docs/PERFORMANCE.md")
+    ap.add_argument("--server", action="store_true",
+                    help="only the stdio server table (ours in place vs ours through the writer thread vs the SDK, "
+                         "call-interleaved); prints it, does not touch docs/PERFORMANCE.md")
     ap.add_argument("--sync-only", action="store_true",
-                    help="only the fdatasync latency table (append vs pre-zeroed vs fallocate'd vs rewritten space, "
-                         "1 and 2 files at once); prints it, does not touch docs/PERFORMANCE.md")
+                    help="only the two latency tables (fdatasync by kind of space, 1 and 2 files at once; a lone "
+                         "appender raw vs in place vs handed over); prints them, does not touch docs/PERFORMANCE.md")
     a = ap.parse_args()
     secs = 0.5 if a.quick else 1.0
     reps = 3 if a.quick else 5
@@ -383,12 +509,19 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="ofbench-", dir=a.dir))
     os.chmod(base, 0o700)
     try:
+        if a.server:
+            server_secs = 10.0 if a.quick else 40.0
+            print(server_latency_table(server_latencies(base, server_secs), server_secs))
+            return
         sync_secs = 8.0 if a.quick else 20.0
         lat = sync_latencies(base, sync_secs)
         sync_table = sync_latency_table(lat, sync_secs)
         print(sync_table, file=sys.stderr)
+        lone_secs = 5.0 if a.quick else 15.0
+        lone_table = lone_latency_table(lone_latencies(base, lone_secs), lone_secs)
+        print(lone_table, file=sys.stderr)
         if a.sync_only:
-            print(sync_table)
+            print(sync_table + "\n\n" + lone_table)
             return
         rows = []
         rates: dict[str, float] = {}
@@ -500,6 +633,8 @@ def main() -> None:
                 targets,
                 SYNC_INTRO,
                 sync_table,
+                LONE_INTRO,
+                lone_table,
                 "Recovery: `JournalLog.open` streams the file and validates every line "
                 "(UTF-8, JSON, fields, SHA-256 checksum, chain, seq) — the peer only parses.",
                 scan_table,

@@ -6,7 +6,8 @@ takes them through its ``WorkBackend`` interface and never imports store.
 Every replica serving ``--profile work`` on one database uses one work space
 (:data:`WORK_SPACE`): a controller takes the lease for each lifecycle call,
 so an attempt started through one replica continues through any other, and
-when a replica dies holding the lease another takes it over after expiry
+when a replica dies holding the lease another takes it over (at once: its
+liveness lock died with it; an unresponsive one after expiry)
 (``--work-lease-ttl``) with a higher generation. The schema is checked when
 the server starts (the profile's starter): older or newer than the code ->
 refused, naming ``openfunctions-mcp db migrate``.

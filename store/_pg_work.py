@@ -19,7 +19,9 @@ Schema (component ``"work"`` in ``of_schema``; migrations in
         ttl        double precision,-- seconds each renewal adds
         acquired_at, renewed_at text,   -- RFC 3339 UTC (diagnostics)
         host text, pid integer,     -- the holder (diagnostics only; never used for liveness)
-        last_seq   bigint)          -- the seq of the space's newest attempt record (0: none)
+        last_seq   bigint,          -- the seq of the space's newest attempt record (0: none)
+        alive_key  bigint)          -- migration 3: the key of the session advisory lock the holder's process
+                                    -- keeps while it lives (null: a holder without one: wait for expiry)
     of_work_records(                -- the attempt journal: one row per record, PRIMARY KEY (space, seq)
         space text, seq bigint,     -- 1, 2, 3, ... no gap: assigned as last_seq + 1 under the lease row's lock
         generation bigint,          -- the lease generation that wrote it (= data.lease_generation)
@@ -37,11 +39,21 @@ Schema (component ``"work"`` in ``of_schema``; migrations in
 
 Promises:
 
-- **A lease is a row.** ``acquire`` locks the row (``SELECT ... FOR UPDATE``);
-  a live lease of another owner is refused (``LeaseHeld``), a free, released
-  or expired one is taken with ``generation + 1``. Expiry compares against
-  the database's clock (``clock_timestamp()``), one clock for every machine;
-  a test may pass its own clock.
+- **A lease is a row.** ``acquire`` is one upsert that takes a free,
+  released or expired lease with ``generation + 1``; a live lease of another
+  owner is refused (``LeaseHeld``) — unless its holder's process is gone.
+  Expiry compares against the database's clock (``clock_timestamp()``), one
+  clock for every machine; a test may pass its own clock.
+- **A dead holder is taken over at once** (what ``live.<generation>``'s
+  flock does for the file lease): a process that takes a lease first takes a
+  session advisory lock (key ``alive_key``, from its space and owner id) on a
+  connection of its own, kept for its life. PostgreSQL drops the lock when
+  that session ends — the process died, or its connection was cut. A live
+  lease whose ``alive_key`` lock is free is taken over with ``generation + 1``
+  (guarded by the owner and generation seen); a holder still alive but
+  unresponsive keeps its session and is taken over only after expiry. A
+  holder cut off from the database but alive is fenced like any stale holder:
+  its appends are refused.
 - **Every attempt write is fenced by the generation in the same
   transaction**: the append is one statement (one transaction): an UPDATE
   of the lease row that moves ``last_seq`` only where owner, generation and
@@ -77,6 +89,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 import socket
@@ -119,6 +132,8 @@ class _Pg:
         self._checked = False
         self._lock = asyncio.Lock()
         self._sync: Any = None
+        # owner -> the connection holding that owner's liveness lock (the process's life)
+        self.alive: dict[str, Any] = {}
         # None: no artifact store; else its quota (bytes), opened on the pool by ready()
         self.artifact_quota = artifact_quota
         self.artifacts: Any = None
@@ -154,6 +169,10 @@ class _Pg:
             self._sync.close()
             self._sync = None
         self.artifacts = None  # on this pool: nothing of its own to close
+        for conn in self.alive.values():
+            with contextlib.suppress(Exception):
+                await conn.close()
+        self.alive.clear()
         if self.owns_pool and self.pool is not None:
             pool, self.pool = self.pool, None
             self._checked = False
@@ -184,6 +203,31 @@ class _Pg:
         except self.psycopg.Error as exc:
             await self.lost()
             raise self.unavailable(what, exc, certainty=certainty) from None
+
+    def alive_key(self, owner: str) -> int:
+        """The advisory lock key of ``owner``'s liveness in this space (64 bits of SHA-256)."""
+        digest = hashlib.sha256(f"of_work_alive:{self.space}:{owner}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    async def hold_alive(self, owner: str) -> int:
+        """``owner``'s liveness lock, held on a connection of its own until :meth:`close`; checked at each call
+        (a session the database cut — a partition — is opened and locked again)."""
+        key = self.alive_key(owner)
+        conn = self.alive.get(owner)
+        if conn is not None and not conn.closed:
+            try:  # one round trip: a session the database cut would let others take us for dead
+                await conn.execute("SELECT 1")
+                return key
+            except self.psycopg.Error:
+                await conn.close()
+        conn = await self.psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+        try:
+            await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        except BaseException:
+            await conn.close()
+            raise
+        self.alive[owner] = conn
+        return key
 
     def now_param(self) -> float | None:
         return None if self.clock is None else float(self.clock())
@@ -289,15 +333,25 @@ class PgLeaseStore:
         work = _work()
         stamp = utc_timestamp()
         async with self.pg.using("cannot take the work lease") as conn:
-            cur = await conn.execute(_ACQUIRE, (
-                self.pg.space, self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(),
-                self.pg.now_param()))
+            key = await self.pg.hold_alive(self.owner)  # before the row names us: we never hold it without it
+            me = (self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(), key)
+            cur = await conn.execute(_ACQUIRE, (self.pg.space, *me, self.pg.now_param()))
             row = await cur.fetchone()
+            held = None
             if row is None:
                 cur = await conn.execute(_HELD, (self.pg.now_param(), self.pg.space))
                 held = await cur.fetchone()
+            if row is None and held is not None and held[6] is not None:
+                cur = await conn.execute(_DEAD, (held[6], held[6]))
+                if (await cur.fetchone())[0]:  # its liveness lock is free: the holder's process is gone
+                    cur = await conn.execute(_TAKEOVER, (self.owner, self.pg.now_param(), *me[1:], self.pg.space,
+                                                         held[0], held[1]))
+                    row = await cur.fetchone()
+                    if row is not None:
+                        log.info("work_lease_taken_over_from_dead_holder", space=self.pg.space, owner=held[0],
+                                 generation=held[1], host=held[4], pid=held[3])
         if row is None:
-            owner, generation, expires_at, pid, host, now = held or (None, 0, 0.0, None, None, 0.0)
+            owner, generation, expires_at, pid, host, now, _ = held or (None, 0, 0.0, None, None, 0.0, None)
             raise work.LeaseHeld(
                 f"the work space {self.pg.space!r} is leased by owner {owner} ({host} pid {pid}, generation "
                 f"{generation}) for {expires_at - now:.1f}s more; another controller is acting",
@@ -419,12 +473,12 @@ class PgAttemptLog:
 #: "now" in POSIX seconds: the caller's clock (a test's) if it passes one, else the database's (one for every replica)
 _NOW = "COALESCE(%s::float8, extract(epoch from clock_timestamp())::float8)"
 _ACQUIRE = (
-    "INSERT INTO of_work_leases AS l (space, owner, generation, expires_at, ttl, acquired_at, renewed_at, host, pid) "
-    "SELECT %s, %s, 1, n.now + %s, %s, %s, %s, %s, %s "
+    "INSERT INTO of_work_leases AS l (space, owner, generation, expires_at, ttl, acquired_at, renewed_at, host, pid, "
+    "alive_key) SELECT %s, %s, 1, n.now + %s, %s, %s, %s, %s, %s, %s "
     f"FROM (SELECT {_NOW} AS now) n "
     "ON CONFLICT (space) DO UPDATE SET owner = EXCLUDED.owner, generation = l.generation + 1, "
     "expires_at = EXCLUDED.expires_at, ttl = EXCLUDED.ttl, acquired_at = EXCLUDED.acquired_at, "
-    "renewed_at = EXCLUDED.renewed_at, host = EXCLUDED.host, pid = EXCLUDED.pid "
+    "renewed_at = EXCLUDED.renewed_at, host = EXCLUDED.host, pid = EXCLUDED.pid, alive_key = EXCLUDED.alive_key "
     "WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= EXCLUDED.expires_at - EXCLUDED.ttl "
     "RETURNING generation, expires_at"
 )
@@ -435,7 +489,15 @@ _FENCED_APPEND = (
     "SELECT %s, last_seq, %s, %s, %s, %s FROM ok RETURNING seq"
 )
 _READ_ROW = f"SELECT owner, generation, expires_at, {_NOW} FROM of_work_leases WHERE space = %s"
-_HELD = f"SELECT owner, generation, expires_at, pid, host, {_NOW} FROM of_work_leases WHERE space = %s"
+_HELD = f"SELECT owner, generation, expires_at, pid, host, {_NOW}, alive_key FROM of_work_leases WHERE space = %s"
+#: true when nobody holds the advisory lock (taken and given back at once: a pooled session keeps nothing)
+_DEAD = "SELECT CASE WHEN pg_try_advisory_lock(%s) THEN pg_advisory_unlock(%s) ELSE false END"
+#: a dead holder's live lease -> ours, generation + 1; only if it is still the owner and generation we saw
+_TAKEOVER = (
+    f"UPDATE of_work_leases SET owner = %s, generation = generation + 1, expires_at = {_NOW} + %s, ttl = %s, "
+    "acquired_at = %s, renewed_at = %s, host = %s, pid = %s, alive_key = %s "
+    "WHERE space = %s AND owner = %s AND generation = %s RETURNING generation, expires_at"
+)
 _RENEW = (
     f"UPDATE of_work_leases SET expires_at = {_NOW} + ttl, renewed_at = %s WHERE space = %s AND owner = %s "
     f"AND generation = %s AND expires_at > {_NOW} RETURNING expires_at"

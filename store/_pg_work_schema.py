@@ -53,6 +53,9 @@ MIGRATIONS: list[Sequence[str]] = [
             data text NOT NULL,
             PRIMARY KEY (space, seq))""",
     ),
+    (  # 3: the holder's liveness lock (a session advisory lock key): a dead holder's lease is taken over at once
+        "ALTER TABLE of_work_leases ADD COLUMN alive_key bigint",
+    ),
 ]
 
 __all__ = ["COMPONENT", "MIGRATIONS"]

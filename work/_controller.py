@@ -141,7 +141,7 @@ class WorkController:
         self.root = Path(root)
         # shared: several controllers (server replicas) use one work space in a database (see ._backend)
         self.shared = bool(backend is not None and backend.shared)
-        # how long a call of a shared controller waits for another replica's lease (its holder may have died: expiry)
+        # how long a call of a shared controller waits for another replica's lease (an unresponsive holder: expiry)
         self.lease_wait = float(lease_wait) if lease_wait is not None else 2.0 * (backend.leases.ttl if backend else lease_ttl) + 5.0
         if self.shared:
             execution_journals = None  # the execution journal is in the database, not in <data-dir>/journal

@@ -29,6 +29,13 @@ Invariants:
   without ``close()`` can still be collected (its ``__del__`` stops us);
 - an idle thread exits after ``IDLE_EXIT`` seconds; the next enqueue starts
   a new one (many attempt journals may be open, most of them idle).
+
+**In place** (:meth:`GroupWriter.write_now`): when nothing is queued or
+being written, the log's lone appender may write and sync its lines on its
+own thread instead (the log decides when: ``JournalLog._lone``). Same
+invariants: written and synced before it returns, fail-stop on error (the
+failure poisons the writer exactly as on the thread), and while it is in
+progress ``_writing`` is set, so the thread waits and ``drain`` counts it.
 """
 
 from __future__ import annotations
@@ -140,6 +147,42 @@ class GroupWriter:
             batch.last_seq = last_seq
             batch.waiters.append(waiter)
 
+    def write_now(self, lines: list[bytes], last_seq: int) -> bool:
+        """If nothing is queued or being written, write and sync ``lines`` on
+        the calling thread, now; returns ``False`` (nothing done: enqueue
+        instead) when the writer is busy or stopping.
+
+        Raises JournalFailed if the writer had failed, or if this write or
+        sync fails (which fails the writer: fail-stop, as on the thread).
+        """
+        with self._mu:
+            if self.failure is not None:
+                raise self.failed_error()
+            if self._queue or self._writing or self._stopping:
+                return False
+            self._writing = True  # the thread (if any) waits for this write to finish
+        data = b"".join(lines)
+        try:
+            self._ops.write_all(self._fd, data)
+            self._ops.sync(self._fd)
+        except BaseException as exc:
+            with self._cv:
+                self.failure = exc if isinstance(exc, Exception) else OSError(f"write interrupted: {exc!r}")
+                batches, self._queue, self._batch = self._queue, [], None
+                self._writing = False
+                self._cv.notify_all()
+            log.error("journal_failed", path=self._path, error=str(self.failure))
+            _wake(batches, self.failed_error)
+            if not isinstance(exc, Exception):
+                raise
+            raise self.failed_error() from exc
+        with self._cv:
+            self.durable_size += len(data)
+            self.durable_seq = last_seq
+            self._writing = False
+            self._cv.notify_all()  # a thread waiting on _writing takes what queued meanwhile; drain() sees progress
+        return True
+
     def busy(self) -> bool:
         with self._mu:
             return bool(self._queue) or self._writing
@@ -198,8 +241,8 @@ class GroupWriter:
         cv = self._cv
         while True:
             with cv:
-                while not self._queue:
-                    if self._stopping or (not cv.wait(IDLE_EXIT) and not self._queue):
+                while not self._queue or self._writing:  # _writing here: an in-place write (write_now)
+                    if self._stopping or (not cv.wait(IDLE_EXIT) and not self._queue and not self._writing):
                         self._thread = None
                         cv.notify_all()
                         return

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -61,10 +62,17 @@ def call(client: httpx.Client, url: str, n: int) -> dict:
 
 
 class Load:
-    """``workers`` threads calling ``url`` until stopped; ``seen`` holds every receipt a client received."""
+    """``workers`` threads calling ``url`` until stopped; ``seen`` holds every receipt a client received.
 
-    def __init__(self, url: str, workers: int = 4) -> None:
+    ``call_once(client, n)``: one call, its receipt (default: ``bump`` with ``n``); raising ``httpx.HTTPError``
+    or ``ValueError`` counts as a call without a reply. ``pause``: seconds between a thread's calls.
+    """
+
+    def __init__(self, url: str, workers: int = 4, call_once: Callable[[httpx.Client, int], dict] | None = None,
+                 pause: float = 0.0) -> None:
         self.url = url
+        self.call_once = call_once or (lambda client, n: call(client, self.url, n))
+        self.pause = pause
         self.seen: list[dict] = []
         self.errors = 0
         self.last_error = ""
@@ -78,7 +86,7 @@ class Load:
             while not self._stop.is_set():
                 n += 1
                 try:
-                    receipt = call(client, self.url, n)
+                    receipt = self.call_once(client, n)
                 except (httpx.HTTPError, ValueError, StopIteration) as exc:
                     with self._lock:
                         self.errors += 1
@@ -87,6 +95,8 @@ class Load:
                 if receipt:
                     with self._lock:
                         self.seen.append(receipt)
+                if self.pause:
+                    self._stop.wait(self.pause)
 
     def start(self) -> Load:
         for t in self._threads:

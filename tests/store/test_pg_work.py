@@ -63,6 +63,45 @@ async def test_a_connection_cut_mid_append_is_an_unknown_error_and_the_next_read
 
 
 @pytest.mark.anyio
+async def test_a_dead_holders_live_lease_is_taken_over_at_once_a_live_ones_only_after_expiry(pg_dsn) -> None:
+    """The holder's process keeps a session advisory lock; when its session ends (the process died) the next
+    acquire takes the live lease over at once with generation + 1, and the dead holder's writes are refused."""
+    from openfunctions.work import LeaseHeld, LeaseLost
+
+    await migrate_work(pg_dsn)
+    space = unique_name("w")
+    a, b = await open_pg_work(pg_dsn, space, ttl=300), await open_pg_work(pg_dsn, space, ttl=300)
+    try:
+        la = await a.leases.acquire()
+        with pytest.raises(LeaseHeld):  # alive (its liveness session is there): 300 s to wait
+            await b.leases.acquire()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            # a holder of an older release (no liveness lock) is never taken for dead
+            conn.execute("UPDATE of_work_leases SET alive_key = NULL WHERE space = %s", (space,))
+            assert conn.execute("SELECT pg_terminate_backend(%s)", (a.leases.pg.alive[la.owner].info.backend_pid,)).fetchone()[0]
+        with pytest.raises(LeaseHeld):
+            await b.leases.acquire()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # the row names its key again: now it is dead
+            conn.execute("UPDATE of_work_leases SET alive_key = %s WHERE space = %s", (a.leases.pg.alive_key(la.owner), space))
+        lb = await b.leases.acquire()  # at once, long before expiry
+        assert lb.generation == la.generation + 1 and lb.owner != la.owner
+        with pytest.raises(LeaseLost, match="stale"):
+            await a.attempts.append(la, "lease_acquired", {"owner": la.owner, "generation": la.generation, "pid": 1,
+                                                           "catalog_digest": "c", "lease_generation": la.generation})
+        assert await b.attempts.read(0) == []
+        with pytest.raises(LeaseHeld):  # b lives
+            await a.leases.acquire()
+        await b.leases.release(lb)
+        la2 = await a.leases.acquire()  # a, alive after all (only its session was cut), locks itself again
+        with pytest.raises(LeaseHeld):
+            await b.leases.acquire()
+        assert la2.generation == lb.generation + 1
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+@pytest.mark.anyio
 async def test_verify_finds_a_gap_and_a_record_of_a_stale_generation(pg_dsn) -> None:
     await migrate_work(pg_dsn)
     space = unique_name("w")

@@ -6,7 +6,8 @@ replicas (each its own data dir) share one work space in the database:
 - an attempt previewed and started through replica A continues through B
   (B runs the next step; C sees the state);
 - A is SIGKILLed while it holds the lease in the middle of a step (the
-  command is running); B's next call waits for the lease to expire, takes it
+  command is running); B's next call finds the holder dead (its liveness lock
+  went with its process), takes it
   over with a higher generation, and recovery blocks the uncertain operation
   exactly as the file backend does (``unknown``; the step is refused, never
   re-run);
@@ -92,7 +93,7 @@ def _kill(pid: int) -> None:
 async def test_an_attempt_moves_between_replicas_and_a_dead_holders_lease_is_taken_over_fenced(pg_dsn, tmp_path) -> None:
     with private_database(pg_dsn) as dsn:
         migrated = _cli("db", "migrate", "--database", dsn)  # the operator's path: every component
-        assert migrated.returncode == 0 and "work schema migrated from version 0 to 2" in migrated.stdout, migrated
+        assert migrated.returncode == 0 and "work schema migrated from version 0 to 3" in migrated.stdout, migrated
         backend = await open_pg_work(dsn, "work")
         try:
             await backend.grants.issue(principal="agent", steps=["note", "count"], paths=["notes/**"],
@@ -133,7 +134,7 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any) -> None:
         pa.wait(timeout=10)
         old = Lease(holder["owner"], holder["generation"], holder["expires_at"], holder["ttl"])
 
-        # B: waits for the dead holder's lease to expire, takes it over, recovers; the step is refused
+        # B: the holder is dead, so B takes its lease over (at once), recovers; the step is refused
         r = tool(b, "of_work_run_step", timeout=120)
         assert r.get("isError"), r
         assert "effect_uncertain" in json.dumps(r), r
@@ -312,7 +313,7 @@ async def test_recovery_on_the_database_settles_from_a_receipt_the_dead_replica_
             [rid] = [x.data["receipt_id"] for x in await backend.attempts.read(0) if x.type == "dispatched"]
             assert rid in db_receipts(dsn, "work"), "the dead replica's receipt is in the database journal"
 
-            r = ok(b, "of_work_run_step")  # takes the lease over after expiry, settles from the receipt, goes on
+            r = ok(b, "of_work_run_step")  # takes the dead holder's lease over, settles from the receipt, goes on
             assert r["operation"]["step"] == "note" and r["operation"]["status"] == "done", r
             st = ok(b, "of_work_status")["attempt"]
             [op] = [o for o in st["operations"] if o["planIndex"] == 0]

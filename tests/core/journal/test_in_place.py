@@ -1,0 +1,145 @@
+"""A lone appender writes and syncs in place (core/journal/_log.py, _writer.py ``write_now``)."""
+
+from __future__ import annotations
+
+import errno
+import threading
+
+import anyio
+import pytest
+
+from openfunctions.core.journal import JournalFailed, JournalLog, read_records
+from openfunctions.core.journal._fsutil import FileOps
+
+pytestmark = pytest.mark.anyio
+
+
+class WhereOps(FileOps):
+    """Records the name of the thread each sync ran on."""
+
+    def __init__(self) -> None:
+        self.syncs: list[str] = []
+
+    def sync(self, fd: int) -> None:
+        super().sync(fd)
+        self.syncs.append(threading.current_thread().name)
+
+
+def _writer_threads(path) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"journal-writer:{path.name}"]
+
+
+async def test_a_lone_appender_syncs_on_its_own_thread_and_starts_no_writer_thread(tmp_path):
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await JournalLog.open(p, _ops=ops)
+    me = threading.current_thread().name
+    for i in range(5):
+        rec = await log.append("t", {"i": i})
+        assert rec.seq == i + 1 and log.last_seq == i + 1  # durable when it returns
+    recs = await log.append_many([("t", {"i": 5}), ("t", {"i": 6})])
+    assert [r.seq for r in recs] == [6, 7] and log.last_seq == 7
+    assert ops.syncs == [me] * 6  # five appends, one group: six syncs, all on this thread
+    assert _writer_threads(p) == []
+    assert log.size == p.stat().st_size
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == list(range(7))
+
+
+async def test_concurrent_appenders_go_through_the_writer_thread(tmp_path):
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await JournalLog.open(p, _ops=ops)
+
+    async def one(i: int) -> None:
+        await log.append("t", {"i": i})
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(one, i)
+    # Each append saw other tasks ready to run or another append waiting for the
+    # thread, so none wrote in place: every sync ran on the writer thread.
+    assert ops.syncs and set(ops.syncs) == {f"journal-writer:{p.name}"}
+    assert log.last_seq == 20
+    await log.close()
+    assert sorted(r.data["i"] for r in read_records(p)) == list(range(20))
+
+
+async def test_while_the_thread_holds_a_batch_a_lone_append_queues_behind_it(tmp_path):
+    release = threading.Event()
+    entered = threading.Event()
+
+    class GatedOps(WhereOps):
+        def sync(self, fd: int) -> None:
+            if not self.syncs:
+                entered.set()
+                release.wait(30)
+            super().sync(fd)
+
+    p = tmp_path / "j.jsonl"
+    ops = GatedOps()
+    log = await JournalLog.open(p, _ops=ops)
+    log.inline_when_idle = False  # the first append must go to the thread and be held there
+    done: list[int] = []
+
+    async def first() -> None:
+        done.append((await log.append("t", {"i": 0})).seq)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await anyio.to_thread.run_sync(entered.wait, 30)
+        log.inline_when_idle = True
+        threading.Timer(0.05, release.set).start()
+        rec = await log.append("t", {"i": 1})  # another append is waiting for the thread: queue behind it
+        done.append(rec.seq)
+    assert sorted(done) == [1, 2]
+    assert set(ops.syncs) == {f"journal-writer:{p.name}"}
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == [0, 1]
+
+
+async def test_a_failed_sync_in_place_poisons_the_log_as_on_the_thread(tmp_path):
+    class FailingSync(FileOps):
+        fail_next = False
+
+        def sync(self, fd: int) -> None:
+            if self.fail_next:
+                self.fail_next = False
+                raise OSError(errno.EIO, "Input/output error")
+            super().sync(fd)
+
+    ops = FailingSync()
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p, _ops=ops)
+    await log.append("t", {"i": 1})
+    ops.fail_next = True
+    with pytest.raises(JournalFailed) as ei:
+        await log.append("t", {"i": 2})
+    assert "Input/output error" in str(ei.value) and log.failed
+    for _ in range(2):  # no retry, in place or through the thread
+        with pytest.raises(JournalFailed):
+            await log.append("t", {"i": 3})
+        log.inline_when_idle = False
+    await log.close()
+    log = await JournalLog.open(p)
+    assert [r.data["i"] for r in log.records()][:1] == [1]
+    await log.close()
+
+
+async def test_appending_in_place_in_a_loop_still_lets_the_loop_run_its_timers(tmp_path):
+    # An append that wrote in place still yields once, so a caller appending in
+    # a loop does not starve the loop (timers, I/O) for the whole loop.
+    import asyncio
+
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await JournalLog.open(p, _ops=ops)
+    fired: list[int] = []
+    asyncio.get_running_loop().call_later(0, lambda: fired.append(len(ops.syncs)))
+    for i in range(20):
+        await log.append("t", {"i": i})
+    assert fired and fired[0] < 20  # the timer ran between two appends, not after all of them
+    # In place except (at most) the one append that found the timer's callback
+    # ready to run: that one handed over to the thread, as it should.
+    assert ops.syncs.count(threading.current_thread().name) >= 19 and len(ops.syncs) == 20
+    await log.close()
