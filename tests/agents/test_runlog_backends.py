@@ -154,24 +154,29 @@ async def test_replicas_share_runs_and_a_survivor_interrupts_a_dead_replicas_run
 
 
 async def test_the_agents_profile_keeps_runs_in_the_database_a_server_names(pg_dsn, tmp_path) -> None:  # noqa: F811
-    from types import SimpleNamespace
-
     from openfunctions.agents import build_agents_profile
+    from openfunctions.servers import create_mcp_server
 
     await migrated(pg_dsn)
     profile = build_agents_profile(data_dir=tmp_path)
-    profile.install(SimpleNamespace(database_url=pg_dsn))  # what serve --database hands the layer
+    # What serve --profile agents --database does: a real server on the database, the layer installed on it.
+    server = create_mcp_server(profile.registry, name="t", version="0", journal_dir=tmp_path, profile="agents",
+                               database_url=pg_dsn)
+    profile.install(server)
+    await server.start()
     await profile.start()
     try:
+        assert server.database_url == pg_dsn and profile.database_url == pg_dsn
         assert isinstance(profile.journal, DatabaseRunLog) and profile.runtime.runs is profile.journal
         r = await run_agent(define_agent("p", "x", adapter=ScriptedAdapter(["ok"])), "go", registry=ToolRegistry(),
                             runs=profile.runtime.runs)
         read = next(t for t in profile.registry.list() if t.name == "of_run_read")
         out = await profile.registry.execute("of_run_read", {"run_id": r.run_id})
         assert read is not None and r.run_id in str(out) and "completed" in str(out)
-        assert not (tmp_path / "journal").exists()  # no run journal file: the rows are the record
+        assert not (tmp_path / "journal" / "runs.journal").exists()  # no run journal file: the rows are the record
     finally:
         await profile.aclose()
+        await server.close()
 
 
 async def test_runs_list_and_show_read_the_database(pg_dsn, tmp_path) -> None:  # noqa: F811
