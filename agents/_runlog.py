@@ -19,7 +19,8 @@ slot left by a dead process is recovered by the next server that opens it.
   in PostgreSQL, shared by replicas; a dead replica's runs are finished
   ``interrupted`` by the others' sweep.
 - :func:`read_runs`: a lock-free fold over every slot and segment, for the
-  CLI and for reading runs another process wrote.
+  CLI and for reading runs another process wrote; :func:`read_runs_in_database`
+  and :func:`tail_runs_in_database` read the rows the same way (no lock, no write).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -302,10 +305,64 @@ async def read_runs_in_database(url: str, run_id: str | None = None, *, space: s
     return R.fold(records)
 
 
+#: ``runs tail -f --database``: how often the follower polls, and how far below the newest seq it has seen it
+#: reads again (a replica's record may commit after a higher seq became visible; it is printed then, once).
+TAIL_POLL_S = 0.5
+TAIL_LOOKBACK = 1000
+
+
+@dataclass(frozen=True)
+class TailRecord:
+    """A run record as ``runs tail`` prints it (a journal file's line, or a database row)."""
+
+    type: str
+    time: str | None
+    data: dict[str, Any]
+
+
+async def tail_runs_in_database(url: str, emit: Callable[[TailRecord], None], *, last: int = 10, follow: bool = False,
+                                space: str = "default", poll: float = TAIL_POLL_S,
+                                stop: Callable[[], bool] = lambda: False,
+                                ready: Callable[[], None] = lambda: None) -> None:
+    """``emit`` the newest ``last`` run records in the database, then (``follow``) each new one, in seq order.
+
+    Polls every ``poll`` seconds (one indexed read); writes nothing, takes no
+    lock. Every record committed after ``ready()`` is called (once the newest
+    records are read) is emitted once, also one that commits out of seq order
+    (read again within :data:`TAIL_LOOKBACK` seqs of the newest seen). Stops
+    when ``stop()`` is true after a poll (the CLI stops on Ctrl-C instead).
+    """
+    from openfunctions.store import open_pg_run_log
+
+    log = await open_pg_run_log(url, space, register=False, max_connections=1)
+    try:
+        # following: what is there now (within the lookback) counts as seen, the newest ``last`` printed
+        rows = await log.tail(last=max(last, TAIL_LOOKBACK) if follow else last) if follow or last > 0 else []
+        for _seq, rtype, at, data in rows[-last:] if last > 0 else []:
+            emit(TailRecord(rtype, at, data))
+        if not follow:
+            return
+        newest = rows[-1][0] if rows else 0
+        seen: set[int] = {r[0] for r in rows}
+        ready()
+        while not stop():
+            await asyncio.sleep(poll)
+            floor = max(newest - TAIL_LOOKBACK, 0)
+            for seq, rtype, at, data in await log.tail(after=floor):
+                if seq not in seen:
+                    seen.add(seq)
+                    newest = max(newest, seq)
+                    emit(TailRecord(rtype, at, data))
+            seen = {q for q in seen if q > newest - TAIL_LOOKBACK}
+    finally:
+        await log.close()
+
+
 def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
     """Fold every run record under ``data_dir`` without taking a lock (a live writer's tail may be missing)."""
     return R.fold((rec.type, rec.data) for rec in itertools.chain.from_iterable(
         read_records(p) for p in journal_files(data_dir)))
 
 
-__all__ = ["DatabaseRunLog", "KEEP_FINISHED", "MemoryRunLog", "RunJournal", "interrupted_record", "journal_files", "read_runs", "read_runs_in_database", "runs_journal_path"]
+__all__ = ["DatabaseRunLog", "KEEP_FINISHED", "MemoryRunLog", "RunJournal", "TailRecord", "interrupted_record", "journal_files",
+           "read_runs", "read_runs_in_database", "runs_journal_path", "tail_runs_in_database"]

@@ -3,12 +3,12 @@
 - ``runs list [--agent NAME] [--status S] [-n N] [--json]``: newest last, one line per run.
 - ``runs show RUN_ID [--json]``: the whole record (start, every round, the end, claims).
 - ``runs tail [-n N] [-f] [--json]``: the last N run records as written; ``-f`` keeps
-  printing new ones as servers write them (Ctrl-C stops).
+  printing new ones as servers write them (polling every 0.5 s; Ctrl-C stops).
 
 ``--data-dir`` defaults to the per-user data dir (``$OPENFUNCTIONS_MCP_DATA_DIR``
-overrides it), as ``serve`` uses. ``list`` and ``show`` with ``--database URL``
-(default without ``--data-dir``: ``$OPENFUNCTIONS_DATABASE_URL``, as ``serve``) read the runs that
-``serve --database`` replicas keep in PostgreSQL instead. Exit codes: 0 ok; 1 a run id not found; 2 the
+overrides it), as ``serve`` uses. With ``--database URL`` (default without ``--data-dir``:
+``$OPENFUNCTIONS_DATABASE_URL``, as ``serve``) ``list``, ``show`` and ``tail`` read the runs that
+``serve --database`` replicas keep in PostgreSQL instead (``tail -f`` follows every replica's records). Exit codes: 0 ok; 1 a run id not found; 2 the
 journal cannot be read (corrupt, unsafe path).
 """
 
@@ -69,6 +69,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("-n", type=int, default=10, metavar="N", help="how many records (default 10)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new records (poll every 0.5 s; Ctrl-C stops)")
     common(p)
+    database(p)
     p.set_defaults(func=cmd_tail)
 
 
@@ -169,14 +170,36 @@ def _print_record(rec: Any, as_json: bool) -> None:
         return
     d = rec.data
     extra = d.get("status") or (f"round {d['round']}" if "round" in d else d.get("agent", ""))
-    print(f"{rec.time}  {rec.type:<14} {d.get('run_id')}  {extra}", flush=True)
+    print(f"{rec.time or '-'}  {rec.type:<14} {d.get('run_id')}  {extra}", flush=True)
 
 
 def _read_all(data_dir: Path) -> dict[Path, list[Any]]:
     return {p: list(read_records(p)) for p in journal_files(data_dir)}
 
 
+def _tail_database(args: argparse.Namespace, url: str) -> int:
+    import asyncio
+
+    from ._runlog import TAIL_POLL_S, tail_runs_in_database
+
+    def ready() -> None:
+        print(f"following run records in {_where(args)} (every {TAIL_POLL_S} s; Ctrl-C stops)", file=sys.stderr,
+              flush=True)
+
+    try:
+        asyncio.run(tail_runs_in_database(url, lambda rec: _print_record(rec, args.json), last=args.n,
+                                          follow=args.follow, ready=ready))
+    except OpenFunctionsError as exc:
+        return _fail(exc)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
+    url = _database(args)
+    if url:
+        return _tail_database(args, url)
     data_dir = _dir(args)
     try:
         files = _read_all(data_dir)

@@ -2,7 +2,7 @@
 and the projection that keeps large tool replies inside a model's output budget.
 """
 
-from ._checks import check_media_type, check_range, check_scope, quota_error
+from ._checks import charge_quota, check_media_type, check_range, check_scope
 from ._ids import ARTIFACT_ID_PATTERN, check_artifact_id, find_artifact_ids, is_artifact_id, new_artifact_id
 from ._ids import not_found as artifact_not_found
 from ._projection import DEFAULT_BUDGET, default_summary, project_reply, reply_sizes
@@ -11,7 +11,7 @@ from ._records import parse_record, record_bytes
 from ._refs import ArtifactChunk, ArtifactInfo, ArtifactRef
 from ._store import DEFAULT_MEDIA_TYPE, DEFAULT_QUOTA_BYTES, MAX_READ_BYTES, ArtifactStore
 from ._tool import READ_INPUT_SCHEMA, READ_OUTPUT_SCHEMA, create_artifact_read_tool
-from ._writer import as_view, file_chunks
+from ._writer import collect_blob
 from .errors import (
     ArtifactCorrupt,
     ArtifactError,
@@ -49,16 +49,16 @@ __all__ = [
     "project_reply",
     "reply_sizes",
     # The rules every backend applies the same way (the PostgreSQL one in openfunctions.store uses them):
-    # argument checks, ids, the quota error, the index record's bytes (with its check), chunking of put()'s data.
+    # argument checks, ids, the quota charge, the index record's bytes (with its check), and put()'s data
+    # taken in (the one dispatch, the cap, the hash in a worker thread).
     "artifact_not_found",
-    "as_view",
+    "charge_quota",
     "check_artifact_id",
     "check_media_type",
     "check_range",
     "check_scope",
-    "file_chunks",
+    "collect_blob",
     "new_artifact_id",
     "parse_record",
-    "quota_error",
     "record_bytes",
 ]

@@ -49,4 +49,16 @@ def quota_error(quota: int, used: int, size: int) -> ArtifactQuotaExceeded:
     )
 
 
-__all__ = ["check_media_type", "check_scope", "check_range", "quota_error", "MAX_READ_BYTES", "MAX_SCOPE_CHARS"]
+def charge_quota(quota: int, used: int, size: int) -> int:
+    """The ledger after storing ``size`` new bytes on ``used``; :class:`ArtifactQuotaExceeded` if past ``quota``.
+
+    Every backend calls it under its own lock (the file store's ``flock``, the
+    database's row lock on the ledger), before anything of the new blob is kept.
+    """
+    if used + size > quota:
+        raise quota_error(quota, used, size)
+    return used + size
+
+
+__all__ = ["charge_quota", "check_media_type", "check_scope", "check_range", "quota_error", "MAX_READ_BYTES",
+           "MAX_SCOPE_CHARS"]

@@ -135,13 +135,12 @@ import structlog
 from openfunctions.core import canonical_bytes, utc_timestamp
 from openfunctions.core.files import TEMP_PREFIX, flock, open_private, try_flock, write_atomic
 
-from ._checks import MAX_READ_BYTES, check_media_type, check_range, check_scope
-from ._checks import quota_error as _quota_error
+from ._checks import MAX_READ_BYTES, charge_quota, check_media_type, check_range, check_scope
 from ._fs import FROZEN_MODE, ensure_dir, read_small, store_unsafe, unlink_quiet
 from ._ids import check_artifact_id, is_artifact_id, new_artifact_id, not_found
 from ._records import FORMAT_VERSION, HEX_RE, key_doc, key_name, parse_record, record_bytes
 from ._refs import ArtifactChunk, ArtifactInfo, ArtifactRef
-from ._writer import CHUNK, BlobWriter, as_view, file_chunks
+from ._writer import CHUNK, BlobWriter, fill_async, put_source
 from .errors import (
     ArtifactCorrupt,
     ArtifactNotFound,
@@ -349,23 +348,11 @@ class ArtifactStore:
         media_type = check_media_type(media_type)
         scope = check_scope(scope)
         await self._ready()
-        if isinstance(data, str):
-            raise ArtifactRequestInvalid("put() takes bytes, not str: encode the text first (e.g. text.encode('utf-8'))")
+        is_async, chunks = put_source(data)
         with _os_errors("storing an artifact"):
-            return await self._put_any(data, media_type, scope)
-
-    async def _put_any(self, data: Any, media_type: str, scope: str | None) -> ArtifactRef:
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            return await anyio.to_thread.run_sync(self._put_sync, [as_view(data)], media_type, scope)
-        if hasattr(data, "__aiter__"):
-            return await self._put_async_iter(data, media_type, scope)
-        if callable(getattr(data, "read", None)):
-            return await anyio.to_thread.run_sync(self._put_sync, file_chunks(data), media_type, scope)
-        if isinstance(data, Iterable):
-            return await anyio.to_thread.run_sync(self._put_sync, data, media_type, scope)
-        raise ArtifactRequestInvalid(
-            f"put() takes bytes, an iterable or async iterable of bytes, or a binary file; got {type(data).__name__}"
-        )
+            if is_async:
+                return await self._put_async_iter(chunks, media_type, scope)
+            return await anyio.to_thread.run_sync(self._put_sync, chunks, media_type, scope)
 
     def _put_sync(self, chunks: Iterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
         writer = self._new_writer()
@@ -379,16 +366,7 @@ class ArtifactStore:
     async def _put_async_iter(self, data: AsyncIterable[Any], media_type: str, scope: str | None) -> ArtifactRef:
         writer = await anyio.to_thread.run_sync(self._new_writer)
         try:
-            # Copy each chunk as it arrives: an async producer may refill one
-            # buffer between yields, so a view kept until the next flush could
-            # change under us (a sync iterable is consumed chunk by chunk).
-            acc = bytearray()
-            async for chunk in data:
-                acc += as_view(chunk)
-                if len(acc) >= CHUNK:
-                    await anyio.to_thread.run_sync(writer.write_many, [acc])
-                    acc = bytearray()
-            await anyio.to_thread.run_sync(writer.write_many, [acc])
+            await fill_async(writer, data)
             await anyio.to_thread.run_sync(writer.finish)
             return await anyio.to_thread.run_sync(self._commit, writer, media_type, scope)
         finally:
@@ -415,9 +393,7 @@ class ArtifactStore:
                     self._ensure_blob(writer, blob, hexdigest, size)
                     return info.ref
             if not self._ensure_blob(writer, blob, hexdigest, size, charge_only=True):
-                if used + size > self.quota_bytes:
-                    raise _quota_error(self.quota_bytes, used, size)
-                self._write_ledger(fd, used + size)
+                self._write_ledger(fd, charge_quota(self.quota_bytes, used, size))
                 self._ensure_blob(writer, blob, hexdigest, size)
             info = ArtifactInfo(
                 id=new_artifact_id(), sha256=sha, size=size, media_type=media_type, scope=scope, created_at=utc_timestamp()

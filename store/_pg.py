@@ -121,6 +121,19 @@ async def apply_migrations(conn: Any, component: str, migrations: Sequence[Seque
         return found
 
 
+async def drop_dead_connections(pool: Any) -> None:
+    """After a connection failed: have the pool check its idle connections (a restarted server breaks them all).
+
+    Bounded (5 s) and never raising: the caller reports its own failure; the pool reconnects on the next loan.
+    Every PostgreSQL store of this package calls it (the key-value store, the journal, tasks, runs, artifacts).
+    """
+    with anyio.move_on_after(5):
+        try:
+            await pool.check()
+        except Exception:
+            pass
+
+
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 10.0) -> Any:
     """An opened ``AsyncConnectionPool`` of autocommit connections.
 
@@ -168,10 +181,9 @@ class PgStore(Store):
         breaks them all), so that the next call reconnects instead of failing the same way."""
         try:
             await self._release_hot()
-            with anyio.move_on_after(5):
-                await self.pool.check()
         except Exception:
             pass
+        await drop_dead_connections(self.pool)
 
     def _unavailable(self, exc: BaseException, write: bool) -> StoreUnavailable:
         what = "the write may or may not have committed: read the key before retrying" if write else "nothing was changed"

@@ -2,8 +2,9 @@
 
 Implements ``openfunctions.artifacts.ArtifactStoreProtocol`` (``put``, ``stat``,
 ``read``, ``usage``; plus ``read_all``) with the file store's rules, applied by
-the same code (``openfunctions.artifacts``' checks, ids, quota error and index
-record bytes): immutable artifacts behind opaque ``art_`` ids, verified bounded
+the same code (``openfunctions.artifacts``' checks, ids, quota charge, index
+record bytes, and the taking in of ``put()``'s data: one dispatch, the cap, the
+hash in a worker thread): immutable artifacts behind opaque ``art_`` ids, verified bounded
 reads, a byte quota that concurrent writers on any replica cannot overshoot,
 reuse of the same (content, scope, media type).
 
@@ -47,8 +48,10 @@ Promises:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from openfunctions.artifacts import (
@@ -62,20 +65,19 @@ from openfunctions.artifacts import (
     ArtifactRequestInvalid,
     ArtifactStoreFailed,
     artifact_not_found,
-    as_view,
+    charge_quota,
     check_artifact_id,
     check_media_type,
     check_range,
     check_scope,
-    file_chunks,
+    collect_blob,
     new_artifact_id,
     parse_record,
-    quota_error,
     record_bytes,
 )
 from openfunctions.core import utc_timestamp
 
-from ._pg import _psycopg, redact_dsn
+from ._pg import _psycopg, drop_dead_connections, redact_dsn
 
 COMPONENT = "artifacts"
 
@@ -122,99 +124,71 @@ class PgArtifactStore:
     def __repr__(self) -> str:
         return f"PgArtifactStore({self.where!r}, name={self.name!r}, quota_bytes={self.quota_bytes})"
 
-    def _failed(self, what: str, exc: BaseException) -> ArtifactStoreFailed:
-        return ArtifactStoreFailed(f"{what}: PostgreSQL at {self.where} failed ({type(exc).__name__}: "
-                                   f"{str(exc).strip()[:300] or 'connection lost'})")
+    @asynccontextmanager
+    async def _db(self, what: str) -> AsyncIterator[Any]:
+        """A pooled connection; a database failure in it is an ``ArtifactStoreFailed`` naming ``what``.
+
+        After a failure the pool drops its dead connections (a restarted server
+        breaks them all), so the next call gets a working one.
+        """
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except self._db_errors as exc:
+            await drop_dead_connections(self.pool)
+            raise ArtifactStoreFailed(f"{what}: PostgreSQL at {self.where} failed ({type(exc).__name__}: "
+                                      f"{str(exc).strip()[:300] or 'connection lost'})") from None
 
     # -- put ----------------------------------------------------------------------------
     async def put(self, data: Any, *, media_type: str = DEFAULT_MEDIA_TYPE, scope: str | None = None) -> ArtifactRef:
         """Store ``data`` (bytes-like, or an iterable / async iterable of chunks, or a binary file); its ref."""
         media_type = check_media_type(media_type)
         scope = check_scope(scope)
-        if isinstance(data, str):
-            raise ArtifactRequestInvalid("put() takes bytes, not str: encode the text first (e.g. text.encode('utf-8'))")
-        content = await self._collect(data)
-        digest = hashlib.sha256(content).hexdigest()
-        try:
-            return await self._commit(content, digest, media_type, scope)
-        except self._db_errors as exc:
-            raise self._failed("storing an artifact (it may or may not have been stored)", exc) from None
+        blob = await collect_blob(data, self.quota_bytes)  # hashed in a worker thread; past the quota: refused
+        async with self._db("storing an artifact (it may or may not have been stored)") as conn, conn.transaction():
+            return await self._commit(conn, blob.content, blob.hexdigest, media_type, scope)
 
-    async def _collect(self, data: Any) -> bytes:
-        """All of ``data`` in memory, stopping at the first chunk past the quota (the file store does too)."""
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            return bytes(as_view(data))
-        parts: list[bytes] = []
-        size = 0
-
-        def add(chunk: Any) -> None:
-            nonlocal size
-            view = as_view(chunk)
-            size += len(view)
-            if size > self.quota_bytes:
-                raise quota_error(self.quota_bytes, 0, size)
-            parts.append(bytes(view))
-
-        if hasattr(data, "__aiter__"):
-            async for chunk in data:
-                add(chunk)
-        elif callable(getattr(data, "read", None)):
-            for chunk in file_chunks(data):
-                add(chunk)
-        elif isinstance(data, Iterable):
-            for chunk in data:
-                add(chunk)
-        else:
-            raise ArtifactRequestInvalid(
-                f"put() takes bytes, an iterable or async iterable of bytes, or a binary file; got {type(data).__name__}")
-        return b"".join(parts)
-
-    async def _commit(self, content: bytes, digest: str, media_type: str, scope: str | None) -> ArtifactRef:
+    async def _commit(self, conn: Any, content: bytes, digest: str, media_type: str, scope: str | None) -> ArtifactRef:
+        """In the caller's transaction: reuse, or charge the ledger and insert the blob (if new) and the index row."""
         size = len(content)
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute("INSERT INTO of_artifact_usage (store, used_bytes) VALUES (%s, 0) "
-                               "ON CONFLICT (store) DO NOTHING", (self.name,))
-            cur = await conn.execute("SELECT used_bytes FROM of_artifact_usage WHERE store = %s FOR UPDATE",
-                                     (self.name,))
-            used = int((await cur.fetchone())[0])
-            cur = await conn.execute(
-                "SELECT a.artifact_id, a.record FROM of_artifacts a WHERE a.store = %s AND a.sha256 = %s "
-                "AND a.media_type = %s AND a.scope IS NOT DISTINCT FROM %s", (self.name, digest, media_type, scope))
-            row = await cur.fetchone()
-            cur = await conn.execute("SELECT encode(sha256(content), 'hex') FROM of_artifact_blobs "
-                                     "WHERE store = %s AND sha256 = %s", (self.name, digest))
-            blob = await cur.fetchone()
-            if blob is not None and blob[0] != digest:  # the stored bytes went bad: this fresh copy heals them
-                await conn.execute("UPDATE of_artifact_blobs SET content = %s WHERE store = %s AND sha256 = %s",
-                                   (content, self.name, digest))
-            if row is not None:
-                return parse_record(row[0], row[1].encode("utf-8")).ref
-            if blob is None:
-                if used + size > self.quota_bytes:
-                    raise quota_error(self.quota_bytes, used, size)
-                await conn.execute("INSERT INTO of_artifact_blobs (store, sha256, size, content) VALUES (%s, %s, %s, %s)",
-                                   (self.name, digest, size, content))
-                await conn.execute("UPDATE of_artifact_usage SET used_bytes = used_bytes + %s WHERE store = %s",
-                                   (size, self.name))
-            info = ArtifactInfo(id=new_artifact_id(), sha256="sha256:" + digest, size=size, media_type=media_type,
-                                scope=scope, created_at=utc_timestamp())
-            await conn.execute(
-                "INSERT INTO of_artifacts (artifact_id, store, sha256, media_type, scope, record) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
-                (info.id, self.name, digest, media_type, scope, record_bytes(info).decode("utf-8")))
-            return info.ref
+        await conn.execute("INSERT INTO of_artifact_usage (store, used_bytes) VALUES (%s, 0) "
+                           "ON CONFLICT (store) DO NOTHING", (self.name,))
+        cur = await conn.execute("SELECT used_bytes FROM of_artifact_usage WHERE store = %s FOR UPDATE",
+                                 (self.name,))
+        used = int((await cur.fetchone())[0])
+        cur = await conn.execute(
+            "SELECT a.artifact_id, a.record FROM of_artifacts a WHERE a.store = %s AND a.sha256 = %s "
+            "AND a.media_type = %s AND a.scope IS NOT DISTINCT FROM %s", (self.name, digest, media_type, scope))
+        row = await cur.fetchone()
+        cur = await conn.execute("SELECT encode(sha256(content), 'hex') FROM of_artifact_blobs "
+                                 "WHERE store = %s AND sha256 = %s", (self.name, digest))
+        blob = await cur.fetchone()
+        if blob is not None and blob[0] != digest:  # the stored bytes went bad: this fresh copy heals them
+            await conn.execute("UPDATE of_artifact_blobs SET content = %s WHERE store = %s AND sha256 = %s",
+                               (content, self.name, digest))
+        if row is not None:
+            return parse_record(row[0], row[1].encode("utf-8")).ref
+        if blob is None:
+            charged = charge_quota(self.quota_bytes, used, size)  # past the quota: nothing is kept
+            await conn.execute("INSERT INTO of_artifact_blobs (store, sha256, size, content) VALUES (%s, %s, %s, %s)",
+                               (self.name, digest, size, content))
+            await conn.execute("UPDATE of_artifact_usage SET used_bytes = %s WHERE store = %s", (charged, self.name))
+        info = ArtifactInfo(id=new_artifact_id(), sha256="sha256:" + digest, size=size, media_type=media_type,
+                            scope=scope, created_at=utc_timestamp())
+        await conn.execute(
+            "INSERT INTO of_artifacts (artifact_id, store, sha256, media_type, scope, record) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            (info.id, self.name, digest, media_type, scope, record_bytes(info).decode("utf-8")))
+        return info.ref
 
     # -- reading ------------------------------------------------------------------------
     async def stat(self, artifact_id: Any) -> ArtifactInfo:
         """The index record (checked as a file store checks its index file); ``ArtifactNotFound`` otherwise."""
         artifact_id = check_artifact_id(artifact_id)
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute("SELECT record FROM of_artifacts WHERE artifact_id = %s AND store = %s",
-                                         (artifact_id, self.name))
-                row = await cur.fetchone()
-        except self._db_errors as exc:
-            raise self._failed(f"reading artifact {artifact_id}", exc) from None
+        async with self._db(f"reading artifact {artifact_id}") as conn:
+            cur = await conn.execute("SELECT record FROM of_artifacts WHERE artifact_id = %s AND store = %s",
+                                     (artifact_id, self.name))
+            row = await cur.fetchone()
         if row is None:
             raise artifact_not_found(artifact_id)  # the one not-found error, as for a malformed id
         return parse_record(artifact_id, row[0].encode("utf-8"))
@@ -224,15 +198,12 @@ class PgArtifactStore:
         info = await self.stat(artifact_id)
         offset, length = check_range(offset, length, info.size)
         hexdigest = info.sha256[7:]
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT xmin::text, size, substring(content FROM %s FOR %s), CASE WHEN xmin::text = %s THEN NULL "
-                    "ELSE encode(sha256(content), 'hex') END FROM of_artifact_blobs WHERE store = %s AND sha256 = %s",
-                    (offset + 1, length, self._verified.get(hexdigest, ""), self.name, hexdigest))
-                row = await cur.fetchone()
-        except self._db_errors as exc:
-            raise self._failed(f"reading artifact {info.id}", exc) from None
+        async with self._db(f"reading artifact {info.id}") as conn:
+            cur = await conn.execute(
+                "SELECT xmin::text, size, substring(content FROM %s FOR %s), CASE WHEN xmin::text = %s THEN NULL "
+                "ELSE encode(sha256(content), 'hex') END FROM of_artifact_blobs WHERE store = %s AND sha256 = %s",
+                (offset + 1, length, self._verified.get(hexdigest, ""), self.name, hexdigest))
+            row = await cur.fetchone()
         if row is None:
             raise ArtifactCorrupt(f"artifact {info.id}: its blob {info.sha256} is missing")
         xmin, size, data, computed = row
@@ -251,25 +222,20 @@ class PgArtifactStore:
     async def read_all(self, artifact_id: Any) -> bytes:
         """The whole content, verified (for trusted in-process callers; models use ``read``)."""
         info = await self.stat(artifact_id)
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute("SELECT content FROM of_artifact_blobs WHERE store = %s AND sha256 = %s",
-                                         (self.name, info.sha256[7:]))
-                row = await cur.fetchone()
-        except self._db_errors as exc:
-            raise self._failed(f"reading artifact {info.id}", exc) from None
+        async with self._db(f"reading artifact {info.id}") as conn:
+            cur = await conn.execute("SELECT content FROM of_artifact_blobs WHERE store = %s AND sha256 = %s",
+                                     (self.name, info.sha256[7:]))
+            row = await cur.fetchone()
         data = bytes(row[0]) if row is not None else b""
-        if row is None or hashlib.sha256(data).hexdigest() != info.sha256[7:] or len(data) != info.size:
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())  # off the event loop, as put
+        if row is None or digest != info.sha256[7:] or len(data) != info.size:
             raise ArtifactCorrupt(f"artifact {info.id}: stored bytes do not match digest {info.sha256}")
         return data
 
     async def usage(self) -> dict[str, int]:
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute("SELECT used_bytes FROM of_artifact_usage WHERE store = %s", (self.name,))
-                row = await cur.fetchone()
-        except self._db_errors as exc:
-            raise self._failed("reading the artifact quota", exc) from None
+        async with self._db("reading the artifact quota") as conn:
+            cur = await conn.execute("SELECT used_bytes FROM of_artifact_usage WHERE store = %s", (self.name,))
+            row = await cur.fetchone()
         return {"used_bytes": int(row[0]) if row else 0, "quota_bytes": self.quota_bytes}
 
     def close(self) -> None:

@@ -76,7 +76,7 @@ from openfunctions.core.journal import recovered_receipt
 
 from ._errors import StoreError, StoreUnavailable
 from ._migrations import COMPONENT, check_schema
-from ._pg import _psycopg, redact_dsn
+from ._pg import _psycopg, drop_dead_connections, redact_dsn
 from ._pg_instances import PgInstance
 from ._pg_journal_schema import APPEND, RECEIPTS_INDEX, REFUSAL
 
@@ -249,7 +249,7 @@ class PgExecutionJournal:
                 seqs = await self._append_batch(conn, params)
         except self._db_errors as exc:
             await self._drop_conn()
-            await self._lost()
+            await drop_dead_connections(self.pool)  # the pool's other connections died with it, likely
             raise self._unavailable(exc, committing) from None
         except self._psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != RECEIPTS_INDEX:
@@ -308,13 +308,6 @@ class PgExecutionJournal:
                 await conn.close()
             except Exception:
                 pass
-
-    async def _lost(self) -> None:
-        """After a connection failed: have the pool drop its other dead connections (a restarted server breaks all)."""
-        try:
-            await asyncio.wait_for(self.pool.check(), 5)
-        except Exception:
-            pass
 
     def _unavailable(self, exc: BaseException, committing: bool) -> JournalUnavailable:
         what = ("the append may or may not have committed" if committing

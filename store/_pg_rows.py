@@ -6,12 +6,11 @@ module only holds the two steps they do alike.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._errors import StoreUnavailable
-from ._pg import _psycopg, redact_dsn
+from ._pg import _psycopg, drop_dead_connections, redact_dsn
 
 T = TypeVar("T")
 
@@ -35,10 +34,7 @@ class PgRows:
                 cur = await conn.execute(sql, params)
                 return await cur.fetchall() if fetch else cur.rowcount
         except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
-            try:  # a restarted server breaks every pooled connection: have the pool drop them
-                await asyncio.wait_for(self.pool.check(), 5)
-            except Exception:
-                pass
+            await drop_dead_connections(self.pool)
             what = "the write may or may not have committed" if write else "nothing was read"
             raise StoreUnavailable(f"{self.what} in PostgreSQL at {self.where}: {type(exc).__name__}: "
                                    f"{str(exc).strip() or 'connection lost'}; {what}",

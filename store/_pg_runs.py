@@ -13,7 +13,9 @@ by ``openfunctions-mcp db migrate``; it needs the ``journal`` component's
         instance text,                   -- the process running it (of_journal_instances, scope "runs:<space>")
         finished boolean)                -- its run_finished record is in (only the first one counts)
     of_run_records(seq bigserial PRIMARY KEY, run_id text, type text,
-        data text)                       -- canonical JSON, the record's data as in a run journal line
+        data text,                       -- canonical JSON, the record's data as in a run journal line
+        at timestamptz)                  -- v2: when it was written (the statement's transaction time);
+                                         -- NULL for records written before migration 2
 
 Promises: every append is one committed statement; a ``run_finished`` is
 written only while the run is unfinished (so a replica's late finish after
@@ -54,7 +56,16 @@ MIGRATIONS: list[Sequence[str]] = [
             data text NOT NULL)""",
         "CREATE INDEX of_run_records_run ON of_run_records (run_id, seq)",
     ),
+    (  # 2: when each record was written (``runs tail --database`` prints it); older rows keep NULL
+        "ALTER TABLE of_run_records ADD COLUMN at timestamptz",
+        "ALTER TABLE of_run_records ALTER COLUMN at SET DEFAULT now()",
+    ),
 ]
+
+#: A record as ``tail`` reads it: seq, type, the time written (RFC 3339 UTC, as a journal line's; None before v2), data.
+TailRow = tuple[int, str, str | None, dict[str, Any]]
+_TAIL = ("SELECT r.seq, r.type, to_char(r.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), r.data "
+         "FROM of_run_records r JOIN of_runs s USING (run_id) WHERE s.space = %s")
 
 
 class PgRunLog(PgRows):
@@ -102,6 +113,21 @@ class PgRunLog(PgRows):
             fetch=True, write=False)
         return [(t, json.loads(d)) for t, d in rows]
 
+    async def tail(self, *, last: int | None = None, after: int | None = None, limit: int = 10_000) -> list[TailRow]:
+        """Records of this space in seq order: the newest ``last`` of them, or those with seq above ``after``.
+
+        seq is the insertion order, not quite the commit order: replicas' concurrent
+        appends may commit a lower seq after a higher one is visible, so a follower
+        reads again a little below the newest seq it has seen (``runs tail -f``).
+        """
+        if last is not None:
+            rows = await self._run(_TAIL + " ORDER BY r.seq DESC LIMIT %s", (self.space, last), fetch=True, write=False)
+            rows.reverse()
+        else:
+            rows = await self._run(_TAIL + " AND r.seq > %s ORDER BY r.seq LIMIT %s", (self.space, after or 0, limit),
+                                   fetch=True, write=False)
+        return [(seq, t, at, json.loads(d)) for seq, t, at, d in rows]
+
     async def recover_dead(self, interrupted: Callable[[str, list[Record]], Record]) -> list[str]:
         """Finish ``interrupted(run_id, records)`` every unfinished run of a dead process; the run ids."""
         done: list[str] = []
@@ -136,4 +162,4 @@ async def open_pg_run_log(dsn: str, space: str = "default", *, pool: Any = None,
                               max_connections=max_connections, timeout=timeout, then=register_, close=PgRunLog.close)
 
 
-__all__ = ["MIGRATIONS", "PgRunLog", "open_pg_run_log"]
+__all__ = ["MIGRATIONS", "PgRunLog", "TailRow", "open_pg_run_log"]

@@ -154,24 +154,29 @@ async def test_replicas_share_runs_and_a_survivor_interrupts_a_dead_replicas_run
 
 
 async def test_the_agents_profile_keeps_runs_in_the_database_a_server_names(pg_dsn, tmp_path) -> None:  # noqa: F811
-    from types import SimpleNamespace
-
     from openfunctions.agents import build_agents_profile
+    from openfunctions.servers import create_mcp_server
 
     await migrated(pg_dsn)
     profile = build_agents_profile(data_dir=tmp_path)
-    profile.install(SimpleNamespace(database_url=pg_dsn))  # what serve --database hands the layer
+    # What serve --profile agents --database does: a real server on the database, the layer installed on it.
+    server = create_mcp_server(profile.registry, name="t", version="0", journal_dir=tmp_path, profile="agents",
+                               database_url=pg_dsn)
+    profile.install(server)
+    await server.start()
     await profile.start()
     try:
+        assert server.database_url == pg_dsn and profile.database_url == pg_dsn
         assert isinstance(profile.journal, DatabaseRunLog) and profile.runtime.runs is profile.journal
         r = await run_agent(define_agent("p", "x", adapter=ScriptedAdapter(["ok"])), "go", registry=ToolRegistry(),
                             runs=profile.runtime.runs)
         read = next(t for t in profile.registry.list() if t.name == "of_run_read")
         out = await profile.registry.execute("of_run_read", {"run_id": r.run_id})
         assert read is not None and r.run_id in str(out) and "completed" in str(out)
-        assert not (tmp_path / "journal").exists()  # no run journal file: the rows are the record
+        assert not (tmp_path / "journal" / "runs.journal").exists()  # no run journal file: the rows are the record
     finally:
         await profile.aclose()
+        await server.close()
 
 
 async def test_runs_list_and_show_read_the_database(pg_dsn, tmp_path) -> None:  # noqa: F811
@@ -204,3 +209,100 @@ async def anyio_cli(*args: str):
     from .test_runlog import _cli
 
     return await anyio.to_thread.run_sync(lambda: _cli(*args))
+
+
+async def test_runs_tail_reads_and_follows_the_database(pg_dsn) -> None:  # noqa: F811
+    """``runs tail --database``: the newest records with their write time; ``-f`` prints a run another process
+    writes while it follows, and stops cleanly on Ctrl-C."""
+    import json
+    import re
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    import anyio
+
+    await migrated(pg_dsn)
+    agent = unique_name("tail")
+    log = await DatabaseRunLog.open(pg_dsn, sweep_interval=None)  # space "default": what serve and the CLI use
+    try:
+        first = await run_agent(define_agent(agent, "x", adapter=ScriptedAdapter(["one"])), "q",
+                                registry=ToolRegistry(), runs=log)
+        out = await anyio_cli("tail", "--database", pg_dsn, "-n", "3", "--json")
+        assert out.returncode == 0, out.stderr
+        recs = [json.loads(line) for line in out.stdout.splitlines()]
+        assert len(recs) == 3 and {r["data"]["run_id"] for r in recs} == {first.run_id}
+        assert "run_finished" in [r["type"] for r in recs]  # (then its outcome claim)
+        assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", r["time"]) for r in recs)
+
+        follower = subprocess.Popen([sys.executable, "-m", "openfunctions.servers", "runs", "tail", "-f", "-n", "0",
+                                     "--json", "--database", pg_dsn], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        watchdog = threading.Timer(60, follower.kill)  # a blocked readline then ends (the test fails, never hangs)
+        watchdog.start()
+        try:
+            line = await anyio.to_thread.run_sync(follower.stderr.readline)
+            assert "following run records in" in line and "every 0.5 s" in line, line
+            second = await run_agent(define_agent(agent, "x", adapter=ScriptedAdapter(["two"])), "q",
+                                     registry=ToolRegistry(), runs=log)
+            seen = []
+            with anyio.fail_after(30):
+                while "run_finished" not in [r["type"] for r in seen]:
+                    seen.append(json.loads(await anyio.to_thread.run_sync(follower.stdout.readline)))
+            assert {r["data"]["run_id"] for r in seen} == {second.run_id}  # -n 0: nothing older
+            assert seen[0]["type"] == "run_started"
+            follower.send_signal(signal.SIGINT)
+            assert await anyio.to_thread.run_sync(lambda: follower.wait(timeout=30)) == 0
+        finally:
+            watchdog.cancel()
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+    finally:
+        await log.close()
+
+
+async def test_the_database_follower_prints_a_record_that_commits_out_of_seq_order(pg_dsn) -> None:  # noqa: F811
+    """A replica's record with a lower seq may commit after a higher one is visible: the follower prints it
+    when it commits, once (it reads again below the newest seq it has seen)."""
+    import psycopg
+
+    from openfunctions.agents._runlog import tail_runs_in_database
+
+    await migrated(pg_dsn)
+    space = unique_name("runs")
+    log = await DatabaseRunLog.open(pg_dsn, space, sweep_interval=None)
+    r = await run_agent(define_agent("a", "x", adapter=ScriptedAdapter(["ok"])), "q", registry=ToolRegistry(), runs=log)
+    emitted: list[Any] = []
+    done, ready = asyncio.Event(), asyncio.Event()
+    follower = asyncio.ensure_future(tail_runs_in_database(pg_dsn, emitted.append, last=0, follow=True, space=space,
+                                                           poll=0.02, stop=done.is_set, ready=ready.set))
+
+    async def until(pred) -> None:
+        for _ in range(1500):
+            if pred():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never happened; emitted {emitted}")
+
+    insert = "INSERT INTO of_run_records (run_id, type, data) VALUES (%s, %s, '{}') RETURNING seq"
+    try:
+        await asyncio.wait_for(ready.wait(), 30)  # the run's records read (as already there), following now
+        slow = await psycopg.AsyncConnection.connect(pg_dsn)  # a transaction: its seq is taken, not yet visible
+        try:
+            low = (await (await slow.execute(insert, (r.run_id, "late"))).fetchone())[0]
+            async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as fast:
+                high = (await (await fast.execute(insert, (r.run_id, "early"))).fetchone())[0]
+            assert low < high
+            await until(lambda: [e.type for e in emitted] == ["early"])
+            await slow.commit()
+        finally:
+            await slow.close()
+        await until(lambda: [e.type for e in emitted] == ["early", "late"])
+        await asyncio.sleep(0.1)  # a few more polls: nothing is printed twice
+        assert [e.type for e in emitted] == ["early", "late"]
+    finally:
+        done.set()
+        await follower
+        await log.close()

@@ -190,3 +190,35 @@ async def test_changed_bytes_are_never_served_and_a_fresh_put_heals_them(backend
         await store.read(ref.id, 100, 10)
     assert (await store.put(data, scope="t")).id == ref.id  # the same content again repairs the blob
     assert await _read_all(store, ref.id) == data
+
+
+async def test_postgresql_a_cut_connection_is_a_named_failure_and_the_next_call_works(pg_dsn) -> None:
+    """Every database step of the PostgreSQL store fails the same way (ArtifactStoreFailed naming what it was
+    doing, the password never shown), and the pool drops its dead connections so the next call succeeds."""
+    import psycopg
+
+    from openfunctions.artifacts import ArtifactStoreFailed
+    from tests._pg import unique_name
+
+    backend = PgArtifacts(await migrated(pg_dsn), unique_name("art"))
+    store = await backend.open()
+    try:
+        ref = await store.put(b"kept")
+
+        def cut() -> None:
+            pids = [c.info.backend_pid for c in store.pool._pool]  # the pool's idle connections
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                for pid in pids:
+                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+        for step, what in ((lambda: store.put(b"new"), "storing an artifact (it may or may not have been stored)"),
+                           (lambda: store.stat(ref.id), f"reading artifact {ref.id}"),
+                           (lambda: store.usage(), "reading the artifact quota")):
+            await asyncio.to_thread(cut)
+            with pytest.raises(ArtifactStoreFailed) as err:
+                await step()
+            assert str(err.value).startswith(f"{what}: PostgreSQL at ") and "failed (" in str(err.value), err.value
+            assert (await store.read(ref.id)).data == b"kept"  # the dead connections are gone: this one works
+        assert (await store.usage())["used_bytes"] == len(b"kept")  # the failed put kept nothing
+    finally:
+        await backend.close(store)
