@@ -267,16 +267,16 @@ def sync_latencies(d: Path, seconds: float, files: tuple[int, ...] = (1, 2)) -> 
 def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
     """One appender awaiting each record (a stdio server's receipt): latency (s)
     of a raw ``write`` + ``fdatasync``, of ``JournalLog.append`` writing in place,
-    and of ``JournalLog.append`` handing over to the writer thread
-    (``inline_when_idle = False``), interleaved op by op on three files."""
+    and of ``JournalLog.append`` handing over to the writer thread (the
+    default), interleaved op by op on three files."""
     line = sample_lines(1)[0]
     lat: dict[str, list[float]] = {k: [] for k in LONE}
 
     async def run() -> None:
         fd = os.open(d / f"lone-raw-{time.monotonic_ns()}.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         inline = await JournalLog.open(d / f"lone-inline-{time.monotonic_ns()}.jsonl")
+        inline.inline_when_idle = True
         thread = await JournalLog.open(d / f"lone-thread-{time.monotonic_ns()}.jsonl")
-        thread.inline_when_idle = False
         try:
             stop = time.perf_counter() + seconds
             while time.perf_counter() < stop:
@@ -301,8 +301,8 @@ def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
 
 
 LONE_RAW = "raw write + fdatasync (no encoding)"
-LONE_INLINE = "JournalLog.append, in place (the default for a lone appender)"
-LONE_THREAD = "JournalLog.append, handed over to the writer thread (inline_when_idle=False)"
+LONE_INLINE = "JournalLog.append, in place (inline_when_idle=True, opt-in)"
+LONE_THREAD = "JournalLog.append, handed over to the writer thread (the default)"
 LONE = (LONE_RAW, LONE_INLINE, LONE_THREAD)
 
 
@@ -317,27 +317,26 @@ def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
     )
 
 
-_THREAD_ONLY = (
-    "import sys; from openfunctions.core.journal import JournalLog; JournalLog.inline_when_idle = False; "
+_IN_PLACE = (
+    "import sys; from openfunctions.core.journal import JournalLog; JournalLog.inline_when_idle = True; "
     "from openfunctions.servers.cli import main; sys.exit(main())"
 )
-SERVER_PEERS = ("ours, journal on (lone appender in place)", "ours, journal on, inline_when_idle=False (writer thread)",
+SERVER_PEERS = ("ours, journal on, inline_when_idle=True (lone appender in place)", "ours, journal on (writer thread, the default)",
                 "SDK MCPServer (persists nothing)")
 
 
 def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[float]]:
     """Per-call latency (s) of a serial stdio client against three servers,
-    interleaved call by call: ours (journal on), ours with every journal handing
-    over to its writer thread, and the SDK's MCPServer; for ``noop`` (a declared
+    interleaved call by call: ours with every journal's lone appender writing in
+    place, ours as shipped (the writer thread), and the SDK's MCPServer; for ``noop`` (a declared
     read: one fsync, the receipt) and ``noop_write`` (two: start, receipt).
     The servers and tools are bench_server's (``bench_server:registry``)."""
     import bench_server
     from mcp import Client, StdioServerParameters
 
     ours = bench_server._ours_cmd(d / "srv-inline", journal=True)
+    ours = [sys.executable, "-c", _IN_PLACE, *ours[ours.index("serve"):]]
     thread = bench_server._ours_cmd(d / "srv-thread", journal=True)
-    serve = thread.index("serve")
-    thread = [sys.executable, "-c", _THREAD_ONLY, *thread[serve:]]
     sdk = bench_server._sdk_cmd("stdio")
     env = bench_server._env()
     params = [StdioServerParameters(command=c[0], args=c[1:], env=env) for c in (ours, thread, sdk)]
@@ -352,8 +351,10 @@ def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[floa
                     for _ in range(20):
                         await cl.call_tool(tool, {})
                 stop = time.perf_counter() + seconds / 2
+                order = list(clients.items())
                 while time.perf_counter() < stop:
-                    for peer, cl in clients.items():
+                    order.append(order.pop(0))  # each server in each position in turn
+                    for peer, cl in order:
                         t0 = time.perf_counter()
                         result = await cl.call_tool(tool, {})
                         lat[(tool, peer)].append(time.perf_counter() - t0)
@@ -404,9 +405,19 @@ def sync_latency_table(lat: dict[tuple[str, int], list[float]], seconds: float) 
 
 LONE_INTRO = (
     "A lone appender (a stdio server's caller waits for each record): handing the record to the writer thread "
-    "costs two thread wake-ups (the thread's, then the event loop's) on top of the fsync; with nothing else to "
-    "run and no other append waiting, `JournalLog.append` writes and syncs in place instead (docs/formats/journal.md, "
-    "'Durability'). Same record bytes, three files, op-interleaved:"
+    "costs two thread wake-ups (the thread's, then the event loop's) on top of the fsync; opt-in, with nothing else "
+    "to run and no other append waiting, `JournalLog.append` writes and syncs in place instead (docs/formats/journal.md, "
+    "'Durability'; off by default, see the stdio table below). Same record bytes, three files, op-interleaved:"
+)
+
+
+SERVER_INTRO = (
+    "The same choice inside the stdio server (`bench_server.py`'s `noop`/`noop_write` tools and SDK peer, one "
+    "serial `mcp.Client` per server, calls interleaved server by server, the order rotating each cycle). Why in "
+    "place is not the default: here it was slower, in every run of session 6, although it skips two thread "
+    "wake-ups. Timed inside the two servers (a scratch probe, not this script), `os.fdatasync` itself took 0.95–1.87 ms "
+    "median on the event loop's thread against 0.73–0.80 ms on the writer thread; why is not established (a guess: "
+    "how this loaded 2-vCPU VM schedules a busy thread against a mostly sleeping one when the sync returns)."
 )
 
 
@@ -523,6 +534,9 @@ def main() -> None:
         if a.sync_only:
             print(sync_table + "\n\n" + lone_table)
             return
+        server_secs = 10.0 if a.quick else 40.0
+        server_table = server_latency_table(server_latencies(base, server_secs), server_secs)
+        print(server_table, file=sys.stderr)
         rows = []
         rates: dict[str, float] = {}
         runs: dict[str, object] = {}
@@ -635,6 +649,8 @@ def main() -> None:
                 sync_table,
                 LONE_INTRO,
                 lone_table,
+                SERVER_INTRO,
+                server_table,
                 "Recovery: `JournalLog.open` streams the file and validates every line "
                 "(UTF-8, JSON, fields, SHA-256 checksum, chain, seq) — the peer only parses.",
                 scan_table,

@@ -3,7 +3,10 @@
 One controller runs a plan of N ``read_file`` steps (each ``of_work_run_step``
 is a lifecycle call: on files under the lease the process holds; on PostgreSQL
 ``shared``: take the lease, fold what others appended, append, give it back).
-Rounds interleave the two backends; the medians and their ratio are printed.
+Rounds interleave the backends; the medians and their ratio are printed. The
+third row runs the same steps on PostgreSQL through the ``of_work_run_step``
+tool (``build_work_tools``: the MCP layer's handler, without a transport), which
+adds the tool's readiness check and reply bounding to the controller's call.
 
     python bench/bench_pg_work.py --steps 40 --rounds 5 [--database URL]
 
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from openfunctions.artifacts import ArtifactStore
 from openfunctions.core import ToolRegistry
-from openfunctions.work import Authority, Catalog, WorkController, build_step_tools, file_backend
+from openfunctions.work import Authority, Catalog, WorkController, build_step_tools, build_work_tools, file_backend
 
 CATALOG = """version = 1
 workspace = "ws"
@@ -34,7 +37,7 @@ paths = ["**"]
 """
 
 
-async def one_round(root: Path, backend, steps: int) -> float:
+async def one_round(root: Path, backend, steps: int, *, via_tools: bool = False) -> float:
     (root / "ws").mkdir(parents=True, exist_ok=True)
     (root / "ws" / "a.txt").write_text("hello")
     (root / "catalog.toml").write_text(CATALOG)
@@ -47,9 +50,13 @@ async def one_round(root: Path, backend, steps: int) -> float:
     try:
         prv = await ctl.preview([{"step": "look", "params": {"path": "a.txt"}}] * steps, principal="agent")
         await ctl.start(prv["previewId"], principal="agent")
+        tools = ToolRegistry(build_work_tools(ctl, principal="agent"))
         t0 = time.perf_counter()
         for _ in range(steps):
-            await ctl.run_step(principal="agent")
+            if via_tools:
+                await tools.execute("of_work_run_step", {})
+            else:
+                await ctl.run_step(principal="agent")
         return (time.perf_counter() - t0) / steps * 1e6
     finally:
         await ctl.close()
@@ -71,17 +78,20 @@ async def main() -> None:
     from openfunctions.store import migrate_database, pg_work_backend
 
     await migrate_database(dsn)
-    files, pg = [], []
+    files, pg, pg_tools = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             root = Path(tmp) / f"f{r}"
             files.append(await one_round(root, file_backend(root / "work"), a.steps))
             pg.append(await one_round(Path(tmp) / f"p{r}", pg_work_backend(dsn, f"bench{r}_{time.time_ns()}"), a.steps))
-    f, p = statistics.median(files), statistics.median(pg)
+            pg_tools.append(await one_round(Path(tmp) / f"t{r}", pg_work_backend(dsn, f"bencht{r}_{time.time_ns()}"),
+                                            a.steps, via_tools=True))
+    f, p, pt = statistics.median(files), statistics.median(pg), statistics.median(pg_tools)
     print(f"| backend | µs per run_step (median of {a.rounds} rounds of {a.steps}) |")
     print("|---|---|")
     print(f"| files (lease held by the process) | {f:,.0f} |")
     print(f"| PostgreSQL (lease taken per call) | {p:,.0f} |")
+    print(f"| PostgreSQL, through the of_work_run_step tool | {pt:,.0f} |")
     print(f"| **PostgreSQL / files** | {p / f:.2f}x |")
     if server is not None:
         server.cleanup()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import json
 import pstats
@@ -45,6 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,9 @@ def _registry() -> ToolRegistry:
     return ToolRegistry(tools)
 
 
-async def _run(tool: str, calls: int, journal: bool, prof: cProfile.Profile | None) -> tuple[float, float]:
+@contextlib.asynccontextmanager
+async def _warm_executor(tool: str, journal: bool) -> AsyncIterator[tuple[Any, Any, dict[str, Any]]]:
+    """(executor, tool, params) with the real journal in a temporary directory (or none), after 50 warm-up calls."""
     reg = _registry()
     params = {"text": "client 1 call 2"} if tool == "of_hash_text" else {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,6 +83,15 @@ async def _run(tool: str, calls: int, journal: bool, prof: cProfile.Profile | No
         ex, t = reg.executor, reg.get(tool)
         for _ in range(50):
             await ex.execute_detailed(t, params)
+        try:
+            yield ex, t, params
+        finally:
+            if j is not None:
+                await j.close()
+
+
+async def _run(tool: str, calls: int, journal: bool, prof: cProfile.Profile | None) -> tuple[float, float]:
+    async with _warm_executor(tool, journal) as (ex, t, params):
         if prof is not None:
             prof.enable()
         c0, w0 = time.process_time(), time.perf_counter()
@@ -89,8 +102,6 @@ async def _run(tool: str, calls: int, journal: bool, prof: cProfile.Profile | No
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         if prof is not None:
             prof.disable()
-        if j is not None:
-            await j.close()
     return wall / calls * 1e6, cpu / calls * 1e6
 
 
@@ -224,16 +235,8 @@ def _timed_pieces(acc: dict[str, int]) -> list[tuple[type, str, Any]]:
 async def _run_threads(tool: str, calls: int, journal: bool, concurrency: int) -> dict[str, float]:
     import threading
 
-    reg = _registry()
-    params = {"text": "client 1 call 2"} if tool == "of_hash_text" else {}
     acc: dict[str, int] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        j = await ExecutionJournal.open(Path(tmp) / "bench.journal") if journal else None
-        if j is not None:
-            reg.executor.add_sink(j, first=True)
-        ex, t = reg.executor, reg.get(tool)
-        for _ in range(50):
-            await ex.execute_detailed(t, params)
+    async with _warm_executor(tool, journal) as (ex, t, params):
         restore = _timed_pieces(acc) if journal else []
         try:
             before, w0 = _thread_cpu(), time.perf_counter()
@@ -247,8 +250,6 @@ async def _run_threads(tool: str, calls: int, journal: bool, concurrency: int) -
         finally:
             for cls, attr, raw in restore:
                 setattr(cls, attr, raw)
-        if j is not None:
-            await j.close()
     main_tid = str(threading.get_native_id())
     out = {"wall": wall / calls * 1e6}
     for tid, (_name, user, system) in after.items():

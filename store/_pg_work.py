@@ -87,6 +87,7 @@ Promises:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import datetime as _dt
 import hashlib
@@ -293,28 +294,23 @@ class PgSettledReceipts:
     """The execution journals' receipts by id (``WorkBackend.settled_receipts``), read at recovery.
 
     What ``<data-dir>/journal`` is to the file controller: every execution
-    journal in this database (``list_pg_journals``; one per served profile,
-    appended to by every replica), each read with its public
-    ``PgExecutionJournal.find_receipts`` (an indexed read; nothing is
-    registered or written). A failure raises ``BackendUnavailable``: the
-    controller then leaves the operations ``unknown``, never guesses.
+    journal in this database (one per served profile, appended to by every
+    replica), read with ``store/_pg_journal.py``'s public
+    ``settled_pg_receipts`` on the work backend's pool (read-only: nothing is
+    registered or written). A failure raises (``StoreUnavailable``,
+    ``SchemaOutOfDate``, ``BackendUnavailable``): the controller then leaves the
+    operations ``unknown``, never guesses.
     """
 
     def __init__(self, pg: _Pg) -> None:
         self.pg = pg
 
     async def __call__(self, ids: set[str]) -> dict[str, dict[str, Any]]:
-        from ._pg_journal import PgExecutionJournal, list_pg_journals
+        from ._pg_journal import settled_pg_receipts
 
-        found: dict[str, dict[str, Any]] = {}
+        await self.pg.ready()
         async with self.pg.using("cannot read the execution journals' receipts"):
-            for name in await asyncio.to_thread(list_pg_journals, self.pg.dsn):
-                wanted = set(ids) - found.keys()
-                if not wanted:
-                    break
-                reader = PgExecutionJournal(self.pg.dsn, name, self.pg.pool, False)
-                found.update((rid, r.to_dict()) for rid, r in (await reader.find_receipts(wanted)).items())
-        return found
+            return await settled_pg_receipts(self.pg.pool, ids)
 
 
 class PgLeaseStore:
@@ -538,10 +534,10 @@ class PgGrantStore:
             raise _work().GrantNotFound(f"no grant {grant_id!r} in {self.where}", details={"grant_id": grant_id})
         return found[0]
 
-    async def for_principal(self, principal: str) -> list[Any]:
+    async def for_principal(self, principal: str) -> builtins.list[Any]:  # builtins: ``list`` is a method here
         return await self._rows(" AND principal = %s", (principal,))
 
-    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> list[Any]:
+    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> builtins.list[Any]:
         t = now or _dt.datetime.now(_dt.UTC)
         return [g for g in await self.for_principal(principal) if g.active(t)]
 

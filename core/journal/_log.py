@@ -17,17 +17,20 @@ This module owns the *life* of a log:
   once its own record is durable. A caller cancelled while waiting is not
   acknowledged, but its record is still written (as any unacknowledged
   record may be).
-- **a lone appender writes in place**: when nothing else could share its
-  fsync — no other append of this log is waiting for the writer thread,
-  nothing else is ready to run on the event loop, the thread is idle — an
-  append writes and syncs its lines itself, on the loop's thread
-  (:meth:`~._writer.GroupWriter.write_now`), and the thread is not
-  involved. The hand-over costs two thread wake-ups per record; on this
-  project's 2-vCPU VM that measured ~390 µs median on top of a ~450 µs
-  fdatasync, the in-place path ~90 µs (bench_journal's "lone appender"
-  table). The price: the loop is blocked for that one fsync, so I/O that
-  arrives meanwhile waits for it (and then goes to the thread, which
-  batches it). ``inline_when_idle = False`` turns it off for a log.
+- **in place for a lone appender, opt-in** (``inline_when_idle``, off by
+  default): when nothing else could share its fsync — no other append of
+  this log waiting for the thread, nothing else ready on the loop (or, if
+  something is, nothing joined after one yield) — an append writes and
+  syncs its lines itself, on the loop's thread
+  (:meth:`~._writer.GroupWriter.write_now`, ``take_back``). Measured both
+  ways (session 6, docs/PERFORMANCE.md journal section): in a bare process it
+  saves the hand-over's two thread wake-ups (~120 µs vs ~280 µs over a raw
+  write + fdatasync, op-interleaved); in the stdio server it was *slower*
+  (a read-only call 0.76–0.81× the SDK against 0.82–0.97× through the
+  thread, five interleaved runs of five; inside the server ``os.fdatasync``
+  itself took 0.95–1.87 ms median on the loop's thread against 0.73–0.80 ms
+  on the writer thread, cause not established). So it stays off unless a
+  caller measured that it pays.
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -65,9 +68,9 @@ from .errors import JournalClosed, JournalMismatch
 class JournalLog:
     """An open, locked, recovered journal file. Create with :meth:`open`."""
 
-    # Whether a lone appender writes and syncs in place (see the module doc);
-    # set it on one log, or on the class for a whole process (a benchmark's peer).
-    inline_when_idle: bool = True
+    # Whether a lone appender writes and syncs in place (opt-in: see the module
+    # doc); set it on one log, or on the class for a whole process.
+    inline_when_idle: bool = False
 
     def __init__(self) -> None:  # use JournalLog.open
         self.path: Path
@@ -188,19 +191,7 @@ class JournalLog:
         writer = self._writable()
         seq, prev = self._next_seq, self._link
         line, chk, rec = self._encode(type, data, seq, prev, self._enqueued_size, seq + self._line_of_seq)
-        loop = asyncio.get_running_loop()
-        if self._lone(loop) and writer.write_now([line], seq):
-            self._next_seq = seq + 1
-            self._link = chk
-            self._enqueued_size += len(line)
-            await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O
-            return rec
-        waiter = loop.create_future()
-        writer.enqueue([line], seq, waiter, loop)  # raises JournalFailed before any seq is consumed
-        self._next_seq = seq + 1
-        self._link = chk
-        self._enqueued_size += len(line)
-        await self._wait(waiter)
+        await self._durable(writer, [line], seq, seq + 1, chk, self._enqueued_size + len(line))
         return rec
 
     async def append_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> list[Record]:
@@ -226,25 +217,40 @@ class JournalLog:
             seq, offset = seq + 1, offset + len(line)
         if not out:
             return out
-        loop = asyncio.get_running_loop()
-        if self._lone(loop) and writer.write_now(lines, seq - 1):
-            self._next_seq, self._link, self._enqueued_size = seq, prev, offset
-            await asyncio.sleep(0)  # as in append
-            return out
-        waiter = loop.create_future()
-        writer.enqueue(lines, seq - 1, waiter, loop)
-        self._next_seq, self._link, self._enqueued_size = seq, prev, offset
-        await self._wait(waiter)
+        await self._durable(writer, lines, seq - 1, seq, prev, offset)
         return out
 
-    def _lone(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Whether this append may write in place: enabled, no other append of
-        this log waiting for the writer thread, and nothing else ready to run on
-        the loop (``loop._ready``: asyncio's run queue; a loop without one never
-        writes in place). :meth:`GroupWriter.write_now` adds: the thread is idle."""
-        return self.inline_when_idle and not self._handed_over and not getattr(loop, "_ready", True)
+    async def _durable(self, writer: GroupWriter, lines: list[bytes], last_seq: int, next_seq: int, link: str, size: int) -> None:
+        """Make ``lines`` durable, then return; the log's position moves to
+        (``next_seq``, ``link``, ``size``) once they are queued or written.
 
-    async def _wait(self, waiter: asyncio.Future[None]) -> None:
+        Cheapest first. A lone appender (``inline_when_idle`` on, no other
+        append of this log waiting for the thread) with nothing else ready on
+        the loop writes in place at once. A lone appender with something else
+        ready queues its lines *held* (the thread is not told), yields once so
+        whatever was ready runs, then writes in place unless another append
+        joined meanwhile (a stdio transport's reader task is often ready just
+        for a checkpoint). Otherwise the writer thread writes them with
+        whatever else is queued (group commit), and we wait for it.
+        """
+        loop = asyncio.get_running_loop()
+        lone = self.inline_when_idle and not self._handed_over
+        if lone and not getattr(loop, "_ready", True) and writer.write_now(lines, last_seq):
+            self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+            await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O
+            return
+        waiter = loop.create_future()
+        held = writer.enqueue(lines, last_seq, waiter, loop, hold=lone)  # raises JournalFailed before any seq is consumed
+        self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+        if held:
+            try:
+                await asyncio.sleep(0)
+            except BaseException:  # cancelled: the thread writes the lines; nobody is told
+                waiter.cancel()
+                writer.release_hold()
+                raise
+            if writer.take_back():
+                return
         self._handed_over += 1
         try:
             await waiter

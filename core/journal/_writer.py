@@ -106,6 +106,7 @@ class GroupWriter:
         self._queue: list[_Batch] = []
         self._thread: threading.Thread | None = None
         self._writing = False
+        self._held = False  # the only queued batch waits for its appender's take_back (see enqueue)
         self._stopping = False
         self._draining = 0
         self._on_exit: Callable[[], None] | None = None  # set by abandon()
@@ -120,9 +121,17 @@ class GroupWriter:
             details={"path": self._path, "cause": str(self.failure)},
         )
 
-    def enqueue(self, lines: list[bytes], last_seq: int, waiter: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
+    def enqueue(
+        self, lines: list[bytes], last_seq: int, waiter: asyncio.Future[None], loop: asyncio.AbstractEventLoop,
+        *, hold: bool = False,
+    ) -> bool:
         """Queue ``lines`` (records up to ``last_seq``, in order); ``waiter``
         (a future of ``loop``) resolves once all of them are durable.
+
+        With ``hold``, if these lines are all there is to write (nothing else
+        queued or in flight), the thread is not told yet and ``True`` is
+        returned: the caller then yields once and calls :meth:`take_back`
+        (or :meth:`release_hold`). Anything queued meanwhile releases the hold.
 
         Raises JournalFailed if the writer has failed: checked under the
         lock, so no line is ever queued behind a failure.
@@ -136,16 +145,55 @@ class GroupWriter:
                 # loop opens a new batch behind this one (order is kept).
                 batch = self._batch = _Batch(loop)
                 self._queue.append(batch)
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name=f"journal-writer:{self._path.rsplit('/', 1)[-1]}", daemon=True
-                    )
-                    self._thread.start()
-                elif len(self._queue) == 1:
-                    self._cv.notify_all()
+                kick = True
+            else:
+                kick = False
             batch.lines += lines
             batch.last_seq = last_seq
             batch.waiters.append(waiter)
+            if hold and not self._writing and len(self._queue) == 1 and len(batch.waiters) == 1:
+                self._held = True
+                return True
+            if self._held:  # someone joined a held batch or queued behind it: the thread takes them all
+                self._held = False
+                kick = True
+            if kick:
+                self._kick()
+            return False
+
+    def _kick(self) -> None:
+        """Under ``_mu``: make sure a thread is running and sees the queue."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"journal-writer:{self._path.rsplit('/', 1)[-1]}", daemon=True
+            )
+            self._thread.start()
+        else:
+            self._cv.notify_all()
+
+    def take_back(self) -> bool:
+        """After a held :meth:`enqueue` and one yield: if nothing joined or
+        queued behind the held lines, write and sync them here, now, and
+        return ``True`` (their waiter is never resolved: the caller does not
+        await it). Otherwise (the hold was released) return ``False``: the
+        caller awaits its waiter as usual. Raises JournalFailed as
+        :meth:`write_now` does."""
+        with self._mu:
+            if not self._held:
+                return False
+            self._held = False
+            batch = self._queue[0]
+            self._queue, self._batch = [], None
+            self._writing = True
+        self._write_here(b"".join(batch.lines), batch.last_seq)
+        return True
+
+    def release_hold(self) -> None:
+        """Let the thread write held lines (their appender was cancelled, or the log is closing)."""
+        with self._mu:
+            if self._held:
+                self._held = False
+                self._kick()
 
     def write_now(self, lines: list[bytes], last_seq: int) -> bool:
         """If nothing is queued or being written, write and sync ``lines`` on
@@ -161,7 +209,11 @@ class GroupWriter:
             if self._queue or self._writing or self._stopping:
                 return False
             self._writing = True  # the thread (if any) waits for this write to finish
-        data = b"".join(lines)
+        self._write_here(b"".join(lines), last_seq)
+        return True
+
+    def _write_here(self, data: bytes, last_seq: int) -> None:
+        """Write and sync ``data`` on the calling thread; ``_writing`` is already set."""
         try:
             self._ops.write_all(self._fd, data)
             self._ops.sync(self._fd)
@@ -169,7 +221,7 @@ class GroupWriter:
             with self._cv:
                 self.failure = exc if isinstance(exc, Exception) else OSError(f"write interrupted: {exc!r}")
                 batches, self._queue, self._batch = self._queue, [], None
-                self._writing = False
+                self._held = self._writing = False
                 self._cv.notify_all()
             log.error("journal_failed", path=self._path, error=str(self.failure))
             _wake(batches, self.failed_error)
@@ -181,7 +233,6 @@ class GroupWriter:
             self.durable_seq = last_seq
             self._writing = False
             self._cv.notify_all()  # a thread waiting on _writing takes what queued meanwhile; drain() sees progress
-        return True
 
     def busy(self) -> bool:
         with self._mu:
@@ -189,6 +240,7 @@ class GroupWriter:
 
     def drain(self) -> None:
         """Block until nothing is queued or in flight (or the writer failed)."""
+        self.release_hold()
         with self._mu:
             self._draining += 1
             try:
@@ -205,6 +257,7 @@ class GroupWriter:
         """
         with self._mu:
             self._stopping = True
+            self._held = False
             dropped, self._queue, self._batch = self._queue, [], None
             thread = self._thread
             self._cv.notify_all()
@@ -241,7 +294,7 @@ class GroupWriter:
         cv = self._cv
         while True:
             with cv:
-                while not self._queue or self._writing:  # _writing here: an in-place write (write_now)
+                while not self._queue or self._writing or self._held:  # an in-place write, or a batch held for one
                     if self._stopping or (not cv.wait(IDLE_EXIT) and not self._queue and not self._writing):
                         self._thread = None
                         cv.notify_all()
@@ -257,6 +310,7 @@ class GroupWriter:
                     self.failure = exc if isinstance(exc, Exception) else OSError(f"write interrupted: {exc!r}")
                     batches += self._queue  # never written: their appenders fail too
                     self._queue, self._batch = [], None
+                    self._held = False
                     self._writing = False
                     self._thread = None
                     cv.notify_all()

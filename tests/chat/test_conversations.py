@@ -105,3 +105,20 @@ async def test_a_record_that_does_not_fold_is_a_clear_error_naming_the_file(tmp_
 def test_an_agent_name_that_is_no_file_name_is_hashed() -> None:
     assert log_path(Path("/d"), "helpdesk").name == "helpdesk.conversations.journal"
     assert log_path(Path("/d"), "../x y").name.startswith("sha256-")
+
+
+async def test_a_table_held_by_another_agent_is_a_clear_error(tmp_path: Path) -> None:
+    from openfunctions.memory import Memory
+    from openfunctions.store import create_store
+
+    memory = Memory(await create_store("memory", tmp_path / "shared"))  # the caller's memory, shared by both
+    try:
+        async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory) as first:
+            assert (await first.health())["conversations_durable"] is True
+            with pytest.raises(ChatConfigError, match=r"conversation table .*chat\.conversations\.journal.*lock"):
+                await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory)
+        # once the first is closed, a second agent of that name opens it
+        async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory) as second:
+            assert (await second.health())["conversations_durable"] is True
+    finally:
+        await memory.aclose()

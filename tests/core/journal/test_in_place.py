@@ -1,17 +1,33 @@
-"""A lone appender writes and syncs in place (core/journal/_log.py, _writer.py ``write_now``)."""
+"""Opt-in: a lone appender writes and syncs in place (core/journal/_log.py ``_durable``, _writer.py ``write_now``/``take_back``)."""
 
 from __future__ import annotations
 
-import errno
 import threading
 
 import anyio
 import pytest
 
-from openfunctions.core.journal import JournalFailed, JournalLog, read_records
+from openfunctions.core.journal import JournalLog, read_records
 from openfunctions.core.journal._fsutil import FileOps
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _in_place(monkeypatch):
+    monkeypatch.setattr(JournalLog, "inline_when_idle", True)
+
+
+async def test_off_by_default_every_append_goes_through_the_writer_thread(tmp_path, monkeypatch):
+    monkeypatch.undo()
+    assert JournalLog.inline_when_idle is False
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await JournalLog.open(p, _ops=ops)
+    for i in range(3):
+        await log.append("t", {"i": i})
+    assert ops.syncs == [f"journal-writer:{p.name}"] * 3
+    await log.close()
 
 
 class WhereOps(FileOps):
@@ -98,34 +114,6 @@ async def test_while_the_thread_holds_a_batch_a_lone_append_queues_behind_it(tmp
     assert [r.data["i"] for r in read_records(p)] == [0, 1]
 
 
-async def test_a_failed_sync_in_place_poisons_the_log_as_on_the_thread(tmp_path):
-    class FailingSync(FileOps):
-        fail_next = False
-
-        def sync(self, fd: int) -> None:
-            if self.fail_next:
-                self.fail_next = False
-                raise OSError(errno.EIO, "Input/output error")
-            super().sync(fd)
-
-    ops = FailingSync()
-    p = tmp_path / "j.jsonl"
-    log = await JournalLog.open(p, _ops=ops)
-    await log.append("t", {"i": 1})
-    ops.fail_next = True
-    with pytest.raises(JournalFailed) as ei:
-        await log.append("t", {"i": 2})
-    assert "Input/output error" in str(ei.value) and log.failed
-    for _ in range(2):  # no retry, in place or through the thread
-        with pytest.raises(JournalFailed):
-            await log.append("t", {"i": 3})
-        log.inline_when_idle = False
-    await log.close()
-    log = await JournalLog.open(p)
-    assert [r.data["i"] for r in log.records()][:1] == [1]
-    await log.close()
-
-
 async def test_appending_in_place_in_a_loop_still_lets_the_loop_run_its_timers(tmp_path):
     # An append that wrote in place still yields once, so a caller appending in
     # a loop does not starve the loop (timers, I/O) for the whole loop.
@@ -139,7 +127,79 @@ async def test_appending_in_place_in_a_loop_still_lets_the_loop_run_its_timers(t
     for i in range(20):
         await log.append("t", {"i": i})
     assert fired and fired[0] < 20  # the timer ran between two appends, not after all of them
-    # In place except (at most) the one append that found the timer's callback
-    # ready to run: that one handed over to the thread, as it should.
-    assert ops.syncs.count(threading.current_thread().name) >= 19 and len(ops.syncs) == 20
+    assert ops.syncs == [threading.current_thread().name] * 20  # and every append still wrote in place
+    await log.close()
+
+
+async def test_a_task_that_is_ready_but_does_not_append_does_not_send_appends_to_the_thread(tmp_path):
+    # A stdio transport's reader task is often ready for a mere checkpoint when
+    # a receipt is appended: the append holds its line, lets it run, and,
+    # since nobody joined, still writes in place.
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await JournalLog.open(p, _ops=ops)
+    stop = anyio.Event()
+    ticks = 0
+
+    async def busy() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await anyio.sleep(0)  # always ready again
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(busy)
+        await anyio.sleep(0)
+        before = ticks
+        for i in range(10):
+            await log.append("t", {"i": i})
+        await log.append_many([("t", {"i": 10}), ("t", {"i": 11})])
+        assert ticks - before >= 11  # the busy task ran during the appends
+        stop.set()
+    assert ops.syncs == [threading.current_thread().name] * 11
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == list(range(12))
+
+
+def _append_held(log: JournalLog, i: int):
+    """Start an append while another task is ready to run (so it holds its line and
+    yields); returns (the append's task, the other task). Call, then yield once."""
+    import asyncio
+
+    other = asyncio.ensure_future(asyncio.sleep(0))
+    return asyncio.ensure_future(log.append("t", {"i": i})), other
+
+
+async def test_an_append_cancelled_while_its_line_is_held_is_still_written(tmp_path):
+    import asyncio
+
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await JournalLog.open(p, _ops=ops)
+    task, other = _append_held(log, 1)
+    await asyncio.sleep(0)  # the append runs up to its held yield
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await other
+    with anyio.fail_after(30):  # a safety net: the thread must take the released line
+        while log.last_seq < 1:
+            await anyio.sleep(0.01)
+    assert ops.syncs == [f"journal-writer:{p.name}"]
+    assert (await log.append("t", {"i": 2})).seq == 2
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == [1, 2]
+
+
+async def test_closing_while_a_line_is_held_writes_it(tmp_path):
+    import asyncio
+
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p)
+    task, other = _append_held(log, 1)
+    await asyncio.sleep(0)  # the append holds its line and yields
+    await log.close()  # drains: releases the hold, the thread writes it
+    assert (await task).seq == 1
+    await other
+    assert [r.data["i"] for r in read_records(p)] == [1]
     await log.close()

@@ -33,7 +33,6 @@ async def test_everything_queued_during_a_sync_goes_into_the_next_single_write(t
             super().sync(fd)
 
     log = await JournalLog.open(tmp_path / "j.jsonl", _ops=GatedOps())
-    log.inline_when_idle = False  # record 1 must be held in the thread's fsync, not the loop's
     seqs: list[int] = []
 
     async def one(i: int) -> None:
@@ -58,7 +57,6 @@ async def test_an_idle_writer_thread_exits_and_the_next_append_starts_one(tmp_pa
     monkeypatch.setattr(_writer, "IDLE_EXIT", 0.05)
     p = tmp_path / "idle.jsonl"
     log = await JournalLog.open(p)
-    log.inline_when_idle = False  # this test is about the thread (a lone appender would write in place)
     assert _writer_threads(p) == []  # no thread before the first append
     await log.append("t", {"n": 1})
     assert len(_writer_threads(p)) == 1
@@ -113,7 +111,6 @@ async def test_a_crash_like_close_finishes_the_write_in_flight_and_fails_the_que
 
     p = tmp_path / "j.jsonl"
     log = await JournalLog.open(p, _ops=GatedOps())
-    log.inline_when_idle = False  # the held fsync must be the thread's, not the loop's
     results: dict[int, object] = {}
 
     async def one(i: int) -> None:
@@ -155,7 +152,6 @@ async def test_a_log_collected_on_its_own_writer_thread_closes_there(tmp_path):
             super().sync(fd)  # the fd must still be open here
 
     log = await JournalLog.open(p, _ops=CollectDuringSync())
-    log.inline_when_idle = False  # this test is about the writer thread
     holder["log"] = log
     rec = await log.append("t", {"i": 1})
     assert rec.seq == 1 and where == [f"journal-writer:{p.name}"]
