@@ -173,8 +173,9 @@ class WorkflowRuns:
         self.space = space
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.max_result_bytes = max_result_bytes
-        self.path = journal_path(self.data_dir) if self.data_dir is not None else Path(os.devnull)
-        self.root = self.path.parent
+        #: the journal file (None with ``database``)
+        self.path: Path | None = journal_path(self.data_dir) if self.data_dir is not None else None
+        self.root = self.path.parent if self.path is not None else None
         #: where the runs are, for messages (the database's URL with its password redacted)
         self.where = repr(str(self.data_dir)) if database is None else f"{redact_dsn(database)} (space {space!r})"
         self.registry = registry
@@ -330,6 +331,7 @@ class WorkflowRuns:
 
     async def _load_file(self) -> None:
         path = self.path
+        assert path is not None
         seen: list[Any] = []
         meta = {"format": FORMAT, "version": VERSION}
         try:
@@ -354,6 +356,7 @@ class WorkflowRuns:
         """Fold the journal: its finished segments first (unless a compaction superseded them), then
         the file's records ``current``. ``cleanup`` (the writer, holding the lock): delete segments a
         finished compaction left behind."""
+        assert self.path is not None
         states: dict[str, RunState] = {}
         done = next((r for r in current if r.type == "compacted"), None)
         for seg in segment_paths(self.path):
@@ -460,6 +463,7 @@ class WorkflowRuns:
                     records.append(("compacted", {"segments": [], "kept": len(kept), "pruned": len(pruned)}))
                     await self._log.replace(records)
                 else:
+                    assert self.path is not None
                     older = segment_paths(self.path)
                     seg = await self._log.rotate(meta={"format": FORMAT, "version": VERSION})
                     segments = [*older, seg]
@@ -678,6 +682,7 @@ class WorkflowRuns:
             except StoreError as exc:
                 raise _unavailable(self.where, exc) from None
             return _fold_records(self.where, records)
+        assert self.path is not None
         if not os.path.lexists(self.path):
             return {}
         try:
