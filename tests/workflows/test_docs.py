@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from tests._pg import pg_dsn  # noqa: F401  (a fixture, for the PostgreSQL example)
-
 DOC = Path(__file__).resolve().parents[2] / "docs" / "WORKFLOWS.md"
 BLOCKS = re.findall(r"^```python\n(.*?)^```$", DOC.read_text(), re.S | re.M)
 
