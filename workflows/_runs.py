@@ -273,6 +273,11 @@ class WorkflowRuns:
         if self._gate is None:
             self._gate = anyio.Lock()
         async with self._gate:
+            if self._users == 0 and getattr(self._log, "failed", False):
+                # a database writer whose write failed (its connection lost: the commit may or may not have
+                # happened): drop it and read the space again, under its lock again
+                log_, self._log, self._states = self._log, None, {}
+                await _close(log_)
             if self._log is None:
                 await self._load()
             self._users += 1

@@ -254,3 +254,26 @@ def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path, db):
     assert out["result"] == {"ok": True, "balance": 95}
     assert len(lines(charges)) == 1  # the settled charge was skipped
     assert len(lines(reads)) == 2  # the interrupted read ran again
+
+
+async def test_a_held_writer_whose_connection_dies_reopens_the_space_on_its_next_call(db):
+    import psycopg
+
+    from openfunctions.store import StoreUnavailable
+
+    space, world, wf = unique_name("wf"), World(), workflow()
+    async with _runs(db, space, wf, world) as runs:
+        assert (await runs.run(wf, {"n": 1}, run_id="a")).ok
+        with psycopg.connect(db, autocommit=True) as conn:  # the database drops the writer's connection
+            [(n,)] = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE application_name = %s", (f"openfunctions-workflows:{space}",)).fetchall()
+        assert n == 1
+        with pytest.raises(StoreUnavailable) as ei:  # the run's first write fails: nothing of it is committed
+            await runs.run(wf, {"n": 2}, run_id="b")
+        assert ei.value.certainty == "unknown" and world.looked == [1, 102, 2]
+        out = await runs.run(wf, {"n": 2}, run_id="b")  # reopened: rows read again, lock taken again
+        assert out.ok and out.result == {"n": 203}
+        assert world.charged == [102, 103]  # the failed attempt's write step never ran (its start was not durable)
+        with pytest.raises(RunBusy):
+            await _runs(db, space, wf).open()
+    assert [r["status"] for r in _runs(db, space, wf).list()] == ["succeeded", "succeeded"]
