@@ -8,6 +8,7 @@ writer per space; hostile ids, a missing schema and a bad URL are refused by nam
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from openfunctions.workflows import (
     RunStoreUnavailable,
     WorkflowDefinitionError,
     WorkflowRuns,
+    pipe,
+    tool_step,
 )
 from tests._pg import unique_name
 from tests.workflows._proc import ROOT, lines, sigkill, wait_for
@@ -308,3 +311,16 @@ def test_a_served_durable_workflow_on_the_database_resumes_when_the_server_start
         _stop(proc)
     assert reader.show(run["run_id"]).result == {"ok": True, "balance": 90}
     assert len(lines(tmp_path / "charges.txt")) == 1 and len(lines(tmp_path / "reads.txt")) == 2
+
+
+async def test_concurrent_runs_and_parallel_branches_share_one_writer_in_seq_order(db):
+    space, world = unique_name("wf"), World()
+    wf = (pipe(name="fan").parallel(tool_step("charge"), tool_step("lookup"), tool_step("charge", lambda r: {"n": r["n"] + 1}))
+          .then(lambda rs: sum(r["n"] for r in rs)))
+    async with WorkflowRuns(database=db, space=space, workflows=[wf], registry=world.registry()) as runs:
+        outs = await asyncio.gather(*(runs.run(wf, {"n": i}, run_id=f"r{i}") for i in range(8)))
+    assert all(o.ok for o in outs) and [o.result for o in outs] == [3 * i + 101 for i in range(8)]
+    rows = read_pg_workflow_records(db, space)
+    assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
+    again = WorkflowRuns(database=db, space=space)
+    assert sorted(r["status"] for r in again.list()) == ["succeeded"] * 8
