@@ -103,7 +103,7 @@ from openfunctions.core import canonical_json, new_id, utc_timestamp
 from openfunctions.core.journal import Record
 
 from ._migrations import check_schema
-from ._pg import _psycopg, redact_dsn
+from ._pg import _psycopg, drop_dead_connections, redact_dsn
 from ._pg_work_schema import COMPONENT
 
 log = structlog.get_logger("openfunctions.store.work")
@@ -242,10 +242,9 @@ class _Pg:
         return err  # type: ignore[no-any-return]
 
     async def lost(self) -> None:
-        try:
-            await self.pool.check()
-        except Exception:  # the pool reconnects on the next loan anyway
-            pass
+        """After a database error: the pool drops its dead connections (bounded; the package's one way)."""
+        if self.pool is not None:
+            await drop_dead_connections(self.pool)
 
 
 
