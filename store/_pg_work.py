@@ -102,6 +102,7 @@ import structlog
 from openfunctions.core import canonical_json, new_id, utc_timestamp
 from openfunctions.core.journal import Record
 
+from ._errors import StoreUnavailable
 from ._migrations import check_schema
 from ._pg import _psycopg, drop_dead_connections, redact_dsn
 from ._pg_work_schema import COMPONENT
@@ -241,6 +242,11 @@ class _Pg:
         )
         return err  # type: ignore[no-any-return]
 
+    @property
+    def timeout(self) -> float:
+        """Seconds a call waits for a pooled connection (``pg_work_backend(timeout=)``)."""
+        return self._limits[1]
+
     async def lost(self) -> None:
         """After a database error: the pool drops its dead connections (bounded; the package's one way)."""
         if self.pool is not None:
@@ -308,8 +314,14 @@ class PgSettledReceipts:
         from ._pg_journal import settled_pg_receipts
 
         await self.pg.ready()
-        async with self.pg.using("cannot read the execution journals' receipts"):
-            return await settled_pg_receipts(self.pg.pool, ids)
+        try:  # one loan of the pool (the reader borrows it): holding another here could starve a small pool
+            return await settled_pg_receipts(self.pg.pool, ids, timeout=self.pg.timeout)
+        except StoreUnavailable:  # the reader's own error (named, redacted): the pool drops its dead connections
+            await self.pg.lost()
+            raise
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot read the execution journals' receipts", exc) from None
 
 
 class PgLeaseStore:

@@ -151,3 +151,17 @@ def test_the_grant_cli_issues_lists_and_revokes_grants_in_the_database(pg_dsn, t
         assert g.revoked() and g.revoked_by == "op"
         bad = cli("revoke", "grant_nope", "--database", dsn)
         assert bad.returncode == 2 and "no grant 'grant_nope'" in bad.stderr
+
+
+@pytest.mark.anyio
+async def test_the_settled_receipts_lookup_takes_one_connection_of_the_pool(pg_dsn) -> None:
+    """Recovery's receipt lookup borrows one pooled connection, not two: with a pool of one it answers (it used
+    to hold a connection idle while the reader waited for another, so it failed after the pool's timeout)."""
+    await migrate_work(pg_dsn)  # every component: the journal's too
+    b = await open_pg_work(pg_dsn, unique_name("w"), max_connections=1, timeout=2)
+    try:
+        async with asyncio.timeout(30):
+            assert await b.settled_receipts({"rcpt_nothing_here"}) == {}
+    finally:
+        await b.aclose()
+
