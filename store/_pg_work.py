@@ -213,17 +213,27 @@ class _Pg:
 
     async def hold_alive(self, owner: str) -> int:
         """``owner``'s liveness lock, held on a connection of its own until :meth:`close`; checked at each call
-        (a session the database cut — a partition — is opened and locked again)."""
+        (a session the database cut — a partition — is opened and locked again).
+
+        Bounded by the backend's ``timeout``: the check, the connect and the lock
+        wait. An old session of ours the server has not dropped yet (a partition
+        it did not notice) still holds the key: the lock then fails with
+        ``lock_timeout`` (a ``BackendUnavailable`` from the caller) instead of
+        waiting for as long as that session lives."""
         key = self.alive_key(owner)
         conn = self.alive.get(owner)
         if conn is not None and not conn.closed:
             try:  # one round trip: a session the database cut would let others take us for dead
-                await conn.execute("SELECT 1")
+                await asyncio.wait_for(conn.execute("SELECT 1"), self.timeout)
                 return key
-            except self.psycopg.Error:
-                await conn.close()
-        conn = await self.psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+            except (self.psycopg.Error, TimeoutError):
+                with contextlib.suppress(Exception):
+                    await conn.close()
+            self.alive.pop(owner, None)
+        conn = await self.psycopg.AsyncConnection.connect(self.dsn, autocommit=True,
+                                                          connect_timeout=max(1, int(self.timeout)))
         try:
+            await conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{int(self.timeout * 1000)}ms",))
             await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
         except BaseException:
             await conn.close()
