@@ -415,8 +415,9 @@ SERVER_INTRO = (
     "The same choice inside the stdio server (`bench_server.py`'s `noop`/`noop_write` tools and SDK peer, one "
     "serial `mcp.Client` per server, calls interleaved server by server, the order rotating each cycle). Why in "
     "place is not the default: here it was slower, in every run of session 6, although it skips two thread "
-    "wake-ups — the server's loop has work of its own during the fsync, which the writer thread overlaps and the "
-    "in-place path serializes."
+    "wake-ups. Timed inside the two servers (a scratch probe, not this script), `os.fdatasync` itself took 0.95–1.87 ms "
+    "median on the event loop's thread against 0.73–0.80 ms on the writer thread; why is not established (a guess: "
+    "how this loaded 2-vCPU VM schedules a busy thread against a mostly sleeping one when the sync returns)."
 )
 
 

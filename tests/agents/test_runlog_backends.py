@@ -129,6 +129,20 @@ def os_hex() -> str:
     return os.urandom(16).hex()
 
 
+async def _until_backend_gone(dsn: str, pid: int, bound: float = 20.0) -> None:
+    """Wait (bounded) until the server backend ``pid`` has exited: closing a connection on the client side
+    returns before the server ends that backend and releases its session advisory locks."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for _ in range(int(bound / 0.05)):
+            cur = await conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+            if await cur.fetchone() is None:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"backend {pid} still alive {bound} s after its connection closed")
+
+
 async def test_replicas_share_runs_and_a_survivor_interrupts_a_dead_replicas_run(pg_dsn) -> None:  # noqa: F811
     backend = PgRuns(pg_dsn)
     a, b = await backend.open(), await backend.open()
@@ -141,7 +155,9 @@ async def test_replicas_share_runs_and_a_survivor_interrupts_a_dead_replicas_run
         start = _start("run_" + os_hex())
         await a.append(R.STARTED, start)
         assert await b.sweep() == []  # A is alive: its run is left alone
+        dead_pid = a.log.live.lock_conn.info.backend_pid
         await a.log.live.lock_conn.close()  # A's process dies (its lock with it)
+        await _until_backend_gone(pg_dsn, dead_pid)  # the server frees the lock when that backend exits, a moment later
         assert await b.sweep() == [start["run_id"]]
         assert (await b.load(start["run_id"])).status == "interrupted"
         # A's late end (it lost its lock but lives on) is refused, never a second end.
@@ -154,24 +170,29 @@ async def test_replicas_share_runs_and_a_survivor_interrupts_a_dead_replicas_run
 
 
 async def test_the_agents_profile_keeps_runs_in_the_database_a_server_names(pg_dsn, tmp_path) -> None:  # noqa: F811
-    from types import SimpleNamespace
-
     from openfunctions.agents import build_agents_profile
+    from openfunctions.servers import create_mcp_server
 
     await migrated(pg_dsn)
     profile = build_agents_profile(data_dir=tmp_path)
-    profile.install(SimpleNamespace(database_url=pg_dsn))  # what serve --database hands the layer
+    # What serve --profile agents --database does: a real server on the database, the layer installed on it.
+    server = create_mcp_server(profile.registry, name="t", version="0", journal_dir=tmp_path, profile="agents",
+                               database_url=pg_dsn)
+    profile.install(server)
+    await server.start()
     await profile.start()
     try:
+        assert server.database_url == pg_dsn and profile.database_url == pg_dsn
         assert isinstance(profile.journal, DatabaseRunLog) and profile.runtime.runs is profile.journal
         r = await run_agent(define_agent("p", "x", adapter=ScriptedAdapter(["ok"])), "go", registry=ToolRegistry(),
                             runs=profile.runtime.runs)
         read = next(t for t in profile.registry.list() if t.name == "of_run_read")
         out = await profile.registry.execute("of_run_read", {"run_id": r.run_id})
         assert read is not None and r.run_id in str(out) and "completed" in str(out)
-        assert not (tmp_path / "journal").exists()  # no run journal file: the rows are the record
+        assert not (tmp_path / "journal" / "runs.journal").exists()  # no run journal file: the rows are the record
     finally:
         await profile.aclose()
+        await server.close()
 
 
 async def test_runs_list_and_show_read_the_database(pg_dsn, tmp_path) -> None:  # noqa: F811
@@ -233,7 +254,9 @@ async def test_runs_tail_reads_and_follows_the_database(pg_dsn) -> None:  # noqa
 
         follower = subprocess.Popen([sys.executable, "-m", "openfunctions.servers", "runs", "tail", "-f", "-n", "0",
                                      "--json", "--database", pg_dsn], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+                                    stderr=subprocess.PIPE, text=True,
+                                    # SIGINT may be ignored when the runner runs in the background
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         watchdog = threading.Timer(60, follower.kill)  # a blocked readline then ends (the test fails, never hangs)
         watchdog.start()
         try:

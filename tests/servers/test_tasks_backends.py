@@ -185,3 +185,18 @@ async def test_a_cancel_mark_whose_notification_was_missed_is_found_by_the_sweep
 
             got = await anyio.to_thread.run_sync(scenario)
     assert got["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "soon", "nan", "inf"])
+def test_a_bad_sweep_interval_is_refused_by_name(monkeypatch, raw) -> None:
+    from openfunctions.core.errors import ConfigurationError
+    from openfunctions.servers._database import SWEEP_ENV, SWEEP_INTERVAL, sweep_interval
+
+    monkeypatch.delenv(SWEEP_ENV, raising=False)
+    assert sweep_interval() == SWEEP_INTERVAL
+    monkeypatch.setenv(SWEEP_ENV, "0.25")
+    assert sweep_interval() == 0.25
+    monkeypatch.setenv(SWEEP_ENV, raw)
+    with pytest.raises(ConfigurationError, match=f"OPENFUNCTIONS_DATABASE_SWEEP_S must be a positive number of "
+                                                 f"seconds, got '{raw}'"):
+        sweep_interval()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import errno
 import threading
 
 import anyio
 import pytest
 
-from openfunctions.core.journal import JournalFailed, JournalLog, read_records
+from openfunctions.core.journal import JournalLog, read_records
 from openfunctions.core.journal._fsutil import FileOps
 
 pytestmark = pytest.mark.anyio
@@ -115,34 +114,6 @@ async def test_while_the_thread_holds_a_batch_a_lone_append_queues_behind_it(tmp
     assert [r.data["i"] for r in read_records(p)] == [0, 1]
 
 
-async def test_a_failed_sync_in_place_poisons_the_log_as_on_the_thread(tmp_path):
-    class FailingSync(FileOps):
-        fail_next = False
-
-        def sync(self, fd: int) -> None:
-            if self.fail_next:
-                self.fail_next = False
-                raise OSError(errno.EIO, "Input/output error")
-            super().sync(fd)
-
-    ops = FailingSync()
-    p = tmp_path / "j.jsonl"
-    log = await JournalLog.open(p, _ops=ops)
-    await log.append("t", {"i": 1})
-    ops.fail_next = True
-    with pytest.raises(JournalFailed) as ei:
-        await log.append("t", {"i": 2})
-    assert "Input/output error" in str(ei.value) and log.failed
-    for _ in range(2):  # no retry, in place or through the thread
-        with pytest.raises(JournalFailed):
-            await log.append("t", {"i": 3})
-        log.inline_when_idle = False
-    await log.close()
-    log = await JournalLog.open(p)
-    assert [r.data["i"] for r in log.records()][:1] == [1]
-    await log.close()
-
-
 async def test_appending_in_place_in_a_loop_still_lets_the_loop_run_its_timers(tmp_path):
     # An append that wrote in place still yields once, so a caller appending in
     # a loop does not starve the loop (timers, I/O) for the whole loop.
@@ -190,23 +161,27 @@ async def test_a_task_that_is_ready_but_does_not_append_does_not_send_appends_to
     assert [r.data["i"] for r in read_records(p)] == list(range(12))
 
 
+def _append_held(log: JournalLog, i: int):
+    """Start an append while another task is ready to run (so it holds its line and
+    yields); returns (the append's task, the other task). Call, then yield once."""
+    import asyncio
+
+    other = asyncio.ensure_future(asyncio.sleep(0))
+    return asyncio.ensure_future(log.append("t", {"i": i})), other
+
+
 async def test_an_append_cancelled_while_its_line_is_held_is_still_written(tmp_path):
     import asyncio
 
     p = tmp_path / "j.jsonl"
     ops = WhereOps()
     log = await JournalLog.open(p, _ops=ops)
-
-    async def other() -> None:
-        await asyncio.sleep(0)
-
-    loop_task = asyncio.ensure_future(other())  # something ready: the append below holds its line
-    task = asyncio.ensure_future(log.append("t", {"i": 1}))
+    task, other = _append_held(log, 1)
     await asyncio.sleep(0)  # the append runs up to its held yield
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await loop_task
+    await other
     with anyio.fail_after(30):  # a safety net: the thread must take the released line
         while log.last_seq < 1:
             await anyio.sleep(0.01)
@@ -221,15 +196,10 @@ async def test_closing_while_a_line_is_held_writes_it(tmp_path):
 
     p = tmp_path / "j.jsonl"
     log = await JournalLog.open(p)
-
-    async def other() -> None:
-        await asyncio.sleep(0)
-
-    pending = asyncio.ensure_future(other())
-    task = asyncio.ensure_future(log.append("t", {"i": 1}))
+    task, other = _append_held(log, 1)
     await asyncio.sleep(0)  # the append holds its line and yields
     await log.close()  # drains: releases the hold, the thread writes it
     assert (await task).seq == 1
-    await pending
+    await other
     assert [r.data["i"] for r in read_records(p)] == [1]
     await log.close()
