@@ -29,6 +29,7 @@ COMPONENTS: dict[str, str] = {
     "work": "openfunctions.store._pg_work_schema:MIGRATIONS",  # work lease, attempts, grants, inbox (pgwork)
     "artifacts": "openfunctions.store._pg_artifacts:MIGRATIONS",  # artifact index and blobs (pgshared)
     "runs": "openfunctions.store._pg_runs:MIGRATIONS",  # agents' run records (pgshared)
+    "workflows": "openfunctions.store._pg_workflows_schema:MIGRATIONS",  # durable workflow runs (pgflows)
 }
 
 

@@ -31,6 +31,7 @@ from ._errors import (
     RunBusy,
     RunCorrupt,
     RunNotFound,
+    RunStoreUnavailable,
     StepFailed,
     StepInterrupted,
     StepOutputInvalid,
@@ -46,7 +47,7 @@ from ._workflow import Workflow, pipe
 
 __all__ = [
     "InvalidInput", "InvalidRunId", "LLMStep", "NonDeterministic", "NotUncertain",
-    "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound", "RunOutcome", "RunState", "Step", "StepFailed",
+    "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound", "RunOutcome", "RunStoreUnavailable", "RunState", "Step", "StepFailed",
     "StepInterrupted", "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "Workflow", "WorkflowChanged",
     "WorkflowDefinitionError", "WorkflowError", "WorkflowRuns", "WorkflowUnknown", "llm_step", "pipe", "tool_step",
     "transform",

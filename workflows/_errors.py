@@ -60,6 +60,13 @@ class RunBusy(WorkflowError):
     code = "workflow_run_busy"
 
 
+class RunStoreUnavailable(WorkflowError):
+    """The database holding the runs cannot be used: unreachable, a bad URL, or a schema not this
+    code's (``openfunctions-mcp db migrate``). The message names it, password redacted."""
+
+    code = "workflow_runs_unavailable"
+
+
 class RunBlocked(WorkflowError):
     """A step whose effect is uncertain (it started and never settled) blocks the run until resolved.
     ``details['steps']`` lists them."""
@@ -99,6 +106,6 @@ class NotUncertain(WorkflowError):
 
 __all__ = [
     "InvalidInput", "InvalidRunId", "NonDeterministic", "NotUncertain", "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound",
-    "StepFailed", "StepInterrupted", "StepOutputInvalid", "WorkflowChanged", "WorkflowDefinitionError", "WorkflowError",
+    "RunStoreUnavailable", "StepFailed", "StepInterrupted", "StepOutputInvalid", "WorkflowChanged", "WorkflowDefinitionError", "WorkflowError",
     "WorkflowUnknown",
 ]

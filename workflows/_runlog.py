@@ -354,7 +354,11 @@ _APPLY = {
 RECORD_TYPES = (*_APPLY, "compacted")
 
 
-def fold_error(path: Path, rec: Record, exc: Exception) -> RunCorrupt:
+def fold_error(path: Path | str, rec: Record, exc: Exception) -> RunCorrupt:
+    """``path``: a file (its record has a ``line``), or a database's ``where`` string (its rows have none)."""
+    if isinstance(path, str):
+        return RunCorrupt(f"the workflow runs in {path} are unreadable at record seq {rec.seq}: {type(exc).__name__}: "
+                          f"{exc}; they are left untouched", details={"seq": rec.seq})
     return RunCorrupt(
         f"workflow run journal {str(path)!r} is unreadable at record seq {rec.seq} (line {rec.line}): "
         f"{type(exc).__name__}: {exc}; it is left untouched",

@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import structlog
 
-from openfunctions.core import ToolExecutionContext, canonical_json, new_id, to_utf8
+from openfunctions.core import ToolExecutionContext, canonical_json, new_id, redact_dsn, to_utf8
 from openfunctions.core.errors import JournalCorrupt, JournalError, JournalLocked, NonJsonValue, OpenFunctionsError
 from openfunctions.core.files import fsync_dir
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
@@ -42,6 +42,7 @@ from ._errors import (
     RunBusy,
     RunCorrupt,
     RunNotFound,
+    RunStoreUnavailable,
     StepInterrupted,
     WorkflowChanged,
     WorkflowDefinitionError,
@@ -154,17 +155,29 @@ class WorkflowRuns:
     journal per operation; while one process holds it, another gets :class:`RunBusy`.
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str], *, workflows: Iterable[Workflow] = (), registry: Any = None,
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None, *, database: str | None = None,
+                 space: str = "default", workflows: Iterable[Workflow] = (), registry: Any = None,
                  adapter: Any = None, max_result_bytes: int = MAX_RESULT_BYTES, keep_runs: int | None = KEEP_RUNS,
                  keep_seconds: float | None = KEEP_SECONDS, compact_every: int | None = None) -> None:
         if keep_runs is not None and (not isinstance(keep_runs, int) or keep_runs < 0):
             raise WorkflowDefinitionError(f"keep_runs must be a non-negative integer or None, got {keep_runs!r}")
         if keep_seconds is not None and (not isinstance(keep_seconds, (int, float)) or keep_seconds < 0):
             raise WorkflowDefinitionError(f"keep_seconds must be a non-negative number or None, got {keep_seconds!r}")
-        self.data_dir = Path(data_dir)
+        if (data_dir is None) == (database is None):
+            raise WorkflowDefinitionError("WorkflowRuns takes a data directory or database=URL (exactly one)")
+        if not isinstance(space, str) or not RUN_ID_RE.match(space):
+            raise WorkflowDefinitionError(f"space {str(space)[:80]!r} is invalid: use 1-128 characters of A-Z, a-z, "
+                                          "0-9, '_', '.', ':', '-' starting with a letter or digit")
+        #: ``database``: the runs are rows of ``space`` in PostgreSQL (format: store/_pg_workflows_schema.py)
+        self.database = database
+        self.space = space
+        self.data_dir = Path(data_dir) if data_dir is not None else None
         self.max_result_bytes = max_result_bytes
-        self.path = journal_path(self.data_dir)
-        self.root = self.path.parent
+        #: the journal file (None with ``database``)
+        self.path: Path | None = journal_path(self.data_dir) if self.data_dir is not None else None
+        self.root = self.path.parent if self.path is not None else None
+        #: where the runs are, for messages (the database's URL with its password redacted)
+        self.where = repr(str(self.data_dir)) if database is None else f"{redact_dsn(database)} (space {space!r})"
         self.registry = registry
         self.adapter = adapter
         self.keep_runs = keep_runs
@@ -173,7 +186,7 @@ class WorkflowRuns:
         self._workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self.register(wf)
-        self._log: JournalLog | None = None
+        self._log: Any = None  # a JournalLog, or a store.PgWorkflowLog (database=)
         self._states: dict[str, RunState] = {}
         self._users = 0
         self._held = False
@@ -288,13 +301,43 @@ class WorkflowRuns:
         self._claimed.add(run_id)
 
     async def _load(self) -> None:
+        if self.database is not None:
+            await self._load_database()
+        else:
+            await self._load_file()
+        self._age_checked = time.monotonic()
+        if self._prunable():
+            await self._compact()
+
+    async def _load_database(self) -> None:
+        from openfunctions.store import StoreError, StoreLocked, open_pg_workflow_log
+
+        assert self.database is not None
+        try:
+            log_ = await open_pg_workflow_log(self.database, self.space)
+        except StoreLocked as exc:
+            raise RunBusy(f"the workflow runs of {self.where} are being run by another process ({exc.message}); "
+                          "stop it (a process serving workflows resumes and runs them) or use it",
+                          details={"space": self.space}) from None
+        except StoreError as exc:
+            raise _unavailable(self.where, exc) from None
+        try:
+            records, log_.records = log_.records, []
+            self._states = await anyio.to_thread.run_sync(lambda: _fold_records(self.where, records))
+            self._log = log_
+        except BaseException:
+            await _close(log_)
+            raise
+
+    async def _load_file(self) -> None:
         path = self.path
+        assert path is not None
         seen: list[Any] = []
         meta = {"format": FORMAT, "version": VERSION}
         try:
             log_ = await JournalLog.open(path, kind=KIND, meta=meta, on_record=seen.append)
         except JournalLocked as exc:
-            raise RunBusy(f"the workflow runs of {str(self.data_dir)!r} are being run by another process ({exc.message}); "
+            raise RunBusy(f"the workflow runs of {self.where} are being run by another process ({exc.message}); "
                           "stop it (a server serving workflows resumes and runs them) or use it",
                           details={"path": str(path), "pid": exc.details.get("pid")}) from None
         except JournalError as exc:
@@ -308,14 +351,12 @@ class WorkflowRuns:
             await _close(log_)
             raise
         await self._migrate_v1()
-        self._age_checked = time.monotonic()
-        if self._prunable():
-            await self._compact()
 
     def _fold_all(self, current: list[Any], *, cleanup: bool = False) -> dict[str, RunState]:
         """Fold the journal: its finished segments first (unless a compaction superseded them), then
         the file's records ``current``. ``cleanup`` (the writer, holding the lock): delete segments a
         finished compaction left behind."""
+        assert self.path is not None
         states: dict[str, RunState] = {}
         done = next((r for r in current if r.type == "compacted"), None)
         for seg in segment_paths(self.path):
@@ -335,6 +376,7 @@ class WorkflowRuns:
 
     async def _migrate_v1(self) -> None:
         """Version 1 kept one file per run: fold each into a snapshot here, then remove the file."""
+        assert self.data_dir is not None
         old = runs_dir(self.data_dir)
         if not old.is_dir():
             return
@@ -414,17 +456,23 @@ class WorkflowRuns:
             with anyio.CancelScope(shield=True):
                 pruned = set(self._prunable())
                 kept = [s for s in self._states.values() if s.status != "new" and s.run_id not in pruned]
-                older = segment_paths(self.path)
-                seg = await self._log.rotate(meta={"format": FORMAT, "version": VERSION})
-                segments = [*older, seg]
                 records: list[tuple[str, dict[str, Any]]] = [
                     ("run_snapshot", {"run_id": s.run_id, "state": s.snapshot()}) for s in kept]
-                records.append(("compacted", {"segments": [p.name for p in segments], "kept": len(kept),
-                                              "pruned": len(pruned)}))
-                await self._log.append_many(records)
-                for p in segments:
-                    _unlink(p)
-                fsync_dir(self.path.parent)
+                if self.database is not None:  # one transaction: the old rows or the new
+                    segments: list[Path] = []
+                    records.append(("compacted", {"segments": [], "kept": len(kept), "pruned": len(pruned)}))
+                    await self._log.replace(records)
+                else:
+                    assert self.path is not None
+                    older = segment_paths(self.path)
+                    seg = await self._log.rotate(meta={"format": FORMAT, "version": VERSION})
+                    segments = [*older, seg]
+                    records.append(("compacted", {"segments": [p.name for p in segments], "kept": len(kept),
+                                                  "pruned": len(pruned)}))
+                    await self._log.append_many(records)
+                    for p in segments:
+                        _unlink(p)
+                    fsync_dir(self.path.parent)
                 for run_id in pruned:
                     self._states.pop(run_id, None)
                 self.last_compaction = {"kept": len(kept), "pruned": len(pruned), "segments": len(segments)}
@@ -497,7 +545,7 @@ class WorkflowRuns:
             try:
                 state = self._states.get(run_id)
                 if state is None or state.status == "new":
-                    raise RunNotFound(f"no workflow run {run_id!r} in {str(self.data_dir)!r} "
+                    raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
                                       "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
                 journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
                 wf = self._workflows.get(state.workflow)
@@ -560,7 +608,9 @@ class WorkflowRuns:
                     await journal.finished("cancelled", error={"code": "cancelled", "message": "the run was cancelled"})
             raise
         except OpenFunctionsError as exc:
-            if isinstance(exc, JournalError):
+            from openfunctions.store import StoreError
+
+            if isinstance(exc, (JournalError, StoreError)):
                 raise  # the run cannot be recorded: leave it unfinished (resumable, or blocked)
             if isinstance(exc, (WorkflowDefinitionError, NonDeterministic, StepInterrupted)):
                 # Not the run's failure but the code's or the host's (a step refused while it shuts
@@ -587,7 +637,7 @@ class WorkflowRuns:
         async with self._using() as log_:
             state = self._states.get(run_id)
             if state is None or state.status == "new":
-                raise RunNotFound(f"no workflow run {run_id!r} in {str(self.data_dir)!r} "
+                raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
                                   "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
             self._claim(run_id)
             try:
@@ -612,7 +662,7 @@ class WorkflowRuns:
         """The run's state as the journal says now (lock-free). Raises RunNotFound, RunCorrupt."""
         state = self._read().get(check_run_id(run_id))
         if state is None or state.status == "new":
-            raise RunNotFound(f"no workflow run {run_id!r} in {str(self.data_dir)!r} (see `openfunctions-mcp workflows list`)",
+            raise RunNotFound(f"no workflow run {run_id!r} in {self.where} (see `openfunctions-mcp workflows list`)",
                               details={"run_id": run_id})
         return state
 
@@ -624,6 +674,15 @@ class WorkflowRuns:
     def _read(self) -> dict[str, RunState]:
         if self._log is not None:
             return dict(self._states)
+        if self.database is not None:
+            from openfunctions.store import StoreError, read_pg_workflow_records
+
+            try:
+                records = read_pg_workflow_records(self.database, self.space)
+            except StoreError as exc:
+                raise _unavailable(self.where, exc) from None
+            return _fold_records(self.where, records)
+        assert self.path is not None
         if not os.path.lexists(self.path):
             return {}
         try:
@@ -638,7 +697,20 @@ class WorkflowRuns:
                              details={"path": str(self.path)}) from None
 
 
-def _fold_one(path: Path, states: dict[str, RunState], rec: Any) -> None:
+def _fold_records(where: str, records: Iterable[Any]) -> dict[str, RunState]:
+    """The database's rows of a space, folded (compaction replaced its rows: no segments to look at)."""
+    states: dict[str, RunState] = {}
+    for rec in records:
+        _fold_one(where, states, rec)
+    return states
+
+
+def _unavailable(where: str, exc: OpenFunctionsError) -> RunStoreUnavailable:
+    return RunStoreUnavailable(exc.message if where in exc.message or "PostgreSQL at" in exc.message
+                               else f"the workflow runs in {where} cannot be used: {exc.message}", details={"cause": exc.code})
+
+
+def _fold_one(path: Path | str, states: dict[str, RunState], rec: Any) -> None:
     try:
         fold(states, rec)
     except (KeyError, TypeError, ValueError) as exc:

@@ -17,6 +17,9 @@ finished runs past retention now (running and blocked runs always stay).
 
 The data directory defaults, like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR``
 or else the per-user data dir; runs live in ``<data-dir>/workflows/runs.journal``.
+With ``--database URL`` (or, when no ``--data-dir`` is given, ``$OPENFUNCTIONS_DATABASE_URL``)
+they live in PostgreSQL instead, rows of one run space (``--space``, default ``default``;
+format: ``store/_pg_workflows_schema.py``; create it with ``openfunctions-mcp db migrate``).
 While a server serving durable workflows runs, it holds that journal:
 ``resume``, ``resolve`` and ``prune`` then exit 2 naming it.
 Exit codes: 0 done (``resume``: the run succeeded); 1 the run failed or was
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +64,11 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", dest="workflows_data_dir", type=Path, default=None,
                        help="data directory (default: $OPENFUNCTIONS_MCP_DATA_DIR, else the per-user data dir)")
+        p.add_argument("--database", dest="workflows_database", metavar="URL", default=None,
+                       help="runs kept in PostgreSQL (postgresql://... or key=value conninfo; schema: `openfunctions-mcp "
+                            "db migrate`); default, when no --data-dir: $OPENFUNCTIONS_DATABASE_URL if set")
+        p.add_argument("--space", dest="workflows_space", default="default", metavar="NAME",
+                       help="with --database: the run space (default: %(default)s)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("list", help="every run: id, workflow, status, settled steps")
@@ -103,8 +112,7 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
 
 def _cmd_prune(args: argparse.Namespace) -> int:
     try:
-        runs = WorkflowRuns(args.workflows_data_dir or default_data_dir(), keep_runs=args.keep_runs,
-                            keep_seconds=args.keep_days * 86400)
+        runs = _runs(args, keep_runs=args.keep_runs, keep_seconds=args.keep_days * 86400)
         done = anyio.run(runs.prune)
     except OpenFunctionsError as exc:
         return _fail(args, exc)
@@ -115,8 +123,15 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runs(args: argparse.Namespace, workflows: list[Workflow] = ()) -> WorkflowRuns:  # type: ignore[assignment]
-    return WorkflowRuns(args.workflows_data_dir or default_data_dir(), workflows=workflows)
+def _runs(args: argparse.Namespace, workflows: list[Workflow] = (), **options: Any) -> WorkflowRuns:  # type: ignore[assignment]
+    """Runs in ``--data-dir``; else in ``--database`` (or ``$OPENFUNCTIONS_DATABASE_URL``); else in the default data dir."""
+    if args.workflows_data_dir is not None and args.workflows_database:
+        raise WorkflowDefinitionError("give --data-dir or --database, not both")
+    url = None if args.workflows_data_dir is not None else (
+        args.workflows_database or os.environ.get("OPENFUNCTIONS_DATABASE_URL") or None)
+    if url is not None:
+        return WorkflowRuns(database=url, space=args.workflows_space, workflows=workflows, **options)
+    return WorkflowRuns(args.workflows_data_dir or default_data_dir(), workflows=workflows, **options)
 
 
 def _fail(args: argparse.Namespace, exc: OpenFunctionsError) -> int:

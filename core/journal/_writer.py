@@ -30,12 +30,15 @@ Invariants:
 - an idle thread exits after ``IDLE_EXIT`` seconds; the next enqueue starts
   a new one (many attempt journals may be open, most of them idle).
 
-**In place** (:meth:`GroupWriter.write_now`): when nothing is queued or
-being written, the log's lone appender may write and sync its lines on its
-own thread instead (the log decides when: ``JournalLog._lone``). Same
-invariants: written and synced before it returns, fail-stop on error (the
-failure poisons the writer exactly as on the thread), and while it is in
-progress ``_writing`` is set, so the thread waits and ``drain`` counts it.
+**In place** (opt-in, the log decides when: ``JournalLog._durable``): when
+nothing is queued or being written, a lone appender may write and sync its
+lines on its own thread (:meth:`GroupWriter.write_now`), or queue them
+*held* — the thread is not told — and take them back after one yield if
+nothing joined (:meth:`GroupWriter.take_back`; anything queued meanwhile,
+``drain`` and :meth:`GroupWriter.release_hold` hand them to the thread).
+Same invariants: written and synced before it returns, fail-stop on error
+(the failure poisons the writer exactly as on the thread), and while it is
+in progress ``_writing`` is set, so the thread waits and ``drain`` counts it.
 """
 
 from __future__ import annotations

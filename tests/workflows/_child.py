@@ -1,9 +1,12 @@
 """A workflow runner in its own process: ``_child.py DATA_DIR run RUN_ID JSON`` or ``_child.py DATA_DIR resume-all``.
 
-Prints one JSON line with the outcome(s). Used by test_crash.py, which SIGKILLs it.
+Prints one JSON line with the outcome(s). Used by test_crash.py, which SIGKILLs it. With
+``$WF_TEST_DATABASE`` set (a PostgreSQL URL), the runs live there (space: DATA_DIR) instead
+(tests/store/test_pg_workflows.py).
 """
 
 import json
+import os
 import sys
 
 import anyio
@@ -14,7 +17,8 @@ from tests.workflows._app import checkout, workflows
 
 async def main() -> None:
     data, op = sys.argv[1], sys.argv[2]
-    runs = WorkflowRuns(data, workflows=workflows)
+    url = os.environ.get("WF_TEST_DATABASE")
+    runs = WorkflowRuns(database=url, space=data, workflows=workflows) if url else WorkflowRuns(data, workflows=workflows)
     if op == "run":
         out = await runs.run(checkout, json.loads(sys.argv[4]), run_id=sys.argv[3])
         print(json.dumps(out.to_dict()), flush=True)

@@ -16,7 +16,9 @@ def test_the_doc_has_examples():
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_example_runs(index, tmp_path, monkeypatch):
+def test_example_runs(index, tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
+    if "OPENFUNCTIONS_DATABASE_URL" in BLOCKS[index]:  # the PostgreSQL example: a real database (tests/_pg.py)
+        monkeypatch.setenv("OPENFUNCTIONS_DATABASE_URL", request.getfixturevalue("pg_dsn"))
     code = compile(BLOCKS[index], f"{DOC.name}[python block {index}]", "exec")
     exec(code, {"__name__": "__main__"})  # the examples assert their own results

@@ -1,0 +1,207 @@
+"""Durable workflow runs in PostgreSQL: the records of a run space, one writer per space.
+
+The table, its columns and the promises are written once, at the top of
+``store/_pg_workflows_schema.py``; the records themselves (and the one fold
+over them) are ``workflows/_runlog.py``'s. This module stores them as rows
+and knows nothing of their meaning.
+
+- :func:`open_pg_workflow_log`: the space's writer. It holds a session
+  advisory lock on its own connection and writes only on that connection (a
+  writer whose connection died cannot write any more); a second writer gets
+  :class:`~._errors.StoreLocked`. ``records`` are the space's rows read at open.
+- :meth:`PgWorkflowLog.append_many`: one committed multi-row ``INSERT``.
+  A failed write leaves the log failed (its seq may or may not have moved):
+  it refuses every later call until reopened, which re-reads the rows.
+- :meth:`PgWorkflowLog.replace`: compaction, one transaction.
+- :func:`read_pg_workflow_records`: a reader (synchronous, no lock, no write).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from openfunctions.core import canonical_json, redact_dsn, utc_timestamp
+
+from ._errors import SchemaTooNew, StoreError, StoreFailed, StoreLocked, StoreUnavailable
+from ._pg import _psycopg
+from ._pg_workflows_schema import COMPONENT, MIGRATIONS
+
+_SELECT = "SELECT seq, type, time, data FROM of_workflow_records WHERE space = %s ORDER BY seq"
+
+
+class PgWorkflowRecord(NamedTuple):
+    """One row: what a file journal's record holds (``seq``, ``type``, ``time``, ``data``)."""
+
+    seq: int
+    type: str
+    time: str
+    data: dict[str, Any]
+
+
+def space_lock_key(space: str) -> int:
+    """The session advisory lock key of a space's writer (see the schema module)."""
+    return int.from_bytes(hashlib.sha256(b"openfunctions.workflows:" + space.encode("utf-8")).digest()[:8], "big",
+                          signed=True)
+
+
+def _rows(where: str, rows: Sequence[tuple[Any, ...]]) -> list[PgWorkflowRecord]:
+    out = []
+    for seq, type_, time, data in rows:
+        try:
+            value = json.loads(data)
+        except ValueError as exc:
+            raise StoreError(f"workflow run record seq {seq} in {where} is not JSON: {exc}",
+                             details={"seq": seq}) from None
+        out.append(PgWorkflowRecord(int(seq), type_, time, value))
+    return out
+
+
+def _schema_problem(found: int, where: str) -> StoreError | None:
+    known = len(MIGRATIONS)
+    details = {"component": COMPONENT, "found": found, "known": known}
+    if found < known:
+        from ._migrations import SchemaOutOfDate
+
+        return SchemaOutOfDate(f"the {COMPONENT} schema in {where} is version {found}; this code needs version {known}: "
+                               "run `openfunctions-mcp db migrate --database <url>`", details=details)
+    if found > known:
+        return SchemaTooNew(f"the {COMPONENT} schema in {where} is version {found}; this code knows up to version "
+                            f"{known}: upgrade openfunctions-mcp", details=details)
+    return None
+
+
+_HAS_SCHEMA = "SELECT to_regclass('of_schema') IS NOT NULL"
+_VERSION = "SELECT coalesce((SELECT version FROM of_schema WHERE component = %s), 0)"
+
+
+class PgWorkflowLog:
+    """The writer of one run space; open with :func:`open_pg_workflow_log`."""
+
+    def __init__(self, dsn: str, space: str, conn: Any, records: list[PgWorkflowRecord]) -> None:
+        self.space = space
+        self.where = f"{redact_dsn(dsn)} (space {space!r})"
+        self.records = records
+        self.last_seq = records[-1].seq if records else 0
+        self._conn = conn
+        self._failed: str | None = None
+        self._psycopg, _ = _psycopg()
+
+    def _check(self) -> Any:
+        if self._failed is not None:
+            raise StoreFailed(f"workflow runs in {self.where}: an earlier write failed ({self._failed}); "
+                              "reopen to read what was committed", certainty="known")
+        if self._conn is None:
+            raise StoreFailed(f"workflow runs in {self.where} are closed", certainty="known")
+        return self._conn
+
+    def _fail(self, exc: Exception) -> StoreUnavailable:
+        self._failed = f"{type(exc).__name__}: {str(exc).strip() or 'connection lost'}"
+        return StoreUnavailable(f"workflow runs in {self.where}: {self._failed}; the write may or may not have "
+                                "committed (this writer refuses further writes until reopened)", certainty="unknown")
+
+    def _stamp(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
+        time = utc_timestamp()
+        return [PgWorkflowRecord(self.last_seq + i, t, time, d) for i, (t, d) in enumerate(records, 1)]
+
+    async def append_many(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
+        """Append ``(type, data)`` records as one committed statement; the records as written."""
+        conn = self._check()
+        if not records:
+            return []
+        out = self._stamp(records)
+        values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(out))
+        params: list[Any] = []
+        for r in out:
+            params += [self.space, r.seq, r.type, r.time, canonical_json(r.data)]
+        try:
+            await conn.execute(f"INSERT INTO of_workflow_records (space, seq, type, time, data) VALUES {values}", params)
+        except self._psycopg.Error as exc:
+            raise self._fail(exc) from None
+        self.last_seq = out[-1].seq
+        return out
+
+    async def replace(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
+        """Compaction: the space's rows become ``records`` (seq continuing), in one transaction."""
+        conn = self._check()
+        out = self._stamp(records)
+        try:
+            async with conn.transaction():
+                await conn.execute("DELETE FROM of_workflow_records WHERE space = %s", (self.space,))
+                async with conn.cursor() as cur:
+                    await cur.executemany(
+                        "INSERT INTO of_workflow_records (space, seq, type, time, data) VALUES (%s, %s, %s, %s, %s)",
+                        [(self.space, r.seq, r.type, r.time, canonical_json(r.data)) for r in out])
+        except self._psycopg.Error as exc:
+            raise self._fail(exc) from None
+        if out:
+            self.last_seq = out[-1].seq
+        return out
+
+    async def close(self) -> None:
+        """Close the connection: the space's lock goes with it."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:  # already gone: so is its lock
+                pass
+
+
+async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: float = 10.0) -> PgWorkflowLog:
+    """The writer of ``space`` at ``dsn``, its rows read; :class:`StoreLocked` if another writer holds it,
+    ``SchemaOutOfDate``/``SchemaTooNew`` for a schema not this code's, :class:`StoreUnavailable` otherwise."""
+    psycopg, _ = _psycopg()
+    where = f"{redact_dsn(dsn)} (space {space!r})"
+    try:
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)))
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
+    try:
+        from ._migrations import schema_version
+
+        problem = _schema_problem(await schema_version(conn, COMPONENT), redact_dsn(dsn))
+        if problem is not None:
+            raise problem
+        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (space_lock_key(space),))
+        if not (await cur.fetchone())[0]:
+            raise StoreLocked(f"the workflow runs of {where} are held by another writer (a session advisory lock)",
+                              details={"space": space})
+        cur = await conn.execute(_SELECT, (space,))
+        records = _rows(where, await cur.fetchall())
+    except psycopg.Error as exc:
+        await conn.close()
+        raise StoreUnavailable(f"workflow runs in {where}: {_first_line(exc)}") from None
+    except BaseException:
+        await conn.close()
+        raise
+    return PgWorkflowLog(dsn, space, conn, records)
+
+
+def read_pg_workflow_records(dsn: str, space: str = "default", *, timeout: float = 10.0) -> list[PgWorkflowRecord]:
+    """The rows of ``space`` in seq order, read without a lock (one snapshot: one statement)."""
+    psycopg, _ = _psycopg()
+    where = f"{redact_dsn(dsn)} (space {space!r})"
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)))
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
+    try:
+        with conn:
+            found = conn.execute(_VERSION, (COMPONENT,)).fetchone()[0] if conn.execute(_HAS_SCHEMA).fetchone()[0] else 0
+            problem = _schema_problem(found, redact_dsn(dsn))
+            if problem is not None:
+                raise problem
+            return _rows(where, conn.execute(_SELECT, (space,)).fetchall())
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot read workflow runs in {where}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = ["PgWorkflowLog", "PgWorkflowRecord", "open_pg_workflow_log", "read_pg_workflow_records", "space_lock_key"]
