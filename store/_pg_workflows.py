@@ -8,7 +8,8 @@ and knows nothing of their meaning.
 - :func:`open_pg_workflow_log`: the space's writer. It holds a session
   advisory lock on its own connection and writes only on that connection (a
   writer whose connection died cannot write any more); a second writer gets
-  :class:`~._errors.StoreLocked`. ``records`` are the space's rows read at open.
+  :class:`~._errors.StoreLocked`. ``records`` are the space's rows read at open. Its
+  connection's ``application_name`` is ``openfunctions-workflows:<space>`` (``pg_stat_activity``).
 - :meth:`PgWorkflowLog.append_many`: one committed multi-row ``INSERT``.
   A failed write leaves the log failed (its seq may or may not have moved):
   it refuses every later call until reopened, which re-reads the rows.
@@ -89,6 +90,11 @@ class PgWorkflowLog:
         self._failed: str | None = None
         self._psycopg, _ = _psycopg()
 
+    @property
+    def failed(self) -> bool:
+        """A write failed: this writer refuses further calls; close it and open the space again."""
+        return self._failed is not None
+
     def _check(self) -> Any:
         if self._failed is not None:
             raise StoreFailed(f"workflow runs in {self.where}: an earlier write failed ({self._failed}); "
@@ -156,7 +162,8 @@ async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: flo
     psycopg, _ = _psycopg()
     where = f"{redact_dsn(dsn)} (space {space!r})"
     try:
-        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)))
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)),
+                                                     application_name=f"openfunctions-workflows:{space}"[:63])
     except psycopg.Error as exc:
         raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
     try:

@@ -273,6 +273,11 @@ class WorkflowRuns:
         if self._gate is None:
             self._gate = anyio.Lock()
         async with self._gate:
+            if self._users == 0 and getattr(self._log, "failed", False):
+                # a database writer whose write failed (its connection lost: the commit may or may not have
+                # happened): drop it and read the space again, under its lock again
+                log_, self._log, self._states = self._log, None, {}
+                await _close(log_)
             if self._log is None:
                 await self._load()
             self._users += 1
@@ -320,7 +325,7 @@ class WorkflowRuns:
                           "stop it (a process serving workflows resumes and runs them) or use it",
                           details={"space": self.space}) from None
         except StoreError as exc:
-            raise _unavailable(self.where, exc) from None
+            raise _unavailable(self.space, exc) from None
         try:
             records, log_.records = log_.records, []
             self._states = await anyio.to_thread.run_sync(lambda: _fold_records(self.where, records))
@@ -660,7 +665,8 @@ class WorkflowRuns:
 
     def show(self, run_id: str) -> RunState:
         """The run's state as the journal says now (lock-free). Raises RunNotFound, RunCorrupt."""
-        state = self._read().get(check_run_id(run_id))
+        run_id = check_run_id(run_id)  # before anything is read
+        state = self._read().get(run_id)
         if state is None or state.status == "new":
             raise RunNotFound(f"no workflow run {run_id!r} in {self.where} (see `openfunctions-mcp workflows list`)",
                               details={"run_id": run_id})
@@ -680,7 +686,7 @@ class WorkflowRuns:
             try:
                 records = read_pg_workflow_records(self.database, self.space)
             except StoreError as exc:
-                raise _unavailable(self.where, exc) from None
+                raise _unavailable(self.space, exc) from None
             return _fold_records(self.where, records)
         assert self.path is not None
         if not os.path.lexists(self.path):
@@ -705,9 +711,11 @@ def _fold_records(where: str, records: Iterable[Any]) -> dict[str, RunState]:
     return states
 
 
-def _unavailable(where: str, exc: OpenFunctionsError) -> RunStoreUnavailable:
-    return RunStoreUnavailable(exc.message if where in exc.message or "PostgreSQL at" in exc.message
-                               else f"the workflow runs in {where} cannot be used: {exc.message}", details={"cause": exc.code})
+def _unavailable(space: str, exc: OpenFunctionsError) -> RunStoreUnavailable:
+    """The store's error (it names the database, password redacted), as the workflows' own."""
+    tag = f"space {space!r}"
+    return RunStoreUnavailable(exc.message if tag in exc.message else f"{exc.message} (workflow runs, {tag})",
+                               details={"cause": exc.code, "space": space})
 
 
 def _fold_one(path: Path | str, states: dict[str, RunState], rec: Any) -> None:

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 
+import anyio
 import pytest
 
 from openfunctions.core import ToolRegistry, define_tool
@@ -188,6 +189,10 @@ def test_the_cli_refuses_a_bad_url_with_its_password_redacted(tmp_path, fresh_db
     # --data-dir wins over $OPENFUNCTIONS_DATABASE_URL: the files, not the (bad) database
     out = _cli(tmp_path, bad, "list", "--data-dir", str(tmp_path / "d"))
     assert out.returncode == 0 and out.stdout.strip() == "no workflow runs"
+    out = _cli(tmp_path, fresh_db, "show", "../../etc/passwd")
+    assert out.returncode == 2 and "run id '../../etc/passwd' is invalid" in out.stderr
+    out = _cli(tmp_path, fresh_db, "list", "--space", "x; DROP TABLE of_schema")
+    assert out.returncode == 2 and "space" in out.stderr and "invalid" in out.stderr
 
 
 # -- real processes: SIGKILL a runner on the database --------------------------------------------------------
@@ -254,3 +259,52 @@ def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path, db):
     assert out["result"] == {"ok": True, "balance": 95}
     assert len(lines(charges)) == 1  # the settled charge was skipped
     assert len(lines(reads)) == 2  # the interrupted read ran again
+
+
+async def test_a_held_writer_whose_connection_dies_reopens_the_space_on_its_next_call(db):
+    import psycopg
+
+    from openfunctions.store import StoreUnavailable
+
+    space, world, wf = unique_name("wf"), World(), workflow()
+    async with _runs(db, space, wf, world) as runs:
+        assert (await runs.run(wf, {"n": 1}, run_id="a")).ok
+        with psycopg.connect(db, autocommit=True) as conn:  # the database drops the writer's connection
+            [(n,)] = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE application_name = %s", (f"openfunctions-workflows:{space}",)).fetchall()
+        assert n == 1
+        with pytest.raises(StoreUnavailable) as ei:  # the run's first write fails: nothing of it is committed
+            await runs.run(wf, {"n": 2}, run_id="b")
+        assert ei.value.certainty == "unknown" and world.looked == [1, 102, 2]
+        out = await runs.run(wf, {"n": 2}, run_id="b")  # reopened: rows read again, lock taken again
+        assert out.ok and out.result == {"n": 203}
+        assert world.charged == [102, 103]  # the failed attempt's write step never ran (its start was not durable)
+        with pytest.raises(RunBusy):
+            await _runs(db, space, wf).open()
+    assert [r["status"] for r in _runs(db, space, wf).list()] == ["succeeded", "succeeded"]
+
+
+@pytest.mark.slow
+def test_a_served_durable_workflow_on_the_database_resumes_when_the_server_starts_again(tmp_path, db):
+    """`serve --module tests.workflows._app:durable` with its runs in PostgreSQL: SIGKILLed inside the read
+    step, started again with no call, it finishes the run by itself (the charge not repeated)."""
+    from tests.workflows.test_server_resume import _call_checkout, _serve, _stop
+
+    space, data = unique_name("wf"), tmp_path / "data"
+    reader = WorkflowRuns(database=db, space=space)
+    proc = _serve(tmp_path, data, WF_TEST_DATABASE=db, WF_TEST_SPACE=space, WF_TEST_SLEEP_IN="slow_read",
+                  WF_TEST_SLEEP="60")
+    _call_checkout(proc)
+    wait_for(lambda: lines(tmp_path / "reads.txt"), "slow_read to start")
+    with pytest.raises(RunBusy):  # the server holds the space
+        anyio.run(WorkflowRuns(database=db, space=space).open)
+    sigkill(proc)
+    [run] = reader.list()
+    assert run["status"] == "running" and run["workflow"] == "checkout"
+    proc = _serve(tmp_path, data, WF_TEST_DATABASE=db, WF_TEST_SPACE=space)
+    try:
+        wait_for(lambda: reader.list()[0]["status"] == "succeeded", "the restarted server to finish the run")
+    finally:
+        _stop(proc)
+    assert reader.show(run["run_id"]).result == {"ok": True, "balance": 90}
+    assert len(lines(tmp_path / "charges.txt")) == 1 and len(lines(tmp_path / "reads.txt")) == 2

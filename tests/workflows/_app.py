@@ -76,7 +76,9 @@ def durable() -> ToolRegistry:
     server's data dir); the server starts the runs, so interrupted ones resume when it starts."""
     from openfunctions.workflows import WorkflowRuns
 
-    runs = WorkflowRuns(os.environ["WF_TEST_DATA"])
+    url = os.environ.get("WF_TEST_DATABASE")  # the runs in PostgreSQL instead (tests/store/test_pg_workflows.py)
+    runs = (WorkflowRuns(database=url, space=os.environ["WF_TEST_SPACE"]) if url
+            else WorkflowRuns(os.environ["WF_TEST_DATA"]))
     reg = ToolRegistry([registry.get("charge"), registry.get("slow_read")])
     reg.register(checkout.bind(registry=reg).as_tool(
         "checkout", {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]},
