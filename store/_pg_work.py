@@ -102,8 +102,9 @@ import structlog
 from openfunctions.core import canonical_json, new_id, utc_timestamp
 from openfunctions.core.journal import Record
 
+from ._errors import StoreUnavailable
 from ._migrations import check_schema
-from ._pg import _psycopg, redact_dsn
+from ._pg import _psycopg, drop_dead_connections, redact_dsn
 from ._pg_work_schema import COMPONENT
 
 log = structlog.get_logger("openfunctions.store.work")
@@ -212,17 +213,27 @@ class _Pg:
 
     async def hold_alive(self, owner: str) -> int:
         """``owner``'s liveness lock, held on a connection of its own until :meth:`close`; checked at each call
-        (a session the database cut — a partition — is opened and locked again)."""
+        (a session the database cut — a partition — is opened and locked again).
+
+        Bounded by the backend's ``timeout``: the check, the connect and the lock
+        wait. An old session of ours the server has not dropped yet (a partition
+        it did not notice) still holds the key: the lock then fails with
+        ``lock_timeout`` (a ``BackendUnavailable`` from the caller) instead of
+        waiting for as long as that session lives."""
         key = self.alive_key(owner)
         conn = self.alive.get(owner)
         if conn is not None and not conn.closed:
             try:  # one round trip: a session the database cut would let others take us for dead
-                await conn.execute("SELECT 1")
+                await asyncio.wait_for(conn.execute("SELECT 1"), self.timeout)
                 return key
-            except self.psycopg.Error:
-                await conn.close()
-        conn = await self.psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=10)
+            except (self.psycopg.Error, TimeoutError):
+                with contextlib.suppress(Exception):
+                    await conn.close()
+            self.alive.pop(owner, None)
+        conn = await self.psycopg.AsyncConnection.connect(self.dsn, autocommit=True,
+                                                          connect_timeout=max(1, int(self.timeout)))
         try:
+            await conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{int(self.timeout * 1000)}ms",))
             await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
         except BaseException:
             await conn.close()
@@ -241,11 +252,15 @@ class _Pg:
         )
         return err  # type: ignore[no-any-return]
 
+    @property
+    def timeout(self) -> float:
+        """Seconds a call waits for a pooled connection (``pg_work_backend(timeout=)``)."""
+        return self._limits[1]
+
     async def lost(self) -> None:
-        try:
-            await self.pool.check()
-        except Exception:  # the pool reconnects on the next loan anyway
-            pass
+        """After a database error: the pool drops its dead connections (bounded; the package's one way)."""
+        if self.pool is not None:
+            await drop_dead_connections(self.pool)
 
 
 
@@ -309,8 +324,14 @@ class PgSettledReceipts:
         from ._pg_journal import settled_pg_receipts
 
         await self.pg.ready()
-        async with self.pg.using("cannot read the execution journals' receipts"):
-            return await settled_pg_receipts(self.pg.pool, ids)
+        try:  # one loan of the pool (the reader borrows it): holding another here could starve a small pool
+            return await settled_pg_receipts(self.pg.pool, ids, timeout=self.pg.timeout)
+        except StoreUnavailable:  # the reader's own error (named, redacted): the pool drops its dead connections
+            await self.pg.lost()
+            raise
+        except self.pg.psycopg.Error as exc:
+            await self.pg.lost()
+            raise self.pg.unavailable("cannot read the execution journals' receipts", exc) from None
 
 
 class PgLeaseStore:

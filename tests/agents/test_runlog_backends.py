@@ -129,6 +129,20 @@ def os_hex() -> str:
     return os.urandom(16).hex()
 
 
+async def _until_backend_gone(dsn: str, pid: int, bound: float = 20.0) -> None:
+    """Wait (bounded) until the server backend ``pid`` has exited: closing a connection on the client side
+    returns before the server ends that backend and releases its session advisory locks."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for _ in range(int(bound / 0.05)):
+            cur = await conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+            if await cur.fetchone() is None:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"backend {pid} still alive {bound} s after its connection closed")
+
+
 async def test_replicas_share_runs_and_a_survivor_interrupts_a_dead_replicas_run(pg_dsn) -> None:  # noqa: F811
     backend = PgRuns(pg_dsn)
     a, b = await backend.open(), await backend.open()
@@ -141,7 +155,9 @@ async def test_replicas_share_runs_and_a_survivor_interrupts_a_dead_replicas_run
         start = _start("run_" + os_hex())
         await a.append(R.STARTED, start)
         assert await b.sweep() == []  # A is alive: its run is left alone
+        dead_pid = a.log.live.lock_conn.info.backend_pid
         await a.log.live.lock_conn.close()  # A's process dies (its lock with it)
+        await _until_backend_gone(pg_dsn, dead_pid)  # the server frees the lock when that backend exits, a moment later
         assert await b.sweep() == [start["run_id"]]
         assert (await b.load(start["run_id"])).status == "interrupted"
         # A's late end (it lost its lock but lives on) is refused, never a second end.
@@ -238,7 +254,9 @@ async def test_runs_tail_reads_and_follows_the_database(pg_dsn) -> None:  # noqa
 
         follower = subprocess.Popen([sys.executable, "-m", "openfunctions.servers", "runs", "tail", "-f", "-n", "0",
                                      "--json", "--database", pg_dsn], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+                                    stderr=subprocess.PIPE, text=True,
+                                    # SIGINT may be ignored when the runner runs in the background
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         watchdog = threading.Timer(60, follower.kill)  # a blocked readline then ends (the test fails, never hangs)
         watchdog.start()
         try:

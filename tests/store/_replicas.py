@@ -46,19 +46,9 @@ def start_replica(dsn: str | None, data_dir: Path, port: int | None = None, *ext
 
 
 def call(client: httpx.Client, url: str, n: int) -> dict:
-    """One tools/call; the receipt the client saw (``{}`` if the reply never came)."""
-    body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
-            "params": {"name": "bump", "arguments": {"n": n}, "_meta": META}}
-    resp = client.post(url, content=json.dumps(body), headers=HEADERS, timeout=30)
-    text = resp.text
-    if resp.status_code != 200:
-        raise ValueError(f"HTTP {resp.status_code}: {text[:200]}")
-    if resp.headers.get("content-type", "").startswith("text/event-stream"):
-        msgs = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
-        msg = next(m for m in reversed(msgs) if "result" in m or "error" in m)
-    else:
-        msg = resp.json()
-    return (msg.get("result") or {}).get("_meta", {}).get(RECEIPT_META_KEY, {})
+    """One tools/call of ``bump``; the receipt the client saw. No reply (a killed server, a balancer's 502) or a
+    JSON-RPC error raises ``httpx.HTTPError`` / ``ValueError`` (:func:`tool_call`): ``Load`` counts it as failed."""
+    return receipt_of(tool_call(url, "bump", {"n": n}, timeout=30, client=client))
 
 
 class Load:

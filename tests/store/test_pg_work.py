@@ -151,3 +151,37 @@ def test_the_grant_cli_issues_lists_and_revokes_grants_in_the_database(pg_dsn, t
         assert g.revoked() and g.revoked_by == "op"
         bad = cli("revoke", "grant_nope", "--database", dsn)
         assert bad.returncode == 2 and "no grant 'grant_nope'" in bad.stderr
+
+
+@pytest.mark.anyio
+async def test_the_settled_receipts_lookup_takes_one_connection_of_the_pool(pg_dsn) -> None:
+    """Recovery's receipt lookup borrows one pooled connection, not two: with a pool of one it answers (it used
+    to hold a connection idle while the reader waited for another, so it failed after the pool's timeout)."""
+    await migrate_work(pg_dsn)  # every component: the journal's too
+    b = await open_pg_work(pg_dsn, unique_name("w"), max_connections=1, timeout=2)
+    try:
+        async with asyncio.timeout(30):
+            assert await b.settled_receipts({"rcpt_nothing_here"}) == {}
+    finally:
+        await b.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_liveness_lock_still_held_by_an_old_session_fails_the_acquire_in_bounded_time(pg_dsn) -> None:
+    """A replica whose old liveness session lingers on the server (a partition the server has not noticed yet)
+    cannot lock itself again: its acquire fails with a clear BackendUnavailable after the backend's timeout,
+    instead of waiting on pg_advisory_lock for as long as that session lives; once it is gone, the acquire works."""
+    await migrate_work(pg_dsn)
+    b = await open_pg_work(pg_dsn, unique_name("w"), timeout=2)
+    try:
+        key = b.leases.pg.alive_key(b.leases.owner)
+        with psycopg.connect(pg_dsn, autocommit=True) as zombie:  # the old session, still holding our key
+            zombie.execute("SELECT pg_advisory_lock(%s)", (key,))
+            async with asyncio.timeout(30):
+                with pytest.raises(BackendUnavailable, match="cannot take the work lease") as err:
+                    await b.leases.acquire()
+            assert err.value.details["certainty"] == "known"
+        lease = await b.leases.acquire()  # the old session ended: we lock ourselves and take the lease
+        assert lease.generation >= 1
+    finally:
+        await b.aclose()

@@ -12,9 +12,9 @@ health-checked) in front; every client talks to the balancer only:
 - while a ``slow`` step runs, the replica holding the lease (the row names its
   pid) is SIGKILLed; the agent's call gets no reply (a 502: haproxy retries
   only connection failures, never a request a replica took);
-- the agent's next ``of_work_run_step`` lands on a survivor, which waits for
-  the dead holder's lease to expire, takes it over with a higher generation,
-  and recovery blocks the uncertain operation (``effect_uncertain``) exactly as
+- the agent's next ``of_work_run_step`` lands on a survivor, which takes the
+  dead holder's lease over at once (its liveness lock died with it; the TTL
+  is not waited for) with a higher generation, and recovery blocks the uncertain operation (``effect_uncertain``) exactly as
   the file backend does; the dead holder's generation may write nothing;
 - without an operator's word the step is never run again: a new plan naming
   it is refused (``operation_uncertain``); the agent cancels and carries on
@@ -227,7 +227,7 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any, haproxy: str) -> Non
         # 3. the agent carries on through the balancer: a survivor takes the lease over; the step is refused
         t_kill = time.monotonic()
         r = agent.call("of_work_run_step")
-        took_over_in = time.monotonic() - t_kill  # reported, not asserted: a dead holder is taken over at once
+        took_over_in = time.monotonic() - t_kill  # from the 502 to this reply; reported, not asserted
         assert r.get("isError") and "effect_uncertain" in json.dumps(r), r
         st = agent.ok("of_work_status")["attempt"]
         assert st["attemptId"] == att and st["state"] == "blocked" and st["blockedReason"]["code"] == "effect_uncertain", st
@@ -289,7 +289,7 @@ async def _scenario(dsn: str, tmp_path: Path, backend: Any, haproxy: str) -> Non
           f"{len(agent.seen) + len(load.seen)} receipts seen through the balancer, all in the database; "
           f"{len(load.seen)} status reads "
           f"({load.errors} without a reply at the kill); lease generation {old.generation} -> {now['generation']} "
-          f"(the takeover's call answered {took_over_in:.2f}s after the kill, lease TTL {TTL}s); "
+          f"(the takeover's call answered {took_over_in:.2f}s after the killed call's 502, lease TTL {TTL}s); "
           f"1 operation blocked unknown, never re-run; {len(swept)} call(s) of the dead replica settled unknown by "
           f"the survivors' sweep; {report.records} journal records verified")
 

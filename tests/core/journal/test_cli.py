@@ -161,6 +161,8 @@ def test_tail_follow_prints_appended_records(journal):
     proc = subprocess.Popen(
         [sys.executable, "-m", "openfunctions.core.journal.cli", "tail", "-f", "-n", "1", "--interval", "0.05",
          str(journal)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a runner started in the background (nohup, `cmd &`) passes SIGINT on ignored: let it stop the follower
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: list[str] = []
     got = [threading.Event() for _ in range(2)]

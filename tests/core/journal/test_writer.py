@@ -168,12 +168,23 @@ async def test_a_log_collected_on_its_own_writer_thread_closes_there(tmp_path):
 
 
 @pytest.mark.anyio
-async def test_many_appenders_with_cancellations_lose_nothing_that_was_queued(tmp_path):
+@pytest.mark.parametrize("in_place", [False, True], ids=["writer-thread", "in-place"])
+async def test_many_appenders_with_cancellations_lose_nothing_that_was_queued(tmp_path, monkeypatch, in_place):
+    # With in place on (opt-in), the same storm also exercises held lines taken back
+    # or released to the thread, and cancellations during the held yield.
+    monkeypatch.setattr(JournalLog, "inline_when_idle", in_place)
     import random
 
     rng = random.Random(20261130)
     p = tmp_path / "stress.jsonl"
-    log = await JournalLog.open(p)
+    where: list[str] = []
+
+    class WhereOps(FileOps):
+        def sync(self, fd):
+            super().sync(fd)
+            where.append(threading.current_thread().name)
+
+    log = await JournalLog.open(p, _ops=WhereOps())
     acked: set[int] = set()
     queued: list[int] = []
 
@@ -212,3 +223,5 @@ async def test_many_appenders_with_cancellations_lose_nothing_that_was_queued(tm
     assert sorted(queued) == on_disk
     assert acked <= set(on_disk)
     assert len(acked) < len(on_disk)  # the test did cancel callers mid-wait
+    in_place_syncs = where.count(threading.current_thread().name)
+    assert in_place_syncs > 0 if in_place else in_place_syncs == 0
