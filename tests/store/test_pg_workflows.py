@@ -16,7 +16,6 @@ import sys
 import anyio
 import pytest
 
-from openfunctions.core import ToolRegistry, define_tool
 from openfunctions.store import migrate_database, read_pg_workflow_records
 from openfunctions.workflows import (
     InvalidRunId,
@@ -30,7 +29,7 @@ from openfunctions.workflows import (
     tool_step,
 )
 from tests._pg import unique_name
-from tests.workflows._proc import ROOT, lines, sigkill, wait_for
+from tests.workflows._proc import ROOT, assert_resumed_order_8, lines, sigkill, wait_for
 from tests.workflows._proc import env as _env
 from tests.workflows.test_durable import Crash, World, workflow
 
@@ -68,18 +67,7 @@ async def test_a_run_is_journaled_as_rows_and_read_back_by_a_fresh_reader(db):
 
 async def test_a_crash_in_a_read_step_resumes_after_the_last_settled_step(db):
     space, world, wf = unique_name("wf"), World(), workflow()
-    reg = world.registry()
-    calls = {"n": 0}
-    real = reg.get("lookup").handler
-
-    async def lookup_then_crash(p, ctx):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise Crash()
-        return await real(p, ctx)
-
-    crashing = ToolRegistry([reg.get("charge"), define_tool(name="lookup", description="a read", handler=lookup_then_crash,
-                                                            capability={"effect": "read", "parallel_safe": True})])
+    crashing = world.lookup_crashing_at(2)  # the second lookup (step 3), after the write step settled
     first = _runs(db, space, wf)
     with pytest.raises(Crash):
         await first.run(wf, {"n": 1}, run_id="r", registry=crashing)
@@ -254,14 +242,7 @@ def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path, db):
     finally:
         sigkill(child)
     assert len(lines(charges)) == 1
-    nxt = _start_child(tmp_path, db, space, "resume-all")
-    stdout, stderr = nxt.communicate(timeout=120)
-    assert nxt.returncode == 0, stderr
-    [out] = json.loads(stdout)
-    assert out["run_id"] == "order-8" and out["status"] == "succeeded" and out["resumed"] is True
-    assert out["result"] == {"ok": True, "balance": 95}
-    assert len(lines(charges)) == 1  # the settled charge was skipped
-    assert len(lines(reads)) == 2  # the interrupted read ran again
+    assert_resumed_order_8(_start_child(tmp_path, db, space, "resume-all"), tmp_path)
 
 
 async def test_a_held_writer_whose_connection_dies_reopens_the_space_on_its_next_call(db):
