@@ -54,6 +54,33 @@ from ._api import (
 )
 from ._errors import Conflict, SchemaTooNew, StoreClosed, StoreError, StoreUnavailable, StoreUnsafe
 
+#: Seconds between sweeps for replicas that died (their unsettled calls are settled ``unknown``, their tasks
+#: ``failed``, their agent runs ``interrupted``, and cancel marks or answers whose notification this replica missed
+#: are acted on). ``$OPENFUNCTIONS_DATABASE_SWEEP_S`` overrides it (a positive number of seconds): shorter settles a
+#: dead replica's work sooner, at one more read each time. One value for every sweep of a process.
+SWEEP_INTERVAL = 5.0
+SWEEP_ENV = "OPENFUNCTIONS_DATABASE_SWEEP_S"
+
+
+def database_sweep_interval() -> float:
+    """:data:`SWEEP_INTERVAL`, or ``$OPENFUNCTIONS_DATABASE_SWEEP_S`` when set (refused, named, unless positive)."""
+    import math
+    import os
+
+    from openfunctions.core.errors import ConfigurationError
+
+    raw = os.environ.get(SWEEP_ENV, "").strip()
+    if not raw:
+        return SWEEP_INTERVAL
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"${SWEEP_ENV} must be a positive number of seconds, got {raw!r}",
+                                 details={"variable": SWEEP_ENV})
+    return value
+
 SCHEMA_COMPONENT = "store"
 HOT_CONNECTIONS = 2  # idle connections PgStore keeps out of its pool for single statements (see _run)
 # Migrations: the i-th entry brings the component from version i to i+1. Append, never edit.
