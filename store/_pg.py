@@ -152,13 +152,28 @@ async def drop_dead_connections(pool: Any) -> None:
     """After a connection failed: have the pool check its idle connections (a restarted server breaks them all).
 
     Bounded (5 s) and never raising: the caller reports its own failure; the pool reconnects on the next loan.
-    Every PostgreSQL store of this package calls it (the key-value store, the journal, tasks, runs, artifacts).
+    Every PostgreSQL store of this package calls it (through :func:`connection_or`, or directly).
     """
     with anyio.move_on_after(5):
         try:
             await pool.check()
         except Exception:
             pass
+
+
+@asynccontextmanager
+async def connection_or(pool: Any, connection: Any, errors: Any, fail: Any) -> AsyncIterator[Any]:
+    """Enter ``connection`` (a pooled connection's context manager); a database error in the block (one of
+    ``errors``) raises ``fail(exc)`` instead, after the pool drops its dead connections.
+
+    The one shape of every PostgreSQL store's call: each names its own error (``fail``) and certainty.
+    """
+    try:
+        async with connection as conn:
+            yield conn
+    except errors as exc:
+        await drop_dead_connections(pool)
+        raise fail(exc) from None
 
 
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 10.0) -> Any:
