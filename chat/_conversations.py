@@ -244,8 +244,14 @@ class Conversations:
             if victim is not None:
                 records.append(("evicted", {"id": victim.id}))
                 self.evicted += 1
-        await self._commit(records)
-        return self._table[cid]
+        self._apply(records)
+        conv = self._table[cid]
+        conv.busy += 1  # not a victim of a concurrent issue before this one returns it
+        try:
+            await self._write(records)
+        finally:
+            conv.busy -= 1
+        return conv
 
     async def reset(self, conv: Conversation) -> str:
         """Start ``conv`` over in a new thread (durable before it returns); returns the thread id."""
@@ -258,9 +264,15 @@ class Conversations:
             await self._commit([("used", {"id": conv.id})])
 
     async def _commit(self, records: list[Record]) -> None:
+        self._apply(records)
+        await self._write(records)
+
+    def _apply(self, records: list[Record]) -> None:
         for type, data in records:  # in memory at once (event-loop order is log order), then durable
             moved = apply(self._table, type, data)
             self._tail = moved if moved is not None else self._tail
+
+    async def _write(self, records: list[Record]) -> None:
         if self._log is None:
             return
         await self._log.append_many(records)

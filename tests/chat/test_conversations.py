@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -122,3 +124,41 @@ async def test_a_table_held_by_another_agent_is_a_clear_error(tmp_path: Path) ->
             assert (await second.health())["conversations_durable"] is True
     finally:
         await memory.aclose()
+
+
+async def open_many(agent: Any, n: int) -> list[str]:
+    """``n`` concurrent ``open_conversation`` calls; each id is checked valid at the moment it is returned."""
+    got: list[str] = []
+
+    async def open_one() -> None:
+        cid = await agent.open_conversation(principal="p")
+        assert agent._conversations.get(cid).id == cid
+        got.append(cid)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(open_one)
+    return got
+
+
+async def test_concurrent_issues_past_the_limit_each_return_the_conversation_they_issued(tmp_path: Path) -> None:
+    for memory in (True, False):  # durable (each issue awaits its append) and in the process only
+        async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path / str(memory), memory=memory,
+                                           max_conversations=1) as agent:
+            got = await open_many(agent, 20)
+            assert len(set(got)) == 20  # every open returned its own id (none crashed)
+
+
+async def test_concurrent_turns_without_an_id_over_http_past_the_limit_get_answers_not_500(tmp_path: Path) -> None:
+    model = ScriptedAdapter(["ok"] * 10)
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, max_conversations=1) as agent:
+        async with served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            codes: list[int] = []
+
+            async def one() -> None:
+                codes.append((await client.post("/chat", json={"message": "hi"})).status_code)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(10):
+                    tg.start_soon(one)
+    assert codes == [200] * 10
