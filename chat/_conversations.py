@@ -181,7 +181,8 @@ class Conversations:
         self._table: OrderedDict[str, Conversation] = OrderedDict()
         self._log: JournalLog | None = None
         self._tail: str | None = None  # the id the last record moved to the end
-        self._records = 0  # records in the file since its start (compaction when past _compact_at)
+        self._records = 0  # records in the file since its start (a compaction past max(4 x limit, 256))
+        self._lock = anyio.Lock()  # held by every change of the table: one at a time, compaction included
         self.evicted = 0
 
     @classmethod
@@ -204,7 +205,8 @@ class Conversations:
             self._log = log
             extra = [("evicted", {"id": c.id}) for c in list(self._table.values())[: max(0, len(self._table) - limit)]]
             if extra:  # the bound shrank since the last run (--max-conversations)
-                await self._commit(extra)
+                async with self._lock:
+                    await self._change(extra)
         except BaseException:
             self._log = None
             with anyio.CancelScope(shield=True):
@@ -238,55 +240,57 @@ class Conversations:
         """A new conversation (a fresh id and thread), durable before it returns; evicts the least recently
         used idle one past the limit."""
         cid = "conv_" + secrets.token_urlsafe(24)
-        records: list[Record] = [("issued", {"id": cid, "thread_id": new_id("chat"), "principal": principal})]
-        if len(self._table) >= self.limit:
-            victim = next((c for c in self._table.values() if c.busy == 0), None)
-            if victim is not None:
-                records.append(("evicted", {"id": victim.id}))
-                self.evicted += 1
-        self._apply(records)
-        conv = self._table[cid]
-        conv.busy += 1  # not a victim of a concurrent issue before this one returns it
-        try:
-            await self._write(records)
-        finally:
-            conv.busy -= 1
+        async with self._lock:  # the victim is chosen from the table this change applies to
+            records: list[Record] = [("issued", {"id": cid, "thread_id": new_id("chat"), "principal": principal})]
+            if len(self._table) >= self.limit:
+                victim = next((c for c in self._table.values() if c.busy == 0), None)
+                if victim is not None:
+                    records.append(("evicted", {"id": victim.id}))
+                    self.evicted += 1
+            conv = await self._change(records, cid)
+        assert conv is not None
         return conv
 
     async def reset(self, conv: Conversation) -> str:
         """Start ``conv`` over in a new thread (durable before it returns); returns the thread id."""
-        await self._commit([("reset", {"id": conv.id, "thread_id": new_id("chat")})])
-        return conv.thread_id
+        async with self._lock:
+            if self._table.get(conv.id) is not conv:
+                raise ConversationNotFound(f"conversation {conv.id[:13]}… was evicted meanwhile; send none to start a new one")
+            await self._change([("reset", {"id": conv.id, "thread_id": new_id("chat")})])
+            return conv.thread_id
 
     async def used(self, conv: Conversation) -> None:
         """A turn of ``conv`` completed: it becomes the most recently used (no record if it already is)."""
-        if conv.id != self._tail and conv.id in self._table:
-            await self._commit([("used", {"id": conv.id})])
+        async with self._lock:
+            if conv.id != self._tail and conv.id in self._table:
+                await self._change([("used", {"id": conv.id})])
 
-    async def _commit(self, records: list[Record]) -> None:
-        self._apply(records)
-        await self._write(records)
-
-    def _apply(self, records: list[Record]) -> None:
-        for type, data in records:  # in memory at once (event-loop order is log order), then durable
+    async def _change(self, records: list[Record], cid: str | None = None) -> Conversation | None:
+        """Apply ``records`` and make them durable (compacting past the threshold); returns conversation ``cid``.
+        The caller holds ``_lock``: one change (and one compaction) at a time, log order = table order."""
+        for type, data in records:
             moved = apply(self._table, type, data)
             self._tail = moved if moved is not None else self._tail
-
-    async def _write(self, records: list[Record]) -> None:
-        if self._log is None:
-            return
-        await self._log.append_many(records)
-        self._records += len(records)
-        if self._records > max(4 * self.limit, 256):
-            await self._compact()
+        conv = self._table.get(cid) if cid is not None else None
+        if self._log is not None:
+            await self._log.append_many(records)
+            self._records += len(records)
+            if self._records > max(4 * self.limit, 256):
+                await self._compact()
+        return conv
 
     async def _compact(self) -> None:
+        """Rotate, one snapshot, then delete the segments up to the one this rotate made (never a newer one).
+        Runs under ``_lock``, so never two at once; a crash between any two steps loses nothing (see the top)."""
         assert self._log is not None
-        await self._log.rotate(meta={"format": FORMAT, "version": VERSION, "agent": self._log.header.meta.get("agent")})
+        rotated = await self._log.rotate(meta={"format": FORMAT, "version": VERSION,
+                                               "agent": self._log.header.meta.get("agent")})
+        self._records = 0
         rows = [[c.id, c.thread_id, c.principal] for c in self._table.values()]
         await self._log.append("snapshot", {"conversations": rows})
         self._records = 1
-        await anyio.to_thread.run_sync(_unlink_all, segment_paths(self._log.path))
+        older = [p for p in segment_paths(self._log.path) if _segment_number(p) <= _segment_number(rotated)]
+        await anyio.to_thread.run_sync(_unlink_all, older)
 
     def get(self, conversation_id: Any, *, principal: Any = ANY) -> Conversation:
         """The conversation ``conversation_id`` names, or :class:`InvalidConversation` (not an id this agent
@@ -308,6 +312,10 @@ class Conversations:
     async def close(self) -> None:
         if self._log is not None:
             await self._log.close()
+
+
+def _segment_number(path: Path) -> int:
+    return int(path.name.rsplit(".seg-", 1)[1])
 
 
 def _unlink_all(paths: list[Path]) -> None:
