@@ -53,7 +53,11 @@ first, and every record but ``evicted`` moves its conversation to the end:
   folded before. Written only by a compaction.
 
 Every record is fsynced before the operation returns: an id is handed to a
-client only once its ``issued`` record is durable. Compaction (when the file
+client only once its ``issued`` record is durable. Record, then apply: one
+change of the table at a time (a lock), its records appended and fsynced,
+then folded by :func:`apply`; if the append fails the table is unchanged,
+as a restart would find it (and the journal refuses later writes until the
+agent is reopened: ``JournalFailed``, 503 over HTTP). Compaction (when the file
 holds more than ``max(4 × limit, 256)`` records): the file is rotated into a
 segment (``JournalLog.rotate``), one ``snapshot`` is appended, then the
 segments are deleted. Reading folds the segments (oldest first) and then the
@@ -183,6 +187,7 @@ class Conversations:
         self._tail: str | None = None  # the id the last record moved to the end
         self._records = 0  # records in the file since its start (a compaction past max(4 x limit, 256))
         self._lock = anyio.Lock()  # held by every change of the table: one at a time, compaction included
+        self._leaving: set[str] = set()  # ids whose "evicted" record is being written (get: not found)
         self.evicted = 0
 
     @classmethod
@@ -242,14 +247,19 @@ class Conversations:
         cid = "conv_" + secrets.token_urlsafe(24)
         async with self._lock:  # the victim is chosen from the table this change applies to
             records: list[Record] = [("issued", {"id": cid, "thread_id": new_id("chat"), "principal": principal})]
-            if len(self._table) >= self.limit:
-                victim = next((c for c in self._table.values() if c.busy == 0), None)
-                if victim is not None:
-                    records.append(("evicted", {"id": victim.id}))
-                    self.evicted += 1
-            conv = await self._change(records, cid)
-        assert conv is not None
-        return conv
+            victim = next((c for c in self._table.values() if c.busy == 0), None) \
+                if len(self._table) >= self.limit else None
+            if victim is None:
+                await self._change(records)
+            else:
+                records.append(("evicted", {"id": victim.id}))
+                self._leaving.add(victim.id)  # no turn starts on it while its eviction is written
+                try:
+                    await self._change(records)
+                finally:
+                    self._leaving.discard(victim.id)
+                self.evicted += 1
+            return self._table[cid]
 
     async def reset(self, conv: Conversation) -> str:
         """Start ``conv`` over in a new thread (durable before it returns); returns the thread id."""
@@ -265,19 +275,19 @@ class Conversations:
             if conv.id != self._tail and conv.id in self._table:
                 await self._change([("used", {"id": conv.id})])
 
-    async def _change(self, records: list[Record], cid: str | None = None) -> Conversation | None:
-        """Apply ``records`` and make them durable (compacting past the threshold); returns conversation ``cid``.
-        The caller holds ``_lock``: one change (and one compaction) at a time, log order = table order."""
-        for type, data in records:
-            moved = apply(self._table, type, data)
-            self._tail = moved if moved is not None else self._tail
-        conv = self._table.get(cid) if cid is not None else None
-        if self._log is not None:
-            await self._log.append_many(records)
-            self._records += len(records)
-            if self._records > max(4 * self.limit, 256):
+    async def _change(self, records: list[Record]) -> None:
+        """Make ``records`` durable, then apply them (compacting past the threshold): if the append fails, the
+        table is unchanged, as a restart would find it. The caller holds ``_lock``: one change (and one
+        compaction) at a time, so log order is table order."""
+        with anyio.CancelScope(shield=True):  # a cancelled caller's records are still written: apply them too
+            if self._log is not None:
+                await self._log.append_many(records)
+                self._records += len(records)
+            for type, data in records:
+                moved = apply(self._table, type, data)
+                self._tail = moved if moved is not None else self._tail
+            if self._log is not None and self._records > max(4 * self.limit, 256):
                 await self._compact()
-        return conv
 
     async def _compact(self) -> None:
         """Rotate, one snapshot, then delete the segments up to the one this rotate made (never a newer one).
@@ -302,7 +312,7 @@ class Conversations:
                 "send none to start a new conversation"
             )
         conv = self._table.get(conversation_id)
-        if conv is None or (principal is not ANY and conv.principal != principal):
+        if conv is None or conversation_id in self._leaving or (principal is not ANY and conv.principal != principal):
             raise ConversationNotFound(
                 f"conversation {conversation_id[:13]}… is unknown here (never issued, evicted after "
                 f"{self.limit} newer conversations, or created by another principal); send none to start a new one"

@@ -147,6 +147,7 @@ async def test_concurrent_issues_past_the_limit_each_return_the_conversation_the
                                            max_conversations=1) as agent:
             got = await open_many(agent, 20)
             assert len(set(got)) == 20  # every open returned its own id (none crashed)
+            assert len(agent._conversations) == 1 and agent._conversations.evicted == 19  # the bound held
 
 
 async def test_concurrent_turns_without_an_id_over_http_past_the_limit_get_answers_not_500(tmp_path: Path) -> None:
@@ -234,3 +235,32 @@ async def test_a_crash_between_any_two_steps_of_a_compaction_loses_nothing(tmp_p
         reopened = await Conversations.open(copy, 20, agent="t")
         assert rows(reopened) == held, f"a crash {step} ({copy.parent.name}) lost conversations"
         await reopened.close()
+
+
+async def test_a_change_whose_record_is_not_durable_does_not_change_the_table(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from openfunctions.core import JournalFailed
+
+    path = tmp_path / "chat" / "t.conversations.journal"
+    table = await Conversations.open(path, 2, agent="t")
+    a = await table.issue("p")
+    await table.issue("p")
+    live, thread = rows(table), a.thread_id
+
+    async def failing(records: Any) -> None:
+        raise JournalFailed("the disk is gone (injected)")
+
+    assert table._log is not None
+    monkeypatch.setattr(table._log, "append_many", failing)
+    with pytest.raises(JournalFailed):
+        await table.reset(a)  # would move a to a new thread that a restart does not know
+    with pytest.raises(JournalFailed):
+        await table.issue("p")  # would evict a (the least recently used) from memory only
+    with pytest.raises(JournalFailed):
+        await table.used(a)
+    assert rows(table) == live and a.thread_id == thread and table.get(a.id) is a and table.evicted == 0
+    monkeypatch.undo()
+    await table.close()
+    reopened = await Conversations.open(path, 2, agent="t")
+    assert rows(reopened) == live  # what the process served is what a restart finds
+    await reopened.close()
