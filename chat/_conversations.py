@@ -53,7 +53,11 @@ first, and every record but ``evicted`` moves its conversation to the end:
   folded before. Written only by a compaction.
 
 Every record is fsynced before the operation returns: an id is handed to a
-client only once its ``issued`` record is durable. Compaction (when the file
+client only once its ``issued`` record is durable. Record, then apply: one
+change of the table at a time (a lock), its records appended and fsynced,
+then folded by :func:`apply`; if the append fails the table is unchanged,
+as a restart would find it (and the journal refuses later writes until the
+agent is reopened: ``JournalFailed``, 503 over HTTP). Compaction (when the file
 holds more than ``max(4 × limit, 256)`` records): the file is rotated into a
 segment (``JournalLog.rotate``), one ``snapshot`` is appended, then the
 segments are deleted. Reading folds the segments (oldest first) and then the
@@ -181,7 +185,9 @@ class Conversations:
         self._table: OrderedDict[str, Conversation] = OrderedDict()
         self._log: JournalLog | None = None
         self._tail: str | None = None  # the id the last record moved to the end
-        self._records = 0  # records in the file since its start (compaction when past _compact_at)
+        self._records = 0  # records in the file since its start (a compaction past max(4 x limit, 256))
+        self._lock = anyio.Lock()  # held by every change of the table: one at a time, compaction included
+        self._leaving: set[str] = set()  # ids whose "evicted" record is being written (get: not found)
         self.evicted = 0
 
     @classmethod
@@ -204,7 +210,8 @@ class Conversations:
             self._log = log
             extra = [("evicted", {"id": c.id}) for c in list(self._table.values())[: max(0, len(self._table) - limit)]]
             if extra:  # the bound shrank since the last run (--max-conversations)
-                await self._commit(extra)
+                async with self._lock:
+                    await self._change(extra)
         except BaseException:
             self._log = None
             with anyio.CancelScope(shield=True):
@@ -238,55 +245,62 @@ class Conversations:
         """A new conversation (a fresh id and thread), durable before it returns; evicts the least recently
         used idle one past the limit."""
         cid = "conv_" + secrets.token_urlsafe(24)
-        records: list[Record] = [("issued", {"id": cid, "thread_id": new_id("chat"), "principal": principal})]
-        if len(self._table) >= self.limit:
-            victim = next((c for c in self._table.values() if c.busy == 0), None)
-            if victim is not None:
+        async with self._lock:  # the victim is chosen from the table this change applies to
+            records: list[Record] = [("issued", {"id": cid, "thread_id": new_id("chat"), "principal": principal})]
+            victim = next((c for c in self._table.values() if c.busy == 0), None) \
+                if len(self._table) >= self.limit else None
+            if victim is None:
+                await self._change(records)
+            else:
                 records.append(("evicted", {"id": victim.id}))
+                self._leaving.add(victim.id)  # no turn starts on it while its eviction is written
+                try:
+                    await self._change(records)
+                finally:
+                    self._leaving.discard(victim.id)
                 self.evicted += 1
-        self._apply(records)
-        conv = self._table[cid]
-        conv.busy += 1  # not a victim of a concurrent issue before this one returns it
-        try:
-            await self._write(records)
-        finally:
-            conv.busy -= 1
-        return conv
+            return self._table[cid]
 
     async def reset(self, conv: Conversation) -> str:
         """Start ``conv`` over in a new thread (durable before it returns); returns the thread id."""
-        await self._commit([("reset", {"id": conv.id, "thread_id": new_id("chat")})])
-        return conv.thread_id
+        async with self._lock:
+            if self._table.get(conv.id) is not conv:
+                raise ConversationNotFound(f"conversation {conv.id[:13]}… was evicted meanwhile; send none to start a new one")
+            await self._change([("reset", {"id": conv.id, "thread_id": new_id("chat")})])
+            return conv.thread_id
 
     async def used(self, conv: Conversation) -> None:
         """A turn of ``conv`` completed: it becomes the most recently used (no record if it already is)."""
-        if conv.id != self._tail and conv.id in self._table:
-            await self._commit([("used", {"id": conv.id})])
+        async with self._lock:
+            if conv.id != self._tail and conv.id in self._table:
+                await self._change([("used", {"id": conv.id})])
 
-    async def _commit(self, records: list[Record]) -> None:
-        self._apply(records)
-        await self._write(records)
-
-    def _apply(self, records: list[Record]) -> None:
-        for type, data in records:  # in memory at once (event-loop order is log order), then durable
-            moved = apply(self._table, type, data)
-            self._tail = moved if moved is not None else self._tail
-
-    async def _write(self, records: list[Record]) -> None:
-        if self._log is None:
-            return
-        await self._log.append_many(records)
-        self._records += len(records)
-        if self._records > max(4 * self.limit, 256):
-            await self._compact()
+    async def _change(self, records: list[Record]) -> None:
+        """Make ``records`` durable, then apply them (compacting past the threshold): if the append fails, the
+        table is unchanged, as a restart would find it. The caller holds ``_lock``: one change (and one
+        compaction) at a time, so log order is table order."""
+        with anyio.CancelScope(shield=True):  # a cancelled caller's records are still written: apply them too
+            if self._log is not None:
+                await self._log.append_many(records)
+                self._records += len(records)
+            for type, data in records:
+                moved = apply(self._table, type, data)
+                self._tail = moved if moved is not None else self._tail
+            if self._log is not None and self._records > max(4 * self.limit, 256):
+                await self._compact()
 
     async def _compact(self) -> None:
+        """Rotate, one snapshot, then delete the segments up to the one this rotate made (never a newer one).
+        Runs under ``_lock``, so never two at once; a crash between any two steps loses nothing (see the top)."""
         assert self._log is not None
-        await self._log.rotate(meta={"format": FORMAT, "version": VERSION, "agent": self._log.header.meta.get("agent")})
+        rotated = await self._log.rotate(meta={"format": FORMAT, "version": VERSION,
+                                               "agent": self._log.header.meta.get("agent")})
+        self._records = 0
         rows = [[c.id, c.thread_id, c.principal] for c in self._table.values()]
         await self._log.append("snapshot", {"conversations": rows})
         self._records = 1
-        await anyio.to_thread.run_sync(_unlink_all, segment_paths(self._log.path))
+        older = [p for p in segment_paths(self._log.path) if _segment_number(p) <= _segment_number(rotated)]
+        await anyio.to_thread.run_sync(_unlink_all, older)
 
     def get(self, conversation_id: Any, *, principal: Any = ANY) -> Conversation:
         """The conversation ``conversation_id`` names, or :class:`InvalidConversation` (not an id this agent
@@ -298,7 +312,7 @@ class Conversations:
                 "send none to start a new conversation"
             )
         conv = self._table.get(conversation_id)
-        if conv is None or (principal is not ANY and conv.principal != principal):
+        if conv is None or conversation_id in self._leaving or (principal is not ANY and conv.principal != principal):
             raise ConversationNotFound(
                 f"conversation {conversation_id[:13]}… is unknown here (never issued, evicted after "
                 f"{self.limit} newer conversations, or created by another principal); send none to start a new one"
@@ -308,6 +322,10 @@ class Conversations:
     async def close(self) -> None:
         if self._log is not None:
             await self._log.close()
+
+
+def _segment_number(path: Path) -> int:
+    return int(path.name.rsplit(".seg-", 1)[1])
 
 
 def _unlink_all(paths: list[Path]) -> None:

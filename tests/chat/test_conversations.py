@@ -147,6 +147,7 @@ async def test_concurrent_issues_past_the_limit_each_return_the_conversation_the
                                            max_conversations=1) as agent:
             got = await open_many(agent, 20)
             assert len(set(got)) == 20  # every open returned its own id (none crashed)
+            assert len(agent._conversations) == 1 and agent._conversations.evicted == 19  # the bound held
 
 
 async def test_concurrent_turns_without_an_id_over_http_past_the_limit_get_answers_not_500(tmp_path: Path) -> None:
@@ -162,3 +163,104 @@ async def test_concurrent_turns_without_an_id_over_http_past_the_limit_get_answe
                 for _ in range(10):
                     tg.start_soon(one)
     assert codes == [200] * 10
+
+
+def rows(table: Conversations) -> list[tuple[str, str, str | None]]:
+    return [(c.id, c.thread_id, c.principal) for c in table.held()]
+
+
+async def test_concurrent_issues_past_the_compaction_threshold_reopen_to_the_live_table(tmp_path: Path) -> None:
+    path = tmp_path / "chat" / "t.conversations.journal"
+    table = await Conversations.open(path, 20, agent="t")
+    for _ in range(30):  # 900 records: several compactions, each while 30 issues are in flight
+        async with anyio.create_task_group() as tg:
+            for _ in range(30):
+                tg.start_soon(table.issue, "p")
+    live = rows(table)
+    await table.close()
+    table = await Conversations.open(path, 20, agent="t")
+    assert rows(table) == live
+    await table.close()
+    assert len(live) == 20 and segment_paths(path) == []  # the bound held; no segment left behind
+
+
+async def test_a_crash_between_any_two_steps_of_a_compaction_loses_nothing(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files as a crash would leave them (copied at each step of each compaction, with 30 issues in flight)
+    reopen to the table the process held at that moment."""
+    import itertools
+    import shutil
+
+    import openfunctions.chat._conversations as module
+    from openfunctions.core.journal import JournalLog
+
+    path = tmp_path / "live" / "chat" / "t.conversations.journal"
+    table = await Conversations.open(path, 20, agent="t")
+    crashes: list[tuple[str, Path, list[tuple[str, str, str | None]]]] = []
+    numbers = itertools.count()
+
+    def crash_here(step: str) -> None:
+        copy = tmp_path / f"crash{next(numbers)}"  # (the deletions run in a worker thread)
+        copy.mkdir(mode=0o700)
+        for name in os.listdir(path.parent):
+            try:
+                shutil.copy2(path.parent / name, copy / name)
+            except FileNotFoundError:  # deleted meanwhile: as a crash would find it
+                pass
+        crashes.append((step, copy / path.name, rows(table)))
+
+    rotate, unlink_all = JournalLog.rotate, module._unlink_all
+
+    async def rotate_then_crash(self: JournalLog, **kw: Any) -> Path:
+        seg = await rotate(self, **kw)
+        crash_here("after the rotate")
+        return seg
+
+    def unlink_then_crash(paths: list[Path]) -> None:
+        crash_here("after the snapshot")
+        for p in paths:  # one segment at a time, oldest first
+            unlink_all([p])
+            crash_here(f"after deleting {p.name}")
+
+    monkeypatch.setattr(JournalLog, "rotate", rotate_then_crash)
+    monkeypatch.setattr(module, "_unlink_all", unlink_then_crash)
+    for _ in range(20):
+        async with anyio.create_task_group() as tg:
+            for _ in range(30):
+                tg.start_soon(table.issue, "p")
+    await table.close()
+    monkeypatch.undo()
+    assert {step for step, _, _ in crashes} >= {"after the rotate", "after the snapshot"}
+    for step, copy, held in crashes:
+        reopened = await Conversations.open(copy, 20, agent="t")
+        assert rows(reopened) == held, f"a crash {step} ({copy.parent.name}) lost conversations"
+        await reopened.close()
+
+
+async def test_a_change_whose_record_is_not_durable_does_not_change_the_table(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from openfunctions.core import JournalFailed
+
+    path = tmp_path / "chat" / "t.conversations.journal"
+    table = await Conversations.open(path, 2, agent="t")
+    a = await table.issue("p")
+    await table.issue("p")
+    live, thread = rows(table), a.thread_id
+
+    async def failing(records: Any) -> None:
+        raise JournalFailed("the disk is gone (injected)")
+
+    assert table._log is not None
+    monkeypatch.setattr(table._log, "append_many", failing)
+    with pytest.raises(JournalFailed):
+        await table.reset(a)  # would move a to a new thread that a restart does not know
+    with pytest.raises(JournalFailed):
+        await table.issue("p")  # would evict a (the least recently used) from memory only
+    with pytest.raises(JournalFailed):
+        await table.used(a)
+    assert rows(table) == live and a.thread_id == thread and table.get(a.id) is a and table.evicted == 0
+    monkeypatch.undo()
+    await table.close()
+    reopened = await Conversations.open(path, 2, agent="t")
+    assert rows(reopened) == live  # what the process served is what a restart finds
+    await reopened.close()
