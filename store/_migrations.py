@@ -49,29 +49,47 @@ class SchemaOutOfDate(StoreError):
     code = "schema_out_of_date"
 
 
+_HAS_SCHEMA = "SELECT to_regclass('of_schema') IS NOT NULL"
+_VERSION = "SELECT coalesce((SELECT version FROM of_schema WHERE component = %s), 0)"
+
+
 async def schema_version(conn: Any, component: str = COMPONENT) -> int:
-    cur = await conn.execute("SELECT to_regclass('of_schema') IS NOT NULL")
-    if not (await cur.fetchone())[0]:
+    """``component``'s schema version in the database (0: none yet)."""
+    if not (await (await conn.execute(_HAS_SCHEMA)).fetchone())[0]:
         return 0
-    cur = await conn.execute("SELECT version FROM of_schema WHERE component = %s", (component,))
-    row = await cur.fetchone()
-    return row[0] if row else 0
+    return int((await (await conn.execute(_VERSION, (component,))).fetchone())[0])
 
 
-async def check_schema(conn: Any, component: str = COMPONENT, *, where: str = "the database") -> int:
-    """Refuse (with both versions and the command to run) a schema other than this code's; return it."""
+def schema_version_sync(conn: Any, component: str = COMPONENT) -> int:
+    """:func:`schema_version` on a synchronous connection (lock-free command-line readers)."""
+    if not conn.execute(_HAS_SCHEMA).fetchone()[0]:
+        return 0
+    return int(conn.execute(_VERSION, (component,)).fetchone()[0])
+
+
+def schema_problem(component: str, found: int, *, where: str = "the database") -> StoreError | None:
+    """The refusal (with both versions and the command to run) of a ``component`` schema at version ``found``
+    other than this code's, or None: the one wording every component's check uses."""
     known = len(migrations_of(component))
-    found = await schema_version(conn, component)
     details = {"component": component, "found": found, "known": known}
     if found < known:
-        raise SchemaOutOfDate(
+        return SchemaOutOfDate(
             f"the {component} schema in {where} is version {found}; this code needs version {known}: run "
             f"`openfunctions-mcp db migrate --database <url>` (with the new code) and start the server again",
             details=details)
     if found > known:
-        raise SchemaTooNew(
+        return SchemaTooNew(
             f"the {component} schema in {where} is version {found}; this code knows up to version {known}: "
             "upgrade openfunctions-mcp on this machine (every replica must run the same release)", details=details)
+    return None
+
+
+async def check_schema(conn: Any, component: str = COMPONENT, *, where: str = "the database") -> int:
+    """Refuse (:func:`schema_problem`) a schema other than this code's; return it."""
+    found = await schema_version(conn, component)
+    problem = schema_problem(component, found, where=where)
+    if problem is not None:
+        raise problem
     return found
 
 

@@ -28,9 +28,9 @@ from typing import Any, NamedTuple
 
 from openfunctions.core import canonical_json, redact_dsn, utc_timestamp
 
-from ._errors import SchemaTooNew, StoreError, StoreFailed, StoreLocked, StoreUnavailable
+from ._errors import StoreError, StoreFailed, StoreLocked, StoreUnavailable
 from ._pg import _psycopg
-from ._pg_workflows_schema import COMPONENT, MIGRATIONS
+from ._pg_workflows_schema import COMPONENT
 
 _SELECT = "SELECT seq, type, time, data FROM of_workflow_records WHERE space = %s ORDER BY seq"
 
@@ -60,24 +60,6 @@ def _rows(where: str, rows: Sequence[tuple[Any, ...]]) -> list[PgWorkflowRecord]
                              details={"seq": seq}) from None
         out.append(PgWorkflowRecord(int(seq), type_, stamp, value))
     return out
-
-
-def _schema_problem(found: int, where: str) -> StoreError | None:
-    known = len(MIGRATIONS)
-    details = {"component": COMPONENT, "found": found, "known": known}
-    if found < known:
-        from ._migrations import SchemaOutOfDate
-
-        return SchemaOutOfDate(f"the {COMPONENT} schema in {where} is version {found}; this code needs version {known}: "
-                               "run `openfunctions-mcp db migrate --database <url>`", details=details)
-    if found > known:
-        return SchemaTooNew(f"the {COMPONENT} schema in {where} is version {found}; this code knows up to version "
-                            f"{known}: upgrade openfunctions-mcp", details=details)
-    return None
-
-
-_HAS_SCHEMA = "SELECT to_regclass('of_schema') IS NOT NULL"
-_VERSION = "SELECT coalesce((SELECT version FROM of_schema WHERE component = %s), 0)"
 
 
 class PgWorkflowLog:
@@ -190,11 +172,9 @@ async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: flo
     except psycopg.Error as exc:
         raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
     try:
-        from ._migrations import schema_version
+        from ._migrations import check_schema
 
-        problem = _schema_problem(await schema_version(conn, COMPONENT), redact_dsn(dsn))
-        if problem is not None:
-            raise problem
+        await check_schema(conn, COMPONENT, where=redact_dsn(dsn))
         deadline = time.monotonic() + lock_wait
         while not (await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (space_lock_key(space),))).fetchone())[0]:
             if time.monotonic() >= deadline:
@@ -222,8 +202,9 @@ def read_pg_workflow_records(dsn: str, space: str = "default", *, timeout: float
         raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
     try:
         with conn:
-            found = conn.execute(_VERSION, (COMPONENT,)).fetchone()[0] if conn.execute(_HAS_SCHEMA).fetchone()[0] else 0
-            problem = _schema_problem(found, redact_dsn(dsn))
+            from ._migrations import schema_problem, schema_version_sync
+
+            problem = schema_problem(COMPONENT, schema_version_sync(conn, COMPONENT), where=redact_dsn(dsn))
             if problem is not None:
                 raise problem
             return _rows(where, conn.execute(_SELECT, (space,)).fetchall())
