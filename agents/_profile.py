@@ -80,7 +80,10 @@ class AgentsProfile:
 
     async def start(self) -> None:
         if self.database_url:
-            self.journal = await DatabaseRunLog.open(self.database_url)
+            from openfunctions.store import database_sweep_interval
+
+            # the same sweep schedule as the server's journal and tasks sweeps ($OPENFUNCTIONS_DATABASE_SWEEP_S)
+            self.journal = await DatabaseRunLog.open(self.database_url, sweep_interval=database_sweep_interval())
         else:
             self.journal = await RunJournal.open_in(self.data_dir)
         self.runtime.runs = self.journal

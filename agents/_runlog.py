@@ -293,11 +293,11 @@ def journal_files(data_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 async def read_runs_in_database(url: str, run_id: str | None = None, *, space: str = "default",
-                                limit_runs: int = 1000) -> dict[str, R.RunState]:
+                                limit_runs: int = 1000, connect_timeout: float = 10.0) -> dict[str, R.RunState]:
     """Fold the runs in the database (one run, or the newest ``limit_runs``), writing nothing and taking no lock."""
     from openfunctions.store import open_pg_run_log
 
-    log = await open_pg_run_log(url, space, register=False, max_connections=1)
+    log = await open_pg_run_log(url, space, register=False, max_connections=1, timeout=connect_timeout)
     try:
         records = await log.records(run_id) if run_id is not None else await log.all_records(limit_runs)
     finally:
@@ -323,7 +323,7 @@ class TailRecord:
 async def tail_runs_in_database(url: str, emit: Callable[[TailRecord], None], *, last: int = 10, follow: bool = False,
                                 space: str = "default", poll: float = TAIL_POLL_S,
                                 stop: Callable[[], bool] = lambda: False,
-                                ready: Callable[[], None] = lambda: None) -> None:
+                                ready: Callable[[], None] = lambda: None, connect_timeout: float = 10.0) -> None:
     """``emit`` the newest ``last`` run records in the database, then (``follow``) each new one, in seq order.
 
     Polls every ``poll`` seconds (one indexed read); writes nothing, takes no
@@ -334,7 +334,7 @@ async def tail_runs_in_database(url: str, emit: Callable[[TailRecord], None], *,
     """
     from openfunctions.store import open_pg_run_log
 
-    log = await open_pg_run_log(url, space, register=False, max_connections=1)
+    log = await open_pg_run_log(url, space, register=False, max_connections=1, timeout=connect_timeout)
     try:
         # following: what is there now (within the lookback) counts as seen, the newest ``last`` printed
         rows = await log.tail(last=max(last, TAIL_LOOKBACK) if follow else last) if follow or last > 0 else []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -26,6 +27,9 @@ from openfunctions.core import OpenFunctionsError
 from openfunctions.core.journal import read_records
 
 from ._runlog import journal_files, read_runs
+
+#: A reader on the command line waits this long for the database, not the servers' 10 s (it retries nothing).
+CLI_CONNECT_TIMEOUT_S = 3.0
 
 
 def _default_data_dir() -> Path:
@@ -54,7 +58,7 @@ def add_commands(subparsers: Any) -> None:
     p = rsub.add_parser("list", help="one line per run: id, agent, status, rounds, model, started")
     p.add_argument("--agent", help="only runs of this agent")
     p.add_argument("--status", help="only runs with this status (running, completed, max_rounds, cancelled, failed, interrupted)")
-    p.add_argument("-n", type=int, default=50, metavar="N", help="at most the last N runs (default 50)")
+    p.add_argument("-n", type=_count, default=50, metavar="N", help="at most the last N runs (default 50)")
     common(p)
     database(p)
     p.set_defaults(func=cmd_list)
@@ -66,7 +70,7 @@ def add_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_show)
 
     p = rsub.add_parser("tail", help="the last N run records as written (-f: keep following)")
-    p.add_argument("-n", type=int, default=10, metavar="N", help="how many records (default 10)")
+    p.add_argument("-n", type=_count, default=10, metavar="N", help="how many records (default 10)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new records (poll every 0.5 s; Ctrl-C stops)")
     common(p)
     database(p)
@@ -75,6 +79,17 @@ def add_commands(subparsers: Any) -> None:
 
 def _dir(args: argparse.Namespace) -> Path:
     return (args.runs_data_dir or _default_data_dir()).expanduser()
+
+
+def _count(text: str) -> int:
+    """``-n``: a whole number >= 0 (a negative one used to print nothing, silently)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return n
 
 
 def _fail(exc: OpenFunctionsError) -> int:
@@ -108,7 +123,8 @@ def _runs(args: argparse.Namespace, run_id: str | None = None) -> dict[str, Any]
 
         from ._runlog import read_runs_in_database
 
-        return asyncio.run(read_runs_in_database(url, run_id))
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # one clear error, not the pool's raw retries
+        return asyncio.run(read_runs_in_database(url, run_id, connect_timeout=CLI_CONNECT_TIMEOUT_S))
     return read_runs(_dir(args))
 
 
@@ -186,9 +202,11 @@ def _tail_database(args: argparse.Namespace, url: str) -> int:
         print(f"following run records in {_where(args)} (every {TAIL_POLL_S} s; Ctrl-C stops)", file=sys.stderr,
               flush=True)
 
+    # The pool's own retry warnings (raw, one per failed connect) would precede the one clear error below.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     try:
         asyncio.run(tail_runs_in_database(url, lambda rec: _print_record(rec, args.json), last=args.n,
-                                          follow=args.follow, ready=ready))
+                                          follow=args.follow, ready=ready, connect_timeout=CLI_CONNECT_TIMEOUT_S))
     except OpenFunctionsError as exc:
         return _fail(exc)
     except KeyboardInterrupt:

@@ -24,43 +24,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigurationError, DataDirUnusable
+from .errors import DataDirUnusable
 
-#: Seconds between sweeps for replicas that died (their unsettled calls are settled ``unknown``, their tasks ``failed``,
-#: and cancel marks or answers whose notification this replica missed are acted on). ``$OPENFUNCTIONS_DATABASE_SWEEP_S``
-#: overrides it (a positive number of seconds): shorter settles a dead replica's calls sooner, at one more read each time.
-SWEEP_INTERVAL = 5.0
-SWEEP_ENV = "OPENFUNCTIONS_DATABASE_SWEEP_S"
-
-
-def sweep_interval() -> float:
-    """:data:`SWEEP_INTERVAL`, or ``$OPENFUNCTIONS_DATABASE_SWEEP_S`` when set (refused, named, unless positive)."""
-    import math
-    import os
-
-    raw = os.environ.get(SWEEP_ENV, "").strip()
-    if not raw:
-        return SWEEP_INTERVAL
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigurationError(f"${SWEEP_ENV} must be a positive number of seconds, got {raw!r}",
-                                 details={"variable": SWEEP_ENV})
-    return value
 #: The database's artifact store that large task results go to (what the data dir's ``artifacts/`` is for files).
 ARTIFACT_STORE = "default"
 
 
 async def open_database_journal(url: str, data_dir: Path | None, profile: str) -> tuple[Any, Path]:
     """``(journal, anchor)``: the profile's journal in the database, and the local path of this process's data."""
-    from openfunctions.store import open_pg_journal
+    from openfunctions.store import database_sweep_interval, open_pg_journal
 
     if data_dir is None:
         raise DataDirUnusable("--database needs the execution journal on: drop --no-journal",
                               details={"database": True})
-    interval = sweep_interval()  # a bad value is refused before anything is opened
+    interval = database_sweep_interval()  # a bad value is refused before anything is opened
     journal = await open_pg_journal(url, profile)
     journal.start_sweeping(interval)
     anchor = Path(data_dir) / "journal" / f"{profile}.db.journal"
@@ -75,7 +52,7 @@ async def open_database_journal(url: str, data_dir: Path | None, profile: str) -
 
 async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str, anchor: Path) -> None:
     """Keep ``manager``'s tasks in the database beside ``journal``; settle what dead replicas left running."""
-    from openfunctions.store import open_pg_artifact_store, open_pg_task_log
+    from openfunctions.store import database_sweep_interval, open_pg_artifact_store, open_pg_task_log
 
     from ._tasks import tasks_path
     from ._tasks_store import DatabaseTaskStore
@@ -88,7 +65,7 @@ async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str
     except BaseException:
         await store.close()
         raise
-    store.start_sweeping(sweep_interval())
+    store.start_sweeping(database_sweep_interval())
     store.listen(manager.cancel_here, manager.update_here, running=lambda: list(manager.runs))
     manager.use_store(store, tasks_path(anchor))
     manager.artifacts = artifacts

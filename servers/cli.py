@@ -122,7 +122,8 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
                    help="keep the execution journal in PostgreSQL (postgresql://...), shared by server replicas "
                         "behind a load balancer; run `openfunctions-mcp db migrate` first (default: "
-                        "$OPENFUNCTIONS_DATABASE_URL, which also sets --store; else files in the data dir)")
+                        "$OPENFUNCTIONS_DATABASE_URL, which also sets --store; else files in the data dir); dead replicas' "
+                        "calls, tasks and runs are swept every 5 s ($OPENFUNCTIONS_DATABASE_SWEEP_S to change it)")
     d.add_argument("--work-lease-ttl", metavar="SECONDS", type=float, default=30.0,
                    help="with --database and --profile work/all: seconds after which a replica that died holding the "
                         "work lease is taken over by another (default 30; renewed every third of it while held)")

@@ -46,7 +46,7 @@ from ._errors import (
 from ._local import LocalStore, create_store, default_data_dir
 from ._migrations import SchemaOutOfDate
 from ._migrations import migrate as migrate_database
-from ._pg import PgStore, apply_migrations, create_pg_store, open_pool, redact_dsn
+from ._pg import PgStore, apply_migrations, create_pg_store, database_sweep_interval, open_pool, redact_dsn
 from ._pg_artifacts import PgArtifactStore, open_pg_artifact_store
 from ._pg_journal import (
     DuplicateReceipt,
@@ -94,6 +94,6 @@ __all__ = [
     "DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "SchemaOutOfDate", "migrate_database", "open_pg_journal",
     "verify_pg_journal", "settled_pg_receipts", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "migrate_work", "open_pg_work", "pg_work_backend", "verify_pg_work",
     "PgTaskLog", "open_pg_task_log", "PgArtifactStore",
-    "open_pg_artifact_store", "PgRunLog", "open_pg_run_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
+    "open_pg_artifact_store", "database_sweep_interval", "PgRunLog", "open_pg_run_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
     "PgWorkflowLog", "open_pg_workflow_log", "read_pg_workflow_records",
 ]

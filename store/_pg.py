@@ -54,6 +54,33 @@ from ._api import (
 )
 from ._errors import Conflict, SchemaTooNew, StoreClosed, StoreError, StoreUnavailable, StoreUnsafe
 
+#: Seconds between sweeps for replicas that died (their unsettled calls are settled ``unknown``, their tasks
+#: ``failed``, their agent runs ``interrupted``, and cancel marks or answers whose notification this replica missed
+#: are acted on). ``$OPENFUNCTIONS_DATABASE_SWEEP_S`` overrides it (a positive number of seconds): shorter settles a
+#: dead replica's work sooner, at one more read each time. One value for every sweep of a process.
+SWEEP_INTERVAL = 5.0
+SWEEP_ENV = "OPENFUNCTIONS_DATABASE_SWEEP_S"
+
+
+def database_sweep_interval() -> float:
+    """:data:`SWEEP_INTERVAL`, or ``$OPENFUNCTIONS_DATABASE_SWEEP_S`` when set (refused, named, unless positive)."""
+    import math
+    import os
+
+    from openfunctions.core.errors import ConfigurationError
+
+    raw = os.environ.get(SWEEP_ENV, "").strip()
+    if not raw:
+        return SWEEP_INTERVAL
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"${SWEEP_ENV} must be a positive number of seconds, got {raw!r}",
+                                 details={"variable": SWEEP_ENV})
+    return value
+
 SCHEMA_COMPONENT = "store"
 HOT_CONNECTIONS = 2  # idle connections PgStore keeps out of its pool for single statements (see _run)
 # Migrations: the i-th entry brings the component from version i to i+1. Append, never edit.
@@ -125,13 +152,28 @@ async def drop_dead_connections(pool: Any) -> None:
     """After a connection failed: have the pool check its idle connections (a restarted server breaks them all).
 
     Bounded (5 s) and never raising: the caller reports its own failure; the pool reconnects on the next loan.
-    Every PostgreSQL store of this package calls it (the key-value store, the journal, tasks, runs, artifacts).
+    Every PostgreSQL store of this package calls it (through :func:`connection_or`, or directly).
     """
     with anyio.move_on_after(5):
         try:
             await pool.check()
         except Exception:
             pass
+
+
+@asynccontextmanager
+async def connection_or(pool: Any, connection: Any, errors: Any, fail: Any) -> AsyncIterator[Any]:
+    """Enter ``connection`` (a pooled connection's context manager); a database error in the block (one of
+    ``errors``) raises ``fail(exc)`` instead, after the pool drops its dead connections.
+
+    The one shape of every PostgreSQL store's call: each names its own error (``fail``) and certainty.
+    """
+    try:
+        async with connection as conn:
+            yield conn
+    except errors as exc:
+        await drop_dead_connections(pool)
+        raise fail(exc) from None
 
 
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 10.0) -> Any:

@@ -77,7 +77,7 @@ from openfunctions.artifacts import (
 )
 from openfunctions.core import utc_timestamp
 
-from ._pg import _psycopg, drop_dead_connections, redact_dsn
+from ._pg import _psycopg, connection_or, redact_dsn
 
 COMPONENT = "artifacts"
 
@@ -131,13 +131,12 @@ class PgArtifactStore:
         After a failure the pool drops its dead connections (a restarted server
         breaks them all), so the next call gets a working one.
         """
-        try:
-            async with self.pool.connection() as conn:
-                yield conn
-        except self._db_errors as exc:
-            await drop_dead_connections(self.pool)
-            raise ArtifactStoreFailed(f"{what}: PostgreSQL at {self.where} failed ({type(exc).__name__}: "
-                                      f"{str(exc).strip()[:300] or 'connection lost'})") from None
+        def fail(exc: BaseException) -> Exception:
+            return ArtifactStoreFailed(f"{what}: PostgreSQL at {self.where} failed ({type(exc).__name__}: "
+                                       f"{str(exc).strip()[:300] or 'connection lost'})")
+
+        async with connection_or(self.pool, self.pool.connection(), self._db_errors, fail) as conn:
+            yield conn
 
     # -- put ----------------------------------------------------------------------------
     async def put(self, data: Any, *, media_type: str = DEFAULT_MEDIA_TYPE, scope: str | None = None) -> ArtifactRef:

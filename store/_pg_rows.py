@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._errors import StoreUnavailable
-from ._pg import _psycopg, drop_dead_connections, redact_dsn
+from ._pg import _psycopg, connection_or, redact_dsn
 
 T = TypeVar("T")
 
@@ -29,16 +29,16 @@ class PgRows:
 
     async def _run(self, sql: str, params: tuple[Any, ...], *, fetch: bool = False, write: bool = True) -> Any:
         """One statement (autocommit): its rows (``fetch``) or its row count. ``certainty`` says if a write may have happened."""
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(sql, params)
-                return await cur.fetchall() if fetch else cur.rowcount
-        except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as exc:
-            await drop_dead_connections(self.pool)
+        def fail(exc: BaseException) -> Exception:
             what = "the write may or may not have committed" if write else "nothing was read"
-            raise StoreUnavailable(f"{self.what} in PostgreSQL at {self.where}: {type(exc).__name__}: "
-                                   f"{str(exc).strip() or 'connection lost'}; {what}",
-                                   certainty="unknown" if write else "known") from None
+            return StoreUnavailable(f"{self.what} in PostgreSQL at {self.where}: {type(exc).__name__}: "
+                                    f"{str(exc).strip() or 'connection lost'}; {what}",
+                                    certainty="unknown" if write else "known")
+
+        errors = (self._psycopg.OperationalError, self._psycopg.InterfaceError)
+        async with connection_or(self.pool, self.pool.connection(), errors, fail) as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall() if fetch else cur.rowcount
 
     async def _close_pool(self) -> None:
         if self._owns_pool:

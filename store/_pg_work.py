@@ -104,7 +104,7 @@ from openfunctions.core.journal import Record
 
 from ._errors import StoreUnavailable
 from ._migrations import check_schema
-from ._pg import _psycopg, drop_dead_connections, redact_dsn
+from ._pg import _psycopg, connection_or, drop_dead_connections, redact_dsn
 from ._pg_work_schema import COMPONENT
 
 log = structlog.get_logger("openfunctions.store.work")
@@ -199,12 +199,10 @@ class _Pg:
     async def using(self, what: str, *, certainty: str = "known") -> AsyncIterator[Any]:
         """A pooled connection; any database error in the block -> ``BackendUnavailable`` naming ``what``
         (``certainty="unknown"`` for a write that may have committed), after the pool is told."""
-        try:
-            async with self.connection() as conn:
-                yield conn
-        except self.psycopg.Error as exc:
-            await self.lost()
-            raise self.unavailable(what, exc, certainty=certainty) from None
+        # self.pool is None only before the first ready(): a pool that ready() opens then is fresh, nothing to drop
+        async with connection_or(self.pool, self.connection(), self.psycopg.Error,
+                                 lambda exc: self.unavailable(what, exc, certainty=certainty)) as conn:
+            yield conn
 
     def alive_key(self, owner: str) -> int:
         """The advisory lock key of ``owner``'s liveness in this space (64 bits of SHA-256)."""

@@ -19,8 +19,10 @@ and knows nothing of their meaning.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -50,13 +52,13 @@ def space_lock_key(space: str) -> int:
 
 def _rows(where: str, rows: Sequence[tuple[Any, ...]]) -> list[PgWorkflowRecord]:
     out = []
-    for seq, type_, time, data in rows:
+    for seq, type_, stamp, data in rows:
         try:
             value = json.loads(data)
         except ValueError as exc:
             raise StoreError(f"workflow run record seq {seq} in {where} is not JSON: {exc}",
                              details={"seq": seq}) from None
-        out.append(PgWorkflowRecord(int(seq), type_, time, value))
+        out.append(PgWorkflowRecord(int(seq), type_, stamp, value))
     return out
 
 
@@ -89,6 +91,8 @@ class PgWorkflowLog:
         self._conn = conn
         self._failed: str | None = None
         self._psycopg, _ = _psycopg()
+        # seq is assigned before the statement runs: concurrent appends (runs, parallel branches) take turns
+        self._turn = asyncio.Lock()
 
     @property
     def failed(self) -> bool:
@@ -103,20 +107,28 @@ class PgWorkflowLog:
             raise StoreFailed(f"workflow runs in {self.where} are closed", certainty="known")
         return self._conn
 
-    def _fail(self, exc: Exception) -> StoreUnavailable:
-        self._failed = f"{type(exc).__name__}: {str(exc).strip() or 'connection lost'}"
-        return StoreUnavailable(f"workflow runs in {self.where}: {self._failed}; the write may or may not have "
-                                "committed (this writer refuses further writes until reopened)", certainty="unknown")
+    def _fail(self, exc: Exception) -> StoreError:
+        self._failed = f"{type(exc).__name__}: {_first_line(exc) if str(exc).strip() else 'connection lost'}"
+        if isinstance(exc, (self._psycopg.OperationalError, self._psycopg.InterfaceError)):
+            return StoreUnavailable(f"workflow runs in {self.where}: {self._failed}; the write may or may not have "
+                                    "committed (this writer refuses further writes until reopened)", certainty="unknown")
+        return StoreFailed(f"workflow runs in {self.where}: {self._failed}; nothing was written (this writer refuses "
+                           "further writes until reopened)", certainty="known")
 
     def _stamp(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
-        time = utc_timestamp()
-        return [PgWorkflowRecord(self.last_seq + i, t, time, d) for i, (t, d) in enumerate(records, 1)]
+        stamp = utc_timestamp()
+        return [PgWorkflowRecord(self.last_seq + i, t, stamp, d) for i, (t, d) in enumerate(records, 1)]
 
     async def append_many(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
         """Append ``(type, data)`` records as one committed statement; the records as written."""
-        conn = self._check()
         if not records:
+            self._check()
             return []
+        async with self._turn:
+            return await self._append(records)
+
+    async def _append(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
+        conn = self._check()
         out = self._stamp(records)
         values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(out))
         params: list[Any] = []
@@ -131,6 +143,10 @@ class PgWorkflowLog:
 
     async def replace(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
         """Compaction: the space's rows become ``records`` (seq continuing), in one transaction."""
+        async with self._turn:
+            return await self._replace(records)
+
+    async def _replace(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
         conn = self._check()
         out = self._stamp(records)
         try:
@@ -156,9 +172,16 @@ class PgWorkflowLog:
                 pass
 
 
-async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: float = 10.0) -> PgWorkflowLog:
-    """The writer of ``space`` at ``dsn``, its rows read; :class:`StoreLocked` if another writer holds it,
-    ``SchemaOutOfDate``/``SchemaTooNew`` for a schema not this code's, :class:`StoreUnavailable` otherwise."""
+#: How long opening waits for a space held by another session (seconds): long enough for the database to
+#: see a SIGKILLed holder's connection close and drop its lock, short enough to say "busy" promptly.
+LOCK_WAIT = 2.0
+
+
+async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: float = 10.0,
+                               lock_wait: float = LOCK_WAIT) -> PgWorkflowLog:
+    """The writer of ``space`` at ``dsn``, its rows read; :class:`StoreLocked` if another writer still holds
+    it after ``lock_wait`` seconds, ``SchemaOutOfDate``/``SchemaTooNew`` for a schema not this code's,
+    :class:`StoreUnavailable` otherwise."""
     psycopg, _ = _psycopg()
     where = f"{redact_dsn(dsn)} (space {space!r})"
     try:
@@ -172,10 +195,12 @@ async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: flo
         problem = _schema_problem(await schema_version(conn, COMPONENT), redact_dsn(dsn))
         if problem is not None:
             raise problem
-        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (space_lock_key(space),))
-        if not (await cur.fetchone())[0]:
-            raise StoreLocked(f"the workflow runs of {where} are held by another writer (a session advisory lock)",
-                              details={"space": space})
+        deadline = time.monotonic() + lock_wait
+        while not (await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (space_lock_key(space),))).fetchone())[0]:
+            if time.monotonic() >= deadline:
+                raise StoreLocked(f"the workflow runs of {where} are held by another writer (a session advisory lock, "
+                                  f"still held after {lock_wait:g} s)", details={"space": space})
+            await asyncio.sleep(0.05)
         cur = await conn.execute(_SELECT, (space,))
         records = _rows(where, await cur.fetchall())
     except psycopg.Error as exc:

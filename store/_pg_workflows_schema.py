@@ -28,7 +28,8 @@ folded by the same ``fold``. Promises (``store/_pg_workflows.py``):
   the first 8 bytes of ``sha256("openfunctions.workflows:" + space)``, signed)
   on one connection for as long as it is open, and writes only on that
   connection, so a writer whose connection died can no longer write; a second
-  writer gets ``busy`` at once (the file journal's flock);
+  writer gets ``busy`` (after waiting up to ``LOCK_WAIT`` = 2 s, time for the
+  database to see a killed holder's connection close; the file journal's flock);
 - **a batch is one statement**: the records handed to one append (a run's
   ``step_started`` with what was buffered before it, or ``run_finished``) are
   one multi-row ``INSERT``, committed before the append returns (the fsync of

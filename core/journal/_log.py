@@ -235,6 +235,9 @@ class JournalLog:
         """
         loop = asyncio.get_running_loop()
         lone = self.inline_when_idle and not self._handed_over
+        # ``_ready`` is asyncio's private queue of callbacks due now (BaseEventLoop; no public equivalent). A loop
+        # without it (uvloop) reads as busy, so every append takes the writer thread: the opt-in path silently
+        # does nothing there, which is safe (the thread is the default path) but worth knowing.
         if lone and not getattr(loop, "_ready", True) and writer.write_now(lines, last_seq):
             self._next_seq, self._link, self._enqueued_size = next_seq, link, size
             await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O

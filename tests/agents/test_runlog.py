@@ -225,3 +225,21 @@ async def test_unwaited_records_keep_their_order_and_are_durable_once_a_later_wa
                          wait=False)
     await journal.close()  # close writes what is queued
     assert [rec.type for rec in read_records(runs_journal_path(tmp_path))][-1] == "run_round"
+
+
+@pytest.mark.parametrize("command", ["list", "tail"])
+def test_cli_a_negative_count_is_refused_by_name(tmp_path: Path, command: str) -> None:
+    out = _cli(command, "-n", "-1", "--data-dir", str(tmp_path))
+    assert out.returncode == 2 and "argument -n: expected a whole number >= 0, got '-1'" in out.stderr
+
+
+def test_cli_an_unreachable_database_is_one_clear_line() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on (bound, then freed)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # One error naming the (redacted) address, no raw pool retry warnings first.
+    out = _cli("tail", "--database", f"postgresql://u:secret@127.0.0.1:{port}/x")
+    assert out.returncode == 2, out
+    assert out.stderr.count("\n") == 1 and "cannot connect to PostgreSQL" in out.stderr and "secret" not in out.stderr

@@ -190,7 +190,8 @@ async def test_a_cancel_mark_whose_notification_was_missed_is_found_by_the_sweep
 @pytest.mark.parametrize("raw", ["0", "-1", "soon", "nan", "inf"])
 def test_a_bad_sweep_interval_is_refused_by_name(monkeypatch, raw) -> None:
     from openfunctions.core.errors import ConfigurationError
-    from openfunctions.servers._database import SWEEP_ENV, SWEEP_INTERVAL, sweep_interval
+    from openfunctions.store import database_sweep_interval as sweep_interval
+    from openfunctions.store._pg import SWEEP_ENV, SWEEP_INTERVAL
 
     monkeypatch.delenv(SWEEP_ENV, raising=False)
     assert sweep_interval() == SWEEP_INTERVAL

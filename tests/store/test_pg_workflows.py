@@ -8,6 +8,7 @@ writer per space; hostile ids, a missing schema and a bad URL are refused by nam
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -15,7 +16,6 @@ import sys
 import anyio
 import pytest
 
-from openfunctions.core import ToolRegistry, define_tool
 from openfunctions.store import migrate_database, read_pg_workflow_records
 from openfunctions.workflows import (
     InvalidRunId,
@@ -25,9 +25,11 @@ from openfunctions.workflows import (
     RunStoreUnavailable,
     WorkflowDefinitionError,
     WorkflowRuns,
+    pipe,
+    tool_step,
 )
 from tests._pg import unique_name
-from tests.workflows._proc import ROOT, lines, sigkill, wait_for
+from tests.workflows._proc import ROOT, assert_resumed_order_8, lines, sigkill, wait_for
 from tests.workflows._proc import env as _env
 from tests.workflows.test_durable import Crash, World, workflow
 
@@ -65,18 +67,7 @@ async def test_a_run_is_journaled_as_rows_and_read_back_by_a_fresh_reader(db):
 
 async def test_a_crash_in_a_read_step_resumes_after_the_last_settled_step(db):
     space, world, wf = unique_name("wf"), World(), workflow()
-    reg = world.registry()
-    calls = {"n": 0}
-    real = reg.get("lookup").handler
-
-    async def lookup_then_crash(p, ctx):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise Crash()
-        return await real(p, ctx)
-
-    crashing = ToolRegistry([reg.get("charge"), define_tool(name="lookup", description="a read", handler=lookup_then_crash,
-                                                            capability={"effect": "read", "parallel_safe": True})])
+    crashing = world.lookup_crashing_at(2)  # the second lookup (step 3), after the write step settled
     first = _runs(db, space, wf)
     with pytest.raises(Crash):
         await first.run(wf, {"n": 1}, run_id="r", registry=crashing)
@@ -251,14 +242,7 @@ def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path, db):
     finally:
         sigkill(child)
     assert len(lines(charges)) == 1
-    nxt = _start_child(tmp_path, db, space, "resume-all")
-    stdout, stderr = nxt.communicate(timeout=120)
-    assert nxt.returncode == 0, stderr
-    [out] = json.loads(stdout)
-    assert out["run_id"] == "order-8" and out["status"] == "succeeded" and out["resumed"] is True
-    assert out["result"] == {"ok": True, "balance": 95}
-    assert len(lines(charges)) == 1  # the settled charge was skipped
-    assert len(lines(reads)) == 2  # the interrupted read ran again
+    assert_resumed_order_8(_start_child(tmp_path, db, space, "resume-all"), tmp_path)
 
 
 async def test_a_held_writer_whose_connection_dies_reopens_the_space_on_its_next_call(db):
@@ -308,3 +292,16 @@ def test_a_served_durable_workflow_on_the_database_resumes_when_the_server_start
         _stop(proc)
     assert reader.show(run["run_id"]).result == {"ok": True, "balance": 90}
     assert len(lines(tmp_path / "charges.txt")) == 1 and len(lines(tmp_path / "reads.txt")) == 2
+
+
+async def test_concurrent_runs_and_parallel_branches_share_one_writer_in_seq_order(db):
+    space, world = unique_name("wf"), World()
+    wf = (pipe(name="fan").parallel(tool_step("charge"), tool_step("lookup"), tool_step("charge", lambda r: {"n": r["n"] + 1}))
+          .then(lambda rs: sum(r["n"] for r in rs)))
+    async with WorkflowRuns(database=db, space=space, workflows=[wf], registry=world.registry()) as runs:
+        outs = await asyncio.gather(*(runs.run(wf, {"n": i}, run_id=f"r{i}") for i in range(8)))
+    assert all(o.ok for o in outs) and [o.result for o in outs] == [3 * i + 101 for i in range(8)]
+    rows = read_pg_workflow_records(db, space)
+    assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
+    again = WorkflowRuns(database=db, space=space)
+    assert sorted(r["status"] for r in again.list()) == ["succeeded"] * 8

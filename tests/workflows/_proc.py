@@ -39,6 +39,19 @@ def sigkill(proc: subprocess.Popen) -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+def assert_resumed_order_8(proc: subprocess.Popen, tmp: Path) -> None:
+    """``_child.py ... resume-all`` finished run order-8 (killed in its read step): the charge not repeated, the read was."""
+    import json
+
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    [out] = json.loads(stdout)
+    assert out["run_id"] == "order-8" and out["status"] == "succeeded" and out["resumed"] is True
+    assert out["result"] == {"ok": True, "balance": 95}
+    assert len(lines(tmp / "charges.txt")) == 1  # the settled charge was skipped
+    assert len(lines(tmp / "reads.txt")) == 2  # the interrupted read ran again
+
+
 def cli(tmp: Path, data: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
     """``openfunctions-mcp workflows ARGS --data-dir DATA`` as a real process."""
     return subprocess.run([sys.executable, "-m", "openfunctions.servers", "workflows", *args, "--data-dir", str(data)],

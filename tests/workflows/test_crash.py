@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ._proc import ROOT, cli, lines, sigkill, wait_for
+from ._proc import ROOT, assert_resumed_order_8, cli, lines, sigkill, wait_for
 from ._proc import env as _env
 
 pytestmark = pytest.mark.slow
@@ -73,11 +73,4 @@ def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path):
         sigkill(child)
     assert len(lines(charges)) == 1
 
-    nxt = _start_child(tmp_path, data, "resume-all")
-    stdout, stderr = nxt.communicate(timeout=120)
-    assert nxt.returncode == 0, stderr
-    [out] = json.loads(stdout)
-    assert out["run_id"] == "order-8" and out["status"] == "succeeded" and out["resumed"] is True
-    assert out["result"] == {"ok": True, "balance": 95}
-    assert len(lines(charges)) == 1  # the settled charge was skipped
-    assert len(lines(reads)) == 2  # the interrupted read ran again
+    assert_resumed_order_8(_start_child(tmp_path, data, "resume-all"), tmp_path)

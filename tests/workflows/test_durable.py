@@ -63,6 +63,21 @@ class World:
             define_tool(name="lookup", description="a read", handler=lookup, capability={"effect": "read", "parallel_safe": True}),
         ])
 
+    def lookup_crashing_at(self, nth: int) -> ToolRegistry:
+        """The registry, but its ``nth`` lookup call 'crashes' (the process dies in a read step)."""
+        reg = self.registry()
+        calls = {"n": 0}
+        real = reg.get("lookup").handler
+
+        async def lookup_then_crash(p, ctx):
+            calls["n"] += 1
+            if calls["n"] == nth:
+                raise Crash()
+            return await real(p, ctx)
+
+        return ToolRegistry([reg.get("charge"), define_tool(name="lookup", description="a read", handler=lookup_then_crash,
+                                                            capability={"effect": "read", "parallel_safe": True})])
+
 
 def workflow(name="order"):
     return pipe(
@@ -96,19 +111,7 @@ async def test_crash_during_a_read_step_resumes_after_the_last_settled_step(tmp_
     world = World()
     wf = workflow()
     first = WorkflowRuns(tmp_path, workflows=[wf])
-    # crash in the *second* lookup (step 3), after the write step settled
-    reg = world.registry()
-    calls = {"n": 0}
-    real = reg.get("lookup").handler
-
-    async def lookup_then_crash(p, ctx):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise Crash()
-        return await real(p, ctx)
-
-    crashing = ToolRegistry([reg.get("charge"), define_tool(name="lookup", description="a read", handler=lookup_then_crash,
-                                                            capability={"effect": "read", "parallel_safe": True})])
+    crashing = world.lookup_crashing_at(2)  # crash in the *second* lookup (step 3), after the write step settled
     with pytest.raises(Crash):
         await first.run(wf, {"n": 1}, run_id="r", registry=crashing)
     assert world.charged == [102]
