@@ -31,10 +31,14 @@ fsync and flock in ``core/journal/_encoder.py``)::
     <data-dir>/chat/<agent>.conversations.journal.lock   its writer's flock (one process)
     <data-dir>/chat/<agent>.conversations.journal.seg-N  only while a compaction is under way
 
-(``<agent>`` is the agent's name if it is made of ``A-Z a-z 0-9 _ . -``,
-else ``sha256:`` of it, 32 hex characters.) Header: ``kind``
+(``<agent>`` is the agent's name if it is made of ``A-Z a-z 0-9 _ . -``
+(at most 100 characters, not ``.`` or ``..``), else ``sha256-`` and the first
+32 hex characters of the SHA-256 of its UTF-8 name; a conversation id is a
+field of a record, never a path.) docs/formats/chat-conversations.md points
+here: this is the one copy of the format. Header: ``kind``
 ``"chat-conversations"``, ``meta`` ``{"format":
-"openfunctions.chat-conversations", "version": 1, "agent": name}``.
+"openfunctions.chat-conversations", "version": 1, "agent": name}`` (after a
+compaction also ``previous``, the core journal's link to the segment it replaced).
 Records (``type``: ``data``), each applied by :func:`apply` to the table,
 live and at recovery alike; the table's order is least recently used
 first, and every record but ``evicted`` moves its conversation to the end:
@@ -60,7 +64,11 @@ as a restart would find it (and the journal refuses later writes until the
 agent is reopened: ``JournalFailed``, 503 over HTTP). Compaction (when the file
 holds more than ``max(4 × limit, 256)`` records): the file is rotated into a
 segment (``JournalLog.rotate``), one ``snapshot`` is appended, then the
-segments are deleted. Reading folds the segments (oldest first) and then the
+segments are deleted. One compaction at a time (under the lock
+of every change); it deletes only the segments up to the one its own rotate
+made. The rotate runs on the event loop (a rename and a new header: three
+fsyncs), so a live server stalls that long once per compaction. Reading folds
+the segments (oldest first) and then the
 file, so a crash at any point of a compaction loses nothing (a ``snapshot``
 that made it replaces the segments' state; leftover segments are deleted on
 the next open once the file holds a snapshot). Reading fails closed: an

@@ -44,3 +44,17 @@ def test_chat_doc_example_runs(tmp_path: Path, name: str) -> None:
         assert proc.stdout.strip() == expected.strip()
     else:
         assert proc.stdout.strip().split("(")[0].strip() == expected.split("(")[0].strip()
+
+
+def test_the_conversation_table_format_is_written_once_and_names_the_file_the_code_opens() -> None:
+    import openfunctions.chat._conversations as module
+    from openfunctions.chat._conversations import log_path
+
+    doc = module.__doc__ or ""
+    hashed = log_path(Path("/d"), "../x y").name
+    prefix = hashed[: hashed.index("-") + 1]  # what an unsafe name becomes, before its hex digits
+    assert prefix == "sha256-" and f"``{prefix}``" in doc
+    page = (Path(__file__).parents[2] / "docs" / "formats" / "chat-conversations.md").read_text()
+    assert "chat/_conversations.py" in page
+    for record in ("issued", "reset", "used", "evicted", "snapshot"):  # the records are described in the module only
+        assert f"- ``{record}``:" in doc and f"| `{record}` |" not in page
