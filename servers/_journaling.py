@@ -256,12 +256,15 @@ class ServedJournal:
             raise self._refusal() from None
         self._running.add(record.receipt_id)
 
-    async def on_settled(self, receipt: Any) -> None:
+    async def on_settled(self, receipt: Any, *, queued: Any = None) -> None:
         try:
             if self.failure is not None:
                 raise self._refusal()
             try:
-                await self._journal.on_settled(receipt)
+                if queued is None:
+                    await self._journal.on_settled(receipt)
+                else:  # only when the inner journal declared ordered_receipts (forwarded by __getattr__)
+                    await self._journal.on_settled(receipt, queued=queued)
             except JournalFailed as exc:
                 self._fail(exc)
                 raise self._refusal() from None

@@ -180,8 +180,13 @@ class JournalLog:
         return self._writer.durable_size if self._writer else 0
 
     # -- append ------------------------------------------------------------
-    async def append(self, type: str, data: dict[str, Any]) -> Record:
+    async def append(self, type: str, data: dict[str, Any], *, queued: Callable[[], None] | None = None) -> Record:
         """Append one record; returns it once it is written and fsynced.
+
+        ``queued()``, if given, is called once the record has its seq and its
+        place in the file's order (queued for the writer, or already written
+        in place), before it is durable; not called if the append raises first.
+        Any record appended after that call is durable only after this one.
 
         Raises JournalFailed (this or an earlier write/fsync failed),
         JournalClosed, NonJsonValue (``data`` has no JSON form; no seq is
@@ -191,7 +196,7 @@ class JournalLog:
         writer = self._writable()
         seq, prev = self._next_seq, self._link
         line, chk, rec = self._encode(type, data, seq, prev, self._enqueued_size, seq + self._line_of_seq)
-        await self._durable(writer, [line], seq, seq + 1, chk, self._enqueued_size + len(line))
+        await self._durable(writer, [line], seq, seq + 1, chk, self._enqueued_size + len(line), queued)
         return rec
 
     async def append_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> list[Record]:
@@ -217,10 +222,13 @@ class JournalLog:
             seq, offset = seq + 1, offset + len(line)
         if not out:
             return out
-        await self._durable(writer, lines, seq - 1, seq, prev, offset)
+        await self._durable(writer, lines, seq - 1, seq, prev, offset, None)
         return out
 
-    async def _durable(self, writer: GroupWriter, lines: list[bytes], last_seq: int, next_seq: int, link: str, size: int) -> None:
+    async def _durable(
+        self, writer: GroupWriter, lines: list[bytes], last_seq: int, next_seq: int, link: str, size: int,
+        queued: Callable[[], None] | None,
+    ) -> None:
         """Make ``lines`` durable, then return; the log's position moves to
         (``next_seq``, ``link``, ``size``) once they are queued or written.
 
@@ -240,11 +248,15 @@ class JournalLog:
         # yield, take back if nothing joined), which needs no private attribute and still writes in place.
         if lone and not getattr(loop, "_ready", True) and writer.write_now(lines, last_seq):
             self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+            if queued is not None:
+                queued()
             await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O
             return
         waiter = loop.create_future()
         held = writer.enqueue(lines, last_seq, waiter, loop, hold=lone)  # raises JournalFailed before any seq is consumed
         self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+        if queued is not None:
+            queued()
         if held:
             try:
                 await asyncio.sleep(0)
