@@ -9,8 +9,10 @@
   component (``journal``, ``tasks``, ...).
 - ``db verify [--journal NAME]``: what ``journal verify`` checks in a file
   (seq contiguous from 1, every checksum, the chain, one receipt per call),
-  for each execution journal in the database, and each work space's attempt
-  records (seq contiguous, generations never going back: the lease fence held).
+  for each execution journal in the database, each work space's attempt
+  records (seq contiguous, generations never going back: the lease fence held),
+  and each workflow run space's rows (seq contiguous, time and data well-formed,
+  every row folding into its run).
   Exit 0 valid, 1 a problem, 2 unusable.
 
 The URL comes from ``--database`` or ``$OPENFUNCTIONS_DATABASE_URL``. See docs/SCALING.md.
@@ -24,6 +26,9 @@ import sys
 from typing import Any
 
 HELP = "migrate, check and verify the PostgreSQL database that server replicas share"
+#: ``db verify``'s fold of workflow run rows, ``(where, records) -> None`` raising on a bad record: the workflows'
+#: own, set by the command line that loads this module (servers/cli.py; the store sits below workflows)
+WORKFLOW_FOLD: Any = None
 
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
@@ -141,6 +146,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from ._pg_work import report_work_spaces
 
         bad += report_work_spaces(url)
+        from ._pg_workflows import report_workflow_spaces
+
+        bad += report_workflow_spaces(url, fold=WORKFLOW_FOLD)
     return 1 if bad else 0
 
 

@@ -42,7 +42,7 @@ from openfunctions.core import import_spec
 from openfunctions.core.errors import OpenFunctionsError
 
 from ._errors import RunCorrupt, WorkflowDefinitionError
-from ._runs import KEEP_RUNS, KEEP_SECONDS, RunOutcome, WorkflowRuns
+from ._runs import KEEP_RUNS, KEEP_SECONDS, RunOutcome, WorkflowRuns, _fold_records
 from ._workflow import Workflow
 
 HELP = "list, show and resume durable workflow runs"
@@ -132,6 +132,13 @@ def _runs(args: argparse.Namespace, workflows: list[Workflow] = (), **options: A
     if url is not None:
         return WorkflowRuns(database=url, space=args.workflows_space, workflows=workflows, **options)
     return WorkflowRuns(args.workflows_data_dir or default_data_dir(), workflows=workflows, **options)
+
+
+def check_run_records(where: str, records: list[Any]) -> None:
+    """Fold a database run space's rows as ``WorkflowRuns`` does; raises :class:`RunCorrupt` naming the first
+    record that does not fold. ``openfunctions-mcp db verify`` runs it on every space (the store, below this
+    package, gets it from the command line: servers/cli.py)."""
+    _fold_records(where, records)
 
 
 def _fail(args: argparse.Namespace, exc: OpenFunctionsError) -> int:
@@ -276,4 +283,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["HELP", "add_commands", "default_data_dir", "load_workflows", "main"]
+__all__ = ["HELP", "add_commands", "check_run_records", "default_data_dir", "load_workflows", "main"]
