@@ -15,7 +15,7 @@ and knows nothing of their meaning.
   it refuses every later call until reopened, which re-reads the rows.
 - :meth:`PgWorkflowLog.replace`: compaction, one transaction.
 - :func:`read_pg_workflow_records`: a reader (synchronous, no lock, no write).
-- :func:`verify_pg_workflows` / :func:`report_workflow_spaces`: ``db verify``'s audit of a space's rows
+- :func:`verify_pg_workflows` / :func:`list_pg_workflow_spaces`: ``db verify``'s audit of a space's rows
   (seq contiguous, ``time`` and ``data`` well-formed, and, given the workflows' fold, every row folding).
 """
 
@@ -272,26 +272,10 @@ def list_pg_workflow_spaces(dsn: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT DISTINCT space FROM of_workflow_records ORDER BY space")]
 
 
-def report_workflow_spaces(dsn: str, fold: Callable[[str, list[PgWorkflowRecord]], None] | None = None) -> int:
-    """``db verify``'s part: print each run space's audit (:func:`verify_pg_workflows`); how many have problems."""
-    bad = 0
-    for space in list_pg_workflow_spaces(dsn):
-        problems = verify_pg_workflows(dsn, space, fold=fold)
-        if problems:
-            bad += 1
-            print(f"workflow space {space}: {len(problems)} problem(s):")
-            for p in problems:
-                print(f"  {p}")
-        else:
-            folded = "every row folds into its run" if fold is not None else "the fold not checked"
-            print(f"workflow space {space}: ok: seq contiguous, time and data well-formed, {folded}")
-    return bad
-
-
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = ["PgWorkflowLog", "PgWorkflowRecord", "list_pg_workflow_spaces", "open_pg_workflow_log",
-           "read_pg_workflow_records", "report_workflow_spaces", "space_lock_key", "verify_pg_workflows"]
+           "read_pg_workflow_records", "space_lock_key", "verify_pg_workflows"]

@@ -142,14 +142,32 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             print(f"journal {r.name}: {len(r.problems)} problem(s):")
             for p in r.problems:
                 print(f"  {p}")
-    if not args.journal:  # the work spaces' records too (store/_pg_work.py)
-        from ._pg_work import report_work_spaces
+    if not args.journal:  # the work spaces' records (store/_pg_work.py) and the workflow run spaces' rows too
+        from ._pg_work import list_pg_work_spaces, verify_pg_work
+        from ._pg_workflows import list_pg_workflow_spaces, verify_pg_workflows
 
-        bad += report_work_spaces(url)
-        from ._pg_workflows import report_workflow_spaces
-
-        bad += report_workflow_spaces(url, fold=WORKFLOW_FOLD)
+        bad += _report("work space", list_pg_work_spaces(url), lambda s: verify_pg_work(url, s),
+                       "seq contiguous, every record fenced by a generation that never went back")
+        bad += _report("workflow space", list_pg_workflow_spaces(url),
+                       lambda s: verify_pg_workflows(url, s, fold=WORKFLOW_FOLD),
+                       "seq contiguous, time and data well-formed, "
+                       + ("every row folds into its run" if WORKFLOW_FOLD is not None else "the fold not checked"))
     return 1 if bad else 0
+
+
+def _report(kind: str, spaces: list[str], audit: Any, ok: str) -> int:
+    """Print each space's audit (``audit(space)`` -> its problems); how many spaces have problems."""
+    bad = 0
+    for space in spaces:
+        problems = audit(space)
+        if problems:
+            bad += 1
+            print(f"{kind} {space}: {len(problems)} problem(s):")
+            for p in problems:
+                print(f"  {p}")
+        else:
+            print(f"{kind} {space}: ok: {ok}")
+    return bad
 
 
 __all__ = ["HELP", "add_commands"]

@@ -18,7 +18,7 @@ finished runs past retention now (running and blocked runs always stay).
 The data directory defaults, like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR``
 or else the per-user data dir; runs live in ``<data-dir>/workflows/runs.journal``.
 With ``--database URL`` (or, when no ``--data-dir`` is given, ``$OPENFUNCTIONS_DATABASE_URL``)
-they live in PostgreSQL instead, rows of one run space (``--space``, default ``default``;
+they live in PostgreSQL instead, rows of one run space (``--space``, default ``default``; refused without a database;
 format: ``store/_pg_workflows_schema.py``; create it with ``openfunctions-mcp db migrate``).
 While a server serving durable workflows runs, it holds that journal:
 ``resume``, ``resolve`` and ``prune`` then exit 2 naming it.
@@ -67,8 +67,8 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
         p.add_argument("--database", dest="workflows_database", metavar="URL", default=None,
                        help="runs kept in PostgreSQL (postgresql://... or key=value conninfo; schema: `openfunctions-mcp "
                             "db migrate`); default, when no --data-dir: $OPENFUNCTIONS_DATABASE_URL if set")
-        p.add_argument("--space", dest="workflows_space", default="default", metavar="NAME",
-                       help="with --database: the run space (default: %(default)s)")
+        p.add_argument("--space", dest="workflows_space", default=None, metavar="NAME",
+                       help="with --database: the run space (default: default)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("list", help="every run: id, workflow, status, settled steps")
@@ -130,7 +130,10 @@ def _runs(args: argparse.Namespace, workflows: list[Workflow] = (), **options: A
     url = None if args.workflows_data_dir is not None else (
         args.workflows_database or os.environ.get("OPENFUNCTIONS_DATABASE_URL") or None)
     if url is not None:
-        return WorkflowRuns(database=url, space=args.workflows_space, workflows=workflows, **options)
+        return WorkflowRuns(database=url, space=args.workflows_space or "default", workflows=workflows, **options)
+    if args.workflows_space is not None:  # a data dir holds one set of runs: a space would be silently ignored
+        raise WorkflowDefinitionError("--space needs --database (or $OPENFUNCTIONS_DATABASE_URL without --data-dir): "
+                                      "runs in a data directory have no spaces")
     return WorkflowRuns(args.workflows_data_dir or default_data_dir(), workflows=workflows, **options)
 
 
