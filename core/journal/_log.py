@@ -18,19 +18,19 @@ This module owns the *life* of a log:
   acknowledged, but its record is still written (as any unacknowledged
   record may be).
 - **in place for a lone appender, opt-in** (``inline_when_idle``, off by
-  default): when nothing else could share its fsync — no other append of
-  this log waiting for the thread, nothing else ready on the loop (or, if
-  something is, nothing joined after one yield) — an append writes and
-  syncs its lines itself, on the loop's thread
-  (:meth:`~._writer.GroupWriter.write_now`, ``take_back``). Measured both
-  ways (session 6, docs/PERFORMANCE.md journal section): in a bare process it
-  saves the hand-over's two thread wake-ups (~120 µs vs ~280 µs over a raw
-  write + fdatasync, op-interleaved); in the stdio server it was *slower*
-  (a read-only call 0.76–0.81× the SDK against 0.82–0.97× through the
-  thread, five interleaved runs of five; inside the server ``os.fdatasync``
-  itself took 0.95–1.87 ms median on the loop's thread against 0.73–0.80 ms
-  on the writer thread, cause not established). So it stays off unless a
-  caller measured that it pays.
+  default; a stdio server turns it on for its execution journal with
+  ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1``): when nothing else could share its
+  fsync — no other append of this log waiting for the thread, nothing else
+  ready on the loop (or, if something is, nothing joined after one yield) —
+  an append writes and syncs its lines itself, on the loop's thread
+  (:meth:`~._writer.GroupWriter.write_now`, ``take_back``). Measured
+  (bench/bench_journal.py ``--sync-only`` and ``--server``; session 6 and 7
+  notes): a lone appender is ~70 µs closer to a raw write + fdatasync than
+  through the thread; in the stdio server (a serial client) read-only calls
+  were 1–10 % faster in place at load 1–3.5 and effectful ones between 9 %
+  slower and 12 % faster; at load 5–6 (session 6) in place was slower in
+  every run. Not a clear win, so off by default. Never for a server with many
+  clients: it would stall the loop for the fsync while other requests wait.
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -236,8 +236,8 @@ class JournalLog:
         loop = asyncio.get_running_loop()
         lone = self.inline_when_idle and not self._handed_over
         # ``_ready`` is asyncio's private queue of callbacks due now (BaseEventLoop; no public equivalent). A loop
-        # without it (uvloop) reads as busy, so every append takes the writer thread: the opt-in path silently
-        # does nothing there, which is safe (the thread is the default path) but worth knowing.
+        # without it (uvloop) reads as busy: a lone appender there always takes the held path (queue held, one
+        # yield, take back if nothing joined), which needs no private attribute and still writes in place.
         if lone and not getattr(loop, "_ready", True) and writer.write_now(lines, last_seq):
             self._next_seq, self._link, self._enqueued_size = next_seq, link, size
             await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O
