@@ -18,12 +18,11 @@ import argparse
 import itertools
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from openfunctions.core import OpenFunctionsError
+from openfunctions.core import OpenFunctionsError, database_url_from_env
 from openfunctions.core.journal import read_records
 
 from ._runlog import journal_files, read_runs
@@ -102,7 +101,7 @@ def _database(args: argparse.Namespace) -> str | None:
     if getattr(args, "runs_database", None):
         return str(args.runs_database)
     if args.runs_data_dir is None and "runs_database" in args:
-        return os.environ.get("OPENFUNCTIONS_DATABASE_URL") or None
+        return database_url_from_env()
     return None
 
 

@@ -1,10 +1,26 @@
-"""A database URL or conninfo string with its password hidden, for messages and logs.
+"""Database addresses: where a command finds one, and how it prints one.
 
-In core so that every package that prints a database address (store, work's CLI,
-servers) redacts it the same way; psycopg is imported lazily (an optional extra).
+In core so that every package that takes a database address (store, work's CLI,
+servers, agents, rag, workflows) reads ``$OPENFUNCTIONS_DATABASE_URL`` and
+redacts the address the same way; psycopg is imported lazily (an optional extra).
 """
 
 from __future__ import annotations
+
+import os
+
+#: The environment variable every ``--database``/``--store`` option defaults to.
+DATABASE_URL_ENV = "OPENFUNCTIONS_DATABASE_URL"
+
+
+def database_url_from_env() -> str | None:
+    """``$OPENFUNCTIONS_DATABASE_URL``, or ``None`` when it is unset, empty or blank.
+
+    Why blank counts as unset: ``OPENFUNCTIONS_DATABASE_URL= cmd`` is how a shell
+    clears it for one command, and it must mean "files", not "a database at ''".
+    """
+    value = os.environ.get(DATABASE_URL_ENV, "").strip()
+    return value or None
 
 
 def redact_dsn(dsn: str) -> str:
@@ -20,4 +36,4 @@ def redact_dsn(dsn: str) -> str:
         return "<dsn>"
 
 
-__all__ = ["redact_dsn"]
+__all__ = ["DATABASE_URL_ENV", "database_url_from_env", "redact_dsn"]

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from openfunctions.core import database_url_from_env
+
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
 
 
@@ -42,7 +44,7 @@ def add_commands(subparsers: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", type=Path, metavar="DIR",
                        help="data dir of the embedded index (default: the server's, $OPENFUNCTIONS_MCP_DATA_DIR)")
-        p.add_argument("--store", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+        p.add_argument("--store", metavar="URL", default=database_url_from_env(),
                        help="a postgresql:// URL: use the pgvector index there (default: $OPENFUNCTIONS_DATABASE_URL)")
         p.add_argument("--embedder", default=os.environ.get("OPENFUNCTIONS_EMBEDDER"),
                        help="lexical (default, no dependencies: lexical-v2, 512 dimensions; lexical-v1 for the "

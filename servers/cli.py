@@ -75,7 +75,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--catalog", metavar="PATH",
                    help="the work catalog (TOML) for --profile work/all (default: $OPENFUNCTIONS_WORK_CATALOG, "
                         "else <data-dir>/work/catalog.toml)")
-    g.add_argument("--store", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+    g.add_argument("--store", metavar="URL", default=_database_url_from_env(),
                    help="where memory and RAG keep their data: a postgresql:// URL (default: "
                         "$OPENFUNCTIONS_DATABASE_URL, else files in the data dir)")
     g.add_argument("--upstreams", metavar="JSON",
@@ -119,7 +119,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--data-dir", type=Path, metavar="DIR",
                    help="where journals, artifacts and work state live (default: the per-user data dir, "
                         f"currently {default_data_dir()}; env OPENFUNCTIONS_MCP_DATA_DIR overrides)")
-    d.add_argument("--database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+    d.add_argument("--database", metavar="URL", default=_database_url_from_env(),
                    help="keep the execution journal in PostgreSQL (postgresql://...), shared by server replicas "
                         "behind a load balancer; run `openfunctions-mcp db migrate` first (default: "
                         "$OPENFUNCTIONS_DATABASE_URL, which also sets --store; else files in the data dir); dead replicas' "
@@ -185,6 +185,12 @@ def _add_http_limits(p: argparse.ArgumentParser) -> None:
                    help="a POST body must arrive within this long (default: %(default)s)")
     h.add_argument("--keep-alive-timeout", type=int, default=g.DEFAULT_KEEP_ALIVE_TIMEOUT, metavar="SECONDS",
                    help="an idle keep-alive connection is closed after this long (default: %(default)s)")
+
+
+def _database_url_from_env() -> str | None:
+    # core.database_url_from_env's rule (blank means unset), restated here: importing core would make
+    # `--help` import the executor, which this module avoids (test_cli checks it).
+    return os.environ.get("OPENFUNCTIONS_DATABASE_URL", "").strip() or None
 
 
 def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:

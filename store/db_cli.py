@@ -21,9 +21,10 @@ The URL comes from ``--database`` or ``$OPENFUNCTIONS_DATABASE_URL``. See docs/S
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
+
+from openfunctions.core import database_url_from_env
 
 HELP = "migrate, check and verify the PostgreSQL database that server replicas share"
 #: ``db verify``'s fold of workflow run rows, ``(where, records) -> None`` raising on a bad record: the workflows'
@@ -37,7 +38,7 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     sub.required = True
 
     def url_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+        p.add_argument("--database", metavar="URL", default=database_url_from_env(),
                        help="postgresql://user:pass@host/db (default: $OPENFUNCTIONS_DATABASE_URL)")
 
     m = sub.add_parser("migrate", help="apply the schema migrations this release knows")

@@ -27,6 +27,8 @@ from typing import Any
 
 import anyio
 
+from openfunctions.core import database_url_from_env
+
 from .cli import default_data_dir
 
 HELP = "resolve and inspect uncertain work operations"
@@ -39,10 +41,9 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     sub.required = True
 
     def data_dir_opt(p: argparse.ArgumentParser) -> None:
-        import os
 
         p.add_argument("--data-dir", dest="work_data_dir", default=None, help="data directory (default: per-user data dir)")
-        p.add_argument("--database", dest="work_database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+        p.add_argument("--database", dest="work_database", metavar="URL", default=database_url_from_env(),
                        help="the work space server replicas share in this PostgreSQL (default: $OPENFUNCTIONS_DATABASE_URL; "
                             "else the data directory)")
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import anyio
 
+from openfunctions.core import database_url_from_env
 from openfunctions.core.errors import OpenFunctionsError
 
 from ._errors import GrantNotFound, WorkError
@@ -107,10 +108,9 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     sub.required = True
 
     def data_dir_opt(p: argparse.ArgumentParser) -> None:
-        import os
 
         p.add_argument("--data-dir", dest="grant_data_dir", default=None, help="data directory (default: per-user data dir)")
-        p.add_argument("--database", dest="grant_database", metavar="URL", default=os.environ.get("OPENFUNCTIONS_DATABASE_URL"),
+        p.add_argument("--database", dest="grant_database", metavar="URL", default=database_url_from_env(),
                        help="grants as rows in this PostgreSQL, shared by `serve --database` replicas "
                             "(default: $OPENFUNCTIONS_DATABASE_URL; else the data directory)")
 

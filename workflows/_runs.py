@@ -138,7 +138,9 @@ class RunOutcome:
 
 
 class WorkflowRuns:
-    """The durable runs of ``data_dir``, kept in ``<data_dir>/workflows/runs.journal``.
+    """The durable runs of ``data_dir``, kept in ``<data_dir>/workflows/runs.journal`` (or, with
+    ``database=URL``, rows of ``space`` in PostgreSQL; with neither, the runs of a served workflow
+    tool, placed by the server that serves it: see :meth:`place`).
 
     ``workflows``: the workflows this process can run or resume, by name.
     ``registry``/``adapter``: defaults for runs whose workflow has none bound.

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from openfunctions.core import import_spec
+from openfunctions.core import database_url_from_env, import_spec
 from openfunctions.core.errors import OpenFunctionsError
 
 from ._errors import RunCorrupt, WorkflowDefinitionError
@@ -128,7 +127,7 @@ def _runs(args: argparse.Namespace, workflows: list[Workflow] = (), **options: A
     if args.workflows_data_dir is not None and args.workflows_database:
         raise WorkflowDefinitionError("give --data-dir or --database, not both")
     url = None if args.workflows_data_dir is not None else (
-        args.workflows_database or os.environ.get("OPENFUNCTIONS_DATABASE_URL") or None)
+        args.workflows_database or database_url_from_env())
     if url is not None:
         return WorkflowRuns(database=url, space=args.workflows_space or "default", workflows=workflows, **options)
     if args.workflows_space is not None:  # a data dir holds one set of runs: a space would be silently ignored
