@@ -13,6 +13,12 @@ same disk the servers' journals use), and prints:
 
     python bench/profile_call_path.py [--tool of_hash_text|noop|noop_write] [--calls 2000] [--no-journal]
     python bench/profile_call_path.py --http [--calls 2000] [--no-journal]
+    python bench/profile_call_path.py --ordered [--calls 800]
+
+``--ordered`` compares, in one run, 16 concurrent callers (effectful
+``noop_write``, then the read ``of_hash_text``) with the file journal releasing
+each call's reservation once its receipt is queued (the default since session 7)
+and once it is durable (docs/formats/receipt.md).
 
 ``--threads`` splits the journal's CPU per call by thread (from
 ``/proc/self/task``): the event-loop thread and the other threads (the
@@ -279,6 +285,35 @@ def threads_main(tool: str, calls: int) -> int:
     return 0
 
 
+def ordered_main(calls: int, rounds: int = 3) -> int:
+    """``--ordered``: 16 concurrent callers (``noop_write``, then ``of_hash_text``) with the file journal
+    releasing a call's reservation once its receipt is queued (``ExecutionJournal.ordered_receipts``, the
+    default) vs once it is durable (the flag off for the run), rounds interleaved; medians and the paired ratio."""
+    for tool in ("noop_write", "of_hash_text"):
+        res: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+        try:
+            for _ in range(rounds):
+                for flag in (False, True):
+                    ExecutionJournal.ordered_receipts = flag
+                    res[flag].append(asyncio.run(_run_threads(tool, calls, True, 16)))
+        finally:
+            ExecutionJournal.ordered_receipts = True
+        for flag in (True, False):
+            rs = res[flag]
+
+            def med(key: str, rs: list[dict[str, float]] = rs) -> float:
+                return statistics.median(r.get(key, 0.0) for r in rs)
+
+            name = "released when queued (default)" if flag else "released when durable"
+            walls = ", ".join(f"{r['wall']:.0f}" for r in rs)
+            print(f"{tool}, 16 callers, {name:30s}: wall {med('wall'):.0f} us/call (rounds {walls}), "
+                  f"loop {med('loop user') + med('loop sys'):.0f}, writer {med('writer user') + med('writer sys'):.0f} "
+                  "us/call CPU")
+        paired = statistics.median(b["wall"] / a["wall"] for a, b in zip(res[True], res[False], strict=True))
+        print(f"{tool}: speed, queued vs durable (median of per-round wall ratios): {paired:.2f}x")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tool", default="of_hash_text", choices=["of_hash_text", "noop", "noop_write"])
@@ -288,8 +323,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="profile the whole HTTP request through the ASGI app (of_hash_text), fast path on vs off")
     ap.add_argument("--threads", action="store_true",
                     help="CPU per call by thread (loop, journal writer), journal on/off, 1 and 16 callers")
+    ap.add_argument("--ordered", action="store_true",
+                    help="16 concurrent callers (noop_write, of_hash_text): reservation released when the receipt is "
+                         "queued vs durable")
     args = ap.parse_args(argv)
     journal = not args.no_journal
+    if args.ordered:
+        return ordered_main(args.calls if args.calls != 2000 else 800)
     if args.threads:
         return threads_main(args.tool, args.calls)
     if args.http:

@@ -20,9 +20,12 @@ From stage 6 on, a raise, an invalid output or a failed persistence leaves
 the effect ``unknown``. Persistence runs shielded from cancellation, so a
 call that settled is recorded even if its caller was cancelled meanwhile.
 
-When the reservation is released: after the receipt is durable, except with
-a sole sink that declares ``ordered_receipts`` (the file journal): then as
-soon as the receipt is *queued* in that sink's single order. The next write
+When the reservation is released: after the receipt is durable, except for
+a write (an exclusive reservation) with a sole sink that declares
+``ordered_receipts`` (the file journal): then as soon as the receipt is
+*queued* in that sink's single order. (A read keeps its shared slot until
+its receipt is durable: releasing it early measured more, smaller fsync
+batches — writer CPU 88 vs 25 µs/call at 16 readers.) The next write
 admitted meanwhile cannot enter its handler before its own start record is
 durable, and that record is behind this receipt, so this receipt is durable
 first; this call's reply still waits for its own receipt; a read's reply
@@ -327,12 +330,15 @@ class ToolExecutor:
             )
         v.check_output(call.tool.name, call.result.structured)
 
-    async def _persist_receipt(self, receipt: Receipt, release: Callable[[], None]) -> Receipt | OpenFunctionsError:
+    async def _persist_receipt(self, call: _Call, receipt: Receipt) -> Receipt | OpenFunctionsError:
         if self._sink is None:
             return receipt
         try:
-            if self._ordered:
-                await self._sink.on_settled(receipt, queued=release)  # type: ignore[call-arg]
+            # Only a write's (exclusive) reservation is released early: the next write can then share this
+            # receipt's fsync. A read's shared slot is kept until durable, so reads still commit in groups.
+            if self._ordered and call.owns_reservation and call.reservation is not None \
+                    and call.reservation.mode == "exclusive":
+                await self._sink.on_settled(receipt, queued=lambda: self._release(call))  # type: ignore[call-arg]
             else:
                 await self._sink.on_settled(receipt)
         except Exception as exc:
@@ -352,7 +358,7 @@ class ToolExecutor:
                 if error is None and call.result is not None and call.result.is_error:
                     outcome = "failed"
                 receipt = self._receipt(call, outcome, certainty, error, result)
-                persisted = await self._persist_receipt(receipt, lambda: self._release(call))
+                persisted = await self._persist_receipt(call, receipt)
                 if isinstance(persisted, OpenFunctionsError):
                     error = persisted
                     update: dict[str, Any] = {"error": ReceiptError(code=error.code, message=error.message)}
