@@ -301,7 +301,7 @@ def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
 
 
 LONE_RAW = "raw write + fdatasync (no encoding)"
-LONE_INLINE = "JournalLog.append, in place (inline_when_idle=True, opt-in)"
+LONE_INLINE = "JournalLog.append, in place (inline_when_idle=True: the stdio server's default)"
 LONE_THREAD = "JournalLog.append, handed over to the writer thread (the default)"
 LONE = (LONE_RAW, LONE_INLINE, LONE_THREAD)
 
@@ -317,29 +317,26 @@ def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
     )
 
 
-_IN_PLACE = (
-    "import sys; from openfunctions.core.journal import JournalLog; JournalLog.inline_when_idle = True; "
-    "from openfunctions.servers.cli import main; sys.exit(main())"
-)
-SERVER_PEERS = ("ours, journal on, inline_when_idle=True (lone appender in place)", "ours, journal on (writer thread, the default)",
-                "SDK MCPServer (persists nothing)")
+SERVER_PEERS = ("ours, journal on, lone appender in place (OPENFUNCTIONS_JOURNAL_IN_PLACE=1)",
+                "ours, journal on, writer thread (the default)", "SDK MCPServer (persists nothing)")
 
 
 def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[float]]:
     """Per-call latency (s) of a serial stdio client against three servers,
-    interleaved call by call: ours with every journal's lone appender writing in
-    place, ours as shipped (the writer thread), and the SDK's MCPServer; for ``noop`` (a declared
+    interleaved call by call: ours with ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1`` (a
+    lone appender writes in place), ours as shipped (every record through the
+    writer thread), and the SDK's MCPServer; for ``noop`` (a declared
     read: one fsync, the receipt) and ``noop_write`` (two: start, receipt).
     The servers and tools are bench_server's (``bench_server:registry``)."""
     import bench_server
     from mcp import Client, StdioServerParameters
 
     ours = bench_server._ours_cmd(d / "srv-inline", journal=True)
-    ours = [sys.executable, "-c", _IN_PLACE, *ours[ours.index("serve"):]]
     thread = bench_server._ours_cmd(d / "srv-thread", journal=True)
     sdk = bench_server._sdk_cmd("stdio")
     env = bench_server._env()
-    params = [StdioServerParameters(command=c[0], args=c[1:], env=env) for c in (ours, thread, sdk)]
+    envs = ({**env, "OPENFUNCTIONS_JOURNAL_IN_PLACE": "1"}, {**env, "OPENFUNCTIONS_JOURNAL_IN_PLACE": "0"}, env)
+    params = [StdioServerParameters(command=c[0], args=c[1:], env=e) for c, e in zip((ours, thread, sdk), envs, strict=True)]
     lat: dict[tuple[str, str], list[float]] = {(tool, peer): [] for tool in ("noop", "noop_write") for peer in SERVER_PEERS}
 
     async def run() -> None:
@@ -407,17 +404,18 @@ LONE_INTRO = (
     "A lone appender (a stdio server's caller waits for each record): handing the record to the writer thread "
     "costs two thread wake-ups (the thread's, then the event loop's) on top of the fsync; opt-in, with nothing else "
     "to run and no other append waiting, `JournalLog.append` writes and syncs in place instead (docs/formats/journal.md, "
-    "'Durability'; off by default, see the stdio table below). Same record bytes, three files, op-interleaved:"
+    "'Durability'; off by default, `OPENFUNCTIONS_JOURNAL_IN_PLACE=1` for a stdio server, see the stdio table "
+    "below). Same record bytes, three files, op-interleaved:"
 )
 
 
 SERVER_INTRO = (
     "The same choice inside the stdio server (`bench_server.py`'s `noop`/`noop_write` tools and SDK peer, one "
-    "serial `mcp.Client` per server, calls interleaved server by server, the order rotating each cycle). Why in "
-    "place is not the default: here it was slower, in every run of session 6, although it skips two thread "
-    "wake-ups. Timed inside the two servers (a scratch probe, not this script), `os.fdatasync` itself took 0.95–1.87 ms "
-    "median on the event loop's thread against 0.73–0.80 ms on the writer thread; why is not established (a guess: "
-    "how this loaded 2-vCPU VM schedules a busy thread against a mostly sleeping one when the sync returns)."
+    "serial `mcp.Client` per server, calls interleaved server by server, the order rotating each cycle; in place "
+    "is `OPENFUNCTIONS_JOURNAL_IN_PLACE=1`). Why it is not the default: it is not a clear win. Session 7 (load "
+    "1-3.5, seven runs): read-only 1-10 % ahead in every run, effectful between 9 % behind and 12 % ahead. "
+    "Session 6 (load 5-6): behind in every run (`os.fdatasync` timed inside the servers took 0.95-1.87 ms median "
+    "on the loop's thread against 0.73-0.80 ms on the writer thread, cause not established)."
 )
 
 

@@ -41,6 +41,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _pg import pg_server  # noqa: E402
 
 from openfunctions.core import canonical_json, new_id, utc_timestamp  # noqa: E402
 from openfunctions.core.journal import ExecutionJournal, recovered_receipt  # noqa: E402
@@ -140,13 +143,9 @@ async def main() -> None:
     ap.add_argument("--calls", type=int, default=50, help="receipts per mode per round (default 50)")
     ap.add_argument("--rounds", type=int, default=30, help="rounds, each running every mode in a new order (default 30)")
     args = ap.parse_args()
-    import pgserver
     import psycopg
 
-    root = tempfile.mkdtemp(prefix="ofpg-", dir="/tmp")
-    server = pgserver.get_server(os.path.join(root, "d"), cleanup_mode="stop")
-    dsn = server.get_uri()
-    try:
+    with pg_server() as dsn, tempfile.TemporaryDirectory(prefix="ofpg-", dir="/tmp") as root:
         await migrate_database(dsn)
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
             await c.execute("CREATE TABLE IF NOT EXISTS bench_raw (journal text, seq bigint, type text, time text, "
@@ -201,8 +200,6 @@ async def main() -> None:
         await fj.close()
         for c in conns:
             await c.close()
-    finally:
-        server.cleanup()
 
 
 if __name__ == "__main__":

@@ -20,13 +20,18 @@ import argparse
 import asyncio
 import datetime as _dt
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from openfunctions.artifacts import ArtifactStore
-from openfunctions.core import ToolRegistry
-from openfunctions.work import Authority, Catalog, WorkController, build_step_tools, build_work_tools, file_backend
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _pg import pg_server  # noqa: E402
+
+from openfunctions.artifacts import ArtifactStore  # noqa: E402
+from openfunctions.core import ToolRegistry  # noqa: E402
+from openfunctions.work import Authority, Catalog, WorkController, build_step_tools, build_work_tools, file_backend  # noqa: E402
 
 CATALOG = """version = 1
 workspace = "ws"
@@ -68,18 +73,11 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--database", default=None)
     a = ap.parse_args()
-    server = None
-    dsn = a.database
-    if dsn is None:
-        import pgserver
-
-        server = pgserver.get_server(tempfile.mkdtemp(prefix="ofbench-"), cleanup_mode="stop")
-        dsn = server.get_uri()
     from openfunctions.store import migrate_database, pg_work_backend
 
-    await migrate_database(dsn)
     files, pg, pg_tools = [], [], []
-    with tempfile.TemporaryDirectory() as tmp:
+    with pg_server(a.database) as dsn, tempfile.TemporaryDirectory() as tmp:
+        await migrate_database(dsn)
         for r in range(a.rounds):
             root = Path(tmp) / f"f{r}"
             files.append(await one_round(root, file_backend(root / "work"), a.steps))
@@ -93,8 +91,6 @@ async def main() -> None:
     print(f"| PostgreSQL (lease taken per call) | {p:,.0f} |")
     print(f"| PostgreSQL, through the of_work_run_step tool | {pt:,.0f} |")
     print(f"| **PostgreSQL / files** | {p / f:.2f}x |")
-    if server is not None:
-        server.cleanup()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _pg import pg_server  # noqa: E402
 
 from openfunctions.store import migrate_database  # noqa: E402
 from tests._net import free_port  # noqa: E402
@@ -60,29 +63,25 @@ def main() -> None:
     haproxy = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
     if haproxy is None:
         sys.exit("haproxy is not installed (apt-get install -y haproxy)")
-    import pgserver
-
     root = Path(tempfile.mkdtemp(prefix="ofrep-", dir="/tmp"))
     os.chmod(root, 0o700)
-    server = pgserver.get_server(str(root / "pg"), cleanup_mode="stop")
-    dsn = server.get_uri()
     try:
-        asyncio.run(migrate_database(dsn))
-        modes = {"file journal, 1 server": (None, 1), "PostgreSQL, 1 replica": (dsn, 1),
-                 "PostgreSQL, 2 replicas": (dsn, 2), "PostgreSQL, 3 replicas": (dsn, 3)}
-        got: dict[str, list[float]] = {m: [] for m in modes}
-        for _ in range(args.rounds):
-            for name, (d, n) in modes.items():
-                got[name].append(measure(d, n, root, args.seconds, args.workers, haproxy))
-                print(f"{name}: {got[name][-1]:.0f} calls/s", file=sys.stderr)
-        base = statistics.median(got["file journal, 1 server"])
-        print("| mode | calls/s (median) | vs file journal, 1 server |")
-        print("|---|---|---|")
-        for name in modes:
-            m = statistics.median(got[name])
-            print(f"| {name} | {m:.0f} | {m / base:.2f}x |")
+        with pg_server() as dsn:
+            asyncio.run(migrate_database(dsn))
+            modes = {"file journal, 1 server": (None, 1), "PostgreSQL, 1 replica": (dsn, 1),
+                     "PostgreSQL, 2 replicas": (dsn, 2), "PostgreSQL, 3 replicas": (dsn, 3)}
+            got: dict[str, list[float]] = {m: [] for m in modes}
+            for _ in range(args.rounds):
+                for name, (d, n) in modes.items():
+                    got[name].append(measure(d, n, root, args.seconds, args.workers, haproxy))
+                    print(f"{name}: {got[name][-1]:.0f} calls/s", file=sys.stderr)
+            base = statistics.median(got["file journal, 1 server"])
+            print("| mode | calls/s (median) | vs file journal, 1 server |")
+            print("|---|---|---|")
+            for name in modes:
+                m = statistics.median(got[name])
+                print(f"| {name} | {m:.0f} | {m / base:.2f}x |")
     finally:
-        server.cleanup()
         shutil.rmtree(root, ignore_errors=True)
 
 

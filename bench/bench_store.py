@@ -47,31 +47,15 @@ import uuid
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
+import _pg  # noqa: E402
 from _report import median, table, write_section  # noqa: E402
 
 from openfunctions.store import create_pg_store, create_store  # noqa: E402
 
 
-@contextlib.contextmanager
-def pg_server(dsn: str | None):
-    """A DSN: the given one, $OPENFUNCTIONS_TEST_DATABASE_URL, or a pgserver started for this run."""
-    dsn = dsn or os.environ.get("OPENFUNCTIONS_TEST_DATABASE_URL")
-    if dsn:
-        yield dsn
-        return
-    import pgserver
-
-    root = tempfile.mkdtemp(prefix="ofpgb-", dir="/tmp")
-    srv = pgserver.get_server(os.path.join(root, "d"), cleanup_mode="stop")
-    try:
-        import psycopg
-
-        with psycopg.connect(srv.get_uri(), autocommit=True) as c:
-            c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        yield srv.get_uri()
-    finally:
-        srv.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
+def pg_server(dsn: str | None) -> contextlib.AbstractContextManager[str]:
+    """A DSN: the given one, $OPENFUNCTIONS_TEST_DATABASE_URL, or a private pgserver started for this run (_pg.py)."""
+    return _pg.pg_server(dsn or os.environ.get("OPENFUNCTIONS_TEST_DATABASE_URL"))
 
 
 def value(i: int) -> dict:

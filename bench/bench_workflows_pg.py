@@ -33,6 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _pg import pg_server  # noqa: E402
+
 from openfunctions.core import ToolRegistry, define_tool  # noqa: E402
 from openfunctions.store import migrate_database  # noqa: E402
 from openfunctions.workflows import WorkflowRuns, pipe, tool_step  # noqa: E402
@@ -60,16 +62,9 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--database", default=None, help="an existing database (default: a private pgserver)")
     args = ap.parse_args()
-    server = None
-    url = args.database
-    if url is None:
-        import pgserver
-
-        server = pgserver.get_server(tempfile.mkdtemp(prefix="ofbench-"), cleanup_mode="stop")
-        url = server.get_uri()
     import psycopg
 
-    try:
+    with pg_server(args.database) as url:
         await migrate_database(url)
         wf = _workflow()
         space = f"bench-{os.getpid()}"
@@ -118,9 +113,6 @@ async def main() -> None:
             await on_db.close()
         await raw.execute("DROP TABLE bench_wf_raw")
         await raw.close()
-    finally:
-        if server is not None:
-            server.cleanup()
     med = {m: statistics.median(v) for m, v in per.items()}
     print(f"durable run of a 3-step workflow (read, write, transform); {args.runs} runs x {args.rounds} rounds; "
           "median of rounds, µs per run [min..max of rounds]")

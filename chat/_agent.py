@@ -63,6 +63,11 @@ class ChatResponse:
     tool the model was not offered has no receipt). ``receipt_id`` is the
     receipt of the turn's own ``agent_<name>`` call; ``run_id`` names its run
     record (``openfunctions-mcp runs show RUN_ID``).
+    ``warnings`` (also in ``metadata``): what went wrong *after* the answer, which the answer survives (each
+    ``{"code", "message", "cause"}``, ``cause`` the error's code): ``chat_history_not_saved`` (the memory store
+    did not take the turn: the next turns do not see it) or ``chat_conversation_use_not_recorded`` (the
+    conversation table's journal failed: the conversation's place in the least-recently-used order is not
+    updated, and ``open_conversation``/``reset`` are refused until the chat is restarted). Empty when all went well.
     """
 
     text: str
@@ -77,6 +82,7 @@ class ChatResponse:
     receipt_id: str | None = None
     error: dict[str, Any] | None = None
     conversation_id: str | None = None  # an issued conversation's id (None: the agent's own conversation)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -85,7 +91,7 @@ class ChatResponse:
     @property
     def metadata(self) -> dict[str, Any]:
         return {"thread_id": self.thread_id, "provider": self.provider, "model": self.model, "usage": self.usage,
-                "receipt_id": self.receipt_id}
+                "receipt_id": self.receipt_id, "warnings": self.warnings}
 
     def to_dict(self) -> dict[str, Any]:
         out = {"text": self.text, "status": self.status, "run_id": self.run_id, "rounds": self.rounds,
@@ -301,26 +307,37 @@ class ChatAgent:
             options = RunOptions(history=history, system=system, on_event=on_event, stream=stream, admission="per_call")
             ctx = ToolExecutionContext(principal=f"chat:{self.name}")
             result = await self._runtime.run(self._agent, message, ctx, options=options)
-            if result.status == "completed":
-                try:
-                    await self._remember(conv, thread, message, result.text or "")
-                except OpenFunctionsError as exc:  # the answer stands; the conversation misses this turn (logged)
-                    log.warning("chat_remember_failed", thread=thread, run_id=result.run_id, error=exc.message)
-                if conv.id:
-                    try:
-                        await self._conversations.used(conv)  # now the most recently used (durable: its order too)
-                    except OpenFunctionsError as exc:
-                        log.warning("chat_conversation_use_not_recorded", run_id=result.run_id, error=exc.message)
+            warnings = await self._after_answer(conv, thread, message, result) if result.status == "completed" else []
             response = ChatResponse(
                 text=result.text or "", status=result.status, run_id=result.run_id, rounds=result.rounds,
                 tool_calls=tool_calls, thread_id=thread, provider=getattr(self.adapter, "provider", ""),
                 model=getattr(self.adapter, "model", ""), usage=result.usage.to_dict(),
                 receipt_id=getattr(result.receipt, "receipt_id", None), error=result.error,
-                conversation_id=conv.id or None,
+                conversation_id=conv.id or None, warnings=warnings,
             )
             if emit is not None:
                 await emit(ChatEvent("done", response.to_dict()))
             return response
+
+    async def _after_answer(self, conv: Conversation, thread: str, message: str, result: Any) -> list[dict[str, Any]]:
+        """Keep a completed turn: its messages in the history, its conversation the most recently used.
+        Both best effort: the answer exists, so a failure here is logged and returned as a warning of the
+        reply (:class:`ChatResponse`), never raised (the caller would lose the answer)."""
+        warnings: list[dict[str, Any]] = []
+        try:
+            await self._remember(conv, thread, message, result.text or "")
+        except OpenFunctionsError as exc:  # the conversation misses this turn
+            log.warning("chat_remember_failed", thread=thread, run_id=result.run_id, error=exc.message)
+            warnings.append({"code": "chat_history_not_saved", "cause": exc.code,
+                             "message": f"this turn is not in the conversation's history: {exc.message}"})
+        if conv.id:
+            try:
+                await self._conversations.used(conv)  # now the most recently used (durable: its order too)
+            except OpenFunctionsError as exc:
+                log.warning("chat_conversation_use_not_recorded", run_id=result.run_id, error=exc.message)
+                warnings.append({"code": "chat_conversation_use_not_recorded", "cause": exc.code,
+                                 "message": f"the conversation's use is not recorded: {exc.message}"})
+        return warnings
 
     async def _read_history(self, conv: Conversation) -> list[ModelMessage]:
         n = self.config.history_messages

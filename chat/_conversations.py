@@ -67,11 +67,15 @@ segment (``JournalLog.rotate``), one ``snapshot`` is appended, then the
 segments are deleted. One compaction at a time (under the lock
 of every change); it deletes only the segments up to the one its own rotate
 made. The rotate runs on the event loop (a rename and a new header: three
-fsyncs), so a live server stalls that long once per compaction. Reading folds
+fsyncs), so a live server stalls that long once per compaction: 2–11 ms
+measured (``bench/bench_chat_compaction.py``, docs/CHAT.md), left there. Reading folds
 the segments (oldest first) and then the
 file, so a crash at any point of a compaction loses nothing (a ``snapshot``
 that made it replaces the segments' state; leftover segments are deleted on
-the next open once the file holds a snapshot). Reading fails closed: an
+the next open once the file holds a snapshot). A compaction that fails (a rename or
+fsync error) does not undo the change that started it (its records are
+durable); the table then refuses every later change with ``JournalFailed``
+until the agent is reopened, which folds what is on disk. Reading fails closed: an
 unknown record type or a record missing a field raises
 :class:`ChatConfigError` naming the file and the record (the agent is not created).
 
@@ -92,11 +96,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 
-from openfunctions.core import new_id
+from openfunctions.core import JournalFailed, OpenFunctionsError, new_id
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
 
 from ._errors import ChatConfigError, ConversationNotFound, InvalidConversation
+
+log = structlog.get_logger("openfunctions.chat")
 
 #: How many issued conversations an agent keeps by default (``ChatConfig.max_conversations``).
 MAX_CONVERSATIONS = 256
@@ -196,6 +203,7 @@ class Conversations:
         self._records = 0  # records in the file since its start (a compaction past max(4 x limit, 256))
         self._lock = anyio.Lock()  # held by every change of the table: one at a time, compaction included
         self._leaving: set[str] = set()  # ids whose "evicted" record is being written (get: not found)
+        self._failure: JournalFailed | None = None  # a compaction failed: every later change raises it
         self.evicted = 0
 
     @classmethod
@@ -287,6 +295,8 @@ class Conversations:
         """Make ``records`` durable, then apply them (compacting past the threshold): if the append fails, the
         table is unchanged, as a restart would find it. The caller holds ``_lock``: one change (and one
         compaction) at a time, so log order is table order."""
+        if self._failure is not None:
+            raise self._failure
         with anyio.CancelScope(shield=True):  # a cancelled caller's records are still written: apply them too
             if self._log is not None:
                 await self._log.append_many(records)
@@ -295,7 +305,17 @@ class Conversations:
                 moved = apply(self._table, type, data)
                 self._tail = moved if moved is not None else self._tail
             if self._log is not None and self._records > max(4 * self.limit, 256):
-                await self._compact()
+                try:
+                    await self._compact()
+                except (OpenFunctionsError, OSError) as exc:
+                    # This change is durable and applied: it stands. The file is half-switched (or its log failed):
+                    # every later change is refused, as after a failed append, until the agent is reopened.
+                    why = getattr(exc, "message", None) or f"{type_name(exc)}: {exc}"
+                    self._failure = JournalFailed(
+                        f"conversation table {str(self._log.path)!r}: its compaction failed ({why}); nothing is lost "
+                        "(the next open folds what is on disk): restart the chat to use it again",
+                        details={"path": str(self._log.path)})
+                    log.error("chat_conversations_compaction_failed", path=str(self._log.path), error=why)
 
     async def _compact(self) -> None:
         """Rotate, one snapshot, then delete the segments up to the one this rotate made (never a newer one).

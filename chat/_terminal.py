@@ -92,6 +92,8 @@ async def run_loop(agent: Any, stdin: TextIO, output: TextIO) -> None:
                     if d["status"] != "completed":
                         err = d.get("error") or {}
                         say(f"(turn {d['status']}: {err.get('message', 'no answer')}; run {d['run_id']})")
+                    for w in d["metadata"].get("warnings", []):
+                        say(f"(warning: {w['message']})")
 
 
 __all__ = ["HELP", "run_loop"]

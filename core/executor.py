@@ -12,12 +12,23 @@ Stages, in order (each a method below, named for the stage):
 7. ``_normalize``      the result, once
 8. ``_check_output``   structured payload against the output schema
 9. ``_persist_receipt`` journal sink ``on_settled``, before the reservation is released
+                       (a sole sink with ordered receipts: once the receipt is queued, see below)
 10. ``_deliver``       the :class:`DetailedResult`
 
 Certainty: anything refused before stage 6 is ``known`` (nothing ran).
 From stage 6 on, a raise, an invalid output or a failed persistence leaves
 the effect ``unknown``. Persistence runs shielded from cancellation, so a
 call that settled is recorded even if its caller was cancelled meanwhile.
+
+When the reservation is released: after the receipt is durable, except with
+a sole sink that declares ``ordered_receipts`` (the file journal): then as
+soon as the receipt is *queued* in that sink's single order. The next write
+admitted meanwhile cannot enter its handler before its own start record is
+durable, and that record is behind this receipt, so this receipt is durable
+first; this call's reply still waits for its own receipt; a read's reply
+waits for its receipt, also behind. So a write still runs alone (handlers
+never overlap) and no reply is sent for a receipt that is not durable, while
+consecutive writes share fsyncs (docs/formats/receipt.md).
 """
 
 from __future__ import annotations
@@ -46,7 +57,7 @@ from ._receipts import (
 )
 from ._result import DetailedResult, ToolResult, normalize
 from ._scheduler import Reservation, Scheduler
-from ._sink import ExecutionObserver, FanoutSink
+from ._sink import ExecutionObserver, FanoutSink, ordered_receipts
 from ._stamps import new_id, utc_timestamp
 from ._tool import ToolDefinition
 from .errors import (
@@ -121,6 +132,7 @@ class ToolExecutor:
     def sink(self, sink: ExecutionObserver | None) -> None:
         self._sinks = [] if sink is None else [sink]
         self._sink = sink
+        self._ordered = ordered_receipts(sink)
 
     def add_sink(self, sink: ExecutionObserver, *, first: bool = False) -> None:
         """Add ``sink`` after the others (``first=True``: before them).
@@ -148,6 +160,7 @@ class ToolExecutor:
     def _compose(self) -> None:
         sinks = self._sinks
         self._sink = None if not sinks else sinks[0] if len(sinks) == 1 else FanoutSink(*sinks)
+        self._ordered = ordered_receipts(self._sink)
 
     # -- the pipeline -----------------------------------------------------
 
@@ -314,11 +327,14 @@ class ToolExecutor:
             )
         v.check_output(call.tool.name, call.result.structured)
 
-    async def _persist_receipt(self, receipt: Receipt) -> Receipt | OpenFunctionsError:
+    async def _persist_receipt(self, receipt: Receipt, release: Callable[[], None]) -> Receipt | OpenFunctionsError:
         if self._sink is None:
             return receipt
         try:
-            await self._sink.on_settled(receipt)
+            if self._ordered:
+                await self._sink.on_settled(receipt, queued=release)  # type: ignore[call-arg]
+            else:
+                await self._sink.on_settled(receipt)
         except Exception as exc:
             log.error("receipt_persistence_failed", receipt_id=receipt.receipt_id, tool=receipt.tool, error=str(exc))
             return _journal_error("settled", exc, cls=ReceiptPersistenceFailed)
@@ -336,7 +352,7 @@ class ToolExecutor:
                 if error is None and call.result is not None and call.result.is_error:
                     outcome = "failed"
                 receipt = self._receipt(call, outcome, certainty, error, result)
-                persisted = await self._persist_receipt(receipt)
+                persisted = await self._persist_receipt(receipt, lambda: self._release(call))
                 if isinstance(persisted, OpenFunctionsError):
                     error = persisted
                     update: dict[str, Any] = {"error": ReceiptError(code=error.code, message=error.message)}
@@ -346,12 +362,17 @@ class ToolExecutor:
                     receipt = receipt.model_copy(update=update)
                     result = ToolResult.text(error.message, is_error=True)
             finally:
-                if call.owns_reservation and call.reservation is not None:
-                    call.reservation.release()
+                self._release(call)
         detailed = self._deliver(call, receipt, result, error)
         if call.on_settled is not None:
             call.on_settled(detailed)
         return detailed
+
+    @staticmethod
+    def _release(call: _Call) -> None:
+        """Release the call's own reservation (idempotent: ``Reservation.release`` is)."""
+        if call.owns_reservation and call.reservation is not None:
+            call.reservation.release()
 
     def _receipt(
         self,

@@ -56,6 +56,17 @@ log = structlog.get_logger("openfunctions.servers.journal")
 MAX_SLOTS = 16
 #: A journal larger than this at startup continues in a new segment (see the module docstring).
 ROTATE_BYTES = DEFAULT_ROTATE_BYTES
+#: ``1``/``on``/``true``/``yes``: a stdio server writes a lone appender's record in place, on the
+#: event loop's thread, instead of handing it to the journal's writer thread (``ServedJournal.write_in_place``).
+JOURNAL_IN_PLACE_ENV = "OPENFUNCTIONS_JOURNAL_IN_PLACE"
+
+
+def journal_in_place_enabled(default: bool = False) -> bool:
+    """The ``OPENFUNCTIONS_JOURNAL_IN_PLACE`` switch, read by ``run_stdio`` (default off)."""
+    value = os.environ.get(JOURNAL_IN_PLACE_ENV)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("0", "off", "false", "no")
 
 
 #: Bytes the startup probe writes and fsyncs in the data dir: a disk too full
@@ -191,6 +202,16 @@ class ServedJournal:
         #: Why the last re-open attempt did not happen (``None`` after a success).
         self.reopen_blocked: str | None = None
         self._watch: Any = None  # the reopen watcher task (``_journal_reopen.start_watch``)
+        self._in_place = False
+
+    def write_in_place(self, on: bool) -> None:
+        """Let a lone appender write and sync its record on the event loop's thread
+        (``JournalLog.inline_when_idle``; kept across re-opens). ``run_stdio`` turns it on
+        with ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1``: a stdio server has one client, so its
+        appends are almost always alone. Off by default: measured, it is not a clear win
+        under load (docs/notes/session-7/core.md)."""
+        self._in_place = on
+        self._journal.log.inline_when_idle = on
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._journal, name)
@@ -235,12 +256,15 @@ class ServedJournal:
             raise self._refusal() from None
         self._running.add(record.receipt_id)
 
-    async def on_settled(self, receipt: Any) -> None:
+    async def on_settled(self, receipt: Any, *, queued: Any = None) -> None:
         try:
             if self.failure is not None:
                 raise self._refusal()
             try:
-                await self._journal.on_settled(receipt)
+                if queued is None:
+                    await self._journal.on_settled(receipt)
+                else:  # only when the inner journal declared ordered_receipts (forwarded by __getattr__)
+                    await self._journal.on_settled(receipt, queued=queued)
             except JournalFailed as exc:
                 self._fail(exc)
                 raise self._refusal() from None
@@ -297,6 +321,7 @@ class ServedJournal:
                 self.reopen_blocked = f"opening the journal afresh failed: {exc}"
                 return False
             self._journal = fresh._journal
+            self.write_in_place(self._in_place)
             self.failure = None
             self.reopen_blocked = None
             self.reopened += 1

@@ -252,11 +252,15 @@ INSTRUCTIONS = {
 
 def build_profile(name: str, **options: Any) -> Profile:
     """Build the named profile (options: see :func:`_build_profile`), then give every served tool that
-    asks for it a start and a close hook: a tool whose handler has ``on_server_start`` /
+    asks for it a place, a start and a close hook: a tool whose handler has ``on_server_place`` (called with
+    the server's ``data_dir=`` and ``database=``, before anything starts) and ``on_server_start`` /
     ``on_server_close`` (async, no arguments; e.g. a durable workflow tool, whose runs resume on start)
     has them run with the profile's own starters and closers, once each."""
     prof = _build_profile(name, **options)
     for tool in prof.registry.list():
+        place = getattr(tool.handler, "on_server_place", None)  # e.g. durable workflow runs built without a location
+        if callable(place):
+            place(data_dir=options["data_dir"], database=options.get("database"))
         start = getattr(tool.handler, "on_server_start", None)
         close = getattr(tool.handler, "on_server_close", None)
         if callable(start) and start not in prof.starters:

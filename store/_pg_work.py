@@ -712,21 +712,6 @@ def verify_pg_work(dsn: str, space: str = DEFAULT_SPACE) -> list[str]:
     return problems
 
 
-def report_work_spaces(dsn: str) -> int:
-    """``db verify``'s part: print each work space's audit; how many have problems."""
-    bad = 0
-    for space in list_pg_work_spaces(dsn):
-        problems = verify_pg_work(dsn, space)
-        if problems:
-            bad += 1
-            print(f"work space {space}: {len(problems)} problem(s):")
-            for p in problems:
-                print(f"  {p}")
-        else:
-            print(f"work space {space}: ok: seq contiguous, every record fenced by a generation that never went back")
-    return bad
-
-
 def list_pg_work_spaces(dsn: str) -> list[str]:
     psycopg, _ = _psycopg()
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
@@ -737,4 +722,4 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
 
 __all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox",
            "PgSettledReceipts", "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
-           "report_work_spaces", "verify_pg_work", "work_artifact_store_name"]
+           "verify_pg_work", "work_artifact_store_name"]

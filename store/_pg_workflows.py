@@ -15,15 +15,18 @@ and knows nothing of their meaning.
   it refuses every later call until reopened, which re-reads the rows.
 - :meth:`PgWorkflowLog.replace`: compaction, one transaction.
 - :func:`read_pg_workflow_records`: a reader (synchronous, no lock, no write).
+- :func:`verify_pg_workflows` / :func:`list_pg_workflow_spaces`: ``db verify``'s audit of a space's rows
+  (seq contiguous, ``time`` and ``data`` well-formed, and, given the workflows' fold, every row folding).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from openfunctions.core import canonical_json, redact_dsn, utc_timestamp
@@ -212,9 +215,67 @@ def read_pg_workflow_records(dsn: str, space: str = "default", *, timeout: float
         raise StoreUnavailable(f"cannot read workflow runs in {where}: {_first_line(exc)}") from None
 
 
+#: Record types a compaction writes at the head of a space (its seq then continues from the rows it replaced).
+_COMPACTION_TYPES = ("run_snapshot", "compacted")
+
+
+def verify_pg_workflows(dsn: str, space: str, *,
+                        fold: Callable[[str, list[PgWorkflowRecord]], None] | None = None) -> list[str]:
+    """``db verify``'s audit of one run space; the problems found (empty: valid), each naming its seq.
+
+    Checks what the store promises (schema module): seq contiguous (from 1, or from a compaction's
+    ``run_snapshot``/``compacted`` head: a compaction continues the seq), ``time`` an RFC 3339 UTC stamp,
+    ``data`` a JSON object. ``fold(where, records)``: the workflows' own fold (``db verify`` passes it in;
+    the store knows nothing of the records' meaning), raising an error whose message names the bad record;
+    run only when the rows are well-formed. Raises ``psycopg.Error`` if the database cannot be read."""
+    psycopg, _ = _psycopg()
+    where = f"{redact_dsn(dsn)} (space {space!r})"
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute(_SELECT, (space,)).fetchall()
+    problems: list[str] = []
+    records: list[PgWorkflowRecord] = []
+    expect = None
+    for seq, type_, stamp, data in rows:
+        if expect is None and seq != 1 and type_ not in _COMPACTION_TYPES:
+            problems.append(f"seq {seq}: the first row is a {type_!r} record, not seq 1 nor a compaction's head "
+                            "(rows before it are missing)")
+        elif expect is not None and seq != expect:
+            problems.append(f"seq {seq}: expected seq {expect} (rows missing)")
+        expect = seq + 1
+        try:
+            datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+        except (TypeError, ValueError):
+            problems.append(f"seq {seq}: time {str(stamp)[:40]!r} is not an RFC 3339 UTC stamp")
+        try:
+            value = json.loads(data)
+        except ValueError as exc:
+            problems.append(f"seq {seq}: data is not JSON ({exc})")
+            continue
+        if not isinstance(value, dict):
+            problems.append(f"seq {seq}: data is a JSON {type(value).__name__}, not an object")
+            continue
+        records.append(PgWorkflowRecord(int(seq), type_, stamp, value))
+    if fold is not None and not problems:
+        try:
+            fold(where, records)
+        except Exception as exc:
+            problems.append(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
+    return problems
+
+
+def list_pg_workflow_spaces(dsn: str) -> list[str]:
+    """The run spaces that hold rows (none if the workflows schema is not there)."""
+    psycopg, _ = _psycopg()
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        if not conn.execute("SELECT to_regclass('of_workflow_records') IS NOT NULL").fetchone()[0]:
+            return []
+        return [r[0] for r in conn.execute("SELECT DISTINCT space FROM of_workflow_records ORDER BY space")]
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-__all__ = ["PgWorkflowLog", "PgWorkflowRecord", "open_pg_workflow_log", "read_pg_workflow_records", "space_lock_key"]
+__all__ = ["PgWorkflowLog", "PgWorkflowRecord", "list_pg_workflow_spaces", "open_pg_workflow_log",
+           "read_pg_workflow_records", "space_lock_key", "verify_pg_workflows"]

@@ -9,8 +9,10 @@
   component (``journal``, ``tasks``, ...).
 - ``db verify [--journal NAME]``: what ``journal verify`` checks in a file
   (seq contiguous from 1, every checksum, the chain, one receipt per call),
-  for each execution journal in the database, and each work space's attempt
-  records (seq contiguous, generations never going back: the lease fence held).
+  for each execution journal in the database, each work space's attempt
+  records (seq contiguous, generations never going back: the lease fence held),
+  and each workflow run space's rows (seq contiguous, time and data well-formed,
+  every row folding into its run).
   Exit 0 valid, 1 a problem, 2 unusable.
 
 The URL comes from ``--database`` or ``$OPENFUNCTIONS_DATABASE_URL``. See docs/SCALING.md.
@@ -24,6 +26,9 @@ import sys
 from typing import Any
 
 HELP = "migrate, check and verify the PostgreSQL database that server replicas share"
+#: ``db verify``'s fold of workflow run rows, ``(where, records) -> None`` raising on a bad record: the workflows'
+#: own, set by the command line that loads this module (servers/cli.py; the store sits below workflows)
+WORKFLOW_FOLD: Any = None
 
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
@@ -137,11 +142,32 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             print(f"journal {r.name}: {len(r.problems)} problem(s):")
             for p in r.problems:
                 print(f"  {p}")
-    if not args.journal:  # the work spaces' records too (store/_pg_work.py)
-        from ._pg_work import report_work_spaces
+    if not args.journal:  # the work spaces' records (store/_pg_work.py) and the workflow run spaces' rows too
+        from ._pg_work import list_pg_work_spaces, verify_pg_work
+        from ._pg_workflows import list_pg_workflow_spaces, verify_pg_workflows
 
-        bad += report_work_spaces(url)
+        bad += _report("work space", list_pg_work_spaces(url), lambda s: verify_pg_work(url, s),
+                       "seq contiguous, every record fenced by a generation that never went back")
+        bad += _report("workflow space", list_pg_workflow_spaces(url),
+                       lambda s: verify_pg_workflows(url, s, fold=WORKFLOW_FOLD),
+                       "seq contiguous, time and data well-formed, "
+                       + ("every row folds into its run" if WORKFLOW_FOLD is not None else "the fold not checked"))
     return 1 if bad else 0
+
+
+def _report(kind: str, spaces: list[str], audit: Any, ok: str) -> int:
+    """Print each space's audit (``audit(space)`` -> its problems); how many spaces have problems."""
+    bad = 0
+    for space in spaces:
+        problems = audit(space)
+        if problems:
+            bad += 1
+            print(f"{kind} {space}: {len(problems)} problem(s):")
+            for p in problems:
+                print(f"  {p}")
+        else:
+            print(f"{kind} {space}: ok: {ok}")
+    return bad
 
 
 __all__ = ["HELP", "add_commands"]

@@ -138,7 +138,9 @@ class RunOutcome:
 
 
 class WorkflowRuns:
-    """The durable runs of ``data_dir``, kept in ``<data_dir>/workflows/runs.journal``.
+    """The durable runs of ``data_dir``, kept in ``<data_dir>/workflows/runs.journal`` (or, with
+    ``database=URL``, rows of ``space`` in PostgreSQL; with neither, the runs of a served workflow
+    tool, placed by the server that serves it: see :meth:`place`).
 
     ``workflows``: the workflows this process can run or resume, by name.
     ``registry``/``adapter``: defaults for runs whose workflow has none bound.
@@ -163,21 +165,17 @@ class WorkflowRuns:
             raise WorkflowDefinitionError(f"keep_runs must be a non-negative integer or None, got {keep_runs!r}")
         if keep_seconds is not None and (not isinstance(keep_seconds, (int, float)) or keep_seconds < 0):
             raise WorkflowDefinitionError(f"keep_seconds must be a non-negative number or None, got {keep_seconds!r}")
-        if (data_dir is None) == (database is None):
-            raise WorkflowDefinitionError("WorkflowRuns takes a data directory or database=URL (exactly one)")
+        if data_dir is not None and database is not None:
+            raise WorkflowDefinitionError("WorkflowRuns takes a data directory or database=URL, not both "
+                                          "(neither: the serving host's, see place())")
         if not isinstance(space, str) or not RUN_ID_RE.match(space):
             raise WorkflowDefinitionError(f"space {str(space)[:80]!r} is invalid: use 1-128 characters of A-Z, a-z, "
                                           "0-9, '_', '.', ':', '-' starting with a letter or digit")
-        #: ``database``: the runs are rows of ``space`` in PostgreSQL (format: store/_pg_workflows_schema.py)
-        self.database = database
         self.space = space
-        self.data_dir = Path(data_dir) if data_dir is not None else None
         self.max_result_bytes = max_result_bytes
-        #: the journal file (None with ``database``)
-        self.path: Path | None = journal_path(self.data_dir) if self.data_dir is not None else None
-        self.root = self.path.parent if self.path is not None else None
-        #: where the runs are, for messages (the database's URL with its password redacted)
-        self.where = repr(str(self.data_dir)) if database is None else f"{redact_dsn(database)} (space {space!r})"
+        #: False until a host gives a ``WorkflowRuns()`` built without a location its own (:meth:`place`)
+        self.placed = False
+        self._locate(data_dir, database)
         self.registry = registry
         self.adapter = adapter
         self.keep_runs = keep_runs
@@ -199,6 +197,35 @@ class WorkflowRuns:
         #: what the last compaction did: {"kept", "pruned", "segments"} (None before any)
         self.last_compaction: dict[str, Any] | None = None
         self._pruned_total = 0
+
+    def _locate(self, data_dir: str | os.PathLike[str] | None, database: str | None) -> None:
+        self.placed = data_dir is not None or database is not None
+        #: ``database``: the runs are rows of ``space`` in PostgreSQL (format: store/_pg_workflows_schema.py)
+        self.database = database
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        #: the journal file (None with ``database``)
+        self.path: Path | None = journal_path(self.data_dir) if self.data_dir is not None else None
+        self.root = self.path.parent if self.path is not None else None
+        #: where the runs are, for messages (the database's URL with its password redacted)
+        self.where = (f"{redact_dsn(database)} (space {self.space!r})" if database is not None
+                      else repr(str(self.data_dir)) if self.data_dir is not None else "(not placed: no data dir or database)")
+
+    def place(self, *, data_dir: str | os.PathLike[str], database: str | None = None) -> bool:
+        """For a host: give runs built without a location (``WorkflowRuns()``) the host's own: PostgreSQL
+        rows of this ``space`` if ``database`` (``serve --database URL``), else ``<data_dir>/workflows/``.
+        Runs built with a location keep it. Returns whether this placed them. ``openfunctions-mcp serve``
+        calls it (through the served tool's ``on_server_place``) before it starts them."""
+        if self.placed:
+            return False
+        self._locate(None if database else data_dir, database or None)
+        return True
+
+    def _check_placed(self) -> None:
+        if not self.placed:
+            raise WorkflowDefinitionError(
+                "these WorkflowRuns() have no data directory or database yet: a server serving their workflow tool "
+                "gives them its own (openfunctions-mcp serve --data-dir/--database); elsewhere pass "
+                "WorkflowRuns(data_dir) or WorkflowRuns(database=URL)")
 
     def register(self, workflow: Workflow) -> Workflow:
         if not isinstance(workflow, Workflow):
@@ -306,6 +333,7 @@ class WorkflowRuns:
         self._claimed.add(run_id)
 
     async def _load(self) -> None:
+        self._check_placed()
         if self.database is not None:
             await self._load_database()
         else:
@@ -680,6 +708,7 @@ class WorkflowRuns:
     def _read(self) -> dict[str, RunState]:
         if self._log is not None:
             return dict(self._states)
+        self._check_placed()
         if self.database is not None:
             from openfunctions.store import StoreError, read_pg_workflow_records
 

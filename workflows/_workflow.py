@@ -193,6 +193,9 @@ class Workflow:
             # them on shutdown (servers/profiles.build_profile looks for these).
             handler.on_server_start = runs.start  # type: ignore[attr-defined]
             handler.on_server_close = runs.close  # type: ignore[attr-defined]
+            # ... and, if ``runs`` were built without a location (``WorkflowRuns()``), gives them its own first:
+            # ``serve --database URL``'s PostgreSQL, else its data dir (WorkflowRuns.place)
+            handler.on_server_place = runs.place  # type: ignore[attr-defined]
         return define_tool(
             name=name,
             description=description or f"Workflow {wf.name}: {len(self.parts)} step(s)",

@@ -18,7 +18,7 @@ finished runs past retention now (running and blocked runs always stay).
 The data directory defaults, like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR``
 or else the per-user data dir; runs live in ``<data-dir>/workflows/runs.journal``.
 With ``--database URL`` (or, when no ``--data-dir`` is given, ``$OPENFUNCTIONS_DATABASE_URL``)
-they live in PostgreSQL instead, rows of one run space (``--space``, default ``default``;
+they live in PostgreSQL instead, rows of one run space (``--space``, default ``default``; refused without a database;
 format: ``store/_pg_workflows_schema.py``; create it with ``openfunctions-mcp db migrate``).
 While a server serving durable workflows runs, it holds that journal:
 ``resume``, ``resolve`` and ``prune`` then exit 2 naming it.
@@ -42,7 +42,7 @@ from openfunctions.core import import_spec
 from openfunctions.core.errors import OpenFunctionsError
 
 from ._errors import RunCorrupt, WorkflowDefinitionError
-from ._runs import KEEP_RUNS, KEEP_SECONDS, RunOutcome, WorkflowRuns
+from ._runs import KEEP_RUNS, KEEP_SECONDS, RunOutcome, WorkflowRuns, _fold_records
 from ._workflow import Workflow
 
 HELP = "list, show and resume durable workflow runs"
@@ -67,8 +67,8 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
         p.add_argument("--database", dest="workflows_database", metavar="URL", default=None,
                        help="runs kept in PostgreSQL (postgresql://... or key=value conninfo; schema: `openfunctions-mcp "
                             "db migrate`); default, when no --data-dir: $OPENFUNCTIONS_DATABASE_URL if set")
-        p.add_argument("--space", dest="workflows_space", default="default", metavar="NAME",
-                       help="with --database: the run space (default: %(default)s)")
+        p.add_argument("--space", dest="workflows_space", default=None, metavar="NAME",
+                       help="with --database: the run space (default: default)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("list", help="every run: id, workflow, status, settled steps")
@@ -130,8 +130,18 @@ def _runs(args: argparse.Namespace, workflows: list[Workflow] = (), **options: A
     url = None if args.workflows_data_dir is not None else (
         args.workflows_database or os.environ.get("OPENFUNCTIONS_DATABASE_URL") or None)
     if url is not None:
-        return WorkflowRuns(database=url, space=args.workflows_space, workflows=workflows, **options)
+        return WorkflowRuns(database=url, space=args.workflows_space or "default", workflows=workflows, **options)
+    if args.workflows_space is not None:  # a data dir holds one set of runs: a space would be silently ignored
+        raise WorkflowDefinitionError("--space needs --database (or $OPENFUNCTIONS_DATABASE_URL without --data-dir): "
+                                      "runs in a data directory have no spaces")
     return WorkflowRuns(args.workflows_data_dir or default_data_dir(), workflows=workflows, **options)
+
+
+def check_run_records(where: str, records: list[Any]) -> None:
+    """Fold a database run space's rows as ``WorkflowRuns`` does; raises :class:`RunCorrupt` naming the first
+    record that does not fold. ``openfunctions-mcp db verify`` runs it on every space (the store, below this
+    package, gets it from the command line: servers/cli.py)."""
+    _fold_records(where, records)
 
 
 def _fail(args: argparse.Namespace, exc: OpenFunctionsError) -> int:
@@ -276,4 +286,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["HELP", "add_commands", "default_data_dir", "load_workflows", "main"]
+__all__ = ["HELP", "add_commands", "check_run_records", "default_data_dir", "load_workflows", "main"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +130,13 @@ class ExecutionJournal:
             return
         await self.log.append(START, record.to_dict())
 
-    async def on_settled(self, receipt: Receipt) -> None:
-        await self.log.append(RECEIPT, receipt.to_dict())
+    #: One file, one writer, fail-stop: records become durable in append order
+    #: (``ExecutionObserver`` "ordered receipts": the executor may release a
+    #: call's reservation once its receipt is queued; docs/formats/receipt.md).
+    ordered_receipts = True
+
+    async def on_settled(self, receipt: Receipt, *, queued: Callable[[], None] | None = None) -> None:
+        await self.log.append(RECEIPT, receipt.to_dict(), queued=queued)
 
     # -- reading -------------------------------------------------------------
     def receipts(self) -> Iterator[Receipt]:

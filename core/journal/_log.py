@@ -18,19 +18,19 @@ This module owns the *life* of a log:
   acknowledged, but its record is still written (as any unacknowledged
   record may be).
 - **in place for a lone appender, opt-in** (``inline_when_idle``, off by
-  default): when nothing else could share its fsync — no other append of
-  this log waiting for the thread, nothing else ready on the loop (or, if
-  something is, nothing joined after one yield) — an append writes and
-  syncs its lines itself, on the loop's thread
-  (:meth:`~._writer.GroupWriter.write_now`, ``take_back``). Measured both
-  ways (session 6, docs/PERFORMANCE.md journal section): in a bare process it
-  saves the hand-over's two thread wake-ups (~120 µs vs ~280 µs over a raw
-  write + fdatasync, op-interleaved); in the stdio server it was *slower*
-  (a read-only call 0.76–0.81× the SDK against 0.82–0.97× through the
-  thread, five interleaved runs of five; inside the server ``os.fdatasync``
-  itself took 0.95–1.87 ms median on the loop's thread against 0.73–0.80 ms
-  on the writer thread, cause not established). So it stays off unless a
-  caller measured that it pays.
+  default; a stdio server turns it on for its execution journal with
+  ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1``): when nothing else could share its
+  fsync — no other append of this log waiting for the thread, nothing else
+  ready on the loop (or, if something is, nothing joined after one yield) —
+  an append writes and syncs its lines itself, on the loop's thread
+  (:meth:`~._writer.GroupWriter.write_now`, ``take_back``). Measured
+  (bench/bench_journal.py ``--sync-only`` and ``--server``; session 6 and 7
+  notes): a lone appender is ~70 µs closer to a raw write + fdatasync than
+  through the thread; in the stdio server (a serial client) read-only calls
+  were 1–10 % faster in place at load 1–3.5 and effectful ones between 9 %
+  slower and 12 % faster; at load 5–6 (session 6) in place was slower in
+  every run. Not a clear win, so off by default. Never for a server with many
+  clients: it would stall the loop for the fsync while other requests wait.
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -180,8 +180,13 @@ class JournalLog:
         return self._writer.durable_size if self._writer else 0
 
     # -- append ------------------------------------------------------------
-    async def append(self, type: str, data: dict[str, Any]) -> Record:
+    async def append(self, type: str, data: dict[str, Any], *, queued: Callable[[], None] | None = None) -> Record:
         """Append one record; returns it once it is written and fsynced.
+
+        ``queued()``, if given, is called once the record has its seq and its
+        place in the file's order (queued for the writer, or already written
+        in place), before it is durable; not called if the append raises first.
+        Any record appended after that call is durable only after this one.
 
         Raises JournalFailed (this or an earlier write/fsync failed),
         JournalClosed, NonJsonValue (``data`` has no JSON form; no seq is
@@ -191,7 +196,7 @@ class JournalLog:
         writer = self._writable()
         seq, prev = self._next_seq, self._link
         line, chk, rec = self._encode(type, data, seq, prev, self._enqueued_size, seq + self._line_of_seq)
-        await self._durable(writer, [line], seq, seq + 1, chk, self._enqueued_size + len(line))
+        await self._durable(writer, [line], seq, seq + 1, chk, self._enqueued_size + len(line), queued)
         return rec
 
     async def append_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> list[Record]:
@@ -217,10 +222,13 @@ class JournalLog:
             seq, offset = seq + 1, offset + len(line)
         if not out:
             return out
-        await self._durable(writer, lines, seq - 1, seq, prev, offset)
+        await self._durable(writer, lines, seq - 1, seq, prev, offset, None)
         return out
 
-    async def _durable(self, writer: GroupWriter, lines: list[bytes], last_seq: int, next_seq: int, link: str, size: int) -> None:
+    async def _durable(
+        self, writer: GroupWriter, lines: list[bytes], last_seq: int, next_seq: int, link: str, size: int,
+        queued: Callable[[], None] | None,
+    ) -> None:
         """Make ``lines`` durable, then return; the log's position moves to
         (``next_seq``, ``link``, ``size``) once they are queued or written.
 
@@ -236,15 +244,19 @@ class JournalLog:
         loop = asyncio.get_running_loop()
         lone = self.inline_when_idle and not self._handed_over
         # ``_ready`` is asyncio's private queue of callbacks due now (BaseEventLoop; no public equivalent). A loop
-        # without it (uvloop) reads as busy, so every append takes the writer thread: the opt-in path silently
-        # does nothing there, which is safe (the thread is the default path) but worth knowing.
+        # without it (uvloop) reads as busy: a lone appender there always takes the held path (queue held, one
+        # yield, take back if nothing joined), which needs no private attribute and still writes in place.
         if lone and not getattr(loop, "_ready", True) and writer.write_now(lines, last_seq):
             self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+            if queued is not None:
+                queued()
             await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O
             return
         waiter = loop.create_future()
         held = writer.enqueue(lines, last_seq, waiter, loop, hold=lone)  # raises JournalFailed before any seq is consumed
         self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+        if queued is not None:
+            queued()
         if held:
             try:
                 await asyncio.sleep(0)

@@ -10,6 +10,16 @@ One writer thread per open log then repeats, for as long as there is work:
 3. record the new durable seq/size, and wake each batch's appenders on
    their event loop (``call_soon_threadsafe``).
 
+The hand-over is cheap on purpose (it runs on the event loop for every
+append): the thread blocks on ``_wake``, a plain ``threading.Lock`` used as
+a binary semaphore (acquire and release happen in C, the wait with the GIL
+released), and an append releases it only when the thread said it is idle
+(``_idle``); a thread mid-write looks at the queue anyway when its fsync
+returns, so most appends under load signal nothing. ``drain`` keeps a
+``threading.Condition`` on the same lock (off the hot path: notified only
+while someone drains). The way back is one ``call_soon_threadsafe`` per
+batch (one per event loop in a take).
+
 Why a thread of its own rather than ``run_in_executor`` per batch: the
 thread takes the next batch the moment an fsync returns, without a round
 trip through the event loop, so appenders woken by one batch encode their
@@ -104,7 +114,11 @@ class GroupWriter:
         self._path = path
         # Everything below is shared with the thread and guarded by _mu.
         self._mu = threading.Lock()
-        self._cv = threading.Condition(self._mu)  # the thread waits on it for work; drain() for progress
+        self._cv = threading.Condition(self._mu)  # drain() waits on it for progress (notified while _draining)
+        # The thread blocks on _wake for work: released (once) only by _signal, only while _idle.
+        self._wake = threading.Lock()
+        self._wake.acquire()
+        self._idle = False  # the thread is blocked (or about to block) on _wake
         self._batch: _Batch | None = None  # the open batch (the newest in _queue)
         self._queue: list[_Batch] = []
         self._thread: threading.Thread | None = None
@@ -172,6 +186,19 @@ class GroupWriter:
             )
             self._thread.start()
         else:
+            self._signal()
+
+    def _signal(self) -> None:
+        """Under ``_mu``: wake the thread if it is idle (one release per idle
+        spell: ``_wake`` is never released twice without an acquire). A busy
+        thread re-reads the state before it blocks again, so it needs no signal."""
+        if self._idle:
+            self._idle = False
+            self._wake.release()
+
+    def _progress(self) -> None:
+        """Under ``_mu``: tell ``drain`` (if anyone drains) that the state moved."""
+        if self._draining:
             self._cv.notify_all()
 
     def take_back(self) -> bool:
@@ -225,17 +252,20 @@ class GroupWriter:
                 self.failure = exc if isinstance(exc, Exception) else OSError(f"write interrupted: {exc!r}")
                 batches, self._queue, self._batch = self._queue, [], None
                 self._held = self._writing = False
+                self._signal()  # an idle thread sees the failure state (and exits after IDLE_EXIT)
                 self._cv.notify_all()
             log.error("journal_failed", path=self._path, error=str(self.failure))
             _wake(batches, self.failed_error)
             if not isinstance(exc, Exception):
                 raise
             raise self.failed_error() from exc
-        with self._cv:
+        with self._mu:
             self.durable_size += len(data)
             self.durable_seq = last_seq
             self._writing = False
-            self._cv.notify_all()  # a thread waiting on _writing takes what queued meanwhile; drain() sees progress
+            if self._queue:
+                self._signal()  # lines queued meanwhile waited for this write: the thread takes them now
+            self._progress()
 
     def busy(self) -> bool:
         with self._mu:
@@ -263,6 +293,7 @@ class GroupWriter:
             self._held = False
             dropped, self._queue, self._batch = self._queue, [], None
             thread = self._thread
+            self._signal()
             self._cv.notify_all()
         if dropped:
             _wake(dropped, self._closed_error)
@@ -294,41 +325,60 @@ class GroupWriter:
                 on_exit()
 
     def _loop_batches(self) -> None:
-        cv = self._cv
+        mu = self._mu
         while True:
-            with cv:
-                while not self._queue or self._writing or self._held:  # an in-place write, or a batch held for one
-                    if self._stopping or (not cv.wait(IDLE_EXIT) and not self._queue and not self._writing):
-                        self._thread = None
-                        cv.notify_all()
-                        return
-                batches, self._queue, self._batch = self._queue, [], None
-                self._writing = True
+            with mu:
+                if self._stopping:
+                    self._exit()
+                    return
+                if self._queue and not self._writing and not self._held:  # not behind an in-place write or a hold
+                    batches, self._queue, self._batch = self._queue, [], None
+                    self._writing = True
+                else:
+                    self._idle = True
+                    batches = None
+            if batches is None:
+                if self._wake.acquire(timeout=IDLE_EXIT):
+                    continue
+                with mu:
+                    if not self._idle:  # signalled just after the timeout: consume that release, look again
+                        self._wake.acquire(blocking=False)
+                        continue
+                    if self._queue or self._writing:  # held lines or an in-place write: not idle, wait on
+                        continue
+                    self._idle = False
+                    self._exit()
+                    return
             data = b"".join([line for b in batches for line in b.lines])
             try:
                 self._ops.write_all(self._fd, data)
                 self._ops.sync(self._fd)
             except BaseException as exc:
-                with cv:
+                with mu:
                     self.failure = exc if isinstance(exc, Exception) else OSError(f"write interrupted: {exc!r}")
                     batches += self._queue  # never written: their appenders fail too
                     self._queue, self._batch = [], None
                     self._held = False
                     self._writing = False
-                    self._thread = None
-                    cv.notify_all()
+                    self._exit()
                 log.error("journal_failed", path=self._path, error=str(self.failure))
                 _wake(batches, self.failed_error)
                 if not isinstance(exc, Exception):
                     raise
                 return
-            with cv:
+            with mu:
                 self.durable_size += len(data)
                 self.durable_seq = batches[-1].last_seq
                 self._writing = False
-                if self._draining:
-                    cv.notify_all()
+                self._progress()
             _wake(batches, None)
 
+    def _exit(self) -> None:
+        """Under ``_mu``, on the thread: it is gone; the next ``_kick`` starts a new one."""
+        self._thread = None
+        if self._idle:  # stopped while idle: a pending release (from _signal) is nobody's now
+            self._idle = False
+        self._wake.acquire(blocking=False)  # leave _wake held (consumed) for the next thread
+        self._cv.notify_all()
 
 __all__ = ["GroupWriter", "IDLE_EXIT"]

@@ -298,3 +298,86 @@ async def test_issued_conversations_are_separate_and_bounded(tmp_path: Path) -> 
             agent.chat("hello?", conversation="not-an-id")
         assert third != first and (await agent.health())["conversations"] == 2
         assert len(model.calls) == 4  # the refused turns never reached the model
+
+
+class _FailingSync:
+    """A core journal ``FileOps`` whose next ``sync`` fails once armed (what a dying disk looks like)."""
+
+    def __init__(self) -> None:
+        from openfunctions.core.journal._fsutil import FileOps
+
+        self.armed = False
+        self._ops = FileOps()
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        self._ops.write_all(fd, data)
+
+    def sync(self, fd: int) -> None:
+        import errno
+
+        if self.armed:
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        self._ops.sync(fd)
+
+
+async def test_a_turn_whose_conversation_use_cannot_be_recorded_still_delivers_its_answer_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import openfunctions.chat._conversations as conversations
+    from openfunctions.core import JournalFailed
+    from openfunctions.core.journal import JournalLog
+
+    ops = _FailingSync()
+
+    class OnAFailingDisk:  # the conversation table's journal only (the module's name for the class)
+        @staticmethod
+        async def open(path: Any, **kw: Any) -> JournalLog:
+            return await JournalLog.open(path, _ops=ops, **kw)
+
+    monkeypatch.setattr(conversations, "JournalLog", OnAFailingDisk)
+    model = ScriptedAdapter(["the answer", "another answer"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+        first, second = await agent.open_conversation(), await agent.open_conversation()
+        ops.armed = True  # the table's journal fails at its next fsync: the "used" record of first's turn
+        reply = await agent.chat("hello", conversation=first)
+        assert reply.ok and reply.text == "the answer" and reply.conversation_id == first
+        [warning] = reply.warnings
+        assert warning["code"] == "chat_conversation_use_not_recorded" and warning["cause"] == "journal_failed"
+        assert "Input/output error" in warning["message"]
+        assert reply.to_dict()["metadata"]["warnings"] == [warning]
+        # The history did get the turn (the memory store is not the failing journal): the next turn sees it.
+        again = await agent.chat("and?", conversation=first)
+        assert again.ok and [m.content for m in model.calls[-1][0][1:]] == ["hello", "the answer", "and?"]
+        assert [w["cause"] for w in again.warnings] == ["journal_failed"]  # fail-stop: refused again, said again
+        with pytest.raises(JournalFailed):  # no new conversation until the chat is restarted
+            await agent.open_conversation()
+    ops.armed = False
+    async with await create_chat_agent(adapter=ScriptedAdapter(["after the restart"]), data_dir=tmp_path) as agent:
+        assert (await agent.chat("still here?", conversation=first)).ok  # the issued conversations survived
+        assert [c.id for c in agent._conversations.held()] == [second, first]
+
+
+async def test_a_compaction_that_fails_mid_rotate_neither_fails_the_turn_nor_loses_a_conversation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import openfunctions.core.journal._log as journal_log
+    from openfunctions.core import JournalFailed
+
+    model = ScriptedAdapter(["the answer"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+        first, second = await agent.open_conversation(), await agent.open_conversation()
+        agent._conversations._records = 10_000  # the next change compacts (as after 4 x max_conversations records)
+
+        def dir_fsync_fails(path: Any) -> None:  # the rotate's rename happened; syncing its directory fails
+            raise OSError(errno.EIO, "Input/output error (injected)")
+
+        monkeypatch.setattr(journal_log, "fsync_dir", dir_fsync_fails)
+        reply = await agent.chat("hello", conversation=first)  # its "used" record is durable, then the compaction
+        monkeypatch.undo()
+        assert reply.ok and reply.text == "the answer" and reply.warnings == []
+        with pytest.raises(JournalFailed, match="its compaction failed .*Input/output error"):
+            await agent.open_conversation()  # the half-switched file takes nothing more until a restart
+        with pytest.raises(JournalFailed, match="its compaction failed"):
+            await agent.reset(second)
+    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path) as agent:
+        assert [c.id for c in agent._conversations.held()] == [second, first]  # the segment folded: nothing lost

@@ -35,3 +35,31 @@ def test_receipt_rejects_unknown_outcomes_and_fields():
         Receipt.model_validate({**base, "surprise": 1})
 
 
+
+
+def _dump_pairs():
+    from openfunctions.core._receipts import PolicyRecord, ReceiptError
+
+    base = dict(receipt_id="rcpt_" + "a" * 32, tool="t", spec_sha256="sha256:ab", params_sha256=None,
+                outcome="succeeded", certainty="known", handler_started=True, started_at="2026-12-01T00:00:00.000000Z",
+                finished_at="2026-12-01T00:00:00.000100Z", duration_ms=0.1)
+    yield Receipt(**base)
+    yield Receipt(**{**base, "outcome": "failed", "certainty": "unknown", "result_sha256": "sha256:cd",
+                     "error": ReceiptError(code="tool_failed", message="é\u2028 \"quoted\""),
+                     "policy": PolicyRecord(policy="allow_all", allowed=False, reason="because"),
+                     "principal": "alice", "parent_receipt_id": "rcpt_" + "b" * 32, "recovered": True})
+    yield Receipt(**{**base, "policy": PolicyRecord(policy="p", allowed=True)})
+    yield Receipt(**{**base, "duration_ms": float("inf")})  # pydantic's own rule for a non-finite float
+
+
+@pytest.mark.anyio
+async def test_to_dict_is_exactly_pydantics_json_dump_key_order_included():
+    # Receipt.to_dict is hand-built (hot path); it must stay what model_dump(mode="json") gives.
+    receipts = list(_dump_pairs())
+    d = await ToolRegistry([define_tool(name="t", description="", handler=_h)]).execute_detailed("t", {"n": 3})
+    receipts.append(d.receipt)  # the executor's fast-constructed receipt
+    for r in receipts:
+        mine, theirs = r.to_dict(), r.model_dump(mode="json")
+        assert mine == theirs and list(mine) == list(theirs)
+        assert json.dumps(mine) == json.dumps(theirs)
+        assert r.to_dict() is not mine  # a fresh dict each time: callers may change theirs

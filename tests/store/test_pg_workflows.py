@@ -120,8 +120,10 @@ async def test_hostile_run_ids_and_spaces_are_refused(db):
             runs.show(bad)
     with pytest.raises(WorkflowDefinitionError):
         WorkflowRuns(database=db, space="a'; --")
-    with pytest.raises(WorkflowDefinitionError):
-        WorkflowRuns()
+    with pytest.raises(WorkflowDefinitionError, match="not both"):
+        WorkflowRuns("some-dir", database=db)
+    with pytest.raises(WorkflowDefinitionError, match="a server serving their workflow tool gives them its own"):
+        WorkflowRuns().list()  # no location: only a serving host places it
     assert read_pg_workflow_records(db, space) == []
 
 

@@ -85,3 +85,19 @@ def durable() -> ToolRegistry:
         description="charge an order and report the balance (a durable run)", registry=reg, runs=runs,
     ))
     return reg
+
+
+def hosted() -> ToolRegistry:
+    """What `openfunctions-mcp serve --module tests.workflows._app:hosted [--database URL]` serves: the checkout
+    workflow as a durable tool whose runs (``WorkflowRuns(space=...)``, no location) the server places itself:
+    ``serve --database``'s PostgreSQL (space ``$WF_TEST_SPACE``), else its ``--data-dir``."""
+    from openfunctions.workflows import WorkflowRuns
+
+    runs = WorkflowRuns(space=os.environ.get("WF_TEST_SPACE", "default"))
+    reg = ToolRegistry([registry.get("charge"), registry.get("slow_read")])
+    reg.register(checkout.bind(registry=reg).as_tool(
+        "checkout", {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]},
+        description="charge an order and report the balance (a durable run, placed by the server)", registry=reg,
+        runs=runs,
+    ))
+    return reg

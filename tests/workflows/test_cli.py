@@ -46,6 +46,8 @@ def test_list_show_and_errors(tmp_path, capsys):
     assert rc == 2 and "no workflow run 'missing'" in err
     rc, _, err = run_cli(capsys, "show", "../../x", "--data-dir", str(tmp_path))
     assert rc == 2 and "is invalid" in err
+    rc, _, err = run_cli(capsys, "list", "--space", "shop", "--data-dir", str(tmp_path))  # was silently ignored
+    assert rc == 2 and "--space needs --database" in err
     rc, _, err = run_cli(capsys, "resolve", "run-1", "0", "--applied", "--result", "{nope", "--data-dir", str(tmp_path))
     assert rc == 2 and "--result is not JSON" in err
     rc, _, err = run_cli(capsys, "resolve", "run-1", "0", "--applied", "--data-dir", str(tmp_path))

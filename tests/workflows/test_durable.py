@@ -79,6 +79,16 @@ class World:
                                                             capability={"effect": "read", "parallel_safe": True})])
 
 
+async def crashed_in_charge(tmp_path, world, wf, run_id="r"):
+    """Run ``wf`` until its ``charge`` step crashes the "process" (an uncertain write), then the runs of
+    "the next start" (a new WorkflowRuns on the same data dir, nothing crashing any more)."""
+    world.crash_in = {"charge"}
+    with pytest.raises(Crash):
+        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id=run_id)
+    world.crash_in = set()
+    return WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+
+
 def workflow(name="order"):
     return pipe(
         tool_step("lookup"),
@@ -127,12 +137,7 @@ async def test_crash_during_a_read_step_resumes_after_the_last_settled_step(tmp_
 @pytest.mark.anyio
 async def test_crash_during_a_write_step_blocks_the_run_until_resolved(tmp_path):
     world = World()
-    wf = workflow()
-    world.crash_in = {"charge"}
-    with pytest.raises(Crash):
-        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="r")
-    world.crash_in = set()
-    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    runs = await crashed_in_charge(tmp_path, world, workflow())
     with pytest.raises(RunBlocked) as ei:
         await runs.resume("r")
     assert ei.value.details["steps"] == ["2"]
@@ -154,12 +159,7 @@ async def test_crash_during_a_write_step_blocks_the_run_until_resolved(tmp_path)
 @pytest.mark.anyio
 async def test_resolving_not_applied_runs_the_step_again(tmp_path):
     world = World()
-    wf = workflow()
-    world.crash_in = {"charge"}
-    with pytest.raises(Crash):
-        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="r")
-    world.crash_in = set()
-    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    runs = await crashed_in_charge(tmp_path, world, workflow())
     await runs.resolve("r", "2", applied=False, by="ops")
     out = await runs.resume("r")
     assert out.ok and world.charged == [102, 102]  # the operator said it had not happened: it ran once more
@@ -299,11 +299,7 @@ async def test_a_corrupted_run_journal_fails_closed_naming_the_file(tmp_path):
 @pytest.mark.anyio
 async def test_a_changed_workflow_or_an_unknown_one_is_refused(tmp_path):
     world = World()
-    world.crash_in = {"charge"}
-    wf = workflow()
-    with pytest.raises(Crash):
-        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="v1")
-    world.crash_in = set()
+    await crashed_in_charge(tmp_path, world, workflow(), run_id="v1")
     changed = workflow().then(transform(lambda r: r, name="extra"))
     with pytest.raises(WorkflowChanged, match="different version"):
         await WorkflowRuns(tmp_path, workflows=[changed], registry=world.registry()).resume("v1")
@@ -319,11 +315,7 @@ async def test_a_branch_predicate_that_changes_its_answer_on_replay_is_caught(tm
         lambda r: flip["v"], tool_step("lookup", lambda r: {"n": 1}), tool_step("lookup", lambda r: {"n": 2}),
         name="flip",
     ).then(tool_step("charge", lambda r: {"n": 0}))
-    world.crash_in = {"charge"}
-    with pytest.raises(Crash):
-        await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="b1")
-    world.crash_in = set()
-    runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
+    runs = await crashed_in_charge(tmp_path, world, wf, run_id="b1")
     await runs.resolve("b1", "2", applied=False)
     flip["v"] = False
     with pytest.raises(NonDeterministic, match=r"step 1 \(branch flip\): the predicate now answers False"):

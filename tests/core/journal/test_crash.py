@@ -93,3 +93,56 @@ def test_second_writer_process_is_refused_and_takes_over_after_sigkill(tmp_path)
 
     assert anyio.run(take_over) == 1
     assert os.path.exists(f"{p}.lock")  # stale lock file, no cleanup needed
+
+
+@pytest.mark.slow
+def test_sigkill_while_receipts_are_queued_but_not_durable_keeps_every_promise(tmp_path):
+    # The file journal declares ordered receipts, so a write's reservation is
+    # released once its receipt is *queued*: the next write may be admitted
+    # while that receipt is not durable yet. Killed at random moments, with
+    # fsyncs slowed so that window is wide, recovery must still show:
+    # - every reply sent has its (succeeded, not recovered) receipt;
+    # - every effect (a handler that ran) has a durable start;
+    # - every start has exactly one receipt after recovery.
+    from openfunctions.core.journal import ExecutionJournal
+
+    p = tmp_path / "exec.journal"
+    rng = random.Random(20261201)
+    replies: set[str] = set()
+    effects: set[str] = set()
+    for _ in range(12):
+        proc = spawn("effects", p, rng.choice([2, 8, 16]))
+        assert readline(proc) == "ready True"
+        seen = ""
+        for _ in range(rng.randrange(5, 80)):
+            seen += readline(proc) + "\n"
+        seen += kill9(proc)
+        for line in seen.splitlines():
+            kind, _, rid = line.partition(" ")
+            if kind == "reply":
+                replies.add(rid)
+            elif kind == "effect":
+                effects.add(rid)
+
+        async def reopen():
+            j = await ExecutionJournal.open(p)  # recovery settles what was in flight
+            try:
+                return [(r.type, r.data) for r in j.log.records()]
+            finally:
+                await j.close()
+
+        records = anyio.run(reopen)
+        starts = [d["receipt_id"] for t, d in records if t == "start"]
+        receipts: dict[str, list[dict]] = {}
+        for t, d in records:
+            if t == "receipt":
+                receipts.setdefault(d["receipt_id"], []).append(d)
+        assert len(starts) == len(set(starts))
+        for rid in starts:
+            assert len(receipts.get(rid, [])) == 1, f"start {rid} has {len(receipts.get(rid, []))} receipts"
+        for rid in effects:
+            assert rid in starts, f"effect {rid} ran without a durable start"
+        for rid in replies:
+            (got,) = receipts[rid]
+            assert got["outcome"] == "succeeded" and got["recovered"] is False, got
+    assert len(replies) > 50 and len(effects) > len(replies) // 2  # the test did exercise the path

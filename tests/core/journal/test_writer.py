@@ -225,3 +225,33 @@ async def test_many_appenders_with_cancellations_lose_nothing_that_was_queued(tm
     assert len(acked) < len(on_disk)  # the test did cancel callers mid-wait
     in_place_syncs = where.count(threading.current_thread().name)
     assert in_place_syncs > 0 if in_place else in_place_syncs == 0
+
+
+@pytest.mark.anyio
+async def test_the_wake_up_survives_idle_spells_idle_exits_and_bursts(tmp_path, monkeypatch):
+    # The thread blocks on a lock used as a binary semaphore, released only
+    # while it is idle: appends that land while it writes, while it is about
+    # to block, just after its idle timeout, and after it exited must all be
+    # written, never released twice (a RuntimeError on the thread would leave
+    # appenders waiting forever: the 30 s fail_after catches that).
+    monkeypatch.setattr(_writer, "IDLE_EXIT", 0.003)
+    p = tmp_path / "wake.jsonl"
+    log = await JournalLog.open(p)
+    n = 0
+    with anyio.fail_after(30):
+        for round_ in range(60):
+            burst = 1 + round_ % 7
+
+            async def one(i: int) -> None:
+                await log.append("t", {"i": i})
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(burst):
+                    tg.start_soon(one, n)
+                    n += 1
+            await anyio.sleep((round_ % 4) * 0.002)  # sometimes the thread idles out in between
+    w = log._writer
+    await log.close()
+    assert _writer_threads(p) == []
+    assert w is not None and w._wake.locked() and not w._idle  # no release left pending for a next thread
+    assert sorted(r.data["i"] for r in read_records(p)) == list(range(n))
