@@ -11,8 +11,7 @@ every call's receipt is fsynced before its reply; ``of_hash_text`` declares
 ``effect: read``, so it has no start record), the same server with
 ``--no-fast-path`` (every call through the SDK's HTTP layers: the direct
 ``tools/call`` path's before/after in one run), the same server forced to
-``--loop asyncio --http h11`` (the stack before uvloop/httptools were its
-default), and the SDK's ``MCPServer`` with the same tool, stateless with
+``--http h11`` (the parser before httptools was its default), and the SDK's ``MCPServer`` with the same tool, stateless with
 JSON responses, under the same uvicorn: as ``uvicorn.run`` configures it in
 this environment (``loop="auto"``/``http="auto"``: uvloop and httptools when
 installed, which they are with our dependencies: the honest peer) and, for
@@ -186,7 +185,7 @@ async def _load(port: int, clients: int, seconds: float) -> tuple[list[float], l
 def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[subprocess.Popen, int]:
     """``kind``: ``ours`` (journal on), ``ours-no-journal`` (``--no-journal``), ``ours-no-fast-path``
     (``--no-fast-path``: every call through the SDK's HTTP layers), ``ours-asyncio-h11`` (``--loop asyncio
-    --http h11``), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``."""
+    ``ours-h11`` (``--http h11``), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``."""
     port = free_port()
     if kind.startswith("ours"):
         prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile_out)] if profile_out else [])
@@ -196,8 +195,8 @@ def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[
             argv.append("--no-journal")
         if kind == "ours-no-fast-path":
             argv.append("--no-fast-path")
-        if kind == "ours-asyncio-h11":
-            argv += ["--loop", "asyncio", "--http", "h11"]
+        if kind == "ours-h11":
+            argv += ["--http", "h11"]
     else:
         argv = [sys.executable, "-c", SDK_SERVER, str(port), *(("asyncio", "h11") if kind == "sdk-asyncio-h11" else ("auto", "auto"))]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -274,9 +273,9 @@ def profile(seconds: float) -> str:
     return "\n".join(lines)
 
 
-KINDS = ("ours", "ours-no-fast-path", "ours-asyncio-h11", "sdk", "sdk-asyncio-h11")
+KINDS = ("ours", "ours-no-fast-path", "ours-h11", "sdk", "sdk-asyncio-h11")
 NAMES = {"ours": "openfunctions-mcp (journal on)", "ours-no-fast-path": "openfunctions-mcp, --no-fast-path",
-         "ours-asyncio-h11": "openfunctions-mcp, --loop asyncio --http h11",
+         "ours-h11": "openfunctions-mcp, --http h11",
          "sdk": "SDK MCPServer (uvicorn auto: uvloop + httptools)", "sdk-asyncio-h11": "SDK MCPServer, asyncio + h11"}
 
 
@@ -310,10 +309,10 @@ def main() -> None:
              "on the shared machine, with other work): those rows measure contention more than the server, and at "
              "1,000 clients each client gets about one call in; the server-CPU-per-call column (from /proc) is the "
              "robust comparison; the load generator's own CPU per call is shown too (it parses each reply, and ours "
-             "carries the receipt). The ratio row compares ours (default `--loop auto --http auto`: uvloop and "
-             "httptools, dependencies of ours) with the SDK's MCPServer under `uvicorn.run`'s own `auto` choice in the "
-             "same environment (also uvloop and httptools); the two asyncio + h11 rows show both on the pure-Python "
-             "stack. Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
+             "carries the receipt). The ratio row compares ours (defaults: asyncio's loop, `--http auto` = httptools, "
+             "a dependency of ours) with the SDK's MCPServer under `uvicorn.run`'s own `auto` choice in the same "
+             "environment (uvloop and httptools, both installed here); the `--http h11` and `asyncio + h11` rows show "
+             "both on the pure-Python parser. Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
              "`server` section (its `http load x50` row and CPU split) for where our CPU per call goes.")
     if args.profile:
         prof = profile(args.seconds)

@@ -1,13 +1,17 @@
 """Which event loop and which HTTP/1.1 parser ``serve`` runs on: ``--loop`` and ``--http``.
 
-``auto`` (the default of both) picks the faster implementation when it is
-installed, as uvicorn's own ``auto`` does: uvloop (libuv, C) over asyncio's
-pure-Python selector loop, httptools (llhttp, C) over h11 (pure Python). Both
-are dependencies where they have wheels (uvloop: Linux and macOS, CPython);
-where one is missing, ``auto`` falls back to asyncio / h11 and naming it
-explicitly is a configuration error that says so. Both HTTP protocols carry
-the same connection guards (``_http_guard``). docs/SERVERS.md, "Event loop",
-has the measurements behind the defaults.
+``--http auto`` (the default) picks httptools (llhttp, C; a dependency) over
+h11 (pure Python) when it is installed, as uvicorn's own ``auto`` does, and
+falls back to h11 where it is missing; both HTTP protocols carry the same
+connection guards (``_http_guard``).
+
+``--loop`` is ``asyncio`` by default; ``uvloop`` (libuv) is an opt-in for a
+process that has it installed (the ``uvloop`` extra), not a default: under
+1,000 concurrent clients it stopped accepting new connections for as long
+as the accepted ones kept it busy (a third of them waited ~5 s for their
+first reply), for a CPU gain within the noise once httptools is in.
+Naming a missing implementation is a configuration error that says so.
+docs/SERVERS.md, "Event loop", has the measurements.
 
 Kept light (no uvicorn or core import at module level) so that ``--help``
 stays fast and the CLI can resolve the choice before it starts the loop.
@@ -19,7 +23,7 @@ import importlib.util
 import sys
 from typing import Any
 
-LOOPS = ("auto", "asyncio", "uvloop")
+LOOPS = ("asyncio", "uvloop")
 HTTP_PARSERS = ("auto", "httptools", "h11")
 
 
@@ -32,17 +36,15 @@ def _uvloop_available() -> bool:
 
 
 def resolve_loop(choice: str) -> str:
-    """``asyncio`` or ``uvloop`` for ``--loop choice``; :class:`ConfigurationError` if ``uvloop`` is named but missing."""
+    """``choice`` itself, checked: :class:`ConfigurationError` if it is ``uvloop`` and uvloop is missing."""
     from openfunctions.core.errors import ConfigurationError
 
     if choice not in LOOPS:
         raise ConfigurationError(f"--loop must be one of {', '.join(LOOPS)}, got {choice!r}")
-    if choice == "auto":
-        return "uvloop" if _uvloop_available() else "asyncio"
     if choice == "uvloop" and not _uvloop_available():
         raise ConfigurationError(
             "--loop uvloop: the uvloop package is not installed here (it has wheels for Linux and macOS: "
-            "`pip install uvloop`); use --loop asyncio or --loop auto"
+            "`pip install 'openfunctions-mcp[uvloop]'`); use --loop asyncio, the default"
         )
     return choice
 

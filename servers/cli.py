@@ -112,9 +112,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                         "OPENFUNCTIONS_FAST_PATH=0 does the same)")
     from ._event_loop import HTTP_PARSERS, LOOPS
 
-    t.add_argument("--loop", choices=LOOPS, default="auto",
-                   help="event loop: uvloop (libuv, faster) or asyncio; auto: uvloop when installed (a dependency on "
-                        "Linux and macOS), else asyncio (default: %(default)s; docs/SERVERS.md, 'Event loop')")
+    t.add_argument("--loop", choices=LOOPS, default="asyncio",
+                   help="event loop: asyncio, or uvloop (libuv) if installed (the 'uvloop' extra; opt-in: under "
+                        "heavy connection churn it can delay accepting new connections, docs/SERVERS.md 'Event "
+                        "loop') (default: %(default)s)")
     t.add_argument("--http", choices=HTTP_PARSERS, default="auto", dest="http_parser",
                    help="HTTP/1.1 parser: httptools (llhttp, faster) or h11; auto: httptools when installed "
                         "(default: %(default)s; the same limits and guards either way)")

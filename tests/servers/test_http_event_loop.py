@@ -1,9 +1,10 @@
 """``serve --loop`` and ``--http``: the event loop and HTTP parser a served process runs on.
 
-``auto`` picks uvloop / httptools when installed and falls back to asyncio /
-h11 where they are missing; naming a missing one is a clear configuration
-error. Every combination serves a real call (subprocesses on 127.0.0.1); the
-guards on both HTTP parsers are in test_hostile_http.py.
+``--http auto`` picks httptools when installed and falls back to h11 where it
+is missing; ``--loop`` is asyncio unless uvloop is asked for. Naming a
+missing one is a clear configuration error. Every combination serves a real
+call (subprocesses on 127.0.0.1); the guards on both HTTP parsers are in
+test_hostile_http.py.
 """
 
 from __future__ import annotations
@@ -29,15 +30,14 @@ def _without(monkeypatch: pytest.MonkeyPatch, *missing: str) -> None:
     monkeypatch.setattr(_event_loop, "_installed", lambda name: name not in missing and real(name))
 
 
-def test_auto_picks_the_fast_implementations_when_installed_and_falls_back_when_not(monkeypatch):
+def test_auto_picks_httptools_when_installed_and_falls_back_when_not(monkeypatch):
     assert _event_loop.resolve_loop("asyncio") == "asyncio"
     assert _event_loop.resolve_http_parser("h11") == "h11"
     if HAVE_UVLOOP:
-        assert _event_loop.resolve_loop("auto") == "uvloop"
+        assert _event_loop.resolve_loop("uvloop") == "uvloop"
     if HAVE_HTTPTOOLS:
         assert _event_loop.resolve_http_parser("auto") == "httptools"
     _without(monkeypatch, "uvloop", "httptools")
-    assert _event_loop.resolve_loop("auto") == "asyncio"
     assert _event_loop.resolve_http_parser("auto") == "h11"
     assert _event_loop.backend_options("asyncio") == {"use_uvloop": False}
     assert _event_loop.backend_options("uvloop") == {"use_uvloop": True}
@@ -45,11 +45,11 @@ def test_auto_picks_the_fast_implementations_when_installed_and_falls_back_when_
 
 def test_naming_a_missing_implementation_is_a_clear_error(monkeypatch, capsys, tmp_path):
     _without(monkeypatch, "uvloop", "httptools")
-    with pytest.raises(ConfigurationError, match=r"--loop uvloop: the uvloop package is not installed.*--loop asyncio"):
+    with pytest.raises(ConfigurationError, match=r"--loop uvloop: the uvloop package is not installed.*--loop asyncio, the default"):
         _event_loop.resolve_loop("uvloop")
     with pytest.raises(ConfigurationError, match=r"--http httptools: the httptools package is not installed.*--http h11"):
         _event_loop.resolve_http_parser("httptools")
-    with pytest.raises(ConfigurationError, match="--loop must be one of auto, asyncio, uvloop, got 'tokio'"):
+    with pytest.raises(ConfigurationError, match="--loop must be one of asyncio, uvloop, got 'tokio'"):
         _event_loop.resolve_loop("tokio")
     # Through the CLI: one line and exit 2, before anything starts.
     assert main(["serve", "--loop", "uvloop", "--data-dir", str(tmp_path / "data")]) == 2
@@ -83,6 +83,14 @@ def test_every_loop_and_parser_serves_a_call_over_http(http_server, loop, parser
     for text in ("abc", "x" * 100_000):  # a body in one read and in several
         reply = parse_body(post(url, rpc("tools/call", {"name": "of_hash_text", "arguments": {"text": text}}), name="of_hash_text"))
         assert reply["result"]["structuredContent"]["bytes"] == len(text)
+
+
+@pytest.mark.slow
+def test_the_defaults_are_asyncio_and_httptools_when_installed(http_server):
+    _, proc = http_server("--stateless", "--log-level", "info")
+    events = _listening_line(proc.stderr)
+    assert events["event_loop"]["loop"] == "asyncio"
+    assert events["listening"]["http_parser"] == ("httptools" if HAVE_HTTPTOOLS else "h11")
 
 
 @pytest.mark.slow
