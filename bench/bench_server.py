@@ -387,6 +387,13 @@ async def bench(
                _Target("ours+journal", lambda: [client(ours_slow_path)]),
                _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
 
+    # The same default server on uvloop (`--loop uvloop`, opt-in): what the loop alone does for stdio.
+    on_uvloop = _ours_cmd(tmp / "stdio-journal-uvloop", "--loop", "uvloop", journal=True)
+    ours_uvloop = StdioServerParameters(command=on_uvloop[0], args=on_uvloop[1:], env=_env())
+    await mode("stdio, journal on, read-only tool, --loop uvloop",
+               _Target("ours+journal", lambda: [client(ours_uvloop)]),
+               _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
+
     floors += fsync_floor(tmp)
     p1, p2, p3, p4 = free_port(), free_port(), free_port(), free_port()
     ours_http = _HttpProc(_ours_cmd(tmp / "http", "--transport", "http", "--port", str(p1)), p1, tmp / "ours-http.log")
@@ -476,7 +483,10 @@ def main(argv: list[str] | None = None) -> int:
             "handler; a declared read (`noop`, `effect: read`) needs no start record (docs/formats/receipt.md). "
             "The SDK persists nothing — these rows show what durability costs, not a like-for-like race. "
             "Issue 16's targets for the journal-on rows: stdio read-only >= 1.0x, stdio effectful >= 0.8x, "
-            "http x16 >= 1.5x; issue 19's for the load row: >= 1.5x. The `--no-fast-path` rows are the same "
+            "http x16 >= 1.5x; issue 19's for the load row: >= 1.5x. Ours runs on its defaults (asyncio's loop; "
+            "`--http auto` = httptools, a dependency of ours); the SDK's stdio server runs on asyncio (its "
+            "`run(\"stdio\")`), its HTTP server under `uvicorn.run`'s own `auto` (uvloop and httptools, both "
+            "installed here); the `--loop uvloop` row is our default server on uvloop (opt-in). The `--no-fast-path` rows are the same "
             "default server with the direct `tools/call` path off (every call through the SDK's transport layers; "
             "docs/SERVERS.md): before/after in one run. The fsync-floor table below says whether the "
             "stdio targets are reachable on this disk at all; docs/notes/session-4/perf.md has the per-stage "

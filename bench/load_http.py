@@ -10,10 +10,13 @@ Peers: ``openfunctions-mcp serve --transport http --stateless`` (journal on:
 every call's receipt is fsynced before its reply; ``of_hash_text`` declares
 ``effect: read``, so it has no start record), the same server with
 ``--no-fast-path`` (every call through the SDK's HTTP layers: the direct
-``tools/call`` path's before/after in one run), and the SDK's
-``MCPServer`` with the same tool, stateless with JSON responses, under the
-same uvicorn. ``--profile`` also runs our server once under cProfile and
-prints where its CPU goes.
+``tools/call`` path's before/after in one run), the same server forced to
+``--http h11`` (the parser before httptools was its default), and the SDK's ``MCPServer`` with the same tool, stateless with
+JSON responses, under the same uvicorn: as ``uvicorn.run`` configures it in
+this environment (``loop="auto"``/``http="auto"``: uvloop and httptools when
+installed, which they are with our dependencies: the honest peer) and, for
+context, forced to asyncio + h11. ``--profile`` also runs our server once
+under cProfile and prints where its CPU goes.
 
     .venv/bin/python bench/load_http.py [--seconds 6] [--clients 50,200,1000] [--profile]
 """
@@ -60,7 +63,7 @@ def of_hash_text(text: str, algorithm: str = "sha256") -> dict:
 
 app = mcp.streamable_http_app(stateless_http=True, json_response=True)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False,
-            timeout_keep_alive=60)
+            timeout_keep_alive=60, loop=sys.argv[2], http=sys.argv[3])
 """
 
 
@@ -181,7 +184,8 @@ async def _load(port: int, clients: int, seconds: float) -> tuple[list[float], l
 
 def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[subprocess.Popen, int]:
     """``kind``: ``ours`` (journal on), ``ours-no-journal`` (``--no-journal``), ``ours-no-fast-path``
-    (``--no-fast-path``: every call through the SDK's HTTP layers) or ``sdk``."""
+    (``--no-fast-path``: every call through the SDK's HTTP layers), ``ours-asyncio-h11`` (``--loop asyncio
+    ``ours-h11`` (``--http h11``), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``."""
     port = free_port()
     if kind.startswith("ours"):
         prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile_out)] if profile_out else [])
@@ -191,8 +195,10 @@ def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[
             argv.append("--no-journal")
         if kind == "ours-no-fast-path":
             argv.append("--no-fast-path")
+        if kind == "ours-h11":
+            argv += ["--http", "h11"]
     else:
-        argv = [sys.executable, "-c", SDK_SERVER, str(port)]
+        argv = [sys.executable, "-c", SDK_SERVER, str(port), *(("asyncio", "h11") if kind == "sdk-asyncio-h11" else ("auto", "auto"))]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for_port(port, proc, timeout=120)
     return proc, port
@@ -267,6 +273,12 @@ def profile(seconds: float) -> str:
     return "\n".join(lines)
 
 
+KINDS = ("ours", "ours-no-fast-path", "ours-h11", "sdk", "sdk-asyncio-h11")
+NAMES = {"ours": "openfunctions-mcp (journal on)", "ours-no-fast-path": "openfunctions-mcp, --no-fast-path",
+         "ours-h11": "openfunctions-mcp, --http h11",
+         "sdk": "SDK MCPServer (uvicorn auto: uvloop + httptools)", "sdk-asyncio-h11": "SDK MCPServer, asyncio + h11"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=6.0)
@@ -276,7 +288,7 @@ def main() -> None:
     args = ap.parse_args()
     results = []
     for clients in [int(c) for c in args.clients.split(",")]:
-        for kind in ("ours", "ours-no-fast-path", "sdk"):
+        for kind in KINDS:
             r = measure(kind, clients, args.seconds)
             print(r, flush=True)
             results.append(r)
@@ -284,10 +296,8 @@ def main() -> None:
     by = {(r["kind"], r["clients"]): r for r in results}
     for clients in sorted({r["clients"] for r in results}):
         ours, sdk = by[("ours", clients)], by[("sdk", clients)]
-        names = {"ours": "openfunctions-mcp (journal on)", "ours-no-fast-path": "openfunctions-mcp, --no-fast-path",
-                 "sdk": "SDK MCPServer"}
-        for r in (ours, by[("ours-no-fast-path", clients)], sdk):
-            rows.append([clients, names[r["kind"]], f"{r['rate']:.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}",
+        for r in (by[(kind, clients)] for kind in KINDS):
+            rows.append([clients, NAMES[r["kind"]], f"{r['rate']:.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}",
                          f"{r['cpu_ms']:.2f}", f"{r['gen_cpu_ms']:.2f}", r["errors"]])
         rows.append([clients, "**ratio ours/SDK**", f"**{ours['rate'] / sdk['rate']:.2f}×**", "", "",
                      f"{ours['cpu_ms'] / sdk['cpu_ms']:.2f}×", "", ""])
@@ -299,7 +309,10 @@ def main() -> None:
              "on the shared machine, with other work): those rows measure contention more than the server, and at "
              "1,000 clients each client gets about one call in; the server-CPU-per-call column (from /proc) is the "
              "robust comparison; the load generator's own CPU per call is shown too (it parses each reply, and ours "
-             "carries the receipt). Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
+             "carries the receipt). The ratio row compares ours (defaults: asyncio's loop, `--http auto` = httptools, "
+             "a dependency of ours) with the SDK's MCPServer under `uvicorn.run`'s own `auto` choice in the same "
+             "environment (uvloop and httptools, both installed here); the `--http h11` and `asyncio + h11` rows show "
+             "both on the pure-Python parser. Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
              "`server` section (its `http load x50` row and CPU split) for where our CPU per call goes.")
     if args.profile:
         prof = profile(args.seconds)

@@ -52,6 +52,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from openfunctions.core import BearerAuth, read_auth_token
 
+from ._event_loop import resolve_http_parser
 from ._event_store import MemoryEventStore
 from ._fast import FastCalls, fast_path_enabled
 from ._fast_http import FastToolCalls
@@ -64,11 +65,11 @@ from ._http_guard import (
     DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     DEFAULT_SESSION_IDLE_TIMEOUT,
     HEALTH_PATH,
-    GuardedH11Protocol,
     HostRules,
     RequestGuard,
     SessionLimits,
     clamp_connections,
+    guarded_protocol,
 )
 from ._server import OpenFunctionsServer
 from ._signals import ShutdownWatch
@@ -221,6 +222,7 @@ async def serve_http(
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
     keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    http_parser: str = "auto",
     **app_options: Any,
 ) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM/SIGINT; then drain, stop, close.
@@ -239,9 +241,13 @@ async def serve_http(
     keep-alive connection stays open; ``max_connections`` open connections
     at most (a connection past it gets 503 and is closed; lowered to fit the
     open-file limit).
+
+    ``http_parser``: ``httptools`` (llhttp, C), ``h11`` (pure Python) or
+    ``auto`` (httptools when installed); both carry the same guards.
     """
+    parser = resolve_http_parser(http_parser)
     app = create_http_app(server, host=host, port=port, **app_options)
-    protocol = GuardedH11Protocol.configured(max_connections=clamp_connections(max_connections), header_timeout=header_timeout)
+    protocol = guarded_protocol(parser, max_connections=clamp_connections(max_connections), header_timeout=header_timeout)
     config = uvicorn.Config(
         app,
         host=host,
@@ -280,6 +286,7 @@ async def serve_http(
                 "listening",
                 url=f"http://{host}:{port}{app_options.get('path', DEFAULT_PATH)}",
                 stateless=app_options.get("stateless", False),
+                http_parser=parser,
                 auth=bool(app_options.get("auth_token")),
             )
             await uv.serve()

@@ -2,7 +2,9 @@
 
 Two layers, because some attacks end before there is a request to look at:
 
-- :class:`GuardedH11Protocol` (the connection, below ASGI): a connection cap
+- :class:`ConnectionGuard` (the connection, below ASGI), mixed into uvicorn's
+  h11 protocol here (:class:`GuardedH11Protocol`) and its httptools one in
+  ``_http_guard_httptools`` (``--http``; :func:`guarded_protocol` picks): a connection cap
   (a connection past it gets ``503`` and is closed at once, so half-open
   sockets never pile up into "Too many open files"), and a header timeout: a
   connection must deliver a complete request head within ``header_timeout``
@@ -48,6 +50,7 @@ from ._http_limits import (  # noqa: E402  (light module: the CLI reads the defa
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_KEEP_ALIVE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEAD_BYTES,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     DEFAULT_SESSION_IDLE_TIMEOUT,
@@ -81,48 +84,78 @@ _CLOSE_503 = (
 )
 
 
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a connection cap and a request-head timeout (class attributes set per server)."""
+class ConnectionGuard:
+    """The connection cap and the request-head timer, shared by both HTTP protocols (h11 and httptools).
+
+    Mixed in before uvicorn's protocol class; a subclass says whether the
+    connection is waiting for a request head (:meth:`_awaiting_head`) and calls
+    :meth:`_admit` after uvicorn's ``connection_made``, :meth:`_arm_head_timer`
+    when a head is due (connect, end of a response) and
+    :meth:`_disarm_head_timer` when one is complete.
+    """
 
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
     _refused_logged = 0.0
+    # uvicorn's protocol classes provide these
+    connections: set[Any]
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    _head_timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    def configured(cls, *, max_connections: int, header_timeout: float) -> type[GuardedH11Protocol]:
+    def configured(cls, *, max_connections: int, header_timeout: float) -> type[Any]:
         """A subclass bound to these limits (uvicorn instantiates the class per connection)."""
         return type(cls.__name__, (cls,), {"max_connections": max_connections, "header_timeout": header_timeout})
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._head_timer: asyncio.TimerHandle | None = None
-        super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
-            self.connections.discard(self)
-            now = self.loop.time()
-            cls = type(self)
-            if now - cls._refused_logged > 5.0:  # one line per 5 s, not one per refused socket
-                cls._refused_logged = now
-                log.warning("connection_refused", reason="max_connections", limit=self.max_connections)
-            transport.write(_CLOSE_503)
-            transport.close()
-            return
-        self._arm_head_timer()
+    def _admit(self, transport: asyncio.Transport) -> bool:
+        """Past the cap: answer 503, close, and return False."""
+        if len(self.connections) <= self.max_connections:
+            return True
+        self.connections.discard(self)
+        now = self.loop.time()
+        cls = type(self)
+        if now - cls._refused_logged > 5.0:  # one line per 5 s, not one per refused socket
+            cls._refused_logged = now
+            log.warning("connection_refused", reason="max_connections", limit=self.max_connections)
+        transport.write(_CLOSE_503)
+        transport.close()
+        return False
+
+    def _awaiting_head(self) -> bool:
+        raise NotImplementedError
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()
         self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
 
     def _disarm_head_timer(self) -> None:
-        timer = getattr(self, "_head_timer", None)
-        if timer is not None:
-            timer.cancel()
+        if self._head_timer is not None:
+            self._head_timer.cancel()
             self._head_timer = None
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self.transport is not None and not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+        if self.transport is not None and not self.transport.is_closing() and self._awaiting_head():
             # No request in progress: nothing to answer, just free the socket.
             self.transport.close()
+
+
+class GuardedH11Protocol(ConnectionGuard, H11Protocol):
+    """uvicorn's h11 protocol with a connection cap and a request-head timeout (class attributes set per server).
+
+    h11 itself bounds a request head (16 KiB; past it uvicorn answers 400 and closes).
+    """
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._head_timer = None
+        super().connection_made(transport)
+        if self._admit(transport):
+            self._arm_head_timer()
+
+    def _awaiting_head(self) -> bool:
+        return self.conn.their_state is h11.IDLE
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -137,6 +170,17 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
+
+
+def guarded_protocol(parser: str, *, max_connections: int, header_timeout: float) -> type[Any]:
+    """uvicorn's HTTP protocol class for ``parser`` (``h11`` or ``httptools``) with the connection guards."""
+    if parser == "httptools":
+        from ._http_guard_httptools import GuardedHttpToolsProtocol
+
+        return GuardedHttpToolsProtocol.configured(max_connections=max_connections, header_timeout=header_timeout)
+    if parser == "h11":
+        return GuardedH11Protocol.configured(max_connections=max_connections, header_timeout=header_timeout)
+    raise ValueError(f"HTTP parser must be 'h11' or 'httptools', got {parser!r}")
 
 
 # -- Host / Origin --------------------------------------------------------------
@@ -454,7 +498,9 @@ class SessionLimits:
 
 
 __all__ = [
+    "ConnectionGuard",
     "GuardedH11Protocol",
+    "guarded_protocol",
     "HostRules",
     "RequestGuard",
     "SessionLimits",
@@ -463,6 +509,7 @@ __all__ = [
     "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_KEEP_ALIVE_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_HEAD_BYTES",
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_MAX_SESSIONS_PER_PRINCIPAL",
     "DEFAULT_SESSION_IDLE_TIMEOUT",

@@ -10,3 +10,5 @@ DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_MAX_SESSIONS = 1000
 DEFAULT_MAX_SESSIONS_PER_PRINCIPAL = 100
 DEFAULT_SESSION_IDLE_TIMEOUT = 600.0
+#: Largest request head (request line and headers) a connection may send: h11's own bound, kept for httptools.
+DEFAULT_MAX_HEAD_BYTES = 16 * 1024

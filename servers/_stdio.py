@@ -126,7 +126,10 @@ def classify_bad_line(line: bytes, error: Exception | None = None) -> bytes:
     except (ValueError, UnicodeDecodeError) as exc:
         return _error_line(None, PARSE_ERROR, f"Parse error: the line is not valid JSON ({exc})")
     if isinstance(value, list):
-        return _error_line(None, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported by MCP")
+        # A deep array may parse here and still be over the adapter's limit: how deep json.loads gets
+        # depends on the caller's stack, which is shallower on uvloop (--loop) than on asyncio's loop.
+        return _too_deep_line(None) if too_deep else _error_line(
+            None, INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported by MCP")
     rid = value.get("id") if isinstance(value, dict) else None
     if not _valid_id(rid):
         rid = None

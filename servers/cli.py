@@ -110,6 +110,15 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="serve every tools/call through the MCP SDK's own transport layers instead of the "
                         "direct path (same replies, more CPU per call; for comparison and fault isolation; env "
                         "OPENFUNCTIONS_FAST_PATH=0 does the same)")
+    from ._event_loop import HTTP_PARSERS, LOOPS
+
+    t.add_argument("--loop", choices=LOOPS, default="asyncio",
+                   help="event loop: asyncio, or uvloop (libuv) if installed (the 'uvloop' extra; opt-in: under "
+                        "heavy connection churn it can delay accepting new connections, docs/SERVERS.md 'Event "
+                        "loop') (default: %(default)s)")
+    t.add_argument("--http", choices=HTTP_PARSERS, default="auto", dest="http_parser",
+                   help="HTTP/1.1 parser: httptools (llhttp, faster) or h11; auto: httptools when installed "
+                        "(default: %(default)s; the same limits and guards either way)")
     _add_http_limits(p)
     t.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled "
@@ -288,17 +297,24 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from openfunctions.core import OpenFunctionsError, configure_logging
 
+    from ._event_loop import backend_options, resolve_http_parser, resolve_loop
     from .errors import DataDirLocked, ShutdownForced
 
     if args.log_level not in LOG_LEVELS:
         print(f"openfunctions-mcp: ${LOG_LEVEL_ENV}={os.environ.get(LOG_LEVEL_ENV)!r} is not a log level: use one of "
               f"{', '.join(LOG_LEVELS)}", file=sys.stderr)
         return 2
+    try:
+        loop = resolve_loop(args.loop)
+        args.http_parser = resolve_http_parser(args.http_parser)
+    except OpenFunctionsError as exc:
+        print(f"openfunctions-mcp: {exc.message}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level)
     if args.module:
         _import_from_cwd()
     try:
-        return anyio.run(_serve, args)
+        return anyio.run(_serve, args, backend_options=backend_options(loop))
     except ShutdownForced as exc:
         print(f"openfunctions-mcp: {exc.message}", file=sys.stderr)
         return 128 + exc.signum
@@ -310,6 +326,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def _log_event_loop() -> None:
+    """One info line naming the loop this process runs on (``--loop``: asyncio or uvloop)."""
+    import asyncio
+
+    import structlog
+
+    loop = type(asyncio.get_running_loop())
+    structlog.get_logger("openfunctions.servers").info("event_loop", loop=loop.__module__.split(".")[0],
+                                                       cls=loop.__name__)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from . import __version__
     from ._http import read_auth_token, serve_http
@@ -318,6 +345,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from ._runtime import run_stdio
     from ._server import create_mcp_server
 
+    _log_event_loop()
     data_dir = prepare_data_dir((args.data_dir or default_data_dir()).expanduser())
     token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)
     if token and args.transport != "http":
@@ -392,6 +420,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 keep_alive_timeout=args.keep_alive_timeout,
                 max_connections=args.max_connections,
                 fast_path=False if args.no_fast_path else None,
+                http_parser=args.http_parser,
             )
     finally:
         await profile.aclose()
