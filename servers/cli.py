@@ -113,9 +113,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     from ._event_loop import HTTP_PARSERS, LOOPS
 
     t.add_argument("--loop", choices=LOOPS, default="asyncio",
-                   help="event loop: asyncio, or uvloop (libuv) if installed (the 'uvloop' extra; opt-in: under "
-                        "heavy connection churn it can delay accepting new connections, docs/SERVERS.md 'Event "
-                        "loop') (default: %(default)s)")
+                   help="event loop: asyncio, or uvloop (libuv) if installed (the 'uvloop' extra; opt-in: with "
+                        "1,000 clients at once it left new connections un-accepted for seconds, docs/SERVERS.md "
+                        "'Event loop') (default: %(default)s)")
     t.add_argument("--http", choices=HTTP_PARSERS, default="auto", dest="http_parser",
                    help="HTTP/1.1 parser: httptools (llhttp, faster) or h11; auto: httptools when installed "
                         "(default: %(default)s; the same limits and guards either way)")
