@@ -15,6 +15,13 @@ missing). What each guard becomes here:
 - both ``Content-Length`` and ``Transfer-Encoding``: llhttp refuses the
   request itself (uvicorn answers ``400`` and closes, nothing after it is
   parsed); :class:`RequestGuard` keeps its own check for h11.
+
+Not a guard, a parsing difference made equal: llhttp drops the whitespace
+before a field value but keeps the whitespace after it, where RFC 9110 §5.5
+says a field value excludes both (h11 strips both). So ``Mcp-Name:
+of_hash_text  `` would not equal the body's tool name (SEP-2243, -32020; the
+conformance suite's ``http-header-validation`` checks it): :meth:`on_header`
+strips the trailing SP/HTAB, so every header reads the same on both parsers.
 """
 
 from __future__ import annotations
@@ -63,6 +70,9 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
         self._head_bytes += len(data) if not ends else max(0, min(ends) + 2 - len(self._head_tail))
         self._head_tail = window[-3:]
         return self._head_bytes > self.max_head_bytes
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value.rstrip(b" \t"))  # RFC 9110 §5.5: OWS is not part of the value (see the module doc)
 
     def on_headers_complete(self) -> None:
         self._in_head = False

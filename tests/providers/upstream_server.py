@@ -31,6 +31,13 @@ from mcp.server.stdio import stdio_server
 DIR = Path(sys.argv[1])
 HTTP_PORT = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--http" else None
 DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _mark(name: str, text: str) -> None:
+    """Write a marker whole: a test polling for it must never read it half-written (empty)."""
+    tmp = DIR / f".{name}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, DIR / name)
 WIRE = os.dup(1)  # the protocol pipe, before the SDK diverts fd 1 to stderr
 
 RO = types.ToolAnnotations(read_only_hint=True)
@@ -72,7 +79,7 @@ def _text(s: str) -> list[types.TextContent]:
 
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     name, args = params.name, params.arguments or {}
-    (DIR / f"{name.replace(' ', '_').replace('!', '')}.started").write_text(str(os.getpid()))
+    _mark(f"{name.replace(' ', '_').replace('!', '')}.started", str(os.getpid()))
     if name == "echo":
         payload = {"echo": args["message"], "n": args.get("n", 0)}
         return types.CallToolResult(content=_text(f"echo: {args['message']}"), structured_content=payload)
@@ -82,7 +89,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         try:
             await anyio.sleep_forever()
         except anyio.get_cancelled_exc_class():
-            (DIR / "hang.cancelled").write_text("cancelled")
+            _mark("hang.cancelled", "cancelled")
             raise
     if name == "big":
         return types.CallToolResult(content=_text("x" * int(args["bytes"])))
@@ -98,7 +105,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         await ctx.session.send_prompt_list_changed()
         return types.CallToolResult(content=_text(f"added {extra_prompts[-1]}"))
     if name == "write_note":
-        (DIR / "note.txt").write_text(args["text"])
+        _mark("note.txt", args["text"])
         return types.CallToolResult(content=_text("written"))
     if name in extra:
         return types.CallToolResult(content=_text(f"{name} ran"))

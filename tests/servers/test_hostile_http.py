@@ -216,6 +216,37 @@ def test_half_sent_headers_are_timed_out_and_the_connection_cap_holds(http_serve
 
 
 @PARSERS
+def test_whitespace_around_a_header_value_is_not_part_of_it(http_server, parser):
+    # RFC 9110 5.5 (and the conformance suite's SEP-2243 check): "Mcp-Name:  of_hash_text \t" names
+    # of_hash_text. llhttp keeps trailing whitespace where h11 strips it; both parsers must agree.
+    url, _ = http_server("--stateless", "--http", parser)
+    port = _port(url)
+    request = _hash_call_request(port, "abc").replace(b"Mcp-Name: of_hash_text\r\n", b"Mcp-Name:   of_hash_text \t \r\n")
+    assert b"Mcp-Name:   of_hash_text \t \r\n" in request
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(request)
+        head, _, body = _recv_response(s).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head + body[:300]
+    assert json.loads(body)["result"]["structuredContent"]["hex"].startswith("ba7816bf")
+
+
+def _recv_response(sock: socket.socket, deadline: float = 20.0) -> bytes:
+    """One Content-Length response (a bound, not a timing assertion)."""
+    sock.settimeout(deadline)
+    out = bytearray()
+    while b"\r\n\r\n" not in out:
+        out += sock.recv(65536) or b""
+    head, _, body = bytes(out).partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+@PARSERS
 def test_an_oversized_request_head_is_refused_and_its_connection_closed(http_server, parser):
     # h11 bounds a head itself (uvicorn answers 400); llhttp does not, so our httptools protocol
     # counts head bytes and answers 431. Either way the connection is closed, however the head arrives.
