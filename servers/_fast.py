@@ -72,7 +72,7 @@ from pydantic import ValidationError
 
 from openfunctions.core import ToolNotFound
 
-from ._constants import valid_jsonrpc_id
+from ._constants import env_switch, valid_jsonrpc_id
 
 if TYPE_CHECKING:
     from ._server import OpenFunctionsServer
@@ -91,12 +91,7 @@ _ENVELOPE_CACHE_MAX = 1024
 
 def fast_path_enabled(default: bool = True) -> bool:
     """The ``OPENFUNCTIONS_FAST_PATH`` switch (``0``/``off``/``false``/``no`` turn it off)."""
-    import os
-
-    value = os.environ.get(FAST_PATH_ENV)
-    if value is None:
-        return default
-    return value.strip().lower() not in ("0", "off", "false", "no")
+    return env_switch(FAST_PATH_ENV, default)
 
 
 @dataclass(frozen=True)

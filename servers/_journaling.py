@@ -49,6 +49,7 @@ import structlog
 from openfunctions.core.errors import JournalFailed, JournalLocked, OpenFunctionsError
 from openfunctions.core.journal import DEFAULT_ROTATE_BYTES
 
+from ._constants import env_switch
 from .errors import DataDirLocked, DataDirUnusable
 
 log = structlog.get_logger("openfunctions.servers.journal")
@@ -63,10 +64,7 @@ JOURNAL_IN_PLACE_ENV = "OPENFUNCTIONS_JOURNAL_IN_PLACE"
 
 def journal_in_place_enabled(default: bool = False) -> bool:
     """The ``OPENFUNCTIONS_JOURNAL_IN_PLACE`` switch, read by ``run_stdio`` (default off)."""
-    value = os.environ.get(JOURNAL_IN_PLACE_ENV)
-    if value is None:
-        return default
-    return value.strip().lower() not in ("0", "off", "false", "no")
+    return env_switch(JOURNAL_IN_PLACE_ENV, default)
 
 
 #: Bytes the startup probe writes and fsyncs in the data dir: a disk too full
