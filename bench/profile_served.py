@@ -152,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
         medians = [statistics.median(c[col] for c in cells) for col in COLUMNS]
         errors = sum(int(c["errors"]) for c in cells)
         print(f"{name:28s}" + "".join(f"{m:10.0f}" for m in medians) + f"{errors:8d}")
+    names = list(rows)
+    if len(names) > 1:  # paired: each round's cells ran back to back, so their difference saw about the same load
+        first = rows[names[0]]
+        print(f"\nloop thread (user + system) against {names[0]}, median of the per-round differences:")
+        for name in names[1:]:
+            deltas = [(c["loop_u"] + c["loop_s"]) - (f["loop_u"] + f["loop_s"]) for c, f in zip(rows[name], first, strict=True)]
+            print(f"{name:28s}{statistics.median(deltas):+10.0f} µs/call  (rounds: {', '.join(f'{d:+.0f}' for d in deltas)})")
     return 0
 
 

@@ -38,7 +38,9 @@ def test_profile_served_measures_each_variant_per_thread() -> None:
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()[2:]}
+    table, _, paired = proc.stdout.partition("\n\n")
+    rows = {line.split()[0]: line.split()[1:] for line in table.splitlines()[2:]}
     assert set(rows) == {"ours@HEAD", "ours"}, proc.stdout
     for name, (loop_u, _loop_s, _other_u, _other_s, rate, errors) in rows.items():
         assert float(loop_u) > 0 and float(rate) > 0 and errors == "0", (name, proc.stdout)
+    assert paired.splitlines()[1].split()[0] == "ours", proc.stdout  # the per-round differences against ours@HEAD
