@@ -64,6 +64,12 @@ HEALTH_PATH = "/healthz"
 #: ASGI scope key: the POST body as :class:`RequestGuard` parsed it (a dict), so the fast path need not parse it again.
 PARSED_BODY_KEY = "openfunctions.parsed_body"
 
+#: ASGI scope key, set by our HTTP protocols (:class:`ConnectionGuard`): ``watch(callback)`` has ``callback()`` called
+#: once when the request's connection is lost (at once if it already is), ``watch(None)`` forgets it. The fast path
+#: cancels a call whose client went away through it instead of a task per call awaiting ``receive()``; under another
+#: ASGI server the key is absent and that task is the fallback.
+CONNECTION_LOST_KEY = "openfunctions.on_connection_lost"
+
 
 def clamp_connections(requested: int) -> int:
     """``requested`` connections, lowered below this process's open-file limit (with a warning) if needed."""
@@ -92,6 +98,12 @@ class ConnectionGuard:
     :meth:`_admit` after uvicorn's ``connection_made``, :meth:`_arm_head_timer`
     when a head is due (connect, end of a response) and
     :meth:`_disarm_head_timer` when one is complete.
+
+    It also tells the app when the connection is lost (:data:`CONNECTION_LOST_KEY`):
+    a subclass puts :attr:`_watch` in each request's scope and calls
+    :meth:`_connection_gone` from ``connection_lost``. One callback per
+    connection: a connection runs one request at a time (uvicorn queues
+    pipelined ones until the response before them is complete).
     """
 
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -103,6 +115,9 @@ class ConnectionGuard:
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     _head_timer: asyncio.TimerHandle | None = None
+    _lost_callback: Callable[[], object] | None = None
+    _gone = False
+    _watch: Callable[[Callable[[], object] | None], None]
 
     @classmethod
     def configured(cls, *, max_connections: int, header_timeout: float) -> type[Any]:
@@ -125,6 +140,19 @@ class ConnectionGuard:
 
     def _awaiting_head(self) -> bool:
         raise NotImplementedError
+
+    def _watch_lost(self, callback: Callable[[], object] | None) -> None:
+        """The :data:`CONNECTION_LOST_KEY` callable: register ``callback`` (``None``: unregister)."""
+        if callback is not None and self._gone:
+            callback()
+            return
+        self._lost_callback = callback
+
+    def _connection_gone(self) -> None:
+        self._gone = True
+        callback, self._lost_callback = self._lost_callback, None
+        if callback is not None:
+            callback()
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()
@@ -150,12 +178,19 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer = None
+        self._watch = self._watch_lost
         super().connection_made(transport)
         if self._admit(transport):
             self._arm_head_timer()
 
     def _awaiting_head(self) -> bool:
         return self.conn.their_state is h11.IDLE
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        # uvicorn builds each request's scope and schedules its app task in here; the task has not run yet.
+        if self.cycle is not None:
+            self.cycle.scope.setdefault(CONNECTION_LOST_KEY, self._watch)  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -170,6 +205,7 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
+        self._connection_gone()
 
 
 def guarded_protocol(parser: str, *, max_connections: int, header_timeout: float) -> type[Any]:
@@ -515,4 +551,5 @@ __all__ = [
     "DEFAULT_SESSION_IDLE_TIMEOUT",
     "HEALTH_PATH",
     "PARSED_BODY_KEY",
+    "CONNECTION_LOST_KEY",
 ]
