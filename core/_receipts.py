@@ -69,6 +69,10 @@ class PolicyRecord(BaseModel):
 
 
 class Receipt(BaseModel):
+    # ``_json``: the memo of :meth:`canonical_json` (a slot, not a field or a pydantic private
+    # attribute: equality, dumps, pickling and ``model_copy`` all ignore it, so a copy with an
+    # update never inherits a stale text).
+    __slots__ = ("_json",)
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     v: int = RECEIPT_VERSION
@@ -104,7 +108,24 @@ class Receipt(BaseModel):
         return out
 
     def canonical_json(self) -> str:
-        return canonical_json(self.to_dict())
+        """The receipt's canonical JSON text (``canonical.py``), computed once per instance.
+
+        The same text is the ``data`` of the journal's ``receipt`` record (the
+        execution journal appends it pre-encoded) and may be spliced as is into
+        a reply's ``_meta`` (``json.loads`` of it equals :meth:`to_dict`), so a
+        served call encodes its receipt once. The instance is frozen, so the
+        memo cannot go stale; ``model_copy(update=...)`` makes a new instance
+        without it. Raises ``NonJsonValue`` only for a receipt built around
+        validation with a non-JSON value (not cached then).
+        """
+        try:
+            text: str | None = self._json  # type: ignore[attr-defined]  # the slot (not annotated: pydantic would own it)
+        except AttributeError:  # a validated instance (fast_construct sets the slot: no exception on the hot path)
+            text = None
+        if text is None:
+            text = canonical_json(self.to_dict())
+            object.__setattr__(self, "_json", text)
+        return text
 
 
 _RECEIPT_FIELDS = tuple(Receipt.model_fields)
@@ -125,6 +146,8 @@ def fast_construct(cls: type[_M], data: dict[str, Any]) -> _M:
     object.__setattr__(obj, "__pydantic_fields_set__", set(data))
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)
+    if cls is Receipt:
+        object.__setattr__(obj, "_json", None)  # Receipt.canonical_json's memo, not computed yet
     return obj
 
 

@@ -68,6 +68,7 @@ with the chain it is also tamper-evident. 128 bits are kept to keep lines short.
 
 from __future__ import annotations
 
+import json
 import os
 from hashlib import sha256
 from json.encoder import encode_basestring as _encode_str
@@ -106,23 +107,32 @@ def encode_header(header: Header) -> bytes:
     return canonical_bytes(obj) + b"\n"
 
 
-def encode_record(seq: int, type: str, time: str, data: dict[str, Any], prev: str) -> tuple[bytes, str]:
+def encode_record(
+    seq: int, type: str, time: str, data: dict[str, Any] | None, prev: str, data_text: str | None = None
+) -> tuple[bytes, str]:
     """The v2 record line (newline included) and its checksum.
 
     Raises ``NonJsonValue`` (naming the path) if ``data`` has no JSON form.
     ``prev`` must be a link (32 hex digits) and ``seq`` an int: the caller,
     the log, makes both; ``type`` and ``time`` are escaped like any string.
+
+    ``data_text``, if given, is ``canonical_json(data)`` already computed (e.g.
+    ``Receipt.canonical_json()``, reused for the reply); ``data`` is then not
+    encoded again and may be ``None``. The line is the same bytes either way (a
+    test pins it). Only canonical text belongs here: the decoder refuses a
+    non-canonical line as corrupt.
     """
     # Hand-assembled in canonical key order (data, prev, seq, time, type); equal
     # to canonical_json of the whole dict (pinned by a test) at half the cost:
     # this runs once per append.
-    data_text = canonical_json(data)
+    if data_text is None:
+        data_text = canonical_json(data)
     body = f'"data":{data_text},"prev":"{prev}","seq":{seq:d},"time":{_encode_str(time)},"type":{_encode_str(type)}}}'
     try:
         raw = body.encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate is NonJsonValue naming its path, not a raw UnicodeEncodeError.
-        to_utf8(body, {"data": data, "type": type, "time": time})
+        to_utf8(body, {"data": json.loads(data_text) if data is None else data, "type": type, "time": time})
         raise  # pragma: no cover - to_utf8 raised
     # The checksummed body is "{" + raw; the line puts "chk" in front of it.
     chk = sha256(b"{" + raw).hexdigest()[:CHK_LEN]

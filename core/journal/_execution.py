@@ -136,7 +136,8 @@ class ExecutionJournal:
     ordered_receipts = True
 
     async def on_settled(self, receipt: Receipt, *, queued: Callable[[], None] | None = None) -> None:
-        await self.log.append(RECEIPT, receipt.to_dict(), queued=queued)
+        # Pre-encoded and memoized on the receipt: the reply reuses the same text.
+        await self.log.append_encoded(RECEIPT, receipt.canonical_json(), queued=queued)
 
     # -- reading -------------------------------------------------------------
     def receipts(self) -> Iterator[Receipt]:

@@ -199,6 +199,28 @@ class JournalLog:
         await self._durable(writer, [line], seq, seq + 1, chk, self._enqueued_size + len(line), queued)
         return rec
 
+    async def append_encoded(
+        self, type: str, data_text: str, *, queued: Callable[[], None] | None = None
+    ) -> int:
+        """:meth:`append` for data already in canonical JSON; returns the record's seq.
+
+        ``data_text`` must be ``canonical_json(data)`` of a JSON object, e.g.
+        ``Receipt.canonical_json()`` (memoized, so a served call encodes its
+        receipt once, for the journal line and the reply). The line's bytes are
+        exactly :meth:`append`'s for the same data. No :class:`Record` is built
+        (the executor's sink never reads it). Same durability, ``queued`` and
+        errors as :meth:`append`; text that is not canonical would be refused
+        as corrupt by the next open, so only pass text from ``canonical_json``.
+        """
+        writer = self._writable()
+        _check_type(type)
+        if not isinstance(data_text, str) or not data_text.startswith("{"):
+            raise NonJsonValue("journal record data must be the canonical JSON text of an object")
+        seq = self._next_seq
+        line, chk = encode_record(seq, type, utc_timestamp(), None, self._link, data_text)
+        await self._durable(writer, [line], seq, seq + 1, chk, self._enqueued_size + len(line), queued)
+        return seq
+
     async def append_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> list[Record]:
         """Append ``(type, data)`` records as one group: consecutive seqs, one
         wait; returns them once all are written and fsynced.
@@ -283,8 +305,7 @@ class JournalLog:
     @staticmethod
     def _encode(type: str, data: dict[str, Any], seq: int, prev: str, offset: int, line_no: int) -> tuple[bytes, str, Record]:
         """The record's line, its checksum (the next record's ``prev``) and the record."""
-        if not isinstance(type, str) or not type:
-            raise ValueError("journal record type must be a non-empty string")
+        _check_type(type)
         if not isinstance(data, dict):
             raise NonJsonValue(f"journal record data must be a JSON object, got {data.__class__.__name__}")
         time = utc_timestamp()
@@ -405,6 +426,11 @@ class JournalLog:
 
     def __repr__(self) -> str:
         return f"<JournalLog {str(self.path)!r} last_seq={self.last_seq}{' FAILED' if self.failed else ''}>"
+
+
+def _check_type(type: str) -> None:
+    if not isinstance(type, str) or not type:
+        raise ValueError("journal record type must be a non-empty string")
 
 
 SEGMENT_MARK = ".seg-"

@@ -63,3 +63,30 @@ async def test_to_dict_is_exactly_pydantics_json_dump_key_order_included():
         assert mine == theirs and list(mine) == list(theirs)
         assert json.dumps(mine) == json.dumps(theirs)
         assert r.to_dict() is not mine  # a fresh dict each time: callers may change theirs
+
+
+@pytest.mark.anyio
+async def test_canonical_json_is_computed_once_and_never_goes_stale():
+    import copy
+    import pickle
+
+    from openfunctions.core import canonical_json
+    from openfunctions.core._receipts import ReceiptError
+
+    d = await ToolRegistry([define_tool(name="t", description="", handler=_h)]).execute_detailed("t", {"n": 3})
+    r = d.receipt
+    text = r.canonical_json()
+    assert text == canonical_json(r.to_dict())
+    assert r.canonical_json() is text  # memoized on the instance
+    # The memo is no field: equality, dumps and pickling do not see it.
+    fresh = Receipt.model_validate(r.to_dict())
+    assert fresh == r and r.model_dump(mode="json") == fresh.model_dump(mode="json")
+    assert pickle.loads(pickle.dumps(r)) == r
+    # A copy with an update is a new receipt with its own text, never the old one.
+    changed = r.model_copy(update={"outcome": "unknown", "error": ReceiptError(code="x", message="y")})
+    assert json.loads(changed.canonical_json())["outcome"] == "unknown"
+    assert changed.canonical_json() == canonical_json(changed.to_dict()) != text
+    assert copy.copy(r).canonical_json() == text and copy.deepcopy(r).canonical_json() == text
+    for other in _dump_pairs():
+        if other.to_dict()["duration_ms"] != float("inf"):
+            assert other.canonical_json() == canonical_json(other.to_dict())

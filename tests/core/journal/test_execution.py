@@ -126,3 +126,19 @@ def test_handler_process_killed_mid_call_leaves_unknown_receipt(tmp_path):
     assert (rec[0].outcome, rec[0].certainty, rec[0].recovered) == ("unknown", "unknown", True)
     assert again == []
     assert [r.receipt_id for r in receipts] == [rid]
+
+
+async def test_the_receipt_line_holds_the_receipt_s_own_canonical_text(tmp_path):
+    # The journal appends Receipt.canonical_json() pre-encoded; a reply can reuse the same text.
+    p = tmp_path / "exec.jsonl"
+    j = await ExecutionJournal.open(p)
+
+    async def h(params, ctx):
+        return {"ok": "é"}
+
+    d = await ToolRegistry([_tool(h)], sink=j).execute_detailed("t", {"x": 1})
+    await j.close()
+    line = p.read_bytes().splitlines()[-1]
+    text = d.receipt.canonical_json()
+    assert b'"data":' + text.encode("utf-8") + b',"prev":' in line
+    assert [r.data for r in read_records(p) if r.type == "receipt"] == [d.receipt.to_dict()]

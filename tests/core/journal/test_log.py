@@ -310,3 +310,38 @@ async def test_append_many_and_append_interleave_in_call_order(tmp_path):
     await log.close()
     who = [r.data["who"] for r in read_records(p)]
     assert who == [w for i in range(4) for w in (f"s{i}", f"g{i}.0", f"g{i}.1", f"g{i}.2")]
+
+
+def test_encoded_record_with_pre_encoded_data_is_the_same_line():
+    from openfunctions.core import canonical_json
+    from openfunctions.core.journal._encoder import encode_record
+
+    for data in [{"b": 1, "a": [1.5, None, "é\u2028"]}, {}, {"z": {"y": True}, "q": 'q"uo\\te\n'}]:
+        args = (3, "receipt", "2026-01-01T00:00:00.000000Z")
+        assert encode_record(*args, data, "p" * 32) == encode_record(*args, None, "p" * 32, canonical_json(data))
+    # A lone surrogate still names its path, from the text alone.
+    with pytest.raises(NonJsonValue, match=r"\$\.data\.s"):
+        encode_record(1, "t", "x", None, "p" * 32, canonical_json({"s": "\ud800"}))
+
+
+async def test_append_encoded_writes_append_s_bytes_and_refuses_bad_input(tmp_path):
+    from openfunctions.core import canonical_json
+    from openfunctions.core.journal._encoder import encode_record
+
+    log = await JournalLog.open(tmp_path / "j.jsonl")
+    data = {"receipt_id": "rcpt_1", "n": [1, 2.5, "é"], "nested": {"b": None, "a": True}}
+    queued: list[int] = []
+    seq = await log.append_encoded("receipt", canonical_json(data), queued=lambda: queued.append(1))
+    assert seq == 1 and queued == [1] and log.last_seq == 1
+    await log.append("receipt", data)
+    recs = list(log.records())
+    assert [r.data for r in recs] == [data, data]
+    lines = (tmp_path / "j.jsonl").read_bytes().splitlines(keepends=True)[1:]
+    for rec, line in zip(recs, lines, strict=True):  # each line is exactly what append would have written
+        assert line == encode_record(rec.seq, rec.type, rec.time, data, rec.prev or "")[0]
+    for bad_type, bad_text, exc in [("", "{}", ValueError), ("t", "[1]", NonJsonValue), ("t", b"{}", NonJsonValue)]:
+        with pytest.raises(exc):
+            await log.append_encoded(bad_type, bad_text)  # type: ignore[arg-type]
+    assert (await log.append("t", {})).seq == 3  # no seq was consumed by the refusals
+    await log.close()
+    assert [r.seq for r in read_records(tmp_path / "j.jsonl")] == [1, 2, 3]
