@@ -340,6 +340,9 @@ def _rpc_error(code: int, message: str) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
 
 
+_PASSED_MAX = 256
+
+
 class RequestGuard:
     """ASGI middleware, outermost: framing, Host/Origin, ``/healthz``, the POST body deadline, invalid ids."""
 
@@ -357,6 +360,7 @@ class RequestGuard:
         self.health = health
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
+        self._passed: set[tuple[bytes | None, bytes | None]] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
@@ -368,13 +372,9 @@ class RequestGuard:
                            content_type=b"text/plain; charset=utf-8", close=True)
             return
         if self.rules is not None:
-            host = _header(scope, b"host")
-            if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
-                await _respond(send, 421, b"Invalid Host header", content_type=b"text/plain; charset=utf-8")
-                return
-            origin = _header(scope, b"origin")
-            if not self.rules.origin_ok(origin.decode("latin-1") if origin is not None else None):
-                await _respond(send, 403, b"Invalid Origin header", content_type=b"text/plain; charset=utf-8")
+            verdict = self._host_origin_ok(_header(scope, b"host"), _header(scope, b"origin"))
+            if verdict is not None:
+                await _respond(send, *verdict, content_type=b"text/plain; charset=utf-8")
                 return
         if scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
             report = await self.health()
@@ -399,6 +399,27 @@ class RequestGuard:
                 await _respond(send, 400, refusal)
                 return
         await self.app(scope, _replay(body, complete, receive), send)
+
+    def _host_origin_ok(self, host: bytes | None, origin: bytes | None) -> tuple[int, bytes] | None:
+        """``None`` if ``Host`` and ``Origin`` pass :attr:`rules`, else the refusal's status and text.
+
+        Accepted (Host, Origin) pairs are remembered (a client sends the same
+        pair on every request; checking it is a regex match or two), at most
+        :data:`_PASSED_MAX`, forgotten all at once past that; a refused pair is
+        checked again every time.
+        """
+        key = (host, origin)
+        if key in self._passed:
+            return None
+        assert self.rules is not None
+        if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
+            return 421, b"Invalid Host header"
+        if not self.rules.origin_ok(origin.decode("latin-1") if origin is not None else None):
+            return 403, b"Invalid Origin header"
+        if len(self._passed) >= _PASSED_MAX:
+            self._passed.clear()
+        self._passed.add(key)
+        return None
 
     async def _read_body(self, receive: Callable[..., Any]) -> tuple[bytes | None, bool]:
         """The whole body, or its first ``max_body_bytes + 1`` bytes (``complete=False``: the SDK answers 413)."""
