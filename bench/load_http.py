@@ -182,10 +182,12 @@ async def _load(port: int, clients: int, seconds: float) -> tuple[list[float], l
     return lean.latencies, lean.errors, wall
 
 
-def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[subprocess.Popen, int]:
+def _start(kind: str, data_dir: Path, profile_out: Path | None = None,
+           env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     """``kind``: ``ours`` (journal on), ``ours-no-journal`` (``--no-journal``), ``ours-no-fast-path``
     (``--no-fast-path``: every call through the SDK's HTTP layers), ``ours-asyncio-h11`` (``--loop asyncio
-    ``ours-h11`` (``--http h11``), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``."""
+    ``ours-h11`` (``--http h11``), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``; ``env``: the server's environment
+    (default: this process's)."""
     port = free_port()
     if kind.startswith("ours"):
         prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile_out)] if profile_out else [])
@@ -199,7 +201,7 @@ def _start(kind: str, data_dir: Path, profile_out: Path | None = None) -> tuple[
             argv += ["--http", "h11"]
     else:
         argv = [sys.executable, "-c", SDK_SERVER, str(port), *(("asyncio", "h11") if kind == "sdk-asyncio-h11" else ("auto", "auto"))]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     wait_for_port(port, proc, timeout=120)
     return proc, port
 
@@ -313,7 +315,8 @@ def main() -> None:
              "a dependency of ours) with the SDK's MCPServer under `uvicorn.run`'s own `auto` choice in the same "
              "environment (uvloop and httptools, both installed here); the `--http h11` and `asyncio + h11` rows show "
              "both on the pure-Python parser. Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
-             "`server` section (its `http load x50` row and CPU split) for where our CPU per call goes.")
+             "`server` section (its `http load x50` row and CPU split) for where our CPU per call goes."
+             "\n\nPer server thread (the event loop's against the journal writer's), in µs per call, with old and new code side by side: `python bench/profile_served.py --clients 16 --rounds 3 ours@main ours` (prints only).")
     if args.profile:
         prof = profile(args.seconds)
         print(prof)

@@ -8,7 +8,7 @@ call itself. :class:`FastCalls` admits a request only when it is plainly a
 well-formed 2026-07-28 ``tools/call`` that it can answer exactly as the SDK
 would, and then runs the SAME chain the SDK runs: the server's middleware
 (OpenTelemetry span, the 2025-11-25 tasks shim) around
-:meth:`OpenFunctionsServer._on_call_tool` (the thin MCP layer -> executor;
+:meth:`OpenFunctionsServer._call_tool` (the thin MCP layer -> executor, as the SDK's handler;
 receipt in ``_meta``, principal scope, shutdown handling), with a real
 ``ServerSession``/``ServerRequestContext``; then it shapes the result the way
 the SDK's runner does (the ``serverInfo`` stamp; the per-version result sieve
@@ -240,7 +240,7 @@ class FastCalls:
 
     async def run(self, call: Admitted, dctx: Any, *, lifespan_state: Any, request: Any = None,
                   outbound: Any = None) -> dict[str, Any]:
-        """The JSON-RPC reply (a dict) for ``call``: the server's middleware around ``_on_call_tool``, shaped as the SDK's runner does.
+        """The JSON-RPC reply (a dict) for ``call``: the server's middleware around ``_call_tool``, shaped as the SDK's runner does.
 
         ``dctx``: the request's channel (the SDK's ``DispatchContext`` shape);
         ``outbound``: the connection-scoped channel (``None``: none, as on HTTP).
@@ -286,8 +286,7 @@ class FastCalls:
 
     async def _inner(self, ctx: Any) -> dict[str, Any]:
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
-        typed = types.CallToolRequestParams.model_construct(name=params.get("name"), arguments=params.get("arguments"))
-        result = await self.server._on_call_tool(ctx, typed)
+        result = await self.server._call_tool(ctx, params.get("name"), params.get("arguments"))
         return self._serialize(ctx.protocol_version, result)
 
     def _serialize(self, version: str, result: Any) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from ._fast import Admitted, Exchange, FastCalls, encode
-from ._http_guard import PARSED_BODY_KEY
+from ._http_guard import CONNECTION_LOST_KEY, PARSED_BODY_KEY
 
 log = structlog.get_logger("openfunctions.servers.fast")
 
@@ -99,7 +99,13 @@ class _Exchange(Exchange):
         self._sse = sse
         self.committed = False
         self.finished = False
+        self.cancel_scope: anyio.CancelScope | None = None  # SSE mode: cancelled when the client goes away
         self._lock: asyncio.Lock | None = None
+
+    def lost(self) -> None:
+        """The client went away: cancel the call, unless its reply is already being written."""
+        if not self.finished and self.cancel_scope is not None:
+            self.cancel_scope.cancel()
 
     async def deliver(self, message: dict[str, Any]) -> None:
         if self._sse:
@@ -219,9 +225,16 @@ class FastToolCalls:
             await self._write_json(reply, send)
             return
         # SSE mode: a disconnect cancels the call; a call silent for the deferral window commits to SSE and pings.
-        cancel = anyio.CancelScope()
+        # Our HTTP protocols report the connection's loss through the scope (CONNECTION_LOST_KEY); under another
+        # ASGI server a task per call awaits `receive()` for the disconnect instead.
+        cancel = exchange.cancel_scope = anyio.CancelScope()
         loop = asyncio.get_running_loop()
-        watcher = loop.create_task(self._watch_disconnect(receive, cancel, exchange))
+        watch = scope.get(CONNECTION_LOST_KEY)
+        watcher = None
+        if watch is not None:
+            watch(exchange.lost)
+        else:
+            watcher = loop.create_task(self._watch_disconnect(receive, exchange))
         pinger: list[asyncio.Task[None]] = []
         timer = loop.call_later(SSE_PING_INTERVAL, lambda: pinger.append(loop.create_task(self._ping(exchange))))
         reply: dict[str, Any] | None = None
@@ -232,7 +245,10 @@ class FastToolCalls:
             timer.cancel()
             for task in pinger:
                 task.cancel()
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            else:
+                watch(None)
         if reply is None:  # the client went away: nobody to answer
             return
         if exchange.committed:
@@ -242,11 +258,10 @@ class FastToolCalls:
             await self._write_json(reply, send)
 
     @staticmethod
-    async def _watch_disconnect(receive: Callable[..., Any], cancel: anyio.CancelScope, exchange: _Exchange) -> None:
+    async def _watch_disconnect(receive: Callable[..., Any], exchange: _Exchange) -> None:
         while (await receive()).get("type") != "http.disconnect":
             pass
-        if not exchange.finished:
-            cancel.cancel()
+        exchange.lost()
 
     @staticmethod
     async def _ping(exchange: _Exchange) -> None:

@@ -64,6 +64,12 @@ HEALTH_PATH = "/healthz"
 #: ASGI scope key: the POST body as :class:`RequestGuard` parsed it (a dict), so the fast path need not parse it again.
 PARSED_BODY_KEY = "openfunctions.parsed_body"
 
+#: ASGI scope key, set by our HTTP protocols (:class:`ConnectionGuard`): ``watch(callback)`` has ``callback()`` called
+#: once when the request's connection is lost (at once if it already is), ``watch(None)`` forgets it. The fast path
+#: cancels a call whose client went away through it instead of a task per call awaiting ``receive()``; under another
+#: ASGI server the key is absent and that task is the fallback.
+CONNECTION_LOST_KEY = "openfunctions.on_connection_lost"
+
 
 def clamp_connections(requested: int) -> int:
     """``requested`` connections, lowered below this process's open-file limit (with a warning) if needed."""
@@ -92,6 +98,12 @@ class ConnectionGuard:
     :meth:`_admit` after uvicorn's ``connection_made``, :meth:`_arm_head_timer`
     when a head is due (connect, end of a response) and
     :meth:`_disarm_head_timer` when one is complete.
+
+    It also tells the app when the connection is lost (:data:`CONNECTION_LOST_KEY`):
+    a subclass puts :attr:`_watch` in each request's scope and calls
+    :meth:`_connection_gone` from ``connection_lost``. One callback per
+    connection: a connection runs one request at a time (uvicorn queues
+    pipelined ones until the response before them is complete).
     """
 
     max_connections: int = DEFAULT_MAX_CONNECTIONS
@@ -103,6 +115,9 @@ class ConnectionGuard:
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     _head_timer: asyncio.TimerHandle | None = None
+    _lost_callback: Callable[[], object] | None = None
+    _gone = False
+    _watch: Callable[[Callable[[], object] | None], None]
 
     @classmethod
     def configured(cls, *, max_connections: int, header_timeout: float) -> type[Any]:
@@ -125,6 +140,19 @@ class ConnectionGuard:
 
     def _awaiting_head(self) -> bool:
         raise NotImplementedError
+
+    def _watch_lost(self, callback: Callable[[], object] | None) -> None:
+        """The :data:`CONNECTION_LOST_KEY` callable: register ``callback`` (``None``: unregister)."""
+        if callback is not None and self._gone:
+            callback()
+            return
+        self._lost_callback = callback
+
+    def _connection_gone(self) -> None:
+        self._gone = True
+        callback, self._lost_callback = self._lost_callback, None
+        if callback is not None:
+            callback()
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()
@@ -150,12 +178,19 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer = None
+        self._watch = self._watch_lost
         super().connection_made(transport)
         if self._admit(transport):
             self._arm_head_timer()
 
     def _awaiting_head(self) -> bool:
         return self.conn.their_state is h11.IDLE
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        # uvicorn builds each request's scope and schedules its app task in here; the task has not run yet.
+        if self.cycle is not None:
+            self.cycle.scope.setdefault(CONNECTION_LOST_KEY, self._watch)  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -170,6 +205,7 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
+        self._connection_gone()
 
 
 def guarded_protocol(parser: str, *, max_connections: int, header_timeout: float) -> type[Any]:
@@ -304,6 +340,9 @@ def _rpc_error(code: int, message: str) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
 
 
+_PASSED_MAX = 256
+
+
 class RequestGuard:
     """ASGI middleware, outermost: framing, Host/Origin, ``/healthz``, the POST body deadline, invalid ids."""
 
@@ -321,6 +360,7 @@ class RequestGuard:
         self.health = health
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
+        self._passed: set[tuple[bytes | None, bytes | None]] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
@@ -332,13 +372,9 @@ class RequestGuard:
                            content_type=b"text/plain; charset=utf-8", close=True)
             return
         if self.rules is not None:
-            host = _header(scope, b"host")
-            if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
-                await _respond(send, 421, b"Invalid Host header", content_type=b"text/plain; charset=utf-8")
-                return
-            origin = _header(scope, b"origin")
-            if not self.rules.origin_ok(origin.decode("latin-1") if origin is not None else None):
-                await _respond(send, 403, b"Invalid Origin header", content_type=b"text/plain; charset=utf-8")
+            verdict = self._host_origin_ok(_header(scope, b"host"), _header(scope, b"origin"))
+            if verdict is not None:
+                await _respond(send, *verdict, content_type=b"text/plain; charset=utf-8")
                 return
         if scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
             report = await self.health()
@@ -363,6 +399,27 @@ class RequestGuard:
                 await _respond(send, 400, refusal)
                 return
         await self.app(scope, _replay(body, complete, receive), send)
+
+    def _host_origin_ok(self, host: bytes | None, origin: bytes | None) -> tuple[int, bytes] | None:
+        """``None`` if ``Host`` and ``Origin`` pass :attr:`rules`, else the refusal's status and text.
+
+        Accepted (Host, Origin) pairs are remembered (a client sends the same
+        pair on every request; checking it is a regex match or two), at most
+        :data:`_PASSED_MAX`, forgotten all at once past that; a refused pair is
+        checked again every time.
+        """
+        key = (host, origin)
+        if key in self._passed:
+            return None
+        assert self.rules is not None
+        if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
+            return 421, b"Invalid Host header"
+        if not self.rules.origin_ok(origin.decode("latin-1") if origin is not None else None):
+            return 403, b"Invalid Origin header"
+        if len(self._passed) >= _PASSED_MAX:
+            self._passed.clear()
+        self._passed.add(key)
+        return None
 
     async def _read_body(self, receive: Callable[..., Any]) -> tuple[bytes | None, bool]:
         """The whole body, or its first ``max_body_bytes + 1`` bytes (``complete=False``: the SDK answers 413)."""
@@ -515,4 +572,5 @@ __all__ = [
     "DEFAULT_SESSION_IDLE_TIMEOUT",
     "HEALTH_PATH",
     "PARSED_BODY_KEY",
+    "CONNECTION_LOST_KEY",
 ]

@@ -30,7 +30,7 @@ import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ._http_guard import ConnectionGuard, log
+from ._http_guard import CONNECTION_LOST_KEY, ConnectionGuard, log
 
 _HEAD_TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -46,6 +46,7 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
         self._in_head = True  # bytes arriving now belong to a request head
         self._head_bytes = 0  # of the head being received
         self._head_tail = b""  # the last bytes of it seen (a blank line may be split across chunks)
+        self._watch = self._watch_lost
         super().connection_made(transport)
         if self._admit(transport):
             self._arm_head_timer()
@@ -71,6 +72,10 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
         self._head_tail = window[-3:]
         return self._head_bytes > self.max_head_bytes
 
+    def on_message_begin(self) -> None:
+        super().on_message_begin()  # builds the request's scope
+        self.scope[CONNECTION_LOST_KEY] = self._watch  # type: ignore[literal-required]
+
     def on_header(self, name: bytes, value: bytes) -> None:
         super().on_header(name, value.rstrip(b" \t"))  # RFC 9110 §5.5: OWS is not part of the value (see the module doc)
 
@@ -92,6 +97,7 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
+        self._connection_gone()
 
 
 __all__ = ["GuardedHttpToolsProtocol"]

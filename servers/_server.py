@@ -533,16 +533,24 @@ class OpenFunctionsServer:
         )
 
     async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
+        return await self._call_tool(ctx, params.name, params.arguments, params)
+
+    async def _call_tool(self, ctx: Any, name: str, arguments: dict[str, Any] | None,
+                         params: types.CallToolRequestParams | None = None) -> dict[str, Any]:
+        """``tools/call``: the SDK's handler (:meth:`_on_call_tool`) and the direct path (``_fast.py``, which
+        passes no ``params``: it admits no tool with task support, the only use of them) both land here."""
         # One lookup: the registry phrases an unknown name (with "did you
         # mean" candidates), and the tool found goes straight to the executor.
         try:
-            tool = self.registry.get(name := params.name)
+            tool = self.registry.get(name)
         except ToolNotFound as exc:
             msg = exc.message[0].upper() + exc.message[1:]
             raise MCPError(INVALID_PARAMS, msg, data=exc.to_dict()) from None
         support = tool.capability.task_support if tool.capability is not None else "forbidden"
         if support != "forbidden":
             if declared_tasks(ctx):
+                if params is None:
+                    params = types.CallToolRequestParams.model_construct(name=name, arguments=arguments)
                 return await self._call_maybe_task(tool, params, ctx)
             if support == "required":
                 raise missing_extension(f"tool {name!r} runs only as a task: it")
@@ -555,7 +563,7 @@ class OpenFunctionsServer:
         settled: list[Any] = []
         try:
             with scope:
-                await self.registry.executor.execute_detailed(tool, params.arguments, tctx, on_settled=settled.append)
+                await self.registry.executor.execute_detailed(tool, arguments, tctx, on_settled=settled.append)
         finally:
             self._inflight.discard(scope)
         return self._call_result(name, ctx, settled[0] if settled else None, shut_down=scope.cancelled_caught)

@@ -109,6 +109,20 @@ def _psycopg() -> tuple[Any, Any]:
     return psycopg, psycopg_pool
 
 
+def distinct_spaces(dsn: str, table: str, column_sql: str) -> list[str]:
+    """The values of ``column_sql`` in ``table``, sorted (none if ``table`` does not exist yet).
+
+    For the ``list_*_spaces`` helpers of the work and workflow components: a database where a
+    component was never migrated simply has no spaces of it. ``table`` and ``column_sql`` are
+    code constants, never caller input.
+    """
+    psycopg, _ = _psycopg()
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]:
+            return []
+        return [r[0] for r in conn.execute(f"SELECT {column_sql} FROM {table} ORDER BY space")]
+
+
 def _ts(value: _dt.datetime) -> str:
     return value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

@@ -104,7 +104,7 @@ from openfunctions.core.journal import Record
 
 from ._errors import StoreUnavailable
 from ._migrations import check_schema
-from ._pg import _psycopg, connection_or, drop_dead_connections, redact_dsn
+from ._pg import _psycopg, connection_or, distinct_spaces, drop_dead_connections, redact_dsn
 from ._pg_work_schema import COMPONENT
 
 log = structlog.get_logger("openfunctions.store.work")
@@ -713,11 +713,8 @@ def verify_pg_work(dsn: str, space: str = DEFAULT_SPACE) -> list[str]:
 
 
 def list_pg_work_spaces(dsn: str) -> list[str]:
-    psycopg, _ = _psycopg()
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        if not conn.execute("SELECT to_regclass('of_work_leases') IS NOT NULL").fetchone()[0]:
-            return []
-        return [r[0] for r in conn.execute("SELECT space FROM of_work_leases ORDER BY space")]
+    """The work spaces that hold a lease row (none if the work schema is not there)."""
+    return distinct_spaces(dsn, "of_work_leases", "space")
 
 
 __all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox",

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from openfunctions.core import canonical_json, redact_dsn, utc_timestamp
 
 from ._errors import StoreError, StoreFailed, StoreLocked, StoreUnavailable
-from ._pg import _psycopg
+from ._pg import _psycopg, distinct_spaces
 from ._pg_workflows_schema import COMPONENT
 
 _SELECT = "SELECT seq, type, time, data FROM of_workflow_records WHERE space = %s ORDER BY seq"
@@ -265,11 +265,7 @@ def verify_pg_workflows(dsn: str, space: str, *,
 
 def list_pg_workflow_spaces(dsn: str) -> list[str]:
     """The run spaces that hold rows (none if the workflows schema is not there)."""
-    psycopg, _ = _psycopg()
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        if not conn.execute("SELECT to_regclass('of_workflow_records') IS NOT NULL").fetchone()[0]:
-            return []
-        return [r[0] for r in conn.execute("SELECT DISTINCT space FROM of_workflow_records ORDER BY space")]
+    return distinct_spaces(dsn, "of_workflow_records", "DISTINCT space")
 
 
 def _first_line(exc: Exception) -> str:

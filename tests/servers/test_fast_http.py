@@ -27,6 +27,7 @@ from openfunctions.core import ToolRegistry, define_tool
 from openfunctions.servers import RECEIPT_META_KEY, REQUEST_CONTEXT_KEY, create_http_app, create_mcp_server
 from openfunctions.servers._fast import FastCalls, _plain_result
 from openfunctions.servers._fast_http import FastToolCalls
+from openfunctions.servers._http_guard import guarded_protocol
 
 from .._net import free_port
 
@@ -59,8 +60,12 @@ def _tools() -> list[Any]:
 
 
 @asynccontextmanager
-async def two_servers(tmp_path: Path, **app_options: Any) -> AsyncIterator[tuple[str, str, FastCalls]]:
-    """(fast url, SDK-path url, the fast server's FastCalls), each server journaled in its own dir."""
+async def two_servers(tmp_path: Path, *, http: Any = "auto", **app_options: Any) -> AsyncIterator[tuple[str, str, FastCalls]]:
+    """(fast url, SDK-path url, the fast server's FastCalls), each server journaled in its own dir.
+
+    ``http``: uvicorn's protocol (default: uvicorn's own ``auto``, as when the app is mounted under another server;
+    ``serve`` runs it on :func:`~openfunctions.servers._http_guard.guarded_protocol`'s).
+    """
     import uvicorn
 
     fast = create_mcp_server(ToolRegistry(_tools()), name="t", version="0", journal_dir=tmp_path / "fast")
@@ -70,7 +75,7 @@ async def two_servers(tmp_path: Path, **app_options: Any) -> AsyncIterator[tuple
         for server, on in ((fast, True), (slow, False)):
             port = free_port()
             app = create_http_app(server, port=port, fast_path=on, **app_options)
-            uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+            uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", http=http))
             tg.start_soon(uv.serve)
             servers.append(uv)
             urls.append(f"http://127.0.0.1:{port}/mcp")
@@ -209,11 +214,23 @@ async def test_json_response_mode_gives_the_same_replies(tmp_path: Path) -> None
 
 
 @pytest.mark.anyio
-async def test_a_disconnect_cancels_a_fast_path_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parser", ["httptools", "h11", "another ASGI server"])
+async def test_a_disconnect_cancels_a_fast_path_call(tmp_path: Path, parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Our protocols report the lost connection through the scope (no task per call); under another ASGI server
+    # (uvicorn's own protocols here) a task awaiting receive() watches for the disconnect. Both cancel the call.
+    watchers: list[object] = []
+    original = FastToolCalls._watch_disconnect
+
+    async def counted(receive: Any, exchange: Any) -> None:
+        watchers.append(exchange)
+        await original(receive, exchange)
+
+    monkeypatch.setattr(FastToolCalls, "_watch_disconnect", staticmethod(counted))
+    http = "auto" if parser == "another ASGI server" else guarded_protocol(parser, max_connections=100, header_timeout=30)
     markers = tmp_path / "m"
-    async with two_servers(tmp_path) as (fast_url, _sdk_url, calls):
-        async with httpx.AsyncClient(timeout=30) as http, anyio.create_task_group() as tg:
-            tg.start_soon(lambda: http.post(fast_url, json=_call("slow", {"dir": str(markers)}), headers=_headers("slow")))
+    async with two_servers(tmp_path, http=http) as (fast_url, _sdk_url, calls):
+        async with httpx.AsyncClient(timeout=30) as client, anyio.create_task_group() as tg:
+            tg.start_soon(lambda: client.post(fast_url, json=_call("slow", {"dir": str(markers)}), headers=_headers("slow")))
             with anyio.fail_after(30):
                 while not (markers / "started").exists():
                     await anyio.sleep(0.01)
@@ -222,6 +239,35 @@ async def test_a_disconnect_cancels_a_fast_path_call(tmp_path: Path) -> None:
             while not (markers / "cancelled").exists():
                 await anyio.sleep(0.01)
         assert calls.served == 1
+        with anyio.fail_after(30):
+            while not (outcomes := _receipt_outcomes(tmp_path / "fast")):
+                await anyio.sleep(0.01)
+        assert outcomes == ["cancelled"]
+        # The server keeps serving on new connections.
+        async with httpx.AsyncClient(timeout=30) as client:
+            ok = await client.post(fast_url, json=_call("add", {"a": 1, "b": 2}), headers=_headers("add"))
+        assert ok.json()["result"]["structuredContent"] == {"sum": 3} and calls.served == 2
+    assert len(watchers) == (2 if parser == "another ASGI server" else 0)
+
+
+def _receipt_outcomes(journal_dir: Path) -> list[str]:
+    from openfunctions.core.journal import read_records
+
+    return [r.data["outcome"] for f in sorted(journal_dir.rglob("*.journal")) for r in read_records(f)
+            if r.type == "receipt" and r.data]
+
+
+def test_a_connection_lost_before_the_watch_is_registered_calls_back_at_once() -> None:
+    from openfunctions.servers._http_guard import ConnectionGuard
+
+    guard = ConnectionGuard()
+    seen: list[str] = []
+    guard._watch_lost(lambda: seen.append("first"))
+    guard._watch_lost(None)  # the call ended: forgotten
+    guard._connection_gone()
+    assert seen == []
+    guard._watch_lost(lambda: seen.append("late"))  # registered after the loss
+    assert seen == ["late"]
 
 
 def test_the_sdk_session_manager_still_has_what_the_fast_path_reads(tmp_path: Path) -> None:
