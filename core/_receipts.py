@@ -43,6 +43,7 @@ Invariant: the same params give the same ``params_sha256`` in any process.
 from __future__ import annotations
 
 import math
+from json.encoder import encode_basestring as _encode_str  # the escaper canonical_json's C encoder uses
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -123,9 +124,58 @@ class Receipt(BaseModel):
         except AttributeError:  # a validated instance (fast_construct sets the slot: no exception on the hot path)
             text = None
         if text is None:
-            text = canonical_json(self.to_dict())
+            text = _hand_canonical(self.__dict__)
+            if text is None:  # a value of an unexpected type (a receipt built around validation)
+                text = canonical_json(self.to_dict())
             object.__setattr__(self, "_json", text)
         return text
+
+
+def _str_or_null(value: Any) -> str:
+    return "null" if value is None else _encode_str(value)
+
+
+def _bool(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    raise TypeError("not a bool")
+
+
+def _hand_canonical(d: dict[str, Any]) -> str | None:
+    """``canonical_json(receipt.to_dict())`` assembled by hand in sorted key order
+    (~3x cheaper than the generic encoder; runs once per journaled call); a test pins
+    the two as equal for every field shape. ``None`` if a value is not of its field's
+    plain type (``str``, ``bool``, ``int`` ``v``, finite ``float`` duration): then the
+    caller uses the generic encoder, which also names what has no JSON form."""
+    v, ms = d["v"], d["duration_ms"]
+    if type(v) is not int or type(ms) is not float or not math.isfinite(ms):
+        return None
+    try:
+        error, policy = d["error"], d["policy"]
+        if error is None:
+            err = "null"
+        else:
+            e = error.__dict__
+            err = f'{{"code":{_encode_str(e["code"])},"message":{_encode_str(e["message"])}}}'
+        if policy is None:
+            pol = "null"
+        else:
+            q = policy.__dict__
+            pol = f'{{"allowed":{_bool(q["allowed"])},"policy":{_encode_str(q["policy"])},"reason":{_str_or_null(q["reason"])}}}'
+        return (
+            f'{{"certainty":{_encode_str(d["certainty"])},"duration_ms":{float.__repr__(ms)},"error":{err},'
+            f'"finished_at":{_encode_str(d["finished_at"])},"handler_started":{_bool(d["handler_started"])},'
+            f'"outcome":{_encode_str(d["outcome"])},"params_sha256":{_str_or_null(d["params_sha256"])},'
+            f'"parent_receipt_id":{_str_or_null(d["parent_receipt_id"])},"policy":{pol},'
+            f'"principal":{_str_or_null(d["principal"])},"receipt_id":{_encode_str(d["receipt_id"])},'
+            f'"recovered":{_bool(d["recovered"])},"result_sha256":{_str_or_null(d["result_sha256"])},'
+            f'"spec_sha256":{_str_or_null(d["spec_sha256"])},"started_at":{_encode_str(d["started_at"])},'
+            f'"tool":{_encode_str(d["tool"])},"v":{int.__repr__(v)}}}'
+        )
+    except (TypeError, AttributeError, KeyError):
+        return None
 
 
 _RECEIPT_FIELDS = tuple(Receipt.model_fields)

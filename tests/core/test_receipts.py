@@ -90,3 +90,43 @@ async def test_canonical_json_is_computed_once_and_never_goes_stale():
     for other in _dump_pairs():
         if other.to_dict()["duration_ms"] != float("inf"):
             assert other.canonical_json() == canonical_json(other.to_dict())
+
+
+def test_hand_assembled_canonical_json_equals_the_generic_encoder_for_every_field_shape():
+    # Receipt.canonical_json is assembled by hand (hot path); it must stay byte-equal to
+    # canonical_json(to_dict()) for any value a receipt can hold.
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from openfunctions.core import canonical_json
+    from openfunctions.core._receipts import PolicyRecord, ReceiptError, _hand_canonical
+
+    text = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('"\\\n\t\x00\x1f\u2028é☃\U0001f600'))
+    opt = st.none() | text
+    receipts = st.builds(
+        Receipt,
+        receipt_id=text, tool=text, spec_sha256=opt, params_sha256=opt, result_sha256=opt,
+        outcome=st.sampled_from(["succeeded", "failed", "rejected", "cancelled", "unknown"]),
+        certainty=st.sampled_from(["known", "unknown"]), handler_started=st.booleans(),
+        started_at=text, finished_at=text,
+        duration_ms=st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(10**20), 10**20),
+        error=st.none() | st.builds(ReceiptError, code=text, message=text),
+        policy=st.none() | st.builds(PolicyRecord, policy=text, allowed=st.booleans(), reason=opt),
+        principal=opt, parent_receipt_id=opt, recovered=st.booleans(),
+    )
+
+    @settings(max_examples=400, deadline=None)
+    @given(receipts)
+    def check(r: Receipt) -> None:
+        assert r.canonical_json() == canonical_json(r.to_dict())
+        hand = _hand_canonical(r.__dict__)  # validated: every value has its plain type, so the hand path runs
+        assert hand is not None and hand == canonical_json(r.to_dict())
+
+    check()
+    for r in _dump_pairs():  # every nested shape, and a non-finite duration (the generic path decides)
+        if r.to_dict()["duration_ms"] != float("inf"):
+            assert _hand_canonical(r.__dict__) == canonical_json(r.to_dict())
+    # Unexpected value types (a receipt built around validation) take the generic encoder.
+    odd = Receipt.model_construct(**{**next(_dump_pairs()).__dict__, "tool": 5, "v": True})
+    assert _hand_canonical(odd.__dict__) is None
+    assert odd.canonical_json() == canonical_json(odd.to_dict())
