@@ -44,6 +44,7 @@ checks each is still there.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -72,7 +73,7 @@ from pydantic import ValidationError
 
 from openfunctions.core import ToolNotFound
 
-from ._constants import env_switch, valid_jsonrpc_id
+from ._constants import RECEIPT_META_KEY, env_switch, valid_jsonrpc_id
 
 if TYPE_CHECKING:
     from ._server import OpenFunctionsServer
@@ -363,9 +364,63 @@ def _apply(middleware: Any, call_next: Callable[[Any], Awaitable[Any]], ctx: Any
     return middleware(ctx, call_next)  # type: ignore[no-any-return]
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
-    """The reply's bytes, as the SDK writes them (compact JSON, ASCII escapes)."""
-    return json.dumps(message, separators=(",", ":")).encode()
+class EncodedReceipt(dict[str, Any]):
+    """A receipt's dict (``Receipt.to_dict()``) carrying its canonical JSON text too (``Receipt.canonical_json()``).
+
+    The execution journal computes that text for the receipt's record and the
+    receipt keeps it, so :func:`encode` splices it into the reply instead of
+    encoding the dict a second time. Everything else sees a plain dict (the
+    SDK path validates and re-dumps it as any other).
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, data: Mapping[str, Any], text: str) -> None:
+        super().__init__(data)
+        self.text = text
 
 
-__all__ = ["FastCalls", "Admitted", "Exchange", "FAST_PATH_ENV", "fast_path_enabled", "encode"]
+_ASCII = json.JSONEncoder(separators=(",", ":"))
+_UTF8 = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+#: Stands for the receipt while the rest of the reply is encoded (its JSON text is then replaced by the receipt's).
+_STAND_IN = "openfunctions-receipt-" + secrets.token_hex(16)
+_STAND_IN_JSON = json.dumps(_STAND_IN)
+
+
+def encode(message: Mapping[str, Any], *, ensure_ascii: bool = True) -> bytes:
+    """The reply's bytes, as the SDK writes them (compact JSON; ASCII escapes unless ``ensure_ascii=False``).
+
+    A result whose ``_meta`` receipt is an :class:`EncodedReceipt` gets that
+    receipt's text spliced in as is (canonical JSON: sorted keys, non-ASCII
+    characters as UTF-8, so ``json.loads`` gives the same value): the reply is
+    encoded with a stand-in string there, ordered so that the stand-in is the
+    last string of the text (``result`` last in the message, ``_meta`` last in
+    the result, the receipt last in ``_meta``), and its last occurrence is
+    replaced: whatever a tool returned cannot be taken for it. The bytes decode
+    to the same message.
+    """
+    encoder = _ASCII if ensure_ascii else _UTF8
+    result = message.get("result")
+    meta = result.get("_meta") if type(result) is dict else None
+    receipt = meta.get(RECEIPT_META_KEY) if type(meta) is dict else None
+    if type(receipt) is EncodedReceipt:
+        assert isinstance(result, dict) and isinstance(meta, dict)
+        meta = dict(meta)
+        del meta[RECEIPT_META_KEY]
+        meta[RECEIPT_META_KEY] = _STAND_IN
+        result = dict(result)
+        del result["_meta"]
+        result["_meta"] = meta
+        outer = dict(message)
+        del outer["result"]
+        outer["result"] = result
+        text = encoder.encode(outer)
+        at = text.rfind(_STAND_IN_JSON)
+        try:
+            return (text[:at] + receipt.text + text[at + len(_STAND_IN_JSON):]).encode()
+        except UnicodeEncodeError:  # a lone surrogate in the receipt (the journal refused it too): escape it below
+            pass
+    return encoder.encode(message).encode()
+
+
+__all__ = ["FastCalls", "Admitted", "Exchange", "EncodedReceipt", "FAST_PATH_ENV", "fast_path_enabled", "encode"]

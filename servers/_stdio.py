@@ -57,7 +57,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 
 from ._constants import DEFAULT_MAX_MESSAGE_BYTES
 from ._constants import valid_jsonrpc_id as _valid_id
-from ._fast import Admitted, Exchange, FastCalls
+from ._fast import Admitted, Exchange, FastCalls, encode
 from ._outstanding import Outstanding
 
 log = structlog.get_logger("openfunctions.servers._stdio")
@@ -467,8 +467,8 @@ def _has_envelope(params: Any) -> bool:
 
 
 def _line(message: Any) -> bytes:
-    """One JSON-RPC message as the line a fast-path reply or notification is written as."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    """One JSON-RPC message as the line a fast-path reply or notification is written as (a receipt's text spliced in)."""
+    return encode(message, ensure_ascii=False) + b"\n"
 
 
 class _LineExchange(Exchange):

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from mcp_types import methods as _methods
 
-from openfunctions.core import ToolRegistry, define_tool
+from openfunctions.core import ToolRegistry, canonical_json, define_tool
 from openfunctions.servers import RECEIPT_META_KEY, REQUEST_CONTEXT_KEY, create_http_app, create_mcp_server
 from openfunctions.servers._fast import FastCalls, _plain_result
 from openfunctions.servers._fast_http import FastToolCalls
@@ -336,3 +336,49 @@ def test_the_cached_envelope_builds_what_from_envelope_builds() -> None:
         assert getattr(ours, attr) == getattr(sdk, attr), attr
     assert ours.initialized.is_set() and sdk.initialized.is_set()
     assert type(ours.outbound) is type(sdk.outbound)
+
+
+async def _real_receipt(text: str) -> Any:
+    from openfunctions.servers._example_tools import example_tools
+
+    return (await ToolRegistry(example_tools()).execute_detailed("of_hash_text", {"text": text})).receipt
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+async def test_a_spliced_receipt_encodes_the_same_message(ensure_ascii: bool) -> None:
+    from openfunctions.servers._fast import EncodedReceipt, encode
+
+    receipt = await _real_receipt("é \u2028 \"quoted\" \\ 😀")
+    spliced = EncodedReceipt(receipt.to_dict(), receipt.canonical_json())
+    for result in [
+        {"content": [{"type": "text", "text": "ü"}], "_meta": {RECEIPT_META_KEY: spliced, "io.x/serverInfo": {"n": 1}},
+         "resultType": "complete", "structuredContent": {"a": [1, 2.5, None]}},
+        {"_meta": {RECEIPT_META_KEY: spliced}},
+        {"isError": True, "_meta": {RECEIPT_META_KEY: spliced, "z": None}, "content": []},
+    ]:
+        message = {"jsonrpc": "2.0", "id": "r-1", "result": result}
+        raw = encode(message, ensure_ascii=ensure_ascii)
+        plain = json.dumps(message, separators=(",", ":"), ensure_ascii=ensure_ascii).encode()
+        assert json.loads(raw) == json.loads(plain) == message
+        assert receipt.canonical_json().encode() in raw  # the receipt's text is the journal's, not encoded again
+    # No EncodedReceipt: exactly the SDK's bytes.
+    message = {"jsonrpc": "2.0", "id": 1, "result": {"_meta": {RECEIPT_META_KEY: receipt.to_dict()}}}
+    assert encode(message) == json.dumps(message, separators=(",", ":")).encode()
+
+
+@pytest.mark.anyio
+async def test_the_reply_s_receipt_is_the_journal_s_record(tmp_path: Path) -> None:
+    from openfunctions.core.journal import read_records
+
+    async with two_servers(tmp_path, json_response=True) as (fast_url, _sdk_url, calls):
+        async with httpx.AsyncClient(timeout=30) as http:
+            replies = [await http.post(fast_url, json=_call("add", {"a": i, "b": 1}), headers=_headers("add"))
+                       for i in range(3)]
+        assert calls.served == 3
+    records = {r.data["receipt_id"]: r.data for f in sorted((tmp_path / "fast").rglob("*.journal"))
+               for r in read_records(f) if r.type == "receipt"}
+    for reply in replies:
+        receipt = reply.json()["result"]["_meta"][RECEIPT_META_KEY]
+        assert records[receipt["receipt_id"]] == receipt
+        assert canonical_json(receipt).encode() in reply.content  # spliced: the journal's text (sorted keys), not re-encoded
