@@ -377,7 +377,45 @@ class EncodedReceipt(dict[str, Any]):
 
     def __init__(self, data: Mapping[str, Any], text: str) -> None:
         super().__init__(data)
-        self.text = text
+        self.text: str | None = text
+
+    # Middleware may edit the receipt in place (the SDK path would send the edit): then the text no
+    # longer says what the dict says, so any in-place change forgets it and :func:`encode` encodes the dict.
+    # (Nested ``error``/``policy`` dicts are the receipt's own: replace them, do not mutate them.)
+    def _forget(self) -> None:
+        self.text = None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._forget()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._forget()
+        super().__delitem__(key)
+
+    def __ior__(self, other: Any) -> EncodedReceipt:  # type: ignore[override,misc]
+        self._forget()
+        return super().__ior__(other)  # type: ignore[return-value]
+
+    def pop(self, *args: Any) -> Any:
+        self._forget()
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[str, Any]:
+        self._forget()
+        return super().popitem()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._forget()
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self._forget()
+        return super().setdefault(key, default)
+
+    def clear(self) -> None:
+        self._forget()
+        super().clear()
 
 
 _ASCII = json.JSONEncoder(separators=(",", ":"))
@@ -403,7 +441,10 @@ def encode(message: Mapping[str, Any], *, ensure_ascii: bool = True) -> bytes:
     result = message.get("result")
     meta = result.get("_meta") if type(result) is dict else None
     receipt = meta.get(RECEIPT_META_KEY) if type(meta) is dict else None
-    if type(receipt) is EncodedReceipt:
+    # The text keeps non-ASCII characters raw (canonical JSON); where the reply must be ASCII (HTTP: a raw
+    # U+2028 inside an SSE ``data:`` line splits it for line readers that follow str.splitlines), only an
+    # ASCII text is spliced.
+    if type(receipt) is EncodedReceipt and receipt.text is not None and (not ensure_ascii or receipt.text.isascii()):
         assert isinstance(result, dict) and isinstance(meta, dict)
         meta = dict(meta)
         del meta[RECEIPT_META_KEY]
@@ -418,8 +459,8 @@ def encode(message: Mapping[str, Any], *, ensure_ascii: bool = True) -> bytes:
         at = text.rfind(_STAND_IN_JSON)
         try:
             return (text[:at] + receipt.text + text[at + len(_STAND_IN_JSON):]).encode()
-        except UnicodeEncodeError:  # a lone surrogate in the receipt (the journal refused it too): escape it below
-            pass
+        except UnicodeEncodeError:  # a lone surrogate in the receipt (the journal refused it too): the plain
+            pass  # encoding below, which escapes it with ensure_ascii and raises as before without (stdio)
     return encoder.encode(message).encode()
 
 

@@ -382,3 +382,54 @@ async def test_the_reply_s_receipt_is_the_journal_s_record(tmp_path: Path) -> No
         receipt = reply.json()["result"]["_meta"][RECEIPT_META_KEY]
         assert records[receipt["receipt_id"]] == receipt
         assert canonical_json(receipt).encode() in reply.content  # spliced: the journal's text (sorted keys), not re-encoded
+
+
+@pytest.mark.anyio
+async def test_an_http_reply_stays_ascii_when_the_receipt_text_is_not() -> None:
+    # Canonical JSON keeps U+2028 raw; spliced into an SSE `data:` line it would split the event for a
+    # reader that follows str.splitlines (httpx's aiter_lines). HTTP replies stay ASCII-escaped.
+    from openfunctions.servers._fast import EncodedReceipt, encode
+
+    receipt = (await _real_receipt("x")).model_copy(update={"principal": "al\u2028ice é"})
+    spliced = EncodedReceipt(receipt.to_dict(), receipt.canonical_json())
+    assert not spliced.text.isascii()
+    message = {"jsonrpc": "2.0", "id": 7, "result": {"_meta": {RECEIPT_META_KEY: spliced}}}
+    raw = encode(message)
+    assert raw.isascii() and b"\\u2028" in raw
+    assert json.loads(raw) == message
+    assert len(raw.decode().splitlines()) == 1
+    # stdio (ensure_ascii=False) still splices the journal's text as is
+    assert receipt.canonical_json().encode() in encode(message, ensure_ascii=False)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("edit", ["pop", "del", "set", "update", "setdefault", "ior", "popitem", "clear"])
+async def test_a_receipt_edited_in_place_is_encoded_as_edited(edit: str) -> None:
+    # Middleware may edit the reply's receipt in place; the SDK path would send the edit, so must the fast path.
+    from openfunctions.servers._fast import EncodedReceipt, encode
+
+    receipt = (await _real_receipt("x")).model_copy(update={"principal": "alice"})
+    spliced = EncodedReceipt(receipt.to_dict(), receipt.canonical_json())
+    if edit == "pop":
+        spliced.pop("principal")
+    elif edit == "del":
+        del spliced["principal"]
+    elif edit == "set":
+        spliced["principal"] = "bob"
+    elif edit == "update":
+        spliced.update(principal="bob")
+    elif edit == "setdefault":
+        spliced.setdefault("extra", 1)
+    elif edit == "ior":
+        spliced |= {"principal": "bob"}
+    elif edit == "popitem":
+        spliced.popitem()
+    else:
+        spliced.clear()
+    assert spliced.text is None
+    message = {"jsonrpc": "2.0", "id": 7, "result": {"_meta": {RECEIPT_META_KEY: spliced}}}
+    for ensure_ascii in (True, False):
+        raw = encode(message, ensure_ascii=ensure_ascii)
+        assert raw == json.dumps(message, separators=(",", ":"), ensure_ascii=ensure_ascii).encode()
+        if edit in ("pop", "del", "set", "update", "ior", "clear"):
+            assert b"alice" not in raw
