@@ -182,6 +182,18 @@ _RECEIPT_FIELDS = tuple(Receipt.model_fields)
 _ERROR_FIELDS = tuple(ReceiptError.model_fields)
 _POLICY_FIELDS = tuple(PolicyRecord.model_fields)
 
+# _hand_canonical spells every field out; a field added to a model must be added there too, so a
+# mismatch stops the import here rather than in a hypothesis test (or, worse, in a journal line).
+_HAND_FIELDS = (
+    ("certainty", "duration_ms", "error", "finished_at", "handler_started", "outcome", "params_sha256",
+     "parent_receipt_id", "policy", "principal", "receipt_id", "recovered", "result_sha256", "spec_sha256",
+     "started_at", "tool", "v"),
+    ("code", "message"),
+    ("allowed", "policy", "reason"),
+)
+if tuple(tuple(sorted(f)) for f in (_RECEIPT_FIELDS, _ERROR_FIELDS, _POLICY_FIELDS)) != _HAND_FIELDS:  # pragma: no cover
+    raise ImportError("core/_receipts.py: a receipt model's fields changed; update _hand_canonical and _HAND_FIELDS")
+
 _M = TypeVar("_M", bound=BaseModel)
 
 
