@@ -25,9 +25,13 @@ and once it is durable (docs/formats/receipt.md).
 journal writer is the only one),
 user and system time, journal on and off, 1 and 16 concurrent callers; and
 times the journal's own pieces on the loop thread (``time.thread_time_ns``
-around ``Receipt.to_dict``, ``JournalLog._encode``, ``GroupWriter.enqueue``,
+around ``Receipt.canonical_json`` (the receipt's text, once per call; the
+execution journal appends it pre-encoded), ``JournalLog._encode`` (start
+records of effectful tools), ``GroupWriter.enqueue``,
 ``_Batch.resolve``), so the rest of the loop thread's extra CPU is the
 wake-up (the writer's ``call_soon_threadsafe``, the loop's ``epoll_wait``).
+``cpu`` is the scheduler's exact run time per thread; ``user``/``sys`` split it
+by tick samples (see ``_thread_cpu``).
 
 ``--http`` instead drives one whole 2026-07-28 ``tools/call`` POST through the
 real ASGI app (``create_http_app``: the request guard, the direct
@@ -194,8 +198,15 @@ def http_main(calls: int, journal: bool) -> int:
     return 0
 
 
-def _thread_cpu() -> dict[str, tuple[str, float, float]]:
-    """Per thread of this process: (name, user s, system s)."""
+def _thread_cpu() -> dict[str, tuple[str, float, float, float]]:
+    """Per thread of this process: (name, user s, system s, CPU s).
+
+    CPU is the scheduler's exact run time (``/proc/.../schedstat``, ns). The
+    user/system split is not exact on a kernel with tick-based accounting
+    (``CONFIG_TICK_CPU_ACCOUNTING``, as on this machine): the kernel splits the
+    exact total in the ratio of the 4 ms ticks that hit user or kernel mode, so
+    compare the split only over many calls, and the total ("cpu") first.
+    """
     import os
 
     tick = os.sysconf("SC_CLK_TCK")
@@ -204,13 +215,14 @@ def _thread_cpu() -> dict[str, tuple[str, float, float]]:
         try:
             fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
             name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            run_ns = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
         except OSError:  # the thread ended meanwhile
             continue
-        out[tid] = (name, int(fields[11]) / tick, int(fields[12]) / tick)
+        out[tid] = (name, int(fields[11]) / tick, int(fields[12]) / tick, run_ns / 1e9)
     return out
 
 
-_PIECES = (("core._receipts", "Receipt", "to_dict"), ("core.journal._log", "JournalLog", "_encode"),
+_PIECES = (("core._receipts", "Receipt", "canonical_json"), ("core.journal._log", "JournalLog", "_encode"),
            ("core.journal._writer", "GroupWriter", "enqueue"), ("core.journal._writer", "_Batch", "resolve"))
 
 
@@ -258,11 +270,12 @@ async def _run_threads(tool: str, calls: int, journal: bool, concurrency: int) -
                 setattr(cls, attr, raw)
     main_tid = str(threading.get_native_id())
     out = {"wall": wall / calls * 1e6}
-    for tid, (_name, user, system) in after.items():
+    for tid, (_name, user, system, cpu) in after.items():
         if tid not in before:
             continue
         # Python 3.11 does not name OS threads: every other thread here is the journal writer.
         role = "loop" if tid == main_tid else "writer"
+        out[f"{role} cpu"] = out.get(f"{role} cpu", 0.0) + (cpu - before[tid][3]) / calls * 1e6
         out[f"{role} user"] = out.get(f"{role} user", 0.0) + (user - before[tid][1]) / calls * 1e6
         out[f"{role} sys"] = out.get(f"{role} sys", 0.0) + (system - before[tid][2]) / calls * 1e6
     out.update({k: v / calls / 1000 for k, v in acc.items()})
@@ -277,8 +290,9 @@ def threads_main(tool: str, calls: int) -> int:
             keys = sorted({k for r in runs for k in r})
             cells = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
             head = f"{tool}, {concurrency:2d} caller(s), journal {'on ' if journal else 'off'}:"
-            print(head, ", ".join(f"{k} {cells[k]:.0f}" for k in ("wall", "loop user", "loop sys", "writer user",
-                                                                      "writer sys") if k in cells), "us/call")
+            print(head, ", ".join(f"{k} {cells[k]:.0f}" for k in ("wall", "loop cpu", "loop user", "loop sys",
+                                                                      "writer cpu", "writer user", "writer sys")
+                                   if k in cells), "us/call")
             for label in (f"{c}.{a}" for _m, c, a in _PIECES):
                 if label in cells:
                     print(f"    loop thread in {label}: {cells[label]:.1f} us/call")

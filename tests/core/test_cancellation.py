@@ -115,3 +115,25 @@ async def test_closed_scheduler_refuses_queued_and_new_calls():
     assert by_outcome["succeeded"].value == {"key": "a"}
     late = await reg.execute_detailed("u", {"key": "c"})
     assert late.receipt.outcome == "cancelled" and late.receipt.certainty == "known"
+
+
+@pytest.mark.anyio
+async def test_without_a_sink_a_cancelled_call_still_settles_and_frees_its_slot():
+    # No sink: _settle enters no cancel scope (nothing there awaits); the call still
+    # settles with its receipt, tells on_settled, and releases its reservation.
+    entered = anyio.Event()
+    settled = []
+
+    async def slow(params, ctx):
+        entered.set()
+        await anyio.Event().wait()
+
+    reg = ToolRegistry([define_tool(name="slow", description="", handler=slow)])
+    tool = reg.get("slow")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: reg.executor.execute_detailed(tool, {}, on_settled=settled.append))
+        await entered.wait()
+        tg.cancel_scope.cancel()
+    (d,) = settled
+    assert (d.receipt.outcome, d.receipt.certainty, d.receipt.handler_started) == ("cancelled", "unknown", True)
+    assert reg.executor.scheduler.running_exclusive is False
