@@ -185,7 +185,7 @@ async def _load(port: int, clients: int, seconds: float) -> tuple[list[float], l
 def _start(kind: str, data_dir: Path, profile_out: Path | None = None,
            env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     """``kind``: ``ours`` (journal on), ``ours-no-journal`` (``--no-journal``), ``ours-no-fast-path``
-    (``--no-fast-path``: every call through the SDK's HTTP layers), ``ours-asyncio-h11`` (``--loop asyncio
+    (``--no-fast-path``: every call through the SDK's HTTP layers),
     ``ours-h11`` (``--http h11``), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``; ``env``: the server's environment
     (default: this process's)."""
     port = free_port()
