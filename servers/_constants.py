@@ -1,5 +1,7 @@
 """Names and limits shared by the CLI and the servers (kept import-light: ``--help`` must be quick)."""
 
+import os
+
 PROFILES = ("tools", "work", "artifacts", "agents", "memory", "rag", "gateway", "all", "conformance")
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 RECEIPT_META_KEY = "dev.openfunctions/receipt"
@@ -14,8 +16,6 @@ def env_switch(name: str, default: bool) -> bool:
     """An on/off environment variable: unset gives ``default``; ``0``/``off``/``false``/``no`` turn it off,
     any other value on. One reading for every such switch (``OPENFUNCTIONS_FAST_PATH``,
     ``OPENFUNCTIONS_JOURNAL_IN_PLACE``)."""
-    import os
-
     value = os.environ.get(name)
     if value is None:
         return default

@@ -99,7 +99,7 @@ class ConnectionGuard:
     :meth:`_disarm_head_timer` when one is complete.
 
     It also tells the app when the connection is lost (:data:`CONNECTION_LOST_KEY`):
-    a subclass puts :attr:`_watch` in each request's scope and calls
+    a subclass puts :meth:`_watch_lost` in each request's scope and calls
     :meth:`_connection_gone` from ``connection_lost``. One callback per
     connection: a connection runs one request at a time (uvicorn queues
     pipelined ones until the response before them is complete).
@@ -116,7 +116,6 @@ class ConnectionGuard:
     _head_timer: asyncio.TimerHandle | None = None
     _lost_callback: Callable[[], object] | None = None
     _gone = False
-    _watch: Callable[[Callable[[], object] | None], None]
 
     @classmethod
     def configured(cls, *, max_connections: int, header_timeout: float) -> type[Any]:
@@ -177,7 +176,6 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer = None
-        self._watch = self._watch_lost
         super().connection_made(transport)
         if self._admit(transport):
             self._arm_head_timer()
@@ -189,7 +187,7 @@ class GuardedH11Protocol(ConnectionGuard, H11Protocol):
         super().handle_events()
         # uvicorn builds each request's scope and schedules its app task in here; the task has not run yet.
         if self.cycle is not None:
-            self.cycle.scope.setdefault(CONNECTION_LOST_KEY, self._watch)  # type: ignore[misc]
+            self.cycle.scope.setdefault(CONNECTION_LOST_KEY, self._watch_lost)  # type: ignore[misc]
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -339,7 +337,9 @@ def _rpc_error(code: int, message: str) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
 
 
-_PASSED_MAX = 256
+#: Accepted (Host, Origin) pairs a RequestGuard remembers; past it they are all forgotten (no per-request bookkeeping,
+#: and a client can only churn pairs the rules allow anyway).
+_ACCEPTED_PAIRS_MAX = 256
 
 
 class RequestGuard:
@@ -359,7 +359,7 @@ class RequestGuard:
         self.health = health
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
-        self._passed: set[tuple[bytes | None, bytes | None]] = set()
+        self._accepted_pairs: set[tuple[bytes | None, bytes | None]] = set()
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
@@ -405,20 +405,20 @@ class RequestGuard:
 
         Accepted (Host, Origin) pairs are remembered (a client sends the same
         pair on every request; checking it is a regex match or two), at most
-        :data:`_PASSED_MAX`, forgotten all at once past that; a refused pair is
+        :data:`_ACCEPTED_PAIRS_MAX`, forgotten all at once past that; a refused pair is
         checked again every time.
         """
         key = (host, origin)
-        if key in self._passed:
+        if key in self._accepted_pairs:
             return None
         assert self.rules is not None
         if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
             return 421, b"Invalid Host header"
         if not self.rules.origin_ok(origin.decode("latin-1") if origin is not None else None):
             return 403, b"Invalid Origin header"
-        if len(self._passed) >= _PASSED_MAX:
-            self._passed.clear()
-        self._passed.add(key)
+        if len(self._accepted_pairs) >= _ACCEPTED_PAIRS_MAX:
+            self._accepted_pairs.clear()
+        self._accepted_pairs.add(key)
         return None
 
     async def _read_body(self, receive: Callable[..., Any]) -> tuple[bytes | None, bool]:

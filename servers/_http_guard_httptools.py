@@ -46,7 +46,6 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
         self._in_head = True  # bytes arriving now belong to a request head
         self._head_bytes = 0  # of the head being received
         self._head_tail = b""  # the last bytes of it seen (a blank line may be split across chunks)
-        self._watch = self._watch_lost
         super().connection_made(transport)
         if self._admit(transport):
             self._arm_head_timer()
@@ -74,7 +73,7 @@ class GuardedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()  # builds the request's scope
-        self.scope[CONNECTION_LOST_KEY] = self._watch  # type: ignore[literal-required]
+        self.scope[CONNECTION_LOST_KEY] = self._watch_lost  # type: ignore[literal-required]
 
     def on_header(self, name: bytes, value: bytes) -> None:
         super().on_header(name, value.rstrip(b" \t"))  # RFC 9110 §5.5: OWS is not part of the value (see the module doc)

@@ -234,8 +234,9 @@ class OpenFunctionsServer:
         self._database_url = database_url  # the execution journal in PostgreSQL instead of journal_dir's files
         self.journal: Any = None
         self.journal_file: Path | None = None
-        #: Whether every settled receipt's canonical JSON is already computed (the file journal writes it).
-        self._receipt_text_kept = False
+        #: The file journal appends each receipt's canonical JSON (``Receipt.canonical_json()``, memoized), so a reply
+        #: can splice that text instead of encoding the receipt again; other sinks may not compute it.
+        self._journal_encodes_receipts = False
         self._started = False
         self._closing = False
         self._closed = False
@@ -357,7 +358,7 @@ class OpenFunctionsServer:
 
             self.journal, self.journal_file = await open_execution_journal(
                 self._journal_dir, self.profile, reopen_interval=self.journal_reopen_interval)
-            self._receipt_text_kept = True
+            self._journal_encodes_receipts = True
         if self.journal is not None:
             try:
                 await self._open_tasks(self.journal, self.journal_file)
@@ -598,7 +599,7 @@ class OpenFunctionsServer:
         if detailed is None:  # cancelled by close() before the executor settled it (it always settles: defensive)
             return {"content": [{"type": "text", "text": shut_down_text}], "isError": True, "resultType": "complete"}
         receipt = detailed.receipt.to_dict()
-        if self._receipt_text_kept:  # the journal encoded it: the reply reuses that text (the fast path's encode)
+        if self._journal_encodes_receipts:  # the reply reuses the journal's text (the fast path's encode)
             receipt = EncodedReceipt(receipt, detailed.receipt.canonical_json())
         if shut_down and detailed.receipt.outcome == "cancelled":  # by close() after the grace period: say why, with the receipt
             return {"content": [{"type": "text", "text": shut_down_text}], "_meta": {RECEIPT_META_KEY: receipt},

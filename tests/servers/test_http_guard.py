@@ -39,9 +39,9 @@ async def test_host_and_origin_verdicts_stay_the_same_when_remembered() -> None:
              (b"127.0.0.1:8000", b"https://evil.example", 403)]
     for _ in range(3):  # the first pass checks, the later ones may answer from memory: the same answers
         assert [await _status(guard, h, o) for h, o, _ in cases] == [want for _, _, want in cases]
-    assert guard._passed == {(b"127.0.0.1:8000", None), (b"localhost:8000", b"http://localhost:8000")}
+    assert guard._accepted_pairs == {(b"127.0.0.1:8000", None), (b"localhost:8000", b"http://localhost:8000")}
     any_port = RequestGuard(app, rules=HostRules.loopback(None), health=_health, max_body_bytes=1000)
     for port in range(300):  # bounded: past the cap it starts over
         assert await _status(any_port, f"127.0.0.1:{port}".encode()) == 200
-        assert len(any_port._passed) <= 256
-    assert len(any_port._passed) == 300 - 256
+        assert len(any_port._accepted_pairs) <= 256
+    assert len(any_port._accepted_pairs) == 300 - 256
