@@ -199,27 +199,11 @@ def http_main(calls: int, journal: bool) -> int:
 
 
 def _thread_cpu() -> dict[str, tuple[str, float, float, float]]:
-    """Per thread of this process: (name, user s, system s, CPU s).
+    """Per thread of this process: (name, user s, system s, CPU s); ``_report.thread_cpu`` says which are exact."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import thread_cpu
 
-    CPU is the scheduler's exact run time (``/proc/.../schedstat``, ns). The
-    user/system split is not exact on a kernel with tick-based accounting
-    (``CONFIG_TICK_CPU_ACCOUNTING``, as on this machine): the kernel splits the
-    exact total in the ratio of the 4 ms ticks that hit user or kernel mode, so
-    compare the split only over many calls, and the total ("cpu") first.
-    """
-    import os
-
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-            run_ns = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
-        except OSError:  # the thread ended meanwhile
-            continue
-        out[tid] = (name, int(fields[11]) / tick, int(fields[12]) / tick, run_ns / 1e9)
-    return out
+    return thread_cpu()
 
 
 _PIECES = (("core._receipts", "Receipt", "canonical_json"), ("core.journal._log", "JournalLog", "_encode"),

@@ -48,22 +48,15 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(ROOT))
 import load_http  # noqa: E402
+from _report import thread_cpu  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 KINDS = ("ours", "ours-no-journal", "ours-no-fast-path", "ours-h11", "sdk")
 COLUMNS = ("loop_u", "loop_s", "other_u", "other_s", "calls/s")
 
 
 def thread_times(pid: int) -> dict[str, tuple[float, float]]:
     """``{tid: (user seconds, system seconds)}`` of every thread of ``pid``."""
-    out: dict[str, tuple[float, float]] = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the thread ended
-            continue
-        out[tid] = (int(fields[11]) / TICKS, int(fields[12]) / TICKS)
-    return out
+    return {tid: (user, system) for tid, (_name, user, system, _cpu) in thread_cpu(pid).items()}
 
 
 def parse_variant(text: str) -> tuple[str, str | None]:
