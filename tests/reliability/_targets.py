@@ -107,15 +107,28 @@ class HttpTarget:
 
     def __init__(self, profile: str, data_dir: Path, *extra: str) -> None:
         self.profile = profile
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.proc = subprocess.Popen(
-            serve_argv("--profile", profile, "--data-dir", str(data_dir), "--transport", "http",
-                       "--port", str(self.port), *self.MODE, *extra),
-            env=server_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
+        self._argv = ("--profile", profile, "--data-dir", str(data_dir), "--transport", "http", *self.MODE, *extra)
+        self._spawn()
         self.problems: list[str] = []
         self.client = httpx.Client(timeout=60)
+
+    def _spawn(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc = subprocess.Popen(serve_argv(*self._argv, "--port", str(self.port)),
+                                     env=server_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def _listening(self, timeout: float) -> None:
+        """Wait for the server to listen; a free port can be taken between probing and binding (the
+        server then exits saying so), so up to two more tries on new ports."""
+        for attempt in range(3):
+            try:
+                wait_for_port(self.port, self.proc, timeout)
+                return
+            except RuntimeError as exc:
+                if "already in use" not in str(exc) or attempt == 2:
+                    raise
+                self._spawn()
 
     def wrap(self, params: dict[str, Any]) -> dict[str, Any]:
         """A request's params as this target's protocol wants them."""
@@ -129,7 +142,7 @@ class HttpTarget:
         return h
 
     def start(self, timeout: float = 120.0) -> list[dict]:
-        wait_for_port(self.port, self.proc, timeout)
+        self._listening(timeout)
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": MODERN_META}}
         return self.messages(self.client.post(self.url, json=body, headers=self.headers()))[-1]["result"]["tools"]
 
@@ -174,7 +187,7 @@ class HttpSessionTarget(HttpTarget):
         return params
 
     def start(self, timeout: float = 120.0) -> list[dict]:
-        wait_for_port(self.port, self.proc, timeout)
+        self._listening(timeout)
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
                 "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "0"}}}
         resp = self.client.post(self.url, json=init, headers=self.headers(session=""))
