@@ -20,18 +20,18 @@ From stage 6 on, a raise, an invalid output or a failed persistence leaves
 the effect ``unknown``. Persistence runs shielded from cancellation, so a
 call that settled is recorded even if its caller was cancelled meanwhile.
 
-When the reservation is released: after the receipt is durable, except for
-a write (an exclusive reservation) with a sole sink that declares
-``ordered_receipts`` (the file journal): then as soon as the receipt is
-*queued* in that sink's single order. (A read keeps its shared slot until
-its receipt is durable: releasing it early measured more, smaller fsync
-batches — writer CPU 88 vs 25 µs/call at 16 readers.) The next write
-admitted meanwhile cannot enter its handler before its own start record is
-durable, and that record is behind this receipt, so this receipt is durable
-first; this call's reply still waits for its own receipt; a read's reply
-waits for its receipt, also behind. So a write still runs alone (handlers
-never overlap) and no reply is sent for a receipt that is not durable, while
-consecutive writes share fsyncs (docs/formats/receipt.md).
+When the reservation is released: after the receipt is durable, except
+with a sole sink that declares ``ordered_receipts`` (the file journal): then
+as soon as the receipt is *queued* in that sink's single order. The next
+write admitted meanwhile cannot enter its handler before its own start
+record is durable, and that record is behind this receipt, so this receipt
+is durable first; this call's reply still waits for its own receipt; a
+read's reply waits for its receipt, also behind. So a write still runs alone
+(handlers never overlap) and no reply is sent for a receipt that is not
+durable, while consecutive writes share fsyncs (docs/formats/receipt.md).
+A read's shared slot is released the same way (session 9): held until
+durable, the default 8 slots capped a server at 8 calls per fsync round
+trip, which at 200 HTTP clients left the loop idle between fsyncs.
 """
 
 from __future__ import annotations
@@ -336,10 +336,9 @@ class ToolExecutor:
         if self._sink is None:
             return receipt
         try:
-            # Only a write's (exclusive) reservation is released early: the next write can then share this
-            # receipt's fsync. A read's shared slot is kept until durable, so reads still commit in groups.
-            if self._ordered and call.owns_reservation and call.reservation is not None \
-                    and call.reservation.mode == "exclusive":
+            # Released once queued (see the module doc): the next write can share this receipt's fsync, and
+            # the next reads run while it is written.
+            if self._ordered and call.owns_reservation and call.reservation is not None:
                 await self._sink.on_settled(receipt, queued=lambda: self._release(call))  # type: ignore[call-arg]
             else:
                 await self._sink.on_settled(receipt)

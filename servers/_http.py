@@ -50,8 +50,9 @@ import structlog
 import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 
-from openfunctions.core import BearerAuth, read_auth_token
+from openfunctions.core import BearerAuth, ConfigurationError, read_auth_token
 
+from ._constants import JOURNAL_SYNC_MODES
 from ._event_loop import resolve_http_parser
 from ._event_store import MemoryEventStore
 from ._fast import FastCalls, fast_path_enabled
@@ -71,6 +72,7 @@ from ._http_guard import (
     clamp_connections,
     guarded_protocol,
 )
+from ._journaling import ServedJournal
 from ._server import OpenFunctionsServer
 from ._signals import ShutdownWatch
 
@@ -223,6 +225,7 @@ async def serve_http(
     keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     http_parser: str = "auto",
+    journal_sync: str = "loop",
     **app_options: Any,
 ) -> None:
     """Serve ``server`` over streamable HTTP until SIGTERM/SIGINT; then drain, stop, close.
@@ -244,7 +247,16 @@ async def serve_http(
 
     ``http_parser``: ``httptools`` (llhttp, C), ``h11`` (pure Python) or
     ``auto`` (httptools when installed); both carry the same guards.
+
+    ``journal_sync``: how a file execution journal makes records durable.
+    ``loop`` (default): the event loop writes and syncs, once per loop
+    iteration, everything that iteration appended (no writer thread; the loop
+    waits for each fsync). ``thread``: the journal's writer thread does, and
+    the loop goes on meanwhile; better where an fsync is slow (a network file
+    system). Measured in docs/PERFORMANCE.md ("HTTP load").
     """
+    if journal_sync not in JOURNAL_SYNC_MODES:
+        raise ConfigurationError(f"journal_sync must be one of {', '.join(JOURNAL_SYNC_MODES)}, not {journal_sync!r}")
     parser = resolve_http_parser(http_parser)
     app = create_http_app(server, host=host, port=port, **app_options)
     protocol = guarded_protocol(parser, max_connections=clamp_connections(max_connections), header_timeout=header_timeout)
@@ -265,6 +277,8 @@ async def serve_http(
     watch = ShutdownWatch(server)
 
     async with server:
+        if isinstance(server.journal, ServedJournal):
+            server.journal.sync_on_loop(journal_sync == "loop")
         async with anyio.create_task_group() as tg:
 
             async def drain_then_stop() -> None:

@@ -201,6 +201,16 @@ class ServedJournal:
         self.reopen_blocked: str | None = None
         self._watch: Any = None  # the reopen watcher task (``_journal_reopen.start_watch``)
         self._in_place = False
+        self._on_loop = False
+
+    def sync_on_loop(self, on: bool) -> None:
+        """Write and sync every record on the event loop's thread, once per loop iteration for all that
+        iteration appended, instead of on the journal's writer thread (``JournalLog.sync_on_loop``; kept
+        across re-opens). ``serve_http`` turns it on unless told ``journal_sync="thread"``: under many
+        clients the writer thread's contention for the GIL cost more than the fsync's stall
+        (docs/notes/session-9/coordinator.md)."""
+        self._on_loop = on
+        self._journal.log.sync_on_loop = on
 
     def write_in_place(self, on: bool) -> None:
         """Let a lone appender write and sync its record on the event loop's thread
@@ -320,6 +330,7 @@ class ServedJournal:
                 return False
             self._journal = fresh._journal
             self.write_in_place(self._in_place)
+            self.sync_on_loop(self._on_loop)
             self.failure = None
             self.reopen_blocked = None
             self.reopened += 1

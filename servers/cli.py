@@ -56,7 +56,7 @@ def _milliseconds(text: str) -> int:
 
 
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
-    from ._constants import DEFAULT_MAX_MESSAGE_BYTES, PROFILES
+    from ._constants import DEFAULT_MAX_MESSAGE_BYTES, JOURNAL_SYNC_MODES, PROFILES
 
     g = p.add_argument_group("what to serve")
     g.add_argument("--profile", choices=PROFILES, default="tools",
@@ -138,6 +138,12 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                         "work lease is taken over by another (default 30; renewed every third of it while held)")
     d.add_argument("--no-journal", action="store_true",
                    help="do not journal executions (receipts are still returned, but not durable)")
+    d.add_argument("--journal-sync", choices=JOURNAL_SYNC_MODES, default="loop",
+                   help="HTTP: how the execution journal makes each receipt durable before its reply. loop: the "
+                        "event loop writes and fsyncs, once per loop iteration, what that iteration appended (no "
+                        "writer thread; fastest here under many clients, docs/PERFORMANCE.md 'HTTP load'); thread: "
+                        "a writer thread does while the loop goes on (for a slow disk, e.g. a network file system). "
+                        "stdio always uses the thread (default: %(default)s)")
     d.add_argument("--journal-reopen-interval", type=_seconds_or_off, default=5.0, metavar="SECONDS",
                    help="a journal that failed (a full disk) is re-opened through recovery at most this often, once "
                         "writes succeed again (default: %(default)s; 0: only a restart or `journal reopen PATH`)")
@@ -421,6 +427,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 max_connections=args.max_connections,
                 fast_path=False if args.no_fast_path else None,
                 http_parser=args.http_parser,
+                journal_sync=args.journal_sync,
             )
     finally:
         await profile.aclose()

@@ -31,6 +31,14 @@ This module owns the *life* of a log:
   slower and 12 % faster; at load 5–6 (session 6) in place was slower in
   every run. Not a clear win, so off by default. Never for a server with many
   clients: it would stall the loop for the fsync while other requests wait.
+- **on the loop, opt-in** (``sync_on_loop``; an HTTP server turns it on for
+  its execution journal, ``serve --journal-sync loop``, the default there):
+  no writer thread; the first append of an event-loop iteration schedules one
+  flush for the next iteration, which writes and syncs everything appended
+  by then on the loop's thread (``_writer``'s "On the loop" says why: the
+  thread's GIL contention cost a busy server more than the fsync's stall).
+  Under load a batch is one iteration's appends; the loop is blocked for
+  each fsync, so on a slow disk every connection waits for it.
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -71,6 +79,11 @@ class JournalLog:
     # Whether a lone appender writes and syncs in place (opt-in: see the module
     # doc); set it on one log, or on the class for a whole process.
     inline_when_idle: bool = False
+    # Whether every append is written and synced by the event loop itself, once per loop iteration for all
+    # that iteration appended, instead of by the writer thread (``_writer``'s "On the loop"). Off by default;
+    # an HTTP server turns it on for its execution journal (``serve --journal-sync``). Takes precedence over
+    # ``inline_when_idle``.
+    sync_on_loop: bool = False
 
     def __init__(self) -> None:  # use JournalLog.open
         self.path: Path
@@ -264,6 +277,14 @@ class JournalLog:
         whatever else is queued (group commit), and we wait for it.
         """
         loop = asyncio.get_running_loop()
+        if self.sync_on_loop:
+            waiter = loop.create_future()
+            writer.enqueue(lines, last_seq, waiter, loop, on_loop=True)  # raises JournalFailed before any seq is consumed
+            self._next_seq, self._link, self._enqueued_size = next_seq, link, size
+            if queued is not None:
+                queued()
+            await waiter
+            return
         lone = self.inline_when_idle and not self._handed_over
         # ``_ready`` is asyncio's private queue of callbacks due now (BaseEventLoop; no public equivalent). A loop
         # without it (uvloop) reads as busy: a lone appender there always takes the held path (queue held, one

@@ -89,12 +89,12 @@ async def test_with_an_observer_after_the_journal_the_reservation_waits_for_on_s
 
 
 @pytest.mark.anyio
-async def test_a_reads_shared_slot_is_kept_until_its_receipt_is_durable(tmp_path):
-    # Early release is for writes only: releasing a read's slot early measured
-    # smaller fsync batches (more writer CPU per call) for no gain.
+async def test_a_reads_shared_slot_is_released_once_its_receipt_is_queued_and_its_reply_waits(tmp_path):
+    # Held until durable, the shared slots capped a server at max_parallel calls per fsync round trip.
     ops = GatedOps(hold_at=2)  # receipt 0 (of a read: no start), then receipt 1 is held
     journal = ExecutionJournal(await JournalLog.open(tmp_path / "r.journal", kind="execution", _ops=ops))
     order: list[str] = []
+    done: list[int] = []
 
     async def read_it(params, ctx):
         order.append(f"handler {params['n']}")
@@ -104,13 +104,20 @@ async def test_a_reads_shared_slot_is_kept_until_its_receipt_is_durable(tmp_path
                     capability={"effect": "read", "parallel_safe": True})
     reg = ToolRegistry([t], sink=journal, max_parallel=1)
     await reg.execute_detailed("read_it", {"n": 0})
+
+    async def call(n: int) -> None:
+        await reg.execute_detailed("read_it", {"n": n})
+        done.append(n)
+
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(reg.execute_detailed, "read_it", {"n": 1})
+            tg.start_soon(call, 1)
             await until(lambda: order == ["handler 0", "handler 1"])
-            tg.start_soon(reg.execute_detailed, "read_it", {"n": 2})
-            await anyio.sleep(0.2)
-            assert ops.syncs == 2 and order == ["handler 0", "handler 1"]  # call 2 waits for the only slot
+            tg.start_soon(call, 2)
+            # Call 2 gets the only slot while receipt 1 is in its fsync; neither is answered before it is durable.
+            await until(lambda: order == ["handler 0", "handler 1", "handler 2"])
+            await anyio.sleep(0.1)
+            assert ops.syncs == 2 and done == []
             ops.gate.set()
-    assert order == ["handler 0", "handler 1", "handler 2"]
+    assert sorted(done) == [1, 2]
     await journal.close()

@@ -174,3 +174,63 @@ def test_stdio_second_signal_during_the_drain_cancels_calls_and_exits_at_once(ra
     assert b"shutdown forced by a second SIGINT: 1 running call(s) cancelled" in bytes(s.stderr)
     assert (markers / "cancelled").exists() and not (markers / "finished").exists()
     assert settled_outcome(tmp_path / "data", (markers / "started").read_text()) == "cancelled"
+
+
+# -- how the execution journal syncs under HTTP (serve --journal-sync) ---------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("journal_sync", ["loop", "thread"])
+async def test_journal_sync_chooses_who_writes_the_receipt(tmp_path, journal_sync):
+    """``loop`` (the default): the event loop writes and syncs, no writer thread runs; ``thread``: the writer
+    thread does. Either way the reply's receipt is the journal's record."""
+    import json as _json
+
+    import anyio
+
+    from openfunctions.core.journal import read_records
+
+    from .fixture_tools import registry
+
+    server = create_mcp_server(registry, name="t", version="0", journal_dir=tmp_path / "data")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    kw = {} if journal_sync == "loop" else {"journal_sync": journal_sync}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: http_mod.serve_http(server, port=port, handle_signals=False, stateless=True, **kw))
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    async with httpx.AsyncClient(timeout=30) as client:
+                        replies = [await client.post(url, content=_json.dumps(rpc("tools/call", {"name": "add", "arguments": {"a": i, "b": 1}}, rid=i)),
+                                                     headers={"Content-Type": "application/json", **_modern("add")})
+                                   for i in range(3)]
+                    break
+                except httpx.ConnectError:
+                    await anyio.sleep(0.05)
+        writers = [t for t in threading.enumerate() if t.name.startswith("journal-writer:")]
+        log = server.journal.log
+        assert log.sync_on_loop is (journal_sync == "loop")
+        assert (writers == []) is (journal_sync == "loop")
+        path = log.path
+        tg.cancel_scope.cancel()
+    receipts = {r.data["receipt_id"]: r.data for r in read_records(path) if r.type == "receipt"}
+    for resp in replies:
+        assert resp.status_code == 200
+        receipt = resp.json()["result"]["_meta"]["dev.openfunctions/receipt"]
+        assert receipts[receipt["receipt_id"]] == receipt
+
+
+def _modern(name: str) -> dict[str, str]:
+    from .test_http import modern_headers
+
+    return modern_headers("tools/call", name)
+
+
+@pytest.mark.anyio
+async def test_an_unknown_journal_sync_is_refused_before_binding():
+    from openfunctions.core import ConfigurationError
+
+    server = create_mcp_server(ToolRegistry([]), name="t", version="0")
+    with pytest.raises(ConfigurationError, match="journal_sync must be one of loop, thread, not 'fsync'"):
+        await http_mod.serve_http(server, port=free_port(), handle_signals=False, journal_sync="fsync")

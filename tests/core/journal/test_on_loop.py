@@ -1,0 +1,170 @@
+"""Opt-in: every append is written and synced by the event loop, once per iteration
+(core/journal/_log.py ``sync_on_loop``, _writer.py ``enqueue(on_loop=True)``/``_flush_on_loop``)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+
+import anyio
+import pytest
+
+from openfunctions.core.errors import JournalFailed
+from openfunctions.core.journal import JournalLog, read_records
+from openfunctions.core.journal._fsutil import FileOps
+
+pytestmark = pytest.mark.anyio
+
+
+class WhereOps(FileOps):
+    """Records each sync's thread and how many lines its write carried."""
+
+    def __init__(self) -> None:
+        self.syncs: list[str] = []
+        self.lines: list[int] = []
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        super().write_all(fd, data)
+        self.lines.append(data.count(b"\n"))
+
+    def sync(self, fd: int) -> None:
+        super().sync(fd)
+        self.syncs.append(threading.current_thread().name)
+
+
+async def _open(path, ops=None) -> JournalLog:
+    log = await JournalLog.open(path, _ops=ops or WhereOps())
+    log.sync_on_loop = True
+    return log
+
+
+def _writer_threads(path) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"journal-writer:{path.name}"]
+
+
+async def test_off_by_default():
+    assert JournalLog.sync_on_loop is False
+
+
+async def test_one_iteration_s_appends_share_one_write_and_sync_on_the_loop_thread(tmp_path):
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await _open(p, ops)
+    durable_when_returned: list[bool] = []
+
+    async def one(i: int) -> None:
+        rec = await log.append("t", {"i": i})
+        durable_when_returned.append(log.last_seq >= rec.seq and p.stat().st_size >= log.size)
+
+    # Twenty tasks started together append in the same iteration: one flush takes them all.
+    tasks = [asyncio.ensure_future(one(i)) for i in range(20)]
+    await asyncio.gather(*tasks)
+    assert ops.lines == [20] and ops.syncs == [threading.current_thread().name]
+    assert durable_when_returned == [True] * 20
+    assert _writer_threads(p) == []
+    # Appends in later iterations get flushes of their own.
+    for i in range(3):
+        await log.append("t", {"i": 20 + i})
+    assert ops.lines == [20, 1, 1, 1]
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == list(range(23))
+
+
+async def test_an_appender_is_answered_only_after_its_flush(tmp_path):
+    log = await _open(tmp_path / "j.jsonl")
+    task = asyncio.ensure_future(log.append("t", {"i": 1}))
+    await asyncio.sleep(0)  # the append ran up to its wait: queued, flush scheduled for the next iteration
+    assert not task.done() and log.last_seq == 0
+    rec = await task
+    assert rec.seq == 1 and log.last_seq == 1
+    await log.close()
+
+
+async def test_a_failed_flush_fails_every_appender_of_it_and_every_later_append(tmp_path):
+    class FailingSync(WhereOps):
+        armed = False
+
+        def sync(self, fd: int) -> None:
+            if self.armed:
+                raise OSError(errno.EIO, "Input/output error")
+            super().sync(fd)
+
+    p = tmp_path / "j.jsonl"
+    ops = FailingSync()
+    log = await _open(p, ops)
+    await log.append("t", {"i": 0})
+    ops.armed = True
+    results = await asyncio.gather(*(log.append("t", {"i": i}) for i in range(1, 6)), return_exceptions=True)
+    assert all(isinstance(r, JournalFailed) and "Input/output error" in str(r) for r in results)
+    assert log.failed
+    ops.armed = False  # fail-stop: no retry on the failed fd even once the disk works again
+    with pytest.raises(JournalFailed):
+        await log.append("t", {"i": 6})
+    fired = []
+    asyncio.get_running_loop().call_soon(fired.append, 1)
+    await asyncio.sleep(0.01)
+    assert fired == [1]  # the loop kept running: the flush's failure went to the appenders, not up the loop
+    await log.close()
+    reopened = await JournalLog.open(p)
+    assert reopened.last_seq >= 1 and (await reopened.append("t", {"i": 7})).seq == reopened.last_seq
+    await reopened.close()
+
+
+async def test_a_cancelled_appender_s_record_is_still_written(tmp_path):
+    p = tmp_path / "j.jsonl"
+    log = await _open(p)
+    task = asyncio.ensure_future(log.append("t", {"i": 1}))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (await log.append("t", {"i": 2})).seq == 2
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == [1, 2]
+
+
+async def test_closing_before_the_flush_ran_writes_what_was_queued(tmp_path):
+    # close() drains on another thread while the loop awaits it: the queued lines go to the
+    # writer thread, and the flush scheduled on the loop finds nothing left to write.
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await _open(p, ops)
+    tasks = [asyncio.ensure_future(log.append("t", {"i": i})) for i in range(3)]
+    await asyncio.sleep(0)  # queued, not flushed
+    assert log.last_seq == 0
+    await log.close()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert [r.data["i"] for r in read_records(p)] == [0, 1, 2]
+    assert sum(ops.lines) == 3
+
+
+async def test_the_loop_keeps_running_other_work_between_flushes(tmp_path):
+    # A caller appending in a loop yields once per append (its flush runs in the next iteration),
+    # so a timer fires between two appends rather than after all of them.
+    log = await _open(tmp_path / "j.jsonl")
+    fired: list[int] = []
+    asyncio.get_running_loop().call_later(0, lambda: fired.append(log.last_seq))
+    for i in range(20):
+        await log.append("t", {"i": i})
+    assert fired and fired[0] < 20
+    await log.close()
+
+
+async def test_appends_from_a_thread_s_own_loop_are_flushed_on_that_loop(tmp_path):
+    # One log, two event loops (the main one and a worker thread's), appending in turn:
+    # each loop's flush writes its own appends and the file order is seq order.
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await _open(p, ops)
+    await log.append("t", {"i": 0})
+
+    def other_loop() -> int:
+        return asyncio.run(log.append("t", {"i": 1})).seq
+
+    seq = await anyio.to_thread.run_sync(other_loop)
+    assert seq == 2
+    await log.append("t", {"i": 2})
+    await log.close()
+    assert [(r.seq, r.data["i"]) for r in read_records(p)] == [(1, 0), (2, 1), (3, 2)]
+    assert len(set(ops.syncs)) == 2  # the main loop's thread and the worker's
