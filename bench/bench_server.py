@@ -327,7 +327,7 @@ def load_rows(rounds: int, seconds: float) -> tuple[list[list[object]], str]:
     note = (f"`http load x50`: `bench/load_http.py`'s generator, 50 raw keep-alive clients, {rounds} interleaved "
             f"cells of {seconds:g} s per server. Server CPU per call (from /proc, medians): ours journal on "
             f"**{o_cpu:.2f} ms**, ours `--no-journal` **{b_cpu:.2f} ms** (so the journal costs about "
-            f"{o_cpu - b_cpu:.2f} ms of CPU per call: encoding, the writer thread's write + fdatasync, the wake-up), "
+            f"{o_cpu - b_cpu:.2f} ms of CPU per call: encoding, the event loop's write + fdatasync once per loop iteration, the wake-up), "
             f"ours journal on with `--no-fast-path` **{f_cpu:.2f} ms** (every call through the SDK's HTTP layers), "
             f"SDK MCPServer **{s_cpu:.2f} ms** (ours/SDK {o_cpu / s_cpu:.2f}×). Throughput here is bounded by CPU "
             f"(two cores shared with the load generator), so calls/s follow CPU per call; errors {errors}.")

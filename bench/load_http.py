@@ -7,8 +7,10 @@ protocol 2026-07-28). For 50, 200 and 1,000 clients it measures, per server:
 calls/s, latency p50/p99, server CPU per call (from /proc), and errors.
 
 Peers: ``openfunctions-mcp serve --transport http --stateless`` (journal on:
-every call's receipt is fsynced before its reply; ``of_hash_text`` declares
+every call's receipt is fsynced before its reply, by the event loop once per
+loop iteration, ``--journal-sync loop``; ``of_hash_text`` declares
 ``effect: read``, so it has no start record), the same server with
+``--journal-sync thread`` (the journal's writer thread syncs), the same server with
 ``--no-fast-path`` (every call through the SDK's HTTP layers: the direct
 ``tools/call`` path's before/after in one run), the same server forced to
 ``--http h11`` (the parser before httptools was its default), and the SDK's ``MCPServer`` with the same tool, stateless with
@@ -186,7 +188,8 @@ def _start(kind: str, data_dir: Path, profile_out: Path | None = None,
            env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     """``kind``: ``ours`` (journal on), ``ours-no-journal`` (``--no-journal``), ``ours-no-fast-path``
     (``--no-fast-path``: every call through the SDK's HTTP layers),
-    ``ours-h11`` (``--http h11``), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``; ``env``: the server's environment
+    ``ours-h11`` (``--http h11``), ``ours-journal-thread`` (``--journal-sync thread``: the journal's writer
+    thread, the default before session 9), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``; ``env``: the server's environment
     (default: this process's)."""
     port = free_port()
     if kind.startswith("ours"):
@@ -199,6 +202,8 @@ def _start(kind: str, data_dir: Path, profile_out: Path | None = None,
             argv.append("--no-fast-path")
         if kind == "ours-h11":
             argv += ["--http", "h11"]
+        if kind == "ours-journal-thread":
+            argv += ["--journal-sync", "thread"]
     else:
         argv = [sys.executable, "-c", SDK_SERVER, str(port), *(("asyncio", "h11") if kind == "sdk-asyncio-h11" else ("auto", "auto"))]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -275,8 +280,9 @@ def profile(seconds: float) -> str:
     return "\n".join(lines)
 
 
-KINDS = ("ours", "ours-no-fast-path", "ours-h11", "sdk", "sdk-asyncio-h11")
+KINDS = ("ours", "ours-journal-thread", "ours-no-fast-path", "ours-h11", "sdk", "sdk-asyncio-h11")
 NAMES = {"ours": "openfunctions-mcp (journal on)", "ours-no-fast-path": "openfunctions-mcp, --no-fast-path",
+         "ours-journal-thread": "openfunctions-mcp, --journal-sync thread",
          "ours-h11": "openfunctions-mcp, --http h11",
          "sdk": "SDK MCPServer (uvicorn auto: uvloop + httptools)", "sdk-asyncio-h11": "SDK MCPServer, asyncio + h11"}
 
@@ -312,9 +318,10 @@ def main() -> None:
              "1,000 clients each client gets about one call in; the server-CPU-per-call column (from /proc) is the "
              "robust comparison; the load generator's own CPU per call is shown too (it parses each reply, and ours "
              "carries the receipt). The ratio row compares ours (defaults: asyncio's loop, `--http auto` = httptools, "
-             "a dependency of ours) with the SDK's MCPServer under `uvicorn.run`'s own `auto` choice in the same "
+             "a dependency of ours, `--journal-sync loop`) with the SDK's MCPServer under `uvicorn.run`'s own `auto` choice in the same "
              "environment (uvloop and httptools, both installed here); the `--http h11` and `asyncio + h11` rows show "
-             "both on the pure-Python parser. Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
+             "both on the pure-Python parser; the `--journal-sync thread` row is our server with the journal's "
+             "writer thread making receipts durable (the default before session 9: docs/notes/session-9/coordinator.md). Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
              "`server` section (its `http load x50` row and CPU split) for where our CPU per call goes."
              "\n\nPer server thread (the event loop's against the journal writer's), in µs per call, with old and new code side by side: `python bench/profile_served.py --clients 16 --rounds 3 ours@main ours` (prints only).")
     if args.profile:

@@ -16,7 +16,7 @@ over ``--rounds`` interleaved rounds (variant A, B, A, B, ...) of:
 Variants (any number, in the order given):
 
 - ``ours``: the default server (journal on), ``ours-no-journal`` (``--no-journal``),
-  ``ours-no-fast-path``, ``ours-h11`` (``--http h11``): this checkout;
+  ``ours-journal-thread`` (``--journal-sync thread``), ``ours-no-fast-path``, ``ours-h11`` (``--http h11``): this checkout;
 - ``sdk``: the SDK's ``MCPServer`` under uvicorn (``auto``: uvloop + httptools);
 - any ``ours*`` variant with ``@REV`` (a git revision: ``ours@HEAD~1``,
   ``ours@main``): the same server run from that revision's tree (extracted with
@@ -50,7 +50,7 @@ sys.path.insert(1, str(ROOT))
 import load_http  # noqa: E402
 from _report import thread_cpu  # noqa: E402
 
-KINDS = ("ours", "ours-no-journal", "ours-no-fast-path", "ours-h11", "sdk")
+KINDS = ("ours", "ours-no-journal", "ours-journal-thread", "ours-no-fast-path", "ours-h11", "sdk")
 COLUMNS = ("loop_u", "loop_s", "other_u", "other_s", "calls/s")
 
 

@@ -19,9 +19,10 @@ order and makes them durable in that order (the file journal: one file, one
 writer, fail-stop), and accepts ``on_settled(receipt, queued=callback)``: it
 calls ``queued()`` once the receipt holds its place in that order, before it
 is durable (at most once; not at all if it fails before that). The executor
-then releases a write's (exclusive) reservation at ``queued()`` instead of
-after ``on_settled`` returns, so the next write's start record can share the
-receipt's fsync (a read keeps its shared slot until durable: bigger group commits). Why no promise is lost (docs/formats/receipt.md, "When the
+then releases the call's reservation (a write's exclusive one, a read's
+shared slot) at ``queued()`` instead of after ``on_settled`` returns, so the
+next write's start record can share the receipt's fsync and the next reads
+run meanwhile. Why no promise is lost (docs/formats/receipt.md, "When the
 reservation is released"): the next write's handler runs only after its own
 start is durable, and that start is behind this receipt in the same order;
 this call's reply still waits for its own receipt. Only the executor's sole

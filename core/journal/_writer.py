@@ -28,9 +28,9 @@ CPU overlap, as far as the GIL lets the thread in). Order: one thread,
 batches in queue order, lines in seq order, so the file order is seq order.
 
 **On the loop** (``enqueue(on_loop=True)``, the log decides: ``JournalLog.sync_on_loop``):
-the writer thread is not used at all. The first append of an event-loop
-iteration schedules one :meth:`GroupWriter._flush_on_loop` with
-``call_soon``; it runs at the start of the next iteration and writes and
+the writer thread is not used at all. The append that opens a batch (the
+first after the previous flush) schedules one
+:meth:`GroupWriter._flush_on_loop` with ``call_soon``; it runs at the start of the next iteration and writes and
 syncs, on the loop's own thread, everything appended meanwhile (one
 ``write``, one ``fdatasync``), then resolves the futures directly. So a
 batch is whatever one iteration appended, and the loop is blocked for the
@@ -146,7 +146,6 @@ class GroupWriter:
         self._thread: threading.Thread | None = None
         self._writing = False
         self._held = False  # the only queued batch waits for its appender's take_back (see enqueue)
-        self._flush_due = False  # a _flush_on_loop is scheduled and has not run yet
         self._stopping = False
         self._draining = 0
         self._on_exit: Callable[[], None] | None = None  # set by abandon()
@@ -174,8 +173,8 @@ class GroupWriter:
         (or :meth:`release_hold`). Anything queued meanwhile releases the hold.
 
         With ``on_loop`` (the caller runs on ``loop``) the thread is not told
-        either: the first such append of a loop iteration schedules one
-        :meth:`_flush_on_loop` on ``loop``, which writes and syncs everything
+        either: an append that opens a new batch for ``loop`` schedules one
+        :meth:`_flush_on_loop` on it, which writes and syncs everything
         queued by then (see "On the loop" in the module doc).
 
         Raises JournalFailed if the writer has failed: checked under the
@@ -197,8 +196,8 @@ class GroupWriter:
             batch.last_seq = last_seq
             batch.waiters.append(waiter)
             if on_loop and not self._held:
-                if not self._flush_due:
-                    self._flush_due = True
+                if kick:  # a new batch for this loop: its flush. (A flag per writer would hang a second loop
+                    # for good once the first one closed with its flush still scheduled.)
                     loop.call_soon(self._flush_on_loop, loop)
                 return False
             if hold and not self._writing and len(self._queue) == 1 and len(batch.waiters) == 1:
@@ -265,7 +264,6 @@ class GroupWriter:
         a bare loop callback). If the thread is writing (a ``drain`` started
         it), the thread takes the queue after its write instead."""
         with self._mu:
-            self._flush_due = False
             if self.failure is not None or self._stopping or not self._queue:
                 return
             if self._writing or self._held:
@@ -273,8 +271,8 @@ class GroupWriter:
                 return
             batches, self._queue, self._batch = self._queue, [], None
             self._writing = True
-        data = b"".join([line for b in batches for line in b.lines])
         try:
+            data = b"".join([line for b in batches for line in b.lines])
             self._ops.write_all(self._fd, data)
             self._ops.sync(self._fd)
         except BaseException as exc:
@@ -426,8 +424,8 @@ class GroupWriter:
                     self._idle = False
                     self._exit()
                     return
-            data = b"".join([line for b in batches for line in b.lines])
             try:
+                data = b"".join([line for b in batches for line in b.lines])
                 self._ops.write_all(self._fd, data)
                 self._ops.sync(self._fd)
             except BaseException as exc:

@@ -208,8 +208,8 @@ async def test_journal_sync_chooses_who_writes_the_receipt(tmp_path, journal_syn
                     break
                 except httpx.ConnectError:
                     await anyio.sleep(0.05)
-        writers = [t for t in threading.enumerate() if t.name.startswith("journal-writer:")]
         log = server.journal.log
+        writers = [t for t in threading.enumerate() if t.name == f"journal-writer:{log.path.name}"]
         assert log.sync_on_loop is (journal_sync == "loop")
         assert (writers == []) is (journal_sync == "loop")
         path = log.path

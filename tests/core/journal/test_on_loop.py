@@ -90,6 +90,8 @@ async def test_a_failed_flush_fails_every_appender_of_it_and_every_later_append(
                 raise OSError(errno.EIO, "Input/output error")
             super().sync(fd)
 
+    loop_errors: list[dict] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: loop_errors.append(context))
     p = tmp_path / "j.jsonl"
     ops = FailingSync()
     log = await _open(p, ops)
@@ -101,10 +103,7 @@ async def test_a_failed_flush_fails_every_appender_of_it_and_every_later_append(
     ops.armed = False  # fail-stop: no retry on the failed fd even once the disk works again
     with pytest.raises(JournalFailed):
         await log.append("t", {"i": 6})
-    fired = []
-    asyncio.get_running_loop().call_soon(fired.append, 1)
-    await asyncio.sleep(0.01)
-    assert fired == [1]  # the loop kept running: the flush's failure went to the appenders, not up the loop
+    assert loop_errors == []  # the flush's failure went to the appenders, not up into the loop
     await log.close()
     reopened = await JournalLog.open(p)
     assert reopened.last_seq >= 1 and (await reopened.append("t", {"i": 7})).seq == reopened.last_seq
@@ -124,30 +123,35 @@ async def test_a_cancelled_appender_s_record_is_still_written(tmp_path):
     assert [r.data["i"] for r in read_records(p)] == [1, 2]
 
 
-async def test_closing_before_the_flush_ran_writes_what_was_queued(tmp_path):
-    # close() drains on another thread while the loop awaits it: the queued lines go to the
-    # writer thread, and the flush scheduled on the loop finds nothing left to write.
+async def test_a_drain_before_the_flush_ran_hands_the_queued_lines_to_the_thread(tmp_path):
+    # drain() (close() runs it on a worker thread) must not leave lines that wait for a loop flush
+    # behind: here it runs on the loop's own thread, so the flush cannot run first.
     p = tmp_path / "j.jsonl"
     ops = WhereOps()
     log = await _open(p, ops)
     tasks = [asyncio.ensure_future(log.append("t", {"i": i})) for i in range(3)]
-    await asyncio.sleep(0)  # queued, not flushed
-    assert log.last_seq == 0
+    await asyncio.sleep(0)  # queued, flush scheduled, not run
+    assert log.last_seq == 0 and log._writer is not None
+    log._writer.drain()
+    assert ops.syncs == [f"journal-writer:{p.name}"] and ops.lines == [3]
+    results = await asyncio.gather(*tasks)
+    assert [r.seq for r in results] == [1, 2, 3]
+    assert ops.syncs == [f"journal-writer:{p.name}"]  # the flush found nothing left to write
     await log.close()
-    await asyncio.gather(*tasks, return_exceptions=True)
     assert [r.data["i"] for r in read_records(p)] == [0, 1, 2]
-    assert sum(ops.lines) == 3
 
 
 async def test_the_loop_keeps_running_other_work_between_flushes(tmp_path):
     # A caller appending in a loop yields once per append (its flush runs in the next iteration),
     # so a timer fires between two appends rather than after all of them.
-    log = await _open(tmp_path / "j.jsonl")
+    ops = WhereOps()
+    log = await _open(tmp_path / "j.jsonl", ops)
     fired: list[int] = []
-    asyncio.get_running_loop().call_later(0, lambda: fired.append(log.last_seq))
+    asyncio.get_running_loop().call_later(0, lambda: fired.append(len(ops.lines)))
     for i in range(20):
         await log.append("t", {"i": i})
-    assert fired and fired[0] < 20
+    assert ops.lines == [1] * 20  # each append its own flush
+    assert fired and 1 <= fired[0] < 20  # the timer ran after the first flush, long before the last
     await log.close()
 
 
@@ -168,3 +172,29 @@ async def test_appends_from_a_thread_s_own_loop_are_flushed_on_that_loop(tmp_pat
     await log.close()
     assert [(r.seq, r.data["i"]) for r in read_records(p)] == [(1, 0), (2, 1), (3, 2)]
     assert len(set(ops.syncs)) == 2  # the main loop's thread and the worker's
+
+
+async def test_a_loop_closed_with_its_flush_still_scheduled_does_not_stall_another_loop(tmp_path):
+    # The first loop appends and is closed before its flush runs (its appender never answered);
+    # an append on a fresh loop must still be flushed, and it writes the orphaned line too.
+    p = tmp_path / "j.jsonl"
+    log = await _open(p)
+
+    def first_loop() -> None:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(log.append("t", {"i": 0}))
+        loop.call_soon(loop.stop)  # scheduled before the append runs: stop after its first step
+        loop.run_forever()
+        assert not task.done()
+        loop.close()  # the flush, scheduled by the append, is dropped with the loop
+
+    def second_loop() -> int:
+        async def append() -> int:
+            with anyio.fail_after(10):
+                return (await log.append("t", {"i": 1})).seq
+        return asyncio.run(append())
+
+    await anyio.to_thread.run_sync(first_loop)
+    assert await anyio.to_thread.run_sync(second_loop) == 2
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == [0, 1]
