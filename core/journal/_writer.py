@@ -32,9 +32,10 @@ the writer thread is not used at all. The append that opens a batch (the
 first after the previous flush) schedules one
 :meth:`GroupWriter._flush_on_loop` with ``call_soon``; it runs at the start of the next iteration and writes and
 syncs, on the loop's own thread, everything appended meanwhile (one
-``write``, one ``fdatasync``), then resolves the futures directly. So a
-batch is whatever one iteration appended, and the loop is blocked for the
-fsync. Why: under many clients, a writer thread waiting for the GIL is woken
+``write``, one ``fdatasync``), then resolves the futures directly; while
+other callbacks are ready it first steps behind them, at most
+``FLUSH_DEFERRALS`` times, so they can join the batch. So a batch is what
+one to five iterations appended, and the loop is blocked for the fsync. Why: under many clients, a writer thread waiting for the GIL is woken
 by every GIL release of the busy loop thread (each ``send``, ``recv``,
 ``epoll_wait``) and loses the race each time; measured at 200 HTTP clients,
 4.5 futex calls and 2.2 context switches per call, against 0 and 0.03
@@ -82,6 +83,8 @@ log = structlog.get_logger("openfunctions.journal")
 
 # Seconds an idle writer thread waits for work before exiting.
 IDLE_EXIT = 2.0
+# On the loop: how many times a flush steps behind other ready callbacks before it writes anyway.
+FLUSH_DEFERRALS = 4
 
 
 class _Batch:
@@ -257,12 +260,23 @@ class GroupWriter:
                 self._held = False
                 self._kick()
 
-    def _flush_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _flush_on_loop(self, loop: asyncio.AbstractEventLoop, deferred: int = 0) -> None:
         """On ``loop``, the iteration after an ``on_loop`` append: write and
         sync everything queued, then wake the appenders. Fail-stop as on the
         thread; a failure is told to the appenders, not raised (this runs as
         a bare loop callback). If the thread is writing (a ``drain`` started
-        it), the thread takes the queue after its write instead."""
+        it), the thread takes the queue after its write instead.
+
+        While other callbacks are ready to run, the flush steps behind them,
+        up to ``FLUSH_DEFERRALS`` times (an iteration each), so that what they
+        append shares this fsync: an ``fdatasync`` costs the loop's thread
+        ~160 µs of CPU here, and at 50 HTTP clients this cut the fsyncs per
+        call from 0.35 to 0.10 and the loop's CPU per call by ~45 µs."""
+        # ``_ready`` is asyncio's private queue of callbacks due now (no public equivalent); a loop without it
+        # (uvloop) flushes at once.
+        if deferred < FLUSH_DEFERRALS and getattr(loop, "_ready", None):
+            loop.call_soon(self._flush_on_loop, loop, deferred + 1)
+            return
         with self._mu:
             if self.failure is not None or self._stopping or not self._queue:
                 return

@@ -141,17 +141,48 @@ async def test_a_drain_before_the_flush_ran_hands_the_queued_lines_to_the_thread
     assert [r.data["i"] for r in read_records(p)] == [0, 1, 2]
 
 
-async def test_the_loop_keeps_running_other_work_between_flushes(tmp_path):
-    # A caller appending in a loop yields once per append (its flush runs in the next iteration),
-    # so a timer fires between two appends rather than after all of them.
+async def test_a_flush_steps_behind_ready_callbacks_so_later_appends_share_it(tmp_path):
+    # Task b appends one iteration after task a: a's flush, seeing b ready, steps behind it and takes both.
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await _open(p, ops)
+
+    async def a() -> None:
+        await log.append("t", {"i": 0})
+
+    async def b() -> None:
+        await asyncio.sleep(0)
+        await log.append("t", {"i": 1})
+
+    await asyncio.gather(a(), b())
+    assert ops.lines == [2]
+    await log.close()
+
+
+async def test_a_flush_steps_behind_an_always_ready_task_only_a_few_times(tmp_path):
+    # A task that is always ready cannot hold a flush back for long: at most FLUSH_DEFERRALS iterations.
+    from openfunctions.core.journal._writer import FLUSH_DEFERRALS
+
     ops = WhereOps()
     log = await _open(tmp_path / "j.jsonl", ops)
-    fired: list[int] = []
-    asyncio.get_running_loop().call_later(0, lambda: fired.append(len(ops.lines)))
-    for i in range(20):
+    ticks = 0
+    stop = False
+
+    async def busy() -> None:
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    spinner = asyncio.ensure_future(busy())
+    await asyncio.sleep(0)
+    for i in range(5):
+        before = ticks
         await log.append("t", {"i": i})
-    assert ops.lines == [1] * 20  # each append its own flush
-    assert fired and 1 <= fired[0] < 20  # the timer ran after the first flush, long before the last
+        assert 1 <= ticks - before <= FLUSH_DEFERRALS + 2
+    stop = True
+    await spinner
+    assert ops.lines == [1] * 5
     await log.close()
 
 
