@@ -7,21 +7,36 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 
 LOOPBACK = "127.0.0.1"
 
 
+# Ports free_port has handed out in this process. The kernel may give a just-released port to the next
+# bind(0): two servers started back to back then raced for one port, the loser exited 2 ("port taken")
+# while wait_for_port, connecting to the winner, reported it listening (the reliability fuzzer's rare
+# failures: one target's requests answered by another target's server).
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now.
+    """A TCP port on 127.0.0.1 that nothing listens on right now, never the same twice in one process.
 
     Another process may take it before the server binds it; callers that
     cannot afford a rare failure retry with a new port.
     """
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind((LOOPBACK, 0))
+            port = s.getsockname()[1]
+        with _handed_out_lock:
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
+    raise RuntimeError("no loopback port left that this process has not handed out already")
 
 
 def wait_for_port(

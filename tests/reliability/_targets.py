@@ -110,6 +110,7 @@ class HttpTarget:
         self._argv = ("--profile", profile, "--data-dir", str(data_dir), "--transport", "http", *self.MODE, *extra)
         self._spawn()
         self.problems: list[str] = []
+        self.stderr = bytearray()
         self.client = httpx.Client(timeout=60)
 
     def _spawn(self) -> None:
@@ -124,11 +125,19 @@ class HttpTarget:
         for attempt in range(3):
             try:
                 wait_for_port(self.port, self.proc, timeout)
-                return
             except RuntimeError as exc:
                 if "already in use" not in str(exc) or attempt == 2:
                     raise
                 self._spawn()
+                continue
+            # From here on stderr is drained (wait_for_port reads it when the server exits early): a server that
+            # logs more than a pipe holds must not block, and a failure can show what the server said.
+            threading.Thread(target=self._pump_err, daemon=True).start()
+            return
+
+    def _pump_err(self) -> None:
+        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
+            self.stderr += chunk
 
     def wrap(self, params: dict[str, Any]) -> dict[str, Any]:
         """A request's params as this target's protocol wants them."""

@@ -158,7 +158,9 @@ def test_fuzzed_json_rpc_never_kills_hangs_or_leaks(tmp_path):
                     _fuzz_http(t, tools, n, rng, counts[i], wrong_session)
                 _normal_call_works(t, tools)
             except BaseException as exc:  # reported below, with the target's name
-                errors.append(RuntimeError(f"{t.profile}/{type(t).__name__}: {exc!r}"))
+                tail = bytes(t.stderr[-1500:]).decode("utf-8", "replace")
+                errors.append(RuntimeError(f"{t.profile}/{type(t).__name__} after {counts[i][0]} messages: {exc!r}; "
+                                           f"server exit code {t.proc.poll()}; its stderr ends: {tail!r}"))
 
         threads = [threading.Thread(target=run, args=(i, t, tools)) for i, (t, tools) in enumerate(ready)]
         for th in threads:
