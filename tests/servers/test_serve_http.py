@@ -19,7 +19,7 @@ from openfunctions.servers import _http as http_mod
 
 from .._net import free_port, wait_for_port
 from .conftest import server_env, wait_for_file
-from .test_http import post, rpc
+from .test_http import modern_headers, post, rpc
 from .test_http_resume import Session, sse_events
 
 
@@ -184,7 +184,7 @@ def test_stdio_second_signal_during_the_drain_cancels_calls_and_exits_at_once(ra
 async def test_journal_sync_chooses_who_writes_the_receipt(tmp_path, journal_sync):
     """``loop`` (the default): the event loop writes and syncs, no writer thread runs; ``thread``: the writer
     thread does. Either way the reply's receipt is the journal's record."""
-    import json as _json
+    import json
 
     import anyio
 
@@ -202,8 +202,8 @@ async def test_journal_sync_chooses_who_writes_the_receipt(tmp_path, journal_syn
             while True:
                 try:
                     async with httpx.AsyncClient(timeout=30) as client:
-                        replies = [await client.post(url, content=_json.dumps(rpc("tools/call", {"name": "add", "arguments": {"a": i, "b": 1}}, rid=i)),
-                                                     headers={"Content-Type": "application/json", **_modern("add")})
+                        replies = [await client.post(url, content=json.dumps(rpc("tools/call", {"name": "add", "arguments": {"a": i, "b": 1}}, rid=i)),
+                                                     headers={"Content-Type": "application/json", **modern_headers("tools/call", "add")})
                                    for i in range(3)]
                     break
                 except httpx.ConnectError:
@@ -219,12 +219,6 @@ async def test_journal_sync_chooses_who_writes_the_receipt(tmp_path, journal_syn
         assert resp.status_code == 200
         receipt = resp.json()["result"]["_meta"]["dev.openfunctions/receipt"]
         assert receipts[receipt["receipt_id"]] == receipt
-
-
-def _modern(name: str) -> dict[str, str]:
-    from .test_http import modern_headers
-
-    return modern_headers("tools/call", name)
 
 
 @pytest.mark.anyio
