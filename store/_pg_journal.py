@@ -281,8 +281,9 @@ class PgExecutionJournal:
         sent as one pipeline (one round trip, one commit).
         """
         time = utc_timestamp()
-        params = [{"journal": self.name, "stream": p.stream or self.stream, "instance": self.instance, "type": p.type,
-                   "time": time, "data": p.text, "receipt_id": p.receipt_id} for p in rows]
+        params = [{"journal": self.name, "stream": self.stream if p.stream is None else p.stream,
+                   "instance": self.instance, "type": p.type, "time": time, "data": p.text,
+                   "receipt_id": p.receipt_id} for p in rows]
         committing = False
         try:
             if self._conn is None:  # one connection of its own: appends go one statement at a time anyway

@@ -80,8 +80,9 @@ def read_records(dsn: str, journal: str | None = None, *, types: Sequence[str] |
     """
     psycopg, _ = _psycopg()
     with psycopg.connect(dsn) as conn:
-        _check(conn, redact_dsn(dsn))
         conn.read_only = True
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # every stream's cursor: one snapshot
+        _check(conn, redact_dsn(dsn))
         cursors = []
         for i, (j, s) in enumerate(_streams(conn, journal)):
             cur = conn.cursor(name=f"of_read_{i}")
