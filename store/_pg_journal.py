@@ -169,6 +169,9 @@ class PgExecutionJournal:
         psycopg, _ = _psycopg()
         self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
         self._psycopg = psycopg
+        #: The process's cross-replica conflict-key locks (``PgKeyLocks``), when ``serve --database`` opened
+        #: them beside this journal: closed with it.
+        self.key_locks: Any = None
         #: Statements (commits) issued for appends, and records they carried: the group-commit ratio.
         self.commits = 0
         self.appended = 0
@@ -463,6 +466,8 @@ class PgExecutionJournal:
             except Exception:
                 pass
         await self._drop_conn()
+        if self.key_locks is not None:
+            await self.key_locks.close()
         await self._live.close(self.pool)  # a clean exit: nothing of ours is left unsettled
         if self._owns_pool:
             await self.pool.close()
