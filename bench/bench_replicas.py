@@ -224,9 +224,21 @@ def main() -> None:
                 f"Errors: {errors}. Journal after the run: "
                 + (f"verified, {report.records:,} records in {report.streams} streams"
                    if report.ok else f"{len(report.problems)} problem(s): {report.problems[:3]}")
-                + ".\n\n" + table(headers, rows) + "\n")
+                + f". The replicas, PostgreSQL and the load processes share this machine's {os.cpu_count()} cores: "
+                "where they outnumber the cores, read the ratios as what this machine does, not as a scaling "
+                "curve.\n\n" + table(headers, rows) + "\n")
         print(body)
-        command = "python bench/bench_replicas.py " + " ".join(sys.argv[1:])
+        shown, skip = [], False  # the command as rerun: without where this run wrote its output
+        for a in sys.argv[1:]:
+            if skip or a == "--write":
+                skip = False
+                continue
+            if a == "--out":
+                skip = True
+                continue
+            if not a.startswith("--out="):
+                shown.append(a)
+        command = " ".join(["python bench/bench_replicas.py", *shown])
         if args.out:
             args.out.write_text(f"Command: `{command}`\n\n{body}")
         if args.write:
