@@ -239,6 +239,34 @@ async def test_verify_names_the_stream_of_a_gap_and_a_tampered_head(pg_dsn) -> N
 
 
 @pytest.mark.anyio
+async def test_a_follow_sees_new_records_of_every_stream_and_a_new_stream(pg_dsn) -> None:
+    """What ``journal tail -f --database`` polls: records after each stream's last seen seq, new streams too."""
+    from openfunctions.store._pg_journal_read import last_records, newer_records
+
+    dsn = await migrated(pg_dsn)
+    name = unique_name("j")
+    a = await open_pg_journal(dsn, name)
+    try:
+        await a.on_settled(recovered_receipt(_start(new_id("rcpt"))))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            last, seen = last_records(conn, name, 5)
+            assert [(r.stream, r.seq) for r in last] == [(a.stream, 1)]
+            assert newer_records(conn, name, seen) == []
+            b = await open_pg_journal(dsn, name)  # a replica that starts meanwhile
+            try:
+                await b.on_settled(recovered_receipt(_start(new_id("rcpt"))))
+                await a.on_settled(recovered_receipt(_start(new_id("rcpt"))))
+            finally:
+                await b.close()
+            fresh = newer_records(conn, name, seen)
+            assert sorted((r.stream, r.seq) for r in fresh) == sorted([(b.stream, 1), (a.stream, 2)])
+            assert [r.time for r in fresh] == sorted(r.time for r in fresh)
+            assert newer_records(conn, name, seen) == []
+    finally:
+        await a.close()
+
+
+@pytest.mark.anyio
 async def test_journal_tail_show_and_verify_read_the_database_streams(pg_dsn, capsys) -> None:
     """`journal tail|show|verify --database URL`: the streams of every replica merged by time."""
     from openfunctions.core.journal.cli import main
@@ -276,6 +304,8 @@ async def test_journal_tail_show_and_verify_read_the_database_streams(pg_dsn, ca
     assert main(["verify", "--database", dsn, "--journal", name]) == 1
     assert f"stream {a.stream} seq 1: checksum mismatch" in capsys.readouterr().out
     assert main(["verify"]) == 2 and "give a journal file or --database URL" in capsys.readouterr().err
+    assert main(["verify", "somefile.journal", "--database", dsn]) == 2
+    assert "not both" in capsys.readouterr().err
     assert main(["tail", "--database", "postgresql://u:secret@127.0.0.1:1/x"]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and "secret" not in err
