@@ -11,8 +11,10 @@ How a grant is held:
 
 - **One connection per grant, one transaction.** ``acquire`` borrows a
   connection from a pool of its own (``max_connections``, default 16: that
-  many calls with keys may hold them at once per process; more wait for a
-  connection, holding no key meanwhile), opens a transaction and takes one
+  many calls with keys may hold or await them at once per process; more wait
+  for a connection, holding no key meanwhile, up to ``connection_timeout``,
+  default 60 s, after which the call is refused ``key_locks_failed``, known:
+  nothing ran), opens a transaction and takes one
   transaction-scoped advisory lock per key: ``pg_advisory_xact_lock_shared``
   for a read (``shared=True``: reads of a key run together), the exclusive
   ``pg_advisory_xact_lock`` for a write. Release ends the transaction
@@ -79,8 +81,9 @@ def lock_ids(namespace: str, keys: Iterable[str]) -> tuple[int, list[int]]:
 class PgKeyLocks:
     """Conflict keys across replicas (``KeyLocks``): advisory locks in PostgreSQL; open with :meth:`open`."""
 
-    def __init__(self, dsn: str, pool: Any, namespace: str) -> None:
+    def __init__(self, dsn: str, pool: Any, namespace: str, connection_timeout: float = 60.0) -> None:
         self.where = redact_dsn(dsn)
+        self.connection_timeout = connection_timeout
         self.namespace = namespace
         self._pool = pool
         self._releases: set[asyncio.Task[None]] = set()
@@ -93,8 +96,11 @@ class PgKeyLocks:
 
     @classmethod
     async def open(cls, dsn: str, *, namespace: str = DEFAULT_NAMESPACE, max_connections: int = 16,
-                   timeout: float = 10.0) -> PgKeyLocks:
-        """Open the pool (its connections are not autocommit: a grant is one transaction)."""
+                   timeout: float = 10.0, connection_timeout: float = 60.0) -> PgKeyLocks:
+        """Open the pool (its connections are not autocommit: a grant is one transaction).
+
+        ``timeout``: to connect at open; ``connection_timeout``: how long a call waits for a free connection.
+        """
         _, psycopg_pool = _psycopg()
         pool = psycopg_pool.AsyncConnectionPool(dsn, min_size=1, max_size=max_connections, timeout=timeout,
                                                 open=False, name="openfunctions-keylocks")
@@ -103,7 +109,7 @@ class PgKeyLocks:
         except Exception as exc:
             await pool.close()
             raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)} for key locks: {exc}") from None
-        return cls(dsn, pool, namespace)
+        return cls(dsn, pool, namespace, connection_timeout)
 
     async def acquire(self, keys: frozenset[str], *, shared: bool) -> Callable[[], None]:
         """Wait until every key is held (shared or exclusive); the release callable (sync, idempotent)."""
@@ -111,7 +117,7 @@ class PgKeyLocks:
             raise StoreUnavailable("the key locks are closed")
         classid, objids = lock_ids(self.namespace, keys)
         fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        conn = await self._pool.getconn()
+        conn = await self._pool.getconn(timeout=self.connection_timeout)
         try:
             for objid in objids:  # ascending: no two grants wait on each other in a cycle
                 await conn.execute(f"SELECT {fn}(%s, %s)", (classid, objid))
@@ -148,7 +154,10 @@ class PgKeyLocks:
                              "have run a call with the same key meanwhile")
             await self._discard(conn)
             return
-        await self._pool.putconn(conn)
+        try:
+            await self._pool.putconn(conn)
+        except Exception:  # the pool closed meanwhile (shutdown): the connection goes
+            await self._discard(conn)
 
     async def _discard(self, conn: Any) -> None:
         try:

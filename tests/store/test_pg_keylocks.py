@@ -171,3 +171,38 @@ async def test_the_executor_holds_a_calls_keys_across_two_registries(pg_dsn) -> 
         go.set()
         for lk in locks:
             await lk.close()
+
+
+@pytest.mark.anyio
+async def test_no_free_connection_in_time_refuses_the_call_known_and_frees_its_slot(pg_dsn) -> None:
+    """More keyed calls than the pool's connections: the extra one waits ``connection_timeout``, then is
+    refused ``key_locks_failed`` (known: nothing ran); its local slot is free again and later calls run."""
+    ns = unique_name("ns")
+    go = asyncio.Event()
+    entered = asyncio.Event()
+    ran = []
+
+    async def handler(params, ctx):
+        ran.append(params["key"])
+        entered.set()
+        await go.wait()
+        return {}
+
+    locks = await PgKeyLocks.open(pg_dsn, namespace=ns, max_connections=1, connection_timeout=0.3)
+    reg = ToolRegistry([define_tool(name="put", description="a keyed write", handler=handler,
+                                    input_schema={"type": "object", "properties": {"key": {"type": "string"}}},
+                                    capability={"effect": "write", "conflict_keys": ["/key"]})])
+    reg.executor.key_locks = locks
+    try:
+        first = asyncio.ensure_future(reg.execute_detailed("put", {"key": "a"}))
+        await entered.wait()
+        refused = await asyncio.wait_for(reg.execute_detailed("put", {"key": "b"}), timeout=30)
+        assert refused.receipt.outcome == "rejected" and refused.receipt.certainty == "known", refused.receipt
+        assert refused.receipt.error.code == "key_locks_failed" and ran == ["a"]
+        go.set()
+        assert (await first).receipt.outcome == "succeeded"
+        again = await asyncio.wait_for(reg.execute_detailed("put", {"key": "b"}), timeout=30)
+        assert again.receipt.outcome == "succeeded" and ran == ["a", "b"]
+    finally:
+        go.set()
+        await locks.close()
