@@ -140,7 +140,10 @@ async def test_an_append_of_one_instance_commits_while_another_instances_append_
 @pytest.mark.anyio
 async def test_concurrent_appends_of_two_instances_never_wait_for_a_lock(pg_dsn) -> None:
     """Two instances append 2 x 300 records concurrently on separate connections; a sampler polling
-    pg_stat_activity throughout never sees either appender waiting for a lock."""
+    pg_stat_activity throughout never sees either appender waiting for a row lock (``transactionid``/``tuple``:
+    what an append waiting for the other replica's head row shows under schema 2). The table's relation
+    extension lock (``extend``: a new page for the shared table, held for the length of a page allocation) is
+    the one lock the two streams still share, and is allowed."""
     import threading
 
     dsn = await migrated(pg_dsn)
@@ -155,7 +158,8 @@ async def test_concurrent_appends_of_two_instances_never_wait_for_a_lock(pg_dsn)
         with psycopg.connect(dsn, autocommit=True) as conn:
             while not stop.is_set():
                 seen.extend(conn.execute("SELECT pid, wait_event FROM pg_stat_activity WHERE pid = ANY(%s) "
-                                         "AND wait_event_type = 'Lock'", (pids,)).fetchall())
+                                         "AND wait_event_type = 'Lock' AND wait_event <> 'extend'",
+                                         (pids,)).fetchall())
                 samples[0] += 1
 
     try:
