@@ -70,8 +70,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     configure_logging()
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # this command prints its own "served at" line
-    if (args.module or args.context_providers) and "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # --module mytools finds ./mytools.py, as `python -m` would
+    if args.module or args.context_providers:
+        from openfunctions.core import search_current_dir
+
+        search_current_dir()  # --module mytools finds ./mytools.py, as for every command that takes --module
     if (args.auth_token_env or args.auth_token_file) and not args.serve:
         return _fail("--auth-token-env/--auth-token-file apply to --serve only")
     config: dict[str, Any] = {

@@ -318,7 +318,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(args.log_level)
     if args.module:
-        _import_from_cwd()
+        from openfunctions.core import search_current_dir
+
+        search_current_dir()  # the same for every command that takes --module (core/_imports.py)
     try:
         return anyio.run(_serve, args, backend_options=backend_options(loop))
     except ShutdownForced as exc:
@@ -432,16 +434,6 @@ async def _serve(args: argparse.Namespace) -> int:
     finally:
         await profile.aclose()
     return 0
-
-
-def _import_from_cwd() -> None:
-    """Let ``--module mytools:registry`` find ``mytools.py`` in the current directory, as ``python -m`` would.
-
-    A console script's ``sys.path[0]`` is its bin/ directory, not the current one.
-    """
-    cwd = os.getcwd()
-    if "" not in sys.path and cwd not in sys.path:
-        sys.path.insert(0, cwd)
 
 
 def _url_host(host: str) -> str:
