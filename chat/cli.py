@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -54,6 +53,28 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--max-conversations", type=int, default=None, metavar="N",
                    help="with --serve: conversations kept, one per client (default 256; least recently used evicted)")
     p.set_defaults(func=cmd_chat)
+
+
+async def _serve_until_sigterm(serving: Any) -> None:
+    """Serve until done or SIGTERM, then return: a stop that leaves no traceback behind.
+
+    A SIGTERM turned into KeyboardInterrupt (as the terminal loop does) would surface inside the server's
+    task group, which asyncio then logs as an unhandled error while shutting down. Here the signal is
+    received on the event loop instead (uvicorn shuts itself down on it first, while it serves, and then
+    passes the signal on) and cancels the serving scope.
+    """
+    import anyio
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                scope.cancel()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch, tg.cancel_scope)
+        await serving
+        tg.cancel_scope.cancel()
 
 
 def _fail(message: str) -> int:
@@ -107,7 +128,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     def ready(port: int) -> None:
                         print(f"chat served at http://{args.host}:{port}/ (Ctrl-C stops)", file=sys.stderr, flush=True)
 
-                    await agent.serve(port=args.port, host=args.host, token=token, ready=ready)
+                    await _serve_until_sigterm(agent.serve(port=args.port, host=args.host, token=token, ready=ready))
                 else:
                     await agent.interactive()
 
