@@ -198,6 +198,9 @@ def test_demo_runs_a_real_session(tmp_path):
     for tool in ("of_work_preview", "of_work_start", "of_work_run_step", "of_work_verify", "of_work_complete"):
         assert tool in out
     assert '"state": "completed"' in out and "walkthrough stopped" not in out
+    # no JSON log line in the middle of the walkthrough: the gateway part being off is said in words
+    assert "profile_part_unavailable" not in proc.stderr and '"level"' not in proc.stderr, proc.stderr
+    assert "the 'all' profile's gateway part is off here" in out
 
 
 @pytest.mark.slow
