@@ -60,7 +60,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("what to serve")
     g.add_argument("--profile", choices=PROFILES, default="tools",
-                   help="tools: your tools (--module / entry points) plus the example tools; work: the of_work_* "
+                   help="tools: your tools (--module / entry points), else the example tools; work: the of_work_* "
                         "tools; artifacts: of_artifact_read over <data-dir>/artifacts; agents: the agents, crews and "
                         "workflows --module defines, each as a tool; memory, rag: memory and retrieval tools (--store); "
                         "gateway: the upstream MCP servers of --upstreams; all: every part in this build; "
@@ -69,9 +69,13 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="load tools from ATTR of module PKG.MOD: a ToolRegistry, a list of tools, or a zero-arg "
                         "factory returning one (repeatable; ATTR defaults to 'registry'; a bare module without one serves its top-level @tool functions)")
     g.add_argument("--files-root", metavar="DIR",
-                   help="enable the of_list_dir example tool, limited to DIR")
-    g.add_argument("--no-example-tools", action="store_true",
-                   help="do not serve the example tools (of_hash_text, of_json_query, of_now)")
+                   help="enable the of_list_dir example tool, limited to DIR (with --module: add --example-tools)")
+    examples = g.add_mutually_exclusive_group()
+    examples.add_argument("--no-example-tools", action="store_true",
+                          help="do not serve the example tools (of_hash_text, of_json_query, of_now)")
+    examples.add_argument("--example-tools", action="store_true",
+                          help="serve the example tools beside your --module tools (without it, --module serves "
+                               "only yours)")
     g.add_argument("--catalog", metavar="PATH",
                    help="the work catalog (TOML) for --profile work/all (default: $OPENFUNCTIONS_WORK_CATALOG, "
                         "else <data-dir>/work/catalog.toml)")
@@ -367,7 +371,7 @@ async def _serve(args: argparse.Namespace) -> int:
         data_dir=data_dir,
         modules=args.module,
         files_root=args.files_root,
-        examples=not args.no_example_tools,
+        examples=_serve_examples(args),
         catalog=args.catalog,
         principal=args.principal,
         store=args.store,
@@ -434,6 +438,21 @@ async def _serve(args: argparse.Namespace) -> int:
     finally:
         await profile.aclose()
     return 0
+
+
+def _serve_examples(args: argparse.Namespace) -> bool:
+    """The example tools are served unless ``--no-example-tools``, or ``--module`` without ``--example-tools``
+    (a server of your own tools lists yours only)."""
+    if args.example_tools:
+        return True
+    if args.no_example_tools:
+        return False
+    if args.module and args.files_root:
+        from openfunctions.core.errors import ConfigurationError
+
+        raise ConfigurationError("--files-root enables of_list_dir, an example tool, and --module serves only your "
+                                 "tools: add --example-tools to serve the example tools beside yours")
+    return not args.module
 
 
 def _url_host(host: str) -> str:

@@ -328,6 +328,40 @@ def test_the_console_script_finds_a_module_in_the_current_directory(tmp_path):
     assert os.getcwd() != str(tmp_path)
 
 
+@pytest.mark.slow
+def test_module_serves_only_its_tools_unless_example_tools(tmp_path):
+    """`serve --module X` lists X's tools only; `--example-tools` adds the example tools beside them."""
+    (tmp_path / "mytools.py").write_text(MYTOOLS)
+    listing = [*INIT_AND_LIST[:2], {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}]
+
+    def names(*extra: str) -> set[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "openfunctions.servers", "serve", "--module", "mytools:registry", *extra,
+             "--data-dir", str(tmp_path / "d")],
+            input="".join(json.dumps(m) + "\n" for m in listing), capture_output=True, text=True, timeout=60,
+            env=server_env(), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        reply = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}[2]["result"]
+        return {t["name"] for t in reply["tools"]}
+
+    assert names() == {"word_count"}
+    assert names("--example-tools") == {"word_count", "of_hash_text", "of_json_query", "of_now"}
+
+
+def test_example_tools_flags(tmp_path, capsys):
+    parse = cli.build_parser().parse_args
+    assert cli._serve_examples(parse(["serve"])) is True
+    assert cli._serve_examples(parse(["serve", "--module", "m"])) is False
+    assert cli._serve_examples(parse(["serve", "--module", "m", "--example-tools"])) is True
+    assert cli._serve_examples(parse(["serve", "--no-example-tools"])) is False
+    with pytest.raises(SystemExit):
+        parse(["serve", "--example-tools", "--no-example-tools"])
+    capsys.readouterr()
+    # --files-root asks for of_list_dir, an example tool: with --module alone that would be dropped silently
+    rc = cli.main(["serve", "--module", "m", "--files-root", str(tmp_path), "--data-dir", str(tmp_path / "d")])
+    assert rc == 2 and "add --example-tools" in capsys.readouterr().err
+
+
 def test_a_bare_module_without_a_registry_serves_its_top_level_tools(tmp_path):
     """`--module mytools` (no `:attr`) on a file of @tool functions and no `registry` serves those tools."""
     (tmp_path / "bare_tools_mod.py").write_text(MYTOOLS.replace("registry = ToolRegistry([word_count])", "") +
