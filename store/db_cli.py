@@ -34,7 +34,7 @@ WORKFLOW_FOLD: Any = None
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     db = subparsers.add_parser("db", help=HELP, description=__doc__.split("\n\n")[0])
-    sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify}")
+    sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify,start,stop}")
     sub.required = True
 
     def url_arg(p: argparse.ArgumentParser) -> None:
@@ -51,6 +51,9 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     url_arg(v)
     v.add_argument("--journal", metavar="NAME", help="only this journal (a server profile: tools, work, ...)")
     v.set_defaults(func=_cmd_verify)
+    from ._devdb import add_commands as add_devdb  # db start|stop, and db status of that local server (_devdb.py)
+
+    add_devdb(sub, status=s)
     return db
 
 
