@@ -44,7 +44,8 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", help="apply the schema migrations this release knows")
     url_arg(m)
     m.set_defaults(func=_cmd_migrate)
-    s = sub.add_parser("status", help="print the schema version found and the one this code needs")
+    s = sub.add_parser("status", help="print the schema version found and the one this code needs (no database "
+                                      "named, or --dir: whether the local `db start` server runs, and its DSN)")
     url_arg(s)
     s.set_defaults(func=_cmd_status)
     v = sub.add_parser("verify", help="check every execution journal's seq, checksums and chain")
