@@ -60,7 +60,8 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("what to serve")
     g.add_argument("--profile", choices=PROFILES, default="tools",
-                   help="tools: your tools (--module / entry points), else the example tools; work: the of_work_* "
+                   help="tools: your tools (--module / entry points) plus the example tools (not with --module "
+                        "unless --example-tools); work: the of_work_* "
                         "tools; artifacts: of_artifact_read over <data-dir>/artifacts; agents: the agents, crews and "
                         "workflows --module defines, each as a tool; memory, rag: memory and retrieval tools (--store); "
                         "gateway: the upstream MCP servers of --upstreams; all: every part in this build; "
