@@ -262,7 +262,7 @@ async def test_crew_delegation_child_outside_its_narrowed_authority_is_refused_w
     assert denied[0].parent_receipt_id == delegated.receipt_id  # the refusal is the child run's call, linked to its delegation
 
 
-async def test_run_timeout_is_failed_with_its_code(setup) -> None:
+async def test_run_timeout_ends_timeout_with_its_code(setup) -> None:
     reg, _, runs = setup
     never = anyio.Event()
 
@@ -271,7 +271,7 @@ async def test_run_timeout_is_failed_with_its_code(setup) -> None:
 
     agent = define_agent("t", "x", limits={"timeout_s": 0.05}, adapter=ScriptedAdapter([think]))
     r = await run_agent(agent, "go", registry=reg, runs=runs)
-    assert r.status == "failed" and r.error["code"] == "run_timeout" and runs.get(r.run_id).status == "failed"
+    assert r.status == "timeout" and r.error["code"] == "run_timeout" and runs.get(r.run_id).status == "timeout"
 
 
 async def test_model_resolves_a_provider_adapter_at_the_first_run_and_the_runtime_closes_it(setup, monkeypatch) -> None:
