@@ -123,6 +123,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled "
                         "(default: %(default)s)")
+    t.add_argument("--sampling-timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                   help="how long an agent waits for the MCP host to answer one sampling request before its run "
+                        "ends 'timeout' (default: %(default)s; an agent's limits may set its own)")
 
     d = p.add_argument_group("data")
     d.add_argument("--data-dir", type=Path, metavar="DIR",
@@ -372,6 +375,7 @@ async def _serve(args: argparse.Namespace) -> int:
         upstreams=args.upstreams,
         database=None if args.no_journal else args.database,  # work's lease, attempts, grants (servers/_work_database.py)
         work_lease_ttl=args.work_lease_ttl,
+        sampling_timeout=args.sampling_timeout,
     )
     server = create_mcp_server(
         profile.registry,
