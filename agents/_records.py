@@ -14,7 +14,7 @@ each record's ``data`` has ``v: 1`` and ``run_id`` (``run_`` + 32 hex).
     ``instructions_sha256``, ``capability_sha256`` (sha256 of the canonical
     sorted list of ``{name, spec_sha256}`` the filtered registry exposed),
     ``tools`` (that list), ``limits`` (``max_rounds``, ``max_tool_calls``,
-    ``max_tokens``), ``task_sha256``, ``task`` (first 4,000 characters),
+    ``max_tokens``, ``timeout_s``, ``sampling_timeout_s``), ``task_sha256``, ``task`` (first 4,000 characters),
     ``crew`` (crew name or null).
 ``run_round`` (after the round's tool calls settled; not waited for: the
     run's ``run_finished`` is written after it and waited for)
