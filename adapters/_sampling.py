@@ -20,8 +20,9 @@ replaced server-initiated sampling with input-required results), gets
 ``usage`` stays zero.
 
 Deadline: every request waits at most ``timeout_s`` seconds (default
-:data:`DEFAULT_SAMPLING_TIMEOUT_S`, 120; ``from_context`` reads a server's
-setting from ``SAMPLING_TIMEOUT_KEY`` in the metadata). A host that does not
+:data:`DEFAULT_SAMPLING_TIMEOUT_S`, 120; ``from_context`` takes the
+caller's, else a value a host put under ``SAMPLING_TIMEOUT_KEY`` in the
+metadata; the agents runtime passes its own, ``serve --sampling-timeout``). A host that does not
 answer in time gets the request cancelled (the MCP SDK sends it
 ``notifications/cancelled``) and the caller gets :class:`SamplingTimeout`:
 a client that never answers cannot keep a run, or anything it holds, waiting.

@@ -13,7 +13,8 @@ The loop: build the filtered registry (``registry.project``), compose the
 prompt, call the adapter, execute the requested tools in order, feed the
 results back, and stop on a text reply (``completed``), at
 ``max_rounds`` (``max_rounds``), on cancellation (``cancelled``, re-raised)
-or on an adapter error or a limit (``failed``). Each step is a run record
+on a deadline (``timeout``) or on an adapter error or another limit
+(``failed``). Each step is a run record
 (:mod:`._records`), appended before the run moves on.
 
 Admission (``openfunctions.workflows.begin_run``): a run gives its own
