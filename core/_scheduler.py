@@ -219,12 +219,13 @@ class Scheduler:
     async def acquire(self, mode: Mode, keys: frozenset[str] = _NO_KEYS) -> Reservation:
         if self._closed is not None:
             raise ExecutionCancelled(f"scheduler is closed: {self._closed}")
-        if mode not in ("shared", "write", "exclusive"):
-            raise ValueError(f"unknown admission mode {mode!r}")
-        if mode == "exclusive":
-            keys = _NO_KEYS  # a barrier excludes everything; keys add nothing
         if not self._queue and not self._blocked(mode, keys):
             return self._grant(mode, keys)
+        return await self._wait(mode, keys)
+
+    async def _wait(self, mode: Mode, keys: frozenset[str]) -> Reservation:
+        if mode not in ("shared", "write", "exclusive"):
+            raise ValueError(f"unknown admission mode {mode!r}")
         w = _Waiter(mode, keys)
         self._enqueue(w)
         # Not kept out by what runs: only the queue ahead may hold it back.
