@@ -122,7 +122,12 @@ def newer_records(conn: Any, journal: str | None, seen: dict[tuple[str, str], in
 
 
 def find_records(dsn: str, receipt_id: str) -> list[PgRecord]:
-    """The records (start, receipt) of one call in every journal of the database, by time."""
+    """The records (start, receipt) of one call in every journal of the database, by time.
+
+    An operator's lookup: no index by receipt id alone covers the start records (the append path keeps
+    only the indexes it needs), so this reads the records table through; fine for a tool, not for a
+    request path (that is :func:`openfunctions.store.settled_pg_receipts`, by index).
+    """
     psycopg, _ = _psycopg()
     with psycopg.connect(dsn) as conn:
         _check(conn, redact_dsn(dsn))
