@@ -71,6 +71,18 @@ def test_a_tool_and_its_server_need_no_optional_dependency():
     assert out.strip() == "[]"
 
 
+def test_the_editable_install_maps_the_root_and_the_subpackages_to_the_checkout(tmp_path):
+    """Outside the checkout (no cwd on the path), as an editable install resolves them (the wheel: test_release.py)."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", "import openfunctions, openfunctions.core as c; from openfunctions import tool\n"
+         "print(openfunctions.__file__, c.__file__, tool is c.tool)"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    root, core, same = proc.stdout.split()
+    assert (root, core, same) == (str(REPO / "openfunctions" / "__init__.py"), str(REPO / "core" / "__init__.py"),
+                                  "True"), "an editable install from before the root package: pip install -e . again"
+
+
 def test_docs_api_lists_exactly_the_exported_names():
     text = (REPO / "docs" / "API.md").read_text()
     listed = re.findall(r"^\| `([A-Za-z_]+)`", text, re.M)
