@@ -384,3 +384,16 @@ async def test_a_child_context_without_a_reservation_is_admitted_on_its_own():
         await until(lambda: "b" in g.running)
         g.open("b")
     assert result["d"].receipt.parent_receipt_id == "rcpt_parent" and result["d"].error is None
+
+
+def test_the_servers_doc_example_runs_and_prints_what_it_says():
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "SERVERS.md").read_text()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "git_push" in b)
+    p = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["Admission('write', ['a'])", "keyed"]
