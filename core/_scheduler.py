@@ -167,8 +167,13 @@ class Scheduler:
         self._held: dict[str, int] = {}
         # An insertion-ordered set: O(1) removal of a cancelled or admitted waiter anywhere.
         self._queue: dict[_Waiter, None] = {}
+        # What the queue wants, summed, so an arrival is checked against everything queued
+        # ahead of it in O(its keys), not O(queue): a newcomer has the whole queue ahead of it.
         self._queued_shared = 0
         self._queued_writes = 0
+        self._queued_barriers = 0
+        self._wanted_by_writes: dict[str, int] = {}
+        self._wanted_by_reads: dict[str, int] = {}
         self._closed: str | None = None
 
     @property
@@ -199,6 +204,22 @@ class Scheduler:
             return False
         return self.running_shared > 0 or self.running_writes > 0
 
+    def _behind_queue(self, mode: Mode, keys: frozenset[str]) -> bool:
+        """Whether a newcomer conflicts with anything queued (all of it is ahead of a newcomer)."""
+        if mode == "exclusive" or self._queued_barriers:
+            return True
+        if keys:
+            writes = self._wanted_by_writes
+            for k in keys:
+                if k in writes:
+                    return True
+            if mode == "write":
+                reads = self._wanted_by_reads
+                for k in keys:
+                    if k in reads:
+                        return True
+        return False
+
     def _grant(self, mode: Mode, keys: frozenset[str]) -> Reservation:
         if mode == "shared":
             self.running_shared += 1
@@ -219,7 +240,7 @@ class Scheduler:
     async def acquire(self, mode: Mode, keys: frozenset[str] = _NO_KEYS) -> Reservation:
         if self._closed is not None:
             raise ExecutionCancelled(f"scheduler is closed: {self._closed}")
-        if not self._queue and not self._blocked(mode, keys):
+        if not self._blocked(mode, keys) and (not self._queue or not self._behind_queue(mode, keys)):
             return self._grant(mode, keys)
         return await self._wait(mode, keys)
 
@@ -228,11 +249,6 @@ class Scheduler:
             raise ValueError(f"unknown admission mode {mode!r}")
         w = _Waiter(mode, keys)
         self._enqueue(w)
-        # Not kept out by what runs: only the queue ahead may hold it back.
-        if mode != "exclusive" and not self._blocked(mode, keys):
-            self._pump()
-            if w.reservation is not None:
-                return w.reservation
         try:
             await w.event.wait()
         except BaseException:
@@ -240,9 +256,8 @@ class Scheduler:
             # that raced with the cancellation, and let the next one in.
             if w.reservation is not None:
                 self.release(w.reservation)
-            else:
-                if self._dequeue(w):
-                    self._pump()
+            elif self._dequeue(w):
+                self._pump()  # whatever it held back may go now
             raise
         if w.refused is not None:
             raise ExecutionCancelled(w.refused)
@@ -253,8 +268,15 @@ class Scheduler:
         self._queue[w] = None
         if w.mode == "shared":
             self._queued_shared += 1
+            wanted = self._wanted_by_reads
         elif w.mode == "write":
             self._queued_writes += 1
+            wanted = self._wanted_by_writes
+        else:
+            self._queued_barriers += 1
+            return
+        for k in w.keys:
+            wanted[k] = wanted.get(k, 0) + 1
 
     def _dequeue(self, w: _Waiter) -> bool:
         if w not in self._queue:  # already admitted, or refused by close()
@@ -262,8 +284,19 @@ class Scheduler:
         del self._queue[w]
         if w.mode == "shared":
             self._queued_shared -= 1
+            wanted = self._wanted_by_reads
         elif w.mode == "write":
             self._queued_writes -= 1
+            wanted = self._wanted_by_writes
+        else:
+            self._queued_barriers -= 1
+            return True
+        for k in w.keys:
+            n = wanted[k] - 1
+            if n:
+                wanted[k] = n
+            else:
+                del wanted[k]
         return True
 
     def release(self, r: Reservation) -> None:
@@ -276,7 +309,11 @@ class Scheduler:
             except Exception as exc:  # a release must never keep the local slot
                 log.error("key_locks_release_failed", keys=sorted(r.keys), error=repr(exc))
         keys = r.keys
+        # Whether this release can let anyone in: a barrier's or a key's always may; a keyless
+        # slot only if its pool was full (and someone queues for it) or nothing runs any more
+        # (a barrier may be waiting). Otherwise skip the scan: releases are the hot path.
         if r.mode == "shared":
+            was_full = self.running_shared >= self.max_parallel
             self.running_shared -= 1
             if keys:
                 held = self._held
@@ -286,14 +323,18 @@ class Scheduler:
                         held[k] = n
                     else:
                         del held[k]
+            wake = bool(keys) or (was_full and self._queued_shared > 0)
         elif r.mode == "write":
+            was_full = self.running_writes >= self.max_parallel_writes
             self.running_writes -= 1
             if keys:
                 for k in keys:
                     del self._held[k]
+            wake = bool(keys) or (was_full and self._queued_writes > 0)
         else:
             self.running_exclusive = False
-        if self._queue:
+            wake = True
+        if self._queue and (wake or (self.running_shared == 0 and self.running_writes == 0)):
             self._pump()
 
     def _pump(self) -> None:
@@ -343,7 +384,9 @@ class Scheduler:
         self._closed = reason
         queue = list(self._queue)
         self._queue.clear()
-        self._queued_shared = self._queued_writes = 0
+        self._queued_shared = self._queued_writes = self._queued_barriers = 0
+        self._wanted_by_writes.clear()
+        self._wanted_by_reads.clear()
         for w in queue:
             w.refused = f"call was queued when the scheduler closed: {reason}"
             w.event.set()

@@ -397,3 +397,81 @@ def test_the_servers_doc_example_runs_and_prints_what_it_says():
     p = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["Admission('write', ['a'])", "keyed"]
+
+
+# -- the scheduler against a brute-force oracle -------------------------------------
+
+
+def _conflict(a, b):
+    (ma, ka), (mb, kb) = a, b
+    if "exclusive" in (ma, mb):
+        return True
+    return bool(ka & kb) and "write" in (ma, mb)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.anyio
+async def test_random_interleavings_keep_every_rule(seed):
+    """Random arrivals, releases and cancellations; after each step, checked by brute force:
+    nothing running conflicts or exceeds a pool; no queued call could run (no stuck slot);
+    no running call passed an earlier conflicting call that still waits."""
+    import random
+
+    rnd = random.Random(seed)
+    sched = Scheduler(max_parallel=2, max_parallel_writes=3)
+    want: dict[int, tuple[str, frozenset[str]]] = {}
+    running: dict[int, object] = {}
+    pending: dict[int, anyio.CancelScope] = {}
+
+    async def requester(seq, scope):
+        with scope:
+            mode, keys = want[seq]
+            r = await sched.acquire(mode, keys)
+            running[seq] = r
+        pending.pop(seq, None)
+
+    def check():
+        live = list(running)
+        for i, a in enumerate(live):
+            for b in live[i + 1:]:
+                assert not _conflict(want[a], want[b]), (want[a], want[b])
+        modes = [want[s][0] for s in live]
+        assert modes.count("shared") <= 2 and modes.count("write") <= 3
+        queued = sorted(pending)
+        assert [(w.mode, w.keys) for w in sched._queue] == [want[s] for s in queued]
+        for i, s in enumerate(queued):
+            mode, keys = want[s]
+            room = (mode == "shared" and modes.count("shared") < 2) or (mode == "write" and modes.count("write") < 3) \
+                or (mode == "exclusive" and not live)
+            free = not any(_conflict(want[s], want[r]) for r in live)
+            first_clear = not any(_conflict(want[s], want[q]) for q in queued[:i])
+            assert not (room and free and first_clear), f"call {s} {want[s]} could run but waits"
+            for r in live:  # an earlier conflicting call still waits: nobody passed it
+                assert not (s < r and _conflict(want[s], want[r])), (s, want[s], r, want[r])
+
+    async with anyio.create_task_group() as tg:
+        for seq in range(400):
+            op = rnd.random()
+            if op < 0.5 or not (running or pending):
+                kind = rnd.random()
+                keys = frozenset(rnd.sample("abcd", rnd.choice((1, 1, 2))))
+                want[seq] = ("exclusive", frozenset()) if kind < 0.1 else \
+                    ("shared", frozenset()) if kind < 0.3 else ("shared", keys) if kind < 0.5 else \
+                    ("write", frozenset()) if kind < 0.65 else ("write", keys)
+                scope = anyio.CancelScope()
+                pending[seq] = scope
+                tg.start_soon(requester, seq, scope)
+            elif op < 0.85 and running:
+                running.pop(rnd.choice(sorted(running))).release()
+            elif pending:
+                pending.pop(rnd.choice(sorted(pending))).cancel()
+            for _ in range(10):
+                await anyio.sleep(0)
+            check()
+        while running or pending:
+            for r in list(running):
+                running.pop(r).release()
+            for _ in range(10):
+                await anyio.sleep(0)
+    assert sched.queued == 0 and sched.running_shared == sched.running_writes == 0 and not sched._held
+    assert not sched._wanted_by_reads and not sched._wanted_by_writes and sched._queued_barriers == 0
