@@ -199,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             "`MCPServer` (stateless JSON, uvicorn) in the same run. `vs SDK`: the median of per-round ratios for the "
             "interleaved rows, else against the SDK's median. One shared key and unclassified are one call at a time by "
             f"design (about 1 / {EFFECT_S * 1000:.0f} ms = {1 / EFFECT_S:.0f} calls/s); a serialized row runs until the "
-            "calls its clients started finish. What runs with what: docs/SERVERS.md, \"What runs concurrently with what\".\n\n"
+            "calls its clients started finish. What runs with what: docs/SERVERS.md, \"What runs concurrently with what\"."
+            " The `--no-journal` rows isolate admission: there the lanes match the SDK. With the journal on, an "
+            "effectful call also waits for two durable records (its start record before the handler, its receipt "
+            "before the reply), which the SDK does not write; that wait, not the scheduler, is the gap in those rows.\n\n"
         )
         cmd = "python bench/bench_lanes.py" + "".join(
             f" --{k} {v}" for k, v in (("seconds", args.seconds), ("rounds", args.rounds), ("clients", args.clients))

@@ -85,7 +85,11 @@ class KeyLocks(Protocol):
     idempotent, never raising (it may schedule async work). It is called once
     the call's reservation is released. A cancellation or an error while
     acquiring settles the call ``cancelled``/``rejected`` with ``known``
-    certainty (nothing ran) and frees its local slot.
+    certainty (nothing ran) and frees its local slot. An implementation takes
+    a call's keys in one fixed order (e.g. sorted), so that two replicas each
+    holding one key of the other's call never wait for each other; the lock
+    holder never waits on anything else (it holds its local slot already, and
+    its delegated calls run inside its reservation).
     """
 
     async def acquire(self, keys: frozenset[str], *, shared: bool) -> Callable[[], None]: ...
