@@ -34,7 +34,7 @@ WORKFLOW_FOLD: Any = None
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     db = subparsers.add_parser("db", help=HELP, description=__doc__.split("\n\n")[0])
-    sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify}")
+    sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify,start,stop}")
     sub.required = True
 
     def url_arg(p: argparse.ArgumentParser) -> None:
@@ -44,13 +44,17 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", help="apply the schema migrations this release knows")
     url_arg(m)
     m.set_defaults(func=_cmd_migrate)
-    s = sub.add_parser("status", help="print the schema version found and the one this code needs")
+    s = sub.add_parser("status", help="print the schema version found and the one this code needs (no database "
+                                      "named, or --dir: whether the local `db start` server runs, and its DSN)")
     url_arg(s)
     s.set_defaults(func=_cmd_status)
     v = sub.add_parser("verify", help="check every execution journal's seq, checksums and chain")
     url_arg(v)
     v.add_argument("--journal", metavar="NAME", help="only this journal (a server profile: tools, work, ...)")
     v.set_defaults(func=_cmd_verify)
+    from ._devdb import add_commands as add_devdb  # db start|stop, and db status of that local server (_devdb.py)
+
+    add_devdb(sub, status=s)
     return db
 
 
