@@ -248,6 +248,13 @@ def test_a_bad_pointer_is_refused_at_definition_time_naming_it(pointer):
     assert repr(pointer[:80]) in info.value.message
 
 
+def test_keys_on_an_unclassified_tool_are_refused_at_definition_time():
+    with pytest.raises(ToolDefinitionError, match="declare its effect"):
+        define_tool(name="t", description="", handler=_noop, capability={"conflict_keys": ["/repo"]})
+    with pytest.raises(ToolDefinitionError, match="declare its effect"):
+        Capability(conflict_key_fn=lambda p: ["k"])
+
+
 def test_an_async_key_fn_is_refused_at_definition_time():
     async def keys(params):
         return ["k"]
