@@ -6,15 +6,16 @@ Every call is admitted under one :class:`Admission` (built by
 conflict on it).
 
 ``exclusive``
-    A registry-wide barrier: unclassified tools, and writes that declare
-    neither conflict keys nor ``parallel_safe``. Runs alone.
+    A registry-wide barrier: unclassified tools, and classified ones that
+    declare neither conflict keys nor ``parallel_safe``. Runs alone.
 ``shared``
-    A reviewed read. Holds its keys shared (reads of one key run together).
-    At most ``max_parallel`` at once.
+    A reviewed parallel-safe read. Holds its keys shared (reads of one key
+    run together). At most ``max_parallel`` at once.
 ``write``
-    A write that declared conflict keys (held exclusively: writes sharing a
-    key run one at a time) or, with no keys, a reviewed ``parallel_safe``
-    write that needs no barrier. At most ``max_parallel_writes`` at once.
+    Any other classified tool with conflict keys (held exclusively: calls
+    sharing a key run one at a time; a read not reviewed parallel-safe is
+    one of them) or, with no keys, a reviewed ``parallel_safe`` write that
+    needs no barrier. At most ``max_parallel_writes`` at once.
 
 Two reservations conflict when either is a barrier, or when they share a key
 and at least one of them is a write. A keyless read or parallel-safe write
