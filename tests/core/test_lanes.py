@@ -302,6 +302,13 @@ async def test_a_too_long_value_at_a_pointer_is_refused():
     assert (await reg.execute_detailed("w", {"repo": "r"})).receipt.outcome == "succeeded"
 
 
+def test_a_keyed_read_that_is_not_reviewed_parallel_safe_holds_its_keys_exclusively():
+    r = define_tool(name="r", description="", handler=_noop, capability={"effect": "read", "conflict_keys": ["/repo"]})
+    assert r.schedule_class == "keyed" and r.admission({"repo": "X"}) == Admission("write", frozenset({"X"}))
+    ok = define_tool(name="ok", description="", handler=_noop, capability=KEYED_READ)
+    assert ok.schedule_class == "shared" and ok.admission({"repo": "X"}) == Admission("shared", frozenset({"X"}))
+
+
 def test_a_call_whose_keys_come_out_empty_falls_back_to_its_lane():
     w = define_tool(name="w", description="", handler=_noop, capability=Capability(effect="write", conflict_key_fn=lambda p: []))
     pw = define_tool(name="pw", description="", handler=_noop,
