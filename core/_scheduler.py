@@ -39,7 +39,7 @@ thread-safe: it belongs to one event loop (anyio).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import anyio
 import structlog
@@ -59,23 +59,14 @@ _NO_KEYS: frozenset[str] = frozenset()
 log = structlog.get_logger("openfunctions.scheduler")
 
 
-class Admission:
-    """How one call is admitted: a mode and its conflict keys (see the module doc)."""
+class Admission(NamedTuple):
+    """How one call is admitted: a mode and its conflict keys (see the module doc). Immutable."""
 
-    __slots__ = ("mode", "keys")
-
-    def __init__(self, mode: Mode, keys: frozenset[str] = _NO_KEYS) -> None:
-        self.mode = mode
-        self.keys = keys
+    mode: Mode
+    keys: frozenset[str] = _NO_KEYS
 
     def __repr__(self) -> str:
         return f"Admission({self.mode!r}, {sorted(self.keys)!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Admission) and other.mode == self.mode and other.keys == self.keys
-
-    def __hash__(self) -> int:
-        return hash((self.mode, self.keys))
 
 
 class KeyLocks(Protocol):
