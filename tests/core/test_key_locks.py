@@ -172,3 +172,21 @@ async def test_a_release_that_raises_still_frees_the_local_slot():
     # the leaky lock still holds X across "replicas"; locally nothing is stuck
     reg.executor.key_locks = None
     assert (await reg.execute_detailed("w", {"repo": "X"})).receipt.outcome == "succeeded"
+
+
+@pytest.mark.anyio
+async def test_a_call_cancelled_while_running_releases_its_key_locks():
+    locks = MemoryKeyLocks()
+    sink = MemoryJournalSink()
+    g = Gate()
+    reg = ToolRegistry([g.tool("w", **KEYED)], sink=sink)
+    reg.executor.key_locks = locks
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reg.execute_detailed, "w", {"key": "a", "repo": "X"})
+        await until(lambda: "a" in g.running)
+        assert locks.held == {"X": -1}
+        tg.cancel_scope.cancel()
+    assert locks.held == {} and locks.released == [frozenset({"X"})]
+    [receipt] = sink.receipts
+    assert (receipt.outcome, receipt.certainty) == ("cancelled", "unknown")
+    assert reg.executor.scheduler.running_writes == 0

@@ -489,3 +489,24 @@ async def test_random_interleavings_keep_every_rule(seed):
                 await anyio.sleep(0)
     assert sched.queued == 0 and sched.running_shared == sched.running_writes == 0 and not sched._held
     assert not sched._wanted_by_reads and not sched._wanted_by_writes and sched._queued_barriers == 0
+
+
+@pytest.mark.anyio
+async def test_closing_the_scheduler_refuses_queued_keyed_calls_and_leaves_nothing_held():
+    g = Gate()
+    sink = MemoryJournalSink()
+    reg = ToolRegistry([g.tool("w", **KEYED_READ), g.tool("kw", **KEYED), g.tool("u")], sink=sink)
+    sched = reg.executor.scheduler
+    async with anyio.create_task_group() as tg:
+        _start(tg, reg, "kw", "a", "X")
+        await until(lambda: "a" in g.running)
+        _start(tg, reg, "w", "b", "X")
+        _start(tg, reg, "kw", "c", "X")
+        _start(tg, reg, "u", "d")
+        await until(lambda: sched.queued == 3)
+        sched.close("test")
+        await until(lambda: len(sink.receipts) == 3)
+        g.open("a")
+    assert sorted(r.outcome for r in sink.receipts) == ["cancelled", "cancelled", "cancelled", "succeeded"]
+    assert sched.queued == 0 and not sched._held and sched.running_writes == sched.running_shared == 0
+    assert not sched._wanted_by_reads and not sched._wanted_by_writes and sched._queued_barriers == 0
