@@ -75,7 +75,7 @@ class KeyLocks(Protocol):
     ``acquire(keys, shared=...)`` waits until every key is held (``shared``
     for a read, exclusive for a write) and returns a release callable: sync,
     idempotent, never raising (it may schedule async work). It is called once
-    the call's reservation is released. A cancellation or an error while
+    the call's reservation is released, and never before its receipt is durable. A cancellation or an error while
     acquiring settles the call ``cancelled``/``rejected`` with ``known``
     certainty (nothing ran) and frees its local slot. An implementation takes
     a call's keys in one fixed order (e.g. sorted), so that two replicas each
