@@ -173,3 +173,30 @@ def test_readme_server_answers_a_stdio_session_and_its_tool_runs_through_a_regis
         "out = anyio.run(ToolRegistry([server.add]).execute, 'add', {'a': 4, 'b': 5})\n"
         "assert out == {'result': 9}, out"
     )
+
+
+@pytest.mark.slow
+def test_serve_over_http_answers_a_call_on_loopback_and_stops_on_ctrl_c(tmp_path):
+    import signal
+
+    from tests._net import free_port, wait_for_port
+    from tests.servers.test_http import parse_body, post, rpc
+
+    port = free_port()
+    (tmp_path / "web.py").write_text(
+        "from openfunctions import serve, tool\n\n@tool\ndef add(a: int, b: int) -> int:\n"
+        f"    return a + b\n\nserve(add, transport='http', port={port})\n")
+    env = {**os.environ, "OPENFUNCTIONS_MCP_DATA_DIR": str(tmp_path / "data")}
+    proc = subprocess.Popen([sys.executable, "web.py"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port, proc)
+        reply = parse_body(post(f"http://127.0.0.1:{port}/mcp",
+                                rpc("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}}), name="add"))
+        assert reply["result"]["structuredContent"] == {"result": 5}
+        assert reply["result"]["_meta"]["dev.openfunctions/receipt"]["outcome"] == "succeeded"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert f"streamable HTTP at http://127.0.0.1:{port}/mcp" in err.decode()
