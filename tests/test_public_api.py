@@ -200,3 +200,17 @@ def test_serve_over_http_answers_a_call_on_loopback_and_stops_on_ctrl_c(tmp_path
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()[-2000:]
     assert f"streamable HTTP at http://127.0.0.1:{port}/mcp" in err.decode()
+
+
+def test_readme_agent_module_serves_with_the_agents_profile_as_it_says(tmp_path):
+    (tmp_path / "agent.py").write_text(BLOCKS["agent.py"])
+    out = _fresh(
+        f"import json, sys, anyio; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from openfunctions.servers._profiles import build_profile\n"
+        "async def main():\n"
+        f"    profile = build_profile('agents', data_dir={str(tmp_path / 'data')!r}, modules=['agent:agents'])\n"
+        "    print(json.dumps(sorted(t.name for t in profile.registry.list())))\n"
+        "    await profile.aclose()\n"
+        "anyio.run(main)\n"
+    )
+    assert {"add", "agent_calc"} <= set(json.loads(out))
