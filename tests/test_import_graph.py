@@ -23,6 +23,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 TIERS: list[tuple[str, ...]] = [
@@ -34,7 +36,7 @@ TIERS: list[tuple[str, ...]] = [
     ("core",),
 ]
 # where each package's source lives in the repository (installed: openfunctions.<name>)
-SOURCES = {name: REPO / (name if name != "openfunctions" else "openfunctions") for tier in TIERS for name in tier}
+SOURCES = {name: REPO / name for tier in TIERS for name in tier}
 
 # (importing module, imported package): why it is there today. Remove an entry with the import it excuses.
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
@@ -55,7 +57,9 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
 
 
 def _tier_of(package: str) -> int:
-    return next(i for i, tier in enumerate(TIERS) if package in tier)
+    tier = next((i for i, names in enumerate(TIERS) if package in names), None)
+    assert tier is not None, f"package {package!r} is in no tier: place it in TIERS (and DESIGN's direction)"
+    return tier
 
 
 def _module_name(package: str, path: Path) -> tuple[str, bool]:
@@ -91,8 +95,9 @@ def _imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, i
 
 
 def _package_of(name: str) -> str:
+    """``openfunctions.core._x`` -> ``core``; ``openfunctions`` and its private modules (``_serve``) -> the root."""
     parts = name.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in SOURCES else "openfunctions"
+    return parts[1] if len(parts) > 1 and not parts[1].startswith("_") else "openfunctions"
 
 
 def import_edges() -> dict[tuple[str, str], list[str]]:
@@ -176,3 +181,6 @@ def test_the_checker_sees_each_kind_of_import(tmp_path):
     # downward and same-package imports are fine
     assert not _violations({("openfunctions.servers._x", "core"): [], ("openfunctions.chat._x", "adapters"): []})
     assert _violations({("openfunctions.store._x", "openfunctions"): []})  # nothing imports the front door
+    assert _package_of("openfunctions._serve") == "openfunctions" and _package_of("openfunctions.new") == "new"
+    with pytest.raises(AssertionError, match="package 'new' is in no tier"):
+        _violations({("openfunctions.store._x", "new"): []})
