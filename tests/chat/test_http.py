@@ -94,6 +94,7 @@ async def test_bad_bodies_get_a_4xx_that_names_the_problem(tmp_path: Path) -> No
         ({"json": {}}, 400, "chat_message_invalid", 'no "message" field'),
         ({"json": {"message": 5}}, 400, "chat_message_invalid", "message must be a string, got int"),
         ({"json": {"message": "   "}}, 400, "chat_message_invalid", "message is empty"),
+        ({"content": b'{"message": "\\ud800"}', "headers": JSON}, 400, "chat_message_invalid", "lone surrogate"),
         ({"json": {"message": "x" * (MAX_MESSAGE_CHARS + 1)}}, 413, "chat_message_too_large",
          f"message is {MAX_MESSAGE_CHARS + 1} characters; the limit is {MAX_MESSAGE_CHARS}"),
         ({"content": b'{"message": "' + b"y" * MAX_BODY_BYTES + b'"}', "headers": JSON}, 413, "body_too_large",
@@ -187,6 +188,31 @@ async def test_loopback_server_refuses_foreign_hosts_and_origins(tmp_path: Path)
         assert r.status_code == 403 and "Invalid Origin header 'http://evil.example'" in r.json()["error"]["message"]
         r = await client.post("/chat", json={"message": "hi"}, headers={"origin": url})
         assert r.status_code == 200 and r.json()["text"] == "same origin ok"
+
+
+async def test_a_foreign_page_cannot_run_a_turn_without_a_preflight(tmp_path: Path) -> None:
+    """What a browser sends cross-site with no CORS preflight: ``Origin: null`` (a sandboxed iframe, a ``data:`` or
+    ``file:`` page), a text/plain or form body, or a body with no type; each is refused and the model never runs.
+    A page reached through a port forward (Host and Origin on the forwarded port) still works."""
+    model = ScriptedAdapter(["forwarded ok"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        body = b'{"message": "write the file"}'
+        for path in ("/chat", "/chat/stream", "/reset"):
+            r = await client.post(path, content=body, headers={"origin": "null", **JSON})
+            assert r.status_code == 403 and r.json()["error"]["code"] == "invalid_origin", (path, r.text)
+            for ctype in ("text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data"):
+                r = await client.post(path, content=body, headers={"content-type": ctype, "origin": url})
+                assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type", (path, ctype)
+            r = await client.post(path, content=body, headers={"origin": url})  # no Content-Type at all
+            assert r.status_code == 415, path
+        local_app = "http://127.0.0.1:3000"  # another local web app's page (not this server's)
+        r = await client.post("/chat", content=body, headers={"origin": local_app, **JSON})
+        assert r.status_code == 403
+        assert len(agent._conversations) == 0 and model.calls == []  # nothing reached the model or opened a conversation
+        forwarded = "127.0.0.1:18765"  # ssh -L 18765:127.0.0.1:<port>: the browser's Host and Origin name 18765
+        r = await client.post("/chat", content=body, headers={"host": forwarded, "origin": f"http://{forwarded}", **JSON})
+        assert r.status_code == 200 and r.json()["text"] == "forwarded ok"
 
 
 async def test_a_failed_turn_is_a_502_with_the_error_and_its_run_id(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ async def main(data_dir: str, options: dict) -> None:
     from openfunctions.chat._http import serve
 
     hog = options.pop("hog_fds", None)
-    async with await create_chat_agent(adapter=ScriptedAdapter(["ok"] * 100), data_dir=data_dir, memory=False) as agent:
+    async with await create_chat_agent(adapter=ScriptedAdapter(["ok"] * 10_000), data_dir=data_dir, memory=False) as agent:
 
         def ready(port: int) -> None:
             held: list[int] = []
