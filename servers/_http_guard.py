@@ -49,7 +49,7 @@ from typing import Any
 
 import h11
 import structlog
-from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -500,12 +500,10 @@ class RequestGuard:
         self._accepted_pairs: set[tuple[bytes | None, bytes | None]] = set()
 
     async def _refuse(self, send: Callable[..., Any], status: int, code: str, message: str, *,
-                      close: bool = False, rpc: int | None = None) -> None:
-        """Answer a refusal: the server's error shape, else JSON-RPC (``rpc``: its code) or plain text."""
+                      close: bool = False) -> None:
+        """Answer a refusal: the server's error shape, else plain text (the MCP server's refusals before JSON-RPC)."""
         if self.error_body is not None:
             body, ctype = self.error_body(code, message)
-        elif rpc is not None:
-            body, ctype = _rpc_error(rpc, message), b"application/json"
         else:
             body, ctype = message.encode(), b"text/plain; charset=utf-8"
         await _respond(send, status, body, content_type=ctype, close=close)
@@ -565,9 +563,12 @@ class RequestGuard:
             return
         if complete and json_too_deep(body, self.max_json_depth):
             refusals("json_too_deep", limit=self.max_json_depth)
-            await self._refuse(send, 400, "invalid_json",
-                               f"the body is not acceptable JSON: it nests deeper than {self.max_json_depth} levels",
-                               rpc=PARSE_ERROR)
+            if self.error_body is None:  # the stdio transport's answer to the same message
+                await _respond(send, 400, _rpc_error(INVALID_REQUEST, "Invalid Request: the message is nested too deeply "
+                                                     f"(more than {self.max_json_depth} levels of arrays/objects)"))
+            else:
+                await self._refuse(send, 400, "invalid_json",
+                                   f"the body is not acceptable JSON: it nests deeper than {self.max_json_depth} levels")
             return
         if complete and self.error_body is None:
             refusal = _invalid_id_refusal(body, scope)

@@ -107,7 +107,7 @@ async def test_bad_bodies_get_a_4xx_that_names_the_problem(tmp_path: Path) -> No
          "unsupported_media_type", "application/json"),
         ({"content": b'{"message": "hi"}'}, 415, "unsupported_media_type", "not no type"),
         ({"content": b'{"message": ' + b"[" * 30_000 + b"]" * 30_000 + b"}", "headers": JSON}, 400, "invalid_json",
-         "nests deeper than 100 levels"),
+         "nests deeper than 200 levels"),
     ]
     async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:

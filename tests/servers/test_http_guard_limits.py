@@ -196,7 +196,7 @@ def test_chat_body_timeout_deep_json_and_a_mid_body_disconnect(chat_server):
     deep = b'{"message": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"
     status, body = _status_and_body(server.request(head.format(n=len(deep)).encode() + deep))
     assert status == 400 and json.loads(body)["error"] == {
-        "code": "invalid_json", "message": "the body is not acceptable JSON: it nests deeper than 100 levels"}
+        "code": "invalid_json", "message": "the body is not acceptable JSON: it nests deeper than 200 levels"}
     # a client that leaves mid-body: nothing to answer, nothing logged but a counted line
     for _ in range(5):
         with server.connect() as s:
