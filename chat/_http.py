@@ -92,6 +92,8 @@ log = structlog.get_logger("openfunctions.chat.http")
 #: The largest request body read, in bytes (a message is at most 8,000 characters; JSON escapes may double it).
 MAX_BODY_BYTES = CHAT_MAX_BODY_BYTES
 _STATUS = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503, InvalidConversation: 400, ConversationNotFound: 404}
+#: Connections waiting to be accepted, and accepted per event-loop turn.
+_BACKLOG = 128
 #: The request header (and response header) carrying a conversation id.
 CONVERSATION_HEADER = "x-conversation-id"
 
@@ -346,14 +348,18 @@ async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token:
     # log_level=None, log_config=None: uvicorn leaves the process's logging (its loggers' levels) alone.
     config = uvicorn.Config(app, host=host, port=port, http=protocol, log_level=None, access_log=False,
                             lifespan="off", log_config=None, timeout_graceful_shutdown=2,
-                            timeout_keep_alive=DEFAULT_KEEP_ALIVE_TIMEOUT)
+                            timeout_keep_alive=DEFAULT_KEEP_ALIVE_TIMEOUT,
+                            # asyncio accepts up to `backlog` connections per loop turn before any is refused
+                            # (past the cap) and closed: 2048, uvicorn's default, ran a 1,024-fd process out of
+                            # descriptors for a second under a burst of connections; 128 cannot.
+                            backlog=_BACKLOG)
     server = uvicorn.Server(config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        sock.listen(_BACKLOG)
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
