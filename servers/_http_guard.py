@@ -25,15 +25,15 @@ Two layers, because some attacks end before there is a request to look at:
   ``application/json`` (415: a browser sends ``text/plain``, a form or no
   type at all cross-site without a CORS preflight) and answers every refusal
   itself in the chat's error shape.
+- :class:`SessionLimits`: the SDK's session cap and idle timeout, plus a cap
+  per principal (the authenticated principal, else the client address), so
+  one caller cannot take every session.
 
-The MCP server and the chat server both run behind these (``chat/_http.py``).
+The MCP server and the chat server both run behind the first two (``chat/_http.py``).
 Every refusal is logged through :data:`refusals`: one line per kind per
 :data:`REFUSAL_LOG_INTERVAL` seconds, with how many were refused meanwhile,
 so a flood of bad requests is not a flood of log lines. So are asyncio's
 ``accept()`` failures when file descriptors run out (:func:`quiet_accept_errors`).
-- :class:`SessionLimits`: the SDK's session cap and idle timeout, plus a cap
-  per principal (the authenticated principal, else the client address), so
-  one caller cannot take every session.
 """
 
 from __future__ import annotations
@@ -468,8 +468,9 @@ _ACCEPTED_PAIRS_MAX = 256
 class RequestGuard:
     """ASGI middleware, outermost: framing, Host/Origin, health, the POST body deadline, size and depth, invalid ids.
 
-    ``error_body=None`` (the MCP server): refusals are plain text or JSON-RPC
-    errors as before, a body over ``max_body_bytes`` and a wrong content type
+    ``error_body=None`` (the MCP server): a refusal before JSON-RPC (framing,
+    Host, Origin, body timeout) is plain text, one of a JSON-RPC body is a
+    JSON-RPC error; a body over ``max_body_bytes`` and a wrong content type
     are left to the SDK (it answers 413 and 415 in JSON-RPC). Given (the chat
     server): every refusal is ``error_body(code, message)``, a body over the
     limit gets 413 here, and a state-changing request must be
