@@ -23,9 +23,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from ..servers.conftest import HERE as SERVERS
 from ..servers.conftest import server_env
 
+pytestmark = pytest.mark.slow  # subprocess servers
 COUNT = int(os.environ.get("OPENFUNCTIONS_CHAT_FUZZ_REQUESTS", "600"))
 SEED = int(os.environ.get("OPENFUNCTIONS_FUZZ_SEED", "19"))
 BOUND = 30.0  # seconds one request may take before it counts as a hang (a bound, not a timing claim)

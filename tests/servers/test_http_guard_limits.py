@@ -23,6 +23,7 @@ import pytest
 
 from .conftest import HERE, free_port, serve_argv, server_env, wait_for_port
 
+pytestmark = pytest.mark.slow  # subprocess servers
 WAIT = 20.0  # the bound on any one wait below; a healthy run takes a fraction of it
 
 
