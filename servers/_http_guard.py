@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -163,6 +164,25 @@ _CLOSE_503 = (
 )
 
 
+class _CountedWarnings:
+    """uvicorn's protocol logger with its warnings (one per malformed request: "Invalid HTTP request received.")
+    sent through :data:`refusals`; errors (an app that raised) and everything else go to uvicorn's logger as they are."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def warning(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        text = str(msg)
+        kind = "invalid_http_request" if text.startswith("Invalid HTTP request") else "http_protocol_warning"
+        refusals(kind, detail=text[:120])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
+_COUNTED_WARNINGS = _CountedWarnings(logging.getLogger("uvicorn.error"))
+
+
 class ConnectionGuard:
     """The connection cap and the request-head timer, shared by both HTTP protocols (h11 and httptools).
 
@@ -189,6 +209,10 @@ class ConnectionGuard:
     _head_timer: asyncio.TimerHandle | None = None
     _lost_callback: Callable[[], object] | None = None
     _gone = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.logger = _COUNTED_WARNINGS  # a parse error per request is a refusal, counted like the others
 
     @classmethod
     def configured(cls, *, max_connections: int, header_timeout: float) -> type[Any]:

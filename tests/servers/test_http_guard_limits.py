@@ -206,9 +206,14 @@ def test_chat_body_timeout_deep_json_and_a_mid_body_disconnect(chat_server):
     status, body = _status_and_body(server.request(head.format(n=len(ok)).encode().replace(
         b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n") + ok))
     assert status == 200 and json.loads(body)["text"] == "ok"
+    # requests that do not parse as HTTP: 400 each, counted in one line (uvicorn logged one line per request)
+    for _ in range(20):
+        assert server.request(b"NOT HTTP AT ALL\r\n\r\n").startswith(b"HTTP/1.1 400")
     lines = server.log_lines()
     assert not any("Traceback" in line or "Exception in ASGI" in line for line in lines), lines
     assert 1 <= sum('"client_disconnected"' in line for line in lines) <= 2  # five clients left
+    assert 1 <= sum('"invalid_http_request"' in line for line in lines) <= 2, lines
+    assert not any("Invalid HTTP request received" in line and "invalid_http_request" not in line for line in lines)
 
 
 # -- Host: port forwarding -------------------------------------------------------------------------------------
