@@ -109,7 +109,8 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--auth-token-file", metavar="PATH",
                    help="as --auth-token-env, the token read from the first line of PATH (keep it chmod 600)")
     t.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT|:*]",
-                   help="accepted HTTP Host header (DNS-rebinding protection; repeatable). Default: loopback names")
+                   help="accepted HTTP Host header (DNS-rebinding protection; repeatable; replaces the default). "
+                        "Default on a loopback bind: loopback names on any port (tunnels and port forwards work)")
     t.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                    help="accepted Origin header with --allowed-host (repeatable)")
     t.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="N",
