@@ -26,6 +26,10 @@ Per server, besides ``command``/``args``/``env``/``cwd`` (stdio) or
 - ``requiredScopes``: scopes every tool of that server requires (a
   :class:`~openfunctions.core.ScopePolicy` then checks the caller's).
 - ``maxResultBytes``: the largest upstream result passed on (default 4 MiB).
+- ``maxTools``: the most tools mounted from this server (default 1000); the
+  rest are left out, and ``health()`` / ``gateway check`` say how many.
+- ``maxLineBytes``: the longest line a stdio server may write (default 32 MiB,
+  or four times ``maxResultBytes`` if more); a longer one closes the connection.
 - ``contextResources``: resource URIs whose text ``build_context()`` includes.
 - ``disabled: true``: leave the server out.
 
@@ -54,11 +58,13 @@ SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,48}$")
 DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_TOOLS = 1000
+DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 
 _KNOWN = {
     "type", "command", "args", "env", "cwd", "url", "headers", "bearerTokenEnv", "bearerTokenFile",
     "timeout", "connectTimeout", "trustAnnotations", "requiredScopes", "maxResultBytes",
-    "contextResources", "disabled",
+    "contextResources", "disabled", "maxTools", "maxLineBytes",
 }
 _TYPES = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamableHttp": "http", "streamable_http": "http"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -84,6 +90,8 @@ class UpstreamConfig:
     required_scopes: tuple[str, ...] = ()
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     context_resources: tuple[str, ...] = ()
+    max_tools: int = DEFAULT_MAX_TOOLS
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
     def describe(self) -> str:
         """Where it is, without secrets (no env values, headers or tokens)."""
@@ -196,7 +204,10 @@ def parse_upstream(name: str, entry: Any, *, source: str = "mcpServers") -> Upst
         required_scopes=_str_list(entry, "requiredScopes", where, expand=False),
         max_result_bytes=_number(entry, "maxResultBytes", where, DEFAULT_MAX_RESULT_BYTES, integer=True),
         context_resources=_str_list(entry, "contextResources", where, expand=False),
+        max_tools=_number(entry, "maxTools", where, DEFAULT_MAX_TOOLS, integer=True),
     )
+    common["max_line_bytes"] = _number(entry, "maxLineBytes", where,
+                                       max(DEFAULT_MAX_LINE_BYTES, 4 * common["max_result_bytes"]), integer=True)
     if transport == "stdio":
         for key in ("url", "headers", "bearerTokenEnv", "bearerTokenFile"):
             if key in entry:
