@@ -27,7 +27,12 @@ Mapping:
   worker thread, so a large list never holds the event loop.
 - annotations are kept as hints; ``readOnlyHint: true`` becomes a read,
   parallel-safe capability (``trustAnnotations: false`` turns that off);
-  anything else is unclassified (its effect unknown), so it runs exclusively.
+  anything else is an ``external`` effect. What a call may run alongside is
+  the server's (or the tool's) ``scope``: by default ``serial``, the
+  conflict key ``mcp:<server>`` (via ``conflict_key_fn``), so calls to one
+  upstream run one at a time (reads share the key) and never wait for
+  another upstream or a local tool that is not a barrier; ``parallel``,
+  ``{"keys": [pointers]}`` and ``exclusive`` as ``_config.py`` says.
 - the upstream's ``content`` and ``structuredContent`` are our result as
   they came (and the upstream's ``isError``); our receipt goes in ``_meta``.
 
@@ -98,7 +103,7 @@ from openfunctions.core import (
 )
 from openfunctions.core._schema import untrusted_schemas
 
-from ._config import UpstreamConfig
+from ._config import Scope, UpstreamConfig
 from ._errors import UpstreamError, UpstreamUnavailable
 from ._provider import ContextProvider, ProviderHealth, provider_tags
 from ._stdio import bounded_stdio_client
@@ -132,6 +137,17 @@ _RAW_RESULT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 def mounted_name(server: str, tool: str) -> str:
     """``mcp__<server>__<tool>`` with characters invalid in our tool names replaced by ``_``."""
     return f"{MOUNT_PREFIX}__{server}__{_INVALID_CHAR.sub('_', tool)}"
+
+
+def describe_scope(server: str, scope: Scope) -> str:
+    """How a scope reads in ``gateway check`` and a mounted tool's ``_meta``."""
+    if scope == "serial":
+        return f"serial (key {MOUNT_PREFIX}:{server}: calls to {server} one at a time, reads together)"
+    if scope == "parallel":
+        return "parallel (no limit)"
+    if scope == "exclusive":
+        return "exclusive (runs alone)"
+    return f"keys {', '.join(scope)} (calls with equal values there run one at a time)"
 
 
 def _json_size(value: Any) -> int:
@@ -189,6 +205,7 @@ class ConnectedMcpProvider:
         self._left_out = 0  # tools past maxTools in the last listing
         self._defined: dict[str, tuple[str, ToolDefinition | str]] = {}  # upstream name -> (its wire JSON, definition or why not)
         self._peers: list[ConnectedMcpProvider] = []  # the gateway's servers (names must be unique across them)
+        self._key = f"{MOUNT_PREFIX}:{self.config.name}"  # the conflict key of a "serial" scope
         self._registry: ToolRegistry | None = None
         self._registered: dict[str, ToolDefinition] = {}
         self._listeners: list[OnToolsChanged] = []
@@ -473,19 +490,23 @@ class ConnectedMcpProvider:
                 idempotent_hint=a.idempotent_hint, open_world_hint=a.open_world_hint,
             )
         read_only = cfg.trust_annotations and a is not None and a.read_only_hint is True
+        upstream_name = t.name
+        scope = cfg.scope_of(upstream_name)
         capability = Capability(
-            effect="read" if read_only else None,
-            parallel_safe=read_only,
+            # A tool with no trusted read-only hint acts outside this process: "external".
+            effect=None if scope == "exclusive" else "read" if read_only else "external",
+            parallel_safe=read_only or scope == "parallel",
             idempotent=bool(cfg.trust_annotations and a is not None and (a.idempotent_hint or read_only)),
             required_scopes=cfg.required_scopes,
+            conflict_keys=scope if isinstance(scope, tuple) else (),
+            conflict_key_fn=self._server_key if scope == "serial" else None,
         )
-        upstream_name = t.name
 
         async def forward(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
             return await self.call(upstream_name, params, ctx, mounted=name)
 
         meta = dict(t.meta or {})
-        meta[UPSTREAM_META_KEY] = {"server": cfg.name, "tool": upstream_name}
+        meta[UPSTREAM_META_KEY] = {"server": cfg.name, "tool": upstream_name, "scope": describe_scope(cfg.name, scope)}
         return define_tool(
             name=name,
             description=t.description or "",
@@ -498,6 +519,10 @@ class ConnectedMcpProvider:
             capability=capability,
             handler=forward,
         )
+
+    def _server_key(self, params: dict[str, Any]) -> tuple[str]:
+        """The conflict key of a ``serial`` scope: every call to this server holds it (reads shared)."""
+        return (self._key,)
 
     async def mount(self, registry: ToolRegistry) -> None:
         """Register the tools into ``registry`` and keep them in step with the upstream from now on."""
@@ -759,6 +784,7 @@ class ConnectedMcpProvider:
             "server_info": self.server_info,
             "connects": self._connects,
             "consecutive_failures": self._failures,
+            "scope": describe_scope(cfg.name, cfg.scope),
         }
         if self._problems or self._collisions:
             details["tool_problems"] = {**self._problems, **self._collisions}
@@ -778,4 +804,4 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return out
 
 
-__all__ = ["ConnectedMcpProvider", "McpProvider", "UPSTREAM_META_KEY", "mounted_name"]
+__all__ = ["ConnectedMcpProvider", "McpProvider", "UPSTREAM_META_KEY", "describe_scope", "mounted_name"]
