@@ -250,17 +250,17 @@ def _kw_additional_properties(validator: Any, ap: Any, instance: Any, schema: An
         for extra in extras:
             yield from validator.descend(instance[extra], ap, path=extra)
     elif not ap and extras:
+        # jsonschema's wording, the names written as JSON (and cut short) as in every other message.
+        names = sorted(extras, key=str)
+        shown = ", ".join(_quoted(each, 80) for each in names[:MAX_VIOLATIONS])
+        if len(names) > MAX_VIOLATIONS:
+            shown += f" and {len(names) - MAX_VIOLATIONS} more"
         if "patternProperties" in schema:
             verb = "does" if len(extras) == 1 else "do"
-            joined = ", ".join(repr(each) for each in sorted(extras))
-            patterns = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
-            yield ValidationError(f"{joined} {verb} not match any of the regexes: {patterns}")
+            patterns = ", ".join(_quoted(each, 80) for each in sorted(schema["patternProperties"]))
+            yield ValidationError(f"{shown} {verb} not match any of the regexes: {patterns}")
         else:
-            names = sorted(extras, key=str)
-            yield ValidationError(
-                f"Additional properties are not allowed ({', '.join(repr(e) for e in names)} "
-                f"{'was' if len(names) == 1 else 'were'} unexpected)"
-            )
+            yield ValidationError(f"Additional properties are not allowed ({shown} {'was' if len(names) == 1 else 'were'} unexpected)")
 
 
 def _unique_key(value: Any) -> Any:
@@ -355,11 +355,11 @@ class Validator:
                 f"{what} selects unsupported JSON Schema dialect {str(dialect)[:200]!r}; "
                 f"supported: {sorted(set(SUPPORTED_DIALECTS))}"
             )
-        if untrusted:
-            size = len(json.dumps(schema, ensure_ascii=False, separators=(",", ":"), default=str))
-            if size > MAX_UNTRUSTED_SCHEMA_BYTES:
-                raise ToolDefinitionError(f"{what} is {size:,} bytes of JSON, over the limit of {MAX_UNTRUSTED_SCHEMA_BYTES:,}")
         try:
+            if untrusted:
+                size = len(json.dumps(schema, ensure_ascii=False, separators=(",", ":"), default=str))
+                if size > MAX_UNTRUSTED_SCHEMA_BYTES:
+                    raise ToolDefinitionError(f"{what} is {size:,} bytes of JSON, over the limit of {MAX_UNTRUSTED_SCHEMA_BYTES:,}")
             depth = _check_refs(schema, dialect, what)
             if untrusted and depth > MAX_UNTRUSTED_SCHEMA_DEPTH:
                 raise ToolDefinitionError(f"{what} nests {depth} levels deep, over the limit of {MAX_UNTRUSTED_SCHEMA_DEPTH}")
@@ -413,7 +413,8 @@ class Validator:
             return [{"path": "$", "message": f"validation stopped after {bound_s:g} s: the schema is too costly "
                                              "to evaluate for this value"}]
         except RecursionError:
-            return [{"path": "$", "message": "the value is nested too deeply to validate"}]
+            return [{"path": "$", "message": "the value is nested too deeply to validate, or the schema refers to "
+                                             "itself without end"}]
         except referencing.exceptions.Unresolvable as exc:
             return [{"path": "$", "message": _clip(f"the schema has a reference that does not resolve: {exc}")}]
         finally:
@@ -662,6 +663,12 @@ def _as_json(value: Any) -> str:
         return repr(value)
 
 
+def _quoted(value: Any, limit: int = 120) -> str:
+    """The value as JSON, cut short: a long value must not push what is wrong with it out of a clipped message."""
+    text = _as_json(value)
+    return text if len(text) <= limit else f"{text[:limit - 1]}… ({len(text):,} characters)"
+
+
 def _json_message(error: Any) -> str:
     """jsonschema's message with the values it quotes written as JSON (``null``, ``true``, ``"x"``), not Python reprs.
 
@@ -674,16 +681,14 @@ def _json_message(error: Any) -> str:
             if repr(name) == missing:
                 return f"{_as_json(name)} is a required property"
         return message
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        for key in error.instance:
-            message = message.replace(repr(key), _as_json(key))
-        return message
+    if error.validator == "additionalProperties":
+        return message  # written as JSON already (_kw_additional_properties)
     if error.validator == "type":
         types = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        return f"{_as_json(error.instance)} is not of type {' or '.join(_as_json(t) for t in types)}"
+        return f"{_quoted(error.instance)} is not of type {' or '.join(_as_json(t) for t in types)}"
     head = repr(error.instance)
     if message.startswith(head):
-        message = _as_json(error.instance) + message[len(head):]
+        message = _quoted(error.instance) + message[len(head):]
     value_repr = repr(error.validator_value)
     if error.validator in ("enum", "const") and value_repr in message:
         message = message.replace(value_repr, _as_json(error.validator_value))

@@ -6,6 +6,7 @@ Run as ``python hostile_server.py SPEC.json``. The spec::
      "generate": 5000,                         # then tools gen_0 .. gen_4999 (input {"type": "object"})
      "answers": {"<tool>": <CallToolResult>},  # the wire result a call returns (default: text "ok")
      "endless": ["<tool>"],                    # a call writes one line that never ends onto the wire
+     "lines": {"<tool>": ["<base64>"]},        # a call writes these raw lines onto the wire, then answers
      "markers": "DIR",                         # a call writes DIR/<tool>.called (its pid inside)
      "wait_for": {"<tool>": "<file>"},         # a call waits until that file exists, then answers
      "grow": "<tool>"}                         # a call adds tool grown_<n> (listed after "tools") and sends
@@ -16,6 +17,7 @@ Cross-process signals are files, written whole (tmp + rename).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -64,6 +66,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         chunk = b'{"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "' + b"x" * 65536
         while True:  # never a newline: only a closed pipe (the gateway hanging up) stops this
             await anyio.to_thread.run_sync(os.write, WIRE, chunk)
+    for line in SPEC.get("lines", {}).get(name, ()):
+        os.write(WIRE, base64.b64decode(line) + b"\n")
     if name == SPEC.get("grow"):
         grown.append(f"grown_{len(grown)}")
         await ctx.session.send_tool_list_changed()
