@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,12 @@ def test_a_malformed_scope_is_a_config_error_naming_the_server(scope):
         parse_upstreams({"mcpServers": {"A": {"command": "x", "scope": scope}}})
     with pytest.raises(UpstreamConfigError, match="toolScopes.t"):
         parse_upstreams({"mcpServers": {"A": {"command": "x", "toolScopes": {"t": scope}}}})
+
+
+def test_the_documented_scopes_example_parses_as_it_says():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "GATEWAY.md").read_text()
+    block = next(b for b in re.findall(r"```json\n(.*?)```", doc, re.S) if "toolScopes" in b)
+    configs = {c.name: c for c in parse_upstreams(json.loads(block))}
+    assert configs["git"].scope_of("git_status") == "serial"
+    assert configs["git"].scope_of("git_commit") == ("/repo",)
+    assert configs["search"].scope == "parallel" and configs["legacy"].scope == "exclusive"
