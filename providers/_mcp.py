@@ -400,18 +400,34 @@ class ConnectedMcpProvider:
 
     # -- tools -----------------------------------------------------------------
 
-    async def _list_all_tools(self, client: Client) -> tuple[list[types.Tool], bool]:
-        """The upstream's tools, paging until over ``maxTools`` (and whether it had more than that)."""
+    async def _list_all_tools(self, client: Client) -> tuple[list[types.Tool], int, bool]:
+        """The upstream's first ``maxTools`` + 1 tools, how many it listed, and whether pages were left unread."""
         tools: list[types.Tool] = []
+        total = 0
         cursor: str | None = None
         limit = self.config.max_tools
         for _ in range(MAX_LIST_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
+            # The page as wire JSON: only the tools we may mount become models (a 20,000-tool page
+            # validated whole would hold the event loop for a third of a second).
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page: dict[str, Any] = await client.session.send_request(
+                types.ListToolsRequest(params=params), cast(Any, _RAW_RESULT))
+            listed = page.get("tools")
+            if not isinstance(listed, list):
+                raise UpstreamError(f"upstream {self.config.name!r} answered tools/list without a tools list",
+                                    code="upstream_invalid_result", details={"server": self.config.name})
+            for raw in listed[: limit + 1 - len(tools)]:
+                try:
+                    tools.append(types.Tool.model_validate(raw))
+                except ValidationError as exc:
+                    name = raw.get("name") if isinstance(raw, dict) else None
+                    log.warning("upstream_tool_problem", server=self.config.name, tool=str(name)[:200],
+                                problem=f"left out: not a valid MCP tool ({exc.error_count()} errors)")
+            total += len(listed)
+            cursor = page.get("nextCursor") if isinstance(page.get("nextCursor"), str) else None
             if not cursor or len(tools) > limit:
                 break
-        return tools, bool(cursor)
+        return tools, total, bool(cursor)
 
     async def _sync(self, client: Client) -> bool:
         """List the upstream's tools, rebuild our definitions, apply them to the registry; True if anything changed.
@@ -419,9 +435,9 @@ class ConnectedMcpProvider:
         Only a tool whose listing changed is defined again (schemas compiled),
         and that happens in a worker thread: the event loop keeps serving.
         """
-        upstream, more_pages = await self._list_all_tools(client)
+        upstream, total, more_pages = await self._list_all_tools(client)
         limit = self.config.max_tools
-        self._left_out = max(0, len(upstream) - limit)
+        self._left_out = max(0, total - limit)
         problems: dict[str, str] = {}
         if self._left_out or more_pages:
             count = f"{self._left_out:,}{'+' if more_pages else ''}"

@@ -4,7 +4,7 @@ The SDK reads an upstream's stdout into a string until it sees a newline, with
 no limit: an upstream that writes one endless line makes the gateway buffer
 (and re-split) it for as long as it writes, long after the call waiting on it
 timed out. Here stdout is read as bytes, a line is cut at the newline and
-parsed straight from bytes, and a line longer than ``max_line_bytes`` is a
+parsed straight from bytes (one over 256 KiB in a worker thread), and a line longer than ``max_line_bytes`` is a
 protocol violation: ``on_violation(reason)`` is called (the provider marks the
 connection lost, which closes it and stops the process), and nothing more is
 read from that process. Everything else (spawning, the shutdown sequence,
@@ -30,6 +30,10 @@ from mcp.client.stdio import (  # the SDK's process handling, unchanged
     get_default_environment,
 )
 from mcp.shared.message import SessionMessage
+
+
+#: Lines longer than this are parsed in a worker thread.
+THREAD_PARSE_BYTES = 256 * 1024
 
 
 class UpstreamLineTooLong(Exception):
@@ -78,7 +82,9 @@ async def bounded_stdio_client(
                         pending += chunk[start:end]
                         line, start = bytes(pending).strip(), end + 1
                         pending.clear()
-                        if line:
+                        if len(line) > THREAD_PARSE_BYTES:  # a long line is parsed off the event loop
+                            await read_writer.send(await anyio.to_thread.run_sync(_parse, line))
+                        elif line:
                             await read_writer.send(_parse(line))
                     pending += chunk[start:]
                     if len(pending) > max_line_bytes:
