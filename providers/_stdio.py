@@ -31,7 +31,6 @@ from mcp.client.stdio import (  # the SDK's process handling, unchanged
 )
 from mcp.shared.message import SessionMessage
 
-
 #: Lines longer than this are parsed in a worker thread.
 THREAD_PARSE_BYTES = 256 * 1024
 
