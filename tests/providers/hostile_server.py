@@ -9,6 +9,7 @@ Run as ``python hostile_server.py SPEC.json``. The spec::
      "lines": {"<tool>": ["<base64>"]},        # a call writes these raw lines onto the wire, then answers
      "markers": "DIR",                         # a call writes DIR/<tool>.called (its pid inside)
      "wait_for": {"<tool>": "<file>"},         # a call waits until that file exists, then answers
+     "prompts": ["<name>"],                    # prompts listed (no arguments)
      "grow": "<tool>"}                         # a call adds tool grown_<n> (listed after "tools") and sends
                                                # tools/list_changed
 
@@ -77,8 +78,13 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     return types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
 
 
+async def list_prompts(ctx, params) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=[types.Prompt(name=n, arguments=[]) for n in SPEC.get("prompts", ())])
+
+
 async def main() -> None:
-    server = Server("hostile-upstream", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+    server = Server("hostile-upstream", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                    on_list_prompts=list_prompts if SPEC.get("prompts") else None)
     async with stdio_server() as (r, w):
         await server.run(r, w, server.create_initialization_options(NotificationOptions(tools_changed=True)))
 

@@ -245,19 +245,35 @@ def test_an_endless_line_closes_the_connection_and_stops_the_upstream(tmp_path):
     run_bounded(body)
 
 
+class _PromptShelf:
+    """What the gateway serves as prompts (the two methods it calls on the MCP server that installs it)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def add_prompt(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self.names.add(name)
+
+    def remove_prompt(self, name: str) -> bool:
+        return self.names.discard(name) is None
+
+
 @pytest.mark.parametrize("order", [("x", "x_"), ("x_", "x")])
 def test_two_servers_whose_tools_map_to_one_name_mount_neither(tmp_path, order, capfd):
     specs = {"x": {"tools": [{"name": "_y", "inputSchema": {"type": "object"}},
-                             {"name": "only_x", "inputSchema": {"type": "object"}}]},
+                             {"name": "only_x", "inputSchema": {"type": "object"}}], "prompts": ["_p", "px"]},
              "x_": {"tools": [{"name": "y", "inputSchema": {"type": "object"}},
-                              {"name": "only_x_", "inputSchema": {"type": "object"}}]}}
+                              {"name": "only_x_", "inputSchema": {"type": "object"}}], "prompts": ["p"]}}
     document = {"mcpServers": {name: hostile_entry(tmp_path, specs[name], name=name) for name in order}}
 
     async def body() -> None:
         registry = ToolRegistry()
         gateway = Gateway(parse_upstreams(document), registry)
         await gateway.start()
+        shelf = _PromptShelf()
+        gateway.install(shelf)
         try:
+            assert shelf.names == {"mcp__x__px"}  # mcp__x___p is both x's "_p" and x_'s "p": neither
             names = {t.name for t in registry.list()}
             assert "mcp__x___y" not in names
             assert {"mcp__x__only_x", "mcp__x___only_x_"} <= names
