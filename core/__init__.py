@@ -13,7 +13,7 @@ from ._background import run_every, stop_task
 from ._canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
 from ._context import ProgressReporter, ToolExecutionContext, with_child_execution
 from ._dsn import DATABASE_URL_ENV, database_url_from_env, redact_dsn
-from ._imports import import_spec
+from ._imports import import_spec, search_current_dir
 from ._logging import configure_logging
 from ._policy import AllowAllPolicy, Policy, PolicyDecision, ScopePolicy
 from ._providers import to_anthropic, to_gemini, to_openai
@@ -53,7 +53,7 @@ from .errors import (
 from .executor import ToolExecutor
 
 __all__ = [
-    "import_spec", "redact_dsn", "DATABASE_URL_ENV", "database_url_from_env", "run_every", "stop_task",
+    "import_spec", "search_current_dir", "redact_dsn", "DATABASE_URL_ENV", "database_url_from_env", "run_every", "stop_task",
     "PRINCIPAL_SCOPE_KEY", "AuthConfigError", "BearerAuth", "read_auth_token",
     "TOOL_NAME_RE", "Admission", "ConflictKeysInvalid", "DEFAULT_MAX_PARALLEL_WRITES", "ExecutionStageFailed",
     "KeyLocks", "KeyLocksFailed", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
