@@ -299,6 +299,8 @@ class _OverBudget(Exception):
     pass
 
 
+#: Keyword evaluations between two reads of the clock (each is linear in its piece of the value).
+_CLOCK_EVERY = 128
 #: (deadline, steps until the next clock read) of the validation running in this task or thread.
 _DEADLINE: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("openfunctions_validation_deadline", default=None)
 
@@ -309,7 +311,7 @@ def _bounded(keyword: Callable[..., Any]) -> Callable[..., Any]:
         if budget is not None:
             budget[1] -= 1
             if budget[1] <= 0:
-                budget[1] = 512
+                budget[1] = _CLOCK_EVERY
                 if time.monotonic() > budget[0]:
                     raise _OverBudget
         return keyword(validator, value, instance, schema)
@@ -406,7 +408,7 @@ class Validator:
         return self._walk(instance, UNTRUSTED_VALIDATION_S)
 
     def _walk(self, instance: Any, bound_s: float) -> list[dict[str, str]]:
-        token = _DEADLINE.set([time.monotonic() + bound_s, 512]) if self.untrusted else None
+        token = _DEADLINE.set([time.monotonic() + bound_s, _CLOCK_EVERY]) if self.untrusted else None
         try:
             errors = sorted(self._v.iter_errors(instance), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         except _OverBudget:
