@@ -122,6 +122,20 @@ def _check_kind(group: str, obj: Any) -> str | None:
         from openfunctions.providers import ContextProvider
 
         return None if isinstance(obj, ContextProvider) else f"expected a ContextProvider or a factory, got {type(obj).__name__}"
+    if group == TOOLS_GROUP:
+        from openfunctions.core import ToolDefinition, ToolRegistry
+
+        ok = isinstance(obj, (ToolRegistry, ToolDefinition)) or (
+            isinstance(obj, (list, tuple)) and all(isinstance(t, ToolDefinition) for t in obj))
+        return None if ok else f"expected a ToolRegistry, a list of tools or a factory, got {type(obj).__name__}"
+    if group == SKILLS_GROUP:
+        import os
+
+        from openfunctions.skills import Skill
+
+        ok = isinstance(obj, (str, os.PathLike, Skill)) or (
+            isinstance(obj, (list, tuple)) and all(isinstance(i, (str, os.PathLike, Skill)) for i in obj))
+        return None if ok else f"expected a directory, Skill objects or a factory, got {type(obj).__name__}"
     if group == PROMPTS_GROUP:
         items = obj if isinstance(obj, (list, tuple)) else [obj]
         bad = [type(i).__name__ for i in items if not isinstance(i, Prompt)]

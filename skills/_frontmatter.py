@@ -64,7 +64,19 @@ def _flow_list(text: str, where: str) -> list[Any]:
     inner = text.strip()[1:-1].strip()
     if not inner:
         return []
-    return [_scalar(part, where) for part in inner.split(",")]
+    parts, current, quote = [], "", ""
+    for ch in inner:  # split on commas outside quotes: [a, "b, c"] is two items
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'" and not current.strip():
+            quote = ch
+        elif ch == ",":
+            parts.append(current)
+            current = ""
+            continue
+        current += ch
+    parts.append(current)
+    return [_scalar(part, where) for part in parts]
 
 
 def _value(text: str, where: str) -> Any:

@@ -249,7 +249,7 @@ def install_skill_prompts(server: Any, skills: SkillSet) -> None:
     for s in skills:
         def render(args: dict[str, str], _s: Skill = s) -> str:
             request = (args.get("request") or "").strip()
-            return _s.body + (f"\n\nRequest: {request}\n" if request else "")
+            return _s.body.rstrip() + f"\n\nRequest: {request}\n" if request else _s.body
 
         server.add_prompt(s.name, s.description,
                           [{"name": "request", "description": "what to apply the skill to (optional)",
