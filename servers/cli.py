@@ -296,6 +296,7 @@ _CONTRIBUTED = {
     "chat": ("openfunctions.chat.cli", "chat with a model that uses your tools (a terminal loop, or --serve for HTTP and a web page)"),
     "skills": ("openfunctions.skills.cli", "list and show the skills (markdown instructions) agents can load"),
     "plugins": ("openfunctions.plugins.cli", "list the installed plugins (tools, providers, skills, prompts)"),
+    "test": ("openfunctions.servers.tool_tests_cli", "run the tests your tools carry, through the executor"),
 }
 
 

@@ -433,6 +433,10 @@ def calendar_tools(cals: Calendars, prefix: str, now: Callable[[], dt.datetime])
     common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("calendar",)}
     return [
         define_tool(name=f"{prefix}_events", handler=events, **common,
+                    tests=[{"name": "end before start refused", "arguments": {"start": "2025-03-05", "end": "2025-03-01"},
+                            "error": RANGE_INVALID},
+                           {"name": "bounded by the limit", "arguments": {"start": "2025-01-01", "end": "2025-12-31", "limit": 3},
+                            "check": lambda r: len(r["events"]) <= 3}],
                     description="Events between two dates or times (ISO 8601; end defaults to a day after start), "
                                 "recurring events expanded, optionally only those whose text contains a query.",
                     input_schema=schema({"start": {**iso, "description": "e.g. 2025-03-01"},
@@ -440,10 +444,14 @@ def calendar_tools(cals: Calendars, prefix: str, now: Callable[[], dt.datetime])
                                          "query": {"type": "string", "maxLength": 200},
                                          "limit": limit_schema(100, 1000)}, ("start",))),
         define_tool(name=f"{prefix}_upcoming", handler=upcoming, **common,
+                    tests=[{"name": "bounded", "arguments": {"days": 1, "limit": 1},
+                            "check": lambda r: len(r["events"]) <= 1}],
                     description="The events from now over the next days (default 7), soonest first.",
                     input_schema=schema({"days": {"type": "integer", "minimum": 1, "maximum": 366, "default": 7},
                                          "limit": limit_schema(20, 500)})),
         define_tool(name=f"{prefix}_event", handler=event, **common,
+                    tests=[{"name": "unknown uid", "arguments": {"uid": "no-such-event@openfunctions.invalid"},
+                            "error": NOT_FOUND}],
                     description="One event by its UID: details, attendees, its recurrence rule.",
                     input_schema=schema({"uid": {"type": "string", "minLength": 1, "maxLength": 500}}, ("uid",))),
     ]

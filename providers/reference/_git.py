@@ -29,7 +29,7 @@ from openfunctions.core import ToolDefinition, ToolError, define_tool
 from .._errors import ProviderUnavailable
 from .._provider import ContextProvider, ProviderHealth
 from ._base import READ, READ_ONLY, Connected, limit_schema
-from ._root import Root, clip, read_bounded, refuse
+from ._root import PATH_OUTSIDE, Root, clip, read_bounded, refuse
 
 GIT_TIMEOUT_S = 15.0
 MAX_OUTPUT_BYTES = 2 << 20
@@ -210,16 +210,25 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
     common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("codebase",)}
     return [
         define_tool(name=f"{prefix}_files", handler=files, **common,
+                    tests=[{"name": "limit bounds the list", "arguments": {"limit": 1},
+                            "check": lambda r: len(r["files"]) <= 1}],
                     description="List the repository's files (tracked and untracked, .gitignore respected), "
                                 "optionally under a folder or with names containing a text.",
                     input_schema=schema({"path": path, "contains": {"type": "string", "maxLength": 200},
                                          "limit": limit_schema(200, 5000)})),
         define_tool(name=f"{prefix}_read", handler=read, **common,
+                    tests=[{"name": "traversal refused", "arguments": {"path": "../x"}, "error": PATH_OUTSIDE},
+                           {"name": "option as revision refused", "arguments": {"path": "x", "rev": "--output=/tmp/x"},
+                            "error": REV_INVALID}],
                     description="Read a file of the repository (the working tree, or as of a revision), "
                                 "optionally a line range.",
                     input_schema=schema({"path": path, "rev": rev, "start_line": {**line, "default": 1},
                                          "end_line": line}, ("path",))),
         define_tool(name=f"{prefix}_grep", handler=grep, **common,
+                    tests=[{"name": "a pattern is never an option", "arguments": {"pattern": "--no-index-\u2400"},
+                            "match": {"count": 0}},
+                           {"name": "path outside refused", "arguments": {"pattern": "x", "path": "/etc"},
+                            "error": PATH_OUTSIDE}],
                     description="Search the repository's files for a text (or an extended regex with regex=true); "
                                 "returns path, line number and line.",
                     input_schema=schema({"pattern": {"type": "string", "minLength": 1, "maxLength": 500},
@@ -227,9 +236,11 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
                                          "ignore_case": {"type": "boolean", "default": False},
                                          "limit": limit_schema(50, 1000)}, ("pattern",))),
         define_tool(name=f"{prefix}_log", handler=log, **common,
+                    tests=[{"name": "ranges refused", "arguments": {"rev": "HEAD..HEAD"}, "error": REV_INVALID}],
                     description="Recent commits (hash, author, date, subject), optionally only those touching a path.",
                     input_schema=schema({"path": path, "rev": rev, "limit": limit_schema(20, 500)})),
         define_tool(name=f"{prefix}_blame", handler=blame, **common,
+                    tests=[{"name": "traversal refused", "arguments": {"path": "../x"}, "error": PATH_OUTSIDE}],
                     description="Who last changed each line of a file (up to 500 lines from start_line): "
                                 "commit, author, time, summary.",
                     input_schema=schema({"path": path, "rev": rev, "start_line": {**line, "default": 1},

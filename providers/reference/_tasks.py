@@ -36,7 +36,7 @@ from openfunctions.core.files import write_atomic
 
 from .._provider import ContextProvider, ProviderHealth
 from ._base import READ, READ_ONLY, WRITE, WRITES, Connected, limit_schema
-from ._root import NOT_FOUND, PATH_INVALID, Root, read_bounded, refuse
+from ._root import NOT_FOUND, PATH_INVALID, PATH_OUTSIDE, Root, read_bounded, refuse
 
 MAX_TASK_FILE_BYTES = 4 << 20
 TASK_CHANGED = "task_changed"
@@ -248,6 +248,8 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
     file = {"type": "string", "maxLength": 1024, "description": "a task file relative to the tasks folder"}
     return [
         define_tool(name=f"{prefix}_list", handler=list_tasks, capability=READ, annotations=READ_ONLY,
+                    tests=[{"name": "open only", "arguments": {"limit": 5},
+                            "check": lambda r: not any(t["done"] for t in r["tasks"]) and len(r["tasks"]) <= 5}],
                     tags=("tasks",),
                     description="List tasks (open by default) from the markdown task lists and todo.txt files; "
                                 "filter by project (+tag or heading), file, text or due date. Each has an id for "
@@ -258,6 +260,11 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
                                          "due_before": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
                                          "limit": limit_schema(100, 1000)})),
         define_tool(name=f"{prefix}_add", handler=add, capability=WRITE, annotations=WRITES, tags=("tasks",),
+                    # refusals only: a case really calls the tool, and this one writes
+                    tests=[{"name": "traversal refused", "arguments": {"text": "x", "file": "../x.md"},
+                            "error": PATH_OUTSIDE},
+                           {"name": "bad due date refused", "arguments": {"text": "x", "due": "soon"},
+                            "error": "task_due_invalid"}],
                     description="Add an open task to a task file (default: todo.txt, TODO.md or tasks.md).",
                     input_schema=schema({"text": {"type": "string", "minLength": 1, "maxLength": 1000},
                                          "file": file, "project": {"type": "string", "pattern": r"^\+?[\w\-.]{1,64}$"},
@@ -265,6 +272,7 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
                                          "priority": {"type": "string", "pattern": "^[A-Z]$",
                                                       "description": "todo.txt only"}}, ("text",))),
         define_tool(name=f"{prefix}_complete", handler=complete, capability=WRITE,
+                    tests=[{"name": "malformed id refused", "arguments": {"id": "nonsense"}, "error": TASK_ID_INVALID}],
                     annotations={**WRITES, "idempotent_hint": False}, tags=("tasks",),
                     description=f"Mark a task done by the id {prefix}_list gave it.",
                     input_schema=schema({"id": {"type": "string", "minLength": 1, "maxLength": 1200}}, ("id",))),

@@ -35,7 +35,7 @@ from openfunctions.skills import FrontmatterError, split_frontmatter
 
 from .._provider import ContextProvider, ProviderHealth
 from ._base import READ, READ_ONLY, Connected, limit_schema
-from ._root import NOT_FOUND, Root, clip, read_bounded, refuse
+from ._root import NOT_FOUND, PATH_OUTSIDE, Root, clip, read_bounded, refuse
 
 MAX_NOTES = 20_000
 MAX_NOTE_BYTES = 1 << 20
@@ -275,6 +275,10 @@ def vault_tools(vault: Vault, prefix: str) -> list[ToolDefinition]:
     common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("vault",)}
     return [
         define_tool(name=f"{prefix}_list", handler=list_notes, **common,
+                    tests=[{"name": "limit bounds the list", "arguments": {"limit": 1},
+                            "check": lambda r: len(r["notes"]) <= 1 and r["truncated"] == (r["count"] > 1)},
+                           {"name": "folder outside refused", "arguments": {"folder": "../"},
+                            "error": PATH_OUTSIDE}],
                     description="List notes in the vault, most recently modified first; filter by folder or tag.",
                     input_schema=schema({"folder": {"type": "string", "maxLength": 1024,
                                                     "description": "a folder inside the vault"},
@@ -282,24 +286,36 @@ def vault_tools(vault: Vault, prefix: str) -> list[ToolDefinition]:
                                                  "description": "a tag, with or without '#'; includes sub-tags"},
                                          "limit": limit_schema(50, 500)})),
         define_tool(name=f"{prefix}_read", handler=read_note, **common,
+                    tests=[{"name": "traversal refused", "arguments": {"note": "../secret.md"}, "error": PATH_OUTSIDE},
+                           {"name": "absolute refused", "arguments": {"note": "/etc/passwd.md"}, "error": PATH_OUTSIDE}],
                     description="Read one note: its frontmatter, tags, outgoing wikilinks (resolved) and content.",
                     input_schema=schema({"note": note_arg}, ("note",))),
         define_tool(name=f"{prefix}_search", handler=search, **common,
+                    tests=[{"name": "empty query invalid", "arguments": {"query": ""}, "error": "invalid_params"},
+                           {"name": "limit bounds results", "arguments": {"query": "e", "limit": 2},
+                            "check": lambda r: len(r["results"]) <= 2}],
                     description="Find notes whose title or lines contain the text (case-insensitive); "
                                 "best matches first, with the matching lines.",
                     input_schema=schema({"query": {"type": "string", "minLength": 1, "maxLength": 500},
                                          "limit": limit_schema(20, 200)}, ("query",))),
         define_tool(name=f"{prefix}_backlinks", handler=backlinks, **common,
+                    tests=[{"name": "traversal refused", "arguments": {"note": "../x.md"}, "error": PATH_OUTSIDE}],
                     description="The notes that link to a note with [[wikilinks]], with the linking lines.",
                     input_schema=schema({"note": note_arg}, ("note",))),
         define_tool(name=f"{prefix}_tags", handler=tags, **common,
+                    tests=[{"name": "most used first", "arguments": {},
+                            "check": lambda r: [t["notes"] for t in r["tags"]] == sorted(
+                                (t["notes"] for t in r["tags"]), reverse=True)}],
                     description="Every tag in the vault (frontmatter and inline #tags) with how many notes carry it.",
                     input_schema=schema({"limit": limit_schema(100, 1000)})),
         define_tool(name=f"{prefix}_people", handler=people, **common,
+                    tests=[{"name": "bounded", "arguments": {"limit": 1}, "check": lambda r: len(r["people"]) <= 1}],
                     description="People in the vault: notes with 'type: person' and names listed in notes' "
                                 "'people' frontmatter, each with the notes that mention them.",
                     input_schema=schema({"name": name_arg, "limit": limit_schema(50, 500)})),
         define_tool(name=f"{prefix}_projects", handler=projects, **common,
+                    tests=[{"name": "name filter", "arguments": {"name": "\u2400no such project\u2400"},
+                            "match": {"count": 0, "projects": []}}],
                     description="Projects in the vault: notes with 'type: project' and names in notes' "
                                 "'project'/'projects' frontmatter, each with the notes that mention them.",
                     input_schema=schema({"name": name_arg, "limit": limit_schema(50, 500)})),
