@@ -84,6 +84,10 @@ def run_git(cwd: str, args: list[str], *, timeout: float = GIT_TIMEOUT_S,
     return out[:max_bytes].decode("utf-8", "replace"), cut
 
 
+def _is_git_dir(part: str) -> bool:
+    return part == ".git"
+
+
 def _rev(value: Any) -> str:
     if value is None:
         return "HEAD"
@@ -96,11 +100,13 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
     def git(args: list[str], **kw: Any) -> tuple[str, bool]:
         return run_git(root.real, args, **kw)
 
+    def resolve(path: str, *, must_exist: bool = True) -> Any:
+        return root.resolve(path, must_exist=must_exist, closed=_is_git_dir)
+
     def rel_arg(path: str | None) -> str | None:
         if not path:
             return None
-        real = root.resolve(path)
-        return root.relative(real)
+        return root.relative(resolve(path))
 
     def files(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         args = ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
@@ -116,10 +122,10 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
         return {"count": len(names), "files": names[:limit], "truncated": cut or len(names) > limit}
 
     def read(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        rel = root.relative(root.resolve(p["path"], must_exist=p.get("rev") is None))
+        rel = root.relative(resolve(p["path"], must_exist=p.get("rev") is None))
         start, end = p.get("start_line", 1), p.get("end_line")
         if p.get("rev") is None:
-            real = root.resolve(p["path"])
+            real = resolve(p["path"])
             if not real.is_file():
                 raise refuse("reference_not_a_file", f"{p['path']!r} is not a file")
             text, cut = read_bounded(real, MAX_FILE_BYTES)
@@ -174,7 +180,7 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
         return {"count": len(commits), "commits": commits, "truncated": cut}
 
     def blame(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        rel = root.relative(root.resolve(p["path"]))
+        rel = root.relative(resolve(p["path"]))
         start = p.get("start_line", 1)
         end = p.get("end_line") or start + 49
         if end < start:

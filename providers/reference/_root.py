@@ -13,7 +13,7 @@ read up to that size and marked truncated.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from openfunctions.core import ToolError
@@ -46,8 +46,12 @@ class Root:
         if not os.access(self.real, os.R_OK | os.X_OK):
             raise ProviderUnavailable(f"{self.what} directory {self.given!r} is not readable")
 
-    def resolve(self, rel: object, *, must_exist: bool = True) -> Path:
-        """The real path of ``rel`` inside the root, or a refusal naming what was wrong."""
+    def resolve(self, rel: object, *, must_exist: bool = True, closed: Callable[[str], bool] | None = None) -> Path:
+        """The real path of ``rel`` inside the root, or a refusal naming what was wrong.
+
+        ``closed(part)``: path parts that are off limits (``.git`` for the repository: its config may hold
+        credentials), checked on the given path and on where it resolves to.
+        """
         if not isinstance(rel, str) or not rel.strip():
             raise refuse(PATH_INVALID, f"a path inside the {self.what} is required, got {rel!r}")
         if "\x00" in rel or len(rel) > 4096:
@@ -60,6 +64,11 @@ class Root:
         real = os.path.realpath(os.path.join(self.real, *posix.parts))
         if not self.contains(real):
             raise refuse(PATH_OUTSIDE, f"path {rel!r} resolves outside the {self.what} (a symlink?)", path=rel)
+        if closed is not None:
+            inside = PurePosixPath(os.path.relpath(real, self.real)).parts
+            bad = next((p for p in (*posix.parts, *inside) if closed(p)), None)
+            if bad is not None:
+                raise refuse(PATH_INVALID, f"path {rel!r} is in {bad!r}, which these tools do not open", path=rel)
         if must_exist and not os.path.exists(real):
             raise refuse(NOT_FOUND, f"no {rel!r} in the {self.what}", path=rel)
         return Path(real)

@@ -16,8 +16,11 @@ the line still says the same, and finds it again if lines moved above it
 
 Writes (``tasks_add``, ``tasks_complete``, declared ``effect: write``) replace
 the file atomically (:func:`openfunctions.core.files.write_atomic`, keeping
-its mode): a crash leaves the old file or the new one. A symlinked task file
-is not written. Reads are reviewed parallel-safe reads.
+its mode): a crash leaves the old file or the new one. A file another
+program saved between our read and our write is not overwritten (its size
+and mtime are compared just before the replace; the call is refused with
+``task_changed``). A symlinked task file, or one in a hidden folder, is not
+written. Reads are reviewed parallel-safe reads.
 """
 
 from __future__ import annotations
@@ -143,13 +146,40 @@ class TaskFiles:
     def writable(self, rel: str, *, must_exist: bool) -> Path:
         if not rel.lower().endswith((".md", ".txt")):
             raise refuse(PATH_INVALID, f"tasks are kept in .md or .txt files, not {rel!r}")
-        real = self.root.resolve(rel, must_exist=must_exist)
+        # hidden folders (.git, .obsidian) are never written, as they are never listed
+        real = self.root.resolve(rel, must_exist=must_exist, closed=lambda part: part.startswith(".") and part != ".")
         given = os.path.join(self.root.real, rel)
         if os.path.islink(given):
             raise refuse(PATH_INVALID, f"{rel!r} is a symlink: task files are written only where they are")
         if os.path.exists(real) and not os.path.isfile(real):
             raise refuse(PATH_INVALID, f"{rel!r} is not a file")
         return real
+
+    @staticmethod
+    def read_for_update(real: Path, rel: str) -> tuple[str, tuple[int, int] | None]:
+        """The file's text and its (mtime, size) stamp, taken before reading; ``("", None)`` if it is absent."""
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            return "", None
+        if st.st_size > MAX_TASK_FILE_BYTES:
+            raise refuse("task_file_too_large", f"{rel!r} is over {MAX_TASK_FILE_BYTES} bytes")
+        try:
+            return real.read_text("utf-8"), (st.st_mtime_ns, st.st_size)
+        except UnicodeDecodeError:
+            raise refuse("task_file_unreadable", f"{rel!r} is not UTF-8 text") from None
+
+    @staticmethod
+    def replace(real: Path, rel: str, text: str, stamp: tuple[int, int] | None) -> None:
+        """Write ``text`` over the file atomically, unless another program changed it since it was read."""
+        try:
+            st = os.stat(real)
+            now: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            now = None
+        if now != stamp:  # an editor saved meanwhile: writing would lose its change
+            raise refuse(TASK_CHANGED, f"{rel!r} changed while it was being updated; list the tasks again")
+        write_atomic(real, text.encode("utf-8"), mode=None)
 
 
 def _today(now: Callable[[], dt.datetime]) -> str:
@@ -192,16 +222,14 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
             text += f" due:{p['due']}"
         rel = p.get("file") or files.default_file()
         real = files.writable(rel, must_exist=False)
-        existing = real.read_text("utf-8") if real.exists() else ""
-        if len(existing.encode()) > MAX_TASK_FILE_BYTES:
-            raise refuse("task_file_too_large", f"{rel!r} is over {MAX_TASK_FILE_BYTES} bytes")
+        existing, stamp = files.read_for_update(real, rel)
         if is_todo_txt(rel):
             pri = f"({p['priority']}) " if p.get("priority") else ""
             line = f"{pri}{_today(now)} {text}"
         else:
             line = f"- [ ] {text}"
         sep = "" if not existing or existing.endswith("\n") else "\n"
-        write_atomic(real, (existing + sep + line + "\n").encode("utf-8"), mode=None)
+        files.replace(real, rel, existing + sep + line + "\n", stamp)
         n = (existing + sep).count("\n") + 1
         rel = files.root.relative(real)
         added = next(t for t in parse_tasks(rel, existing + sep + line + "\n") if t.line == n)
@@ -214,7 +242,7 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
                                           f"{prefix}_list)")
         rel, n, h = m.group(1), int(m.group(2)), m.group(3)
         real = files.writable(rel, must_exist=True)
-        text = real.read_text("utf-8")
+        text, stamp = files.read_for_update(real, rel)
         lines = text.splitlines(keepends=True)
         if not (1 <= n <= len(lines) and line_hash(lines[n - 1]) == h):
             same = [i + 1 for i, line in enumerate(lines) if line_hash(line) == h]
@@ -238,7 +266,7 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
             assert mm is not None
             new = f"{mm.group(1)}x{mm.group(3)}{mm.group(4)}"
         lines[n - 1] = new + ending
-        write_atomic(real, "".join(lines).encode("utf-8"), mode=None)
+        files.replace(real, rel, "".join(lines), stamp)
         done = parse_tasks(rel, new + "\n")[0]
         return {"completed": {**done.to_dict(), "id": f"{rel}:{n}:{line_hash(new)}", "line": n}}
 

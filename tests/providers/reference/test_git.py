@@ -58,8 +58,12 @@ async def test_grep_log_blame(repo):
     ("git_log", {"rev": "HEAD..main"}, "git_revision_invalid"),
     ("git_blame", {"path": "/etc/passwd"}, "reference_path_outside_root"),
     ("git_grep", {"pattern": "x", "path": "../"}, "reference_path_outside_root"),
+    ("git_read", {"path": ".git/config"}, "reference_path_invalid"),  # may hold credentials
+    ("git_read", {"path": "gitconfig"}, "reference_path_invalid"),  # a symlink to it
+    ("git_files", {"path": ".git"}, "reference_path_invalid"),
 ])
-async def test_refusals(repo, tool, params, code):
+async def test_refusals(repo, repo_dir, tool, params, code):
+    (repo_dir / "gitconfig").symlink_to(repo_dir / ".git" / "config")
     registry, _ = repo
     result = await call(registry, tool, params)
     assert isinstance(result.error, ToolError) and result.error.code == code

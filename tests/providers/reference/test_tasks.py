@@ -91,6 +91,7 @@ async def test_add(tasks, tasks_dir):
     ("tasks_add", {"text": "x", "file": "script.sh"}, "reference_path_invalid"),
     ("tasks_add", {"text": "x", "file": "link.md"}, "reference_path_invalid"),
     ("tasks_add", {"text": "x", "due": "soon"}, "task_due_invalid"),
+    ("tasks_add", {"text": "x", "file": ".git/x.md"}, "reference_path_invalid"),
 ])
 async def test_refusals(tasks, tasks_dir, tool, params, code):
     os.symlink(tasks_dir / "notes/week.md", tasks_dir / "link.md")
@@ -99,6 +100,27 @@ async def test_refusals(tasks, tasks_dir, tool, params, code):
     result = await call(registry, tool, params)
     assert isinstance(result.error, ToolError) and result.error.code == code
     assert {p: p.read_text() for p in tasks_dir.rglob("*") if p.is_file()} == before
+
+
+async def test_an_edit_saved_meanwhile_is_not_overwritten(tasks, tasks_dir, monkeypatch):
+    from openfunctions.providers.reference._tasks import TaskFiles
+
+    registry, _ = tasks
+    bike = next(t for t in (await registry.execute("tasks_list", {}))["tasks"] if t["text"] == "Fix the bike")
+    path = tasks_dir / "notes/week.md"
+    read = TaskFiles.read_for_update
+
+    def read_then_an_editor_saves(real, rel):
+        out = read(real, rel)
+        with open(real, "a") as f:  # another program's save, between our read and our write
+            f.write("- [ ] Added in the editor\n")
+        return out
+
+    monkeypatch.setattr(TaskFiles, "read_for_update", staticmethod(read_then_an_editor_saves))
+    result = await call(registry, "tasks_complete", {"id": bike["id"]})
+    assert result.error.code == "task_changed" and result.receipt.outcome == "rejected"
+    text = path.read_text()
+    assert "Added in the editor" in text and "* [ ] Fix the bike" in text
 
 
 async def test_capabilities_context_health(tasks):
