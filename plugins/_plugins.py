@@ -23,6 +23,7 @@ each plugin's group, name, target, distribution and version, and status.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from openfunctions.core import OpenFunctionsError, import_spec
 
 log = structlog.get_logger("openfunctions.plugins")
 
+_ATTR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TOOLS_GROUP = "openfunctions.tools"
 PROVIDERS_GROUP = "openfunctions.providers"
 SKILLS_GROUP = "openfunctions.skills"
@@ -151,8 +153,9 @@ def resolve_provider(spec: str) -> Any:
 
     ``NAME:ARG`` or ``NAME``: the ``openfunctions.providers`` entry point
     ``NAME``; its object is a provider, or a factory called with ``ARG`` (a
-    path, for the reference providers: ``vault:/notes``). ``pkg.module:attr``
-    (a dotted module): that object, a provider or a zero-argument factory.
+    path, for the reference providers: ``vault:/notes``). Otherwise
+    ``pkg.module:attr`` (a dotted module, or an attribute name after the
+    colon): that object, a provider or a zero-argument factory.
     """
     from openfunctions.providers import ContextProvider
 
@@ -166,7 +169,7 @@ def resolve_provider(spec: str) -> Any:
         if plugin.error:
             raise PluginError(plugin.error, code="plugin_broken")
         where = f"--provider {spec!r} ({plugin.label})"
-    elif "." in name:
+    elif "." in name or _ATTR_RE.match(arg):  # pkg.module:attr, or module:attr for a module in the current dir
         obj = import_spec(spec, default_attr="provider", what="--provider", error=PluginError, from_cwd=True)
         where, arg = f"--provider {spec!r}", ""
     else:

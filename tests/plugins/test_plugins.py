@@ -151,3 +151,24 @@ async def test_serve_offers_plugins_providers_and_skills(site, tmp_path):
     assert review.messages[0].content.text == "Review this change: +1 line"
     assert triage.messages[0].content.text == "Ask for the steps.\n\nRequest: crash on start\n"
     assert "Vault 'vault': 2 notes" in instructions and "- triage: Triage a bug report" in instructions
+
+
+def test_resolve_provider_forms(tmp_path, monkeypatch):
+    from openfunctions.plugins import PluginError, resolve_provider
+    from openfunctions.providers.reference import VaultProvider
+
+    (tmp_path / "myprov.py").write_text(
+        "from openfunctions.providers.reference import VaultProvider\n"
+        f"provider = VaultProvider({str(tmp_path)!r}, id='mine')\n"
+        f"def factory():\n    return VaultProvider({str(tmp_path)!r}, id='made')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert isinstance(resolve_provider(f"vault:{tmp_path}"), VaultProvider)
+    assert resolve_provider("myprov:provider").id == "mine"  # a module in the current directory
+    assert resolve_provider("myprov:factory").id == "made"
+    for spec, code in [("vaultt:/notes", "provider_unknown"), ("vault", "provider_spec_invalid"),
+                       ("myprov:provider:x", "provider_unknown"), ("", "provider_spec_invalid"),
+                       ("myprov:nothing", "plugin_error")]:
+        with pytest.raises(PluginError) as info:
+            resolve_provider(spec)
+        assert info.value.code == code, (spec, info.value.message)
