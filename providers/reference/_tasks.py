@@ -153,6 +153,8 @@ class TaskFiles:
             raise refuse(PATH_INVALID, f"{rel!r} is a symlink: task files are written only where they are")
         if os.path.exists(real) and not os.path.isfile(real):
             raise refuse(PATH_INVALID, f"{rel!r} is not a file")
+        if not real.parent.is_dir():
+            raise refuse(NOT_FOUND, f"the folder of {rel!r} does not exist (tasks_add creates files, not folders)")
         return real
 
     @staticmethod

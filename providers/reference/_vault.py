@@ -40,6 +40,7 @@ from ._root import NOT_FOUND, PATH_OUTSIDE, Root, clip, read_bounded, refuse
 MAX_NOTES = 20_000
 MAX_NOTE_BYTES = 1 << 20
 MAX_CONTENT_CHARS = 40_000
+MAX_FRONTMATTER_CHARS = 20_000
 _WIKILINK_RE = re.compile(r"\[\[([^\[\]|#\n]+)(?:#[^\[\]|\n]*)?(?:\|[^\[\]\n]*)?\]\]")
 _TAG_RE = re.compile(r"(?:(?<=\s)|^)#([A-Za-z_][\w\-/]*)")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
@@ -190,7 +191,10 @@ def vault_tools(vault: Vault, prefix: str) -> list[ToolDefinition]:
         for target in dict.fromkeys(note.links):
             hit = vault.resolve_link(target, idx)
             links.append({"target": target, "path": hit.path if hit else None})
-        return {"path": note.path, "title": note.title, "frontmatter": note.frontmatter, "tags": note.tags,
+        frontmatter: dict[str, Any] = note.frontmatter
+        if len(repr(frontmatter)) > MAX_FRONTMATTER_CHARS:  # bounded like the content
+            frontmatter = {"truncated": f"over {MAX_FRONTMATTER_CHARS} characters; read the note's file instead"}
+        return {"path": note.path, "title": note.title, "frontmatter": frontmatter, "tags": note.tags,
                 "links": links, "content": content, "truncated": cut or note.truncated, "problem": note.problem}
 
     def search(p: dict[str, Any], ctx: Any) -> dict[str, Any]:

@@ -92,6 +92,7 @@ async def test_add(tasks, tasks_dir):
     ("tasks_add", {"text": "x", "file": "link.md"}, "reference_path_invalid"),
     ("tasks_add", {"text": "x", "due": "soon"}, "task_due_invalid"),
     ("tasks_add", {"text": "x", "file": ".git/x.md"}, "reference_path_invalid"),
+    ("tasks_add", {"text": "x", "file": "nofolder/x.md"}, "reference_not_found"),
 ])
 async def test_refusals(tasks, tasks_dir, tool, params, code):
     os.symlink(tasks_dir / "notes/week.md", tasks_dir / "link.md")
