@@ -116,3 +116,11 @@ async def test_missing_root_is_unavailable(tmp_path):
 
     with pytest.raises(ProviderUnavailable, match="does not exist"):
         await connected(VaultProvider(tmp_path / "nope"))
+
+
+async def test_huge_note_and_frontmatter_are_bounded(vault, vault_dir):
+    registry, _ = vault
+    write(vault_dir, "Big.md", "---\nsummary: " + "x" * 30_000 + "\n---\n" + "line of text\n" * 5000)
+    note = await registry.execute("vault_read", {"note": "Big"})
+    assert note["frontmatter"] == {"truncated": "over 20000 characters; read the note's file instead"}
+    assert len(note["content"]) == 40_000 and note["truncated"] is True
