@@ -119,6 +119,8 @@ def test_unknown_and_broken_provider_specs_fail_clearly(site, tmp_path):
                           (f"vault:{tmp_path / 'absent'}", "does not exist")]:
         out = cli(site, "serve", "--provider", spec, "--data-dir", str(tmp_path / "d"))
         assert out.returncode == 2 and message in out.stderr, (spec, out.stderr)
+    other = cli(site, "serve", "--profile", "artifacts", "--skills", str(tmp_path), "--data-dir", str(tmp_path / "d"))
+    assert other.returncode == 2 and "--provider and --skills apply to the tools and all profiles" in other.stderr
 
 
 @pytest.mark.slow
