@@ -69,6 +69,10 @@ async def open_extensions(providers: Sequence[str] = (), skills: Sequence[str] =
         ext.setups.append(lambda server: install_skill_prompts(server, skillset))
         blocks.append(skills_prompt(skillset))
     prompts = load_prompts() if plugins else []
+    taken = {sk.name for sk in skillset}
+    for p in [p for p in prompts if p.name in taken]:  # one name, one prompt: the skill keeps it
+        log.warning("prompt_skipped", prompt=p.name, reason="a skill has the same name")
+    prompts = [p for p in prompts if p.name not in taken]
     if prompts:
         ext.setups.append(lambda server: install_prompts(server, prompts))
     ext.instructions = "\n\n".join(b for b in blocks if b) or None
