@@ -174,3 +174,21 @@ def test_resolve_provider_forms(tmp_path, monkeypatch):
         with pytest.raises(PluginError) as info:
             resolve_provider(spec)
         assert info.value.code == code, (spec, info.value.message)
+
+
+@pytest.mark.anyio
+async def test_a_plugin_prompt_named_like_a_skill_is_skipped(site, tmp_path, monkeypatch):
+    from openfunctions.core import ToolRegistry
+    from openfunctions.servers._extensions import open_extensions
+    from openfunctions.servers._server import create_mcp_server
+
+    monkeypatch.syspath_prepend(str(site))  # importlib.metadata finds goodplug-1.2.3.dist-info here
+    skills = tmp_path / "skills"
+    skills.mkdir()
+    (skills / "review.md").write_text("---\ndescription: The skill called review\n---\nRead the diff twice.\n")
+    ext = await open_extensions([], [str(skills)])
+    server = create_mcp_server(ToolRegistry(), name="t", version="0")
+    for setup in ext.setups:
+        setup(server)
+    prompts = server._prompts  # what prompts/list serves
+    assert prompts["review"].description == "The skill called review" and "summarise" in prompts
