@@ -250,12 +250,14 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
             data = await _body(request)
             if "message" not in data:
                 raise _BadRequest(400, InvalidMessage.code, 'the body has no "message" field')
-            message = str(agent._check(data["message"]))
+            raw = data["message"]
             try:
-                message.encode("utf-8")
-            except UnicodeEncodeError:  # JSON's "\ud800": not text; the turn would fail later, as a 502
+                if isinstance(raw, str):
+                    raw.encode("utf-8")
+            except UnicodeEncodeError:  # JSON's "\ud800": not text. A client is told (the Python API replaces it)
                 raise InvalidMessage("message contains a lone surrogate (an unpaired \\uD800-\\uDFFF escape): "
                                      "it is not UTF-8 text") from None
+            message = str(agent._check(raw))
             conversation = _conversation_id(request, data)
             if conversation is None:
                 conversation = await agent.open_conversation(principal=_principal(request))
