@@ -70,12 +70,6 @@ _EXPORTS: dict[str, str] = {
     "ToolFailed": "openfunctions.core",
 }
 
-# `openfunctions.core` and the rest also resolve as attributes after a bare `import openfunctions`.
-_SUBPACKAGES = frozenset({
-    "adapters", "agents", "artifacts", "chat", "core", "memory", "providers", "rag", "servers", "store", "work",
-    "workflows",
-})
-
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 
@@ -89,8 +83,14 @@ def __getattr__(name: str) -> Any:
             value = version("openfunctions-mcp")
         except PackageNotFoundError:  # pragma: no cover - a bare checkout, never installed
             value = "0.0.0"
-    elif name in _SUBPACKAGES:
-        value = import_module(f"{__name__}.{name}")
+    elif name.isidentifier() and not name.startswith("_"):
+        # `openfunctions.core` and the other subpackages also resolve as attributes after a bare `import openfunctions`
+        try:
+            value = import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise  # the subpackage exists and lacks a dependency: say that, not "no attribute"
+            raise AttributeError(f"module 'openfunctions' has no attribute {name!r}") from None
     else:
         raise AttributeError(f"module 'openfunctions' has no attribute {name!r}")
     globals()[name] = value

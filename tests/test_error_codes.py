@@ -41,6 +41,8 @@ KNOWN_NAME_COLLISIONS: dict[str, tuple[frozenset[str], str]] = {
     "ArtifactStoreProtocol": (frozenset({"artifacts", "work"}),
                               "work declares the narrower store interface it needs (put/stat) beside artifacts' own"),
     "TERMINAL": (frozenset({"agents", "work"}), "the terminal states of an agent run vs of a work attempt"),
+    "resolve_provider": (frozenset({"adapters", "plugins"}),
+                         "a model provider's name from a model string vs a context provider from a plugin spec"),
 }
 
 

@@ -2,8 +2,11 @@
 
 DESIGN's direction of dependencies, as data (``TIERS``, top first)::
 
-    openfunctions (the front door) -> servers -> (agents, workflows, chat, memory, rag, providers, ui, skills)
-        -> (adapters, store, work) -> artifacts -> core
+    openfunctions (the front door) -> servers -> plugins
+        -> (agents, workflows, chat, memory, rag, providers, ui, skills) -> (adapters, store, work) -> artifacts -> core
+
+(DESIGN names the tiers from ``servers`` down; the front door and ``plugins``, the entry-point loader, which
+imports what it loads, are placed here.)
 
 A package may import a package of a lower tier. An import of its own tier
 (a sibling) or of a higher one is a violation; a module that needs to reach up
@@ -30,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 TIERS: list[tuple[str, ...]] = [
     ("openfunctions",),  # the root package: the public API re-exports names from every package below
     ("servers",),
+    ("plugins",),  # loads entry points into the layers below (tools, context providers, skills, prompts)
     ("agents", "workflows", "chat", "memory", "rag", "providers", "ui", "skills"),
     ("adapters", "store", "work"),
     ("artifacts",),
@@ -53,6 +57,13 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
         "the chat agent keeps its conversations and facts in memory (sibling tier)",
     ("openfunctions.chat._agent", "providers"):
         "the chat agent composes its prompt from context providers (sibling tier)",
+    ("openfunctions.chat._http", "servers"):
+        "chat's HTTP server reuses the servers' request guard, limits and HTTP parser choice (upward)",
+    ("openfunctions.skills._skills", "plugins"):
+        "skills loads its entry-point group through plugins' loader (lazy, upward); closes the cycle "
+        "plugins -> skills -> plugins",
+    ("openfunctions.providers.reference._vault", "skills"):
+        "the reference vault provider reads notes with skills' frontmatter parser (sibling tier)",
 }
 
 

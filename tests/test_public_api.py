@@ -52,6 +52,9 @@ def test_dir_lists_all_and_an_unknown_name_says_which():
     with pytest.raises(AttributeError, match="'openfunctions' has no attribute 'nope'"):
         openfunctions.nope  # noqa: B018
     assert openfunctions.core is importlib.import_module("openfunctions.core")
+    assert openfunctions.plugins is importlib.import_module("openfunctions.plugins")  # any subpackage, by name
+    with pytest.raises(AttributeError, match="no attribute '_hidden'"):
+        openfunctions._hidden  # noqa: B018
 
 
 def test_import_openfunctions_imports_no_subpackage_and_no_optional_dependency():
