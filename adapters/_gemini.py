@@ -11,6 +11,17 @@ Request: ``POST {base}/v1beta/models/{model}:generateContent`` (streamed:
 ``modelVersion``. A stream sends whole response chunks as ``data:`` lines,
 the last one carrying ``finishReason``. Gemini function calls may carry no
 id: the adapter numbers them (``call_<n>``) and pairs results by name.
+
+Thought signatures: a thinking model puts an opaque ``thoughtSignature`` on
+a part (beside ``functionCall``, or on a text part) and refuses the next
+function-calling turn unless it comes back exactly as received, on the same
+part. A ``functionCall`` part's signature is kept on the call
+(``ToolCall.provider_data["gemini"]``); when any non-call part carries one
+(or is a ``thought`` part), the turn's non-call parts are kept whole on
+``ChatReply.parts`` and replayed as they came (provided the message text is
+still theirs), followed by the call parts with their signatures. ``thought``
+parts are never part of the visible text. ``ChatOptions.thinking_budget``
+sets ``generationConfig.thinkingConfig.thinkingBudget``.
 """
 
 from __future__ import annotations
@@ -23,7 +34,18 @@ from openfunctions.core import ToolDefinition, to_gemini
 
 from ._errors import MalformedResponse
 from ._http import HttpAdapter, StreamParser
-from ._types import ChatOptions, ChatReply, Message, StopReason, StreamEvent, ToolCall, Usage, parse_arguments
+from ._types import (
+    ChatOptions,
+    ChatReply,
+    Message,
+    ProviderPart,
+    StopReason,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    parse_arguments,
+    parts_of,
+)
 
 _STOP: dict[str | None, StopReason] = {
     "STOP": "end_turn", "MAX_TOKENS": "max_tokens", "SAFETY": "content_filter", "RECITATION": "content_filter",
@@ -45,17 +67,32 @@ def gemini_contents(messages: Sequence[Message]) -> tuple[str | None, list[dict[
             else:
                 out.append({"role": "user", "parts": [part]})
         elif m.role == "assistant":
-            parts: list[dict[str, Any]] = [{"text": m.content}] if m.content else []
-            parts += [{"functionCall": {"name": c.name, "args": c.arguments}} for c in m.tool_calls]
+            kept = parts_of(m.parts, "gemini")
+            parts: list[dict[str, Any]]
+            if kept and _visible_text(kept) == m.content:
+                parts = [dict(p) for p in kept]  # exactly as received, signatures included
+            else:
+                parts = [{"text": m.content}] if m.content else []
+            for c in m.tool_calls:
+                part: dict[str, Any] = {"functionCall": {"name": c.name, "args": c.arguments}}
+                signature = c.for_provider("gemini").get("thoughtSignature")
+                if signature is not None:
+                    part["thoughtSignature"] = signature
+                parts.append(part)
             out.append({"role": "model", "parts": parts})
         else:
             out.append({"role": "user", "parts": [{"text": m.content}]})
     return system, out
 
 
+def _visible_text(parts: list[dict[str, Any]]) -> str:
+    return "".join(p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
+
+
 def _reply(chunks: list[dict[str, Any]], model: str) -> ChatReply:
     texts: list[str] = []
     calls: list[ToolCall] = []
+    others: list[dict[str, Any]] = []
     finish = None
     usage: dict[str, Any] = {}
     for data in chunks:
@@ -64,12 +101,17 @@ def _reply(chunks: list[dict[str, Any]], model: str) -> ChatReply:
         for cand in (data.get("candidates") or [])[:1]:
             finish = cand.get("finishReason") or finish
             for p in (cand.get("content") or {}).get("parts") or []:
-                if "text" in p:
-                    texts.append(p["text"])
-                elif "functionCall" in p:
+                if "functionCall" in p:
                     fc = p["functionCall"]
+                    sig = p.get("thoughtSignature")
                     calls.append(ToolCall(id=fc.get("id") or f"call_{len(calls)}", name=fc["name"],
-                                          arguments=parse_arguments(fc.get("args"), where="gemini")))
+                                          arguments=parse_arguments(fc.get("args"), where="gemini"),
+                                          provider_data={"gemini": {"thoughtSignature": sig}} if sig is not None else {}))
+                    continue
+                others.append(p)
+                if "text" in p and not p.get("thought"):
+                    texts.append(p["text"])
+    signed = any("thoughtSignature" in p or p.get("thought") for p in others)
     return ChatReply(
         text="".join(texts) if texts else None,
         tool_calls=tuple(calls),
@@ -78,6 +120,7 @@ def _reply(chunks: list[dict[str, Any]], model: str) -> ChatReply:
         raw_stop_reason=finish,
         usage=Usage(int(usage.get("promptTokenCount") or 0), int(usage.get("candidatesTokenCount") or 0)),
         provider="gemini",
+        parts=tuple(ProviderPart("gemini", p) for p in others) if signed else (),
     )
 
 
@@ -99,6 +142,8 @@ class GeminiAdapter(HttpAdapter):
             config["temperature"] = opts.temperature
         if opts.stop:
             config["stopSequences"] = list(opts.stop)
+        if opts.thinking_budget is not None:
+            config["thinkingConfig"] = {"thinkingBudget": opts.thinking_budget}
         body: dict[str, Any] = {"contents": contents, "generationConfig": config}
         if system:
             body["systemInstruction"] = {"parts": [{"text": system}]}
@@ -132,7 +177,7 @@ class _GeminiStream(StreamParser):
         out = []
         for cand in (chunk.get("candidates") or [])[:1]:
             for p in (cand.get("content") or {}).get("parts") or []:
-                if "text" in p:
+                if "text" in p and not p.get("thought") and p["text"]:
                     out.append(StreamEvent("text", text=p["text"]))
         return out
 
