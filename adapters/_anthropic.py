@@ -13,7 +13,8 @@ named events: ``message_start``, ``content_block_start``,
 ``message_stop``, ``ping``, ``error``.
 
 Extended thinking (``ChatOptions.thinking_budget`` sends ``thinking:
-{type: "enabled", budget_tokens}``): a reply's ``thinking`` blocks (text and
+{type: "enabled", budget_tokens}`` and leaves ``temperature`` out, which
+thinking does not accept): a reply's ``thinking`` blocks (text and
 ``signature``; streamed as ``thinking_delta`` / ``signature_delta``) and
 ``redacted_thinking`` blocks (``data``) are kept on ``ChatReply.parts`` and
 replayed unchanged, in their order, at the start of that assistant turn,
@@ -94,7 +95,7 @@ class AnthropicAdapter(HttpAdapter):
             body["tools"] = [to_anthropic(t) for t in tools]
             if opts.tool_choice:
                 body["tool_choice"] = _CHOICE[opts.tool_choice]
-        if opts.temperature is not None:
+        if opts.temperature is not None and not opts.thinking_budget:  # with thinking on, only the default is accepted
             body["temperature"] = opts.temperature
         if opts.stop:
             body["stop_sequences"] = list(opts.stop)

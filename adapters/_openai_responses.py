@@ -15,7 +15,8 @@ model that is not a reasoning model (the same rule and ``reasoning=``
 override as the Chat Completions adapter).
 
 Reply: ``output`` items (``reasoning`` with ``encrypted_content``;
-``message`` with ``content[].type == "output_text"``; ``function_call``
+``message`` with ``content[].type == "output_text"``, or ``"refusal"``: then
+the refusal is the text and the stop reason ``content_filter``; ``function_call``
 with ``id``, ``call_id``, ``name``, ``arguments`` as a JSON string),
 ``status`` (``completed``, ``incomplete`` with ``incomplete_details.reason``
 ``max_output_tokens`` or ``content_filter``, ``failed`` with ``error``),
@@ -62,6 +63,10 @@ def _message_text(item: dict[str, Any]) -> str:
     return "".join(c.get("text") or "" for c in item.get("content") or [] if c.get("type") == "output_text")
 
 
+def _refusal(item: dict[str, Any]) -> str:
+    return "".join(c.get("refusal") or "" for c in item.get("content") or [] if c.get("type") == "refusal")
+
+
 def responses_input(messages: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     """``(instructions, input items)`` for a conversation (see the module docstring)."""
     instructions = "\n\n".join(m.content for m in messages if m.role == "system") or None
@@ -105,6 +110,7 @@ def responses_reply(data: Any, model: str) -> ChatReply:
     texts: list[str] = []
     calls: list[ToolCall] = []
     parts: list[ProviderPart] = []
+    refusals: list[str] = []
     for item in data["output"]:
         kind = item["type"]
         if kind == "function_call":
@@ -115,9 +121,13 @@ def responses_reply(data: Any, model: str) -> ChatReply:
             parts.append(ProviderPart(PROVIDER, item))
             if kind == "message":
                 texts.append(_message_text(item))
+                refusals.append(_refusal(item))
     reason = (data.get("incomplete_details") or {}).get("reason")
     usage = data.get("usage") or {}
     stop: StopReason = "tool_use" if calls else (_INCOMPLETE.get(reason, "other") if status == "incomplete" else "end_turn")
+    refused = "".join(refusals)
+    if refused and not calls and not "".join(texts):  # the model declined: its refusal is the text, the stop says why
+        texts, stop = [refused], "content_filter"
     return ChatReply(
         text="".join(texts) if texts else None,
         tool_calls=tuple(calls),

@@ -23,6 +23,7 @@ from openfunctions.adapters import (
     OpenAIAdapter,
     OpenAIResponsesAdapter,
     ProviderPart,
+    ProviderUnavailable,
     RetryPolicy,
     ToolCall,
 )
@@ -304,6 +305,40 @@ async def test_responses_options_and_stop_reasons(wire: Any) -> None:
     assert wire.requests[1]["json"]["temperature"] == 0.3  # not a reasoning model
     await a.aclose()
     await b.aclose()
+
+
+async def test_responses_refusal_is_the_text_with_a_content_filter_stop(wire: Any) -> None:
+    wire.replies.append(Reply(body=_resp([RS, {"type": "message", "id": "msg_r", "role": "assistant",
+                                               "content": [{"type": "refusal", "refusal": "I can't help with that."}]}])))
+    a = OpenAIResponsesAdapter(model="gpt-5-mini", api_key="k", base_url=wire.url, retry=ONE)
+    r = await a.chat(CONVO)
+    assert r.text == "I can't help with that." and r.stop_reason == "content_filter"
+    await a.aclose()
+
+
+async def test_anthropic_thinking_leaves_temperature_out(wire: Any) -> None:
+    wire.replies += [Reply(body=_anth([{"type": "text", "text": "ok"}], "end_turn"))] * 2
+    a = AnthropicAdapter(model="claude-test-1", api_key="k", base_url=wire.url, retry=ONE)
+    await a.chat(CONVO, options=ChatOptions(temperature=0.2, thinking_budget=1024))
+    await a.chat(CONVO, options=ChatOptions(temperature=0.2))
+    assert "temperature" not in wire.requests[0]["json"] and wire.requests[1]["json"]["temperature"] == 0.2
+    await a.aclose()
+
+
+@pytest.mark.parametrize("event", [
+    ("error", {"type": "error", "code": "server_error", "message": "boom"}),
+    ("response.failed", {"type": "response.failed", "response": _resp([], "failed", error={"code": "server_error", "message": "boom"})}),
+])
+async def test_responses_stream_failure_is_reported(wire: Any, event: tuple[str, dict]) -> None:
+    wire.replies.append(Reply(sse=sse(("response.output_text.delta", {"type": "response.output_text.delta", "delta": "Hi"}),
+                                      event, named=True)))
+    a = OpenAIResponsesAdapter(model="gpt-5-mini", api_key="k", base_url=wire.url, retry=ONE)
+    seen = []
+    with pytest.raises(ProviderUnavailable) as info:
+        async for e in a.stream(CONVO):
+            seen.append(e.text)
+    assert "boom" in info.value.message and seen == ["Hi"] and len(wire.requests) == 1
+    await a.aclose()
 
 
 async def test_responses_changed_text_is_sent_as_text_not_as_the_old_message_item(wire: Any) -> None:
