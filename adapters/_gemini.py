@@ -10,12 +10,14 @@ Request: ``POST {base}/v1beta/models/{model}:generateContent`` (streamed:
 ``usageMetadata.{promptTokenCount, candidatesTokenCount}``,
 ``modelVersion``. A stream sends whole response chunks as ``data:`` lines,
 the last one carrying ``finishReason``. Gemini function calls may carry no
-id: the adapter numbers them (``call_<n>``) and pairs results by name.
+id: the adapter numbers them (``call_<n>``) and pairs results by name; a
+call that came with an ``id`` goes back with it, and so does its
+``functionResponse``.
 
 Thought signatures: a thinking model puts an opaque ``thoughtSignature`` on
 a part (beside ``functionCall``, or on a text part) and refuses the next
 function-calling turn unless it comes back exactly as received, on the same
-part. A ``functionCall`` part's signature is kept on the call
+part. A ``functionCall`` part's signature (and id) is kept on the call
 (``ToolCall.provider_data["gemini"]``); when any non-call part carries one
 (or is a ``thought`` part), the turn's non-call parts are kept whole on
 ``ChatReply.parts`` and replayed as they came (provided the message text is
@@ -57,11 +59,15 @@ _MODE = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 def gemini_contents(messages: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     system = "\n\n".join(m.content for m in messages if m.role == "system") or None
     out: list[dict[str, Any]] = []
+    issued_ids = {c.id for m in messages for c in m.tool_calls if c.for_provider("gemini").get("id") == c.id}
     for m in messages:
         if m.role == "system":
             continue
         if m.role == "tool":
-            part = {"functionResponse": {"name": m.name, "response": {"error" if m.is_error else "result": m.content}}}
+            response: dict[str, Any] = {"name": m.name, "response": {"error" if m.is_error else "result": m.content}}
+            if m.tool_call_id in issued_ids:  # Gemini named the call: the response names it back
+                response = {"id": m.tool_call_id, **response}
+            part = {"functionResponse": response}
             if out and out[-1]["role"] == "user" and all("functionResponse" in p for p in out[-1]["parts"]):
                 out[-1]["parts"].append(part)
             else:
@@ -74,8 +80,12 @@ def gemini_contents(messages: Sequence[Message]) -> tuple[str | None, list[dict[
             else:
                 parts = [{"text": m.content}] if m.content else []
             for c in m.tool_calls:
-                part: dict[str, Any] = {"functionCall": {"name": c.name, "args": c.arguments}}
-                signature = c.for_provider("gemini").get("thoughtSignature")
+                issued = c.for_provider("gemini")
+                fc: dict[str, Any] = {"name": c.name, "args": c.arguments}
+                if issued.get("id") == c.id:
+                    fc = {"id": c.id, **fc}
+                part: dict[str, Any] = {"functionCall": fc}
+                signature = issued.get("thoughtSignature")
                 if signature is not None:
                     part["thoughtSignature"] = signature
                 parts.append(part)
@@ -103,10 +113,11 @@ def _reply(chunks: list[dict[str, Any]], model: str) -> ChatReply:
             for p in (cand.get("content") or {}).get("parts") or []:
                 if "functionCall" in p:
                     fc = p["functionCall"]
-                    sig = p.get("thoughtSignature")
+                    issued = {k: v for k, v in (("id", fc.get("id")), ("thoughtSignature", p.get("thoughtSignature")))
+                              if v is not None}
                     calls.append(ToolCall(id=fc.get("id") or f"call_{len(calls)}", name=fc["name"],
                                           arguments=parse_arguments(fc.get("args"), where="gemini"),
-                                          provider_data={"gemini": {"thoughtSignature": sig}} if sig is not None else {}))
+                                          provider_data={"gemini": issued} if issued else {}))
                     continue
                 others.append(p)
                 if "text" in p and not p.get("thought"):

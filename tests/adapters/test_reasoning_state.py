@@ -149,6 +149,18 @@ async def test_gemini_signed_text_parts_are_replayed_and_thoughts_stay_out_of_th
     await a.aclose()
 
 
+async def test_gemini_call_ids_go_back_on_the_call_and_its_response(wire: Any) -> None:
+    parts = [{"functionCall": {"id": "fc-9", "name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": "aWQ="}]
+    a = GeminiAdapter(model="gemini-3-test", api_key="k", base_url=wire.url, retry=ONE)
+    wire.check = _strict.gemini
+    convo, _, _ = await _tool_turn(a, wire, Reply(body=_gem(parts)), Reply(body=_gem([{"text": "Sunny."}])), restart=True)
+    assert convo[2].tool_calls[0].id == "fc-9"
+    assert wire.requests[1]["json"]["contents"][1:] == [
+        {"role": "model", "parts": parts},
+        {"role": "user", "parts": [{"functionResponse": {"id": "fc-9", "name": "weather", "response": {"result": "sunny in Paris"}}}]}]
+    await a.aclose()
+
+
 async def test_the_strict_gemini_fake_refuses_a_call_without_its_signature(wire: Any) -> None:
     wire.check = _strict.gemini
     wire.replies.append(Reply(body=_gem(GEM_CALLS)))
