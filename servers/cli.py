@@ -272,6 +272,7 @@ _CONTRIBUTED = {
     "workflows": ("openfunctions.workflows.cli", "list, show and resume durable workflow runs"),
     "db": ("openfunctions.store.db_cli", "migrate, check and verify the PostgreSQL database that server replicas share"),
     "chat": ("openfunctions.chat.cli", "chat with a model that uses your tools (a terminal loop, or --serve for HTTP and a web page)"),
+    "ui": ("openfunctions.ui.cli", "browse runs, receipts, attempts, tasks and conversations in a local web page"),
 }
 
 
