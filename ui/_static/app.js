@@ -299,7 +299,8 @@
       [["task", (r) => r.task_id, "id"], ["tool", (r) => r.tool], ["status", (r) => badge(r.status)],
        ["receipt", (r) => link("receipt", r.receipt_id)], ["certainty", (r) => r.certainty ? badge(r.certainty) : ""],
        ["result", (r) => r.result_artifact ? "artifact " + r.result_artifact + " (" + r.result_size + " bytes)"
-         : r.error ? h("span", { class: "err" }, text(r.error.message)) : h("span", { class: "mono" }, text(r.result).slice(0, 200))],
+         : r.error ? h("span", { class: "err" }, text(r.error.message))
+         : r.result ? h("span", { class: "mono" }, text(r.result.structuredContent || r.result.content).slice(0, 300)) : ""],
        ["created", (r) => when(r.created_at)]],
       "tasks", "task_id", "No MCP tasks match.")(id, q),
     conversations: (id, q) => listView("conversations", "Chat conversations",

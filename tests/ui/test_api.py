@@ -1,0 +1,143 @@
+"""The viewer's JSON API in-process (httpx over ASGI), on records written by a real agent run.
+
+The browser test (test_browser.py) drives the page over a real server; these check what the page is given:
+lists and filters, one run's tree against its run record, bounded payloads, errors, the guard and the token.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from openfunctions.agents import read_runs
+from openfunctions.ui import create_ui_app
+
+from ._records import HOSTILE, ROOT, agent_run
+
+pytestmark = pytest.mark.anyio
+
+
+def client(data: Path, **kw) -> httpx.AsyncClient:
+    app = create_ui_app(data, **kw)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8766")
+
+
+async def test_lists_filters_and_one_run_as_a_tree(tmp_path: Path) -> None:
+    run_id = await agent_run(tmp_path)
+    run = read_runs(tmp_path)[run_id]
+    async with client(tmp_path) as c:
+        runs = (await c.get("/api/agent-runs")).json()
+        assert [r["run_id"] for r in runs["rows"]] == [run_id] and runs["rows"][0]["tool_calls"] == 2
+        assert (await c.get("/api/agent-runs", params={"status": "failed"})).json()["rows"] == []
+        assert (await c.get("/api/agent-runs", params={"q": run_id[4:14]})).json()["matched"] == 1
+        receipts = (await c.get("/api/receipts", params={"tool": "lookup"})).json()["rows"]
+        assert sorted(r["receipt_id"] for r in receipts) == sorted(run.finished["receipts"])
+        assert (await c.get("/api/receipts", params={"outcome": "failed"})).json()["rows"] == []
+        assert (await c.get("/api/receipts", params={"since": "2999"})).json()["rows"] == []
+        detail = (await c.get(f"/api/agent-runs/{run_id}")).json()
+        # the tree: the run, its three rounds, the two tool calls under the first two with the journal's receipts
+        tree = detail["tree"]
+        assert tree["id"] == run_id and [n["label"] for n in tree["children"]] == ["round 1", "round 2", "round 3"]
+        calls = [n for rnd in tree["children"] for n in rnd["children"]]
+        assert [n["id"] for n in calls] == run.finished["receipts"]
+        assert all(n["outcome"] == "succeeded" and n["certainty"] == "known" and n["params_sha256"].startswith("sha256:")
+                   for n in calls)
+        # each call's receipt names the agent's own call as its parent; the receipt page links both ways
+        one = (await c.get(f"/api/receipts/{calls[0]['id']}")).json()
+        parent = one["receipt"]["parent_receipt_id"]
+        assert parent == run.started["parent_receipt_id"] and one["parent"]["receipt_id"] == parent
+        assert {"kind": "agent_run", "id": run_id, "status": "completed"} in one["referenced_by"]
+        up = (await c.get(f"/api/receipts/{parent}")).json()
+        assert sorted(x["receipt_id"] for x in up["children"]) == sorted(run.finished["receipts"])
+        # the timeline is in time order and ends with the run's end
+        times = [e["at"] for e in detail["timeline"]]
+        assert times == sorted(times) and detail["timeline"][-1]["what"] == "agent researcher completed"
+        # model text is data: handed over verbatim (the page inserts it as text)
+        assert HOSTILE in detail["run"]["finished"]["text"]
+
+
+async def test_unknown_ids_and_long_filters_are_named_errors(tmp_path: Path) -> None:
+    async with client(tmp_path) as c:
+        for path in ("/api/agent-runs/run_nope", "/api/receipts/rcpt_nope", "/api/workflow-runs/nope",
+                     "/api/attempts/att_nope"):
+            r = await c.get(path)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "ui_not_found", (path, r.text)
+        r = await c.get("/api/receipts", params={"q": "x" * 201})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "ui_bad_filter"
+        empty = (await c.get("/api/summary")).json()
+        assert empty["counts"]["receipts"] == 0 and empty["streams"] == [] and empty["attention"] == []
+
+
+async def test_large_values_are_cut_with_a_note(tmp_path: Path) -> None:
+    from openfunctions.adapters import ScriptedAdapter
+    from openfunctions.agents import RunJournal, define_agent, run_agent
+    from openfunctions.core import ToolRegistry
+
+    runs = await RunJournal.open_in(tmp_path)
+    r = await run_agent(define_agent("big", "x", adapter=ScriptedAdapter(["y" * 9000])), "t" * 3000,
+                        registry=ToolRegistry(), runs=runs)
+    await runs.close()
+    async with client(tmp_path) as c:
+        d = (await c.get(f"/api/agent-runs/{r.run_id}")).json()
+    text = d["run"]["finished"]["text"]
+    assert text.startswith("y" * 2000) and text.endswith("[7000 more characters not shown]")
+    assert d["run"]["started"]["task"].endswith("[1000 more characters not shown]")
+
+
+async def test_a_damaged_journal_is_reported_and_the_rest_still_shown(tmp_path: Path) -> None:
+    run_id = await agent_run(tmp_path)
+    path = tmp_path / "journal" / "agents.journal"
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b'"outcome":"succeeded"') + 12
+    raw[at:at + 1] = b"S"  # one byte changed inside a receipt: its checksum no longer holds
+    path.write_bytes(bytes(raw))
+    async with client(tmp_path) as c:
+        s = (await c.get("/api/summary")).json()
+        assert (await c.get(f"/api/agent-runs/{run_id}")).status_code == 200
+    [bad] = [x for x in s["streams"] if x["path"] == "journal/agents.journal"]
+    assert bad["ok"] is False and "corrupt" in bad["error"] and bad["command"].startswith("openfunctions-mcp journal verify")
+    assert all(x["ok"] for x in s["streams"] if x is not bad)
+
+
+async def test_the_guard_and_the_token(tmp_path: Path) -> None:
+    async with client(tmp_path) as c:  # loopback: a Host that is not a loopback name is refused (DNS rebinding)
+        assert (await c.get("/api/summary", headers={"host": "evil.example"})).status_code == 421
+        assert (await c.get("/api/summary", headers={"origin": "http://evil.example"})).status_code == 403
+        page = await c.get("/")
+        assert page.status_code == 200 and "script-src 'self'" in page.headers["content-security-policy"]
+    async with client(tmp_path, token="sekret") as c:
+        assert (await c.get("/")).status_code == 200 and (await c.get("/app.js")).status_code == 200  # no data
+        r = await c.get("/api/summary")
+        assert r.status_code == 401 and "www-authenticate" in r.headers
+        assert (await c.get("/api/events")).status_code == 401
+        assert (await c.get("/api/summary", headers={"authorization": "Bearer sekret"})).status_code == 200
+
+
+def test_the_cli_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
+    def ui(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "openfunctions.servers", "ui", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    missing = ui("--data-dir", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no data directory" in missing.stderr
+    open_bind = ui("--data-dir", str(tmp_path), "--host", "0.0.0.0", "--port", "0")
+    assert open_bind.returncode == 2 and "needs a bearer token" in open_bind.stderr
+
+
+def test_bounded_cuts_strings_lists_and_depth() -> None:
+    from openfunctions.ui._records import MAX_ITEMS, bounded
+
+    assert bounded({"a": list(range(MAX_ITEMS + 5))})["a"][-1] == "[5 more items not shown]"
+    deep: dict = {}
+    cur = deep
+    for _ in range(30):
+        cur["x"] = {}
+        cur = cur["x"]
+    out, depth = bounded(deep), 0
+    while isinstance(out, dict):
+        out, depth = out["x"], depth + 1
+    assert out == "[nested too deep to show]" and depth == 12
