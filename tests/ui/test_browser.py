@@ -144,8 +144,8 @@ class Page:
 
     def until(self, expression: str, what: str, timeout: float = 30) -> Any:
         deadline = time.monotonic() + timeout
-        while True:
-            value = self.js(expression)
+        while True:  # an exception (e.g. the page still loading) counts as "not yet"
+            value = self.js(f"(() => {{ try {{ return ({expression}); }} catch (e) {{ return null; }} }})()")
             if value:
                 return value
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -281,6 +281,8 @@ def test_the_chat_page_markdown_stop_errors_and_conversations(world: World) -> N
     assert page.js("document.getElementById('stop').hidden") is False
     page.js("document.getElementById('stop').click()")
     page.until("!!document.querySelector('.failed[data-status=stopped]')", "the stopped turn")
+    assert page.js("[...document.querySelectorAll('.tool.error')].map(e => e.textContent)") == [
+        "tool nap({}) → no result (the turn ended first)"]
     deadline = time.monotonic() + 30
     while not any(r.status == "cancelled" for r in read_runs(world.data).values()):
         assert time.monotonic() < deadline, "the stopped turn's run was never recorded cancelled"
