@@ -12,11 +12,18 @@
 | ``GET /api/tasks`` | MCP tasks (``status``, ``tool``, ``principal``, ``q``) |
 | ``GET /api/conversations`` | chat conversations (``principal``, ``q``) |
 | ``GET /api/events`` | ``text/event-stream``: a ``changed`` event (``{"paths": [...]}``) whenever a stream file grows |
+| ``POST /api/resolve`` | with ``--allow-resolve`` only: answer for an uncertain workflow step or work operation, through the code the ``resolve`` commands run (see :meth:`Viewer.resolve`) |
 | ``GET /healthz`` | ``{"status": "ok"}`` |
 
 Errors are ``{"error": {"code", "message"}}``: 404 ``ui_not_found`` (no
 such record), 400 ``ui_bad_filter`` (a filter value too long), 503
-``ui_too_many_watchers`` (more live streams than :data:`MAX_WATCHERS`).
+``ui_too_many_watchers`` (more live streams than :data:`MAX_WATCHERS`);
+resolving: 403 ``ui_resolve_disabled`` (served without ``--allow-resolve``),
+415 ``unsupported_media_type`` (not ``application/json``: a cross-site page
+cannot send that without a preflight this server never answers), 400
+``ui_resolve_invalid`` (the body names no uncertain step or operation properly),
+409 with the owning package's code (e.g. ``not_uncertain``) or
+``ui_resolve_refused`` when the resolve code refuses (the CLI's message).
 
 Security: the same outermost guard as the MCP HTTP server
 (``servers._http_guard.RequestGuard``: framing, exact ``Host``/``Origin``
@@ -29,6 +36,7 @@ under a ``Content-Security-Policy`` that allows only this origin's script.
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 from importlib.resources import files
@@ -336,6 +344,58 @@ class Viewer:
         return bounded(out)
 
 
+    def resolve(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An operator's answer, from the page: the code ``workflows resolve`` / ``work resolve`` run.
+
+        ``{"kind": "workflow_step", "run_id", "step", "applied": bool, "result"?: JSON, "by"}`` goes to
+        ``WorkflowRuns.resolve`` (a ``step_resolved`` record in the run journal);
+        ``{"kind": "work_operation", "operation_id", "applied": bool, "reason", "by"}`` to
+        ``work.attempts_cli.resolve_uncertain`` (a record in the operator's inbox). ``by`` is recorded as
+        ``"<by> via ui"``."""
+        import anyio as _anyio
+
+        from openfunctions.core import OpenFunctionsError
+
+        def text(key: str, limit: int) -> str:
+            v = body.get(key)
+            if not isinstance(v, str) or not v.strip() or len(v) > limit:
+                raise _Refused(400, "ui_resolve_invalid", f'"{key}" must be a non-blank string of at most {limit} characters')
+            return v.strip()
+
+        applied = body.get("applied")
+        if not isinstance(applied, bool):
+            raise _Refused(400, "ui_resolve_invalid", '"applied" must be true (the effect happened) or false (it did not)')
+        by = text("by", 100) + " via ui"
+        try:
+            if body.get("kind") == "workflow_step":
+                from openfunctions.workflows import WorkflowRuns
+
+                run_id, step = text("run_id", 200), text("step", 200)
+                if applied and "result" not in body:
+                    raise _Refused(400, "ui_resolve_invalid", 'applied needs "result": the step\'s result the run '
+                                   "continues with (null only if the step really returned null)")
+                if not applied and "result" in body:
+                    raise _Refused(400, "ui_resolve_invalid", '"result" goes with applied only')
+                state = _anyio.run(lambda: WorkflowRuns(self.data.root).resolve(
+                    run_id, step, applied=applied, result=body.get("result"), by=by))
+                return {"resolved": True, "kind": "workflow_step", "run": bounded(state.to_dict())}
+            if body.get("kind") == "work_operation":
+                from openfunctions.work.attempts_cli import ResolveRefused, resolve_uncertain
+
+                op, reason = text("operation_id", 200), body.get("reason")
+                if not isinstance(reason, str) or len(reason) > 2000:  # blank: the resolve code's own refusal says so
+                    raise _Refused(400, "ui_resolve_invalid", '"reason" must be a string of at most 2000 characters')
+                args = argparse.Namespace(work_data_dir=str(self.data.root), work_database=None)
+                try:
+                    rec = resolve_uncertain(args, op, verdict="applied" if applied else "not_applied", reason=reason, by=by)
+                except ResolveRefused as exc:
+                    raise _Refused(409 if exc.exit_code == 1 else 400, "ui_resolve_refused", exc.message) from None
+                return {"resolved": True, "kind": "work_operation", "record": bounded(rec)}
+        except OpenFunctionsError as exc:
+            raise _Refused(409, exc.code, exc.message) from None
+        raise _Refused(400, "ui_resolve_invalid", '"kind" must be "workflow_step" or "work_operation"')
+
+
 def _walk(node: dict[str, Any]) -> list[dict[str, Any]]:
     out = [node]
     for c in node.get("children") or ():
@@ -344,8 +404,9 @@ def _walk(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def create_ui_app(data_dir: Any, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
-                  allowed_hosts: list[str] | None = None, allowed_origins: list[str] | None = None) -> Any:
-    """The ASGI app :func:`serve_ui` runs (see the module docstring)."""
+                  allowed_hosts: list[str] | None = None, allowed_origins: list[str] | None = None,
+                  allow_resolve: bool = False) -> Any:
+    """The ASGI app :func:`serve_ui` runs (see the module docstring). ``allow_resolve``: the page may resolve."""
     from openfunctions.servers._http_guard import DEFAULT_BODY_TIMEOUT, HostRules, RequestGuard
 
     data = DataDir(data_dir)
@@ -371,7 +432,29 @@ def create_ui_app(data_dir: Any, *, host: str = "127.0.0.1", port: int | None = 
         return route
 
     async def summary(request: Request) -> Response:
-        return JSONResponse(await anyio.to_thread.run_sync(viewer.summary), headers={"cache-control": "no-store"})
+        out = await anyio.to_thread.run_sync(viewer.summary)
+        out["resolve"] = allow_resolve
+        return JSONResponse(out, headers={"cache-control": "no-store"})
+
+    async def resolve(request: Request) -> Response:
+        if not allow_resolve:
+            return _error(403, "ui_resolve_disabled", "this viewer is read-only: serve it with --allow-resolve to resolve "
+                          "from the page, or run the command shown")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            return _error(415, "unsupported_media_type", f"send the body as application/json, not {ctype or 'nothing'}")
+        try:
+            body = json.loads(await request.body())
+        except (UnicodeDecodeError, ValueError):
+            return _error(400, "ui_resolve_invalid", "the body is not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "ui_resolve_invalid", "the body must be a JSON object")
+        try:
+            out = await anyio.to_thread.run_sync(viewer.resolve, body)
+        except _Refused as exc:
+            return _error(exc.status, exc.code, exc.message)
+        log.info("ui_resolved", kind=out["kind"], by=body.get("by"))
+        return JSONResponse(out)
 
     async def events(request: Request) -> Any:
         nonlocal watchers
@@ -397,6 +480,7 @@ def create_ui_app(data_dir: Any, *, host: str = "127.0.0.1", port: int | None = 
         Route("/api/tasks", api(viewer.tasks), methods=["GET"]),
         Route("/api/conversations", api(viewer.conversations), methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
+        Route("/api/resolve", resolve, methods=["POST"]),
     ]
     app: Any = Starlette(routes=routes)
     if token:
@@ -488,7 +572,7 @@ def _is_loopback(host: str) -> bool:
 
 async def serve_ui(data_dir: Any, *, port: int = 8766, host: str = "127.0.0.1", token: str | None = None,
                    allowed_hosts: list[str] | None = None, allowed_origins: list[str] | None = None,
-                   ready: Any = None) -> None:
+                   allow_resolve: bool = False, ready: Any = None) -> None:
     """Serve until cancelled. ``port=0`` picks a free port; ``ready(port)`` is called once listening."""
     import uvicorn
 
@@ -509,7 +593,7 @@ async def serve_ui(data_dir: Any, *, port: int = 8766, host: str = "127.0.0.1", 
         raise UIConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = sock.getsockname()[1]
     app = create_ui_app(data_dir, host=host, port=bound, token=token, allowed_hosts=allowed_hosts,
-                        allowed_origins=allowed_origins)
+                        allowed_origins=allowed_origins, allow_resolve=allow_resolve)
     config = uvicorn.Config(app, host=host, port=bound, log_level=None, access_log=False, lifespan="off",
                             log_config=None, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)

@@ -1,7 +1,7 @@
 """``openfunctions-mcp ui``: serve the run and journal viewer over a data directory.
 
     ui [--data-dir D] [--port 8766] [--host 127.0.0.1] [--auth-token-env VAR | --auth-token-file PATH]
-       [--allowed-host HOST ...] [--allowed-origin ORIGIN ...]
+       [--allowed-host HOST ...] [--allowed-origin ORIGIN ...] [--allow-resolve]
 
 Loopback by default; another bind address needs a bearer token (open the page
 as ``http://HOST:PORT/#token=...``). Prints ``ui served at URL`` on stderr once
@@ -31,6 +31,9 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
                    help="a Host header to accept (NAME, NAME:PORT or NAME:*); repeatable")
     p.add_argument("--allowed-origin", action="append", default=None, metavar="ORIGIN",
                    help="an Origin header to accept (SCHEME://NAME[:PORT|:*]); repeatable")
+    p.add_argument("--allow-resolve", action="store_true",
+                   help="let the page resolve uncertain workflow steps and work operations (as the resolve commands do; "
+                        "default: read-only, the page shows the commands)")
     p.set_defaults(func=cmd_ui)
     return p
 
@@ -65,7 +68,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C: a clean exit
         anyio.run(lambda: serve_ui(data_dir, port=args.port, host=args.host, token=token,
-                                   allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin, ready=ready))
+                                   allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
+                                   allow_resolve=args.allow_resolve, ready=ready))
     except (OpenFunctionsError, ValueError) as exc:
         return _fail(getattr(exc, "message", str(exc)))
     except KeyboardInterrupt:

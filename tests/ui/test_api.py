@@ -6,6 +6,8 @@ lists and filters, one run's tree against its run record, bounded payloads, erro
 
 from __future__ import annotations
 
+import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +143,34 @@ def test_bounded_cuts_strings_lists_and_depth() -> None:
     while isinstance(out, dict):
         out, depth = out["x"], depth + 1
     assert out == "[nested too deep to show]" and depth == 12
+
+
+async def test_resolving_from_the_page_runs_the_work_resolve_code(tmp_path: Path) -> None:
+    from openfunctions.work.attempts_cli import _uncertain
+
+    from ._records import work_attempt_blocked
+
+    _attempt, op = await work_attempt_blocked(tmp_path)
+    data = tmp_path / "data"
+    body = {"kind": "work_operation", "operation_id": op, "applied": False, "reason": "checked: nothing appended",
+            "by": "ops"}
+    async with client(data) as c:  # read-only unless asked
+        r = await c.post("/api/resolve", json=body)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "ui_resolve_disabled"
+        assert (await c.get("/api/summary")).json()["resolve"] is False
+    async with client(data, allow_resolve=True) as c:
+        r = await c.post("/api/resolve", content=json.dumps(body), headers={"content-type": "text/plain"})
+        assert r.status_code == 415  # a cross-site form cannot post JSON without a preflight
+        for bad, code in (({**body, "by": ""}, 400), ({**body, "reason": " "}, 400), ({**body, "applied": "no"}, 400),
+                          ({**body, "kind": "other"}, 400), ({**body, "operation_id": "op_nope"}, 400)):
+            r = await c.post("/api/resolve", json=bad)
+            assert r.status_code == code and r.json()["error"]["code"] in ("ui_resolve_invalid", "ui_resolve_refused"), r.text
+        r = await c.post("/api/resolve", json=body)
+        assert r.status_code == 200, r.text
+        summary = (await c.get("/api/summary")).json()
+    # what `work list-uncertain` (the same code) now says: resolved, waiting for the server to apply it
+    [row] = _uncertain(argparse.Namespace(work_data_dir=str(data), work_database=None))
+    assert row["operationId"] == op and row["resolutionPending"]["as"] == "not_applied"
+    assert row["resolutionPending"]["by"] == "ops via ui" and row["resolutionPending"]["reason"] == body["reason"]
+    [item] = [a for a in summary["attention"] if a["kind"] == "work_operation"]
+    assert item["resolution_pending"]["by"] == "ops via ui"

@@ -97,7 +97,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         procs.append(chat)
         first = httpx.post(chat_url + "chat", json={"message": "hi"}, timeout=60)
         assert first.status_code == 200, first.text
-        ui, ui_url = _served([sys.executable, "-m", "openfunctions.servers", "ui", "--port", "0", "--data-dir", str(data)],
+        ui, ui_url = _served([sys.executable, "-m", "openfunctions.servers", "ui", "--port", "0", "--data-dir", str(data),
+                              "--allow-resolve"],
                              "ui served at ", env)
         procs.append(ui)
         browser = Browser(executable, tmp / "profile")
@@ -241,7 +242,40 @@ def test_the_viewer_shows_every_stream_a_run_in_detail_and_live_receipts(world: 
     assert page.js("document.body.dataset.rendered") != rendered  # re-rendered by the live update, not navigated
     assert page.js("document.querySelectorAll('table[data-kind=receipts] tbody tr').length") == before + 1
     page.shot("ui-receipts")
-    assert console_errors(world.browser) == []
+
+    # Resolve from the page (served with --allow-resolve): the same records the resolve commands write.
+    page.view(world.ui_url)
+    page.until("document.querySelectorAll('#attention form.resolve').length === 2", "the resolve forms")
+
+    def resolve(kind: str, fields: dict[str, str]) -> str:
+        sets = "; ".join(f"f.elements[{k!r}].value = {json.dumps(v)}" for k, v in fields.items())
+        page.js(f"(f => {{ {sets}; f.querySelector('button').click(); }})"
+                f"(document.querySelector('.attention[data-kind={kind}] form.resolve'))")
+        return page.until(f"(o => o && o.textContent !== 'recording…' && o.textContent)(document.querySelector("
+                          f"'.attention[data-kind={kind}] [data-role=outcome]'))", f"the {kind} resolution")
+
+    assert resolve("work_operation", {"verdict": "not-applied", "reason": "", "by": "ops"}).startswith(
+        "--reason must say what you checked")  # the work resolve code's own refusal, shown
+    page.shot("ui-resolve")
+    assert resolve("workflow_step", {"verdict": "applied", "result": '{"charged": 30}', "by": "ops"}) == "recorded"
+    from openfunctions.workflows import WorkflowRuns
+
+    assert WorkflowRuns(world.data).show("order-7").resolutions == [{"step": "1", "applied": True, "by": "ops via ui"}]
+    page.until("!document.querySelector('.attention[data-kind=workflow_step]')", "the resolved step to leave the list")
+    assert resolve("work_operation", {"verdict": "not-applied", "reason": "checked: nothing appended", "by": "ops"}) \
+        == "recorded"
+    listed = subprocess.run([sys.executable, "-m", "openfunctions.servers", "work", "list-uncertain", "--json",
+                             "--data-dir", str(world.data)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    [row] = json.loads(listed.stdout)
+    assert row["resolutionPending"] == {"as": "not_applied", "reason": "checked: nothing appended", "by": "ops via ui",
+                                        "at": row["resolutionPending"]["at"]}
+    page.until("(e => e && e.textContent.includes('resolved as not_applied'))"
+               "(document.querySelector('.attention[data-kind=work_operation]'))", "the pending resolution")
+    # the one error logged is Chromium's note on the refusal provoked above (a 400 answer to /api/resolve)
+    errors = console_errors(world.browser)
+    assert [(e["params"]["entry"]["source"], e["params"]["entry"].get("url", "").endswith("/api/resolve"))
+            for e in errors] == [("network", True)], errors
+    world.browser.events.clear()
 
 
 def test_the_chat_page_markdown_stop_errors_and_conversations(world: World) -> None:

@@ -140,7 +140,7 @@
       ["tasks", "MCP tasks", c.tasks], ["conversations", "Conversations", c.conversations],
     ].map(([r, label, n]) => h("div", { class: "card" }, h("a", { href: "#/" + r }, h("b", {}, String(n)), label))));
     const attention = s.attention.length
-      ? s.attention.map(attentionItem)
+      ? s.attention.map((a) => attentionItem(a, s.resolve))
       : [h("p", { class: "hint" }, "Nothing needs you: no blocked run or attempt, no uncertain step.")];
     const streams = s.streams.length
       ? table([["stream", (r) => r.path, "id"], ["kind", (r) => r.kind], ["records", (r) => String(r.records)],
@@ -153,7 +153,49 @@
              h("h3", {}, "Needs a person (" + s.attention.length + ")"), h("div", { id: "attention" }, attention),
              h("h3", {}, "Journals (journal verify)"), streams);
   }
-  function attentionItem(a) {
+  async function post(path, body) {
+    const r = await fetch("api/" + path, { method: "POST", headers: Object.assign({ "content-type": "application/json" }, headers),
+                                           body: JSON.stringify(body) });
+    let out = null;
+    try { out = await r.json(); } catch (e) { /* not JSON */ }
+    if (!r.ok) throw new Error(out && out.error ? out.error.message + " (" + out.error.code + ")" : "HTTP " + r.status);
+    return out;
+  }
+  // The resolve form (served with --allow-resolve): the same answer the resolve command records.
+  function resolveForm(a) {
+    const verdict = h("select", { name: "verdict" }, h("option", { value: "" }, "did the effect happen?"),
+                      h("option", { value: "applied" }, "applied: it happened"), h("option", { value: "not-applied" }, "not applied: it did not"));
+    const result = h("input", { name: "result", placeholder: "the step's result as JSON (applied only)", class: "mono" });
+    const reason = h("input", { name: "reason", placeholder: "what you checked" });
+    const by = h("input", { name: "by", placeholder: "your name" });
+    const out = h("span", { class: "note", data: { role: "outcome" } });
+    const form = h("form", { class: "filters resolve", onsubmit: async function (ev) {
+      ev.preventDefault();
+      if (!verdict.value) { out.textContent = "choose applied or not applied"; return; }
+      const body = { kind: a.kind, applied: verdict.value === "applied", by: by.value };
+      if (a.kind === "workflow_step") {
+        Object.assign(body, { run_id: a.run_id, step: a.step });
+        if (body.applied) {
+          try { body.result = JSON.parse(result.value); }
+          catch (e) { out.textContent = "the result is not JSON: " + e.message; return; }
+        }
+      } else {
+        Object.assign(body, { operation_id: a.operation_id, reason: reason.value });
+      }
+      out.textContent = "recording…";
+      try {
+        await post("resolve", body);
+        out.textContent = "recorded";
+        out.className = "note ok";
+      } catch (e) {
+        out.textContent = e.message;
+        out.className = "err";
+      }
+    } }, h("label", {}, "verdict", verdict), a.kind === "workflow_step" ? h("label", {}, "result", result) : h("label", {}, "reason", reason),
+      h("label", {}, "by", by), h("button", { type: "submit" }, "Resolve"), out);
+    return form;
+  }
+  function attentionItem(a, canResolve) {
     const what = {
       workflow_step: () => ["Workflow run ", link("workflow_run", a.run_id), " (" + a.workflow + ") step " + a.step +
                             " " + text(a.name) + (a.tool ? " (tool " + a.tool + ")" : "") + " has an uncertain effect"],
@@ -167,7 +209,8 @@
     }[a.kind]();
     return h("div", { class: "attention", data: { kind: a.kind } }, h("div", {}, badge(a.status), " ", what,
              a.at ? h("span", { class: "note" }, " · " + when(a.at)) : ""),
-             a.commands.map((cmd) => h("div", { class: "cmd" }, h("code", {}, cmd), copyButton(cmd))));
+             a.commands.map((cmd) => h("div", { class: "cmd" }, h("code", {}, cmd), copyButton(cmd))),
+             canResolve && (a.kind === "workflow_step" || a.kind === "work_operation") && !a.resolution_pending ? resolveForm(a) : "");
   }
 
   // -- details -------------------------------------------------------------------------------------
@@ -311,7 +354,21 @@
   };
 
   // -- live updates --------------------------------------------------------------------------------
-  let pending = null;
+  let pending = null, deferred = false;
+  // Redraw for a live update, unless the person is typing into the page (a filter, a resolve form): then once
+  // the focus leaves it, so nothing they typed is wiped.
+  function liveRender() {
+    live.className = "live on";
+    const el = document.activeElement;
+    if (el && main.contains(el) && ["INPUT", "SELECT", "TEXTAREA"].includes(el.tagName)) {
+      if (!deferred) {
+        deferred = true;
+        el.addEventListener("blur", function () { deferred = false; render(); }, { once: true });
+      }
+      return;
+    }
+    render();
+  }
   async function follow() {
     for (;;) {
       try {
@@ -333,7 +390,7 @@
             if (block.startsWith("event: changed")) {
               live.className = "live on flash";
               clearTimeout(pending);
-              pending = setTimeout(function () { live.className = "live on"; render(); }, 100);
+              pending = setTimeout(liveRender, 100);
             }
           }
         }
