@@ -250,8 +250,11 @@ class Viewer:
                                 "error": r.get("error"), "children": []}
         if rid is None or depth > 8:
             return node
+        # the calls a child run made are shown under that run (its rounds), not twice
+        in_child_runs = {c.get("receipt_id") for run in runs_by_receipt.get(rid, [])
+                         for rd in run.rounds for c in rd.get("tool_calls") or ()}
         for c in receipts.values():
-            if c.get("parent_receipt_id") == rid:
+            if c.get("parent_receipt_id") == rid and c["receipt_id"] not in in_child_runs:
                 node["children"].append(self._receipt_node(c["receipt_id"], receipts, runs_by_receipt, depth + 1))
         for child in runs_by_receipt.get(rid, []):
             node["children"].append(self._run_node(child, receipts, runs_by_receipt, depth + 1))

@@ -33,8 +33,8 @@ from typing import Any
 MAX_STRING = 2000
 #: Most items of a list or keys of an object sent to the page.
 MAX_ITEMS = 200
-#: Deepest nesting sent to the page.
-MAX_DEPTH = 12
+#: Deepest nesting sent to the page (a run's tree takes two levels per generation: node, children list).
+MAX_DEPTH = 40
 #: Most rows a list endpoint answers with (newest first).
 MAX_ROWS = 500
 

@@ -1,7 +1,8 @@
 """Records written by real runs into one data dir, for the viewer tests: built through the real APIs.
 
-- an agent run (scripted adapter) that calls a tool twice, through a registry journaling into
-  ``<data>/journal/agents.journal``; the model's text and the tool's result carry HTML/JS;
+- an agent run (scripted adapter) that calls a tool twice and delegates to a second agent (a child run, which
+  calls the tool once), through a registry journaling into ``<data>/journal/agents.journal``; the model's text
+  and the tool's result carry HTML/JS;
 - a workflow run SIGKILLed inside its uncertain ``charge`` step, then blocked by ``workflows resume``
   (tests/workflows' crash child and CLI);
 - a work attempt whose write step failed with an unknown effect: blocked, one uncertain operation;
@@ -35,8 +36,11 @@ async def agent_run(data: Path) -> str:
     try:
         reg = ToolRegistry([define_tool(name="lookup", description="look a title up", handler=lookup,
                                         capability={"effect": "read", "parallel_safe": True})], sink=journal)
-        agent = define_agent("researcher", "Answer briefly.", tools=["lookup"], adapter=ScriptedAdapter([
+        helper = define_agent("checker", "Check a title.", tools=["lookup"], adapter=ScriptedAdapter([
+            {"tool": "lookup", "arguments": {"q": "check"}}, "Checked."]))
+        agent = define_agent("researcher", "Answer briefly.", tools=["lookup"], delegates=[helper], adapter=ScriptedAdapter([
             {"tool": "lookup", "arguments": {"q": HOSTILE}}, {"tool": "lookup", "arguments": {"q": "second"}},
+            {"tool": "delegate_to_checker", "arguments": {"task": "check the title"}},
             f"Found it: {HOSTILE} {SCRIPT}"]))
         result = await run_agent(agent, f"find {HOSTILE}", registry=reg, runs=runs)
         assert result.status == "completed", result

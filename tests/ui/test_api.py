@@ -30,24 +30,33 @@ def client(data: Path, **kw) -> httpx.AsyncClient:
 
 async def test_lists_filters_and_one_run_as_a_tree(tmp_path: Path) -> None:
     run_id = await agent_run(tmp_path)
-    run = read_runs(tmp_path)[run_id]
+    runs_ = read_runs(tmp_path)
+    run = runs_[run_id]
+    [child] = [r for r in runs_.values() if r.started.get("parent_run_id") == run_id]
     async with client(tmp_path) as c:
         runs = (await c.get("/api/agent-runs")).json()
-        assert [r["run_id"] for r in runs["rows"]] == [run_id] and runs["rows"][0]["tool_calls"] == 2
+        assert {r["run_id"] for r in runs["rows"]} == {run_id, child.run_id}
+        [top] = (await c.get("/api/agent-runs", params={"agent": "researcher"})).json()["rows"]
+        assert top["run_id"] == run_id and top["tool_calls"] == 3
         assert (await c.get("/api/agent-runs", params={"status": "failed"})).json()["rows"] == []
-        assert (await c.get("/api/agent-runs", params={"q": run_id[4:14]})).json()["matched"] == 1
+        assert (await c.get("/api/agent-runs", params={"q": child.run_id[4:14]})).json()["matched"] == 1
+        assert (await c.get("/api/agent-runs", params={"q": run_id[4:14]})).json()["matched"] == 2  # and its child
         receipts = (await c.get("/api/receipts", params={"tool": "lookup"})).json()["rows"]
-        assert sorted(r["receipt_id"] for r in receipts) == sorted(run.finished["receipts"])
+        assert sorted(r["receipt_id"] for r in receipts) == sorted(run.finished["receipts"][:2] + child.finished["receipts"])
         assert (await c.get("/api/receipts", params={"outcome": "failed"})).json()["rows"] == []
         assert (await c.get("/api/receipts", params={"since": "2999"})).json()["rows"] == []
         detail = (await c.get(f"/api/agent-runs/{run_id}")).json()
-        # the tree: the run, its three rounds, the two tool calls under the first two with the journal's receipts
+        # the tree: the run, its four rounds, the three tool calls under the first three with the journal's receipts
         tree = detail["tree"]
-        assert tree["id"] == run_id and [n["label"] for n in tree["children"]] == ["round 1", "round 2", "round 3"]
+        assert tree["id"] == run_id and [n["label"] for n in tree["children"]] == [f"round {i}" for i in (1, 2, 3, 4)]
         calls = [n for rnd in tree["children"] for n in rnd["children"]]
         assert [n["id"] for n in calls] == run.finished["receipts"]
         assert all(n["outcome"] == "succeeded" and n["certainty"] == "known" and n["params_sha256"].startswith("sha256:")
                    for n in calls)
+        # the delegation: the child run hangs under the call that started it, its own call under its round, once
+        [sub] = calls[2]["children"]
+        assert sub["type"] == "run" and sub["id"] == child.run_id and sub["label"] == "agent checker"
+        assert [n["id"] for rnd in sub["children"] for n in rnd["children"]] == child.finished["receipts"]
         # each call's receipt names the agent's own call as its parent; the receipt page links both ways
         one = (await c.get(f"/api/receipts/{calls[0]['id']}")).json()
         parent = one["receipt"]["parent_receipt_id"]
@@ -55,9 +64,12 @@ async def test_lists_filters_and_one_run_as_a_tree(tmp_path: Path) -> None:
         assert {"kind": "agent_run", "id": run_id, "status": "completed"} in one["referenced_by"]
         up = (await c.get(f"/api/receipts/{parent}")).json()
         assert sorted(x["receipt_id"] for x in up["children"]) == sorted(run.finished["receipts"])
-        # the timeline is in time order and ends with the run's end
-        times = [e["at"] for e in detail["timeline"]]
-        assert times == sorted(times) and detail["timeline"][-1]["what"] == "agent researcher completed"
+        # the timeline is in time order: the child run inside the delegation, the run's end last
+        what = [e["what"] for e in detail["timeline"]]
+        assert [e["at"] for e in detail["timeline"]] == sorted(e["at"] for e in detail["timeline"])
+        assert what.index("delegate_to_checker started") < what.index("agent checker started") \
+            < what.index("agent checker completed") < what.index("delegate_to_checker succeeded")
+        assert what[-1] == "agent researcher completed"
         # model text is data: handed over verbatim (the page inserts it as text)
         assert HOSTILE in detail["run"]["finished"]["text"]
 
@@ -131,18 +143,18 @@ def test_the_cli_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
 
 
 def test_bounded_cuts_strings_lists_and_depth() -> None:
-    from openfunctions.ui._records import MAX_ITEMS, bounded
+    from openfunctions.ui._records import MAX_DEPTH, MAX_ITEMS, bounded
 
     assert bounded({"a": list(range(MAX_ITEMS + 5))})["a"][-1] == "[5 more items not shown]"
     deep: dict = {}
     cur = deep
-    for _ in range(30):
+    for _ in range(MAX_DEPTH + 5):
         cur["x"] = {}
         cur = cur["x"]
     out, depth = bounded(deep), 0
     while isinstance(out, dict):
         out, depth = out["x"], depth + 1
-    assert out == "[nested too deep to show]" and depth == 12
+    assert out == "[nested too deep to show]" and depth == MAX_DEPTH
 
 
 async def test_resolving_from_the_page_runs_the_work_resolve_code(tmp_path: Path) -> None:

@@ -197,12 +197,16 @@ def test_the_viewer_shows_every_stream_a_run_in_detail_and_live_receipts(world: 
 
     # One agent run: the tree's tool calls are the run record's receipts; hostile model text is text.
     page.view(f"{world.ui_url}#/agent-runs/{world.run_id}")
-    page.until("document.querySelectorAll('.tree .node[data-type=receipt]').length === 2", "the run's tree")
+    [child] = [r for r in read_runs(world.data).values() if r.started.get("parent_run_id") == world.run_id]
+    page.until("document.querySelectorAll('.tree .node[data-type=receipt]').length === 4", "the run's tree")
+    # in document order: the two lookups, the delegation, and inside it the child run's own call
     assert page.js("[...document.querySelectorAll('.tree .node[data-type=receipt]')].map(e => e.dataset.id)") \
-        == run.finished["receipts"]
-    assert page.js("document.querySelectorAll('.tree .node[data-type=receipt] .s-succeeded').length") == 2
+        == run.finished["receipts"] + child.finished["receipts"]
+    assert page.js("[...document.querySelectorAll('.tree .node[data-type=run]')].map(e => e.dataset.id)") \
+        == [world.run_id, child.run_id]
+    assert page.js("document.querySelectorAll('.tree .node[data-type=receipt] .s-succeeded').length") == 4
     assert page.js("document.querySelector('pre.answer').textContent") == f"Found it: {HOSTILE} {SCRIPT}"
-    assert page.js("document.querySelectorAll('.timeline li').length") == 6
+    assert page.js("document.querySelectorAll('.timeline li').length") == 12
     page.safe()
     page.shot("ui-agent-run")
 
@@ -228,9 +232,9 @@ def test_the_viewer_shows_every_stream_a_run_in_detail_and_live_receipts(world: 
     page.view(f"{world.ui_url}#/conversations")
     page.until(f"!!document.querySelector('tr[data-id=\"{world.conversation}\"]')", "the conversation row")
 
-    # Filters: the agent's two lookups.
+    # Filters: the two agents' three lookups.
     page.view(f"{world.ui_url}#/receipts?tool=lookup")
-    page.until("document.querySelectorAll('table[data-kind=receipts] tbody tr').length === 2", "the filtered receipts")
+    page.until("document.querySelectorAll('table[data-kind=receipts] tbody tr').length === 3", "the filtered receipts")
 
     # Live: a call made now shows up in the open list without a reload.
     page.view(f"{world.ui_url}#/receipts")

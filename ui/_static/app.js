@@ -44,6 +44,7 @@
   function json(v) { return h("pre", {}, JSON.stringify(v, null, 2)); }
   function short(d) { return d ? String(d).replace(/^sha256:/, "").slice(0, 12) : ""; }
   function when(s) { return s ? String(s).replace("T", " ").replace(/\.\d+/, "").replace("Z", "") : ""; }
+  function precise(s) { return s ? String(s).replace("T", " ").replace(/(\.\d{3})\d*/, "$1").replace("Z", "") : ""; }
   const ROUTES = { receipt: "receipts", agent_run: "agent-runs", workflow_run: "workflow-runs", attempt: "attempts",
                    run: "agent-runs" };
   function link(kind, id, label) {
@@ -219,6 +220,7 @@
       .map(([k, v]) => [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : text(v))]));
   }
   function treeNode(n) {
+    if (!n || typeof n !== "object") return h("li", { class: "note" }, text(n));  // a cut note ("[nested too deep…]")
     const status = n.outcome || n.status;
     const node = h("span", { class: "node t-" + n.type, data: { id: n.id || "", type: n.type } },
       h("b", {}, text(n.label)), " ", badge(status), n.certainty ? badge(n.certainty, "certainty") : "",
@@ -232,7 +234,7 @@
   }
   function timeline(events) {
     return h("ol", { class: "timeline" }, events.map((e) => h("li", { class: "o-" + (e.outcome || "") },
-      h("time", {}, when(e.at)), text(e.what), e.duration_ms ? h("span", { class: "note" }, " · " + e.duration_ms.toFixed(1) + " ms") : "")));
+      h("time", {}, precise(e.at)), text(e.what), e.duration_ms ? h("span", { class: "note" }, " · " + e.duration_ms.toFixed(1) + " ms") : "")));
   }
 
   async function agentRun(id) {
@@ -242,6 +244,7 @@
       kv([["agent", s.agent], ["provider / model", s.provider + " / " + s.model], ["rounds", String(s.rounds)],
           ["started", when(s.started_at)], ["finished", when(s.finished_at)],
           ["parent run", d.parent_run_id ? link("run", d.parent_run_id) : null],
+          ["started by call", d.run.started.parent_receipt_id ? link("receipt", d.run.started.parent_receipt_id) : null],
           ["principal", d.run.started.principal], ["task", d.run.started.task],
           ["error", f.error ? text(f.error.code) + ": " + text(f.error.message) : null]]),
       h("h3", {}, "Tree: rounds, tool calls, child runs"), h("div", { class: "tree" }, h("ul", {}, treeNode(d.tree))),
