@@ -217,17 +217,16 @@ class Viewer:
         r = receipts.get(rid)
         if r is None:
             raise _Refused(404, "ui_not_found", f"no receipt {rid[:80]!r} in {self.data.root}")
-        children = [c for c in receipts.values() if c.get("parent_receipt_id") == rid]
+        children = [receipts[c] for c in self.data.receipt_children().get(rid, ())]
         refs: list[dict[str, Any]] = []
         for run in self.data.agent_runs().values():
             if rid in {c.get("receipt_id") for rd in run.rounds for c in rd.get("tool_calls") or ()} \
                     or run.started.get("parent_receipt_id") == rid:
                 refs.append({"kind": "agent_run", "id": run.run_id, "status": run.status})
-        for w in self.data.workflow_runs():
-            run = self.data.workflow_run(w["run_id"])
+        for wid, run in self.data.workflow_states().items():
             for s in run.steps.values():
                 if s.receipt_id == rid:
-                    refs.append({"kind": "workflow_run", "id": w["run_id"], "step": s.step, "status": s.status})
+                    refs.append({"kind": "workflow_run", "id": wid, "step": s.step, "status": s.status})
         for t in self.data.tasks():
             if t["receipt_id"] == rid:
                 refs.append({"kind": "task", "id": t["task_id"], "status": t["status"]})
@@ -253,9 +252,9 @@ class Viewer:
         # the calls a child run made are shown under that run (its rounds), not twice
         in_child_runs = {c.get("receipt_id") for run in runs_by_receipt.get(rid, [])
                          for rd in run.rounds for c in rd.get("tool_calls") or ()}
-        for c in receipts.values():
-            if c.get("parent_receipt_id") == rid and c["receipt_id"] not in in_child_runs:
-                node["children"].append(self._receipt_node(c["receipt_id"], receipts, runs_by_receipt, depth + 1))
+        for cid in self.data.receipt_children().get(rid, ()):
+            if cid not in in_child_runs:
+                node["children"].append(self._receipt_node(cid, receipts, runs_by_receipt, depth + 1))
         for child in runs_by_receipt.get(rid, []):
             node["children"].append(self._run_node(child, receipts, runs_by_receipt, depth + 1))
         return node

@@ -138,6 +138,17 @@ class DataDir:
         self.root = Path(root).expanduser()
         self._streams: dict[Path, Stream] = {}
         self._lock = threading.Lock()
+        self._memos: dict[str, tuple[Any, Any]] = {}
+
+    def _memo(self, key: str, kinds: tuple[str, ...], build: Any) -> Any:
+        """``build()``, computed again only when a file of one of ``kinds`` changed (callers must not mutate it)."""
+        sig = tuple((str(s.path), s.size, s.mtime_ns) for s in self.streams() if s.kind in kinds)
+        held = self._memos.get(key)
+        if held is not None and held[0] == sig:
+            return held[1]
+        value = build()
+        self._memos[key] = (sig, value)
+        return value
 
     # -- the files ---------------------------------------------------------------
 
@@ -187,6 +198,19 @@ class DataDir:
 
     def receipts(self) -> dict[str, dict[str, Any]]:
         """receipt id -> the receipt (or, for a call still running, its start record with ``outcome: running``)."""
+        return self._memo("receipts", ("receipts",), self._receipts)  # type: ignore[no-any-return]
+
+    def receipt_children(self) -> dict[str, list[str]]:
+        """receipt id -> the ids of the receipts that name it as their parent."""
+        def build() -> dict[str, list[str]]:
+            out: dict[str, list[str]] = {}
+            for r in self.receipts().values():
+                if r.get("parent_receipt_id"):
+                    out.setdefault(r["parent_receipt_id"], []).append(r["receipt_id"])
+            return out
+        return self._memo("receipt_children", ("receipts",), build)  # type: ignore[no-any-return]
+
+    def _receipts(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for s in self._of("receipts"):
             journal = s.path.name.split(".journal")[0]
@@ -209,8 +233,7 @@ class DataDir:
     def agent_runs(self) -> dict[str, Any]:
         from openfunctions.agents import read_runs
 
-        self._of("agent_runs")  # re-reads only when a runs journal changed
-        return read_runs(self.root)
+        return self._memo("agent_runs", ("agent_runs",), lambda: read_runs(self.root))
 
     # -- workflow runs -----------------------------------------------------------
 
@@ -222,18 +245,28 @@ class DataDir:
     def workflow_runs(self) -> list[dict[str, Any]]:
         if not (self.root / "workflows" / "runs.journal").exists():
             return []
-        return self._workflows().list()
+        return self._memo("workflow_runs", ("workflow_runs",), lambda: self._workflows().list())  # type: ignore[no-any-return]
+
+    def workflow_states(self) -> dict[str, Any]:
+        """run id -> its folded state: what ``workflows show`` reads (``WorkflowRuns``' lock-free read), once."""
+        if not (self.root / "workflows" / "runs.journal").exists():
+            return {}
+        return self._memo("workflow_states", ("workflow_runs",), lambda: {  # type: ignore[no-any-return]
+            k: v for k, v in self._workflows()._read().items() if v.status != "new"})
 
     def workflow_run(self, run_id: str) -> Any:
-        return self._workflows().show(run_id)
+        state = self.workflow_states().get(run_id)
+        return state if state is not None else self._workflows().show(run_id)  # show() raises the package's errors
 
     # -- work attempts -----------------------------------------------------------
 
     def work_state(self) -> Any:
         from openfunctions.work._recovery import replay
 
-        records = [r for s in sorted(self._of("attempts"), key=lambda s: s.path.name) for r in s.records]
-        return replay(records)
+        def build() -> Any:
+            records = [r for s in sorted(self._of("attempts"), key=lambda s: s.path.name) for r in s.records]
+            return replay(records)
+        return self._memo("work_state", ("attempts",), build)
 
     def uncertain_operations(self) -> list[dict[str, Any]]:
         """``work list-uncertain``'s rows (the CLI's own code: live processes, pending resolutions)."""
@@ -246,6 +279,9 @@ class DataDir:
     # -- tasks and conversations -------------------------------------------------
 
     def tasks(self) -> list[dict[str, Any]]:
+        return self._memo("tasks", ("tasks",), self._tasks)  # type: ignore[no-any-return]
+
+    def _tasks(self) -> list[dict[str, Any]]:
         from dataclasses import asdict
 
         from openfunctions.servers._task_records import apply
@@ -260,6 +296,9 @@ class DataDir:
         return out
 
     def conversations(self) -> list[dict[str, Any]]:
+        return self._memo("conversations", ("conversations",), self._conversations)  # type: ignore[no-any-return]
+
+    def _conversations(self) -> list[dict[str, Any]]:
         from openfunctions.chat._conversations import apply
 
         out = []
