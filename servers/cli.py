@@ -86,6 +86,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--upstreams", metavar="JSON",
                    help="gateway: a JSON file with an 'mcpServers' object (the shape MCP hosts use) naming the "
                         "upstream MCP servers to mount as mcp__<server>__<tool>")
+    g.add_argument("--max-parallel-writes", type=_positive_count, default=None, metavar="N",
+                   help="keyed and parallel-safe writes running at once in this process (default: 256; "
+                        "docs/SERVERS.md, 'What runs concurrently with what')")
     g.add_argument("--principal", metavar="NAME",
                    help="the principal recorded in receipts and seen by policies (never taken from tool arguments)")
 
@@ -128,6 +131,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled "
                         "(default: %(default)s)")
+    t.add_argument("--sampling-timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                   help="how long an agent waits for the MCP host to answer one sampling request before its run "
+                        "ends 'timeout' (default: %(default)s; an agent's limits may set its own)")
 
     d = p.add_argument_group("data")
     d.add_argument("--data-dir", type=Path, metavar="DIR",
@@ -155,6 +161,16 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=_env_log_level(),
                    help="stderr log level, any case (default: $OPENFUNCTIONS_LOG_LEVEL, else warning); human-readable "
                         "lines on a terminal, JSON lines otherwise; stdout never carries logs")
+
+
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def _count_or_off(text: str) -> int | None:
@@ -380,7 +396,10 @@ async def _serve(args: argparse.Namespace) -> int:
         upstreams=args.upstreams,
         database=None if args.no_journal else args.database,  # work's lease, attempts, grants (servers/_work_database.py)
         work_lease_ttl=args.work_lease_ttl,
+        sampling_timeout=args.sampling_timeout,
     )
+    if args.max_parallel_writes is not None:
+        profile.registry.executor.scheduler.max_parallel_writes = args.max_parallel_writes
     server = create_mcp_server(
         profile.registry,
         name=f"openfunctions-mcp-{profile.name}",
