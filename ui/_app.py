@@ -11,6 +11,7 @@
 | ``GET /api/attempts`` / ``/{id}`` | work attempts (``status``, ``principal``, ``q``); one with its operations and history |
 | ``GET /api/tasks`` | MCP tasks (``status``, ``tool``, ``principal``, ``q``) |
 | ``GET /api/conversations`` | chat conversations (``principal``, ``q``) |
+| ``GET /api/artifacts/{id}`` | the first 16 KiB of an artifact (e.g. a task's large result), read through the artifact store's verified read |
 | ``GET /api/events`` | ``text/event-stream``: a ``changed`` event (``{"paths": [...]}``) whenever a stream file grows |
 | ``POST /api/resolve`` | with ``--allow-resolve`` only: answer for an uncertain workflow step or work operation, through the code the ``resolve`` commands run (see :meth:`Viewer.resolve`) |
 | ``GET /healthz`` | ``{"status": "ok"}`` |
@@ -50,7 +51,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ._records import MAX_ROWS, DataDir, bounded, resolve_commands
+from ._records import MAX_ROWS, DataDir, bounded, read_artifact, resolve_commands
 
 log = structlog.get_logger("openfunctions.ui")
 
@@ -346,6 +347,12 @@ class Viewer:
         return bounded(out)
 
 
+    def artifact(self, aid: str) -> dict[str, Any]:
+        out = read_artifact(self.data.root, aid)
+        if out is None:
+            raise _Refused(404, "ui_not_found", f"no artifact {aid[:80]!r} in {self.data.root / 'artifacts'}")
+        return out
+
     def resolve(self, body: dict[str, Any]) -> dict[str, Any]:
         """An operator's answer, from the page: the code ``workflows resolve`` / ``work resolve`` run.
 
@@ -481,6 +488,7 @@ def create_ui_app(data_dir: Any, *, host: str = "127.0.0.1", port: int | None = 
         Route("/api/attempts/{id}", api(viewer.attempt, with_id=True), methods=["GET"]),
         Route("/api/tasks", api(viewer.tasks), methods=["GET"]),
         Route("/api/conversations", api(viewer.conversations), methods=["GET"]),
+        Route("/api/artifacts/{id}", api(viewer.artifact, with_id=True), methods=["GET"]),
         Route("/api/events", events, methods=["GET"]),
         Route("/api/resolve", resolve, methods=["POST"]),
     ]

@@ -321,6 +321,38 @@ class DataDir:
         return out
 
 
+#: Bytes of an artifact the page is shown (one verified read of the artifact store).
+ARTIFACT_PREVIEW = 16 * 1024
+
+
+def read_artifact(root: Path, artifact_id: str) -> dict[str, Any] | None:
+    """The first :data:`ARTIFACT_PREVIEW` bytes of an artifact of the data dir's store, through the store's own
+    verified read (the whole blob's SHA-256 is checked first), as text; None if the store or the artifact is not
+    there. Opening the store runs its crash recovery, as every reader of it does."""
+    import anyio
+
+    from openfunctions.artifacts import ArtifactError, ArtifactStore, is_artifact_id
+
+    if not is_artifact_id(artifact_id) or not (root / "artifacts" / "store.json").is_file():
+        return None
+
+    async def read() -> dict[str, Any] | None:
+        store = ArtifactStore(root / "artifacts")
+        try:
+            chunk = await store.read(artifact_id, 0, ARTIFACT_PREVIEW)
+        except ArtifactError as exc:
+            if exc.code == "artifact_not_found":
+                return None
+            return {"artifact_id": artifact_id, "error": {"code": exc.code, "message": exc.message}}
+        finally:
+            store.close()
+        return {"artifact_id": artifact_id, "size": chunk.total_size, "sha256": chunk.sha256,
+                "media_type": chunk.media_type, "text": chunk.data.decode("utf-8", errors="replace"),
+                "shown": chunk.length, "truncated": not chunk.eof}
+
+    return anyio.run(read)
+
+
 def resolve_commands(root: Path, *, workflow_run: str | None = None, step: str | None = None,
                      operation: str | None = None) -> list[str]:
     """The exact CLI commands that resolve an uncertain workflow step or work operation."""
@@ -335,4 +367,4 @@ def resolve_commands(root: Path, *, workflow_run: str | None = None, step: str |
             f"openfunctions-mcp workflows resolve {run} {st} --not-applied --data-dir {d}"]
 
 
-__all__ = ["MAX_ROWS", "MAX_STRING", "DataDir", "Stream", "bounded", "resolve_commands"]
+__all__ = ["ARTIFACT_PREVIEW", "MAX_ROWS", "MAX_STRING", "DataDir", "Stream", "bounded", "read_artifact", "resolve_commands"]

@@ -89,6 +89,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         client = mcp.start()
         task_id = _create(client, "task_quick", {"text": HOSTILE})["taskId"]
         client.until(task_id, {"completed"})
+        big = _create(client, "task_big", {"size": 300_000})["taskId"]  # past the inline size: kept as an artifact
+        client.until(big, {"completed"})
         script = tmp / "replies.json"
         script.write_text(json.dumps(CHAT_SCRIPT))
         chat, chat_url = _served([sys.executable, "-m", "openfunctions.servers", "chat", "--serve", "--port", "0",
@@ -229,6 +231,12 @@ def test_the_viewer_shows_every_stream_a_run_in_detail_and_live_receipts(world: 
                            "the task row")
     assert "<img src=x onerror=" in task_text and "completed" in task_text  # JSON-escaped quotes, literal tag
     page.safe()
+    # the large result: named in the list, its first 16 KiB shown through the artifact store's verified read
+    page.until("!!document.querySelector('table[data-kind=tasks] a[href^=\"#/artifacts/\"]')", "the artifact link")
+    page.js("document.querySelector('table[data-kind=tasks] a[href^=\"#/artifacts/\"]').click()")
+    shown = page.until("(p => p && p.textContent)(document.querySelector('pre.artifact'))", "the artifact preview")
+    assert shown.startswith('{"_meta":{"dev.openfunctions/receipt"') and shown.endswith("x" * 1000) and len(shown) == 16 * 1024
+    assert "the first 16384 bytes of" in page.js("document.querySelector('main').textContent")
     page.view(f"{world.ui_url}#/conversations")
     page.until(f"!!document.querySelector('tr[data-id=\"{world.conversation}\"]')", "the conversation row")
 

@@ -308,7 +308,18 @@
       h("h3", {}, "Record"), json(r));
   }
 
+  async function artifact(id) {
+    const d = await api("artifacts/" + encodeURIComponent(id));
+    if (d.error) return h("section", {}, h("h2", {}, "Artifact ", h("span", { class: "mono" }, id)),
+                          h("p", { class: "err" }, text(d.error.code) + ": " + text(d.error.message)));
+    return h("section", {}, h("h2", {}, "Artifact ", h("span", { class: "mono" }, d.artifact_id)),
+      kv([["size", d.size + " bytes"], ["sha256 (verified)", d.sha256], ["media type", d.media_type]]),
+      h("p", { class: "note" }, d.truncated ? "the first " + d.shown + " bytes of " + d.size + " (the rest is not shown)" : "all of it"),
+      h("pre", { class: "artifact" }, d.text));
+  }
+
   const VIEWS = {
+    artifacts: (id) => artifact(id),
     "": overview,
     receipts: (id, q) => id ? receipt(id) : listView("receipts", "Receipts",
       [["q", "id contains"], ["outcome", "outcome", OUTCOMES], ["certainty", "certainty", ["known", "unknown"]],
@@ -344,7 +355,7 @@
        ["tool", "tool"], ["principal", "principal"], ...TIME],
       [["task", (r) => r.task_id, "id"], ["tool", (r) => r.tool], ["status", (r) => badge(r.status)],
        ["receipt", (r) => link("receipt", r.receipt_id)], ["certainty", (r) => r.certainty ? badge(r.certainty) : ""],
-       ["result", (r) => r.result_artifact ? "artifact " + r.result_artifact + " (" + r.result_size + " bytes)"
+       ["result", (r) => r.result_artifact ? h("span", {}, "artifact ", link("artifacts", r.result_artifact), " (" + r.result_size + " bytes)")
          : r.error ? h("span", { class: "err" }, text(r.error.message))
          : r.result ? h("span", { class: "mono" }, text(r.result.structuredContent || r.result.content).slice(0, 300)) : ""],
        ["created", (r) => when(r.created_at)]],
