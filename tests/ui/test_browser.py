@@ -355,3 +355,25 @@ def test_the_chat_page_markdown_stop_errors_and_conversations(world: World) -> N
     page.until(f"document.querySelector('h2') && document.querySelector('h2').textContent.includes('{receipt.rsplit('/', 1)[1]}')",
                "the receipt in the viewer")
     assert console_errors(world.browser) == []
+
+
+def test_with_a_token_the_page_sends_it_from_the_fragment(world: World) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "UI_TEST_TOKEN": "viewer-token-123"}
+    proc, url = _served([sys.executable, "-m", "openfunctions.servers", "ui", "--port", "0", "--data-dir",
+                         str(world.data), "--auth-token-env", "UI_TEST_TOKEN"], "ui served at ", env)
+    try:
+        assert httpx.get(url + "api/summary", timeout=30).status_code == 401
+        page = Page(world)
+        page.go(url + "#token=viewer-token-123")
+        page.until("document.querySelectorAll('.cards .card').length === 6", "the overview with the token")
+        assert page.until("document.getElementById('live').textContent === 'live'", "the live stream with the token")
+        assert page.js("location.hash") == "#/"  # the token left the address bar (kept for this tab only)
+        page.view(url + "#/receipts")
+        page.until("document.querySelectorAll('table[data-kind=receipts] tbody tr').length > 0", "receipts")
+        assert console_errors(world.browser) == []
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if proc.stderr:
+            proc.stderr.close()
