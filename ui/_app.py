@@ -37,7 +37,6 @@ under a ``Content-Security-Policy`` that allows only this origin's script.
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 from importlib.resources import files
@@ -185,14 +184,14 @@ class Viewer:
                     attention.append({"kind": "workflow_step", "status": w["status"], "run_id": w["run_id"],
                                       "workflow": w["workflow"], "step": step, "name": rec.name, "tool": rec.tool,
                                       "receipt_id": rec.receipt_id, "at": w.get("updated_at"),
-                                      "commands": resolve_commands(self.data.root, workflow_run=w["run_id"], step=step)})
+                                      "commands": resolve_commands(self.data.place, workflow_run=w["run_id"], step=step)})
         ops = self.data.uncertain_operations()
         op_attempts = {o["attemptId"] for o in ops}
         for o in ops:
             attention.append({"kind": "work_operation", "status": o["attemptState"], "attempt_id": o["attemptId"],
                               "operation_id": o["operationId"], "step": o["step"], "effect": o["effect"], "at": o["at"],
                               "running": o["running"], "resolution_pending": o.get("resolutionPending"),
-                              "commands": resolve_commands(self.data.root, operation=o["operationId"])})
+                              "commands": resolve_commands(self.data.place, operation=o["operationId"])})
         for a in attempts:
             if a["status"] == "blocked" and a["attempt_id"] not in op_attempts:
                 attention.append({"kind": "attempt", "status": "blocked", "attempt_id": a["attempt_id"],
@@ -204,7 +203,7 @@ class Viewer:
                                   "tool": r.get("tool"), "at": r.get("finished_at"),
                                   "error": r.get("error"), "commands": []})
         return bounded({
-            "data_dir": str(self.data.root),
+            "data_dir": self.data.where,
             "counts": {"receipts": len(receipts), "agent_runs": len(agent), "workflow_runs": len(workflows),
                        "attempts": len(attempts), "tasks": len(tasks), "conversations": len(self.data.conversations())},
             "attention": attention,
@@ -217,7 +216,7 @@ class Viewer:
         receipts = self.data.receipts()
         r = receipts.get(rid)
         if r is None:
-            raise _Refused(404, "ui_not_found", f"no receipt {rid[:80]!r} in {self.data.root}")
+            raise _Refused(404, "ui_not_found", f"no receipt {rid[:80]!r} in {self.data.where}")
         children = [receipts[c] for c in self.data.receipt_children().get(rid, ())]
         refs: list[dict[str, Any]] = []
         for run in self.data.agent_runs().values():
@@ -285,7 +284,7 @@ class Viewer:
         runs = self.data.agent_runs()
         run = runs.get(rid)
         if run is None:
-            raise _Refused(404, "ui_not_found", f"no agent run {rid[:80]!r} in {self.data.root}")
+            raise _Refused(404, "ui_not_found", f"no agent run {rid[:80]!r} in {self.data.where}")
         receipts = self.data.receipts()
         runs_by_receipt: dict[str, list[Any]] = {}
         for other in runs.values():
@@ -319,7 +318,7 @@ class Viewer:
         try:
             run = self.data.workflow_run(rid)
         except (RunNotFound, InvalidRunId):
-            raise _Refused(404, "ui_not_found", f"no workflow run {rid[:80]!r} in {self.data.root}") from None
+            raise _Refused(404, "ui_not_found", f"no workflow run {rid[:80]!r} in {self.data.where}") from None
         receipts = self.data.receipts()
         out = run.to_dict()
         uncertain = set(run.uncertain_steps())
@@ -328,7 +327,7 @@ class Viewer:
             d = s.to_dict()
             d["receipt"] = self._receipt_node(s.receipt_id, receipts, {}, 0, label=s.name) if s.receipt_id else None
             if s.step in uncertain:
-                d["commands"] = resolve_commands(self.data.root, workflow_run=rid, step=s.step)
+                d["commands"] = resolve_commands(self.data.place, workflow_run=rid, step=s.step)
             steps.append(d)
         out["steps"] = steps
         return bounded(out)
@@ -336,21 +335,21 @@ class Viewer:
     def attempt(self, aid: str) -> dict[str, Any]:
         att = self.data.work_state().attempts.get(aid)
         if att is None:
-            raise _Refused(404, "ui_not_found", f"no work attempt {aid[:80]!r} in {self.data.root}")
+            raise _Refused(404, "ui_not_found", f"no work attempt {aid[:80]!r} in {self.data.where}")
         receipts = self.data.receipts()
         out = att.summary()
         out["history"] = att.history
         for op in out["operations"]:
             op["receipt"] = receipts.get(op.get("receiptId") or "")
             if op["status"] == "unknown":
-                op["commands"] = resolve_commands(self.data.root, operation=op["operationId"])
+                op["commands"] = resolve_commands(self.data.place, operation=op["operationId"])
         return bounded(out)
 
 
     def artifact(self, aid: str) -> dict[str, Any]:
         out = read_artifact(self.data.root, aid)
         if out is None:
-            raise _Refused(404, "ui_not_found", f"no artifact {aid[:80]!r} in {self.data.root / 'artifacts'}")
+            raise _Refused(404, "ui_not_found", f"no artifact {aid[:80]!r} in {self.data.where}")
         return out
 
     def resolve(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -377,15 +376,13 @@ class Viewer:
         by = text("by", 100) + " via ui"
         try:
             if body.get("kind") == "workflow_step":
-                from openfunctions.workflows import WorkflowRuns
-
                 run_id, step = text("run_id", 200), text("step", 200)
                 if applied and "result" not in body:
                     raise _Refused(400, "ui_resolve_invalid", 'applied needs "result": the step\'s result the run '
                                    "continues with (null only if the step really returned null)")
                 if not applied and "result" in body:
                     raise _Refused(400, "ui_resolve_invalid", '"result" goes with applied only')
-                state = _anyio.run(lambda: WorkflowRuns(self.data.root).resolve(
+                state = _anyio.run(lambda: self.data._workflows().resolve(
                     run_id, step, applied=applied, result=body.get("result"), by=by))
                 return {"resolved": True, "kind": "workflow_step", "run": bounded(state.to_dict())}
             if body.get("kind") == "work_operation":
@@ -394,9 +391,8 @@ class Viewer:
                 op, reason = text("operation_id", 200), body.get("reason")
                 if not isinstance(reason, str) or len(reason) > 2000:  # blank: the resolve code's own refusal says so
                     raise _Refused(400, "ui_resolve_invalid", '"reason" must be a string of at most 2000 characters')
-                args = argparse.Namespace(work_data_dir=str(self.data.root), work_database=None)
                 try:
-                    rec = resolve_uncertain(args, op, verdict="applied" if applied else "not_applied", reason=reason, by=by)
+                    rec = resolve_uncertain(self.data._work_args(), op, verdict="applied" if applied else "not_applied", reason=reason, by=by)
                 except ResolveRefused as exc:
                     raise _Refused(409 if exc.exit_code == 1 else 400, "ui_resolve_refused", exc.message) from None
                 return {"resolved": True, "kind": "work_operation", "record": bounded(rec)}
@@ -412,13 +408,27 @@ def _walk(node: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def create_ui_app(data_dir: Any, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
-                  allowed_hosts: list[str] | None = None, allowed_origins: list[str] | None = None,
-                  allow_resolve: bool = False) -> Any:
-    """The ASGI app :func:`serve_ui` runs (see the module docstring). ``allow_resolve``: the page may resolve."""
+def create_ui_app(data_dir: Any = None, *, database: str | None = None, space: str = "default", host: str = "127.0.0.1",
+                  port: int | None = None, token: str | None = None, allowed_hosts: list[str] | None = None,
+                  allowed_origins: list[str] | None = None, allow_resolve: bool = False) -> Any:
+    """The ASGI app :func:`serve_ui` runs (see the module docstring): over ``data_dir``, or over the PostgreSQL
+    database at ``database`` (``space``: its agent-run and workflow-run space). ``allow_resolve``: the page may
+    resolve (data directories only)."""
     from openfunctions.servers._http_guard import DEFAULT_BODY_TIMEOUT, HostRules, RequestGuard
 
-    data = DataDir(data_dir)
+    from ._errors import UIConfigError
+
+    if (data_dir is None) == (database is None):
+        raise UIConfigError("give a data directory or a database URL (one of them)")
+    if database is not None and allow_resolve:
+        raise UIConfigError("resolving from the page works on a data directory only: over --database the page "
+                            "shows the resolve commands (drop --allow-resolve)")
+    if database is not None:
+        from ._database import Database
+
+        data: DataDir = Database(database, space=space)
+    else:
+        data = DataDir(data_dir)
     viewer = Viewer(data)
     static = {path: (files(__package__).joinpath("_static", name).read_bytes(), ctype)
               for path, (name, ctype) in _STATIC.items()}
@@ -529,18 +539,16 @@ class _Events:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(watch)
-                before = dict((p, (s, m)) for p, s, m in await anyio.to_thread.run_sync(self.data.signature))
+                before = await anyio.to_thread.run_sync(self.data.signature)
                 await send({"type": "http.response.body", "body": b"event: ready\ndata: {}\n\n", "more_body": True})
                 idle = 0.0
                 while True:
                     await anyio.sleep(POLL_S)
-                    now = dict((p, (s, m)) for p, s, m in await anyio.to_thread.run_sync(self.data.signature))
-                    changed = sorted(p for p in set(now) | set(before) if now.get(p) != before.get(p))
+                    now = await anyio.to_thread.run_sync(self.data.signature)
+                    changed = self.data.changed(before, now)
                     before = now
-                    root = str(self.data.root)
                     if changed:
-                        rel = [p[len(root):].lstrip("/") for p in changed]
-                        chunk = f"event: changed\ndata: {json.dumps({'paths': rel})}\n\n".encode()
+                        chunk = f"event: changed\ndata: {json.dumps({'paths': changed})}\n\n".encode()
                         idle = 0.0
                     else:
                         idle += POLL_S
@@ -580,9 +588,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-async def serve_ui(data_dir: Any, *, port: int = 8766, host: str = "127.0.0.1", token: str | None = None,
-                   allowed_hosts: list[str] | None = None, allowed_origins: list[str] | None = None,
-                   allow_resolve: bool = False, ready: Any = None) -> None:
+async def serve_ui(data_dir: Any = None, *, database: str | None = None, space: str = "default", port: int = 8766,
+                   host: str = "127.0.0.1", token: str | None = None, allowed_hosts: list[str] | None = None,
+                   allowed_origins: list[str] | None = None, allow_resolve: bool = False, ready: Any = None) -> None:
     """Serve until cancelled. ``port=0`` picks a free port; ``ready(port)`` is called once listening."""
     import uvicorn
 
@@ -602,8 +610,12 @@ async def serve_ui(data_dir: Any, *, port: int = 8766, host: str = "127.0.0.1", 
         sock.close()
         raise UIConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = sock.getsockname()[1]
-    app = create_ui_app(data_dir, host=host, port=bound, token=token, allowed_hosts=allowed_hosts,
-                        allowed_origins=allowed_origins, allow_resolve=allow_resolve)
+    try:
+        app = create_ui_app(data_dir, database=database, space=space, host=host, port=bound, token=token,
+                            allowed_hosts=allowed_hosts, allowed_origins=allowed_origins, allow_resolve=allow_resolve)
+    except BaseException:
+        sock.close()
+        raise
     config = uvicorn.Config(app, host=host, port=bound, log_level=None, access_log=False, lifespan="off",
                             log_config=None, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)

@@ -136,9 +136,21 @@ class DataDir:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser()
+        self.where = str(self.root)
         self._streams: dict[Path, Stream] = {}
         self._lock = threading.Lock()
         self._memos: dict[str, tuple[Any, Any]] = {}
+
+    @property
+    def place(self) -> str:
+        """The CLI option that names where these records are (for the commands the page shows)."""
+        return "--data-dir " + shlex.quote(str(self.root))
+
+    def changed(self, before: Any, after: Any) -> list[str]:
+        """What changed between two :meth:`signature` values: the stream files, relative to the data dir."""
+        old, new = ({p: (s, m) for p, s, m in sig} for sig in (before, after))
+        root = str(self.root)
+        return sorted(p[len(root):].lstrip("/") for p in set(old) | set(new) if old.get(p) != new.get(p))
 
     def _memo(self, key: str, kinds: tuple[str, ...], build: Any) -> Any:
         """``build()``, computed again only when a file of one of ``kinds`` changed (callers must not mutate it)."""
@@ -268,13 +280,17 @@ class DataDir:
             return replay(records)
         return self._memo("work_state", ("attempts",), build)
 
+    def _work_args(self) -> argparse.Namespace:
+        """What ``work ... --data-dir D`` parses to: the work CLI's functions take it."""
+        return argparse.Namespace(work_data_dir=str(self.root), work_database=None)
+
     def uncertain_operations(self) -> list[dict[str, Any]]:
         """``work list-uncertain``'s rows (the CLI's own code: live processes, pending resolutions)."""
         if not (self.root / "work" / "attempts").is_dir():
             return []
         from openfunctions.work import attempts_cli
 
-        return attempts_cli._uncertain(argparse.Namespace(work_data_dir=str(self.root), work_database=None))
+        return attempts_cli._uncertain(self._work_args())
 
     # -- tasks and conversations -------------------------------------------------
 
@@ -325,7 +341,7 @@ class DataDir:
 ARTIFACT_PREVIEW = 16 * 1024
 
 
-def read_artifact(root: Path, artifact_id: str) -> dict[str, Any] | None:
+def read_artifact(root: Path | None, artifact_id: str) -> dict[str, Any] | None:
     """The first :data:`ARTIFACT_PREVIEW` bytes of an artifact of the data dir's store, through the store's own
     verified read (the whole blob's SHA-256 is checked first), as text; None if the store or the artifact is not
     there. Opening the store runs its crash recovery, as every reader of it does."""
@@ -333,7 +349,7 @@ def read_artifact(root: Path, artifact_id: str) -> dict[str, Any] | None:
 
     from openfunctions.artifacts import ArtifactError, ArtifactStore, is_artifact_id
 
-    if not is_artifact_id(artifact_id) or not (root / "artifacts" / "store.json").is_file():
+    if root is None or not is_artifact_id(artifact_id) or not (root / "artifacts" / "store.json").is_file():
         return None
 
     async def read() -> dict[str, Any] | None:
@@ -353,18 +369,19 @@ def read_artifact(root: Path, artifact_id: str) -> dict[str, Any] | None:
     return anyio.run(read)
 
 
-def resolve_commands(root: Path, *, workflow_run: str | None = None, step: str | None = None,
+def resolve_commands(place: str, *, workflow_run: str | None = None, step: str | None = None,
                      operation: str | None = None) -> list[str]:
-    """The exact CLI commands that resolve an uncertain workflow step or work operation."""
-    d = shlex.quote(str(root))
+    """The exact CLI commands that resolve an uncertain workflow step or work operation (``place``: the
+    ``--data-dir D`` or ``--database ...`` option)."""
+    d = place
     if operation is not None:
         op = shlex.quote(operation)
-        return [f"openfunctions-mcp work resolve {op} --as applied --reason 'WHAT YOU CHECKED' --data-dir {d}",
-                f"openfunctions-mcp work resolve {op} --as not-applied --reason 'WHAT YOU CHECKED' --data-dir {d}"]
+        return [f"openfunctions-mcp work resolve {op} --as applied --reason 'WHAT YOU CHECKED' {d}",
+                f"openfunctions-mcp work resolve {op} --as not-applied --reason 'WHAT YOU CHECKED' {d}"]
     assert workflow_run is not None and step is not None
     run, st = shlex.quote(workflow_run), shlex.quote(step)
-    return [f"openfunctions-mcp workflows resolve {run} {st} --applied --result 'JSON' --data-dir {d}",
-            f"openfunctions-mcp workflows resolve {run} {st} --not-applied --data-dir {d}"]
+    return [f"openfunctions-mcp workflows resolve {run} {st} --applied --result 'JSON' {d}",
+            f"openfunctions-mcp workflows resolve {run} {st} --not-applied {d}"]
 
 
 __all__ = ["ARTIFACT_PREVIEW", "MAX_ROWS", "MAX_STRING", "DataDir", "Stream", "bounded", "read_artifact", "resolve_commands"]

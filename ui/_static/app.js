@@ -145,7 +145,7 @@
       : [h("p", { class: "hint" }, "Nothing needs you: no blocked run or attempt, no uncertain step.")];
     const streams = s.streams.length
       ? table([["stream", (r) => r.path, "id"], ["kind", (r) => r.kind], ["records", (r) => String(r.records)],
-               ["last seq", (r) => String(r.last_seq)], ["bytes", (r) => String(r.size)],
+               ["last seq", (r) => text(r.last_seq)], ["bytes", (r) => text(r.size)],
                ["verify", (r) => r.ok ? badge("ok") : h("span", {}, badge("corrupt"), " ", h("span", { class: "err" }, r.error))]],
               s.streams, "streams", "path")
       : h("p", { class: "hint" }, "No journals in " + s.data_dir + " yet. Run a server, an agent or a workflow with " +
