@@ -543,7 +543,7 @@ class _Events:
                 await send({"type": "http.response.body", "body": b"event: ready\ndata: {}\n\n", "more_body": True})
                 idle = 0.0
                 while True:
-                    await anyio.sleep(POLL_S)
+                    await anyio.sleep(getattr(self.data, "poll_s", POLL_S))
                     now = await anyio.to_thread.run_sync(self.data.signature)
                     changed = self.data.changed(before, now)
                     before = now

@@ -31,6 +31,9 @@ WORK_SPACE = "default"
 class Database(DataDir):
     """The record streams of one PostgreSQL database (``space``: the agent-run and workflow-run space)."""
 
+    #: how often a live view asks the database whether anything changed (seconds; five indexed reads)
+    poll_s = 1.0
+
     def __init__(self, url: str, *, space: str = "default") -> None:
         from openfunctions.store import redact_dsn
 
