@@ -26,3 +26,13 @@ def test_the_api_table_names_every_route() -> None:
     text = DOC.read_text()
     for path in routes - {"/", "/app.js", "/app.css"}:
         assert f"`{path.split('/{')[0]}" in text or f"`POST {path}`" in text, path
+
+
+def test_the_pages_never_hand_text_to_the_html_parser() -> None:
+    """Record text reaches the DOM as text only: no HTML-parsing sink appears in the viewer's or the chat page's script."""
+    for page in (ROOT / "ui" / "_static" / "app.js", ROOT / "chat" / "_page.html"):
+        source = page.read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+                     "DOMParser", "createContextualFragment", "srcdoc"):
+            assert sink not in source, (page.name, sink)
+        assert "textContent" in source
