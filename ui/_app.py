@@ -510,14 +510,19 @@ def create_ui_app(data_dir: Any = None, *, database: str | None = None, space: s
     if allowed_hosts:
         rules: HostRules | None = HostRules.build(list(allowed_hosts), list(allowed_origins or []))
     elif _is_loopback(host):
-        rules = HostRules.loopback(port)
+        rules = HostRules.loopback()  # a loopback name on any port (tunnels, port forwards); Origin: the same port
     else:
         rules = None  # a token is required there (serve_ui); name --allowed-host to check Host/Origin too
 
     async def health() -> dict[str, Any]:
         return {"status": "ok"}
 
-    return RequestGuard(app, rules=rules, health=health, max_body_bytes=64 * 1024, body_timeout=DEFAULT_BODY_TIMEOUT)
+    def error_body(code: str, message: str) -> tuple[bytes, bytes]:  # the guard's refusals in this API's shape
+        return json.dumps({"error": {"code": code, "message": message}}).encode(), b"application/json"
+
+    return RequestGuard(app, rules=rules, health=health, max_body_bytes=64 * 1024, body_timeout=DEFAULT_BODY_TIMEOUT,
+                        error_body=error_body,
+                        host_hint="to accept another name, start the viewer with --allowed-host NAME[:PORT] (and a token)")
 
 
 class _Events:
