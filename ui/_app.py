@@ -17,7 +17,9 @@
 | ``GET /healthz`` | ``{"status": "ok"}`` |
 
 Errors are ``{"error": {"code", "message"}}``: 404 ``ui_not_found`` (no
-such record), 400 ``ui_bad_filter`` (a filter value too long), 503
+such record), 503 with the owning package's code when it refuses its records
+(a damaged journal: the summary lists it under ``problems`` and still shows
+everything else), 400 ``ui_bad_filter`` (a filter value too long), 503
 ``ui_too_many_watchers`` (more live streams than :data:`MAX_WATCHERS`);
 resolving: 403 ``ui_resolve_disabled`` (served without ``--allow-resolve``),
 415 ``unsupported_media_type`` (not ``application/json``: a cross-site page
@@ -49,6 +51,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from openfunctions.core import OpenFunctionsError
 
 from ._records import MAX_ROWS, DataDir, bounded, read_artifact, resolve_commands
 
@@ -208,6 +212,7 @@ class Viewer:
                        "attempts": len(attempts), "tasks": len(tasks), "conversations": len(self.data.conversations())},
             "attention": attention,
             "streams": self.data.verify(),
+            "problems": [{"stream": k, "message": v} for k, v in sorted(self.data.problems.items())],
         })
 
     # -- one record --------------------------------------------------------------
@@ -447,6 +452,8 @@ def create_ui_app(data_dir: Any = None, *, database: str | None = None, space: s
                 result = await anyio.to_thread.run_sync(fn, arg)
             except _Refused as exc:
                 return _error(exc.status, exc.code, exc.message)
+            except OpenFunctionsError as exc:  # the owning package refused its records (e.g. a damaged journal)
+                return _error(503, exc.code, exc.message)
             return JSONResponse(result, headers={"cache-control": "no-store"})
         return route
 

@@ -42,6 +42,7 @@ class Database(DataDir):
         self.where = redact_dsn(url)
         self._memos: dict[str, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
+        self.problems: dict[str, str] = {}
 
     @property
     def place(self) -> str:
@@ -127,8 +128,8 @@ class Database(DataDir):
 
         from openfunctions.agents._runlog import read_runs_in_database
 
-        return self._memo("agent_runs", (), lambda: anyio.run(  # type: ignore[no-any-return]
-            lambda: read_runs_in_database(self.url, space=self.space)))
+        return self._memo("agent_runs", (), lambda: self._read(  # type: ignore[no-any-return]
+            "agent runs", lambda: anyio.run(lambda: read_runs_in_database(self.url, space=self.space)), {}))
 
     def _workflows(self) -> Any:
         from openfunctions.workflows import WorkflowRuns
@@ -136,11 +137,12 @@ class Database(DataDir):
         return WorkflowRuns(database=self.url, space=self.space)
 
     def workflow_runs(self) -> list[dict[str, Any]]:
-        return self._memo("workflow_runs", (), lambda: self._workflows().list())  # type: ignore[no-any-return]
+        return self._memo("workflow_runs", (), lambda: self._read(  # type: ignore[no-any-return]
+            "workflow runs", lambda: self._workflows().list(), []))
 
     def workflow_states(self) -> dict[str, Any]:
-        return self._memo("workflow_states", (), lambda: {  # type: ignore[no-any-return]
-            k: v for k, v in self._workflows()._read().items() if v.status != "new"})
+        return self._memo("workflow_states", (), lambda: self._read(  # type: ignore[no-any-return]
+            "workflow runs", lambda: {k: v for k, v in self._workflows()._read().items() if v.status != "new"}, {}))
 
     def _work_args(self) -> argparse.Namespace:
         from openfunctions.servers._work_database import open_database_work
@@ -151,13 +153,16 @@ class Database(DataDir):
 
     def work_state(self) -> Any:
         from openfunctions.work import attempts_cli
+        from openfunctions.work._recovery import replay
 
-        return self._memo("work_state", (), lambda: attempts_cli._state(self._work_args()))
+        return self._memo("work_state", (), lambda: self._read(
+            "work attempts", lambda: attempts_cli._state(self._work_args()), replay([])))
 
     def uncertain_operations(self) -> list[dict[str, Any]]:
         from openfunctions.work import attempts_cli
 
-        return self._memo("uncertain", (), lambda: attempts_cli._uncertain(self._work_args()))  # type: ignore[no-any-return]
+        return self._memo("uncertain", (), lambda: self._read(  # type: ignore[no-any-return]
+            "work attempts", lambda: attempts_cli._uncertain(self._work_args()), []))
 
     def _tasks(self) -> list[dict[str, Any]]:
         return []

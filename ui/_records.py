@@ -140,6 +140,20 @@ class DataDir:
         self._streams: dict[Path, Stream] = {}
         self._lock = threading.Lock()
         self._memos: dict[str, tuple[Any, Any]] = {}
+        #: stream -> why its reader refused it (a damaged journal): the page shows it, the other streams still show
+        self.problems: dict[str, str] = {}
+
+    def _read(self, stream: str, read: Any, empty: Any) -> Any:
+        """``read()``; if the owning package refuses (e.g. a damaged journal), ``empty`` and the reason kept."""
+        from openfunctions.core import OpenFunctionsError
+
+        try:
+            value = read()
+        except OpenFunctionsError as exc:
+            self.problems[stream] = f"{exc.message} ({exc.code})"
+            return empty
+        self.problems.pop(stream, None)
+        return value
 
     @property
     def place(self) -> str:
@@ -245,7 +259,7 @@ class DataDir:
     def agent_runs(self) -> dict[str, Any]:
         from openfunctions.agents import read_runs
 
-        return self._memo("agent_runs", ("agent_runs",), lambda: read_runs(self.root))
+        return self._memo("agent_runs", ("agent_runs",), lambda: self._read("agent runs", lambda: read_runs(self.root), {}))
 
     # -- workflow runs -----------------------------------------------------------
 
@@ -257,14 +271,15 @@ class DataDir:
     def workflow_runs(self) -> list[dict[str, Any]]:
         if not (self.root / "workflows" / "runs.journal").exists():
             return []
-        return self._memo("workflow_runs", ("workflow_runs",), lambda: self._workflows().list())  # type: ignore[no-any-return]
+        return self._memo("workflow_runs", ("workflow_runs",),  # type: ignore[no-any-return]
+                          lambda: self._read("workflow runs", lambda: self._workflows().list(), []))
 
     def workflow_states(self) -> dict[str, Any]:
         """run id -> its folded state: what ``workflows show`` reads (``WorkflowRuns``' lock-free read), once."""
         if not (self.root / "workflows" / "runs.journal").exists():
             return {}
-        return self._memo("workflow_states", ("workflow_runs",), lambda: {  # type: ignore[no-any-return]
-            k: v for k, v in self._workflows()._read().items() if v.status != "new"})
+        return self._memo("workflow_states", ("workflow_runs",), lambda: self._read(  # type: ignore[no-any-return]
+            "workflow runs", lambda: {k: v for k, v in self._workflows()._read().items() if v.status != "new"}, {}))
 
     def workflow_run(self, run_id: str) -> Any:
         state = self.workflow_states().get(run_id)
@@ -278,7 +293,7 @@ class DataDir:
         def build() -> Any:
             records = [r for s in sorted(self._of("attempts"), key=lambda s: s.path.name) for r in s.records]
             return replay(records)
-        return self._memo("work_state", ("attempts",), build)
+        return self._memo("work_state", ("attempts",), lambda: self._read("work attempts", build, replay([])))
 
     def _work_args(self) -> argparse.Namespace:
         """What ``work ... --data-dir D`` parses to: the work CLI's functions take it."""
@@ -290,7 +305,7 @@ class DataDir:
             return []
         from openfunctions.work import attempts_cli
 
-        return attempts_cli._uncertain(self._work_args())
+        return self._read("work attempts", lambda: attempts_cli._uncertain(self._work_args()), [])  # type: ignore[no-any-return]
 
     # -- tasks and conversations -------------------------------------------------
 

@@ -102,19 +102,38 @@ async def test_large_values_are_cut_with_a_note(tmp_path: Path) -> None:
     assert d["run"]["started"]["task"].endswith("[1000 more characters not shown]")
 
 
+def _damage(path: Path, marker: bytes) -> None:
+    """Change one byte inside a record: its checksum no longer holds (the reader refuses the file from there)."""
+    raw = bytearray(path.read_bytes())
+    at = raw.index(marker) + len(marker) // 2
+    raw[at:at + 1] = b"#"
+    path.write_bytes(bytes(raw))
+
+
 async def test_a_damaged_journal_is_reported_and_the_rest_still_shown(tmp_path: Path) -> None:
     run_id = await agent_run(tmp_path)
-    path = tmp_path / "journal" / "agents.journal"
-    raw = bytearray(path.read_bytes())
-    at = raw.index(b'"outcome":"succeeded"') + 12
-    raw[at:at + 1] = b"S"  # one byte changed inside a receipt: its checksum no longer holds
-    path.write_bytes(bytes(raw))
+    _damage(tmp_path / "journal" / "agents.journal", b'"outcome":"succeeded"')
     async with client(tmp_path) as c:
         s = (await c.get("/api/summary")).json()
         assert (await c.get(f"/api/agent-runs/{run_id}")).status_code == 200
     [bad] = [x for x in s["streams"] if x["path"] == "journal/agents.journal"]
     assert bad["ok"] is False and "corrupt" in bad["error"] and bad["command"].startswith("openfunctions-mcp journal verify")
     assert all(x["ok"] for x in s["streams"] if x is not bad)
+
+
+async def test_a_reader_refusing_its_journal_leaves_the_other_streams_shown(tmp_path: Path) -> None:
+    """The runs journal damaged: the agents package's reader refuses it; the summary says so, the receipts show."""
+    await agent_run(tmp_path)
+    _damage(tmp_path / "journal" / "runs.journal", b'"status":"completed"')
+    async with client(tmp_path) as c:
+        s = (await c.get("/api/summary")).json()
+        runs = await c.get("/api/agent-runs")
+        receipts = (await c.get("/api/receipts")).json()
+    [problem] = s["problems"]
+    assert problem["stream"] == "agent runs" and "corrupt" in problem["message"]
+    assert s["counts"]["agent_runs"] == 0 and runs.status_code == 200 and runs.json()["rows"] == []
+    assert receipts["matched"] == 5  # the execution journal is intact (the researcher's own call, 3 lookups, the delegation)
+    assert [x["ok"] for x in s["streams"] if x["path"] == "journal/runs.journal"] == [False]
 
 
 async def test_the_guard_and_the_token(tmp_path: Path) -> None:

@@ -150,7 +150,8 @@
               s.streams, "streams", "path")
       : h("p", { class: "hint" }, "No journals in " + s.data_dir + " yet. Run a server, an agent or a workflow with " +
           "--data-dir pointing here, and they appear live.");
-    return h("section", {}, h("h2", {}, "Overview"), h("p", { class: "note" }, "data dir " + s.data_dir), cards,
+    const problems = s.problems.map((p) => h("p", { class: "err problem" }, "Cannot read the " + p.stream + ": " + p.message));
+    return h("section", {}, h("h2", {}, "Overview"), h("p", { class: "note" }, "data " + s.data_dir), problems, cards,
              h("h3", {}, "Needs a person (" + s.attention.length + ")"), h("div", { id: "attention" }, attention),
              h("h3", {}, "Journals (journal verify)"), streams);
   }
