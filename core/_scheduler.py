@@ -6,15 +6,16 @@ Every call is admitted under one :class:`Admission` (built by
 conflict on it).
 
 ``exclusive``
-    A registry-wide barrier: unclassified tools, and writes that declare
-    neither conflict keys nor ``parallel_safe``. Runs alone.
+    A registry-wide barrier: unclassified tools, and classified ones that
+    declare neither conflict keys nor ``parallel_safe``. Runs alone.
 ``shared``
-    A reviewed read. Holds its keys shared (reads of one key run together).
-    At most ``max_parallel`` at once.
+    A reviewed parallel-safe read. Holds its keys shared (reads of one key
+    run together). At most ``max_parallel`` at once.
 ``write``
-    A write that declared conflict keys (held exclusively: writes sharing a
-    key run one at a time) or, with no keys, a reviewed ``parallel_safe``
-    write that needs no barrier. At most ``max_parallel_writes`` at once.
+    Any other classified tool with conflict keys (held exclusively: calls
+    sharing a key run one at a time; a read not reviewed parallel-safe is
+    one of them) or, with no keys, a reviewed ``parallel_safe`` write that
+    needs no barrier. At most ``max_parallel_writes`` at once.
 
 Two reservations conflict when either is a barrier, or when they share a key
 and at least one of them is a write. A keyless read or parallel-safe write
@@ -38,7 +39,7 @@ thread-safe: it belongs to one event loop (anyio).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import anyio
 import structlog
@@ -58,23 +59,14 @@ _NO_KEYS: frozenset[str] = frozenset()
 log = structlog.get_logger("openfunctions.scheduler")
 
 
-class Admission:
-    """How one call is admitted: a mode and its conflict keys (see the module doc)."""
+class Admission(NamedTuple):
+    """How one call is admitted: a mode and its conflict keys (see the module doc). Immutable."""
 
-    __slots__ = ("mode", "keys")
-
-    def __init__(self, mode: Mode, keys: frozenset[str] = _NO_KEYS) -> None:
-        self.mode = mode
-        self.keys = keys
+    mode: Mode
+    keys: frozenset[str] = _NO_KEYS
 
     def __repr__(self) -> str:
         return f"Admission({self.mode!r}, {sorted(self.keys)!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Admission) and other.mode == self.mode and other.keys == self.keys
-
-    def __hash__(self) -> int:
-        return hash((self.mode, self.keys))
 
 
 class KeyLocks(Protocol):
@@ -83,9 +75,13 @@ class KeyLocks(Protocol):
     ``acquire(keys, shared=...)`` waits until every key is held (``shared``
     for a read, exclusive for a write) and returns a release callable: sync,
     idempotent, never raising (it may schedule async work). It is called once
-    the call's reservation is released. A cancellation or an error while
+    the call's reservation is released, and never before its receipt is durable. A cancellation or an error while
     acquiring settles the call ``cancelled``/``rejected`` with ``known``
-    certainty (nothing ran) and frees its local slot.
+    certainty (nothing ran) and frees its local slot. An implementation takes
+    a call's keys in one fixed order (e.g. sorted), so that two replicas each
+    holding one key of the other's call never wait for each other; the lock
+    holder never waits on anything else (it holds its local slot already, and
+    its delegated calls run inside its reservation).
     """
 
     async def acquire(self, keys: frozenset[str], *, shared: bool) -> Callable[[], None]: ...
@@ -167,8 +163,13 @@ class Scheduler:
         self._held: dict[str, int] = {}
         # An insertion-ordered set: O(1) removal of a cancelled or admitted waiter anywhere.
         self._queue: dict[_Waiter, None] = {}
+        # What the queue wants, summed, so an arrival is checked against everything queued
+        # ahead of it in O(its keys), not O(queue): a newcomer has the whole queue ahead of it.
         self._queued_shared = 0
         self._queued_writes = 0
+        self._queued_barriers = 0
+        self._wanted_by_writes: dict[str, int] = {}
+        self._wanted_by_reads: dict[str, int] = {}
         self._closed: str | None = None
 
     @property
@@ -199,6 +200,22 @@ class Scheduler:
             return False
         return self.running_shared > 0 or self.running_writes > 0
 
+    def _behind_queue(self, mode: Mode, keys: frozenset[str]) -> bool:
+        """Whether a newcomer conflicts with anything queued (all of it is ahead of a newcomer)."""
+        if mode == "exclusive" or self._queued_barriers:
+            return True
+        if keys:
+            writes = self._wanted_by_writes
+            for k in keys:
+                if k in writes:
+                    return True
+            if mode == "write":
+                reads = self._wanted_by_reads
+                for k in keys:
+                    if k in reads:
+                        return True
+        return False
+
     def _grant(self, mode: Mode, keys: frozenset[str]) -> Reservation:
         if mode == "shared":
             self.running_shared += 1
@@ -219,7 +236,7 @@ class Scheduler:
     async def acquire(self, mode: Mode, keys: frozenset[str] = _NO_KEYS) -> Reservation:
         if self._closed is not None:
             raise ExecutionCancelled(f"scheduler is closed: {self._closed}")
-        if not self._queue and not self._blocked(mode, keys):
+        if not self._blocked(mode, keys) and (not self._queue or not self._behind_queue(mode, keys)):
             return self._grant(mode, keys)
         return await self._wait(mode, keys)
 
@@ -228,11 +245,6 @@ class Scheduler:
             raise ValueError(f"unknown admission mode {mode!r}")
         w = _Waiter(mode, keys)
         self._enqueue(w)
-        # Not kept out by what runs: only the queue ahead may hold it back.
-        if mode != "exclusive" and not self._blocked(mode, keys):
-            self._pump()
-            if w.reservation is not None:
-                return w.reservation
         try:
             await w.event.wait()
         except BaseException:
@@ -240,9 +252,8 @@ class Scheduler:
             # that raced with the cancellation, and let the next one in.
             if w.reservation is not None:
                 self.release(w.reservation)
-            else:
-                if self._dequeue(w):
-                    self._pump()
+            elif self._dequeue(w):
+                self._pump()  # whatever it held back may go now
             raise
         if w.refused is not None:
             raise ExecutionCancelled(w.refused)
@@ -253,8 +264,15 @@ class Scheduler:
         self._queue[w] = None
         if w.mode == "shared":
             self._queued_shared += 1
+            wanted = self._wanted_by_reads
         elif w.mode == "write":
             self._queued_writes += 1
+            wanted = self._wanted_by_writes
+        else:
+            self._queued_barriers += 1
+            return
+        for k in w.keys:
+            wanted[k] = wanted.get(k, 0) + 1
 
     def _dequeue(self, w: _Waiter) -> bool:
         if w not in self._queue:  # already admitted, or refused by close()
@@ -262,8 +280,19 @@ class Scheduler:
         del self._queue[w]
         if w.mode == "shared":
             self._queued_shared -= 1
+            wanted = self._wanted_by_reads
         elif w.mode == "write":
             self._queued_writes -= 1
+            wanted = self._wanted_by_writes
+        else:
+            self._queued_barriers -= 1
+            return True
+        for k in w.keys:
+            n = wanted[k] - 1
+            if n:
+                wanted[k] = n
+            else:
+                del wanted[k]
         return True
 
     def release(self, r: Reservation) -> None:
@@ -276,7 +305,11 @@ class Scheduler:
             except Exception as exc:  # a release must never keep the local slot
                 log.error("key_locks_release_failed", keys=sorted(r.keys), error=repr(exc))
         keys = r.keys
+        # Whether this release can let anyone in: a barrier's or a key's always may; a keyless
+        # slot only if its pool was full (and someone queues for it) or nothing runs any more
+        # (a barrier may be waiting). Otherwise skip the scan: releases are the hot path.
         if r.mode == "shared":
+            was_full = self.running_shared >= self.max_parallel
             self.running_shared -= 1
             if keys:
                 held = self._held
@@ -286,14 +319,18 @@ class Scheduler:
                         held[k] = n
                     else:
                         del held[k]
+            wake = bool(keys) or (was_full and self._queued_shared > 0)
         elif r.mode == "write":
+            was_full = self.running_writes >= self.max_parallel_writes
             self.running_writes -= 1
             if keys:
                 for k in keys:
                     del self._held[k]
+            wake = bool(keys) or (was_full and self._queued_writes > 0)
         else:
             self.running_exclusive = False
-        if self._queue:
+            wake = True
+        if self._queue and (wake or (self.running_shared == 0 and self.running_writes == 0)):
             self._pump()
 
     def _pump(self) -> None:
@@ -343,7 +380,9 @@ class Scheduler:
         self._closed = reason
         queue = list(self._queue)
         self._queue.clear()
-        self._queued_shared = self._queued_writes = 0
+        self._queued_shared = self._queued_writes = self._queued_barriers = 0
+        self._wanted_by_writes.clear()
+        self._wanted_by_reads.clear()
         for w in queue:
             w.refused = f"call was queued when the scheduler closed: {reason}"
             w.event.set()

@@ -99,8 +99,9 @@ class Capability(BaseModel):
     pool (holding its keys shared); on a ``write``/``external`` tool: a
     reviewed claim that it needs no barrier at all (the write pool). An
     unclassified tool, or a write with neither keys nor ``parallel_safe``,
-    is a registry-wide barrier and runs alone. ``conflict_keys`` is part of
-    the spec; ``conflict_key_fn`` is code and is not.
+    is a registry-wide barrier and runs alone (keys on an unclassified tool
+    are refused: they would scope nothing). ``conflict_keys`` is part of the
+    spec; ``conflict_key_fn`` is code and is not.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -138,6 +139,11 @@ class Capability(BaseModel):
                     details={"pointer": p[:MAX_CONFLICT_KEY_CHARS]},
                 )
         fn = self.conflict_key_fn
+        if self.effect is None and (self.conflict_keys or fn is not None):
+            raise ToolDefinitionError(
+                "conflict keys scope the barrier of a classified tool: declare its effect "
+                "('read', 'write' or 'external'); an unclassified tool always runs alone"
+            )
         if fn is not None and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
             raise ToolDefinitionError("conflict_key_fn must be a plain function (it runs on the admission path), not async")
         return self

@@ -35,6 +35,8 @@ is durable first; this call's reply still waits for its own receipt; a
 read's reply waits for its receipt, also behind. So a write still runs alone
 (handlers never overlap) and no reply is sent for a receipt that is not
 durable, while consecutive writes share fsyncs (docs/formats/receipt.md).
+Cross-replica key locks (``key_locks``) are kept until the receipt is
+durable even then: the journal's order binds only this process's writers.
 A read's shared slot is released the same way (session 9): held until
 durable, the default 8 slots capped a server at 8 calls per fsync round
 trip, which at 200 HTTP clients left the loop idle between fsyncs.
@@ -103,6 +105,7 @@ class _Call:
     decision: PolicyDecision | None = None
     reservation: Reservation | None = None
     owns_reservation: bool = False
+    key_release: Callable[[], None] | None = None  # key locks kept past the local slot (_release_local)
     handler_started: bool = False
     value: Any = None
     result: ToolResult | None = None
@@ -383,7 +386,7 @@ class ToolExecutor:
             # Released once queued (see the module doc): the next write can share this receipt's fsync, and
             # the next reads run while it is written.
             if self._ordered and call.owns_reservation and call.reservation is not None:
-                await self._sink.on_settled(receipt, queued=lambda: self._release(call))  # type: ignore[call-arg]
+                await self._sink.on_settled(receipt, queued=lambda: self._release_local(call))  # type: ignore[call-arg]
             else:
                 await self._sink.on_settled(receipt)
         except Exception as exc:
@@ -422,9 +425,20 @@ class ToolExecutor:
 
     @staticmethod
     def _release(call: _Call) -> None:
-        """Release the call's own reservation (idempotent: ``Reservation.release`` is)."""
+        """Release the call's own reservation and its key locks (idempotent: ``Reservation.release`` is)."""
         if call.owns_reservation and call.reservation is not None:
             call.reservation.release()
+        if call.key_release is not None:
+            _release_key_locks(call)
+
+    @staticmethod
+    def _release_local(call: _Call) -> None:
+        """Release the local slot once the receipt is queued, but keep the cross-replica key locks
+        until it is durable: the queue's order promises nothing to a writer in another process."""
+        r = call.reservation
+        if call.owns_reservation and r is not None and not r.released:
+            call.key_release, r.key_release = r.key_release, None
+            r.release()
 
     def _receipt(
         self,
@@ -460,6 +474,16 @@ class ToolExecutor:
     ) -> DetailedResult:
         assert result is not None
         return DetailedResult(result=result, receipt=receipt, value=call.value if error is None else None, error=error)
+
+
+def _release_key_locks(call: _Call) -> None:
+    release, call.key_release = call.key_release, None
+    if release is None:
+        return
+    try:
+        release()
+    except Exception as exc:  # never let a lock's release break the settlement
+        log.error("key_locks_release_failed", tool=call.tool.name, receipt_id=call.receipt_id, error=repr(exc))
 
 
 def _stage_error(call: _Call, stage: str, exc: Exception) -> OpenFunctionsError:

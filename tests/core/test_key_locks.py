@@ -172,3 +172,59 @@ async def test_a_release_that_raises_still_frees_the_local_slot():
     # the leaky lock still holds X across "replicas"; locally nothing is stuck
     reg.executor.key_locks = None
     assert (await reg.execute_detailed("w", {"repo": "X"})).receipt.outcome == "succeeded"
+
+
+@pytest.mark.anyio
+async def test_a_call_cancelled_while_running_releases_its_key_locks():
+    locks = MemoryKeyLocks()
+    sink = MemoryJournalSink()
+    g = Gate()
+    reg = ToolRegistry([g.tool("w", **KEYED)], sink=sink)
+    reg.executor.key_locks = locks
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reg.execute_detailed, "w", {"key": "a", "repo": "X"})
+        await until(lambda: "a" in g.running)
+        assert locks.held == {"X": -1}
+        tg.cancel_scope.cancel()
+    assert locks.held == {} and locks.released == [frozenset({"X"})]
+    [receipt] = sink.receipts
+    assert (receipt.outcome, receipt.certainty) == ("cancelled", "unknown")
+    assert reg.executor.scheduler.running_writes == 0
+
+
+class OrderedSink(MemoryJournalSink):
+    """A sink with ordered receipts (as the file journal): it says when a receipt is queued, then
+    waits for ``durable`` before returning, as an fsync would."""
+
+    ordered_receipts = True
+
+    def __init__(self, probe):
+        super().__init__()
+        self.probe = probe
+        self.durable = anyio.Event()
+        self.seen: list[tuple] = []
+
+    async def on_settled(self, receipt, queued=None):
+        if queued is not None:
+            queued()
+        self.seen.append(self.probe())
+        await self.durable.wait()
+        await super().on_settled(receipt)
+
+
+@pytest.mark.anyio
+async def test_with_ordered_receipts_the_local_slot_goes_once_queued_and_the_key_locks_once_durable():
+    locks = MemoryKeyLocks()
+    reg = ToolRegistry([define_tool(name="w", description="", handler=lambda p, c: {}, capability=KEYED)])
+    sched = reg.executor.scheduler
+    sink = OrderedSink(lambda: (sched.running_writes, dict(locks.held)))
+    reg.executor.sink = sink
+    reg.executor.key_locks = locks
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reg.execute_detailed, "w", {"repo": "X"})
+        await until(lambda: sink.seen)
+        # queued: the local slot is free for the next same-key write here; other replicas still wait
+        assert sink.seen == [(0, {"X": -1})]
+        sink.durable.set()
+    assert locks.held == {} and locks.released == [frozenset({"X"})]
+    assert [r.outcome for r in sink.receipts] == ["succeeded"]

@@ -248,6 +248,13 @@ def test_a_bad_pointer_is_refused_at_definition_time_naming_it(pointer):
     assert repr(pointer[:80]) in info.value.message
 
 
+def test_keys_on_an_unclassified_tool_are_refused_at_definition_time():
+    with pytest.raises(ToolDefinitionError, match="declare its effect"):
+        define_tool(name="t", description="", handler=_noop, capability={"conflict_keys": ["/repo"]})
+    with pytest.raises(ToolDefinitionError, match="declare its effect"):
+        Capability(conflict_key_fn=lambda p: ["k"])
+
+
 def test_an_async_key_fn_is_refused_at_definition_time():
     async def keys(params):
         return ["k"]
@@ -293,6 +300,13 @@ async def test_a_too_long_value_at_a_pointer_is_refused():
     d = await reg.execute_detailed("w", {"repo": "r" * 600})
     assert d.error.code == "conflict_keys_invalid" and "/repo" in d.error.message
     assert (await reg.execute_detailed("w", {"repo": "r"})).receipt.outcome == "succeeded"
+
+
+def test_a_keyed_read_that_is_not_reviewed_parallel_safe_holds_its_keys_exclusively():
+    r = define_tool(name="r", description="", handler=_noop, capability={"effect": "read", "conflict_keys": ["/repo"]})
+    assert r.schedule_class == "keyed" and r.admission({"repo": "X"}) == Admission("write", frozenset({"X"}))
+    ok = define_tool(name="ok", description="", handler=_noop, capability=KEYED_READ)
+    assert ok.schedule_class == "shared" and ok.admission({"repo": "X"}) == Admission("shared", frozenset({"X"}))
 
 
 def test_a_call_whose_keys_come_out_empty_falls_back_to_its_lane():
@@ -384,3 +398,115 @@ async def test_a_child_context_without_a_reservation_is_admitted_on_its_own():
         await until(lambda: "b" in g.running)
         g.open("b")
     assert result["d"].receipt.parent_receipt_id == "rcpt_parent" and result["d"].error is None
+
+
+def test_the_servers_doc_example_runs_and_prints_what_it_says():
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "SERVERS.md").read_text()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "git_push" in b)
+    p = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["Admission('write', ['a'])", "keyed"]
+
+
+# -- the scheduler against a brute-force oracle -------------------------------------
+
+
+def _conflict(a, b):
+    (ma, ka), (mb, kb) = a, b
+    if "exclusive" in (ma, mb):
+        return True
+    return bool(ka & kb) and "write" in (ma, mb)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.anyio
+async def test_random_interleavings_keep_every_rule(seed):
+    """Random arrivals, releases and cancellations; after each step, checked by brute force:
+    nothing running conflicts or exceeds a pool; no queued call could run (no stuck slot);
+    no running call passed an earlier conflicting call that still waits."""
+    import random
+
+    rnd = random.Random(seed)
+    sched = Scheduler(max_parallel=2, max_parallel_writes=3)
+    want: dict[int, tuple[str, frozenset[str]]] = {}
+    running: dict[int, object] = {}
+    pending: dict[int, anyio.CancelScope] = {}
+
+    async def requester(seq, scope):
+        with scope:
+            mode, keys = want[seq]
+            r = await sched.acquire(mode, keys)
+            running[seq] = r
+        pending.pop(seq, None)
+
+    def check():
+        live = list(running)
+        for i, a in enumerate(live):
+            for b in live[i + 1:]:
+                assert not _conflict(want[a], want[b]), (want[a], want[b])
+        modes = [want[s][0] for s in live]
+        assert modes.count("shared") <= 2 and modes.count("write") <= 3
+        queued = sorted(pending)
+        assert [(w.mode, w.keys) for w in sched._queue] == [want[s] for s in queued]
+        for i, s in enumerate(queued):
+            mode, keys = want[s]
+            room = (mode == "shared" and modes.count("shared") < 2) or (mode == "write" and modes.count("write") < 3) \
+                or (mode == "exclusive" and not live)
+            free = not any(_conflict(want[s], want[r]) for r in live)
+            first_clear = not any(_conflict(want[s], want[q]) for q in queued[:i])
+            assert not (room and free and first_clear), f"call {s} {want[s]} could run but waits"
+            for r in live:  # an earlier conflicting call still waits: nobody passed it
+                assert not (s < r and _conflict(want[s], want[r])), (s, want[s], r, want[r])
+
+    async with anyio.create_task_group() as tg:
+        for seq in range(400):
+            op = rnd.random()
+            if op < 0.5 or not (running or pending):
+                kind = rnd.random()
+                keys = frozenset(rnd.sample("abcd", rnd.choice((1, 1, 2))))
+                want[seq] = ("exclusive", frozenset()) if kind < 0.1 else \
+                    ("shared", frozenset()) if kind < 0.3 else ("shared", keys) if kind < 0.5 else \
+                    ("write", frozenset()) if kind < 0.65 else ("write", keys)
+                scope = anyio.CancelScope()
+                pending[seq] = scope
+                tg.start_soon(requester, seq, scope)
+            elif op < 0.85 and running:
+                running.pop(rnd.choice(sorted(running))).release()
+            elif pending:
+                pending.pop(rnd.choice(sorted(pending))).cancel()
+            for _ in range(10):
+                await anyio.sleep(0)
+            check()
+        while running or pending:
+            for r in list(running):
+                running.pop(r).release()
+            for _ in range(10):
+                await anyio.sleep(0)
+    assert sched.queued == 0 and sched.running_shared == sched.running_writes == 0 and not sched._held
+    assert not sched._wanted_by_reads and not sched._wanted_by_writes and sched._queued_barriers == 0
+
+
+@pytest.mark.anyio
+async def test_closing_the_scheduler_refuses_queued_keyed_calls_and_leaves_nothing_held():
+    g = Gate()
+    sink = MemoryJournalSink()
+    reg = ToolRegistry([g.tool("w", **KEYED_READ), g.tool("kw", **KEYED), g.tool("u")], sink=sink)
+    sched = reg.executor.scheduler
+    async with anyio.create_task_group() as tg:
+        _start(tg, reg, "kw", "a", "X")
+        await until(lambda: "a" in g.running)
+        _start(tg, reg, "w", "b", "X")
+        _start(tg, reg, "kw", "c", "X")
+        _start(tg, reg, "u", "d")
+        await until(lambda: sched.queued == 3)
+        sched.close("test")
+        await until(lambda: len(sink.receipts) == 3)
+        g.open("a")
+    assert sorted(r.outcome for r in sink.receipts) == ["cancelled", "cancelled", "cancelled", "succeeded"]
+    assert sched.queued == 0 and not sched._held and sched.running_writes == sched.running_shared == 0
+    assert not sched._wanted_by_reads and not sched._wanted_by_writes and sched._queued_barriers == 0

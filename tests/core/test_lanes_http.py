@@ -32,11 +32,21 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 
 @pytest.fixture
 def server(tmp_path):
+    yield from _serve(tmp_path)
+
+
+@pytest.fixture
+def one_write_server(tmp_path):
+    yield from _serve(tmp_path, "--max-parallel-writes", "1")
+
+
+def _serve(tmp_path, *extra):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "openfunctions.servers", "serve", "--transport", "http", "--port", str(port),
-         "--module", "lanes_http_tools:registry", "--no-example-tools", "--data-dir", str(tmp_path / "data")],
+         "--module", "lanes_http_tools:registry", "--no-example-tools", "--data-dir", str(tmp_path / f"data{port}"),
+         *extra],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -81,3 +91,9 @@ async def test_keyed_calls_on_different_keys_overlap_over_http_and_same_key_call
     assert await _pair(server, tmp_path / "distinct", ("repo-1", "repo-2"), 30.0) == ["together", "together"]
     # The same repository: one at a time, so neither ever sees the other inside (a bounded 1 s wait each).
     assert await _pair(server, tmp_path / "same", ("repo-1", "repo-1"), 1.0) == ["alone", "alone"]
+
+
+@pytest.mark.anyio
+async def test_serve_max_parallel_writes_bounds_the_write_pool(one_write_server, tmp_path):
+    # Different keys, but a write pool of one: the second waits for the first to finish.
+    assert await _pair(one_write_server, tmp_path / "pool", ("repo-1", "repo-2"), 1.0) == ["alone", "alone"]
