@@ -21,23 +21,39 @@ the data dir with memory on (a client continues after a restart), and bound
 to the principal that created them (see ``_conversations.py``).
 
 Bad requests get ``{"error": {"code", "message"}}``: 400 ``invalid_json``
-(not JSON, or not an object), 400 ``chat_message_invalid`` (``message``
-missing, not a string, blank), 400 ``chat_conversation_invalid`` (a
-conversation id that is not a string of the issued form, or body and header
-disagree), 404 ``chat_conversation_not_found`` (well-formed, not held:
-never issued, evicted, created by another principal, or (memory off) from before a restart), 413
-``chat_message_too_large`` (more than ``max_message_chars`` characters) or
-413 ``body_too_large`` (a body over :data:`MAX_BODY_BYTES`), 415
-``unsupported_media_type``, 503 ``chat_closed``.
+(not JSON, not an object, or nested deeper than ``max_json_depth``), 400
+``chat_message_invalid`` (``message`` missing, not a string, blank), 400
+``chat_conversation_invalid`` (a conversation id that is not a string of the
+issued form, or body and header disagree), 404 ``chat_conversation_not_found``
+(well-formed, not held: never issued, evicted, created by another principal,
+or (memory off) from before a restart), 408 ``body_timeout`` (the body did
+not arrive within ``body_timeout``), 413 ``chat_message_too_large`` (more
+than ``max_message_chars`` characters) or 413 ``body_too_large`` (a body
+over :data:`MAX_BODY_BYTES`), 415 ``unsupported_media_type`` (a POST that is
+not ``application/json``), 421 ``invalid_host``, 403 ``invalid_origin``, 503
+``chat_closed``.
+
+What stands in front of the routes is the MCP HTTP server's own guard
+(``servers/_http_guard.py``), not a copy: a request head must arrive within
+``header_timeout`` seconds, a body within ``body_timeout``; at most
+``max_connections`` connections are open (one more gets 503 and is closed at
+once), lowered to fit the open-file limit; a client that disconnects
+mid-body ends its request quietly; each kind of refusal is logged once per
+few seconds, not once per request.
 
 Security: loopback by default; a non-loopback ``host`` needs a ``token``.
 With a token every route but the page needs ``Authorization: Bearer
 <token>`` (the MCP HTTP server's :class:`BearerAuth`: constant-time check,
 401 with ``WWW-Authenticate``); the page (no data in it) reads the token
 from its URL fragment, ``http://127.0.0.1:8765/#token=...``, which browsers
-never send to a server. On a loopback bind the ``Host`` header must
-name a loopback host (DNS rebinding), and a request with an ``Origin`` header
-must come from the page's own origin (another web site's script cannot post).
+never send to a server. On a loopback bind the ``Host`` header must name a
+loopback host on any port (DNS rebinding; a tunnel or port forward changes
+only the port), and a request with an ``Origin`` header must come from the
+page's own origin: a loopback origin on the port ``Host`` names. ``Origin:
+null`` (a sandboxed frame, a ``data:`` or ``file:`` page) is refused, and
+every POST must be ``application/json``, a type a browser sends cross-site
+only after a CORS preflight this server never grants, so another page's
+script cannot run a turn (or its tools).
 
 A client that disconnects from ``/chat/stream`` cancels its turn: the run is
 recorded ``cancelled`` and the server keeps serving.
@@ -45,6 +61,7 @@ recorded ``cancelled`` and the server keeps serving.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import socket
@@ -59,14 +76,24 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from openfunctions.core import PRINCIPAL_SCOPE_KEY, OpenFunctionsError
+from openfunctions.servers._http_limits import (
+    CHAT_MAX_BODY_BYTES,
+    CHAT_MAX_CONNECTIONS,
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_KEEP_ALIVE_TIMEOUT,
+    DEFAULT_MAX_JSON_DEPTH,
+)
 
 from ._errors import ChatClosed, ChatError, ConversationNotFound, InvalidConversation, InvalidMessage, MessageTooLarge
 
 log = structlog.get_logger("openfunctions.chat.http")
 
 #: The largest request body read, in bytes (a message is at most 8,000 characters; JSON escapes may double it).
-MAX_BODY_BYTES = 64 * 1024
+MAX_BODY_BYTES = CHAT_MAX_BODY_BYTES
 _STATUS = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503, InvalidConversation: 400, ConversationNotFound: 404}
+#: Connections waiting to be accepted, and accepted per event-loop turn.
+_BACKLOG = 128
 #: The request header (and response header) carrying a conversation id.
 CONVERSATION_HEADER = "x-conversation-id"
 
@@ -91,23 +118,18 @@ def _is_loopback(host: str) -> bool:
 
 
 async def _body(request: Request, *, required: bool = True) -> dict[str, Any]:
-    """The request's JSON object (``required=False``: an empty body is ``{}``), or :class:`_BadRequest`."""
-    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if ctype not in ("application/json", "text/plain", ""):
-        raise _BadRequest(415, "unsupported_media_type", f"send the body as application/json, not {ctype}")
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise _BadRequest(413, "body_too_large", f"the body is {declared} bytes; the limit is {MAX_BODY_BYTES}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise _BadRequest(413, "body_too_large", f"the body is over the {MAX_BODY_BYTES}-byte limit")
+    """The request's JSON object (``required=False``: an empty body is ``{}``), or :class:`_BadRequest`.
+
+    The guard in front (``_http_guard.RequestGuard``) has already checked the
+    content type, read the whole body within its size and time limits and
+    refused one nested too deep.
+    """
+    body = await request.body()
     if not body.strip() and not required:
         return {}
     try:
-        data = json.loads(bytes(body).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _BadRequest(400, "invalid_json", f'the body is not JSON ({exc}); send {{"message": "..."}}') from None
     if not isinstance(data, dict):
         raise _BadRequest(400, "invalid_json", f'the body must be a JSON object {{"message": "..."}}, got {type(data).__name__}')
@@ -178,8 +200,15 @@ class _Stream:
             tg.cancel_scope.cancel()
 
 
-def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None) -> Any:
-    """The ASGI app ``serve()`` runs (see the module docstring)."""
+def _error_body(code: str, message: str) -> tuple[bytes, bytes]:
+    """The guard's refusals in this server's error shape."""
+    return json.dumps({"error": {"code": code, "message": message}}).encode(), b"application/json"
+
+
+def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
+                    body_timeout: float = DEFAULT_BODY_TIMEOUT, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Any:
+    """The ASGI app ``serve()`` runs (see the module docstring). ``port`` is unused (any port passes the Host check)."""
+    from openfunctions.servers._http_guard import HostRules, RequestGuard
     page = files(__package__).joinpath("_page.html").read_text(encoding="utf-8")
 
     async def index(request: Request) -> Response:
@@ -221,7 +250,14 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
             data = await _body(request)
             if "message" not in data:
                 raise _BadRequest(400, InvalidMessage.code, 'the body has no "message" field')
-            message = str(agent._check(data["message"]))
+            raw = data["message"]
+            try:
+                if isinstance(raw, str):
+                    raw.encode("utf-8")
+            except UnicodeEncodeError:  # JSON's "\ud800": not text. A client is told (the Python API replaces it)
+                raise InvalidMessage("message contains a lone surrogate (an unpaired \\uD800-\\uDFFF escape): "
+                                     "it is not UTF-8 text") from None
+            message = str(agent._check(raw))
             conversation = _conversation_id(request, data)
             if conversation is None:
                 conversation = await agent.open_conversation(principal=_principal(request))
@@ -254,13 +290,21 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
         Route("/chat", chat, methods=["POST"]),
         Route("/chat/stream", stream, methods=["POST"]),
     ])
-    if _is_loopback(host):
-        app = _LoopbackOnly(app)
     if token:
         from openfunctions.core import BearerAuth  # the MCP HTTP server's check, reused
 
         app = _PageOpen(app, BearerAuth(app, token, "bearer"))
-    return app
+    return RequestGuard(
+        app,
+        rules=HostRules.loopback() if _is_loopback(host) else None,  # off the loopback the token is the guard
+        health=None,  # GET /health is the agent's own route
+        max_body_bytes=MAX_BODY_BYTES,
+        body_timeout=body_timeout,
+        max_json_depth=max_json_depth,
+        error_body=_error_body,
+        host_hint="the chat on a loopback bind answers loopback names (any port) only; "
+                  "to serve another name bind that address with --host and a token",
+    )
 
 
 class _PageOpen:
@@ -277,55 +321,53 @@ class _PageOpen:
             await self.guarded(scope, receive, send)
 
 
-class _LoopbackOnly:
-    """On a loopback bind: the Host header must be a loopback name; an Origin, if sent, must be the same host."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or ())
-            host = headers.get(b"host", b"").decode("latin-1")
-            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-            origin = headers.get(b"origin", b"").decode("latin-1")
-            why = None
-            if not _is_loopback(name):
-                why = f"Host {host!r} is not a loopback name"
-            elif origin and origin not in ("null",) and origin.split("://", 1)[-1] != host:
-                why = f"Origin {origin!r} is not this page's origin"
-            if why is not None:
-                await _error(403, "forbidden_origin", why)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token: str | None = None,
-                ready: Any = None) -> None:
-    """Serve until cancelled (or SIGINT/SIGTERM). ``port=0`` picks a free port; ``ready(port)`` is called once listening."""
+                ready: Any = None, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+                body_timeout: float = DEFAULT_BODY_TIMEOUT, max_connections: int = CHAT_MAX_CONNECTIONS,
+                max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> None:
+    """Serve until cancelled (or SIGINT/SIGTERM). ``port=0`` picks a free port; ``ready(port)`` is called once listening.
+
+    ``header_timeout``: seconds a connection has to send a complete request
+    head (from connecting or from its previous response); ``body_timeout``:
+    seconds a POST body has to arrive; ``max_connections``: open connections
+    at most (lowered, with a warning, to fit the open-file limit);
+    ``max_json_depth``: the deepest nesting a body may have.
+    """
     import uvicorn
+
+    from openfunctions.servers._event_loop import resolve_http_parser
+    from openfunctions.servers._http_guard import clamp_connections, guarded_protocol, quiet_accept_errors
 
     from ._errors import ChatConfigError
 
     if not _is_loopback(host) and not token:
         raise ChatConfigError(f"serving the chat on {host!r} (not loopback) needs a bearer token: pass token= "
                               "(--auth-token-env / --auth-token-file), or bind 127.0.0.1")
-    app = create_chat_app(agent, host=host, port=port, token=token)
+    app = create_chat_app(agent, host=host, port=port, token=token, body_timeout=body_timeout,
+                          max_json_depth=max_json_depth)
+    protocol = guarded_protocol(resolve_http_parser("auto"), max_connections=clamp_connections(max_connections),
+                                header_timeout=header_timeout)
     # log_level=None, log_config=None: uvicorn leaves the process's logging (its loggers' levels) alone.
-    config = uvicorn.Config(app, host=host, port=port, log_level=None, access_log=False, lifespan="off",
-                            log_config=None, timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, host=host, port=port, http=protocol, log_level=None, access_log=False,
+                            lifespan="off", log_config=None, timeout_graceful_shutdown=2,
+                            timeout_keep_alive=DEFAULT_KEEP_ALIVE_TIMEOUT,
+                            # asyncio accepts up to `backlog` connections per loop turn before any is refused
+                            # (past the cap) and closed: 2048, uvicorn's default, ran a 1,024-fd process out of
+                            # descriptors for a second under a burst of connections; 128 cannot.
+                            backlog=_BACKLOG)
     server = uvicorn.Server(config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        sock.listen(_BACKLOG)
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
         raise ChatConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
+    quiet_accept_errors(asyncio.get_running_loop())
     stopped = anyio.Event()
 
     async def run_server() -> None:

@@ -25,6 +25,7 @@ from ._schema import Validator, accepts_null, complete_strict_schema, strict_vio
 from ._sink import ExecutionObserver, FanoutSink, MemoryJournalSink
 from ._stamps import new_id, utc_timestamp
 from ._tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, define_tool, tool
+from ._tool_tests import ToolTest, ToolTestResult, run_tool_tests
 from .errors import (
     AdmissionRefused,
     ConfigurationError,
@@ -66,4 +67,5 @@ __all__ = [
     "UnsafePath", "Validator", "accepts_null", "canonical_bytes", "canonical_json", "check_json", "complete_strict_schema",
     "configure_logging", "define_tool", "digest", "new_id", "pretty_json", "strict_violations", "to_anthropic", "to_gemini",
     "to_openai", "to_utf8", "tool", "utc_timestamp", "with_child_execution",
+    "ToolTest", "ToolTestResult", "run_tool_tests",
 ]

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, mo
 from ._canonical import canonical_json, check_json, digest
 from ._scheduler import Admission
 from ._schema import Validator, complete_strict_schema
+from ._tool_tests import ToolTest
 from .errors import ConflictKeysInvalid, NonJsonValue, ToolDefinitionError
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -180,6 +181,8 @@ class ToolDefinition:
     capability: Capability | None = None
     #: Optional parameters for which ``null`` means "absent" (see :func:`define_tool`); not part of the spec.
     null_as_absent: frozenset[str] = field(default=frozenset(), compare=False)
+    #: The author's test cases (core/_tool_tests.py); not part of the spec: they check the implementation.
+    tests: tuple[ToolTest, ...] = field(default=(), compare=False)
 
     def drop_absent_nulls(self, params: dict[str, Any]) -> dict[str, Any]:
         """``params`` without the ``null`` values that stand for "use the default" (strict-mode clients send them)."""
@@ -391,8 +394,13 @@ def define_tool(
     meta: Mapping[str, Any] | None = None,
     capability: Capability | Mapping[str, Any] | None = None,
     blocking: bool = True,
+    tests: Sequence[ToolTest | Mapping[str, Any]] = (),
 ) -> ToolDefinition:
     """Define a tool whose handler takes ``(params: dict, ctx: ToolExecutionContext)``.
+
+    ``tests``: cases ``{"arguments", "expect" | "match" | "check" | "error"}``
+    that ``openfunctions-mcp test`` runs through the executor (core/_tool_tests.py);
+    not part of the spec or its digest.
 
     A sync handler runs in a worker thread, so a slow or blocking one never
     stalls the event loop. ``blocking=False`` declares a sync handler quick
@@ -441,6 +449,7 @@ def define_tool(
         meta=dict(meta or {}),
         capability=capability,
         null_as_absent=null_as_absent,
+        tests=tuple(ToolTest.of(c, name) for c in tests),
     )
     try:
         check_json(t.spec())

@@ -22,10 +22,23 @@ Per server, besides ``command``/``args``/``env``/``cwd`` (stdio) or
 - ``timeout``: seconds one call may take (default 60); ``connectTimeout``:
   seconds to connect and list tools (default 30).
 - ``trustAnnotations`` (default true): map ``readOnlyHint: true`` to a
-  parallel-safe read; false makes every tool of that server exclusive.
+  parallel-safe read; false treats every tool of that server as a write.
+- ``scope``: what a call of this server's tools may run alongside (the
+  scheduler's conflict scope, docs/GATEWAY.md "Concurrency"):
+  ``"serial"`` (default: the server's calls one at a time, key
+  ``mcp:<server>``; reads share it), ``"parallel"`` (no limit: the server
+  copes with concurrent calls), ``{"keys": ["/repo"]}`` (calls whose
+  arguments agree at those JSON Pointers run one at a time) or
+  ``"exclusive"`` (each call runs alone in the whole registry).
+- ``toolScopes``: ``{"<upstream tool name>": <scope>}``, overriding ``scope``
+  per tool.
 - ``requiredScopes``: scopes every tool of that server requires (a
   :class:`~openfunctions.core.ScopePolicy` then checks the caller's).
 - ``maxResultBytes``: the largest upstream result passed on (default 4 MiB).
+- ``maxTools``: the most tools mounted from this server (default 1000); the
+  rest are left out, and ``health()`` / ``gateway check`` say how many.
+- ``maxLineBytes``: the longest line a stdio server may write (default 32 MiB,
+  or four times ``maxResultBytes`` if more); a longer one closes the connection.
 - ``contextResources``: resource URIs whose text ``build_context()`` includes.
 - ``disabled: true``: leave the server out.
 
@@ -54,14 +67,21 @@ SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,48}$")
 DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_TOOLS = 1000
+DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 
 _KNOWN = {
     "type", "command", "args", "env", "cwd", "url", "headers", "bearerTokenEnv", "bearerTokenFile",
     "timeout", "connectTimeout", "trustAnnotations", "requiredScopes", "maxResultBytes",
-    "contextResources", "disabled",
+    "contextResources", "disabled", "maxTools", "maxLineBytes", "scope", "toolScopes",
 }
 _TYPES = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamableHttp": "http", "streamable_http": "http"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+#: A call scope: "serial", "parallel", "exclusive", or the JSON Pointers of a keyed scope.
+Scope = str | tuple[str, ...]
+SCOPES = ("serial", "parallel", "exclusive")
 
 
 @dataclass(frozen=True)
@@ -84,6 +104,14 @@ class UpstreamConfig:
     required_scopes: tuple[str, ...] = ()
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     context_resources: tuple[str, ...] = ()
+    max_tools: int = DEFAULT_MAX_TOOLS
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    scope: Scope = "serial"
+    tool_scopes: dict[str, Scope] = field(default_factory=dict)
+
+    def scope_of(self, tool: str) -> Scope:
+        """The scope of upstream tool ``tool``: its ``toolScopes`` entry, else the server's ``scope``."""
+        return self.tool_scopes.get(tool, self.scope)
 
     def describe(self) -> str:
         """Where it is, without secrets (no env values, headers or tokens)."""
@@ -158,6 +186,33 @@ def _number(entry: Mapping[str, Any], key: str, where: str, default: float, *, i
     return v
 
 
+def _scope(value: Any, where: str) -> Scope:
+    if isinstance(value, str) and value in SCOPES:
+        return value
+    if isinstance(value, Mapping) and set(value) == {"keys"}:
+        keys = value["keys"]
+        if isinstance(keys, list) and keys and all(isinstance(k, str) for k in keys):
+            from openfunctions.core import Capability, OpenFunctionsError
+
+            try:
+                Capability(effect="external", conflict_keys=tuple(keys))
+            except OpenFunctionsError as exc:
+                raise UpstreamConfigError(f"{where}: {exc.message}") from None
+            return tuple(keys)
+    raise UpstreamConfigError(
+        f"{where} must be \"serial\", \"parallel\", \"exclusive\" or {{\"keys\": [\"/json/pointer\", ...]}}, "
+        f"got {json.dumps(value)[:80]}"
+    )
+
+
+def _scopes(entry: Mapping[str, Any], where: str) -> tuple[Scope, dict[str, Scope]]:
+    scope = _scope(entry.get("scope", "serial"), f"{where}: 'scope'")
+    tools = entry.get("toolScopes", {})
+    if not isinstance(tools, Mapping):
+        raise UpstreamConfigError(f"{where}: 'toolScopes' must be an object of tool name -> scope")
+    return scope, {str(t): _scope(v, f"{where}: 'toolScopes.{t}'") for t, v in tools.items()}
+
+
 def parse_upstream(name: str, entry: Any, *, source: str = "mcpServers") -> UpstreamConfig | None:
     """One ``mcpServers`` entry; ``None`` when it is ``disabled``."""
     where = f"{source}: server {name!r}"
@@ -196,7 +251,11 @@ def parse_upstream(name: str, entry: Any, *, source: str = "mcpServers") -> Upst
         required_scopes=_str_list(entry, "requiredScopes", where, expand=False),
         max_result_bytes=_number(entry, "maxResultBytes", where, DEFAULT_MAX_RESULT_BYTES, integer=True),
         context_resources=_str_list(entry, "contextResources", where, expand=False),
+        max_tools=_number(entry, "maxTools", where, DEFAULT_MAX_TOOLS, integer=True),
     )
+    common["scope"], common["tool_scopes"] = _scopes(entry, where)
+    common["max_line_bytes"] = _number(entry, "maxLineBytes", where,
+                                       max(DEFAULT_MAX_LINE_BYTES, 4 * common["max_result_bytes"]), integer=True)
     if transport == "stdio":
         for key in ("url", "headers", "bearerTokenEnv", "bearerTokenFile"):
             if key in entry:
@@ -250,4 +309,4 @@ def load_upstreams(path: str | Path) -> list[UpstreamConfig]:
     return parse_upstreams(document, source=str(p))
 
 
-__all__ = ["UpstreamConfig", "load_upstreams", "parse_upstreams", "parse_upstream"]
+__all__ = ["SCOPES", "Scope", "UpstreamConfig", "load_upstreams", "parse_upstreams", "parse_upstream"]

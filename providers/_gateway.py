@@ -59,6 +59,7 @@ class Gateway:
         """Connect every upstream (concurrently) and mount its tools; report the ones that are down."""
         for p in self.providers:
             c = await p.connect(wait=False)
+            c.share_names_with(self.connected)  # mounted names are unique across the servers (see _mcp.py)
             c.on_tools_changed(self._tools_changed)
             c.on_prompts_changed(self._prompts_changed)
             await c.mount(self.registry)
@@ -109,9 +110,15 @@ class Gateway:
         if server is None:
             return False
         wanted: dict[str, tuple[ConnectedMcpProvider, dict[str, Any]]] = {}
+        clashes: set[str] = set()
         for c in self.connected:
             for p in c.prompts():
+                if p["name"] in wanted:
+                    clashes.add(p["name"])
                 wanted.setdefault(p["name"], (c, p))
+        for name in clashes:  # two servers' prompts map to one name: neither is served, whatever the order
+            log.warning("upstream_prompt_problem", prompt=name, problem="left out: two servers' prompts map to this name")
+            del wanted[name]
         changed = False
         for name in self._served_prompts - set(wanted):
             server.remove_prompt(name)

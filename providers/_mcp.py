@@ -16,9 +16,23 @@ Mapping:
   name with characters ours does not allow (``[A-Za-z0-9_.-]``) is mounted
   with each such character replaced by ``_``; one that still collides or is
   too long is left out, and :meth:`ConnectedMcpProvider.health` lists why.
+  Names are unique across a gateway's servers too: when two servers' tools
+  map to one name (server ``x`` tool ``_y`` and server ``x_`` tool ``y`` are
+  both ``mcp__x___y``), neither is mounted, whichever connected first.
+- the upstream's schemas are data (``core/_schema.py``, untrusted): ``$ref``
+  only inside the schema, never fetched; patterns on RE2; size, nesting and
+  validation time bounded. A tool whose schema breaks those rules is left out
+  with the reason. At most ``maxTools`` tools are mounted (the rest left out
+  and counted); a re-listing redefines only the tools that changed, in a
+  worker thread, so a large list never holds the event loop.
 - annotations are kept as hints; ``readOnlyHint: true`` becomes a read,
   parallel-safe capability (``trustAnnotations: false`` turns that off);
-  anything else is unclassified (its effect unknown), so it runs exclusively.
+  anything else is an ``external`` effect. What a call may run alongside is
+  the server's (or the tool's) ``scope``: by default ``serial``, the
+  conflict key ``mcp:<server>`` (via ``conflict_key_fn``), so calls to one
+  upstream run one at a time (reads share the key) and never wait for
+  another upstream or a local tool that is not a barrier; ``parallel``,
+  ``{"keys": [pointers]}`` and ``exclusive`` as ``_config.py`` says.
 - the upstream's ``content`` and ``structuredContent`` are our result as
   they came (and the upstream's ``isError``); our receipt goes in ``_meta``.
 
@@ -35,7 +49,10 @@ Failure semantics (each a clear error; the gateway keeps serving):
   (``notifications/cancelled``) and fails with ``upstream_timeout``, certainty
   ``unknown``; the connection stays (other calls may be fine).
 - a result over ``maxResultBytes``: ``upstream_result_too_large`` (the
-  upstream ran the call: certainty ``unknown``).
+  upstream ran the call: certainty ``unknown``). A large result's structured
+  output is validated in a worker thread before the executor's own check.
+- a stdio line over ``maxLineBytes``: the connection is closed (pending
+  calls fail ``upstream_lost``, the reason in ``health()``) and reopened.
 - our caller cancels: the upstream call is cancelled too; the receipt says
   ``cancelled``/``unknown``.
 - ``notifications/tools/list_changed``: the tools are listed again and the
@@ -84,10 +101,12 @@ from openfunctions.core import (
     ToolResult,
     define_tool,
 )
+from openfunctions.core._schema import untrusted_schemas
 
-from ._config import UpstreamConfig
+from ._config import Scope, UpstreamConfig
 from ._errors import UpstreamError, UpstreamUnavailable
 from ._provider import ContextProvider, ProviderHealth, provider_tags
+from ._stdio import bounded_stdio_client
 
 log = structlog.get_logger("openfunctions.providers.mcp")
 
@@ -99,6 +118,8 @@ KICK_MIN_INTERVAL_S = 1.0
 MAX_LIST_PAGES = 100
 CONTEXT_MAX_RESOURCES = 25
 CONTEXT_MAX_CHARS = 4000
+#: Structured output larger than this (JSON characters) is validated in a worker thread first.
+THREAD_VALIDATION_BYTES = 64 * 1024
 
 _INVALID_CHAR = re.compile(r"[^A-Za-z0-9_.\-]")
 # JSON-RPC errors that mean the upstream refused the request before running it.
@@ -116,6 +137,17 @@ _RAW_RESULT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 def mounted_name(server: str, tool: str) -> str:
     """``mcp__<server>__<tool>`` with characters invalid in our tool names replaced by ``_``."""
     return f"{MOUNT_PREFIX}__{server}__{_INVALID_CHAR.sub('_', tool)}"
+
+
+def describe_scope(server: str, scope: Scope) -> str:
+    """How a scope reads in ``gateway check`` and a mounted tool's ``_meta``."""
+    if scope == "serial":
+        return f"serial (key {MOUNT_PREFIX}:{server}: calls to {server} one at a time, reads together)"
+    if scope == "parallel":
+        return "parallel (no limit)"
+    if scope == "exclusive":
+        return "exclusive (runs alone)"
+    return f"keys {', '.join(scope)} (calls with equal values there run one at a time)"
 
 
 def _json_size(value: Any) -> int:
@@ -169,6 +201,11 @@ class ConnectedMcpProvider:
         self.instructions: str | None = None
         self._tools: dict[str, ToolDefinition] = {}  # mounted name -> definition (the upstream's current list)
         self._problems: dict[str, str] = {}  # upstream tool name -> why it is not mounted (or renamed)
+        self._collisions: dict[str, str] = {}  # upstream tool name -> the other server's tool with its mounted name
+        self._left_out = 0  # tools past maxTools in the last listing
+        self._defined: dict[str, tuple[str, ToolDefinition | str]] = {}  # upstream name -> (its wire JSON, definition or why not)
+        self._peers: list[ConnectedMcpProvider] = []  # the gateway's servers (names must be unique across them)
+        self._key = f"{MOUNT_PREFIX}:{self.config.name}"  # the conflict key of a "serial" scope
         self._registry: ToolRegistry | None = None
         self._registered: dict[str, ToolDefinition] = {}
         self._listeners: list[OnToolsChanged] = []
@@ -216,9 +253,8 @@ class ConnectedMcpProvider:
         closers: list[Callable[[], Awaitable[None]]] = []
         if cfg.transport == "stdio":
             params = StdioServerParameters(command=cfg.command or "", args=list(cfg.args), env=cfg.env or None, cwd=cfg.cwd)
-            from mcp.client.stdio import stdio_client
-
-            target: Any = stdio_client(params, errlog=self.provider.errlog or sys.stderr)
+            target: Any = bounded_stdio_client(params, max_line_bytes=cfg.max_line_bytes, on_violation=self._mark_lost,
+                                               errlog=self.provider.errlog or sys.stderr)
         else:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
@@ -364,45 +400,101 @@ class ConnectedMcpProvider:
 
     # -- tools -----------------------------------------------------------------
 
-    async def _list_all_tools(self, client: Client) -> list[types.Tool]:
+    async def _list_all_tools(self, client: Client) -> tuple[list[types.Tool], int, bool]:
+        """The upstream's first ``maxTools`` + 1 tools, how many it listed, and whether pages were left unread."""
         tools: list[types.Tool] = []
+        total = 0
         cursor: str | None = None
+        limit = self.config.max_tools
         for _ in range(MAX_LIST_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
+            # The page as wire JSON: only the tools we may mount become models (a 20,000-tool page
+            # validated whole would hold the event loop for a third of a second).
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page: dict[str, Any] = await client.session.send_request(
+                types.ListToolsRequest(params=params), cast(Any, _RAW_RESULT))
+            listed = page.get("tools")
+            if not isinstance(listed, list):
+                raise UpstreamError(f"upstream {self.config.name!r} answered tools/list without a tools list",
+                                    code="upstream_invalid_result", details={"server": self.config.name})
+            for raw in listed[: limit + 1 - len(tools)]:
+                try:
+                    tools.append(types.Tool.model_validate(raw))
+                except ValidationError as exc:
+                    name = raw.get("name") if isinstance(raw, dict) else None
+                    log.warning("upstream_tool_problem", server=self.config.name, tool=str(name)[:200],
+                                problem=f"left out: not a valid MCP tool ({exc.error_count()} errors)")
+            total += len(listed)
+            cursor = page.get("nextCursor") if isinstance(page.get("nextCursor"), str) else None
+            if not cursor or len(tools) > limit:
                 break
-        return tools
+        return tools, total, bool(cursor)
 
     async def _sync(self, client: Client) -> bool:
-        """List the upstream's tools, rebuild our definitions, apply them to the registry; True if anything changed."""
-        upstream = await self._list_all_tools(client)
-        tools: dict[str, ToolDefinition] = {}
+        """List the upstream's tools, rebuild our definitions, apply them to the registry; True if anything changed.
+
+        Only a tool whose listing changed is defined again (schemas compiled),
+        and that happens in a worker thread: the event loop keeps serving.
+        """
+        upstream, total, more_pages = await self._list_all_tools(client)
+        limit = self.config.max_tools
+        self._left_out = max(0, total - limit)
         problems: dict[str, str] = {}
+        if self._left_out or more_pages:
+            count = f"{self._left_out:,}{'+' if more_pages else ''}"
+            problems[f"({count} more)"] = (f"left out: the server lists over {limit:,} tools (maxTools); "
+                                           f"{count} were not mounted")
+            upstream = upstream[:limit]
+        wanted: dict[str, tuple[str, types.Tool, str]] = {}  # mounted name -> (upstream name, tool, wire JSON)
         for t in upstream:
             name = mounted_name(self.config.name, t.name)
             if not TOOL_NAME_RE.match(name):
                 problems[t.name] = f"left out: {name!r} is over 128 characters"
                 continue
-            if name in tools:
-                problems[t.name] = f"left out: it maps to {name!r}, as does {tools[name].meta[UPSTREAM_META_KEY]['tool']!r}"
+            if name in wanted:
+                problems[t.name] = f"left out: it maps to {name!r}, as does {wanted[name][0]!r}"
                 continue
-            try:
-                tools[name] = self._define(name, t)
-            except OpenFunctionsError as exc:
-                problems[t.name] = f"left out: {exc.message}"
-                continue
+            wanted[name] = (t.name, t, t.model_dump_json(by_alias=True, exclude_none=True))
             if name != mounted_name(self.config.name, "") + t.name:
                 problems[t.name] = f"renamed to {name!r} (characters not allowed in tool names replaced by '_')"
+        fresh = [(name, t, wire) for name, (_, t, wire) in wanted.items()
+                 if self._defined.get(t.name, ("",))[0] != wire]
+        if fresh:
+            built = await anyio.to_thread.run_sync(self._define_all, fresh)
+        else:
+            built = []
+        defined = {upstream_name: self._defined[upstream_name] for upstream_name, _, _ in wanted.values()
+                   if upstream_name in self._defined}
+        for (_, t, wire), definition in zip(fresh, built, strict=True):
+            defined[t.name] = (wire, definition)
+        self._defined = defined
+        tools: dict[str, ToolDefinition] = {}
+        for name, (upstream_name, _, _) in wanted.items():
+            definition = defined[upstream_name][1]
+            if isinstance(definition, str):
+                problems[upstream_name] = f"left out: {definition}"
+            else:
+                tools[name] = definition
         for tool_name, why in problems.items():
             if tool_name not in self._problems:
                 log.warning("upstream_tool_problem", server=self.config.name, tool=tool_name, problem=why)
         self._problems = problems
         before = {n: t.spec_sha256 for n, t in self._tools.items()}
         self._tools = tools
-        self._apply()
+        self._apply_all()
         return before != {n: t.spec_sha256 for n, t in tools.items()}
+
+    def _define_all(self, fresh: list[tuple[str, types.Tool, str]]) -> list[ToolDefinition | str]:
+        """Define each tool (in a worker thread), its schemas compiled as untrusted; a refusal's message in its place."""
+        out: list[ToolDefinition | str] = []
+        with untrusted_schemas():
+            for name, t, _ in fresh:
+                try:
+                    out.append(self._define(name, t))
+                except OpenFunctionsError as exc:
+                    out.append(exc.message)
+                except RecursionError:
+                    out.append("its schema is nested too deeply")
+        return out
 
     def _define(self, name: str, t: types.Tool) -> ToolDefinition:
         cfg = self.config
@@ -414,19 +506,23 @@ class ConnectedMcpProvider:
                 idempotent_hint=a.idempotent_hint, open_world_hint=a.open_world_hint,
             )
         read_only = cfg.trust_annotations and a is not None and a.read_only_hint is True
+        upstream_name = t.name
+        scope = cfg.scope_of(upstream_name)
         capability = Capability(
-            effect="read" if read_only else None,
-            parallel_safe=read_only,
+            # A tool with no trusted read-only hint acts outside this process: "external".
+            effect=None if scope == "exclusive" else "read" if read_only else "external",
+            parallel_safe=read_only or scope == "parallel",
             idempotent=bool(cfg.trust_annotations and a is not None and (a.idempotent_hint or read_only)),
             required_scopes=cfg.required_scopes,
+            conflict_keys=scope if isinstance(scope, tuple) else (),
+            conflict_key_fn=self._server_key if scope == "serial" else None,
         )
-        upstream_name = t.name
 
         async def forward(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
-            return await self.call(upstream_name, params, ctx)
+            return await self.call(upstream_name, params, ctx, mounted=name)
 
         meta = dict(t.meta or {})
-        meta[UPSTREAM_META_KEY] = {"server": cfg.name, "tool": upstream_name}
+        meta[UPSTREAM_META_KEY] = {"server": cfg.name, "tool": upstream_name, "scope": describe_scope(cfg.name, scope)}
         return define_tool(
             name=name,
             description=t.description or "",
@@ -440,26 +536,57 @@ class ConnectedMcpProvider:
             handler=forward,
         )
 
+    def _server_key(self, params: dict[str, Any]) -> tuple[str]:
+        """The conflict key of a ``serial`` scope: every call to this server holds it (reads shared)."""
+        return (self._key,)
+
     async def mount(self, registry: ToolRegistry) -> None:
         """Register the tools into ``registry`` and keep them in step with the upstream from now on."""
         self._registry = registry
-        self._apply()
+        self._apply_all()
 
     def create_tools(self) -> list[ToolDefinition]:
         """The tools as the upstream lists them now (empty while it has never been reached)."""
         return list(self._tools.values())
 
+    def share_names_with(self, peers: list[ConnectedMcpProvider]) -> None:
+        """Keep mounted names unique across ``peers`` (the gateway's servers, this one among them)."""
+        self._peers = peers
+
+    def _apply_all(self) -> None:
+        """Apply this server's tools, then its peers' (a name this one now takes, or gave up, may be theirs)."""
+        self._apply()
+        for peer in self._peers:
+            if peer is not self:
+                peer._apply()
+
     def _apply(self) -> None:
         reg = self._registry
+        others: dict[str, ToolDefinition] = {}
+        for peer in self._peers:
+            if peer is not self:
+                others.update(peer._tools)
+        collisions: dict[str, str] = {}
+        for name, t in self._tools.items():
+            other = others.get(name)
+            if other is not None:
+                theirs = other.meta[UPSTREAM_META_KEY]
+                collisions[t.meta[UPSTREAM_META_KEY]["tool"]] = (
+                    f"left out: it maps to {name!r}, as does tool {theirs['tool']!r} of server {theirs['server']!r}; "
+                    "neither is mounted (rename one server)")
+        for tool_name, why in collisions.items():
+            if tool_name not in self._collisions:
+                log.warning("upstream_tool_problem", server=self.config.name, tool=tool_name, problem=why)
+        self._collisions = collisions
         if reg is None:
             return
         for name, old in list(self._registered.items()):
-            if self._tools.get(name) is not old:
+            if self._tools.get(name) is not old or name in others:
                 if name in reg and reg.get(name) is old:
                     reg.unregister(name)
                 del self._registered[name]
         for name, t in self._tools.items():
-            if name in self._registered:
+            if name in self._registered or name in others:
                 continue
             try:
                 reg.register(t, source=f"upstream MCP server {self.config.name!r}")
@@ -555,7 +682,7 @@ class ConnectedMcpProvider:
             )
         return client
 
-    async def call(self, tool: str, params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:
+    async def call(self, tool: str, params: dict[str, Any], ctx: ToolExecutionContext, *, mounted: str | None = None) -> ToolResult:
         """Forward one call to the upstream tool ``tool`` (the executor calls this; see the module docs)."""
         name = self.config.name
         try:
@@ -604,9 +731,16 @@ class ConnectedMcpProvider:
                 f"upstream {name!r} was lost during {tool!r} ({type(exc).__name__}); the call may have had its effect",
                 code="upstream_lost", effect_happened=None, details={"server": name, "tool": tool},
             ) from None
-        return self._convert(tool, result)
+        converted, size = self._convert(tool, result)
+        definition = self._tools.get(mounted) if mounted is not None else None
+        validator = definition.output_validator if definition is not None else None
+        if (validator is not None and converted.structured is not None and not converted.is_error
+                and size > THREAD_VALIDATION_BYTES):
+            # A large answer is checked off the event loop; the executor's check of the same object is then free.
+            await anyio.to_thread.run_sync(validator.prevalidate, converted.structured)
+        return converted
 
-    def _convert(self, tool: str, result: dict[str, Any]) -> ToolResult:
+    def _convert(self, tool: str, result: dict[str, Any]) -> tuple[ToolResult, int]:
         """The upstream's wire result (protocol-validated by the SDK) as ours: content, structuredContent, isError unchanged."""
         content = result.get("content")
         structured = result.get("structuredContent")
@@ -625,7 +759,7 @@ class ConnectedMcpProvider:
                 code="upstream_result_too_large", effect_happened=True,
                 details={"server": self.config.name, "tool": tool, "bytes": size, "limit": limit},
             )
-        return ToolResult(content=content, structured=structured, is_error=result.get("isError") is True)
+        return ToolResult(content=content, structured=structured, is_error=result.get("isError") is True), size
 
     # -- context and health ----------------------------------------------------
 
@@ -666,9 +800,12 @@ class ConnectedMcpProvider:
             "server_info": self.server_info,
             "connects": self._connects,
             "consecutive_failures": self._failures,
+            "scope": describe_scope(cfg.name, cfg.scope),
         }
-        if self._problems:
-            details["tool_problems"] = dict(self._problems)
+        if self._problems or self._collisions:
+            details["tool_problems"] = {**self._problems, **self._collisions}
+        if self._left_out:
+            details["tools_left_out"] = self._left_out
         if self._prompts:
             details["prompts"] = len(self._prompts)
         if self._client is not None:
@@ -683,4 +820,4 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return out
 
 
-__all__ = ["ConnectedMcpProvider", "McpProvider", "UPSTREAM_META_KEY", "mounted_name"]
+__all__ = ["ConnectedMcpProvider", "McpProvider", "UPSTREAM_META_KEY", "describe_scope", "mounted_name"]

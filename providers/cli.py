@@ -3,7 +3,8 @@
 Each upstream is started (stdio) or reached (HTTP) exactly as the gateway
 would, its tools listed and mounted into a scratch registry, then closed.
 Nothing is called. Output: one line per upstream (status, tool count, where
-it is, what is wrong), or ``--json``.
+it is, what is wrong, its call scope and each tool's that differs), or
+``--json``; ``--tools`` lists every mounted tool with its scope.
 
 Exit codes: 0 every upstream is up; 1 at least one is down; 2 the file is
 unreadable or malformed (the message names the server and key).
@@ -33,7 +34,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="override each upstream's connectTimeout (default: its own, else 30)")
-    p.add_argument("--tools", action="store_true", help="also list each upstream's mounted tool names")
+    p.add_argument("--tools", action="store_true", help="also list each upstream's mounted tools with their call scope")
     p.set_defaults(func=cmd_check)
 
 
@@ -44,6 +45,7 @@ async def _check(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     from ._config import load_upstreams
     from ._gateway import Gateway
+    from ._mcp import UPSTREAM_META_KEY
 
     configs = load_upstreams(args.file)
     if args.timeout is not None:
@@ -55,9 +57,11 @@ async def _check(args: argparse.Namespace) -> list[dict[str, Any]]:
         out = []
         for h in await gateway.health():
             row = h.to_dict()
+            tag = f"context:{h.provider_id}"
+            mounted = sorted((t for t in registry.list() if tag in t.tags), key=lambda t: t.name)
+            row["tool_scopes"] = {t.name: t.meta[UPSTREAM_META_KEY]["scope"] for t in mounted}
             if args.tools:
-                tag = f"context:{h.provider_id}"
-                row["tool_names"] = sorted(t.name for t in registry.list() if tag in t.tags)
+                row["tool_names"] = [t.name for t in mounted]
             out.append(row)
         return out
     finally:
@@ -89,10 +93,15 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(line)
             if not r["ok"]:
                 print(f"      error: {r['message']}")
+            print(f"      scope: {d['scope']}")
+            scopes = r["tool_scopes"]
+            for name, scope in scopes.items():
+                if scope != d["scope"] and not args.tools:
+                    print(f"      tool {name}: scope {scope}")
             for tool, problem in (d.get("tool_problems") or {}).items():
                 print(f"      tool {tool!r}: {problem}")
             for name in r.get("tool_names", []):
-                print(f"      - {name}")
+                print(f"      - {name}  [{scopes[name]}]")
     return EXIT_OK if all(r["ok"] for r in rows) else EXIT_DOWN
 
 

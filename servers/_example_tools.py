@@ -165,6 +165,13 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
             annotations=_READ_HINTS,
             capability=_READ,
             examples=[{"text": "hello"}],
+            tests=[
+                {"arguments": {"text": "hello"}, "expect": {
+                    "algorithm": "sha256", "bytes": 5,
+                    "hex": "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}},
+                {"arguments": {"text": "héllo", "algorithm": "md5"}, "match": {"bytes": 6}},
+                {"arguments": {"text": "x", "algorithm": "crc32"}, "error": "invalid_params"},
+            ],
         ),
         define_tool(
             name="of_json_query",
@@ -194,6 +201,12 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
             blocking=False,
             annotations=_READ_HINTS,
             capability=_READ,
+            tests=[
+                {"arguments": {"document": '{"items": [{"name": "a"}]}', "path": "items[-1].name"},
+                 "expect": {"found": True, "value": "a", "stopped_at": "$.items[-1].name"}},
+                {"arguments": {"document": "[1, 2]", "path": "[5]"}, "match": {"found": False, "stopped_at": "$"}},
+                {"arguments": {"document": "{not json"}, "error": "tool_error"},
+            ],
         ),
         define_tool(
             name="of_now",
@@ -218,6 +231,11 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
             blocking=False,
             annotations={**_READ_HINTS, "idempotent_hint": False},
             capability={"effect": "read", "parallel_safe": True, "idempotent": False},
+            tests=[
+                {"arguments": {}, "check": lambda r: r["utc"].endswith("Z") and "local" not in r},
+                {"arguments": {"timezone": "Asia/Tokyo"}, "check": lambda r: r["local"].endswith("+09:00")},
+                {"arguments": {"timezone": "Mars/Olympus"}, "error": "tool_error"},
+            ],
         ),
     ]
     if files_root is not None:
@@ -251,6 +269,10 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                 handler=_list_dir_handler(root),
                 annotations=_READ_HINTS,
                 capability=_READ,
+                tests=[
+                    {"arguments": {}, "match": {"path": "."}},
+                    {"arguments": {"path": "../"}, "error": "tool_error"},
+                ],
             )
         )
     return tools

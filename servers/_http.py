@@ -1,8 +1,10 @@
 """Streamable HTTP: the SDK's session manager in a Starlette app, served by uvicorn.
 
 Defaults are the safe ones: bind ``127.0.0.1``; Host/Origin checked against
-DNS rebinding, by exact ``host[:port]`` matching (loopback names on this
-server's port only, unless ``allowed_hosts`` widens it); request bodies over
+DNS rebinding, by exact ``host[:port]`` matching (on a loopback bind:
+loopback names on any port, since a tunnel or port forward changes the port,
+not the name, and an ``Origin`` only on the port that ``Host`` names;
+``allowed_hosts`` replaces that); request bodies over
 ``max_body_bytes`` (4 MiB) refused with 413; a request carrying both
 ``Content-Length`` and ``Transfer-Encoding`` refused with 400 and its
 connection closed; a request whose ``id`` is not a string or an integer
@@ -39,6 +41,7 @@ waiting, the journal is closed, and :func:`serve_http` raises
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator
@@ -62,6 +65,7 @@ from ._http_guard import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_KEEP_ALIVE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     DEFAULT_SESSION_IDLE_TIMEOUT,
@@ -71,6 +75,7 @@ from ._http_guard import (
     SessionLimits,
     clamp_connections,
     guarded_protocol,
+    quiet_accept_errors,
 )
 from ._journaling import ServedJournal
 from ._server import OpenFunctionsServer
@@ -89,7 +94,7 @@ def _host_rules(host: str, port: int | None, allowed_hosts: list[str] | None, al
     if allowed_hosts:
         return HostRules.build(list(allowed_hosts), list(allowed_origins or []))
     if host in LOOPBACK:
-        return HostRules.loopback(port)
+        return HostRules.loopback()
     log.warning(
         "dns_rebinding_protection_off",
         host=host,
@@ -126,6 +131,7 @@ def create_http_app(
     max_sessions_per_principal: int | None = DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     session_idle_timeout: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     fast_path: bool | None = None,
 ) -> Any:
     """The ASGI app serving ``server`` at ``path`` (its lifespan runs the session manager).
@@ -136,13 +142,15 @@ def create_http_app(
     to resume). ``retry_interval``: the reconnection delay in milliseconds
     sent in each stream's priming event (``None``: leave it to the client).
 
-    ``port``: the port clients reach the server on; with the loopback
-    defaults, ``Host`` and ``Origin`` must name it (``None``: any port).
+    ``port``: unused by the Host/Origin check (a loopback bind accepts
+    loopback names on any port: port forwarding changes the port); kept for
+    callers that pass it.
     ``max_sessions`` (all callers), ``max_sessions_per_principal`` (one
     authenticated principal, or one client address without auth) and
     ``session_idle_timeout`` (seconds without a request in flight) bound the
     stateful sessions; ``None`` lifts a bound. ``body_timeout``: seconds a
-    POST body may take to arrive. ``GET /healthz`` answers 200, or 503 while
+    POST body may take to arrive; ``max_json_depth``: the deepest nesting a
+    body may have (deeper: 400, -32700, before anything parses it). ``GET /healthz`` answers 200, or 503 while
     the execution journal is failed.
 
     ``fast_path``: answer plain 2026-07-28 ``tools/call`` requests directly,
@@ -184,6 +192,7 @@ def create_http_app(
         health=partial(_health, server),
         max_body_bytes=max_body_bytes,
         body_timeout=body_timeout,
+        max_json_depth=max_json_depth,
     )
 
 
@@ -276,6 +285,7 @@ async def serve_http(
 
     watch = ShutdownWatch(server)
 
+    quiet_accept_errors(asyncio.get_running_loop())
     async with server:
         if isinstance(server.journal, ServedJournal):
             server.journal.sync_on_loop(journal_sync == "loop")

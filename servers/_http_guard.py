@@ -16,11 +16,24 @@ Two layers, because some attacks end before there is a request to look at:
   that honours the other framing would see a different request, RFC 9112
   6.3); checks ``Host`` and ``Origin`` exactly (see :class:`HostRules`);
   answers ``GET /healthz``; reads a POST body within ``body_timeout`` and
-  answers a request whose ``id`` is not a string or an integer with
-  ``-32600`` instead of letting the SDK take it for a notification (202).
+  at most ``max_body_bytes``; refuses a body nested deeper than
+  ``max_json_depth`` before anything parses it (400); a client that goes away
+  mid-body ends the request quietly. For MCP it answers a request whose
+  ``id`` is not a string or an integer with ``-32600`` instead of letting the
+  SDK take it for a notification (202); for the chat server
+  (``error_body`` given) it also refuses a POST that is not
+  ``application/json`` (415: a browser sends ``text/plain``, a form or no
+  type at all cross-site without a CORS preflight) and answers every refusal
+  itself in the chat's error shape.
 - :class:`SessionLimits`: the SDK's session cap and idle timeout, plus a cap
   per principal (the authenticated principal, else the client address), so
   one caller cannot take every session.
+
+The MCP server and the chat server both run behind the first two (``chat/_http.py``).
+Every refusal is logged through :data:`refusals`: one line per kind per
+:data:`REFUSAL_LOG_INTERVAL` seconds, with how many were refused meanwhile,
+so a flood of bad requests is not a flood of log lines. So are asyncio's
+``accept()`` failures when file descriptors run out (:func:`quiet_accept_errors`).
 """
 
 from __future__ import annotations
@@ -28,7 +41,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,10 +65,70 @@ from ._http_limits import (  # noqa: E402  (light module: the CLI reads the defa
     DEFAULT_KEEP_ALIVE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEAD_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
     DEFAULT_SESSION_IDLE_TIMEOUT,
+    REFUSAL_LOG_INTERVAL,
 )
+
+
+class RefusalLog:
+    """One warning line per refusal ``kind`` per ``interval`` seconds; the refusals in between are counted.
+
+    The next line of a kind says how many of it went unlogged since the last
+    (``unlogged``), so a client that sends a thousand bad requests a second
+    costs a line every few seconds, not a thousand.
+    """
+
+    def __init__(self, interval: float = REFUSAL_LOG_INTERVAL, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval, self.clock = interval, clock
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def __call__(self, kind: str, event: str = "request_refused", **fields: Any) -> bool:
+        """Log ``event`` for ``kind`` unless one was logged within the interval; True if this one was."""
+        now = self.clock()
+        last = self._last.get(kind)
+        if last is not None and now - last[0] < self.interval:
+            self._last[kind] = (last[0], last[1] + 1)
+            return False
+        self._last[kind] = (now, 0)
+        log.warning(event, reason=kind, unlogged=last[1] if last else 0, **fields)
+        return True
+
+
+#: The process's refusal log, shared by every guard (an attack on two servers in one process is still few lines).
+refusals = RefusalLog()
+
+
+def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Route asyncio's "socket.accept() out of system resource" reports through :data:`refusals`.
+
+    When the process runs out of file descriptors, asyncio's selector loop
+    (CPython 3.11-3.13) reports it with a traceback once per pending connection
+    in the backlog on every retry: thousands of lines a second. The loop itself
+    stops accepting for a second and retries, which is right; only the report
+    changes: one line per :data:`REFUSAL_LOG_INTERVAL` naming the limit to raise.
+    Every other report goes to the handler that was there before.
+    """
+    previous = loop.get_exception_handler()
+    if getattr(previous, "_quiets_accept_errors", False):
+        return
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if "out of system resource" in str(context.get("message", "")):
+            exc = context.get("exception")
+            refusals("accept_failed", event="connection_refused", error=str(exc) if exc else None,
+                     hint="out of file descriptors: raise `ulimit -n`, or lower the connection cap")
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handler._quiets_accept_errors = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handler)
+
 
 #: File descriptors kept free under the connection cap (journal, logs, listening socket, child processes).
 FD_HEADROOM = 64
@@ -89,6 +164,25 @@ _CLOSE_503 = (
 )
 
 
+class _CountedWarnings:
+    """uvicorn's protocol logger with its warnings (one per malformed request: "Invalid HTTP request received.")
+    sent through :data:`refusals`; errors (an app that raised) and everything else go to uvicorn's logger as they are."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def warning(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        text = str(msg)
+        kind = "invalid_http_request" if text.startswith("Invalid HTTP request") else "http_protocol_warning"
+        refusals(kind, detail=text[:120])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
+_COUNTED_WARNINGS = _CountedWarnings(logging.getLogger("uvicorn.error"))
+
+
 class ConnectionGuard:
     """The connection cap and the request-head timer, shared by both HTTP protocols (h11 and httptools).
 
@@ -108,7 +202,6 @@ class ConnectionGuard:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
-    _refused_logged = 0.0
     # uvicorn's protocol classes provide these
     connections: set[Any]
     loop: asyncio.AbstractEventLoop
@@ -116,6 +209,10 @@ class ConnectionGuard:
     _head_timer: asyncio.TimerHandle | None = None
     _lost_callback: Callable[[], object] | None = None
     _gone = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.logger = _COUNTED_WARNINGS  # a parse error per request is a refusal, counted like the others
 
     @classmethod
     def configured(cls, *, max_connections: int, header_timeout: float) -> type[Any]:
@@ -127,11 +224,7 @@ class ConnectionGuard:
         if len(self.connections) <= self.max_connections:
             return True
         self.connections.discard(self)
-        now = self.loop.time()
-        cls = type(self)
-        if now - cls._refused_logged > 5.0:  # one line per 5 s, not one per refused socket
-            cls._refused_logged = now
-            log.warning("connection_refused", reason="max_connections", limit=self.max_connections)
+        refusals("max_connections", event="connection_refused", limit=self.max_connections)
         transport.write(_CLOSE_503)
         transport.close()
         return False
@@ -165,6 +258,7 @@ class ConnectionGuard:
         self._head_timer = None
         if self.transport is not None and not self.transport.is_closing() and self._awaiting_head():
             # No request in progress: nothing to answer, just free the socket.
+            refusals("header_timeout", event="connection_closed", timeout_s=self.header_timeout)
             self.transport.close()
 
 
@@ -221,6 +315,8 @@ def guarded_protocol(parser: str, *, max_connections: int, header_timeout: float
 _HOST_RE = re.compile(r"^(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(?::(?P<port>[0-9]{1,5}|\*))?$")
 _ORIGIN_RE = re.compile(r"^(?P<scheme>https?)://(?P<rest>[^/?#@\s]+)$")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+#: An origin rule's port meaning "the port the request's Host header names" (the page's own origin).
+SAME_PORT = "="
 
 
 def _split_host(text: str, *, allow_star: bool) -> tuple[str, str | None] | None:
@@ -241,9 +337,15 @@ class HostRules:
     none); an origin rule is ``scheme://name[:port|:*]``. A header matches
     only if it parses as exactly that shape: ``127.0.0.1:8000@evil.example``
     is not a host, so it never matches ``127.0.0.1:*`` (the SDK's check was a
-    prefix match). ``origins=None`` with loopback defaults means "loopback
-    origins on this server's port"; an absent Origin header (not a browser)
-    is accepted.
+    prefix match). An absent Origin header (not a browser) is accepted;
+    ``Origin: null`` (a sandboxed frame, a ``data:`` or ``file:`` page) never is.
+
+    :meth:`loopback` (a loopback bind without ``--allowed-host``): a loopback
+    name on any port, because an SSH tunnel, ``docker -p Q:P`` or
+    ``kubectl port-forward`` hands the server ``Host: localhost:Q`` (DNS
+    rebinding needs a foreign *name*, not a foreign port); an Origin must be a
+    loopback origin on the port that Host names: the page the server itself
+    served, however it was reached, and not another local web app's page.
     """
 
     hosts: tuple[tuple[str, str | None], ...]
@@ -267,16 +369,15 @@ class HostRules:
         return cls(tuple(parsed_hosts), tuple(parsed_origins))
 
     @classmethod
-    def loopback(cls, port: int | None) -> HostRules:
-        p = "*" if port is None else str(port)
+    def loopback(cls) -> HostRules:
         return cls(
-            tuple((n, p) for n in LOOPBACK_NAMES),
-            tuple((s, n, p) for s in ("http", "https") for n in LOOPBACK_NAMES),
+            tuple((n, "*") for n in LOOPBACK_NAMES),
+            tuple((s, n, SAME_PORT) for s in ("http", "https") for n in LOOPBACK_NAMES),
         )
 
     @staticmethod
-    def _port_ok(rule: str | None, port: str | None) -> bool:
-        return rule == "*" or rule == port
+    def _port_ok(rule: str | None, port: str | None, host_port: str | None = None) -> bool:
+        return rule == "*" or rule == port or (rule == SAME_PORT and port == host_port)
 
     def host_ok(self, header: str | None) -> bool:
         p = _split_host(header or "", allow_star=False)
@@ -285,15 +386,46 @@ class HostRules:
         name, port = p
         return any(name == n and self._port_ok(rp, port) for n, rp in self.hosts)
 
-    def origin_ok(self, header: str | None) -> bool:
+    def origin_ok(self, header: str | None, host: str | None = None) -> bool:
+        """Whether ``header`` (an Origin) is allowed on a request whose (accepted) Host header is ``host``."""
         if header is None:
             return True
         m = _ORIGIN_RE.match(header)
         p = _split_host(m.group("rest"), allow_star=False) if m else None
         if m is None or p is None:
             return False
+        host_parts = _split_host(host or "", allow_star=False)
+        host_port = host_parts[1] if host_parts else None
         scheme, (name, port) = m.group("scheme"), p
-        return any(scheme == s and name == n and self._port_ok(rp, port) for s, n, rp in self.origins)
+        return any(scheme == s and name == n and self._port_ok(rp, port, host_port) for s, n, rp in self.origins)
+
+
+# -- JSON nesting -----------------------------------------------------------------
+
+# A JSON string (skipped whole: brackets inside it do not nest) or one bracket.
+_STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
+
+
+def json_too_deep(body: bytes, limit: int) -> bool:
+    """Whether ``body`` nests arrays/objects deeper than ``limit``, judged without parsing it.
+
+    Python's parser recurses once per level (30,000 levels: ``RecursionError``,
+    and what handles the value next may recurse too), so the depth is counted
+    first. Fewer opening brackets than ``limit`` in all is the common case and
+    costs two ``bytes.count`` calls.
+    """
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    depth = 0
+    for m in _STRING_OR_BRACKET.finditer(body):
+        token = m.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
 
 
 # -- the ASGI guard -------------------------------------------------------------
@@ -337,71 +469,141 @@ def _rpc_error(code: int, message: str) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
 
 
+def _shown(value: bytes | None, limit: int = 80) -> str:
+    """A header value for a log line: decoded, quoted, cut short (a client's bytes are data, not log lines)."""
+    text = repr(value.decode("latin-1")) if value is not None else "(none)"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: ``error_body(code, message)`` -> (response body, content type): how a server's refusals look.
+ErrorBody = Callable[[str, str], tuple[bytes, bytes]]
+
+#: Media types a state-changing request may carry when ``error_body`` is given (``application/json`` and ``+json``).
+_JSON_TYPE = re.compile(r"^application/(?:[a-z0-9.+-]+\+)?json$")
+
+#: Methods that change state: only these need a JSON body type (a cross-site page can send GET/HEAD but cannot read).
+_STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
 #: Accepted (Host, Origin) pairs a RequestGuard remembers; past it they are all forgotten (no per-request bookkeeping,
 #: and a client can only churn pairs the rules allow anyway).
 _ACCEPTED_PAIRS_MAX = 256
 
 
 class RequestGuard:
-    """ASGI middleware, outermost: framing, Host/Origin, ``/healthz``, the POST body deadline, invalid ids."""
+    """ASGI middleware, outermost: framing, Host/Origin, health, the POST body deadline, size and depth, invalid ids.
+
+    ``error_body=None`` (the MCP server): a refusal before JSON-RPC (framing,
+    Host, Origin, body timeout) is plain text, one of a JSON-RPC body is a
+    JSON-RPC error; a body over ``max_body_bytes`` and a wrong content type
+    are left to the SDK (it answers 413 and 415 in JSON-RPC). Given (the chat
+    server): every refusal is ``error_body(code, message)``, a body over the
+    limit gets 413 here, and a state-changing request must be
+    ``application/json`` (415). ``health=None``: no health route here.
+    ``host_hint``: what a Host refusal's log line tells the operator to do.
+    """
 
     def __init__(
         self,
         app: Any,
         *,
         rules: HostRules | None,
-        health: Callable[[], Awaitable[dict[str, Any]]],
+        health: Callable[[], Awaitable[dict[str, Any]]] | None,
         max_body_bytes: int,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+        error_body: ErrorBody | None = None,
+        host_hint: str = "to accept another name, start the server with --allowed-host NAME[:PORT]",
     ) -> None:
         self.app = app
         self.rules = rules
         self.health = health
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
+        self.max_json_depth = max_json_depth
+        self.error_body = error_body
+        self.host_hint = host_hint
         self._accepted_pairs: set[tuple[bytes | None, bytes | None]] = set()
+
+    async def _refuse(self, send: Callable[..., Any], status: int, code: str, message: str, *,
+                      close: bool = False) -> None:
+        """Answer a refusal: the server's error shape, else plain text (the MCP server's refusals before JSON-RPC)."""
+        if self.error_body is not None:
+            body, ctype = self.error_body(code, message)
+        else:
+            body, ctype = message.encode(), b"text/plain; charset=utf-8"
+        await _respond(send, status, body, content_type=ctype, close=close)
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if _header(scope, b"transfer-encoding") is not None and _header(scope, b"content-length") is not None:
-            log.warning("request_refused", reason="both Content-Length and Transfer-Encoding")
-            await _respond(send, 400, b"a request must not carry both Content-Length and Transfer-Encoding",
-                           content_type=b"text/plain; charset=utf-8", close=True)
+            refusals("ambiguous_framing", detail="both Content-Length and Transfer-Encoding")
+            await self._refuse(send, 400, "ambiguous_framing",
+                               "a request must not carry both Content-Length and Transfer-Encoding", close=True)
             return
         if self.rules is not None:
             verdict = self._host_origin_ok(_header(scope, b"host"), _header(scope, b"origin"))
             if verdict is not None:
-                await _respond(send, *verdict, content_type=b"text/plain; charset=utf-8")
+                await self._refuse(send, *verdict)
                 return
-        if scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
+        method = scope["method"]
+        if self.health is not None and scope["path"] == HEALTH_PATH and method in ("GET", "HEAD"):
             report = await self.health()
             await _respond(send, 200 if report.get("status") == "ok" else 503, json.dumps(report).encode())
             return
-        if scope["method"] != "POST":
+        if self.error_body is not None and method in _STATE_CHANGING:
+            ctype = (_header(scope, b"content-type") or b"").decode("latin-1").split(";")[0].strip().lower()
+            if not _JSON_TYPE.match(ctype):
+                refusals("unsupported_media_type", content_type=_shown(ctype.encode("latin-1")))
+                await self._refuse(send, 415, "unsupported_media_type",
+                                   f"send the body as application/json (Content-Type), not {ctype or 'no type'}")
+                return
+        if method != "POST":
             await self.app(scope, receive, send)
             return
+        if self.error_body is not None:
+            declared = _header(scope, b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                refusals("body_too_large", limit=self.max_body_bytes)
+                await self._refuse(send, 413, "body_too_large",
+                                   f"the body is {int(declared)} bytes; the limit is {self.max_body_bytes}", close=True)
+                return
         try:
             # asyncio's own timeout: a third of anyio.fail_after's CPU per request (the ASGI app runs on asyncio).
             async with asyncio.timeout(self.body_timeout):
                 body, complete = await self._read_body(receive)
         except TimeoutError:
-            log.warning("request_refused", reason="body_timeout", timeout_s=self.body_timeout)
-            await _respond(send, 408, f"the request body did not arrive within {self.body_timeout:g} s".encode(),
-                           content_type=b"text/plain; charset=utf-8", close=True)
+            refusals("body_timeout", timeout_s=self.body_timeout)
+            await self._refuse(send, 408, "body_timeout",
+                               f"the request body did not arrive within {self.body_timeout:g} s", close=True)
             return
-        if body is None:  # the client went away
+        if body is None:  # the client went away mid-body: nobody to answer, nothing to log but a count
+            refusals("client_disconnected", event="request_abandoned")
             return
-        if complete:
+        if not complete and self.error_body is not None:
+            refusals("body_too_large", limit=self.max_body_bytes)
+            await self._refuse(send, 413, "body_too_large", f"the body is over the {self.max_body_bytes}-byte limit",
+                               close=True)
+            return
+        if complete and json_too_deep(body, self.max_json_depth):
+            refusals("json_too_deep", limit=self.max_json_depth)
+            if self.error_body is None:  # the stdio transport's answer to the same message
+                await _respond(send, 400, _rpc_error(INVALID_REQUEST, "Invalid Request: the message is nested too deeply "
+                                                     f"(more than {self.max_json_depth} levels of arrays/objects)"))
+            else:
+                await self._refuse(send, 400, "invalid_json",
+                                   f"the body is not acceptable JSON: it nests deeper than {self.max_json_depth} levels")
+            return
+        if complete and self.error_body is None:
             refusal = _invalid_id_refusal(body, scope)
             if refusal is not None:
                 await _respond(send, 400, refusal)
                 return
         await self.app(scope, _replay(body, complete, receive), send)
 
-    def _host_origin_ok(self, host: bytes | None, origin: bytes | None) -> tuple[int, bytes] | None:
-        """``None`` if ``Host`` and ``Origin`` pass :attr:`rules`, else the refusal's status and text.
+    def _host_origin_ok(self, host: bytes | None, origin: bytes | None) -> tuple[int, str, str] | None:
+        """``None`` if ``Host`` and ``Origin`` pass :attr:`rules`, else the refusal's status, code and text.
 
         Accepted (Host, Origin) pairs are remembered (a client sends the same
         pair on every request; checking it is a regex match or two), at most
@@ -412,17 +614,23 @@ class RequestGuard:
         if key in self._accepted_pairs:
             return None
         assert self.rules is not None
-        if not self.rules.host_ok(host.decode("latin-1") if host is not None else None):
-            return 421, b"Invalid Host header"
-        if not self.rules.origin_ok(origin.decode("latin-1") if origin is not None else None):
-            return 403, b"Invalid Origin header"
+        host_text = host.decode("latin-1") if host is not None else None
+        if not self.rules.host_ok(host_text):
+            refusals("invalid_host", host=_shown(host), hint=self.host_hint)
+            return 421, "invalid_host", f"Invalid Host header {_shown(host, 60)}: not a name this server answers to"
+        if not self.rules.origin_ok(origin.decode("latin-1") if origin is not None else None, host_text):
+            refusals("invalid_origin", origin=_shown(origin), host=_shown(host),
+                     hint="an Origin must be the origin of the page this server served (a loopback page on the "
+                          "port the Host header names), or one named by --allowed-origin")
+            return 403, "invalid_origin", (f"Invalid Origin header {_shown(origin, 60)}: only this server's own "
+                                           "page may send requests here")
         if len(self._accepted_pairs) >= _ACCEPTED_PAIRS_MAX:
             self._accepted_pairs.clear()
         self._accepted_pairs.add(key)
         return None
 
     async def _read_body(self, receive: Callable[..., Any]) -> tuple[bytes | None, bool]:
-        """The whole body, or its first ``max_body_bytes + 1`` bytes (``complete=False``: the SDK answers 413)."""
+        """The whole body, or its first ``max_body_bytes + 1`` bytes (``complete=False``), or ``None`` if the client left."""
         chunks = bytearray()
         while True:
             message = await receive()
@@ -562,11 +770,16 @@ __all__ = [
     "RequestGuard",
     "SessionLimits",
     "clamp_connections",
+    "json_too_deep",
+    "quiet_accept_errors",
+    "refusals",
+    "RefusalLog",
     "DEFAULT_HEADER_TIMEOUT",
     "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_KEEP_ALIVE_TIMEOUT",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_HEAD_BYTES",
+    "DEFAULT_MAX_JSON_DEPTH",
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_MAX_SESSIONS_PER_PRINCIPAL",
     "DEFAULT_SESSION_IDLE_TIMEOUT",

@@ -26,7 +26,6 @@ import importlib
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -119,14 +118,20 @@ def load_module_tools(spec: str) -> ToolRegistry | list[ToolDefinition]:
 
 def load_entry_point_tools(*, labeled: bool = False) -> list[Any]:
     """The tools of every ``openfunctions.tools`` entry point; with ``labeled``, ``(source, part)`` pairs."""
+    from openfunctions.plugins import load_group
+
     out: list[Any] = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for plugin, obj in load_group(ENTRY_POINT_GROUP):
+        if plugin.error is not None:  # a broken plugin is reported (load_group logs it) and skipped, never fatal
+            continue
+        where = f"entry point {plugin.name} ({plugin.value})"
         try:
-            obj = ep.load()
-        except Exception as exc:
-            raise ToolLoadError(f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r} failed to load: {exc}") from None
-        where = f"entry point {ep.name} ({ep.value})"
-        out.append((where, _as_tools(obj, where)) if labeled else _as_tools(obj, where))
+            tools = _as_tools(obj, where)
+        except ToolLoadError as exc:
+            log.warning("plugin_broken", group=ENTRY_POINT_GROUP, name=plugin.name,
+                        distribution=plugin.distribution, reason=exc.message)
+            continue
+        out.append((where, tools) if labeled else tools)
     return out
 
 
@@ -284,6 +289,7 @@ def _build_profile(
     database: str | None = None,
     work_lease_ttl: float = 30.0,
     sampling_timeout: float | None = None,
+    extensions: Any = None,
 ) -> Profile:
     """Build the named profile's registry and server setup.
 
@@ -305,8 +311,13 @@ def _build_profile(
 
     if name not in PROFILES:
         raise ToolLoadError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
+    # --provider / --skills (servers/_extensions.py): more tool parts, prompts and instructions for tools and all
+    if extensions is not None and extensions.requested and name not in ("tools", "all"):
+        raise ToolLoadError(f"--provider and --skills apply to the tools and all profiles, not {name!r}")
+    ext_parts = list(extensions.parts) if extensions is not None else []
     if name == "tools":
-        return Profile("tools", _merge(_tools_parts(modules, files_root, examples)), INSTRUCTIONS["tools"])
+        prof = Profile("tools", _merge(_tools_parts(modules, files_root, examples) + ext_parts), INSTRUCTIONS["tools"])
+        return _with_extensions(prof, extensions)
     if name == "artifacts":
         tools, close, setup, start = _artifacts_part(data_dir)
         return Profile("artifacts", ToolRegistry(tools), INSTRUCTIONS["artifacts"], closers=[close], setups=[setup],
@@ -319,7 +330,7 @@ def _build_profile(
     if name in LAYERS:
         return _layer_profile(name, options_of(name), None)
     # all: every part this configuration can serve; a part that cannot is logged, not faked.
-    parts = _tools_parts(modules, files_root, examples)
+    parts = _tools_parts(modules, files_root, examples) + ext_parts
     closers: list[Closer] = []
     tools, close, artifacts_setup, artifacts_start = _artifacts_part(data_dir)
     parts.append(tools)
@@ -363,7 +374,18 @@ def _build_profile(
         starters.extend(part.starters)
         if part.instructions:
             instructions = f"{instructions}\n\n{part.instructions}"
-    return Profile("all", base, instructions, setups=setups, closers=closers, starters=starters)
+    return _with_extensions(Profile("all", base, instructions, setups=setups, closers=closers, starters=starters),
+                            extensions)
+
+
+def _with_extensions(prof: Profile, extensions: Any) -> Profile:
+    if extensions is None:
+        return prof
+    prof.setups.extend(extensions.setups)
+    if extensions.instructions:
+        prof.instructions = f"{prof.instructions}\n\n{extensions.instructions}" if prof.instructions else \
+            extensions.instructions
+    return prof
 
 
 __all__ = ["PROFILES", "LAYERS", "Profile", "build_profile", "load_module_tools", "ENTRY_POINT_GROUP"]

@@ -77,6 +77,12 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     examples.add_argument("--example-tools", action="store_true",
                           help="serve the example tools beside your --module tools (without it, --module serves "
                                "only yours)")
+    g.add_argument("--provider", action="append", default=[], metavar="NAME:ARG",
+                   help="a context provider to serve (repeatable; tools and all profiles): vault:DIR, git:DIR, "
+                        "calendar:DIR-OR-FILE.ics, tasks:DIR, another installed one, or pkg.module:attr")
+    g.add_argument("--skills", action="append", default=[], metavar="DIR",
+                   help="a skills directory (repeatable): each *.md with name/description frontmatter becomes an "
+                        "MCP prompt and a skill agents load with skill_load")
     g.add_argument("--catalog", metavar="PATH",
                    help="the work catalog (TOML) for --profile work/all (default: $OPENFUNCTIONS_WORK_CATALOG, "
                         "else <data-dir>/work/catalog.toml)")
@@ -109,7 +115,8 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--auth-token-file", metavar="PATH",
                    help="as --auth-token-env, the token read from the first line of PATH (keep it chmod 600)")
     t.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT|:*]",
-                   help="accepted HTTP Host header (DNS-rebinding protection; repeatable). Default: loopback names")
+                   help="accepted HTTP Host header (DNS-rebinding protection; repeatable; replaces the default). "
+                        "Default on a loopback bind: loopback names on any port (tunnels and port forwards work)")
     t.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                    help="accepted Origin header with --allowed-host (repeatable)")
     t.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="N",
@@ -288,6 +295,9 @@ _CONTRIBUTED = {
     "workflows": ("openfunctions.workflows.cli", "list, show and resume durable workflow runs"),
     "db": ("openfunctions.store.db_cli", "migrate, check and verify the PostgreSQL database that server replicas share"),
     "chat": ("openfunctions.chat.cli", "chat with a model that uses your tools (a terminal loop, or --serve for HTTP and a web page)"),
+    "skills": ("openfunctions.skills.cli", "list and show the skills (markdown instructions) agents can load"),
+    "plugins": ("openfunctions.plugins.cli", "list the installed plugins (tools, providers, skills, prompts)"),
+    "test": ("openfunctions.servers.tool_tests_cli", "run the tests your tools carry, through the executor"),
 }
 
 
@@ -383,20 +393,29 @@ async def _serve(args: argparse.Namespace) -> int:
         raise AuthConfigError("--auth-token-env/--auth-token-file apply to --transport http only")
     if args.transport == "http":
         _check_port_free(args.host, args.port)
-    profile = build_profile(
-        args.profile,
-        data_dir=data_dir,
-        modules=args.module,
-        files_root=args.files_root,
-        examples=_serve_examples(args),
-        catalog=args.catalog,
-        principal=args.principal,
-        store=args.store,
-        upstreams=args.upstreams,
-        database=None if args.no_journal else args.database,  # work's lease, attempts, grants (servers/_work_database.py)
-        work_lease_ttl=args.work_lease_ttl,
-        sampling_timeout=args.sampling_timeout,
-    )
+    from ._extensions import open_extensions
+
+    extensions = await open_extensions(args.provider, args.skills, plugins=args.profile in ("tools", "all"))
+    try:
+        profile = build_profile(
+            args.profile,
+            extensions=extensions,
+            data_dir=data_dir,
+            modules=args.module,
+            files_root=args.files_root,
+            examples=_serve_examples(args),
+            catalog=args.catalog,
+            principal=args.principal,
+            store=args.store,
+            upstreams=args.upstreams,
+            database=None if args.no_journal else args.database,  # work's lease, attempts, grants (servers/_work_database.py)
+            work_lease_ttl=args.work_lease_ttl,
+            sampling_timeout=args.sampling_timeout,
+        )
+    except BaseException:
+        await extensions.aclose()
+        raise
+    profile.closers[:0] = extensions.closers  # closers run in reverse: the providers close last
     if args.max_parallel_writes is not None:
         profile.registry.executor.scheduler.max_parallel_writes = args.max_parallel_writes
     server = create_mcp_server(

@@ -20,6 +20,7 @@ from openfunctions.chat import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, ChatConfigErro
 from . import fixture_tools as fx
 
 pytestmark = pytest.mark.anyio
+JSON = {"content-type": "application/json"}
 
 
 @contextlib.asynccontextmanager
@@ -61,7 +62,7 @@ async def test_chat_health_reset_and_the_page(tmp_path: Path) -> None:
         health = (await client.get("/health")).json()
         assert health["status"] == "ok" and health["provider"] == "scripted" and "add" in health["tools"]
         thread = health["thread_id"]
-        r = await client.post("/reset")
+        r = await client.post("/reset", json={})
         assert r.status_code == 200 and r.json()["thread_id"] != thread
         r = await client.post("/chat", json={"message": "hi"})
         assert r.json()["text"] == "Hello again."
@@ -87,16 +88,26 @@ async def test_the_stream_endpoint_sends_sse_events_in_order(tmp_path: Path) -> 
 async def test_bad_bodies_get_a_4xx_that_names_the_problem(tmp_path: Path) -> None:
     model = ScriptedAdapter(["still fine"])
     cases: list[tuple[dict[str, Any], int, str, str]] = [
-        ({"content": b"{not json"}, 400, "invalid_json", "the body is not JSON"),
-        ({"content": b"\xff\xfe"}, 400, "invalid_json", "the body is not JSON"),
+        ({"content": b"{not json", "headers": JSON}, 400, "invalid_json", "the body is not JSON"),
+        ({"content": b"\xff\xfe", "headers": JSON}, 400, "invalid_json", "the body is not JSON"),
         ({"json": ["message"]}, 400, "invalid_json", "must be a JSON object"),
         ({"json": {}}, 400, "chat_message_invalid", 'no "message" field'),
         ({"json": {"message": 5}}, 400, "chat_message_invalid", "message must be a string, got int"),
         ({"json": {"message": "   "}}, 400, "chat_message_invalid", "message is empty"),
+        ({"content": b'{"message": "\\ud800"}', "headers": JSON}, 400, "chat_message_invalid", "lone surrogate"),
         ({"json": {"message": "x" * (MAX_MESSAGE_CHARS + 1)}}, 413, "chat_message_too_large",
          f"message is {MAX_MESSAGE_CHARS + 1} characters; the limit is {MAX_MESSAGE_CHARS}"),
-        ({"content": b'{"message": "' + b"y" * MAX_BODY_BYTES + b'"}'}, 413, "body_too_large", f"{MAX_BODY_BYTES}"),
+        ({"content": b'{"message": "' + b"y" * MAX_BODY_BYTES + b'"}', "headers": JSON}, 413, "body_too_large",
+         f"{MAX_BODY_BYTES}"),
         ({"content": b"<p>hi</p>", "headers": {"content-type": "text/html"}}, 415, "unsupported_media_type", "text/html"),
+        # what a browser sends cross-site without a CORS preflight: text/plain, a form, or no type at all
+        ({"content": b'{"message": "hi"}', "headers": {"content-type": "text/plain"}}, 415, "unsupported_media_type",
+         "not text/plain"),
+        ({"content": b"message=hi", "headers": {"content-type": "application/x-www-form-urlencoded"}}, 415,
+         "unsupported_media_type", "application/json"),
+        ({"content": b'{"message": "hi"}'}, 415, "unsupported_media_type", "not no type"),
+        ({"content": b'{"message": ' + b"[" * 30_000 + b"]" * 30_000 + b"}", "headers": JSON}, 400, "invalid_json",
+         "nests deeper than 200 levels"),
     ]
     async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
@@ -111,7 +122,7 @@ async def test_bad_bodies_get_a_4xx_that_names_the_problem(tmp_path: Path) -> No
             for _ in range(MAX_BODY_BYTES // 4096 + 2):
                 yield b" " * 4096
 
-        r = await client.post("/chat", content=chunks())
+        r = await client.post("/chat", content=chunks(), headers=JSON)
         assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
         assert (await client.get("/chat")).status_code == 405
         # Nothing reached the model; the server still answers.
@@ -171,11 +182,37 @@ async def test_loopback_server_refuses_foreign_hosts_and_origins(tmp_path: Path)
     async with await create_chat_agent(adapter=ScriptedAdapter(["same origin ok"]), data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         r = await client.get("/health", headers={"host": "evil.example"})
-        assert r.status_code == 403 and "Host 'evil.example' is not a loopback name" in r.json()["error"]["message"]
+        assert r.status_code == 421 and r.json()["error"]["code"] == "invalid_host"
+        assert "Invalid Host header 'evil.example'" in r.json()["error"]["message"]
         r = await client.post("/chat", json={"message": "hi"}, headers={"origin": "http://evil.example"})
-        assert r.status_code == 403 and "Origin 'http://evil.example'" in r.json()["error"]["message"]
+        assert r.status_code == 403 and "Invalid Origin header 'http://evil.example'" in r.json()["error"]["message"]
         r = await client.post("/chat", json={"message": "hi"}, headers={"origin": url})
         assert r.status_code == 200 and r.json()["text"] == "same origin ok"
+
+
+async def test_a_foreign_page_cannot_run_a_turn_without_a_preflight(tmp_path: Path) -> None:
+    """What a browser sends cross-site with no CORS preflight: ``Origin: null`` (a sandboxed iframe, a ``data:`` or
+    ``file:`` page), a text/plain or form body, or a body with no type; each is refused and the model never runs.
+    A page reached through a port forward (Host and Origin on the forwarded port) still works."""
+    model = ScriptedAdapter(["forwarded ok"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+            served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        body = b'{"message": "write the file"}'
+        for path in ("/chat", "/chat/stream", "/reset"):
+            r = await client.post(path, content=body, headers={"origin": "null", **JSON})
+            assert r.status_code == 403 and r.json()["error"]["code"] == "invalid_origin", (path, r.text)
+            for ctype in ("text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data"):
+                r = await client.post(path, content=body, headers={"content-type": ctype, "origin": url})
+                assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type", (path, ctype)
+            r = await client.post(path, content=body, headers={"origin": url})  # no Content-Type at all
+            assert r.status_code == 415, path
+        local_app = "http://127.0.0.1:3000"  # another local web app's page (not this server's)
+        r = await client.post("/chat", content=body, headers={"origin": local_app, **JSON})
+        assert r.status_code == 403
+        assert len(agent._conversations) == 0 and model.calls == []  # nothing reached the model or opened a conversation
+        forwarded = "127.0.0.1:18765"  # ssh -L 18765:127.0.0.1:<port>: the browser's Host and Origin name 18765
+        r = await client.post("/chat", content=body, headers={"host": forwarded, "origin": f"http://{forwarded}", **JSON})
+        assert r.status_code == 200 and r.json()["text"] == "forwarded ok"
 
 
 async def test_a_failed_turn_is_a_502_with_the_error_and_its_run_id(tmp_path: Path) -> None:
@@ -226,7 +263,7 @@ async def test_each_client_gets_its_own_conversation_and_reset_touches_only_its_
         await client.post("/chat", json={"message": "and me?", "conversation_id": idb})
         assert seen() == ["I am Bob", "Hi Bob.", "who am I?", "You are Bob.", "and me?"]
         # /reset naming nothing issues a new conversation and resets nobody's
-        r = await client.post("/reset")
+        r = await client.post("/reset", json={})
         assert r.status_code == 200 and r.json()["conversation_id"] not in (ida, idb)
         assert (await client.get("/health")).json()["conversations"] == 3
 

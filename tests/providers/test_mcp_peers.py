@@ -93,7 +93,9 @@ async def test_the_npm_everything_server(npm_servers: NpmServers):
         assert s.ok, s.error
         assert s.result.structured is not None and set(s.result.structured) >= {"temperature", "conditions"}
         assert registry.get("mcp__ev__get-structured-content").output_schema is not None
-        assert registry.get("mcp__ev__toggle-simulated-logging").schedule_class == "exclusive"
+        # Not read-only: an external effect holding the server's key (calls to ev one at a time), not a barrier.
+        toggle = registry.get("mcp__ev__toggle-simulated-logging")
+        assert toggle.schedule_class == "keyed" and toggle.admission({}).keys == frozenset({"mcp:ev"})
         # Upstream resources feed the context block.
         text = await context_prompt([connected], timeout=30)
         assert text.startswith("### MCP server ev\n")

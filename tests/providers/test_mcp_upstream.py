@@ -77,12 +77,15 @@ async def test_tools_mounted_with_schemas_annotations_and_structured_output(tmp_
         echo = m.registry.get("mcp__up__echo")
         assert echo.input_schema["required"] == ["message"] and echo.input_schema["additionalProperties"] is False
         assert echo.output_schema is not None and echo.output_schema["required"] == ["echo"]
-        assert echo.meta[UPSTREAM_META_KEY] == {"server": "up", "tool": "echo"}
+        assert echo.meta[UPSTREAM_META_KEY] == {"server": "up", "tool": "echo",
+                                                "scope": "serial (key mcp:up: calls to up one at a time, reads together)"}
         assert set(echo.tags) >= {"context", "context:up", "mcp"}
-        # readOnlyHint -> a parallel-safe read; otherwise unclassified (exclusive, effect unknown).
+        # readOnlyHint -> a parallel-safe read; otherwise an external effect. Both hold the server's key
+        # (scope "serial"): the upstream's calls one at a time, reads together.
         assert echo.capability.effect == "read" and echo.schedule_class == "shared"
         note = m.registry.get("mcp__up__write_note")
-        assert note.capability.effect is None and note.schedule_class == "exclusive"
+        assert note.capability.effect == "external" and note.schedule_class == "keyed"
+        assert note.admission({"text": "x"}).keys == echo.admission({}).keys == frozenset({"mcp:up"})
         assert note.annotations.read_only_hint is False
 
         d = await m.registry.execute_detailed("mcp__up__echo", {"message": "hi", "n": 3})

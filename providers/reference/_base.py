@@ -1,0 +1,54 @@
+"""What the four reference providers share: the connected object and the read capability."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio.to_thread
+
+from openfunctions.core import ToolDefinition
+
+from .._provider import ContextProvider, ProviderHealth
+
+#: A reviewed parallel-safe read: these tools only read files below their root.
+READ = {"effect": "read", "parallel_safe": True}
+#: A write to the user's files (exclusive in the scheduler).
+WRITE = {"effect": "write"}
+READ_ONLY = {"read_only_hint": True, "open_world_hint": False}
+WRITES = {"read_only_hint": False, "destructive_hint": False, "open_world_hint": False}
+
+
+class Connected:
+    """A connected reference provider: its tools, its context block and its health, computed by
+    plain functions that run in a worker thread (they read files and run ``git``)."""
+
+    def __init__(self, provider: ContextProvider, tools: list[ToolDefinition],
+                 context: Callable[[], str], health: Callable[[], ProviderHealth]) -> None:
+        self.provider = provider
+        self._tools = tools
+        self._context = context
+        self._health = health
+
+    def create_tools(self) -> list[ToolDefinition]:
+        return list(self._tools)
+
+    async def build_context(self) -> str:
+        return await anyio.to_thread.run_sync(self._context)
+
+    async def health(self) -> ProviderHealth:
+        return await anyio.to_thread.run_sync(self._health)
+
+    async def close(self) -> None:
+        return None
+
+    def metadata(self) -> dict[str, Any]:
+        return {**self.provider.metadata(), "tools": [t.name for t in self._tools]}
+
+
+def limit_schema(default: int, maximum: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": maximum, "default": default,
+            "description": f"at most this many results (default {default}, at most {maximum})"}
+
+
+__all__ = ["READ", "READ_ONLY", "WRITE", "WRITES", "Connected", "limit_schema"]
