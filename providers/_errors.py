@@ -8,7 +8,8 @@ from openfunctions.core import ConfigurationError, OpenFunctionsError
 
 
 class ProviderError(OpenFunctionsError):
-    code = "provider_error"
+    # "context_" keeps these apart from the model providers' errors (openfunctions.adapters: provider_*)
+    code = "context_provider_error"
 
 
 class ProviderUnavailable(ProviderError):
@@ -17,7 +18,7 @@ class ProviderUnavailable(ProviderError):
     The server's ``all`` profile logs it and leaves the gateway out.
     """
 
-    code = "profile_unavailable"
+    code = "context_provider_unavailable"
 
 
 class UpstreamConfigError(ConfigurationError):

@@ -14,6 +14,7 @@ import sys
 import tomllib
 import zipfile
 from email.parser import Parser
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,40 @@ def test_the_wheel_holds_every_package_the_script_and_the_data(dists):
             for f in source.glob(pattern):
                 assert package.replace(".", "/") + "/" + f.name in names, f
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
+
+
+def test_the_installed_wheel_gives_the_front_door_and_every_subpackage(dists, tmp_path):
+    """The wheel installed into a fresh venv (its dependencies borrowed from this one, never from the checkout):
+    ``openfunctions`` and its public names, and ``openfunctions.core`` and the rest, all from the install."""
+    import sysconfig
+
+    _, wheel = dists
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                           "--no-index", str(wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    # a path line in a .pth adds this venv's dependencies; .pth files found there are not run, so the
+    # checkout's editable finder stays out
+    (Path(site) / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    check = (
+        "import importlib, openfunctions\n"
+        "names = openfunctions.__all__\n"
+        "assert all(getattr(openfunctions, n) is not None for n in names)\n"
+        "subs = [importlib.import_module('openfunctions.' + p) for p in "
+        f"{[p.split('.', 1)[1] for p in PYPROJECT['tool']['setuptools']['packages'] if '.' in p]!r}]\n"
+        "print(openfunctions.__file__, *(m.__file__ for m in subs), sep='\\n')\n"
+        "print(len(names), openfunctions.tool is openfunctions.core.tool)\n"
+    )
+    proc = subprocess.run([str(python), "-I", "-c", check], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *files, summary = proc.stdout.splitlines()
+    assert files and all(f.startswith(site + "/openfunctions/") for f in files), files
+    assert summary == f"{len(__import__('openfunctions').__all__)} True"
 
 
 WORKFLOW = REPO / ".github" / "workflows" / "release.yml"

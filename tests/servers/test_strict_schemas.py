@@ -49,7 +49,7 @@ async def _profile_tools(name: str, tmp_path: Path) -> list:
     try:
         prof = build_profile(name, data_dir=tmp_path / name, catalog=catalog, principal="agent", files_root=tmp_path)
     except Exception as exc:  # a profile this configuration cannot serve (gateway without --upstreams)
-        if getattr(exc, "code", None) == "profile_unavailable":
+        if getattr(exc, "code", None) in ("profile_unavailable", "context_provider_unavailable"):
             return []
         raise
     try:
