@@ -24,11 +24,19 @@ part. A ``functionCall`` part's signature (and id) is kept on the call
 still theirs), followed by the call parts with their signatures. ``thought``
 parts are never part of the visible text. ``ChatOptions.thinking_budget``
 sets ``generationConfig.thinkingConfig.thinkingBudget``.
+
+A model turn that did not come from Gemini (another provider's history, a
+conversation rebuilt without its signatures) has none to give back; Gemini 3
+and later refuse its function calls, so for those models (a name
+``gemini-<N>`` with N >= 3) the first unsigned ``functionCall`` part of each
+such turn carries Google's documented ``skip_thought_signature_validator``
+placeholder. A real signature is never replaced.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,9 +62,19 @@ _STOP: dict[str | None, StopReason] = {
     "PROHIBITED_CONTENT": "content_filter", "BLOCKLIST": "content_filter",
 }
 _MODE = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
+#: Google's placeholder for a function call whose signature is unknown (see the module docstring).
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+_GENERATION = re.compile(r"^(?:models/)?gemini-(\d+)")
 
 
-def gemini_contents(messages: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+def needs_signatures(model: str) -> bool:
+    """Gemini 3 and later refuse an unsigned function call in the history."""
+    m = _GENERATION.match(model.lower())
+    return m is not None and int(m.group(1)) >= 3
+
+
+def gemini_contents(messages: Sequence[Message], *, placeholder: bool = False) -> tuple[str | None, list[dict[str, Any]]]:
+    """``(systemInstruction text, contents)``; ``placeholder``: sign a turn's unsigned calls (see the module docstring)."""
     system = "\n\n".join(m.content for m in messages if m.role == "system") or None
     out: list[dict[str, Any]] = []
     issued_ids = {c.id for m in messages for c in m.tool_calls if c.for_provider("gemini").get("id") == c.id}
@@ -86,6 +104,8 @@ def gemini_contents(messages: Sequence[Message]) -> tuple[str | None, list[dict[
                     fc = {"id": c.id, **fc}
                 part: dict[str, Any] = {"functionCall": fc}
                 signature = issued.get("thoughtSignature")
+                if signature is None and placeholder and not any("functionCall" in p for p in parts):
+                    signature = SKIP_SIGNATURE
                 if signature is not None:
                     part["thoughtSignature"] = signature
                 parts.append(part)
@@ -147,7 +167,7 @@ class GeminiAdapter(HttpAdapter):
         return {"x-goog-api-key": self.api_key or "", "content-type": "application/json"}
 
     def _body(self, messages: Sequence[Message], tools: Sequence[ToolDefinition], opts: ChatOptions, stream: bool) -> dict[str, Any]:
-        system, contents = gemini_contents(messages)
+        system, contents = gemini_contents(messages, placeholder=needs_signatures(self.model))
         config: dict[str, Any] = {"maxOutputTokens": opts.max_tokens}
         if opts.temperature is not None:
             config["temperature"] = opts.temperature
@@ -198,4 +218,4 @@ class _GeminiStream(StreamParser):
         return _reply(self.chunks, self.model)
 
 
-__all__ = ["GeminiAdapter", "gemini_contents"]
+__all__ = ["SKIP_SIGNATURE", "GeminiAdapter", "gemini_contents", "needs_signatures"]

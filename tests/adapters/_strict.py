@@ -7,7 +7,10 @@ adapter to what *this* provider issued, byte for byte:
 
 - :func:`gemini`: a ``thoughtSignature`` the fake issued on a part must come
   back on the same part, unchanged, at part level (not inside
-  ``functionCall``); a signature it never issued is corrupt.
+  ``functionCall``); a signature it never issued is corrupt; Google's
+  documented placeholder skips the check. :func:`gemini3`
+  adds Gemini 3's rule: the first ``functionCall`` part of every model turn is
+  signed (an issued signature or Google's documented placeholder).
 - :func:`anthropic`: an assistant turn holding a ``tool_use`` the fake issued
   alongside thinking must start with exactly those ``thinking`` /
   ``redacted_thinking`` blocks (dropped: wrong first block; altered: invalid
@@ -42,6 +45,9 @@ def payloads(reply: Reply) -> list[dict[str, Any]]:
     return out
 
 
+SKIP = "skip_thought_signature_validator"
+
+
 # -- Gemini ------------------------------------------------------------------------------------------------
 def _part_key(part: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in part.items() if k != "thoughtSignature"}, sort_keys=True)
@@ -62,6 +68,8 @@ def gemini(req: dict[str, Any], sent: list[Reply]) -> str | None:
             if "thoughtSignature" in (part.get("functionCall") or {}):
                 return f'Invalid JSON payload received. Unknown name "thoughtSignature" at contents[{i}].parts[{j}].function_call'
             got = part.get("thoughtSignature")
+            if got == SKIP:  # Google's placeholder: validation skipped
+                continue
             if got is not None and got not in issued.values():
                 return f"Corrupted thought signature at contents[{i}].parts[{j}]."
             want = issued.get(_part_key(part))
@@ -71,6 +79,15 @@ def gemini(req: dict[str, Any], sent: list[Reply]) -> str | None:
                         f"position {i}.{j}" if "functionCall" in part else
                         f"thought_signature of contents[{i}].parts[{j}] does not match the one issued")
     return None
+
+
+def gemini3(req: dict[str, Any], sent: list[Reply]) -> str | None:
+    for i, content in enumerate(req["json"].get("contents") or []):
+        calls = [p for p in content.get("parts") or [] if "functionCall" in p] if content.get("role") == "model" else []
+        if calls and "thoughtSignature" not in calls[0]:
+            return (f"Function call is missing a thought_signature in functionCall parts. Additional data, function call "
+                    f"`default_api:{calls[0]['functionCall'].get('name')}`, position {i}")
+    return gemini(req, sent)
 
 
 # -- Anthropic -----------------------------------------------------------------------------------------------

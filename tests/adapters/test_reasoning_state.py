@@ -125,7 +125,7 @@ GEM_CALLS = [{"text": "thinking about it", "thought": True},
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("restart", [False, True])
 async def test_gemini_function_call_signature_goes_back_exactly(wire: Any, stream: bool, restart: bool) -> None:
-    wire.check = _strict.gemini
+    wire.check = _strict.gemini3
     first = Reply(sse=sse(_gem(GEM_CALLS))) if stream else Reply(body=_gem(GEM_CALLS))
     a = GeminiAdapter(model="gemini-3-test", api_key="k", base_url=wire.url, retry=ONE)
     convo, final, _ = await _tool_turn(a, wire, first, Reply(body=_gem([{"text": "Both sunny."}])), stream=stream, restart=restart)
@@ -161,10 +161,37 @@ async def test_gemini_call_ids_go_back_on_the_call_and_its_response(wire: Any) -
     await a.aclose()
 
 
+@pytest.mark.parametrize("model,signed", [("gemini-3-pro-preview", True), ("gemini-3.1-flash", True),
+                                          ("models/gemini-4-argon", True), ("gemini-2.5-flash", False)])
+async def test_a_turn_from_elsewhere_gets_the_placeholder_on_gemini_3(wire: Any, model: str, signed: bool) -> None:
+    if signed:
+        wire.check = _strict.gemini3
+    foreign = Message.assistant("", [ToolCall("toolu_1", "weather", {"city": "Paris"}), ToolCall("toolu_2", "weather", {"city": "Rome"})],
+                                [ProviderPart("anthropic", THINKING)])
+    wire.replies.append(Reply(body=_gem([{"text": "Sunny."}])))
+    a = GeminiAdapter(model=model, api_key="k", base_url=wire.url, retry=ONE)
+    convo = [*CONVO, foreign, *(Message.tool_result(c, "sunny") for c in foreign.tool_calls)]
+    assert (await a.chat(convo, [WEATHER])).text == "Sunny."
+    first, second = wire.requests[0]["json"]["contents"][1]["parts"]
+    assert first.get("thoughtSignature") == ("skip_thought_signature_validator" if signed else None)
+    assert "thoughtSignature" not in second  # parallel calls: the first one only
+    await a.aclose()
+
+
+async def test_the_strict_gemini3_fake_refuses_an_unsigned_call(wire: Any) -> None:
+    wire.check = _strict.gemini3
+    a = GeminiAdapter(model="gemini-2.5-flash", api_key="k", base_url=wire.url, retry=ONE)  # no placeholder for 2.x
+    call = ToolCall("c", "weather", {"city": "Paris"})
+    with pytest.raises(BadRequest, match="missing a thought_signature"):
+        await a.chat([*CONVO, Message.assistant("", [call]), Message.tool_result(call, "sunny")], [WEATHER])
+    await a.aclose()
+
+
 async def test_the_strict_gemini_fake_refuses_a_call_without_its_signature(wire: Any) -> None:
     wire.check = _strict.gemini
     wire.replies.append(Reply(body=_gem(GEM_CALLS)))
-    a = GeminiAdapter(model="gemini-3-test", api_key="k", base_url=wire.url, retry=ONE)
+    # a 2.x name: no placeholder is added, so the dropped signature reaches the fake as the old adapter sent it
+    a = GeminiAdapter(model="gemini-2.5-flash", api_key="k", base_url=wire.url, retry=ONE)
     reply = await a.chat(CONVO, [WEATHER])
     stripped = Message.assistant("", [ToolCall(c.id, c.name, c.arguments) for c in reply.tool_calls])  # what was kept before
     with pytest.raises(BadRequest) as info:
