@@ -57,8 +57,8 @@ TIME = "2026-11-30T02:50:00.000000Z"
 SQ = "sqlite3 WAL synchronous=FULL, 1 commit/record"
 RAW1 = "raw write+fdatasync, 1 record/fsync"
 RAW64 = "raw write+fdatasync, 64 records/fsync"
-# Issue 16/15, session 6: what does one fdatasync cost, by the kind of space the
-# record lands in? See sync_latencies.
+# What does one fdatasync cost, by the kind of space the record lands in
+# (docs/design/journal.md, preallocated segments)? See sync_latencies.
 SYNC_MODES = {
     "append": "append (O_APPEND, the file grows)",
     "zeroed": "pwrite into pre-zeroed space (written + fsynced beforehand)",
@@ -412,15 +412,15 @@ LONE_INTRO = (
 SERVER_INTRO = (
     "The same choice inside the stdio server (`bench_server.py`'s `noop`/`noop_write` tools and SDK peer, one "
     "serial `mcp.Client` per server, calls interleaved server by server, the order rotating each cycle; in place "
-    "is `OPENFUNCTIONS_JOURNAL_IN_PLACE=1`). Why it is not the default: it is not a clear win. Session 7 (load "
-    "1-3.5, seven runs): read-only 1-10 % ahead in every run, effectful between 9 % behind and 12 % ahead. "
-    "Session 6 (load 5-6): behind in every run (`os.fdatasync` timed inside the servers took 0.95-1.87 ms median "
+    "is `OPENFUNCTIONS_JOURNAL_IN_PLACE=1`). Why it is not the default: it is not a clear win. At load "
+    "1-3.5 (seven runs): read-only 1-10 % ahead in every run, effectful between 9 % behind and 12 % ahead. "
+    "At load 5-6: behind in every run (`os.fdatasync` timed inside the servers took 0.95-1.87 ms median "
     "on the loop's thread against 0.73-0.80 ms on the writer thread, cause not established)."
 )
 
 
 SYNC_INTRO = (
-    "What one durable record costs the disk, by where it lands (issue 16/15, session 6: would a preallocated, "
+    "What one durable record costs the disk, by where it lands (would a preallocated, "
     "zero-filled tail that records overwrite in place make each fdatasync cheaper than an append that grows the "
     "file?). `fallocate'd` space is unwritten extents; `rewrite` overwrites the same 32 KiB over and over, as "
     "SQLite's WAL does once it reached its size. `2 files at once` is two threads syncing one record each to their "
@@ -622,7 +622,7 @@ def main() -> None:
         cpu64 = median(LOOP_CPU_US[J64])
         ceiling = 1e6 / cpu64
         targets = (
-            f"Issue 16 targets: per-record awaited appends at 64 appenders ≥8× sqlite — measured "
+            f"Targets: per-record awaited appends at 64 appenders ≥8× sqlite — measured "
             f"**{ratio(J64, SQ):.1f}×**; "
             f"`append_many` ≥10× sqlite — measured **{ratio(JMANY, SQ):.1f}×**; raw batched ratio (reported, not "
             f"chased with a pure-Python encoder): **{ratio(J64, RAW64):.2f}×** at 64 appenders, "

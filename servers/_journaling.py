@@ -208,7 +208,7 @@ class ServedJournal:
         iteration appended, instead of on the journal's writer thread (``JournalLog.sync_on_loop``; kept
         across re-opens). ``serve_http`` turns it on unless told ``journal_sync="thread"``: under many
         clients the writer thread's contention for the GIL cost more than the fsync's stall
-        (docs/notes/session-9/coordinator.md)."""
+        (docs/design/journal.md)."""
         self._on_loop = on
         self._journal.log.sync_on_loop = on
 
@@ -217,7 +217,7 @@ class ServedJournal:
         (``JournalLog.inline_when_idle``; kept across re-opens). ``run_stdio`` turns it on
         with ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1``: a stdio server has one client, so its
         appends are almost always alone. Off by default: measured, it is not a clear win
-        under load (docs/notes/session-7/core.md)."""
+        under load (docs/design/journal.md)."""
         self._in_place = on
         self._journal.log.inline_when_idle = on
 
