@@ -496,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
             "move between runs; the ratios are the figure to quote.\n\n"
         )
         cmd = "python bench/bench_server.py" + (" --quick" if args.quick else "") + (f" --rounds {args.rounds}" if args.rounds else "")
+        from _chart import chart_for
+
+        body = body.replace("\n\n", "\n\n" + chart_for("server", rows) + "\n\n", 1)  # the chart under the first table
         write_section("server", "MCP server: calls/s vs the SDK's MCPServer", note + body, cmd)
     return 0
 
