@@ -58,8 +58,8 @@ TIME = "2026-11-30T02:50:00.000000Z"
 SQ = "sqlite3 WAL synchronous=FULL, 1 commit/record"
 RAW1 = "raw write+fdatasync, 1 record/fsync"
 RAW64 = "raw write+fdatasync, 64 records/fsync"
-# Issue 16/15, session 6: what does one fdatasync cost, by the kind of space the
-# record lands in? See sync_latencies.
+# What does one fdatasync cost, by the kind of space the record lands in
+# (docs/design/journal.md, preallocated segments)? See sync_latencies.
 SYNC_MODES = {
     "append": "append (O_APPEND, the file grows)",
     "zeroed": "pwrite into pre-zeroed space (written + fsynced beforehand)",
@@ -414,7 +414,7 @@ SERVER_INTRO = (
 
 
 SYNC_INTRO = (
-    "What one durable record costs the disk, by where it lands (issue 16/15, session 6: would a preallocated, "
+    "What one durable record costs the disk, by where it lands (would a preallocated, "
     "zero-filled tail that records overwrite in place make each fdatasync cheaper than an append that grows the "
     "file?). `fallocate'd` space is unwritten extents; `rewrite` overwrites the same 32 KiB over and over, as "
     "SQLite's WAL does once it reached its size. `2 files at once` is two threads syncing one record each to their "
@@ -629,7 +629,7 @@ def main() -> None:
         cpu64 = median(LOOP_CPU_US[J64])
         ceiling = 1e6 / cpu64
         targets = (
-            f"Issue 16 targets: per-record awaited appends at 64 appenders ≥8× sqlite — measured "
+            f"Targets: per-record awaited appends at 64 appenders ≥8× sqlite — measured "
             f"**{ratio(J64, SQ):.1f}×**; "
             f"`append_many` ≥10× sqlite — measured **{ratio(JMANY, SQ):.1f}×**; raw batched ratio (reported, not "
             f"chased with a pure-Python encoder): **{ratio(J64, RAW64):.2f}×** at 64 appenders, "

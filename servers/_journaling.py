@@ -214,7 +214,7 @@ class ServedJournal:
         iteration appended, instead of on the journal's writer thread (``JournalLog.sync_on_loop``; kept
         across re-opens). ``serve_http`` turns it on unless told ``journal_sync="thread"``: under many
         clients the writer thread's contention for the GIL cost more than the fsync's stall
-        (docs/notes/session-9/coordinator.md)."""
+        (docs/design/journal.md)."""
         self._on_loop = on
         self._journal.log.sync_on_loop = on
 
