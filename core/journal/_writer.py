@@ -34,7 +34,7 @@ first after the previous flush) schedules one
 syncs, on the loop's own thread, everything appended meanwhile (one
 ``write``, one ``fdatasync``), then resolves the futures directly; while
 other callbacks are ready it first steps behind them, at most
-``FLUSH_DEFERRALS`` times, so they can join the batch (whether any are
+``FLUSH_DEFERRALS`` times and for at most ``FLUSH_DEFER_BUDGET_S`` (2 ms) since the batch opened, so they can join the batch (whether any are
 ready is asyncio-private: :func:`callbacks_ready` is the one place that asks). So a batch is what
 one to five iterations appended, and the loop is blocked for the fsync. Why: under many clients, a writer thread waiting for the GIL is woken
 by every GIL release of the busy loop thread (each ``send``, ``recv``,
@@ -74,8 +74,11 @@ log = structlog.get_logger("openfunctions.journal")
 
 # Seconds an idle writer thread waits for work before exiting.
 IDLE_EXIT = 2.0
-# On the loop: how many times a flush steps behind other ready callbacks before it writes anyway.
+# On the loop: how many times a flush steps behind other ready callbacks before it writes anyway,
+# and for how long at most (seconds since the batch opened): the bound on what batching may add to a
+# call's latency, as PostgreSQL's commit_delay bounds its group commit.
 FLUSH_DEFERRALS = 4
+FLUSH_DEFER_BUDGET_S = 0.002
 
 
 def callbacks_ready(loop: asyncio.AbstractEventLoop) -> bool:
@@ -202,7 +205,7 @@ class GroupWriter:
             if on_loop:
                 if kick:  # a new batch for this loop: its flush. (A flag per writer would hang a second loop
                     # for good once the first one closed with its flush still scheduled.)
-                    loop.call_soon(self._flush_on_loop, loop)
+                    loop.call_soon(self._flush_on_loop, loop, 0, loop.time())
             elif kick:
                 self._kick()
 
@@ -229,7 +232,7 @@ class GroupWriter:
         if self._draining:
             self._cv.notify_all()
 
-    def _flush_on_loop(self, loop: asyncio.AbstractEventLoop, deferred: int = 0) -> None:
+    def _flush_on_loop(self, loop: asyncio.AbstractEventLoop, deferred: int = 0, opened: float = 0.0) -> None:
         """On ``loop``, the iteration after an ``on_loop`` append: write and
         sync everything queued, then wake the appenders. Fail-stop as on the
         thread; a failure is told to the appenders, not raised (this runs as
@@ -240,9 +243,16 @@ class GroupWriter:
         up to ``FLUSH_DEFERRALS`` times (an iteration each), so that what they
         append shares this fsync: an ``fdatasync`` costs the loop's thread
         ~160 µs of CPU here, and at 50 HTTP clients this cut the fsyncs per
-        call from 0.35 to 0.10 and the loop's CPU per call by ~45 µs."""
-        if deferred < FLUSH_DEFERRALS and callbacks_ready(loop):
-            loop.call_soon(self._flush_on_loop, loop, deferred + 1)
+        call from 0.35 to 0.10 and the loop's CPU per call by ~45 µs. It
+        stops stepping back once ``FLUSH_DEFER_BUDGET_S`` has passed since the
+        batch opened: when an iteration is long (a burst of lockstep clients
+        parsed in one pass), every step behind it made each call of the burst
+        wait for the whole burst again, before its handler and before its
+        reply (100 HTTP clients of a tool that waits 200 ms: 0.81-0.90x the
+        SDK's calls/s with four unbounded steps, 0.92-0.95x with the budget;
+        docs/PERFORMANCE.md, scoped write barriers)."""
+        if deferred < FLUSH_DEFERRALS and loop.time() - opened < FLUSH_DEFER_BUDGET_S and callbacks_ready(loop):
+            loop.call_soon(self._flush_on_loop, loop, deferred + 1, opened)
             return
         with self._mu:
             if self.failure is not None or self._stopping or not self._queue:

@@ -186,6 +186,29 @@ async def test_a_flush_steps_behind_an_always_ready_task_only_a_few_times(tmp_pa
     await log.close()
 
 
+async def test_a_flush_stops_stepping_behind_ready_callbacks_once_its_budget_passed(tmp_path, monkeypatch):
+    # Task b would append one iteration after task a; with the budget spent (0 s), a's flush writes at once
+    # instead of stepping behind b, so the two appends take two writes.
+    from openfunctions.core.journal import _writer
+
+    monkeypatch.setattr(_writer, "FLUSH_DEFER_BUDGET_S", 0.0)
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await _open(p, ops)
+
+    async def a() -> None:
+        await log.append("t", {"i": 0})
+
+    async def b() -> None:
+        await asyncio.sleep(0)
+        await log.append("t", {"i": 1})
+
+    await asyncio.gather(a(), b())
+    assert ops.lines == [1, 1]
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == [0, 1]
+
+
 async def test_appends_from_a_thread_s_own_loop_are_flushed_on_that_loop(tmp_path):
     # One log, two event loops (the main one and a worker thread's), appending in turn:
     # each loop's flush writes its own appends and the file order is seq order.
