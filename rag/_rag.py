@@ -195,18 +195,62 @@ async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] |
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".json", ".html", ".htm", ".py", ".toml", ".yaml", ".yml")
 
 
-def collect_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
-    """Files to ingest: each file given, and text files (by suffix) under each directory, sorted."""
+@dataclass
+class CollectedFiles:
+    """What :func:`collect_files` found: the files to ingest and the symbolic links it did not follow."""
+
+    files: list[Path]
+    skipped_links: list[Path]
+
+
+def collect_files(paths: list[str | os.PathLike[str]], *, follow_links: bool = False) -> CollectedFiles:
+    """Files to ingest: each file named, and text files (by suffix) under each directory, sorted.
+
+    A directory is walked without leaving it: a symbolic link found inside it (to a file or a
+    directory, wherever it points) is not followed but listed in ``skipped_links``, so a link
+    planted in a shared folder cannot pull, say, ``~/.ssh/id_rsa`` or a credentials file into an
+    index that ``rag_search`` serves. ``follow_links=True`` (CLI ``--follow-links``) follows them,
+    also out of the directory, visiting each real directory once (a link cycle ends). A path named
+    explicitly is taken as given, link or not: the caller chose it. Hidden files and directories
+    (a name starting with ``.``) are skipped either way.
+    """
     out: list[Path] = []
+    skipped: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            out.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES
-                              and not any(part.startswith(".") for part in f.relative_to(p).parts)))
+            found: list[Path] = []
+            seen: set[tuple[int, int]] = set()
+            for root, dirs, names in os.walk(p, followlinks=follow_links):
+                st = os.stat(root)
+                if (st.st_dev, st.st_ino) in seen:  # a link back up the tree (only with follow_links)
+                    dirs[:] = []
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                base = Path(root)
+                keep = []
+                for d in sorted(dirs):
+                    if d.startswith("."):
+                        continue
+                    if (base / d).is_symlink() and not follow_links:
+                        skipped.append(base / d)
+                        continue
+                    keep.append(d)
+                dirs[:] = keep
+                for name in names:
+                    f = base / name
+                    if name.startswith(".") or f.suffix.lower() not in TEXT_SUFFIXES:
+                        continue
+                    if f.is_symlink() and not follow_links:
+                        skipped.append(f)
+                        continue
+                    if f.is_file():
+                        found.append(f)
+            out.extend(sorted(found))
         elif p.is_file():
             out.append(p)
         else:
             raise InvalidRagInput(f"{str(p)!r} is not a file or directory")
-    return out
+    return CollectedFiles(out, sorted(skipped))
 
 
 def doc_id_for(path: Path) -> str:
@@ -218,5 +262,5 @@ def doc_id_for(path: Path) -> str:
         return str(p)
 
 
-__all__ = ["DEFAULT_MAX_DOCUMENT_BYTES", "IngestResult", "Rag", "check_doc_id", "collect_files", "doc_id_for",
+__all__ = ["DEFAULT_MAX_DOCUMENT_BYTES", "CollectedFiles", "IngestResult", "Rag", "check_doc_id", "collect_files", "doc_id_for",
            "open_rag", "parse_chunk_id"]

@@ -62,6 +62,9 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress bar on stderr: auto = when stderr is a terminal (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="one JSON result per file on stdout")
+    p.add_argument("--follow-links", action="store_true",
+                   help="follow symbolic links inside directories, also ones pointing out of them (default: a "
+                        "link inside a directory is skipped and named on stderr; a PATH named here is always read)")
     p.set_defaults(func=cmd_ingest)
 
     p = rsub.add_parser("search", help="search the index", description="Print the chunks most similar to QUERY.")
@@ -124,9 +127,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ._rag import collect_files, doc_id_for
 
     try:
-        files = collect_files(args.paths)
+        collected = collect_files(args.paths, follow_links=args.follow_links)
     except OpenFunctionsError as exc:
         return _fail(exc.message)
+    files = collected.files
+    for link in collected.skipped_links:
+        print(f"openfunctions-mcp rag: skipped symbolic link {str(link)!r} (not followed; --follow-links to "
+              "follow links, also out of the directory)", file=sys.stderr)
     if not files:
         return _fail("no files to ingest (directories are searched for " "text files by suffix)")
     show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
