@@ -27,7 +27,7 @@ async def demo_session(client: Any, say: Callable[[str], None]) -> None:
     if "memory_save_fact" in names:
         say("\nmemory (facts kept in the data dir's store):")
         await call("memory_save_fact", {"text": "The demo user prefers green tea", "source": "demo"},
-                   lambda p: {"id": p["fact"]["id"]})
+                   lambda p: {"id": p["id"]})
         await call("memory_search", {"query": "what tea does the user like?"},
                    lambda p: [{"text": r["text"], "score": r["score"]} for r in p["results"][:1]])
     if "rag_search" in names:
