@@ -58,6 +58,7 @@ from openfunctions.core import utc_timestamp
 from openfunctions.store import Store, StoreUnavailable, apply_migrations, open_pool, redact_dsn
 
 from ._errors import IndexMismatch, InvalidRagInput
+from ._text import Bm25, rrf, term_ids, tsquery_words
 
 try:
     import numpy as np
@@ -65,6 +66,7 @@ except ImportError:  # pragma: no cover - the 'rag' extra brings numpy; without 
     np = None  # type: ignore[assignment]
 
 FORMAT = 1
+TEXT_SEARCH_CONFIG = "english"  # pgvector's full-text ranking: PostgreSQL's english stemmer and stop words
 INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
@@ -101,7 +103,9 @@ class StoreIndex:
         self.dimension = 0
         self._ids: list[str] = []        # chunk ids, row order of the matrix
         self._rows: dict[str, Any] = {}  # chunk id -> vector
+        self._terms: dict[str, Any] = {}  # chunk id -> term_ids(text), for BM25 (rag/_text.py)
         self._matrix: Any = None
+        self._bm25: Bm25 | None = None
         self._dirty = True
 
     async def recorded_embedder(self) -> str | None:
@@ -125,7 +129,9 @@ class StoreIndex:
             if not page:
                 break
             for e in page:
-                self._rows[e.key[len("chunk/"):]] = _unpack(e.value["v"], self.dimension)
+                cid = e.key[len("chunk/"):]
+                self._rows[cid] = _unpack(e.value["v"], self.dimension)
+                self._terms[cid] = term_ids(e.value["t"])  # BM25 is computed, not stored: nothing to migrate
             after = page[-1].key
         self._dirty = True
 
@@ -144,8 +150,10 @@ class StoreIndex:
             await tx.put(f"doc/{doc_id}", {**info, "at": utc_timestamp()})
         for n in range(len(chunks), old["chunks"] if old else 0):
             self._rows.pop(f"{doc_id}#{n:06d}", None)
-        for n, vec in enumerate(packed):
+            self._terms.pop(f"{doc_id}#{n:06d}", None)
+        for n, (vec, text) in enumerate(zip(packed, chunks, strict=True)):
             self._rows[f"{doc_id}#{n:06d}"] = _unpack(vec, self.dimension)
+            self._terms[f"{doc_id}#{n:06d}"] = term_ids(text)
         self._dirty = True
 
     async def delete_doc(self, doc_id: str) -> bool:
@@ -158,6 +166,7 @@ class StoreIndex:
             await tx.delete(f"doc/{doc_id}")
         for n in range(old["chunks"]):
             self._rows.pop(f"{doc_id}#{n:06d}", None)
+            self._terms.pop(f"{doc_id}#{n:06d}", None)
         self._dirty = True
         return True
 
@@ -166,7 +175,22 @@ class StoreIndex:
         if np is not None:
             self._matrix = (np.stack([self._rows[i] for i in self._ids]) if self._ids
                             else np.zeros((0, self.dimension), dtype="<f4"))
+        self._bm25 = Bm25([self._terms[i] for i in self._ids])
         self._dirty = False
+
+    def _text_top(self, text: str, depth: int) -> list[tuple[str, float]]:
+        if self._dirty:
+            self._rebuild()
+        assert self._bm25 is not None
+        return [(self._ids[row], score) for row, score in self._bm25.top(text, depth)]
+
+    def _ranked(self, query: list[float] | None, text: str | None, k: int, depth: int) -> list[tuple[str, float, Any, Any]]:
+        """(chunk id, score, vector score, text score) best first; see :meth:`search`."""
+        if text is None:
+            return [(cid, s, s, None) for cid, s in self._top(query or [], k)]
+        if query is None:
+            return [(cid, s, None, s) for cid, s in self._text_top(text, k)]
+        return rrf(self._top(query, max(depth, k)), self._text_top(text, max(depth, k)), k)
 
     def _top(self, query: list[float], k: int) -> list[tuple[str, float]]:
         if self._dirty:
@@ -184,11 +208,19 @@ class StoreIndex:
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(self._ids[i], float(scores[i])) for i in top]
 
-    async def search(self, query: list[float], k: int, *, exact: bool = False) -> list[dict[str, Any]]:
-        top = await anyio.to_thread.run_sync(self._top, query, k) if len(self._rows) > 20_000 else self._top(query, k)
+    async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
+                     depth: int = 50) -> list[dict[str, Any]]:
+        """The ``k`` best chunks: by cosine to ``query`` (``text`` None), by BM25 of ``text``
+        (``query`` None), or both fused by RRF from each one's best ``depth`` (rag/_text.py), the
+        hit's ``score`` being the fused score and ``vector_score`` / ``text_score`` its parts
+        (None where that ranker did not list it). Always exact here."""
+        if len(self._rows) > 20_000:
+            top = await anyio.to_thread.run_sync(self._ranked, query, text, k, depth)
+        else:
+            top = self._ranked(query, text, k, depth)
         out = []
         docs: dict[str, dict[str, Any] | None] = {}
-        for cid, score in top:
+        for cid, score, vs, ts in top:
             e = await self.store.get(f"chunk/{cid}")
             if e is None:
                 continue  # deleted meanwhile
@@ -196,8 +228,11 @@ class StoreIndex:
             if doc_id not in docs:
                 docs[doc_id] = await self.get_doc(doc_id)
             d = docs[doc_id] or {}
-            out.append({"chunk_id": cid, "doc_id": doc_id, "n": int(n), "text": e.value["t"], "score": score,
-                        "source": d.get("source"), "title": d.get("title")})
+            hit = {"chunk_id": cid, "doc_id": doc_id, "n": int(n), "text": e.value["t"], "score": score,
+                   "source": d.get("source"), "title": d.get("title")}
+            if text is not None:
+                hit["vector_score"], hit["text_score"] = vs, ts
+            out.append(hit)
         return out
 
     async def get_chunk(self, doc_id: str, n: int) -> dict[str, Any] | None:
@@ -251,6 +286,7 @@ class PgVectorIndex:
         self._table = sql.Identifier(f"of_rag_chunks_{name}")
         self._ef_set: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search per connection
         self._hnsw = sql.Identifier(f"of_rag_chunks_{name}_hnsw")
+        self._fts = sql.Identifier(f"of_rag_chunks_{name}_fts")
 
     @classmethod
     async def connect(cls, dsn: str, name: str, **kw: Any) -> PgVectorIndex:
@@ -311,9 +347,25 @@ class PgVectorIndex:
                     await conn.execute(sql.SQL(
                         "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
                             self._hnsw, self._table))
+                    await self._ensure_fts(conn)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._unavailable(exc, write=False) from None
         self.dimension = embedder.dimension
+
+    async def _ensure_fts(self, conn: Any) -> None:
+        """The full-text column and its GIN index (hybrid search). A table made before hybrid
+        search gets them here, the first time it is opened: ``ADD COLUMN ... STORED`` rewrites the
+        table (every row's tsvector computed) under an exclusive lock, a one-time cost that grows
+        with the table (measured in bench/bench_rag_ingest.py)."""
+        sql = self._sql
+        cur = await conn.execute(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'tsv' AND NOT attisdropped",
+            (f"of_rag_chunks_{self.name}",))
+        if await cur.fetchone() is None:
+            await conn.execute(sql.SQL(
+                "ALTER TABLE {} ADD COLUMN tsv tsvector GENERATED ALWAYS AS (to_tsvector({}, text)) STORED").format(
+                    self._table, sql.Literal(TEXT_SEARCH_CONFIG)))
+        await conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(self._fts, self._table))
 
     async def drop_hnsw(self) -> None:
         """Drop the HNSW index before a bulk load: each insert into an HNSW graph is far slower than
@@ -404,17 +456,29 @@ class PgVectorIndex:
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._unavailable(exc, write=True) from None
 
-    async def search(self, query: list[float], k: int, *, exact: bool = False) -> list[dict[str, Any]]:
-        """The ``k`` nearest chunks by cosine distance.
+    async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
+                     depth: int = 50) -> list[dict[str, Any]]:
+        """The ``k`` nearest chunks by cosine distance (``text`` None), the ``k`` best by
+        full-text rank of ``text`` (``query`` None), or both fused by RRF from each one's best
+        ``depth`` (rag/_text.py; ``score`` the fused score, ``vector_score`` / ``text_score`` its
+        parts).
 
         HNSW search is one statement: ``hnsw.ef_search`` is set per connection (a session
         setting, sent only when a connection's value differs from the wanted one) instead of
         ``SET LOCAL`` inside a transaction, which cost three more round trips per query
         (measured in bench/bench_rag_recall.py). ``exact=True`` runs in a transaction with index
         scans off: the brute-force answer the benchmark measures recall against.
+
+        Full-text: the query's words OR-ed (``to_tsquery('english', 'w1 | w2 ...')``, letters and
+        digits only), matched against the GIN-indexed ``tsv`` column and ranked by ``ts_rank``
+        divided by 1 + log(chunk length); PostgreSQL's ranking knows no inverse document
+        frequency, so a common word counts as much as a rare one (BM25 on the embedded index does).
         """
         import psycopg
 
+        if text is not None:
+            return await self._hybrid(query, text, k, exact=exact, depth=depth)
+        assert query is not None
         q = _vector_text(query)
         ef = max(self.ef_search, k)
         stmt = self._sql.SQL(
@@ -425,19 +489,74 @@ class PgVectorIndex:
         params = (q, q, q, k, self.name)
         try:
             async with self.pool.connection() as conn:
-                if exact:
-                    async with conn.transaction():
-                        await conn.execute("SET LOCAL enable_indexscan = off")
-                        rows = await (await conn.execute(stmt, params)).fetchall()
-                else:
-                    if self._ef_set.get(conn) != ef:
-                        await conn.execute(self._sql.SQL("SET hnsw.ef_search = {}").format(self._sql.Literal(ef)))
-                        self._ef_set[conn] = ef
-                    rows = await (await conn.execute(stmt, params)).fetchall()
+                rows = await self._run_search(conn, stmt, params, exact, ef)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._unavailable(exc, write=False) from None
         return [{"chunk_id": f"{r[0]}#{r[1]:06d}", "doc_id": r[0], "n": r[1], "text": r[2], "score": float(r[3]),
                  "source": r[4], "title": r[5]} for r in rows]
+
+    async def _run_search(self, conn: Any, stmt: Any, params: tuple[Any, ...], exact: bool, ef: int) -> list[Any]:
+        if exact:
+            async with conn.transaction():
+                await conn.execute("SET LOCAL enable_indexscan = off")
+                return list(await (await conn.execute(stmt, params)).fetchall())
+        if self._ef_set.get(conn) != ef:
+            await conn.execute(self._sql.SQL("SET hnsw.ef_search = {}").format(self._sql.Literal(ef)))
+            self._ef_set[conn] = ef
+        return list(await (await conn.execute(stmt, params)).fetchall())
+
+    async def _hybrid(self, query: list[float] | None, text: str, k: int, *, exact: bool, depth: int) -> list[dict[str, Any]]:
+        import psycopg
+
+        sql = self._sql
+        words = tsquery_words(text)
+        n = max(depth, k)
+        text_part = sql.SQL(
+            "SELECT 't' AS r, doc_id, n, ts_rank(tsv, q, 1)::float8 AS s FROM {}, to_tsquery({}, %s) q "
+            "WHERE tsv @@ q ORDER BY s DESC, doc_id, n LIMIT %s").format(self._table, sql.Literal(TEXT_SEARCH_CONFIG))
+        if query is None:
+            stmt, params = text_part, (words, k)
+        else:
+            q = _vector_text(query)
+            vec_part = sql.SQL(
+                "SELECT 'v' AS r, doc_id, n, (1 - (embedding <=> %s::vector))::float8 AS s FROM {} "
+                "ORDER BY embedding <=> %s::vector LIMIT %s").format(self._table)
+            if words:
+                stmt = sql.SQL("({}) UNION ALL ({})").format(vec_part, text_part)
+                params = (q, q, n, words, n)
+            else:
+                stmt, params = vec_part, (q, q, n)
+        try:
+            async with self.pool.connection() as conn:
+                if not words and query is None:
+                    return []
+                rows = await self._run_search(conn, stmt, params, exact, max(self.ef_search, n))
+                vec = sorted(((r[1], r[2]), r[3]) for r in rows if r[0] == "v")
+                vec.sort(key=lambda x: -x[1])  # stable: ties stay in (doc_id, n) order
+                txt = [((r[1], r[2]), r[3]) for r in rows if r[0] == "t"]
+                txt.sort(key=lambda x: -x[1])
+                if query is None:
+                    ranked = [(key, s, None, s) for key, s in txt[:k]]
+                else:
+                    ranked = rrf(vec, txt, k)
+                if not ranked:
+                    return []
+                cur = await conn.execute(sql.SQL(
+                    "SELECT c.doc_id, c.n, c.text, d.source, d.title FROM {} c "
+                    "JOIN unnest(%s::text[], %s::int[]) AS w(doc_id, n) ON c.doc_id = w.doc_id AND c.n = w.n "
+                    "LEFT JOIN of_rag_docs d ON d.index_name = %s AND d.doc_id = c.doc_id").format(self._table),
+                    ([key[0] for key, *_ in ranked], [key[1] for key, *_ in ranked], self.name))
+                found = {(r[0], r[1]): r for r in await cur.fetchall()}
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        out = []
+        for key, score, vs, ts in ranked:
+            r = found.get(key)
+            if r is None:
+                continue  # deleted between the two statements
+            out.append({"chunk_id": f"{r[0]}#{r[1]:06d}", "doc_id": r[0], "n": r[1], "text": r[2], "score": score,
+                        "source": r[3], "title": r[4], "vector_score": vs, "text_score": ts})
+        return out
 
     async def get_chunk(self, doc_id: str, n: int) -> dict[str, Any] | None:
         import psycopg

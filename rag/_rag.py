@@ -29,6 +29,7 @@ from openfunctions.store import LexicalEmbedder, create_embedder, open_store
 from ._chunk import Chunker
 from ._errors import ChunkNotFound, DocumentTooLarge, InvalidRagInput, RagNotOpen
 from ._index import PgVectorIndex, StoreIndex
+from ._text import DEFAULT_SEARCH_MODE, check_mode
 
 DEFAULT_MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
 MAX_RESULTS = 50
@@ -75,7 +76,8 @@ class Rag:
     """Ingest and search documents over one index (embedded or pgvector)."""
 
     def __init__(self, index: Any, embedder: Any, *, chunker: Chunker | None = None,
-                 max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> None:
+                 max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES, search_mode: str = DEFAULT_SEARCH_MODE) -> None:
+        self.search_mode = check_mode(search_mode)
         self.index = index
         self.embedder = embedder
         self.chunker = chunker or Chunker()
@@ -130,17 +132,28 @@ class Rag:
         await index.replace_doc(doc_id, info, chunks, vectors)
         return IngestResult(doc_id, "replaced" if old is not None else "added", len(chunks), digest)
 
-    async def search(self, query: str, *, k: int = 5, exact: bool = False) -> list[dict[str, Any]]:
-        """The ``k`` chunks most similar to ``query`` (cosine), best first."""
+    async def search(self, query: str, *, k: int = 5, exact: bool = False, mode: str | None = None) -> list[dict[str, Any]]:
+        """The ``k`` chunks that best match ``query``, best first.
+
+        ``mode`` (default: the Rag's ``search_mode``, itself ``"hybrid"`` by default):
+        ``"hybrid"`` fuses the embedding ranking with full-text ranking (BM25 on the embedded
+        index, PostgreSQL full-text on pgvector) by reciprocal rank fusion: ``score`` is the fused
+        score (at most 2/61), ``vector_score`` the cosine and ``text_score`` the text rank, each
+        None where that ranker did not list the chunk; ``"vector"``: cosine only (``score`` is
+        the cosine); ``"text"``: full-text only. ``exact`` turns pgvector's HNSW off for the
+        vector part (a brute-force scan)."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidRagInput("query must be a non-empty string")
         if len(query.encode("utf-8", "surrogatepass")) > 4096:
             raise InvalidRagInput("query is over 4096 bytes")
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_RESULTS:
             raise InvalidRagInput(f"k must be an integer from 1 to {MAX_RESULTS}, got {k!r}")
+        mode = check_mode(self.search_mode if mode is None else mode)
         index = self._idx()
+        if mode == "text":
+            return await index.search(None, k, exact=exact, text=query)
         (vec,) = await anyio.to_thread.run_sync(self.embedder.embed, [query])
-        return await index.search(vec, k, exact=exact)
+        return await index.search(vec, k, exact=exact, text=query if mode == "hybrid" else None)
 
     async def get_chunk(self, chunk_id: str) -> dict[str, Any]:
         doc_id, n = parse_chunk_id(chunk_id)
@@ -158,7 +171,8 @@ class Rag:
         return await self._idx().list_docs(limit, check_doc_id(after) if after is not None else None)
 
     async def stats(self) -> dict[str, Any]:
-        return {**await self._idx().stats(), "embedder": self.embedder.name, "chunker": self.chunker.spec}
+        return {**await self._idx().stats(), "embedder": self.embedder.name, "chunker": self.chunker.spec,
+                "search_mode": self.search_mode}
 
     async def aclose(self) -> None:
         if self.index is not None:
@@ -167,7 +181,7 @@ class Rag:
 
 async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] | None = None, name: str = "rag",
                    embedder: Any = None, chunker: Chunker | None = None,
-                   max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> Rag:
+                   max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES, search_mode: str = DEFAULT_SEARCH_MODE) -> Rag:
     """Open the RAG index ``name``: pgvector for a ``postgresql://`` ``url``, else the embedded
     index in ``<data_dir>/store/<name>/`` (``data_dir`` defaults to ``<cwd>/.data``).
 
@@ -175,8 +189,10 @@ async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] |
     ``openfunctions.store.create_embedder``). Not given (None): an existing index opens with the
     lexical embedder it was built with (an index built by ``lexical-v1-256`` before v2 became the
     default keeps working), a new one gets ``"lexical"``. Raises IndexMismatch when the index was
-    built by another embedder than the one given.
+    built by another embedder than the one given. ``search_mode``: ``"hybrid"`` (default),
+    ``"vector"`` or ``"text"`` (see :meth:`Rag.search`).
     """
+    check_mode(search_mode)
     if url:
         index: Any = await PgVectorIndex.connect(url, name)
     else:
@@ -189,7 +205,7 @@ async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] |
     except BaseException:
         await index.aclose()
         raise
-    return Rag(index, emb, chunker=chunker, max_document_bytes=max_document_bytes)
+    return Rag(index, emb, chunker=chunker, max_document_bytes=max_document_bytes, search_mode=search_mode)
 
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".json", ".html", ".htm", ".py", ".toml", ".yaml", ".yml")
