@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import struct
 import weakref
@@ -138,6 +139,36 @@ class StoreIndex:
     async def get_doc(self, doc_id: str) -> dict[str, Any] | None:
         e = await self.store.get(f"doc/{doc_id}")
         return e.value if e is not None else None
+
+    async def get_docs(self, doc_ids: list[str]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for d in doc_ids:
+            if (got := await self.get_doc(d)) is not None:
+                out[d] = got
+        return out
+
+    async def replace_docs(self, batch: list[dict[str, Any]]) -> None:
+        """Several documents' chunks in one store transaction (``Rag.ingest_many``): each item has
+        ``doc_id``, ``info``, ``chunks``, ``vectors`` and ``old_chunks`` (how many it had)."""
+        at = utc_timestamp()
+        packed = [[_pack(v) for v in t["vectors"]] for t in batch]
+        async with self.store.transaction() as tx:
+            for t, vecs in zip(batch, packed, strict=True):
+                doc_id = t["doc_id"]
+                for n in range(len(t["chunks"]), t["old_chunks"]):
+                    await tx.delete(f"chunk/{doc_id}#{n:06d}")
+                for n, (text, vec) in enumerate(zip(t["chunks"], vecs, strict=True)):
+                    await tx.put(f"chunk/{doc_id}#{n:06d}", {"t": text, "v": vec})
+                await tx.put(f"doc/{doc_id}", {**t["info"], "at": at})
+        for t, vecs in zip(batch, packed, strict=True):
+            doc_id = t["doc_id"]
+            for n in range(len(t["chunks"]), t["old_chunks"]):
+                self._rows.pop(f"{doc_id}#{n:06d}", None)
+                self._terms.pop(f"{doc_id}#{n:06d}", None)
+            for n, (vec, text) in enumerate(zip(vecs, t["chunks"], strict=True)):
+                self._rows[f"{doc_id}#{n:06d}"] = _unpack(vec, self.dimension)
+                self._terms[f"{doc_id}#{n:06d}"] = term_ids(text)
+        self._dirty = True
 
     async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
         old = await self.get_doc(doc_id)
@@ -367,6 +398,19 @@ class PgVectorIndex:
                     self._table, sql.Literal(TEXT_SEARCH_CONFIG)))
         await conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(self._fts, self._table))
 
+    async def drop_search_indexes(self) -> None:
+        """Drop the HNSW and full-text indexes before a bulk load (``Rag.bulk_load``)."""
+        async with self.pool.connection() as conn:
+            await conn.execute(self._sql.SQL("DROP INDEX IF EXISTS {}").format(self._hnsw))
+            await conn.execute(self._sql.SQL("DROP INDEX IF EXISTS {}").format(self._fts))
+
+    async def build_search_indexes(self, **hnsw: Any) -> None:
+        """Build the full-text GIN index, then the HNSW one (:meth:`build_hnsw`), where missing."""
+        async with self.pool.connection() as conn:
+            await conn.execute(self._sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
+                self._fts, self._table))
+        await self.build_hnsw(**hnsw)
+
     async def drop_hnsw(self) -> None:
         """Drop the HNSW index before a bulk load: each insert into an HNSW graph is far slower than
         a plain insert (measured in bench/bench_rag.py). Search is exact until :meth:`build_hnsw`."""
@@ -420,6 +464,66 @@ class PgVectorIndex:
         d["at"] = d["at"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         return d
 
+    async def _copy_rows(self, conn: Any, rows: list[tuple[str, int, str, Any]]) -> None:
+        """COPY chunk rows in PostgreSQL's binary format: a vector goes as 4 + 4 * d bytes instead
+        of its decimal text, which cost more to format here (json.dumps) and to parse in the
+        server than everything else in a row but the full-text column (bench/bench_rag_ingest.py)."""
+        async with conn.cursor().copy(self._sql.SQL(
+                "COPY {} (doc_id, n, text, embedding) FROM STDIN (FORMAT BINARY)").format(self._table)) as copy:
+            buf = [_COPY_HEADER]
+            size = 0
+            for doc_id, n, text, vec in rows:
+                row = _binary_row(doc_id, n, text, vec, self.dimension)
+                buf.append(row)
+                size += len(row)
+                if size > 1 << 20:
+                    await copy.write(b"".join(buf))
+                    buf, size = [], 0
+            buf.append(_COPY_TRAILER)
+            await copy.write(b"".join(buf))
+
+    async def get_docs(self, doc_ids: list[str]) -> dict[str, dict[str, Any]]:
+        import psycopg
+
+        if not doc_ids:
+            return {}
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT doc_id, digest, chunker, embedder, source, title, chunks, bytes FROM of_rag_docs "
+                    "WHERE index_name = %s AND doc_id = ANY(%s)", (self.name, doc_ids))
+                rows = await cur.fetchall()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        keys = ("digest", "chunker", "embedder", "source", "title", "chunks", "bytes")
+        return {r[0]: dict(zip(keys, r[1:], strict=True)) for r in rows}
+
+    async def replace_docs(self, batch: list[dict[str, Any]]) -> None:
+        """Several documents in one transaction: one DELETE, one COPY of every chunk row, one
+        pipelined upsert of the document rows (``Rag.ingest_many``)."""
+        import psycopg
+
+        sql = self._sql
+        ids = [t["doc_id"] for t in batch]
+        try:
+            async with self.pool.connection() as conn:
+                async with conn.transaction():
+                    await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s)").format(self._table), (ids,))
+                    await self._copy_rows(conn, [(t["doc_id"], n, text, vec) for t in batch
+                                                 for n, (text, vec) in enumerate(zip(t["chunks"], t["vectors"], strict=True))])
+                    async with conn.cursor() as cur:
+                        await cur.executemany(
+                            "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, "
+                            "chunks, bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
+                            "ON CONFLICT (index_name, doc_id) DO UPDATE SET digest = EXCLUDED.digest, "
+                            "chunker = EXCLUDED.chunker, embedder = EXCLUDED.embedder, source = EXCLUDED.source, "
+                            "title = EXCLUDED.title, chunks = EXCLUDED.chunks, bytes = EXCLUDED.bytes, updated_at = now()",
+                            [(self.name, t["doc_id"], t["info"]["digest"], t["info"]["chunker"], t["info"]["embedder"],
+                              t["info"].get("source"), t["info"].get("title"), t["info"]["chunks"], t["info"]["bytes"])
+                             for t in batch])
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=True) from None
+
     async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
         import psycopg
 
@@ -428,10 +532,8 @@ class PgVectorIndex:
             async with self.pool.connection() as conn:
                 async with conn.transaction():
                     await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
-                    async with conn.cursor().copy(
-                            sql.SQL("COPY {} (doc_id, n, text, embedding) FROM STDIN").format(self._table)) as copy:
-                        for n, (text, vec) in enumerate(zip(chunks, vectors, strict=False)):
-                            await copy.write_row((doc_id, n, text, _vector_text(vec)))
+                    await self._copy_rows(conn, [(doc_id, n, text, vec)
+                                                 for n, (text, vec) in enumerate(zip(chunks, vectors, strict=True))])
                     await conn.execute(
                         "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, chunks, "
                         "bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
@@ -599,6 +701,28 @@ class PgVectorIndex:
     async def aclose(self) -> None:
         if self._owns:
             await self.pool.close()
+
+
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)  # signature, flags, no header extension
+_COPY_TRAILER = struct.pack(">h", -1)
+
+
+def _binary_row(doc_id: str, n: int, text: str, vec: Any, dim: int) -> bytes:
+    """One row of binary COPY: 4 fields, each length-prefixed; pgvector's binary vector is
+    int16 dimension, int16 unused, then big-endian float32s."""
+    if np is not None:
+        arr = np.asarray(vec, dtype=">f4")
+        if arr.shape != (dim,) or not np.isfinite(arr).all():
+            raise InvalidRagInput(f"the embedder returned a vector that is not {dim} finite numbers")
+        vb = struct.pack(">HH", dim, 0) + arr.tobytes()
+    else:
+        floats = [float(x) for x in vec]
+        if len(floats) != dim or not all(map(math.isfinite, floats)):
+            raise InvalidRagInput(f"the embedder returned a vector that is not {dim} finite numbers")
+        vb = struct.pack(f">HH{dim}f", dim, 0, *floats)
+    db, tb = doc_id.encode("utf-8"), text.encode("utf-8")
+    return b"".join((struct.pack(">hi", 4, len(db)), db, struct.pack(">iii", 4, n, len(tb)), tb,
+                     struct.pack(">i", len(vb)), vb))
 
 
 def _vector_text(vec: Any) -> str:

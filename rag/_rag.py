@@ -17,13 +17,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from openfunctions.core import OpenFunctionsError
 from openfunctions.store import LexicalEmbedder, create_embedder, open_store
 
 from ._chunk import Chunker
@@ -100,9 +102,8 @@ class Rag:
                     await r
         return out
 
-    async def ingest(self, doc_id: str, text: str, *, source: str | None = None, title: str | None = None,
-                     progress: Progress | None = None) -> IngestResult:
-        """Chunk, embed and index ``text`` as ``doc_id``; a no-op if nothing changed."""
+    def _check_doc(self, doc_id: Any, text: Any, source: Any, title: Any) -> tuple[bytes, str]:
+        """Validate one document; its UTF-8 bytes and digest."""
         check_doc_id(doc_id)
         if not isinstance(text, str):
             raise InvalidRagInput("text must be a string")
@@ -117,11 +118,20 @@ class Rag:
         for what, v in (("source", source), ("title", title)):
             if v is not None and (not isinstance(v, str) or len(v) > 1024):
                 raise InvalidRagInput(f"{what} must be a string of at most 1024 characters")
+        return data, "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def _unchanged(self, old: dict[str, Any] | None, digest: str, source: Any, title: Any) -> bool:
+        return (old is not None and old["digest"] == digest and old["chunker"] == self.chunker.spec
+                and old["embedder"] == self.embedder.name and old.get("source") == source and old.get("title") == title)
+
+    async def ingest(self, doc_id: str, text: str, *, source: str | None = None, title: str | None = None,
+                     progress: Progress | None = None) -> IngestResult:
+        """Chunk, embed and index ``text`` as ``doc_id``; a no-op if nothing changed."""
+        data, digest = self._check_doc(doc_id, text, source, title)
         index = self._idx()
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
         old = await index.get_doc(doc_id)
-        if (old is not None and old["digest"] == digest and old["chunker"] == self.chunker.spec
-                and old["embedder"] == self.embedder.name and old.get("source") == source and old.get("title") == title):
+        if self._unchanged(old, digest, source, title):
+            assert old is not None
             return IngestResult(doc_id, "unchanged", old["chunks"], digest)
         chunks = self.chunker.split(text)
         if not chunks:
@@ -131,6 +141,114 @@ class Rag:
                 "title": title, "chunks": len(chunks), "bytes": len(data)}
         await index.replace_doc(doc_id, info, chunks, vectors)
         return IngestResult(doc_id, "replaced" if old is not None else "added", len(chunks), digest)
+
+    async def ingest_many(self, docs: Iterable[Mapping[str, Any]], *, batch_chunks: int = 1024,
+                          progress: Progress | None = None) -> list[IngestResult | OpenFunctionsError]:
+        """Ingest many documents (``{"doc_id", "text", "source"?, "title"?}`` each) with few writes.
+
+        Same result per document as :meth:`ingest` (unchanged ones skipped), in the order given;
+        a document that is invalid (too large, bad id, no text, a ``doc_id`` given twice) gets
+        its error in its place and the others go in. What makes it faster than a loop over
+        :meth:`ingest`: documents are embedded in batches that span documents, and written
+        ``batch_chunks`` chunks at a time (one store transaction, or one PostgreSQL transaction
+        with one ``COPY``) while the next batch is being embedded. Each batch is atomic; a crash
+        mid-way leaves earlier batches in and later ones out (ingesting again is a no-op for
+        those in). ``progress(done, total)`` counts chunks written. For a first load into
+        pgvector, wrap it in :meth:`bulk_load`.
+        """
+        if not isinstance(batch_chunks, int) or batch_chunks < 1:
+            raise InvalidRagInput("batch_chunks must be a positive integer")
+        index = self._idx()
+        items = list(docs)
+        results: list[IngestResult | OpenFunctionsError | None] = [None] * len(items)
+        checked: list[tuple[int, str, str, Any, Any, bytes, str]] = []
+        seen: set[str] = set()
+        for i, d in enumerate(items):
+            try:
+                if not isinstance(d, Mapping):
+                    raise InvalidRagInput("each document is a mapping with doc_id and text")
+                doc_id, text, source, title = d.get("doc_id"), d.get("text"), d.get("source"), d.get("title")
+                data, digest = self._check_doc(doc_id, text, source, title)
+                if doc_id in seen:
+                    raise InvalidRagInput(f"document {doc_id!r} is given twice in one batch")
+                seen.add(doc_id)
+                checked.append((i, doc_id, text, source, title, data, digest))
+            except OpenFunctionsError as exc:
+                results[i] = exc
+        olds = await index.get_docs([c[1] for c in checked])
+        todo: list[dict[str, Any]] = []
+        for i, doc_id, text, source, title, data, digest in checked:
+            old = olds.get(doc_id)
+            if self._unchanged(old, digest, source, title):
+                results[i] = IngestResult(doc_id, "unchanged", old["chunks"], digest)  # type: ignore[index]
+                continue
+            chunks = self.chunker.split(text)
+            if not chunks:
+                results[i] = InvalidRagInput(f"document {doc_id!r} has no text to index")
+                continue
+            todo.append({"i": i, "doc_id": doc_id, "chunks": chunks, "old_chunks": old["chunks"] if old else 0,
+                         "status": "replaced" if old is not None else "added",
+                         "info": {"digest": digest, "chunker": self.chunker.spec, "embedder": self.embedder.name,
+                                  "source": source, "title": title, "chunks": len(chunks), "bytes": len(data)}})
+        batches: list[list[dict[str, Any]]] = []
+        size = 0
+        for t in todo:
+            if not batches or size + len(t["chunks"]) > batch_chunks:
+                batches.append([])
+                size = 0
+            batches[-1].append(t)
+            size += len(t["chunks"])
+        total = sum(len(t["chunks"]) for t in todo)
+        done = 0
+        # two stages: the embedder (a worker thread) works on batch n+1 while batch n is written
+        send, receive = anyio.create_memory_object_stream[list[dict[str, Any]]](1)
+        failed: list[BaseException] = []
+
+        async def embed_all() -> None:
+            async with send:
+                try:
+                    for batch in batches:
+                        vectors = await self._embed([c for t in batch for c in t["chunks"]])
+                        at = 0
+                        for t in batch:
+                            t["vectors"] = vectors[at:at + len(t["chunks"])]
+                            at += len(t["chunks"])
+                        await send.send(batch)
+                except Exception as exc:  # raised below as itself, not wrapped in an exception group
+                    failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(embed_all)
+            async with receive:
+                async for batch in receive:
+                    await index.replace_docs(batch)
+                    for t in batch:
+                        results[t["i"]] = IngestResult(t["doc_id"], t["status"], len(t["chunks"]), t["info"]["digest"])
+                        done += len(t["chunks"])
+                    if progress is not None:
+                        r = progress(done, total)
+                        if r is not None:
+                            await r
+        if failed:
+            raise failed[0]
+        return [r for r in results if r is not None]
+
+    @asynccontextmanager
+    async def bulk_load(self, **hnsw: Any) -> AsyncIterator[None]:
+        """A first load into pgvector: its search indexes (HNSW and the full-text GIN) are dropped
+        on entry and built once on exit, even after an error (``hnsw``: :meth:`PgVectorIndex.build_hnsw`'s
+        parameters). Maintaining an HNSW graph row by row is what made loads slow (docs/PERFORMANCE.md);
+        searches meanwhile are exact scans. On the embedded index it does nothing (its search
+        structures are rebuilt in memory on the first search after a write)."""
+        index = self._idx()
+        if not hasattr(index, "drop_search_indexes"):
+            yield
+            return
+        await index.drop_search_indexes()
+        try:
+            yield
+        finally:
+            await index.build_search_indexes(**hnsw)
 
     async def search(self, query: str, *, k: int = 5, exact: bool = False, mode: str | None = None) -> list[dict[str, Any]]:
         """The ``k`` chunks that best match ``query``, best first.
