@@ -215,13 +215,14 @@ class StoreIndex:
         assert self._bm25 is not None
         return [(self._ids[row], score) for row, score in self._bm25.top(text, depth)]
 
-    def _ranked(self, query: list[float] | None, text: str | None, k: int, depth: int) -> list[tuple[str, float, Any, Any]]:
+    def _ranked(self, query: list[float] | None, text: str | None, k: int, depth: int,
+                vector_weight: float = 1.0) -> list[tuple[str, float, Any, Any]]:
         """(chunk id, score, vector score, text score) best first; see :meth:`search`."""
         if text is None:
             return [(cid, s, s, None) for cid, s in self._top(query or [], k)]
         if query is None:
             return [(cid, s, None, s) for cid, s in self._text_top(text, k)]
-        return rrf(self._top(query, max(depth, k)), self._text_top(text, max(depth, k)), k)
+        return rrf(self._top(query, max(depth, k)), self._text_top(text, max(depth, k)), k, vector_weight)
 
     def _top(self, query: list[float], k: int) -> list[tuple[str, float]]:
         if self._dirty:
@@ -240,15 +241,15 @@ class StoreIndex:
         return [(self._ids[i], float(scores[i])) for i in top]
 
     async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
-                     depth: int = 50) -> list[dict[str, Any]]:
+                     depth: int = 50, vector_weight: float = 1.0) -> list[dict[str, Any]]:
         """The ``k`` best chunks: by cosine to ``query`` (``text`` None), by BM25 of ``text``
         (``query`` None), or both fused by RRF from each one's best ``depth`` (rag/_text.py), the
         hit's ``score`` being the fused score and ``vector_score`` / ``text_score`` its parts
         (None where that ranker did not list it). Always exact here."""
         if len(self._rows) > 20_000:
-            top = await anyio.to_thread.run_sync(self._ranked, query, text, k, depth)
+            top = await anyio.to_thread.run_sync(self._ranked, query, text, k, depth, vector_weight)
         else:
-            top = self._ranked(query, text, k, depth)
+            top = self._ranked(query, text, k, depth, vector_weight)
         out = []
         docs: dict[str, dict[str, Any] | None] = {}
         for cid, score, vs, ts in top:
@@ -559,7 +560,7 @@ class PgVectorIndex:
             raise self._unavailable(exc, write=True) from None
 
     async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
-                     depth: int = 50) -> list[dict[str, Any]]:
+                     depth: int = 50, vector_weight: float = 1.0) -> list[dict[str, Any]]:
         """The ``k`` nearest chunks by cosine distance (``text`` None), the ``k`` best by
         full-text rank of ``text`` (``query`` None), or both fused by RRF from each one's best
         ``depth`` (rag/_text.py; ``score`` the fused score, ``vector_score`` / ``text_score`` its
@@ -579,7 +580,7 @@ class PgVectorIndex:
         import psycopg
 
         if text is not None:
-            return await self._hybrid(query, text, k, exact=exact, depth=depth)
+            return await self._hybrid(query, text, k, exact=exact, depth=depth, vector_weight=vector_weight)
         assert query is not None
         q = _vector_text(query)
         ef = max(self.ef_search, k)
@@ -607,7 +608,8 @@ class PgVectorIndex:
             self._ef_set[conn] = ef
         return list(await (await conn.execute(stmt, params)).fetchall())
 
-    async def _hybrid(self, query: list[float] | None, text: str, k: int, *, exact: bool, depth: int) -> list[dict[str, Any]]:
+    async def _hybrid(self, query: list[float] | None, text: str, k: int, *, exact: bool, depth: int,
+                      vector_weight: float) -> list[dict[str, Any]]:
         import psycopg
 
         sql = self._sql
@@ -640,7 +642,7 @@ class PgVectorIndex:
                 if query is None:
                     ranked = [(key, s, None, s) for key, s in txt[:k]]
                 else:
-                    ranked = rrf(vec, txt, k)
+                    ranked = rrf(vec, txt, k, vector_weight)
                 if not ranked:
                     return []
                 cur = await conn.execute(sql.SQL(

@@ -31,7 +31,7 @@ from openfunctions.store import LexicalEmbedder, create_embedder, open_store
 from ._chunk import Chunker
 from ._errors import ChunkNotFound, DocumentTooLarge, InvalidRagInput, RagNotOpen
 from ._index import PgVectorIndex, StoreIndex
-from ._text import DEFAULT_SEARCH_MODE, check_mode
+from ._text import DEFAULT_SEARCH_MODE, check_mode, vector_weight_for
 
 DEFAULT_MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
 MAX_RESULTS = 50
@@ -80,6 +80,7 @@ class Rag:
     def __init__(self, index: Any, embedder: Any, *, chunker: Chunker | None = None,
                  max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES, search_mode: str = DEFAULT_SEARCH_MODE) -> None:
         self.search_mode = check_mode(search_mode)
+        self.vector_weight = vector_weight_for(embedder)  # hybrid's RRF weight of the vector list (rag/_text.py)
         self.index = index
         self.embedder = embedder
         self.chunker = chunker or Chunker()
@@ -255,8 +256,9 @@ class Rag:
 
         ``mode`` (default: the Rag's ``search_mode``, itself ``"hybrid"`` by default):
         ``"hybrid"`` fuses the embedding ranking with full-text ranking (BM25 on the embedded
-        index, PostgreSQL full-text on pgvector) by reciprocal rank fusion: ``score`` is the fused
-        score (at most 2/61), ``vector_score`` the cosine and ``text_score`` the text rank, each
+        index, PostgreSQL full-text on pgvector) by reciprocal rank fusion (the vector list
+        weighted by ``self.vector_weight``: 0.5 for the lexical embedder, 1 for a model; rag/_text.py):
+        ``score`` is the fused score (at most 2/61), ``vector_score`` the cosine and ``text_score`` the text rank, each
         None where that ranker did not list the chunk; ``"vector"``: cosine only (``score`` is
         the cosine); ``"text"``: full-text only. ``exact`` turns pgvector's HNSW off for the
         vector part (a brute-force scan)."""
@@ -271,7 +273,8 @@ class Rag:
         if mode == "text":
             return await index.search(None, k, exact=exact, text=query)
         (vec,) = await anyio.to_thread.run_sync(self.embedder.embed, [query])
-        return await index.search(vec, k, exact=exact, text=query if mode == "hybrid" else None)
+        return await index.search(vec, k, exact=exact, text=query if mode == "hybrid" else None,
+                                  vector_weight=self.vector_weight)
 
     async def get_chunk(self, chunk_id: str) -> dict[str, Any]:
         doc_id, n = parse_chunk_id(chunk_id)

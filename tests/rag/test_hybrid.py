@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from openfunctions.core import ToolRegistry
-from openfunctions.rag import InvalidRagInput, create_tools, open_rag
-from openfunctions.rag._text import RRF_K, Bm25, rrf, term_ids, terms, tsquery_words
+from openfunctions.rag import InvalidRagInput, LexicalEmbedder, create_tools, open_rag
+from openfunctions.rag._text import (
+    LEXICAL_VECTOR_WEIGHT,
+    RRF_K,
+    Bm25,
+    rrf,
+    term_ids,
+    terms,
+    tsquery_words,
+    vector_weight_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +44,9 @@ async def test_hybrid_is_the_default_and_finds_the_rare_words(rag_where):
         top = hits[0]
         vector_rank = [h["doc_id"] for h in await rag.search(QUESTION, k=50, mode="vector")].index("target") + 1
         assert top["text_score"] > 0 and top["vector_score"] is not None
-        assert top["score"] == pytest.approx(1 / (RRF_K + 1) + 1 / (RRF_K + vector_rank))  # first by text
+        # first by text; the lexical embedder's vector list counts half (rag/_text.py)
+        assert rag.vector_weight == LEXICAL_VECTOR_WEIGHT == 0.5
+        assert top["score"] == pytest.approx(1 / (RRF_K + 1) + 0.5 / (RRF_K + vector_rank))
         assert all(h["text_score"] is None for h in hits[1:])  # the fillers share no word with the query's rare ones
         assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
         text = await rag.search(QUESTION, k=5, mode="text")
@@ -128,6 +139,17 @@ def test_rrf_fuses_by_rank_and_reports_the_parts():
     assert [f[0] for f in fused] == ["b", "a", "c"]
     assert fused[0] == ("b", pytest.approx(1 / 62 + 1 / 61), 0.8, 5.0)
     assert fused[1][3] is None and fused[2][2] is None
+
+
+def test_rrf_weights_the_vector_list_and_lexical_embedders_get_half():
+    fused = rrf([("a", 0.9)], [("b", 5.0)], 2, vector_weight=0.5)
+    assert [f[0] for f in fused] == ["b", "a"] and fused[1][1] == pytest.approx(0.5 / 61)
+    assert vector_weight_for(LexicalEmbedder()) == 0.5 and vector_weight_for(LexicalEmbedder(version=1)) == 0.5
+
+    class Model:
+        name, dimension = "all-MiniLM-L6-v2", 384
+
+    assert vector_weight_for(Model()) == 1.0
 
 
 def test_tsquery_words_let_no_operator_through():
