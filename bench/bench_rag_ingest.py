@@ -16,7 +16,7 @@
 Corpus: bench/bench_rag.py's synthetic documents (Zipf words, ~10 chunks of 180 words each).
 Each measurement is run ``--repeat`` times on fresh indexes; medians are quoted.
 
-Usage: python bench/bench_rag_ingest.py [--chunks 20000] [--repeat 3] [--minilm-chunks 512] [--dsn URL] [--no-write]
+Usage: python bench/bench_rag_ingest.py [--chunks 20000] [--repeat 3] [--minilm-chunks 128] [--dsn URL] [--no-write]
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ async def main() -> None:
     ap.add_argument("--chunks", type=int, default=20_000)
     ap.add_argument("--one-by-one-chunks", type=int, default=2_000, help="chunks for the Rag.ingest loop (slow path)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--minilm-chunks", type=int, default=512)
+    ap.add_argument("--minilm-chunks", type=int, default=128)
     ap.add_argument("--dsn")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()

@@ -25,9 +25,14 @@ pgvector (:class:`PgVectorIndex`), tables (component ``rag`` in ``of_schema``)::
     of_rag_indexes(name PK, embedder, dimension, created_at)
     of_rag_docs(index_name, doc_id, digest, chunker, embedder, source, title, chunks, bytes, updated_at,
                 PRIMARY KEY (index_name, doc_id))
-    of_rag_chunks_<name>(doc_id, n, text, embedding vector(d), PRIMARY KEY (doc_id, n))
-        + HNSW index USING hnsw (embedding vector_cosine_ops)       -- one table per index: a
-                                                                      vector column has one dimension
+    of_rag_chunks_<name>(doc_id, n, text, embedding vector(d),
+                         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+                         PRIMARY KEY (doc_id, n))
+        + HNSW index of_rag_chunks_<name>_hnsw USING hnsw (embedding vector_cosine_ops)
+        + GIN index of_rag_chunks_<name>_fts USING gin (tsv)   -- full-text ranking of hybrid search
+                                                               -- (one table per index: a vector
+                                                               -- column has one dimension)
+    (``tsv`` is added, with its index, when a table made before hybrid search is opened.)
     (``embedding`` is stored ``MAIN``, not pgvector's default ``EXTERNAL``: a row holding a chunk
     of ~1.3 KB and a 512-dimension vector (2 KB) is past PostgreSQL's 2 KB toast threshold, and
     ``EXTERNAL`` moved the vector out of line (checked on pgvector 0.6.2: 50 such rows took 10 heap

@@ -3,12 +3,12 @@
 Hybrid search (the default, ``Rag(search_mode="hybrid")``) asks two rankers for their best
 ``depth`` chunks each and fuses the two lists by reciprocal rank fusion (RRF)::
 
-    fused(chunk) = sum over the lists the chunk is in of 1 / (RRF_K + rank)      (rank from 1)
+    fused(chunk) = sum over the lists the chunk is in of weight / (RRF_K + rank)      (rank from 1)
 
 RRF needs no score calibration (a cosine and a BM25 score are not comparable; ranks are), and
 ``RRF_K`` = 60 is the constant of Cormack, Clarke and Büttcher (SIGIR 2009), which damps the
 difference between rank 1 and rank 5 so that a chunk ranked well by both beats one ranked first
-by one only. The vector list is weighted (its terms multiplied by ``vector_weight``): 1 for a
+by one only. The text list's weight is 1, the vector list's is ``vector_weight``: 1 for a
 model embedder (MiniLM, an API), :data:`LEXICAL_VECTOR_WEIGHT` = 0.5 for the lexical one, whose
 vectors are a noisier copy of what the text ranking already sees (shared words, without their
 rarity). Measured on bench/bench_rag_eval.py's 74 questions with the lexical embedder, recall@5
