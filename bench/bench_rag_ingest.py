@@ -39,6 +39,11 @@ from openfunctions.rag import Chunker, open_rag  # noqa: E402
 from openfunctions.rag._index import _vector_text  # noqa: E402
 
 
+SEARCH: dict[str, list[dict[str, float]]] = {"embedded": [], "pgvector": []}
+OPEN_S: list[float] = []
+MIGRATE_S: list[float] = []
+
+
 def _items(docs):
     return [{"doc_id": d, "text": t} for d, t in docs]
 
@@ -56,21 +61,43 @@ async def embedded_one_by_one(docs) -> float:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def embedded_many(docs, embedder=None) -> tuple[float, int]:
+async def search_ms(rag, queries) -> dict[str, float]:
+    """Median ms per query of each search mode (the first search after a load, which builds the
+    in-memory structures, is not counted)."""
+    await rag.search(queries[0], k=10)
+    out = {}
+    for mode in ("vector", "hybrid"):
+        lat = []
+        for q in queries:
+            t = time.perf_counter()
+            await rag.search(q, k=10, mode=mode)
+            lat.append((time.perf_counter() - t) * 1000)
+        out[mode] = median(lat)
+    return out
+
+
+async def embedded_many(docs, embedder=None, queries=None) -> tuple[float, int]:
     tmp = tempfile.mkdtemp(prefix="ofbench-ragi-")
     try:
         rag = await open_rag(data_dir=tmp, embedder=embedder)
         t = time.perf_counter()
         res = await rag.ingest_many(_items(docs))
         dt = time.perf_counter() - t
+        if queries:
+            SEARCH["embedded"].append(await search_ms(rag, queries))
         await rag.aclose()
+        if queries:  # what opening costs: vectors decoded and BM25 terms counted from the stored texts
+            t = time.perf_counter()
+            rag = await open_rag(data_dir=tmp, embedder=embedder)
+            OPEN_S.append(time.perf_counter() - t)
+            await rag.aclose()
         n = sum(r.chunks for r in res)
         return n / dt, n
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def pg_bulk(dsn: str, docs) -> tuple[float, float, int]:
+async def pg_bulk(dsn: str, docs, queries) -> tuple[float, float, int]:
     import psycopg
 
     name = f"bi{uuid.uuid4().hex[:8]}"
@@ -82,6 +109,17 @@ async def pg_bulk(dsn: str, docs) -> tuple[float, float, int]:
             load = time.perf_counter() - t
             t = time.perf_counter()
         build = time.perf_counter() - t
+        SEARCH["pgvector"].append(await search_ms(rag, queries))
+        await rag.aclose()
+        # an index made before hybrid search: no tsv column, no GIN index; opening it adds them
+        table = f"of_rag_chunks_{name}"
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute(f"DROP INDEX {table}_fts")
+            c.execute(f"ALTER TABLE {table} DROP COLUMN tsv")
+            c.execute(f"VACUUM FULL {table}")
+        t = time.perf_counter()
+        rag = await open_rag(url=dsn, name=name)
+        MIGRATE_S.append(time.perf_counter() - t)
         return load, build, sum(r.chunks for r in res)
     finally:
         await rag.aclose()
@@ -153,11 +191,14 @@ async def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     docs = corpus(args.chunks)
+    from bench_rag import queries as make_queries
+
+    queries = make_queries(docs, 50)
     rows: list[list[str]] = []
     notes: list[str] = []
 
     one = [await embedded_one_by_one(corpus(args.one_by_one_chunks)) for _ in range(args.repeat)]
-    many = [(await embedded_many(docs))[0] for _ in range(args.repeat)]
+    many = [(await embedded_many(docs, queries=queries))[0] for _ in range(args.repeat)]
     rows.append(["embedded: Rag.ingest, one document at a time", f"{median(one):,.0f} chunks/s",
                  f"{args.one_by_one_chunks:,} chunks"])
     rows.append(["embedded: Rag.ingest_many", f"{median(many):,.0f} chunks/s",
@@ -171,7 +212,7 @@ async def main() -> None:
     with pg_server(args.dsn) as dsn:
         loads, builds, totals, peers = [], [], [], []
         for _ in range(args.repeat):
-            load, build, n = await pg_bulk(dsn, docs)
+            load, build, n = await pg_bulk(dsn, docs, queries)
             loads.append(n / load)
             builds.append(build)
             totals.append(n / (load + build))
@@ -182,6 +223,15 @@ async def main() -> None:
                  f"{median(loads) / median(peers):.2f}x the raw COPY"])
     rows.append(["  then GIN + HNSW build (m 16, ef_construction 64)", f"{median(builds):,.1f} s",
                  f"{median(totals):,.0f} chunks/s including the build"])
+    for where in ("embedded", "pgvector"):
+        v = median([m["vector"] for m in SEARCH[where]])
+        h = median([m["hybrid"] for m in SEARCH[where]])
+        rows.append([f"{where}: search at {args.chunks:,} chunks, hybrid (vector mode)", f"{h:.1f} ms ({v:.1f} ms)",
+                     "median per query, k 10, 50 queries, embedding the query included"])
+    rows.append([f"embedded: open an index of {args.chunks:,} chunks", f"{median(OPEN_S):.1f} s",
+                 "vectors decoded, BM25 terms counted from the stored texts"])
+    rows.append([f"pgvector: open a pre-hybrid index of {args.chunks:,} chunks", f"{median(MIGRATE_S):.1f} s",
+                 "adds the tsv column (table rewrite) and its GIN index"])
     if args.minilm_chunks:
         await minilm_part(args.minilm_chunks, args.repeat, rows, notes)
 
