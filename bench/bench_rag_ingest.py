@@ -38,7 +38,6 @@ from bench_store import pg_server  # noqa: E402
 from openfunctions.rag import Chunker, open_rag  # noqa: E402
 from openfunctions.rag._index import _vector_text  # noqa: E402
 
-
 SEARCH: dict[str, list[dict[str, float]]] = {"embedded": [], "pgvector": []}
 OPEN_S: list[float] = []
 MIGRATE_S: list[float] = []
