@@ -28,13 +28,22 @@ from ._errors import (
     ProviderError,
     ProviderUnavailable,
     RateLimited,
+    SamplingTimeout,
     SamplingUnavailable,
     ScriptExhausted,
 )
 from ._http import RetryPolicy
 from ._resolve import PROVIDERS, resolve_adapter, resolve_provider
-from ._sampling import SAMPLER_KEY, SAMPLING_CAPABILITY_KEY, Sampler, SamplingAdapter
+from ._sampling import (
+    DEFAULT_SAMPLING_TIMEOUT_S,
+    SAMPLER_KEY,
+    SAMPLING_CAPABILITY_KEY,
+    SAMPLING_TIMEOUT_KEY,
+    Sampler,
+    SamplingAdapter,
+)
 from ._scripted import ScriptedAdapter
+from ._text import valid_json, valid_text
 from ._types import AIAdapter, ChatOptions, ChatReply, Message, StopReason, StreamEvent, ToolCall, Usage
 
 
@@ -58,7 +67,8 @@ __all__ = [
     "AIAdapter", "AdapterError", "AdapterNotConfigured", "AdapterTimeout", "AnthropicAdapter", "AuthenticationFailed",
     "BadRequest", "ChatOptions", "ChatReply", "GeminiAdapter", "MalformedResponse", "Message", "OpenAIAdapter",
     "OpenRouterAdapter", "PROVIDERS", "ProviderError", "ProviderUnavailable", "RateLimited", "RetryPolicy",
-    "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "Sampler", "SamplingAdapter", "SamplingUnavailable", "ScriptExhausted",
+    "DEFAULT_SAMPLING_TIMEOUT_S", "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "SAMPLING_TIMEOUT_KEY", "Sampler",
+    "SamplingAdapter", "SamplingTimeout", "SamplingUnavailable", "ScriptExhausted",
     "ScriptedAdapter", "StopReason", "StreamEvent", "ToolCall", "Usage", "XAIAdapter", "resolve_adapter",
-    "resolve_provider",
+    "resolve_provider", "valid_json", "valid_text",
 ]

@@ -73,6 +73,12 @@ class AdapterTimeout(AdapterError):
     code = "adapter_timeout"
 
 
+class SamplingTimeout(AdapterTimeout):
+    """The MCP host did not answer a ``sampling/createMessage`` request within its deadline."""
+
+    code = "sampling_timeout"
+
+
 class ScriptExhausted(AdapterError):
     """A :class:`ScriptedAdapter` was asked for more replies than it was given."""
 
@@ -87,6 +93,6 @@ class SamplingUnavailable(AdapterError):
 
 __all__ = [
     "AdapterError", "AdapterNotConfigured", "AdapterTimeout", "AuthenticationFailed", "BadRequest",
-    "MalformedResponse", "ProviderError", "ProviderUnavailable", "RateLimited", "SamplingUnavailable",
-    "ScriptExhausted",
+    "MalformedResponse", "ProviderError", "ProviderUnavailable", "RateLimited", "SamplingTimeout",
+    "SamplingUnavailable", "ScriptExhausted",
 ]

@@ -18,6 +18,14 @@ connection with no back-channel (the stateless 2026-07-28 era, which
 replaced server-initiated sampling with input-required results), gets
 :class:`SamplingUnavailable` saying so. MCP sampling reports no token usage:
 ``usage`` stays zero.
+
+Deadline: every request waits at most ``timeout_s`` seconds (default
+:data:`DEFAULT_SAMPLING_TIMEOUT_S`, 120; ``from_context`` takes the
+caller's, else a value a host put under ``SAMPLING_TIMEOUT_KEY`` in the
+metadata; the agents runtime passes its own, ``serve --sampling-timeout``). A host that does not
+answer in time gets the request cancelled (the MCP SDK sends it
+``notifications/cancelled``) and the caller gets :class:`SamplingTimeout`:
+a client that never answers cannot keep a run, or anything it holds, waiting.
 """
 
 from __future__ import annotations
@@ -25,9 +33,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+import anyio
+
 from openfunctions.core import OpenFunctionsError, ToolDefinition
 
-from ._errors import AdapterError, MalformedResponse, SamplingUnavailable
+from ._errors import AdapterError, MalformedResponse, SamplingTimeout, SamplingUnavailable
 from ._types import (
     ChatOptions,
     ChatReply,
@@ -42,6 +52,9 @@ from ._types import (
 
 SAMPLER_KEY = "openfunctions.sampler"
 SAMPLING_CAPABILITY_KEY = "openfunctions.sampling"
+#: Metadata key a host may set: the deadline (seconds) of each sampling request sent for that call.
+SAMPLING_TIMEOUT_KEY = "openfunctions.sampling_timeout_s"
+DEFAULT_SAMPLING_TIMEOUT_S = 120.0
 
 Sampler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -84,17 +97,25 @@ class SamplingAdapter:
 
     provider = "mcp-sampling"
 
-    def __init__(self, sampler: Sampler | None, capability: Mapping[str, Any] | None, *, model_hint: str | None = None) -> None:
+    def __init__(self, sampler: Sampler | None, capability: Mapping[str, Any] | None, *, model_hint: str | None = None,
+                 timeout_s: float = DEFAULT_SAMPLING_TIMEOUT_S) -> None:
+        if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+            raise ValueError(f"SamplingAdapter timeout_s must be a positive number of seconds, not {timeout_s!r}")
         self.sampler = sampler
         self.capability = capability
         self.model_hint = model_hint
+        self.timeout_s = float(timeout_s)
         #: The model the host last named (``"host"`` until it answered).
         self.model = "host"
 
     @classmethod
-    def from_context(cls, ctx: Any, *, model_hint: str | None = None) -> SamplingAdapter:
+    def from_context(cls, ctx: Any, *, model_hint: str | None = None, timeout_s: float | None = None) -> SamplingAdapter:
+        """The host of the call ``ctx``. ``timeout_s``: this caller's deadline per request; else the host's
+        (``SAMPLING_TIMEOUT_KEY``), else :data:`DEFAULT_SAMPLING_TIMEOUT_S`."""
         meta = getattr(ctx, "metadata", None) or {}
-        return cls(meta.get(SAMPLER_KEY), meta.get(SAMPLING_CAPABILITY_KEY), model_hint=model_hint)
+        if timeout_s is None:
+            timeout_s = meta.get(SAMPLING_TIMEOUT_KEY) or DEFAULT_SAMPLING_TIMEOUT_S
+        return cls(meta.get(SAMPLER_KEY), meta.get(SAMPLING_CAPABILITY_KEY), model_hint=model_hint, timeout_s=timeout_s)
 
     @property
     def supports_tools(self) -> bool:
@@ -131,13 +152,21 @@ class SamplingAdapter:
             params["tools"] = [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools]
             if opts.tool_choice:
                 params["toolChoice"] = {"mode": opts.tool_choice}
+        result = None
         try:
-            result = await self.sampler(params)  # type: ignore[misc]
+            # move_on_after, not fail_after: a TimeoutError raised by the sampler itself is not our deadline.
+            with anyio.move_on_after(self.timeout_s) as scope:
+                result = await self.sampler(params)  # type: ignore[misc]
         except OpenFunctionsError:
             raise
         except Exception as exc:
             raise AdapterError(f"the MCP host's sampling request failed: {type(exc).__name__}: {exc}",
                                details={"provider": self.provider}) from None
+        if scope.cancelled_caught:
+            raise SamplingTimeout(
+                f"the MCP host did not answer the sampling request within {self.timeout_s:g} s; the request was "
+                "cancelled", details={"provider": self.provider, "timeout_s": self.timeout_s},
+            )
         return self._parse(result)
 
     async def stream(
@@ -179,4 +208,5 @@ class SamplingAdapter:
         )
 
 
-__all__ = ["SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "Sampler", "SamplingAdapter", "sampling_messages"]
+__all__ = ["DEFAULT_SAMPLING_TIMEOUT_S", "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "SAMPLING_TIMEOUT_KEY", "Sampler",
+           "SamplingAdapter", "sampling_messages"]

@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from openfunctions.core import ToolDefinition
 
+from ._text import valid_json, valid_text
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 #: Normalized stop reasons. A provider's own value is kept in ``ChatReply.raw_stop_reason``.
@@ -28,6 +30,11 @@ class ToolCall:
     id: str
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # a model's text: made valid where it enters (see ._text)
+        object.__setattr__(self, "id", valid_text(self.id))
+        object.__setattr__(self, "name", valid_text(self.name))
+        object.__setattr__(self, "arguments", valid_json(self.arguments))
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
@@ -101,6 +108,13 @@ class ChatReply:
     provider: str = ""
     raw_stop_reason: str | None = None
 
+    def __post_init__(self) -> None:  # a model's text: made valid where it enters (see ._text)
+        if self.text is not None:
+            object.__setattr__(self, "text", valid_text(self.text))
+        object.__setattr__(self, "model", valid_text(self.model))
+        if self.raw_stop_reason is not None:
+            object.__setattr__(self, "raw_stop_reason", valid_text(self.raw_stop_reason))
+
     @property
     def kind(self) -> Literal["text", "tool_calls"]:
         return "tool_calls" if self.tool_calls else "text"
@@ -129,6 +143,9 @@ class StreamEvent:
     text: str = ""
     tool_call: ToolCall | None = None
     reply: ChatReply | None = None
+
+    def __post_init__(self) -> None:  # a streamed delta: made valid where it enters (see ._text)
+        object.__setattr__(self, "text", valid_text(self.text))
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ Served over MCP: ``openfunctions-mcp serve --profile agents --module mypkg.agent
 (:func:`build_agents_profile`); runs from the shell: ``openfunctions-mcp runs list|show|tail``.
 """
 
-from ._agent import AGENT_TAG, Agent, AgentLimits, Crew, define_agent, define_crew
+from ._agent import AGENT_TAG, DEFAULT_RUN_TIMEOUT_S, Agent, AgentLimits, Crew, define_agent, define_crew
 from ._errors import AgentDefinitionError, AgentError, RunJournalError, RunNotFound
 from ._records import TERMINAL, RunState
 from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_runs, runs_journal_path
@@ -33,7 +33,7 @@ def build_agents_profile(**options):  # imported lazily: the profile needs the r
 
 
 __all__ = [
-    "AGENT_TAG", "Agent", "AgentDefinitionError", "AgentError", "AgentLimits", "AgentRuntime", "Crew", "DatabaseRunLog", "MemoryRunLog",
+    "AGENT_TAG", "DEFAULT_RUN_TIMEOUT_S", "Agent", "AgentDefinitionError", "AgentError", "AgentLimits", "AgentRuntime", "Crew", "DatabaseRunLog", "MemoryRunLog",
     "RUN_ID_KEY", "RunJournal", "RunJournalError", "RunNotFound", "RunOptions", "RunResult", "RunState", "SUBMIT_TOOL", "TERMINAL",
     "build_agents_profile", "define_agent", "define_crew", "read_runs", "run_agent", "runs_journal_path",
 ]

@@ -20,19 +20,31 @@ AGENT_TAG = "agent"
 _NAME_MAX = 100  # room for the agent_/delegate_to_ prefixes within MCP's 128
 
 
+#: A run's overall deadline unless its limits say otherwise (seconds).
+DEFAULT_RUN_TIMEOUT_S = 600.0
+
+
 @dataclass(frozen=True)
 class AgentLimits:
-    """Bounds of one run. ``max_tokens`` is per model call."""
+    """Bounds of one run. ``max_tokens`` is per model call.
+
+    ``timeout_s``: the whole run's deadline (default 600 s; ``None``: none); a run past it ends
+    ``timeout`` (``run_timeout``). ``sampling_timeout_s``: the deadline of each sampling request to
+    the MCP host, for an agent thinking with the host's model; ``None``: the server's setting
+    (``serve --sampling-timeout``, default 120 s). An unanswered request ends the run ``timeout``
+    (``sampling_timeout``).
+    """
 
     max_rounds: int = 8
     max_tool_calls: int = 32
     max_tokens: int = 1024
     temperature: float | None = None
-    timeout_s: float | None = None
+    timeout_s: float | None = DEFAULT_RUN_TIMEOUT_S
+    sampling_timeout_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_rounds": self.max_rounds, "max_tool_calls": self.max_tool_calls, "max_tokens": self.max_tokens,
-                "timeout_s": self.timeout_s}
+                "timeout_s": self.timeout_s, "sampling_timeout_s": self.sampling_timeout_s}
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +128,10 @@ def define_agent(
         lim = AgentLimits(**{**lim.__dict__, "max_rounds": max_rounds})
     if lim.max_rounds < 1 or lim.max_tool_calls < 0 or lim.max_tokens < 1:
         raise AgentDefinitionError(f"agent {name!r}: limits must be positive (got {lim})")
+    for what in ("timeout_s", "sampling_timeout_s"):
+        v = getattr(lim, what)
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
+            raise AgentDefinitionError(f"agent {name!r}: limits {what} must be a positive number of seconds or None, not {v!r}")
     names: list[str] | None = None
     own: list[ToolDefinition] = []
     if tools is not None:
@@ -155,4 +171,4 @@ def define_crew(name: str, agents: Sequence[Agent], *, mode: Literal["sequential
     return Crew(name, tuple(agents), mode, description or f"{mode} crew of {', '.join(a.name for a in agents)}")
 
 
-__all__ = ["AGENT_TAG", "Agent", "AgentLimits", "Crew", "define_agent", "define_crew"]
+__all__ = ["AGENT_TAG", "DEFAULT_RUN_TIMEOUT_S", "Agent", "AgentLimits", "Crew", "define_agent", "define_crew"]

@@ -22,7 +22,11 @@
   recovery marks unfinished runs ``interrupted``).
 
 An agent without ``adapter=``/``model=`` thinks with the MCP host's model
-(sampling): the server puts the sampler into each call's context.
+(sampling): the server puts the sampler into each call's context. Each
+sampling request waits at most ``sampling_timeout_s`` (``serve
+--sampling-timeout``, default 120 s) unless the agent's limits name their
+own; a run served here holds no scheduler reservation while it waits
+(agents/_runtime.py, "Admission").
 """
 
 from __future__ import annotations
@@ -158,6 +162,7 @@ def build_agents_profile(
     modules: tuple[str, ...] = (),
     store: str | None = None,
     upstreams: Any = None,
+    sampling_timeout_s: float | None = None,
 ) -> AgentsProfile:
     found: list[Agent | Crew] = []
     for spec in modules:
@@ -175,7 +180,8 @@ def build_agents_profile(
     # Under 'all' the registry handed in may be a projection (a read-only
     # view): serve a registry holding the same tools on the same executor.
     reg = ToolRegistry(registry.list(), executor=registry.executor) if registry is not None else ToolRegistry()
-    profile = AgentsProfile(registry=reg, runtime=AgentRuntime(reg), data_dir=Path(data_dir))
+    runtime = AgentRuntime(reg) if sampling_timeout_s is None else AgentRuntime(reg, sampling_timeout_s=sampling_timeout_s)
+    profile = AgentsProfile(registry=reg, runtime=runtime, data_dir=Path(data_dir))
     try:
         for t in _run_tools(profile):
             if t.name not in reg:

@@ -14,7 +14,7 @@ each record's ``data`` has ``v: 1`` and ``run_id`` (``run_`` + 32 hex).
     ``instructions_sha256``, ``capability_sha256`` (sha256 of the canonical
     sorted list of ``{name, spec_sha256}`` the filtered registry exposed),
     ``tools`` (that list), ``limits`` (``max_rounds``, ``max_tool_calls``,
-    ``max_tokens``), ``task_sha256``, ``task`` (first 4,000 characters),
+    ``max_tokens``, ``timeout_s``, ``sampling_timeout_s``), ``task_sha256``, ``task`` (first 4,000 characters),
     ``crew`` (crew name or null).
 ``run_round`` (after the round's tool calls settled; not waited for: the
     run's ``run_finished`` is written after it and waited for)
@@ -26,7 +26,8 @@ each record's ``data`` has ``v: 1`` and ``run_id`` (``run_`` + 32 hex).
     sent along).
 ``run_finished`` (before the result is returned; exactly one per run)
     ``status``: ``completed`` | ``max_rounds`` | ``cancelled`` | ``failed``
-    | ``interrupted``; ``rounds``, ``usage`` (summed), ``receipts`` (every
+    | ``timeout`` (a deadline passed: ``error.code`` ``run_timeout``,
+    ``sampling_timeout`` or ``adapter_timeout``) | ``interrupted``; ``rounds``, ``usage`` (summed), ``receipts`` (every
     tool call's receipt id, in order), ``text`` (the final text, first 16,384
     characters), ``text_sha256`` (of the whole text), ``output`` (structured
     output or null), ``error`` ``{code, message}`` or null,
@@ -49,12 +50,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from openfunctions.adapters import valid_json
 from openfunctions.core import digest, new_id, utc_timestamp
 
 VERSION = 1
 KIND = "runs"
 STARTED, ROUND, FINISHED, CLAIM = "run_started", "run_round", "run_finished", "outcome_claim"
-TERMINAL = ("completed", "max_rounds", "cancelled", "failed", "interrupted")
+TERMINAL = ("completed", "max_rounds", "cancelled", "failed", "timeout", "interrupted")
 TASK_CHARS = 4000
 TEXT_CHARS = 16384
 
@@ -88,7 +90,8 @@ def finished(*, run_id: str, status: str, rounds: int, usage: dict[str, int], re
     assert status in TERMINAL, status
     return {
         "v": VERSION, "run_id": run_id, "status": status, "rounds": rounds, "usage": usage, "receipts": receipts,
-        "text": (text or "")[:TEXT_CHARS], "text_sha256": _text_digest(text or ""), "output": output, "error": error,
+        "text": (text or "")[:TEXT_CHARS], "text_sha256": _text_digest(text or ""), "output": output,
+        "error": valid_json(error),  # its message may quote anything an exception carried
         "recovered": recovered, "finished_at": utc_timestamp(),
     }
 

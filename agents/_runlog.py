@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from openfunctions.adapters import valid_json
 from openfunctions.core import run_every, stop_task
-from openfunctions.core.errors import JournalLocked
+from openfunctions.core.errors import JournalLocked, NonJsonValue
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
 
 from . import _records as R
@@ -164,7 +165,19 @@ class RunJournal(MemoryRunLog):
             if not batch:
                 continue
             try:
-                await self.log.append_many([(t, d) for t, d, _ in batch])
+                try:
+                    await self.log.append_many([(t, d) for t, d, _ in batch])
+                except NonJsonValue:
+                    # Text entering a run is made valid where it enters (adapters.valid_text); this is the
+                    # last line. append_many encodes everything before it writes anything, so nothing was
+                    # written: replace the offending text in place (the folded state holds the same dicts)
+                    # and write the batch again, instead of stopping the journal over one record's data.
+                    for _, d, _ in batch:
+                        clean = valid_json(d)
+                        if clean is not d:
+                            d.clear()
+                            d.update(clean)
+                    await self.log.append_many([(t, d) for t, d, _ in batch])
             except Exception as exc:  # fail-stop, as the log itself does
                 self._failed = exc
                 for _, _, fut in batch + self._queue:

@@ -1,24 +1,34 @@
 """The agent loop, served through the one path.
 
 A run is itself a tool call: :meth:`AgentRuntime.run` executes the agent's
-``agent_<name>`` tool through the registry's executor, and every tool the
-model asks for runs as a *child* of that call (``with_child_execution``:
-it inherits the reservation and the authority, narrowed to the agent's
-``scopes``). So an agent's calls get validation, policy, scheduling,
-receipts and the journal like any other call, and a read-only agent (all of
-its own tools are reviewed parallel-safe reads, so it is served as a read)
-cannot reach a writer, not even through delegation: the executor refuses
-the call with a receipt.
+``agent_<name>`` tool through an executor, and every tool the model asks
+for is a call linked to it (``parent_receipt_id``), with the authority
+narrowed to the agent's ``scopes``. So an agent's calls get validation,
+policy, scheduling, receipts and the journal like any other call, and a
+read-only agent (all of its own tools are reviewed parallel-safe reads, so
+it is served as a read) cannot reach a writer, not even through delegation:
+the executor refuses the call with a receipt.
 
 The loop: build the filtered registry (``registry.project``), compose the
 prompt, call the adapter, execute the requested tools in order, feed the
 results back, and stop on a text reply (``completed``), at
 ``max_rounds`` (``max_rounds``), on cancellation (``cancelled``, re-raised)
-or on an adapter error or a limit (``failed``). Each step is a run record
+on a deadline (``timeout``) or on an adapter error or another limit
+(``failed``). Each step is a run record
 (:mod:`._records`), appended before the run moves on.
 
-Concurrency note: an agent that may write is served exclusive (like any
-unclassified tool), so it holds a write barrier while the model thinks.
+Admission (``openfunctions.workflows.begin_run``): a run gives its own
+scheduler reservation back as soon as its loop starts and each tool call it
+makes is admitted on its own (a write still runs alone). Nothing is held
+while the model thinks, so a slow model, or an MCP host that never answers a
+sampling request, cannot stall anyone else's write. ``RunOptions(admission=
+"run")`` keeps the older behaviour for a direct run (the run's reservation
+held throughout, its calls inside it).
+
+Deadlines: ``AgentLimits.timeout_s`` (the whole run, default 600 s) and each
+sampling request (``AgentLimits.sampling_timeout_s``, else the runtime's,
+default 120 s). Either ends the run ``timeout`` with its run record and the
+run's receipt; nothing is left held.
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ import anyio
 import structlog
 
 from openfunctions.adapters import (
+    DEFAULT_SAMPLING_TIMEOUT_S,
+    AdapterTimeout,
     ChatOptions,
     MalformedResponse,
     Message,
@@ -39,6 +51,7 @@ from openfunctions.adapters import (
     ToolCall,
     Usage,
     resolve_adapter,
+    valid_text,
 )
 from openfunctions.core import (
     Capability,
@@ -51,8 +64,8 @@ from openfunctions.core import (
     ToolRegistry,
     define_tool,
     new_id,
-    with_child_execution,
 )
+from openfunctions.workflows import begin_run, child_context
 
 from . import _records as R
 from ._agent import AGENT_TAG, Agent, Crew
@@ -127,25 +140,25 @@ class RunOptions:
       "outcome", "error_code", "is_error", "content"}`` after it settled. An
       exception it raises is logged and ignored (an observer never ends a run).
     - ``stream``: ask the model through ``adapter.stream`` (text deltas as they come).
-    - ``admission``: ``"run"`` (the default): the run's own call is admitted
-      by the registry's scheduler and holds that reservation for the whole
-      run (an agent that may write: a write barrier while the model thinks);
-      its tool calls inherit it. ``"per_call"``: the run's own call takes no
-      place in the registry's scheduler (a scheduler of its own admits it;
-      same policy, mode and journal), and each tool call the model asks for
-      is admitted by the registry's scheduler on its own, its receipt linked
-      to the run's (a write still runs alone, but nothing is held while the
-      model thinks). For a host that runs many runs at once: the chat agent,
-      one per conversation.
+    - ``admission``: ``"per_call"`` (the default): the run's own call takes
+      no place in the registry's scheduler (a scheduler of its own admits
+      it; same policy, mode and journal), and each tool call the model asks
+      for is admitted by the registry's scheduler on its own, its receipt
+      linked to the run's (a write still runs alone, but nothing is held
+      while the model thinks). ``"run"``: the run's own call is admitted by
+      the registry's scheduler and holds that reservation for the whole run
+      (an agent that may write: a write barrier while the model thinks); its
+      tool calls run inside it.
 
-    Applies to the top-level run only; delegated runs do not inherit it.
+    Applies to the top-level run only; delegated runs do not inherit it (they
+    are admitted per call, or run inside a held reservation they inherit).
     """
 
     history: Sequence[Message] = ()
     system: str | None = None
     on_event: Callable[[dict[str, Any]], Awaitable[None]] | None = None
     stream: bool = False
-    admission: Literal["run", "per_call"] = "run"
+    admission: Literal["run", "per_call"] = "per_call"
 
     def __post_init__(self) -> None:
         if self.admission not in ("run", "per_call"):
@@ -217,7 +230,7 @@ def _content_text(content: Sequence[Mapping[str, Any]]) -> str:
             parts.append(str(block.get("text", "")))
         else:
             parts.append(f"[{block.get('type')} content]")
-    text = "\n".join(parts)
+    text = valid_text("\n".join(parts))  # a tool's text on its way into the conversation and the run's events
     if len(text) > TOOL_RESULT_CHARS:
         text = text[:TOOL_RESULT_CHARS] + f"\n[... truncated: {len(text) - TOOL_RESULT_CHARS} more characters]"
     return text
@@ -226,9 +239,14 @@ def _content_text(content: Sequence[Mapping[str, Any]]) -> str:
 class AgentRuntime:
     """Agents over one registry (and its executor) and one run log."""
 
-    def __init__(self, registry: ToolRegistry, runs: MemoryRunLog | None = None) -> None:
+    def __init__(self, registry: ToolRegistry, runs: MemoryRunLog | None = None, *,
+                 sampling_timeout_s: float = DEFAULT_SAMPLING_TIMEOUT_S) -> None:
+        """``sampling_timeout_s``: each sampling request's deadline for agents whose limits name none."""
+        if not (isinstance(sampling_timeout_s, (int, float)) and sampling_timeout_s > 0):
+            raise ValueError(f"sampling_timeout_s must be a positive number of seconds, not {sampling_timeout_s!r}")
         self.registry = registry
         self.runs = runs if runs is not None else MemoryRunLog()
+        self.sampling_timeout_s = float(sampling_timeout_s)
         self._agent_tools: dict[tuple[Any, ...], ToolDefinition] = {}
         self._resolved: list[Any] = []
 
@@ -323,6 +341,7 @@ class AgentRuntime:
         what = {
             "max_rounds": f"stopped after {result.rounds} rounds without a final answer",
             "failed": f"failed: {err.get('message', 'unknown error')}",
+            "timeout": f"timed out: {err.get('message', 'a deadline passed')}",
         }.get(result.status, result.status)
         raise ToolError(
             f"agent {name!r} {what} (run {result.run_id}; read it with of_run_read)",
@@ -378,7 +397,7 @@ class AgentRuntime:
             extra[_RUN_OPTIONS] = options
         ctx = ctx.replace(metadata={**dict(ctx.metadata), **extra})
         executor = self.registry.executor
-        if options is not None and options.admission == "per_call":  # admitted at once: see RunOptions.admission
+        if (options or _NO_OPTIONS).admission == "per_call":  # admitted at once: see RunOptions.admission
             executor = ToolExecutor(policy=executor.policy, mode=executor.mode, sink=executor.sink, max_parallel=1)
         detailed = await executor.execute_detailed(self.agent_tool(agent), {"task": task}, ctx)
         if sink:
@@ -398,7 +417,8 @@ class AgentRuntime:
                 agent._resolved["adapter"] = resolve_adapter(model=agent.model)
                 self._resolved.append(agent._resolved["adapter"])
             return agent._resolved["adapter"]
-        return SamplingAdapter.from_context(ctx)
+        timeout = agent.limits.sampling_timeout_s
+        return SamplingAdapter.from_context(ctx, timeout_s=timeout if timeout is not None else self.sampling_timeout_s)
 
     async def aclose(self) -> None:
         """Close the HTTP clients of adapters this runtime resolved from ``model=`` (not adapters passed in)."""
@@ -408,20 +428,19 @@ class AgentRuntime:
             if close is not None:
                 await close()
 
-    def _inner_context(self, agent: Agent, ctx: ToolExecutionContext, run_id: str,
-                       opts: RunOptions = _NO_OPTIONS) -> ToolExecutionContext:
-        if opts.admission == "per_call" and ctx.receipt_id is not None:  # children admitted one by one, linked
-            scopes = ctx.scopes if agent.scopes is None else ctx.scopes & frozenset(agent.scopes)
-            inner = ctx.replace(scopes=scopes, parent_receipt_id=ctx.receipt_id, receipt_id=None, reservation=None)
-        elif ctx.receipt_id is not None and ctx.reservation is not None:
-            inner = with_child_execution(ctx, scopes=agent.scopes)
-        else:
-            inner = ctx.replace(scopes=ctx.scopes if agent.scopes is None else ctx.scopes & agent.scopes)
+    @staticmethod
+    def _inner_context(ctx: ToolExecutionContext, run_id: str) -> ToolExecutionContext:
+        """The run's context as its tool calls see it (each call's own comes from ``child_context``)."""
         meta = {k: v for k, v in dict(ctx.metadata).items() if k not in (_RESULT_SINK, _RUN_OPTIONS)}
         meta[RUN_ID_KEY] = run_id
-        return inner.replace(metadata=meta, progress=None)
+        return ctx.replace(metadata=meta, progress=None)
 
     async def _loop(self, agent: Agent, task: str, ctx: ToolExecutionContext, *, crew: str | None = None) -> RunResult:
+        meta = ctx.metadata if isinstance(ctx.metadata, Mapping) else {}
+        opts = meta.get(_RUN_OPTIONS)
+        opts = opts if isinstance(opts, RunOptions) else _NO_OPTIONS
+        # First of all: hold nothing while the run waits (see the module doc).
+        ctx = begin_run(ctx, hold=opts.admission == "run")
         run_id = new_id("run")
         lim = agent.limits
         view = self.view(agent)
@@ -433,9 +452,6 @@ class AgentRuntime:
             adapter = self._adapter(agent, ctx)
         except OpenFunctionsError as exc:
             adapter, adapter_error = None, exc
-        meta = ctx.metadata if isinstance(ctx.metadata, Mapping) else {}
-        opts = meta.get(_RUN_OPTIONS)
-        opts = opts if isinstance(opts, RunOptions) else _NO_OPTIONS
         started = R.started(
             run_id=run_id, agent=agent.name, crew=crew,
             provider=getattr(adapter, "provider", "unresolved"), model=getattr(adapter, "model", agent.model or "unresolved"),
@@ -460,8 +476,11 @@ class AgentRuntime:
                 await self._finish(result)
             raise
         except TimeoutError:
-            result.status = "failed"
-            result.error = {"code": "run_timeout", "message": f"the run exceeded its {lim.timeout_s}s limit"}
+            result.status = "timeout"
+            result.error = {"code": "run_timeout", "message": f"the run exceeded its {lim.timeout_s:g} s limit"}
+        except AdapterTimeout as exc:  # the model (an HTTP provider, a sampling host) did not answer in time
+            result.status = "timeout"
+            result.error = {"code": exc.code, "message": exc.message}
         except OpenFunctionsError as exc:
             result.status = "failed"
             result.error = {"code": exc.code, "message": exc.message}
@@ -494,7 +513,7 @@ class AgentRuntime:
             system += f"\n\nWhen you are done, call {SUBMIT_TOOL} with your answer; its arguments are your output."
         messages = [Message.system(system), *opts.history, Message.user(task)]
         options = ChatOptions(max_tokens=lim.max_tokens, temperature=lim.temperature)
-        inner = self._inner_context(agent, ctx, result.run_id, opts)
+        inner = self._inner_context(ctx, result.run_id)
         calls_made = 0
         for n in range(1, lim.max_rounds + 1):
             reply = await self._ask(adapter, messages, tools, options, opts)
@@ -520,7 +539,7 @@ class AgentRuntime:
                     raise ToolError(f"the run asked for more than {lim.max_tool_calls} tool calls", code="tool_call_limit")
                 await _emit(opts, {"type": "tool_call", "round": n, "id": call.id, "name": call.name,
                                    "arguments": call.arguments})
-                text, is_error, rec, submitted = await self._call(call, view, synthetic, inner)
+                text, is_error, rec, submitted = await self._call(call, view, synthetic, inner, agent.scopes)
                 await _emit(opts, {"type": "tool_result", "round": n, **rec, "is_error": is_error,
                                    "content": text[:EVENT_CONTENT_CHARS]})
                 records.append(rec)
@@ -563,11 +582,12 @@ class AgentRuntime:
             usage=reply.usage.to_dict(), tool_calls=records, text=reply.text,
         ), wait=False)
 
-    async def _call(self, call: ToolCall, view: ToolRegistry, synthetic: ToolRegistry,
-                    ctx: ToolExecutionContext) -> tuple[str, bool, dict[str, Any], bool]:
+    async def _call(self, call: ToolCall, view: ToolRegistry, synthetic: ToolRegistry, ctx: ToolExecutionContext,
+                    scopes: frozenset[str] | None) -> tuple[str, bool, dict[str, Any], bool]:
         target = synthetic if call.name in synthetic else view
         try:
-            detailed = await target.execute_detailed(call.name, call.arguments, ctx)
+            tool = target.get(call.name)
+            detailed = await target.execute_detailed(call.name, call.arguments, child_context(ctx, tool, scopes=scopes))
         except ToolNotFound as exc:
             available = ", ".join(t.name for t in view.list() + synthetic.list()) or "none"
             text = f"{exc.message}. Tools available to you: {available}"
@@ -581,13 +601,15 @@ class AgentRuntime:
 
     # -- crews ---------------------------------------------------------------
     async def _run_crew(self, crew: Crew, task: str, ctx: ToolExecutionContext) -> dict[str, Any]:
+        ctx = begin_run(ctx)  # a crew only waits for its members: it holds nothing meanwhile
         crew_ctx = ctx.replace(metadata={k: v for k, v in dict(ctx.metadata).items() if k not in (_RESULT_SINK, _RUN_OPTIONS)})
 
         async def one(agent: Agent, agent_task: str) -> RunResult:
             sink: list[RunResult] = []
-            child = with_child_execution(crew_ctx) if crew_ctx.reservation is not None else crew_ctx
+            member = self.agent_tool(agent)
+            child = child_context(crew_ctx, member)
             child = child.replace(metadata={**dict(child.metadata), _RESULT_SINK: sink}, progress=None)
-            d = await self.registry.executor.execute_detailed(self.agent_tool(agent), {"task": agent_task}, child)
+            d = await self.registry.executor.execute_detailed(member, {"task": agent_task}, child)
             if sink:
                 return sink[0]
             err = d.error

@@ -56,7 +56,7 @@ def add_commands(subparsers: Any) -> None:
 
     p = rsub.add_parser("list", help="one line per run: id, agent, status, rounds, model, started")
     p.add_argument("--agent", help="only runs of this agent")
-    p.add_argument("--status", help="only runs with this status (running, completed, max_rounds, cancelled, failed, interrupted)")
+    p.add_argument("--status", help="only runs with this status (running, completed, max_rounds, cancelled, failed, timeout, interrupted)")
     p.add_argument("-n", type=_count, default=50, metavar="N", help="at most the last N runs (default 50)")
     common(p)
     database(p)

@@ -16,9 +16,9 @@ of load on a shared machine hits all modes alike):
   call, starts by instance): what the journal's table alone costs, without its function and head row;
 - ``stmt 1``: the product's append statement (``store/_pg_journal_schema.py`` ``APPEND``) executed
   directly on a connection (no flusher, no queue): the database side of ``journal 1``;
-- ``v1 fn 1``: schema version 1's PL/pgSQL ``of_journal_append`` (head row ``FOR UPDATE``, insert, head
-  update; arrays as parameters), recreated under another name and called directly as version 1's code
-  called it: the database side of the previous release, for a before/after in one run;
+  (Schema 3 appends to the journal's stream of one instance; the direct calls use a closed instance's stream.
+  Version 1's PL/pgSQL function, once measured here as ``v1 fn 1``, wrote the head columns schema 3 moved
+  to ``of_journal_streams`` and cannot run on it.)
 - ``file 1``: the file journal (core.journal.ExecutionJournal, write + fdatasync) one call at a
   time, for scale.
 
@@ -49,7 +49,7 @@ from openfunctions.core import canonical_json, new_id, utc_timestamp  # noqa: E4
 from openfunctions.core.journal import ExecutionJournal, recovered_receipt  # noqa: E402
 from openfunctions.store import migrate_database, open_pg_journal  # noqa: E402
 from openfunctions.store._pg_journal import record_chk  # noqa: E402
-from openfunctions.store._pg_journal_schema import APPEND, MIGRATIONS  # noqa: E402
+from openfunctions.store._pg_journal_schema import APPEND  # noqa: E402
 
 
 def receipts(n: int) -> list:
@@ -88,24 +88,10 @@ class Raw:
         return row
 
 
-#: version 1's append function (the last statement of MIGRATIONS[0]), renamed: dropped by migration 2
-V1_FN = MIGRATIONS[0][-1].replace("FUNCTION of_journal_append(", "FUNCTION bench_append_v1(")
-
-
-async def run_v1(conn, rs, journal: str) -> float:
+async def run_stmt(conn, rs, journal: str, stream: str) -> float:
     t = time.perf_counter()
     for r in rs:
-        cur = await conn.execute("SELECT o_idx, o_seq FROM bench_append_v1(%s, %s, %s, %s, %s, %s)",
-                                 (journal, None, ["receipt"], [utc_timestamp()], [canonical_json(r.to_dict())],
-                                  [r.receipt_id]))
-        await cur.fetchall()
-    return (time.perf_counter() - t) / len(rs)
-
-
-async def run_stmt(conn, rs, journal: str) -> float:
-    t = time.perf_counter()
-    for r in rs:
-        cur = await conn.execute(APPEND, {"journal": journal, "instance": None, "type": "receipt",
+        cur = await conn.execute(APPEND, {"journal": journal, "stream": stream, "instance": None, "type": "receipt",
                                           "time": utc_timestamp(), "data": canonical_json(r.to_dict()),
                                           "receipt_id": r.receipt_id})
         await cur.fetchall()
@@ -155,18 +141,17 @@ async def main() -> None:
                             "WHERE type = 'receipt'")
             await c.execute("CREATE INDEX IF NOT EXISTS bench_raw_idx_s ON bench_raw_idx (journal, instance, receipt_id) "
                             "WHERE type = 'start'")
-            await c.execute(V1_FN)
         conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(8)]
         journal = await open_pg_journal(dsn, "bench", max_connections=8)
-        for name in ("stmt", "v1"):  # journal rows for the direct calls
-            await (await open_pg_journal(dsn, name)).close()
+        direct = await open_pg_journal(dsn, "stmt")  # a journal and a stream for the direct calls
+        stmt_stream = direct.stream
+        await direct.close()
         fj = await ExecutionJournal.open(Path(root) / "fj" / "bench.journal")
         raw = Raw()
         c0 = conns[0]
         modes: dict[str, tuple[Any, Any]] = {  # name -> (run(receipts) -> seconds per call, the backends it uses)
             "journal 1": (lambda rs: run_journal(journal, rs, 1), lambda: [journal._conn]),
-            "stmt 1": (lambda rs: run_stmt(c0, rs, "stmt"), lambda: [c0]),
-            "v1 fn 1": (lambda rs: run_v1(c0, rs, "v1"), lambda: [c0]),
+            "stmt 1": (lambda rs: run_stmt(c0, rs, "stmt", stmt_stream), lambda: [c0]),
             "raw 1": (lambda rs: run_raw(conns, raw, rs, 1), lambda: [c0]),
             "raw+idx 1": (lambda rs: run_raw(conns, raw, rs, 1, "bench_raw_idx"), lambda: [c0]),
             "journal 8": (lambda rs: run_journal(journal, rs, 8), lambda: [journal._conn]),
@@ -192,8 +177,7 @@ async def main() -> None:
                   f"{statistics.median(cpu[k]) * 1e6:6.0f} us/call")
         print(f"journal/raw speed, one at a time: {med['raw 1'] / med['journal 1']:.2f}x "
               f"(vs raw with the journal's indexes: {med['raw+idx 1'] / med['journal 1']:.2f}x); "
-              f"statement alone / raw: {med['raw 1'] / med['stmt 1']:.2f}x; "
-              f"version 1's function alone / raw: {med['raw 1'] / med['v1 fn 1']:.2f}x")
+              f"statement alone / raw: {med['raw 1'] / med['stmt 1']:.2f}x")
         print(f"journal/raw speed, 8 concurrent:  {med['raw 8'] / med['journal 8']:.2f}x "
               f"(journal commits: {journal.commits} for {journal.appended} records)")
         await journal.close()

@@ -2,7 +2,8 @@
 
 One turn, one path (:meth:`ChatAgent._turn`):
 
-1. check the message (a non-blank string of at most ``max_message_chars``);
+1. check the message (a non-blank string of at most ``max_message_chars``;
+   lone surrogates become U+FFFD);
 2. read the conversation's last ``history_messages`` messages (memory on:
    the thread in the memory store; off: this process's list);
 3. build the system prompt: the resolved prompt, then ``## Context`` (the
@@ -34,9 +35,9 @@ from typing import Any, TextIO
 import anyio
 import structlog
 
-from openfunctions.adapters import AdapterNotConfigured, ScriptedAdapter, resolve_adapter
+from openfunctions.adapters import AdapterNotConfigured, ScriptedAdapter, resolve_adapter, valid_text
 from openfunctions.adapters import Message as ModelMessage
-from openfunctions.agents import AgentLimits, AgentRuntime, RunJournal, RunOptions, define_agent
+from openfunctions.agents import DEFAULT_RUN_TIMEOUT_S, AgentLimits, AgentRuntime, RunJournal, RunOptions, define_agent
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolExecutionContext, ToolRegistry, new_id
 
 from ._config import ChatConfig, load_config, load_object, module_tools
@@ -154,7 +155,7 @@ class ChatAgent:
         agent's own. Close a stream you stop reading early (``async with contextlib.aclosing(...)``): that
         cancels the turn, whose run is then recorded ``cancelled``.
         """
-        self._check(message)
+        message = self._check(message)
         if conversation is not None:
             self._conversations.get(conversation)  # a bad or unknown id fails here, before anything runs
         if stream:
@@ -245,7 +246,9 @@ class ChatAgent:
         if len(message) > limit:
             raise MessageTooLarge(f"message is {len(message)} characters; the limit is {limit}",
                                   details={"limit": limit, "length": len(message)})
-        return message
+        # A client's text: a lone surrogate (a JSON "\udc80" escape) becomes U+FFFD here, where it enters, so
+        # the run's records, the memory thread and the model request can all be written.
+        return valid_text(message)
 
     async def _events(self, message: str, conversation: str | None = None) -> AsyncIterator[ChatEvent]:
         send, receive = anyio.create_memory_object_stream[ChatEvent](math.inf)
@@ -273,7 +276,7 @@ class ChatAgent:
     async def _turn(self, message: str, emit: Any, *, stream: bool, conversation: str | None = None) -> ChatResponse:
         """One turn (see the module docstring). ``emit``: ``async (ChatEvent) -> None`` or None;
         ``conversation``: an issued conversation's id, or None (the agent's own)."""
-        self._check(message)
+        message = self._check(message)
         conv = self._default if conversation is None else self._conversations.get(conversation)
         conv.busy += 1  # not evicted while its turn waits or runs
         try:
@@ -408,7 +411,8 @@ class ChatAgent:
                 self.role = f"{self.role}\n\n{memory_hint()}"
             self.runs = await self._open_runs()
             limits = AgentLimits(max_rounds=cfg.max_rounds, max_tool_calls=cfg.max_tool_calls,
-                                 max_tokens=cfg.max_tokens, temperature=cfg.temperature, timeout_s=cfg.timeout_s)
+                                 max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+                                 timeout_s=cfg.timeout_s if cfg.timeout_s is not None else DEFAULT_RUN_TIMEOUT_S)
             try:
                 self._agent = define_agent(cfg.name, self.role, tools=self.tool_names, adapter=self.adapter,
                                            limits=limits, description=f"chat agent {cfg.name}")

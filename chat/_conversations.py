@@ -98,6 +98,7 @@ from typing import Any
 import anyio
 import structlog
 
+from openfunctions.adapters import valid_text
 from openfunctions.core import JournalFailed, OpenFunctionsError, new_id
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
 
@@ -262,7 +263,9 @@ class Conversations:
         used idle one past the limit."""
         cid = "conv_" + secrets.token_urlsafe(24)
         async with self._lock:  # the victim is chosen from the table this change applies to
-            records: list[Record] = [("issued", {"id": cid, "thread_id": new_id("chat"), "principal": principal})]
+            # the principal is the only text here that may come from outside (a transport's name for a client)
+            who = valid_text(principal) if principal is not None else None
+            records: list[Record] = [("issued", {"id": cid, "thread_id": new_id("chat"), "principal": who})]
             victim = next((c for c in self._table.values() if c.busy == 0), None) \
                 if len(self._table) >= self.limit else None
             if victim is None:

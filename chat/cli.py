@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -56,6 +55,28 @@ def add_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_chat)
 
 
+async def _serve_until_sigterm(serving: Any) -> None:
+    """Serve until done or SIGTERM, then return: a stop that leaves no traceback behind.
+
+    A SIGTERM turned into KeyboardInterrupt (as the terminal loop does) would surface inside the server's
+    task group, which asyncio then logs as an unhandled error while shutting down. Here the signal is
+    received on the event loop instead (uvicorn shuts itself down on it first, while it serves, and then
+    passes the signal on) and cancels the serving scope.
+    """
+    import anyio
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                scope.cancel()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch, tg.cancel_scope)
+        await serving
+        tg.cancel_scope.cancel()
+
+
 def _fail(message: str) -> int:
     print(f"openfunctions-mcp chat: {message}", file=sys.stderr)
     return 2
@@ -70,8 +91,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     configure_logging()
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # this command prints its own "served at" line
-    if (args.module or args.context_providers) and "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # --module mytools finds ./mytools.py, as `python -m` would
+    if args.module or args.context_providers:
+        from openfunctions.core import search_current_dir
+
+        search_current_dir()  # --module mytools finds ./mytools.py, as for every command that takes --module
     if (args.auth_token_env or args.auth_token_file) and not args.serve:
         return _fail("--auth-token-env/--auth-token-file apply to --serve only")
     config: dict[str, Any] = {
@@ -105,7 +128,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     def ready(port: int) -> None:
                         print(f"chat served at http://{args.host}:{port}/ (Ctrl-C stops)", file=sys.stderr, flush=True)
 
-                    await agent.serve(port=args.port, host=args.host, token=token, ready=ready)
+                    await _serve_until_sigterm(agent.serve(port=args.port, host=args.host, token=token, ready=ready))
                 else:
                     await agent.interactive()
 

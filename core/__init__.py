@@ -13,14 +13,14 @@ from ._background import run_every, stop_task
 from ._canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
 from ._context import ProgressReporter, ToolExecutionContext, with_child_execution
 from ._dsn import DATABASE_URL_ENV, database_url_from_env, redact_dsn
-from ._imports import import_spec
+from ._imports import import_spec, search_current_dir
 from ._logging import configure_logging
 from ._policy import AllowAllPolicy, Policy, PolicyDecision, ScopePolicy
 from ._providers import to_anthropic, to_gemini, to_openai
 from ._receipts import Receipt, StartRecord
 from ._registry import ToolRegistry
 from ._result import DetailedResult, ToolResult, pretty_json
-from ._scheduler import Reservation, Scheduler
+from ._scheduler import DEFAULT_MAX_PARALLEL_WRITES, Admission, KeyLocks, Reservation, Scheduler
 from ._schema import Validator, accepts_null, complete_strict_schema, strict_violations
 from ._sink import ExecutionObserver, FanoutSink, MemoryJournalSink
 from ._stamps import new_id, utc_timestamp
@@ -28,8 +28,10 @@ from ._tool import TOOL_NAME_RE, Capability, ToolAnnotations, ToolDefinition, de
 from .errors import (
     AdmissionRefused,
     ConfigurationError,
+    ConflictKeysInvalid,
     DuplicateTool,
     ExecutionCancelled,
+    ExecutionStageFailed,
     InvalidOutput,
     InvalidParams,
     JournalCorrupt,
@@ -37,6 +39,7 @@ from .errors import (
     JournalFailed,
     JournalLocked,
     JournalUnsafe,
+    KeyLocksFailed,
     NonJsonValue,
     OpenFunctionsError,
     PolicyDenied,
@@ -50,9 +53,10 @@ from .errors import (
 from .executor import ToolExecutor
 
 __all__ = [
-    "import_spec", "redact_dsn", "DATABASE_URL_ENV", "database_url_from_env", "run_every", "stop_task",
+    "import_spec", "search_current_dir", "redact_dsn", "DATABASE_URL_ENV", "database_url_from_env", "run_every", "stop_task",
     "PRINCIPAL_SCOPE_KEY", "AuthConfigError", "BearerAuth", "read_auth_token",
-    "TOOL_NAME_RE", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
+    "TOOL_NAME_RE", "Admission", "ConflictKeysInvalid", "DEFAULT_MAX_PARALLEL_WRITES", "ExecutionStageFailed",
+    "KeyLocks", "KeyLocksFailed", "AdmissionRefused", "AllowAllPolicy", "Capability", "ConfigurationError", "DetailedResult",
     "DuplicateTool", "ExecutionCancelled", "ExecutionObserver", "FanoutSink", "InvalidOutput",
     "InvalidParams", "JournalCorrupt", "JournalError", "JournalFailed", "JournalLocked", "JournalUnsafe",
     "MemoryJournalSink", "NonJsonValue", "OpenFunctionsError", "Policy", "PolicyDecision", "PolicyDenied",

@@ -58,8 +58,14 @@ def with_child_execution(parent: ToolExecutionContext, *, scopes: frozenset[str]
     The child inherits the parent's scheduler reservation (so it does not
     queue behind its own parent) and authority narrowed to ``scopes`` (the
     intersection with the parent's; never wider). Its receipt links to the
-    parent's through ``parent_receipt_id``. A read (shared) reservation can
-    only run reads: asking it to run a write raises ``AdmissionRefused``.
+    parent's through ``parent_receipt_id``. The child must fit inside the
+    parent's reservation (``Reservation.admits_child``), else its call is
+    refused (``AdmissionRefused``, a ``rejected`` receipt): a registry-wide
+    barrier's child may run anything; a read's child only reads; a keyed
+    write's child only calls whose conflict keys are within the parent's; a
+    parallel-safe write (no keys) only keyless reads and parallel-safe
+    writes. A context with ``parent_receipt_id`` set and no reservation is
+    admitted on its own (it queues like any call).
     """
     if parent.receipt_id is None or parent.reservation is None:
         from .errors import AdmissionRefused

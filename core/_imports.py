@@ -5,6 +5,8 @@ agents, workflows and gateway profiles, and the chat agent's config).
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
 
 from .errors import ConfigurationError
@@ -12,14 +14,28 @@ from .errors import ConfigurationError
 _MISSING = object()
 
 
+def search_current_dir() -> None:
+    """Let ``--module mytools:registry`` find ``mytools.py`` in the current directory, as ``python -m`` would.
+
+    A console script's ``sys.path[0]`` is its bin/ directory, not the current one, so every command that
+    takes ``--module`` calls this first (or passes ``from_cwd=True`` to :func:`import_spec`).
+    """
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def import_spec(spec: str, *, default_attr: str, what: str = "--module",
-                error: type[Exception] = ConfigurationError, missing_ok: bool = False) -> Any:
+                error: type[Exception] = ConfigurationError, missing_ok: bool = False, from_cwd: bool = False) -> Any:
     """The object ``spec`` names: ``pkg.module:attr``, ``attr`` defaulting to ``default_attr``.
 
     Errors are ``error(message)`` naming ``what``, the spec and what was wrong (no module part, the
     import failed, no such attribute). With ``missing_ok`` a missing attribute gives ``None``.
-    Calling a factory is the caller's business: what counts as one differs per loader.
+    Calling a factory is the caller's business: what counts as one differs per loader. ``from_cwd``: a
+    command line's spec, which may name a module in the current directory (:func:`search_current_dir`).
     """
+    if from_cwd:
+        search_current_dir()
     mod_name, _, attr = spec.partition(":")
     attr = attr or default_attr
     if not mod_name:
@@ -36,4 +52,4 @@ def import_spec(spec: str, *, default_attr: str, what: str = "--module",
     return obj
 
 
-__all__ = ["import_spec"]
+__all__ = ["import_spec", "search_current_dir"]

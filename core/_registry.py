@@ -15,7 +15,7 @@ from typing import Any
 from ._context import ToolExecutionContext
 from ._policy import Mode, Policy
 from ._result import DetailedResult
-from ._scheduler import Scheduler
+from ._scheduler import DEFAULT_MAX_PARALLEL_WRITES, Scheduler
 from ._sink import ExecutionObserver
 from ._tool import ToolDefinition, describe_object
 from .errors import DuplicateTool, OpenFunctionsError, ToolDefinitionError, ToolNotFound
@@ -33,9 +33,11 @@ class ToolRegistry:
         scheduler: Scheduler | None = None,
         sink: ExecutionObserver | None = None,
         max_parallel: int = 8,
+        max_parallel_writes: int = DEFAULT_MAX_PARALLEL_WRITES,
     ) -> None:
         self.executor = executor or ToolExecutor(
-            policy=policy, mode=mode, scheduler=scheduler, sink=sink, max_parallel=max_parallel
+            policy=policy, mode=mode, scheduler=scheduler, sink=sink, max_parallel=max_parallel,
+            max_parallel_writes=max_parallel_writes,
         )
         self._tools: dict[str, ToolDefinition] = {}
         self._sources: dict[str, str] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, get_type_hints
@@ -24,10 +24,17 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
 
 from ._canonical import canonical_json, check_json, digest
+from ._scheduler import Admission
 from ._schema import Validator, complete_strict_schema
-from .errors import NonJsonValue, ToolDefinitionError
+from .errors import ConflictKeysInvalid, NonJsonValue, ToolDefinitionError
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+#: A non-empty RFC 6901 JSON Pointer: ``/``-separated tokens, ``~`` only as ``~0`` or ``~1``.
+_POINTER_RE = re.compile(r"^(/([^~/]|~[01])*)+$")
+#: Bounds on one call's conflict keys: how many, and how long each (characters).
+MAX_CONFLICT_KEYS = 64
+MAX_CONFLICT_KEY_CHARS = 512
 
 Effect = Literal["read", "write", "external"]
 Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
@@ -78,6 +85,22 @@ class Capability(BaseModel):
     "mismatch" | "inconclusive", "observed": {...}, "reason": "..."}``. Either may be a
     plain function (run in a worker thread) or async. They are code, so
     they are not part of the spec (nor its digest).
+
+    Scope of a write's barrier (docs/SERVERS.md, "What runs concurrently
+    with what"): ``conflict_keys`` are JSON Pointers (RFC 6901) into the
+    params, e.g. ``("/repo",)``; ``conflict_key_fn(params)`` returns more keys
+    computed from them (plain code, called on the event loop: quick, no I/O).
+    A call's keys are the values at the pointers (a string as is, any other
+    value as its canonical JSON, an absent one as ``null``) and the function's
+    strings. Keys are plain strings shared across tools: two calls that share
+    one, at least one of them a write, never run at once. A classified tool
+    with keys needs no registry-wide barrier: writes sharing a key run one at
+    a time, in arrival order. ``parallel_safe`` on a read: it shares the read
+    pool (holding its keys shared); on a ``write``/``external`` tool: a
+    reviewed claim that it needs no barrier at all (the write pool). An
+    unclassified tool, or a write with neither keys nor ``parallel_safe``,
+    is a registry-wide barrier and runs alone. ``conflict_keys`` is part of
+    the spec; ``conflict_key_fn`` is code and is not.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -88,14 +111,41 @@ class Capability(BaseModel):
     required_scopes: tuple[str, ...] = ()
     requires_verification: bool = False
     task_support: Literal["forbidden", "optional", "required"] = "forbidden"
+    conflict_keys: tuple[str, ...] = ()
     prepare_reconciliation: Callable[..., Any] | None = Field(default=None, exclude=True)
     reconcile_effect: Callable[..., Any] | None = Field(default=None, exclude=True)
+    conflict_key_fn: Callable[[dict[str, Any]], Iterable[str]] | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> Capability:
         if (self.prepare_reconciliation is None) != (self.reconcile_effect is None):
             raise ValueError("prepare_reconciliation and reconcile_effect are declared together (both or neither)")
         return self
+
+    @model_validator(mode="after")
+    def _check_conflict_keys(self) -> Capability:
+        # ToolDefinitionError is not a ValueError: pydantic lets it through unwrapped.
+        if len(self.conflict_keys) > MAX_CONFLICT_KEYS:
+            raise ToolDefinitionError(
+                f"conflict_keys lists {len(self.conflict_keys)} pointers; at most {MAX_CONFLICT_KEYS}"
+            )
+        for p in self.conflict_keys:
+            if len(p) > MAX_CONFLICT_KEY_CHARS or not _POINTER_RE.match(p):
+                raise ToolDefinitionError(
+                    f"conflict_keys: {p[:80]!r} is not a JSON Pointer into the params (RFC 6901: "
+                    "'/name', '/outer/inner', '~0' for '~' and '~1' for '/'; at most "
+                    f"{MAX_CONFLICT_KEY_CHARS} characters)",
+                    details={"pointer": p[:MAX_CONFLICT_KEY_CHARS]},
+                )
+        fn = self.conflict_key_fn
+        if fn is not None and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
+            raise ToolDefinitionError("conflict_key_fn must be a plain function (it runs on the admission path), not async")
+        return self
+
+    @property
+    def keyed(self) -> bool:
+        """Whether calls compute conflict keys (from pointers or a function)."""
+        return bool(self.conflict_keys) or self.conflict_key_fn is not None
 
     @property
     def requires_authority(self) -> bool:
@@ -151,6 +201,8 @@ class ToolDefinition:
             cap = self.capability.model_dump(mode="json")
             if cap["task_support"] == "forbidden":  # the default stays out: older specs keep their digest
                 del cap["task_support"]
+            if not cap["conflict_keys"]:  # likewise
+                del cap["conflict_keys"]
             out["capability"] = cap
         return out
 
@@ -173,12 +225,120 @@ class ToolDefinition:
         return Validator(self.output_schema, what=f"outputSchema of tool {self.name!r}")
 
     @property
-    def schedule_class(self) -> Literal["shared", "exclusive"]:
-        """``shared`` only for reviewed parallel-safe reads; everything else is exclusive."""
+    def schedule_class(self) -> Literal["shared", "exclusive", "keyed", "parallel"]:
+        """How calls of this tool are scheduled (docs/SERVERS.md, "What runs concurrently with what").
+
+        ``shared``: a reviewed parallel-safe read. ``keyed``: any other
+        classified tool with conflict keys (holds them exclusively).
+        ``parallel``: a reviewed parallel-safe write. ``exclusive``: a
+        registry-wide barrier (unclassified, or neither keys nor parallel_safe).
+        """
         cap = self.capability
-        if cap is not None and cap.parallel_safe and cap.effect == "read":
+        if cap is None or cap.effect is None:
+            return "exclusive"
+        if cap.parallel_safe and cap.effect == "read":
             return "shared"
+        if cap.keyed:
+            return "keyed"
+        if cap.parallel_safe:
+            return "parallel"
         return "exclusive"
+
+    @cached_property
+    def _fixed_admission(self) -> Admission | None:
+        """The admission of every call of a tool without conflict keys (``None``: computed per call)."""
+        cls = self.schedule_class
+        if cls == "keyed" or (cls == "shared" and self.capability is not None and self.capability.keyed):
+            return None
+        return _KEYLESS[cls]
+
+    def admission(self, params: dict[str, Any]) -> Admission:
+        """How a call with ``params`` is admitted: its mode and conflict keys.
+
+        Raises :class:`~openfunctions.core.errors.ConflictKeysInvalid` when the
+        keys cannot be computed (the function raised or returned junk, a key is
+        too long, too many keys). A call whose keys come out empty is admitted
+        like the same tool without keys would be: a parallel-safe one in its
+        pool, any other as a registry-wide barrier.
+        """
+        fixed = self._fixed_admission
+        if fixed is not None:
+            return fixed
+        cap = self.capability
+        assert cap is not None
+        keys = _call_keys(self.name, cap, params)
+        shared = cap.effect == "read" and cap.parallel_safe
+        if not keys:
+            return _KEYLESS["shared" if shared else "parallel" if cap.parallel_safe else "exclusive"]
+        return Admission("shared" if shared else "write", keys)
+
+
+_KEYLESS = {
+    "shared": Admission("shared"),
+    "parallel": Admission("write"),
+    "exclusive": Admission("exclusive"),
+}
+_ABSENT = object()
+
+
+def _at_pointer(doc: Any, pointer: str) -> Any:
+    for raw in pointer.split("/")[1:]:
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(doc, dict):
+            doc = doc.get(token, _ABSENT)
+        elif isinstance(doc, list) and token.isdigit() and (token == "0" or token[0] != "0") and int(token) < len(doc):
+            doc = doc[int(token)]
+        else:
+            return _ABSENT
+        if doc is _ABSENT:
+            return _ABSENT
+    return doc
+
+
+def _refuse_keys(tool: str, reason: str) -> ConflictKeysInvalid:
+    return ConflictKeysInvalid(
+        f"tool {tool!r}: could not compute the call's conflict keys: {reason}",
+        details={"tool": tool, "reason": reason},
+    )
+
+
+def _call_keys(tool: str, cap: Capability, params: dict[str, Any]) -> frozenset[str]:
+    keys: set[str] = set()
+    for pointer in cap.conflict_keys:
+        v = _at_pointer(params, pointer)
+        key = v if isinstance(v, str) else "null" if v is _ABSENT else canonical_json(v)
+        if len(key) > MAX_CONFLICT_KEY_CHARS:
+            raise _refuse_keys(tool, f"the value at {pointer} is longer than {MAX_CONFLICT_KEY_CHARS} characters")
+        keys.add(key)
+    fn = cap.conflict_key_fn
+    if fn is not None:
+        try:
+            out = fn(params)
+        except Exception as exc:
+            raise _refuse_keys(tool, f"conflict_key_fn raised {type(exc).__name__}: {str(exc)[:200]}") from None
+        if inspect.isawaitable(out):
+            close = getattr(out, "close", None)
+            if callable(close):
+                close()  # never awaited: no "coroutine was never awaited" warning
+            raise _refuse_keys(tool, "conflict_key_fn returned an awaitable; it must return the keys")
+        if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Iterable):
+            raise _refuse_keys(tool, f"conflict_key_fn returned {type(out).__name__}, not an iterable of strings")
+        try:
+            for i, k in enumerate(out):
+                if i >= MAX_CONFLICT_KEYS:
+                    raise _refuse_keys(tool, f"conflict_key_fn returned more than {MAX_CONFLICT_KEYS} keys")
+                if not isinstance(k, str):
+                    raise _refuse_keys(tool, f"conflict_key_fn returned a {type(k).__name__} key; keys are strings")
+                if len(k) > MAX_CONFLICT_KEY_CHARS:
+                    raise _refuse_keys(tool, f"conflict_key_fn returned a key longer than {MAX_CONFLICT_KEY_CHARS} characters")
+                keys.add(k)
+        except ConflictKeysInvalid:
+            raise
+        except Exception as exc:
+            raise _refuse_keys(tool, f"iterating conflict_key_fn's keys raised {type(exc).__name__}") from None
+    if len(keys) > MAX_CONFLICT_KEYS:
+        raise _refuse_keys(tool, f"{len(keys)} keys; at most {MAX_CONFLICT_KEYS}")
+    return frozenset(keys)
 
 
 def _check_name(name: str) -> None:
@@ -395,4 +555,7 @@ def describe_object(obj: Any) -> str:
     return f"{kind} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
-__all__ = ["ToolDefinition", "ToolAnnotations", "Capability", "Effect", "define_tool", "tool", "TOOL_NAME_RE"]
+__all__ = [
+    "ToolDefinition", "ToolAnnotations", "Capability", "Effect", "define_tool", "tool", "TOOL_NAME_RE",
+    "MAX_CONFLICT_KEYS", "MAX_CONFLICT_KEY_CHARS",
+]

@@ -181,3 +181,29 @@ class ConfigurationError(OpenFunctionsError):
 
 
 __all__.append("ConfigurationError")
+
+
+class ConflictKeysInvalid(AdmissionRefused):
+    """A call's conflict keys could not be computed: the tool's ``conflict_key_fn``
+    raised or returned something other than a bounded iterable of strings, or a
+    key is too long (``details``: ``tool``, ``reason``). Refused before anything ran."""
+
+    code = "conflict_keys_invalid"
+
+
+class KeyLocksFailed(AdmissionRefused):
+    """The cross-replica key locks (``ToolExecutor.key_locks``) failed to grant a
+    call's keys (``details``: ``keys``, ``cause``). Refused before anything ran."""
+
+    code = "key_locks_failed"
+
+
+class ExecutionStageFailed(OpenFunctionsError):
+    """A stage of the executor raised something that is not an error of this project
+    (e.g. a validator's ``RecursionError``, a result too large to print). The call is
+    still settled with a receipt (``details``: ``stage``, ``exception``)."""
+
+    code = "execution_stage_failed"
+
+
+__all__ += ["ConflictKeysInvalid", "KeyLocksFailed", "ExecutionStageFailed"]

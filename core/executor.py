@@ -5,7 +5,10 @@ Stages, in order (each a method below, named for the stage):
 1. ``_capture``        params snapshot (canonical JSON) and spec digest
 2. ``_validate``       params against the input schema's dialect
 3. ``_resolve_policy`` policy decision from the trusted context
-4. ``_admit``          scheduler admission (or a child's inherited reservation)
+4. ``_admit``          scheduler admission under the tool's admission for these params
+                       (mode and conflict keys: ``ToolDefinition.admission``), then the
+                       cross-replica ``key_locks`` for a call with keys; or a child's
+                       inherited reservation, when the child fits inside it
 5. ``_persist_start``  journal sink ``on_start`` (when configured; the durable
                        journal writes nothing for a tool declared ``effect: "read"``)
 6. ``_invoke``         the handler, with the trusted context
@@ -17,7 +20,10 @@ Stages, in order (each a method below, named for the stage):
 
 Certainty: anything refused before stage 6 is ``known`` (nothing ran).
 From stage 6 on, a raise, an invalid output or a failed persistence leaves
-the effect ``unknown``. Persistence runs shielded from cancellation, so a
+the effect ``unknown``. Any exception in any stage, ours or not (a
+validator's ``RecursionError``, a result too large to print), settles the
+call the same way: a receipt, the reservation released, the start record
+(if one was written) settled. Persistence runs shielded from cancellation, so a
 call that settled is recorded even if its caller was cancelled meanwhile.
 
 When the reservation is released: after the receipt is durable, except
@@ -60,14 +66,16 @@ from ._receipts import (
     fast_construct,
 )
 from ._result import DetailedResult, ToolResult, normalize
-from ._scheduler import Reservation, Scheduler
+from ._scheduler import DEFAULT_MAX_PARALLEL_WRITES, KeyLocks, Reservation, Scheduler
 from ._sink import ExecutionObserver, FanoutSink, ordered_receipts
 from ._stamps import new_id, utc_timestamp
 from ._tool import ToolDefinition
 from .errors import (
     ConfigurationError,
     ExecutionCancelled,
+    ExecutionStageFailed,
     InvalidParams,
+    KeyLocksFailed,
     OpenFunctionsError,
     PolicyDenied,
     ReceiptPersistenceFailed,
@@ -113,6 +121,8 @@ class ToolExecutor:
         scheduler: Scheduler | None = None,
         sink: ExecutionObserver | None = None,
         max_parallel: int = 8,
+        max_parallel_writes: int = DEFAULT_MAX_PARALLEL_WRITES,
+        key_locks: KeyLocks | None = None,
     ) -> None:
         if mode not in ("local", "governed"):
             raise ConfigurationError(f"unknown executor mode {mode!r}: use 'local' or 'governed'")
@@ -120,7 +130,10 @@ class ToolExecutor:
             raise ConfigurationError("governed mode cannot be constructed without a policy")
         self.mode = mode
         self.policy = policy
-        self.scheduler = scheduler or Scheduler(max_parallel)
+        self.scheduler = scheduler or Scheduler(max_parallel, max_parallel_writes)
+        #: Cross-replica conflict keys (e.g. PostgreSQL advisory locks), taken after local
+        #: admission for a call with keys; ``None``: keys hold within this process only.
+        self.key_locks: KeyLocks | None = key_locks
         self._sinks: list[ExecutionObserver] = []
         self._sink: ExecutionObserver | None = None  # what the pipeline calls
         self.sink = sink
@@ -185,15 +198,20 @@ class ToolExecutor:
         call = self._capture_identity(tool, context or _EMPTY_CTX, receipt_id)
         call.on_settled = on_settled
         cancelled_exc = anyio.get_cancelled_exc_class()
+        stage = "capture"
         try:
             self._capture(call, params)
+            stage = "validate"
             self._validate(call)
+            stage = "resolve_policy"
             await self._resolve_policy(call)
         except OpenFunctionsError as exc:
             return await self._settle(call, "rejected", "known", exc)
         except cancelled_exc:  # an awaited policy decision: nothing ran
             await self._settle(call, "cancelled", "known", ExecutionCancelled("cancelled before admission"))
             raise
+        except Exception as exc:  # not ours (a validator's RecursionError...): still refused, with a receipt
+            return await self._settle(call, "rejected", "known", _stage_error(call, stage, exc))
         try:
             await self._admit(call)
         except cancelled_exc:
@@ -202,6 +220,8 @@ class ToolExecutor:
         except OpenFunctionsError as exc:
             outcome: Outcome = "cancelled" if isinstance(exc, ExecutionCancelled) else "rejected"
             return await self._settle(call, outcome, "known", exc)
+        except Exception as exc:
+            return await self._settle(call, "rejected", "known", _stage_error(call, "admit", exc))
         # From here on the reservation is held; _settle releases it after on_settled.
         try:
             await self._persist_start(call)
@@ -229,11 +249,16 @@ class ToolExecutor:
             )
             log.warning("tool_raised", tool=tool.name, receipt_id=call.receipt_id, exception=type(exc).__name__, exc_info=exc)
             return await self._settle(call, "failed", "unknown", err)
+        stage = "normalize"
         try:
             self._normalize(call)
+            stage = "check_output"
             self._check_output(call)
         except OpenFunctionsError as exc:
             return await self._settle(call, "failed", "unknown", exc)
+        except Exception as exc:  # e.g. a dangling $ref in the output schema, an int too long to print
+            call.result = call.result_sha256 = None
+            return await self._settle(call, "failed", "unknown", _stage_error(call, stage, exc))
         return await self._settle(call, "succeeded", "known", None)
 
     def _capture_identity(self, tool: ToolDefinition, ctx: ToolExecutionContext, receipt_id: str | None = None) -> _Call:
@@ -279,14 +304,33 @@ class ToolExecutor:
             )
 
     async def _admit(self, call: _Call) -> None:
-        mode = call.tool.schedule_class
+        tool = call.tool
+        adm = tool._fixed_admission  # every call of a tool without keys: no per-call work
+        if adm is None:
+            adm = tool.admission(call.params or {})  # raises ConflictKeysInvalid
         parent = call.ctx.reservation
         if call.ctx.parent_receipt_id is not None and parent is not None:
-            parent.admits_child(mode)  # raises AdmissionRefused
+            parent.admits_child(adm.mode, adm.keys)  # raises AdmissionRefused
             call.reservation = parent
             return
-        call.reservation = await self.scheduler.acquire(mode)
+        call.reservation = r = await self.scheduler.acquire(adm.mode, adm.keys)
         call.owns_reservation = True
+        # Across replicas: keys only (a registry-wide barrier is per process). Taken after the
+        # local slot, so one replica's waiters queue locally and only their turn reaches the lock.
+        if adm.keys and self.key_locks is not None:
+            try:
+                release = await self.key_locks.acquire(adm.keys, shared=adm.mode == "shared")
+            except OpenFunctionsError:
+                raise
+            except Exception as exc:  # the cancellation class is a BaseException under asyncio and trio: it passes
+                raise KeyLocksFailed(
+                    f"tool {call.tool.name!r}: the cross-replica key locks failed: {type(exc).__name__}: {str(exc)[:200]}",
+                    details={"keys": sorted(adm.keys), "cause": type(exc).__name__},
+                ) from None
+            if r.released:  # cannot happen today; never leave a lock behind if it did
+                release()
+            else:
+                r.key_release = release
 
     async def _persist_start(self, call: _Call) -> None:
         if self._sink is None:
@@ -416,6 +460,19 @@ class ToolExecutor:
     ) -> DetailedResult:
         assert result is not None
         return DetailedResult(result=result, receipt=receipt, value=call.value if error is None else None, error=error)
+
+
+def _stage_error(call: _Call, stage: str, exc: Exception) -> OpenFunctionsError:
+    log.error("executor_stage_raised", tool=call.tool.name, receipt_id=call.receipt_id, stage=stage,
+              exception=type(exc).__name__, exc_info=exc)
+    try:
+        text = str(exc)
+    except Exception:  # a str() that raises must not stop the receipt
+        text = "<unprintable>"
+    return ExecutionStageFailed(
+        f"tool {call.tool.name!r}: the {stage} stage raised {type(exc).__name__}: {text[:300]}",
+        details={"stage": stage, "exception": type(exc).__name__},
+    )
 
 
 def _utf8_safe(text: str) -> str:

@@ -4,7 +4,12 @@ The rows are the store package's (``openfunctions.store.open_pg_journal`` and
 ``open_pg_task_log``; schemas and promises at the top of
 ``store/_pg_journal.py`` and ``store/_pg_tasks.py``). With a database:
 
-- the execution journal is the database's (one seq order for every replica);
+- the execution journal is the database's (each replica appends to its own
+  stream; ``db verify`` and ``journal verify|tail|show --database`` read them all);
+- conflict keys hold across replicas: the executor's ``key_locks`` are
+  PostgreSQL advisory locks (``openfunctions.store.PgKeyLocks``), so two
+  writes sharing a key never run at once on two replicas (a registry-wide
+  barrier stays per process);
 - MCP tasks are rows too (``servers/_tasks_store.py``'s ``DatabaseTaskStore``):
   ``tasks/get``, ``tasks/list`` (2025-11-25), ``tasks/result`` and
   ``tasks/cancel`` answer through any replica; a cancel reaches the replica
@@ -30,15 +35,26 @@ from .errors import DataDirUnusable
 ARTIFACT_STORE = "default"
 
 
-async def open_database_journal(url: str, data_dir: Path | None, profile: str) -> tuple[Any, Path]:
-    """``(journal, anchor)``: the profile's journal in the database, and the local path of this process's data."""
-    from openfunctions.store import database_sweep_interval, open_pg_journal
+async def open_database_journal(url: str, data_dir: Path | None, profile: str,
+                                executor: Any = None) -> tuple[Any, Path]:
+    """``(journal, anchor)``: the profile's journal in the database, and the local path of this process's data.
+
+    With ``executor``: its ``key_locks`` become the database's advisory locks (closed with the journal).
+    """
+    from openfunctions.store import PgKeyLocks, database_sweep_interval, open_pg_journal
 
     if data_dir is None:
         raise DataDirUnusable("--database needs the execution journal on: drop --no-journal",
                               details={"database": True})
     interval = database_sweep_interval()  # a bad value is refused before anything is opened
     journal = await open_pg_journal(url, profile)
+    if executor is not None:
+        try:
+            journal.key_locks = await PgKeyLocks.open(url)
+        except BaseException:
+            await journal.close()
+            raise
+        executor.key_locks = journal.key_locks
     journal.start_sweeping(interval)
     anchor = Path(data_dir) / "journal" / f"{profile}.db.journal"
     try:

@@ -33,8 +33,10 @@ def _say(text: str = "") -> None:
 def _server_params(profile: str, data_dir: Path, catalog: str | None) -> Any:
     from mcp.client.stdio import StdioServerParameters
 
+    # --log-level error: the server's warnings are JSON lines on stderr, which would land in the middle of the
+    # walkthrough; the one a newcomer would meet (the 'all' profile's gateway part is off) is said in words instead.
     args = ["-m", "openfunctions.servers", "serve", "--profile", profile, "--data-dir", str(data_dir),
-            "--principal", DEMO_PRINCIPAL]
+            "--principal", DEMO_PRINCIPAL, "--log-level", "error"]
     if catalog:
         args += ["--catalog", str(catalog)]
     return StdioServerParameters(command=sys.executable, args=args)
@@ -124,12 +126,16 @@ async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> 
         _say(f"demo project and work catalog: {catalog}")
         _issue_grant(data_dir, Path(catalog))
     shown_catalog = f" --catalog {catalog}" if catalog else ""
-    _say(f"$ openfunctions-mcp serve --profile {profile} --data-dir {data_dir}{shown_catalog}   (a subprocess, stdio)")
+    _say(f"$ openfunctions-mcp serve --profile {profile} --data-dir {data_dir}{shown_catalog} --log-level error   "
+         "(a subprocess, stdio)")
     async with Client(_server_params(profile, data_dir, catalog), read_timeout_seconds=60) as client:
         info = client.server_info
         _say(f"connected: {info.name if info else '?'} {info.version if info else ''}, protocol {client.protocol_version}")
         tools = (await client.list_tools()).tools
         _say(f"\ntools/list -> {len(tools)} tools")
+        if profile == "all":
+            _say("  (the 'all' profile's gateway part is off here: it mounts the MCP servers that an --upstreams "
+                 "FILE names; see docs/GATEWAY.md)")
         for t in tools:
             hints = t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else {}
             _say(f"  {t.name:<20} {(t.description or '').splitlines()[0][:70]}")

@@ -1,7 +1,7 @@
 """Example tools the ``tools`` profile serves by default: small, real, read-only.
 
 - ``of_hash_text``: digest of a text (sha256, sha512, blake2b, sha1/md5 for legacy checksums).
-- ``of_json_query``: pick a value out of a JSON document by a path like ``a.b[0].c``.
+- ``of_json_query``: pick a value out of a JSON document (JSON text) by a path like ``a.b[0].c``.
 - ``of_now``: the current time in UTC (and optionally in a named IANA zone).
 - ``of_list_dir``: list a directory under a configured root (only registered when
   a root is configured: ``--files-root``); paths can never leave the root.
@@ -51,12 +51,12 @@ def _parse_path(path: str) -> list[str | int]:
 
 
 def _json_query(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    doc = params["document"]
-    if isinstance(doc, str):
-        try:
-            doc = json.loads(doc)
-        except ValueError as exc:
-            raise ToolError(f"document is a string but not JSON text: {exc}", effect_happened=False) from None
+    try:
+        doc = json.loads(params["document"])
+    except ValueError as exc:
+        raise ToolError(f"document is not JSON text: {exc}", effect_happened=False) from None
+    except RecursionError:
+        raise ToolError("document is nested too deeply to parse", effect_happened=False) from None
     value: Any = doc
     walked = "$"
     for step in _parse_path(params.get("path", "")):
@@ -172,13 +172,14 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
             description=(
                 "Extract a value from a JSON document by a path like 'items[0].name' "
                 "(dots for keys, [n] for list indices, negative n counts from the end). "
-                "The document may be JSON text or a JSON value."
+                "The document is JSON text, e.g. '{\"items\": [{\"name\": \"a\"}]}'."
             ),
             input_schema={
                 "type": "object",
                 "properties": {
-                    "document": {"type": ["object", "array", "string", "number", "integer", "boolean", "null"],
-                                 "description": "The JSON document (a JSON value, or JSON text)."},
+                    # JSON text, not a JSON value: a free-form value has no strict-mode schema (an object node must
+                    # list its properties and close itself), and every model can write JSON text.
+                    "document": {"type": "string", "description": "The JSON document, as JSON text."},
                     "path": {"type": "string", "default": "", "description": "Path to the value; empty selects the whole document."},
                 },
                 "required": ["document"],

@@ -283,6 +283,7 @@ def _build_profile(
     upstreams: str | Path | None = None,
     database: str | None = None,
     work_lease_ttl: float = 30.0,
+    sampling_timeout: float | None = None,
 ) -> Profile:
     """Build the named profile's registry and server setup.
 
@@ -291,11 +292,17 @@ def _build_profile(
     ``upstreams`` (an ``mcpServers`` JSON file) to the gateway.
     ``database`` (a PostgreSQL URL): the work controller's lease, attempts and
     grants there, shared by replicas (checked at start); ``work_lease_ttl`` its lease.
+    ``sampling_timeout`` (seconds): the agents layer's deadline per sampling request.
     """
     work_db = dict(database=database, lease_ttl=work_lease_ttl)
     layer_options: dict[str, Any] = dict(
         data_dir=Path(data_dir), principal=principal, modules=tuple(modules), store=store, upstreams=upstreams,
     )
+    agent_options: dict[str, Any] = {} if sampling_timeout is None else {"sampling_timeout_s": sampling_timeout}
+
+    def options_of(layer: str) -> dict[str, Any]:
+        return {**layer_options, **agent_options} if layer == "agents" else layer_options
+
     if name not in PROFILES:
         raise ToolLoadError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
     if name == "tools":
@@ -310,7 +317,7 @@ def _build_profile(
     if name == "conformance":
         return _conformance_profile()
     if name in LAYERS:
-        return _layer_profile(name, layer_options, None)
+        return _layer_profile(name, options_of(name), None)
     # all: every part this configuration can serve; a part that cannot is logged, not faked.
     parts = _tools_parts(modules, files_root, examples)
     closers: list[Closer] = []
@@ -346,7 +353,7 @@ def _build_profile(
     starters: list[Starter] = [artifacts_start, *work_starters]
     for layer in LAYERS:
         try:
-            part = _layer_profile(layer, layer_options, base)
+            part = _layer_profile(layer, options_of(layer), base)
         except OpenFunctionsError as exc:
             log.warning("profile_part_unavailable", part=layer, reason=exc.message)
             continue

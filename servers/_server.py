@@ -352,7 +352,7 @@ class OpenFunctionsServer:
             from ._database import open_database_journal
 
             self.journal, self.journal_file = await open_database_journal(
-                self._database_url, self._journal_dir, self.profile)
+                self._database_url, self._journal_dir, self.profile, executor=self.registry.executor)
         elif self._journal_dir is not None:
             from ._journaling import open_execution_journal
 

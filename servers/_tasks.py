@@ -74,6 +74,8 @@ TASK_METADATA_KEY = "openfunctions.task"
 """``ToolExecutionContext.metadata`` key of the :class:`TaskHandle` (present only when the call may become a task)."""
 
 DEFAULT_TTL_MS = 24 * 3600 * 1000
+#: The shortest TTL a client may ask for: a task forgotten before its first poll would help no one.
+MIN_TTL_MS = 1000
 DEFAULT_POLL_INTERVAL_MS = 1000
 DEFAULT_TASK_AFTER_S = 1.0
 
@@ -165,6 +167,7 @@ class _Run:
     cancel_requested: bool = False
     shutdown: bool = False
     v1: bool = False  # a 2025-11-25 task-augmented call (no input requests during the task)
+    ttl_ms: int | None = None  # what the client asked for, within bounds (TaskManager.ttl_for); None: the server's
     progress_message: str | None = None
     # input_required: outstanding key -> request, answers so far, keys ever used
     pending: dict[str, Any] = field(default_factory=dict)
@@ -345,6 +348,17 @@ class TaskManager:
 
     # -- running a call that may become a task ---------------------------------
 
+    def ttl_for(self, requested: Any) -> int:
+        """The TTL a task gets when its client asks for ``requested`` ms: honoured within
+        ``[MIN_TTL_MS, self.ttl_ms]`` (the server's TTL is the most it keeps a task); ``None``: the server's.
+        Anything but a non-negative integer is refused (``-32602``) before the call runs."""
+        if requested is None:
+            return self.ttl_ms
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 0:
+            raise MCPError(INVALID_PARAMS, f"task.ttl must be a non-negative integer of milliseconds (or null for the "
+                           f"server's {self.ttl_ms}), not {json.dumps(requested)[:60]}")
+        return max(MIN_TTL_MS, min(requested, self.ttl_ms))
+
     def new_run(self, tool: str, principal: str | None) -> _Run:
         return _Run(manager=self, tool=tool, principal=principal, receipt_id=new_id("rcpt"))
 
@@ -389,7 +403,8 @@ class TaskManager:
         run.task_id = task_id
         run.escalate.set()
         created = rec.created(task_id, principal=run.principal, tool=run.tool, receipt_id=run.receipt_id,
-                              ttl_ms=self.ttl_ms, poll_interval_ms=self.poll_interval_ms)
+                              ttl_ms=self.ttl_ms if run.ttl_ms is None else run.ttl_ms,
+                              poll_interval_ms=self.poll_interval_ms)
         try:
             await self._record(*created)
         except BaseException as exc:
@@ -573,5 +588,5 @@ def check_routing_header(ctx: Any, task_id: Any) -> None:
 
 
 __all__ = ["EXTENSION_ID", "TASK_METADATA_KEY", "TaskHandle", "TaskManager", "declared_tasks", "tasks_path",
-           "missing_extension", "check_routing_header", "DEFAULT_TTL_MS", "DEFAULT_POLL_INTERVAL_MS",
+           "missing_extension", "check_routing_header", "DEFAULT_TTL_MS", "MIN_TTL_MS", "DEFAULT_POLL_INTERVAL_MS",
            "DEFAULT_TASK_AFTER_S"]

@@ -25,7 +25,9 @@ gets ``capabilities.tasks`` (``list``, ``cancel``, ``requests.tools.call``).
 
 Shapes (2025-11-25 schema): ``CreateTaskResult`` = ``{"task": Task}``;
 ``Task`` = ``taskId``, ``status``, ``statusMessage``?, ``createdAt``,
-``lastUpdatedAt``, ``ttl`` (ms; the server's, whatever the request asked),
+``lastUpdatedAt``, ``ttl`` (ms: what the request's ``task.ttl`` asked, within
+``[MIN_TTL_MS, the server's TTL]``; the server's when it asked none; refused, ``-32602``, when not a
+non-negative integer),
 ``pollInterval`` (ms). ``tasks/result`` blocks until the task is terminal and
 answers the ``CallToolResult`` (with ``_meta["io.modelcontextprotocol/related-task"]``),
 or the task's JSON-RPC error. ``tasks/cancel`` of a terminal task is
@@ -108,8 +110,10 @@ class TasksV1:
         if support == "forbidden":
             raise MCPError(METHOD_NOT_FOUND, f"tool {tool.name!r} does not support task-augmented calls "
                            "(its execution.taskSupport is forbidden): call it without `task`")
+        ttl_ms = s.tasks.ttl_for(params["task"].get("ttl"))  # refused before anything runs
         run = s.tasks.new_run(tool.name, s._principal_for(ctx))
         run.v1 = True
+        run.ttl_ms = ttl_ms
         tctx = s._execution_context(ctx, TaskHandle(run))
         executor = s.registry.executor
         s._inflight.add(run.scope)

@@ -60,7 +60,8 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("what to serve")
     g.add_argument("--profile", choices=PROFILES, default="tools",
-                   help="tools: your tools (--module / entry points) plus the example tools; work: the of_work_* "
+                   help="tools: your tools (--module / entry points) plus the example tools (not with --module "
+                        "unless --example-tools); work: the of_work_* "
                         "tools; artifacts: of_artifact_read over <data-dir>/artifacts; agents: the agents, crews and "
                         "workflows --module defines, each as a tool; memory, rag: memory and retrieval tools (--store); "
                         "gateway: the upstream MCP servers of --upstreams; all: every part in this build; "
@@ -69,9 +70,13 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
                    help="load tools from ATTR of module PKG.MOD: a ToolRegistry, a list of tools, or a zero-arg "
                         "factory returning one (repeatable; ATTR defaults to 'registry'; a bare module without one serves its top-level @tool functions)")
     g.add_argument("--files-root", metavar="DIR",
-                   help="enable the of_list_dir example tool, limited to DIR")
-    g.add_argument("--no-example-tools", action="store_true",
-                   help="do not serve the example tools (of_hash_text, of_json_query, of_now)")
+                   help="enable the of_list_dir example tool, limited to DIR (with --module: add --example-tools)")
+    examples = g.add_mutually_exclusive_group()
+    examples.add_argument("--no-example-tools", action="store_true",
+                          help="do not serve the example tools (of_hash_text, of_json_query, of_now)")
+    examples.add_argument("--example-tools", action="store_true",
+                          help="serve the example tools beside your --module tools (without it, --module serves "
+                               "only yours)")
     g.add_argument("--catalog", metavar="PATH",
                    help="the work catalog (TOML) for --profile work/all (default: $OPENFUNCTIONS_WORK_CATALOG, "
                         "else <data-dir>/work/catalog.toml)")
@@ -81,6 +86,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--upstreams", metavar="JSON",
                    help="gateway: a JSON file with an 'mcpServers' object (the shape MCP hosts use) naming the "
                         "upstream MCP servers to mount as mcp__<server>__<tool>")
+    g.add_argument("--max-parallel-writes", type=_positive_count, default=None, metavar="N",
+                   help="keyed and parallel-safe writes running at once in this process (default: 256; "
+                        "docs/SERVERS.md, 'What runs concurrently with what')")
     g.add_argument("--principal", metavar="NAME",
                    help="the principal recorded in receipts and seen by policies (never taken from tool arguments)")
 
@@ -123,6 +131,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled "
                         "(default: %(default)s)")
+    t.add_argument("--sampling-timeout", type=_seconds, default=120.0, metavar="SECONDS",
+                   help="how long an agent waits for the MCP host to answer one sampling request before its run "
+                        "ends 'timeout' (default: %(default)s; an agent's limits may set its own)")
 
     d = p.add_argument_group("data")
     d.add_argument("--data-dir", type=Path, metavar="DIR",
@@ -150,6 +161,16 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default=_env_log_level(),
                    help="stderr log level, any case (default: $OPENFUNCTIONS_LOG_LEVEL, else warning); human-readable "
                         "lines on a terminal, JSON lines otherwise; stdout never carries logs")
+
+
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def _count_or_off(text: str) -> int | None:
@@ -318,7 +339,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(args.log_level)
     if args.module:
-        _import_from_cwd()
+        from openfunctions.core import search_current_dir
+
+        search_current_dir()  # the same for every command that takes --module (core/_imports.py)
     try:
         return anyio.run(_serve, args, backend_options=backend_options(loop))
     except ShutdownForced as exc:
@@ -365,14 +388,17 @@ async def _serve(args: argparse.Namespace) -> int:
         data_dir=data_dir,
         modules=args.module,
         files_root=args.files_root,
-        examples=not args.no_example_tools,
+        examples=_serve_examples(args),
         catalog=args.catalog,
         principal=args.principal,
         store=args.store,
         upstreams=args.upstreams,
         database=None if args.no_journal else args.database,  # work's lease, attempts, grants (servers/_work_database.py)
         work_lease_ttl=args.work_lease_ttl,
+        sampling_timeout=args.sampling_timeout,
     )
+    if args.max_parallel_writes is not None:
+        profile.registry.executor.scheduler.max_parallel_writes = args.max_parallel_writes
     server = create_mcp_server(
         profile.registry,
         name=f"openfunctions-mcp-{profile.name}",
@@ -434,14 +460,19 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import_from_cwd() -> None:
-    """Let ``--module mytools:registry`` find ``mytools.py`` in the current directory, as ``python -m`` would.
+def _serve_examples(args: argparse.Namespace) -> bool:
+    """The example tools are served unless ``--no-example-tools``, or ``--module`` without ``--example-tools``
+    (a server of your own tools lists yours only)."""
+    if args.example_tools:
+        return True
+    if args.no_example_tools:
+        return False
+    if args.module and args.files_root:
+        from openfunctions.core.errors import ConfigurationError
 
-    A console script's ``sys.path[0]`` is its bin/ directory, not the current one.
-    """
-    cwd = os.getcwd()
-    if "" not in sys.path and cwd not in sys.path:
-        sys.path.insert(0, cwd)
+        raise ConfigurationError("--files-root enables of_list_dir, an example tool, and --module serves only your "
+                                 "tools: add --example-tools to serve the example tools beside yours")
+    return not args.module
 
 
 def _url_host(host: str) -> str:

@@ -1,33 +1,47 @@
 """The execution journal in PostgreSQL: an ``ExecutionObserver`` several server replicas share.
 
-Schema (component ``"journal"`` in ``of_schema``, version 2; versioned migrations in
+Schema (component ``"journal"`` in ``of_schema``, version 3; versioned migrations in
 ``store/_pg_journal_schema.py``, applied only by ``openfunctions-mcp db migrate``)::
 
     of_journals(                         -- one row per journal (a server profile: "tools", "work", ...)
         name      text COLLATE "C" PRIMARY KEY,
-        header    text,                  -- canonical JSON, the same object as a journal file's line 1
+        header    text)                  -- canonical JSON, the same object as a journal file's line 1
                                          -- (format, version 2, journal_id, kind "execution", created, meta, salt)
-        last_seq  bigint,                -- the seq of the newest record (0: none yet)
+    of_journal_streams(                  -- one per server instance that appended (a partition of the journal)
+        journal   text, stream text,     -- PRIMARY KEY (journal, stream); stream = the instance id that owns it
+                                         -- ("inst_" + 32 hex), or '' (the legacy stream: a journal's records
+                                         -- from before schema 3, one chain in one total order)
+        header    text,                  -- canonical JSON: the journal's header object with meta.stream (and
+                                         -- host, pid) set, its own created and salt; the legacy stream's is
+                                         -- the journal's header itself
+        last_seq  bigint,                -- the seq of the stream's newest record (0: none yet)
         last_link text,                  -- its chk (before the first record: link(header))
-        prev_link text)                  -- its prev (v2; NULL before the first record)
-    of_journal_records(                  -- the records, one row each, PRIMARY KEY (journal, seq)
-        journal text, seq bigint,        -- seq: 1, 2, 3, ... per journal, no gap, no duplicate
+        prev_link text)                  -- its prev (NULL before the first record)
+    of_journal_records(                  -- the records, one row each, PRIMARY KEY (journal, stream, seq)
+        journal text, stream text,       -- FOREIGN KEY (journal, stream) to of_journal_streams
+        seq bigint,                      -- 1, 2, 3, ... per stream, no gap, no duplicate
         type    text,                    -- "start" | "receipt" (docs/formats/journal.md, execution records)
-        time    text,                    -- RFC 3339 UTC time of the append
+        time    text,                    -- RFC 3339 UTC time of the append (the appending process's clock)
         data    text,                    -- canonical JSON of the StartRecord / Receipt
         prev    text, chk text,          -- the chain, exactly as a v2 journal line (core/journal/_encoder.py):
                                          -- chk = sha256('{"data":…,"prev":"…","seq":N,"time":"…","type":"…"}')[:32 hex]
-                                         -- prev = the previous record's chk (seq 1: link(header))
-        receipt_id text,                 -- data.receipt_id; UNIQUE per journal among "receipt" rows
+                                         -- prev = the previous record's chk in the stream (seq 1: link(header))
+        receipt_id text,                 -- data.receipt_id; UNIQUE per journal (across all its streams)
+                                         -- among "receipt" rows
         instance   text)                 -- the server process (of_journal_instances) that appended it
     of_journal_instances(                -- the live (or crashed, not yet recovered) server processes
         instance text PRIMARY KEY,       -- "inst_" + 32 hex
         journal  text, lock_key bigint,  -- the process holds pg_advisory_lock(lock_key) on a dedicated
         host text, pid int,              -- connection for its lifetime: the lock dies with the process
         started_at timestamptz)          -- (or its connection), as a journal file's flock does
-    APPEND (store/_pg_journal_schema.py; v1 had a PL/pgSQL function instead)
-        -- one statement per record: the head row's UPDATE (its row lock makes appends take
-        -- turns) assigns seq and computes chk from the old link, the INSERT writes the record.
+    APPEND (store/_pg_journal_schema.py)
+        -- one statement per record: the stream head's UPDATE (a row only its own process appends to)
+        -- assigns seq and computes chk from the old link, the INSERT writes the record.
+
+A stream is a journal file's equivalent for one process: it verifies on its
+own (seq, chain, checksums from its header), and a reader that wants the
+journal's history as one sequence merges the streams by ``time`` (each
+stream's own order kept; :mod:`openfunctions.store._pg_journal_read`).
 
 Promises (docs/formats/receipt.md, the same as the file backend's):
 
@@ -38,10 +52,13 @@ Promises (docs/formats/receipt.md, the same as the file backend's):
   and one commit, sent as one pipeline (group commit: a flusher takes
   everything queued the moment its previous commit returned), and nothing is
   acknowledged before its commit.
-- **seq is a total order across replicas**: the journal's row lock makes
-  appends from every process take turns; the chain and checksums keep their
-  meaning, and :func:`verify_pg_journal` checks them as ``journal verify``
-  checks a file.
+- **seq is a total order per stream, and replicas never take turns**: each
+  process appends to its own stream (created when it registers; a process
+  that registers again, after losing its lock, gets a new one), so appends
+  from different replicas take no common row lock. The chain and checksums
+  keep their meaning per stream, and :func:`verify_pg_journal` checks every
+  stream as ``journal verify`` checks a file, plus one receipt per call
+  across the streams (the unique index spans them).
 - **A lost connection mid-append** raises :class:`JournalUnavailable` with
   ``certainty="unknown"`` (the commit may or may not have happened): the
   executor turns that into an ``unknown`` receipt, never a success. The next
@@ -49,7 +66,12 @@ Promises (docs/formats/receipt.md, the same as the file backend's):
 - **Recovery reads evidence only.** A process that died left its instance row
   and its lock is free: the next server to open the journal takes the lock,
   writes one ``unknown`` receipt (``recovered_unknown``) for each of the dead
-  instance's starts that has none, and deletes the row. A process whose lock
+  instance's starts that has none, and deletes the row. **The recovered
+  receipt goes to the stream of the start it settles** (the dead instance's
+  own stream, or the legacy stream for a start written before schema 3), so
+  each stream holds every call it started from start to receipt and a dead
+  stream, once swept, has no open start; its ``instance`` column names the
+  recovering process. A process whose lock
   connection was cut while it lives is treated the same way (its starts are
   settled ``unknown`` by another replica): its later receipts for those calls
   are refused as duplicates (the client sees ``unknown``) and its new appends
@@ -64,6 +86,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from hashlib import sha256
@@ -119,6 +142,7 @@ class _Pending:
     text: str  # the record's data, canonical JSON
     receipt_id: str | None
     future: asyncio.Future[int] = field(repr=False)
+    stream: str | None = None  # None: this process's own stream; else a dead instance's (a recovered receipt)
 
 
 class PgExecutionJournal:
@@ -133,6 +157,9 @@ class PgExecutionJournal:
         #: Receipts this open wrote for dead instances' unsettled starts.
         self.recovered: list[Any] = []
         self._live = PgInstance(dsn, name)  # this process's registration (store/_pg_instances.py)
+        self._header: str | None = None  # the journal's header (of_journals.header), read at open
+        #: The stream this process appends to (its instance id once the stream row exists; None before).
+        self.stream: str | None = None
         self._conn: Any = None  # the appends' connection (opened at the first append, replaced after a failure)
         self._queue: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -142,6 +169,9 @@ class PgExecutionJournal:
         psycopg, _ = _psycopg()
         self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
         self._psycopg = psycopg
+        #: The process's cross-replica conflict-key locks (``PgKeyLocks``), when ``serve --database`` opened
+        #: them beside this journal: closed with it.
+        self.key_locks: Any = None
         #: Statements (commits) issued for appends, and records they carried: the group-commit ratio.
         self.commits = 0
         self.appended = 0
@@ -162,6 +192,23 @@ class PgExecutionJournal:
 
     async def _register(self) -> None:
         await self._live.register()
+        await self._open_stream()
+
+    async def _open_stream(self) -> None:
+        """Create this instance's stream (its head at seq 0, chained from its own header), once per registration."""
+        instance = self._live.instance
+        if instance is None or instance == self.stream:
+            return
+        journal_header = json.loads(self._header or "{}")
+        meta = dict(journal_header.get("meta") or {})
+        meta.update({"stream": instance, "host": socket.gethostname(), "pid": os.getpid()})
+        header = canonical_json({**journal_header, "created": utc_timestamp(), "meta": meta,
+                                 "salt": os.urandom(16).hex()})
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO of_journal_streams (journal, stream, header, last_seq, last_link) "
+                "VALUES (%s, %s, %s, 0, %s) ON CONFLICT DO NOTHING", (self.name, instance, header, link(header)))
+        self.stream = instance
 
     async def _ensure_journal(self, conn: Any) -> None:
         header = canonical_json({
@@ -169,9 +216,10 @@ class PgExecutionJournal:
             "created": utc_timestamp(), "meta": {"backend": "postgresql", "journal": self.name},
             "salt": os.urandom(16).hex(),
         })
-        await conn.execute(
-            "INSERT INTO of_journals (name, header, last_seq, last_link) VALUES (%s, %s, 0, %s) "
-            "ON CONFLICT (name) DO NOTHING", (self.name, header, link(header)))
+        await conn.execute("INSERT INTO of_journals (name, header) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
+                           (self.name, header))
+        cur = await conn.execute("SELECT header FROM of_journals WHERE name = %s", (self.name,))
+        self._header = (await cur.fetchone())[0]
 
     # -- recovery ----------------------------------------------------------------
     async def _recover(self) -> None:
@@ -180,21 +228,24 @@ class PgExecutionJournal:
 
     async def _settle_dead(self, instance: str) -> None:
         async with self.pool.connection() as conn:
+            # The dead instance's starts are in its own stream (or, written before schema 3, the legacy one).
             cur = await conn.execute(
-                "SELECT s.data FROM of_journal_records s WHERE s.journal = %s AND s.instance = %s "
+                "SELECT s.stream, s.data FROM of_journal_records s WHERE s.journal = %s AND s.instance = %s "
                 "AND s.type = 'start' AND NOT EXISTS (SELECT 1 FROM of_journal_records r WHERE "
-                "r.journal = s.journal AND r.receipt_id = s.receipt_id AND r.type = 'receipt') ORDER BY s.seq",
-                (self.name, instance))
-            starts = [json.loads(row[0]) for row in await cur.fetchall()]
-        receipts = [recovered_receipt(s) for s in starts]
-        # Through the group-commit queue (a sweep runs beside live appends); a receipt that is
-        # already there (the call settled meanwhile, or another replica got there first) is skipped.
-        results = await asyncio.gather(*(self._append(RECEIPT, r.to_dict(), r.receipt_id) for r in receipts),
-                                       return_exceptions=True)
+                "r.journal = s.journal AND r.receipt_id = s.receipt_id AND r.type = 'receipt') "
+                "ORDER BY s.stream, s.seq", (self.name, instance))
+            starts = [(stream, json.loads(data)) for stream, data in await cur.fetchall()]
+        receipts = [(stream, recovered_receipt(s)) for stream, s in starts]
+        # Through the group-commit queue (a sweep runs beside live appends), each into the stream of the start
+        # it settles; a receipt that is already there (the call settled meanwhile, or another replica got
+        # there first) is skipped.
+        results = await asyncio.gather(*(self._append(RECEIPT, r.to_dict(), r.receipt_id, stream=stream)
+                                         for stream, r in receipts), return_exceptions=True)
         for res in results:
             if isinstance(res, BaseException) and not isinstance(res, DuplicateReceipt):
                 raise res
-        self.recovered.extend(r for r, res in zip(receipts, results, strict=True) if not isinstance(res, BaseException))
+        self.recovered.extend(r for (_, r), res in zip(receipts, results, strict=True)
+                              if not isinstance(res, BaseException))
 
     async def sweep(self) -> list[Any]:
         """Recover dead instances now (what an open does); the receipts written by this sweep."""
@@ -233,7 +284,8 @@ class PgExecutionJournal:
         sent as one pipeline (one round trip, one commit).
         """
         time = utc_timestamp()
-        params = [{"journal": self.name, "instance": self.instance, "type": p.type, "time": time, "data": p.text,
+        params = [{"journal": self.name, "stream": self.stream if p.stream is None else p.stream,
+                   "instance": self.instance, "type": p.type, "time": time, "data": p.text,
                    "receipt_id": p.receipt_id} for p in rows]
         committing = False
         try:
@@ -284,16 +336,16 @@ class PgExecutionJournal:
         return [row[0] if (row := await cur.fetchone()) else None for cur in curs]
 
     async def _refusal(self, conn: Any, params: dict[str, Any]) -> JournalUnavailable | None:
-        """Why :data:`APPEND` wrote nothing for some records: the journal, the instance, or (``None``) duplicates."""
+        """Why :data:`APPEND` wrote nothing for some records: the stream, the instance, or (``None``) duplicates."""
         try:
             cur = await conn.execute(REFUSAL, params)
-            journal_exists, registered = await cur.fetchone()
+            stream_exists, registered = await cur.fetchone()
         except self._db_errors as exc:
             await self._drop_conn()
             raise self._unavailable(exc, committing=False) from None
-        if not journal_exists:
-            return JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: no journal named "
-                                      f"{self.name!r}", certainty="known")
+        if not stream_exists:
+            return JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: no stream "
+                                      f"{params['stream']!r} in journal {self.name!r}", certainty="known")
         if not registered:
             self._live.instance = None  # the next append registers again
             return JournalUnavailable(f"journal {self.name!r} at {self.where} refused the append: instance "
@@ -317,12 +369,13 @@ class PgExecutionJournal:
             f"{str(exc).strip() or 'connection lost'}); {what}. The next append reconnects.",
             certainty="unknown" if committing else "known")
 
-    async def _append(self, type: str, data: dict[str, Any], receipt_id: str | None) -> int:
+    async def _append(self, type: str, data: dict[str, Any], receipt_id: str | None, *,
+                      stream: str | None = None) -> int:
         if self._closed:
             raise JournalUnavailable(f"journal {self.name!r} is closed", certainty="known")
         text = canonical_json(data)  # a non-JSON record is refused here, not in the shared batch
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(type, text, receipt_id, fut))
+        self._queue.append(_Pending(type, text, receipt_id, fut, stream))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
         return await asyncio.shield(fut)
@@ -374,8 +427,12 @@ class PgExecutionJournal:
         return {"status": "ok"}
 
     async def ensure_registered(self) -> str:
-        """This process's live instance id (registering again if the database forgot it); tasks carry it."""
-        return await self._live.ensure()
+        """This process's live instance id (registering again, with a new stream, if the database forgot it);
+        tasks carry it."""
+        instance = await self._live.ensure()
+        if instance != self.stream:
+            await self._open_stream()
+        return instance
 
     # -- reading -------------------------------------------------------------------
     async def find_receipts(self, ids: set[str]) -> dict[str, Any]:
@@ -389,14 +446,14 @@ class PgExecutionJournal:
         return {rid: Receipt.model_validate(data) for rid, data in found.items()}
 
     def receipts(self) -> Iterator[Any]:
-        """Every receipt in seq order (a blocking read on its own connection: for recovery paths and tools)."""
+        """Every receipt, the streams merged by time (a blocking read on its own connection: for recovery paths
+        and tools)."""
         from openfunctions.core import Receipt
 
-        with self._psycopg.connect(self._dsn) as conn:
-            cur = conn.execute("SELECT data FROM of_journal_records WHERE journal = %s AND type = 'receipt' "
-                               "ORDER BY seq", (self.name,))
-            for (data,) in cur:
-                yield Receipt.model_validate(json.loads(data))
+        from ._pg_journal_read import read_records
+
+        for rec in read_records(self._dsn, self.name, types=(RECEIPT,)):
+            yield Receipt.model_validate(json.loads(rec.data))
 
     async def close(self) -> None:
         if self._closed:
@@ -409,6 +466,8 @@ class PgExecutionJournal:
             except Exception:
                 pass
         await self._drop_conn()
+        if self.key_locks is not None:
+            await self.key_locks.close()
         await self._live.close(self.pool)  # a clean exit: nothing of ours is left unsettled
         if self._owns_pool:
             await self.pool.close()
@@ -506,6 +565,7 @@ class VerifyReport:
     starts: int = 0
     receipts: int = 0
     unsettled: int = 0
+    streams: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -513,66 +573,102 @@ class VerifyReport:
         return not self.problems
 
 
-def verify_pg_journal(dsn: str, name: str) -> VerifyReport:
-    """Read journal ``name`` in seq order and check what ``journal verify`` checks in a file.
+class _TooMany(Exception):
+    pass
 
-    seq contiguous from 1, every ``chk`` recomputed, every ``prev`` the previous
-    ``chk`` (seq 1: the header's link), ``last_seq``/``last_link``/``prev_link`` at the end,
-    ``data`` canonical JSON, at most one receipt per call. Blocking (a CLI's tool).
+
+def verify_pg_journal(dsn: str, name: str) -> VerifyReport:
+    """Read journal ``name`` stream by stream, in seq order, and check what ``journal verify`` checks in a file.
+
+    Per stream: seq contiguous from 1, every ``chk`` recomputed, every ``prev``
+    the previous ``chk`` (seq 1: the link of the stream's header), the head's
+    ``last_seq``/``last_link``/``prev_link`` at the end. Per record: ``data``
+    canonical JSON, the ``receipt_id`` column its data's. Across the streams:
+    at most one receipt per call. Blocking (a CLI's tool).
     """
     psycopg, _ = _psycopg()
     report = VerifyReport(name)
+
+    def problem(text: str) -> None:
+        report.problems.append(text)
+        if len(report.problems) > 50:
+            report.problems.append("... stopped after 50 problems")
+            raise _TooMany
+
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT header, last_seq, last_link, prev_link FROM of_journals WHERE name = %s",
-                           (name,)).fetchone()
-        if row is None:
+        if conn.execute("SELECT 1 FROM of_journals WHERE name = %s", (name,)).fetchone() is None:
             report.problems.append(f"no journal named {name!r}")
             return report
-        header, last_seq, last_link, prev_link = row
-        prev = link(header)
-        last_prev = None
-        expected = 1
+        heads = {stream: (header, last_seq, last_link, prev_link) for stream, header, last_seq, last_link, prev_link
+                 in conn.execute("SELECT stream, header, last_seq, last_link, prev_link FROM of_journal_streams "
+                                 "WHERE journal = %s", (name,)).fetchall()}
+        report.streams = len(heads)
         open_starts: set[str] = set()
         settled: set[str] = set()
-        cur = conn.cursor(name="of_verify")  # server-side cursor: memory stays flat however long the journal
-        cur.execute("SELECT seq, type, time, data, prev, chk, receipt_id FROM of_journal_records WHERE journal = %s "
-                    "ORDER BY seq", (name,))
-        for seq, type, time, data, rprev, chk, rid in cur:
-            report.records += 1
-            where = f"journal {name!r} seq {seq}"
-            if seq != expected:
-                report.problems.append(f"{where}: expected seq {expected} (gap or duplicate)")
-            if rprev != prev:
-                report.problems.append(f"{where}: prev {rprev} does not match the previous link {prev}")
-            if record_chk(seq, type, time, data, rprev) != chk:
-                report.problems.append(f"{where}: checksum mismatch")
-            try:
-                obj = json.loads(data)
-                if canonical_json(obj) != data:
-                    report.problems.append(f"{where}: data is not canonical JSON")
-                if obj.get("receipt_id") != rid:
-                    report.problems.append(f"{where}: receipt_id column differs from the data's")
-            except ValueError as exc:
-                report.problems.append(f"{where}: data is not JSON ({exc})")
-            if type == START:
-                report.starts += 1
-                open_starts.add(rid)
-            elif type == RECEIPT:
-                report.receipts += 1
-                if rid in settled:
-                    report.problems.append(f"{where}: a second receipt for {rid}")
-                settled.add(rid)
-                open_starts.discard(rid)
-            else:
-                report.problems.append(f"{where}: unknown record type {type!r}")
-            prev, last_prev = chk, rprev
-            expected = seq + 1
-            if len(report.problems) > 50:
-                report.problems.append("... stopped after 50 problems")
-                return report
-        if last_seq != expected - 1 or last_link != prev or prev_link != last_prev:
-            report.problems.append(f"journal {name!r}: head says seq {last_seq} link {last_link} prev {prev_link}, "
-                                   f"records end at seq {expected - 1} link {prev} prev {last_prev}")
+        seen_streams: set[str] = set()
+        stream: str | None = None
+        prev: str = ""
+        last_prev: str | None = None
+        expected = 1
+
+        def end_stream() -> None:
+            if stream is None or stream not in heads:
+                return
+            _, last_seq, last_link, prev_link = heads[stream]
+            if last_seq != expected - 1 or last_link != prev or prev_link != last_prev:
+                problem(f"journal {name!r} stream {stream!r}: head says seq {last_seq} link {last_link} prev "
+                        f"{prev_link}, records end at seq {expected - 1} link {prev} prev {last_prev}")
+
+        try:
+            cur = conn.cursor(name="of_verify")  # server-side cursor: memory stays flat however long the journal
+            cur.execute("SELECT stream, seq, type, time, data, prev, chk, receipt_id FROM of_journal_records "
+                        "WHERE journal = %s ORDER BY stream, seq", (name,))
+            for rstream, seq, type, time, data, rprev, chk, rid in cur:
+                if rstream != stream:
+                    end_stream()
+                    stream, expected, last_prev = rstream, 1, None
+                    seen_streams.add(rstream)
+                    if rstream not in heads:
+                        problem(f"journal {name!r} stream {rstream!r}: records without a stream head")
+                    prev = link(heads[rstream][0]) if rstream in heads else ""
+                report.records += 1
+                where = f"journal {name!r}" + (f" stream {rstream}" if rstream else "") + f" seq {seq}"
+                if seq != expected:
+                    problem(f"{where}: expected seq {expected} (gap or duplicate)")
+                if rprev != prev:
+                    problem(f"{where}: prev {rprev} does not match the previous link {prev}")
+                if record_chk(seq, type, time, data, rprev) != chk:
+                    problem(f"{where}: checksum mismatch")
+                try:
+                    obj = json.loads(data)
+                    if canonical_json(obj) != data:
+                        problem(f"{where}: data is not canonical JSON")
+                    if obj.get("receipt_id") != rid:
+                        problem(f"{where}: receipt_id column differs from the data's")
+                except ValueError as exc:
+                    problem(f"{where}: data is not JSON ({exc})")
+                if type == START:
+                    report.starts += 1
+                    if rid not in settled:
+                        open_starts.add(rid)
+                elif type == RECEIPT:
+                    report.receipts += 1
+                    if rid in settled:
+                        problem(f"{where}: a second receipt for {rid}")
+                    settled.add(rid)
+                    open_starts.discard(rid)
+                else:
+                    problem(f"{where}: unknown record type {type!r}")
+                prev, last_prev = chk, rprev
+                expected = seq + 1
+            end_stream()
+            for empty in sorted(set(heads) - seen_streams):  # streams with no record yet: the head at its header
+                header, last_seq, last_link, prev_link = heads[empty]
+                if last_seq != 0 or last_link != link(header) or prev_link is not None:
+                    problem(f"journal {name!r} stream {empty!r}: head says seq {last_seq} link {last_link} but the "
+                            "stream has no records")
+        except _TooMany:
+            return report
         report.unsettled = len(open_starts)
     return report
 

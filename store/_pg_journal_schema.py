@@ -16,6 +16,16 @@ when the database's version differs from ``len(MIGRATIONS)``.
   no separate lock statement). A server of the previous release still running
   on the database fails its appends (certainty ``unknown``) instead of writing
   a head without ``prev_link``: every replica must run one release.
+- **3** — per-instance streams: ``of_journal_streams`` holds one head per
+  (journal, stream), and a record's key is (journal, stream, seq), so each
+  server process appends to its own stream and replicas never wait for one
+  row lock. Every existing journal's records become its stream ``''`` (the
+  *legacy stream*: its head is the old ``of_journals`` head, its header the
+  journal's header, so its chain verifies unchanged); the head columns leave
+  ``of_journals``. A record's foreign key now names its stream's row (an
+  append's key-share lock falls on its own stream, not on a row every replica
+  shares). A server of release 2 still running fails its appends (the head
+  columns are gone) rather than writing into the legacy stream.
 """
 
 from __future__ import annotations
@@ -94,18 +104,60 @@ MIGRATIONS: list[Sequence[str]] = [
         "WHERE r.journal = j.name AND r.seq = j.last_seq",
         "DROP FUNCTION of_journal_append(text, text, text[], text[], text[], text[])",
     ),
+    (  # 3: one stream (head, seq, chain) per server instance; existing records form the legacy stream ''
+        """CREATE TABLE of_journal_streams (
+            journal text COLLATE "C" NOT NULL REFERENCES of_journals (name),
+            stream text COLLATE "C" NOT NULL,
+            header text NOT NULL,
+            last_seq bigint NOT NULL,
+            last_link text NOT NULL,
+            prev_link text,
+            PRIMARY KEY (journal, stream))""",
+        "INSERT INTO of_journal_streams (journal, stream, header, last_seq, last_link, prev_link) "
+        "SELECT name, '', header, last_seq, last_link, prev_link FROM of_journals",
+        "ALTER TABLE of_journal_records ADD COLUMN stream text COLLATE \"C\" NOT NULL DEFAULT ''",
+        "ALTER TABLE of_journal_records ALTER COLUMN stream DROP DEFAULT",
+        "ALTER TABLE of_journal_records DROP CONSTRAINT of_journal_records_journal_fkey",
+        "ALTER TABLE of_journal_records DROP CONSTRAINT of_journal_records_pkey",
+        "ALTER TABLE of_journal_records ADD CONSTRAINT of_journal_records_pkey PRIMARY KEY (journal, stream, seq)",
+        "ALTER TABLE of_journal_records ADD CONSTRAINT of_journal_records_stream_fkey FOREIGN KEY (journal, stream) "
+        "REFERENCES of_journal_streams (journal, stream)",
+        "ALTER TABLE of_journals DROP COLUMN last_seq, DROP COLUMN last_link, DROP COLUMN prev_link",
+    ),
 ]
 
-#: One record appended: the head row's UPDATE takes the journal's row lock (appends of every replica take
-#: turns on it; a waiter re-evaluates the SET on the committed head, READ COMMITTED's rule for UPDATE), assigns
-#: seq = last_seq + 1 and computes chk from the old last_link (which becomes prev_link); the INSERT writes the
-#: record with them; one statement, so one commit in autocommit. No row comes back when the journal does not
-#: exist, the instance is no longer registered, or the call already has a receipt ("receipt" rows only): the
-#: caller tells those apart (:func:`refusal`). A receipt committed by a transaction this one waited for is not
-#: in the statement's snapshot: its INSERT then fails on the unique index ``of_journal_receipts`` and the
-#: whole statement rolls back (nothing written, no seq used). chk is the v2 line checksum of
+#: One record appended to one stream: the stream head's UPDATE takes that stream's row lock (only its own
+#: instance appends there, and a recovering replica settling a dead instance's starts: nobody else waits on
+#: it), assigns seq = last_seq + 1 and computes chk from the old last_link (which becomes prev_link); the
+#: INSERT writes the record with them; one statement, so one commit in autocommit. No row comes back when the
+#: stream does not exist, the instance is no longer registered, or the call already has a receipt in any
+#: stream of the journal ("receipt" rows only): the caller tells those apart (:data:`REFUSAL`). A receipt for
+#: the same call committed meanwhile by another transaction is not in the statement's snapshot: its INSERT
+#: then fails on the unique index ``of_journal_receipts`` (journal, receipt_id), which spans every stream, and
+#: the whole statement rolls back (nothing written, no seq used). chk is the v2 line checksum of
 #: core/journal/_encoder.py (``record_chk`` in ``store/_pg_journal.py`` is its Python twin, used by verify).
 APPEND = """WITH head AS (
+    UPDATE of_journal_streams SET last_seq = last_seq + 1, prev_link = last_link,
+        last_link = left(encode(sha256(convert_to('{"data":' || %(data)s::text || ',"prev":"' || last_link
+            || '","seq":' || (last_seq + 1)::text || ',"time":' || to_json(%(time)s::text)::text
+            || ',"type":' || to_json(%(type)s::text)::text || '}', 'UTF8')), 'hex'), 32)
+    WHERE journal = %(journal)s AND stream = %(stream)s
+      AND (%(instance)s::text IS NULL OR EXISTS (SELECT 1 FROM of_journal_instances WHERE instance = %(instance)s))
+      AND NOT (%(type)s = 'receipt' AND EXISTS (SELECT 1 FROM of_journal_records r WHERE r.journal = %(journal)s
+               AND r.type = 'receipt' AND r.receipt_id = %(receipt_id)s))
+    RETURNING last_seq, prev_link, last_link)
+INSERT INTO of_journal_records (journal, stream, seq, type, time, data, prev, chk, receipt_id, instance)
+SELECT %(journal)s, %(stream)s, last_seq, %(type)s, %(time)s, %(data)s, prev_link, last_link, %(receipt_id)s,
+       %(instance)s
+FROM head RETURNING seq"""
+
+#: Why :data:`APPEND` returned no row: (stream exists, instance registered); both true -> a duplicate receipt.
+REFUSAL = ("SELECT EXISTS (SELECT 1 FROM of_journal_streams WHERE journal = %(journal)s AND stream = %(stream)s), "
+           "%(instance)s::text IS NULL OR EXISTS (SELECT 1 FROM of_journal_instances WHERE instance = %(instance)s)")
+
+#: Release 2's append (the journal's one head row), kept to write test fixtures of a release-2 journal and
+#: to show what migration 3 changed; no server runs it.
+APPEND_V2 = """WITH head AS (
     UPDATE of_journals SET last_seq = last_seq + 1, prev_link = last_link,
         last_link = left(encode(sha256(convert_to('{"data":' || %(data)s::text || ',"prev":"' || last_link
             || '","seq":' || (last_seq + 1)::text || ',"time":' || to_json(%(time)s::text)::text
@@ -119,11 +171,7 @@ INSERT INTO of_journal_records (journal, seq, type, time, data, prev, chk, recei
 SELECT %(journal)s, last_seq, %(type)s, %(time)s, %(data)s, prev_link, last_link, %(receipt_id)s, %(instance)s
 FROM head RETURNING seq"""
 
-#: Why :data:`APPEND` returned no row: (journal exists, instance registered); both true -> a duplicate receipt.
-REFUSAL = ("SELECT EXISTS (SELECT 1 FROM of_journals WHERE name = %(journal)s), "
-           "%(instance)s::text IS NULL OR EXISTS (SELECT 1 FROM of_journal_instances WHERE instance = %(instance)s)")
-
 #: The unique index a concurrent duplicate receipt trips (the statement then rolled back as a whole).
 RECEIPTS_INDEX = "of_journal_receipts"
 
-__all__ = ["APPEND", "MIGRATIONS", "RECEIPTS_INDEX", "REFUSAL"]
+__all__ = ["APPEND", "APPEND_V2", "MIGRATIONS", "RECEIPTS_INDEX", "REFUSAL"]

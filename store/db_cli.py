@@ -8,8 +8,9 @@
 - ``db status``: the schema version found and the one this code needs, per
   component (``journal``, ``tasks``, ...).
 - ``db verify [--journal NAME]``: what ``journal verify`` checks in a file
-  (seq contiguous from 1, every checksum, the chain, one receipt per call),
-  for each execution journal in the database, each work space's attempt
+  (seq contiguous from 1, every checksum, the chain), for every stream (one
+  per server instance that appended) of each execution journal in the
+  database, and one receipt per call across a journal's streams; each work space's attempt
   records (seq contiguous, generations never going back: the lease fence held),
   and each workflow run space's rows (seq contiguous, time and data well-formed,
   every row folding into its run).
@@ -34,7 +35,7 @@ WORKFLOW_FOLD: Any = None
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     db = subparsers.add_parser("db", help=HELP, description=__doc__.split("\n\n")[0])
-    sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify}")
+    sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify,start,stop}")
     sub.required = True
 
     def url_arg(p: argparse.ArgumentParser) -> None:
@@ -44,13 +45,17 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", help="apply the schema migrations this release knows")
     url_arg(m)
     m.set_defaults(func=_cmd_migrate)
-    s = sub.add_parser("status", help="print the schema version found and the one this code needs")
+    s = sub.add_parser("status", help="print the schema version found and the one this code needs (no database "
+                                      "named, or --dir: whether the local `db start` server runs, and its DSN)")
     url_arg(s)
     s.set_defaults(func=_cmd_status)
-    v = sub.add_parser("verify", help="check every execution journal's seq, checksums and chain")
+    v = sub.add_parser("verify", help="check every execution journal stream's seq, checksums and chain")
     url_arg(v)
     v.add_argument("--journal", metavar="NAME", help="only this journal (a server profile: tools, work, ...)")
     v.set_defaults(func=_cmd_verify)
+    from ._devdb import add_commands as add_devdb  # db start|stop, and db status of that local server (_devdb.py)
+
+    add_devdb(sub, status=s)
     return db
 
 
@@ -136,8 +141,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     bad = 0
     for r in reports:
         if r.ok:
-            print(f"journal {r.name}: ok: {r.records} records ({r.starts} starts, {r.receipts} receipts, "
-                  f"{r.unsettled} start(s) of live servers not yet settled); seq, checksums and chain verified")
+            print(f"journal {r.name}: ok: {r.records} records in {r.streams} stream(s) ({r.starts} starts, "
+                  f"{r.receipts} receipts, {r.unsettled} start(s) of live servers not yet settled); every stream's "
+                  "seq, checksums and chain verified, one receipt per call")
         else:
             bad += 1
             print(f"journal {r.name}: {len(r.problems)} problem(s):")

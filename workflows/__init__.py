@@ -22,6 +22,7 @@ the run journal's format is in ``_runlog.py`` and docs/formats/workflow-runs.md.
 The chat agent of issue 15 is ``openfunctions.chat`` (docs/CHAT.md).
 """
 
+from ._admission import begin_run, child_context
 from ._errors import (
     InvalidInput,
     InvalidRunId,
@@ -50,5 +51,5 @@ __all__ = [
     "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound", "RunOutcome", "RunStoreUnavailable", "RunState", "Step", "StepFailed",
     "StepInterrupted", "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "Workflow", "WorkflowChanged",
     "WorkflowDefinitionError", "WorkflowError", "WorkflowRuns", "WorkflowUnknown", "llm_step", "pipe", "tool_step",
-    "transform",
+    "begin_run", "child_context", "transform",
 ]

@@ -22,9 +22,10 @@ from typing import Any
 
 import anyio
 
-from openfunctions.core import ToolDefinition, ToolExecutionContext, ToolResult, check_json, with_child_execution
+from openfunctions.core import ToolDefinition, ToolExecutionContext, ToolResult, check_json
 from openfunctions.core.errors import NonJsonValue, OpenFunctionsError, ToolError, ToolNotFound
 
+from ._admission import child_context
 from ._errors import (
     NonDeterministic,
     StepFailed,
@@ -158,16 +159,15 @@ def _replay(path: str, rec: StepRecord) -> Any:
 class Exec:
     """One execution of a compiled workflow: where tool, transform and LLM steps go."""
 
-    __slots__ = ("registry", "adapter", "ctx", "child", "journal")
+    __slots__ = ("registry", "adapter", "ctx", "journal")
 
     def __init__(self, registry: Any, adapter: Any, ctx: ToolExecutionContext | None, journal: RunJournal | None) -> None:
         self.registry = registry
         self.adapter = adapter
+        # Run from inside a running tool (a workflow served as a tool): each tool step's context comes
+        # from child_context (._admission): admitted on its own and linked to that call's receipt once
+        # the call gave its reservation back, else a child execution inside the reservation it holds.
         self.ctx = ctx
-        # Run from inside a running tool (a workflow served as a tool): its
-        # steps are child executions sharing that call's reservation, or an
-        # exclusive parent would wait for itself in the scheduler.
-        self.child = ctx is not None and ctx.receipt_id is not None and ctx.reservation is not None
         self.journal = journal
 
     async def tool(self, path: str, step: ToolStep, value: Any) -> Any:
@@ -185,7 +185,7 @@ class Exec:
         j = self.journal
         cap = tool.capability
         read = cap is not None and cap.effect == "read"
-        ctx = with_child_execution(self.ctx) if self.child else self.ctx  # type: ignore[arg-type]
+        ctx = child_context(self.ctx, tool) if self.ctx is not None else None
         if j is not None:
             try:
                 check_json(params)

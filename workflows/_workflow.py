@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from openfunctions.adapters import AIAdapter
 from openfunctions.core import Capability, ToolDefinition, ToolExecutionContext, define_tool, digest
 from openfunctions.core.errors import ToolError
 
+from ._admission import begin_run
 from ._errors import WorkflowDefinitionError, WorkflowError
 from ._plan import Exec, Seq, compile_parts
 from ._steps import Step, ToolStep, Transform, _fn_name
@@ -158,18 +159,26 @@ class Workflow:
         runs: Any = None,
         capability: Capability | Mapping[str, Any] | None = None,
         tags: Sequence[str] = ("workflow",),
+        admission: Literal["per_call", "run"] = "per_call",
     ) -> ToolDefinition:
         """This workflow as a :class:`ToolDefinition` whose arguments are the workflow's input.
 
         Register it in a registry (or serve it: ``openfunctions-mcp serve --module pkg.mod:attr``
-        serves a list of ToolDefinitions) and agents call it like any tool. Its tool steps run as
-        child executions of the workflow's own call (they share its scheduler reservation; their
-        receipts link to its receipt). Without ``capability`` the tool is unclassified, so it runs
-        exclusively; a read (parallel-safe) capability cannot run write steps (AdmissionRefused).
+        serves a list of ToolDefinitions) and agents call it like any tool. Their receipts link to
+        the workflow call's receipt. ``admission``: ``"per_call"`` (the default) — the workflow's own
+        call gives its scheduler reservation back as soon as its handler starts and each tool step is
+        admitted on its own (a write step still runs alone; nothing is held while an LLM step or a
+        model-backed step waits); ``"run"`` — the call keeps its reservation for the whole run and its
+        steps run inside it (child executions), e.g. read-then-write steps that must run as one unit
+        (an unclassified workflow then holds the write barrier throughout). Either way a read
+        (parallel-safe) capability cannot run write steps (AdmissionRefused, with a receipt).
         With ``runs`` (a :class:`WorkflowRuns`) every call is a durable run, and a server serving the
         tool starts the runs (``runs.start()``: resuming interrupted runs) and closes them. A failed run raises a
         ``ToolError`` carrying the step's error code; its effects are ``unknown``.
         """
+        if admission not in ("per_call", "run"):
+            raise WorkflowDefinitionError(f"as_tool: admission must be 'per_call' or 'run', not {admission!r}")
+        hold = admission == "run"
         wf = self if self.name is not None else self.named(name)
         wf_registry = registry
         if runs is not None:
@@ -180,6 +189,7 @@ class Workflow:
             runs.register(wf)
 
         async def handler(params: dict[str, Any], ctx: ToolExecutionContext) -> Any:
+            ctx = begin_run(ctx, hold=hold)
             try:
                 if runs is not None:
                     outcome = await runs.run(wf, params, context=ctx, registry=wf_registry, adapter=adapter)

@@ -4,15 +4,17 @@
     workflows show RUN_ID [--json] [--data-dir D]
     workflows resume RUN_ID --module PKG.MOD:ATTR [--json] [--data-dir D]
     workflows resume --all --module PKG.MOD:ATTR
-    workflows resolve RUN_ID STEP (--applied [--result JSON] | --not-applied) [--by NAME] [--data-dir D]
+    workflows resolve RUN_ID STEP (--applied --result JSON | --not-applied) [--by NAME] [--data-dir D]
     workflows prune [--keep-runs N] [--keep-days D] [--data-dir D]
 
 ``list`` and ``show`` read journals without a lock (they work while a run is
 running). ``resume`` needs the workflow's code: ``--module`` names a
 ``Workflow``, a list of them, or a zero-argument function returning either;
 each workflow should carry its registry (``pipe(..., registry=...)`` or
-``.bind(registry=...)``). ``resolve`` records an operator's answer for an
-uncertain step (see docs/WORKFLOWS.md, "Uncertain steps"). ``prune`` drops
+``.bind(registry=...)``); ``--module mymod:workflows`` finds ``mymod.py`` in the
+current directory, as ``serve --module`` does. ``resolve`` records an operator's answer for an
+uncertain step (see docs/WORKFLOWS.md, "Uncertain steps"); ``--applied`` needs ``--result``, the
+step's result the run continues with (``--result null`` only if the step really returned null). ``prune`` drops
 finished runs past retention now (running and blocked runs always stay).
 
 The data directory defaults, like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR``
@@ -94,7 +96,8 @@ def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--applied", action="store_true", help="the effect happened; the run continues after the step")
     g.add_argument("--not-applied", action="store_true", help="it did not happen; the step runs again on resume")
-    p.add_argument("--result", default="null", metavar="JSON", help="with --applied: the step's result (default: null)")
+    p.add_argument("--result", default=None, metavar="JSON",
+                   help="with --applied (required): the step's result as JSON, what the next step receives")
     p.add_argument("--by", default=None, help="who resolves it (default: the OS user)")
     common(p)
     p.set_defaults(func=_cmd_resolve)
@@ -198,7 +201,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def load_workflows(spec: str) -> list[Workflow]:
     """The workflows ``PKG.MOD:ATTR`` names (ATTR defaults to ``workflows``)."""
-    obj = import_spec(spec, default_attr="workflows", error=WorkflowDefinitionError)
+    obj = import_spec(spec, default_attr="workflows", error=WorkflowDefinitionError, from_cwd=True)
     if callable(obj) and not isinstance(obj, Workflow):
         obj = obj()
     items = [obj] if isinstance(obj, Workflow) else list(obj) if isinstance(obj, (list, tuple)) else None
@@ -243,13 +246,19 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
+    if args.not_applied and args.result is not None:
+        print("openfunctions-mcp workflows resolve: --result goes with --applied only", file=sys.stderr)
+        return 2
+    if args.applied and args.result is None:
+        # No default: a guessed null would be recorded as the step's result and fail the steps after it.
+        print("openfunctions-mcp workflows resolve: --applied needs --result JSON, the step's result the run "
+              f"continues with (see `openfunctions-mcp workflows show {args.run_id}` for what the step does; "
+              "pass --result null only if the step really returned null)", file=sys.stderr)
+        return 2
     try:
-        result = json.loads(args.result)
+        result = json.loads(args.result) if args.applied else None
     except ValueError as exc:
         print(f"openfunctions-mcp workflows resolve: --result is not JSON: {exc}", file=sys.stderr)
-        return 2
-    if args.not_applied and args.result != "null":
-        print("openfunctions-mcp workflows resolve: --result goes with --applied only", file=sys.stderr)
         return 2
     by = args.by or _os_user()
     try:

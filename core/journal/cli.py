@@ -14,6 +14,13 @@ rotation to a new segment is followed). ``show RECEIPT_ID`` finds the start
 and receipt records of one call in the given journals, or in every journal
 and segment of the data directory.
 
+``verify``, ``tail`` and ``show`` also read the execution journals that
+``serve --database URL`` replicas share (``--database URL``, optionally
+``--journal NAME``): every replica's stream, ``verify`` checking each
+stream's chain and one receipt per call across them, ``tail`` and ``show``
+merging the streams by record time (``store/_pg_journal_read.py``). Their
+text lines start with the time, then ``journal/stream:seq``.
+
 ``reopen PATH`` is the one command that asks something of a running server:
 the server holding ``PATH`` re-opens it through recovery now, if it failed
 (a full disk) and it is safe (no call from the failed file still runs, and
@@ -71,12 +78,14 @@ def add_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_inspect)
 
     p = jsub.add_parser("verify", help="validate every record; non-zero exit with the reason on corruption")
-    p.add_argument("path", type=Path)
+    p.add_argument("path", type=Path, nargs="?", help="a journal file (or --database)")
+    _database_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
 
     p = jsub.add_parser("tail", help="print the last N records")
-    p.add_argument("path", type=Path)
+    p.add_argument("path", type=Path, nargs="?", help="a journal file (or --database)")
+    _database_args(p)
     p.add_argument("-n", type=int, default=10, metavar="N", help="how many records (default 10)")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing records as they are appended (Ctrl-C to stop); follows rotation")
@@ -91,6 +100,8 @@ def add_commands(subparsers: Any) -> None:
                    help="journals to search (default: every journal and segment under <data-dir>/journal)")
     p.add_argument("--data-dir", type=Path, metavar="DIR",
                    help="the server's data dir (default: $OPENFUNCTIONS_MCP_DATA_DIR, else the per-user data dir)")
+    p.add_argument("--database", metavar="URL",
+                   help="search the execution journals of this PostgreSQL database (serve --database) instead")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_show)
 
@@ -105,7 +116,39 @@ def add_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_reopen)
 
 
+def _database_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--database", metavar="URL",
+                   help="read the execution journals in this PostgreSQL database (serve --database) instead of a "
+                        "file: every replica's stream, merged by time")
+    p.add_argument("--journal", metavar="NAME", help="with --database: only this journal (a profile: tools, work, ...)")
+
+
 # -- shared ------------------------------------------------------------------
+
+
+def _database(args: argparse.Namespace, command: str) -> int | None:
+    """Run ``command`` against ``--database`` (the store package's reader), or None when no database was given.
+
+    Imported by name: the core does not depend on the store package, which a
+    database journal needs anyway (it wrote the rows).
+    """
+    if not getattr(args, "database", None):
+        if getattr(args, "path", "") is None:
+            print(f"journal {command}: give a journal file or --database URL", file=sys.stderr)
+            return EXIT_UNREADABLE
+        return None
+    if getattr(args, "path", None) is not None or getattr(args, "paths", None):
+        print(f"journal {command}: give a journal file or --database URL, not both", file=sys.stderr)
+        return EXIT_UNREADABLE
+    import importlib
+
+    try:
+        reader = importlib.import_module("openfunctions.store._pg_journal_read")
+    except ImportError as exc:
+        print(f"journal {command} --database: the PostgreSQL reader is unavailable ({exc}); install "
+              "openfunctions-mcp[postgres]", file=sys.stderr)
+        return EXIT_UNREADABLE
+    return int(getattr(reader, f"cli_{command}")(args))
 
 
 def _scan(path: Path, on_record: Callable[[Record], None] | None = None) -> tuple[ScanResult, dict[str, int]]:
@@ -247,6 +290,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    via_database = _database(args, "verify")
+    if via_database is not None:
+        return via_database
+
     def run() -> int:
         r, _ = _scan(args.path)
         torn = _torn(r)
@@ -268,6 +315,10 @@ def _print_record(rec: Record, as_json: bool) -> None:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    via_database = _database(args, "tail")
+    if via_database is not None:
+        return via_database
+
     def run() -> int:
         if args.n < 0:
             raise JournalError(f"-n must be >= 0, got {args.n}")
@@ -345,6 +396,10 @@ def _journal_files(data_dir: Path) -> list[Path]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    via_database = _database(args, "show")
+    if via_database is not None:
+        return via_database
+
     def run() -> int:
         paths = list(args.paths) or _journal_files((args.data_dir or _default_data_dir()).expanduser())
         found: list[tuple[Path, Record]] = []

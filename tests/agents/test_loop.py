@@ -262,7 +262,7 @@ async def test_crew_delegation_child_outside_its_narrowed_authority_is_refused_w
     assert denied[0].parent_receipt_id == delegated.receipt_id  # the refusal is the child run's call, linked to its delegation
 
 
-async def test_run_timeout_is_failed_with_its_code(setup) -> None:
+async def test_run_timeout_ends_timeout_with_its_code(setup) -> None:
     reg, _, runs = setup
     never = anyio.Event()
 
@@ -271,7 +271,7 @@ async def test_run_timeout_is_failed_with_its_code(setup) -> None:
 
     agent = define_agent("t", "x", limits={"timeout_s": 0.05}, adapter=ScriptedAdapter([think]))
     r = await run_agent(agent, "go", registry=reg, runs=runs)
-    assert r.status == "failed" and r.error["code"] == "run_timeout" and runs.get(r.run_id).status == "failed"
+    assert r.status == "timeout" and r.error["code"] == "run_timeout" and runs.get(r.run_id).status == "timeout"
 
 
 async def test_model_resolves_a_provider_adapter_at_the_first_run_and_the_runtime_closes_it(setup, monkeypatch) -> None:
@@ -317,3 +317,38 @@ async def test_a_bug_below_the_loop_still_ends_the_record_and_a_lost_progress_ch
     run = next(s for s in runs.state.values() if s.agent == "bad")
     assert run.status == "failed" and run.finished["error"]["code"] == "agent_internal_error"
     assert r2.receipt.outcome == "failed" and r2.receipt.error.code == "tool_failed"
+
+
+async def test_an_unanswered_sampling_request_ends_the_run_timeout(setup) -> None:
+    """The agent's own sampling deadline wins over the runtime's; the run ends 'timeout' with its record
+    and the run call's receipt, and nothing stays held."""
+    from openfunctions.adapters import SAMPLER_KEY, SAMPLING_CAPABILITY_KEY
+    from openfunctions.core import ToolExecutionContext
+
+    reg, sink, runs = setup
+    never = anyio.Event()
+
+    async def silent_host(params: dict) -> dict:
+        await never.wait()
+        return {}
+
+    ctx = ToolExecutionContext(metadata={SAMPLER_KEY: silent_host, SAMPLING_CAPABILITY_KEY: {}})
+    agent = define_agent("s", "x", tools=["save"], limits={"sampling_timeout_s": 0.05})
+    rt = AgentRuntime(reg, runs, sampling_timeout_s=3600)
+    with anyio.fail_after(20):
+        r = await rt.run(agent, "go", ctx)
+    assert r.status == "timeout" and r.error["code"] == "sampling_timeout" and runs.get(r.run_id).status == "timeout"
+    assert r.receipt.outcome == "failed" and r.receipt.error.code == "sampling_timeout"
+    assert runs.get(r.run_id).started["limits"]["sampling_timeout_s"] == 0.05
+    assert not reg.executor.scheduler.running_exclusive and reg.executor.scheduler.running_shared == 0
+    # Without a deadline of its own the agent gets the runtime's.
+    assert rt._adapter(define_agent("d", "x"), ctx).timeout_s == 3600
+
+
+def test_run_deadlines_have_defaults_and_are_checked() -> None:
+    from openfunctions.agents import DEFAULT_RUN_TIMEOUT_S, AgentDefinitionError, AgentLimits
+
+    assert AgentLimits().timeout_s == DEFAULT_RUN_TIMEOUT_S == 600 and AgentLimits().sampling_timeout_s is None
+    for bad in ({"timeout_s": 0}, {"sampling_timeout_s": -1}, {"timeout_s": "soon"}):
+        with pytest.raises(AgentDefinitionError, match="positive number of seconds"):
+            define_agent("x", "x", limits=bad)

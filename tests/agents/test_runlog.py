@@ -243,3 +243,53 @@ def test_cli_an_unreachable_database_is_one_clear_line() -> None:
     out = _cli("tail", "--database", f"postgresql://u:secret@127.0.0.1:{port}/x")
     assert out.returncode == 2, out
     assert out.stderr.count("\n") == 1 and "cannot connect to PostgreSQL" in out.stderr and "secret" not in out.stderr
+
+
+async def test_a_lone_surrogate_in_a_models_reply_does_not_poison_the_run_journal(tmp_path: Path) -> None:
+    """A provider (its real wire format, over HTTP on 127.0.0.1) answers with a lone surrogate: the run
+    completes with U+FFFD in its place, and the next run in the same process still records."""
+    from openfunctions.adapters import OpenAIAdapter
+
+    from ..adapters._wire import Reply, WireServer
+
+    def answer(text: str) -> bytes:  # json.dumps escapes the surrogate as \udc80, as a provider would
+        return json.dumps({"model": "gpt-wire", "choices": [{"index": 0, "finish_reason": "stop",
+                           "message": {"role": "assistant", "content": text}}]}).encode()
+
+    wire = WireServer()
+    try:
+        wire.replies += [Reply(body=answer("bad \udc80 text"), headers={"content-type": "application/json"}),
+                         Reply(body=answer("fine"), headers={"content-type": "application/json"})]
+        model = OpenAIAdapter(model="gpt-wire", api_key="k", base_url=wire.url)
+        journal = await RunJournal.open_in(tmp_path)
+        reg = ToolRegistry([_tool()])
+        first = await run_agent(define_agent("a", "x", tools=[], adapter=model), "go", registry=reg, runs=journal)
+        second = await run_agent(define_agent("b", "x", tools=[], adapter=model), "go", registry=reg, runs=journal)
+        await journal.close()
+        await model.aclose()
+    finally:
+        wire.close()
+    assert first.status == "completed" and first.text == "bad \ufffd text", first.error
+    assert second.status == "completed" and second.text == "fine", second.error
+    runs = read_runs(tmp_path)  # every record checksummed and chained (read_records validates as it reads)
+    assert runs[first.run_id].finished["text"] == "bad \ufffd text" and runs[second.run_id].status == "completed"
+    from openfunctions.core.journal.cli import main as journal_cli
+
+    assert journal_cli(["verify", str(runs_journal_path(tmp_path))]) == 0
+
+
+async def test_a_record_that_still_holds_a_lone_surrogate_is_written_cleaned_not_fail_stop(tmp_path: Path) -> None:
+    """The last line: text that bypassed the boundaries (e.g. an exception's message) reaches a record."""
+    journal = await RunJournal.open_in(tmp_path)
+    run_id = "run_" + "a" * 32
+    await journal.append(R.STARTED, R.started(run_id=run_id, agent="a", provider="p", model="m", instructions="i",
+                                              tools=[], limits={}, task="t", principal=None, parent_run_id=None,
+                                              parent_receipt_id=None))
+    await journal.append(R.ROUND, R.round_(run_id=run_id, n=1, model="m\udc80", stop_reason="end_turn",
+                                           usage={}, tool_calls=[], text="x\udc80"))
+    await journal.append(R.FINISHED, R.finished(run_id=run_id, status="completed", rounds=1, usage={}, receipts=[],
+                                                text="ok"))  # the journal still takes records
+    assert journal.get(run_id).rounds[0]["text"] == "x\ufffd"  # the folded state says what the file says
+    await journal.close()
+    run = read_runs(tmp_path)[run_id]
+    assert run.status == "completed" and run.rounds[0]["text"] == "x\ufffd" and run.rounds[0]["model"] == "m\ufffd"

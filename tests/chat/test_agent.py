@@ -381,3 +381,19 @@ async def test_a_compaction_that_fails_mid_rotate_neither_fails_the_turn_nor_los
             await agent.reset(second)
     async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path) as agent:
         assert [c.id for c in agent._conversations.held()] == [second, first]  # the segment folded: nothing lost
+
+
+async def test_lone_surrogates_in_a_message_or_a_reply_do_not_poison_the_journals(tmp_path: Path) -> None:
+    """A client's message and a model's reply each carry a lone surrogate: both turns complete with U+FFFD in
+    its place, the memory thread keeps them, and a later turn in the same process still works."""
+    from openfunctions.adapters import ChatReply
+
+    model = ScriptedAdapter([ChatReply(text="echo \udc80"), "still fine"])
+    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+        first = await agent.chat("hello \ud800 there")
+        second = await agent.chat("and now?")
+        assert [m.content for m in model.calls[-1][0][1:]] == ["hello \ufffd there", "echo \ufffd", "and now?"]
+    assert first.ok and first.text == "echo \ufffd", first.error
+    assert second.ok and second.text == "still fine", second.error
+    runs = read_runs(tmp_path)
+    assert runs[first.run_id].started["task"] == "hello \ufffd there" and runs[second.run_id].status == "completed"

@@ -71,7 +71,7 @@ def http_server(tmp_path):
         port = free_port()
         argv = serve_argv(
             "--transport", "http", "--port", str(port), "--path", path,
-            "--module", "fixture_tools:registry", "--data-dir", str(tmp_path / "data"), *extra,
+            "--module", "fixture_tools:registry", "--example-tools", "--data-dir", str(tmp_path / "data"), *extra,
         )
         proc = subprocess.Popen(argv, env=server_env(**(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
@@ -95,7 +95,7 @@ class RawSession:
         import queue
         import threading
 
-        argv = serve_argv("--module", "fixture_tools:registry", "--data-dir", str(data_dir), *extra)
+        argv = serve_argv("--module", "fixture_tools:registry", "--example-tools", "--data-dir", str(data_dir), *extra)
         self.proc = subprocess.Popen(
             argv, env=server_env(**(env or {})), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )

@@ -39,7 +39,8 @@ def test_example_config_entries_parse_with_the_cli_parser():
         assert parsed.command == "serve", name
         assert parsed.transport == "stdio", name
         profiles_seen.add(parsed.profile)
-    assert {"tools", "work", "artifacts", "all"} <= profiles_seen
+    # one entry per profile a host would run (conformance is the MCP test suite's fixture server, not for hosts)
+    assert profiles_seen == set(PROFILES) - {"conformance"}
     # Until the package is on the index, every entry names where it comes from: a checkout or a wheel of this version.
     from openfunctions.servers import __version__
 
@@ -198,6 +199,9 @@ def test_demo_runs_a_real_session(tmp_path):
     for tool in ("of_work_preview", "of_work_start", "of_work_run_step", "of_work_verify", "of_work_complete"):
         assert tool in out
     assert '"state": "completed"' in out and "walkthrough stopped" not in out
+    # no JSON log line in the middle of the walkthrough: the gateway part being off is said in words
+    assert "profile_part_unavailable" not in proc.stderr and '"level"' not in proc.stderr, proc.stderr
+    assert "the 'all' profile's gateway part is off here" in out
 
 
 @pytest.mark.slow
@@ -322,6 +326,40 @@ def test_the_console_script_finds_a_module_in_the_current_directory(tmp_path):
     reply = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}[2]["result"]
     assert reply["structuredContent"] == {"result": 3}
     assert os.getcwd() != str(tmp_path)
+
+
+@pytest.mark.slow
+def test_module_serves_only_its_tools_unless_example_tools(tmp_path):
+    """`serve --module X` lists X's tools only; `--example-tools` adds the example tools beside them."""
+    (tmp_path / "mytools.py").write_text(MYTOOLS)
+    listing = [*INIT_AND_LIST[:2], {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}]
+
+    def names(*extra: str) -> set[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "openfunctions.servers", "serve", "--module", "mytools:registry", *extra,
+             "--data-dir", str(tmp_path / "d")],
+            input="".join(json.dumps(m) + "\n" for m in listing), capture_output=True, text=True, timeout=60,
+            env=server_env(), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        reply = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}[2]["result"]
+        return {t["name"] for t in reply["tools"]}
+
+    assert names() == {"word_count"}
+    assert names("--example-tools") == {"word_count", "of_hash_text", "of_json_query", "of_now"}
+
+
+def test_example_tools_flags(tmp_path, capsys):
+    parse = cli.build_parser().parse_args
+    assert cli._serve_examples(parse(["serve"])) is True
+    assert cli._serve_examples(parse(["serve", "--module", "m"])) is False
+    assert cli._serve_examples(parse(["serve", "--module", "m", "--example-tools"])) is True
+    assert cli._serve_examples(parse(["serve", "--no-example-tools"])) is False
+    with pytest.raises(SystemExit):
+        parse(["serve", "--example-tools", "--no-example-tools"])
+    capsys.readouterr()
+    # --files-root asks for of_list_dir, an example tool: with --module alone that would be dropped silently
+    rc = cli.main(["serve", "--module", "m", "--files-root", str(tmp_path), "--data-dir", str(tmp_path / "d")])
+    assert rc == 2 and "add --example-tools" in capsys.readouterr().err
 
 
 def test_a_bare_module_without_a_registry_serves_its_top_level_tools(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -29,16 +30,22 @@ async def test_hash_text(registry):
 
 @pytest.mark.anyio
 async def test_json_query(registry):
-    doc = {"items": [{"name": "a"}, {"name": "b"}], "n": 2}
+    value = {"items": [{"name": "a"}, {"name": "b"}], "n": 2}
+    doc = json.dumps(value)
     assert (await registry.execute("of_json_query", {"document": doc, "path": "items[-1].name"}))["value"] == "b"
     assert (await registry.execute("of_json_query", {"document": '{"x": [1, 2]}', "path": "x[1]"}))["value"] == 2
     miss = await registry.execute("of_json_query", {"document": doc, "path": "items[5].name"})
     assert miss == {"found": False, "value": None, "stopped_at": "$.items"}
     whole = await registry.execute("of_json_query", {"document": doc})
-    assert whole["value"] == doc
+    assert whole["value"] == value
     bad = await registry.execute_detailed("of_json_query", {"document": "{nope", "path": "a"})
     assert bad.result.is_error and "not JSON text" in bad.result.content[0]["text"]
     assert bad.receipt.certainty == "known"
+    # A JSON value instead of text is refused by the schema, naming the parameter (strict clients send text).
+    as_value = await registry.execute_detailed("of_json_query", {"document": value})
+    assert as_value.result.is_error and "$.document" in as_value.result.content[0]["text"]
+    deep = await registry.execute_detailed("of_json_query", {"document": "[" * 100_000 + "]" * 100_000})
+    assert deep.result.is_error and "nested too deeply" in deep.result.content[0]["text"]
 
 
 @pytest.mark.anyio

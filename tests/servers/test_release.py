@@ -74,3 +74,26 @@ def test_the_wheel_holds_every_package_the_script_and_the_data(dists):
             for f in source.glob(pattern):
                 assert package.replace(".", "/") + "/" + f.name in names, f
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
+
+
+WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
+
+
+def test_the_release_workflow_publishes_tags_with_trusted_publishing():
+    """On a version tag: build, check, and publish with PyPI trusted publishing (OIDC, no stored token)."""
+    yaml = pytest.importorskip("yaml", reason="the test extra installs PyYAML")
+    flow = yaml.safe_load(WORKFLOW.read_text())
+    triggers = flow.get("on", flow.get(True))  # YAML 1.1 reads a bare `on` key as the boolean true
+    assert triggers["push"]["tags"] == ["v*"]
+    build, publish = flow["jobs"]["build"], flow["jobs"]["publish"]
+    build_text = " ".join(str(step.get("run", "")) for step in build["steps"])
+    assert "python -m build" in build_text and "twine check --strict" in build_text
+    assert 'test "${GITHUB_REF_NAME}" = "v${want}"' in build_text  # a tag that is not pyproject's version fails
+    assert publish["needs"] == "build"
+    assert publish["permissions"] == {"id-token": "write"}
+    assert publish["environment"]["name"] == "pypi"
+    uses = [step.get("uses", "") for step in publish["steps"]]
+    assert uses[-1] == "pypa/gh-action-pypi-publish@release/v1"
+    assert not any("password" in (step.get("with") or {}) for step in publish["steps"])  # no token: OIDC only
+    # the workflow's default token may only read; only the publish job gets an OIDC token
+    assert flow["permissions"] == {"contents": "read"} and "permissions" not in build

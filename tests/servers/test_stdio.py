@@ -19,7 +19,7 @@ MODES = ["auto", "legacy"]
 
 
 def params(tmp_path, *extra: str) -> StdioServerParameters:
-    argv = serve_argv("--module", "fixture_tools:registry", "--data-dir", str(tmp_path / "data"), *extra)
+    argv = serve_argv("--module", "fixture_tools:registry", "--example-tools", "--data-dir", str(tmp_path / "data"), *extra)
     return StdioServerParameters(command=argv[0], args=argv[1:], env=server_env())
 
 

@@ -10,6 +10,13 @@ Two checks per tool:
   property required), and every property it makes required must accept ``null``
   in our schema, so that a strict client can still say "use the default".
 
+A third, where the ``openai-agents`` package (test extra) is installed: its own
+strict converter (``agents.strict_schema.ensure_strict_json_schema``, what an
+Agents SDK ``FunctionTool`` or MCP tool runs with strict schemas on) must accept
+every tool and change nothing but ``required``. It runs in a child process started
+outside the checkout, because this repository's own ``agents/`` folder shadows
+the package's top-level ``agents`` name here.
+
 The ``conformance`` profile is left out: its fixtures are the MCP conformance
 suite's, schema for schema (``json_schema_2020_12_tool`` exists to check that an
 open 2020-12 schema passes through unchanged). The anthropic and google-genai
@@ -90,6 +97,70 @@ async def test_every_tool_of_every_profile_is_strict(tmp_path):
                     problems.append(f"{name}/{t.name}: optional {pname!r} refuses null (strict clients send it)")
     assert seen >= 15, f"only {seen} tools found: the profiles did not build"
     assert problems == []
+
+
+_AGENTS_CONVERTER = """
+import json, sys
+from agents.strict_schema import ensure_strict_json_schema
+out = {}
+for name, schema in json.load(sys.stdin).items():
+    try:
+        out[name] = {"strict": ensure_strict_json_schema(schema)}
+    except Exception as exc:
+        out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+print(json.dumps(out))
+"""
+
+
+def _agents_strict(schemas: dict[str, dict], tmp_path: Path) -> dict[str, dict]:
+    """openai-agents' converter over ``schemas``, in a child whose import path has no checkout on it (``-P``)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-P", "-c", _AGENTS_CONVERTER], input=json.dumps(schemas), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+async def test_every_tool_of_every_profile_passes_the_agents_sdk_strict_converter(tmp_path):
+    if _agents_sdk_missing():
+        pytest.skip("the openai-agents package (test extra) runs the Agents SDK's strict converter")
+    schemas = {}
+    for name in CHECKED:
+        for t in await _profile_tools(name, tmp_path):
+            schemas[f"{name}/{t.name}"] = t.input_schema
+    assert len(schemas) >= 15, f"only {len(schemas)} tools found: the profiles did not build"
+    problems = []
+    for key, got in _agents_strict(schemas, tmp_path).items():
+        if "error" in got:
+            problems.append(f"{key}: refused: {got['error'][:300]}")
+        elif _without_required(got["strict"]) != _without_required(schemas[key]):
+            problems.append(f"{key}: the Agents SDK's strict converter changed more than 'required'")
+    assert problems == []
+
+
+def _agents_sdk_missing() -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution("openai-agents")
+    except metadata.PackageNotFoundError:
+        return True
+    return False
+
+
+def test_the_agents_sdk_converter_check_catches_a_free_form_value(tmp_path):
+    """The check above can fail: a free-form JSON value (the old ``of_json_query.document``) is changed by it."""
+    if _agents_sdk_missing():
+        pytest.skip("the openai-agents package (test extra) runs the Agents SDK's strict converter")
+    free = {"type": "object", "properties": {"document": {"type": ["object", "array", "string", "null"]}},
+            "required": ["document"], "additionalProperties": False}
+    got = _agents_strict({"t": free}, tmp_path)["t"]
+    assert "error" in got or _without_required(got["strict"]) != _without_required(free)
 
 
 def test_the_rules_checker_catches_each_rule():

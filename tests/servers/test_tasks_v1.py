@@ -85,3 +85,35 @@ def test_v1_methods_stay_unknown_in_2026_07_28(raw_stdio: Any) -> None:
         rid = session.request(method, _body(method, {"taskId": "task_" + "0" * 32}, 0, True)["params"])
         assert session.response(rid)["error"]["code"] == -32601
     assert session.close() == 0
+
+
+def test_a_requested_ttl_is_honoured_within_bounds(raw_stdio: Any, tmp_path: Path) -> None:
+    """`task: {"ttl": ms}` sets the task's TTL (durably: a new process answers the same), capped by the server's,
+    at least MIN_TTL_MS; a ttl that is not a non-negative integer is refused before the call runs."""
+    from openfunctions.servers._tasks import MIN_TTL_MS
+
+    session = _start(raw_stdio)
+
+    def created(ttl: Any, name: str) -> dict:
+        markers = tmp_path / name
+        reply = session.call("tools/call", {"name": "task_slow", "arguments": {"dir": str(markers)}, "task": ttl})
+        wait_for_file(markers / "started")
+        (markers / "release").write_text("go")
+        return reply
+
+    server_ttl = created({}, "default")["result"]["task"]["ttl"]
+    asked = created({"ttl": 5000}, "asked")["result"]["task"]
+    assert asked["ttl"] == 5000 < server_ttl
+    assert session.call("tasks/get", {"taskId": asked["taskId"]})["result"]["ttl"] == 5000
+    assert created({"ttl": server_ttl * 10}, "long")["result"]["task"]["ttl"] == server_ttl
+    assert created({"ttl": 1}, "short")["result"]["task"]["ttl"] == MIN_TTL_MS
+    assert created({"ttl": None}, "null")["result"]["task"]["ttl"] == server_ttl
+    for bad in (-1, 1.5, "60000", True):
+        refused = session.call("tools/call", {"name": "task_slow", "arguments": {"dir": str(tmp_path / "never")},
+                                              "task": {"ttl": bad}})
+        assert refused["error"]["code"] == -32602 and "task.ttl" in refused["error"]["message"], refused
+    assert not (tmp_path / "never").exists()  # refused before the handler ran
+    assert session.close() == 0
+    again = _start(raw_stdio)
+    assert again.call("tasks/get", {"taskId": asked["taskId"]})["result"]["ttl"] == 5000
+    assert again.close() == 0

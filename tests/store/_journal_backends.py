@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,12 +55,10 @@ class PgBackend:
         return await open_pg_journal(self.dsn, self.journal)
 
     def records(self) -> list[tuple[str, str]]:
-        import psycopg
+        """Every stream's records, merged by time (each stream's order kept)."""
+        from openfunctions.store._pg_journal_read import read_records as read_pg
 
-        with psycopg.connect(self.dsn) as conn:
-            rows = conn.execute("SELECT type, receipt_id FROM of_journal_records WHERE journal = %s ORDER BY seq",
-                                (self.journal,)).fetchall()
-        return [(t, r) for t, r in rows]
+        return [(r.type, json.loads(r.data)["receipt_id"]) for r in read_pg(self.dsn, self.journal)]
 
     def verify(self) -> None:
         report = verify_pg_journal(self.dsn, self.journal)

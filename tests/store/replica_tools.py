@@ -1,8 +1,10 @@
-"""Tools the replica tests serve (``--module replica_tools:registry``): one effectful call, one read."""
+"""Tools the replica tests serve (``--module replica_tools:registry``): an effectful call, a keyed write."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 from openfunctions.core import ToolRegistry, define_tool
 
@@ -12,7 +14,37 @@ async def _bump(params, ctx):
     return {"n": params.get("n", 0)}
 
 
+async def _keyed(params, ctx):
+    """Hold ``key`` until the test creates ``<dir>/release-<tag>``; mark ``<dir>/overlap`` if another live process
+    held it on entry (``<dir>/<key>.holder`` names the holder's pid; a dead holder's file is taken over)."""
+    d, key, tag = Path(params["dir"]), params["key"], params["tag"]
+    holder = d / f"{key}.holder"
+    try:
+        fd = os.open(holder, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        other = int(holder.read_text() or 0)
+        try:
+            os.kill(other, 0)
+            (d / "overlap").write_text(f"{tag} entered while pid {other} held {key}")
+        except ProcessLookupError:
+            pass  # its holder was killed mid-call
+        fd = os.open(holder, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    (d / f"entered-{tag}").write_text(str(os.getpid()))
+    for _ in range(12_000):
+        if (d / f"release-{tag}").exists():
+            break
+        await asyncio.sleep(0.01)
+    holder.unlink(missing_ok=True)
+    return {"tag": tag}
+
+
 registry = ToolRegistry([
     define_tool(name="bump", description="an effectful call (no declared effect: its start is journaled)",
                 input_schema={"type": "object", "properties": {"n": {"type": "integer"}}}, handler=_bump),
+    define_tool(name="keyed", description="a write keyed by /key: one at a time per key, across replicas",
+                input_schema={"type": "object", "properties": {"key": {"type": "string"}, "dir": {"type": "string"},
+                                                               "tag": {"type": "string"}}},
+                capability={"effect": "write", "conflict_keys": ["/key"]}, handler=_keyed),
 ])

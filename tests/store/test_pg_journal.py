@@ -270,8 +270,8 @@ def _count(dsn: str, table: str) -> int:
 
 @pytest.mark.anyio
 async def test_migration_2_keeps_a_version_1_journal_whole_and_appends_continue_its_chain(fresh_db) -> None:
-    """A journal written by schema 1 (its PL/pgSQL function) is refused until ``db migrate``; after migration 2
-    the head carries prev_link, appends (one statement each) continue the chain, and verify passes throughout."""
+    """A journal written by schema 1 (its PL/pgSQL function) is refused until ``db migrate``; after migrations 2
+    and 3 its records are the legacy stream, new appends go to the server's own stream, and verify passes."""
     from openfunctions.core import canonical_json, new_id, utc_timestamp
     from openfunctions.store import apply_migrations
     from openfunctions.store._pg_journal import link
@@ -286,9 +286,9 @@ async def test_migration_2_keeps_a_version_1_journal_whole_and_appends_continue_
         datas = [canonical_json({"receipt_id": rid, "tool": "t", "n": i}) for i in range(2)]
         await conn.execute("SELECT * FROM of_journal_append('tools', NULL, %s, %s, %s, %s)",
                            (["start", "receipt"], [utc_timestamp()] * 2, datas, [rid, rid]))
-    with pytest.raises(SchemaOutOfDate, match="version 1; this code needs version 2"):
+    with pytest.raises(SchemaOutOfDate, match=f"version 1; this code needs version {len(MIGRATIONS)}"):
         await open_pg_journal(fresh_db, "tools")
-    assert (await migrate(fresh_db)) == (1, 2)
+    assert (await migrate(fresh_db)) == (1, len(MIGRATIONS))
     report = verify_pg_journal(fresh_db, "tools")
     assert report.ok and report.records == 2, report
     journal = await open_pg_journal(fresh_db, "tools")
@@ -321,16 +321,19 @@ async def test_a_receipt_committed_while_an_append_waits_is_a_duplicate_and_its_
     try:
         await journal.on_settled(recovered_receipt({"receipt_id": new_id("rcpt"), "tool": "t",
                                                    "started_at": utc_timestamp()}))  # the append connection exists
-        other = await psycopg.AsyncConnection.connect(dsn)  # another replica, mid-transaction
+        # another replica, mid-transaction, settling a call of this stream (a recovered receipt goes to the
+        # stream of the start it settles)
+        other = await psycopg.AsyncConnection.connect(dsn)
         try:
-            cur = await other.execute(APPEND, {"journal": journal.name, "instance": None, "type": "receipt",
+            cur = await other.execute(APPEND, {"journal": journal.name, "stream": journal.stream, "instance": None,
+                                               "type": "receipt",
                                                "time": utc_timestamp(), "data": canonical_json_of(racing),
                                                "receipt_id": racing.receipt_id})
             assert (await cur.fetchone())[0] == 2
             # both queue before the flusher runs: one batch (as in the second-receipt test above)
             both = asyncio.gather(journal.on_settled(racing), journal.on_settled(neighbour), return_exceptions=True)
             pid = journal._conn.info.backend_pid
-            for _ in range(400):  # until our batch waits for the other transaction's head row lock
+            for _ in range(400):  # until our batch waits for the other transaction's stream head row lock
                 with psycopg.connect(dsn) as conn:
                     if conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
                                     (pid,)).fetchone()[0] == "Lock":

@@ -50,7 +50,7 @@ def test_list_show_and_errors(tmp_path, capsys):
     assert rc == 2 and "--space needs --database" in err
     rc, _, err = run_cli(capsys, "resolve", "run-1", "0", "--applied", "--result", "{nope", "--data-dir", str(tmp_path))
     assert rc == 2 and "--result is not JSON" in err
-    rc, _, err = run_cli(capsys, "resolve", "run-1", "0", "--applied", "--data-dir", str(tmp_path))
+    rc, _, err = run_cli(capsys, "resolve", "run-1", "0", "--applied", "--result", "1", "--data-dir", str(tmp_path))
     assert rc == 2 and "is not uncertain" in err
     rc, _, err = run_cli(capsys, "resume", "run-1", "--module", "no.such.module:wf", "--data-dir", str(tmp_path))
     assert rc == 2 and "cannot import 'no.such.module'" in err

@@ -1,6 +1,6 @@
 """A workflow served over MCP: `openfunctions-mcp serve --module ...` as a real stdio subprocess, the SDK client.
 
-With the example tools on (the default), the server merges the module's registry with them; the workflow
+With the example tools on (`--example-tools`), the server merges the module's registry with them; the workflow
 tool's steps must still run through the server's journaled executor (session 3 found they did not).
 """
 
@@ -29,7 +29,8 @@ async def test_a_workflow_tool_served_over_stdio_runs_its_steps_as_journaled_chi
     env.pop("WF_TEST_SLEEP_IN", None)
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "openfunctions.servers", "serve", "--module", "tests.workflows._app:served", "--data-dir", str(data)],
+        args=["-m", "openfunctions.servers", "serve", "--module", "tests.workflows._app:served", "--example-tools",
+              "--data-dir", str(data)],
         env=env, cwd=str(ROOT),
     )
     async with Client(server, read_timeout_seconds=60) as client:
