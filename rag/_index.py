@@ -99,20 +99,45 @@ def _mismatch(where: str, built: str, built_dim: int, embedder: Any) -> IndexMis
     )
 
 
+class _Searchable:
+    """The embedded index's search structures for one version of its rows (never changed once built)."""
+
+    def __init__(self, version: int, ids: list[str], matrix: Any, bm25: Bm25) -> None:
+        self.version, self.ids, self.matrix, self.bm25 = version, ids, matrix, bm25
+
+    def top(self, query: list[float], k: int) -> list[tuple[str, float]]:
+        if not self.ids:
+            return []
+        if np is None:
+            scored = sorted(((sum(a * b for a, b in zip(query, v, strict=False)), i) for i, v in zip(self.ids, self.matrix,
+                                                                                                   strict=True)),
+                            reverse=True)
+            return [(i, s) for s, i in scored[:k]]
+        # einsum, not ``@``: a threaded BLAS gemv was 30x slower on a busy 2-core machine (measured:
+        # 10 ms vs 0.3 ms for 2,000 x 256), and a matrix-vector product is memory-bound anyway.
+        scores = np.einsum("ij,j->i", self.matrix, np.asarray(query, dtype="<f4"))
+        k = min(k, len(self.ids))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(self.ids[i], float(scores[i])) for i in top]
+
+    def text_top(self, text: str, depth: int) -> list[tuple[str, float]]:
+        return [(self.ids[row], score) for row, score in self.bm25.top(text, depth)]
+
+
 class StoreIndex:
     """Exact cosine search over vectors kept in a :class:`~openfunctions.store.Store`."""
 
     kind = "embedded"
+    THREAD_ABOVE = 20_000  # chunks past which building and ranking leave the event loop for a worker thread
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.dimension = 0
-        self._ids: list[str] = []        # chunk ids, row order of the matrix
         self._rows: dict[str, Any] = {}  # chunk id -> vector
         self._terms: dict[str, Any] = {}  # chunk id -> term_ids(text), for BM25 (rag/_text.py)
-        self._matrix: Any = None
-        self._bm25: Bm25 | None = None
-        self._dirty = True
+        self._version = 0  # bumped by every change of _rows/_terms
+        self._state: _Searchable | None = None  # what searches rank over, built from a snapshot
 
     async def recorded_embedder(self) -> str | None:
         """The name of the embedder this index was built with (None: a new index)."""
@@ -139,7 +164,7 @@ class StoreIndex:
                 self._rows[cid] = _unpack(e.value["v"], self.dimension)
                 self._terms[cid] = term_ids(e.value["t"])  # BM25 is computed, not stored: nothing to migrate
             after = page[-1].key
-        self._dirty = True
+        self._version += 1
 
     async def get_doc(self, doc_id: str) -> dict[str, Any] | None:
         e = await self.store.get(f"doc/{doc_id}")
@@ -173,7 +198,7 @@ class StoreIndex:
             for n, (vec, text) in enumerate(zip(vecs, t["chunks"], strict=True)):
                 self._rows[f"{doc_id}#{n:06d}"] = _unpack(vec, self.dimension)
                 self._terms[f"{doc_id}#{n:06d}"] = term_ids(text)
-        self._dirty = True
+        self._version += 1
 
     async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
         old = await self.get_doc(doc_id)
@@ -190,7 +215,7 @@ class StoreIndex:
         for n, (vec, text) in enumerate(zip(packed, chunks, strict=True)):
             self._rows[f"{doc_id}#{n:06d}"] = _unpack(vec, self.dimension)
             self._terms[f"{doc_id}#{n:06d}"] = term_ids(text)
-        self._dirty = True
+        self._version += 1
 
     async def delete_doc(self, doc_id: str) -> bool:
         old = await self.get_doc(doc_id)
@@ -203,58 +228,56 @@ class StoreIndex:
         for n in range(old["chunks"]):
             self._rows.pop(f"{doc_id}#{n:06d}", None)
             self._terms.pop(f"{doc_id}#{n:06d}", None)
-        self._dirty = True
+        self._version += 1
         return True
 
-    def _rebuild(self) -> None:
-        self._ids = list(self._rows)
+    def _snapshot(self) -> tuple[int, list[tuple[str, Any]], list[Any]]:
+        """A consistent copy of the rows, taken on the event loop (writes change ``_rows`` and
+        ``_terms`` together, between two awaits): the search structures are built from it,
+        possibly in a worker thread while writes go on."""
+        items = list(self._rows.items())
+        return self._version, items, [self._terms[cid] for cid, _ in items]
+
+    def _build(self, snap: tuple[int, list[tuple[str, Any]], list[Any]]) -> _Searchable:
+        version, items, terms = snap
+        ids = [cid for cid, _ in items]
         if np is not None:
-            self._matrix = (np.stack([self._rows[i] for i in self._ids]) if self._ids
-                            else np.zeros((0, self.dimension), dtype="<f4"))
-        self._bm25 = Bm25([self._terms[i] for i in self._ids])
-        self._dirty = False
+            matrix = np.stack([v for _, v in items]) if items else np.zeros((0, self.dimension), dtype="<f4")
+        else:
+            matrix = [v for _, v in items]
+        return _Searchable(version, ids, matrix, Bm25(terms))
 
-    def _text_top(self, text: str, depth: int) -> list[tuple[str, float]]:
-        if self._dirty:
-            self._rebuild()
-        assert self._bm25 is not None
-        return [(self._ids[row], score) for row, score in self._bm25.top(text, depth)]
-
-    def _ranked(self, query: list[float] | None, text: str | None, k: int, depth: int,
+    def _ranked(self, state: _Searchable, query: list[float] | None, text: str | None, k: int, depth: int,
                 vector_weight: float = 1.0) -> list[tuple[str, float, Any, Any]]:
-        """(chunk id, score, vector score, text score) best first; see :meth:`search`."""
+        """(chunk id, score, vector score, text score) best first over ``state``; see :meth:`search`."""
         if text is None:
-            return [(cid, s, s, None) for cid, s in self._top(query or [], k)]
+            return [(cid, s, s, None) for cid, s in state.top(query or [], k)]
         if query is None:
-            return [(cid, s, None, s) for cid, s in self._text_top(text, k)]
-        return rrf(self._top(query, max(depth, k)), self._text_top(text, max(depth, k)), k, vector_weight)
-
-    def _top(self, query: list[float], k: int) -> list[tuple[str, float]]:
-        if self._dirty:
-            self._rebuild()
-        if not self._ids:
-            return []
-        if np is None:
-            scored = sorted(((sum(a * b for a, b in zip(query, self._rows[i], strict=False)), i) for i in self._ids), reverse=True)
-            return [(i, s) for s, i in scored[:k]]
-        # einsum, not ``@``: a threaded BLAS gemv was 30x slower on a busy 2-core machine (measured:
-        # 10 ms vs 0.3 ms for 2,000 x 256), and a matrix-vector product is memory-bound anyway.
-        scores = np.einsum("ij,j->i", self._matrix, np.asarray(query, dtype="<f4"))
-        k = min(k, len(self._ids))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(self._ids[i], float(scores[i])) for i in top]
+            return [(cid, s, None, s) for cid, s in state.text_top(text, k)]
+        return rrf(state.top(query, max(depth, k)), state.text_top(text, max(depth, k)), k, vector_weight)
 
     async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
                      depth: int = 50, vector_weight: float = 1.0) -> list[dict[str, Any]]:
         """The ``k`` best chunks: by cosine to ``query`` (``text`` None), by BM25 of ``text``
         (``query`` None), or both fused by RRF from each one's best ``depth`` (rag/_text.py), the
         hit's ``score`` being the fused score and ``vector_score`` / ``text_score`` its parts
-        (None where that ranker did not list it). Always exact here."""
-        if len(self._rows) > 20_000:
-            top = await anyio.to_thread.run_sync(self._ranked, query, text, k, depth, vector_weight)
+        (None where that ranker did not list it). Always exact here.
+
+        The search structures (the vector matrix, the BM25 postings) are rebuilt after writes,
+        from a snapshot taken here; past 20,000 chunks the build and the ranking run in a worker
+        thread over that immutable snapshot, so a write landing meanwhile cannot tear them (the
+        next search sees it)."""
+        big = len(self._rows) > self.THREAD_ABOVE
+        state = self._state
+        if state is None or state.version != self._version:
+            snap = self._snapshot()
+            state = await anyio.to_thread.run_sync(self._build, snap) if big else self._build(snap)
+            if self._state is None or state.version >= self._state.version:
+                self._state = state
+        if big:
+            top = await anyio.to_thread.run_sync(self._ranked, state, query, text, k, depth, vector_weight)
         else:
-            top = self._ranked(query, text, k, depth, vector_weight)
+            top = self._ranked(state, query, text, k, depth, vector_weight)
         out = []
         docs: dict[str, dict[str, Any] | None] = {}
         for cid, score, vs, ts in top:

@@ -155,3 +155,37 @@ def test_rrf_weights_the_vector_list_and_lexical_embedders_get_half():
 def test_tsquery_words_let_no_operator_through():
     assert tsquery_words("a & b | !c ('d'):* <-> e_f") == "a | b | c | d | e | f"
     assert tsquery_words("!!! ???") == ""
+
+
+async def test_embedded_search_in_a_worker_thread_is_not_torn_by_writes(tmp_path):
+    """Searches build and rank over a snapshot; writes landing meanwhile are seen by the next search."""
+    import anyio
+
+    rag = await open_rag(data_dir=tmp_path)
+    rag.index.THREAD_ABOVE = 0  # every search builds and ranks in a worker thread, as past 20,000 chunks
+    try:
+        await _corpus(rag)
+        errors: list[BaseException] = []
+
+        async def write(i: int) -> None:
+            await rag.ingest(f"extra{i % 3}", f"pgbouncer note {i}: " + " ".join(f"word{j}" for j in range(i, i + 40)))
+            if i % 4 == 0:
+                await rag.delete_document(f"extra{(i + 1) % 3}")
+
+        async def search() -> None:
+            try:
+                for h in await rag.search(QUESTION, k=10):
+                    assert h["text"]
+            except BaseException as exc:  # noqa: BLE001 - collected and reported below
+                errors.append(exc)
+
+        for i in range(40):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(search)
+                tg.start_soon(write, i)
+                tg.start_soon(search)
+        assert errors == []
+        last = await rag.search("pgbouncer note 39", k=3, mode="text")
+        assert last[0]["doc_id"] == "extra0" and "note 39" in last[0]["text"]  # the last write is seen
+    finally:
+        await rag.aclose()
