@@ -122,7 +122,7 @@ async def embedded_part(rag, docs, qs, rows) -> None:
     if True:
         rate, n_chunks = await ingest_all(rag, docs, "embedded")
         rows.append(["ingest, embedded index (local store)", f"{rate:,.0f} chunks/s", f"{n_chunks:,} chunks"])
-        lat, _ = await timed(lambda q: rag.search(q, k=10), qs)
+        lat, _ = await timed(lambda q: rag.search(q, k=10, mode="vector"), qs)
         rows.append(["search, embedded (exact, numpy)", f"{median(lat):.1f} ms", "recall@10 = 1.0 (exact)"])
         # what numpy buys: the same exact scan as a pure-Python loop, over 2,000 vectors, scaled
         index = rag.index
@@ -151,13 +151,13 @@ async def pgvector_part(args, docs, qs, rows, notes) -> None:
             rows.append(["  then build_hnsw() over all chunks", f"{build:,.0f} s",
                          f"{(n_pg + n_bulk) / build:,.0f} chunks/s"])
             for _ in range(3):  # warm the caches for both plans
-                await rag.search(qs[0], k=10)
-                await rag.search(qs[0], k=10, exact=True)
-            el, eres = await timed(lambda q: rag.search(q, k=10, exact=True), qs)
+                await rag.search(qs[0], k=10, mode="vector")
+                await rag.search(qs[0], k=10, exact=True, mode="vector")
+            el, eres = await timed(lambda q: rag.search(q, k=10, exact=True, mode="vector"), qs)
             rows.append(["  peer: pgvector exact (sequential scan)", f"{median(el):.1f} ms", "recall@10 = 1.0 (exact)"])
             for ef in args.ef_search:
                 rag.index.ef_search = ef
-                hl, hres = await timed(lambda q: rag.search(q, k=10), qs)
+                hl, hres = await timed(lambda q: rag.search(q, k=10, mode="vector"), qs)
                 recall = sum(len({h["chunk_id"] for h in a} & {h["chunk_id"] for h in b}) / max(1, len(b))
                              for a, b in zip(hres, eres, strict=False)) / len(qs)
                 # ann-benchmarks' definition: a result counts if it is as close as the 10th exact

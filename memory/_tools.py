@@ -42,7 +42,8 @@ def create_memory_tools(memory: Memory, *, prefix: str = "memory_") -> list[Tool
 
     async def save_fact(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         fact = await memory.save_fact(p["text"], source=p.get("source"), tags=p.get("tags"))
-        return {"fact": fact.to_dict()}
+        d = fact.to_dict()
+        return {"id": d["id"], "fact": d}  # "id" is what memory_forget takes; "fact" echoes what was stored
 
     async def search(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         mode, hits = await memory.search(p["query"], limit=p.get("limit", 10), mode=p.get("mode", "auto"))
@@ -69,14 +70,14 @@ def create_memory_tools(memory: Memory, *, prefix: str = "memory_") -> list[Tool
     out = lambda props, req: obj(props, req, closed=False)  # noqa: E731
     return [
         state_tool(
-            f"{prefix}save_fact", "Save a fact to long-term memory (with where it came from). Returns its id; "
-                                  "search finds it later by words or, with an embedder, by meaning.",
+            f"{prefix}save_fact", "Save a fact to long-term memory (with where it came from). Returns its id "
+                                  "(what memory_forget takes) and the stored fact; search finds it later by words or, with an embedder, by meaning.",
             kind="append", title="Save a fact", tag="memory", handler=save_fact,
             input=obj({"text": {"type": "string", "minLength": 1, "maxLength": MAX_FACT_BYTES},
                        "source": {"type": "string", "maxLength": 1024, "description": "where the fact came from"},
                        "tags": {"type": "array", "maxItems": 20,
                                 "items": {"type": "string", "minLength": 1, "maxLength": 64}}}, ["text"]),
-            output=out({"fact": _FACT}, ["fact"]),
+            output=out({"id": _FACT_ID, "fact": _FACT}, ["id", "fact"]),
         ),
         state_tool(
             f"{prefix}search", "Search saved facts; best matches first with a score. mode: 'text' (shared words), "

@@ -21,13 +21,13 @@ from ._demo import demo_session
 from ._errors import ChunkNotFound, DocumentTooLarge, IndexMismatch, InvalidRagInput, RagError, RagNotOpen
 from ._index import PgVectorIndex, StoreIndex
 from ._profile import RagProfile, build_rag_profile
-from ._rag import IngestResult, Rag, open_rag
+from ._rag import CollectedFiles, IngestResult, Rag, collect_files, open_rag
 from ._tools import create_rag_tools
 
-create_tools = create_rag_tools  # the seed's rag.createTools()
+create_tools = create_rag_tools  # the short name
 
 __all__ = [
-    "ChunkNotFound", "Chunker", "DocumentTooLarge", "Embedder", "IndexMismatch", "IngestResult", "InvalidRagInput",
+    "ChunkNotFound", "Chunker", "CollectedFiles", "DocumentTooLarge", "Embedder", "IndexMismatch", "IngestResult", "InvalidRagInput",
     "LexicalEmbedder", "MiniLMEmbedder", "OpenAIEmbedder", "PgVectorIndex", "Rag", "RagError", "RagNotOpen", "RagProfile", "StoreIndex",
-    "build_rag_profile", "create_embedder", "create_rag_tools", "create_tools", "demo_session", "open_rag",
+    "build_rag_profile", "collect_files", "create_embedder", "create_rag_tools", "create_tools", "demo_session", "open_rag",
 ]

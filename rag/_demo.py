@@ -27,11 +27,11 @@ async def demo_session(client: Any, say: Callable[[str], None]) -> None:
     if "memory_save_fact" in names:
         say("\nmemory (facts kept in the data dir's store):")
         await call("memory_save_fact", {"text": "The demo user prefers green tea", "source": "demo"},
-                   lambda p: {"id": p["fact"]["id"]})
+                   lambda p: {"id": p["id"]})
         await call("memory_search", {"query": "what tea does the user like?"},
                    lambda p: [{"text": r["text"], "score": r["score"]} for r in p["results"][:1]])
     if "rag_search" in names:
-        say("\nRAG (embedded index, lexical embedder; no server, no model):")
+        say("\nRAG (embedded index, hybrid search: lexical vectors + BM25; no server, no model):")
         text = ("Rotate the deploy keys every month. The signing key lives in the vault. "
                 "Revoked keys are listed in the audit log.")
         await call("rag_ingest", {"doc_id": "handbook/keys.md", "text": text}, lambda p: {k: p[k] for k in ("status", "chunks")})

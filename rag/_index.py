@@ -25,9 +25,14 @@ pgvector (:class:`PgVectorIndex`), tables (component ``rag`` in ``of_schema``)::
     of_rag_indexes(name PK, embedder, dimension, created_at)
     of_rag_docs(index_name, doc_id, digest, chunker, embedder, source, title, chunks, bytes, updated_at,
                 PRIMARY KEY (index_name, doc_id))
-    of_rag_chunks_<name>(doc_id, n, text, embedding vector(d), PRIMARY KEY (doc_id, n))
-        + HNSW index USING hnsw (embedding vector_cosine_ops)       -- one table per index: a
-                                                                      vector column has one dimension
+    of_rag_chunks_<name>(doc_id, n, text, embedding vector(d),
+                         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+                         PRIMARY KEY (doc_id, n))
+        + HNSW index of_rag_chunks_<name>_hnsw USING hnsw (embedding vector_cosine_ops)
+        + GIN index of_rag_chunks_<name>_fts USING gin (tsv)   -- full-text ranking of hybrid search
+                                                               -- (one table per index: a vector
+                                                               -- column has one dimension)
+    (``tsv`` is added, with its index, when a table made before hybrid search is opened.)
     (``embedding`` is stored ``MAIN``, not pgvector's default ``EXTERNAL``: a row holding a chunk
     of ~1.3 KB and a 512-dimension vector (2 KB) is past PostgreSQL's 2 KB toast threshold, and
     ``EXTERNAL`` moved the vector out of line (checked on pgvector 0.6.2: 50 such rows took 10 heap
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import struct
 import weakref
@@ -58,6 +64,7 @@ from openfunctions.core import utc_timestamp
 from openfunctions.store import Store, StoreUnavailable, apply_migrations, open_pool, redact_dsn
 
 from ._errors import IndexMismatch, InvalidRagInput
+from ._text import Bm25, rrf, term_ids, tsquery_words
 
 try:
     import numpy as np
@@ -65,6 +72,7 @@ except ImportError:  # pragma: no cover - the 'rag' extra brings numpy; without 
     np = None  # type: ignore[assignment]
 
 FORMAT = 1
+TEXT_SEARCH_CONFIG = "english"  # pgvector's full-text ranking: PostgreSQL's english stemmer and stop words
 INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
@@ -91,18 +99,45 @@ def _mismatch(where: str, built: str, built_dim: int, embedder: Any) -> IndexMis
     )
 
 
+class _Searchable:
+    """The embedded index's search structures for one version of its rows (never changed once built)."""
+
+    def __init__(self, version: int, ids: list[str], matrix: Any, bm25: Bm25) -> None:
+        self.version, self.ids, self.matrix, self.bm25 = version, ids, matrix, bm25
+
+    def top(self, query: list[float], k: int) -> list[tuple[str, float]]:
+        if not self.ids:
+            return []
+        if np is None:
+            scored = sorted(((sum(a * b for a, b in zip(query, v, strict=False)), i) for i, v in zip(self.ids, self.matrix,
+                                                                                                   strict=True)),
+                            reverse=True)
+            return [(i, s) for s, i in scored[:k]]
+        # einsum, not ``@``: a threaded BLAS gemv was 30x slower on a busy 2-core machine (measured:
+        # 10 ms vs 0.3 ms for 2,000 x 256), and a matrix-vector product is memory-bound anyway.
+        scores = np.einsum("ij,j->i", self.matrix, np.asarray(query, dtype="<f4"))
+        k = min(k, len(self.ids))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(self.ids[i], float(scores[i])) for i in top]
+
+    def text_top(self, text: str, depth: int) -> list[tuple[str, float]]:
+        return [(self.ids[row], score) for row, score in self.bm25.top(text, depth)]
+
+
 class StoreIndex:
     """Exact cosine search over vectors kept in a :class:`~openfunctions.store.Store`."""
 
     kind = "embedded"
+    THREAD_ABOVE = 20_000  # chunks past which building and ranking leave the event loop for a worker thread
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.dimension = 0
-        self._ids: list[str] = []        # chunk ids, row order of the matrix
         self._rows: dict[str, Any] = {}  # chunk id -> vector
-        self._matrix: Any = None
-        self._dirty = True
+        self._terms: dict[str, Any] = {}  # chunk id -> term_ids(text), for BM25 (rag/_text.py)
+        self._version = 0  # bumped by every change of _rows/_terms
+        self._state: _Searchable | None = None  # what searches rank over, built from a snapshot
 
     async def recorded_embedder(self) -> str | None:
         """The name of the embedder this index was built with (None: a new index)."""
@@ -125,13 +160,45 @@ class StoreIndex:
             if not page:
                 break
             for e in page:
-                self._rows[e.key[len("chunk/"):]] = _unpack(e.value["v"], self.dimension)
+                cid = e.key[len("chunk/"):]
+                self._rows[cid] = _unpack(e.value["v"], self.dimension)
+                self._terms[cid] = term_ids(e.value["t"])  # BM25 is computed, not stored: nothing to migrate
             after = page[-1].key
-        self._dirty = True
+        self._version += 1
 
     async def get_doc(self, doc_id: str) -> dict[str, Any] | None:
         e = await self.store.get(f"doc/{doc_id}")
         return e.value if e is not None else None
+
+    async def get_docs(self, doc_ids: list[str]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for d in doc_ids:
+            if (got := await self.get_doc(d)) is not None:
+                out[d] = got
+        return out
+
+    async def replace_docs(self, batch: list[dict[str, Any]]) -> None:
+        """Several documents' chunks in one store transaction (``Rag.ingest_many``): each item has
+        ``doc_id``, ``info``, ``chunks``, ``vectors`` and ``old_chunks`` (how many it had)."""
+        at = utc_timestamp()
+        packed = [[_pack(v) for v in t["vectors"]] for t in batch]
+        async with self.store.transaction() as tx:
+            for t, vecs in zip(batch, packed, strict=True):
+                doc_id = t["doc_id"]
+                for n in range(len(t["chunks"]), t["old_chunks"]):
+                    await tx.delete(f"chunk/{doc_id}#{n:06d}")
+                for n, (text, vec) in enumerate(zip(t["chunks"], vecs, strict=True)):
+                    await tx.put(f"chunk/{doc_id}#{n:06d}", {"t": text, "v": vec})
+                await tx.put(f"doc/{doc_id}", {**t["info"], "at": at})
+        for t, vecs in zip(batch, packed, strict=True):
+            doc_id = t["doc_id"]
+            for n in range(len(t["chunks"]), t["old_chunks"]):
+                self._rows.pop(f"{doc_id}#{n:06d}", None)
+                self._terms.pop(f"{doc_id}#{n:06d}", None)
+            for n, (vec, text) in enumerate(zip(vecs, t["chunks"], strict=True)):
+                self._rows[f"{doc_id}#{n:06d}"] = _unpack(vec, self.dimension)
+                self._terms[f"{doc_id}#{n:06d}"] = term_ids(text)
+        self._version += 1
 
     async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
         old = await self.get_doc(doc_id)
@@ -144,9 +211,11 @@ class StoreIndex:
             await tx.put(f"doc/{doc_id}", {**info, "at": utc_timestamp()})
         for n in range(len(chunks), old["chunks"] if old else 0):
             self._rows.pop(f"{doc_id}#{n:06d}", None)
-        for n, vec in enumerate(packed):
+            self._terms.pop(f"{doc_id}#{n:06d}", None)
+        for n, (vec, text) in enumerate(zip(packed, chunks, strict=True)):
             self._rows[f"{doc_id}#{n:06d}"] = _unpack(vec, self.dimension)
-        self._dirty = True
+            self._terms[f"{doc_id}#{n:06d}"] = term_ids(text)
+        self._version += 1
 
     async def delete_doc(self, doc_id: str) -> bool:
         old = await self.get_doc(doc_id)
@@ -158,37 +227,60 @@ class StoreIndex:
             await tx.delete(f"doc/{doc_id}")
         for n in range(old["chunks"]):
             self._rows.pop(f"{doc_id}#{n:06d}", None)
-        self._dirty = True
+            self._terms.pop(f"{doc_id}#{n:06d}", None)
+        self._version += 1
         return True
 
-    def _rebuild(self) -> None:
-        self._ids = list(self._rows)
+    def _snapshot(self) -> tuple[int, list[tuple[str, Any]], list[Any]]:
+        """A consistent copy of the rows, taken on the event loop (writes change ``_rows`` and
+        ``_terms`` together, between two awaits): the search structures are built from it,
+        possibly in a worker thread while writes go on."""
+        items = list(self._rows.items())
+        return self._version, items, [self._terms[cid] for cid, _ in items]
+
+    def _build(self, snap: tuple[int, list[tuple[str, Any]], list[Any]]) -> _Searchable:
+        version, items, terms = snap
+        ids = [cid for cid, _ in items]
         if np is not None:
-            self._matrix = (np.stack([self._rows[i] for i in self._ids]) if self._ids
-                            else np.zeros((0, self.dimension), dtype="<f4"))
-        self._dirty = False
+            matrix = np.stack([v for _, v in items]) if items else np.zeros((0, self.dimension), dtype="<f4")
+        else:
+            matrix = [v for _, v in items]
+        return _Searchable(version, ids, matrix, Bm25(terms))
 
-    def _top(self, query: list[float], k: int) -> list[tuple[str, float]]:
-        if self._dirty:
-            self._rebuild()
-        if not self._ids:
-            return []
-        if np is None:
-            scored = sorted(((sum(a * b for a, b in zip(query, self._rows[i], strict=False)), i) for i in self._ids), reverse=True)
-            return [(i, s) for s, i in scored[:k]]
-        # einsum, not ``@``: a threaded BLAS gemv was 30x slower on a busy 2-core machine (measured:
-        # 10 ms vs 0.3 ms for 2,000 x 256), and a matrix-vector product is memory-bound anyway.
-        scores = np.einsum("ij,j->i", self._matrix, np.asarray(query, dtype="<f4"))
-        k = min(k, len(self._ids))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(self._ids[i], float(scores[i])) for i in top]
+    def _ranked(self, state: _Searchable, query: list[float] | None, text: str | None, k: int, depth: int,
+                vector_weight: float = 1.0) -> list[tuple[str, float, Any, Any]]:
+        """(chunk id, score, vector score, text score) best first over ``state``; see :meth:`search`."""
+        if text is None:
+            return [(cid, s, s, None) for cid, s in state.top(query or [], k)]
+        if query is None:
+            return [(cid, s, None, s) for cid, s in state.text_top(text, k)]
+        return rrf(state.top(query, max(depth, k)), state.text_top(text, max(depth, k)), k, vector_weight)
 
-    async def search(self, query: list[float], k: int, *, exact: bool = False) -> list[dict[str, Any]]:
-        top = await anyio.to_thread.run_sync(self._top, query, k) if len(self._rows) > 20_000 else self._top(query, k)
+    async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
+                     depth: int = 50, vector_weight: float = 1.0) -> list[dict[str, Any]]:
+        """The ``k`` best chunks: by cosine to ``query`` (``text`` None), by BM25 of ``text``
+        (``query`` None), or both fused by RRF from each one's best ``depth`` (rag/_text.py), the
+        hit's ``score`` being the fused score and ``vector_score`` / ``text_score`` its parts
+        (None where that ranker did not list it). Always exact here.
+
+        The search structures (the vector matrix, the BM25 postings) are rebuilt after writes,
+        from a snapshot taken here; past 20,000 chunks the build and the ranking run in a worker
+        thread over that immutable snapshot, so a write landing meanwhile cannot tear them (the
+        next search sees it)."""
+        big = len(self._rows) > self.THREAD_ABOVE
+        state = self._state
+        if state is None or state.version != self._version:
+            snap = self._snapshot()
+            state = await anyio.to_thread.run_sync(self._build, snap) if big else self._build(snap)
+            if self._state is None or state.version >= self._state.version:
+                self._state = state
+        if big:
+            top = await anyio.to_thread.run_sync(self._ranked, state, query, text, k, depth, vector_weight)
+        else:
+            top = self._ranked(state, query, text, k, depth, vector_weight)
         out = []
         docs: dict[str, dict[str, Any] | None] = {}
-        for cid, score in top:
+        for cid, score, vs, ts in top:
             e = await self.store.get(f"chunk/{cid}")
             if e is None:
                 continue  # deleted meanwhile
@@ -196,8 +288,11 @@ class StoreIndex:
             if doc_id not in docs:
                 docs[doc_id] = await self.get_doc(doc_id)
             d = docs[doc_id] or {}
-            out.append({"chunk_id": cid, "doc_id": doc_id, "n": int(n), "text": e.value["t"], "score": score,
-                        "source": d.get("source"), "title": d.get("title")})
+            hit = {"chunk_id": cid, "doc_id": doc_id, "n": int(n), "text": e.value["t"], "score": score,
+                   "source": d.get("source"), "title": d.get("title")}
+            if text is not None:
+                hit["vector_score"], hit["text_score"] = vs, ts
+            out.append(hit)
         return out
 
     async def get_chunk(self, doc_id: str, n: int) -> dict[str, Any] | None:
@@ -251,6 +346,7 @@ class PgVectorIndex:
         self._table = sql.Identifier(f"of_rag_chunks_{name}")
         self._ef_set: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search per connection
         self._hnsw = sql.Identifier(f"of_rag_chunks_{name}_hnsw")
+        self._fts = sql.Identifier(f"of_rag_chunks_{name}_fts")
 
     @classmethod
     async def connect(cls, dsn: str, name: str, **kw: Any) -> PgVectorIndex:
@@ -311,9 +407,38 @@ class PgVectorIndex:
                     await conn.execute(sql.SQL(
                         "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
                             self._hnsw, self._table))
+                    await self._ensure_fts(conn)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._unavailable(exc, write=False) from None
         self.dimension = embedder.dimension
+
+    async def _ensure_fts(self, conn: Any) -> None:
+        """The full-text column and its GIN index (hybrid search). A table made before hybrid
+        search gets them here, the first time it is opened: ``ADD COLUMN ... STORED`` rewrites the
+        table (every row's tsvector computed) under an exclusive lock, a one-time cost that grows
+        with the table (measured in bench/bench_rag_ingest.py)."""
+        sql = self._sql
+        cur = await conn.execute(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'tsv' AND NOT attisdropped",
+            (f"of_rag_chunks_{self.name}",))
+        if await cur.fetchone() is None:
+            await conn.execute(sql.SQL(
+                "ALTER TABLE {} ADD COLUMN tsv tsvector GENERATED ALWAYS AS (to_tsvector({}, text)) STORED").format(
+                    self._table, sql.Literal(TEXT_SEARCH_CONFIG)))
+        await conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(self._fts, self._table))
+
+    async def drop_search_indexes(self) -> None:
+        """Drop the HNSW and full-text indexes before a bulk load (``Rag.bulk_load``)."""
+        async with self.pool.connection() as conn:
+            await conn.execute(self._sql.SQL("DROP INDEX IF EXISTS {}").format(self._hnsw))
+            await conn.execute(self._sql.SQL("DROP INDEX IF EXISTS {}").format(self._fts))
+
+    async def build_search_indexes(self, **hnsw: Any) -> None:
+        """Build the full-text GIN index, then the HNSW one (:meth:`build_hnsw`), where missing."""
+        async with self.pool.connection() as conn:
+            await conn.execute(self._sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
+                self._fts, self._table))
+        await self.build_hnsw(**hnsw)
 
     async def drop_hnsw(self) -> None:
         """Drop the HNSW index before a bulk load: each insert into an HNSW graph is far slower than
@@ -368,6 +493,66 @@ class PgVectorIndex:
         d["at"] = d["at"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         return d
 
+    async def _copy_rows(self, conn: Any, rows: list[tuple[str, int, str, Any]]) -> None:
+        """COPY chunk rows in PostgreSQL's binary format: a vector goes as 4 + 4 * d bytes instead
+        of its decimal text, which cost more to format here (json.dumps) and to parse in the
+        server than everything else in a row but the full-text column (bench/bench_rag_ingest.py)."""
+        async with conn.cursor().copy(self._sql.SQL(
+                "COPY {} (doc_id, n, text, embedding) FROM STDIN (FORMAT BINARY)").format(self._table)) as copy:
+            buf = [_COPY_HEADER]
+            size = 0
+            for doc_id, n, text, vec in rows:
+                row = _binary_row(doc_id, n, text, vec, self.dimension)
+                buf.append(row)
+                size += len(row)
+                if size > 1 << 20:
+                    await copy.write(b"".join(buf))
+                    buf, size = [], 0
+            buf.append(_COPY_TRAILER)
+            await copy.write(b"".join(buf))
+
+    async def get_docs(self, doc_ids: list[str]) -> dict[str, dict[str, Any]]:
+        import psycopg
+
+        if not doc_ids:
+            return {}
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT doc_id, digest, chunker, embedder, source, title, chunks, bytes FROM of_rag_docs "
+                    "WHERE index_name = %s AND doc_id = ANY(%s)", (self.name, doc_ids))
+                rows = await cur.fetchall()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        keys = ("digest", "chunker", "embedder", "source", "title", "chunks", "bytes")
+        return {r[0]: dict(zip(keys, r[1:], strict=True)) for r in rows}
+
+    async def replace_docs(self, batch: list[dict[str, Any]]) -> None:
+        """Several documents in one transaction: one DELETE, one COPY of every chunk row, one
+        pipelined upsert of the document rows (``Rag.ingest_many``)."""
+        import psycopg
+
+        sql = self._sql
+        ids = [t["doc_id"] for t in batch]
+        try:
+            async with self.pool.connection() as conn:
+                async with conn.transaction():
+                    await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s)").format(self._table), (ids,))
+                    await self._copy_rows(conn, [(t["doc_id"], n, text, vec) for t in batch
+                                                 for n, (text, vec) in enumerate(zip(t["chunks"], t["vectors"], strict=True))])
+                    async with conn.cursor() as cur:
+                        await cur.executemany(
+                            "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, "
+                            "chunks, bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
+                            "ON CONFLICT (index_name, doc_id) DO UPDATE SET digest = EXCLUDED.digest, "
+                            "chunker = EXCLUDED.chunker, embedder = EXCLUDED.embedder, source = EXCLUDED.source, "
+                            "title = EXCLUDED.title, chunks = EXCLUDED.chunks, bytes = EXCLUDED.bytes, updated_at = now()",
+                            [(self.name, t["doc_id"], t["info"]["digest"], t["info"]["chunker"], t["info"]["embedder"],
+                              t["info"].get("source"), t["info"].get("title"), t["info"]["chunks"], t["info"]["bytes"])
+                             for t in batch])
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=True) from None
+
     async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
         import psycopg
 
@@ -376,10 +561,8 @@ class PgVectorIndex:
             async with self.pool.connection() as conn:
                 async with conn.transaction():
                     await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
-                    async with conn.cursor().copy(
-                            sql.SQL("COPY {} (doc_id, n, text, embedding) FROM STDIN").format(self._table)) as copy:
-                        for n, (text, vec) in enumerate(zip(chunks, vectors, strict=False)):
-                            await copy.write_row((doc_id, n, text, _vector_text(vec)))
+                    await self._copy_rows(conn, [(doc_id, n, text, vec)
+                                                 for n, (text, vec) in enumerate(zip(chunks, vectors, strict=True))])
                     await conn.execute(
                         "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, chunks, "
                         "bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
@@ -404,17 +587,29 @@ class PgVectorIndex:
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._unavailable(exc, write=True) from None
 
-    async def search(self, query: list[float], k: int, *, exact: bool = False) -> list[dict[str, Any]]:
-        """The ``k`` nearest chunks by cosine distance.
+    async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
+                     depth: int = 50, vector_weight: float = 1.0) -> list[dict[str, Any]]:
+        """The ``k`` nearest chunks by cosine distance (``text`` None), the ``k`` best by
+        full-text rank of ``text`` (``query`` None), or both fused by RRF from each one's best
+        ``depth`` (rag/_text.py; ``score`` the fused score, ``vector_score`` / ``text_score`` its
+        parts).
 
         HNSW search is one statement: ``hnsw.ef_search`` is set per connection (a session
         setting, sent only when a connection's value differs from the wanted one) instead of
         ``SET LOCAL`` inside a transaction, which cost three more round trips per query
         (measured in bench/bench_rag_recall.py). ``exact=True`` runs in a transaction with index
         scans off: the brute-force answer the benchmark measures recall against.
+
+        Full-text: the query's words OR-ed (``to_tsquery('english', 'w1 | w2 ...')``, letters and
+        digits only), matched against the GIN-indexed ``tsv`` column and ranked by ``ts_rank``
+        divided by 1 + log(chunk length); PostgreSQL's ranking knows no inverse document
+        frequency, so a common word counts as much as a rare one (BM25 on the embedded index does).
         """
         import psycopg
 
+        if text is not None:
+            return await self._hybrid(query, text, k, exact=exact, depth=depth, vector_weight=vector_weight)
+        assert query is not None
         q = _vector_text(query)
         ef = max(self.ef_search, k)
         stmt = self._sql.SQL(
@@ -425,19 +620,75 @@ class PgVectorIndex:
         params = (q, q, q, k, self.name)
         try:
             async with self.pool.connection() as conn:
-                if exact:
-                    async with conn.transaction():
-                        await conn.execute("SET LOCAL enable_indexscan = off")
-                        rows = await (await conn.execute(stmt, params)).fetchall()
-                else:
-                    if self._ef_set.get(conn) != ef:
-                        await conn.execute(self._sql.SQL("SET hnsw.ef_search = {}").format(self._sql.Literal(ef)))
-                        self._ef_set[conn] = ef
-                    rows = await (await conn.execute(stmt, params)).fetchall()
+                rows = await self._run_search(conn, stmt, params, exact, ef)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._unavailable(exc, write=False) from None
         return [{"chunk_id": f"{r[0]}#{r[1]:06d}", "doc_id": r[0], "n": r[1], "text": r[2], "score": float(r[3]),
                  "source": r[4], "title": r[5]} for r in rows]
+
+    async def _run_search(self, conn: Any, stmt: Any, params: tuple[Any, ...], exact: bool, ef: int) -> list[Any]:
+        if exact:
+            async with conn.transaction():
+                await conn.execute("SET LOCAL enable_indexscan = off")
+                return list(await (await conn.execute(stmt, params)).fetchall())
+        if self._ef_set.get(conn) != ef:
+            await conn.execute(self._sql.SQL("SET hnsw.ef_search = {}").format(self._sql.Literal(ef)))
+            self._ef_set[conn] = ef
+        return list(await (await conn.execute(stmt, params)).fetchall())
+
+    async def _hybrid(self, query: list[float] | None, text: str, k: int, *, exact: bool, depth: int,
+                      vector_weight: float) -> list[dict[str, Any]]:
+        import psycopg
+
+        sql = self._sql
+        words = tsquery_words(text)
+        n = max(depth, k)
+        text_part = sql.SQL(
+            "SELECT 't' AS r, doc_id, n, ts_rank(tsv, q, 1)::float8 AS s FROM {}, to_tsquery({}, %s) q "
+            "WHERE tsv @@ q ORDER BY s DESC, doc_id, n LIMIT %s").format(self._table, sql.Literal(TEXT_SEARCH_CONFIG))
+        if query is None:
+            stmt, params = text_part, (words, k)
+        else:
+            q = _vector_text(query)
+            vec_part = sql.SQL(
+                "SELECT 'v' AS r, doc_id, n, (1 - (embedding <=> %s::vector))::float8 AS s FROM {} "
+                "ORDER BY embedding <=> %s::vector LIMIT %s").format(self._table)
+            if words:
+                stmt = sql.SQL("({}) UNION ALL ({})").format(vec_part, text_part)
+                params = (q, q, n, words, n)
+            else:
+                stmt, params = vec_part, (q, q, n)
+        try:
+            async with self.pool.connection() as conn:
+                if not words and query is None:
+                    return []
+                rows = await self._run_search(conn, stmt, params, exact, max(self.ef_search, n))
+                vec = sorted(((r[1], r[2]), r[3]) for r in rows if r[0] == "v")
+                vec.sort(key=lambda x: -x[1])  # stable: ties stay in (doc_id, n) order
+                txt = [((r[1], r[2]), r[3]) for r in rows if r[0] == "t"]
+                txt.sort(key=lambda x: -x[1])
+                if query is None:
+                    ranked = [(key, s, None, s) for key, s in txt[:k]]
+                else:
+                    ranked = rrf(vec, txt, k, vector_weight)
+                if not ranked:
+                    return []
+                cur = await conn.execute(sql.SQL(
+                    "SELECT c.doc_id, c.n, c.text, d.source, d.title FROM {} c "
+                    "JOIN unnest(%s::text[], %s::int[]) AS w(doc_id, n) ON c.doc_id = w.doc_id AND c.n = w.n "
+                    "LEFT JOIN of_rag_docs d ON d.index_name = %s AND d.doc_id = c.doc_id").format(self._table),
+                    ([key[0] for key, *_ in ranked], [key[1] for key, *_ in ranked], self.name))
+                found = {(r[0], r[1]): r for r in await cur.fetchall()}
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._unavailable(exc, write=False) from None
+        out = []
+        for key, score, vs, ts in ranked:
+            r = found.get(key)
+            if r is None:
+                continue  # deleted between the two statements
+            out.append({"chunk_id": f"{r[0]}#{r[1]:06d}", "doc_id": r[0], "n": r[1], "text": r[2], "score": score,
+                        "source": r[3], "title": r[4], "vector_score": vs, "text_score": ts})
+        return out
 
     async def get_chunk(self, doc_id: str, n: int) -> dict[str, Any] | None:
         import psycopg
@@ -480,6 +731,28 @@ class PgVectorIndex:
     async def aclose(self) -> None:
         if self._owns:
             await self.pool.close()
+
+
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)  # signature, flags, no header extension
+_COPY_TRAILER = struct.pack(">h", -1)
+
+
+def _binary_row(doc_id: str, n: int, text: str, vec: Any, dim: int) -> bytes:
+    """One row of binary COPY: 4 fields, each length-prefixed; pgvector's binary vector is
+    int16 dimension, int16 unused, then big-endian float32s."""
+    if np is not None:
+        arr = np.asarray(vec, dtype=">f4")
+        if arr.shape != (dim,) or not np.isfinite(arr).all():
+            raise InvalidRagInput(f"the embedder returned a vector that is not {dim} finite numbers")
+        vb = struct.pack(">HH", dim, 0) + arr.tobytes()
+    else:
+        floats = [float(x) for x in vec]
+        if len(floats) != dim or not all(map(math.isfinite, floats)):
+            raise InvalidRagInput(f"the embedder returned a vector that is not {dim} finite numbers")
+        vb = struct.pack(f">HH{dim}f", dim, 0, *floats)
+    db, tb = doc_id.encode("utf-8"), text.encode("utf-8")
+    return b"".join((struct.pack(">hi", 4, len(db)), db, struct.pack(">iii", 4, n, len(tb)), tb,
+                     struct.pack(">i", len(vb)), vb))
 
 
 def _vector_text(vec: Any) -> str:

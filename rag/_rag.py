@@ -17,18 +17,21 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from openfunctions.core import OpenFunctionsError
 from openfunctions.store import LexicalEmbedder, create_embedder, open_store
 
 from ._chunk import Chunker
 from ._errors import ChunkNotFound, DocumentTooLarge, InvalidRagInput, RagNotOpen
 from ._index import PgVectorIndex, StoreIndex
+from ._text import DEFAULT_SEARCH_MODE, check_mode, vector_weight_for
 
 DEFAULT_MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
 MAX_RESULTS = 50
@@ -75,7 +78,9 @@ class Rag:
     """Ingest and search documents over one index (embedded or pgvector)."""
 
     def __init__(self, index: Any, embedder: Any, *, chunker: Chunker | None = None,
-                 max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> None:
+                 max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES, search_mode: str = DEFAULT_SEARCH_MODE) -> None:
+        self.search_mode = check_mode(search_mode)
+        self.vector_weight = vector_weight_for(embedder)  # hybrid's RRF weight of the vector list (rag/_text.py)
         self.index = index
         self.embedder = embedder
         self.chunker = chunker or Chunker()
@@ -98,9 +103,8 @@ class Rag:
                     await r
         return out
 
-    async def ingest(self, doc_id: str, text: str, *, source: str | None = None, title: str | None = None,
-                     progress: Progress | None = None) -> IngestResult:
-        """Chunk, embed and index ``text`` as ``doc_id``; a no-op if nothing changed."""
+    def _check_doc(self, doc_id: Any, text: Any, source: Any, title: Any) -> tuple[bytes, str]:
+        """Validate one document; its UTF-8 bytes and digest."""
         check_doc_id(doc_id)
         if not isinstance(text, str):
             raise InvalidRagInput("text must be a string")
@@ -115,11 +119,20 @@ class Rag:
         for what, v in (("source", source), ("title", title)):
             if v is not None and (not isinstance(v, str) or len(v) > 1024):
                 raise InvalidRagInput(f"{what} must be a string of at most 1024 characters")
+        return data, "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def _unchanged(self, old: dict[str, Any] | None, digest: str, source: Any, title: Any) -> bool:
+        return (old is not None and old["digest"] == digest and old["chunker"] == self.chunker.spec
+                and old["embedder"] == self.embedder.name and old.get("source") == source and old.get("title") == title)
+
+    async def ingest(self, doc_id: str, text: str, *, source: str | None = None, title: str | None = None,
+                     progress: Progress | None = None) -> IngestResult:
+        """Chunk, embed and index ``text`` as ``doc_id``; a no-op if nothing changed."""
+        data, digest = self._check_doc(doc_id, text, source, title)
         index = self._idx()
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
         old = await index.get_doc(doc_id)
-        if (old is not None and old["digest"] == digest and old["chunker"] == self.chunker.spec
-                and old["embedder"] == self.embedder.name and old.get("source") == source and old.get("title") == title):
+        if self._unchanged(old, digest, source, title):
+            assert old is not None
             return IngestResult(doc_id, "unchanged", old["chunks"], digest)
         chunks = self.chunker.split(text)
         if not chunks:
@@ -130,17 +143,138 @@ class Rag:
         await index.replace_doc(doc_id, info, chunks, vectors)
         return IngestResult(doc_id, "replaced" if old is not None else "added", len(chunks), digest)
 
-    async def search(self, query: str, *, k: int = 5, exact: bool = False) -> list[dict[str, Any]]:
-        """The ``k`` chunks most similar to ``query`` (cosine), best first."""
+    async def ingest_many(self, docs: Iterable[Mapping[str, Any]], *, batch_chunks: int = 1024,
+                          progress: Progress | None = None) -> list[IngestResult | OpenFunctionsError]:
+        """Ingest many documents (``{"doc_id", "text", "source"?, "title"?}`` each) with few writes.
+
+        Same result per document as :meth:`ingest` (unchanged ones skipped), in the order given;
+        a document that is invalid (too large, bad id, no text, a ``doc_id`` given twice) gets
+        its error in its place and the others go in. What makes it faster than a loop over
+        :meth:`ingest`: documents are embedded in batches that span documents, and written
+        ``batch_chunks`` chunks at a time (one store transaction, or one PostgreSQL transaction
+        with one ``COPY``) while the next batch is being embedded. Each batch is atomic; a crash
+        mid-way leaves earlier batches in and later ones out (ingesting again is a no-op for
+        those in). ``progress(done, total)`` counts chunks written. For a first load into
+        pgvector, wrap it in :meth:`bulk_load`.
+        """
+        if not isinstance(batch_chunks, int) or batch_chunks < 1:
+            raise InvalidRagInput("batch_chunks must be a positive integer")
+        index = self._idx()
+        items = list(docs)
+        results: list[IngestResult | OpenFunctionsError | None] = [None] * len(items)
+        checked: list[tuple[int, str, str, Any, Any, bytes, str]] = []
+        seen: set[str] = set()
+        for i, d in enumerate(items):
+            try:
+                if not isinstance(d, Mapping):
+                    raise InvalidRagInput("each document is a mapping with doc_id and text")
+                doc_id, text, source, title = d.get("doc_id"), d.get("text"), d.get("source"), d.get("title")
+                data, digest = self._check_doc(doc_id, text, source, title)
+                if doc_id in seen:
+                    raise InvalidRagInput(f"document {doc_id!r} is given twice in one batch")
+                seen.add(doc_id)
+                checked.append((i, doc_id, text, source, title, data, digest))
+            except OpenFunctionsError as exc:
+                results[i] = exc
+        olds = await index.get_docs([c[1] for c in checked])
+        todo: list[dict[str, Any]] = []
+        for i, doc_id, text, source, title, data, digest in checked:
+            old = olds.get(doc_id)
+            if self._unchanged(old, digest, source, title):
+                results[i] = IngestResult(doc_id, "unchanged", old["chunks"], digest)  # type: ignore[index]
+                continue
+            chunks = self.chunker.split(text)
+            if not chunks:
+                results[i] = InvalidRagInput(f"document {doc_id!r} has no text to index")
+                continue
+            todo.append({"i": i, "doc_id": doc_id, "chunks": chunks, "old_chunks": old["chunks"] if old else 0,
+                         "status": "replaced" if old is not None else "added",
+                         "info": {"digest": digest, "chunker": self.chunker.spec, "embedder": self.embedder.name,
+                                  "source": source, "title": title, "chunks": len(chunks), "bytes": len(data)}})
+        batches: list[list[dict[str, Any]]] = []
+        size = 0
+        for t in todo:
+            if not batches or size + len(t["chunks"]) > batch_chunks:
+                batches.append([])
+                size = 0
+            batches[-1].append(t)
+            size += len(t["chunks"])
+        total = sum(len(t["chunks"]) for t in todo)
+        done = 0
+        # two stages: the embedder (a worker thread) works on batch n+1 while batch n is written
+        send, receive = anyio.create_memory_object_stream[list[dict[str, Any]]](1)
+        failed: list[BaseException] = []
+
+        async def embed_all() -> None:
+            async with send:
+                try:
+                    for batch in batches:
+                        vectors = await self._embed([c for t in batch for c in t["chunks"]])
+                        at = 0
+                        for t in batch:
+                            t["vectors"] = vectors[at:at + len(t["chunks"])]
+                            at += len(t["chunks"])
+                        await send.send(batch)
+                except Exception as exc:  # raised below as itself, not wrapped in an exception group
+                    failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(embed_all)
+            async with receive:
+                async for batch in receive:
+                    await index.replace_docs(batch)
+                    for t in batch:
+                        results[t["i"]] = IngestResult(t["doc_id"], t["status"], len(t["chunks"]), t["info"]["digest"])
+                        done += len(t["chunks"])
+                    if progress is not None:
+                        r = progress(done, total)
+                        if r is not None:
+                            await r
+        if failed:
+            raise failed[0]
+        return [r for r in results if r is not None]
+
+    @asynccontextmanager
+    async def bulk_load(self, **hnsw: Any) -> AsyncIterator[None]:
+        """A first load into pgvector: its search indexes (HNSW and the full-text GIN) are dropped
+        on entry and built once on exit, even after an error (``hnsw``: :meth:`PgVectorIndex.build_hnsw`'s
+        parameters). Maintaining an HNSW graph row by row is what made loads slow (docs/PERFORMANCE.md);
+        searches meanwhile are exact scans. On the embedded index it does nothing (its search
+        structures are rebuilt in memory on the first search after a write)."""
+        index = self._idx()
+        if not hasattr(index, "drop_search_indexes"):
+            yield
+            return
+        await index.drop_search_indexes()
+        try:
+            yield
+        finally:
+            await index.build_search_indexes(**hnsw)
+
+    async def search(self, query: str, *, k: int = 5, exact: bool = False, mode: str | None = None) -> list[dict[str, Any]]:
+        """The ``k`` chunks that best match ``query``, best first.
+
+        ``mode`` (default: the Rag's ``search_mode``, itself ``"hybrid"`` by default):
+        ``"hybrid"`` fuses the embedding ranking with full-text ranking (BM25 on the embedded
+        index, PostgreSQL full-text on pgvector) by reciprocal rank fusion (the vector list
+        weighted by ``self.vector_weight``: 0.5 for the lexical embedder, 1 for a model; rag/_text.py):
+        ``score`` is the fused score (at most 2/61), ``vector_score`` the cosine and ``text_score`` the text rank, each
+        None where that ranker did not list the chunk; ``"vector"``: cosine only (``score`` is
+        the cosine); ``"text"``: full-text only. ``exact`` turns pgvector's HNSW off for the
+        vector part (a brute-force scan)."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidRagInput("query must be a non-empty string")
         if len(query.encode("utf-8", "surrogatepass")) > 4096:
             raise InvalidRagInput("query is over 4096 bytes")
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_RESULTS:
             raise InvalidRagInput(f"k must be an integer from 1 to {MAX_RESULTS}, got {k!r}")
+        mode = check_mode(self.search_mode if mode is None else mode)
         index = self._idx()
+        if mode == "text":
+            return await index.search(None, k, exact=exact, text=query)
         (vec,) = await anyio.to_thread.run_sync(self.embedder.embed, [query])
-        return await index.search(vec, k, exact=exact)
+        return await index.search(vec, k, exact=exact, text=query if mode == "hybrid" else None,
+                                  vector_weight=self.vector_weight)
 
     async def get_chunk(self, chunk_id: str) -> dict[str, Any]:
         doc_id, n = parse_chunk_id(chunk_id)
@@ -158,7 +292,8 @@ class Rag:
         return await self._idx().list_docs(limit, check_doc_id(after) if after is not None else None)
 
     async def stats(self) -> dict[str, Any]:
-        return {**await self._idx().stats(), "embedder": self.embedder.name, "chunker": self.chunker.spec}
+        return {**await self._idx().stats(), "embedder": self.embedder.name, "chunker": self.chunker.spec,
+                "search_mode": self.search_mode}
 
     async def aclose(self) -> None:
         if self.index is not None:
@@ -167,7 +302,7 @@ class Rag:
 
 async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] | None = None, name: str = "rag",
                    embedder: Any = None, chunker: Chunker | None = None,
-                   max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> Rag:
+                   max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES, search_mode: str = DEFAULT_SEARCH_MODE) -> Rag:
     """Open the RAG index ``name``: pgvector for a ``postgresql://`` ``url``, else the embedded
     index in ``<data_dir>/store/<name>/`` (``data_dir`` defaults to ``<cwd>/.data``).
 
@@ -175,8 +310,10 @@ async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] |
     ``openfunctions.store.create_embedder``). Not given (None): an existing index opens with the
     lexical embedder it was built with (an index built by ``lexical-v1-256`` before v2 became the
     default keeps working), a new one gets ``"lexical"``. Raises IndexMismatch when the index was
-    built by another embedder than the one given.
+    built by another embedder than the one given. ``search_mode``: ``"hybrid"`` (default),
+    ``"vector"`` or ``"text"`` (see :meth:`Rag.search`).
     """
+    check_mode(search_mode)
     if url:
         index: Any = await PgVectorIndex.connect(url, name)
     else:
@@ -189,24 +326,68 @@ async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] |
     except BaseException:
         await index.aclose()
         raise
-    return Rag(index, emb, chunker=chunker, max_document_bytes=max_document_bytes)
+    return Rag(index, emb, chunker=chunker, max_document_bytes=max_document_bytes, search_mode=search_mode)
 
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".csv", ".json", ".html", ".htm", ".py", ".toml", ".yaml", ".yml")
 
 
-def collect_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
-    """Files to ingest: each file given, and text files (by suffix) under each directory, sorted."""
+@dataclass
+class CollectedFiles:
+    """What :func:`collect_files` found: the files to ingest and the symbolic links it did not follow."""
+
+    files: list[Path]
+    skipped_links: list[Path]
+
+
+def collect_files(paths: list[str | os.PathLike[str]], *, follow_links: bool = False) -> CollectedFiles:
+    """Files to ingest: each file named, and text files (by suffix) under each directory, sorted.
+
+    A directory is walked without leaving it: a symbolic link found inside it (to a file or a
+    directory, wherever it points) is not followed but listed in ``skipped_links``, so a link
+    planted in a shared folder cannot pull, say, ``~/.ssh/id_rsa`` or a credentials file into an
+    index that ``rag_search`` serves. ``follow_links=True`` (CLI ``--follow-links``) follows them,
+    also out of the directory, visiting each real directory once (a link cycle ends). A path named
+    explicitly is taken as given, link or not: the caller chose it. Hidden files and directories
+    (a name starting with ``.``) are skipped either way.
+    """
     out: list[Path] = []
+    skipped: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            out.extend(sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES
-                              and not any(part.startswith(".") for part in f.relative_to(p).parts)))
+            found: list[Path] = []
+            seen: set[tuple[int, int]] = set()
+            for root, dirs, names in os.walk(p, followlinks=follow_links):
+                st = os.stat(root)
+                if (st.st_dev, st.st_ino) in seen:  # a link back up the tree (only with follow_links)
+                    dirs[:] = []
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                base = Path(root)
+                keep = []
+                for d in sorted(dirs):
+                    if d.startswith("."):
+                        continue
+                    if (base / d).is_symlink() and not follow_links:
+                        skipped.append(base / d)
+                        continue
+                    keep.append(d)
+                dirs[:] = keep
+                for name in names:
+                    f = base / name
+                    if name.startswith(".") or f.suffix.lower() not in TEXT_SUFFIXES:
+                        continue
+                    if f.is_symlink() and not follow_links:
+                        skipped.append(f)
+                        continue
+                    if f.is_file():
+                        found.append(f)
+            out.extend(sorted(found))
         elif p.is_file():
             out.append(p)
         else:
             raise InvalidRagInput(f"{str(p)!r} is not a file or directory")
-    return out
+    return CollectedFiles(out, sorted(skipped))
 
 
 def doc_id_for(path: Path) -> str:
@@ -218,5 +399,5 @@ def doc_id_for(path: Path) -> str:
         return str(p)
 
 
-__all__ = ["DEFAULT_MAX_DOCUMENT_BYTES", "IngestResult", "Rag", "check_doc_id", "collect_files", "doc_id_for",
+__all__ = ["DEFAULT_MAX_DOCUMENT_BYTES", "CollectedFiles", "IngestResult", "Rag", "check_doc_id", "collect_files", "doc_id_for",
            "open_rag", "parse_chunk_id"]

@@ -42,9 +42,15 @@ _HIT = {
         "chunk_id": {"type": "string"}, "doc_id": {"type": "string"}, "n": {"type": "integer"},
         "text": {"type": "string"}, "score": {"type": "number"}, "source": {"type": ["string", "null"]},
         "title": {"type": ["string", "null"]}, "text_truncated": {"type": "boolean"},
+        "vector_score": {"type": ["number", "null"]}, "text_score": {"type": ["number", "null"]},
     },
     "required": ["chunk_id", "doc_id", "n", "text"],
 }
+
+
+def _rounded(hit: dict[str, Any]) -> dict[str, Any]:
+    return {**hit, **{k: round(v, 6) for k in ("score", "vector_score", "text_score")
+                      if isinstance(v := hit.get(k), float)}}
 
 
 def _cut(hit: dict[str, Any], chars: int) -> dict[str, Any]:
@@ -100,8 +106,8 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_", artifacts: Any = None,
         return res.to_dict()
 
     async def search(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        hits = await rag.search(p["query"], k=p.get("k", 5))
-        return await bounded({"results": [{**h, "score": round(h["score"], 6)} for h in hits]})
+        hits = await rag.search(p["query"], k=p.get("k", 5), mode=p.get("mode"))
+        return await bounded({"results": [_rounded(h) for h in hits]})
 
     async def get_chunk(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return await bounded(await rag.get_chunk(p["chunk_id"]))
@@ -127,10 +133,14 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_", artifacts: Any = None,
                         "chunks": {"type": "integer"}, "digest": {"type": "string"}}, ["doc_id", "status", "chunks", "digest"]),
         ),
         state_tool(
-            f"{prefix}search", "Find the passages most similar to a query (cosine similarity of embeddings), best first.",
+            f"{prefix}search", "Find the passages that best match a query, best first. Default mode 'hybrid': "
+                               "embedding similarity fused with full-text ranking (finds exact words such as names "
+                               "and flags, and related wording); 'vector': embeddings only; 'text': words only.",
             kind="read", title="Search documents", tag="rag", handler=search,
             input=obj({"query": {"type": "string", "minLength": 1, "maxLength": 4096},
-                       "k": {"type": "integer", "minimum": 1, "maximum": MAX_TOOL_RESULTS, "default": 5}}, ["query"]),
+                       "k": {"type": "integer", "minimum": 1, "maximum": MAX_TOOL_RESULTS, "default": 5},
+                       "mode": {"type": "string", "enum": ["hybrid", "vector", "text"],
+                                "description": "ranking (default: the server's, hybrid)"}}, ["query"]),
             output=out({"results": {"type": "array", "items": _HIT}}, ["results"]),
         ),
         state_tool(

@@ -24,6 +24,7 @@ from typing import Any
 from openfunctions.core import database_url_from_env
 
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
+GROUP_FILES, GROUP_BYTES = 256, 8 * 1024 * 1024  # files read and ingested together (one Rag.ingest_many)
 
 
 def _default_data_dir() -> Path:
@@ -62,11 +63,19 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="progress bar on stderr: auto = when stderr is a terminal (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="one JSON result per file on stdout")
+    p.add_argument("--bulk", action="store_true",
+                   help="a large first load into pgvector: drop the search indexes, load, build them once at the "
+                        "end (searches meanwhile are slow exact scans); no effect on the embedded index")
+    p.add_argument("--follow-links", action="store_true",
+                   help="follow symbolic links inside directories, also ones pointing out of them (default: a "
+                        "link inside a directory is skipped and named on stderr; a PATH named here is always read)")
     p.set_defaults(func=cmd_ingest)
 
-    p = rsub.add_parser("search", help="search the index", description="Print the chunks most similar to QUERY.")
+    p = rsub.add_parser("search", help="search the index", description="Print the chunks that best match QUERY.")
     p.add_argument("query")
     p.add_argument("-k", type=int, default=5, help="how many results (1-50, default %(default)s)")
+    p.add_argument("--mode", choices=("hybrid", "vector", "text"), default="hybrid",
+                   help="hybrid: embeddings fused with full-text ranking (default); vector; text")
     common(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_search)
@@ -124,9 +133,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ._rag import collect_files, doc_id_for
 
     try:
-        files = collect_files(args.paths)
+        collected = collect_files(args.paths, follow_links=args.follow_links)
     except OpenFunctionsError as exc:
         return _fail(exc.message)
+    files = collected.files
+    for link in collected.skipped_links:
+        print(f"openfunctions-mcp rag: skipped symbolic link {str(link)!r} (not followed; --follow-links to "
+              "follow links, also out of the directory)", file=sys.stderr)
     if not files:
         return _fail("no files to ingest (directories are searched for " "text files by suffix)")
     show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
@@ -135,24 +148,47 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         rag = await _open(args)
         bar = ProgressBar(len(files), show)
         counts = {"added": 0, "replaced": 0, "unchanged": 0, "failed": 0}
-        try:
-            for i, f in enumerate(files):
-                bar.update(i, str(f))
-                try:
-                    text = f.read_text(encoding="utf-8")
-                    res = await rag.ingest(doc_id_for(f), text, source=str(f))
-                except (OSError, UnicodeDecodeError, OpenFunctionsError) as exc:
-                    counts["failed"] += 1
-                    why = exc.message if isinstance(exc, OpenFunctionsError) else f"{type(exc).__name__}: {exc}"
-                    bar.close() if show else None
-                    print(f"openfunctions-mcp rag: skipped {str(f)!r}: {why}", file=sys.stderr)
+
+        def failed(f: Path, why: str) -> None:
+            counts["failed"] += 1
+            bar.close() if show else None
+            print(f"openfunctions-mcp rag: skipped {str(f)!r}: {why}", file=sys.stderr)
+            if args.json:
+                print(json.dumps({"path": str(f), "error": why}))
+
+        async def load() -> None:
+            # files go in groups (Rag.ingest_many: batched embedding, few transactions)
+            i = 0
+            while i < len(files):
+                group: list[tuple[Path, dict[str, Any]]] = []
+                size = 0
+                while i < len(files) and len(group) < GROUP_FILES and size < GROUP_BYTES:
+                    f = files[i]
+                    i += 1
+                    try:
+                        text = f.read_text(encoding="utf-8")
+                    except (OSError, UnicodeDecodeError) as exc:
+                        failed(f, f"{type(exc).__name__}: {exc}")
+                        continue
+                    group.append((f, {"doc_id": doc_id_for(f), "text": text, "source": str(f)}))
+                    size += len(text)
+                bar.update(i, str(files[i - 1]))
+                results = await rag.ingest_many([item for _, item in group])
+                for (f, _), res in zip(group, results, strict=True):
+                    if isinstance(res, OpenFunctionsError):
+                        failed(f, res.message)
+                        continue
+                    counts[res.status] += 1
+                    bar.chunks += res.chunks
                     if args.json:
-                        print(json.dumps({"path": str(f), "error": why}))
-                    continue
-                counts[res.status] += 1
-                bar.chunks += res.chunks
-                if args.json:
-                    print(json.dumps({"path": str(f), **res.to_dict()}))
+                        print(json.dumps({"path": str(f), **res.to_dict()}))
+
+        try:
+            if args.bulk:
+                async with rag.bulk_load():
+                    await load()
+            else:
+                await load()
             bar.update(len(files), "done", force=True)
             bar.close()
         finally:
@@ -175,7 +211,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     async def run() -> list[dict[str, Any]]:
         rag = await _open(args)
         try:
-            return await rag.search(args.query, k=args.k)
+            return await rag.search(args.query, k=args.k, mode=args.mode)
         finally:
             await rag.aclose()
 

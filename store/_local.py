@@ -464,6 +464,10 @@ class LocalStore(Store):
         if self._pending:
             while (t := self._pending.get(key)) is not None:
                 await self._wait(t)
+                if self._pending.get(key) is t:
+                    # done, and its done-callback (which takes it out of _pending) has not run yet:
+                    # awaiting a finished task does not yield, so looping again would spin forever
+                    break
         return self._state.data.get(key)
 
     async def put(self, key: str, value: Any) -> Entry:

@@ -144,7 +144,8 @@ async def test_memory_tools_through_the_registry(memory_store):
     assert reg.get("memory_search").annotations.read_only_hint is True
     saved = await reg.execute_detailed("memory_save_fact", {"text": "Bob's birthday is in May", "source": "Bob"})
     assert saved.error is None and saved.receipt.outcome == "succeeded"
-    fid = saved.value["fact"]["id"]
+    fid = saved.value["id"]
+    assert saved.value["fact"]["id"] == fid and saved.value["fact"]["text"] == "Bob's birthday is in May"
     found = await reg.execute_detailed("memory_search", {"query": "Bob birthday"})
     assert found.value["results"][0]["id"] == fid
     bad = await reg.execute_detailed("memory_save_fact", {"text": "x" * 9000})
