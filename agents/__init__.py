@@ -21,7 +21,15 @@ Served over MCP: ``openfunctions-mcp serve --profile agents --module mypkg.agent
 
 from ._agent import AGENT_TAG, DEFAULT_RUN_TIMEOUT_S, Agent, AgentLimits, Crew, define_agent, define_crew
 from ._claims import fulfil_task, verify_claim
-from ._errors import AgentDefinitionError, AgentError, ClaimNotFound, ClaimUnverified, RunJournalError, RunNotFound, VerificationInvalid
+from ._errors import (
+    AgentDefinitionError,
+    AgentError,
+    ClaimNotFound,
+    ClaimUnverified,
+    RunJournalError,
+    RunNotFound,
+    VerificationInvalid,
+)
 from ._records import TERMINAL, RunState
 from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_runs, runs_journal_path
 from ._runtime import RUN_ID_KEY, SUBMIT_TOOL, AgentRuntime, RunOptions, RunResult, run_agent

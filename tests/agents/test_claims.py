@@ -229,7 +229,7 @@ def test_claim_verification_fulfilment_fold_from_disk_equals_live_state(records:
         live = {k: v.to_dict() for k, v in journal.state.items()}
         await journal.close()
         assert {k: v.to_dict() for k, v in read_runs(tmp).items()} == live
-        for rid, run in read_runs(tmp).items():  # the chain is computed from the links alone
+        for run in read_runs(tmp).values():  # the chain is computed from the links alone
             for c in run.chain():
                 covered = {x for v in run.verifications if v["claim_id"] == c["claim_id"] for x in v["covers"]}
                 claim = next(x for x in run.claims if x["claim_id"] == c["claim_id"])
