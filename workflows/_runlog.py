@@ -34,7 +34,7 @@ order a run writes them:
   ``t``/``f``). A ``step_started`` with no later ``step_settled`` is an
   **uncertain** step.
 - ``step_settled``: ``{run_id, step, name, status, result?, error?,
-  receipt_id?, certainty?, uncertain?, attempt?}`` — ``status``
+  receipt_id?, certainty?, uncertain?, attempt?, rerun?, rerun_of?}`` — ``status``
   ``succeeded`` (``result``: the step's JSON result), ``failed``
   (``error``: ``{code, message}``) or ``cancelled``; tool steps add the
   executor's ``receipt_id`` and ``certainty``; a failed or cancelled non-read
@@ -43,10 +43,16 @@ order a run writes them:
   only the attempt that settled it.
 - ``run_blocked``: ``{run_id, steps, reason}`` — written when a run is
   opened to resume and has uncertain steps (``steps``: their paths).
-- ``step_resolved``: ``{run_id, step, applied, result?, by}`` — an
-  operator's answer for an uncertain step: ``applied: true`` settles it with
-  ``result``; ``applied: false`` says the effect did not happen, so the step
-  runs again.
+- ``step_resolved``: ``{run_id, step, applied, result?, by, rerun?,
+  rerun_of?}`` — an operator's answer for an uncertain step: ``applied:
+  true`` settles it with ``result``; ``applied: false`` says the effect did
+  not happen, so the step runs again. Written by the runner itself, with
+  ``applied: false``, ``by: null``, ``rerun: true`` and ``rerun_of`` (the
+  uncertain call's receipt id, or null when the process died before the
+  call had one), for an uncertain step whose tool declares
+  ``capability.idempotent``: running it again is harmless, so it is not
+  blocked. The step's next ``step_settled`` then carries the same
+  ``rerun: true``, ``rerun_of``.
 - ``run_finished``: ``{run_id, status, result?, error?}`` — ``status``
   ``succeeded`` (``result``), ``failed`` (``error``: ``{code, message,
   details?}``) or ``cancelled``. Nothing of that run follows it.
@@ -125,6 +131,8 @@ class StepRecord:
     certainty: str | None = None
     uncertain: bool = False
     resolved_by: str | None = None
+    rerun: bool = False
+    rerun_of: str | None = None
 
     @property
     def is_uncertain(self) -> bool:
@@ -133,10 +141,12 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"step": self.step, "name": self.name, "status": self.status}
-        for k in ("tool", "receipt_id", "certainty", "resolved_by"):
+        for k in ("tool", "receipt_id", "certainty", "resolved_by", "rerun_of"):
             v = getattr(self, k)
             if v is not None:
                 out[k] = v
+        if self.rerun:
+            out["rerun"] = True
         if self.status == "succeeded":
             out["result"] = self.result
         if self.error is not None:
@@ -264,6 +274,7 @@ def _step_settled(s: RunState, d: dict[str, Any]) -> None:
         step=p, name=_str(d["name"]), status=status, tool=prior.tool if prior else d.get("tool"),
         params=prior.params if prior else None, result=d.get("result"), error=d.get("error"),
         receipt_id=d.get("receipt_id"), certainty=d.get("certainty"), uncertain=bool(d.get("uncertain", False)),
+        rerun=bool(d.get("rerun", False)), rerun_of=d.get("rerun_of"),
     )
 
 
@@ -281,7 +292,8 @@ def _step_resolved(s: RunState, d: dict[str, Any]) -> None:
     if not isinstance(applied, bool):
         raise TypeError("step_resolved.applied must be a boolean")
     prior = s.steps.get(p)
-    s.resolutions.append({"step": p, "applied": applied, "by": d.get("by")})
+    s.resolutions.append({"step": p, "applied": applied, "by": d.get("by"),
+                          **({"rerun": True, "rerun_of": d.get("rerun_of")} if d.get("rerun") else {})})
     if applied:
         s.steps[p] = StepRecord(
             step=p, name=prior.name if prior else p, status="succeeded", tool=prior.tool if prior else None,
@@ -448,11 +460,19 @@ class RunJournal:
         elif self._effect_pending:
             await self.flush()
 
+    def _rerun(self, path: str, data: dict[str, Any]) -> None:
+        """A step the runner re-runs (its last resolution was an idempotent re-run) says so when it settles."""
+        last = next((r for r in reversed(self.state.resolutions) if r["step"] == path), None)
+        if last is not None and last.get("rerun"):
+            data["rerun"] = True
+            data["rerun_of"] = last.get("rerun_of")
+
     def succeeded(self, path: str, name: str, result: Any, receipt: Any = None, *, effect: bool = False,
                   attempt: int = 1) -> Any:
         """Buffer a step's result; returns its JSON copy (what a replay would see)."""
         value = json_copy(result, path, name, self.max_result_bytes)
         data: dict[str, Any] = {"step": path, "name": name, "status": "succeeded", "result": value}
+        self._rerun(path, data)
         if attempt > 1:
             data["attempt"] = attempt
         if receipt is not None:
@@ -465,6 +485,7 @@ class RunJournal:
     def failed(self, path: str, name: str, status: str, error: dict[str, Any], receipt: Any = None, *,
                uncertain: bool = False, effect: bool = False, attempt: int = 1) -> None:
         data: dict[str, Any] = {"step": path, "name": name, "status": status, "error": error}
+        self._rerun(path, data)
         if attempt > 1:
             data["attempt"] = attempt
         if receipt is not None:
@@ -483,6 +504,11 @@ class RunJournal:
         if applied:
             data["result"] = result
         await self._append([("step_resolved", data)])
+
+    async def rerun(self, paths: list[str]) -> None:
+        """Uncertain steps of idempotent tools: run them again (one record each, one fsync)."""
+        await self._append([("step_resolved", {"step": p, "applied": False, "by": None, "rerun": True,
+                                                "rerun_of": self.state.steps[p].receipt_id}) for p in paths])
 
     async def finished(self, status: str, *, result: Any = None, error: dict[str, Any] | None = None) -> None:
         data: dict[str, Any] = {"status": status}

@@ -624,6 +624,15 @@ class WorkflowRuns:
             )
         uncertain = state.uncertain_steps()
         if uncertain:
+            # A tool its author declared idempotent may run again: its uncertain step is re-run (and
+            # its records say so) instead of waiting for a person. Any other uncertain step blocks.
+            reg = registry if registry is not None else self.registry if wf.registry is None else None
+            reg = reg if reg is not None else wf.registry
+            again = [p for p in uncertain if _idempotent(reg, state.steps[p].tool)]
+            if again:
+                await journal.rerun(again)
+                uncertain = state.uncertain_steps()
+        if uncertain:
             if state.status != "blocked" or state.blocked != uncertain:
                 await journal.blocked(uncertain, "a tool step with a non-read effect started and never settled")
             raise _blocked_error(state)
@@ -816,6 +825,17 @@ def _header_meta(path: Path) -> Any:
         return json.loads(line).get("meta")
     except (ValueError, AttributeError):
         raise RunCorrupt(f"{str(path)!r} has no readable journal header", details={"path": str(path)}) from None
+
+
+def _idempotent(registry: Any, tool: str | None) -> bool:
+    """Whether ``tool`` (as the run's registry has it now) declares ``capability.idempotent``."""
+    if registry is None or tool is None:
+        return False
+    try:
+        cap = registry.get(tool).capability
+    except OpenFunctionsError:  # no such tool any more: nothing says a re-run is harmless
+        return False
+    return bool(cap is not None and cap.idempotent)
 
 
 def _blocked_error(state: RunState) -> RunBlocked:
