@@ -34,7 +34,8 @@ order a run writes them:
   ``t``/``f``). A ``step_started`` with no later ``step_settled`` is an
   **uncertain** step.
 - ``step_settled``: ``{run_id, step, name, status, result?, error?,
-  receipt_id?, certainty?, uncertain?, attempt?, rerun?, rerun_of?}`` — ``status``
+  receipt_id?, certainty?, uncertain?, attempt?, rerun?, rerun_of?,
+  requires_verification?}`` — ``status``
   ``succeeded`` (``result``: the step's JSON result), ``failed``
   (``error``: ``{code, message}``) or ``cancelled``; tool steps add the
   executor's ``receipt_id`` and ``certainty``; a failed or cancelled non-read
@@ -55,7 +56,15 @@ order a run writes them:
   ``rerun: true``, ``rerun_of``.
 - ``run_finished``: ``{run_id, status, result?, error?}`` — ``status``
   ``succeeded`` (``result``), ``failed`` (``error``: ``{code, message,
-  details?}``) or ``cancelled``. Nothing of that run follows it.
+  details?}``) or ``cancelled``. Nothing of that run follows it but
+  ``step_verified``.
+- ``step_verified``: ``{run_id, step, receipt_id, tool, by}`` — a verifier
+  call's succeeded receipt linked to a succeeded step whose ``step_settled``
+  has ``requires_verification: true`` (its tool declares
+  ``capability.requires_verification``). Written by
+  ``WorkflowRuns.verify``, before or after ``run_finished``. A ``succeeded``
+  run with such a step not yet verified is not *completed*
+  (:attr:`RunState.completed`; ``awaiting_verification`` in its summary).
 - ``run_snapshot``: ``{run_id, state}`` — written only by a compaction:
   the run's whole folded state (``state``: :meth:`RunState.snapshot`); it
   replaces whatever was folded for that run before.
@@ -133,6 +142,8 @@ class StepRecord:
     resolved_by: str | None = None
     rerun: bool = False
     rerun_of: str | None = None
+    requires_verification: bool = False
+    verification: dict[str, Any] | None = None
 
     @property
     def is_uncertain(self) -> bool:
@@ -147,6 +158,9 @@ class StepRecord:
                 out[k] = v
         if self.rerun:
             out["rerun"] = True
+        if self.requires_verification:
+            out["requires_verification"] = True
+            out["verification"] = self.verification
         if self.status == "succeeded":
             out["result"] = self.result
         if self.error is not None:
@@ -182,6 +196,15 @@ class RunState:
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
+    def awaiting_verification(self) -> list[str]:
+        """Succeeded steps whose tool requires verification and that no ``step_verified`` links to yet."""
+        return [p for p, s in self.steps.items() if s.status == "succeeded" and s.requires_verification and s.verification is None]
+
+    @property
+    def completed(self) -> bool:
+        """Succeeded, and every step that requires verification verified."""
+        return self.status == "succeeded" and not self.awaiting_verification()
+
     def uncertain_steps(self) -> list[str]:
         """Paths of steps whose effect is uncertain. Meaningful when no process is running the run
         (whoever holds the run's lock decides: a live runner's started step is simply running)."""
@@ -194,6 +217,8 @@ class RunState:
             "status": self.status,
             "steps_settled": sum(1 for s in self.steps.values() if s.status == "succeeded"),
             "uncertain": self.uncertain_steps() if self.status in ("running", "blocked") else [],
+            "awaiting_verification": self.awaiting_verification(),
+            "completed": self.completed,
             "started_at": self.started_at,
             "updated_at": self.updated_at,
         }
@@ -241,7 +266,7 @@ def apply(state: RunState, rec: Any) -> None:
         return
     if rec.type != "run_started" and state.status == "new":
         raise ValueError(f"{rec.type!r} record before run_started")
-    if state.terminal:
+    if state.terminal and rec.type != "step_verified":
         raise ValueError(f"{rec.type!r} record after run_finished")
     fn(state, rec.data)
     if rec.type == "run_started":
@@ -275,7 +300,17 @@ def _step_settled(s: RunState, d: dict[str, Any]) -> None:
         params=prior.params if prior else None, result=d.get("result"), error=d.get("error"),
         receipt_id=d.get("receipt_id"), certainty=d.get("certainty"), uncertain=bool(d.get("uncertain", False)),
         rerun=bool(d.get("rerun", False)), rerun_of=d.get("rerun_of"),
+        requires_verification=bool(d.get("requires_verification", False)),
     )
+
+
+def _step_verified(s: RunState, d: dict[str, Any]) -> None:
+    p = _str(d["step"])
+    step = s.steps.get(p)
+    if step is None or step.status != "succeeded" or not step.requires_verification:
+        raise ValueError(f"step_verified for step {p!r}, which is not a succeeded step that requires verification")
+    if step.verification is None:  # the first one counts
+        step.verification = {"receipt_id": _str(d["receipt_id"]), "tool": d.get("tool"), "by": d.get("by")}
 
 
 def _run_blocked(s: RunState, d: dict[str, Any]) -> None:
@@ -360,6 +395,7 @@ _APPLY = {
     "step_resolved": _step_resolved,
     "run_finished": _run_finished,
     "run_snapshot": _run_snapshot,
+    "step_verified": _step_verified,
 }
 
 #: record types of format version 1 (docs/formats/workflow-runs.md)
@@ -468,11 +504,13 @@ class RunJournal:
             data["rerun_of"] = last.get("rerun_of")
 
     def succeeded(self, path: str, name: str, result: Any, receipt: Any = None, *, effect: bool = False,
-                  attempt: int = 1) -> Any:
+                  attempt: int = 1, requires_verification: bool = False) -> Any:
         """Buffer a step's result; returns its JSON copy (what a replay would see)."""
         value = json_copy(result, path, name, self.max_result_bytes)
         data: dict[str, Any] = {"step": path, "name": name, "status": "succeeded", "result": value}
         self._rerun(path, data)
+        if requires_verification:
+            data["requires_verification"] = True
         if attempt > 1:
             data["attempt"] = attempt
         if receipt is not None:
@@ -504,6 +542,9 @@ class RunJournal:
         if applied:
             data["result"] = result
         await self._append([("step_resolved", data)])
+
+    async def verified(self, path: str, *, receipt_id: str, tool: str | None, by: str | None) -> None:
+        await self._append([("step_verified", {"step": path, "receipt_id": receipt_id, "tool": tool, "by": by})])
 
     async def rerun(self, paths: list[str]) -> None:
         """Uncertain steps of idempotent tools: run them again (one record each, one fsync)."""
