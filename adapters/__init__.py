@@ -6,9 +6,12 @@ name, arguments), plus model, stop reason and usage.
 
 - :class:`ScriptedAdapter`: replays replies (tests, demos, offline).
 - :class:`SamplingAdapter`: the connected MCP host's model (``sampling/createMessage``).
-- :class:`OpenAIAdapter`, :class:`XAIAdapter`, :class:`OpenRouterAdapter`,
-  :class:`AnthropicAdapter`, :class:`GeminiAdapter`: HTTP (httpx; the
-  ``adapters`` extra), retries on 429/5xx honouring ``retry-after``.
+- :class:`OpenAIAdapter` (Chat Completions), :class:`OpenAIResponsesAdapter`
+  (Responses API), :class:`XAIAdapter`, :class:`OpenRouterAdapter`,
+  :class:`DeepSeekAdapter`, :class:`KimiAdapter`, :class:`AnthropicAdapter`,
+  :class:`GeminiAdapter`: HTTP (httpx; the ``adapters`` extra), retries on
+  429/5xx honouring ``retry-after``; reasoning state (thinking blocks,
+  thought signatures, reasoning items) kept on the messages and replayed.
 - :func:`resolve_adapter`: provider and model from arguments, else the environment.
 
 Usage::
@@ -44,14 +47,18 @@ from ._sampling import (
 )
 from ._scripted import ScriptedAdapter
 from ._text import valid_json, valid_text
-from ._types import AIAdapter, ChatOptions, ChatReply, Message, StopReason, StreamEvent, ToolCall, Usage
+from ._types import AIAdapter, ChatOptions, ChatReply, Message, ProviderPart, StopReason, StreamEvent, ToolCall, Usage
 
 
 def __getattr__(name: str):  # the HTTP adapters load on first use (httpx is an optional extra)
-    if name in ("OpenAIAdapter", "XAIAdapter", "OpenRouterAdapter"):
+    if name in ("OpenAIAdapter", "XAIAdapter", "OpenRouterAdapter", "DeepSeekAdapter", "KimiAdapter"):
         from . import _openai
 
         return getattr(_openai, name)
+    if name == "OpenAIResponsesAdapter":
+        from ._openai_responses import OpenAIResponsesAdapter
+
+        return OpenAIResponsesAdapter
     if name == "AnthropicAdapter":
         from ._anthropic import AnthropicAdapter
 
@@ -65,8 +72,8 @@ def __getattr__(name: str):  # the HTTP adapters load on first use (httpx is an 
 
 __all__ = [
     "AIAdapter", "AdapterError", "AdapterNotConfigured", "AdapterTimeout", "AnthropicAdapter", "AuthenticationFailed",
-    "BadRequest", "ChatOptions", "ChatReply", "GeminiAdapter", "MalformedResponse", "Message", "OpenAIAdapter",
-    "OpenRouterAdapter", "PROVIDERS", "ProviderError", "ProviderUnavailable", "RateLimited", "RetryPolicy",
+    "BadRequest", "ChatOptions", "ChatReply", "DeepSeekAdapter", "GeminiAdapter", "KimiAdapter", "MalformedResponse",
+    "Message", "OpenAIAdapter", "OpenAIResponsesAdapter", "OpenRouterAdapter", "PROVIDERS", "ProviderPart", "ProviderError", "ProviderUnavailable", "RateLimited", "RetryPolicy",
     "DEFAULT_SAMPLING_TIMEOUT_S", "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "SAMPLING_TIMEOUT_KEY", "Sampler",
     "SamplingAdapter", "SamplingTimeout", "SamplingUnavailable", "ScriptExhausted",
     "ScriptedAdapter", "StopReason", "StreamEvent", "ToolCall", "Usage", "XAIAdapter", "resolve_adapter",

@@ -11,6 +11,15 @@ named events: ``message_start``, ``content_block_start``,
 ``content_block_delta`` (``text_delta`` / ``input_json_delta``),
 ``content_block_stop``, ``message_delta`` (stop reason, output tokens),
 ``message_stop``, ``ping``, ``error``.
+
+Extended thinking (``ChatOptions.thinking_budget`` sends ``thinking:
+{type: "enabled", budget_tokens}`` and leaves ``temperature`` out, which
+thinking does not accept): a reply's ``thinking`` blocks (text and
+``signature``; streamed as ``thinking_delta`` / ``signature_delta``) and
+``redacted_thinking`` blocks (``data``) are kept on ``ChatReply.parts`` and
+replayed unchanged, in their order, at the start of that assistant turn,
+before its text and ``tool_use`` blocks: Anthropic refuses a tool-result turn
+whose preceding thinking was dropped or altered.
 """
 
 from __future__ import annotations
@@ -23,12 +32,24 @@ from openfunctions.core import ToolDefinition, to_anthropic
 
 from ._errors import MalformedResponse, ProviderUnavailable
 from ._http import HttpAdapter, StreamParser
-from ._types import ChatOptions, ChatReply, Message, StopReason, StreamEvent, ToolCall, Usage, parse_arguments
+from ._types import (
+    ChatOptions,
+    ChatReply,
+    Message,
+    ProviderPart,
+    StopReason,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    parse_arguments,
+    parts_of,
+)
 
 _STOP: dict[str | None, StopReason] = {
     "end_turn": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens", "stop_sequence": "stop_sequence",
     "refusal": "content_filter",
 }
+_THINKING = ("thinking", "redacted_thinking")
 _CHOICE = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}
 
 
@@ -45,7 +66,9 @@ def anthropic_messages(messages: Sequence[Message]) -> tuple[str | None, list[di
             else:
                 out.append({"role": "user", "content": [block]})
         elif m.role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks = [b for b in parts_of(m.parts, "anthropic") if b.get("type") in _THINKING]
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
             blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
             out.append({"role": "assistant", "content": blocks})
         else:
@@ -72,21 +95,25 @@ class AnthropicAdapter(HttpAdapter):
             body["tools"] = [to_anthropic(t) for t in tools]
             if opts.tool_choice:
                 body["tool_choice"] = _CHOICE[opts.tool_choice]
-        if opts.temperature is not None:
+        if opts.temperature is not None and not opts.thinking_budget:  # with thinking on, only the default is accepted
             body["temperature"] = opts.temperature
         if opts.stop:
             body["stop_sequences"] = list(opts.stop)
+        if opts.thinking_budget:
+            body["thinking"] = {"type": "enabled", "budget_tokens": opts.thinking_budget}
         if stream:
             body["stream"] = True
         return body
 
     def _parse(self, data: Any) -> ChatReply:
-        texts, calls = [], []
+        texts, calls, parts = [], [], []
         for b in data["content"]:
             if b["type"] == "text":
                 texts.append(b["text"])
             elif b["type"] == "tool_use":
                 calls.append(ToolCall(id=b["id"], name=b["name"], arguments=parse_arguments(b.get("input"), where=self.provider)))
+            elif b["type"] in _THINKING:
+                parts.append(ProviderPart("anthropic", b))
         usage = data.get("usage") or {}
         stop = data.get("stop_reason")
         return ChatReply(
@@ -97,6 +124,7 @@ class AnthropicAdapter(HttpAdapter):
             raw_stop_reason=stop,
             usage=Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)),
             provider=self.provider,
+            parts=tuple(parts),
         )
 
     def _stream_parser(self) -> StreamParser:
@@ -136,6 +164,10 @@ class _AnthropicStream(StreamParser):
                 return [StreamEvent("text", text=delta["text"])]
             if delta["type"] == "input_json_delta":
                 block["_json"] += delta.get("partial_json", "")
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta["thinking"]
+            elif delta["type"] == "signature_delta":
+                block["signature"] = block.get("signature", "") + delta["signature"]
         elif kind == "message_delta":
             self.stop = (obj.get("delta") or {}).get("stop_reason") or self.stop
             self.output_tokens = int((obj.get("usage") or {}).get("output_tokens") or self.output_tokens)
@@ -146,13 +178,15 @@ class _AnthropicStream(StreamParser):
     def finish(self) -> ChatReply:
         if not self.done:
             raise MalformedResponse("anthropic stream ended without message_stop", details={"provider": "anthropic"})
-        texts, calls = [], []
+        texts, calls, parts = [], [], []
         for _, b in sorted(self.blocks.items()):
             if b["type"] == "text":
                 texts.append(b.get("text", ""))
             elif b["type"] == "tool_use":
                 args = parse_arguments(b["_json"], where="anthropic") if b["_json"] else dict(b.get("input") or {})
                 calls.append(ToolCall(id=b["id"], name=b["name"], arguments=args))
+            elif b["type"] in _THINKING:
+                parts.append(ProviderPart("anthropic", {k: v for k, v in b.items() if k != "_json"}))
         return ChatReply(
             text="".join(texts) if texts else None,
             tool_calls=tuple(calls),
@@ -161,6 +195,7 @@ class _AnthropicStream(StreamParser):
             raw_stop_reason=self.stop,
             usage=Usage(self.input_tokens, self.output_tokens),
             provider="anthropic",
+            parts=tuple(parts),
         )
 
 

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions wire format: OpenAI, and xAI and OpenRouter at their own base URLs.
+"""OpenAI Chat Completions wire format: OpenAI, and xAI, OpenRouter, DeepSeek and Kimi at their own base URLs.
 
 Request: ``POST {base}/chat/completions`` with ``model``, ``messages``
 (``system``/``user``/``assistant`` with ``tool_calls``/``tool`` with
@@ -9,11 +9,33 @@ Request: ``POST {base}/chat/completions`` with ``model``, ``messages``
 string), ``finish_reason``, ``usage.{prompt_tokens, completion_tokens}``.
 A stream sends ``data: {chunk}`` lines (tool-call arguments arrive as string
 fragments keyed by ``index``) and ends with ``data: [DONE]``.
+
+Reasoning models (OpenAI's o-series and gpt-5 family) take
+``max_completion_tokens`` instead of ``max_tokens`` and refuse the sampling
+parameters (``temperature``, ``stop``): for them the adapter sends the
+former and leaves the latter out. Which models: ``OpenAIAdapter(reasoning=)``
+decides when given; otherwise :func:`is_reasoning_model` (a name, after any
+``org/`` prefix, that starts ``o`` + digit, e.g. ``o1``, ``o3-mini``,
+``o4-mini``, or ``gpt-5`` but not ``gpt-5-chat``; the name rule applies to
+the ``openai`` provider only: the compatible providers keep ``max_tokens``).
+``ChatOptions.reasoning_effort`` is sent as ``reasoning_effort``.
+
+``reasoning_content`` (DeepSeek's and Kimi's thinking text, beside
+``content``; streamed as ``delta.reasoning_content``) never joins the
+visible text; it is kept on ``ChatReply.parts`` as
+``{"reasoning_content": ...}`` under the provider's name. Per DeepSeek's
+thinking-mode guide (and Kimi's), an assistant turn that made tool calls
+must carry its ``reasoning_content`` back in every later request, while one
+without tool calls must not (it is dropped: the API ignores it, and the
+older ``deepseek-reasoner`` refuses it with 400). Providers that replay it:
+``deepseek`` and ``kimi`` (``replay_reasoning_content``); the others never
+send it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +43,18 @@ from openfunctions.core import ToolDefinition, to_openai
 
 from ._errors import MalformedResponse
 from ._http import HttpAdapter, StreamParser
-from ._types import ChatOptions, ChatReply, Message, StopReason, StreamEvent, ToolCall, Usage, parse_arguments
+from ._types import (
+    ChatOptions,
+    ChatReply,
+    Message,
+    ProviderPart,
+    StopReason,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    parse_arguments,
+    parts_of,
+)
 
 _STOP: dict[str | None, StopReason] = {
     "stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens",
@@ -29,20 +62,36 @@ _STOP: dict[str | None, StopReason] = {
 }
 
 
-def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+_REASONING_NAME = re.compile(r"^(o\d|gpt-5(?!-chat))")
+
+
+def is_reasoning_model(model: str) -> bool:
+    """OpenAI's name rule for a reasoning model: ``o`` + digit (``o1``, ``o3-mini``, ``o4-mini``) or ``gpt-5*``
+    except ``gpt-5-chat*``, after any ``org/`` prefix, case-insensitive."""
+    return _REASONING_NAME.match(model.rsplit("/", 1)[-1].lower()) is not None
+
+
+def openai_messages(messages: Sequence[Message], *, reasoning_from: str | None = None) -> list[dict[str, Any]]:
+    """Chat Completions messages. ``reasoning_from``: the provider whose ``reasoning_content`` goes back on
+    assistant turns that made tool calls (see the module docstring); ``None``: never sent."""
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "tool":
             out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
         elif m.role == "assistant" and m.tool_calls:
-            out.append({
+            msg: dict[str, Any] = {
                 "role": "assistant",
                 "content": m.content or None,
                 "tool_calls": [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                     for c in m.tool_calls
                 ],
-            })
+            }
+            if reasoning_from is not None:
+                thought = "".join(str(p.get("reasoning_content") or "") for p in parts_of(m.parts, reasoning_from))
+                if thought:
+                    msg["reasoning_content"] = thought
+            out.append(msg)
         else:
             out.append({"role": m.role, "content": m.content})
     return out
@@ -51,6 +100,15 @@ def openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 class OpenAIAdapter(HttpAdapter):
     provider = "openai"
     default_base_url = "https://api.openai.com/v1"
+    #: Whether the model-name rule (:func:`is_reasoning_model`) applies when ``reasoning=`` is not given.
+    name_rule = True
+    #: Whether ``reasoning_content`` goes back on assistant tool-call turns (DeepSeek, Kimi).
+    replay_reasoning_content = False
+
+    def __init__(self, *, reasoning: bool | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        #: A reasoning model: ``max_completion_tokens``, no ``temperature``/``stop`` (see the module docstring).
+        self.reasoning = reasoning if reasoning is not None else (self.name_rule and is_reasoning_model(self.model))
 
     def _url(self, stream: bool) -> str:
         return f"{self.base_url}/chat/completions"
@@ -59,15 +117,19 @@ class OpenAIAdapter(HttpAdapter):
         return {"authorization": f"Bearer {self.api_key}", "content-type": "application/json"}
 
     def _body(self, messages: Sequence[Message], tools: Sequence[ToolDefinition], opts: ChatOptions, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": openai_messages(messages), "max_tokens": opts.max_tokens}
+        msgs = openai_messages(messages, reasoning_from=self.provider if self.replay_reasoning_content else None)
+        body: dict[str, Any] = {"model": self.model, "messages": msgs}
+        body["max_completion_tokens" if self.reasoning else "max_tokens"] = opts.max_tokens
         if tools:
             body["tools"] = [to_openai(t) for t in tools]
             if opts.tool_choice:
                 body["tool_choice"] = opts.tool_choice
-        if opts.temperature is not None:
+        if opts.temperature is not None and not self.reasoning:
             body["temperature"] = opts.temperature
-        if opts.stop:
+        if opts.stop and not self.reasoning:
             body["stop"] = list(opts.stop)
+        if opts.reasoning_effort:
+            body["reasoning_effort"] = opts.reasoning_effort
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -83,6 +145,7 @@ class OpenAIAdapter(HttpAdapter):
         )
         usage = data.get("usage") or {}
         finish = choice.get("finish_reason")
+        thought = msg.get("reasoning_content")
         return ChatReply(
             text=msg.get("content"),
             tool_calls=calls,
@@ -91,16 +154,22 @@ class OpenAIAdapter(HttpAdapter):
             raw_stop_reason=finish,
             usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
             provider=self.provider,
+            parts=_reasoning_part(self.provider, thought),
         )
 
     def _stream_parser(self) -> StreamParser:
         return _OpenAIStream(self)
 
 
+def _reasoning_part(provider: str, thought: Any) -> tuple[ProviderPart, ...]:
+    return (ProviderPart(provider, {"reasoning_content": thought}),) if isinstance(thought, str) and thought else ()
+
+
 class _OpenAIStream(StreamParser):
     def __init__(self, adapter: OpenAIAdapter) -> None:
         self.adapter = adapter
         self.text: list[str] = []
+        self.thought: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.model = adapter.model
@@ -125,6 +194,8 @@ class _OpenAIStream(StreamParser):
         out: list[StreamEvent] = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            if isinstance(delta.get("reasoning_content"), str):
+                self.thought.append(delta["reasoning_content"])
             if delta.get("content"):
                 self.text.append(delta["content"])
                 out.append(StreamEvent("text", text=delta["content"]))
@@ -157,6 +228,7 @@ class _OpenAIStream(StreamParser):
             raw_stop_reason=self.finish_reason,
             usage=self.usage,
             provider=self.adapter.provider,
+            parts=_reasoning_part(self.adapter.provider, "".join(self.thought)),
         )
 
 
@@ -165,6 +237,7 @@ class XAIAdapter(OpenAIAdapter):
 
     provider = "xai"
     default_base_url = "https://api.x.ai/v1"
+    name_rule = False
 
 
 class OpenRouterAdapter(OpenAIAdapter):
@@ -172,6 +245,30 @@ class OpenRouterAdapter(OpenAIAdapter):
 
     provider = "openrouter"
     default_base_url = "https://openrouter.ai/api/v1"
+    name_rule = False
 
 
-__all__ = ["OpenAIAdapter", "XAIAdapter", "OpenRouterAdapter", "openai_messages"]
+class DeepSeekAdapter(OpenAIAdapter):
+    """DeepSeek: the OpenAI wire format at ``https://api.deepseek.com``; ``reasoning_content`` handled
+    as its thinking-mode guide asks (see the module docstring)."""
+
+    provider = "deepseek"
+    default_base_url = "https://api.deepseek.com"
+    name_rule = False
+    replay_reasoning_content = True
+
+
+class KimiAdapter(OpenAIAdapter):
+    """Kimi (Moonshot AI): the OpenAI wire format at ``https://api.moonshot.ai/v1``; ``reasoning_content``
+    as for DeepSeek."""
+
+    provider = "kimi"
+    default_base_url = "https://api.moonshot.ai/v1"
+    name_rule = False
+    replay_reasoning_content = True
+
+
+__all__ = [
+    "DeepSeekAdapter", "KimiAdapter", "OpenAIAdapter", "OpenRouterAdapter", "XAIAdapter", "is_reasoning_model",
+    "openai_messages",
+]

@@ -2,13 +2,18 @@
 
 ``resolve_adapter(provider=None, model=None, api_key=None, base_url=None)``:
 
-1. ``model`` may name its provider: ``"openai:gpt-4o-mini"``.
+1. ``model`` may name its provider: ``"openai:gpt-4o-mini"``,
+   ``"openai-responses:gpt-5-mini"``, ``"deepseek:deepseek-chat"``, ``"kimi:kimi-k2.6"``.
 2. Without a provider, the first of ``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``,
-   ``GEMINI_API_KEY``, ``XAI_API_KEY``, ``OPENROUTER_API_KEY`` that is set
-   picks it (``OPENFUNCTIONS_PROVIDER`` overrides the order).
+   ``GEMINI_API_KEY``, ``XAI_API_KEY``, ``OPENROUTER_API_KEY``,
+   ``DEEPSEEK_API_KEY``, ``MOONSHOT_API_KEY`` that is set picks it
+   (``OPENFUNCTIONS_PROVIDER`` overrides the order; ``OPENAI_API_KEY`` picks
+   ``openai``, the Chat Completions adapter: name ``openai-responses`` for the other).
 3. The model defaults to ``OPENFUNCTIONS_MODEL``, else the provider's default below.
-4. The key defaults to the provider's variable; the base URL to
-   ``<PROVIDER>_BASE_URL`` (e.g. ``OPENAI_BASE_URL``), else the public endpoint.
+4. The key defaults to the provider's variable; the base URL to the
+   provider's base-URL variable (``BASE_URL_ENV``: ``<PROVIDER>_BASE_URL``, e.g.
+   ``OPENAI_BASE_URL``, shared by ``openai-responses``; ``MOONSHOT_BASE_URL``
+   for ``kimi``), else the public endpoint.
 
 Anything missing raises :class:`AdapterNotConfigured` naming it.
 """
@@ -28,14 +33,29 @@ PROVIDERS: dict[str, tuple[str, str]] = {
     "gemini": ("GEMINI_API_KEY", "gemini-2.0-flash"),
     "xai": ("XAI_API_KEY", "grok-3-mini"),
     "openrouter": ("OPENROUTER_API_KEY", "openrouter/auto"),
+    "openai-responses": ("OPENAI_API_KEY", "gpt-5-mini"),
+    "deepseek": ("DEEPSEEK_API_KEY", "deepseek-chat"),
+    "kimi": ("MOONSHOT_API_KEY", "kimi-k2.6"),
+}
+
+#: provider -> the variable that moves its endpoint (a proxy, a regional host such as api.moonshot.cn)
+BASE_URL_ENV: dict[str, str] = {
+    "anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL", "gemini": "GEMINI_BASE_URL", "xai": "XAI_BASE_URL",
+    "openrouter": "OPENROUTER_BASE_URL", "openai-responses": "OPENAI_BASE_URL", "deepseek": "DEEPSEEK_BASE_URL",
+    "kimi": "MOONSHOT_BASE_URL",
 }
 
 
 def _adapter_class(provider: str) -> Any:
-    if provider in ("openai", "xai", "openrouter"):
-        from ._openai import OpenAIAdapter, OpenRouterAdapter, XAIAdapter
+    if provider in ("openai", "xai", "openrouter", "deepseek", "kimi"):
+        from ._openai import DeepSeekAdapter, KimiAdapter, OpenAIAdapter, OpenRouterAdapter, XAIAdapter
 
-        return {"openai": OpenAIAdapter, "xai": XAIAdapter, "openrouter": OpenRouterAdapter}[provider]
+        return {"openai": OpenAIAdapter, "xai": XAIAdapter, "openrouter": OpenRouterAdapter, "deepseek": DeepSeekAdapter,
+                "kimi": KimiAdapter}[provider]
+    if provider == "openai-responses":
+        from ._openai_responses import OpenAIResponsesAdapter
+
+        return OpenAIResponsesAdapter
     if provider == "anthropic":
         from ._anthropic import AnthropicAdapter
 
@@ -61,10 +81,11 @@ def resolve_provider(
             (p for p, (var, _) in PROVIDERS.items() if env.get(var)), None
         )
     if provider is None:
-        names = ", ".join(var for var, _ in PROVIDERS.values())
+        variables = list(dict.fromkeys(var for var, _ in PROVIDERS.values()))
         raise AdapterNotConfigured(
-            f"no model provider configured: pass provider=/model= (e.g. model='openai:gpt-4o-mini') or set one of {names}",
-            details={"env": [var for var, _ in PROVIDERS.values()]},
+            f"no model provider configured: pass provider=/model= (e.g. model='openai:gpt-4o-mini') or set one of "
+            f"{', '.join(variables)}",
+            details={"env": variables},
         )
     if provider not in PROVIDERS:
         raise AdapterNotConfigured(f"unknown provider {provider!r}: choose one of {', '.join(PROVIDERS)}")
@@ -90,8 +111,8 @@ def resolve_adapter(
         raise AdapterNotConfigured(
             f"provider {provider!r} needs an API key: pass api_key= or set {var}", details={"env": var, "provider": provider}
         )
-    url = base_url or env.get(f"{provider.upper()}_BASE_URL") or None
+    url = base_url or env.get(BASE_URL_ENV[provider]) or None
     return _adapter_class(provider)(model=model, api_key=key, base_url=url, **options)
 
 
-__all__ = ["PROVIDERS", "resolve_adapter", "resolve_provider"]
+__all__ = ["BASE_URL_ENV", "PROVIDERS", "resolve_adapter", "resolve_provider"]

@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             "--no-journal` subprocess, called sequentially over stdio. `direct` is the SDK client (`mcp.Client`, "
             "handshake mode) talking to the upstream itself: the peer. `mounted (library)` is the same single "
             "stdio hop through `connect_provider(McpProvider(...))` and our executor (schema validation, "
-            "scheduling, receipt, result conversion): the gateway's own cost, which issue 14's 1.3x target is "
+            "scheduling, receipt, result conversion): the gateway's own cost, which the 1.3x target is "
             "about. The two `pass-through proxy` rows are the peers for the second hop a host sees: the SDK's "
             "low-level `Server` forwarding `tools/call` to the upstream with `mcp.Client` and nothing else (no "
             "validation, policy, receipt or journal), on the SDK's `stdio_server` and on our stdio transport. "

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -57,8 +58,8 @@ TIME = "2026-11-30T02:50:00.000000Z"
 SQ = "sqlite3 WAL synchronous=FULL, 1 commit/record"
 RAW1 = "raw write+fdatasync, 1 record/fsync"
 RAW64 = "raw write+fdatasync, 64 records/fsync"
-# Issue 16/15, session 6: what does one fdatasync cost, by the kind of space the
-# record lands in? See sync_latencies.
+# What does one fdatasync cost, by the kind of space the record lands in
+# (docs/design/journal.md, preallocated segments)? See sync_latencies.
 SYNC_MODES = {
     "append": "append (O_APPEND, the file grows)",
     "zeroed": "pwrite into pre-zeroed space (written + fsynced beforehand)",
@@ -266,16 +267,17 @@ def sync_latencies(d: Path, seconds: float, files: tuple[int, ...] = (1, 2)) -> 
 
 def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
     """One appender awaiting each record (a stdio server's receipt): latency (s)
-    of a raw ``write`` + ``fdatasync``, of ``JournalLog.append`` writing in place,
-    and of ``JournalLog.append`` handing over to the writer thread (the
-    default), interleaved op by op on three files."""
+    of a raw ``write`` + ``fdatasync``, of ``JournalLog.append`` handing over to
+    the writer thread (the default), and of ``JournalLog.append`` synced by the
+    loop's next flush (``sync_on_loop``, an HTTP server's default), interleaved
+    op by op on three files."""
     line = sample_lines(1)[0]
     lat: dict[str, list[float]] = {k: [] for k in LONE}
 
     async def run() -> None:
         fd = os.open(d / f"lone-raw-{time.monotonic_ns()}.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        inline = await JournalLog.open(d / f"lone-inline-{time.monotonic_ns()}.jsonl")
-        inline.inline_when_idle = True
+        on_loop = await JournalLog.open(d / f"lone-loop-{time.monotonic_ns()}.jsonl")
+        on_loop.sync_on_loop = True
         thread = await JournalLog.open(d / f"lone-thread-{time.monotonic_ns()}.jsonl")
         try:
             stop = time.perf_counter() + seconds
@@ -284,16 +286,16 @@ def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
                 os.write(fd, line)
                 os.fdatasync(fd)
                 t1 = time.perf_counter()
-                await inline.append("start", DATA)
+                await on_loop.append("start", DATA)
                 t2 = time.perf_counter()
                 await thread.append("start", DATA)
                 t3 = time.perf_counter()
                 lat[LONE_RAW].append(t1 - t0)
-                lat[LONE_INLINE].append(t2 - t1)
+                lat[LONE_LOOP].append(t2 - t1)
                 lat[LONE_THREAD].append(t3 - t2)
         finally:
             os.close(fd)
-            await inline.close()
+            await on_loop.close()
             await thread.close()
 
     anyio.run(run)
@@ -301,9 +303,9 @@ def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
 
 
 LONE_RAW = "raw write + fdatasync (no encoding)"
-LONE_INLINE = "JournalLog.append, in place (inline_when_idle=True: the stdio server's default)"
+LONE_LOOP = "JournalLog.append, synced by the loop's next flush (sync_on_loop=True: an HTTP server's default)"
 LONE_THREAD = "JournalLog.append, handed over to the writer thread (the default)"
-LONE = (LONE_RAW, LONE_INLINE, LONE_THREAD)
+LONE = (LONE_RAW, LONE_LOOP, LONE_THREAD)
 
 
 def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
@@ -317,32 +319,27 @@ def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
     )
 
 
-SERVER_PEERS = ("ours, journal on, lone appender in place (OPENFUNCTIONS_JOURNAL_IN_PLACE=1)",
-                "ours, journal on, writer thread (the default)", "SDK MCPServer (persists nothing)")
+SERVER_PEERS = ("ours, journal on (writer thread)", "SDK MCPServer (persists nothing)")
 
 
 def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[float]]:
-    """Per-call latency (s) of a serial stdio client against three servers,
-    interleaved call by call: ours with ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1`` (a
-    lone appender writes in place), ours as shipped (every record through the
-    writer thread), and the SDK's MCPServer; for ``noop`` (a declared
+    """Per-call latency (s) of a serial stdio client against two servers,
+    interleaved call by call: ours as shipped (every record through the
+    journal's writer thread) and the SDK's MCPServer; for ``noop`` (a declared
     read: one fsync, the receipt) and ``noop_write`` (two: start, receipt).
     The servers and tools are bench_server's (``bench_server:registry``)."""
     import bench_server
     from mcp import Client, StdioServerParameters
 
-    ours = bench_server._ours_cmd(d / "srv-inline", journal=True)
-    thread = bench_server._ours_cmd(d / "srv-thread", journal=True)
+    ours = bench_server._ours_cmd(d / "srv-thread", journal=True)
     sdk = bench_server._sdk_cmd("stdio")
     env = bench_server._env()
-    envs = ({**env, "OPENFUNCTIONS_JOURNAL_IN_PLACE": "1"}, {**env, "OPENFUNCTIONS_JOURNAL_IN_PLACE": "0"}, env)
-    params = [StdioServerParameters(command=c[0], args=c[1:], env=e) for c, e in zip((ours, thread, sdk), envs, strict=True)]
+    params = [StdioServerParameters(command=c[0], args=c[1:], env=env) for c in (ours, sdk)]
     lat: dict[tuple[str, str], list[float]] = {(tool, peer): [] for tool in ("noop", "noop_write") for peer in SERVER_PEERS}
 
     async def run() -> None:
-        async with Client(params[0], read_timeout_seconds=60) as a, Client(params[1], read_timeout_seconds=60) as b, \
-                Client(params[2], read_timeout_seconds=60) as c:
-            clients = dict(zip(SERVER_PEERS, (a, b, c), strict=True))
+        async with Client(params[0], read_timeout_seconds=60) as a, Client(params[1], read_timeout_seconds=60) as b:
+            clients = dict(zip(SERVER_PEERS, (a, b), strict=True))
             for tool in ("noop", "noop_write"):
                 for cl in clients.values():  # warm-up
                     for _ in range(20):
@@ -365,7 +362,7 @@ def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[floa
 def server_latency_table(lat: dict[tuple[str, str], list[float]], seconds: float) -> str:
     rows = []
     for (tool, peer), xs in lat.items():
-        sdk = lat[(tool, SERVER_PEERS[2])]
+        sdk = lat[(tool, SERVER_PEERS[-1])]
         kind = "read-only (1 fsync)" if tool == "noop" else "effectful (2 fsyncs)"
         rows.append([f"stdio, {kind}: {peer}", f"{len(xs):,}", f"{median(xs) * 1e3:.2f}",
                      f"{_pct(xs, 0.25) * 1e3:.2f}–{_pct(xs, 0.75) * 1e3:.2f}",
@@ -402,25 +399,22 @@ def sync_latency_table(lat: dict[tuple[str, int], list[float]], seconds: float) 
 
 LONE_INTRO = (
     "A lone appender (a stdio server's caller waits for each record): handing the record to the writer thread "
-    "costs two thread wake-ups (the thread's, then the event loop's) on top of the fsync; opt-in, with nothing else "
-    "to run and no other append waiting, `JournalLog.append` writes and syncs in place instead (docs/formats/journal.md, "
-    "'Durability'; off by default, `OPENFUNCTIONS_JOURNAL_IN_PLACE=1` for a stdio server, see the stdio table "
-    "below). Same record bytes, three files, op-interleaved:"
+    "costs two thread wake-ups (the thread's, then the event loop's) on top of the fsync; the loop's own flush "
+    "(`sync_on_loop`, an HTTP server's default) costs one loop iteration instead. Same record bytes, three files, "
+    "op-interleaved:"
 )
 
 
 SERVER_INTRO = (
-    "The same choice inside the stdio server (`bench_server.py`'s `noop`/`noop_write` tools and SDK peer, one "
-    "serial `mcp.Client` per server, calls interleaved server by server, the order rotating each cycle; in place "
-    "is `OPENFUNCTIONS_JOURNAL_IN_PLACE=1`). Why it is not the default: it is not a clear win. Session 7 (load "
-    "1-3.5, seven runs): read-only 1-10 % ahead in every run, effectful between 9 % behind and 12 % ahead. "
-    "Session 6 (load 5-6): behind in every run (`os.fdatasync` timed inside the servers took 0.95-1.87 ms median "
-    "on the loop's thread against 0.73-0.80 ms on the writer thread, cause not established)."
+    "Inside the stdio server (`bench_server.py`'s `noop`/`noop_write` tools and SDK peer, one serial `mcp.Client` "
+    "per server, calls interleaved server by server, the order rotating each cycle). Every record goes through the "
+    "journal's writer thread; an opt-in mode that wrote a lone appender's record on the loop's thread instead was "
+    "removed: it was not a clear win here and slower at higher load."
 )
 
 
 SYNC_INTRO = (
-    "What one durable record costs the disk, by where it lands (issue 16/15, session 6: would a preallocated, "
+    "What one durable record costs the disk, by where it lands (would a preallocated, "
     "zero-filled tail that records overwrite in place make each fdatasync cheaper than an append that grows the "
     "file?). `fallocate'd` space is unwritten extents; `rewrite` overwrites the same 32 KiB over and over, as "
     "SQLite's WAL does once it reached its size. `2 files at once` is two threads syncing one record each to their "
@@ -498,20 +492,70 @@ def recovery_memory(path: Path) -> tuple[int, int, int]:
 # -- main ---------------------------------------------------------------------
 
 
+def append_rounds(base: Path, secs: float, reps: int) -> tuple[str, dict[str, list[float]], dict[str, float], Callable[[str, str], float]]:
+    """The durable-appends table: every peer once per round, ``reps`` interleaved rounds."""
+    rows = []
+    rates: dict[str, float] = {}
+    runs: dict[str, Callable[[], float]] = {}
+    for name, fn in [
+        (SQ, lambda: bench_sqlite(base, secs)),
+        (RAW1, lambda: bench_raw(base, secs, 1)),
+        (RAW64, lambda: bench_raw(base, secs, 64)),
+        (J1, lambda: bench_journal_appends(base, 1, secs, name=J1)),
+        (J8, lambda: bench_journal_appends(base, 8, secs, name=J8)),
+        (J64, lambda: bench_journal_appends(base, 64, secs, name=J64)),
+        (JMANY, lambda: bench_journal_appends(base, 1, secs, group=64, name=JMANY)),
+    ]:
+        runs.setdefault(name, fn)
+    # Interleaved rounds: the shared disk's speed drifts, so each round
+    # measures every peer back to back and the medians compare like with like.
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, fn in runs.items():
+            samples[name].append(fn())
+    for name, xs in samples.items():
+        rates[name] = median(xs)
+        print(f"{name}: {rates[name]:,.0f}/s {[round(x) for x in xs]}", file=sys.stderr)
+
+    def ratio(name: str, peer: str) -> float:
+        # Median of per-round ratios: both sides of a ratio saw the same disk state.
+        return median([a / b for a, b in zip(samples[name], samples[peer], strict=False)])
+
+    for name, r in rates.items():
+        xs = samples[name]
+        per_sync = PER_RECORD_FSYNCS.get(name)
+        cpu_us = LOOP_CPU_US.get(name)
+        rows.append([
+            name, f"{r:,.0f}", f"{min(xs):,.0f}–{max(xs):,.0f}",
+            f"{median(per_sync):.1f}" if per_sync else {RAW1: "1", RAW64: "64"}.get(name, "1 commit"),
+            f"{median(cpu_us):.1f}" if cpu_us else "",
+            f"{ratio(name, SQ):.1f}x", f"{ratio(name, RAW1):.2f}x", f"{ratio(name, RAW64):.2f}x",
+        ])
+    append_table = table(
+        [f"durable appends ({reps} interleaved rounds)", "median records/s", "spread (min–max)",
+         "records per fsync", "event-loop CPU per record (µs)", "vs sqlite", "vs raw 1/fsync", "vs raw batched"],
+        rows,
+    )
+    return append_table, samples, rates, ratio
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="shorter runs and smaller files")
     ap.add_argument("--dir", type=Path, default=None, help="scratch directory on the disk to measure (default: a temp dir)")
     ap.add_argument("--no-write", action="store_true", help="print the table, do not touch docs/PERFORMANCE.md")
     ap.add_argument("--server", action="store_true",
-                    help="only the stdio server table (ours in place vs ours through the writer thread vs the SDK, "
-                         "call-interleaved); prints it, does not touch docs/PERFORMANCE.md")
+                    help="only the stdio server table (ours vs the SDK, call-interleaved); prints it, does not touch "
+                         "docs/PERFORMANCE.md")
     ap.add_argument("--sync-only", action="store_true",
                     help="only the two latency tables (fdatasync by kind of space, 1 and 2 files at once; a lone "
-                         "appender raw vs in place vs handed over); prints them, does not touch docs/PERFORMANCE.md")
+                         "appender raw vs on the loop vs handed over); prints them, does not touch docs/PERFORMANCE.md")
+    ap.add_argument("--appends-only", action="store_true",
+                    help="only the durable-appends table (interleaved rounds); prints it, does not touch docs/PERFORMANCE.md")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the appends table (default 5, --quick 3)")
     a = ap.parse_args()
     secs = 0.5 if a.quick else 1.0
-    reps = 3 if a.quick else 5
+    reps = a.rounds or (3 if a.quick else 5)
     scan_n = 100_000 if a.quick else 1_000_000
     mem_sizes_mib = [16, 128] if a.quick else [64, 1024]
     load_before = os.getloadavg()[0]
@@ -521,6 +565,9 @@ def main() -> None:
         if a.server:
             server_secs = 10.0 if a.quick else 40.0
             print(server_latency_table(server_latencies(base, server_secs), server_secs))
+            return
+        if a.appends_only:
+            print(append_rounds(base, secs, reps)[0])
             return
         sync_secs = 8.0 if a.quick else 20.0
         lat = sync_latencies(base, sync_secs)
@@ -535,48 +582,8 @@ def main() -> None:
         server_secs = 10.0 if a.quick else 40.0
         server_table = server_latency_table(server_latencies(base, server_secs), server_secs)
         print(server_table, file=sys.stderr)
-        rows = []
-        rates: dict[str, float] = {}
-        runs: dict[str, object] = {}
-        for name, fn in [
-            (SQ, lambda: bench_sqlite(base, secs)),
-            (RAW1, lambda: bench_raw(base, secs, 1)),
-            (RAW64, lambda: bench_raw(base, secs, 64)),
-            (J1, lambda: bench_journal_appends(base, 1, secs, name=J1)),
-            (J8, lambda: bench_journal_appends(base, 8, secs, name=J8)),
-            (J64, lambda: bench_journal_appends(base, 64, secs, name=J64)),
-            (JMANY, lambda: bench_journal_appends(base, 1, secs, group=64, name=JMANY)),
-        ]:
-            runs.setdefault(name, fn)
-        # Interleaved rounds: the shared disk's speed drifts, so each round
-        # measures every peer back to back and the medians compare like with like.
-        samples: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(reps):
-            for name, fn in runs.items():
-                samples[name].append(fn())
-        for name, xs in samples.items():
-            rates[name] = median(xs)
-            print(f"{name}: {rates[name]:,.0f}/s {[round(x) for x in xs]}", file=sys.stderr)
+        append_table, samples, rates, ratio = append_rounds(base, secs, reps)
         load_after = os.getloadavg()[0]
-        def ratio(name: str, peer: str) -> float:
-            # Median of per-round ratios: both sides of a ratio saw the same disk state.
-            return median([a / b for a, b in zip(samples[name], samples[peer], strict=False)])
-
-        for name, r in rates.items():
-            xs = samples[name]
-            per_sync = PER_RECORD_FSYNCS.get(name)
-            cpu_us = LOOP_CPU_US.get(name)
-            rows.append([
-                name, f"{r:,.0f}", f"{min(xs):,.0f}–{max(xs):,.0f}",
-                f"{median(per_sync):.1f}" if per_sync else {RAW1: "1", RAW64: "64"}.get(name, "1 commit"),
-                f"{median(cpu_us):.1f}" if cpu_us else "",
-                f"{ratio(name, SQ):.1f}x", f"{ratio(name, RAW1):.2f}x", f"{ratio(name, RAW64):.2f}x",
-            ])
-        append_table = table(
-            [f"durable appends ({reps} interleaved rounds)", "median records/s", "spread (min–max)",
-             "records per fsync", "event-loop CPU per record (µs)", "vs sqlite", "vs raw 1/fsync", "vs raw batched"],
-            rows,
-        )
 
         jpath = base / "scan.jsonl"
         size = build_journal(jpath, scan_n)
@@ -622,7 +629,7 @@ def main() -> None:
         cpu64 = median(LOOP_CPU_US[J64])
         ceiling = 1e6 / cpu64
         targets = (
-            f"Issue 16 targets: per-record awaited appends at 64 appenders ≥8× sqlite — measured "
+            f"Targets: per-record awaited appends at 64 appenders ≥8× sqlite — measured "
             f"**{ratio(J64, SQ):.1f}×**; "
             f"`append_many` ≥10× sqlite — measured **{ratio(JMANY, SQ):.1f}×**; raw batched ratio (reported, not "
             f"chased with a pure-Python encoder): **{ratio(J64, RAW64):.2f}×** at 64 appenders, "

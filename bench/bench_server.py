@@ -409,7 +409,7 @@ async def bench(
         await mode("http x16, mcp.Client, journal on, read-only tool",
                    _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], pid=ours_http_j.proc.pid),
                    _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
-        # Lean rows (issue 16's x16 target): 16 raw keep-alive connections (load_http.LeanClients), 2026-07-28.
+        # Lean rows (the x16 target): 16 raw keep-alive connections (load_http.LeanClients), 2026-07-28.
         n_lean = n_http * 5
 
         def lean(label: str, proc: _HttpProc, tool: str = "noop") -> _Target:
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     body += ("\n\nClients of the HTTP rows: the rows named `mcp.Client` drive each server with the SDK's client "
              "(16 of them in one Python process, this bench's, on the same two cores as the server); its CPU per call "
              "(the `client process` columns) is larger than either server's, so those rows follow the client's cost. "
-             "The other `http x16` rows (issue 16's target rows) use `bench/load_http.py`'s lean client "
+             "The other `http x16` rows (the target rows) use `bench/load_http.py`'s lean client "
              "(`LeanClients`: 16 raw HTTP/1.1 keep-alive connections on asyncio, 2026-07-28 `tools/call` without a "
              "session, the reply read whole and checked), the same piece of code as the `load_http` section, whose "
              "own CPU per call is shown in the same columns. The raw-HTTP `http load x50` row uses it too.")
@@ -482,20 +482,23 @@ def main(argv: list[str] | None = None) -> int:
             "that declares an effect (`noop_write`, `effect: write`) also fsyncs a start record before its "
             "handler; a declared read (`noop`, `effect: read`) needs no start record (docs/formats/receipt.md). "
             "The SDK persists nothing — these rows show what durability costs, not a like-for-like race. "
-            "Issue 16's targets for the journal-on rows: stdio read-only >= 1.0x, stdio effectful >= 0.8x, "
-            "http x16 >= 1.5x; issue 19's for the load row: >= 1.5x. Ours runs on its defaults (asyncio's loop; "
+            "Targets for the journal-on rows: stdio read-only >= 1.0x, stdio effectful >= 0.8x, "
+            "http x16 >= 1.5x; for the load row: >= 1.5x. Ours runs on its defaults (asyncio's loop; "
             "`--http auto` = httptools, a dependency of ours); the SDK's stdio server runs on asyncio (its "
             "`run(\"stdio\")`), its HTTP server under `uvicorn.run`'s own `auto` (uvloop and httptools, both "
             "installed here); the `--loop uvloop` row is our default server on uvloop (opt-in). The `--no-fast-path` rows are the same "
             "default server with the direct `tools/call` path off (every call through the SDK's transport layers; "
             "docs/SERVERS.md): before/after in one run. The fsync-floor table below says whether the "
-            "stdio targets are reachable on this disk at all; docs/notes/session-4/perf.md has the per-stage "
+            "stdio targets are reachable on this disk at all; docs/design/http-fast-path.md has the per-stage "
             "profile and why the HTTP targets are out of reach while the SDK's HTTP stack (shared by both servers) "
             "is most of the CPU of a call. "
             f"1-minute load average at the end of the run: {load:.1f} on a shared machine, so absolute rates "
             "move between runs; the ratios are the figure to quote.\n\n"
         )
         cmd = "python bench/bench_server.py" + (" --quick" if args.quick else "") + (f" --rounds {args.rounds}" if args.rounds else "")
+        from _chart import chart_for
+
+        body = body.replace("\n\n", "\n\n" + chart_for("server", rows) + "\n\n", 1)  # the chart under the first table
         write_section("server", "MCP server: calls/s vs the SDK's MCPServer", note + body, cmd)
     return 0
 

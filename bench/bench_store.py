@@ -247,6 +247,9 @@ async def main() -> None:
              "keeps its values durable can beat); each row says which.")
     print(body)
     if not args.no_write:
+        from _chart import chart_for
+
+        body = body.replace("\n\n", "\n\n" + chart_for("store", rows) + "\n\n", 1)  # the chart under the table
         write_section("store", "Store: put/get per second vs raw file writes and raw psycopg (bench/bench_store.py)",
                       body, "python bench/bench_store.py")
 

@@ -1,4 +1,4 @@
-"""HTTP load against our server and the SDK's MCPServer, in the same run (issue 19).
+"""HTTP load against our server and the SDK's MCPServer, in the same run.
 
 A lean load generator: raw HTTP/1.1 keep-alive connections on asyncio (not the
 SDK client, which is itself the bottleneck), each client a loop of
@@ -189,7 +189,7 @@ def _start(kind: str, data_dir: Path, profile_out: Path | None = None,
     """``kind``: ``ours`` (journal on), ``ours-no-journal`` (``--no-journal``), ``ours-no-fast-path``
     (``--no-fast-path``: every call through the SDK's HTTP layers),
     ``ours-h11`` (``--http h11``), ``ours-journal-thread`` (``--journal-sync thread``: the journal's writer
-    thread, the default before session 9), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``; ``env``: the server's environment
+    thread, as stdio uses), ``sdk`` (uvicorn's ``auto`` loop and parser) or ``sdk-asyncio-h11``; ``env``: the server's environment
     (default: this process's)."""
     port = free_port()
     if kind.startswith("ours"):
@@ -321,7 +321,7 @@ def main() -> None:
              "a dependency of ours, `--journal-sync loop`) with the SDK's MCPServer under `uvicorn.run`'s own `auto` choice in the same "
              "environment (uvloop and httptools, both installed here); the `--http h11` and `asyncio + h11` rows show "
              "both on the pure-Python parser; the `--journal-sync thread` row is our server with the journal's "
-             "writer thread making receipts durable (the default before session 9: docs/notes/session-9/coordinator.md). Target (issue 19): ≥ 1.5× the SDK's calls/s; see docs/notes/session-4/perf.md and the "
+             "writer thread making receipts durable (docs/design/journal.md). Target: ≥ 1.5× the SDK's calls/s; see the "
              "`server` section (its `http load x50` row and CPU split) for where our CPU per call goes."
              "\n\nPer server thread (the event loop's against the journal writer's), in µs per call, with old and new code side by side: `python bench/profile_served.py --clients 16 --rounds 3 ours@main ours` (prints only).")
     if args.profile:

@@ -17,7 +17,7 @@ same disk the servers' journals use), and prints:
 
 ``--ordered`` compares, in one run, 16 concurrent callers (effectful
 ``noop_write``, then the read ``of_hash_text``) with the file journal releasing
-each call's reservation once its receipt is queued (the default since session 7)
+each call's reservation once its receipt is queued (the default)
 and once it is durable (docs/formats/receipt.md).
 
 ``--threads`` splits the journal's CPU per call by thread (from

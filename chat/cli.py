@@ -15,7 +15,8 @@ from typing import Any
 HELP = "chat with a model that uses your tools (a terminal loop, or --serve for HTTP and a web page)"
 _EPILOG = """\
 model: --provider/--model, else the environment: ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY,
-XAI_API_KEY or OPENROUTER_API_KEY (OPENFUNCTIONS_PROVIDER / OPENFUNCTIONS_MODEL override the choice).
+XAI_API_KEY, OPENROUTER_API_KEY, DEEPSEEK_API_KEY or MOONSHOT_API_KEY (OPENFUNCTIONS_PROVIDER /
+OPENFUNCTIONS_MODEL override the choice).
 Offline demo: --provider scripted --script replies.json (a JSON list of replies, see docs/CHAT.md).
 
 examples:
@@ -31,7 +32,8 @@ def add_commands(subparsers: Any) -> None:
     p = subparsers.add_parser("chat", help=HELP, description="Chat with a model that calls your tools through the "
                               "openfunctions executor (every call has a receipt; every turn leaves a run record).",
                               epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--provider", help="anthropic, openai, gemini, xai, openrouter, or scripted (with --script)")
+    p.add_argument("--provider", help="anthropic, openai, openai-responses, gemini, xai, openrouter, deepseek, kimi, "
+                                      "or scripted (with --script)")
     p.add_argument("--model", help="model name, or provider:model (default: the provider's default)")
     p.add_argument("--script", type=Path, metavar="FILE",
                    help="with --provider scripted: a JSON list of replies the scripted model plays (offline)")

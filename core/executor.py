@@ -37,7 +37,7 @@ read's reply waits for its receipt, also behind. So a write still runs alone
 durable, while consecutive writes share fsyncs (docs/formats/receipt.md).
 Cross-replica key locks (``key_locks``) are kept until the receipt is
 durable even then: the journal's order binds only this process's writers.
-A read's shared slot is released the same way (session 9): held until
+A read's shared slot is released the same way: held until
 durable, the default 8 slots capped a server at 8 calls per fsync round
 trip, which at 200 HTTP clients left the loop idle between fsyncs.
 """

@@ -16,8 +16,7 @@ def valid_jsonrpc_id(value: object) -> bool:
 
 def env_switch(name: str, default: bool) -> bool:
     """An on/off environment variable: unset gives ``default``; ``0``/``off``/``false``/``no`` turn it off,
-    any other value on. One reading for every such switch (``OPENFUNCTIONS_FAST_PATH``,
-    ``OPENFUNCTIONS_JOURNAL_IN_PLACE``)."""
+    any other value on. One reading for every such switch (``OPENFUNCTIONS_FAST_PATH``, ...)."""
     value = os.environ.get(name)
     if value is None:
         return default

@@ -32,13 +32,13 @@ answers it, errors included):
   schema has no ``x-mcp-header`` annotations (no ``Mcp-Param-*`` checks to
   make); no cache hint is configured for ``tools/call``.
 
-Private SDK API used (guarded: a missing piece turns the fast path off with
-one error log, never breaks a call): the session manager's
-``_lifespan_state`` and ``_task_group`` (HTTP), read by
-:mod:`openfunctions.servers._fast_http`; the type of the SDK's
-OpenTelemetry middleware (``mcp.server._otel``), left out of the chain while
-tracing is off (see :meth:`FastCalls._chain`). tests/servers/test_fast_http.py
-checks each is still there.
+Private SDK API used, all through :mod:`openfunctions.servers._sdk` (a
+missing piece turns the fast path off or makes it do the SDK's full work,
+never breaks a call): the session manager's ``_lifespan_state`` and
+``_task_group`` (HTTP, read by :mod:`openfunctions.servers._fast_http`); the
+type of the SDK's OpenTelemetry middleware, left out of the chain while
+tracing is off (see :meth:`FastCalls._chain`); whether a connection's exit
+stack holds anything. tests/servers/test_sdk_contract.py checks each is still there.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp_types as types
 import structlog
-from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.runner import aclose_shielded, modern_error_data
@@ -74,6 +73,7 @@ from pydantic import ValidationError
 from openfunctions.core import ToolNotFound
 
 from ._constants import RECEIPT_META_KEY, env_switch, valid_jsonrpc_id
+from ._sdk import OTEL_MIDDLEWARE, exit_stack_in_use
 
 if TYPE_CHECKING:
     from ._server import OpenFunctionsServer
@@ -264,7 +264,7 @@ class FastCalls:
             error = modern_error_data(exc).model_dump(mode="json", by_alias=True, exclude_none=True)
             return {"jsonrpc": "2.0", "id": call.request_id, "error": error}
         finally:
-            if getattr(connection.exit_stack, "_exit_callbacks", True):  # nothing registered: nothing to unwind
+            if exit_stack_in_use(connection.exit_stack):  # nothing registered: nothing to unwind
                 await aclose_shielded(connection)
 
     def _chain(self) -> Callable[[Any], Awaitable[Any]]:
@@ -276,8 +276,8 @@ class FastCalls:
         every call gets its span as on the SDK path.
         """
         middleware = tuple(self.server.lowlevel.middleware)
-        if _tracing_off():
-            middleware = tuple(mw for mw in middleware if not isinstance(mw, OpenTelemetryMiddleware))
+        if OTEL_MIDDLEWARE is not None and _tracing_off():
+            middleware = tuple(mw for mw in middleware if not isinstance(mw, OTEL_MIDDLEWARE))
         if self._composed is None or self._composed[0] != middleware:
             call: Callable[[Any], Awaitable[Any]] = self._inner
             for mw in reversed(middleware):

@@ -49,6 +49,7 @@ from starlette.requests import Request
 
 from ._fast import Admitted, Exchange, FastCalls, encode
 from ._http_guard import CONNECTION_LOST_KEY, PARSED_BODY_KEY
+from ._sdk import manager_internals_present, manager_lifespan_state, manager_task_group
 
 log = structlog.get_logger("openfunctions.servers.fast")
 
@@ -139,14 +140,14 @@ class FastToolCalls:
         self.json_response = json_response
         self.manager = manager
         self.max_body_bytes: int = getattr(manager, "max_request_body_size", 0)
-        self._broken = not (hasattr(manager, "_lifespan_state") and hasattr(manager, "_task_group"))
+        self._broken = not manager_internals_present(manager)
         if self._broken:
             log.error("fast_path_off", reason="this mcp SDK's session manager has no _lifespan_state/_task_group",
-                      hint="update servers/_fast_http.py; calls take the SDK path meanwhile")
+                      hint="update servers/_sdk.py; calls take the SDK path meanwhile")
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if (scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path or self._broken
-                or self.manager._task_group is None):
+                or manager_task_group(self.manager) is None):
             await self.app(scope, receive, send)
             return
         version = self._plain_headers(scope)
@@ -219,7 +220,7 @@ class FastToolCalls:
         sse = not self.json_response
         exchange = _Exchange(scope, call.request_id, send, sse)
         request = Request(scope, replay_body(first, receive))
-        state = self.manager._lifespan_state
+        state = manager_lifespan_state(self.manager)
         if not sse:
             reply = await self.calls.run(call, exchange, lifespan_state=state, request=request)
             await self._write_json(reply, send)

@@ -78,6 +78,7 @@ from ._http_guard import (
     quiet_accept_errors,
 )
 from ._journaling import ServedJournal
+from ._sdk import set_session_event_store
 from ._server import OpenFunctionsServer
 from ._signals import ShutdownWatch
 
@@ -203,12 +204,12 @@ def _event_store_scoper(store: MemoryEventStore) -> Callable[[Any], None]:
     JSON-RPC request ids that every session reuses; a flat store would replay
     one session's messages to another. The SDK has no per-session hook, so
     this runs on its session admission (private API, wrapped by
-    :class:`SessionLimits` and checked by tests/servers/test_http_resume.py).
+    :class:`SessionLimits` through ``_sdk``; tests/servers/test_http_resume.py and test_sdk_contract.py).
     """
 
     def scope(transport: Any) -> None:
         session_id = transport.mcp_session_id
-        transport._event_store = store.for_session(session_id)
+        set_session_event_store(transport, store.for_session(session_id))
         weakref.finalize(transport, store.drop_session, session_id)
 
     return scope

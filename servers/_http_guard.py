@@ -46,6 +46,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import h11
@@ -71,6 +72,7 @@ from ._http_limits import (  # noqa: E402  (light module: the CLI reads the defa
     DEFAULT_SESSION_IDLE_TIMEOUT,
     REFUSAL_LOG_INTERVAL,
 )
+from ._sdk import wrap_session_admission  # noqa: E402
 
 
 class RefusalLog:
@@ -682,7 +684,7 @@ class SessionLimits:
     """Counts open sessions per principal and refuses one past ``per_principal`` (``None``: no cap).
 
     Wired into the SDK's session manager by :meth:`install` (its private
-    ``_admit_session``/``_discard_session``, guarded by tests): admission is
+    ``_admit_session``/``_discard_session``, through ``_sdk.wrap_session_admission``): admission is
     decided under the manager's lock, so concurrent ``initialize`` requests
     cannot overshoot the cap.
     """
@@ -701,11 +703,9 @@ class SessionLimits:
         return self.per_principal is not None and self.open_for(key) >= self.per_principal
 
     def install(self, manager: Any, on_admit: Callable[[Any], None] | None = None) -> None:
-        admit = getattr(manager, "_admit_session", None)
-        discard = getattr(manager, "_discard_session", None)
-        if admit is None or discard is None:
-            raise RuntimeError("this mcp SDK version has no StreamableHTTPSessionManager._admit_session/_discard_session")
+        wrap_session_admission(manager, partial(self._admit, on_admit=on_admit), self._discard)
 
+    def _admit(self, admit: Callable[..., Any], *, on_admit: Callable[[Any], None] | None) -> Callable[..., Any]:
         def admit_limited(*args: Any, **kwargs: Any) -> Any:
             key = _session_key.get()
             if key is not None and self.full(key):
@@ -719,6 +719,9 @@ class SessionLimits:
                     on_admit(transport)
             return transport
 
+        return admit_limited
+
+    def _discard(self, discard: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
         async def discard_counted(session_id: str, transport: Any) -> None:
             key = self._owner.pop(session_id, None)
             if key is not None:
@@ -729,8 +732,7 @@ class SessionLimits:
                     self._count.pop(key, None)
             await discard(session_id, transport)
 
-        manager._admit_session = admit_limited
-        manager._discard_session = discard_counted
+        return discard_counted
 
     def middleware(self, app: Any) -> Callable[..., Any]:
         """ASGI middleware (inside authentication): names the caller for admission, refuses a request that would open a session early when its cap is reached (a 2026-07-28 request opens none and passes)."""

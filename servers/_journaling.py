@@ -49,7 +49,6 @@ import structlog
 from openfunctions.core.errors import JournalFailed, JournalLocked, OpenFunctionsError
 from openfunctions.core.journal import DEFAULT_ROTATE_BYTES
 
-from ._constants import env_switch
 from .errors import DataDirLocked, DataDirUnusable
 
 log = structlog.get_logger("openfunctions.servers.journal")
@@ -57,14 +56,22 @@ log = structlog.get_logger("openfunctions.servers.journal")
 MAX_SLOTS = 16
 #: A journal larger than this at startup continues in a new segment (see the module docstring).
 ROTATE_BYTES = DEFAULT_ROTATE_BYTES
-#: ``1``/``on``/``true``/``yes``: a stdio server writes a lone appender's record in place, on the
-#: event loop's thread, instead of handing it to the journal's writer thread (``ServedJournal.write_in_place``).
-JOURNAL_IN_PLACE_ENV = "OPENFUNCTIONS_JOURNAL_IN_PLACE"
+#: A removed switch (it let a stdio server's lone appender write its record on the event loop's thread;
+#: measured slower than the writer thread, see docs/formats/journal.md "Durability"). Still accepted, so a
+#: configuration that sets it keeps starting: :func:`warn_removed_switches` says once that it is ignored.
+REMOVED_JOURNAL_IN_PLACE_ENV = "OPENFUNCTIONS_JOURNAL_IN_PLACE"
 
 
-def journal_in_place_enabled(default: bool = False) -> bool:
-    """The ``OPENFUNCTIONS_JOURNAL_IN_PLACE`` switch, read by ``run_stdio`` (default off)."""
-    return env_switch(JOURNAL_IN_PLACE_ENV, default)
+def warn_removed_switches() -> bool:
+    """Log one ``journal_in_place_removed`` warning if ``OPENFUNCTIONS_JOURNAL_IN_PLACE`` is set (any
+    value); returns whether it was. Nothing else changes: every record goes through the writer thread."""
+    value = os.environ.get(REMOVED_JOURNAL_IN_PLACE_ENV)
+    if value is None:
+        return False
+    log.warning("journal_in_place_removed", variable=REMOVED_JOURNAL_IN_PLACE_ENV, value=value,
+                effect="ignored: the in-place journal mode was removed; records are written by the journal's "
+                       "writer thread, with the same durability", hint=f"unset {REMOVED_JOURNAL_IN_PLACE_ENV}")
+    return True
 
 
 #: Bytes the startup probe writes and fsyncs in the data dir: a disk too full
@@ -200,7 +207,6 @@ class ServedJournal:
         #: Why the last re-open attempt did not happen (``None`` after a success).
         self.reopen_blocked: str | None = None
         self._watch: Any = None  # the reopen watcher task (``_journal_reopen.start_watch``)
-        self._in_place = False
         self._on_loop = False
 
     def sync_on_loop(self, on: bool) -> None:
@@ -208,18 +214,9 @@ class ServedJournal:
         iteration appended, instead of on the journal's writer thread (``JournalLog.sync_on_loop``; kept
         across re-opens). ``serve_http`` turns it on unless told ``journal_sync="thread"``: under many
         clients the writer thread's contention for the GIL cost more than the fsync's stall
-        (docs/notes/session-9/coordinator.md)."""
+        (docs/design/journal.md)."""
         self._on_loop = on
         self._journal.log.sync_on_loop = on
-
-    def write_in_place(self, on: bool) -> None:
-        """Let a lone appender write and sync its record on the event loop's thread
-        (``JournalLog.inline_when_idle``; kept across re-opens). ``run_stdio`` turns it on
-        with ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1``: a stdio server has one client, so its
-        appends are almost always alone. Off by default: measured, it is not a clear win
-        under load (docs/notes/session-7/core.md)."""
-        self._in_place = on
-        self._journal.log.inline_when_idle = on
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._journal, name)
@@ -329,7 +326,6 @@ class ServedJournal:
                 self.reopen_blocked = f"opening the journal afresh failed: {exc}"
                 return False
             self._journal = fresh._journal
-            self.write_in_place(self._in_place)
             self.sync_on_loop(self._on_loop)
             self.failure = None
             self.reopen_blocked = None

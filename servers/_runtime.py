@@ -19,7 +19,7 @@ from mcp.server.lowlevel.server import lifespan as default_lifespan
 from openfunctions.core import ToolRegistry
 
 from ._fast import FastCalls, fast_path_enabled
-from ._journaling import ServedJournal, journal_in_place_enabled
+from ._journaling import warn_removed_switches
 from ._server import OpenFunctionsServer, create_mcp_server
 from ._signals import ShutdownWatch
 from ._stdio import DEFAULT_MAX_MESSAGE_BYTES, stdio_transport
@@ -54,17 +54,15 @@ async def run_stdio(
     """Serve ``server`` over this process's stdin/stdout until EOF or a shutdown signal, then close it.
 
     ``fast_path``: answer plain 2026-07-28 ``tools/call`` lines directly (``_stdio``); ``None`` reads
-    ``OPENFUNCTIONS_FAST_PATH`` (default on). ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1``: a file
-    execution journal writes a lone appender's record in place, on this thread, instead of
-    handing it to its writer thread (default off: not a clear win under load).
+    ``OPENFUNCTIONS_FAST_PATH`` (default on). ``OPENFUNCTIONS_JOURNAL_IN_PLACE`` was removed: if set,
+    it is ignored with one warning.
     """
     fast = FastCalls.of(server) if (fast_path_enabled() if fast_path is None else fast_path) else None
     if fast is not None and server.lowlevel.lifespan is not default_lifespan:
         fast = None  # the fast path passes the default lifespan's state ({}); a custom one is the SDK's to run
     watch = ShutdownWatch(server)
+    warn_removed_switches()
     async with server:
-        if isinstance(server.journal, ServedJournal):
-            server.journal.write_in_place(journal_in_place_enabled())
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
 

@@ -62,6 +62,7 @@ from openfunctions.core import PRINCIPAL_SCOPE_KEY, InvalidParams, ToolExecution
 from ._constants import RECEIPT_META_KEY
 from ._fast import EncodedReceipt
 from ._outstanding import Outstanding
+from ._sdk import announce_list_changes, connection_of
 from ._tasks import (
     DEFAULT_POLL_INTERVAL_MS,
     DEFAULT_TASK_AFTER_S,
@@ -271,13 +272,7 @@ class OpenFunctionsServer:
         # and remember (weakly) the handshake-era connections that listed them
         # so notify_*_changed() can tell them (see _connection_of).
         self._listing_connections: weakref.WeakSet[Any] = weakref.WeakSet()
-        default_options = self.lowlevel.create_initialization_options
-
-        def initialization_options(notification_options: NotificationOptions | None = None, *a: Any, **kw: Any) -> Any:
-            options = notification_options or NotificationOptions(tools_changed=True, prompts_changed=True)
-            return default_options(options, *a, **kw)
-
-        self.lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
+        announce_list_changes(self.lowlevel, NotificationOptions(tools_changed=True, prompts_changed=True))
         self.tasks = TaskManager(
             ttl_ms=int(task_ttl_s * 1000), poll_interval_ms=max(1, int(task_poll_interval_s * 1000)), task_after_s=task_after_s
         )
@@ -733,29 +728,13 @@ class OpenFunctionsServer:
         return rendered
 
 
-_CONNECTION_WARNED: list[bool] = []
-
-
 def _connection_of(session: Any) -> Any:
-    """The per-client ``Connection`` a request's ``ServerSession`` wraps (the SDK makes a session per request).
-
-    The low-level API has no public accessor for it in mcp 2.3 (``Context.connection``
-    exists only on ``MCPServer``'s context; ``ServerRequestContext`` carries just
-    the session), so this reads ``ServerSession._connection`` and checks what it
-    got. If an SDK release drops it, the error is logged once and the session
-    itself is returned: held weakly, it dies with its request, so handshake-era
-    clients then get no list_changed notifications (tests/providers/
-    test_gateway_serve.py fails loudly on that).
-    """
-    connection = getattr(session, "_connection", None)
-    if isinstance(connection, Connection):
-        return connection
-    if not _CONNECTION_WARNED:
-        _CONNECTION_WARNED.append(True)
-        log.error("sdk_connection_unavailable", session_type=type(session).__name__,
-                  consequence="handshake-era clients get no tools/prompts list_changed notifications",
-                  hint="mcp.server.session.ServerSession no longer has _connection; update servers/_server.py")
-    return session
+    """The per-client ``Connection`` a request's ``ServerSession`` wraps (the SDK makes a session per request;
+    read through ``_sdk.connection_of``). If the SDK no longer exposes it, the session itself: held weakly, it
+    dies with its request, so handshake-era clients then get no list_changed notifications
+    (tests/servers/test_sdk_contract.py and tests/providers/test_gateway_serve.py fail loudly on that)."""
+    connection = connection_of(session, Connection)
+    return session if connection is None else connection
 
 
 def _task_progress(task: TaskHandle, request_progress: Any) -> Any:

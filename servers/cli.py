@@ -298,6 +298,7 @@ _CONTRIBUTED = {
     "skills": ("openfunctions.skills.cli", "list and show the skills (markdown instructions) agents can load"),
     "plugins": ("openfunctions.plugins.cli", "list the installed plugins (tools, providers, skills, prompts)"),
     "test": ("openfunctions.servers.tool_tests_cli", "run the tests your tools carry, through the executor"),
+    "ui": ("openfunctions.ui.cli", "browse runs, receipts, attempts, tasks and conversations in a local web page"),
 }
 
 

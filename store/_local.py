@@ -102,7 +102,7 @@ _NOTHING: Mapping[str, Entry] = MappingProxyType({})  # get's hot dict while the
 
 
 def default_data_dir() -> Path:
-    """``<cwd>/.data``, resolved now (the seed's rule: the caller's cwd at creation)."""
+    """``<cwd>/.data``, resolved now (the caller's cwd at creation, not at first use)."""
     return Path.cwd().resolve() / ".data"
 
 

@@ -2,10 +2,10 @@
 
 DESIGN's direction of dependencies, as data (``TIERS``, top first)::
 
-    openfunctions (the front door) -> servers -> plugins
-        -> (agents, workflows, chat, memory, rag, providers, ui, skills) -> (adapters, store, work) -> artifacts -> core
+    openfunctions (the front door) -> ui -> servers -> plugins
+        -> (agents, workflows, chat, memory, rag, providers, skills) -> (adapters, store, work) -> artifacts -> core
 
-(DESIGN names the tiers from ``servers`` down; the front door and ``plugins``, the entry-point loader, which
+(DESIGN names the tiers from ``servers`` down; the front door, ``ui`` (the viewer over every layer's records) and ``plugins``, the entry-point loader, which
 imports what it loads, are placed here.)
 
 A package may import a package of a lower tier. An import of its own tier
@@ -32,9 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 TIERS: list[tuple[str, ...]] = [
     ("openfunctions",),  # the root package: the public API re-exports names from every package below
+    ("ui",),  # the viewer reads every layer's records and serves them behind the servers' HTTP guard
     ("servers",),
     ("plugins",),  # loads entry points into the layers below (tools, context providers, skills, prompts)
-    ("agents", "workflows", "chat", "memory", "rag", "providers", "ui", "skills"),
+    ("agents", "workflows", "chat", "memory", "rag", "providers", "skills"),
     ("adapters", "store", "work"),
     ("artifacts",),
     ("core",),

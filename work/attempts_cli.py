@@ -158,42 +158,60 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_resolve(args: argparse.Namespace) -> int:
-    import getpass
+class ResolveRefused(Exception):
+    """``work resolve`` refused: ``message`` says why, ``exit_code`` is the CLI's (1 refused, 2 bad input)."""
 
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.message, self.exit_code = message, exit_code
+
+
+def resolve_uncertain(args: argparse.Namespace, operation_id: str, *, verdict: str, reason: str, by: str) -> dict[str, Any]:
+    """What ``work resolve`` does, for the CLI and the viewer's resolve button alike: check that ``operation_id``
+    is uncertain and none of its processes still runs, then append the operator's answer (``verdict``:
+    ``applied`` | ``not_applied``) to the inbox. Returns the inbox record; raises :class:`ResolveRefused`."""
     from openfunctions.core.errors import OpenFunctionsError
 
     from ._resolutions import ResolutionInbox
 
-    if not args.reason.strip():
-        return _err("--reason must say what you checked", 2)
+    if not reason.strip():
+        raise ResolveRefused("--reason must say what you checked", 2)
     try:
         rows = {r["operationId"]: r for r in _uncertain(args)}
     except OpenFunctionsError as exc:
-        return _err(exc.message, 1)
-    row = rows.get(args.operation_id)
+        raise ResolveRefused(exc.message, 1) from None
+    row = rows.get(operation_id)
     if row is None:
-        return _err(f"no uncertain operation {args.operation_id[:80]!r} in {_where(args)} (see: openfunctions-mcp work list-uncertain)", 2)
+        raise ResolveRefused(f"no uncertain operation {operation_id[:80]!r} in {_where(args)} "
+                             "(see: openfunctions-mcp work list-uncertain)", 2)
     if row["running"]:
-        return _err(
-            f"operation {args.operation_id} still has running processes {row['running']}: its effect is not over, so no "
+        raise ResolveRefused(
+            f"operation {operation_id} still has running processes {row['running']}: its effect is not over, so no "
             "verdict can hold yet; wait for them, or cancel the attempt (of_work_cancel kills them), then resolve", 1)
+    try:
+        if getattr(args, "work_database", None):
+            from .cli import with_database
+
+            return with_database(args.work_database, lambda b: b.resolutions.resolve(  # type: ignore[no-any-return]
+                operation_id, as_=verdict, reason=reason, by=by))
+        inbox = ResolutionInbox(_work_dir(args))
+        return anyio.run(lambda: inbox.resolve(operation_id, as_=verdict, reason=reason, by=by))  # type: ignore[no-any-return]
+    except (OpenFunctionsError, ValueError) as exc:
+        raise ResolveRefused(getattr(exc, "message", str(exc)), 1) from None
+
+
+def _cmd_resolve(args: argparse.Namespace) -> int:
+    import getpass
+
     verdict = "applied" if args.verdict == "applied" else "not_applied"
     try:
         by = args.by or getpass.getuser()
     except Exception:
         by = "operator"
     try:
-        if getattr(args, "work_database", None):
-            from .cli import with_database
-
-            rec = with_database(args.work_database, lambda b: b.resolutions.resolve(
-                args.operation_id, as_=verdict, reason=args.reason, by=by))
-        else:
-            inbox = ResolutionInbox(_work_dir(args))
-            rec = anyio.run(lambda: inbox.resolve(args.operation_id, as_=verdict, reason=args.reason, by=by))
-    except (OpenFunctionsError, ValueError) as exc:
-        return _err(getattr(exc, "message", str(exc)), 1)
+        rec = resolve_uncertain(args, args.operation_id, verdict=verdict, reason=args.reason, by=by)
+    except ResolveRefused as exc:
+        return _err(exc.message, exc.exit_code)
     print(f"recorded: {args.operation_id} resolved as {verdict} by {by} (inbox seq {rec['seq']}); "
           "the server applies it at its next work call, or when it starts")
     return 0
@@ -216,4 +234,4 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_commands", "HELP"]
+__all__ = ["HELP", "ResolveRefused", "add_commands", "resolve_uncertain"]

@@ -17,20 +17,6 @@ This module owns the *life* of a log:
   once its own record is durable. A caller cancelled while waiting is not
   acknowledged, but its record is still written (as any unacknowledged
   record may be).
-- **in place for a lone appender, opt-in** (``inline_when_idle``, off by
-  default; a stdio server turns it on for its execution journal with
-  ``OPENFUNCTIONS_JOURNAL_IN_PLACE=1``): when nothing else could share its
-  fsync — no other append of this log waiting for the thread, nothing else
-  ready on the loop (or, if something is, nothing joined after one yield) —
-  an append writes and syncs its lines itself, on the loop's thread
-  (:meth:`~._writer.GroupWriter.write_now`, ``take_back``). Measured
-  (bench/bench_journal.py ``--sync-only`` and ``--server``; session 6 and 7
-  notes): a lone appender is ~70 µs closer to a raw write + fdatasync than
-  through the thread; in the stdio server (a serial client) read-only calls
-  were 1–10 % faster in place at load 1–3.5 and effectful ones between 9 %
-  slower and 12 % faster; at load 5–6 (session 6) in place was slower in
-  every run. Not a clear win, so off by default. Never for a server with many
-  clients: it would stall the loop for the fsync while other requests wait.
 - **on the loop, opt-in** (``sync_on_loop``; an HTTP server turns it on for
   its execution journal, ``serve --journal-sync loop``, the default there):
   no writer thread; the first append of an event-loop iteration schedules one
@@ -76,13 +62,9 @@ from .errors import JournalClosed, JournalMismatch
 class JournalLog:
     """An open, locked, recovered journal file. Create with :meth:`open`."""
 
-    # Whether a lone appender writes and syncs in place (opt-in: see the module
-    # doc); set it on one log, or on the class for a whole process.
-    inline_when_idle: bool = False
     # Whether every append is written and synced by the event loop itself, once per loop iteration for all
     # that iteration appended, instead of by the writer thread (``_writer``'s "On the loop"). Off by default;
-    # an HTTP server turns it on for its execution journal (``serve --journal-sync``). Takes precedence over
-    # ``inline_when_idle``.
+    # an HTTP server turns it on for its execution journal (``serve --journal-sync``).
     sync_on_loop: bool = False
 
     def __init__(self) -> None:  # use JournalLog.open
@@ -99,7 +81,6 @@ class JournalLog:
         self._link = ""
         self._enqueued_size = 0
         self._writer: GroupWriter | None = None  # set once recovered
-        self._handed_over = 0  # appends of this log waiting for the writer thread right now
         self._closing = False
         self._closed = False
 
@@ -197,8 +178,7 @@ class JournalLog:
         """Append one record; returns it once it is written and fsynced.
 
         ``queued()``, if given, is called once the record has its seq and its
-        place in the file's order (queued for the writer, or already written
-        in place), before it is durable; not called if the append raises first.
+        place in the file's order (queued for the writer), before it is durable; not called if the append raises first.
         Any record appended after that call is durable only after this one.
 
         Raises JournalFailed (this or an earlier write/fsync failed),
@@ -265,55 +245,19 @@ class JournalLog:
         queued: Callable[[], None] | None,
     ) -> None:
         """Make ``lines`` durable, then return; the log's position moves to
-        (``next_seq``, ``link``, ``size``) once they are queued or written.
+        (``next_seq``, ``link``, ``size``) once they are queued.
 
-        Cheapest first. A lone appender (``inline_when_idle`` on, no other
-        append of this log waiting for the thread) with nothing else ready on
-        the loop writes in place at once. A lone appender with something else
-        ready queues its lines *held* (the thread is not told), yields once so
-        whatever was ready runs, then writes in place unless another append
-        joined meanwhile (a stdio transport's reader task is often ready just
-        for a checkpoint). Otherwise the writer thread writes them with
-        whatever else is queued (group commit), and we wait for it.
+        The writer thread writes them with whatever else is queued (group
+        commit), or with ``sync_on_loop`` the loop's next flush does; either
+        way we wait for their fsync.
         """
-        loop = asyncio.get_running_loop()
-        if self.sync_on_loop:
-            waiter = loop.create_future()
-            writer.enqueue(lines, last_seq, waiter, loop, on_loop=True)  # raises JournalFailed before any seq is consumed
-            self._next_seq, self._link, self._enqueued_size = next_seq, link, size
-            if queued is not None:
-                queued()
-            await waiter
-            return
-        lone = self.inline_when_idle and not self._handed_over
-        # ``_ready`` is asyncio's private queue of callbacks due now (BaseEventLoop; no public equivalent). A loop
-        # without it (uvloop) reads as busy: a lone appender there always takes the held path (queue held, one
-        # yield, take back if nothing joined), which needs no private attribute and still writes in place.
-        if lone and not getattr(loop, "_ready", True) and writer.write_now(lines, last_seq):
-            self._next_seq, self._link, self._enqueued_size = next_seq, link, size
-            if queued is not None:
-                queued()
-            await asyncio.sleep(0)  # still yield once: a caller appending in a loop must not starve the loop's I/O
-            return
-        waiter = loop.create_future()
-        held = writer.enqueue(lines, last_seq, waiter, loop, hold=lone)  # raises JournalFailed before any seq is consumed
+        waiter = asyncio.get_running_loop().create_future()
+        # raises JournalFailed before any seq is consumed
+        writer.enqueue(lines, last_seq, waiter, waiter.get_loop(), on_loop=self.sync_on_loop)
         self._next_seq, self._link, self._enqueued_size = next_seq, link, size
         if queued is not None:
             queued()
-        if held:
-            try:
-                await asyncio.sleep(0)
-            except BaseException:  # cancelled: the thread writes the lines; nobody is told
-                waiter.cancel()
-                writer.release_hold()
-                raise
-            if writer.take_back():
-                return
-        self._handed_over += 1
-        try:
-            await waiter
-        finally:
-            self._handed_over -= 1
+        await waiter
 
     def _writable(self) -> GroupWriter:
         writer = self._writer

@@ -1,6 +1,6 @@
 """Group commit: the thread that makes a journal's appended lines durable.
 
-The log (``log.py``) encodes each record on the event loop and hands the
+The log (``_log.py``) encodes each record on the event loop and hands the
 line to :meth:`GroupWriter.enqueue` together with the appender's future.
 One writer thread per open log then repeats, for as long as there is work:
 
@@ -34,7 +34,8 @@ first after the previous flush) schedules one
 syncs, on the loop's own thread, everything appended meanwhile (one
 ``write``, one ``fdatasync``), then resolves the futures directly; while
 other callbacks are ready it first steps behind them, at most
-``FLUSH_DEFERRALS`` times, so they can join the batch. So a batch is what
+``FLUSH_DEFERRALS`` times and for at most ``FLUSH_DEFER_BUDGET_S`` (2 ms) since the batch opened, so they can join the batch (whether any are
+ready is asyncio-private: :func:`callbacks_ready` is the one place that asks). So a batch is what
 one to five iterations appended, and the loop is blocked for the fsync. Why: under many clients, a writer thread waiting for the GIL is woken
 by every GIL release of the busy loop thread (each ``send``, ``recv``,
 ``epoll_wait``) and loses the race each time; measured at 200 HTTP clients,
@@ -55,16 +56,6 @@ Invariants:
   without ``close()`` can still be collected (its ``__del__`` stops us);
 - an idle thread exits after ``IDLE_EXIT`` seconds; the next enqueue starts
   a new one (many attempt journals may be open, most of them idle).
-
-**In place** (opt-in, the log decides when: ``JournalLog._durable``): when
-nothing is queued or being written, a lone appender may write and sync its
-lines on its own thread (:meth:`GroupWriter.write_now`), or queue them
-*held* — the thread is not told — and take them back after one yield if
-nothing joined (:meth:`GroupWriter.take_back`; anything queued meanwhile,
-``drain`` and :meth:`GroupWriter.release_hold` hand them to the thread).
-Same invariants: written and synced before it returns, fail-stop on error
-(the failure poisons the writer exactly as on the thread), and while it is
-in progress ``_writing`` is set, so the thread waits and ``drain`` counts it.
 """
 
 from __future__ import annotations
@@ -83,8 +74,27 @@ log = structlog.get_logger("openfunctions.journal")
 
 # Seconds an idle writer thread waits for work before exiting.
 IDLE_EXIT = 2.0
-# On the loop: how many times a flush steps behind other ready callbacks before it writes anyway.
+# On the loop: how many times a flush steps behind other ready callbacks before it writes anyway,
+# and for how long at most (seconds since the batch opened): the bound on what batching may add to a
+# call's latency, as PostgreSQL's commit_delay bounds its group commit.
 FLUSH_DEFERRALS = 4
+FLUSH_DEFER_BUDGET_S = 0.002
+
+
+def callbacks_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` has callbacks due to run now, other than the one running.
+
+    The only place the journal reads asyncio's internals: ``_ready`` is the
+    deque of handles ``BaseEventLoop`` runs in its next pass, and asyncio has
+    no public way to ask whether it is empty. A loop flush uses the answer to
+    step behind callbacks that may append (so they share its fsync; measured a
+    win, see :meth:`GroupWriter._flush_on_loop`). A loop without ``_ready``
+    (uvloop, or a later asyncio that renames it) answers ``False``: the flush
+    then writes at once, in the iteration after the first append, which is
+    correct, only less batched.
+    """
+    ready = getattr(loop, "_ready", None)
+    return bool(ready)
 
 
 class _Batch:
@@ -148,7 +158,6 @@ class GroupWriter:
         self._queue: list[_Batch] = []
         self._thread: threading.Thread | None = None
         self._writing = False
-        self._held = False  # the only queued batch waits for its appender's take_back (see enqueue)
         self._stopping = False
         self._draining = 0
         self._on_exit: Callable[[], None] | None = None  # set by abandon()
@@ -165,15 +174,10 @@ class GroupWriter:
 
     def enqueue(
         self, lines: list[bytes], last_seq: int, waiter: asyncio.Future[None], loop: asyncio.AbstractEventLoop,
-        *, hold: bool = False, on_loop: bool = False,
-    ) -> bool:
+        *, on_loop: bool = False,
+    ) -> None:
         """Queue ``lines`` (records up to ``last_seq``, in order); ``waiter``
         (a future of ``loop``) resolves once all of them are durable.
-
-        With ``hold``, if these lines are all there is to write (nothing else
-        queued or in flight), the thread is not told yet and ``True`` is
-        returned: the caller then yields once and calls :meth:`take_back`
-        (or :meth:`release_hold`). Anything queued meanwhile releases the hold.
 
         With ``on_loop`` (the caller runs on ``loop``) the thread is not told
         either: an append that opens a new batch for ``loop`` schedules one
@@ -198,20 +202,12 @@ class GroupWriter:
             batch.lines += lines
             batch.last_seq = last_seq
             batch.waiters.append(waiter)
-            if on_loop and not self._held:
+            if on_loop:
                 if kick:  # a new batch for this loop: its flush. (A flag per writer would hang a second loop
                     # for good once the first one closed with its flush still scheduled.)
-                    loop.call_soon(self._flush_on_loop, loop)
-                return False
-            if hold and not self._writing and len(self._queue) == 1 and len(batch.waiters) == 1:
-                self._held = True
-                return True
-            if self._held:  # someone joined a held batch or queued behind it: the thread takes them all
-                self._held = False
-                kick = True
-            if kick:
+                    loop.call_soon(self._flush_on_loop, loop, 0, loop.time())
+            elif kick:
                 self._kick()
-            return False
 
     def _kick(self) -> None:
         """Under ``_mu``: make sure a thread is running and sees the queue."""
@@ -236,31 +232,7 @@ class GroupWriter:
         if self._draining:
             self._cv.notify_all()
 
-    def take_back(self) -> bool:
-        """After a held :meth:`enqueue` and one yield: if nothing joined or
-        queued behind the held lines, write and sync them here, now, and
-        return ``True`` (their waiter is never resolved: the caller does not
-        await it). Otherwise (the hold was released) return ``False``: the
-        caller awaits its waiter as usual. Raises JournalFailed as
-        :meth:`write_now` does."""
-        with self._mu:
-            if not self._held:
-                return False
-            self._held = False
-            batch = self._queue[0]
-            self._queue, self._batch = [], None
-            self._writing = True
-        self._write_here(b"".join(batch.lines), batch.last_seq)
-        return True
-
-    def release_hold(self) -> None:
-        """Let the thread write held lines (their appender was cancelled, or the log is closing)."""
-        with self._mu:
-            if self._held:
-                self._held = False
-                self._kick()
-
-    def _flush_on_loop(self, loop: asyncio.AbstractEventLoop, deferred: int = 0) -> None:
+    def _flush_on_loop(self, loop: asyncio.AbstractEventLoop, deferred: int = 0, opened: float = 0.0) -> None:
         """On ``loop``, the iteration after an ``on_loop`` append: write and
         sync everything queued, then wake the appenders. Fail-stop as on the
         thread; a failure is told to the appenders, not raised (this runs as
@@ -271,16 +243,21 @@ class GroupWriter:
         up to ``FLUSH_DEFERRALS`` times (an iteration each), so that what they
         append shares this fsync: an ``fdatasync`` costs the loop's thread
         ~160 µs of CPU here, and at 50 HTTP clients this cut the fsyncs per
-        call from 0.35 to 0.10 and the loop's CPU per call by ~45 µs."""
-        # ``_ready`` is asyncio's private queue of callbacks due now (no public equivalent); a loop without it
-        # (uvloop) flushes at once.
-        if deferred < FLUSH_DEFERRALS and getattr(loop, "_ready", None):
-            loop.call_soon(self._flush_on_loop, loop, deferred + 1)
+        call from 0.35 to 0.10 and the loop's CPU per call by ~45 µs. It
+        stops stepping back once ``FLUSH_DEFER_BUDGET_S`` has passed since the
+        batch opened: when an iteration is long (a burst of lockstep clients
+        parsed in one pass), every step behind it made each call of the burst
+        wait for the whole burst again, before its handler and before its
+        reply (100 HTTP clients of a tool that waits 200 ms: 0.81-0.90x the
+        SDK's calls/s with four unbounded steps, 0.92-0.95x with the budget;
+        docs/PERFORMANCE.md, scoped write barriers)."""
+        if deferred < FLUSH_DEFERRALS and loop.time() - opened < FLUSH_DEFER_BUDGET_S and callbacks_ready(loop):
+            loop.call_soon(self._flush_on_loop, loop, deferred + 1, opened)
             return
         with self._mu:
             if self.failure is not None or self._stopping or not self._queue:
                 return
-            if self._writing or self._held:
+            if self._writing:
                 self._kick()
                 return
             batches, self._queue, self._batch = self._queue, [], None
@@ -298,37 +275,8 @@ class GroupWriter:
         self._synced(len(data), batches[-1].last_seq)
         _wake(batches, None, here=loop)
 
-    def write_now(self, lines: list[bytes], last_seq: int) -> bool:
-        """If nothing is queued or being written, write and sync ``lines`` on
-        the calling thread, now; returns ``False`` (nothing done: enqueue
-        instead) when the writer is busy or stopping.
-
-        Raises JournalFailed if the writer had failed, or if this write or
-        sync fails (which fails the writer: fail-stop, as on the thread).
-        """
-        with self._mu:
-            if self.failure is not None:
-                raise self.failed_error()
-            if self._queue or self._writing or self._stopping:
-                return False
-            self._writing = True  # the thread (if any) waits for this write to finish
-        self._write_here(b"".join(lines), last_seq)
-        return True
-
-    def _write_here(self, data: bytes, last_seq: int) -> None:
-        """Write and sync ``data`` on the calling thread; ``_writing`` is already set."""
-        try:
-            self._ops.write_all(self._fd, data)
-            self._ops.sync(self._fd)
-        except BaseException as exc:
-            _wake(self._fail(exc, []), self.failed_error)
-            if not isinstance(exc, Exception):
-                raise
-            raise self.failed_error() from exc
-        self._synced(len(data), last_seq)
-
     def _synced(self, size: int, last_seq: int) -> None:
-        """After a write + sync off the thread (in place, on the loop): move the durable position."""
+        """After a loop flush's write + sync: move the durable position."""
         with self._mu:
             self.durable_size += size
             self.durable_seq = last_seq
@@ -345,7 +293,7 @@ class GroupWriter:
             self.failure = exc if isinstance(exc, Exception) else OSError(f"write interrupted: {exc!r}")
             failed = batches + self._queue
             self._queue, self._batch = [], None
-            self._held = self._writing = False
+            self._writing = False
             if on_thread:
                 self._exit()
             else:
@@ -360,7 +308,6 @@ class GroupWriter:
 
     def drain(self) -> None:
         """Block until nothing is queued or in flight (or the writer failed)."""
-        self.release_hold()
         with self._mu:
             if self._queue and not self._writing:
                 self._kick()  # lines queued for a loop flush (on_loop) that has not run: the thread takes them
@@ -379,7 +326,6 @@ class GroupWriter:
         """
         with self._mu:
             self._stopping = True
-            self._held = False
             dropped, self._queue, self._batch = self._queue, [], None
             thread = self._thread
             self._signal()
@@ -420,7 +366,7 @@ class GroupWriter:
                 if self._stopping:
                     self._exit()
                     return
-                if self._queue and not self._writing and not self._held:  # not behind an in-place write or a hold
+                if self._queue and not self._writing:  # not behind a loop flush's write
                     batches, self._queue, self._batch = self._queue, [], None
                     self._writing = True
                 else:
@@ -433,7 +379,7 @@ class GroupWriter:
                     if not self._idle:  # signalled just after the timeout: consume that release, look again
                         self._wake.acquire(blocking=False)
                         continue
-                    if self._queue or self._writing:  # held lines or an in-place write: not idle, wait on
+                    if self._queue or self._writing:  # a loop flush is writing: not idle, wait on
                         continue
                     self._idle = False
                     self._exit()
@@ -462,4 +408,4 @@ class GroupWriter:
         self._wake.acquire(blocking=False)  # leave _wake held (consumed) for the next thread
         self._cv.notify_all()
 
-__all__ = ["GroupWriter", "IDLE_EXIT"]
+__all__ = ["GroupWriter", "IDLE_EXIT", "FLUSH_DEFERRALS", "callbacks_ready"]

@@ -2,7 +2,11 @@
 
 Each request is answered by the next scripted :class:`Reply` (the model is
 the only fake: the adapter's httpx client, sockets and HTTP are real). The
-server records each request's path, headers and JSON body.
+server records each request's path, headers and JSON body, and each reply it
+sent (``sent``). ``check`` (optional) plays the provider's request
+validation: given the request record and the replies sent so far, a string
+refuses the request with HTTP 400 and that message, before any scripted
+reply is used (see ``_strict.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +46,8 @@ class WireServer:
     def __init__(self) -> None:
         self.replies: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
+        self.sent: list[Reply] = []
+        self.check: Callable[[dict[str, Any], list[Reply]], str | None] | None = None
         self.got_request = threading.Event()
         self.client_gone = threading.Event()
         self.release = threading.Event()
@@ -58,7 +65,12 @@ class WireServer:
                 server.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
                                         "json": json.loads(raw) if raw else None})
                 server.got_request.set()
-                reply = server.replies.pop(0) if server.replies else Reply(500, {"error": {"message": "script empty"}})
+                refusal = server.check(server.requests[-1], list(server.sent)) if server.check else None
+                if refusal is not None:
+                    reply = Reply(400, {"error": {"message": refusal, "type": "invalid_request_error"}})
+                else:
+                    reply = server.replies.pop(0) if server.replies else Reply(500, {"error": {"message": "script empty"}})
+                    server.sent.append(reply)
                 if reply.hang:
                     self.connection.settimeout(10)
                     try:

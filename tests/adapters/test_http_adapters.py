@@ -15,10 +15,13 @@ from openfunctions.adapters import (
     AuthenticationFailed,
     BadRequest,
     ChatOptions,
+    DeepSeekAdapter,
     GeminiAdapter,
+    KimiAdapter,
     MalformedResponse,
     Message,
     OpenAIAdapter,
+    OpenAIResponsesAdapter,
     OpenRouterAdapter,
     ProviderUnavailable,
     RateLimited,
@@ -152,6 +155,49 @@ def _gem_check(req: dict) -> None:
     assert body["tools"][0]["functionDeclarations"][0]["name"] == "weather"
 
 
+def _resp_text(text: str) -> dict:
+    return {"id": "resp_1", "model": "gpt-test-0001", "status": "completed", "output": [
+        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+        "usage": {"input_tokens": 11, "output_tokens": 3}}
+
+
+def _resp_tool() -> dict:
+    return {"id": "resp_2", "model": "gpt-test-0001", "status": "completed", "output": [
+        {"type": "function_call", "id": "fc_a", "call_id": "call_a", "name": "weather", "arguments": "{\"city\": \"Paris\"}",
+         "status": "completed"}], "usage": {"input_tokens": 20, "output_tokens": 9}}
+
+
+def _resp_done(body: dict) -> tuple[str, dict]:
+    return ("response.completed", {"type": "response.completed", "response": body})
+
+
+def _resp_text_stream() -> list[str]:
+    final = _resp_text("Sunny")
+    final["usage"] = {"input_tokens": 5, "output_tokens": 2}
+    return sse(("response.created", {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}),
+               ("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Sun"}),
+               ("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "ny"}),
+               ("response.output_item.done", {"type": "response.output_item.done", "item": final["output"][0]}),
+               _resp_done(final), named=True)
+
+
+def _resp_tool_stream() -> list[str]:
+    final = _resp_tool()
+    return sse(("response.function_call_arguments.delta", {"type": "response.function_call_arguments.delta", "delta": "{"}),
+               ("response.output_item.done", {"type": "response.output_item.done", "item": final["output"][0]}),
+               _resp_done(final), named=True)
+
+
+def _resp_check(req: dict) -> None:
+    body = req["json"]
+    assert req["headers"]["authorization"] == "Bearer k-test"
+    assert body["instructions"] == "be brief" and body["input"][0] == {"role": "user", "content": "weather in Paris?"}
+    assert body["tools"][0]["name"] == "weather" and body["tools"][0]["type"] == "function"
+    assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
+    assert body["max_output_tokens"] == 1024
+
+
 _OPENAI = dict(text_body=_openai_text, tool_body=_openai_tool, text_stream=_openai_text_stream, tool_stream=_openai_tool_stream,
                path="/chat/completions", check_request=_openai_check,
                followup=lambda b: b["messages"][-2:])
@@ -159,6 +205,10 @@ WIRES = [
     Wire("openai", OpenAIAdapter, **_OPENAI),
     Wire("xai", XAIAdapter, **_OPENAI),
     Wire("openrouter", OpenRouterAdapter, **_OPENAI),
+    Wire("deepseek", DeepSeekAdapter, **_OPENAI),
+    Wire("kimi", KimiAdapter, **_OPENAI),
+    Wire("openai-responses", OpenAIResponsesAdapter, _resp_text, _resp_tool, _resp_text_stream, _resp_tool_stream,
+         "/responses", _resp_check, lambda b: b["input"][-2:]),
     Wire("anthropic", AnthropicAdapter, _anth_text, _anth_tool, _anth_text_stream, _anth_tool_stream, "/v1/messages", _anth_check,
          lambda b: b["messages"][-2:]),
     Wire("gemini", GeminiAdapter, _gem_text, _gem_tool, _gem_text_stream, _gem_tool_stream,
@@ -214,6 +264,9 @@ async def test_tool_call_reply_then_result_round_trip(w: Wire, wire: Any) -> Non
         "gemini": [
             {"role": "model", "parts": [{"functionCall": {"name": "weather", "args": {"city": "Paris"}}}]},
             {"role": "user", "parts": [{"functionResponse": {"name": "weather", "response": {"result": "sunny"}}}]}],
+        "openai-responses": [
+            {"type": "function_call", "call_id": "call_a", "name": "weather", "arguments": '{"city": "Paris"}', "id": "fc_a"},
+            {"type": "function_call_output", "call_id": "call_a", "output": "sunny"}],
     }.get(w.name, [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},

@@ -70,10 +70,39 @@ def test_resolution_from_arguments_and_environment() -> None:
     assert b.provider == "openrouter" and b.base_url == "https://openrouter.ai/api/v1"
 
 
+@pytest.mark.parametrize("model,cls,url,var", [
+    ("deepseek:deepseek-chat", "DeepSeekAdapter", "https://api.deepseek.com", "DEEPSEEK_API_KEY"),
+    ("kimi:kimi-k2.6", "KimiAdapter", "https://api.moonshot.ai/v1", "MOONSHOT_API_KEY"),
+    ("openai-responses:gpt-5-mini", "OpenAIResponsesAdapter", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+])
+def test_presets_resolve_to_their_endpoint_and_key(model: str, cls: str, url: str, var: str) -> None:
+    import openfunctions.adapters as adapters
+
+    a = resolve_adapter(model=model, env={var: "sk-x"})
+    assert type(a) is getattr(adapters, cls) and a.base_url == url and a.api_key == "sk-x"
+    assert a.model == model.split(":", 1)[1] and a.provider == model.split(":", 1)[0]
+    with pytest.raises(AdapterNotConfigured, match=var):
+        resolve_adapter(model=model, env={})
+
+
+def test_preset_base_urls_and_auto_detection() -> None:
+    assert resolve_provider(None, None, env={"DEEPSEEK_API_KEY": "d"}) == ("deepseek", "deepseek-chat")
+    assert resolve_provider(None, None, env={"MOONSHOT_API_KEY": "m"}) == ("kimi", "kimi-k2.6")
+    assert resolve_provider(None, None, env={"OPENAI_API_KEY": "o"}) == ("openai", "gpt-4o-mini")  # Chat Completions first
+    k = resolve_adapter(model="kimi:kimi-k2.6", env={"MOONSHOT_API_KEY": "m", "MOONSHOT_BASE_URL": "https://api.moonshot.cn/v1"})
+    assert k.base_url == "https://api.moonshot.cn/v1"
+    r = resolve_adapter("openai-responses", env={"OPENAI_API_KEY": "o", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert r.base_url == "http://127.0.0.1:9/v1" and r.model == "gpt-5-mini" and r.reasoning
+    assert resolve_adapter(model="openai:o3", env={"OPENAI_API_KEY": "o"}).reasoning
+    assert not resolve_adapter(model="openai:o3", env={"OPENAI_API_KEY": "o"}, reasoning=False).reasoning
+    assert not resolve_adapter(model="deepseek:o1-like", env={"DEEPSEEK_API_KEY": "d"}).reasoning  # the rule is OpenAI's
+
+
 def test_resolution_errors_name_what_is_missing() -> None:
     with pytest.raises(AdapterNotConfigured) as info:
         resolve_adapter(env={})
-    for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "XAI_API_KEY", "OPENROUTER_API_KEY"):
+    for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "XAI_API_KEY", "OPENROUTER_API_KEY",
+                "DEEPSEEK_API_KEY", "MOONSHOT_API_KEY"):
         assert var in info.value.message
     with pytest.raises(AdapterNotConfigured, match="OPENAI_API_KEY"):
         resolve_adapter("openai", env={"ANTHROPIC_API_KEY": "a"})

@@ -189,7 +189,7 @@ async def test_many_concurrent_reads_all_succeed(store):
 
 
 async def test_two_read_tools_say_which_store_they_read_and_replies_name_the_reader(store):
-    """Issue 17: of_artifact_read and a layer's own read tool differ in title and description; replies say read_with."""
+    """of_artifact_read and a layer's own read tool differ in title and description; replies say read_with."""
     default = create_artifact_read_tool(store)
     layer = create_artifact_read_tool(store, name="of_work_artifact_read", source="the work attempts' artifacts")
     assert default.title == "Read artifact" and layer.title == "Read artifact (of_work_artifact_read)"

@@ -1,4 +1,4 @@
-"""The first test run's downloads say what they fetch and where they are kept (issue 17, item 10)."""
+"""The first test run's downloads say what they fetch and where they are kept."""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ def _request(rng: random.Random, port: int) -> tuple[bytes, bool]:
 
 
 def _fixed(port: int) -> list[tuple[bytes, bool]]:
-    """One request per answer the corpus must have produced whatever the seed (200, 400, 403, 413, 415, 421)."""
+    """One request per answer the corpus must have produced whatever the random seed (200, 400, 403, 413, 415, 421)."""
 
     def post(body: bytes, host: str = f"127.0.0.1:{port}", extra: str = "content-type: application/json\r\n") -> bytes:
         return (f"POST /chat HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Length: {len(body)}\r\n"

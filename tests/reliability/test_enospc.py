@@ -1,4 +1,4 @@
-"""A real full disk (ENOSPC on a small tmpfs) under a live HTTP server (issue 19).
+"""A real full disk (ENOSPC on a small tmpfs) under a live HTTP server.
 
 The data dir lives on a 4 MiB tmpfs mounted for the test (skipped where this
 process may not mount one). Calls are acknowledged, then a filler file takes

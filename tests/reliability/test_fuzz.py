@@ -1,4 +1,4 @@
-"""A seeded JSON-RPC fuzzer over stdio and HTTP, every profile of this build (issue 19).
+"""A seeded JSON-RPC fuzzer over stdio and HTTP, every profile of this build.
 
 ``OPENFUNCTIONS_FUZZ_MESSAGES`` (default 20,000) messages per run, split over
 the targets (60 % stdio, 20 % stateless HTTP, 20 % HTTP with sessions: one

@@ -1,4 +1,4 @@
-"""SIGKILL the HTTP server again and again under load (issue 19): nothing acknowledged is ever lost.
+"""SIGKILL the HTTP server again and again under load: nothing acknowledged is ever lost.
 
 ``OPENFUNCTIONS_KILL_ROUNDS`` rounds (default 20; 1,000 for a soak run). Each
 round starts the server on the same data dir (a restart: recovery runs),

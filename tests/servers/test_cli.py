@@ -284,7 +284,7 @@ def test_the_same_tools_from_two_sources_name_both(tmp_path):
     assert f"--module {spec}" in message and "--module tests.servers.fixture_tools:tools" in message
 
 
-# -- a newcomer's first hour (issue 17) ------------------------------------------
+# -- a newcomer's first hour --------------------------------------------------
 
 MYTOOLS = '''
 from openfunctions.core import ToolRegistry, tool

@@ -1,4 +1,4 @@
-"""Starting on a data dir that cannot hold a journal (issue 19 items 12, 13): one line on stderr and exit 2."""
+"""Starting on a data dir that cannot hold a journal: one line on stderr and exit 2."""
 
 from __future__ import annotations
 

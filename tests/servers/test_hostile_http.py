@@ -1,4 +1,4 @@
-"""Hostile HTTP (issue 19 items 3-6, 8, 13): framing, ids, Host/Origin, sessions, slow and idle connections.
+"""Hostile HTTP: framing, ids, Host/Origin, sessions, slow and idle connections.
 
 Each test runs a real server subprocess on 127.0.0.1 and speaks raw HTTP where
 a well-behaved client library would refuse to send what is tested.

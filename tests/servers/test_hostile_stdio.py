@@ -1,4 +1,4 @@
-"""Hostile single lines over stdio (issue 19, items 2, 3, 8): each gets its answer and the server keeps serving.
+"""Hostile single lines over stdio: each gets its answer and the server keeps serving.
 
 One server per test, several hostile lines each (a server start costs seconds).
 """

@@ -1,4 +1,4 @@
-"""A journal that fails (disk full) says so loudly and comes back through recovery (issue 19 item 7)."""
+"""A journal that fails (disk full) says so loudly and comes back through recovery."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""of_list_dir with hostile paths (issue 19 item 9): a clear, short error; failed/known, never unknown."""
+"""of_list_dir with hostile paths: a clear, short error; failed/known, never unknown."""
 
 from __future__ import annotations
 

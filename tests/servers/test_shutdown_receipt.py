@@ -1,4 +1,4 @@
-"""Issue 11 item 5b: a call cancelled by a server shutdown is answered with its receipt, the journaled one.
+"""A call cancelled by a server shutdown is answered with its receipt, the journaled one.
 
 A real server subprocess (stdio and HTTP) runs the fixture's ``slow`` tool; a
 SIGTERM starts the drain, the shutdown timeout runs out, the call is

@@ -120,7 +120,7 @@ def test_invalid_arguments_are_a_protocol_error_for_2025_06_18(raw_stdio):
     bad = s.call("tools/call", {"name": "add", "arguments": {"a": "one", "b": 2}})
     assert bad["error"]["code"] == -32602
     assert "$.a" in bad["error"]["message"]
-    # Issue 17 item 16: the prefix is said once, not "...'add': invalid arguments for tool 'add': ...".
+    # The prefix is said once, not "...'add': invalid arguments for tool 'add': ...".
     assert bad["error"]["message"].startswith("Invalid arguments for tool 'add': $.a")
     assert bad["error"]["message"].lower().count("invalid arguments for tool") == 1
     assert bad["error"]["data"]["receipt"]["outcome"] == "rejected"

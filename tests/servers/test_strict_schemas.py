@@ -1,4 +1,4 @@
-"""Every tool schema of every profile passes the providers' strict-mode rules (issue 17, items 13 and 14).
+"""Every tool schema of every profile passes the providers' strict-mode rules.
 
 Two checks per tool:
 

@@ -1,4 +1,4 @@
-"""One conformance suite for the work backends: files and PostgreSQL (issue 18).
+"""One conformance suite for the work backends: files and PostgreSQL.
 
 Every test runs on both (``backend`` is parametrized): the lease (generation,
 refusal while live, takeover after expiry, stale holders fenced), the attempt

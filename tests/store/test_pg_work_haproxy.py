@@ -1,4 +1,4 @@
-"""Work through a real balancer (issue 18): three work replicas behind haproxy, the lease holder SIGKILLed under load.
+"""Work through a real balancer: three work replicas behind haproxy, the lease holder SIGKILLed under load.
 
 Three ``serve --profile work --transport http --stateless --database URL``
 replicas on one database, a real haproxy (Debian's package, round robin,

@@ -1,4 +1,4 @@
-"""Work attempts across server replicas on one PostgreSQL (issue 18): real processes, real SIGKILL.
+"""Work attempts across server replicas on one PostgreSQL: real processes, real SIGKILL.
 
 Three ``serve --profile work --transport http --stateless --database URL``
 replicas (each its own data dir) share one work space in the database:

@@ -239,7 +239,7 @@ def test_bad_patterns(bad: str) -> None:
 
 H = "version = 1\nworkspace='ws'\n"
 SLOT = "[steps.a]\nkind='command'\ndescription='d'\nargv=['echo','{x}']\n[steps.a.params.x]\ntype='string'\npattern='a'\n"
-# Errors the pydantic models add or word the same way (issue 17 house): each names file, step, field and the value.
+# Errors the pydantic models add or word the same way: each names file, step, field and the value.
 MORE_BAD = [
     (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=['ls']\nidempotent='yes'", "a", "idempotent", "got 'yes'"),
     (H + "[steps.a]\nkind='command'\ndescription='d'\nargv=['ls']\ntimeout_s=true", "a", "timeout_s", "got True"),

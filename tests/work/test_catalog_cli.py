@@ -1,4 +1,4 @@
-"""``openfunctions-mcp catalog check FILE`` (issue 17, item 12), through the real console entry."""
+"""``openfunctions-mcp catalog check FILE``, through the real console entry."""
 
 from __future__ import annotations
 

@@ -349,7 +349,7 @@ async def test_a_step_call_made_outside_the_controller_does_not_wedge_it(env):
     # Replaces the old "settled observer" test: an in-memory flag set by any
     # uncertain of_step.* receipt (also a verifier's, also one the controller
     # never dispatched) refused every later step with "reconcile first", while
-    # reconcile found nothing (issue 11, problem 3). Uncertainty is now only
+    # reconcile found nothing. Uncertainty is now only
     # what the journal says about the controller's own operations.
     counter = Counter()
     ctl = await _ready(env, counter)

@@ -67,7 +67,7 @@ async def test_sigkill_mid_step_blocks_with_unknown_operation_and_never_reruns(e
             assert r["event"] == "dispatching"
             r = second.read()
             assert not r["ok"] and r["error"]["code"] == "effect_uncertain"
-            # the orphaned command still runs: nothing may be concluded yet (issue 19, item 1)
+            # the orphaned command still runs: nothing may be concluded yet
             rec = second.ok("reconcile")
             assert rec["reconciled"][0]["verdict"] == "still_running" and rec["state"] == "blocked"
             assert sleeper_pid in rec["reconciled"][0]["evidence"]["pids"]

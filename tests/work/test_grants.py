@@ -133,7 +133,7 @@ async def test_cli_processes_and_a_live_reader(tmp_path: Path) -> None:
     rows = json.loads(r.stdout)
     assert rows[0]["status"] == "revoked" and rows[0]["revoked_by"] == "ops"
     r = cli(tmp_path, "revoke", "grant_unknown")
-    assert r.returncode == 2 and "no grant 'grant_unknown'" in r.stderr  # bad input (issue 17, item 6)
+    assert r.returncode == 2 and "no grant 'grant_unknown'" in r.stderr  # bad input
 
 
 def test_cli_catalog_binding_checks_steps(tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ def test_data_dir_env_matches_the_server_default(tmp_path: Path) -> None:
 
 
 def test_issue_without_catalog_checks_the_servers_catalog_or_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
-    """Issue 17, item 6. main accepted any step name and no --paths silently when --catalog was not given."""
+    """Without --catalog, a step name is checked against the server's catalog, and no --paths is warned about."""
     monkeypatch.delenv("OPENFUNCTIONS_WORK_CATALOG", raising=False)
     parser = argparse.ArgumentParser(prog="openfunctions-mcp")
     add_commands(parser.add_subparsers(dest="command", required=True))

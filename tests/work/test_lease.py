@@ -173,7 +173,7 @@ async def test_two_processes_refused_while_live_takeover_after_expiry_stale_gene
 
 
 def test_the_lease_directory_and_files_follow_the_one_private_files_policy(tmp_path):
-    """Issue 17 house: work/_lease.py uses core.files (private dir, private open, flock), not its own spellings."""
+    """work/_lease.py uses core.files (private dir, private open, flock), not its own spellings."""
     loose = tmp_path / "loose"
     loose.mkdir(mode=0o755)
     loose.chmod(0o755)

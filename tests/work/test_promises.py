@@ -1,9 +1,7 @@
 """The controller's promises that an agent cannot time from outside, tried in-process.
 
-Each failed on the main branch before this change (the docstring says what
-main did): issue 11 problems 3, 4 and 7 (the fold), issue 19 items 10 and 11.
-The live == replay property (issue 11, "one record format, one fold") is in
-test_fold.py.
+Each docstring says what went wrong without the guarantee it checks. The
+live == replay property ("one record format, one fold") is in test_fold.py.
 """
 
 from __future__ import annotations
@@ -44,8 +42,8 @@ CATALOG_IDEMPOTENT_CHECK = CATALOG.replace('effect = "external"\nverifier = true
 
 
 async def test_a_cancelled_verify_does_not_wedge_the_controller(env):
-    """Problem 3. main: an in-memory flag set by the verifier's unknown receipt made run_step say
-    "reconcile first" while reconcile found nothing; only a restart cleared it."""
+    """A verifier's unknown receipt must not make run_step say "reconcile first" while reconcile finds
+    nothing (an in-memory flag that only a restart would clear)."""
     env.write_catalog(CATALOG_IDEMPOTENT_CHECK)
     await env.grant(("bump", "look", "check"))
     gate: dict[str, Any] = {"check": anyio.Event(), "entered": anyio.Event()}
@@ -58,7 +56,7 @@ async def test_a_cancelled_verify_does_not_wedge_the_controller(env):
             tg.start_soon(lambda: ctl.verify(principal="agent"))
             await gate["entered"].wait()
             scope.cancel()
-    r = await ctl.run_step(principal="agent")  # main: EffectUncertain "reconcile first"
+    r = await ctl.run_step(principal="agent")  # not EffectUncertain "reconcile first"
     assert r["operation"]["status"] == "done"
     st = ctl.status(principal="agent")["attempt"]
     assert st["state"] == "running" and st["proof"] is None
@@ -96,7 +94,7 @@ async def test_a_cancelled_non_idempotent_verifier_is_an_uncertain_effect(env):
 
 
 async def test_completion_sees_a_grant_revoked_during_its_readback(env):
-    """Problem 4. main: the grant check ran before the awaited fingerprint readback, and the fence checked expiry only."""
+    """The grant check runs after the awaited fingerprint readback, and the fence checks more than expiry."""
     env.write_catalog(CATALOG)
     g = await env.grant(("bump", "look", "check"))
     ctl = await env.open(_tools({}))
@@ -171,7 +169,7 @@ async def test_a_proof_whose_verifier_changed_the_subject_does_not_complete(env)
 
 
 def test_slot_patterns_match_the_whole_value(tmp_path: Path) -> None:
-    """Issue 19, item 10. main: "hello\\n" passed pattern [a-z]+ (Python's $ matches before a final newline)."""
+    """Without anchoring, "hello\\n" would pass pattern [a-z]+ (Python's $ matches before a final newline)."""
     from openfunctions.core import ToolRegistry
     from openfunctions.work._catalog import Catalog
 
@@ -194,7 +192,7 @@ def test_slot_patterns_match_the_whole_value(tmp_path: Path) -> None:
 
 
 def test_a_directory_swapped_for_a_symlink_right_after_mkdir_is_refused(tmp_path: Path, monkeypatch) -> None:
-    """Issue 19, item 11. main: the re-open after mkdir sat outside the try block, so the swap escaped as a
+    """The re-open after mkdir sits inside the try block: outside it, the swap would escape as a
     raw OSError (the write was recorded unknown and the attempt blocked) instead of a clean refusal."""
     from openfunctions.work import _steps as steps
 

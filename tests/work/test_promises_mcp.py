@@ -1,8 +1,7 @@
 """The controller's promises, tried as an agent would: the real server over stdio, the SDK client.
 
-One test per problem of issue 11 that an agent can trigger (and issue 19,
-item 1): each failed on the main branch before this change; the comment on
-each says what main did. SIGKILLs are real (the server's pid is read from
+One test per promise an agent can put to the test; the docstring of each
+says what would go wrong without it. SIGKILLs are real (the server's pid is read from
 the lease file it holds); orphaned commands are real processes.
 """
 
@@ -140,7 +139,7 @@ def _cli(env, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.anyio
 async def test_cancel_and_start_again_never_reruns_an_uncertain_effect(env):
-    """Problem 1. main: after cancel, of_work_start (same preview) and of_work_run_step ran the command again (2 lines)."""
+    """After cancel, of_work_start (same preview) and of_work_run_step must not run the command again (2 lines)."""
     senv = await _setup(env)
     counter = env.ws / "counter.txt"
     plan = [{"step": "count", "params": {"seconds": 120}}]
@@ -167,7 +166,7 @@ async def test_cancel_and_start_again_never_reruns_an_uncertain_effect(env):
         assert fresh.is_error and fresh.meta[RECEIPT_META_KEY]["error"]["code"] == "operation_uncertain"
         # problem 5: a refused verify ran nothing: a known refusal
         v = await client.call_tool("of_work_verify", {})
-        assert v.is_error and v.meta[RECEIPT_META_KEY]["certainty"] == "known"  # main: "unknown"
+        assert v.is_error and v.meta[RECEIPT_META_KEY]["certainty"] == "known"  # not "unknown"
         st = (await client.call_tool("of_work_status", {})).structured_content
         assert st["controller"]["openUncertain"][0]["operationId"] == op["operationId"]
         assert len(_lines(counter)) == 1
@@ -192,8 +191,8 @@ async def test_cancel_and_start_again_never_reruns_an_uncertain_effect(env):
 
 @pytest.mark.anyio
 async def test_an_orphaned_command_is_never_read_back_while_it_runs(env):
-    """Issue 19, item 1. main: reconcile read the readback before the orphan wrote it, said not_applied,
-    and the step ran again: the line was appended twice."""
+    """Reconcile must not read the readback before the orphan wrote it: it would say not_applied,
+    and the step would run again, appending the line twice."""
     senv = await _setup(env)
     log = env.ws / "out" / "log.txt"
     pidfile = env.ws / "stamp.pid"
@@ -205,7 +204,7 @@ async def test_an_orphaned_command_is_never_read_back_while_it_runs(env):
         async with _client(env, senv) as client:
             rec = await client.call_tool("of_work_reconcile", {})
             [r] = rec.structured_content["reconciled"]
-            assert r["verdict"] == "still_running" and orphan in r["evidence"]["pids"]  # main: "not_applied"
+            assert r["verdict"] == "still_running" and orphan in r["evidence"]["pids"]  # not "not_applied"
             assert rec.structured_content["state"] == "blocked"
             refused = await client.call_tool("of_work_run_step", {})
             assert refused.is_error
@@ -226,7 +225,7 @@ async def test_an_orphaned_command_is_never_read_back_while_it_runs(env):
 
 @pytest.mark.anyio
 async def test_an_artifact_id_laundered_through_a_file_stays_unreadable(env):
-    """Problem 2. main: an attempt-1 id written to a file and read back in attempt 2 became readable."""
+    """An attempt-1 id written to a file and read back in attempt 2 does not become readable."""
     senv = await _setup(env)
     async with _client(env, senv) as client:
         prv = await client.call_tool("of_work_preview", {"plan": [{"step": "emit"}]})
@@ -252,7 +251,7 @@ async def test_an_artifact_id_laundered_through_a_file_stays_unreadable(env):
 
 @pytest.mark.anyio
 async def test_step_and_index_that_contradict_are_refused(env):
-    """Problem 6. main: {"step": "check", "index": 0} ran plan[0] (write_src), ignoring the step name."""
+    """{"step": "check", "index": 0} must not run plan[0] (write_src), ignoring the step name."""
     senv = await _setup(env)
     async with _client(env, senv) as client:
         plan = [{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}, {"step": "check"}]
@@ -268,7 +267,7 @@ async def test_step_and_index_that_contradict_are_refused(env):
 
 @pytest.mark.anyio
 async def test_status_reads_the_same_after_a_restart_when_a_write_voided_the_proof(env):
-    """Problem 7. main: live status showed proof null after a write; after a restart it showed the old proof."""
+    """A write after verification voids the proof: live status shows it null, and so does status after a restart."""
     senv = await _setup(env)
     plan = [{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}},
             {"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}]

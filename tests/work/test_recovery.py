@@ -1,4 +1,4 @@
-"""Recovery from the attempt journal: evidence only, in the seed's order, no tool dispatched.
+"""Recovery from the attempt journal: evidence only, in a fixed order, no tool dispatched.
 
 Interrupted states are produced by writing exactly the records a process
 would have written before dying (through the controller's own fenced

@@ -307,8 +307,8 @@ registry = ToolRegistry([define_tool(
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_user_tool_step_killed_mid_run_is_reconciled_over_mcp_by_its_own_readback(env, tmp_path):
-    """Issue 11, pluggable reconciliation. main: a catalog could not bind a registered tool as a step at all
-    (kind 'tool' was refused), so a user's own effect could only ever be settled by an operator."""
+    """Pluggable reconciliation: a catalog binds a registered tool as a step (kind 'tool'), so a user's own
+    effect is settled by its own readback, not only by an operator."""
     import os
     import signal
 

@@ -169,7 +169,7 @@ async def test_schema_and_catalog_rejections_happen_in_the_executor(work):
 
 @pytest.mark.anyio
 async def test_a_controller_refusal_that_ran_nothing_is_rejected_known(work):
-    # issue 11: refused calls that ran nothing are `rejected`/`known` (before: `failed`/`known`)
+    # refused calls that ran nothing are `rejected`/`known`, not `failed`
     s = Session(work())
     prv = await s.ok("of_work_preview", {"plan": [{"step": "write_src", "params": {"path": "src/a.txt", "content": "x"}}]})
     await s.ok("of_work_start", {"previewId": prv["previewId"]})
@@ -398,7 +398,7 @@ def test_refusals_are_bounded_and_keep_only_scalar_details():
 
 @pytest.mark.anyio
 async def test_plan_errors_name_the_bad_step_the_valid_ones_and_the_failed_parameter(work):
-    """Issue 17, item 4. main answered every one of these with "$.plan[0]: {...} is not valid under any of the given schemas"."""
+    """Not the schema validator's "$.plan[0]: {...} is not valid under any of the given schemas"."""
     s = Session(work())
     dr = await s.call("of_work_preview", {"plan": [{"step": "shoutt"}]})
     assert dr.error.code == "invalid_params" and "shoutt" in dr.error.message
@@ -413,7 +413,7 @@ async def test_plan_errors_name_the_bad_step_the_valid_ones_and_the_failed_param
 
 @pytest.mark.anyio
 async def test_the_work_artifact_reader_says_which_store_it_reads_and_replies_say_which_tool_reads_their_ids(work):
-    """Issue 17, item 15 (work side). main: same title and description as of_artifact_read, and no hint next to ids."""
+    """Not the same title and description as of_artifact_read, and a hint next to ids."""
     from openfunctions.artifacts import ArtifactStore, create_artifact_read_tool
 
     s = Session(work())
@@ -430,8 +430,7 @@ async def test_the_work_artifact_reader_says_which_store_it_reads_and_replies_sa
 
 @pytest.mark.anyio
 async def test_the_preview_schema_is_strict_and_a_strict_client_plan_is_accepted(work, env):
-    """Issue 17 (house): the per-step plan schema had an allOf of if/then (not strict); now one closed anyOf branch
-    per step, while errors still name the failing field (test_plan_errors_name_...)."""
+    """The per-step plan schema is one closed anyOf branch per step (an allOf of if/then is not strict), while errors still name the failing field (test_plan_errors_name_...)."""
     from openfunctions.core import strict_violations
 
     env.catalog_path.write_text(env.catalog_path.read_text() + """

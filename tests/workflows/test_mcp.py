@@ -1,7 +1,7 @@
 """A workflow served over MCP: `openfunctions-mcp serve --module ...` as a real stdio subprocess, the SDK client.
 
 With the example tools on (`--example-tools`), the server merges the module's registry with them; the workflow
-tool's steps must still run through the server's journaled executor (session 3 found they did not).
+tool's steps must still run through the server's journaled executor, not a registry of their own.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def test_python_dash_m(journal):
     assert cp.returncode == 0 and json.loads(cp.stdout)["last_seq"] == 6
 
 
-# -- issue 17: copies, follow, show -----------------------------------------------
+# -- copies, follow, show -------------------------------------------------------
 
 
 def test_a_copied_journal_with_mode_0644_is_read_with_a_warning(journal, tmp_path, capsys):

@@ -151,10 +151,9 @@ async def test_crash_vfs_never_loses_synced_records_nor_accepts_garbage(tmp_path
     assert corrupt_refusals < 120
 
 
-@pytest.mark.parametrize("mode", ["thread", "in-place", "on-loop"])
+@pytest.mark.parametrize("mode", ["thread", "on-loop"])
 async def test_fsync_error_poisons_until_reopened(tmp_path, monkeypatch, mode):
-    # Every path that syncs (the writer thread, a lone appender in place, the loop's flush) fails the same way.
-    monkeypatch.setattr(JournalLog, "inline_when_idle", mode == "in-place")
+    # Every path that syncs (the writer thread, the loop's flush) fails the same way.
     monkeypatch.setattr(JournalLog, "sync_on_loop", mode == "on-loop")
 
     class FailingSync(FileOps):

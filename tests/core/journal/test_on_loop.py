@@ -186,6 +186,29 @@ async def test_a_flush_steps_behind_an_always_ready_task_only_a_few_times(tmp_pa
     await log.close()
 
 
+async def test_a_flush_stops_stepping_behind_ready_callbacks_once_its_budget_passed(tmp_path, monkeypatch):
+    # Task b would append one iteration after task a; with the budget spent (0 s), a's flush writes at once
+    # instead of stepping behind b, so the two appends take two writes.
+    from openfunctions.core.journal import _writer
+
+    monkeypatch.setattr(_writer, "FLUSH_DEFER_BUDGET_S", 0.0)
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+    log = await _open(p, ops)
+
+    async def a() -> None:
+        await log.append("t", {"i": 0})
+
+    async def b() -> None:
+        await asyncio.sleep(0)
+        await log.append("t", {"i": 1})
+
+    await asyncio.gather(a(), b())
+    assert ops.lines == [1, 1]
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == [0, 1]
+
+
 async def test_appends_from_a_thread_s_own_loop_are_flushed_on_that_loop(tmp_path):
     # One log, two event loops (the main one and a worker thread's), appending in turn:
     # each loop's flush writes its own appends and the file order is seq order.
@@ -228,4 +251,64 @@ async def test_a_loop_closed_with_its_flush_still_scheduled_does_not_stall_anoth
     await anyio.to_thread.run_sync(first_loop)
     assert await anyio.to_thread.run_sync(second_loop) == 2
     await log.close()
+    assert [r.data["i"] for r in read_records(p)] == [0, 1]
+
+
+def test_callbacks_ready_reads_asyncio_s_queue_and_answers_no_on_a_loop_without_one():
+    # The one private asyncio read (``_ready``): true while a callback is due, false once it ran.
+    from openfunctions.core.journal._writer import callbacks_ready
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert hasattr(loop, "_ready"), "asyncio's BaseEventLoop no longer has _ready: update core/journal/_writer.py"
+        assert callbacks_ready(loop) is False
+        loop.call_soon(lambda: None)
+        assert callbacks_ready(loop) is True
+        loop.run_until_complete(asyncio.sleep(0))
+        assert callbacks_ready(loop) is False
+    finally:
+        loop.close()
+    uvloop = pytest.importorskip("uvloop")
+    other = uvloop.new_event_loop()
+    try:
+        assert not hasattr(other, "_ready")
+        other.call_soon(lambda: None)
+        assert callbacks_ready(other) is False  # cannot tell: the flush writes at once
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_on_a_loop_without_a_ready_queue_the_flush_writes_at_once(tmp_path, loop_kind):
+    # Same two appenders as in the "steps behind" test: asyncio's loop batches them into one write;
+    # uvloop (no ``_ready``) flushes the first alone, and both are still durable when answered.
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        new_loop = uvloop.new_event_loop
+    else:
+        new_loop = asyncio.new_event_loop
+    p = tmp_path / "j.jsonl"
+    ops = WhereOps()
+
+    async def main() -> list[int]:
+        log = await _open(p, ops)
+
+        async def a() -> int:
+            return (await log.append("t", {"i": 0})).seq
+
+        async def b() -> int:
+            await asyncio.sleep(0)
+            return (await log.append("t", {"i": 1})).seq
+
+        seqs = await asyncio.gather(a(), b())
+        assert log.last_seq == 2
+        await log.close()
+        return seqs
+
+    loop = new_loop()
+    try:
+        assert loop.run_until_complete(main()) == [1, 2]
+    finally:
+        loop.close()
+    assert ops.lines == ([2] if loop_kind == "asyncio" else [1, 1])
     assert [r.data["i"] for r in read_records(p)] == [0, 1]
