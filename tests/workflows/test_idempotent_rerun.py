@@ -63,3 +63,27 @@ async def test_an_uncertain_step_of_a_tool_not_declared_idempotent_still_blocks(
     runs = WorkflowRuns(tmp_path, workflows=[wf], registry=registry(calls, crash=False, idempotent=False))
     [blocked] = await runs.resume_interrupted()
     assert isinstance(blocked, RunBlocked) and calls == [7] and runs.show("r").resolutions == []
+
+
+async def test_on_postgresql_the_idempotent_rerun_is_recorded_as_on_files(pg_dsn) -> None:
+    from openfunctions.store import migrate_database
+    from tests._pg import unique_name
+
+    await migrate_database(pg_dsn)
+    space = unique_name("rerun")
+    calls: list = []
+    wf = workflow()
+    with pytest.raises(Crash):
+        await WorkflowRuns(database=pg_dsn, space=space, workflows=[wf],
+                           registry=registry(calls, crash=True, idempotent=True)).run(wf, {"n": 7}, run_id="r")
+    runs = WorkflowRuns(database=pg_dsn, space=space, workflows=[wf], registry=registry(calls, crash=False, idempotent=True))
+    try:
+        [out] = await runs.resume_interrupted()
+        assert out.ok and calls == [7, 7]
+        again = WorkflowRuns(database=pg_dsn, space=space, workflows=[wf])
+        try:
+            assert again.show("r").steps["0"].rerun is True
+        finally:
+            await again.close()
+    finally:
+        await runs.close()
