@@ -20,7 +20,16 @@ Served over MCP: ``openfunctions-mcp serve --profile agents --module mypkg.agent
 """
 
 from ._agent import AGENT_TAG, DEFAULT_RUN_TIMEOUT_S, Agent, AgentLimits, Crew, define_agent, define_crew
-from ._errors import AgentDefinitionError, AgentError, RunJournalError, RunNotFound
+from ._claims import fulfil_task, verify_claim
+from ._errors import (
+    AgentDefinitionError,
+    AgentError,
+    ClaimNotFound,
+    ClaimUnverified,
+    RunJournalError,
+    RunNotFound,
+    VerificationInvalid,
+)
 from ._records import TERMINAL, RunState
 from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_runs, runs_journal_path
 from ._runtime import RUN_ID_KEY, SUBMIT_TOOL, AgentRuntime, RunOptions, RunResult, run_agent
@@ -33,7 +42,8 @@ def build_agents_profile(**options):  # imported lazily: the profile needs the r
 
 
 __all__ = [
-    "AGENT_TAG", "DEFAULT_RUN_TIMEOUT_S", "Agent", "AgentDefinitionError", "AgentError", "AgentLimits", "AgentRuntime", "Crew", "DatabaseRunLog", "MemoryRunLog",
+    "AGENT_TAG", "DEFAULT_RUN_TIMEOUT_S", "Agent", "AgentDefinitionError", "AgentError", "AgentLimits", "AgentRuntime", "ClaimNotFound", "ClaimUnverified", "Crew", "DatabaseRunLog", "MemoryRunLog",
     "RUN_ID_KEY", "RunJournal", "RunJournalError", "RunNotFound", "RunOptions", "RunResult", "RunState", "SUBMIT_TOOL", "TERMINAL",
-    "build_agents_profile", "define_agent", "define_crew", "read_runs", "run_agent", "runs_journal_path",
+    "VerificationInvalid", "build_agents_profile", "define_agent", "define_crew", "fulfil_task", "read_runs", "run_agent",
+    "runs_journal_path", "verify_claim",
 ]

@@ -25,4 +25,23 @@ class RunJournalError(AgentError):
     code = "run_journal_error"
 
 
-__all__ = ["AgentDefinitionError", "AgentError", "RunJournalError", "RunNotFound"]
+class ClaimNotFound(AgentError):
+    """The run has no outcome claim with that id."""
+
+    code = "claim_not_found"
+
+
+class VerificationInvalid(AgentError):
+    """The evidence offered cannot verify the claim (a failed call, a receipt of another run, no evidence)."""
+
+    code = "verification_invalid"
+
+
+class ClaimUnverified(AgentError):
+    """A task cannot be fulfilled: a claim is unverified (or there is none) and no reason was given."""
+
+    code = "claim_unverified"
+
+
+__all__ = ["AgentDefinitionError", "AgentError", "ClaimNotFound", "ClaimUnverified", "RunJournalError", "RunNotFound",
+           "VerificationInvalid"]

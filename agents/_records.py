@@ -33,9 +33,34 @@ each record's ``data`` has ``v: 1`` and ``run_id`` (``run_`` + 32 hex).
     output or null), ``error`` ``{code, message}`` or null,
     ``recovered`` (true only when written by recovery: ``interrupted``).
 ``outcome_claim`` (optional, after a ``completed`` run)
-    ``claim_id`` (``claim_`` + 32 hex), ``agent``, ``text_sha256``: the run
-    *claims* this outcome. Verification and fulfilment are separate records
-    that other parts may add; a claim is never a verification.
+    ``claim_id`` (``claim_`` + 32 hex), ``agent``, ``text_sha256``,
+    ``requires_verification`` (receipt ids of the run's calls whose tool
+    declares ``capability.requires_verification``; may be empty): the run
+    *claims* this outcome. A claim is never a verification.
+``claim_verified`` (any time after the claim; written by :mod:`._claims`)
+    ``verification_id`` (``ver_`` + 32 hex), ``claim_id``, ``evidence``:
+    ``{"kind": "receipt", "receipt_id", "tool", "outcome"}`` (a verifier
+    tool call that succeeded) or ``{"kind": "work_proof", "attempt_id",
+    "proof_digest"}`` (the work controller's proof of an attempt whose
+    verifiers passed),
+    ``covers`` (receipt ids of the run's calls this evidence verifies),
+    ``by``, ``verified_at``.
+``task_fulfilled`` (at most one counts: the first)
+    ``fulfilment_id`` (``ful_`` + 32 hex), ``claim_ids`` (the claims it rests
+    on), ``reason`` (null when every claim was verified; an operator's words
+    when fulfilled without that), ``by``, ``fulfilled_at``.
+
+A claim is *verified* once at least one ``claim_verified`` links to it and
+every receipt in its ``requires_verification`` is in some such record's
+``covers``. A task is *fulfilled* once a ``task_fulfilled`` record is written:
+:func:`._claims.fulfil_task` writes one only when every claim is verified, or
+with an explicit ``reason``. Claim -> verification -> fulfilment are linked
+by ids only; nothing is folded into the claim record itself.
+
+Tool call entries in ``run_round`` may also carry ``requires_verification:
+true`` (the tool's capability says so) and ``rerun_of`` (the receipt id of an
+earlier call of the same idempotent tool whose effect was unknown; this entry
+is its re-run).
 
 Recovery (on open) writes ``run_finished`` with ``status: "interrupted"``,
 ``recovered: true`` for every run that has a ``run_started`` and no
@@ -56,6 +81,7 @@ from openfunctions.core import digest, new_id, utc_timestamp
 VERSION = 1
 KIND = "runs"
 STARTED, ROUND, FINISHED, CLAIM = "run_started", "run_round", "run_finished", "outcome_claim"
+VERIFIED, FULFILLED = "claim_verified", "task_fulfilled"
 TERMINAL = ("completed", "max_rounds", "cancelled", "failed", "timeout", "interrupted")
 TASK_CHARS = 4000
 TEXT_CHARS = 16384
@@ -96,9 +122,19 @@ def finished(*, run_id: str, status: str, rounds: int, usage: dict[str, int], re
     }
 
 
-def claim(*, run_id: str, agent: str, text: str) -> dict[str, Any]:
+def claim(*, run_id: str, agent: str, text: str, requires_verification: list[str] | None = None) -> dict[str, Any]:
     return {"v": VERSION, "run_id": run_id, "claim_id": new_id("claim"), "agent": agent, "text_sha256": _text_digest(text),
-            "claimed_at": utc_timestamp()}
+            "requires_verification": list(requires_verification or []), "claimed_at": utc_timestamp()}
+
+
+def verified(*, run_id: str, claim_id: str, evidence: dict[str, Any], covers: list[str], by: str | None) -> dict[str, Any]:
+    return {"v": VERSION, "run_id": run_id, "verification_id": new_id("ver"), "claim_id": claim_id,
+            "evidence": evidence, "covers": list(covers), "by": by, "verified_at": utc_timestamp()}
+
+
+def fulfilled(*, run_id: str, claim_ids: list[str], reason: str | None, by: str | None) -> dict[str, Any]:
+    return {"v": VERSION, "run_id": run_id, "fulfilment_id": new_id("ful"), "claim_ids": list(claim_ids),
+            "reason": reason, "by": by, "fulfilled_at": utc_timestamp()}
 
 
 @dataclass
@@ -110,6 +146,8 @@ class RunState:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     finished: dict[str, Any] | None = None
     claims: list[dict[str, Any]] = field(default_factory=list)
+    verifications: list[dict[str, Any]] = field(default_factory=list)
+    fulfilment: dict[str, Any] | None = None
 
     @property
     def status(self) -> str:
@@ -119,6 +157,32 @@ class RunState:
     def agent(self) -> str:
         return self.started.get("agent", "?")
 
+    def pending(self, claim_id: str) -> list[str] | None:
+        """Receipts of ``claim_id``'s calls that still await a verification (``None``: no such claim)."""
+        c = next((c for c in self.claims if c.get("claim_id") == claim_id), None)
+        if c is None:
+            return None
+        covered = {r for v in self.verifications if v.get("claim_id") == claim_id for r in v.get("covers") or ()}
+        return [r for r in c.get("requires_verification") or () if r not in covered]
+
+    def claim_verified(self, claim_id: str) -> bool:
+        """At least one verification links to the claim and every call that requires one is covered."""
+        pending = self.pending(claim_id)
+        return pending == [] and any(v.get("claim_id") == claim_id for v in self.verifications)
+
+    @property
+    def fulfilled(self) -> bool:
+        return self.fulfilment is not None
+
+    def chain(self) -> list[dict[str, Any]]:
+        """Each claim with its verifications and whether the task's fulfilment rests on it."""
+        ful = self.fulfilment or {}
+        return [{"claim_id": c["claim_id"], "verified": self.claim_verified(c["claim_id"]),
+                 "pending": self.pending(c["claim_id"]),
+                 "verifications": [v["verification_id"] for v in self.verifications if v.get("claim_id") == c["claim_id"]],
+                 "fulfilled_by": ful.get("fulfilment_id") if c["claim_id"] in (ful.get("claim_ids") or ()) else None}
+                for c in self.claims if isinstance(c.get("claim_id"), str)]
+
     def summary(self) -> dict[str, Any]:
         f = self.finished or {}
         return {
@@ -126,11 +190,14 @@ class RunState:
             "parent_run_id": self.started.get("parent_run_id"), "provider": self.started.get("provider"),
             "model": self.started.get("model"), "rounds": f.get("rounds", len(self.rounds)),
             "started_at": self.started.get("started_at"), "finished_at": f.get("finished_at"),
+            "claims": len(self.claims), "verified": all(self.claim_verified(c.get("claim_id", "")) for c in self.claims)
+            if self.claims else False, "fulfilled": self.fulfilled,
         }
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "started": self.started, "rounds": self.rounds,
-                "finished": self.finished, "claims": self.claims}
+                "finished": self.finished, "claims": self.claims, "verifications": self.verifications,
+                "fulfilment": self.fulfilment, "chain": self.chain()}
 
 
 def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
@@ -150,6 +217,10 @@ def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
         run.finished = data
     elif rtype == CLAIM:
         run.claims.append(data)
+    elif rtype == VERIFIED:
+        run.verifications.append(data)
+    elif rtype == FULFILLED and run.fulfilment is None:
+        run.fulfilment = data
 
 
 def fold(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, RunState]:
@@ -164,4 +235,5 @@ def unfinished(state: dict[str, RunState]) -> list[RunState]:
     return [r for r in state.values() if r.finished is None and r.started.get("agent") is not None]
 
 
-__all__ = ["KIND", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "round_", "started", "unfinished"]
+__all__ = ["KIND", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled", "round_", "started",
+           "unfinished", "verified"]

@@ -116,6 +116,8 @@ class RunResult:
     receipts: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
     receipt: Any = None
+    #: receipts of succeeded calls whose tool requires verification (the claim lists them)
+    needs_verification: list[str] = field(default_factory=list)
 
     def to_payload(self) -> dict[str, Any]:
         out = {"text": self.text or "", "run_id": self.run_id, "status": self.status, "rounds": self.rounds}
@@ -502,7 +504,8 @@ class AgentRuntime:
             receipts=result.receipts, text=result.text, output=result.output, error=result.error,
         ), wait=not claim)
         if claim:
-            await self.runs.append(R.CLAIM, R.claim(run_id=result.run_id, agent=result.agent, text=result.text or ""))
+            await self.runs.append(R.CLAIM, R.claim(run_id=result.run_id, agent=result.agent, text=result.text or "",
+                                                    requires_verification=result.needs_verification))
 
     async def _rounds(self, agent: Agent, task: str, ctx: ToolExecutionContext, adapter: Any, view: ToolRegistry,
                       synthetic: ToolRegistry, tools: list[ToolDefinition], result: RunResult,
@@ -543,8 +546,12 @@ class AgentRuntime:
                 await _emit(opts, {"type": "tool_result", "round": n, **rec, "is_error": is_error,
                                    "content": text[:EVENT_CONTENT_CHARS]})
                 records.append(rec)
+                if rec.get("rerun_of"):
+                    result.receipts.append(rec["rerun_of"])
                 if rec.get("receipt_id"):
                     result.receipts.append(rec["receipt_id"])
+                    if rec.get("requires_verification") and rec.get("outcome") == "succeeded":
+                        result.needs_verification.append(rec["receipt_id"])
                 messages.append(Message.tool_result(call, text, is_error=is_error))
                 if submitted:
                     result.output, result.status = call.arguments, "completed"
@@ -594,8 +601,20 @@ class AgentRuntime:
             return text, True, {"id": call.id, "name": call.name, "receipt_id": None, "outcome": "not_found",
                                 "error_code": exc.code}, False
         r = detailed.receipt
+        cap = tool.capability
+        rerun_of = None
+        if _unknown(r) and cap is not None and cap.idempotent and target is view:
+            # The tool's author declared that running it again is harmless, so an uncertain call is
+            # settled by running it once more instead of leaving the model (and the claim) to guess.
+            rerun_of = r.receipt_id
+            detailed = await target.execute_detailed(call.name, call.arguments, child_context(ctx, tool, scopes=scopes))
+            r = detailed.receipt
         rec = {"id": call.id, "name": call.name, "receipt_id": r.receipt_id, "outcome": r.outcome,
                "error_code": r.error.code if r.error else None}
+        if rerun_of is not None:
+            rec["rerun_of"] = rerun_of
+        if cap is not None and cap.requires_verification:
+            rec["requires_verification"] = True
         submitted = call.name == SUBMIT_TOOL and target is synthetic and detailed.ok
         return _content_text(detailed.result.content), detailed.result.is_error, rec, submitted
 
@@ -644,6 +663,11 @@ class AgentRuntime:
             raise ToolError(f"crew {crew.name!r}: agent {bad.agent!r} ended {bad.status} (run {bad.run_id})",
                             code="crew_failed", details={"runs": runs})
         return {"text": text, "status": status, "runs": runs}
+
+
+def _unknown(r: Any) -> bool:
+    """The call's effect is uncertain: it may or may not have happened (not a cancellation of the run itself)."""
+    return r.outcome == "unknown" or (r.outcome == "failed" and r.certainty == "unknown")
 
 
 async def run_agent(agent: Agent, task: str, *, registry: ToolRegistry, runs: MemoryRunLog | None = None,

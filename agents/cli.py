@@ -4,12 +4,24 @@
 - ``runs show RUN_ID [--json]``: the whole record (start, every round, the end, claims).
 - ``runs tail [-n N] [-f] [--json]``: the last N run records as written; ``-f`` keeps
   printing new ones as servers write them (polling every 0.5 s; Ctrl-C stops).
+- ``runs verify RUN_ID CLAIM_ID (--receipt RECEIPT_ID | --proof FILE) [--covers R ...] [--by WHO]``:
+  link evidence to a claim (a ``claim_verified`` record): a verifier call's receipt, found in the
+  data dir's execution journals (it must have succeeded), or a work proof (JSON, as
+  ``of_work_verify`` returns it under ``proof``).
+- ``runs fulfil RUN_ID [--reason TEXT] [--by WHO]``: mark the run's task fulfilled (a
+  ``task_fulfilled`` record): only when every claim is verified, or with a reason.
+
+``verify`` and ``fulfil`` write: they open the first free run journal slot of the data dir
+(a running server keeps its own; ``runs show`` folds every slot). They do not write to
+``--database`` (use the Python API, :func:`openfunctions.agents.verify_claim`, on a
+:class:`DatabaseRunLog`).
 
 ``--data-dir`` defaults to the per-user data dir (``$OPENFUNCTIONS_MCP_DATA_DIR``
 overrides it), as ``serve`` uses. With ``--database URL`` (default without ``--data-dir``:
 ``$OPENFUNCTIONS_DATABASE_URL``, as ``serve``) ``list``, ``show`` and ``tail`` read the runs that
 ``serve --database`` replicas keep in PostgreSQL instead (``tail -f`` follows every replica's records). Exit codes: 0 ok; 1 a run id not found; 2 the
-journal cannot be read (corrupt, unsafe path).
+journal cannot be read (corrupt, unsafe path), or (verify, fulfil) the evidence or the
+claims do not allow the record (its error code is printed).
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ def add_commands(subparsers: Any) -> None:
     """Add the ``runs`` command group to an argparse subparsers object."""
     r = subparsers.add_parser("runs", help="list, show and follow agent run records",
                               description="Read agent run records (read-only; works while a server writes).")
-    rsub = r.add_subparsers(dest="runs_command", metavar="{list,show,tail}")
+    rsub = r.add_subparsers(dest="runs_command", metavar="{list,show,tail,verify,fulfil}")
     r.set_defaults(func=lambda args: (r.print_help(sys.stderr), 2)[1])
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -67,6 +79,25 @@ def add_commands(subparsers: Any) -> None:
     common(p)
     database(p)
     p.set_defaults(func=cmd_show)
+
+    p = rsub.add_parser("verify", help="link evidence (a verifier's receipt, a work proof) to a run's claim")
+    p.add_argument("run_id")
+    p.add_argument("claim_id")
+    ev = p.add_mutually_exclusive_group(required=True)
+    ev.add_argument("--receipt", metavar="RECEIPT_ID", help="a verifier call's receipt id (it must have succeeded)")
+    ev.add_argument("--proof", type=Path, metavar="FILE", help="a work proof as JSON (of_work_verify's proof)")
+    p.add_argument("--covers", nargs="+", metavar="RECEIPT_ID", default=None,
+                   help="the run's calls this evidence verifies (default: every call the claim awaits)")
+    p.add_argument("--by", default=None, help="who verifies (recorded)")
+    common(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = rsub.add_parser("fulfil", help="mark a run's task fulfilled (every claim verified, or --reason)")
+    p.add_argument("run_id")
+    p.add_argument("--reason", default=None, help="fulfil without verified claims, for this reason (recorded)")
+    p.add_argument("--by", default=None, help="who fulfils (recorded)")
+    common(p)
+    p.set_defaults(func=cmd_fulfil)
 
     p = rsub.add_parser("tail", help="the last N run records as written (-f: keep following)")
     p.add_argument("-n", type=_count, default=10, metavar="N", help="how many records (default 10)")
@@ -174,9 +205,88 @@ def cmd_show(args: argparse.Namespace) -> int:
         if f.get("error"):
             print(f"  error      {f['error'].get('code')}: {f['error'].get('message')}")
         print(f"  text       {f.get('text', '')[:2000]}")
-    for c in run.claims:
-        print(f"  claim      {c['claim_id']} {c['text_sha256']}")
+    for c in run.chain():
+        state = "verified" if c["verified"] else "unverified" + (f" (awaiting {', '.join(c['pending'])})" if c["pending"] else "")
+        print(f"  claim      {c['claim_id']} {state}")
+        for v in run.verifications:
+            if v.get("claim_id") == c["claim_id"]:
+                e = v.get("evidence") or {}
+                what = f"receipt {e.get('receipt_id')} ({e.get('tool')})" if e.get("kind") == "receipt" else \
+                    f"work proof {e.get('proof_digest')} (attempt {e.get('attempt_id')})"
+                print(f"    verified {v['verification_id']} by {what}, covers {len(v.get('covers') or [])} call(s)")
+    if run.fulfilment is not None:
+        ful = run.fulfilment
+        print(f"  fulfilled  {ful['fulfilment_id']} {ful.get('fulfilled_at')}"
+              + (f"  reason: {ful['reason']}" if ful.get("reason") else "  (every claim verified)"))
+    elif run.claims:
+        print("  fulfilled  no")
     return 0
+
+
+def _find_receipt(data_dir: Path, receipt_id: str) -> dict[str, Any] | None:
+    """The receipt ``receipt_id`` in the data dir's execution journals (every profile, every segment)."""
+    from openfunctions.core.journal import segment_paths
+
+    found = None
+    for p in sorted((data_dir / "journal").glob("*.journal")):
+        if p.name.startswith("runs."):
+            continue
+        for f in [*segment_paths(p), p]:
+            for rec in read_records(f):
+                if rec.type == "receipt" and rec.data.get("receipt_id") == receipt_id:
+                    found = rec.data  # the last one wins (a recovered receipt precedes none)
+    return found
+
+
+def _write(args: argparse.Namespace, fn: Any) -> int:
+    import asyncio
+
+    from ._runlog import RunJournal
+
+    async def main() -> dict[str, Any]:
+        runs = await RunJournal.open_in(_dir(args))
+        try:
+            return await fn(runs)  # type: ignore[no-any-return]
+        finally:
+            await runs.close()
+
+    try:
+        rec = asyncio.run(main())
+    except OpenFunctionsError as exc:
+        print(f"openfunctions-mcp runs: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1 if exc.code == "run_not_found" else 2
+    print(json.dumps(rec, indent=2, ensure_ascii=False) if args.json else
+          " ".join(f"{k}={rec[k]}" for k in ("verification_id", "fulfilment_id", "claim_id", "reason") if rec.get(k)))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from ._claims import verify_claim
+
+    receipt: Any = None
+    proof: Any = None
+    try:
+        if args.receipt is not None:
+            receipt = _find_receipt(_dir(args), args.receipt)
+            if receipt is None:
+                print(f"openfunctions-mcp runs: no receipt {args.receipt!r} in {_dir(args) / 'journal'}", file=sys.stderr)
+                return 1
+        else:
+            try:
+                proof = json.loads(args.proof.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                print(f"openfunctions-mcp runs: cannot read the proof {args.proof}: {exc}", file=sys.stderr)
+                return 2
+    except OpenFunctionsError as exc:
+        return _fail(exc)
+    return _write(args, lambda runs: verify_claim(runs, args.run_id, args.claim_id, receipt=receipt, work_proof=proof,
+                                                  covers=args.covers, by=args.by))
+
+
+def cmd_fulfil(args: argparse.Namespace) -> int:
+    from ._claims import fulfil_task
+
+    return _write(args, lambda runs: fulfil_task(runs, args.run_id, reason=args.reason, by=args.by))
 
 
 def _print_record(rec: Any, as_json: bool) -> None:

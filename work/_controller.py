@@ -708,6 +708,8 @@ class WorkController:
         )
         if spec.effect == "read":
             return op  # a read changes nothing: its outcome record is enough
+        rerunnable = purpose == "step" and self._tool_idempotent(spec)
+        rerun_of = _rerun_of(att, plan_index) if rerunnable else None
         readback = await self._prepare_reconciliation(spec, params)
         async with self._lifecycle:
             if purpose == "step" and att.state != "running":
@@ -715,9 +717,16 @@ class WorkController:
             await self._append(R.intent(
                 attempt_id=att.attempt_id, operation_id=op.operation_id, plan_index=plan_index, step=spec.name,
                 params=params, effect=spec.effect, idempotent=spec.idempotent, input_digest=op.input_digest,
-                readback=readback, purpose=purpose,
+                readback=readback, purpose=purpose, rerunnable=rerunnable, rerun_of=rerun_of,
             ))
         return att.operations[op.operation_id]
+
+    def _tool_idempotent(self, spec: Any) -> bool:
+        """A ``tool`` step whose registered tool declares ``capability.idempotent`` (running it again is harmless)."""
+        if spec.kind != "tool" or spec.tool_name not in self.registry:
+            return False
+        cap = self.registry.get(spec.tool_name).capability
+        return bool(cap is not None and cap.idempotent)
 
     async def _run_op(self, att: Attempt, op: Operation, spec: Any, params: dict[str, Any], ctx: ToolExecutionContext | None, principal: str | None, grant: Any) -> Any:
         """Dispatch through the executor; a cancelled call's outcome is recorded before the cancellation goes on."""
@@ -771,7 +780,7 @@ class WorkController:
             artifacts = sorted(find_artifact_ids(_canonical_text(result)))
         step_op = op.purpose == "step"
         async with self._lifecycle:
-            effect_may_have_happened = op.effect != "read" and status in ("done", "unknown")
+            effect_may_have_happened = op.effect != "read" and (status in ("done", "unknown") or (status == "failed" and op.rerunnable))
             epoch, cursor = _progress(att, op, status)
             rec = R.outcome(
                 attempt_id=att.attempt_id, operation_id=op.operation_id, plan_index=op.plan_index, step=op.step,
@@ -1142,10 +1151,23 @@ class WorkController:
         return ref.id
 
 
+def _rerun_of(att: Attempt, plan_index: int | None) -> str | None:
+    """The receipt id of the last call of this plan step that a re-runnable tool left uncertain (settled ``failed``)."""
+    for op in reversed(list(att.operations.values())):
+        if op.plan_index != plan_index or op.purpose != "step":
+            continue
+        r = op.receipt or {}
+        if op.rerunnable and op.status == "failed" and r.get("certainty", "unknown") == "unknown":
+            return r.get("receipt_id") or op.dispatch_receipt_id
+        return None  # the step's last call was not left uncertain
+    return None
+
+
 def _progress(att: Attempt, op: Operation, status: str) -> tuple[int, int]:
     """``(mutation_epoch, cursor)`` after ``op`` settles with ``status`` (live and at recovery)."""
     step_op = op.purpose == "step"
-    effect_may_have_happened = op.effect != "read" and status in ("done", "unknown")
+    # a re-runnable step that failed may have had its effect (its outcome was unknown): the epoch moves
+    effect_may_have_happened = op.effect != "read" and (status in ("done", "unknown") or (status == "failed" and op.rerunnable))
     # a verifier's effects do not move the epoch (the proof it builds is
     # bound to it); the subject fingerprints before/after show what it changed
     epoch = att.mutation_epoch + 1 if effect_may_have_happened and step_op else att.mutation_epoch

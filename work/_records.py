@@ -22,7 +22,10 @@ attempt_started   attempt_id, number (1, 2, ...), preview_id, principal, plan, p
                   catalog_digest
 intent            attempt_id, operation_id, plan_index (null for a verifier), step, params,    **before** an effectful step or
                   effect (write/external), idempotent, input_digest, readback (the             verifier is dispatched
-                  ``prepare_reconciliation`` metadata), purpose (``step`` | ``verify``)
+                  ``prepare_reconciliation`` metadata), purpose (``step`` | ``verify``);
+                  rerunnable (only when true: a ``tool`` step whose tool declares
+                  ``capability.idempotent``), rerun_of (only when set: the receipt id of
+                  the uncertain call of the same plan step this one runs again)
 dispatched        attempt_id, operation_id, receipt_id (the executor's receipt of the call)    after the executor persisted the
                                                                                                call's start, before the handler
 spawned           attempt_id, operation_id, pid, pgid, start_ticks (field 22 of                a ``command`` step's process started
@@ -114,12 +117,18 @@ def attempt_started(
 def intent(
     *, attempt_id: str, operation_id: str, plan_index: int | None, step: str, params: dict[str, Any], effect: str,
     idempotent: bool, input_digest: str, readback: dict[str, Any] | None, purpose: str = "step",
+    rerunnable: bool = False, rerun_of: str | None = None,
 ) -> Rec:
-    return "intent", {
+    data = {
         "attempt_id": attempt_id, "operation_id": operation_id, "plan_index": plan_index, "step": step,
         "params": params, "effect": effect, "idempotent": idempotent, "input_digest": input_digest,
         "readback": readback, "purpose": purpose,
     }
+    if rerunnable:  # only when set: older records stay byte-identical
+        data["rerunnable"] = True
+    if rerun_of is not None:
+        data["rerun_of"] = rerun_of
+    return "intent", data
 
 
 def dispatched(*, attempt_id: str, operation_id: str, receipt_id: str) -> Rec:

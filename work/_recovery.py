@@ -51,6 +51,8 @@ def settled_status(op: Any, outcome: str | None, certainty: str | None, handler_
         status = "failed"  # a read changed nothing, whatever happened to it
     if op.purpose == "verify" and status == "unknown" and op.idempotent:
         status = "failed"  # running an idempotent verifier again is harmless: it is not left open
+    if status == "unknown" and getattr(op, "rerunnable", False):
+        status = "failed"  # its tool declares idempotent: the step runs again instead of blocking
     return status
 
 

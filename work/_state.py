@@ -92,6 +92,11 @@ class Operation:
     resolution: dict[str, Any] | None = None
     # when the intent (or the read's outcome) was recorded
     at: str = ""
+    # a ``tool`` step whose tool declares ``capability.idempotent``: an unknown outcome settles as
+    # ``failed`` (run it again) instead of blocking the attempt
+    rerunnable: bool = False
+    # the receipt id of the uncertain call of this plan step that this operation runs again
+    rerun_of: str | None = None
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -120,6 +125,10 @@ class Operation:
             out["process"] = {"pid": self.process.get("pid"), "pgid": self.process.get("pgid")}
         if self.resolution is not None:
             out["resolution"] = dict(self.resolution)
+        if self.rerunnable:
+            out["rerunnable"] = True
+        if self.rerun_of is not None:
+            out["rerunOf"] = self.rerun_of
         return out
 
 
@@ -295,6 +304,7 @@ def _apply_intent(st: WorkState, d: dict[str, Any], at: str) -> None:
         operation_id=d["operation_id"], step=d["step"], params=d.get("params") or {}, input_digest=d["input_digest"],
         lease_generation=d.get("lease_generation", 0), effect=d.get("effect", "external"), readback=d.get("readback"),
         plan_index=d.get("plan_index"), idempotent=bool(d.get("idempotent", False)), purpose=d.get("purpose", "step"), at=at,
+        rerunnable=bool(d.get("rerunnable", False)), rerun_of=d.get("rerun_of"),
     )
 
 
@@ -385,7 +395,8 @@ def _apply_recovered(st: WorkState, d: dict[str, Any], at: str) -> None:
                 continue
             for status, ids in wanted.items():
                 if op.operation_id in ids:
-                    op.status = status
+                    # a re-runnable step's unknown effect does not block: it counts as failed, runs again
+                    op.status = "failed" if status == "unknown" and op.rerunnable else status
 
 
 def _apply_nothing(st: WorkState, d: dict[str, Any], at: str) -> None:

@@ -36,6 +36,7 @@ from ._errors import (
     StepFailed,
     StepInterrupted,
     StepOutputInvalid,
+    VerificationRefused,
     WorkflowChanged,
     WorkflowDefinitionError,
     WorkflowError,
@@ -49,7 +50,7 @@ from ._workflow import Workflow, pipe
 __all__ = [
     "InvalidInput", "InvalidRunId", "LLMStep", "NonDeterministic", "NotUncertain",
     "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound", "RunOutcome", "RunStoreUnavailable", "RunState", "Step", "StepFailed",
-    "StepInterrupted", "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "Workflow", "WorkflowChanged",
+    "StepInterrupted", "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "VerificationRefused", "Workflow", "WorkflowChanged",
     "WorkflowDefinitionError", "WorkflowError", "WorkflowRuns", "WorkflowUnknown", "llm_step", "pipe", "tool_step",
     "begin_run", "child_context", "transform",
 ]

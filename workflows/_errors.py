@@ -104,8 +104,14 @@ class NotUncertain(WorkflowError):
     code = "workflow_step_not_uncertain"
 
 
+class VerificationRefused(WorkflowError):
+    """``verify`` named a step that needs no verification, or evidence that verifies nothing (a failed call)."""
+
+    code = "workflow_verification_refused"
+
+
 __all__ = [
     "InvalidInput", "InvalidRunId", "NonDeterministic", "NotUncertain", "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound",
-    "RunStoreUnavailable", "StepFailed", "StepInterrupted", "StepOutputInvalid", "WorkflowChanged", "WorkflowDefinitionError", "WorkflowError",
-    "WorkflowUnknown",
+    "RunStoreUnavailable", "StepFailed", "StepInterrupted", "StepOutputInvalid", "VerificationRefused", "WorkflowChanged", "WorkflowDefinitionError",
+    "WorkflowError", "WorkflowUnknown",
 ]

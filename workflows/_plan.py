@@ -242,7 +242,8 @@ class Exec:
             raise
         out = _tool_output(detailed)
         if j is not None:
-            return j.succeeded(path, step.name, out, receipt, effect=not read, attempt=attempt)
+            return j.succeeded(path, step.name, out, receipt, effect=not read, attempt=attempt,
+                               requires_verification=cap is not None and cap.requires_verification)
         return out
 
     async def _call(self, path: str, step: ToolStep, tool: ToolDefinition, params: Any, ctx: Any, read: bool) -> Any:

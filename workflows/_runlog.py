@@ -34,7 +34,8 @@ order a run writes them:
   ``t``/``f``). A ``step_started`` with no later ``step_settled`` is an
   **uncertain** step.
 - ``step_settled``: ``{run_id, step, name, status, result?, error?,
-  receipt_id?, certainty?, uncertain?, attempt?}`` — ``status``
+  receipt_id?, certainty?, uncertain?, attempt?, rerun?, rerun_of?,
+  requires_verification?}`` — ``status``
   ``succeeded`` (``result``: the step's JSON result), ``failed``
   (``error``: ``{code, message}``) or ``cancelled``; tool steps add the
   executor's ``receipt_id`` and ``certainty``; a failed or cancelled non-read
@@ -43,13 +44,27 @@ order a run writes them:
   only the attempt that settled it.
 - ``run_blocked``: ``{run_id, steps, reason}`` — written when a run is
   opened to resume and has uncertain steps (``steps``: their paths).
-- ``step_resolved``: ``{run_id, step, applied, result?, by}`` — an
-  operator's answer for an uncertain step: ``applied: true`` settles it with
-  ``result``; ``applied: false`` says the effect did not happen, so the step
-  runs again.
+- ``step_resolved``: ``{run_id, step, applied, result?, by, rerun?,
+  rerun_of?}`` — an operator's answer for an uncertain step: ``applied:
+  true`` settles it with ``result``; ``applied: false`` says the effect did
+  not happen, so the step runs again. Written by the runner itself, with
+  ``applied: false``, ``by: null``, ``rerun: true`` and ``rerun_of`` (the
+  uncertain call's receipt id, or null when the process died before the
+  call had one), for an uncertain step whose tool declares
+  ``capability.idempotent``: running it again is harmless, so it is not
+  blocked. The step's next ``step_settled`` then carries the same
+  ``rerun: true``, ``rerun_of``.
 - ``run_finished``: ``{run_id, status, result?, error?}`` — ``status``
   ``succeeded`` (``result``), ``failed`` (``error``: ``{code, message,
-  details?}``) or ``cancelled``. Nothing of that run follows it.
+  details?}``) or ``cancelled``. Nothing of that run follows it but
+  ``step_verified``.
+- ``step_verified``: ``{run_id, step, receipt_id, tool, by}`` — a verifier
+  call's succeeded receipt linked to a succeeded step whose ``step_settled``
+  has ``requires_verification: true`` (its tool declares
+  ``capability.requires_verification``). Written by
+  ``WorkflowRuns.verify``, before or after ``run_finished``. A ``succeeded``
+  run with such a step not yet verified is not *completed*
+  (:attr:`RunState.completed`; ``awaiting_verification`` in its summary).
 - ``run_snapshot``: ``{run_id, state}`` — written only by a compaction:
   the run's whole folded state (``state``: :meth:`RunState.snapshot`); it
   replaces whatever was folded for that run before.
@@ -125,6 +140,10 @@ class StepRecord:
     certainty: str | None = None
     uncertain: bool = False
     resolved_by: str | None = None
+    rerun: bool = False
+    rerun_of: str | None = None
+    requires_verification: bool = False
+    verification: dict[str, Any] | None = None
 
     @property
     def is_uncertain(self) -> bool:
@@ -133,10 +152,15 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"step": self.step, "name": self.name, "status": self.status}
-        for k in ("tool", "receipt_id", "certainty", "resolved_by"):
+        for k in ("tool", "receipt_id", "certainty", "resolved_by", "rerun_of"):
             v = getattr(self, k)
             if v is not None:
                 out[k] = v
+        if self.rerun:
+            out["rerun"] = True
+        if self.requires_verification:
+            out["requires_verification"] = True
+            out["verification"] = self.verification
         if self.status == "succeeded":
             out["result"] = self.result
         if self.error is not None:
@@ -172,6 +196,15 @@ class RunState:
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
+    def awaiting_verification(self) -> list[str]:
+        """Succeeded steps whose tool requires verification and that no ``step_verified`` links to yet."""
+        return [p for p, s in self.steps.items() if s.status == "succeeded" and s.requires_verification and s.verification is None]
+
+    @property
+    def completed(self) -> bool:
+        """Succeeded, and every step that requires verification verified."""
+        return self.status == "succeeded" and not self.awaiting_verification()
+
     def uncertain_steps(self) -> list[str]:
         """Paths of steps whose effect is uncertain. Meaningful when no process is running the run
         (whoever holds the run's lock decides: a live runner's started step is simply running)."""
@@ -184,6 +217,8 @@ class RunState:
             "status": self.status,
             "steps_settled": sum(1 for s in self.steps.values() if s.status == "succeeded"),
             "uncertain": self.uncertain_steps() if self.status in ("running", "blocked") else [],
+            "awaiting_verification": self.awaiting_verification(),
+            "completed": self.completed,
             "started_at": self.started_at,
             "updated_at": self.updated_at,
         }
@@ -231,7 +266,7 @@ def apply(state: RunState, rec: Any) -> None:
         return
     if rec.type != "run_started" and state.status == "new":
         raise ValueError(f"{rec.type!r} record before run_started")
-    if state.terminal:
+    if state.terminal and rec.type != "step_verified":
         raise ValueError(f"{rec.type!r} record after run_finished")
     fn(state, rec.data)
     if rec.type == "run_started":
@@ -264,7 +299,18 @@ def _step_settled(s: RunState, d: dict[str, Any]) -> None:
         step=p, name=_str(d["name"]), status=status, tool=prior.tool if prior else d.get("tool"),
         params=prior.params if prior else None, result=d.get("result"), error=d.get("error"),
         receipt_id=d.get("receipt_id"), certainty=d.get("certainty"), uncertain=bool(d.get("uncertain", False)),
+        rerun=bool(d.get("rerun", False)), rerun_of=d.get("rerun_of"),
+        requires_verification=bool(d.get("requires_verification", False)),
     )
+
+
+def _step_verified(s: RunState, d: dict[str, Any]) -> None:
+    p = _str(d["step"])
+    step = s.steps.get(p)
+    if step is None or step.status != "succeeded" or not step.requires_verification:
+        raise ValueError(f"step_verified for step {p!r}, which is not a succeeded step that requires verification")
+    if step.verification is None:  # the first one counts
+        step.verification = {"receipt_id": _str(d["receipt_id"]), "tool": d.get("tool"), "by": d.get("by")}
 
 
 def _run_blocked(s: RunState, d: dict[str, Any]) -> None:
@@ -281,7 +327,8 @@ def _step_resolved(s: RunState, d: dict[str, Any]) -> None:
     if not isinstance(applied, bool):
         raise TypeError("step_resolved.applied must be a boolean")
     prior = s.steps.get(p)
-    s.resolutions.append({"step": p, "applied": applied, "by": d.get("by")})
+    s.resolutions.append({"step": p, "applied": applied, "by": d.get("by"),
+                          **({"rerun": True, "rerun_of": d.get("rerun_of")} if d.get("rerun") else {})})
     if applied:
         s.steps[p] = StepRecord(
             step=p, name=prior.name if prior else p, status="succeeded", tool=prior.tool if prior else None,
@@ -348,6 +395,7 @@ _APPLY = {
     "step_resolved": _step_resolved,
     "run_finished": _run_finished,
     "run_snapshot": _run_snapshot,
+    "step_verified": _step_verified,
 }
 
 #: record types of format version 1 (docs/formats/workflow-runs.md)
@@ -448,11 +496,21 @@ class RunJournal:
         elif self._effect_pending:
             await self.flush()
 
+    def _rerun(self, path: str, data: dict[str, Any]) -> None:
+        """A step the runner re-runs (its last resolution was an idempotent re-run) says so when it settles."""
+        last = next((r for r in reversed(self.state.resolutions) if r["step"] == path), None)
+        if last is not None and last.get("rerun"):
+            data["rerun"] = True
+            data["rerun_of"] = last.get("rerun_of")
+
     def succeeded(self, path: str, name: str, result: Any, receipt: Any = None, *, effect: bool = False,
-                  attempt: int = 1) -> Any:
+                  attempt: int = 1, requires_verification: bool = False) -> Any:
         """Buffer a step's result; returns its JSON copy (what a replay would see)."""
         value = json_copy(result, path, name, self.max_result_bytes)
         data: dict[str, Any] = {"step": path, "name": name, "status": "succeeded", "result": value}
+        self._rerun(path, data)
+        if requires_verification:
+            data["requires_verification"] = True
         if attempt > 1:
             data["attempt"] = attempt
         if receipt is not None:
@@ -465,6 +523,7 @@ class RunJournal:
     def failed(self, path: str, name: str, status: str, error: dict[str, Any], receipt: Any = None, *,
                uncertain: bool = False, effect: bool = False, attempt: int = 1) -> None:
         data: dict[str, Any] = {"step": path, "name": name, "status": status, "error": error}
+        self._rerun(path, data)
         if attempt > 1:
             data["attempt"] = attempt
         if receipt is not None:
@@ -483,6 +542,14 @@ class RunJournal:
         if applied:
             data["result"] = result
         await self._append([("step_resolved", data)])
+
+    async def verified(self, path: str, *, receipt_id: str, tool: str | None, by: str | None) -> None:
+        await self._append([("step_verified", {"step": path, "receipt_id": receipt_id, "tool": tool, "by": by})])
+
+    async def rerun(self, paths: list[str]) -> None:
+        """Uncertain steps of idempotent tools: run them again (one record each, one fsync)."""
+        await self._append([("step_resolved", {"step": p, "applied": False, "by": None, "rerun": True,
+                                                "rerun_of": self.state.steps[p].receipt_id}) for p in paths])
 
     async def finished(self, status: str, *, result: Any = None, error: dict[str, Any] | None = None) -> None:
         data: dict[str, Any] = {"status": status}

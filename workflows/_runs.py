@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from ._errors import (
     RunNotFound,
     RunStoreUnavailable,
     StepInterrupted,
+    VerificationRefused,
     WorkflowChanged,
     WorkflowDefinitionError,
     WorkflowError,
@@ -113,10 +114,17 @@ class RunOutcome:
     result: Any = None
     error: dict[str, Any] | None = None
     resumed: bool = False
+    #: succeeded steps whose tool requires verification, not verified yet (``WorkflowRuns.verify``)
+    awaiting_verification: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == "succeeded"
+
+    @property
+    def completed(self) -> bool:
+        """Succeeded, and nothing awaits verification."""
+        return self.ok and not self.awaiting_verification
 
     def unwrap(self) -> Any:
         """The result, or a :class:`WorkflowError` carrying the recorded error's code and message."""
@@ -134,6 +142,8 @@ class RunOutcome:
             out["result"] = self.result
         if self.error is not None:
             out["error"] = self.error
+        if self.awaiting_verification:
+            out["awaiting_verification"] = list(self.awaiting_verification)
         return out
 
 
@@ -147,7 +157,8 @@ class WorkflowRuns:
     ``max_result_bytes``: the largest step result (and run input) journaled, as canonical UTF-8 JSON;
     a larger one fails the step (``StepOutputInvalid``) or the run (``InvalidInput``).
     ``keep_runs``/``keep_seconds``: retention of *finished* runs (the newest ``keep_runs``, none older
-    than ``keep_seconds``; ``None``: no limit); running and blocked runs are always kept.
+    than ``keep_seconds``; ``None``: no limit); running and blocked runs, and succeeded runs awaiting a
+    verification, are always kept.
     ``compact_every``: while open, compact once that many finished runs are past retention
     (default: a quarter of ``keep_runs``, at least 16).
 
@@ -440,7 +451,9 @@ class WorkflowRuns:
 
     def _prunable(self) -> list[str]:
         """Finished runs past retention: beyond the newest ``keep_runs``, or older than ``keep_seconds``."""
-        done = sorted((s for s in self._states.values() if s.terminal), key=lambda s: s.updated_at or "")
+        # a succeeded run still awaiting a verification is kept, as a running one is
+        done = sorted((s for s in self._states.values() if s.terminal and not s.awaiting_verification()),
+                      key=lambda s: s.updated_at or "")
         out: list[str] = []
         if self.keep_runs is not None and len(done) > self.keep_runs:
             out = [s.run_id for s in done[: len(done) - self.keep_runs]]
@@ -624,6 +637,15 @@ class WorkflowRuns:
             )
         uncertain = state.uncertain_steps()
         if uncertain:
+            # A tool its author declared idempotent may run again: its uncertain step is re-run (and
+            # its records say so) instead of waiting for a person. Any other uncertain step blocks.
+            reg = registry if registry is not None else self.registry if wf.registry is None else None
+            reg = reg if reg is not None else wf.registry
+            again = [p for p in uncertain if _idempotent(reg, state.steps[p].tool)]
+            if again:
+                await journal.rerun(again)
+                uncertain = state.uncertain_steps()
+        if uncertain:
             if state.status != "blocked" or state.blocked != uncertain:
                 await journal.blocked(uncertain, "a tool step with a non-read effect started and never settled")
             raise _blocked_error(state)
@@ -685,6 +707,45 @@ class WorkflowRuns:
                 if state.status != "blocked":
                     await journal.blocked(state.uncertain_steps(), "resolution requested")
                 await journal.resolved(step, applied=applied, result=value, by=by)
+                return state
+            finally:
+                self._claimed.discard(run_id)
+
+    async def verify(self, run_id: str, step: str, *, receipt: Any, by: str | None = None) -> RunState:
+        """Link a verifier call's receipt (a :class:`~openfunctions.core.Receipt` or its dict) to ``step``.
+
+        ``step`` must have succeeded with a tool that declares
+        ``capability.requires_verification``; the receipt must be a call that
+        succeeded and not the step's own. Until each such step is verified a
+        succeeded run is not :attr:`RunState.completed`. Allowed after the run
+        finished; the first verification of a step counts.
+        """
+        run_id = check_run_id(run_id)
+        d = receipt.to_dict() if hasattr(receipt, "to_dict") else receipt
+        if not isinstance(d, dict) or not isinstance(d.get("receipt_id"), str):
+            raise VerificationRefused("the evidence must be a receipt (with a receipt_id)", details={"run_id": run_id})
+        async with self._using() as log_:
+            state = self._states.get(run_id)
+            if state is None or state.status == "new":
+                raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
+                                  "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
+            rec = state.steps.get(step)
+            if rec is None or rec.status != "succeeded" or not rec.requires_verification:
+                raise VerificationRefused(
+                    f"step {step!r} of run {run_id} is not a succeeded step that requires verification "
+                    f"(awaiting: {state.awaiting_verification() or 'none'})",
+                    details={"run_id": run_id, "step": step, "awaiting": state.awaiting_verification()})
+            if d.get("outcome") != "succeeded" or d["receipt_id"] == rec.receipt_id:
+                raise VerificationRefused(
+                    f"receipt {d['receipt_id']} cannot verify step {step!r}: "
+                    + ("it is the step's own call" if d["receipt_id"] == rec.receipt_id else f"it ended {d.get('outcome')!r}"),
+                    details={"run_id": run_id, "step": step, "receipt_id": d["receipt_id"]})
+            if rec.verification is not None:
+                return state
+            self._claim(run_id)
+            try:
+                await RunJournal(log_, state, max_result_bytes=self.max_result_bytes).verified(
+                    step, receipt_id=d["receipt_id"], tool=d.get("tool"), by=by)
                 return state
             finally:
                 self._claimed.discard(run_id)
@@ -818,6 +879,17 @@ def _header_meta(path: Path) -> Any:
         raise RunCorrupt(f"{str(path)!r} has no readable journal header", details={"path": str(path)}) from None
 
 
+def _idempotent(registry: Any, tool: str | None) -> bool:
+    """Whether ``tool`` (as the run's registry has it now) declares ``capability.idempotent``."""
+    if registry is None or tool is None:
+        return False
+    try:
+        cap = registry.get(tool).capability
+    except OpenFunctionsError:  # no such tool any more: nothing says a re-run is harmless
+        return False
+    return bool(cap is not None and cap.idempotent)
+
+
 def _blocked_error(state: RunState) -> RunBlocked:
     steps = state.uncertain_steps()
     shown = ", ".join(f"{p} ({state.steps[p].name}{', tool ' + state.steps[p].tool if state.steps[p].tool else ''})" for p in steps)
@@ -831,7 +903,7 @@ def _blocked_error(state: RunState) -> RunBlocked:
 
 def _outcome(state: RunState, *, resumed: bool) -> RunOutcome:
     return RunOutcome(run_id=state.run_id, workflow=state.workflow, status=state.status, result=state.result,
-                      error=state.error, resumed=resumed)
+                      error=state.error, resumed=resumed, awaiting_verification=state.awaiting_verification())
 
 
 async def _close(log: JournalLog) -> None:

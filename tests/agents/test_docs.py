@@ -36,6 +36,7 @@ def test_agents_doc_examples_run(tmp_path: Path) -> None:
         assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
         outputs[name] = proc.stdout
     assert outputs["first.py"].startswith("completed 2 + 3 = 5. run_")
+    assert outputs["claims.py"].split() == ["awaiting", "True", "claim_unverified", "fulfilled", "True", "True"]
     assert outputs["waiting.py"].strip() == "['from the agent', 'from someone else']"
     assert "'run_id': 'run_" in outputs["host.py"] and "Paris" in outputs["host.py"] and outputs["host.py"].rstrip().endswith("completed")
     assert "OPENAI_API_KEY" in outputs["provider.py"] and "openai gpt-4o-mini https://api.openai.com/v1" in outputs["provider.py"]

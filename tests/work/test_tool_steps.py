@@ -53,7 +53,7 @@ class Ledger:
     def read(self) -> dict[str, Any]:
         return json.loads(self.path.read_text()) if self.path.exists() else {}
 
-    def tool(self, *, binding: bool = True, effect: str = "write", prepare: Any = None):
+    def tool(self, *, binding: bool = True, effect: str = "write", prepare: Any = None, idempotent: bool = False):
         def handler(params: dict, ctx) -> dict:
             self.runs += 1
             if self.die_before_write:
@@ -76,7 +76,7 @@ class Ledger:
                 return {"status": "not_applied", "observed": observed, "reason": "the ledger holds the prior value"}
             return {"status": "inconclusive", "observed": observed, "reason": "changed by something else"}
 
-        cap: dict[str, Any] = {"effect": effect}
+        cap: dict[str, Any] = {"effect": effect, "idempotent": idempotent}
         if binding:
             cap |= {"prepare_reconciliation": prepare or prepare_reconciliation, "reconcile_effect": reconcile_effect}
         schema = {"type": "object", "properties": {"key": {"type": "string"}, "value": {"type": "integer"}},
@@ -92,10 +92,10 @@ async def _open(env, ledger: Ledger, **tool_kw):
     return catalog, registry, await env.open([], registry=registry, catalog=catalog, execution_journals=None)
 
 
-async def _crash_mid_step(env, ledger: Ledger):
+async def _crash_mid_step(env, ledger: Ledger, **tool_kw):
     """Run set_rate; the controller dies after dispatch and before its outcome record."""
     await env.grant(("set_rate", "look"))
-    catalog, registry, ctl = await _open(env, ledger)
+    catalog, registry, ctl = await _open(env, ledger, **tool_kw)
     prv = await ctl.preview([{"step": "set_rate", "params": {"key": "eur", "value": 7}}, {"step": "look"}], principal="agent")
     await ctl.start(prv["previewId"], principal="agent")
     await run_step_dying_before_its_outcome(ctl)

@@ -1,7 +1,8 @@
 """Workflows for the crash tests, loaded by a child process and by ``workflows resume --module``.
 
 The tools leave evidence in ``$WF_TEST_DIR``: ``charges.txt`` gets a line per
-``charge`` call (a write), ``reads.txt`` a line per ``slow_read`` call. With
+``charge`` call (a write), ``reads.txt`` a line per ``slow_read`` call, ``prices.txt`` a line per
+``set_price`` call (an idempotent write). With
 ``$WF_TEST_SLEEP`` set, each sleeps that long after writing its line, so a
 test can SIGKILL the process inside the step.
 """
@@ -41,10 +42,20 @@ async def slow_read(params, ctx):
     return {"balance": 100 - params["charged"]}
 
 
+async def set_price(params, ctx):
+    _evidence("prices.txt", f"price {params['price']} pid {os.getpid()}")
+    await _pause("set_price")
+    return {"price": params["price"]}
+
+
 registry = ToolRegistry([
     define_tool(name="charge", description="charge an amount (a write)", handler=charge, capability={"effect": "external"},
                 input_schema={"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}),
     define_tool(name="slow_read", description="read the balance", handler=slow_read, capability={"effect": "read"}),
+    # setting a price to a value twice leaves the same price: declared idempotent, so an uncertain call is re-run
+    define_tool(name="set_price", description="set the price (idempotent)", handler=set_price,
+                capability={"effect": "write", "idempotent": True},
+                input_schema={"type": "object", "properties": {"price": {"type": "integer"}}, "required": ["price"]}),
 ])
 
 checkout = pipe(
@@ -56,7 +67,9 @@ checkout = pipe(
     registry=registry,
 )
 
-workflows = [checkout]
+reprice = pipe(tool_step("set_price"), name="reprice", registry=registry)
+
+workflows = [checkout, reprice]
 
 # What `openfunctions-mcp serve --module tests.workflows._app:served --no-example-tools` serves: the step
 # tools and the workflow as a tool, in one registry, so the server's journal records the workflow's call

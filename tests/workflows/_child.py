@@ -1,4 +1,4 @@
-"""A workflow runner in its own process: ``_child.py DATA_DIR run RUN_ID JSON`` or ``_child.py DATA_DIR resume-all``.
+"""A workflow runner in its own process: ``_child.py DATA_DIR run RUN_ID JSON [WORKFLOW]`` or ``_child.py DATA_DIR resume-all``.
 
 Prints one JSON line with the outcome(s). Used by test_crash.py, which SIGKILLs it. With
 ``$WF_TEST_DATABASE`` set (a PostgreSQL URL), the runs live there (space: DATA_DIR) instead
@@ -20,7 +20,8 @@ async def main() -> None:
     url = os.environ.get("WF_TEST_DATABASE")
     runs = WorkflowRuns(database=url, space=data, workflows=workflows) if url else WorkflowRuns(data, workflows=workflows)
     if op == "run":
-        out = await runs.run(checkout, json.loads(sys.argv[4]), run_id=sys.argv[3])
+        wf = {w.name: w for w in workflows}[sys.argv[5]] if len(sys.argv) > 5 else checkout
+        out = await runs.run(wf, json.loads(sys.argv[4]), run_id=sys.argv[3])
         print(json.dumps(out.to_dict()), flush=True)
     else:
         results = await runs.resume_interrupted()

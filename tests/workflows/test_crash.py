@@ -6,7 +6,10 @@
   it, still with one charge;
 - killed inside a read step (``slow_read``): the next process resumes it
   (``resume_interrupted``) after the last settled step: the charge is not
-  repeated, the read is.
+  repeated, the read is;
+- killed inside a write step whose tool declares ``idempotent``
+  (``set_price``): the next process re-runs it instead of blocking, and the
+  step's record says it was a re-run.
 """
 
 from __future__ import annotations
@@ -74,3 +77,26 @@ def test_sigkill_during_a_read_step_resumes_on_the_next_start(tmp_path):
     assert len(lines(charges)) == 1
 
     assert_resumed_order_8(_start_child(tmp_path, data, "resume-all"), tmp_path)
+
+
+def test_sigkill_during_an_idempotent_write_reruns_it_on_the_next_start(tmp_path):
+    data = tmp_path / "data"
+    prices = tmp_path / "prices.txt"
+    child = _start_child(tmp_path, data, "run", "price-1", json.dumps({"price": 12}), "reprice",
+                         WF_TEST_SLEEP_IN="set_price", WF_TEST_SLEEP="120")
+    try:
+        wait_for(lambda: len(lines(prices)) == 1, "the price to be set")
+    finally:
+        sigkill(child)
+    assert json.loads(cli(tmp_path, data, "show", "price-1", "--json").stdout)["uncertain"] == ["0"]
+
+    resumed = _start_child(tmp_path, data, "resume-all")
+    stdout, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, stderr
+    [out] = json.loads(stdout)
+    assert out["run_id"] == "price-1" and out["status"] == "succeeded" and out["result"] == {"price": 12}
+    assert len(lines(prices)) == 2  # run again, not blocked
+    shown = json.loads(cli(tmp_path, data, "show", "price-1", "--json").stdout)
+    [step] = shown["steps"]
+    assert step["status"] == "succeeded" and step["rerun"] is True
+    assert shown["resolutions"] == [{"step": "0", "applied": False, "by": None, "rerun": True, "rerun_of": None}]
