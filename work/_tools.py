@@ -492,7 +492,7 @@ def _refusal(exc: OpenFunctionsError, *, effect_happened: bool | None = False) -
     msg = exc.message if len(exc.message) <= MAX_ERROR_CHARS else exc.message[: MAX_ERROR_CHARS - 3] + "..."
     details = {k: v for k, v in exc.details.items() if isinstance(v, (str, int, float, bool)) or v is None}
     # A refusal before anything was dispatched is the controller turning the call down:
-    # ``rejected``/``known`` (issue 11: refused calls that ran nothing are rejected).
+    # ``rejected``/``known`` (a refused call ran nothing: it is rejected).
     return ToolError(msg, code=exc.code, effect_happened=effect_happened, refused=effect_happened is False,
                      details=details)
 

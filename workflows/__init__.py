@@ -19,7 +19,7 @@ Serve or hand to agents as a tool: ``wf.as_tool("report", input_schema)``.
 The replay rules (what a step may and may not do) are in docs/WORKFLOWS.md;
 the run journal's format is in ``_runlog.py`` and docs/formats/workflow-runs.md.
 
-The chat agent of issue 15 is ``openfunctions.chat`` (docs/CHAT.md).
+The chat agent is ``openfunctions.chat`` (docs/CHAT.md).
 """
 
 from ._admission import begin_run, child_context

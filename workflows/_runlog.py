@@ -95,7 +95,7 @@ blocks; it is never re-run blindly).
 Reading fails closed: an unknown record type, a record missing a field or a
 header of another format raise :class:`RunCorrupt` naming the file.
 
-Version 1 (session 3: one file per run, ``<data-dir>/workflows/runs/<sha256(run_id)[:32]>.jsonl``,
+Version 1 (one file per run, ``<data-dir>/workflows/runs/<sha256(run_id)[:32]>.jsonl``,
 records without ``run_id``) is migrated on open: each such run becomes a
 ``run_snapshot`` in the shared journal, then its file is removed.
 """
