@@ -62,7 +62,6 @@ recorded ``cancelled`` and the server keeps serving.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import socket
 from importlib.resources import files
@@ -107,14 +106,6 @@ class _BadRequest(Exception):
 def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 async def _body(request: Request, *, required: bool = True) -> dict[str, Any]:
@@ -208,7 +199,7 @@ def _error_body(code: str, message: str) -> tuple[bytes, bytes]:
 def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
                     body_timeout: float = DEFAULT_BODY_TIMEOUT, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Any:
     """The ASGI app ``serve()`` runs (see the module docstring). ``port`` is unused (any port passes the Host check)."""
-    from openfunctions.servers._http_guard import HostRules, RequestGuard
+    from openfunctions.servers._http_guard import HostRules, RequestGuard, is_loopback_host
     page = files(__package__).joinpath("_page.html").read_text(encoding="utf-8")
 
     async def index(request: Request) -> Response:
@@ -296,7 +287,7 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
         app = _PageOpen(app, BearerAuth(app, token, "bearer"))
     return RequestGuard(
         app,
-        rules=HostRules.loopback() if _is_loopback(host) else None,  # off the loopback the token is the guard
+        rules=HostRules.loopback() if is_loopback_host(host) else None,  # off the loopback the token is the guard
         health=None,  # GET /health is the agent's own route
         max_body_bytes=MAX_BODY_BYTES,
         body_timeout=body_timeout,
@@ -336,11 +327,16 @@ async def serve(agent: Any, *, port: int = 8765, host: str = "127.0.0.1", token:
     import uvicorn
 
     from openfunctions.servers._event_loop import resolve_http_parser
-    from openfunctions.servers._http_guard import clamp_connections, guarded_protocol, quiet_accept_errors
+    from openfunctions.servers._http_guard import (
+        clamp_connections,
+        guarded_protocol,
+        is_loopback_host,
+        quiet_accept_errors,
+    )
 
     from ._errors import ChatConfigError
 
-    if not _is_loopback(host) and not token:
+    if not is_loopback_host(host) and not token:
         raise ChatConfigError(f"serving the chat on {host!r} (not loopback) needs a bearer token: pass token= "
                               "(--auth-token-env / --auth-token-file), or bind 127.0.0.1")
     app = create_chat_app(agent, host=host, port=port, token=token, body_timeout=body_timeout,

@@ -75,6 +75,7 @@ from ._http_guard import (
     SessionLimits,
     clamp_connections,
     guarded_protocol,
+    is_loopback_host,
     quiet_accept_errors,
 )
 from ._journaling import ServedJournal
@@ -88,13 +89,12 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_SSE_RETRY_MS = 1000
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/mcp"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _host_rules(host: str, port: int | None, allowed_hosts: list[str] | None, allowed_origins: list[str] | None) -> HostRules | None:
     if allowed_hosts:
         return HostRules.build(list(allowed_hosts), list(allowed_origins or []))
-    if host in LOOPBACK:
+    if is_loopback_host(host):
         return HostRules.loopback()
     log.warning(
         "dns_rebinding_protection_off",

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import ipaddress
 import json
 import logging
 import re
@@ -329,6 +330,18 @@ def _split_host(text: str, *, allow_star: bool) -> tuple[str, str | None] | None
     if port == "*" and not allow_star:
         return None
     return m.group("name").lower(), port
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a bind address is loopback: ``localhost``, 127.0.0.0/8 or ``::1`` (bracketed or not).
+    Every HTTP surface we serve (MCP, chat, the viewer) decides its default Host rules and whether it needs
+    a token by this one answer."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -769,6 +782,7 @@ __all__ = [
     "GuardedH11Protocol",
     "guarded_protocol",
     "HostRules",
+    "is_loopback_host",
     "RequestGuard",
     "SessionLimits",
     "clamp_connections",

@@ -419,7 +419,7 @@ def create_ui_app(data_dir: Any = None, *, database: str | None = None, space: s
     """The ASGI app :func:`serve_ui` runs (see the module docstring): over ``data_dir``, or over the PostgreSQL
     database at ``database`` (``space``: its agent-run and workflow-run space). ``allow_resolve``: the page may
     resolve (data directories only)."""
-    from openfunctions.servers._http_guard import DEFAULT_BODY_TIMEOUT, HostRules, RequestGuard
+    from openfunctions.servers._http_guard import DEFAULT_BODY_TIMEOUT, HostRules, RequestGuard, is_loopback_host
 
     from ._errors import UIConfigError
 
@@ -516,7 +516,7 @@ def create_ui_app(data_dir: Any = None, *, database: str | None = None, space: s
         app = _PagesOpen(app, BearerAuth(app, token, "bearer"))
     if allowed_hosts:
         rules: HostRules | None = HostRules.build(list(allowed_hosts), list(allowed_origins or []))
-    elif _is_loopback(host):
+    elif is_loopback_host(host):
         rules = HostRules.loopback()  # a loopback name on any port (tunnels, port forwards); Origin: the same port
     else:
         rules = None  # a token is required there (serve_ui); name --allowed-host to check Host/Origin too
@@ -589,16 +589,6 @@ class _PagesOpen:
             await self.guarded(scope, receive, send)
 
 
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
 
 async def serve_ui(data_dir: Any = None, *, database: str | None = None, space: str = "default", port: int = 8766,
                    host: str = "127.0.0.1", token: str | None = None, allowed_hosts: list[str] | None = None,
@@ -606,9 +596,11 @@ async def serve_ui(data_dir: Any = None, *, database: str | None = None, space: 
     """Serve until cancelled. ``port=0`` picks a free port; ``ready(port)`` is called once listening."""
     import uvicorn
 
+    from openfunctions.servers._http_guard import is_loopback_host
+
     from ._errors import UIConfigError
 
-    if not _is_loopback(host) and not token:
+    if not is_loopback_host(host) and not token:
         raise UIConfigError(f"serving the viewer on {host!r} (not loopback) needs a bearer token: "
                             "--auth-token-env / --auth-token-file, or bind 127.0.0.1")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -115,3 +115,13 @@ async def test_the_mcp_guard_answers_a_body_nested_too_deep_as_stdio_does() -> N
     err = __import__("json").loads(body)["error"]
     assert err["code"] == -32600 and "nested too deeply (more than 200 levels" in err["message"]
     assert (await post(b"[" * 200 + b"]" * 200))[0] == 200 and len(reached) == 1  # at the bound: the app decides
+
+
+def test_one_loopback_answer_for_every_http_surface():
+    # MCP, chat and the viewer pick their default Host rules (and whether a token is needed) by this answer.
+    from openfunctions.servers._http_guard import is_loopback_host
+
+    for host in ("localhost", "127.0.0.1", "127.0.0.2", "::1", "[::1]"):
+        assert is_loopback_host(host), host
+    for host in ("0.0.0.0", "::", "192.168.1.10", "example.com", "localhost.example.com", ""):
+        assert not is_loopback_host(host), host
