@@ -363,6 +363,7 @@ class OpenFunctionsServer:
                 raise
             # Durable journal first: observers after it see only persisted starts.
             self.registry.executor.add_sink(self.journal, first=True)
+            self.tasks.resume(self._start_rerun)  # idempotent tasks recovery chose to re-run (after the sink: journaled)
 
     async def _open_tasks(self, journal: Any, journal_file: Path) -> None:
         """Open the task journal beside ``journal_file``; settle tasks the last process left running."""
@@ -388,7 +389,40 @@ class OpenFunctionsServer:
             return receipt.to_dict()
 
         await self.tasks.open(tasks_path(journal_file), recovered_receipts=recovered, find_receipts=find,
-                              write_receipt=write_receipt)
+                              write_receipt=write_receipt, plan=self._rerun_plan)
+
+    def _rerun_plan(self, task: Any) -> tuple[bool, str | None]:
+        """Recovery's rule: re-run a task's call once if its tool is (still) idempotent and its arguments were kept."""
+        if task.arguments is None:
+            return False, None  # not an idempotent tool's task (or a record from before arguments were kept)
+        if task.rerun:
+            return False, "it had been re-run once already after an earlier restart"
+        try:
+            tool = self.registry.get(task.tool)
+        except ToolNotFound:
+            return False, f"its tool {task.tool!r} is idempotent but no longer registered, so it could not be re-run"
+        if tool.capability is None or not tool.capability.idempotent:
+            return False, f"its tool {task.tool!r} is no longer declared idempotent"
+        return True, None
+
+    def _start_rerun(self, run: Any, task: Any) -> None:
+        """Run recovery's re-run of ``task``'s call under the authority its record kept (no request: no session)."""
+        try:
+            tool = self.registry.get(task.tool)
+        except ToolNotFound:  # unregistered between open and now: the run settles failed like any abnormal end
+            tool = None
+        tctx = ToolExecutionContext(principal=task.principal, scopes=frozenset(task.scopes),
+                                    metadata={TASK_METADATA_KEY: (handle := TaskHandle(run))},
+                                    progress=_task_progress(handle, None))
+        executor = self.registry.executor
+        self._inflight.add(run.scope)
+
+        async def execute() -> Any:
+            if tool is None:
+                raise RuntimeError(f"tool {task.tool!r} is no longer registered")
+            return await executor.execute_detailed(tool, task.arguments, tctx, receipt_id=run.receipt_id)
+
+        self.tasks.start(run, execute, on_exit=lambda r: self._inflight.discard(r.scope))
 
     async def __aenter__(self) -> OpenFunctionsServer:
         await self.start()
@@ -570,7 +604,7 @@ class OpenFunctionsServer:
 
     async def _call_maybe_task(self, tool: Any, params: types.CallToolRequestParams, ctx: Any) -> dict[str, Any]:
         """Run the call; answer synchronously if it ends soon, else as a durable task (``_tasks.py``)."""
-        run = self.tasks.new_run(tool.name, self._principal_for(ctx))
+        run = self.tasks.new_run(tool.name, self._principal_for(ctx), **self._rerun_authority(tool, params.arguments))
         tctx = self._execution_context(ctx, TaskHandle(run))
         executor = self.registry.executor
         self._inflight.add(run.scope)
@@ -588,6 +622,12 @@ class OpenFunctionsServer:
         if task is None:
             return self._call_result(tool.name, ctx, run.detailed)
         return self.tasks.create_result(task)
+
+    def _rerun_authority(self, tool: Any, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        """What a task record keeps so recovery can re-run the call: only for an idempotent tool, never a credential."""
+        if tool.capability is None or not tool.capability.idempotent:
+            return {}
+        return {"arguments": dict(arguments or {}), "scopes": tuple(sorted(self.scopes))}
 
     def _call_result(self, name: str, ctx: Any, detailed: Any, *, shut_down: bool = False) -> dict[str, Any]:
         shut_down_text = f"tool {name!r} was cancelled: the server shut down before it finished"

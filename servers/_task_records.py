@@ -18,10 +18,19 @@ Task record format, version 1 (``data.v == 1``; docs/formats/tasks.md):
   milliseconds the task is kept after creation), ``expires_at_ms`` (Unix
   milliseconds, ``created`` + ``ttl_ms``), ``poll_interval_ms``. Appended and
   fsynced *before* the ``CreateTaskResult`` is sent, so a ``tasks/get`` for an
-  id a client holds always resolves (until it expires).
+  id a client holds always resolves (until it expires). Optional, only for a
+  tool declared ``idempotent`` (what a restarted server needs to re-run its
+  call): ``arguments`` (the call's arguments as received) and ``scopes`` (the
+  trusted scopes it ran under, a list of strings; with ``principal`` its whole
+  authority). Never a credential. Readers that predate them ignore them.
 - ``"task.status"``: ``task_id``, ``status`` (``working`` or
   ``input_required``), ``at``, optional ``message``, and for
   ``input_required`` the outstanding ``input_requests`` (key -> request).
+  Optional ``rerun_of`` (present, possibly ``null``) with ``receipt_id``:
+  recovery re-runs the call of an idempotent tool under a new receipt
+  ``receipt_id``; ``rerun_of`` is the receipt id of the uncertain call it
+  replaces (``null`` when the execution journal held none for it). Written
+  before the re-run starts; a task is re-run at most once.
 - ``"task.settled"``: ``task_id``, ``status`` (``completed``, ``failed`` or
   ``cancelled``), ``at``, optional ``message``; for ``completed`` the
   ``CallToolResult`` as sent on the wire in ``result`` (or, past
@@ -99,6 +108,10 @@ class TaskState:
     receipt: dict[str, Any] | None = None
     certainty: str | None = None
     recovered: bool = False
+    arguments: dict[str, Any] | None = None
+    scopes: tuple[str, ...] = ()
+    rerun: bool = False  # recovery re-ran the call (``rerun_of`` names the uncertain call it replaced)
+    rerun_of: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -112,23 +125,33 @@ class TaskState:
 
 
 def created(
-    task_id: str, *, principal: str | None, tool: str, receipt_id: str | None, ttl_ms: int, poll_interval_ms: int
+    task_id: str, *, principal: str | None, tool: str, receipt_id: str | None, ttl_ms: int, poll_interval_ms: int,
+    arguments: dict[str, Any] | None = None, scopes: tuple[str, ...] | list[str] | None = None,
+    created_at: str | None = None, expires_at_ms: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    return CREATED, {
+    data: dict[str, Any] = {
         "v": VERSION,
         "task_id": task_id,
         "principal": principal,
         "tool": tool,
         "receipt_id": receipt_id,
-        "created_at": utc_timestamp(),
+        "created_at": created_at or utc_timestamp(),
         "ttl_ms": int(ttl_ms),
-        "expires_at_ms": now_ms() + int(ttl_ms),
+        "expires_at_ms": now_ms() + int(ttl_ms) if expires_at_ms is None else int(expires_at_ms),
         "poll_interval_ms": int(poll_interval_ms),
     }
+    if arguments is not None:  # only an idempotent tool's: recovery may re-run it
+        data["arguments"] = arguments
+        data["scopes"] = [str(s) for s in scopes or ()]
+    return CREATED, data
+
+
+_UNSET: Any = object()
 
 
 def status(task_id: str, new_status: str, *, message: str | None = None,
-           input_requests: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+           input_requests: dict[str, Any] | None = None, rerun_of: str | None = _UNSET,
+           receipt_id: str | None = None) -> tuple[str, dict[str, Any]]:
     if new_status not in (WORKING, INPUT_REQUIRED):
         raise ValueError(f"a task.status record takes working or input_required, not {new_status!r}")
     data: dict[str, Any] = {"task_id": task_id, "status": new_status, "at": utc_timestamp()}
@@ -136,6 +159,9 @@ def status(task_id: str, new_status: str, *, message: str | None = None,
         data["message"] = message
     if new_status == INPUT_REQUIRED:
         data["input_requests"] = dict(input_requests or {})
+    if rerun_of is not _UNSET:  # recovery re-runs the call: under this new receipt, in place of that one
+        data["rerun_of"] = rerun_of
+        data["receipt_id"] = receipt_id
     return STATUS, data
 
 
@@ -200,6 +226,8 @@ def apply(tasks: dict[str, TaskState], type: str, data: dict[str, Any]) -> None:
             expires_at_ms=int(data.get("expires_at_ms") or 0),
             poll_interval_ms=int(data.get("poll_interval_ms") or 1000),
             last_updated_at=str(data.get("created_at")),
+            arguments=data["arguments"] if isinstance(data.get("arguments"), dict) else None,
+            scopes=tuple(str(s) for s in data.get("scopes") or () if isinstance(s, str)),
         )
         return
     task = tasks.get(task_id)
@@ -210,6 +238,9 @@ def apply(tasks: dict[str, TaskState], type: str, data: dict[str, Any]) -> None:
     if type == STATUS:
         task.status = str(data.get("status"))
         task.input_requests = dict(data.get("input_requests") or {})
+        if "rerun_of" in data:
+            task.rerun, task.rerun_of = True, data.get("rerun_of")
+            task.receipt_id = data.get("receipt_id") or task.receipt_id
     elif type == SETTLED:
         task.status = str(data.get("status"))
         task.input_requests = {}

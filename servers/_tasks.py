@@ -1,4 +1,4 @@
-"""MCP tasks (``io.modelcontextprotocol/tasks``, SEP-2663): durable, principal-scoped, never re-run.
+"""MCP tasks (``io.modelcontextprotocol/tasks``, SEP-2663): durable, principal-scoped, re-run only when idempotent.
 
 A ``tools/call`` of a tool whose capability declares ``task_support``
 (``optional`` or ``required``), from a request that declared the extension
@@ -34,7 +34,12 @@ After a restart the journal is folded again: finished tasks answer as
 before until their TTL; a task that was still running when the process
 ended is settled ``failed`` (``recovered: true``), its error carrying
 certainty ``unknown`` and the execution receipt recovery wrote for it. It
-is never re-run.
+is not re-run — unless its tool is declared ``idempotent``: then the
+``task.created`` record kept the call's arguments and trusted scopes, and
+the restarted server (file backend) re-runs the call once under a new
+receipt (:meth:`TaskManager.resume`), its ``task.status`` record naming the
+uncertain call in ``rerun_of``. A tool no longer registered, or not
+idempotent any more, fails the task as before, with the reason.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from openfunctions.core import canonical_json, new_id
 from . import _task_records as rec
 from ._task_listen import TaskListen
 from ._task_records import TaskState
-from ._tasks_store import FileTaskStore, TaskStore, fold
+from ._tasks_store import FileTaskStore, RerunPlan, TaskStore, fold
 
 log = structlog.get_logger("openfunctions.servers.tasks")
 
@@ -168,6 +173,10 @@ class _Run:
     shutdown: bool = False
     v1: bool = False  # a 2025-11-25 task-augmented call (no input requests during the task)
     ttl_ms: int | None = None  # what the client asked for, within bounds (TaskManager.ttl_for); None: the server's
+    # an idempotent tool's call keeps these in its task.created record, so recovery can re-run it
+    arguments: dict[str, Any] | None = None
+    scopes: tuple[str, ...] = ()
+    rerun: bool = False  # this run is recovery's re-run of the task's call
     progress_message: str | None = None
     # input_required: outstanding key -> request, answers so far, keys ever used
     pending: dict[str, Any] = field(default_factory=dict)
@@ -189,6 +198,7 @@ class TaskManager:
         self.path: Path | None = None  # the task journal (file backend), or the local anchor (database backend)
         self.runs: dict[str, _Run] = {}
         self.recovered: list[str] = []
+        self.reruns: list[TaskState] = []
         self._jobs: set[asyncio.Task[None]] = set()
         self.listen: TaskListen | None = None  # notifications/tasks streams (serve_listen)
         #: Where results past INLINE_RESULT_BYTES go: an ArtifactStoreProtocol; by default the data dir's
@@ -212,20 +222,43 @@ class TaskManager:
     # -- durable state ---------------------------------------------------------
 
     async def open(self, path: Path, *, recovered_receipts: Mapping[str, Any], find_receipts: Callable[[set[str]], Awaitable[dict[str, Any]]],
-                   write_receipt: Callable[[dict[str, Any]], Any]) -> None:
+                   write_receipt: Callable[[dict[str, Any]], Any], plan: RerunPlan | None = None) -> None:
         """Use the task journal file at ``path``: fold it, and settle what the last process left running.
 
         ``recovered_receipts``: receipt id -> the ``unknown`` receipt the
         execution journal's recovery wrote this open; ``find_receipts(ids)``
         looks up receipts already in the execution journal;
         ``write_receipt(start)`` writes a recovered receipt for a call that
-        left none (a declared read journals no start).
+        left none (a declared read journals no start). ``plan(task)``: whether
+        to re-run a task instead (the server's rule: its tool is idempotent);
+        those wait in :attr:`reruns` until :meth:`resume` starts them.
         """
         self.path = path
         store = FileTaskStore(path)
         self.recovered = await store.open(recovered_receipts=recovered_receipts, find_receipts=find_receipts,
-                                          write_receipt=write_receipt)
+                                          write_receipt=write_receipt, plan=plan)
+        self.reruns = list(store.reruns)
         self.store = store
+
+    def resume(self, start: Callable[[_Run, TaskState], None]) -> list[str]:
+        """Start the re-runs recovery decided (once the executor journals): ``start(run, task)`` runs the call.
+
+        Each run is already a task (its id, its new receipt id), so it settles
+        like any task. Returns the task ids re-run.
+        """
+        ids = []
+        for task in self.reruns:
+            run = _Run(manager=self, tool=task.tool, principal=task.principal, receipt_id=str(task.receipt_id),
+                       task_id=task.task_id, arguments=task.arguments, scopes=task.scopes, rerun=True)
+            run.escalate.set()
+            run.created.set()
+            self.runs[task.task_id] = run
+            start(run, task)
+            ids.append(task.task_id)
+        self.reruns = []
+        if ids:
+            log.warning("tasks_rerun", count=len(ids), task_ids=ids[:20])
+        return ids
 
     def use_store(self, store: TaskStore, anchor: Path | None = None) -> None:
         """Keep tasks in ``store`` (the database backend: ``DatabaseTaskStore``) instead of the task journal file.
@@ -304,7 +337,8 @@ class TaskManager:
             out["error"] = task.error or {"code": INTERNAL_ERROR, "message": task.message or "the task failed"}
         if task.receipt_id:
             out["_meta"] = {"dev.openfunctions/task": {"receiptId": task.receipt_id,
-                                                       **({"certainty": task.certainty} if task.certainty else {})}}
+                                                       **({"certainty": task.certainty} if task.certainty else {}),
+                                                       **({"rerunOf": task.rerun_of} if task.rerun else {})}}
         if task.result_artifact and task.result_sha256:
             out.setdefault("_meta", {}).setdefault("dev.openfunctions/task", {})["resultArtifact"] = {
                 "id": task.result_artifact, "sha256": task.result_sha256, "size": task.result_size,
@@ -359,8 +393,11 @@ class TaskManager:
                            f"server's {self.ttl_ms}), not {json.dumps(requested)[:60]}")
         return max(MIN_TTL_MS, min(requested, self.ttl_ms))
 
-    def new_run(self, tool: str, principal: str | None) -> _Run:
-        return _Run(manager=self, tool=tool, principal=principal, receipt_id=new_id("rcpt"))
+    def new_run(self, tool: str, principal: str | None, *, arguments: dict[str, Any] | None = None,
+                scopes: tuple[str, ...] = ()) -> _Run:
+        """``arguments``: only for a tool declared idempotent (kept in the task record so recovery can re-run it)."""
+        return _Run(manager=self, tool=tool, principal=principal, receipt_id=new_id("rcpt"),
+                    arguments=arguments, scopes=tuple(scopes))
 
     def start(self, run: _Run, execute: Callable[[], Any], on_exit: Callable[[_Run], None]) -> None:
         """Run ``execute()`` (the executor call) in its own asyncio task: it may outlive the request."""
@@ -404,7 +441,8 @@ class TaskManager:
         run.escalate.set()
         created = rec.created(task_id, principal=run.principal, tool=run.tool, receipt_id=run.receipt_id,
                               ttl_ms=self.ttl_ms if run.ttl_ms is None else run.ttl_ms,
-                              poll_interval_ms=self.poll_interval_ms)
+                              poll_interval_ms=self.poll_interval_ms, arguments=run.arguments,
+                              scopes=run.scopes if run.arguments is not None else None)
         try:
             await self._record(*created)
         except BaseException as exc:
@@ -435,6 +473,15 @@ class TaskManager:
                                                        "data": {"receiptId": run.receipt_id, "certainty": "unknown"}}))
             return
         receipt = d.receipt.to_dict()
+        if run.rerun and _is_invalid_params(d):
+            # The arguments were valid when the task was created; the tool's schema changed since.
+            message = f"the re-run after a restart was refused: its recorded arguments no longer validate: {d.error.message}"
+            await self._record(*rec.settled(task_id, rec.FAILED, message=message, receipt=receipt,
+                                            certainty=receipt["certainty"],
+                                            error={"code": INTERNAL_ERROR, "message": message,
+                                                   "data": {"code": d.error.code, "certainty": receipt["certainty"],
+                                                            "receipt": receipt}}))
+            return
         if _is_protocol_error(d):
             error = {"code": INTERNAL_ERROR, "message": d.error.message,
                      "data": {"code": d.error.code, "certainty": receipt["certainty"], "receipt": receipt}}
@@ -549,6 +596,12 @@ def _is_protocol_error(d: Any) -> bool:
     from openfunctions.core.errors import InvalidOutput, JournalError, ReceiptPersistenceFailed, ToolFailed
 
     return isinstance(d.error, (ToolFailed, InvalidOutput, JournalError, ReceiptPersistenceFailed))
+
+
+def _is_invalid_params(d: Any) -> bool:
+    from openfunctions.core.errors import InvalidParams
+
+    return isinstance(d.error, InvalidParams)
 
 
 def _wire_result(d: Any) -> dict[str, Any]:

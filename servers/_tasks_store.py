@@ -17,7 +17,11 @@ recovery):
 
 Recovery is the same for both (:func:`recovery_records`): a task still
 working when its process ended is settled ``failed`` with ``recovered: true``
-and the execution receipt recovery found or wrote for its call.
+and the execution receipt recovery found or wrote for its call. The file
+backend makes one exception: a task whose tool is declared ``idempotent``
+(and whose ``task.created`` kept its arguments) is re-run once instead
+(:func:`rerun_records`; the server starts the call). The database backend
+does not re-run yet.
 """
 
 from __future__ import annotations
@@ -79,11 +83,39 @@ def fold(records: list[Record]) -> dict[str, TaskState]:
     return tasks
 
 
+#: ``plan(task)`` at recovery: ``(True, None)`` re-run it; ``(False, why)`` settle it failed, ``why`` (or ``None``:
+#: nothing to add, the tool is not idempotent) appended to the message.
+RerunPlan = Callable[[TaskState], tuple[bool, str | None]]
+
+
+async def rerun_records(
+    tasks: list[TaskState],
+    recovered: Mapping[str, Any],
+    find: Callable[[set[str]], Awaitable[dict[str, Any]]],
+) -> list[Record]:
+    """The ``task.status`` (working, ``rerun_of``) record of each task recovery re-runs, under a new receipt id.
+
+    ``rerun_of`` is the uncertain call's receipt id when the execution journal
+    holds a receipt for it (its recovered ``unknown`` one, or one that settled
+    before the result was recorded), else ``None`` (a declared read journals no start).
+    """
+    ids = {t.receipt_id for t in tasks if t.receipt_id and t.receipt_id not in recovered}
+    found = await find(ids) if ids else {}
+    out = []
+    for t in tasks:
+        journaled = bool(t.receipt_id) and (t.receipt_id in recovered or t.receipt_id in found)
+        out.append(rec.status(t.task_id, rec.WORKING, message="the server restarted while this task ran; its tool "
+                              "is idempotent, so the call is being re-run", rerun_of=t.receipt_id if journaled else None,
+                              receipt_id=new_id("rcpt")))
+    return out
+
+
 async def recovery_records(
     unsettled: list[TaskState],
     recovered: Mapping[str, Any],
     find: Callable[[set[str]], Awaitable[dict[str, Any]]],
     write_receipt: Callable[[dict[str, Any]], Awaitable[Any]],
+    notes: Mapping[str, str] | None = None,
 ) -> list[Record]:
     """The ``task.settled`` (failed, ``recovered: true``) record of each task whose process ended while it ran.
 
@@ -91,6 +123,7 @@ async def recovery_records(
     recovery wrote; ``find(ids)`` looks up receipts already in the execution
     journal; ``write_receipt(start)`` writes a recovered receipt for a call
     that left none (a declared read journals no start). Evidence only.
+    ``notes``: task id -> why a task that might have been re-run was not.
     """
     ids = {t.receipt_id for t in unsettled if t.receipt_id and t.receipt_id not in recovered}
     found = await find(ids) if ids else {}
@@ -106,6 +139,8 @@ async def recovery_records(
                    "and it was not re-run" if receipt.get("recovered") else
                    f"the server ended after the call settled ({receipt.get('outcome')}) and before its result was "
                    "recorded; the result is lost, and the call was not re-run")
+        if notes and notes.get(t.task_id):
+            message += f" ({notes[t.task_id]})"
         records.append(rec.settled(
             t.task_id, rec.FAILED, message=message,
             error={"code": INTERNAL_ERROR, "message": message,
@@ -125,11 +160,17 @@ class FileTaskStore:
         self.tasks: dict[str, TaskState] = {}
         self.log: Any = None  # core JournalLog, opened with the first record (or at open)
         self._opening = asyncio.Lock()
+        #: Tasks recovery decided to re-run (their ``rerun_of`` record is written): the server starts their calls.
+        self.reruns: list[TaskState] = []
 
     async def open(self, *, recovered_receipts: Mapping[str, Any],
                    find_receipts: Callable[[set[str]], Awaitable[dict[str, Any]]],
-                   write_receipt: Callable[[dict[str, Any]], Awaitable[Any]]) -> list[str]:
+                   write_receipt: Callable[[dict[str, Any]], Awaitable[Any]],
+                   plan: RerunPlan | None = None) -> list[str]:
         """Fold the file and settle what the last process left running; the ids of the tasks recovered.
+
+        ``plan``: which of them to re-run instead (:data:`RerunPlan`); those
+        end in :attr:`reruns`, working, with their ``rerun_of`` record written.
 
         A server that never created a task has no task journal: the file is
         created with the first task (:meth:`record`).
@@ -142,12 +183,18 @@ class FileTaskStore:
         self.tasks = {k: t for k, t in tasks.items() if not t.expired(now)}
         try:
             unsettled = [t for t in self.tasks.values() if not t.terminal]
+            decided = {t.task_id: plan(t) if plan is not None else (False, None) for t in unsettled}
+            rerun = [t for t in unsettled if decided[t.task_id][0]]
+            failed = [t for t in unsettled if not decided[t.task_id][0]]
+            notes = {k: why for k, (_, why) in decided.items() if why}
             if unsettled:
-                records = await recovery_records(unsettled, recovered_receipts, find_receipts, write_receipt)
+                records = await recovery_records(failed, recovered_receipts, find_receipts, write_receipt, notes)
+                records += await rerun_records(rerun, recovered_receipts, find_receipts)
                 await self.log.append_many(records)
                 for type_, data in records:
                     rec.apply(self.tasks, type_, data)
-                log.warning("tasks_recovered", count=len(unsettled), path=str(self.path))
+                log.warning("tasks_recovered", failed=len(failed), rerun=len(rerun), path=str(self.path))
+                self.reruns = [self.tasks[t.task_id] for t in rerun]
             if self.log.size > ROTATE_BYTES:
                 await self._compact()
         except BaseException:
@@ -167,11 +214,13 @@ class FileTaskStore:
         await self.log.rotate(meta={"compacted": True})
         records: list[Record] = []
         for t in self.tasks.values():
-            records.append((rec.CREATED, {
-                "v": rec.VERSION, "task_id": t.task_id, "principal": t.principal, "tool": t.tool,
-                "receipt_id": t.receipt_id, "created_at": t.created_at, "ttl_ms": t.ttl_ms,
-                "expires_at_ms": t.expires_at_ms, "poll_interval_ms": t.poll_interval_ms,
-            }))
+            records.append(rec.created(
+                t.task_id, principal=t.principal, tool=t.tool, receipt_id=t.receipt_id, ttl_ms=t.ttl_ms,
+                poll_interval_ms=t.poll_interval_ms, arguments=t.arguments, scopes=t.scopes,
+                created_at=t.created_at, expires_at_ms=t.expires_at_ms))
+            if t.rerun:  # keeps it from being re-run a second time, and names the call it replaced
+                records.append(rec.status(t.task_id, rec.WORKING, message=t.message, rerun_of=t.rerun_of,
+                                          receipt_id=t.receipt_id))
             if t.terminal:
                 records.append(rec.settled(t.task_id, t.status, message=t.message, result=t.result,
                                            result_artifact=t.result_artifact, result_sha256=t.result_sha256,
@@ -333,4 +382,4 @@ class DatabaseTaskStore:
         await self.task_log.close()
 
 
-__all__ = ["DatabaseTaskStore", "FileTaskStore", "TaskStore", "fold", "recovery_records"]
+__all__ = ["DatabaseTaskStore", "FileTaskStore", "RerunPlan", "TaskStore", "fold", "recovery_records", "rerun_records"]

@@ -111,7 +111,7 @@ class TasksV1:
             raise MCPError(METHOD_NOT_FOUND, f"tool {tool.name!r} does not support task-augmented calls "
                            "(its execution.taskSupport is forbidden): call it without `task`")
         ttl_ms = s.tasks.ttl_for(params["task"].get("ttl"))  # refused before anything runs
-        run = s.tasks.new_run(tool.name, s._principal_for(ctx))
+        run = s.tasks.new_run(tool.name, s._principal_for(ctx), **s._rerun_authority(tool, p.arguments))
         run.v1 = True
         run.ttl_ms = ttl_ms
         tctx = s._execution_context(ctx, TaskHandle(run))

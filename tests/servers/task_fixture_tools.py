@@ -3,12 +3,16 @@
 Cross-process signalling uses marker files in the ``dir`` argument, as in
 ``fixture_tools.py``: ``task_slow`` writes ``<dir>/started`` (the task id and
 receipt id) once it runs as a task, waits for ``<dir>/release``, and writes
-``<dir>/cancelled`` when its cancellation reaches it.
+``<dir>/cancelled`` when its cancellation reaches it. ``task_idem`` does the
+same, declared ``idempotent``, and appends one line per run to ``<dir>/runs``
+(the effect counter). With ``TASK_FIXTURE_DROP=task_idem`` in the environment
+the module leaves that tool out (a tool no longer registered after a restart).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import anyio
@@ -32,6 +36,21 @@ async def _slow(p, ctx):
         (d / "cancelled").write_text("cancelled")
         raise
     return {"released": True}
+
+
+async def _idem(p, ctx):
+    d = Path(p["dir"])
+    d.mkdir(parents=True, exist_ok=True)
+    task = ctx.metadata.get(TASK_KEY)
+    task_id = await task.escalate() if task is not None else None
+    with (d / "runs").open("a") as f:
+        f.write(json.dumps({"task_id": task_id, "receipt_id": ctx.receipt_id, "principal": ctx.principal,
+                            "scopes": sorted(ctx.scopes)}) + "\n")
+    runs = len((d / "runs").read_text().splitlines())
+    (d / "started").write_text(json.dumps({"task_id": task_id, "receipt_id": ctx.receipt_id}))
+    while not (d / "release").exists():
+        await anyio.sleep(0.01)
+    return {"run": runs, "receipt_id": ctx.receipt_id}
 
 
 async def _quick(p, ctx):
@@ -61,6 +80,9 @@ _ANSWER_OUT = {"type": "object", "properties": {"answer": {"type": "integer"}, "
 tools = [
     define_tool(name="task_slow", description="Runs as a task until released (marker files); an effectful write.",
                 input_schema=_DIR_IN, handler=_slow, capability={"effect": "write", "task_support": "optional"}),
+    define_tool(name="task_idem", description="Like task_slow, declared idempotent; counts its runs.",
+                input_schema=_DIR_IN, handler=_idem,
+                capability={"effect": "write", "idempotent": True, "task_support": "optional"}),
     define_tool(name="task_quick", description="Becomes a task and answers at once.",
                 input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
                 output_schema=_ANSWER_OUT, handler=_quick,
@@ -76,4 +98,4 @@ tools = [
                 output_schema=_ANSWER_OUT, capability={"effect": "read", "parallel_safe": True}),
 ]
 
-registry = ToolRegistry(tools)
+registry = ToolRegistry([t for t in tools if t.name not in os.environ.get("TASK_FIXTURE_DROP", "").split(",")])
