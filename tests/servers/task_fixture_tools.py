@@ -6,7 +6,9 @@ receipt id) once it runs as a task, waits for ``<dir>/release``, and writes
 ``<dir>/cancelled`` when its cancellation reaches it. ``task_idem`` does the
 same, declared ``idempotent``, and appends one line per run to ``<dir>/runs``
 (the effect counter). With ``TASK_FIXTURE_DROP=task_idem`` in the environment
-the module leaves that tool out (a tool no longer registered after a restart).
+the module leaves that tool out (a tool no longer registered after a restart),
+and with ``TASK_FIXTURE_IDEM_STRICT=1`` its schema also requires ``n`` (recorded
+arguments that no longer validate).
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ tools = [
     define_tool(name="task_slow", description="Runs as a task until released (marker files); an effectful write.",
                 input_schema=_DIR_IN, handler=_slow, capability={"effect": "write", "task_support": "optional"}),
     define_tool(name="task_idem", description="Like task_slow, declared idempotent; counts its runs.",
-                input_schema=_DIR_IN, handler=_idem,
+                input_schema={**_DIR_IN, "required": ["dir", "n"]} if os.environ.get("TASK_FIXTURE_IDEM_STRICT")
+                else _DIR_IN, handler=_idem,
                 capability={"effect": "write", "idempotent": True, "task_support": "optional"}),
     define_tool(name="task_quick", description="Becomes a task and answers at once.",
                 input_schema={"type": "object", "properties": {"text": {"type": "string"}}},

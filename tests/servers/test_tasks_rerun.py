@@ -24,12 +24,13 @@ TOKEN = "tok-never-in-a-record-5f1c0e"
 class AuthServed(Served):
     """:class:`Served` behind a bearer token, optionally without some fixture tools (``drop``)."""
 
-    def start(self, drop: str = "") -> Http:  # type: ignore[override]
+    def start(self, drop: str = "", strict: bool = False) -> Http:  # type: ignore[override]
         port = free_port()
         argv = serve_argv("--transport", "http", "--port", str(port), "--module", "task_fixture_tools:registry",
                           "--data-dir", str(self.data_dir), "--log-level", "warning",
                           "--auth-token-env", "TASKS_RERUN_TOKEN")
-        env = server_env(TASKS_RERUN_TOKEN=TOKEN, TASK_FIXTURE_DROP=drop)
+        env = server_env(TASKS_RERUN_TOKEN=TOKEN, TASK_FIXTURE_DROP=drop,
+                         TASK_FIXTURE_IDEM_STRICT="1" if strict else "")
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_for_port(port, self.proc)
         self.url = f"http://127.0.0.1:{port}/mcp"
@@ -133,6 +134,19 @@ def test_an_idempotent_task_whose_tool_is_gone_after_restart_fails_with_the_reas
     assert "no longer registered" in got["error"]["message"] and "not re-run" in got["error"]["message"]
     assert got["error"]["data"]["receipt"]["receipt_id"] == started["receipt_id"]
     assert len(_runs(markers)) == 1
+
+
+@pytest.mark.slow
+def test_recorded_arguments_that_no_longer_validate_fail_the_task_with_the_reason(
+        served: AuthServed, tmp_path: Path) -> None:
+    markers = tmp_path / "m"
+    created, _ = _start_and_kill(served, markers)
+    client = served.start(strict=True)
+    got = client.until(created["taskId"], {"completed", "failed"})
+    assert got["status"] == "failed", got
+    assert "no longer validate" in got["error"]["message"] and '"n" is a required property' in got["error"]["message"]
+    assert got["_meta"]["dev.openfunctions/task"]["rerunOf"] is not None
+    assert len(_runs(markers)) == 1  # the handler never ran again
 
 
 @pytest.mark.slow
