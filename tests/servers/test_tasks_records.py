@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from openfunctions.core.journal import JournalLog, read_records
@@ -77,3 +79,53 @@ async def test_the_fold_over_the_journal_at_recovery_equals_the_live_fold(tmp_pa
     for r in read_records(tmp_path / "t.tasks.journal"):
         rec.apply(recovered, r.type, r.data)
     assert recovered == live and recovered[tid].status == "cancelled"
+
+
+def test_an_idempotent_calls_authority_and_its_rerun_are_in_the_fold_and_old_records_read_as_before():
+    tid, old = rec.new_task_id(), rec.new_task_id()
+    tasks = _fold([
+        rec.created(tid, principal="p", tool="t", receipt_id="rcpt_1", ttl_ms=60_000, poll_interval_ms=1000,
+                    arguments={"x": 1}, scopes=("b", "a")),
+        rec.status(tid, rec.WORKING, message="re-running", rerun_of="rcpt_1", receipt_id="rcpt_2"),
+        rec.created(old, principal="p", tool="t", receipt_id="rcpt_3", ttl_ms=60_000, poll_interval_ms=1000),
+    ])
+    t = tasks[tid]
+    assert (t.arguments, t.scopes, t.rerun, t.rerun_of, t.receipt_id) == ({"x": 1}, ("b", "a"), True, "rcpt_1", "rcpt_2")
+    o = tasks[old]
+    assert (o.arguments, o.scopes, o.rerun, o.rerun_of, o.receipt_id) == (None, (), False, None, "rcpt_3")
+    _, data = rec.status(old, rec.WORKING)
+    assert "rerun_of" not in data and "receipt_id" not in data
+    # rerun_of null (no receipt was journaled for the uncertain call) still marks the task re-run
+    rec.apply(tasks, *rec.status(old, rec.WORKING, rerun_of=None, receipt_id="rcpt_4"))
+    assert (tasks[old].rerun, tasks[old].rerun_of, tasks[old].receipt_id) == (True, None, "rcpt_4")
+
+
+@pytest.mark.anyio
+async def test_compaction_keeps_a_tasks_arguments_and_its_rerun(tmp_path, monkeypatch):
+    from openfunctions.servers import _tasks_store
+
+    tid = rec.new_task_id()
+    path = tmp_path / "t.tasks.journal"
+    log = await JournalLog.open(path, kind=rec.KIND)
+    await log.append_many([
+        rec.created(tid, principal="p", tool="t", receipt_id="rcpt_1", ttl_ms=60_000, poll_interval_ms=1000,
+                    arguments={"x": 1}, scopes=["s"]),
+        rec.status(tid, rec.WORKING, message="re-running", rerun_of="rcpt_1", receipt_id="rcpt_2"),
+        rec.settled(tid, rec.COMPLETED, result={"content": []}, certainty="known"),
+    ])
+    await log.close()
+    before = _fold([(r.type, r.data) for r in read_records(path)])
+    monkeypatch.setattr(_tasks_store, "ROTATE_BYTES", 1)
+    store = _tasks_store.FileTaskStore(path)
+
+    async def nothing(*_a):
+        raise AssertionError("nothing to recover")
+
+    await store.open(recovered_receipts={}, find_receipts=nothing, write_receipt=nothing,
+                     plan=lambda t: (_ for _ in ()).throw(AssertionError("a settled task is never planned")))
+    await store.close()
+    after = _fold([(r.type, r.data) for r in read_records(path)])
+    # (compaction re-stamps the settled record's time: that is all that may differ)
+    assert dataclasses.replace(after[tid], last_updated_at="") == dataclasses.replace(before[tid], last_updated_at="")
+    assert after[tid].rerun_of == "rcpt_1" and after[tid].arguments == {"x": 1}
+    assert list(tmp_path.glob("t.tasks.journal.seg-*"))  # it did compact
