@@ -396,7 +396,7 @@ class OpenFunctionsServer:
         if task.arguments is None:
             return False, None  # not an idempotent tool's task (or a record from before arguments were kept)
         if task.rerun:
-            return False, "it had been re-run once already after an earlier restart"
+            return False, "a re-run was already started after an earlier restart: it is re-run once at most"
         try:
             tool = self.registry.get(task.tool)
         except ToolNotFound:

@@ -119,7 +119,7 @@ def test_a_rerun_killed_again_is_not_rerun_a_second_time(served: AuthServed, tmp
     client = served.start()
     got = client.result("tasks/get", {"taskId": created["taskId"]})
     assert got["status"] == "failed", got
-    assert "re-run once already" in got["error"]["message"] and got["error"]["data"]["certainty"] == "unknown"
+    assert "re-run once at most" in got["error"]["message"] and got["error"]["data"]["certainty"] == "unknown"
     assert len(_runs(markers)) == 2
 
 
