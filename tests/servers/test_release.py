@@ -73,7 +73,7 @@ def test_the_wheel_holds_every_package_the_script_and_the_data(dists):
         source = REPO / PYPROJECT["tool"]["setuptools"]["package-dir"][package]
         for pattern in patterns:
             for f in source.glob(pattern):
-                assert package.replace(".", "/") + "/" + f.name in names, f
+                assert package.replace(".", "/") + "/" + f.relative_to(source).as_posix() in names, f
     assert not any(n.startswith(("tests/", "bench/")) for n in names)
 
 
