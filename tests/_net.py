@@ -67,3 +67,17 @@ def wait_for_port(
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"server did not listen on {LOOPBACK}:{port} within {timeout:.0f} s: {said()}")
+
+
+def read_until_closed(s: socket.socket) -> bytes:
+    """Everything the peer sends until it closes the connection (a reset counts as closed)."""
+    out = bytearray()
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from .._net import read_until_closed
 from ..servers.conftest import HERE as SERVERS
 from ..servers.conftest import server_env
 
@@ -135,16 +136,7 @@ def _send(port: int, raw: bytes, cut: bool) -> bytes | None:
             pass  # refused early (the guard closed the connection): what came back is still read below
         if cut:
             return None  # leave mid-body
-        out = bytearray()
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        return bytes(out)
+        return read_until_closed(s)
 
 
 def _check(raw: bytes, reply: bytes) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from .._net import read_until_closed
 from .conftest import HERE, free_port, serve_argv, server_env, wait_for_port
 
 pytestmark = pytest.mark.slow  # subprocess servers
@@ -55,24 +56,12 @@ class Served:
         """Send ``raw``, return everything the server sends until it closes (or WAIT passes)."""
         with self.connect() as s:
             s.sendall(raw)
-            return _read_all(s)
+            return read_until_closed(s)
 
     def get(self, path: str, host: str | None = None) -> tuple[int, bytes]:
         head = f"GET {path} HTTP/1.1\r\nHost: {host or f'127.0.0.1:{self.port}'}\r\nConnection: close\r\n\r\n"
         return _status_and_body(self.request(head.encode()))
 
-
-def _read_all(s: socket.socket) -> bytes:
-    out = bytearray()
-    while True:
-        try:
-            chunk = s.recv(65536)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    return bytes(out)
 
 
 def _status_and_body(raw: bytes) -> tuple[int, bytes]:
@@ -123,7 +112,7 @@ def test_chat_half_open_connections_past_the_cap_get_503_and_the_rest_are_closed
     half_open = [server.connect() for _ in range(12)]
     for s in half_open:
         s.sendall(b"POST /chat HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # a head that never ends
-    answers = [_read_all(s) for s in half_open]  # each recv ends when the server closes (bounded by WAIT)
+    answers = [read_until_closed(s) for s in half_open]  # each recv ends when the server closes (bounded by WAIT)
     refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
     closed_silently = [a for a in answers if a == b""]
     assert len(refused) == 4 and b"too many open connections" in refused[0]
