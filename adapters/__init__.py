@@ -12,6 +12,9 @@ name, arguments), plus model, stop reason and usage.
   :class:`GeminiAdapter`: HTTP (httpx; the ``adapters`` extra), retries on
   429/5xx honouring ``retry-after``; reasoning state (thinking blocks,
   thought signatures, reasoning items) kept on the messages and replayed.
+- :func:`replay_history`: the pairing every adapter applies before it sends a
+  history (a call without a result gets a :data:`NOT_RUN` result), so a
+  conversation moves between providers and survives a restart mid-tool-turn.
 - :func:`resolve_adapter`: provider and model from arguments, else the environment.
 
 Usage::
@@ -35,6 +38,7 @@ from ._errors import (
     SamplingUnavailable,
     ScriptExhausted,
 )
+from ._history import NOT_RUN, replay_history
 from ._http import RetryPolicy
 from ._resolve import PROVIDERS, resolve_adapter, resolve_model_provider
 from ._sampling import (
@@ -78,5 +82,5 @@ __all__ = [
     "DEFAULT_SAMPLING_TIMEOUT_S", "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "SAMPLING_TIMEOUT_KEY", "Sampler",
     "SamplingAdapter", "SamplingTimeout", "SamplingUnavailable", "ScriptExhausted",
     "ScriptedAdapter", "StopReason", "StreamEvent", "ToolCall", "Usage", "XAIAdapter", "resolve_adapter",
-    "resolve_model_provider", "valid_json", "valid_text",
+    "NOT_RUN", "replay_history", "resolve_model_provider", "valid_json", "valid_text",
 ]

@@ -257,7 +257,7 @@ class HttpAdapter:
             return AdapterTimeout(f"{self.provider} did not answer within the timeout ({what}): {type(exc).__name__}",
                                   details={"provider": self.provider})
         return ModelProviderUnavailable(f"{self.provider} connection failed ({what}): {type(exc).__name__}: {exc}",
-                                   details={"provider": self.provider, "url": self._url(False)})
+                                        details={"provider": self.provider, "url": self._url(False)})
 
     async def _post_once(self, body: dict[str, Any], opts: ChatOptions) -> bytes:
         try:

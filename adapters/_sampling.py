@@ -38,6 +38,7 @@ import anyio
 from openfunctions.core import OpenFunctionsError, ToolDefinition
 
 from ._errors import AdapterError, MalformedResponse, SamplingTimeout, SamplingUnavailable
+from ._history import replay_history
 from ._types import (
     ChatOptions,
     ChatReply,
@@ -65,6 +66,7 @@ _STOP: dict[str | None, StopReason] = {
 
 def sampling_messages(messages: Sequence[Message], with_tools: bool) -> tuple[str | None, list[dict[str, Any]]]:
     """(systemPrompt, messages) in MCP sampling form. Consecutive tool results share one user turn."""
+    messages = replay_history(messages, "mcp-sampling")
     system = [m.content for m in messages if m.role == "system"]
     out: list[dict[str, Any]] = []
     for m in messages:
