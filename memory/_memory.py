@@ -27,6 +27,7 @@ of facts, not millions (for that, use RAG).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -202,7 +203,8 @@ class Memory:
         out: list[ThreadMessage] = []
         used = 0
         for e in entries:
-            size = len(e.value.get("content", "")) + 200
+            meta = e.value.get("meta")
+            size = len(e.value.get("content", "")) + 200 + (len(json.dumps(meta, ensure_ascii=False)) if meta else 0)
             if out and used + size > budget_bytes:
                 break
             used += size
