@@ -541,7 +541,7 @@ class AgentRuntime:
                 await _progress(ctx, n, lim.max_rounds, f"{agent.name}: round {n}, no tool call")
                 continue
             messages.append(reply.as_message())
-            await self._messages(result, n, messages[-1:], wait=True)  # the calls are durable before they run
+            await self._messages(result, n, messages[-1:])  # queued before the calls run
             for call in reply.tool_calls:
                 calls_made += 1
                 if calls_made > lim.max_tool_calls:
