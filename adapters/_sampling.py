@@ -12,8 +12,9 @@ into each call's ``ToolExecutionContext.metadata``:
 
 With tools (and a client that declared ``sampling.tools``) the request
 carries ``tools`` and the conversation's tool turns as ``tool_use`` /
-``tool_result`` content blocks; otherwise it is text-only (tools omitted, so
-the host's model answers in text). A host that declared no sampling, or a
+``tool_result`` content blocks (paired as every adapter pairs them, see
+``._history``: a call without a result gets a "not run" one); otherwise it is
+text-only (tools omitted, so the host's model answers in text). A host that declared no sampling, or a
 connection with no back-channel (the stateless 2026-07-28 era, which
 replaced server-initiated sampling with input-required results), gets
 :class:`SamplingUnavailable` saying so. MCP sampling reports no token usage:
