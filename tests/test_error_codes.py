@@ -31,8 +31,6 @@ PACKAGES = sorted({p.split(".")[1] for p in tomllib.loads((REPO / "pyproject.tom
 
 # name -> (the packages exporting different objects under it, why it stays for now)
 KNOWN_NAME_COLLISIONS: dict[str, tuple[frozenset[str], str]] = {
-    "RunNotFound": (frozenset({"agents", "workflows"}), "an agent run vs a workflow run, each in its own journal"),
-    "RunState": (frozenset({"agents", "workflows"}), "the fold of an agent run's records vs a workflow run's"),
     "ArtifactStoreProtocol": (frozenset({"artifacts", "work"}),
                               "work declares the narrower store interface it needs (put/stat) beside artifacts' own"),
     "TERMINAL": (frozenset({"agents", "work"}), "the terminal states of an agent run vs of a work attempt"),
