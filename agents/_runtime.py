@@ -589,8 +589,9 @@ class AgentRuntime:
             raise MalformedResponse(f"the {getattr(adapter, 'provider', '?')} stream ended without its final reply")
         return reply
 
-    async def _messages(self, result: RunResult, n: int, new: list[Message], *, wait: bool = False) -> None:
-        await self.runs.append(R.MESSAGES, R.messages_(run_id=result.run_id, n=n, messages=new), wait=wait)
+    async def _messages(self, result: RunResult, n: int, new: list[Message]) -> None:
+        # Not waited for, like the round's record (see agents/_records.py run_messages).
+        await self.runs.append(R.MESSAGES, R.messages_(run_id=result.run_id, n=n, messages=new), wait=False)
 
     async def _round(self, result: RunResult, n: int, reply: Any, records: list[dict[str, Any]]) -> None:
         # Not waited for: its fsync overlaps the next model call, and the run's
