@@ -4,7 +4,6 @@ bounded in size, and runs written before the record existed still read."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from openfunctions.agents import RunJournal, define_agent, read_history, read_ru
 from openfunctions.agents import _records as R
 from openfunctions.core import ToolRegistry, define_tool
 
+from .._datadirs import copy_data_dir
 from ..adapters import _strict
 from ..adapters._wire import Reply, WireServer
 
@@ -143,14 +143,13 @@ def test_a_record_is_bounded_and_says_what_it_left_out() -> None:
 
 
 async def test_records_written_before_run_messages_still_read(tmp_path: Path) -> None:
-    shutil.copytree(V1, tmp_path / "d")
+    copy_data_dir(V1, tmp_path / "d")
     runs = read_runs(tmp_path / "d")
     assert len(runs) == 2 and all(r.status == "completed" for r in runs.values())
     first = min(runs.values(), key=lambda r: r.started["started_at"])
     assert first.rounds[0]["tool_calls"][0]["name"] == "add"
     assert all(read_history(tmp_path / "d", rid) == [] for rid in runs)  # nothing to rebuild from, nothing invented
     # The same journal takes new runs (with run_messages) beside the old ones.
-    (tmp_path / "d" / "journal").chmod(0o700)
     journal = await RunJournal.open_in(tmp_path / "d")
     result = await run_agent(define_agent("a", "x", adapter=ScriptedAdapter(["hi"])), "go", registry=ToolRegistry(),
                              runs=journal)

@@ -4,7 +4,6 @@ whichever provider it is, across a restart; conversations written before (format
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from openfunctions.adapters import Message, OpenAIAdapter, ProviderPart, RetryPo
 from openfunctions.chat import create_chat_agent
 from openfunctions.chat._conversations import META_CHARS, STORED_CHARS, from_stored, stored
 
+from .._datadirs import copy_data_dir
 from ..adapters import _strict
 from ..adapters._wire import Reply, WireServer
 
@@ -78,9 +78,7 @@ async def test_a_window_that_cuts_a_turn_starts_at_its_next_user_message(tmp_pat
 
 
 async def test_a_conversation_written_before_tool_turns_were_kept_still_reads(tmp_path: Path) -> None:
-    shutil.copytree(V1, tmp_path / "d")
-    for d in ("chat", "journal", "store", "store/memory"):
-        (tmp_path / "d" / d).chmod(0o700)
+    copy_data_dir(V1, tmp_path / "d")
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 4, "b": 4}}, "8.", "4 + 4, after 2 + 3."])
     async with await create_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path / "d") as agent:
         assert (await agent.chat("and 4 + 4?", conversation=V1_CONVERSATION)).ok
