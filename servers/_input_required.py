@@ -32,7 +32,11 @@ detached is kept for :data:`RETAIN_S` (at most :data:`RETAIN_MAX` of them)
 so a late retry still gets it and its receipt; after that the state is
 unknown.
 
-``requestState`` format: ``<instance>:<sealed>``. ``<instance>`` names this
+``requestState`` format: ``of:<instance>:<sealed>``. The ``of:`` prefix marks
+the states this module issues: a retry whose state lacks it goes to the tool
+like any call (a tool that answers with its own ``InputRequiredResult`` and
+reads ``inputResponses`` on the retry, as the conformance fixtures do, keeps
+working). ``<instance>`` names this
 server process (random, new at each start); ``<sealed>`` is the SDK's
 AES-256-GCM token (``mcp.server.request_state.AESGCMRequestStateCodec``,
 under a key made at start and never written down) over the JSON
@@ -125,10 +129,13 @@ def wants_input_required(ctx: Any) -> bool:
     return getattr(caps, "sampling", None) is not None
 
 
+STATE_PREFIX = "of:"
+
+
 def is_retry(params: Any) -> bool:
-    """The ``tools/call`` carries ``requestState`` or ``inputResponses``: a retry, for :meth:`InputRequired.resume`."""
-    return params is not None and (getattr(params, "request_state", None) is not None
-                                   or getattr(params, "input_responses", None) is not None)
+    """The ``tools/call`` carries a ``requestState`` this module issued: a retry, for :meth:`InputRequired.resume`."""
+    state = getattr(params, "request_state", None)
+    return isinstance(state, str) and state.startswith(STATE_PREFIX)
 
 
 @dataclass(eq=False)
@@ -245,14 +252,10 @@ class InputRequired:
         return await self._wait(c, ctx, answer)
 
     def _find(self, params: types.CallToolRequestParams, principal: str | None) -> _Call:
-        state = params.request_state
-        if state is None:
-            raise InputResponsesInvalid(
-                "this tools/call carries inputResponses but no requestState: send the requestState of the "
-                "InputRequiredResult they answer, unchanged")
-        instance, sep, token = state.partition(":")
+        state = params.request_state or ""
+        instance, sep, token = state.removeprefix(STATE_PREFIX).partition(":")
         if not sep or not token:
-            raise RequestStateInvalid("requestState is not one this server issued (expected '<instance>:<token>')")
+            raise RequestStateInvalid("requestState is not one this server issued (expected 'of:<instance>:<token>')")
         if instance != self.instance:
             raise RequestStateElsewhere(
                 f"requestState was issued by another server instance ({instance[:40]!r}; this is {self.instance!r}) or "
@@ -329,7 +332,7 @@ class InputRequired:
         c.fresh = False
         c.leg += 1
         claims = {"c": c.call_id, "l": c.leg, "exp": time.time() + self.state_ttl_s}
-        state = f"{self.instance}:{self._codec.seal(json.dumps(claims, separators=(',', ':')).encode())}"
+        state = f"{STATE_PREFIX}{self.instance}:{self._codec.seal(json.dumps(claims, separators=(',', ':')).encode())}"
         return {"resultType": "input_required", "inputRequests": dict(c.outstanding), "requestState": state}
 
     def _purge(self) -> None:

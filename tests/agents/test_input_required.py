@@ -148,7 +148,8 @@ async def test_bad_states_each_get_their_own_error_and_the_run_still_completes()
     async with server, Client(server.lowlevel, sampling_callback=HostModel([])) as c:
         first = await _first_leg(c)
         state = first.request_state
-        instance, _, token = state.partition(":")
+        assert state.startswith("of:")
+        instance, _, token = state.removeprefix("of:").partition(":")
         answer = {"sampling-0": text_reply("Paris.")}
 
         async def retry(**kw: Any) -> Any:
@@ -156,8 +157,8 @@ async def test_bad_states_each_get_their_own_error_and_the_run_still_completes()
             return await c.session.call_tool("agent_researcher", args, allow_input_required=True, **kw)
 
         cases = {
-            "request_state_invalid": {"request_state": f"{instance}:{token[:-4]}AAAA", "input_responses": answer},
-            "request_state_other_instance": {"request_state": f"i0000:{token}", "input_responses": answer},
+            "request_state_invalid": {"request_state": f"of:{instance}:{token[:-4]}AAAA", "input_responses": answer},
+            "request_state_other_instance": {"request_state": f"of:i0000:{token}", "input_responses": answer},
             "request_state_mismatch": {"request_state": state, "input_responses": answer, "arguments": {"task": "Rome?"}},
             "input_responses_invalid": {"request_state": state, "input_responses": {"sampling-9": text_reply("x")}},
         }
@@ -167,8 +168,8 @@ async def test_bad_states_each_get_their_own_error_and_the_run_still_completes()
             assert caught.value.error.code == types.INVALID_PARAMS and _code(caught.value) == code, (code, caught.value)
         # A token this server sealed but whose time is up, and one naming a call it does not know.
         codec = server.input_required._codec
-        expired = f"{instance}:{codec.seal(json.dumps({'c': 'x', 'l': 1, 'exp': 1.0}).encode())}"
-        unknown = f"{instance}:{codec.seal(json.dumps({'c': 'nope', 'l': 1, 'exp': 4e9}).encode())}"
+        expired = f"of:{instance}:{codec.seal(json.dumps({'c': 'x', 'l': 1, 'exp': 1.0}).encode())}"
+        unknown = f"of:{instance}:{codec.seal(json.dumps({'c': 'nope', 'l': 1, 'exp': 4e9}).encode())}"
         for code, bad in (("request_state_expired", expired), ("request_state_unknown", unknown)):
             with pytest.raises(MCPError) as caught:
                 await retry(request_state=bad, input_responses=answer)
