@@ -319,8 +319,9 @@ class InputRequired:
                 await c.wake.wait()
         except BaseException:
             # The request went away while the call ran on its behalf (a cancelled request, a closed
-            # stream): the call goes too, as on the handshake-era path.
+            # stream): the call goes too, as on the handshake-era path, and nobody is left to ask for its end.
             c.scope.cancel()
+            self._calls.pop(c.call_id, None)
             raise
         finally:
             c.attached = None

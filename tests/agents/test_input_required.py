@@ -266,3 +266,32 @@ async def test_closing_the_server_cancels_a_call_waiting_for_its_client() -> Non
     run = await _settled(runtime)
     assert run.status == "cancelled" and server.in_flight == 0
     assert next(r for r in sink.receipts if r.tool == "agent_researcher").outcome == "cancelled"
+
+
+async def test_cancelling_the_waiting_request_cancels_the_run() -> None:
+    started = anyio.Event()
+
+    async def block(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        started.set()
+        await anyio.sleep_forever()
+        return {}
+
+    blocker = define_tool(name="block", description="Block", input_schema={"type": "object"}, handler=block,
+                          capability={"effect": "read", "parallel_safe": True})
+    reg = ToolRegistry()
+    runtime = AgentRuntime(reg)
+    runtime.register(define_agent("waiter", "Wait.", tools=[blocker]))
+    server = create_mcp_server(reg, name="t", version="1")
+    model = HostModel([("block", {})])
+    async with server, Client(server.lowlevel, sampling_callback=model, sampling_capabilities=TOOLS_CAP) as c:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(c.call_tool, "agent_waiter", {"task": "wait"})
+            with anyio.fail_after(30):
+                await started.wait()  # the retry that answered sampling-0 now waits while the tool runs
+            tg.cancel_scope.cancel()
+        run = await _settled(runtime)
+        assert run.status == "cancelled" and len(model.requests) == 1
+        with anyio.fail_after(30):
+            while server.in_flight:
+                await anyio.sleep(0.01)
+        assert server.input_required.suspended == 0
