@@ -140,10 +140,12 @@ def is_retry(params: Any) -> bool:
 
 @dataclass(eq=False)
 class _Call:
-    call_id: str
     tool: str
-    arguments: str  # canonical JSON of the call's arguments
+    arguments: Any  # as the request sent them (the executor hands the tool its own copy)
     principal: str | None
+    # Set when the call first asks (most calls never do: they cost no id, no key, no registration)
+    call_id: str | None = None
+    arguments_key: str = ""  # canonical JSON of the call's arguments
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     outstanding: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> input request, not yet answered
@@ -196,9 +198,7 @@ class InputRequired:
         the request: the result, or an ``InputRequiredResult`` once the call asks. ``answer(ctx, detailed,
         shut_down)`` shapes a settled call's reply; ``on_start(scope)``/``on_exit(scope)`` bracket the call (the
         server's in-flight set, which its shutdown waits for and cancels)."""
-        self._purge()
-        c = _Call(call_id=secrets.token_urlsafe(16), tool=tool, arguments=_arguments_key(arguments), principal=principal)
-        self._calls[c.call_id] = c
+        c = _Call(tool=tool, arguments=arguments, principal=principal)
 
         async def sample(params: dict[str, Any]) -> dict[str, Any]:
             request = types.CreateMessageRequestParams.model_validate(params)
@@ -276,7 +276,7 @@ class InputRequired:
             raise RequestStateUnknown(
                 "the call this requestState names is not (or no longer) here: it ended and its result was dropped "
                 f"after {self.retain_s:g} s, or it belongs to someone else. Call the tool again")
-        if params.name != c.tool or _arguments_key(params.arguments) != c.arguments:
+        if params.name != c.tool or _arguments_key(params.arguments) != c.arguments_key:
             raise RequestStateMismatch(
                 f"this requestState belongs to a call of tool {c.tool!r} with other arguments: a retry must repeat "
                 "the original tools/call's name and arguments", details={"tool": c.tool})
@@ -321,15 +321,21 @@ class InputRequired:
             # The request went away while the call ran on its behalf (a cancelled request, a closed
             # stream): the call goes too, as on the handshake-era path, and nobody is left to ask for its end.
             c.scope.cancel()
-            self._calls.pop(c.call_id, None)
+            if c.call_id is not None:
+                self._calls.pop(c.call_id, None)
             raise
         finally:
             c.attached = None
         if c.settled:
-            self._calls.pop(c.call_id, None)
+            if c.call_id is not None:
+                self._calls.pop(c.call_id, None)
             if c.failure is not None and c.detailed is None:
                 raise c.failure
             return answer(ctx, c.detailed, c.scope.cancelled_caught)
+        if c.call_id is None:  # the call's first question: from now on a retry must find it
+            self._purge()
+            c.call_id, c.arguments_key = secrets.token_urlsafe(16), _arguments_key(c.arguments)
+            self._calls[c.call_id] = c
         c.fresh = False
         c.leg += 1
         claims = {"c": c.call_id, "l": c.leg, "exp": time.time() + self.state_ttl_s}
