@@ -20,6 +20,11 @@ request and waits; the waiting request then answers with an
 waits again, until the call ends (its ``CallToolResult``, receipt in
 ``_meta``) or asks again (another ``InputRequiredResult``, one leg further).
 
+A call the client asked to run as a task (the tasks extension, a
+task-capable tool such as an agent) asks the task way instead
+(:func:`task_sampler`): the task's status becomes ``input_required`` with the
+request (``tasks/get``) and ``tasks/update`` answers it (``servers/_tasks.py``).
+
 Bounds: a detached call waits for an answer only as long as its sampling
 deadline (``SamplingAdapter.timeout_s``: an agent's
 ``sampling_timeout_s``, else ``serve --sampling-timeout``). A client that
@@ -58,6 +63,7 @@ response that answers no outstanding request, or is not a sampling result).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import secrets
@@ -130,6 +136,23 @@ def wants_input_required(ctx: Any) -> bool:
 
 
 STATE_PREFIX = "of:"
+
+
+def task_sampler(task: Any) -> Sampler:
+    """The sampler of a call running as a 2026-07-28 task: each request parks the task in ``input_required``
+    (``TaskHandle.request_input``, key ``sampling-<n>``) until ``tasks/update`` answers it. The deadline is the
+    caller's, as for :meth:`InputRequired.call`; the answer is the client's data (``SamplingAdapter`` checks it)."""
+    keys = itertools.count()
+
+    async def sample(params: dict[str, Any]) -> dict[str, Any]:
+        request = types.CreateMessageRequestParams.model_validate(params)
+        key = f"sampling-{next(keys)}"  # unique over the task's life, as tasks/update requires
+        answers = await task.request_input(
+            {key: {"method": SAMPLING_METHOD, "params": request.model_dump(by_alias=True, mode="json", exclude_none=True)}})
+        answer: dict[str, Any] = answers[key]  # the client's JSON: SamplingAdapter refuses what is not a result
+        return answer
+
+    return sample
 
 
 def is_retry(params: Any) -> bool:
@@ -357,4 +380,4 @@ class InputRequired:
 
 __all__ = ["InputRequired", "InputRequiredError", "InputResponsesInvalid", "RequestStateElsewhere",
            "RequestStateExpired", "RequestStateInvalid", "RequestStateMismatch", "RequestStateStale",
-           "RequestStateUnknown", "is_retry", "wants_input_required"]
+           "RequestStateUnknown", "is_retry", "task_sampler", "wants_input_required"]

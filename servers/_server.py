@@ -61,7 +61,7 @@ from openfunctions.core import PRINCIPAL_SCOPE_KEY, InvalidParams, ToolExecution
 
 from ._constants import RECEIPT_META_KEY
 from ._fast import EncodedReceipt
-from ._input_required import InputRequired, is_retry, wants_input_required
+from ._input_required import InputRequired, is_retry, task_sampler, wants_input_required
 from ._outstanding import Outstanding
 from ._sdk import announce_list_changes, connection_of
 from ._tasks import (
@@ -160,10 +160,10 @@ def _sampling_hook(ctx: Any) -> dict[str, Any]:
     ``openfunctions.sampler``: sends one ``sampling/createMessage`` (wire-form
     params dict) on this request and returns the result as a wire-form dict.
     A 2026-07-28 call from a client that declared sampling replaces this
-    sampler with one that asks through an ``InputRequiredResult``
-    (``_input_required.py``); on 2026-07-28 this one is left only to a call
-    running as a task, which raises ``SamplingUnavailable`` naming the
-    missing channel.
+    sampler with one that asks through an ``InputRequiredResult``, or, for a
+    call running as a task, through the task's ``input_required`` status
+    (``_input_required.py``). On 2026-07-28 this one raises
+    ``SamplingUnavailable`` naming the missing channel.
     """
     caps = getattr(ctx.session, "client_capabilities", None)
     sampling = getattr(caps, "sampling", None)
@@ -186,11 +186,10 @@ def _sampling_hook(ctx: Any) -> dict[str, Any]:
             from openfunctions.adapters import SamplingUnavailable
 
             raise SamplingUnavailable(
-                f"this MCP call (protocol {ctx.protocol_version}) has no channel for a sampling request: it runs "
-                "as a task, and a task's calls cannot ask the client for its model on this server yet; call "
-                "the tool without the tasks extension (its sampling requests then come back as "
-                "InputRequiredResults), connect with a handshake-era protocol (2025-11-25 or earlier), or give "
-                "the agent its own model"
+                f"this MCP call (protocol {ctx.protocol_version}) has no channel for a server-initiated sampling "
+                "request; declare the 'sampling' capability on the request (its sampling requests then come "
+                "back as InputRequiredResults), connect with a handshake-era protocol (2025-11-25 or earlier), "
+                "or give the agent its own model"
             ) from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -566,6 +565,8 @@ class OpenFunctionsServer:
         if task is not None:
             metadata[TASK_METADATA_KEY] = task
             progress = _task_progress(task, progress)
+            if wants_input_required(ctx):  # 2026-07-28: a task asks through its input_required status
+                metadata["openfunctions.sampler"] = task_sampler(task)
         return ToolExecutionContext(
             principal=self._principal_for(ctx),
             scopes=self.scopes,
