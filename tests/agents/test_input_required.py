@@ -295,3 +295,42 @@ async def test_cancelling_the_waiting_request_cancels_the_run() -> None:
             while server.in_flight:
                 await anyio.sleep(0.01)
         assert server.input_required.suspended == 0
+
+
+async def test_a_parallel_crews_concurrent_requests_all_reach_the_client() -> None:
+    from openfunctions.agents import define_crew
+
+    reg = ToolRegistry()
+    runtime = AgentRuntime(reg)
+    france = define_agent("france", "You know France.", tools=[lookup])
+    italy = define_agent("italy", "You know Italy.", tools=[lookup])
+    runtime.register_crew(define_crew("pair", [france, italy], mode="parallel"))
+    server = create_mcp_server(reg, name="t", version="1")
+    seen: list[tuple[Any, str]] = []
+    legs: list[list[str]] = []
+
+    async def host(ctx: Any, params: types.CreateMessageRequestParams) -> Any:
+        who = "france" if "France" in params.system_prompt else "italy"
+        seen.append((ctx.request_id, who))
+        last = params.messages[-1].content
+        if isinstance(last, list) and last[0].type == "tool_result":
+            return text_reply(last[0].content[0].text)
+        return types.CreateMessageResultWithTools(
+            role="assistant", model="m", stop_reason="toolUse",
+            content=[types.ToolUseContent(type="tool_use", id="t1", name="lookup",
+                                          input={"key": "paris" if who == "france" else "rome"})])
+
+    async with server, Client(server.lowlevel, sampling_callback=host, sampling_capabilities=TOOLS_CAP) as c:
+        step = await c.session.call_tool("crew_pair", {"task": "Your capital?"}, allow_input_required=True)
+        while isinstance(step, types.InputRequiredResult):
+            legs.append(sorted(step.input_requests))
+            answers = {k: await host(type("Ctx", (), {"request_id": k})(), r.params) for k, r in step.input_requests.items()}
+            step = await c.session.call_tool("crew_pair", {"task": "Your capital?"}, allow_input_required=True,
+                                             input_responses=answers, request_state=step.request_state)
+    assert not step.is_error, step.content
+    assert "Paris is the capital" in step.structured_content["text"] and "Rome is the capital" in step.structured_content["text"]
+    # Four requests (two per agent), each under its own key, each answered once, whichever leg carried it.
+    keys = [k for k, _ in seen]
+    assert sorted(keys) == ["sampling-0", "sampling-1", "sampling-2", "sampling-3"] and sorted(sum(legs, [])) == sorted(keys)
+    assert sorted(who for _, who in seen) == ["france", "france", "italy", "italy"]
+    assert all(r.status == "completed" for r in runtime.runs.state.values()) and len(runtime.runs.state) == 2
