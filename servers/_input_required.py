@@ -41,8 +41,8 @@ unknown.
 the states this module issues: a retry whose state lacks it goes to the tool
 like any call (a tool that answers with its own ``InputRequiredResult`` and
 reads ``inputResponses`` on the retry, as the conformance fixtures do, keeps
-working). ``<instance>`` names this
-server process (random, new at each start); ``<sealed>`` is the SDK's
+working). ``<instance>`` names this server process (random, new at each
+start); ``<sealed>`` is the SDK's
 AES-256-GCM token (``mcp.server.request_state.AESGCMRequestStateCodec``,
 under a key made at start and never written down) over the JSON
 ``{"c": call id, "l": leg, "exp": unix seconds}``. The client cannot read or
