@@ -14,10 +14,11 @@ With tools (and a client that declared ``sampling.tools``) the request
 carries ``tools`` and the conversation's tool turns as ``tool_use`` /
 ``tool_result`` content blocks (paired as every adapter pairs them, see
 ``._history``: a call without a result gets a "not run" one); otherwise it is
-text-only (tools omitted, so the host's model answers in text). A host that declared no sampling, or a
-connection with no back-channel (the stateless 2026-07-28 era, which
-replaced server-initiated sampling with input-required results), gets
-:class:`SamplingUnavailable` saying so. MCP sampling reports no token usage:
+text-only (tools omitted, so the host's model answers in text). The sampler
+is the server's: over a handshake-era session it sends a request to the
+client; on 2026-07-28 it answers the call with an input-required result and
+resumes on the client's retry (``servers._input_required``). A host that
+declared no sampling gets :class:`SamplingUnavailable` saying so. MCP sampling reports no token usage:
 ``usage`` stays zero.
 
 Deadline: every request waits at most ``timeout_s`` seconds (default
