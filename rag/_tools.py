@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from openfunctions.core import ToolDefinition
+from openfunctions.core import ToolDefinition, ToolExecutionContext
 from openfunctions.store import obj, state_tool
 
 from ._rag import Rag
@@ -97,9 +97,9 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_", artifacts: Any = None,
         return await project_reply(payload, store=artifacts, scope=ARTIFACT_SCOPE, budget=budget,
                                    summarize=summarize, keep=("results", "chunk_id"), read_tool=read_tool)
 
-    async def ingest(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    async def ingest(p: dict[str, Any], ctx: ToolExecutionContext | None) -> dict[str, Any]:
         async def progress(done: int, total: int) -> None:
-            if ctx is not None and hasattr(ctx, "report_progress"):
+            if ctx is not None:
                 await ctx.report_progress(done, total, f"embedded {done}/{total} chunks")
 
         res = await rag.ingest(p["doc_id"], p["text"], source=p.get("source"), title=p.get("title"), progress=progress)
