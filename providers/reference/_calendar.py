@@ -276,11 +276,11 @@ def occurrences(ev: Event, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime
     """Start times of ``ev``'s occurrences that overlap ``[lo, hi)``."""
     length = ev.end - ev.start
 
-    def overlaps(s: dt.datetime) -> bool:
-        return s < hi and (s + length > lo or (length == dt.timedelta() and s >= lo))
+    def overlaps(s: dt.datetime, end: dt.datetime) -> bool:
+        return s < hi and (end > lo or (end == s and s >= lo))
 
     if not ev.rrule or ev.unsupported:
-        return [ev.start] if overlaps(ev.start) else []
+        return [ev.start] if overlaps(ev.start, ev.end) else []
     rule = ev.rrule
     interval = max(1, int(rule.get("INTERVAL", "1") or 1))
     count = int(rule["COUNT"]) if rule.get("COUNT", "").isdigit() else None
@@ -327,7 +327,11 @@ def occurrences(ev: Event, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime
             break
         if s in ev.exdates:
             continue
-        if overlaps(s):
+        try:
+            end = s + length
+        except OverflowError:
+            break  # it would end after year 9999, which no date can say; so would every later one
+        if overlaps(s, end):
             out.append(s)
             if len(out) >= MAX_OCCURRENCES:
                 break

@@ -111,6 +111,11 @@ def test_series_that_run_past_year_9999_end_there():
         [ev], problems = parse_ics(base.format(rule), source="t.ics")
         assert problems == []
         assert [s.isoformat() for s in occurrences(ev, lo, hi)] == expected, rule
+    # the last occurrence would end in year 10000: the series ends before it (it raised OverflowError)
+    [ev], _ = parse_ics("BEGIN:VEVENT\nUID:y\nSUMMARY:Night\nDTSTART:20201231T080000Z\nDTEND:20210101T070000Z\n"
+                        "RRULE:FREQ=YEARLY\nEND:VEVENT\n", source="t.ics")
+    assert occurrences(ev, dt.datetime(9999, 12, 1, tzinfo=dt.UTC), dt.datetime(9999, 12, 31, 23, tzinfo=dt.UTC)) == []
+    assert len(occurrences(ev, dt.datetime(9998, 12, 1, tzinfo=dt.UTC), dt.datetime(9998, 12, 31, 23, tzinfo=dt.UTC))) == 1
 
 
 async def test_a_start_on_the_last_day_without_an_end_is_refused(cal):
