@@ -16,9 +16,12 @@ the running turn ends ``interrupted`` (the session continues on the next start),
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO, TextIO
 
@@ -96,29 +99,63 @@ async def dispatch(session: Session, cmd: dict[str, Any]) -> None:
     session.emit(ack)
 
 
+def _pump(fd: int, loop: asyncio.AbstractEventLoop, q: asyncio.Queue[bytes]) -> None:
+    """Read stdin on a daemon thread, unbuffered: a blocked read must never keep the process from exiting
+    (``os.read`` holds no lock of the interpreter's, which a buffered reader's would at shutdown)."""
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            loop.call_soon_threadsafe(q.put_nowait, chunk)
+            if not chunk:
+                return
+    except (OSError, ValueError, RuntimeError):  # stdin closed under us, or the loop is gone
+        return
+
+
 async def _read_commands(session: Session, stdin: BinaryIO) -> None:
+    q: asyncio.Queue[bytes] = asyncio.Queue()
+    threading.Thread(target=_pump, args=(stdin.fileno(), asyncio.get_running_loop(), q), daemon=True,
+                     name="engine-stdin").start()
     number = 0
+    skipping = False  # inside a line over the limit, already reported
+    buf = bytearray()
     while True:
-        line = await anyio.to_thread.run_sync(stdin.readline, MAX_LINE_BYTES + 1, abandon_on_cancel=True)
-        if not line:
+        chunk = await q.get()
+        if chunk:
+            buf += chunk
+        elif buf and not skipping:
+            buf += b"\n"  # a last line without its newline still counts
+        while True:
+            i = buf.find(b"\n")
+            if i < 0:
+                if len(buf) > MAX_LINE_BYTES:
+                    if not skipping:
+                        number += 1
+                        session.emit({"type": "error", "code": BadCommand.code, "line": number,
+                                      "message": f"line {number} is over {MAX_LINE_BYTES} bytes: skipped"})
+                    skipping = True
+                    buf.clear()
+                break
+            line = bytes(buf[:i])
+            del buf[: i + 1]
+            if skipping:
+                skipping = False
+                continue
+            number += 1
+            if len(line) > MAX_LINE_BYTES:
+                session.emit({"type": "error", "code": BadCommand.code, "line": number,
+                              "message": f"line {number} is over {MAX_LINE_BYTES} bytes: skipped"})
+                continue
+            if not line.strip():
+                continue
+            try:
+                cmd = parse_command(line)
+            except BadCommand as exc:
+                session.emit({"type": "error", "code": exc.code, "line": number, "message": exc.message})
+                continue
+            await dispatch(session, cmd)
+        if not chunk:
             return
-        number += 1
-        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-            while True:  # skip the rest of the long line
-                rest = await anyio.to_thread.run_sync(stdin.readline, MAX_LINE_BYTES, abandon_on_cancel=True)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            session.emit({"type": "error", "code": BadCommand.code, "line": number,
-                          "message": f"line {number} is over {MAX_LINE_BYTES} bytes: skipped"})
-            continue
-        if not line.strip():
-            continue
-        try:
-            cmd = parse_command(line)
-        except BadCommand as exc:
-            session.emit({"type": "error", "code": exc.code, "line": number, "message": exc.message})
-            continue
-        await dispatch(session, cmd)
 
 
 async def _watch_signals(session: Session, done: anyio.Event) -> None:

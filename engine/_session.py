@@ -22,6 +22,7 @@ executor journal's receipt and never runs them again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -165,6 +166,7 @@ class Session:
         self._tools_chars = _tokens.tools_chars(self._tools)
         self._ctx = ToolExecutionContext(metadata={SESSION_KEY: state.session_id})
         self._buffer: list[tuple[str, dict[str, Any]]] = []
+        self._flushes: set[asyncio.Future[Any]] = set()
         self._prompts: deque[str] = deque()
         self._wake = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -222,6 +224,8 @@ class Session:
     async def close(self) -> None:
         """Write what is queued (one fsync) and close both journals."""
         try:
+            if self._flushes:
+                await asyncio.gather(*self._flushes, return_exceptions=True)
             if self._buffer and not self.log.closed:
                 records, self._buffer = self._buffer, []
                 await self.log.append_many(records)
@@ -509,8 +513,21 @@ class Session:
             self.emit({"type": "tool_uncertain", "turn": turn, "round": p["round"], "call_id": p["call_id"],
                        "name": p["name"], "receipt_id": p["receipt_id"], "receipt": receipt})
 
+    async def _flush_behind(self) -> None:
+        """Start writing the queued records (the last round's results) and return once they have their place
+        in the file: their fsync runs while the model thinks, so they are on disk before its answer is."""
+        records, self._buffer = self._buffer, []
+        task = asyncio.ensure_future(self.log.append_many(records))
+        # A failed write poisons the log, so the next waited record raises it: here it only must not go unseen.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+        await asyncio.sleep(0)  # one loop iteration: the task encodes and queues its records, in order
+
     async def _ask(self, turn: int, n: int) -> Any:
         """One model call, its text streamed as ``text`` events."""
+        if self._buffer:
+            await self._flush_behind()
         adapter = self.config.adapter
         options = ChatOptions(max_tokens=self.config.limits.max_tokens)
         messages = [Message.system(self._system()), *self.state.messages]
