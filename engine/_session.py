@@ -167,7 +167,7 @@ class Session:
         self._ctx = ToolExecutionContext(metadata={SESSION_KEY: state.session_id})
         self._buffer: list[tuple[str, dict[str, Any]]] = []
         self._flushes: set[asyncio.Future[Any]] = set()
-        self._prompts: deque[str] = deque()
+        self._queue: deque[tuple[str, str]] = deque()  # ("prompt", text) or ("compact", ""), in order
         self._wake = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._stop_reason: str | None = None
@@ -256,7 +256,7 @@ class Session:
 
     def prompt(self, text: str) -> None:
         """Queue a turn (it starts, and its prompt record is written, when the session is free)."""
-        self._prompts.append(text)
+        self._queue.append(("prompt", text))
         self._wake.set()
 
     async def steer(self, text: str) -> str:
@@ -270,8 +270,11 @@ class Session:
         self.emit({"type": "goal", "text": self.state.goal})
 
     def request_compaction(self) -> None:
-        """Compact before the next model call (at once when the session is idle)."""
-        self._compact_requested = True
+        """Compact before the next model call of the running turn; when idle, in order with queued prompts."""
+        if self._running:
+            self._compact_requested = True
+        else:
+            self._queue.append(("compact", ""))
         self._wake.set()
 
     def cancel(self) -> bool:
@@ -308,7 +311,7 @@ class Session:
             "mode": self.config.mode, "turn": s.turn, "turn_open": s.turn_open, "rounds": s.rounds_total,
             "rounds_in_turn": s.rounds_in_turn, "tool_calls_in_turn": s.calls_in_turn,
             "messages": len(s.messages), "tokens": self.tokens(), "context_ceiling": self.config.context_ceiling,
-            "steering_queued": len(s.steers), "prompts_queued": len(self._prompts), "goal": s.goal,
+            "steering_queued": len(s.steers), "prompts_queued": sum(1 for k, _ in self._queue if k == "prompt"), "goal": s.goal,
             "compactions": s.compactions, "parent_session": self.config.parent_session_id,
             "last_end": s.last_end,
         }
@@ -319,13 +322,14 @@ class Session:
         while True:
             if self.state.turn_open and not self._interrupted:
                 await self._run_turn()
-            elif self._prompts and not self._interrupted:
-                text = self._prompts.popleft()
+            elif self._queue and not self._interrupted:
+                kind, text = self._queue.popleft()
+                if kind == "compact":
+                    await self._compact("manual")
+                    continue
                 await self._record(R.PROMPT, {"turn": self.state.turn + 1, "text": text}, wait=True)
                 self.emit({"type": "turn_start", "turn": self.state.turn, "prompt": text})
                 await self._run_turn()
-            elif self._compact_requested and not self._interrupted:
-                await self._compact("manual")
             elif self._closing:
                 return
             else:
@@ -549,8 +553,9 @@ class Session:
         # Cut before the last message that is not a tool result: a tool call never loses its result.
         cut = next((i for i in range(len(msgs) - 1, 0, -1) if msgs[i].role != "tool"), 0)
         if cut == 0:
-            self.emit({"type": "error", "code": "engine_nothing_to_compact",
-                       "message": f"nothing to compact: the conversation has {len(msgs)} message(s) to keep"})
+            if trigger == "manual":  # automatic: the next round may have something to compact
+                self.emit({"type": "error", "code": "engine_nothing_to_compact",
+                           "message": f"nothing to compact: the conversation has {len(msgs)} message(s) to keep"})
             return
         before = self.tokens()
         transcript = "\n\n".join(_render(m) for m in msgs[:cut])[-SUMMARY_INPUT_CHARS:]
