@@ -1,10 +1,11 @@
 """The session stream: the records one engine session writes, and the one fold that reads them.
 
-A session is one journal file (:class:`~openfunctions.core.journal.JournalLog`, kind ``engine-session``,
-the line format of docs/formats/journal.md: seq, checksum, chain) at
-``<data-dir>/engine/sessions/<session_id>.journal``; the tool calls it makes go through the executor with
-their starts and receipts in ``<session_id>.exec.journal`` beside it. docs/formats/engine.md shows both
-with examples.
+A session is one journal file, ``<data-dir>/engine/sessions/<session_id>.journal``: an execution journal
+(:class:`~openfunctions.core.journal.ExecutionJournal`, kind ``execution``, the line format of
+docs/formats/journal.md: seq, checksum, chain) that carries the session's records below beside the
+executor's ``start`` and ``receipt`` records of the session's tool calls. Sharing the file orders them:
+a tool call's intent is in the file before its start record, so the fsync that makes the start durable
+makes the intent durable too. docs/formats/engine.md shows the file with examples.
 
 Record types (``type``: ``data``), in the order a session writes them:
 
@@ -35,14 +36,17 @@ Record types (``type``: ``data``), in the order a session writes them:
   ``aborted``, ``failed`` or ``interrupted``. An ``interrupted`` turn stays open: the next start of the
   session continues it.
 
-A round is *settled* once each of its calls has a ``result`` or ``uncertain`` record. Records after the
-last settled round may be missing after a crash (``result`` records are not waited for: a lost one
-makes its call uncertain, never re-run); ``round``, ``steer``, ``prompt``, ``goal`` and ``end`` are
-durable before the engine moves on.
+A round is *settled* once each of its calls has a ``result`` or ``uncertain`` record. ``prompt``,
+``goal``, ``steer``, ``compaction`` and ``end`` are durable before the engine moves on; a ``round`` is
+durable before its first call's handler runs (the call's start record follows it in the file and is
+fsynced first); ``result`` and ``steered`` records are written while the model is asked for the next
+round, so a crash may lose the last of them: a lost ``result`` makes its call uncertain (never re-run),
+a lost ``steered`` leaves its steering queued, to be injected again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +54,6 @@ from openfunctions.adapters import Message
 
 from ._errors import SessionCorrupt
 
-KIND = "engine-session"
 VERSION = 1
 
 SESSION = "session"
@@ -163,10 +166,22 @@ def _apply(state: SessionState, rtype: str, data: dict[str, Any]) -> None:
     # an unknown type is skipped: a newer engine's record an older reader does not need
 
 
+#: The executor's own records, which share the session's file: not the session's to fold.
+EXECUTION_TYPES = frozenset({"start", "receipt"})
+
+
+def fold(state: SessionState, records: Iterable[Any]) -> SessionState:
+    """Fold a session file's records (:class:`~openfunctions.core.journal.Record`) into ``state``."""
+    for rec in records:
+        if rec.type not in EXECUTION_TYPES:
+            apply(state, rec.type, rec.data)
+    return state
+
+
 def settled(state: SessionState) -> bool:
     """Every call of the last round has its result (or was reported uncertain)."""
     return not state.pending
 
 
-__all__ = ["COMPACTION", "END", "END_STATES", "GOAL", "KIND", "PROMPT", "RESULT", "ROUND", "SESSION", "STEER",
-           "STEERED", "SessionState", "UNCERTAIN", "apply", "settled"]
+__all__ = ["COMPACTION", "END", "END_STATES", "EXECUTION_TYPES", "GOAL", "PROMPT", "RESULT", "ROUND", "SESSION", "STEER",
+           "STEERED", "SessionState", "UNCERTAIN", "apply", "fold", "settled"]

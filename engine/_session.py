@@ -14,10 +14,13 @@ and a ``compaction`` record replaces them with the summary.
 
 Durability (the record format is in :mod:`._records`): every record is folded into the in-memory state
 by the same :func:`~._records.apply` that folds the file on resume, so what the engine acts on is what
-the file says. A round's record carries its tool calls' receipt ids and is durable before the first
-call runs (one fsync a round, shared with whatever was queued before it). Results are queued, not
-waited for: a crash may lose them, and resume then reports those calls ``uncertain`` with the
-executor journal's receipt and never runs them again.
+the file says. The session's records and the executor's starts and receipts of its tool calls share one
+journal file, an execution journal, so its order is theirs: a round's record (its calls' intent, with
+their receipt ids) is queued ahead of the first call's start record, and that record's fsync, which the
+executor waits for before the handler runs, makes the intent durable too. The engine adds no fsync of its
+own to a round. Results are queued and written while the model is asked for the next round: a crash may
+lose them, and resume then reports those calls ``uncertain`` with the receipt the same file holds (a
+start with no receipt gets an ``unknown`` one when the file is opened) and never runs them again.
 """
 
 from __future__ import annotations
@@ -188,17 +191,18 @@ class Session:
             raise SessionNotFound(f"no session {sid!r} in {str(sessions_dir(config.data_dir))!r}",
                                   details={"session_id": sid})
         state = R.SessionState()
-        log_ = await JournalLog.open(path, kind=R.KIND, on_record=lambda rec: R.apply(state, rec.type, rec.data))
+        # One file for the session's records and its tool calls' starts and receipts (see the module doc).
+        # Never rotated: a session is read whole on resume. Opening it recovers any start left unsettled.
+        execution = await ExecutionJournal.open(path, rotate_over=None)
+        log_ = execution.log
         try:
-            execution = await ExecutionJournal.open(path.with_name(f"{sid}.exec.journal"))
+            await anyio.to_thread.run_sync(lambda: R.fold(state, log_.records()))
+            if resumed and not state.header:
+                raise SessionNotFound(f"session {sid!r} has no session record", details={"session_id": sid})
         except BaseException:
-            await log_.close()
+            await execution.close()
             raise
         if resumed:
-            if not state.header:
-                await execution.close()
-                await log_.close()
-                raise SessionNotFound(f"session {sid!r} has no session record", details={"session_id": sid})
             h = state.header
             # The recorded session decides what it is; the command line brings the model and the tools.
             config.mode = str(h.get("mode") or config.mode)
@@ -231,7 +235,6 @@ class Session:
                 await self.log.append_many(records)
         finally:
             await self.execution.close()
-            await self.log.close()
 
     async def __aenter__(self) -> Session:
         return self
@@ -410,10 +413,11 @@ class Session:
             n = state.rounds_in_turn + 1
             reply = await self._ask(turn, n)
             receipts = {c.id: new_id("rcpt") for c in reply.tool_calls if c.name != FINISH_TOOL}
-            # The calls' intent: durable before the first of them runs (and a text reply's round rides the end's fsync).
+            # The calls' intent. Not waited for: it is queued ahead of the executor's start record of the first
+            # call, whose fsync makes both durable before that call's handler runs (see the module doc).
             await self._record(R.ROUND, {"turn": turn, "n": n, "message": reply.as_message().to_dict(),
                                          "receipts": receipts, "usage": reply.usage.to_dict(), "model": reply.model,
-                                         "stop_reason": reply.stop_reason}, wait=bool(receipts))
+                                         "stop_reason": reply.stop_reason}, wait=False)
             if not reply.tool_calls:
                 self.emit({"type": "round_end", "turn": turn, "round": n, "tool_calls": 0})
                 return self._text_outcome(reply.text or "")
@@ -487,6 +491,8 @@ class Session:
             await self._result(turn, n, call, None, "not_found", True, exc.code,
                                f"{exc.message}. Tools available to you: {names}")
             return
+        if self._buffer:  # the intent (and earlier results) go into the file ahead of the call's start record
+            await self._flush_behind()
         detailed = await self.registry.executor.execute_detailed(tool, call.arguments, self._ctx, receipt_id=receipt_id)
         r = detailed.receipt
         await self._result(turn, n, call, r.receipt_id, r.outcome, detailed.result.is_error,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 
@@ -22,7 +21,8 @@ def _args(tmp: Path, script: Path, *more: str) -> list[str]:
 
 
 def _records(tmp: Path, session: str) -> list[tuple[str, dict]]:
-    return [(r.type, r.data) for r in read_records(tmp / "data" / "engine" / "sessions" / f"{session}.journal")]
+    path = tmp / "data" / "engine" / "sessions" / f"{session}.journal"
+    return [(r.type, r.data) for r in read_records(path) if r.type not in ("start", "receipt")]
 
 
 def test_sigkill_inside_a_tool_call_then_resume_reports_it_uncertain_and_never_runs_it_again(tmp_path: Path) -> None:
@@ -54,6 +54,11 @@ def test_sigkill_inside_a_tool_call_then_resume_reports_it_uncertain_and_never_r
     assert effects(tmp_path) == ["first"]  # one effect: the call ran once, across both processes
     types = [t for t, _ in _records(tmp_path, session)]
     assert types == ["session", "prompt", "round", "uncertain", "round", "result", "end"]
+    # one file: the call's intent (the round record naming its receipt id) precedes the executor's start record
+    raw = [(r.type, r.data) for r in read_records(tmp_path / "data" / "engine" / "sessions" / f"{session}.journal")]
+    at_round = next(i for i, (t, d) in enumerate(raw) if t == "round")
+    at_start = next(i for i, (t, d) in enumerate(raw) if t == "start" and d["receipt_id"] == call["receipt_id"])
+    assert at_round < at_start and raw[at_round][1]["receipts"] == {call["call_id"]: call["receipt_id"]}
 
 
 def test_sigkill_while_the_model_thinks_resumes_from_the_last_settled_round(tmp_path: Path) -> None:
@@ -246,4 +251,3 @@ def test_subrun_records_its_parent(tmp_path: Path) -> None:
     assert _records(tmp_path, child)[0][1]["parent_session_id"] == parent
     rc, _, err = run_headless(tmp_path, "subrun", *_args(tmp_path, child_script), "--parent", "ses_gone", "x")
     assert rc == 2 and "ses_gone" in err
-    assert os.path.exists(tmp_path / "data" / "engine" / "sessions" / f"{child}.exec.journal")
