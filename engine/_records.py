@@ -94,6 +94,8 @@ class SessionState:
     model_calls: int = 0
     compactions: int = 0
     last_end: dict[str, Any] | None = None
+    #: ``(result,)`` once the open turn's ``finish`` call succeeded (a restart before its ``end`` ends it so)
+    finish: tuple[Any] | None = None
 
     @property
     def session_id(self) -> str:
@@ -124,6 +126,7 @@ def _apply(state: SessionState, rtype: str, data: dict[str, Any]) -> None:
         state.turn_open = True
         state.rounds_in_turn = state.calls_in_turn = 0
         state.pending = []
+        state.finish = None
         state.messages.append(Message.user(str(data["text"])))
     elif rtype == GOAL:
         state.goal = str(data["text"]) or None
@@ -146,8 +149,11 @@ def _apply(state: SessionState, rtype: str, data: dict[str, Any]) -> None:
         call_id = str(data["call_id"])
         if not any(p["call_id"] == call_id for p in state.pending):
             raise SessionCorrupt(f"{rtype} record for call {call_id!r}, which is not a pending call of the last round")
+        call = next(p for p in state.pending if p["call_id"] == call_id)
         state.pending = [p for p in state.pending if p["call_id"] != call_id]
         state.calls_in_turn += 1
+        if rtype == RESULT and call["name"] == "finish" and data.get("outcome") == "succeeded":
+            state.finish = (call["arguments"].get("result"),)
         is_error = bool(data.get("is_error", True)) if rtype == RESULT else True
         state.messages.append(Message("tool", str(data["content"]), tool_call_id=call_id, name=str(data["name"]),
                                       is_error=is_error))
@@ -163,6 +169,7 @@ def _apply(state: SessionState, rtype: str, data: dict[str, Any]) -> None:
             raise SessionCorrupt(f"end state {data['state']!r} is not one of {', '.join(END_STATES)}")
         state.last_end = dict(data)
         state.turn_open = data["state"] == "interrupted"
+        state.finish = None
     # an unknown type is skipped: a newer engine's record an older reader does not need
 
 

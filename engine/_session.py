@@ -395,6 +395,12 @@ class Session:
     async def _rounds(self, turn: int) -> dict[str, Any]:
         lim = self.config.limits
         state = self.state
+        # Resumed after the turn's last round was recorded and before its end was: it ended as that round says.
+        last = state.messages[-1] if state.messages and state.rounds_in_turn else None
+        if state.finish is not None and not state.pending:
+            return self._finish_outcome(state.finish[0])
+        if last is not None and last.role == "assistant" and not last.tool_calls:
+            return self._text_outcome(last.content)
         while True:
             if state.pending:  # resumed after a crash inside a round
                 await self._resolve_pending(turn)
@@ -412,6 +418,9 @@ class Session:
                         "message": f"the turn reached its limit of {lim.max_rounds} rounds without finishing"}
             n = state.rounds_in_turn + 1
             reply = await self._ask(turn, n)
+            if len({c.id for c in reply.tool_calls}) != len(reply.tool_calls):
+                raise MalformedResponse(f"the model's reply in round {n} names one tool-call id twice: "
+                                        f"{[c.id for c in reply.tool_calls]}")
             receipts = {c.id: new_id("rcpt") for c in reply.tool_calls if c.name != FINISH_TOOL}
             # The calls' intent. Not waited for: it is queued ahead of the executor's start record of the first
             # call, whose fsync makes both durable before that call's handler runs (see the module doc).
@@ -468,7 +477,10 @@ class Session:
             await self._result(turn, n, call, None, "rejected", True, "engine_result_invalid", text)
             return None
         await self._result(turn, n, call, None, "succeeded", False, None, "Finished.")
-        result = args["result"]
+        return self._finish_outcome(args["result"])
+
+    @staticmethod
+    def _finish_outcome(result: Any) -> dict[str, Any]:
         return {"state": "finished", "result": result, "text": result if isinstance(result, str) else
                 json.dumps(result, ensure_ascii=False)}
 

@@ -201,3 +201,40 @@ def test_bad_scripts_ids_and_limits_are_named(tmp_path) -> None:
     with pytest.raises(EngineConfigError, match="max_rounds"):
         Limits(max_rounds=0)
     assert json.loads(json.dumps(Limits().to_dict()))["max_rounds"] == 32
+
+
+class CrashBeforeEnd(Session):
+    """Dies (as a process would) when it comes to write a turn's end record."""
+
+    async def _record(self, rtype, data, *, wait):
+        if rtype == "end":
+            raise RuntimeError("the process died here")
+        await super()._record(rtype, data, wait=wait)
+
+
+@pytest.mark.parametrize("reply, result", [
+    ("the answer", "the answer"),
+    ({"tool": "finish", "arguments": {"result": {"n": 1}}}, {"n": 1}),
+])
+async def test_a_turn_whose_last_round_is_recorded_ends_on_resume_without_asking_the_model(
+        tmp_path, reply, result) -> None:
+    session = await CrashBeforeEnd.open(SessionConfig(adapter=ScriptFileAdapter([reply]), data_dir=tmp_path))
+    session.prompt("go")
+    session.close_when_idle()
+    with pytest.raises(RuntimeError, match="died"):
+        await session.work()
+    await session.close()  # what was queued reaches the file (a crash may lose it: then the round is asked again)
+    events: list[dict] = []
+    model = Spy([])  # no reply left: asking it would fail the turn
+    again = await Session.open(SessionConfig(adapter=model, data_dir=tmp_path), session_id=session.session_id,
+                               emit=events.append)
+    async with again:
+        again.close_when_idle()
+        await again.work()
+    assert model.shown == [] and events[-1]["type"] == "finished" and events[-1]["result"] == result
+
+
+async def test_a_reply_naming_one_call_id_twice_fails_the_turn(tmp_path) -> None:
+    _, _, events = await _run(tmp_path, [{"tool_calls": [{"name": "noop", "id": "a"}, {"name": "noop", "id": "a"}]}],
+                              ["go"])
+    assert events[-1]["type"] == "failed" and "names one tool-call id twice" in events[-1]["error"]["message"]
