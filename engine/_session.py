@@ -47,11 +47,11 @@ from openfunctions.core import (
     define_tool,
     new_id,
 )
-from openfunctions.core.journal import ExecutionJournal, JournalLog
+from openfunctions.core.journal import ExecutionJournal, JournalLog, read_records
 
 from . import _records as R
 from . import _tokens
-from ._errors import EngineConfigError, SessionInvalid, SessionNotFound, VerdictInvalid
+from ._errors import EngineConfigError, SessionCorrupt, SessionInvalid, SessionNotFound, VerdictInvalid
 
 log = structlog.get_logger("openfunctions.engine")
 
@@ -97,7 +97,8 @@ class SessionConfig:
     """What a session runs with. ``adapter``: an :class:`~openfunctions.adapters.AIAdapter`.
 
     ``result_schema``: the ``finish`` result must be valid against it (a review's verdict); a text answer
-    must then be that JSON. ``context_ceiling``: compact before a model call whose estimated context is
+    must then be that JSON. ``limits``: ``None`` takes the recorded session's (a resumed one), else the
+    defaults; given, they apply from now on. ``context_ceiling``: compact before a model call whose estimated context is
     over this many tokens (``None``: only on ``compact``).
     """
 
@@ -105,7 +106,7 @@ class SessionConfig:
     data_dir: Path
     tools: Sequence[ToolDefinition] = ()
     system: str = DEFAULT_SYSTEM
-    limits: Limits = Limits()
+    limits: Limits | None = None
     context_ceiling: int | None = None
     mode: str = "session"
     parent_session_id: str | None = None
@@ -212,6 +213,14 @@ class Session:
                 config.context_ceiling = int(h["context_ceiling"])
             if h.get("result_schema") is not None:
                 config.result_schema = h["result_schema"]
+            if config.limits is None and isinstance(h.get("limits"), dict):
+                try:
+                    config.limits = Limits(**h["limits"])
+                except (TypeError, EngineConfigError) as exc:
+                    await execution.close()
+                    raise SessionCorrupt(f"session {sid!r} records limits that are not valid: {exc}") from None
+        if config.limits is None:
+            config.limits = Limits()
         self = cls(config, log_, execution, state, emit or (lambda event: None), resumed)
         if not resumed:
             await self._record(R.SESSION, {
@@ -316,8 +325,22 @@ class Session:
             "messages": len(s.messages), "tokens": self.tokens(), "context_ceiling": self.config.context_ceiling,
             "steering_queued": len(s.steers), "prompts_queued": sum(1 for k, _ in self._queue if k == "prompt"), "goal": s.goal,
             "compactions": s.compactions, "parent_session": self.config.parent_session_id,
-            "last_end": s.last_end,
+            "children": self.children(), "last_end": s.last_end,
         }
+
+    def children(self) -> list[str]:
+        """The sessions of this data dir started as ``subrun`` of this one (their first record names it)."""
+        out = []
+        for path in sorted(sessions_dir(self.config.data_dir).glob("*.journal")):
+            if path.name == f"{self.session_id}.journal":
+                continue
+            try:
+                first = next(iter(read_records(path)), None)
+            except (OpenFunctionsError, OSError):
+                continue  # another session's unreadable file is not this one's status to report
+            if first is not None and first.type == R.SESSION and first.data.get("parent_session_id") == self.session_id:
+                out.append(str(first.data.get("session_id")))
+        return out
 
     # -- the worker --------------------------------------------------------------
     async def work(self) -> None:

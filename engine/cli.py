@@ -155,8 +155,10 @@ def cmd_engine(args: argparse.Namespace) -> int:
         data_dir = Path(opt("engine_data_dir") or default_data_dir()).expanduser()
         config = SessionConfig(
             adapter=_adapter(opt("model")), data_dir=data_dir, tools=_tools(opt("module")), system=system,
+            # limits given on the command line apply; none given: a resumed session keeps its recorded ones
             limits=Limits(max_rounds=opt("max_rounds"), max_tool_calls=opt("max_tool_calls"),
-                          max_tokens=opt("max_tokens"), turn_timeout_s=opt("turn_timeout")),
+                          max_tokens=opt("max_tokens"), turn_timeout_s=opt("turn_timeout"))
+            if any(hasattr(args, n) for n in ("max_rounds", "max_tool_calls", "max_tokens", "turn_timeout")) else None,
             context_ceiling=opt("context_ceiling"), mode=command or "session",
         )
         task = getattr(args, "task", None)
@@ -173,11 +175,16 @@ def cmd_engine(args: argparse.Namespace) -> int:
         emit = P.event_writer(sys.stdout)
 
         async def main() -> int:
-            session = await Session.open(config, session_id=session_id, emit=emit)
-            async with session:
-                if command is None:
-                    return await P.serve_session(session)
-                return await P.run_headless(session, task)
+            try:
+                session = await Session.open(config, session_id=session_id, emit=emit)
+                async with session:
+                    if command is None:
+                        return await P.serve_session(session)
+                    return await P.run_headless(session, task)
+            finally:
+                close = getattr(config.adapter, "aclose", None)  # a provider adapter's HTTP client
+                if close is not None:
+                    await close()
 
         return anyio.run(main)
     except OpenFunctionsError as exc:

@@ -177,6 +177,8 @@ def test_headless_run_exit_codes_follow_the_outcome(tmp_path: Path) -> None:
     rc, events, err = run_headless(tmp_path, "run", *_args(tmp_path, ok), "do it")
     assert rc == 0, err
     assert events[-1]["type"] == "finished" and events[-1]["result"] == "all done"
+    rc, again, _ = run_headless(tmp_path, "run", *_args(tmp_path, ok, "--session", events[0]["session"]))
+    assert rc == 2 and again[-1]["code"] == "engine_no_task"  # finished: no open turn to continue
 
     empty = write_script(tmp_path / "empty.jsonl", [])
     rc, events, _ = run_headless(tmp_path, "run", *_args(tmp_path, empty), "do it")

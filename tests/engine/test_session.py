@@ -238,3 +238,27 @@ async def test_a_reply_naming_one_call_id_twice_fails_the_turn(tmp_path) -> None
     _, _, events = await _run(tmp_path, [{"tool_calls": [{"name": "noop", "id": "a"}, {"name": "noop", "id": "a"}]}],
                               ["go"])
     assert events[-1]["type"] == "failed" and "names one tool-call id twice" in events[-1]["error"]["message"]
+
+
+async def test_status_names_the_parent_and_the_children(tmp_path) -> None:
+    parent = await Session.open(SessionConfig(adapter=ScriptFileAdapter([]), data_dir=tmp_path))
+    async with parent:
+        child = await Session.open(SessionConfig(adapter=ScriptFileAdapter([]), data_dir=tmp_path, mode="subrun",
+                                                 parent_session_id=parent.session_id))
+        async with child:
+            assert parent.status()["children"] == [child.session_id]
+            assert child.status()["parent_session"] == parent.session_id and child.status()["children"] == []
+
+
+async def test_a_resumed_session_keeps_its_recorded_limits_unless_given_new_ones(tmp_path) -> None:
+    first = await Session.open(SessionConfig(adapter=ScriptFileAdapter([]), data_dir=tmp_path,
+                                             limits=Limits(max_rounds=3)))
+    await first.close()
+    kept = await Session.open(SessionConfig(adapter=ScriptFileAdapter([]), data_dir=tmp_path),
+                              session_id=first.session_id)
+    await kept.close()
+    assert kept.config.limits.max_rounds == 3
+    moved = await Session.open(SessionConfig(adapter=ScriptFileAdapter([]), data_dir=tmp_path,
+                                             limits=Limits(max_rounds=9)), session_id=first.session_id)
+    await moved.close()
+    assert moved.config.limits.max_rounds == 9
