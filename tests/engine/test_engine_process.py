@@ -253,3 +253,13 @@ def test_subrun_records_its_parent(tmp_path: Path) -> None:
     assert _records(tmp_path, child)[0][1]["parent_session_id"] == parent
     rc, _, err = run_headless(tmp_path, "subrun", *_args(tmp_path, child_script), "--parent", "ses_gone", "x")
     assert rc == 2 and "ses_gone" in err
+
+
+def test_a_session_is_served_by_one_engine_at_a_time(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "s.jsonl", ["hi"])
+    eng = Engine(tmp_path, *_args(tmp_path, script))
+    session = eng.until("ready")["session"]
+    rc, _, err = run_headless(tmp_path, "run", *_args(tmp_path, script, "--session", session), "x")
+    assert rc == 2 and "journal_locked" in err
+    eng.close_stdin()
+    assert eng.wait() == 0

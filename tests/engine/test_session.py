@@ -262,3 +262,19 @@ async def test_a_resumed_session_keeps_its_recorded_limits_unless_given_new_ones
                                              limits=Limits(max_rounds=9)), session_id=first.session_id)
     await moved.close()
     assert moved.config.limits.max_rounds == 9
+
+
+async def test_a_session_file_whose_records_do_not_fold_is_refused_with_what_is_wrong(tmp_path) -> None:
+    from openfunctions.core.journal import ExecutionJournal
+    from openfunctions.engine._session import session_path
+
+    path = session_path(tmp_path, "ses_bad")
+    journal = await ExecutionJournal.open(path)
+    await journal.log.append("session", {"v": 1, "session_id": "ses_bad"})
+    await journal.log.append("result", {"call_id": "nobody", "name": "x", "content": ""})
+    await journal.close()
+    with pytest.raises(SessionCorrupt, match="'nobody', which is not a pending call"):
+        await Session.open(SessionConfig(adapter=ScriptFileAdapter([]), data_dir=tmp_path), session_id="ses_bad")
+    # and the file is not left locked: a second open gets the same answer
+    with pytest.raises(SessionCorrupt):
+        await Session.open(SessionConfig(adapter=ScriptFileAdapter([]), data_dir=tmp_path), session_id="ses_bad")
