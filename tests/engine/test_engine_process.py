@@ -263,3 +263,38 @@ def test_a_session_is_served_by_one_engine_at_a_time(tmp_path: Path) -> None:
     assert rc == 2 and "journal_locked" in err
     eng.close_stdin()
     assert eng.wait() == 0
+
+
+def test_a_provider_adapter_over_http_streams_through_the_engine(tmp_path: Path) -> None:
+    """``--model openai:...`` against a local server playing the OpenAI wire format (the model is the only fake)."""
+    import subprocess
+
+    from tests.adapters._wire import Reply, WireServer, sse
+
+    from ._proc import engine_argv, engine_env
+
+    wire = WireServer()
+    wire.replies = [
+        Reply(sse=sse({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "id": "call_a", "function": {"name": "effect", "arguments": "{\"note\": \"via http\"}"}}]},
+            "finish_reason": "tool_calls"}]}, "[DONE]")),
+        Reply(sse=sse({"model": "gpt-test", "choices": [{"index": 0, "delta": {"content": "Sun"}}]},
+                  {"model": "gpt-test", "choices": [{"index": 0, "delta": {"content": "ny"}, "finish_reason": "stop"}]},
+                  "[DONE]")),
+    ]
+    try:
+        env = {**engine_env(tmp_path), "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": wire.url}
+        proc = subprocess.run(engine_argv("run", "--model", "openai:gpt-test", "--module", TOOLS, "--data-dir",
+                                          str(tmp_path / "data"), "weather?"),
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        wire.close()
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [e["delta"] for e in events if e["type"] == "text"] == ["Sun", "ny"]
+    assert events[-1]["result"] == "Sunny" and effects(tmp_path) == ["via http"]
+    assert events[0]["model"] == "openai:gpt-test"
+    # the second request carried the call and its result back to the model
+    second = wire.requests[1]["json"]["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
+    assert second[3]["tool_call_id"] == "call_a" and '"count": 1' in second[3]["content"]
