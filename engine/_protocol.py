@@ -42,12 +42,23 @@ EXIT_REQUEST_CHANGES = 5
 
 
 def event_writer(out: TextIO) -> Callable[[dict[str, Any]], None]:
-    """Events as JSON lines on ``out``, flushed one by one (a client reacts to each as it comes)."""
+    """Events as JSON lines on ``out``, flushed one by one (a client reacts to each as it comes).
+
+    A client that closed its end (a broken pipe) gets no more events; the session goes on writing its
+    file, so nothing is lost that a restart with the session id would need.
+    """
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+    gone = False
 
     def emit(event: dict[str, Any]) -> None:
-        out.write(dumps(event) + "\n")
-        out.flush()
+        nonlocal gone
+        if gone:
+            return
+        try:
+            out.write(dumps(event) + "\n")
+            out.flush()
+        except (OSError, ValueError):  # the reader went away (EPIPE), or stdout was closed
+            gone = True
 
     return emit
 

@@ -203,25 +203,28 @@ class Session:
         except BaseException:
             await execution.close()
             raise
-        if resumed:
-            h = state.header
-            # The recorded session decides what it is; the command line brings the model and the tools.
-            config.mode = str(h.get("mode") or config.mode)
-            config.system = str(h.get("system") or config.system)
-            config.parent_session_id = h.get("parent_session_id")
-            if h.get("context_ceiling") is not None and config.context_ceiling is None:
-                config.context_ceiling = int(h["context_ceiling"])
-            if h.get("result_schema") is not None:
-                config.result_schema = h["result_schema"]
-            if config.limits is None and isinstance(h.get("limits"), dict):
-                try:
+        try:
+            if resumed:
+                h = state.header
+                # The recorded session decides what it is; the command line brings the model and the tools.
+                config.mode = str(h.get("mode") or config.mode)
+                config.system = str(h.get("system") or config.system)
+                config.parent_session_id = h.get("parent_session_id")
+                if h.get("context_ceiling") is not None and config.context_ceiling is None:
+                    config.context_ceiling = int(h["context_ceiling"])
+                if h.get("result_schema") is not None:
+                    config.result_schema = dict(h["result_schema"])
+                if config.limits is None and h.get("limits") is not None:
                     config.limits = Limits(**h["limits"])
-                except (TypeError, EngineConfigError) as exc:
-                    await execution.close()
-                    raise SessionCorrupt(f"session {sid!r} records limits that are not valid: {exc}") from None
-        if config.limits is None:
-            config.limits = Limits()
-        self = cls(config, log_, execution, state, emit or (lambda event: None), resumed)
+            if config.limits is None:
+                config.limits = Limits()
+            self = cls(config, log_, execution, state, emit or (lambda event: None), resumed)
+        except (TypeError, ValueError, EngineConfigError) as exc:
+            await execution.close()
+            raise SessionCorrupt(f"session {sid!r}: its session record is not valid ({exc})") from None
+        except BaseException:
+            await execution.close()
+            raise
         if not resumed:
             await self._record(R.SESSION, {
                 "v": R.VERSION, "session_id": sid, "model": f"{config.adapter.provider}:{config.adapter.model}",
@@ -235,7 +238,7 @@ class Session:
         return self
 
     async def close(self) -> None:
-        """Write what is queued (one fsync) and close both journals."""
+        """Write what is queued (one fsync) and close the session's file."""
         try:
             if self._flushes:
                 await asyncio.gather(*self._flushes, return_exceptions=True)

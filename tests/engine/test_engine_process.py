@@ -298,3 +298,20 @@ def test_a_provider_adapter_over_http_streams_through_the_engine(tmp_path: Path)
     second = wire.requests[1]["json"]["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
     assert second[3]["tool_call_id"] == "call_a" and '"count": 1' in second[3]["content"]
+
+
+def test_a_client_that_stops_reading_events_does_not_stop_the_session(tmp_path: Path) -> None:
+    import subprocess
+
+    from ._proc import engine_argv, engine_env
+
+    script = write_script(tmp_path / "s.jsonl", [{"tool": "effect", "arguments": {"note": "unread"}}, "done"])
+    proc = subprocess.Popen(engine_argv(*_args(tmp_path, script)), cwd=tmp_path, env=engine_env(tmp_path),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    session = json.loads(proc.stdout.readline())["session"]
+    proc.stdout.close()  # the client goes away: every later event meets a broken pipe
+    proc.stdin.write(b'{"type": "prompt", "text": "go"}\n')
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    assert effects(tmp_path) == ["unread"]
+    assert _records(tmp_path, session)[-1] == ("end", {"turn": 1, "state": "finished", "result": "done", "text": "done"})
