@@ -318,11 +318,11 @@ class Viewer:
                         "parent_run_id": parent if parent in runs else None})
 
     def workflow_run(self, rid: str) -> dict[str, Any]:
-        from openfunctions.workflows import InvalidRunId, RunNotFound
+        from openfunctions.workflows import InvalidRunId, WorkflowRunNotFound
 
         try:
             run = self.data.workflow_run(rid)
-        except (RunNotFound, InvalidRunId):
+        except (WorkflowRunNotFound, InvalidRunId):
             raise _Refused(404, "ui_not_found", f"no workflow run {rid[:80]!r} in {self.data.where}") from None
         receipts = self.data.receipts()
         out = run.to_dict()
