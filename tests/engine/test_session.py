@@ -278,3 +278,28 @@ async def test_a_session_file_whose_records_do_not_fold_is_refused_with_what_is_
     # and the file is not left locked: a second open gets the same answer
     with pytest.raises(SessionCorrupt):
         await Session.open(SessionConfig(adapter=ScriptFileAdapter([]), data_dir=tmp_path), session_id="ses_bad")
+
+
+async def test_compaction_asked_for_during_a_turn_runs_before_its_next_model_call(tmp_path, monkeypatch) -> None:
+    import anyio
+
+    monkeypatch.setenv("ENGINE_EFFECTS", str(tmp_path / "fx"))
+    go = tmp_path / "go"
+    events: list[dict] = []
+    model = Spy([{"wait_file": str(go), "then": {"tool": "noop"}}, "summary of round one",
+                 {"tool": "finish", "arguments": {"result": "ok"}}])
+    session = await Session.open(SessionConfig(adapter=model, data_dir=tmp_path, tools=engine_tools.tools),
+                                 emit=events.append)
+    async with session:
+        async with anyio.create_task_group() as tg:
+            session.prompt("a task")
+            session.close_when_idle()
+            tg.start_soon(session.work)
+            while not model.shown:  # round 1's model call is under way (held until `go` exists)
+                await anyio.sleep(0.01)
+            session.request_compaction()
+            assert session.status()["state"] == "running"
+            go.touch()
+    order = [e["type"] for e in events if e["type"] in ("round_end", "compacted", "finished")]
+    assert order == ["round_end", "compacted", "round_end", "finished"]
+    assert model.shown[2][1].content.endswith("summary of round one")  # round 2 saw the summary
