@@ -409,7 +409,7 @@ class Session:
             content = (f"Not run, or cut short: the turn ended {outcome['state']} "
                        f"({outcome.get('reason') or outcome.get('error', {}).get('code', '')}).")
             if p["receipt_id"]:
-                content += f" Receipt {p['receipt_id']} in the executor journal says whether it ran."
+                content += f" Receipt {p['receipt_id']} in the session's file says whether it ran."
             await self._record(R.RESULT, {"turn": turn, "round": p["round"], "call_id": p["call_id"], "name": p["name"],
                                           "receipt_id": p["receipt_id"], "outcome": "not_settled", "is_error": True,
                                           "error_code": "engine_turn_ended", "content": content}, wait=False)
@@ -548,7 +548,7 @@ class Session:
             receipt = None if r is None else {"outcome": r.outcome, "certainty": r.certainty,
                                               "handler_started": r.handler_started, "recovered": bool(r.recovered)}
             if r is None:
-                what = ("the executor journal has no receipt for it: it never started (or it was a read, which "
+                what = ("the session's file holds no receipt for it: it never started (or it was a read, which "
                         "leaves none)") if p["receipt_id"] else "it never reached the executor"
             else:
                 what = (f"receipt {r.receipt_id} says outcome {r.outcome!r} (certainty {r.certainty!r}, "
