@@ -78,7 +78,7 @@ async def engine(data: Path, tool: str, rounds: int, emit) -> float:
         session.close_when_idle()
         await session.work()
     dt = time.perf_counter() - t0
-    assert session.state.last_end["state"] == "finished" and session.state.rounds_total == rounds, session.state
+    assert session.state.last_end["state"] == "finished" and session.state.rounds_total == rounds, session.state.last_end
     return dt
 
 

@@ -16,9 +16,8 @@ Durability (the record format is in :mod:`._records`): every record is folded in
 by the same :func:`~._records.apply` that folds the file on resume, so what the engine acts on is what
 the file says. The session's records and the executor's starts and receipts of its tool calls share one
 journal file, an execution journal, so its order is theirs: a round's record (its calls' intent, with
-their receipt ids) is queued ahead of the first call's start record, and that record's fsync, which the
-executor waits for before the handler runs, makes the intent durable too. The engine adds no fsync of its
-own to a round. Results are queued and written while the model is asked for the next round: a crash may
+their receipt ids) is written in one group with the first call's start record, whose fsync the executor
+waits for before the handler runs. The engine adds no waited fsync of its own to a round. Results are queued and written while the model is asked for the next round: a crash may
 lose them, and resume then reports those calls ``uncertain`` with the receipt the same file holds (a
 start with no receipt gets an ``unknown`` one when the file is opened) and never runs them again.
 """
@@ -152,6 +151,20 @@ def finish_tool(result_schema: dict[str, Any] | None) -> ToolDefinition:
     )
 
 
+class _SessionJournal(ExecutionJournal):
+    """The session's file as the executor's sink: a call's start record is written in one group with the
+    session records queued ahead of it (the round that is the call's intent), so one fsync makes both
+    durable before the handler runs."""
+
+    take_ahead: Callable[[], list[tuple[str, dict[str, Any]]]] | None = None
+
+    async def on_start(self, record: Any) -> None:
+        if record.read_only:  # a read writes no start (it has no effect to have intended)
+            return
+        ahead = self.take_ahead() if self.take_ahead is not None else []
+        await self.log.append_many([*ahead, ("start", record.to_dict())])
+
+
 class Session:
     """A session over one record stream. Create with :meth:`open`; drive with :meth:`work`."""
 
@@ -171,6 +184,7 @@ class Session:
         self._ctx = ToolExecutionContext(metadata={SESSION_KEY: state.session_id})
         self._buffer: list[tuple[str, dict[str, Any]]] = []
         self._flushes: set[asyncio.Future[Any]] = set()
+        execution.take_ahead = self._take_buffer  # type: ignore[attr-defined]
         self._queue: deque[tuple[str, str]] = deque()  # ("prompt", text) or ("compact", ""), in order
         self._wake = anyio.Event()
         self._scope: anyio.CancelScope | None = None
@@ -194,7 +208,7 @@ class Session:
         state = R.SessionState()
         # One file for the session's records and its tool calls' starts and receipts (see the module doc).
         # Never rotated: a session is read whole on resume. Opening it recovers any start left unsettled.
-        execution = await ExecutionJournal.open(path, rotate_over=None)
+        execution = await _SessionJournal.open(path, rotate_over=None)
         log_ = execution.log
         try:
             await anyio.to_thread.run_sync(lambda: R.fold(state, log_.records()))
@@ -256,6 +270,10 @@ class Session:
             await self.close()
 
     # -- records -------------------------------------------------------------
+    def _take_buffer(self) -> list[tuple[str, dict[str, Any]]]:
+        records, self._buffer = self._buffer, []
+        return records
+
     async def _record(self, rtype: str, data: dict[str, Any], *, wait: bool) -> None:
         """Fold the record into the state, then queue it (``wait``: write it and everything queued, one fsync)."""
         R.apply(self.state, rtype, data)
@@ -448,8 +466,8 @@ class Session:
                 raise MalformedResponse(f"the model's reply in round {n} names one tool-call id twice: "
                                         f"{[c.id for c in reply.tool_calls]}")
             receipts = {c.id: new_id("rcpt") for c in reply.tool_calls if c.name != FINISH_TOOL}
-            # The calls' intent. Not waited for: it is queued ahead of the executor's start record of the first
-            # call, whose fsync makes both durable before that call's handler runs (see the module doc).
+            # The calls' intent. Not waited for here: it is written in one group with the first call's start
+            # record, whose fsync the executor waits for before the handler runs (see the module doc).
             await self._record(R.ROUND, {"turn": turn, "n": n, "message": reply.as_message().to_dict(),
                                          "receipts": receipts, "usage": reply.usage.to_dict(), "model": reply.model,
                                          "stop_reason": reply.stop_reason}, wait=False)
@@ -529,8 +547,8 @@ class Session:
             await self._result(turn, n, call, None, "not_found", True, exc.code,
                                f"{exc.message}. Tools available to you: {names}")
             return
-        if self._buffer:  # the intent (and earlier results) go into the file ahead of the call's start record
-            await self._flush_behind()
+        # The queued records (this call's intent among them) go into the file in one group with the call's
+        # start record (_SessionJournal.on_start); a read writes no start, and needs no intent before it runs.
         detailed = await self.registry.executor.execute_detailed(tool, call.arguments, self._ctx, receipt_id=receipt_id)
         r = detailed.receipt
         await self._result(turn, n, call, r.receipt_id, r.outcome, detailed.result.is_error,
