@@ -18,10 +18,12 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, get_type_hints
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema
 
 from ._canonical import canonical_json, check_json, digest
@@ -564,6 +566,22 @@ def _finish_property(prop: dict[str, Any], *, default_none: bool, doc: str | Non
     return prop
 
 
+def _plain_json(ann: Any) -> bool:
+    """Whether a validated JSON value of this type needs no conversion by pydantic: strings, booleans, string
+    literals, ``None`` and unions of them, with constraints only from ``Field`` (which the schema carries)."""
+    origin = get_origin(ann)
+    if origin is Annotated:
+        base, *metadata = get_args(ann)
+        return all(type(m) is FieldInfo for m in metadata) and _plain_json(base)
+    if ann in (str, bool, type(None)):
+        return True
+    if origin is Literal:
+        return all(isinstance(a, str) or a is None for a in get_args(ann))
+    if origin in (Union, UnionType):
+        return all(_plain_json(a) for a in get_args(ann))
+    return False
+
+
 def tool(
     name: str | Callable[..., Any] | None = None,
     *,
@@ -630,6 +648,11 @@ def tool(
             default = ... if p.default is p.empty else p.default
             fields[pname] = (ann, Field(default))
         model = create_model(f"{fn.__name__}_params", __config__=ConfigDict(extra="forbid"), **fields)
+        # The executor validated the params against this very schema; when every parameter is a string, a
+        # boolean or a string literal, that is all pydantic would check, so the call skips it (a few
+        # microseconds on the hot path). Other types (int takes 1.0, models) still go through pydantic.
+        plain = all(_plain_json(ann) for ann, _ in fields.values())
+        defaults = {k: sig.parameters[k].default for k in fields if sig.parameters[k].default is not inspect.Parameter.empty}
         in_schema = model.model_json_schema(schema_generator=_NoFieldTitles)
         in_schema.pop("title", None)
         props = in_schema.get("properties") or {}
@@ -655,8 +678,11 @@ def tool(
         is_async = inspect.iscoroutinefunction(fn)
 
         async def handler(params: dict[str, Any], ctx: Any) -> Any:
-            parsed = model.model_validate(params)
-            call_kwargs = {k: getattr(parsed, k) for k in fields}
+            if plain:
+                call_kwargs = {**defaults, **params}
+            else:
+                parsed = model.model_validate(params)
+                call_kwargs = {k: getattr(parsed, k) for k in fields}
             if ctx_param is not None:
                 call_kwargs[ctx_param] = ctx
             if is_async:

@@ -6,7 +6,7 @@ import threading
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from openfunctions.core import ToolDefinitionError, ToolExecutionContext, ToolRegistry, define_tool, tool
 from openfunctions.core.errors import ToolDocstringInvalid
@@ -168,3 +168,29 @@ async def test_every_define_tool_option_passes_through_unchanged():
     reg = ToolRegistry([hash_it])
     assert await reg.execute("hash_it", {"text": "ab"}) == {"n": 2}
     assert thread["id"] == threading.get_ident()  # blocking=False: called on the event loop's thread
+
+
+async def test_string_parameters_skip_pydantic_but_keep_defaults_and_validation():
+    seen: list[dict[str, Any]] = []
+
+    @tool
+    def greet(name: Annotated[str, Field(max_length=8)], style: Literal["plain", "loud"] = "plain",
+              note: str | None = None, upper: Annotated[str, AfterValidator(str.upper)] = "x") -> dict[str, Any]:
+        """Greet."""
+        seen.append({"name": name, "style": style, "note": note, "upper": upper})
+        return {}
+
+    @tool
+    def shout(name: str, loud: bool = True) -> dict[str, Any]:
+        """Shout."""
+        seen.append({"name": name, "loud": loud})
+        return {}
+
+    reg = ToolRegistry([greet, shout])
+    await reg.execute("greet", {"name": "ada", "note": None, "upper": "yes"})
+    await reg.execute("shout", {"name": "ada", "loud": None})
+    # A validator the schema cannot carry (AfterValidator) still runs: that tool goes through pydantic.
+    assert seen == [{"name": "ada", "style": "plain", "note": None, "upper": "YES"}, {"name": "ada", "loud": True}]
+    for bad in ({"name": "far too long"}, {"name": "ada", "style": "soft"}, {"name": 5}):
+        d = await reg.execute_detailed("greet", bad)
+        assert d.error is not None and d.error.code == "invalid_params", bad
