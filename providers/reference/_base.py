@@ -50,11 +50,6 @@ class Connected:
         return {**self.provider.metadata(), "tools": [t.name for t in self._tools]}
 
 
-def limit_schema(default: int, maximum: int) -> dict[str, Any]:
-    return {"type": "integer", "minimum": 1, "maximum": maximum, "default": default,
-            "description": _limit_doc(default, maximum)}
-
-
 def _limit_doc(default: int, maximum: int) -> str:
     return f"at most this many results (default {default}, at most {maximum})"
 
@@ -70,5 +65,5 @@ Limit200of5000 = Annotated[int, Field(ge=1, le=5000, description=_limit_doc(200,
 
 __all__ = [
     "NO_OUTPUT", "READ", "READ_ONLY", "WRITE", "WRITES", "Connected", "Limit20of200", "Limit20of500", "Limit50of500",
-    "Limit50of1000", "Limit100of1000", "Limit200of5000", "limit_schema",
+    "Limit50of1000", "Limit100of1000", "Limit200of5000",
 ]
