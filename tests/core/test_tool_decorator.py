@@ -194,3 +194,17 @@ async def test_string_parameters_skip_pydantic_but_keep_defaults_and_validation(
     for bad in ({"name": "far too long"}, {"name": "ada", "style": "soft"}, {"name": 5}):
         d = await reg.execute_detailed("greet", bad)
         assert d.error is not None and d.error.code == "invalid_params", bad
+
+
+def test_the_extending_page_example_prints_what_the_page_shows():
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "EXTENDING.md").read_text("utf-8")
+    example = next(b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "def search_notes(" in b)
+    shown = next(b for b in re.findall(r"```text\n(.*?)```", doc, re.S) if b.startswith("Find notes"))
+    p = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout == shown
