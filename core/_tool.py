@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, overload
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
@@ -582,13 +582,28 @@ def _plain_json(ann: Any) -> bool:
     return False
 
 
+_OutputSchema = Mapping[str, Any] | type[BaseModel] | None | Literal["auto"]
+
+
+@overload
+def tool(
+    name: Callable[..., Any], *, description: str | None = None, output_schema: _OutputSchema = "auto", **kwargs: Any
+) -> ToolDefinition: ...
+
+
+@overload
+def tool(
+    name: str | None = None, *, description: str | None = None, output_schema: _OutputSchema = "auto", **kwargs: Any
+) -> Callable[[Callable[..., Any]], ToolDefinition]: ...
+
+
 def tool(
     name: str | Callable[..., Any] | None = None,
     *,
     description: str | None = None,
-    output_schema: Mapping[str, Any] | type[BaseModel] | None | Literal["auto"] = "auto",
+    output_schema: _OutputSchema = "auto",
     **kwargs: Any,
-) -> Any:
+) -> ToolDefinition | Callable[[Callable[..., Any]], ToolDefinition]:
     """Decorator: derive a tool from a function's signature, type hints and docstring.
 
     All three spellings work: ``@tool``, ``@tool()``/``@tool("name", ...)``,
