@@ -1,0 +1,47 @@
+"""openfunctions.core.records: durable state as a record stream with one fold.
+
+Every durable state of the project that is "an append-only stream of records, folded into
+state" is defined once as a :class:`RecordStream` (its record types, its one ``apply``, its
+policy for a record type it does not know) and stored by a backend that folds through that
+same ``apply`` live and at replay:
+
+- :class:`FileRecordLog` / :func:`replay`: a core journal file (``JournalLog``) and its
+  segments; compaction rotates, writes the snapshot and a ``compacted`` record in one fsync.
+- :class:`TableRecordLog` over a :class:`RecordTable`: rows of a shared database table (the
+  PostgreSQL side lives with its domain; core defines only the protocol).
+
+Usage::
+
+    counts = RecordStream("counts", kind="counts", types={"add"}, new_state=dict,
+                          apply=lambda s, r: s.__setitem__(r.data["k"], s.get(r.data["k"], 0) + 1),
+                          unknown=UnknownRecords.KEEP, snapshot=...)
+    stream = await FileRecordLog.open(counts, path)
+    await stream.append("add", {"k": "a"})    # durable, then folded into stream.state
+    await stream.compact()                     # snapshot + compacted record, one fsync
+    await stream.close()
+    assert replay(counts, path).state == stream.state
+
+docs/ARCHITECTURE.md ("Durable state") lists every stream and its backend.
+"""
+
+from ._file import FileRecordLog, Replay, replay
+from ._stream import (
+    COMPACTED,
+    Compaction,
+    Entry,
+    Pair,
+    RecordMalformed,
+    RecordStream,
+    RecordStreamError,
+    StreamRecord,
+    UnknownRecords,
+    UnknownRecordType,
+    entries,
+)
+from ._table import RecordTable, TableRecordLog
+
+__all__ = [
+    "COMPACTED", "Compaction", "Entry", "FileRecordLog", "Pair", "RecordMalformed", "RecordStream",
+    "RecordStreamError", "RecordTable", "Replay", "StreamRecord", "TableRecordLog", "UnknownRecordType",
+    "UnknownRecords", "entries", "replay",
+]
