@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Generic
 
@@ -97,15 +97,19 @@ def _fold(stream: RecordStream[S], sources: _Sources) -> Replay[S]:
     return Replay(state, unknown)
 
 
-def replay(stream: RecordStream[S], path: str | os.PathLike[str]) -> Replay[S]:
+def replay(stream: RecordStream[S], path: str | os.PathLike[str], *,
+           check_header: Callable[[dict[str, Any]], None] | None = None) -> Replay[S]:
     """Fold the stream at ``path`` without taking its lock (for readers; a live writer may be appending).
 
-    A stream that was never written folds to ``stream.new_state()``. Raises the journal's errors
-    (JournalCorrupt, JournalUnsafe) and the stream's own for a record it cannot fold.
+    A stream that was never written folds to ``stream.new_state()``. ``check_header(meta)`` may refuse
+    the file's header meta (another format or version) before anything is folded. Raises the journal's
+    errors (JournalCorrupt, JournalUnsafe) and the stream's own for a record it cannot fold.
     """
     p = Path(os.path.abspath(path))
     if not os.path.lexists(p):
         return Replay(stream.new_state(), [])
+    if check_header is not None:
+        check_header(_header_meta(p))
     return _fold(stream, _Sources(p, list(read_records(p))))
 
 
@@ -122,9 +126,11 @@ class FileRecordLog(Generic[S]):
 
     @classmethod
     async def open(cls, stream: RecordStream[S], path: str | os.PathLike[str], *,
-                   meta: dict[str, Any] | None = None) -> FileRecordLog[S]:
+                   meta: dict[str, Any] | None = None,
+                   check_header: Callable[[dict[str, Any]], None] | None = None) -> FileRecordLog[S]:
         """Open (creating if absent), lock and replay the stream at ``path``; a finished compaction's
         leftover segments are deleted now. ``meta``: a new file's header meta (default: the stream's).
+        ``check_header(meta)``: may refuse the file's header meta before anything is folded.
 
         Raises the journal's errors (JournalLocked, JournalCorrupt, JournalMismatch, JournalUnsafe)
         and the stream's own for a record it cannot fold; nothing is written then.
@@ -133,6 +139,8 @@ class FileRecordLog(Generic[S]):
         log_ = await JournalLog.open(path, kind=stream.kind, meta=stream.meta if meta is None else meta,
                                      on_record=seen.append)
         try:
+            if check_header is not None:
+                check_header(log_.header.meta)
             sources = await anyio.to_thread.run_sync(lambda: _Sources(log_.path, seen))
             folded = await anyio.to_thread.run_sync(lambda: _fold(stream, sources))
             if sources.leftover and not stream.keep_segments:
