@@ -265,15 +265,19 @@ def apply(tasks: dict[str, TaskState], type: str, data: dict[str, Any]) -> None:
 
 def snapshot(tasks: dict[str, TaskState]) -> list[tuple[str, dict[str, Any]]]:
     """The records that re-create ``tasks`` (what a compaction writes): each task's ``created``, its re-run
-    (so it is not re-run a second time, and names the call it replaced) and its settlement."""
+    (so it is not re-run a second time, and names the call it replaced), the status of a task still
+    running, and the settlement of one that ended. Only the records' ``at`` times are new."""
     records: list[tuple[str, dict[str, Any]]] = []
     for t in tasks.values():
         records.append(created(
             t.task_id, principal=t.principal, tool=t.tool, receipt_id=t.receipt_id, ttl_ms=t.ttl_ms,
             poll_interval_ms=t.poll_interval_ms, arguments=t.arguments, scopes=t.scopes,
             created_at=t.created_at, expires_at_ms=t.expires_at_ms))
-        if t.rerun:
-            records.append(status(t.task_id, WORKING, message=t.message, rerun_of=t.rerun_of, receipt_id=t.receipt_id))
+        rerun: dict[str, Any] = {"rerun_of": t.rerun_of, "receipt_id": t.receipt_id} if t.rerun else {}
+        if not t.terminal and (rerun or t.status != WORKING or t.message is not None):
+            records.append(status(t.task_id, t.status, message=t.message, input_requests=t.input_requests, **rerun))
+        elif rerun:
+            records.append(status(t.task_id, WORKING, message=t.message, **rerun))
         if t.terminal:
             records.append(settled(t.task_id, t.status, message=t.message, result=t.result,
                                    result_artifact=t.result_artifact, result_sha256=t.result_sha256,

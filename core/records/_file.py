@@ -10,7 +10,7 @@ Files (``path`` is the stream's journal, any name)::
 Replay folds the *sources* in order, oldest first: the segments, then the file. A source
 that supersedes everything before it ends the walk back: one holding a ``compacted`` record
 (the compaction's snapshot precedes it in that same source), or, as older writers left
-them, one whose header meta says ``"compacted": true``. So nothing is lost if a compaction
+them, one whose header meta says ``"compacted": true`` and that holds records. So nothing is lost if a compaction
 crashes after rotating the file and before its snapshot is durable: the new file has no
 ``compacted`` record yet, and replay folds the segment it rotated.
 
@@ -51,13 +51,13 @@ def _header_meta(path: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _supersedes(records: list[Record], meta: dict[str, Any]) -> str | None:
-    """Whether a source supersedes every source before it: the ``compacted`` record that says so (its
-    last), ``"header"`` for an older writer's compacted header, or ``None``."""
-    done = next((r for r in reversed(records) if r.type == COMPACTED), None)
-    if done is not None:
-        return "record"
-    return "header" if meta.get("compacted") is True else None
+def _supersedes(records: list[Record], meta: dict[str, Any]) -> bool:
+    """Whether a source supersedes every source before it: it holds a ``compacted`` record, or (as older
+    task stores compacted) its header says ``"compacted": true`` and it holds records. A flagged file with
+    none is what such a compaction left when it crashed after its rotation: the segment before it counts."""
+    if any(r.type == COMPACTED for r in records):
+        return True
+    return meta.get("compacted") is True and bool(records)
 
 
 class _Sources:
@@ -72,12 +72,12 @@ class _Sources:
             named = set(done.data.get("segments") or ())
             self.leftover = [p for p in segments if p.name in named]
             return
-        if _header_meta(path).get("compacted") is True:
+        if _supersedes(current, _header_meta(path)):
             return
         for seg in reversed(segments):
             records = list(read_records(seg))
             self.folded.insert(0, (seg, records))
-            if _supersedes(records, _header_meta(seg)) is not None:
+            if _supersedes(records, _header_meta(seg)):
                 return
 
 

@@ -168,6 +168,15 @@ async def test_an_older_writers_compacted_header_supersedes_its_segments(tmp_pat
     assert replay(counters(), path).state == {"live": 1}
 
 
+async def test_an_older_writers_compaction_that_crashed_after_its_rotation_still_reads_its_segment(tmp_path):
+    path = tmp_path / "c.journal"
+    raw = await JournalLog.open(path, kind="counters")
+    await raw.append("set", {"k": "a", "v": 1})
+    await raw.rotate(meta={"compacted": True})  # flagged, then the process died before re-writing anything
+    await raw.close()
+    assert replay(counters(), path).state == {"a": 1}
+
+
 # -- live vs replay, for random record sequences ---------------------------------------------
 
 KEYS = st.sampled_from(["a", "b", "c", "d"])

@@ -84,6 +84,23 @@ async def test_a_newer_servers_record_type_is_kept_through_a_compaction(tmp_path
     assert [(r.type, r.data["message"]) for r in after.unknown] == [("task.progress", "from a newer server")]
 
 
+@pytest.mark.parametrize("header", [{}, {"compacted": True}], ids=["this-version", "earlier-version"])
+async def test_a_compaction_that_crashed_right_after_its_rotation_loses_no_task(tmp_path, header):
+    path = tmp_path / "t.tasks.journal"
+    tid = rec.new_task_id()
+    store = FileTaskStore(path)
+    await store.record(*rec.created(tid, principal="p", tool="t", receipt_id="rcpt_1", ttl_ms=1, poll_interval_ms=1,
+                                    expires_at_ms=FAR))
+    await store.record(*rec.settled(tid, rec.COMPLETED, result={"content": []}, certainty="known"))
+    assert store.log is not None
+    await store.log.log.rotate(meta=header)  # a compaction's first step (either version's header), then the crash
+    await store.close()
+    again = FileTaskStore(path)
+    await again.open(recovered_receipts={}, find_receipts=_nothing, write_receipt=_nothing)
+    assert again.tasks[tid].status == "completed" and again.tasks[tid].result == {"content": []}
+    await again.close()
+
+
 # -- live vs replay ----------------------------------------------------------------------------
 
 IDS = [f"task_{i:032x}" for i in range(1, 4)]
