@@ -28,15 +28,15 @@ from ._errors import (
     AuthenticationFailed,
     BadRequest,
     MalformedResponse,
-    ProviderError,
-    ProviderUnavailable,
+    ModelProviderError,
+    ModelProviderUnavailable,
     RateLimited,
     SamplingTimeout,
     SamplingUnavailable,
     ScriptExhausted,
 )
 from ._http import RetryPolicy
-from ._resolve import PROVIDERS, resolve_adapter, resolve_provider
+from ._resolve import PROVIDERS, resolve_adapter, resolve_model_provider
 from ._sampling import (
     DEFAULT_SAMPLING_TIMEOUT_S,
     SAMPLER_KEY,
@@ -73,9 +73,10 @@ def __getattr__(name: str):  # the HTTP adapters load on first use (httpx is an 
 __all__ = [
     "AIAdapter", "AdapterError", "AdapterNotConfigured", "AdapterTimeout", "AnthropicAdapter", "AuthenticationFailed",
     "BadRequest", "ChatOptions", "ChatReply", "DeepSeekAdapter", "GeminiAdapter", "KimiAdapter", "MalformedResponse",
-    "Message", "OpenAIAdapter", "OpenAIResponsesAdapter", "OpenRouterAdapter", "PROVIDERS", "ProviderPart", "ProviderError", "ProviderUnavailable", "RateLimited", "RetryPolicy",
+    "Message", "ModelProviderError", "ModelProviderUnavailable", "OpenAIAdapter", "OpenAIResponsesAdapter",
+    "OpenRouterAdapter", "PROVIDERS", "ProviderPart", "RateLimited", "RetryPolicy",
     "DEFAULT_SAMPLING_TIMEOUT_S", "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "SAMPLING_TIMEOUT_KEY", "Sampler",
     "SamplingAdapter", "SamplingTimeout", "SamplingUnavailable", "ScriptExhausted",
     "ScriptedAdapter", "StopReason", "StreamEvent", "ToolCall", "Usage", "XAIAdapter", "resolve_adapter",
-    "resolve_provider", "valid_json", "valid_text",
+    "resolve_model_provider", "valid_json", "valid_text",
 ]

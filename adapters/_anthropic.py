@@ -30,7 +30,7 @@ from typing import Any
 
 from openfunctions.core import ToolDefinition, to_anthropic
 
-from ._errors import MalformedResponse, ProviderUnavailable
+from ._errors import MalformedResponse, ModelProviderUnavailable
 from ._http import HttpAdapter, StreamParser
 from ._types import (
     ChatOptions,
@@ -146,7 +146,7 @@ class _AnthropicStream(StreamParser):
         kind = obj.get("type") or event
         if kind == "error":
             err = obj.get("error") or {}
-            raise ProviderUnavailable(f"anthropic reported an error mid-stream: {err.get('type')}: {err.get('message')}",
+            raise ModelProviderUnavailable(f"anthropic reported an error mid-stream: {err.get('type')}: {err.get('message')}",
                                       details={"provider": "anthropic"})
         if kind == "message_start":
             msg = obj["message"]

@@ -182,10 +182,10 @@ class _OpenAIStream(StreamParser):
             return []
         chunk = json.loads(data)
         if "error" in chunk:
-            from ._errors import ProviderUnavailable
+            from ._errors import ModelProviderUnavailable
             from ._http import _provider_message
 
-            raise ProviderUnavailable(f"{self.adapter.provider} reported an error mid-stream: "
+            raise ModelProviderUnavailable(f"{self.adapter.provider} reported an error mid-stream: "
                                       f"{_provider_message(data.encode())}", details={"provider": self.adapter.provider})
         self.model = chunk.get("model") or self.model
         if chunk.get("usage"):

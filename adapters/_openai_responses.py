@@ -38,7 +38,7 @@ from typing import Any
 
 from openfunctions.core import ToolDefinition, to_openai
 
-from ._errors import MalformedResponse, ProviderUnavailable
+from ._errors import MalformedResponse, ModelProviderUnavailable
 from ._http import HttpAdapter, StreamParser
 from ._openai import is_reasoning_model
 from ._types import (
@@ -105,7 +105,7 @@ def responses_reply(data: Any, model: str) -> ChatReply:
     status = data.get("status")
     if status == "failed" or data.get("error"):
         err = data.get("error") or {}
-        raise ProviderUnavailable(f"{PROVIDER} reported a failed response: {err.get('code')}: {err.get('message')}",
+        raise ModelProviderUnavailable(f"{PROVIDER} reported a failed response: {err.get('code')}: {err.get('message')}",
                                   details={"provider": PROVIDER})
     texts: list[str] = []
     calls: list[ToolCall] = []
@@ -191,7 +191,7 @@ class _ResponsesStream(StreamParser):
         obj = json.loads(data)
         kind = obj.get("type") or event
         if kind == "error":
-            raise ProviderUnavailable(f"{PROVIDER} reported an error mid-stream: {obj.get('code')}: {obj.get('message')}",
+            raise ModelProviderUnavailable(f"{PROVIDER} reported an error mid-stream: {obj.get('code')}: {obj.get('message')}",
                                       details={"provider": PROVIDER})
         if kind == "response.output_text.delta" and obj.get("delta"):
             return [StreamEvent("text", text=obj["delta"])]
