@@ -167,7 +167,11 @@ class FileRecordLog(Generic[S]):
 
     async def append(self, type_: str, data: dict[str, Any]) -> Record:
         """Make one record durable, then fold it (both happen even if the caller is cancelled)."""
-        return (await self.append_many([(type_, data)]))[0]
+        with anyio.CancelScope(shield=True):
+            rec = await self.log.append(type_, data)
+        if not self.stream.apply(self.state, rec, self.path):
+            self.unknown.append(rec)
+        return rec
 
     async def append_many(self, records: Sequence[Pair]) -> list[Record]:
         """Make ``records`` durable as one group (one fsync), then fold each in order.
