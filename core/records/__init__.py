@@ -12,14 +12,17 @@ same ``apply`` live and at replay:
 
 Usage::
 
-    counts = RecordStream("counts", kind="counts", types={"add"}, new_state=dict,
-                          apply=lambda s, r: s.__setitem__(r.data["k"], s.get(r.data["k"], 0) + 1),
-                          unknown=UnknownRecords.KEEP, snapshot=...)
-    stream = await FileRecordLog.open(counts, path)
-    await stream.append("add", {"k": "a"})    # durable, then folded into stream.state
-    await stream.compact()                     # snapshot + compacted record, one fsync
+    def apply(state, rec):                     # the one fold: live and at replay
+        state[rec.data["k"]] = rec.data["v"]
+
+    values = RecordStream("values", kind="values", types={"set"}, new_state=dict, apply=apply,
+                          unknown=UnknownRecords.KEEP,
+                          snapshot=lambda s: [("set", {"k": k, "v": v}) for k, v in s.items()])
+    stream = await FileRecordLog.open(values, path)
+    await stream.append("set", {"k": "a", "v": 1})   # durable, then folded into stream.state
+    await stream.compact()                            # snapshot + compacted record, one fsync
     await stream.close()
-    assert replay(counts, path).state == stream.state
+    assert replay(values, path).state == {"a": 1}
 
 docs/ARCHITECTURE.md ("Durable state") lists every stream and its backend.
 """
