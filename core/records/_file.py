@@ -69,7 +69,8 @@ class _Sources:
         done = next((r for r in reversed(current) if r.type == COMPACTED), None)
         segments = segment_paths(path)
         if done is not None:
-            named = set(done.data.get("segments") or ())
+            listed = done.data.get("segments")
+            named = {x for x in listed if isinstance(x, str)} if isinstance(listed, list) else set()
             self.leftover = [p for p in segments if p.name in named]
             return
         if _supersedes(current, _header_meta(path)):
