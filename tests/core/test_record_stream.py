@@ -220,3 +220,16 @@ def test_live_state_equals_replayed_state_for_random_record_sequences(ops, keep_
 
     with tempfile.TemporaryDirectory() as d:
         anyio.run(main, Path(d) / "c.journal")
+
+
+async def test_a_compacted_record_with_malformed_segment_names_deletes_no_segment(tmp_path):
+    path = tmp_path / "c.journal"
+    raw = await JournalLog.open(path, kind="counters")
+    await raw.append("set", {"k": "old", "v": 1})
+    await raw.rotate()
+    await raw.append_many([("set", {"k": "a", "v": 1}), (COMPACTED, {"segments": 5})])
+    await raw.close()
+    assert replay(counters(), path).state == {"a": 1}  # the compacted record still supersedes what came before
+    log = await FileRecordLog.open(counters(), path)
+    assert log.state == {"a": 1} and len(segment_paths(path)) == 1  # but names no segment to delete
+    await log.close()
