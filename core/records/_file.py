@@ -107,11 +107,32 @@ def replay(stream: RecordStream[S], path: str | os.PathLike[str], *,
     errors (JournalCorrupt, JournalUnsafe) and the stream's own for a record it cannot fold.
     """
     p = Path(os.path.abspath(path))
+    for _ in range(_READ_TRIES - 1):
+        try:
+            before = os.stat(p).st_ino
+        except FileNotFoundError:
+            return Replay(stream.new_state(), [])
+        try:
+            sources = _read_sources(p, check_header)
+            # A writer's compaction renamed the file into a segment while we read it: what we read as
+            # "the file" may also be listed as that segment (folded twice). Read again.
+            if os.stat(p).st_ino == before:
+                return _fold(stream, sources)
+        except FileNotFoundError:  # the file or a segment went while we read (rotated, or deleted by a compaction)
+            pass
     if not os.path.lexists(p):
         return Replay(stream.new_state(), [])
+    return _fold(stream, _read_sources(p, check_header))
+
+
+#: How many times :func:`replay` reads a stream that a writer's compaction keeps changing under it.
+_READ_TRIES = 5
+
+
+def _read_sources(p: Path, check_header: Callable[[dict[str, Any]], None] | None) -> _Sources:
     if check_header is not None:
         check_header(_header_meta(p))
-    return _fold(stream, _Sources(p, list(read_records(p))))
+    return _Sources(p, list(read_records(p)))
 
 
 class FileRecordLog(Generic[S]):

@@ -233,3 +233,23 @@ async def test_a_compacted_record_with_malformed_segment_names_deletes_no_segmen
     log = await FileRecordLog.open(counters(), path)
     assert log.state == {"a": 1} and len(segment_paths(path)) == 1  # but names no segment to delete
     await log.close()
+
+
+async def test_a_lock_free_replay_reads_again_when_a_compaction_rotates_the_file_under_it(tmp_path, monkeypatch):
+    path = tmp_path / "c.journal"
+    log = await FileRecordLog.open(counters(), path)
+    await log.append_many([("add", {"k": "a", "v": 1}), ("add", {"k": "a", "v": 1})])
+    await log.close()
+    fresh = tmp_path / "fresh.journal"
+    await (await JournalLog.open(fresh, kind="counters")).close()
+    listed = segment_paths
+
+    def rotate_once_then_list(p):
+        # a writer's rotation, right after the reader read the file and before it lists the segments
+        if not listed(p):
+            os.rename(path, f"{path}.seg-000001")
+            os.rename(fresh, path)
+        return listed(p)
+
+    monkeypatch.setattr(_file, "segment_paths", rotate_once_then_list)
+    assert replay(counters(), path).state == {"a": 2}  # not 4: the rotated file is not folded twice
