@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -23,6 +22,8 @@ from openfunctions.core.records import FileRecordLog, UnknownRecords, replay
 from openfunctions.servers import _task_records as rec
 from openfunctions.servers._tasks_store import FileTaskStore, fold
 
+from .._datadirs import copy_data_dir
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "records_v1"
 FAR = 4102444800000  # 2100: nothing here expires
 
@@ -31,12 +32,7 @@ pytestmark = pytest.mark.anyio
 
 def _copy(name: str, dest: Path) -> Path:
     """A private copy of a fixture data dir (a journal refuses a file others may write)."""
-    shutil.copytree(FIXTURES / name, dest)
-    for root, _dirs, files in os.walk(dest):
-        os.chmod(root, 0o700)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o600)
-    return dest
+    return copy_data_dir(FIXTURES / name, dest)
 
 
 def _as_json(tasks: dict[str, rec.TaskState]) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,6 +21,8 @@ from openfunctions.core.journal import JournalLog
 from openfunctions.core.records import FileRecordLog, UnknownRecords, replay
 from openfunctions.work import GrantStore, GrantStoreCorrupt
 from openfunctions.work._grants import GRANTS, Grant
+
+from .._datadirs import copy_data_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "records_v1"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -36,11 +37,7 @@ def _described(grants) -> dict:
 
 async def test_a_grants_journal_written_by_the_previous_code_reads_to_the_same_grants(tmp_path):
     data = tmp_path / "data"
-    shutil.copytree(FIXTURES / "grants", data)
-    for root, _dirs, files in os.walk(data):
-        os.chmod(root, 0o700)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o600)
+    copy_data_dir(FIXTURES / "grants", data)
     expected = json.loads((data / "expected.json").read_text())
     store = GrantStore.in_data_dir(data)
     assert _described(await store.list()) == expected  # lock-free

@@ -7,8 +7,6 @@ with what ``show(run).to_dict()`` said for each run beside them (``expected.json
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,6 +20,8 @@ from openfunctions.core.records import Entry, FileRecordLog, UnknownRecords, rep
 from openfunctions.workflows import RunCorrupt, WorkflowRuns
 from openfunctions.workflows._runlog import WORKFLOW_RUNS
 
+from .._datadirs import copy_data_dir
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "records_v1"
 
 pytestmark = pytest.mark.anyio
@@ -29,12 +29,7 @@ pytestmark = pytest.mark.anyio
 
 def _copy(name: str, dest: Path) -> Path:
     """A private copy of a fixture data dir (a journal refuses a file others may write)."""
-    shutil.copytree(FIXTURES / name, dest)
-    for root, _dirs, files in os.walk(dest):
-        os.chmod(root, 0o700)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o600)
-    return dest
+    return copy_data_dir(FIXTURES / name, dest)
 
 
 @pytest.mark.parametrize("name", ["workflows", "workflows_compacted"])
