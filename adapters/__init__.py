@@ -24,6 +24,8 @@ Usage::
     if reply.tool_calls: ...
 """
 
+from typing import Any
+
 from ._errors import (
     AdapterError,
     AdapterNotConfigured,
@@ -54,7 +56,7 @@ from ._text import valid_json, valid_text
 from ._types import AIAdapter, ChatOptions, ChatReply, Message, ProviderPart, StopReason, StreamEvent, ToolCall, Usage
 
 
-def __getattr__(name: str):  # the HTTP adapters load on first use (httpx is an optional extra)
+def __getattr__(name: str) -> Any:  # the HTTP adapters load on first use (httpx is an optional extra)
     if name in ("OpenAIAdapter", "XAIAdapter", "OpenRouterAdapter", "DeepSeekAdapter", "KimiAdapter"):
         from . import _openai
 
