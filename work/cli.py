@@ -103,7 +103,7 @@ def _split(text: str | None) -> list[str]:
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``grant`` command (with ``issue``, ``list``, ``revoke``) to ``subparsers``."""
-    grant = subparsers.add_parser("grant", help="issue, list and revoke work grants", description=__doc__.split("\n\n")[0])
+    grant: argparse.ArgumentParser = subparsers.add_parser("grant", help="issue, list and revoke work grants", description=__doc__.split("\n\n")[0])
     sub = grant.add_subparsers(dest="grant_command", metavar="{issue,list,revoke}")
     sub.required = True
 
