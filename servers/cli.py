@@ -311,10 +311,6 @@ def _add_contributed(sub: Any, name: str) -> None:
         from ._work_database import open_database_work
 
         work_cli.DATABASE_BACKEND = open_database_work
-    if name == "db":  # db verify folds workflow run rows with the workflows' own fold (the store sits below them)
-        from openfunctions.workflows.cli import check_run_records
-
-        mod.WORKFLOW_FOLD = check_run_records
     mod.add_commands(sub)
 
 

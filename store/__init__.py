@@ -68,7 +68,6 @@ from ._pg_work import (
     pg_work_backend,
     verify_pg_work,
 )
-from ._pg_workflows import PgWorkflowLog, open_pg_workflow_log, read_pg_workflow_records
 from ._tools import guard, obj, state_tool
 
 
@@ -96,5 +95,4 @@ __all__ = [
     "verify_pg_journal", "settled_pg_receipts", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "migrate_work", "open_pg_work", "pg_work_backend", "verify_pg_work",
     "PgTaskLog", "open_pg_task_log", "PgArtifactStore",
     "open_pg_artifact_store", "database_sweep_interval", "PgRunLog", "open_pg_run_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
-    "PgWorkflowLog", "open_pg_workflow_log", "read_pg_workflow_records",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from openfunctions.core import OpenFunctionsError
+from openfunctions.core.postgres import SchemaTooNew  # every component's refusal of a newer schema, one class
 
 Certainty = Literal["known", "unknown"]
 
@@ -87,12 +88,6 @@ class StoreFailed(StoreError):
 
 class StoreClosed(StoreError):
     code = "store_closed"
-
-
-class SchemaTooNew(StoreError):
-    """The database's schema version is newer than this code knows: refuse rather than guess."""
-
-    code = "store_schema_too_new"
 
 
 __all__ = [

@@ -76,8 +76,9 @@ from openfunctions.artifacts import (
     record_bytes,
 )
 from openfunctions.core import utc_timestamp
+from openfunctions.core.postgres import connection_or, database_error
 
-from ._pg import _psycopg, connection_or, redact_dsn
+from ._pg import _psycopg, redact_dsn
 
 COMPONENT = "artifacts"
 
@@ -118,8 +119,7 @@ class PgArtifactStore:
         self.where = redact_dsn(dsn)
         self._owns_pool = owns_pool
         self._verified: dict[str, str] = {}  # sha256 hex -> the blob row's xmin whose bytes were checked
-        psycopg, _ = _psycopg()
-        self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
+        _psycopg()  # psycopg missing: refused here, named
 
     def __repr__(self) -> str:
         return f"PgArtifactStore({self.where!r}, name={self.name!r}, quota_bytes={self.quota_bytes})"
@@ -132,10 +132,9 @@ class PgArtifactStore:
         breaks them all), so the next call gets a working one.
         """
         def fail(exc: BaseException) -> Exception:
-            return ArtifactStoreFailed(f"{what}: PostgreSQL at {self.where} failed ({type(exc).__name__}: "
-                                       f"{str(exc).strip()[:300] or 'connection lost'})")
+            return database_error(exc, ArtifactStoreFailed, f"{what}: PostgreSQL at {self.where}", write=True)
 
-        async with connection_or(self.pool, self.pool.connection(), self._db_errors, fail) as conn:
+        async with connection_or(self.pool, self.pool.connection(), fail) as conn:
             yield conn
 
     # -- put ----------------------------------------------------------------------------

@@ -96,6 +96,7 @@ import structlog
 
 from openfunctions.core import OpenFunctionsError, canonical_json, new_id, run_every, stop_task, utc_timestamp
 from openfunctions.core.journal import recovered_receipt
+from openfunctions.core.postgres import database_error
 
 from ._errors import StoreError, StoreUnavailable
 from ._migrations import COMPONENT, check_schema
@@ -362,12 +363,9 @@ class PgExecutionJournal:
                 pass
 
     def _unavailable(self, exc: BaseException, committing: bool) -> JournalUnavailable:
-        what = ("the append may or may not have committed" if committing
-                else "nothing was written (no connection)")
-        return JournalUnavailable(
-            f"journal {self.name!r}: PostgreSQL at {self.where} failed mid-append ({type(exc).__name__}: "
-            f"{str(exc).strip() or 'connection lost'}); {what}. The next append reconnects.",
-            certainty="unknown" if committing else "known")
+        """``committing``: the append reached the server (it may have committed); before that nothing was written."""
+        return database_error(exc, JournalUnavailable, f"journal {self.name!r}: PostgreSQL at {self.where} failed "
+                              "mid-append (the next append reconnects)", write=committing)
 
     async def _append(self, type: str, data: dict[str, Any], receipt_id: str | None, *,
                       stream: str | None = None) -> int:
@@ -554,8 +552,8 @@ async def settled_pg_receipts(database: Any, receipt_ids: Iterable[str], *, jour
             await check_schema(conn, COMPONENT, where=where)
             return await _settled(conn, ids, journal)
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise StoreUnavailable(f"cannot read the execution journal at {where}: {type(exc).__name__}: "
-                               f"{str(exc).strip() or 'connection lost'}") from None
+        raise database_error(exc, StoreUnavailable, f"cannot read the execution journal at {where}",
+                             write=False) from None
 
 
 @dataclass

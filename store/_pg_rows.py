@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from openfunctions.core.postgres import check_schema, connection_or, database_error
+
 from ._errors import StoreUnavailable
-from ._pg import _psycopg, connection_or, redact_dsn
+from ._pg import _psycopg, open_pool, redact_dsn
 
 T = TypeVar("T")
 
@@ -30,13 +32,9 @@ class PgRows:
     async def _run(self, sql: str, params: tuple[Any, ...], *, fetch: bool = False, write: bool = True) -> Any:
         """One statement (autocommit): its rows (``fetch``) or its row count. ``certainty`` says if a write may have happened."""
         def fail(exc: BaseException) -> Exception:
-            what = "the write may or may not have committed" if write else "nothing was read"
-            return StoreUnavailable(f"{self.what} in PostgreSQL at {self.where}: {type(exc).__name__}: "
-                                    f"{str(exc).strip() or 'connection lost'}; {what}",
-                                    certainty="unknown" if write else "known")
+            return database_error(exc, StoreUnavailable, f"{self.what} in PostgreSQL at {self.where}", write=write)
 
-        errors = (self._psycopg.OperationalError, self._psycopg.InterfaceError)
-        async with connection_or(self.pool, self.pool.connection(), errors, fail) as conn:
+        async with connection_or(self.pool, self.pool.connection(), fail) as conn:
             cur = await conn.execute(sql, params)
             return await cur.fetchall() if fetch else cur.rowcount
 
@@ -49,9 +47,6 @@ async def open_checked(dsn: str, component: str, make: Callable[[Any, bool], T],
                        timeout: float, then: Callable[[T], Awaitable[None]] | None = None,
                        close: Callable[[T], Awaitable[None]]) -> T:
     """``make(pool, owns_pool)`` on ``pool`` (or a new one), after refusing a ``component`` schema not this code's."""
-    from ._migrations import check_schema
-    from ._pg import open_pool
-
     owns = pool is None
     if pool is None:
         pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)

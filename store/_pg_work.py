@@ -90,7 +90,6 @@ import asyncio
 import builtins
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import os
 import socket
@@ -101,10 +100,19 @@ import structlog
 
 from openfunctions.core import canonical_json, new_id, utc_timestamp
 from openfunctions.core.journal import Record
+from openfunctions.core.postgres import (
+    advisory_key,
+    check_schema,
+    connection_or,
+    database_error,
+    distinct_spaces,
+    drop_dead_connections,
+    migrate_components,
+    open_pool,
+)
 
 from ._errors import StoreUnavailable
-from ._migrations import check_schema
-from ._pg import _psycopg, connection_or, distinct_spaces, drop_dead_connections, redact_dsn
+from ._pg import _psycopg, redact_dsn
 from ._pg_work_schema import COMPONENT
 
 log = structlog.get_logger("openfunctions.store.work")
@@ -147,10 +155,9 @@ class _Pg:
         async with self._lock:
             if self._checked:
                 return
-            from ._pg import open_pool
-
             if self.pool is None:
-                self.pool = await open_pool(self.dsn, max_size=self._limits[0], timeout=self._limits[1])
+                self.pool = await open_pool(self.dsn, max_size=self._limits[0], timeout=self._limits[1],
+                                            unavailable=_work().BackendUnavailable)
             async with self.pool.connection() as conn:
                 await check_work_schema(conn, where=self.where)
             if self.artifact_quota is not None and self.artifacts is None:
@@ -200,14 +207,13 @@ class _Pg:
         """A pooled connection; any database error in the block -> ``BackendUnavailable`` naming ``what``
         (``certainty="unknown"`` for a write that may have committed), after the pool is told."""
         # self.pool is None only before the first ready(): a pool that ready() opens then is fresh, nothing to drop
-        async with connection_or(self.pool, self.connection(), self.psycopg.Error,
+        async with connection_or(self.pool, self.connection(),
                                  lambda exc: self.unavailable(what, exc, certainty=certainty)) as conn:
             yield conn
 
     def alive_key(self, owner: str) -> int:
         """The advisory lock key of ``owner``'s liveness in this space (64 bits of SHA-256)."""
-        digest = hashlib.sha256(f"of_work_alive:{self.space}:{owner}".encode()).digest()
-        return int.from_bytes(digest[:8], "big", signed=True)
+        return advisory_key(f"of_work_alive:{self.space}:{owner}")
 
     async def hold_alive(self, owner: str) -> int:
         """``owner``'s liveness lock, held on a connection of its own until :meth:`close`; checked at each call
@@ -243,12 +249,10 @@ class _Pg:
         return None if self.clock is None else float(self.clock())
 
     def unavailable(self, what: str, exc: BaseException, *, certainty: str = "known") -> Exception:
-        err = _work().BackendUnavailable(
-            f"{what}: PostgreSQL at {self.where} is unavailable ({type(exc).__name__}: {str(exc)[:200]})"
-            + ("; the write may or may not have committed" if certainty == "unknown" else ""),
-            details={"certainty": certainty, "space": self.space},
-        )
-        return err  # type: ignore[no-any-return]
+        """``BackendUnavailable`` (``details['certainty']``): ``certainty="unknown"`` for a write that may have committed."""
+        err: Exception = database_error(exc, _work().BackendUnavailable, f"{what}: PostgreSQL at {self.where}",
+                                        write=certainty == "unknown", details={"space": self.space})
+        return err
 
     @property
     def timeout(self) -> float:
@@ -639,8 +643,6 @@ async def check_work_schema(conn: Any, *, where: str = "the database") -> int:
 async def migrate_work(dsn: str) -> tuple[int, int]:
     """``db migrate`` (every component, after the database's encoding check: ``migrate_components``); the ``work``
     component's ``(version before, version after)``."""
-    from ._migrations import migrate_components
-
     return (await migrate_components(dsn))[COMPONENT]
 
 
@@ -720,3 +722,10 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
 __all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox",
            "PgSettledReceipts", "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
            "verify_pg_work", "work_artifact_store_name"]
+
+
+def verify_pg_work_spaces(dsn: str) -> list[tuple[str, list[str], str]]:
+    """``db verify``'s audit of the work component (its entry in ``core.postgres.COMPONENTS``): every space."""
+    return [(f"work space {space}", verify_pg_work(dsn, space),
+             "seq contiguous, every record fenced by a generation that never went back")
+            for space in list_pg_work_spaces(dsn)]

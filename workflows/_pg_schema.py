@@ -2,9 +2,9 @@
 
 ``MIGRATIONS[i]`` brings the component from version ``i`` to ``i + 1``;
 **append, never edit** a released entry. Applied only by ``openfunctions-mcp
-db migrate`` (registered in ``store/_migrations.py``); opening a space
+db migrate`` (registered in ``core/postgres.py``'s ``COMPONENTS``); opening a space
 refuses a version other than ``len(MIGRATIONS)``. Written by
-``store/_pg_workflows.py``; read by ``workflows/_runs.py``
+``workflows/_pg.py``; read by ``workflows/_runs.py``
 (``WorkflowRuns(database=URL)``).
 
 Table, version 1::
