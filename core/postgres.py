@@ -362,8 +362,8 @@ class Component:
 COMPONENTS: tuple[Component, ...] = (
     Component("journal", "openfunctions.store._pg_journal_schema:MIGRATIONS"),  # execution journals, instances
     Component("tasks", "openfunctions.store._pg_tasks:MIGRATIONS"),  # MCP tasks shared by replicas
-    Component("work", "openfunctions.store._pg_work_schema:MIGRATIONS",  # work lease, attempts, grants, inbox
-              verify="openfunctions.store._pg_work:verify_pg_work_spaces"),
+    Component("work", "openfunctions.work._pg_schema:MIGRATIONS",  # work lease, attempts, grants, inbox
+              verify="openfunctions.work._pg:verify_pg_work_spaces"),
     Component("artifacts", "openfunctions.store._pg_artifacts:MIGRATIONS"),  # artifact index and blobs
     Component("runs", "openfunctions.store._pg_runs:MIGRATIONS"),  # agents' run records
     Component("workflows", "openfunctions.workflows._pg_schema:MIGRATIONS",  # durable workflow runs

@@ -305,12 +305,6 @@ _CONTRIBUTED = {
 def _add_contributed(sub: Any, name: str) -> None:
     module, _ = _CONTRIBUTED[name]
     mod = import_module(module)
-    if name in ("grant", "work"):  # --database: work takes the PostgreSQL backend by injection (servers/_work_database.py)
-        from openfunctions.work import cli as work_cli
-
-        from ._work_database import open_database_work
-
-        work_cli.DATABASE_BACKEND = open_database_work
     mod.add_commands(sub)
 
 

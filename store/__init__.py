@@ -59,15 +59,6 @@ from ._pg_journal import (
 from ._pg_keylocks import PgKeyLocks
 from ._pg_runs import PgRunLog, open_pg_run_log
 from ._pg_tasks import PgTaskLog, open_pg_task_log
-from ._pg_work import (
-    PgAttemptLog,
-    PgGrantStore,
-    PgLeaseStore,
-    migrate_work,
-    open_pg_work,
-    pg_work_backend,
-    verify_pg_work,
-)
 from ._tools import guard, obj, state_tool
 
 
@@ -92,7 +83,7 @@ __all__ = [
     "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
     "guard", "is_database_url",
     "DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "PgKeyLocks", "SchemaOutOfDate", "migrate_database", "open_pg_journal",
-    "verify_pg_journal", "settled_pg_receipts", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "migrate_work", "open_pg_work", "pg_work_backend", "verify_pg_work",
+    "verify_pg_journal", "settled_pg_receipts",
     "PgTaskLog", "open_pg_task_log", "PgArtifactStore",
     "open_pg_artifact_store", "database_sweep_interval", "PgRunLog", "open_pg_run_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]

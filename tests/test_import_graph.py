@@ -48,8 +48,6 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("openfunctions.core.journal.cli", "store"):
         "`journal verify|show --database` reads the PostgreSQL journal through store's reader (import_module, "
         "in the CLI only); it closes the cycle core -> store -> artifacts -> core",
-    ("openfunctions.store._pg_work", "work"):
-        "the PostgreSQL work backend builds work's own records and states (lazy import)",
     ("openfunctions.agents._runtime", "workflows"):
         "an agent run is admitted like a workflow run (begin_run, child_context): shared admission, sibling tier",
     ("openfunctions.chat._agent", "agents"):
