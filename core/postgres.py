@@ -36,9 +36,12 @@ constants; every value is a parameter.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib
-from collections.abc import AsyncIterator, Callable, Sequence
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -46,6 +49,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 
 from ._dsn import redact_dsn
+from ._stamps import new_id
 from .errors import OpenFunctionsError
 
 Certainty = Literal["known", "unknown"]
@@ -161,7 +165,7 @@ _OUTCOME = {"known": "nothing was written", "unknown": "the write may or may not
 
 def database_error(exc: BaseException, into: type[E], what: str, *, write: bool,
                    details: dict[str, Any] | None = None) -> E:
-    """``exc`` as the caller's error ``into``: ``"<what>: <reason>; <outcome>"``, ``certainty`` set on it and in
+    """``exc`` as the caller's error ``into``: ``"<what> (<reason>); <outcome>"``, ``certainty`` set on it and in
     ``details`` (for error classes that carry it only there), ``details["database_error"]`` the kind.
 
     Every PostgreSQL backend maps its failures through this one function, so
@@ -174,7 +178,7 @@ def database_error(exc: BaseException, into: type[E], what: str, *, write: bool,
         failure = Failure("failed", "unknown" if write else "known", _reason(exc))
     extra = {**(details or {}), "certainty": failure.certainty, "database_error": failure.kind}
     hint = {"conflict": "; run it again", "unavailable": "; the next call reconnects"}.get(failure.kind, "")
-    err = into(f"{what}: {failure.reason}; {_OUTCOME[failure.certainty]}{hint}", details=extra)
+    err = into(f"{what} ({failure.reason}); {_OUTCOME[failure.certainty]}{hint}", details=extra)
     if hasattr(into, "certainty"):
         err.certainty = failure.certainty  # type: ignore[attr-defined]
     return err
@@ -250,6 +254,150 @@ def distinct_spaces(dsn: str, table: str, column_sql: str) -> list[str]:
         if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]:
             return []
         return [r[0] for r in conn.execute(f"SELECT {column_sql} FROM {table} ORDER BY space")]
+
+
+# -- rows over a pool, and a process's liveness -----------------------------------------------------------------------
+
+class PgRows:
+    """A backend over a connection pool: :meth:`_run` is one statement, its failure an :attr:`error` (the
+    domain's own class, through :func:`database_error`) naming :attr:`what` and the database."""
+
+    what = "rows"  # what the rows are, for error messages ("tasks", "run records", ...)
+    error: type[OpenFunctionsError] = DatabaseUnavailable
+
+    def __init__(self, dsn: str, pool: Any, owns_pool: bool) -> None:
+        self.pool = pool
+        self.where = redact_dsn(dsn)
+        self._dsn = dsn
+        self._owns_pool = owns_pool
+        self._psycopg, _ = load_psycopg()
+
+    async def _run(self, sql: str, params: tuple[Any, ...], *, fetch: bool = False, write: bool = True) -> Any:
+        """One statement (autocommit): its rows (``fetch``) or its row count. ``write``: it may change rows (then
+        a lost connection leaves the outcome ``unknown``)."""
+        def fail(exc: BaseException) -> Exception:
+            return database_error(exc, self.error, f"{self.what} in PostgreSQL at {self.where} failed", write=write)
+
+        async with connection_or(self.pool, self.pool.connection(), fail) as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall() if fetch else cur.rowcount
+
+    async def _close_pool(self) -> None:
+        if self._owns_pool:
+            await self.pool.close()
+
+
+T = TypeVar("T")
+
+
+async def open_checked(dsn: str, component: str, make: Callable[[Any, bool], T], *, pool: Any, max_connections: int,
+                       timeout: float, then: Callable[[T], Awaitable[None]] | None = None,
+                       close: Callable[[T], Awaitable[None]],
+                       unavailable: type[OpenFunctionsError] = DatabaseUnavailable) -> T:
+    """``make(pool, owns_pool)`` on ``pool`` (or a new one), after refusing a ``component`` schema not this
+    code's; then ``then(made)``. A failure closes what was made."""
+    owns = pool is None
+    if pool is None:
+        pool = await open_pool(dsn, max_size=max_connections, timeout=timeout, unavailable=unavailable)
+    made = make(pool, owns)
+    try:
+        async with pool.connection() as conn:
+            await check_schema(conn, component, where=redact_dsn(dsn))
+        if then is not None:
+            await then(made)
+    except BaseException:
+        await close(made)
+        raise
+    return made
+
+
+class PgInstance:
+    """This process's registration under ``scope``: a row of ``of_journal_instances`` and a lock held for life.
+
+    The database's equivalent of a journal file's ``flock``, which dies with
+    the process (or its connection): the process holds a session advisory lock
+    on a dedicated connection; another process that can take that lock knows
+    the instance is dead. :meth:`recover_dead` hands each dead instance of a
+    scope to a settle callback while holding its lock, then deletes its row.
+    The execution journal (scope: the profile) and the agent run records
+    (scope ``runs:<space>``) use this one mechanism; MCP tasks carry the
+    journal's instance and become orphans once its row is gone. (The table is
+    the ``journal`` component's: ``store/_pg_journal_schema.py``.)
+    """
+
+    def __init__(self, dsn: str, scope: str) -> None:
+        self.dsn = dsn
+        self.scope = scope
+        self.instance: str | None = None
+        self.lock_conn: Any = None
+        self._psycopg, _ = load_psycopg()
+        self._registering = asyncio.Lock()  # concurrent first users register once between them
+
+    async def register(self) -> str:
+        """A new instance id (dropping a previous registration's lock connection, if any)."""
+        if self.lock_conn is not None:
+            try:
+                await self.lock_conn.close()
+            except Exception:
+                pass
+        conn = await self._psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        instance = new_id("inst")
+        key = int.from_bytes(os.urandom(8), "big", signed=True)
+        await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        await conn.execute(
+            "INSERT INTO of_journal_instances (instance, journal, lock_key, host, pid) VALUES (%s, %s, %s, %s, %s)",
+            (instance, self.scope, key, socket.gethostname(), os.getpid()))
+        self.lock_conn, self.instance = conn, instance
+        return instance
+
+    async def ensure(self) -> str:
+        """This process's instance id, registering first if there is none (or the database forgot it)."""
+        async with self._registering:
+            if self.instance is None:
+                await self.register()
+        assert self.instance is not None
+        return self.instance
+
+    async def recover_dead(self, pool: Any, settle: Callable[[str], Awaitable[None]]) -> int:
+        """``settle(instance)`` for each dead instance of the scope, its lock held; then its row goes. How many.
+
+        An instance settled by another process meanwhile is skipped; a
+        ``settle`` that raises leaves the row (the next sweep tries again).
+        """
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT instance, lock_key FROM of_journal_instances WHERE journal = %s AND instance <> %s",
+                (self.scope, self.instance or ""))
+            others = await cur.fetchall()
+        done = 0
+        for instance, key in others:
+            cur = await self.lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+            if not (await cur.fetchone())[0]:
+                continue  # alive
+            try:
+                async with pool.connection() as conn:
+                    cur = await conn.execute("SELECT 1 FROM of_journal_instances WHERE instance = %s", (instance,))
+                    if await cur.fetchone() is None:
+                        continue  # another process recovered it meanwhile
+                await settle(instance)
+                async with pool.connection() as conn:
+                    await conn.execute("DELETE FROM of_journal_instances WHERE instance = %s", (instance,))
+                done += 1
+            finally:
+                await self.lock_conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        return done
+
+    async def close(self, pool: Any) -> None:
+        """A clean exit: the row goes with the lock (nothing of this process is left unsettled)."""
+        if self.lock_conn is None:
+            return
+        try:
+            async with pool.connection() as conn:
+                await conn.execute("DELETE FROM of_journal_instances WHERE instance = %s", (self.instance,))
+        except Exception:
+            pass
+        await self.lock_conn.close()
+        self.lock_conn = None
 
 
 # -- schema versions --------------------------------------------------------------------------------------------------
@@ -361,11 +509,11 @@ class Component:
 #: The key-value store and the RAG indexes are not here: each migrates its own tables when it opens.
 COMPONENTS: tuple[Component, ...] = (
     Component("journal", "openfunctions.store._pg_journal_schema:MIGRATIONS"),  # execution journals, instances
-    Component("tasks", "openfunctions.store._pg_tasks:MIGRATIONS"),  # MCP tasks shared by replicas
+    Component("tasks", "openfunctions.servers._pg_tasks:MIGRATIONS"),  # MCP tasks shared by replicas
     Component("work", "openfunctions.work._pg_schema:MIGRATIONS",  # work lease, attempts, grants, inbox
               verify="openfunctions.work._pg:verify_pg_work_spaces"),
     Component("artifacts", "openfunctions.store._pg_artifacts:MIGRATIONS"),  # artifact index and blobs
-    Component("runs", "openfunctions.store._pg_runs:MIGRATIONS"),  # agents' run records
+    Component("runs", "openfunctions.agents._pg_runs:MIGRATIONS"),  # agents' run records
     Component("workflows", "openfunctions.workflows._pg_schema:MIGRATIONS",  # durable workflow runs
               verify="openfunctions.workflows._pg:verify_pg_workflow_spaces"),
 )
@@ -415,7 +563,8 @@ async def migrate_components(dsn: str) -> dict[str, tuple[int, int]]:
 
 
 __all__ = [
-    "COMPONENTS", "Certainty", "Component", "DatabaseError", "DatabaseUnavailable", "Failure", "SchemaOutOfDate",
+    "COMPONENTS", "Certainty", "Component", "DatabaseError", "DatabaseUnavailable", "Failure", "PgInstance", "PgRows",
+    "SchemaOutOfDate", "open_checked",
     "SchemaTooNew", "advisory_key", "apply_migrations", "check_encoding", "check_schema", "classify", "component",
     "connection_or", "database_error", "distinct_spaces", "drop_dead_connections", "load_psycopg",
     "migrate_components", "migrations_of", "open_pool", "schema_problem", "schema_version", "schema_version_sync",

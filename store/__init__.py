@@ -57,8 +57,6 @@ from ._pg_journal import (
     verify_pg_journal,
 )
 from ._pg_keylocks import PgKeyLocks
-from ._pg_runs import PgRunLog, open_pg_run_log
-from ._pg_tasks import PgTaskLog, open_pg_task_log
 from ._tools import guard, obj, state_tool
 
 
@@ -84,6 +82,6 @@ __all__ = [
     "guard", "is_database_url",
     "DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "PgKeyLocks", "SchemaOutOfDate", "migrate_database", "open_pg_journal",
     "verify_pg_journal", "settled_pg_receipts",
-    "PgTaskLog", "open_pg_task_log", "PgArtifactStore",
-    "open_pg_artifact_store", "database_sweep_interval", "PgRunLog", "open_pg_run_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
+    "PgArtifactStore",
+    "open_pg_artifact_store", "database_sweep_interval", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]

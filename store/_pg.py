@@ -155,8 +155,8 @@ class PgStore(Store):
         await drop_dead_connections(self.pool)
 
     def _unavailable(self, exc: BaseException, write: bool) -> StoreUnavailable:
-        return database_error(exc, StoreUnavailable, f"store {self.name!r}: PostgreSQL at {self._where} failed "
-                              "mid-call (read the key before retrying a write that may have committed)", write=write)
+        return database_error(exc, StoreUnavailable, f"store {self.name!r}: PostgreSQL at {self._where} failed mid-call",
+                              write=write)
 
     async def _run(self, sql: str, params: tuple[Any, ...], *, write: bool, fetch: str = "one") -> Any:
         """One autocommit statement on a connection from the hot list (else the pool).

@@ -96,12 +96,11 @@ import structlog
 
 from openfunctions.core import OpenFunctionsError, canonical_json, new_id, run_every, stop_task, utc_timestamp
 from openfunctions.core.journal import recovered_receipt
-from openfunctions.core.postgres import database_error
+from openfunctions.core.postgres import PgInstance, database_error
 
 from ._errors import StoreError, StoreUnavailable
 from ._migrations import COMPONENT, check_schema
 from ._pg import _psycopg, drop_dead_connections, redact_dsn
-from ._pg_instances import PgInstance
 from ._pg_journal_schema import APPEND, RECEIPTS_INDEX, REFUSAL
 
 log = structlog.get_logger("openfunctions.store.journal")
@@ -157,7 +156,7 @@ class PgExecutionJournal:
         self.where = redact_dsn(dsn)
         #: Receipts this open wrote for dead instances' unsettled starts.
         self.recovered: list[Any] = []
-        self._live = PgInstance(dsn, name)  # this process's registration (store/_pg_instances.py)
+        self._live = PgInstance(dsn, name)  # this process's registration (core/postgres.py)
         self._header: str | None = None  # the journal's header (of_journals.header), read at open
         #: The stream this process appends to (its instance id once the stream row exists; None before).
         self.stream: str | None = None
@@ -365,7 +364,7 @@ class PgExecutionJournal:
     def _unavailable(self, exc: BaseException, committing: bool) -> JournalUnavailable:
         """``committing``: the append reached the server (it may have committed); before that nothing was written."""
         return database_error(exc, JournalUnavailable, f"journal {self.name!r}: PostgreSQL at {self.where} failed "
-                              "mid-append (the next append reconnects)", write=committing)
+                              "mid-append", write=committing)
 
     async def _append(self, type: str, data: dict[str, Any], receipt_id: str | None, *,
                       stream: str | None = None) -> int:

@@ -32,7 +32,7 @@ How a grant is held:
   and the key, first 4 bytes) into the two-``int4`` form of the advisory
   lock functions, ``(classid, objid)``, with ``classid`` derived from the
   namespace (default ``"openfunctions.keys"``). The instance locks of
-  ``store/_pg_instances.py`` and the other advisory locks of this package
+  ``core/postgres.py``'s ``PgInstance`` and the other advisory locks of this package
   use the one-``bigint`` form, which PostgreSQL keeps apart from the
   two-``int4`` form: they cannot collide. Two different keys may hash to the
   same ``objid`` (2^-32 per pair): they then take turns, never overlap

@@ -252,7 +252,7 @@ class _Pg:
 
     def unavailable(self, what: str, exc: BaseException, *, certainty: str = "known") -> Exception:
         """``BackendUnavailable`` (``details['certainty']``): ``certainty="unknown"`` for a write that may have committed."""
-        err: Exception = database_error(exc, _work().BackendUnavailable, f"{what}: PostgreSQL at {self.where}",
+        err: Exception = database_error(exc, _work().BackendUnavailable, f"{what}: PostgreSQL at {self.where} failed",
                                         write=certainty == "unknown", details={"space": self.space})
         return err
 

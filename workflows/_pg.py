@@ -108,8 +108,8 @@ class PgWorkflowLog:
         failure = classify(exc, write=True)
         self._failed = failure.reason if failure is not None else f"{type(exc).__name__}: {_first_line(exc)}"
         into = StoreUnavailable if failure is None or failure.certainty == "unknown" else StoreFailed
-        return database_error(exc, into, f"workflow runs in {self.where} (this writer refuses further writes until "
-                              "reopened)", write=True)
+        return database_error(exc, into, f"workflow runs in {self.where}: a write failed, and this writer "
+                              "refuses further writes until reopened", write=True)
 
     def _stamp(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
         stamp = utc_timestamp()

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from openfunctions.store import SchemaOutOfDate, SchemaTooNew, settled_pg_receipts
-from openfunctions.work._pg import migrate_work, open_pg_work, verify_pg_work
-from openfunctions.work._pg_schema import MIGRATIONS
 from openfunctions.work import BackendUnavailable
 from openfunctions.work import records as R
+from openfunctions.work._pg import migrate_work, open_pg_work, verify_pg_work
+from openfunctions.work._pg_schema import MIGRATIONS
 from tests._pg import unique_name
 
 from ._journal_backends import private_database

@@ -44,8 +44,8 @@ import psycopg
 import pytest
 
 from openfunctions.store import verify_pg_journal
-from openfunctions.work._pg import open_pg_work, verify_pg_work
 from openfunctions.work import Lease, LeaseLost
+from openfunctions.work._pg import open_pg_work, verify_pg_work
 from tests._net import free_port
 
 from ._journal_backends import private_database
