@@ -120,15 +120,21 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from ._pg import _psycopg, redact_dsn
-    from ._pg_journal import list_pg_journals, verify_pg_journal
-
     url = _url(args)
     if url is None:
         return 2
+    return verify_database(url, args.journal)
+
+
+def verify_database(url: str, journal: str | None = None) -> int:
+    """``db verify`` (also ``journal verify postgresql://...``): every journal stream (or ``journal``'s), then,
+    for the whole database, each registered component's audit. Exit 0 valid, 1 a problem, 2 unusable."""
+    from ._pg import _psycopg, redact_dsn
+    from ._pg_journal import list_pg_journals, verify_pg_journal
+
     psycopg, _ = _psycopg()
     try:
-        names = [args.journal] if args.journal else list_pg_journals(url)
+        names = [journal] if journal else list_pg_journals(url)
         reports = [verify_pg_journal(url, n) for n in names]
     except psycopg.Error as exc:
         print(f"openfunctions-mcp db verify: cannot read {redact_dsn(url)}: {exc}", file=sys.stderr)
@@ -146,7 +152,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             print(f"journal {r.name}: {len(r.problems)} problem(s):")
             for p in r.problems:
                 print(f"  {p}")
-    if not args.journal:  # every other component's own audit (the registry: core/postgres.py), e.g. work spaces
+    if not journal:  # every other component's own audit (the registry: core/postgres.py), e.g. work spaces
         from openfunctions.core.postgres import COMPONENTS, verifier_of
 
         try:
@@ -174,4 +180,4 @@ def _report(audits: list[tuple[str, list[str], str]]) -> int:
     return bad
 
 
-__all__ = ["HELP", "add_commands"]
+__all__ = ["HELP", "add_commands", "verify_database"]

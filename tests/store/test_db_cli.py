@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,31 @@ def test_journal_verify_of_a_database_url_is_db_verify(pg_dsn) -> None:
         missing_direct = _run("db", "verify", "--database", url(db, "of_no_such_db"))
         assert missing.returncode == missing_direct.returncode != 0 and missing.stderr == missing_direct.stderr
         assert "cannot read" in missing.stderr and "of_no_such_db" in missing.stderr
+
+
+def test_no_command_line_writes_another_modules_globals() -> None:
+    """Each package's command line finds its own PostgreSQL parts (work opens work/_pg.py, `db verify` runs each
+    component's audit from core.postgres.COMPONENTS): nothing assigns ``module.CONSTANT = ...`` from outside."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for rel in ("servers/cli.py", "ui/_database.py", "store/db_cli.py", "core/journal/cli.py"):
+        for node in ast.walk(ast.parse((root / rel).read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            found += [f"{rel}:{node.lineno}" for t in targets if isinstance(t, ast.Attribute)
+                      and isinstance(t.value, ast.Name) and t.value.id != "self" and t.attr.isupper()]
+    assert found == []
+
+
+def test_every_registered_component_resolves_and_db_verify_audits_are_callable() -> None:
+    """The registry ``db migrate|status|verify`` iterate: each entry names a real migration list (and audit)."""
+    from openfunctions.core.postgres import COMPONENTS, migrations_of, verifier_of
+
+    names = [c.name for c in COMPONENTS]
+    assert names[0] == "journal" and len(set(names)) == len(names)
+    for c in COMPONENTS:
+        steps = migrations_of(c.name)
+        assert steps and all(isinstance(sql, str) for step in steps for sql in step), c.name
+        assert c.verify is None or callable(verifier_of(c.name))
+    assert {c.name for c in COMPONENTS if c.verify} == {"work", "workflows"}
