@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from openfunctions.core import canonical_json
-from openfunctions.core.postgres import PgInstance, PgRows, open_checked
+from openfunctions.core.postgres import PgInstance, PgRows, drop_dead_connections, open_checked
 from openfunctions.store import StoreUnavailable
 
 COMPONENT = "runs"
@@ -139,8 +139,12 @@ class PgRunLog(PgRows):
                 if await self.finish(run_id, interrupted(run_id, await self.records(run_id))):
                     done.append(run_id)
 
-        await self.live.ensure()
-        await self.live.recover_dead(self.pool, settle)
+        try:
+            await self.live.ensure()
+            await self.live.recover_dead(self.pool, settle)
+        except Exception:
+            await drop_dead_connections(self.pool)  # a restarted server: the next sweep gets live connections
+            raise
         return done
 
     async def close(self) -> None:

@@ -22,9 +22,7 @@ from openfunctions.core.postgres import (
     schema_version_sync,
 )
 
-from ._pg_journal_schema import MIGRATIONS  # the journal's own list lives beside the module that writes it
-
-COMPONENT = "journal"
+from ._pg_journal_schema import COMPONENT, MIGRATIONS  # the journal's own, beside the module that writes it
 
 
 async def migrate(dsn: str) -> tuple[int, int]:

@@ -96,12 +96,11 @@ import structlog
 
 from openfunctions.core import OpenFunctionsError, canonical_json, new_id, run_every, stop_task, utc_timestamp
 from openfunctions.core.journal import recovered_receipt
-from openfunctions.core.postgres import PgInstance, database_error
+from openfunctions.core.postgres import PgInstance, check_schema, database_error, drop_dead_connections
 
 from ._errors import StoreError, StoreUnavailable
-from ._migrations import COMPONENT, check_schema
-from ._pg import _psycopg, drop_dead_connections, redact_dsn
-from ._pg_journal_schema import APPEND, RECEIPTS_INDEX, REFUSAL
+from ._pg import _psycopg, redact_dsn
+from ._pg_journal_schema import APPEND, COMPONENT, RECEIPTS_INDEX, REFUSAL
 
 log = structlog.get_logger("openfunctions.store.journal")
 
@@ -263,7 +262,11 @@ class PgExecutionJournal:
         async def once() -> None:
             if self.instance is None or self._closed:
                 return
-            found = await self.sweep()
+            try:
+                found = await self.sweep()
+            except Exception:
+                await drop_dead_connections(self.pool)  # a restarted server: the next sweep gets live connections
+                raise
             if found:
                 log.warning("journal_recovered_dead_replica", journal=self.name, receipts=len(found),
                             hint="calls of a server that died were settled unknown (not re-run)")
@@ -419,6 +422,7 @@ class PgExecutionJournal:
             async with self.pool.connection() as conn:
                 await conn.execute("SELECT 1")
         except Exception as exc:
+            await drop_dead_connections(self.pool)  # so that the next probe (and call) reconnects
             return {"status": "failed", "code": JournalUnavailable.code, "cause": str(exc),
                     "action": f"check PostgreSQL at {self.where}"}
         return {"status": "ok"}
