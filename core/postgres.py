@@ -50,28 +50,16 @@ import anyio
 
 from ._dsn import redact_dsn
 from ._stamps import new_id
-from .errors import OpenFunctionsError
+from .errors import OpenFunctionsError, PersistenceError
 
 Certainty = Literal["known", "unknown"]
 E = TypeVar("E", bound=OpenFunctionsError)
 
 
-class DatabaseError(OpenFunctionsError):
+class DatabaseError(PersistenceError):
     """A PostgreSQL component could not be used. ``certainty``: could a write have happened (``"unknown"``)?"""
 
     code = "database_error"
-    certainty: Certainty = "known"
-
-    def __init__(self, message: str, *, certainty: Certainty | None = None,
-                 details: dict[str, Any] | None = None) -> None:
-        super().__init__(message, details=details)
-        if certainty is not None:
-            self.certainty = certainty
-
-    @property
-    def effect_happened(self) -> bool | None:
-        """``False`` when nothing was written, ``None`` when nobody can tell."""
-        return False if self.certainty == "known" else None
 
 
 class DatabaseUnavailable(DatabaseError):
