@@ -485,16 +485,20 @@ class Component:
     ``migrations``: ``"module:attribute"``, a list of steps (each a sequence of
     SQL statements). ``verify``: ``"module:function"`` or None; the function
     takes the DSN and returns ``[(subject, problems, what was checked)]``, one
-    entry per space it found (an empty ``problems``: fine).
+    entry per space it found (an empty ``problems``: fine). ``at_open``: the
+    component's own code also applies its migrations when it opens (the
+    key-value store: one process's data, no replicas of two releases sharing
+    rows), so ``db status`` counts only a newer version against it.
     """
 
     name: str
     migrations: str
     verify: str | None = None
+    at_open: bool = False
 
 
 #: Every component ``db migrate`` applies, in this order (the journal first: the others' rows may name its instances).
-#: The key-value store and the RAG indexes are not here: each migrates its own tables when it opens.
+#: The RAG indexes are not here: they need the ``vector`` extension and migrate their tables when they open.
 COMPONENTS: tuple[Component, ...] = (
     Component("journal", "openfunctions.store._pg_journal_schema:MIGRATIONS"),  # execution journals, instances
     Component("tasks", "openfunctions.servers._pg_tasks:MIGRATIONS"),  # MCP tasks shared by replicas
@@ -504,6 +508,7 @@ COMPONENTS: tuple[Component, ...] = (
     Component("runs", "openfunctions.agents._pg_runs:MIGRATIONS"),  # agents' run records
     Component("workflows", "openfunctions.workflows._pg_schema:MIGRATIONS",  # durable workflow runs
               verify="openfunctions.workflows._pg:verify_pg_workflow_spaces"),
+    Component("store", "openfunctions.store._pg:MIGRATIONS", at_open=True),  # the key-value store's entries
 )
 
 

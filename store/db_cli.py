@@ -1,12 +1,13 @@
 """``openfunctions-mcp db``: the PostgreSQL schema and journals that server replicas share.
 
-- ``db migrate``: bring the journal schema to this release's version (versioned
-  migrations, ``store/_migrations.py``; safe to run from several machines at
+- ``db migrate``: bring every component's schema to this release's version
+  (versioned migrations, each component's list beside the module that writes
+  its rows, found through ``core.postgres.COMPONENTS``; safe to run from several machines at
   once: an advisory lock makes the others wait and then find the work done).
   ``serve --database URL`` never migrates: it refuses a schema older or newer
   than its code and names both versions.
 - ``db status``: the schema version found and the one this code needs, per
-  component (``journal``, ``tasks``, ...).
+  component (``journal``, ``tasks``, ..., the registry ``core.postgres.COMPONENTS``).
 - ``db verify [--journal NAME]``: what ``journal verify`` checks in a file
   (seq contiguous from 1, every checksum, the chain), for every stream (one
   per server instance that appended) of each execution journal in the
@@ -99,6 +100,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 2
     psycopg, _ = _psycopg()
     components = [c.name for c in COMPONENTS]
+    at_open = {c.name for c in COMPONENTS if c.at_open}
 
     async def found() -> list[int]:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -112,10 +114,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
     current = True
     for component, have in zip(components, versions, strict=True):
         need = len(migrations_of(component))
-        state = "current" if have == need else "older than this code: run `openfunctions-mcp db migrate`" \
-            if have < need else "newer than this code: upgrade openfunctions-mcp"
+        if have == need:
+            state = "current"
+        elif have > need:
+            state = "newer than this code: upgrade openfunctions-mcp"
+        elif component in at_open:
+            state = "older: migrated when it is next opened, or by `openfunctions-mcp db migrate`"
+        else:
+            state = "older than this code: run `openfunctions-mcp db migrate`"
         print(f"{redact_dsn(url)}: {component} schema version {have}, this code needs {need} ({state})")
-        current = current and have == need
+        current = current and (have == need or (component in at_open and have < need))
     return 0 if current else 1
 
 

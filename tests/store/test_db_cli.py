@@ -28,6 +28,7 @@ def test_an_operator_migrates_checks_and_verifies(pg_dsn, tmp_path) -> None:
     with private_database(pg_dsn) as db:
         status = _run("db", "status", "--database", db)
         assert status.returncode == 1 and f"journal schema version 0, this code needs {n}" in status.stdout
+        assert "store schema version 0, this code needs 1 (older: migrated when it is next opened" in status.stdout
 
         serve = _run("serve", "--transport", "http", "--stateless", "--data-dir", str(tmp_path / "d"),
                      "--database", db)
@@ -38,6 +39,7 @@ def test_an_operator_migrates_checks_and_verifies(pg_dsn, tmp_path) -> None:
         assert first.returncode == 0 and f"migrated from version 0 to {n}" in first.stdout, first.stderr
         again = _run("db", "migrate", "--database", db)
         assert again.returncode == 0 and f"already at version {n}" in again.stdout
+        assert "store schema already at version 1" in again.stdout  # the key-value store's too, one registry
         assert _run("db", "status", "--database", db).returncode == 0
         verify = _run("db", "verify", "--database", db)
         assert verify.returncode == 0 and "no execution journals yet" in verify.stdout
@@ -100,3 +102,4 @@ def test_every_registered_component_resolves_and_db_verify_audits_are_callable()
         assert steps and all(isinstance(sql, str) for step in steps for sql in step), c.name
         assert c.verify is None or callable(verifier_of(c.name))
     assert {c.name for c in COMPONENTS if c.verify} == {"work", "workflows"}
+    assert {c.name for c in COMPONENTS if c.at_open} == {"store"}  # the one component that migrates when it opens
