@@ -1,8 +1,9 @@
 """PostgreSQL plumbing every backend of this distribution shares: pool, schema versions, errors, components.
 
 Each domain keeps its own PostgreSQL backend beside its own code (the
-execution journal, tasks and artifacts in ``store``, work in ``work``,
-workflow runs in ``workflows``, agent run records in ``agents``); what they do
+execution journal, key locks and artifacts in ``store``, work in ``work``,
+workflow runs in ``workflows``, agent run records in ``agents``, MCP tasks in
+``servers``); what they do
 alike lives here, once, so that every backend opens, migrates, checks and
 fails the same way. psycopg 3 is imported lazily (the ``postgres`` extra).
 
@@ -29,6 +30,11 @@ fails the same way. psycopg 3 is imported lazily (the ``postgres`` extra).
 - **Errors.** :func:`classify` is the one reading of a psycopg error (what
   happened, and whether a write may have committed); :func:`database_error`
   turns it into the calling domain's own error class with one wording.
+- **Rows and liveness.** :class:`PgRows` (one statement per call, its
+  failure mapped) and :func:`open_checked` (a pool, the schema checked) for
+  the record stores; :class:`PgInstance`, a process's registration in
+  ``of_journal_instances`` with a session advisory lock held for life, whose
+  death the other replicas see (the journal's and the agent runs' recovery).
 
 Nothing here builds SQL from caller text: table and column names are code
 constants; every value is a parameter.
@@ -38,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -49,6 +54,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 
 from ._dsn import redact_dsn
+from ._imports import import_spec
 from ._stamps import new_id
 from .errors import OpenFunctionsError, PersistenceError
 
@@ -520,8 +526,7 @@ def component(name: str) -> Component:
 
 
 def _resolve(spec: str) -> Any:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return import_spec(spec, default_attr="MIGRATIONS", what="PostgreSQL schema component")
 
 
 def migrations_of(name: str) -> Sequence[Sequence[str]]:
