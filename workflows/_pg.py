@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from typing import Any, NamedTuple
 
 from openfunctions.core import canonical_json, redact_dsn, utc_timestamp
 from openfunctions.core.postgres import (
+    advisory_key,
     check_schema,
     classify,
     database_error,
@@ -59,8 +59,7 @@ class PgWorkflowRecord(NamedTuple):
 
 def space_lock_key(space: str) -> int:
     """The session advisory lock key of a space's writer (see the schema module)."""
-    return int.from_bytes(hashlib.sha256(b"openfunctions.workflows:" + space.encode("utf-8")).digest()[:8], "big",
-                          signed=True)
+    return advisory_key(f"openfunctions.workflows:{space}")  # the same key every release has used
 
 
 def _rows(where: str, rows: Sequence[tuple[Any, ...]]) -> list[PgWorkflowRecord]:
