@@ -173,8 +173,8 @@ def database_error(exc: BaseException, into: type[E], what: str, *, write: bool,
     extra = {**(details or {}), "certainty": failure.certainty, "database_error": failure.kind}
     hint = {"conflict": "; run it again", "unavailable": "; the next call reconnects"}.get(failure.kind, "")
     err = into(f"{what} ({failure.reason}); {_OUTCOME[failure.certainty]}{hint}", details=extra)
-    if hasattr(into, "certainty"):
-        err.certainty = failure.certainty  # type: ignore[attr-defined]
+    if isinstance(err, PersistenceError):
+        err.certainty = failure.certainty
     return err
 
 
