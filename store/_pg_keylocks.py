@@ -59,6 +59,8 @@ from typing import Any
 
 import structlog
 
+from openfunctions.core.postgres import classify, drop_dead_connections
+
 from ._errors import StoreUnavailable
 from ._pg import _psycopg, redact_dsn
 
@@ -121,9 +123,11 @@ class PgKeyLocks:
         try:
             for objid in objids:  # ascending: no two grants wait on each other in a cycle
                 await conn.execute(f"SELECT {fn}(%s, %s)", (classid, objid))
-        except BaseException:
+        except BaseException as exc:
             # Cancelled or failed mid-way: the connection goes, with its transaction and the locks taken so far.
             await self._discard(conn)
+            if isinstance(exc, Exception) and classify(exc, write=False) is not None:
+                await drop_dead_connections(self._pool)  # a restarted server broke the others too
             raise
         self.granted += 1
         released = False

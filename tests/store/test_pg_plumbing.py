@@ -157,3 +157,32 @@ async def test_after_a_restart_one_call_fails_named_and_the_pool_checks_the_rest
         assert results == [[(1,)]] * size, results
     finally:
         await pool.close()
+
+
+@pytest.mark.slow
+async def test_after_a_restart_the_key_locks_fail_once_then_grant_a_pool_full(private_server) -> None:
+    """The cross-replica key locks (their own pool, not autocommit): after a restart one acquire fails (the
+    executor names it ``KeyLocksFailed``), the pool checks the rest, and as many keys as it holds are granted."""
+    from openfunctions.store import PgKeyLocks
+
+    _, dsn, start, stop = private_server
+    size = 3
+    locks = await PgKeyLocks.open(dsn, max_connections=size, connection_timeout=10)
+    try:
+        # every connection of the pool lent once, held together, given back
+        releases = [await locks.acquire(frozenset({k}), shared=False) for k in ("a", "b", "c")]
+        for release in releases:
+            release()
+        await asyncio.sleep(0)
+        await asyncio.gather(*list(locks._releases))
+        await asyncio.to_thread(stop)
+        await asyncio.to_thread(start)
+        with pytest.raises(psycopg.OperationalError):
+            await locks.acquire(frozenset({"a"}), shared=False)
+        granted = await asyncio.gather(*(locks.acquire(frozenset({k}), shared=False) for k in ("x", "y", "z")),
+                                       return_exceptions=True)
+        assert all(callable(g) for g in granted), granted
+        for release in granted:
+            release()
+    finally:
+        await locks.close()
