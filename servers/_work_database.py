@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
-#: the one work space every replica of a deployment shares (``grant|work --database`` use it too)
-WORK_SPACE = "work"
+from openfunctions.work._pg import DEFAULT_SPACE
+
+#: the one work space every replica of a deployment shares: work's default, the one ``grant|work --database`` open
+WORK_SPACE = DEFAULT_SPACE
 
 
 def database_work_backend(url: str, *, lease_ttl: float) -> Any:
