@@ -183,7 +183,8 @@ async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: flo
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)),
                                                      application_name=f"openfunctions-workflows:{space}"[:63])
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
+        raise database_error(exc, StoreUnavailable, f"cannot connect to PostgreSQL at {redact_dsn(dsn)}",
+                             write=False) from None
     try:
         await check_schema(conn, COMPONENT, where=redact_dsn(dsn))
         deadline = time.monotonic() + lock_wait
@@ -196,7 +197,7 @@ async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: flo
         records = _rows(where, await cur.fetchall())
     except psycopg.Error as exc:
         await conn.close()
-        raise StoreUnavailable(f"workflow runs in {where}: {_first_line(exc)}") from None
+        raise database_error(exc, StoreUnavailable, f"workflow runs in {where}", write=False) from None
     except BaseException:
         await conn.close()
         raise
@@ -210,7 +211,8 @@ def read_pg_workflow_records(dsn: str, space: str = "default", *, timeout: float
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)))
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
+        raise database_error(exc, StoreUnavailable, f"cannot connect to PostgreSQL at {redact_dsn(dsn)}",
+                             write=False) from None
     try:
         with conn:
             problem = schema_problem(COMPONENT, schema_version_sync(conn, COMPONENT), where=redact_dsn(dsn))
@@ -218,7 +220,7 @@ def read_pg_workflow_records(dsn: str, space: str = "default", *, timeout: float
                 raise problem
             return _rows(where, conn.execute(_SELECT, (space,)).fetchall())
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot read workflow runs in {where}: {_first_line(exc)}") from None
+        raise database_error(exc, StoreUnavailable, f"cannot read workflow runs in {where}", write=False) from None
 
 
 #: Record types a compaction writes at the head of a space (its seq then continues from the rows it replaced).
