@@ -183,8 +183,8 @@ class PgStore(Store):
             if conn is not None:
                 await self.pool.putconn(conn)  # the pool checks it and replaces a broken one
             if isinstance(exc, self._pool_timeout):
-                raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})",
-                                       certainty="known") from None
+                raise database_error(exc, StoreUnavailable, f"store {self.name!r}: no PostgreSQL connection at "
+                                     f"{self._where}", write=write) from None
             if isinstance(exc, self._db_errors):
                 await self._lost()
                 raise self._unavailable(exc, write) from None
@@ -299,7 +299,8 @@ class PgStore(Store):
                     yield _PgTransaction(self, conn)
                     committing = True
         except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})") from None
+            raise database_error(exc, StoreUnavailable, f"store {self.name!r}: no PostgreSQL connection at "
+                                 f"{self._where}", write=True) from None
         except self._serialization as exc:
             raise Conflict(f"transaction on store {self.name!r} lost a race ({type(exc).__name__}); nothing was "
                            "written: run it again", details={"sqlstate": getattr(exc, "sqlstate", None)}) from None
