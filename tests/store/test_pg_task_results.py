@@ -8,12 +8,13 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from openfunctions.servers import _tasks
 from openfunctions.store import migrate_database
-from tests.servers.test_tasks import Http, _create, serving
+from tests.servers.test_tasks_backends import (
+    test_a_large_result_is_an_artifact_read_back_verified as _large_result_round_trip,
+)
 
 from ._journal_backends import private_database
 
@@ -36,17 +37,11 @@ class _Spy:
 
 
 async def test_a_large_result_read_back_is_hashed_in_a_worker_thread(pg_dsn, tmp_path: Path, monkeypatch) -> None:
+    """The served round trip of tests/servers/test_tasks_backends.py (a 300 kB result, through uvicorn), on the
+    database, with every digest of servers/_tasks.py watched."""
     spy = _Spy()
     monkeypatch.setattr(_tasks, "hashlib", spy)
     with private_database(pg_dsn) as dsn:
         await migrate_database(dsn)
-        async with serving(tmp_path, database_url=dsn) as url:
-            alice = Http(url, "alice-token")
-
-            def scenario() -> dict[str, Any]:
-                task_id = _create(alice, "task_big", {"size": 300_000})["taskId"]
-                return alice.until(task_id, {"completed", "failed"})
-
-            done = await anyio.to_thread.run_sync(scenario)
-    assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "x" * 300_000
+        await _large_result_round_trip({"database_url": dsn}, tmp_path)
     assert spy.on_loop and not any(spy.on_loop), spy.on_loop  # read back verified, never on the loop
