@@ -12,6 +12,9 @@ name, arguments), plus model, stop reason and usage.
   :class:`GeminiAdapter`: HTTP (httpx; the ``adapters`` extra), retries on
   429/5xx honouring ``retry-after``; reasoning state (thinking blocks,
   thought signatures, reasoning items) kept on the messages and replayed.
+- :func:`replay_history`: the pairing every adapter applies before it sends a
+  history (a call without a result gets a :data:`NOT_RUN` result), so a
+  conversation moves between providers and survives a restart mid-tool-turn.
 - :func:`resolve_adapter`: provider and model from arguments, else the environment.
 
 Usage::
@@ -28,15 +31,16 @@ from ._errors import (
     AuthenticationFailed,
     BadRequest,
     MalformedResponse,
-    ProviderError,
-    ProviderUnavailable,
+    ModelProviderError,
+    ModelProviderUnavailable,
     RateLimited,
     SamplingTimeout,
     SamplingUnavailable,
     ScriptExhausted,
 )
+from ._history import NOT_RUN, replay_history
 from ._http import RetryPolicy
-from ._resolve import PROVIDERS, resolve_adapter, resolve_provider
+from ._resolve import PROVIDERS, resolve_adapter, resolve_model_provider
 from ._sampling import (
     DEFAULT_SAMPLING_TIMEOUT_S,
     SAMPLER_KEY,
@@ -73,9 +77,10 @@ def __getattr__(name: str):  # the HTTP adapters load on first use (httpx is an 
 __all__ = [
     "AIAdapter", "AdapterError", "AdapterNotConfigured", "AdapterTimeout", "AnthropicAdapter", "AuthenticationFailed",
     "BadRequest", "ChatOptions", "ChatReply", "DeepSeekAdapter", "GeminiAdapter", "KimiAdapter", "MalformedResponse",
-    "Message", "OpenAIAdapter", "OpenAIResponsesAdapter", "OpenRouterAdapter", "PROVIDERS", "ProviderPart", "ProviderError", "ProviderUnavailable", "RateLimited", "RetryPolicy",
+    "Message", "ModelProviderError", "ModelProviderUnavailable", "OpenAIAdapter", "OpenAIResponsesAdapter",
+    "OpenRouterAdapter", "PROVIDERS", "ProviderPart", "RateLimited", "RetryPolicy",
     "DEFAULT_SAMPLING_TIMEOUT_S", "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "SAMPLING_TIMEOUT_KEY", "Sampler",
     "SamplingAdapter", "SamplingTimeout", "SamplingUnavailable", "ScriptExhausted",
     "ScriptedAdapter", "StopReason", "StreamEvent", "ToolCall", "Usage", "XAIAdapter", "resolve_adapter",
-    "resolve_provider", "valid_json", "valid_text",
+    "NOT_RUN", "replay_history", "resolve_model_provider", "valid_json", "valid_text",
 ]

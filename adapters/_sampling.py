@@ -12,11 +12,13 @@ into each call's ``ToolExecutionContext.metadata``:
 
 With tools (and a client that declared ``sampling.tools``) the request
 carries ``tools`` and the conversation's tool turns as ``tool_use`` /
-``tool_result`` content blocks; otherwise it is text-only (tools omitted, so
-the host's model answers in text). A host that declared no sampling, or a
-connection with no back-channel (the stateless 2026-07-28 era, which
-replaced server-initiated sampling with input-required results), gets
-:class:`SamplingUnavailable` saying so. MCP sampling reports no token usage:
+``tool_result`` content blocks (paired as every adapter pairs them, see
+``._history``: a call without a result gets a "not run" one); otherwise it is
+text-only (tools omitted, so the host's model answers in text). The sampler
+is the server's: over a handshake-era session it sends a request to the
+client; on 2026-07-28 it answers the call with an input-required result and
+resumes on the client's retry (``servers._input_required``). A host that
+declared no sampling gets :class:`SamplingUnavailable` saying so. MCP sampling reports no token usage:
 ``usage`` stays zero.
 
 Deadline: every request waits at most ``timeout_s`` seconds (default
@@ -38,6 +40,7 @@ import anyio
 from openfunctions.core import OpenFunctionsError, ToolDefinition
 
 from ._errors import AdapterError, MalformedResponse, SamplingTimeout, SamplingUnavailable
+from ._history import replay_history
 from ._types import (
     ChatOptions,
     ChatReply,
@@ -65,6 +68,7 @@ _STOP: dict[str | None, StopReason] = {
 
 def sampling_messages(messages: Sequence[Message], with_tools: bool) -> tuple[str | None, list[dict[str, Any]]]:
     """(systemPrompt, messages) in MCP sampling form. Consecutive tool results share one user turn."""
+    messages = replay_history(messages, "mcp-sampling")
     system = [m.content for m in messages if m.role == "system"]
     out: list[dict[str, Any]] = []
     for m in messages:

@@ -31,7 +31,7 @@ from ._errors import (
     VerificationInvalid,
 )
 from ._records import TERMINAL, RunState
-from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_runs, runs_journal_path
+from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_history, read_runs, runs_journal_path
 from ._runtime import RUN_ID_KEY, SUBMIT_TOOL, AgentRuntime, RunOptions, RunResult, run_agent
 
 
@@ -44,6 +44,6 @@ def build_agents_profile(**options):  # imported lazily: the profile needs the r
 __all__ = [
     "AGENT_TAG", "DEFAULT_RUN_TIMEOUT_S", "Agent", "AgentDefinitionError", "AgentError", "AgentLimits", "AgentRuntime", "ClaimNotFound", "ClaimUnverified", "Crew", "DatabaseRunLog", "MemoryRunLog",
     "RUN_ID_KEY", "RunJournal", "RunJournalError", "RunNotFound", "RunOptions", "RunResult", "RunState", "SUBMIT_TOOL", "TERMINAL",
-    "VerificationInvalid", "build_agents_profile", "define_agent", "define_crew", "fulfil_task", "read_runs", "run_agent",
+    "VerificationInvalid", "build_agents_profile", "define_agent", "define_crew", "fulfil_task", "read_history", "read_runs", "run_agent",
     "runs_journal_path", "verify_claim",
 ]

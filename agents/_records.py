@@ -24,6 +24,32 @@ each record's ``data`` has ``v: 1`` and ``run_id`` (``run_`` + 32 hex).
     (``receipt_id`` null for a call refused before the executor, e.g. an
     unknown tool), ``text`` (first 4,000 characters of any text the model
     sent along).
+``run_messages`` (the conversation, as it grows; optional: runs written
+    before it existed have none, and every reader skips a type it does not
+    know) ``round`` (0: what the run opened with: the system prompt, any
+    history, the task; n: the messages round n added: the model's reply,
+    then each tool result as it settled, or the reminder after a reply
+    without the submit call), ``messages`` (each as ``Message.to_dict`` of
+    :mod:`openfunctions.adapters`: role, content, tool calls with their
+    ids, tool results with the call they answer, and the provider's opaque
+    blocks tagged with that provider), ``cut`` (characters of content left
+    out), ``dropped`` (messages left out). Bounded: a message's content
+    keeps its first :data:`MESSAGE_CHARS` characters (then a marker saying
+    how many more there were), a call's arguments over :data:`MESSAGE_CHARS`
+    characters of JSON are replaced by ``{"_not_kept": "<n> characters"}``,
+    a message's opaque blocks are kept whole or, over
+    :data:`PARTS_CHARS` characters, not at all (an altered block would be
+    refused), and a record over :data:`RECORD_CHARS` characters leaves out
+    its oldest messages but the first. Not waited for, like ``run_round``:
+    the reply with tool calls is queued before its tools run and written
+    while they run (a process killed after that keeps it; a machine crash
+    may lose the records since the last fsync). Waiting for it would cost
+    an fsync per tool round (+2.5 ms a round measured, against the loop's
+    target of at most 1 ms).
+    :func:`history` rebuilds the run's conversation from these records
+    (``openfunctions.agents.read_history`` from the files): after a restart
+    mid-tool-turn it ends with the calls whose results never came, which the
+    adapters send with a "not run" result (``openfunctions.adapters.replay_history``).
 ``run_finished`` (before the result is returned; exactly one per run)
     ``status``: ``completed`` | ``max_rounds`` | ``cancelled`` | ``failed``
     | ``timeout`` (a deadline passed: ``error.code`` ``run_timeout``,
@@ -71,20 +97,26 @@ unfinished calls ``unknown``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from openfunctions.adapters import valid_json
+from openfunctions.adapters import Message, valid_json
 from openfunctions.core import digest, new_id, utc_timestamp
 
 VERSION = 1
 KIND = "runs"
 STARTED, ROUND, FINISHED, CLAIM = "run_started", "run_round", "run_finished", "outcome_claim"
 VERIFIED, FULFILLED = "claim_verified", "task_fulfilled"
+MESSAGES = "run_messages"
 TERMINAL = ("completed", "max_rounds", "cancelled", "failed", "timeout", "interrupted")
 TASK_CHARS = 4000
 TEXT_CHARS = 16384
+#: Bounds of a ``run_messages`` record (see the module docstring).
+MESSAGE_CHARS = 16384
+PARTS_CHARS = 64 * 1024
+RECORD_CHARS = 512 * 1024
 
 
 def _text_digest(text: str) -> str:
@@ -109,6 +141,46 @@ def round_(*, run_id: str, n: int, model: str, stop_reason: str, usage: dict[str
            text: str | None) -> dict[str, Any]:
     return {"v": VERSION, "run_id": run_id, "round": n, "model": model, "stop_reason": stop_reason, "usage": usage,
             "tool_calls": tool_calls, "text": (text or "")[:TASK_CHARS]}
+
+
+def messages_(*, run_id: str, n: int, messages: Sequence[Message]) -> dict[str, Any]:
+    """A ``run_messages`` record: ``messages`` as round ``n`` added them, bounded (see the module docstring)."""
+    out: list[dict[str, Any]] = []
+    cut = 0
+    for m in messages:
+        d = m.to_dict()
+        if len(d["content"]) > MESSAGE_CHARS:
+            more = len(d["content"]) - MESSAGE_CHARS
+            cut += more
+            d["content"] = d["content"][:MESSAGE_CHARS] + f"\n[... {more} more characters not kept]"
+        for call in d.get("tool_calls") or ():
+            size = len(json.dumps(call["arguments"], ensure_ascii=False))
+            if size > MESSAGE_CHARS:
+                call["arguments"] = {"_not_kept": f"{size} characters"}
+                cut += size
+        if "parts" in d and len(json.dumps(d["parts"], ensure_ascii=False)) > PARTS_CHARS:
+            del d["parts"]
+        out.append(d)
+    dropped = 0
+    while len(out) > 1 and len(json.dumps(out, ensure_ascii=False)) > RECORD_CHARS:
+        out.pop(1 if len(out) > 2 else 0)  # the oldest but the first (the system prompt, or the reply)
+        dropped += 1
+    return {"v": VERSION, "run_id": run_id, "round": n, "messages": valid_json(out), "cut": cut, "dropped": dropped}
+
+
+def history(records: Iterable[tuple[str, dict[str, Any]]], run_id: str) -> list[Message]:
+    """Run ``run_id``'s conversation from its ``run_messages`` records, in order (empty for a run written before
+    them). A message a record holds that does not read back is skipped."""
+    out: list[Message] = []
+    for rtype, data in records:
+        if rtype != MESSAGES or data.get("run_id") != run_id:
+            continue
+        for raw in data.get("messages") or ():
+            try:
+                out.append(Message.from_dict(raw))
+            except ValueError:
+                continue
+    return out
 
 
 def finished(*, run_id: str, status: str, rounds: int, usage: dict[str, int], receipts: list[str], text: str | None,
@@ -235,5 +307,5 @@ def unfinished(state: dict[str, RunState]) -> list[RunState]:
     return [r for r in state.values() if r.finished is None and r.started.get("agent") is not None]
 
 
-__all__ = ["KIND", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled", "round_", "started",
-           "unfinished", "verified"]
+__all__ = ["KIND", "MESSAGES", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled",
+           "history", "messages_", "round_", "started", "unfinished", "verified"]

@@ -19,7 +19,8 @@ slot left by a dead process is recovered by the next server that opens it.
   in PostgreSQL, shared by replicas; a dead replica's runs are finished
   ``interrupted`` by the others' sweep.
 - :func:`read_runs`: a lock-free fold over every slot and segment, for the
-  CLI and for reading runs another process wrote; :func:`read_runs_in_database`
+  CLI and for reading runs another process wrote; :func:`read_history`
+  rebuilds one run's conversation from its ``run_messages`` records the same way; :func:`read_runs_in_database`
   and :func:`tail_runs_in_database` read the rows the same way (no lock, no write).
 """
 
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openfunctions.adapters import valid_json
+from openfunctions.adapters import Message, valid_json
 from openfunctions.core import run_every, stop_task
 from openfunctions.core.errors import JournalLocked, NonJsonValue
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
@@ -264,6 +265,10 @@ class DatabaseRunLog(MemoryRunLog):
         """The run as its rows say (any replica's)."""
         return R.fold(await self.log.records(run_id)).get(run_id)
 
+    async def load_history(self, run_id: str) -> list[Message]:
+        """The run's conversation as its rows say (any replica's; see :func:`._records.history`)."""
+        return R.history(await self.log.records(run_id), run_id)
+
     async def close(self) -> None:
         await stop_task(self._sweeper)
         self._sweeper = None
@@ -377,5 +382,12 @@ def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
         read_records(p) for p in journal_files(data_dir)))
 
 
+def read_history(data_dir: str | os.PathLike[str], run_id: str) -> list[Message]:
+    """Run ``run_id``'s conversation from its ``run_messages`` records under ``data_dir`` (no lock taken; see
+    :func:`._records.history`): what to send a model to continue it, after a restart too."""
+    return R.history(((rec.type, rec.data) for rec in itertools.chain.from_iterable(
+        read_records(p) for p in journal_files(data_dir))), run_id)
+
+
 __all__ = ["DatabaseRunLog", "KEEP_FINISHED", "MemoryRunLog", "RunJournal", "TailRecord", "interrupted_record", "journal_files",
-           "read_runs", "read_runs_in_database", "runs_journal_path", "tail_runs_in_database"]
+           "read_history", "read_runs", "read_runs_in_database", "runs_journal_path", "tail_runs_in_database"]

@@ -118,6 +118,8 @@ class RunResult:
     receipt: Any = None
     #: receipts of succeeded calls whose tool requires verification (the claim lists them)
     needs_verification: list[str] = field(default_factory=list)
+    #: the conversation as the run left it: system prompt, history, task, then each round's messages
+    messages: list[Message] = field(default_factory=list)
 
     def to_payload(self) -> dict[str, Any]:
         out = {"text": self.text or "", "run_id": self.run_id, "status": self.status, "rounds": self.rounds}
@@ -514,7 +516,8 @@ class AgentRuntime:
         system = opts.system if opts.system is not None else agent.instructions
         if agent.output_schema is not None:
             system += f"\n\nWhen you are done, call {SUBMIT_TOOL} with your answer; its arguments are your output."
-        messages = [Message.system(system), *opts.history, Message.user(task)]
+        messages = result.messages = [Message.system(system), *opts.history, Message.user(task)]
+        await self._messages(result, 0, messages)
         options = ChatOptions(max_tokens=lim.max_tokens, temperature=lim.temperature)
         inner = self._inner_context(ctx, result.run_id)
         calls_made = 0
@@ -527,14 +530,18 @@ class AgentRuntime:
                 if agent.output_schema is not None:
                     # The answer must come through the extraction tool; remind once per round.
                     messages += [reply.as_message(), Message.user(f"Call {SUBMIT_TOOL} with your final answer.")]
+                    await self._messages(result, n, messages[-2:])
                 else:
                     result.text, result.status = reply.text or "", "completed"
+                    messages.append(reply.as_message())
+                    await self._messages(result, n, messages[-1:])
                 await self._round(result, n, reply, records)
                 if result.status == "completed":
                     return
                 await _progress(ctx, n, lim.max_rounds, f"{agent.name}: round {n}, no tool call")
                 continue
             messages.append(reply.as_message())
+            await self._messages(result, n, messages[-1:])  # queued before the calls run
             for call in reply.tool_calls:
                 calls_made += 1
                 if calls_made > lim.max_tool_calls:
@@ -553,6 +560,7 @@ class AgentRuntime:
                     if rec.get("requires_verification") and rec.get("outcome") == "succeeded":
                         result.needs_verification.append(rec["receipt_id"])
                 messages.append(Message.tool_result(call, text, is_error=is_error))
+                await self._messages(result, n, messages[-1:])
                 if submitted:
                     result.output, result.status = call.arguments, "completed"
                     result.text = json.dumps(call.arguments, ensure_ascii=False)
@@ -580,6 +588,10 @@ class AgentRuntime:
         if reply is None:
             raise MalformedResponse(f"the {getattr(adapter, 'provider', '?')} stream ended without its final reply")
         return reply
+
+    async def _messages(self, result: RunResult, n: int, new: list[Message]) -> None:
+        # Not waited for, like the round's record (see agents/_records.py run_messages).
+        await self.runs.append(R.MESSAGES, R.messages_(run_id=result.run_id, n=n, messages=new), wait=False)
 
     async def _round(self, result: RunResult, n: int, reply: Any, records: list[dict[str, Any]]) -> None:
         # Not waited for: its fsync overlaps the next model call, and the run's

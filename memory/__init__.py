@@ -16,11 +16,11 @@ Works on either store (local or PostgreSQL). See docs/STATE.md.
 """
 
 from ._errors import FactNotFound, InvalidMemoryInput, MemoryLayerError, MemoryNotOpen
-from ._memory import Fact, FactHit, Memory, Message, ThreadPage, create_memory
+from ._memory import Fact, FactHit, Memory, ThreadMessage, ThreadPage, create_memory
 from ._profile import MemoryProfile, build_memory_profile
 from ._tools import create_memory_tools
 
 __all__ = [
     "Fact", "FactHit", "FactNotFound", "InvalidMemoryInput", "Memory", "MemoryLayerError", "MemoryNotOpen",
-    "MemoryProfile", "Message", "ThreadPage", "build_memory_profile", "create_memory", "create_memory_tools",
+    "MemoryProfile", "ThreadMessage", "ThreadPage", "build_memory_profile", "create_memory", "create_memory_tools",
 ]

@@ -61,6 +61,7 @@ from openfunctions.core import PRINCIPAL_SCOPE_KEY, InvalidParams, ToolExecution
 
 from ._constants import RECEIPT_META_KEY
 from ._fast import EncodedReceipt
+from ._input_required import InputRequired, is_retry, task_sampler, wants_input_required
 from ._outstanding import Outstanding
 from ._sdk import announce_list_changes, connection_of
 from ._tasks import (
@@ -158,8 +159,11 @@ def _sampling_hook(ctx: Any) -> dict[str, Any]:
     as a dict (``{"tools": {}}`` = sampling with tools), or ``None``;
     ``openfunctions.sampler``: sends one ``sampling/createMessage`` (wire-form
     params dict) on this request and returns the result as a wire-form dict.
-    A connection without a back-channel (stateless 2026-07-28) raises
-    ``SamplingUnavailable`` naming it.
+    A 2026-07-28 call from a client that declared sampling replaces this
+    sampler with one that asks through an ``InputRequiredResult``, or, for a
+    call running as a task, through the task's ``input_required`` status
+    (``_input_required.py``). On 2026-07-28 this one raises
+    ``SamplingUnavailable`` naming the missing channel.
     """
     caps = getattr(ctx.session, "client_capabilities", None)
     sampling = getattr(caps, "sampling", None)
@@ -182,9 +186,10 @@ def _sampling_hook(ctx: Any) -> dict[str, Any]:
             from openfunctions.adapters import SamplingUnavailable
 
             raise SamplingUnavailable(
-                f"this MCP connection (protocol {ctx.protocol_version}) has no channel for server-initiated "
-                "sampling requests; connect with a handshake-era protocol (2025-11-25 or earlier) to lend the "
-                "server your model, or give the agent its own model"
+                f"this MCP call (protocol {ctx.protocol_version}) has no channel for a server-initiated sampling "
+                "request; declare the 'sampling' capability on the request (its sampling requests then come "
+                "back as InputRequiredResults), connect with a handshake-era protocol (2025-11-25 or earlier), "
+                "or give the agent its own model"
             ) from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -248,6 +253,8 @@ class OpenFunctionsServer:
         self._prompts: dict[str, _Prompt] = {}
         self._tools_cache: tuple[tuple[int, ...], dict[str, Any]] | None = None
         self._fast_calls: Any = None  # the direct tools/call path's state (_fast.FastCalls.of)
+        # 2026-07-28 calls that ask their client for its model mid-call (InputRequiredResult; _input_required.py)
+        self.input_required = InputRequired()
         # Change notifications (a gateway's upstream re-lists its tools or
         # prompts): 2026-07-28 clients get them on the `subscriptions/listen`
         # streams they open (the SDK's handler, fed by this bus); handshake-era
@@ -558,6 +565,8 @@ class OpenFunctionsServer:
         if task is not None:
             metadata[TASK_METADATA_KEY] = task
             progress = _task_progress(task, progress)
+            if wants_input_required(ctx):  # 2026-07-28: a task asks through its input_required status
+                metadata["openfunctions.sampler"] = task_sampler(task)
         return ToolExecutionContext(
             principal=self._principal_for(ctx),
             scopes=self.scopes,
@@ -567,6 +576,8 @@ class OpenFunctionsServer:
         )
 
     async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
+        if is_retry(params):  # a 2026-07-28 retry answering an InputRequiredResult (never on the direct path)
+            return await self.input_required.resume(ctx, params, self._principal_for(ctx), self._answer_for(params.name))
         return await self._call_tool(ctx, params.name, params.arguments, params)
 
     async def _call_tool(self, ctx: Any, name: str, arguments: dict[str, Any] | None,
@@ -589,6 +600,8 @@ class OpenFunctionsServer:
             if support == "required":
                 raise missing_extension(f"tool {name!r} runs only as a task: it")
         tctx = self._execution_context(ctx)
+        if wants_input_required(ctx):
+            return await self._call_input_required(ctx, tool, arguments, tctx)
         scope = anyio.CancelScope()
         self._inflight.add(scope)
         # The executor hands over the settled result even when close() cancels
@@ -601,6 +614,25 @@ class OpenFunctionsServer:
         finally:
             self._inflight.discard(scope)
         return self._call_result(name, ctx, settled[0] if settled else None, shut_down=scope.cancelled_caught)
+
+    async def _call_input_required(self, ctx: Any, tool: Any, arguments: dict[str, Any] | None,
+                                   tctx: ToolExecutionContext) -> dict[str, Any]:
+        """A 2026-07-28 call from a client that lends its model: the call runs on in a task of its own, and
+        each sampling request it makes comes back to the client as an ``InputRequiredResult`` (_input_required.py)."""
+        executor = self.registry.executor
+
+        async def run(sampler: Any, progress: Any, scope: anyio.CancelScope) -> Any:
+            call_ctx = tctx.replace(metadata={**tctx.metadata, "openfunctions.sampler": sampler}, progress=progress)
+            settled: list[Any] = []
+            with scope:  # as in _call_tool: the settled result is handed over even when close() cancels the call
+                await executor.execute_detailed(tool, arguments, call_ctx, on_settled=settled.append)
+            return settled[0] if settled else None
+
+        return await self.input_required.call(ctx, tool.name, arguments, self._principal_for(ctx), run,
+                                              self._answer_for(tool.name), self._inflight.add, self._inflight.discard)
+
+    def _answer_for(self, name: str) -> Callable[[Any, Any, bool], dict[str, Any]]:
+        return lambda ctx, detailed, shut_down: self._call_result(name, ctx, detailed, shut_down=shut_down)
 
     async def _call_maybe_task(self, tool: Any, params: types.CallToolRequestParams, ctx: Any) -> dict[str, Any]:
         """Run the call; answer synchronously if it ends soon, else as a durable task (``_tasks.py``)."""

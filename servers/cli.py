@@ -299,6 +299,7 @@ _CONTRIBUTED = {
     "plugins": ("openfunctions.plugins.cli", "list the installed plugins (tools, providers, skills, prompts)"),
     "test": ("openfunctions.servers.tool_tests_cli", "run the tests your tools carry, through the executor"),
     "ui": ("openfunctions.ui.cli", "browse runs, receipts, attempts, tasks and conversations in a local web page"),
+    "engine": ("openfunctions.engine.cli", "run an agent session over stdin/stdout JSONL, or one task headless (run, review, subrun)"),
 }
 
 

@@ -35,6 +35,7 @@ TIERS: list[tuple[str, ...]] = [
     ("ui",),  # the viewer reads every layer's records and serves them behind the servers' HTTP guard
     ("servers",),
     ("plugins",),  # loads entry points into the layers below (tools, context providers, skills, prompts)
+    ("engine",),  # an agent session over stdin/stdout JSONL: a model and tools, above the agents tier
     ("agents", "workflows", "chat", "memory", "rag", "providers", "skills"),
     ("adapters", "store", "work"),
     ("artifacts",),

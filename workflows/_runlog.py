@@ -19,7 +19,7 @@ share the log's group commit (one ``write`` + one ``fdatasync`` for every
 record queued together, whichever runs they belong to).
 
 Every record's ``data`` carries ``run_id``; a run's records are folded by
-:func:`apply` into its :class:`RunState` (``fold`` routes a record to its
+:func:`apply` into its :class:`WorkflowRunState` (``fold`` routes a record to its
 run), live and at recovery alike. Records (``type``: ``data``), in the
 order a run writes them:
 
@@ -64,9 +64,9 @@ order a run writes them:
   ``capability.requires_verification``). Written by
   ``WorkflowRuns.verify``, before or after ``run_finished``. A ``succeeded``
   run with such a step not yet verified is not *completed*
-  (:attr:`RunState.completed`; ``awaiting_verification`` in its summary).
+  (:attr:`WorkflowRunState.completed`; ``awaiting_verification`` in its summary).
 - ``run_snapshot``: ``{run_id, state}`` — written only by a compaction:
-  the run's whole folded state (``state``: :meth:`RunState.snapshot`); it
+  the run's whole folded state (``state``: :meth:`WorkflowRunState.snapshot`); it
   replaces whatever was folded for that run before.
 - ``compacted``: ``{segments, kept, pruned}`` — the last record of a
   compaction's batch (no ``run_id``; not folded into any run).
@@ -173,7 +173,7 @@ class StepRecord:
 
 
 @dataclass
-class RunState:
+class WorkflowRunState:
     """One run, as the fold of its journal. Built by :func:`apply` live and at recovery alike."""
 
     run_id: str
@@ -252,7 +252,7 @@ class RunState:
 # -- the fold ---------------------------------------------------------------
 
 
-def apply(state: RunState, rec: Any) -> None:
+def apply(state: WorkflowRunState, rec: Any) -> None:
     """Fold one record (anything with ``type``, ``data``, ``time``) into ``state``.
 
     Raises ``KeyError``/``TypeError``/``ValueError`` for a malformed record;
@@ -275,7 +275,7 @@ def apply(state: RunState, rec: Any) -> None:
     state.updated_at = rec.time
 
 
-def _run_started(s: RunState, d: dict[str, Any]) -> None:
+def _run_started(s: WorkflowRunState, d: dict[str, Any]) -> None:
     if d["run_id"] != s.run_id:
         raise ValueError(f"run_started names run {d['run_id']!r}, not {s.run_id!r}")
     s.workflow = _str(d["workflow"])
@@ -284,12 +284,12 @@ def _run_started(s: RunState, d: dict[str, Any]) -> None:
     s.status = "running"
 
 
-def _step_started(s: RunState, d: dict[str, Any]) -> None:
+def _step_started(s: WorkflowRunState, d: dict[str, Any]) -> None:
     p = _str(d["step"])
     s.steps[p] = StepRecord(step=p, name=_str(d["name"]), status="started", tool=d.get("tool"), params=d.get("params"))
 
 
-def _step_settled(s: RunState, d: dict[str, Any]) -> None:
+def _step_settled(s: WorkflowRunState, d: dict[str, Any]) -> None:
     p = _str(d["step"])
     status = d["status"]
     if status not in ("succeeded", "failed", "cancelled"):
@@ -304,7 +304,7 @@ def _step_settled(s: RunState, d: dict[str, Any]) -> None:
     )
 
 
-def _step_verified(s: RunState, d: dict[str, Any]) -> None:
+def _step_verified(s: WorkflowRunState, d: dict[str, Any]) -> None:
     p = _str(d["step"])
     step = s.steps.get(p)
     if step is None or step.status != "succeeded" or not step.requires_verification:
@@ -313,7 +313,7 @@ def _step_verified(s: RunState, d: dict[str, Any]) -> None:
         step.verification = {"receipt_id": _str(d["receipt_id"]), "tool": d.get("tool"), "by": d.get("by")}
 
 
-def _run_blocked(s: RunState, d: dict[str, Any]) -> None:
+def _run_blocked(s: WorkflowRunState, d: dict[str, Any]) -> None:
     steps = d["steps"]
     if not isinstance(steps, list) or not all(isinstance(x, str) for x in steps):
         raise TypeError("run_blocked.steps must be a list of step paths")
@@ -321,7 +321,7 @@ def _run_blocked(s: RunState, d: dict[str, Any]) -> None:
     s.blocked = list(steps)
 
 
-def _step_resolved(s: RunState, d: dict[str, Any]) -> None:
+def _step_resolved(s: WorkflowRunState, d: dict[str, Any]) -> None:
     p = _str(d["step"])
     applied = d["applied"]
     if not isinstance(applied, bool):
@@ -341,7 +341,7 @@ def _step_resolved(s: RunState, d: dict[str, Any]) -> None:
         s.status = "running"
 
 
-def _run_finished(s: RunState, d: dict[str, Any]) -> None:
+def _run_finished(s: WorkflowRunState, d: dict[str, Any]) -> None:
     status = d["status"]
     if status not in TERMINAL:
         raise ValueError(f"run_finished with status {status!r}")
@@ -351,7 +351,7 @@ def _run_finished(s: RunState, d: dict[str, Any]) -> None:
     s.blocked = []
 
 
-def _run_snapshot(s: RunState, d: dict[str, Any]) -> None:
+def _run_snapshot(s: WorkflowRunState, d: dict[str, Any]) -> None:
     snap = d["state"]
     if not isinstance(snap, dict):
         raise TypeError("run_snapshot.state must be an object")
@@ -368,7 +368,7 @@ def _run_snapshot(s: RunState, d: dict[str, Any]) -> None:
     s.started_at, s.updated_at, s.records = snap.get("started_at"), snap.get("updated_at"), int(snap.get("records", 0))
 
 
-def fold(states: dict[str, RunState], rec: Any) -> RunState | None:
+def fold(states: dict[str, WorkflowRunState], rec: Any) -> WorkflowRunState | None:
     """Route one record of the shared journal to its run's state (created on its first record) and
     :func:`apply` it. ``compacted`` belongs to no run: ``None``."""
     if rec.type == "compacted":
@@ -376,7 +376,7 @@ def fold(states: dict[str, RunState], rec: Any) -> RunState | None:
     run_id = _str(rec.data["run_id"])
     state = states.get(run_id)
     if state is None:
-        state = states[run_id] = RunState(run_id=run_id)
+        state = states[run_id] = WorkflowRunState(run_id=run_id)
     apply(state, rec)
     return state
 
@@ -446,7 +446,7 @@ class RunJournal:
 
     __slots__ = ("log", "state", "max_result_bytes", "_pending", "_effect_pending")
 
-    def __init__(self, log: JournalLog, state: RunState, *, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
+    def __init__(self, log: JournalLog, state: WorkflowRunState, *, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
         self.log = log
         self.state = state
         self.max_result_bytes = max_result_bytes
@@ -561,5 +561,5 @@ class RunJournal:
         await self._append([*pending, ("run_finished", data)])
 
 
-__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "RunState", "StepRecord", "TERMINAL",
+__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "WorkflowRunState", "StepRecord", "TERMINAL",
            "V1_FORMAT", "V1_KIND", "V1_VERSION", "VERSION", "apply", "fold", "fold_error", "json_copy"]

@@ -41,13 +41,13 @@ from ._errors import (
     RunBlocked,
     RunBusy,
     RunCorrupt,
-    RunNotFound,
     RunStoreUnavailable,
     StepInterrupted,
     VerificationRefused,
     WorkflowChanged,
     WorkflowDefinitionError,
     WorkflowError,
+    WorkflowRunNotFound,
     WorkflowUnknown,
 )
 from ._runlog import (
@@ -58,7 +58,7 @@ from ._runlog import (
     V1_VERSION,
     VERSION,
     RunJournal,
-    RunState,
+    WorkflowRunState,
     apply,
     fold,
     fold_error,
@@ -196,7 +196,7 @@ class WorkflowRuns:
         for wf in workflows:
             self.register(wf)
         self._log: Any = None  # a JournalLog, or a workflows._pg.PgWorkflowLog (database=)
-        self._states: dict[str, RunState] = {}
+        self._states: dict[str, WorkflowRunState] = {}
         self._users = 0
         self._held = False
         self._gate: anyio.Lock | None = None
@@ -399,12 +399,12 @@ class WorkflowRuns:
             raise
         await self._migrate_v1()
 
-    def _fold_all(self, current: list[Any], *, cleanup: bool = False) -> dict[str, RunState]:
+    def _fold_all(self, current: list[Any], *, cleanup: bool = False) -> dict[str, WorkflowRunState]:
         """Fold the journal: its finished segments first (unless a compaction superseded them), then
         the file's records ``current``. ``cleanup`` (the writer, holding the lock): delete segments a
         finished compaction left behind."""
         assert self.path is not None
-        states: dict[str, RunState] = {}
+        states: dict[str, WorkflowRunState] = {}
         done = next((r for r in current if r.type == "compacted"), None)
         for seg in segment_paths(self.path):
             if done is not None:
@@ -427,7 +427,7 @@ class WorkflowRuns:
         old = runs_dir(self.data_dir)
         if not old.is_dir():
             return
-        found: list[tuple[Path, RunState]] = []
+        found: list[tuple[Path, WorkflowRunState]] = []
         for entry in sorted(os.scandir(old), key=lambda e: e.name):
             if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
                 continue
@@ -565,7 +565,7 @@ class WorkflowRuns:
             try:
                 state = self._states.get(run_id)
                 if state is None or state.status == "new":  # a new run, or one that crashed before its first record
-                    state = self._states[run_id] = RunState(run_id=run_id)
+                    state = self._states[run_id] = WorkflowRunState(run_id=run_id)
                     journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
                     journal.started({"run_id": run_id, "workflow": workflow.name, "digest": workflow.digest,
                                      "input": input_copy})
@@ -585,7 +585,7 @@ class WorkflowRuns:
                      adapter: Any = None) -> RunOutcome:
         """Resume an interrupted run after its last settled step (a finished run: its outcome).
 
-        Raises :class:`RunNotFound`, :class:`RunBusy`, :class:`RunCorrupt`, :class:`RunBlocked`,
+        Raises :class:`WorkflowRunNotFound`, :class:`RunBusy`, :class:`RunCorrupt`, :class:`RunBlocked`,
         :class:`WorkflowUnknown` (not registered here), :class:`WorkflowChanged` (its steps changed).
         """
         run_id = check_run_id(run_id)
@@ -594,7 +594,7 @@ class WorkflowRuns:
             try:
                 state = self._states.get(run_id)
                 if state is None or state.status == "new":
-                    raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
+                    raise WorkflowRunNotFound(f"no workflow run {run_id!r} in {self.where} "
                                       "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
                 journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
                 wf = self._workflows.get(state.workflow)
@@ -684,7 +684,7 @@ class WorkflowRuns:
 
     # -- operator ---------------------------------------------------------------
 
-    async def resolve(self, run_id: str, step: str, *, applied: bool, result: Any = None, by: str | None = None) -> RunState:
+    async def resolve(self, run_id: str, step: str, *, applied: bool, result: Any = None, by: str | None = None) -> WorkflowRunState:
         """Answer for an uncertain step after checking its effect by other means.
 
         ``applied=True``: the effect happened; ``result`` (JSON) becomes the step's result and the
@@ -695,7 +695,7 @@ class WorkflowRuns:
         async with self._using() as log_:
             state = self._states.get(run_id)
             if state is None or state.status == "new":
-                raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
+                raise WorkflowRunNotFound(f"no workflow run {run_id!r} in {self.where} "
                                   "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
             self._claim(run_id)
             try:
@@ -714,13 +714,13 @@ class WorkflowRuns:
             finally:
                 self._claimed.discard(run_id)
 
-    async def verify(self, run_id: str, step: str, *, receipt: Any, by: str | None = None) -> RunState:
+    async def verify(self, run_id: str, step: str, *, receipt: Any, by: str | None = None) -> WorkflowRunState:
         """Link a verifier call's receipt (a :class:`~openfunctions.core.Receipt` or its dict) to ``step``.
 
         ``step`` must have succeeded with a tool that declares
         ``capability.requires_verification``; the receipt must be a call that
         succeeded and not the step's own. Until each such step is verified a
-        succeeded run is not :attr:`RunState.completed`. Allowed after the run
+        succeeded run is not :attr:`WorkflowRunState.completed`. Allowed after the run
         finished; the first verification of a step counts.
         """
         run_id = check_run_id(run_id)
@@ -730,7 +730,7 @@ class WorkflowRuns:
         async with self._using() as log_:
             state = self._states.get(run_id)
             if state is None or state.status == "new":
-                raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
+                raise WorkflowRunNotFound(f"no workflow run {run_id!r} in {self.where} "
                                   "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
             rec = state.steps.get(step)
             if rec is None or rec.status != "succeeded" or not rec.requires_verification:
@@ -755,12 +755,12 @@ class WorkflowRuns:
 
     # -- reading (no lock: works while another process runs runs) -------------------
 
-    def show(self, run_id: str) -> RunState:
-        """The run's state as the journal says now (lock-free). Raises RunNotFound, RunCorrupt."""
+    def show(self, run_id: str) -> WorkflowRunState:
+        """The run's state as the journal says now (lock-free). Raises WorkflowRunNotFound, RunCorrupt."""
         run_id = check_run_id(run_id)  # before anything is read
         state = self._read().get(run_id)
         if state is None or state.status == "new":
-            raise RunNotFound(f"no workflow run {run_id!r} in {self.where} (see `openfunctions-mcp workflows list`)",
+            raise WorkflowRunNotFound(f"no workflow run {run_id!r} in {self.where} (see `openfunctions-mcp workflows list`)",
                               details={"run_id": run_id})
         return state
 
@@ -769,7 +769,7 @@ class WorkflowRuns:
         states = [s for s in self._read().values() if s.status != "new"]
         return [s.summary() for s in sorted(states, key=lambda s: s.started_at or "")]
 
-    def _read(self) -> dict[str, RunState]:
+    def _read(self) -> dict[str, WorkflowRunState]:
         if self._log is not None:
             return dict(self._states)
         self._check_placed()
@@ -799,9 +799,9 @@ class WorkflowRuns:
                              details={"path": str(self.path)}) from None
 
 
-def _fold_records(where: str, records: Iterable[Any]) -> dict[str, RunState]:
+def _fold_records(where: str, records: Iterable[Any]) -> dict[str, WorkflowRunState]:
     """The database's rows of a space, folded (compaction replaced its rows: no segments to look at)."""
-    states: dict[str, RunState] = {}
+    states: dict[str, WorkflowRunState] = {}
     for rec in records:
         _fold_one(where, states, rec)
     return states
@@ -814,7 +814,7 @@ def _unavailable(space: str, exc: OpenFunctionsError) -> RunStoreUnavailable:
                                details={"cause": exc.code, "space": space})
 
 
-def _fold_one(path: Path | str, states: dict[str, RunState], rec: Any) -> None:
+def _fold_one(path: Path | str, states: dict[str, WorkflowRunState], rec: Any) -> None:
     try:
         fold(states, rec)
     except (KeyError, TypeError, ValueError) as exc:
@@ -853,13 +853,13 @@ def _check_v1_header(path: Path, meta: Any, run_id: str | None) -> None:
         raise RunCorrupt(f"{str(path)!r} belongs to run {meta.get('run_id')!r}, not {run_id!r}", details={"path": str(path)})
 
 
-def _read_state(path: Path, run_id: str | None) -> RunState:
+def _read_state(path: Path, run_id: str | None) -> WorkflowRunState:
     """A version 1 run file, folded (for the migration)."""
     try:
         records = read_records(path)
         header_meta = _header_meta(path)
         _check_v1_header(path, header_meta, run_id)
-        state = RunState(run_id=header_meta["run_id"], workflow=header_meta.get("workflow") or "")
+        state = WorkflowRunState(run_id=header_meta["run_id"], workflow=header_meta.get("workflow") or "")
         for rec in records:
             try:
                 apply(state, rec)
@@ -896,7 +896,7 @@ def _idempotent(registry: Any, tool: str | None) -> bool:
     return bool(cap is not None and cap.idempotent)
 
 
-def _blocked_error(state: RunState) -> RunBlocked:
+def _blocked_error(state: WorkflowRunState) -> RunBlocked:
     steps = state.uncertain_steps()
     shown = ", ".join(f"{p} ({state.steps[p].name}{', tool ' + state.steps[p].tool if state.steps[p].tool else ''})" for p in steps)
     return RunBlocked(
@@ -907,7 +907,7 @@ def _blocked_error(state: RunState) -> RunBlocked:
     )
 
 
-def _outcome(state: RunState, *, resumed: bool) -> RunOutcome:
+def _outcome(state: WorkflowRunState, *, resumed: bool) -> RunOutcome:
     return RunOutcome(run_id=state.run_id, workflow=state.workflow, status=state.status, result=state.result,
                       error=state.error, resumed=resumed, awaiting_verification=state.awaiting_verification())
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,7 +261,11 @@ def _unsupported(rule: dict[str, str]) -> str | None:
 
 
 def _add_months(d: dt.datetime, months: int) -> dt.datetime | None:
+    """``d`` moved by ``months``; None where that month lacks the day; OverflowError past the last year."""
     y, m = divmod(d.month - 1 + months, 12)
+    if d.year + y > dt.MAXYEAR:
+        # not None: a series whose every later month is "skipped" would never yield, and never end
+        raise OverflowError(f"year {d.year + y} is past {dt.MAXYEAR}")
     try:
         return d.replace(year=d.year + y, month=m + 1)
     except ValueError:  # the 31st in a 30-day month: RFC 5545 skips it
@@ -272,11 +276,11 @@ def occurrences(ev: Event, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime
     """Start times of ``ev``'s occurrences that overlap ``[lo, hi)``."""
     length = ev.end - ev.start
 
-    def overlaps(s: dt.datetime) -> bool:
-        return s < hi and (s + length > lo or (length == dt.timedelta() and s >= lo))
+    def overlaps(s: dt.datetime, end: dt.datetime) -> bool:
+        return s < hi and (end > lo or (end == s and s >= lo))
 
     if not ev.rrule or ev.unsupported:
-        return [ev.start] if overlaps(ev.start) else []
+        return [ev.start] if overlaps(ev.start, ev.end) else []
     rule = ev.rrule
     interval = max(1, int(rule.get("INTERVAL", "1") or 1))
     count = int(rule["COUNT"]) if rule.get("COUNT", "").isdigit() else None
@@ -291,26 +295,25 @@ def occurrences(ev: Event, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime
     naive_start = ev.start.replace(tzinfo=None)  # step in wall-clock time: a 9:00 meeting stays at 9:00 across DST
     tz = ev.start.tzinfo
 
-    def candidates() -> Any:
+    def candidates() -> Iterator[dt.datetime]:
         k = 0
         while True:
-            if freq == "DAILY":
-                yield naive_start + dt.timedelta(days=k * interval)
-            elif freq == "WEEKLY":
-                days = sorted(_WEEKDAYS[d] for d in rule.get("BYDAY", "").split(",") if d) or [naive_start.weekday()]
-                week0 = naive_start - dt.timedelta(days=naive_start.weekday()) + dt.timedelta(weeks=k * interval)
-                for wd in days:
-                    c = week0 + dt.timedelta(days=wd)
-                    if c >= naive_start:
-                        yield c
-            elif freq == "MONTHLY":
-                c = _add_months(naive_start, k * interval)
-                if c is not None:
-                    yield c
-            else:
-                c = _add_months(naive_start, 12 * k * interval)
-                if c is not None:
-                    yield c
+            try:
+                if freq == "DAILY":
+                    yield naive_start + dt.timedelta(days=k * interval)
+                elif freq == "WEEKLY":
+                    days = sorted(_WEEKDAYS[d] for d in rule.get("BYDAY", "").split(",") if d) or [naive_start.weekday()]
+                    week0 = naive_start - dt.timedelta(days=naive_start.weekday()) + dt.timedelta(weeks=k * interval)
+                    for wd in days:
+                        c = week0 + dt.timedelta(days=wd)
+                        if c >= naive_start:
+                            yield c
+                else:
+                    monthly = _add_months(naive_start, (1 if freq == "MONTHLY" else 12) * k * interval)
+                    if monthly is not None:
+                        yield monthly
+            except OverflowError:
+                return  # the series runs past year 9999: no later date exists
             k += 1
 
     for c in candidates():
@@ -324,7 +327,11 @@ def occurrences(ev: Event, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime
             break
         if s in ev.exdates:
             continue
-        if overlaps(s):
+        try:
+            end = s + length
+        except OverflowError:
+            break  # it would end after year 9999, which no date can say; so would every later one
+        if overlaps(s, end):
             out.append(s)
             if len(out) >= MAX_OCCURRENCES:
                 break
@@ -397,7 +404,11 @@ def _parse_bound(value: str, tz: dt.tzinfo, what: str) -> dt.datetime:
 def calendar_tools(cals: Calendars, prefix: str, now: Callable[[], dt.datetime]) -> list[ToolDefinition]:
     def events(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         lo = _parse_bound(p["start"], cals.tz, "start")
-        hi = _parse_bound(p["end"], cals.tz, "end") if p.get("end") else lo + dt.timedelta(days=1)
+        try:
+            hi = _parse_bound(p["end"], cals.tz, "end") if p.get("end") else lo + dt.timedelta(days=1)
+        except OverflowError:
+            raise refuse(RANGE_INVALID, f"start {lo.isoformat()} leaves no day before year {dt.MAXYEAR} ends; "
+                                        "give an end") from None
         if hi <= lo:
             raise refuse(RANGE_INVALID, f"end {hi.isoformat()} is not after start {lo.isoformat()}")
         if hi - lo > dt.timedelta(days=MAX_RANGE_DAYS):

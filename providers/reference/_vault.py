@@ -33,7 +33,7 @@ from typing import Any
 from openfunctions.core import ToolDefinition, define_tool
 from openfunctions.skills import FrontmatterError, split_frontmatter
 
-from .._provider import ContextProvider, ProviderHealth
+from .._provider import ContextProvider, ProviderHealth, Status
 from ._base import READ, READ_ONLY, Connected, limit_schema
 from ._root import NOT_FOUND, PATH_OUTSIDE, Root, clip, read_bounded, refuse
 
@@ -364,7 +364,7 @@ def _health(vault: Vault, pid: str) -> ProviderHealth:
         return ProviderHealth(pid, "down", getattr(exc, "message", str(exc)))
     notes = vault.notes()
     problems = [n.problem for n in notes if n.problem]
-    status = "degraded" if problems else "up"
+    status: Status = "degraded" if problems else "up"
     return ProviderHealth(pid, status, f"{len(problems)} note(s) with unreadable frontmatter" if problems else None,
                           tools=7, details={"notes": len(notes), "problems": problems[:10]})
 

@@ -99,9 +99,11 @@ async def test_memory_a_fact_saved_in_one_conversation_is_recalled_in_the_next(t
         first = await agent.chat("My favourite colour is teal, remember it.")
         assert first.tool_calls[0]["outcome"] == "succeeded"
         await agent.chat("thanks")
-        # Same conversation: the model is shown the earlier turns.
-        assert [m.content for m in model.calls[-1][0][1:]] == [
-            "My favourite colour is teal, remember it.", "Noted: teal.", "thanks"]
+        # Same conversation: the model is shown the earlier turns, its tool call and result included.
+        shown = model.calls[-1][0][1:]
+        assert [(m.role, m.content if m.role != "tool" else m.tool_call_id) for m in shown] == [
+            ("user", "My favourite colour is teal, remember it."), ("assistant", ""),
+            ("tool", shown[1].tool_calls[0].id), ("assistant", "Noted: teal."), ("user", "thanks")]
         old_thread = agent.thread_id
         assert await agent.reset() != old_thread
         second = await agent.chat("What is my favourite colour?")
@@ -114,7 +116,9 @@ async def test_memory_a_fact_saved_in_one_conversation_is_recalled_in_the_next(t
     model2 = ScriptedAdapter(["Teal, as you said."])
     async with await create_chat_agent(adapter=model2, data_dir=tmp_path, thread_id=old_thread) as agent2:
         await agent2.chat("remind me of my colour")
-    assert [m.content for m in model2.calls[0][0][1:3]] == ["My favourite colour is teal, remember it.", "Noted: teal."]
+    shown = model2.calls[0][0][1:5]
+    assert [m.content for m in shown[:1] + shown[3:]] == ["My favourite colour is teal, remember it.", "Noted: teal."]
+    assert shown[1].tool_calls[0].name == "memory_save_fact" and shown[2].tool_call_id == shown[1].tool_calls[0].id
 
 
 async def test_memory_off_keeps_the_conversation_in_process_and_offers_no_memory_tools(tmp_path: Path) -> None:
