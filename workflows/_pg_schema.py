@@ -22,7 +22,7 @@ Table, version 1::
 
 Meaning: the rows of a space, in ``seq`` order, are the records of a workflow run
 journal (format version 2; the records and the fold are ``workflows/_runlog.py``'s),
-folded by the same ``fold``. Promises (``store/_pg_workflows.py``):
+folded by the same ``fold``. Promises (``workflows/_pg.py``):
 
 - **one writer per space**: the writer holds a session advisory lock (key:
   the first 8 bytes of ``sha256("openfunctions.workflows:" + space)``, signed)
