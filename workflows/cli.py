@@ -21,7 +21,7 @@ The data directory defaults, like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR
 or else the per-user data dir; runs live in ``<data-dir>/workflows/runs.journal``.
 With ``--database URL`` (or, when no ``--data-dir`` is given, ``$OPENFUNCTIONS_DATABASE_URL``)
 they live in PostgreSQL instead, rows of one run space (``--space``, default ``default``; refused without a database;
-format: ``store/_pg_workflows_schema.py``; create it with ``openfunctions-mcp db migrate``).
+format: ``workflows/_pg_schema.py``; create it with ``openfunctions-mcp db migrate``).
 While a server serving durable workflows runs, it holds that journal:
 ``resume``, ``resolve`` and ``prune`` then exit 2 naming it.
 Exit codes: 0 done (``resume``: the run succeeded); 1 the run failed or was
