@@ -32,7 +32,7 @@ HELP = "migrate, check and verify the PostgreSQL database that server replicas s
 
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
-    db = subparsers.add_parser("db", help=HELP, description=__doc__.split("\n\n")[0])
+    db: argparse.ArgumentParser = subparsers.add_parser("db", help=HELP, description=__doc__.split("\n\n")[0])
     sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify,start,stop}")
     sub.required = True
 

@@ -844,9 +844,13 @@ def _idempotent(registry: Any, tool: str | None) -> bool:
     return bool(cap is not None and cap.idempotent)
 
 
+def _tool_note(tool: str | None) -> str:
+    return f", tool {tool}" if tool else ""
+
+
 def _blocked_error(state: WorkflowRunState) -> RunBlocked:
     steps = state.uncertain_steps()
-    shown = ", ".join(f"{p} ({state.steps[p].name}{', tool ' + state.steps[p].tool if state.steps[p].tool else ''})" for p in steps)
+    shown = ", ".join(f"{p} ({state.steps[p].name}{_tool_note(state.steps[p].tool)})" for p in steps)
     return RunBlocked(
         f"run {state.run_id} is blocked: step(s) {shown} started and never settled, so their effect is uncertain; "
         f"check the effect, then `openfunctions-mcp workflows resolve {state.run_id} STEP --applied --result JSON` "

@@ -57,10 +57,15 @@ def default_data_dir() -> Path:
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``workflows`` command group to an argparse subparsers object."""
-    wf = subparsers.add_parser("workflows", help=HELP, description=__doc__.split("\n\n")[0],
-                               epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    wf: argparse.ArgumentParser = subparsers.add_parser("workflows", help=HELP, description=__doc__.split("\n\n")[0],
+                                                        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = wf.add_subparsers(dest="workflows_command", metavar="{list,show,resume,resolve,prune}")
-    wf.set_defaults(func=lambda args: (wf.print_help(sys.stderr), 2)[1])
+
+    def usage(_args: argparse.Namespace) -> int:
+        wf.print_help(sys.stderr)
+        return 2
+
+    wf.set_defaults(func=usage)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", dest="workflows_data_dir", type=Path, default=None,
