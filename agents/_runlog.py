@@ -227,7 +227,7 @@ class RunJournal(MemoryRunLog):
 
 
 class DatabaseRunLog(MemoryRunLog):
-    """Run records in PostgreSQL (``openfunctions.store.PgRunLog``; schema in ``store/_pg_runs.py``), shared by replicas.
+    """Run records in PostgreSQL (``agents/_pg_runs.py``'s ``PgRunLog``, schema at its top), shared by replicas.
 
     Every append is a committed insert before it returns (rounds included:
     there is no unwaited queue here). :meth:`open` and a sweep every
@@ -247,7 +247,7 @@ class DatabaseRunLog(MemoryRunLog):
 
     @classmethod
     async def open(cls, url: str, space: str = "default", *, sweep_interval: float | None = 5.0) -> DatabaseRunLog:
-        from openfunctions.store import open_pg_run_log
+        from ._pg_runs import open_pg_run_log
 
         self = cls(await open_pg_run_log(url, space))
         try:
@@ -339,7 +339,7 @@ def journal_files(data_dir: str | os.PathLike[str]) -> list[Path]:
 async def read_runs_in_database(url: str, run_id: str | None = None, *, space: str = "default",
                                 limit_runs: int = 1000, connect_timeout: float = 10.0) -> dict[str, R.RunState]:
     """Fold the runs in the database (one run, or the newest ``limit_runs``), writing nothing and taking no lock."""
-    from openfunctions.store import open_pg_run_log
+    from ._pg_runs import open_pg_run_log
 
     log = await open_pg_run_log(url, space, register=False, max_connections=1, timeout=connect_timeout)
     try:
@@ -376,7 +376,7 @@ async def tail_runs_in_database(url: str, emit: Callable[[TailRecord], None], *,
     (read again within :data:`TAIL_LOOKBACK` seqs of the newest seen). Stops
     when ``stop()`` is true after a poll (the CLI stops on Ctrl-C instead).
     """
-    from openfunctions.store import open_pg_run_log
+    from ._pg_runs import open_pg_run_log
 
     log = await open_pg_run_log(url, space, register=False, max_connections=1, timeout=connect_timeout)
     try:

@@ -8,8 +8,8 @@ recovery):
   execution journal, folded into memory when it opens; one process owns it
   (the journal's kernel lock), so its memory *is* the state.
 - :class:`DatabaseTaskStore` (``serve --database``): the records as rows in
-  PostgreSQL (``openfunctions.store.PgTaskLog``; schema at the top of
-  ``store/_pg_tasks.py``), shared by every replica on the database: each
+  PostgreSQL (``servers/_pg_tasks.py``'s ``PgTaskLog``; schema at the top of
+  that module), shared by every replica on the database: each
   lookup folds the task's rows again, so ``tasks/get`` through replica B sees
   what replica A wrote. Its sweep settles ``failed`` the tasks of a replica
   that died (after the execution journal's sweep settled its calls
@@ -260,7 +260,7 @@ class DatabaseTaskStore:
     shared = True
 
     def __init__(self, task_log: Any, journal: Any) -> None:
-        self.task_log = task_log  # openfunctions.store.PgTaskLog
+        self.task_log = task_log  # servers/_pg_tasks.py's PgTaskLog
         self.journal = journal  # openfunctions.store.PgExecutionJournal: liveness, receipts
         self._sweeper: asyncio.Task[None] | None = None
         self._sweeping = asyncio.Lock()

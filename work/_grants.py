@@ -46,6 +46,7 @@ such a record.) The issuer's writer and the lock-free readers fold through it.
 
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import os
 from collections.abc import Sequence
@@ -232,11 +233,11 @@ def apply(grants: dict[str, Grant], rec: StreamRecord, parsed: dict[tuple[int, s
         grants[g.grant_id] = g
     else:  # REVOKED
         gid = data["grant_id"]
-        g = grants.get(gid)
-        if g is None:
+        revoked = grants.get(gid)
+        if revoked is None:
             raise ValueError(f"revokes unknown grant {gid!r}")
-        if g.revoked_at is None:
-            grants[gid] = g.revoked_copy(data["revoked_at"], data.get("revoked_by"))
+        if revoked.revoked_at is None:
+            grants[gid] = revoked.revoked_copy(data["revoked_at"], data.get("revoked_by"))
 
 
 def _corrupt(where: Path | str, rec: StreamRecord, exc: Exception) -> GrantStoreCorrupt:
@@ -318,11 +319,11 @@ class GrantStore:
             raise GrantNotFound(f"no grant {grant_id!r} in {self.path}", details={"grant_id": grant_id})
         return g
 
-    async def for_principal(self, principal: str) -> list[Grant]:
+    async def for_principal(self, principal: str) -> builtins.list[Grant]:
         """Every grant naming ``principal`` (whatever its status): authority explains refusals from these."""
         return [g for g in (await self._load()).values() if g.principal == principal]
 
-    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> list[Grant]:
+    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> builtins.list[Grant]:
         """The grants of ``principal`` neither expired nor revoked at ``now``."""
         t = now or utc_datetime()
         return [g for g in await self.for_principal(principal) if g.active(t)]

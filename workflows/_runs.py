@@ -195,7 +195,7 @@ class WorkflowRuns:
         self._workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self.register(wf)
-        # the open stream: a FileRecordLog, or a TableRecordLog over a store.PgWorkflowLog (database=)
+        # the open stream: a FileRecordLog, or a TableRecordLog over a workflows._pg.PgWorkflowLog (database=)
         self._log: FileRecordLog[dict[str, WorkflowRunState]] | TableRecordLog[dict[str, WorkflowRunState]] | None = None
         self._users = 0
         self._held = False
@@ -216,7 +216,7 @@ class WorkflowRuns:
 
     def _locate(self, data_dir: str | os.PathLike[str] | None, database: str | None) -> None:
         self.placed = data_dir is not None or database is not None
-        #: ``database``: the runs are rows of ``space`` in PostgreSQL (format: store/_pg_workflows_schema.py)
+        #: ``database``: the runs are rows of ``space`` in PostgreSQL (format: workflows/_pg_schema.py)
         self.database = database
         self.data_dir = Path(data_dir) if data_dir is not None else None
         #: the journal file (None with ``database``)
@@ -359,7 +359,10 @@ class WorkflowRuns:
             await self._compact()
 
     async def _load_database(self) -> None:
-        from openfunctions.store import StoreError, StoreLocked, open_pg_workflow_log
+        from openfunctions.core.postgres import DatabaseError
+        from openfunctions.store import StoreError, StoreLocked
+
+        from ._pg import open_pg_workflow_log
 
         assert self.database is not None
         try:
@@ -368,7 +371,7 @@ class WorkflowRuns:
             raise RunBusy(f"the workflow runs of {self.where} are being run by another process ({exc.message}); "
                           "stop it (a process serving workflows resumes and runs them) or use it",
                           details={"space": self.space}) from None
-        except StoreError as exc:
+        except (StoreError, DatabaseError) as exc:
             raise _unavailable(self.space, exc) from None
         try:
             records, log_.records = log_.records, []
@@ -729,11 +732,14 @@ class WorkflowRuns:
             return dict(self._states)
         self._check_placed()
         if self.database is not None:
-            from openfunctions.store import StoreError, read_pg_workflow_records
+            from openfunctions.core.postgres import DatabaseError
+            from openfunctions.store import StoreError
+
+            from ._pg import read_pg_workflow_records
 
             try:
                 records = read_pg_workflow_records(self.database, self.space)
-            except StoreError as exc:
+            except (StoreError, DatabaseError) as exc:
                 raise _unavailable(self.space, exc) from None
             return _fold_records(self.where, records)
         assert self.path is not None
@@ -838,9 +844,13 @@ def _idempotent(registry: Any, tool: str | None) -> bool:
     return bool(cap is not None and cap.idempotent)
 
 
+def _tool_note(tool: str | None) -> str:
+    return f", tool {tool}" if tool else ""
+
+
 def _blocked_error(state: WorkflowRunState) -> RunBlocked:
     steps = state.uncertain_steps()
-    shown = ", ".join(f"{p} ({state.steps[p].name}{', tool ' + state.steps[p].tool if state.steps[p].tool else ''})" for p in steps)
+    shown = ", ".join(f"{p} ({state.steps[p].name}{_tool_note(state.steps[p].tool)})" for p in steps)
     return RunBlocked(
         f"run {state.run_id} is blocked: step(s) {shown} started and never settled, so their effect is uncertain; "
         f"check the effect, then `openfunctions-mcp workflows resolve {state.run_id} STEP --applied --result JSON` "
