@@ -102,3 +102,43 @@ def test_the_live_inbox_fold_equals_the_fold_replayed_from_disk(steps):
 
     with tempfile.TemporaryDirectory() as d:
         anyio.run(main, Path(d))
+
+
+async def test_a_controller_copies_nothing_from_an_inbox_it_cannot_read_and_keeps_serving(tmp_path):
+    """Fail closed: a resolve followed by a record this version does not know (one that might take it back)
+    is not acted on; the attempt stays blocked on its uncertain operation, and the controller keeps answering."""
+    from structlog.testing import capture_logs
+
+    from openfunctions.core import OpenFunctionsError
+
+    from .conftest import WorkEnv
+    from .test_controller import CATALOG
+    from .test_fold import _Tools
+
+    env = WorkEnv(tmp_path)
+    env.write_catalog(CATALOG)
+    await env.grant(("bump", "look", "check"))
+    tools = _Tools()
+    ctl = await env.open(tools.build())
+    try:
+        preview = (await ctl.preview([{"step": "bump"}, {"step": "look"}], principal="agent"))["previewId"]
+        await ctl.start(preview, principal="agent")
+        tools.mode = "unknown"
+        try:
+            await ctl.run_step(principal="agent", step="bump")
+        except OpenFunctionsError:
+            pass
+        [(_, op)] = ctl.state.open_uncertain()
+        await _raw(env.work_dir, [(RESOLVE, resolve_record(op.operation_id, as_="applied", reason="seen", by="op")),
+                                  ("withdraw", {"v": 1, "operation_id": op.operation_id})])
+        tools.mode = "ok"
+        with capture_logs() as logs:
+            try:
+                await ctl.reconcile(principal="agent")
+            except OpenFunctionsError:
+                pass
+        assert any(e["event"] == "resolutions_unreadable" and "withdraw" in e["error"] for e in logs), logs
+        assert [o.operation_id for _, o in ctl.state.open_uncertain()] == [op.operation_id]
+    finally:
+        for c in env.controllers:
+            await c.close()
