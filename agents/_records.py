@@ -299,27 +299,27 @@ class RunState:
 
 
 def _apply(state: dict[str, RunState], rec: StreamRecord) -> None:
-    data = rec.data
+    data, rtype = rec.data, rec.type
     rid = data["run_id"]
     if not isinstance(rid, str):
         raise TypeError(f"run_id is {type(rid).__name__}, not a string")
-    if rec.type == STARTED:
+    if rtype == STARTED:
         state[rid] = RunState(rid, data)
         return
     run = state.get(rid)
     if run is None:  # records of a run whose start is in an older segment: keep what we know
         run = state[rid] = RunState(rid, {"run_id": rid})
-    if rec.type == ROUND:
+    if rtype == ROUND:
         run.rounds.append(data)
-    elif rec.type == MESSAGES:
+    elif rtype == MESSAGES:
         run.messages.append(data)
-    elif rec.type == FINISHED and run.finished is None:
+    elif rtype == FINISHED and run.finished is None:
         run.finished = data
-    elif rec.type == CLAIM:
+    elif rtype == CLAIM:
         run.claims.append(data)
-    elif rec.type == VERIFIED:
+    elif rtype == VERIFIED:
         run.verifications.append(data)
-    elif rec.type == FULFILLED and run.fulfilment is None:
+    elif rtype == FULFILLED and run.fulfilment is None:
         run.fulfilment = data
 
 
