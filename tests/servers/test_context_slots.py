@@ -89,3 +89,16 @@ async def test_outside_mcp_there_is_no_host() -> None:
     registry = _registry([])
     detailed = await registry.execute_detailed("through_adapter", {"q": "x"})
     assert detailed.error is not None and "SamplingUnavailable: no MCP host to sample from" in detailed.error.message
+
+
+def test_the_docs_example_of_ctx_host_runs() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "SERVERS.md").read_text()
+    section = doc.split("### What a handler finds in `ctx`", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "42"
