@@ -102,7 +102,7 @@ class WorkGrant:
     on_spawn: Callable[[int], Awaitable[None]] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolExecutionContext:
     principal: str | None = None
     scopes: frozenset[str] = frozenset()
@@ -123,6 +123,35 @@ class ToolExecutionContext:
     work: WorkGrant | None = field(default=None, repr=False)
     admitted_for: str | None = None
     run_reads_only: bool = False
+
+    # A hand-written __init__: a frozen dataclass's own sets each of these 17 fields through
+    # object.__setattr__, which costs every MCP call about as much as the rest of building its context.
+    def __init__(
+        self,
+        principal: str | None = None,
+        scopes: frozenset[str] = frozenset(),
+        grants: tuple[Any, ...] = (),
+        lease: Any = None,
+        request_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: ProgressReporter | None = None,
+        receipt_id: str | None = None,
+        parent_receipt_id: str | None = None,
+        reservation: Reservation | None = None,
+        host: HostChannel | None = None,
+        task: TaskChannel | None = None,
+        request: Any = None,
+        run_id: str | None = None,
+        work: WorkGrant | None = None,
+        admitted_for: str | None = None,
+        run_reads_only: bool = False,
+    ) -> None:
+        self.__dict__.update(
+            principal=principal, scopes=scopes, grants=grants, lease=lease, request_id=request_id,
+            metadata={} if metadata is None else metadata, progress=progress, receipt_id=receipt_id,
+            parent_receipt_id=parent_receipt_id, reservation=reservation, host=host, task=task, request=request,
+            run_id=run_id, work=work, admitted_for=admitted_for, run_reads_only=run_reads_only,
+        )
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress to the caller (an MCP ``notifications/progress``); a no-op without a reporter."""
