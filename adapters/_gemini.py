@@ -109,13 +109,13 @@ def gemini_contents(messages: Sequence[Message], *, placeholder: bool = False) -
                 fc: dict[str, Any] = {"name": c.name, "args": c.arguments}
                 if issued.get("id") == c.id:
                     fc = {"id": c.id, **fc}
-                part: dict[str, Any] = {"functionCall": fc}
+                call_part: dict[str, Any] = {"functionCall": fc}
                 signature = issued.get("thoughtSignature")
                 if signature is None and placeholder and not any("functionCall" in p for p in parts):
                     signature = SKIP_SIGNATURE
                 if signature is not None:
-                    part["thoughtSignature"] = signature
-                parts.append(part)
+                    call_part["thoughtSignature"] = signature
+                parts.append(call_part)
             out.append({"role": "model", "parts": parts})
         else:
             out.append({"role": "user", "parts": [{"text": m.content}]})

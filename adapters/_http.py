@@ -65,7 +65,7 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """The wait before attempt ``attempt + 1`` (attempt counts from 1) without a retry-after."""
-        d = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+        d = min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
         return d * (1 + self.jitter * (random.random() * 2 - 1))
 
 
@@ -101,8 +101,9 @@ def _provider_message(body: bytes) -> str:
         data = data[0]
     if isinstance(data, dict):
         err = data.get("error", data)
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:500]
+        message = err.get("message") if isinstance(err, dict) else None
+        if isinstance(message, str):
+            return message[:500]
         if isinstance(err, str):
             return err[:500]
     return json.dumps(data)[:300]
@@ -301,7 +302,7 @@ class HttpAdapter:
             err = self._transport_error(exc, f"stream, after {seen} events")
             if seen and isinstance(err, ModelProviderUnavailable):
                 err.message = f"{self.provider} stream was cut after {seen} events: {type(exc).__name__}"
-                err.retryable = False  # type: ignore[misc]
+                err.retryable = False
             raise err from None
         reply = parser.finish()
         for call in reply.tool_calls:  # complete calls only: arguments arrive in fragments

@@ -73,7 +73,8 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--database", default=None)
     a = ap.parse_args()
-    from openfunctions.store import migrate_database, pg_work_backend
+    from openfunctions.store import migrate_database
+    from openfunctions.work._pg import pg_work_backend
 
     files, pg, pg_tools = [], [], []
     with pg_server(a.database) as dsn, tempfile.TemporaryDirectory() as tmp:

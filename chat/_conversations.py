@@ -132,7 +132,7 @@ from typing import Any
 import anyio
 import structlog
 
-from openfunctions.adapters import Message, valid_text
+from openfunctions.adapters import Message, Role, valid_text
 from openfunctions.core import JournalFailed, OpenFunctionsError, new_id
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
 
@@ -205,11 +205,12 @@ def apply(table: OrderedDict[str, Conversation], type: str, data: dict[str, Any]
     return _id(data)
 
 
-def stored(message: Message) -> tuple[str, str, dict[str, Any]]:
+def stored(message: Message) -> tuple[Role, str, dict[str, Any]]:
     """``(role, content, meta)`` of ``message`` as a thread keeps it (history format 2, bounded)."""
     d = message.to_dict()
     content = d.pop("content")
-    role = d.pop("role")
+    role = message.role
+    del d["role"]
     if len(content) > STORED_CHARS:
         content = content[:STORED_CHARS] + f"\n[... {len(content) - STORED_CHARS} more characters not kept]"
     if not content.strip():
@@ -232,8 +233,10 @@ def from_stored(role: str, content: str, meta: Any) -> Message | None:
             return Message.from_dict({**fields, "role": role, "content": "" if chat.get("blank") else content})
         except ValueError:
             return None  # an entry this reader cannot take: left out, as an orphan result would be
-    if role in ("user", "assistant"):
-        return Message(role, content)
+    if role == "user":
+        return Message.user(content)
+    if role == "assistant":
+        return Message.assistant(content)
     return None
 
 

@@ -90,7 +90,7 @@ log = structlog.get_logger("openfunctions.chat.http")
 
 #: The largest request body read, in bytes (a message is at most 8,000 characters; JSON escapes may double it).
 MAX_BODY_BYTES = CHAT_MAX_BODY_BYTES
-_STATUS = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503, InvalidConversation: 400, ConversationNotFound: 404}
+_STATUS: dict[type[OpenFunctionsError], int] = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503, InvalidConversation: 400, ConversationNotFound: 404}
 #: Connections waiting to be accepted, and accepted per event-loop turn.
 _BACKLOG = 128
 #: The request header (and response header) carrying a conversation id.

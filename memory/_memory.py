@@ -177,7 +177,7 @@ class Memory:
                 async with store.transaction() as tx:
                     head = await tx.get(head_key)
                     now = utc_timestamp()
-                    info = dict(head.value) if head is not None else {"created_at": now, "count": 0}
+                    info: dict[str, Any] = dict(head.value) if head is not None else {"created_at": now, "count": 0}
                     n = int(info["count"]) + 1
                     info.update(count=n, updated_at=now)
                     await tx.put(head_key, info)
@@ -280,11 +280,15 @@ class Memory:
             raise InvalidMemoryInput("search by meaning needs an embedder; this memory has none (use mode 'text')")
         used = "meaning" if (mode == "meaning" or (mode == "auto" and self.embedder is not None)) else "text"
         facts = await self._scan()
+        scored: list[tuple[float, str, dict[str, Any]]]
         if used == "meaning":
             names = {v.get("embedder") for _, v in facts if v.get("vec")}
             qvs = await anyio.to_thread.run_sync(self._query_vectors, query, names)
-            scored = [(sum(a * b for a, b in zip(qvs[v["embedder"]], v["vec"], strict=False)), k, v) for k, v in facts
-                      if v.get("vec") and qvs.get(v.get("embedder")) is not None]
+            scored = []
+            for k, v in facts:
+                qv = qvs.get(v.get("embedder"))
+                if v.get("vec") and qv is not None:
+                    scored.append((sum(a * b for a, b in zip(qv, v["vec"], strict=False)), k, v))
         else:
             scored = self._text_scores(query, facts)
         scored = [s for s in scored if s[0] > 0]

@@ -57,18 +57,6 @@ from ._pg_journal import (
     verify_pg_journal,
 )
 from ._pg_keylocks import PgKeyLocks
-from ._pg_runs import PgRunLog, open_pg_run_log
-from ._pg_tasks import PgTaskLog, open_pg_task_log
-from ._pg_work import (
-    PgAttemptLog,
-    PgGrantStore,
-    PgLeaseStore,
-    migrate_work,
-    open_pg_work,
-    pg_work_backend,
-    verify_pg_work,
-)
-from ._pg_workflows import PgWorkflowLog, open_pg_workflow_log, read_pg_workflow_records
 from ._tools import guard, obj, state_tool
 
 
@@ -93,8 +81,7 @@ __all__ = [
     "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
     "guard", "is_database_url",
     "DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "PgKeyLocks", "SchemaOutOfDate", "migrate_database", "open_pg_journal",
-    "verify_pg_journal", "settled_pg_receipts", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "migrate_work", "open_pg_work", "pg_work_backend", "verify_pg_work",
-    "PgTaskLog", "open_pg_task_log", "PgArtifactStore",
-    "open_pg_artifact_store", "database_sweep_interval", "PgRunLog", "open_pg_run_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
-    "PgWorkflowLog", "open_pg_workflow_log", "read_pg_workflow_records",
+    "verify_pg_journal", "settled_pg_receipts",
+    "PgArtifactStore",
+    "open_pg_artifact_store", "database_sweep_interval", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]

@@ -255,8 +255,9 @@ class LocalStore(Store):
         self = cls(name, directory, max_value_bytes, compact_min_records=compact_min_records, compact_ratio=compact_ratio)
         await anyio.to_thread.run_sync(self._lock_dir)
         try:
-            self._log, self._state = await anyio.to_thread.run_sync(self._open_log, True)
-            hmeta = self._log.header.meta or {}
+            log, self._state = await anyio.to_thread.run_sync(self._open_log, True)
+            self._log = log
+            hmeta = log.header.meta or {}
             if not isinstance(hmeta.get("format", FORMAT), int) or hmeta.get("format", FORMAT) > FORMAT:
                 raise StoreCorrupt(f"store {name!r} was written in format {hmeta.get('format')!r}; this code reads {FORMAT}")
             self._refresh()
@@ -308,7 +309,8 @@ class LocalStore(Store):
         tmp = self.directory / (JOURNAL_NAME + ".compact")
         state = self._state
         snapshot = [("put", {"k": e.key, "v": e.value, "ver": e.version, "at": e.updated_at}) for e in state.data.values()]
-        base_records, tail = state.records, []
+        base_records = state.records
+        tail: list[tuple[str, dict[str, Any]]] = []
         self._tail = tail
         new: JournalLog | None = None
         switched = False

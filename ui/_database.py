@@ -152,10 +152,6 @@ class Database(DataDir):
             "workflow runs", lambda: {k: v for k, v in self._workflows()._read().items() if v.status != "new"}, {}))
 
     def _work_args(self) -> argparse.Namespace:
-        from openfunctions.servers._work_database import open_database_work
-        from openfunctions.work import cli as work_cli
-
-        work_cli.DATABASE_BACKEND = open_database_work  # as the server CLI does for `work --database`
         return argparse.Namespace(work_data_dir=None, work_database=self.url)
 
     def work_state(self) -> Any:

@@ -65,6 +65,7 @@ from openfunctions.core import (
 
 from . import _records as R
 from ._backend import SEGMENT_DIR, WorkBackend
+from ._catalog import Catalog
 from ._clock import SYSTEM_CLOCK, Clock, iso
 from ._custody import Custody
 from ._errors import (
@@ -126,11 +127,11 @@ class WorkController:
         self,
         root: str | os.PathLike[str],
         *,
-        catalog: Any,
+        catalog: Catalog,
         registry: ToolRegistry,
         authority: Any = None,
         artifacts: Any = None,
-        catalog_loader: Callable[[], Any] | None = None,
+        catalog_loader: Callable[[], Catalog] | None = None,
         lease_ttl: float = 30.0,
         renew_every: float | None = None,
         owner: str | None = None,
@@ -1007,6 +1008,7 @@ class WorkController:
         spec = self.catalog.step(op.step)
         linked = (op.receipt or {}).get("receipt_id") or op.dispatch_receipt_id
         receipt = None
+        evidence: dict[str, Any] | None  # the oracle's structured reply, or why there is none
         alive = await anyio.to_thread.run_sync(live_processes, op.operation_id, op.process)
         if alive:
             # a readback now would read the world before the command finishes changing it
@@ -1054,7 +1056,7 @@ class WorkController:
                 if op.status != "unknown":
                     continue
                 try:
-                    pids = await anyio.to_thread.run_sync(lambda o=op: kill_and_wait(o.operation_id, o.process))
+                    pids = await anyio.to_thread.run_sync(kill_and_wait, op.operation_id, op.process)
                 except TimeoutError as exc:
                     raise WorkError(f"cannot cancel attempt {att.attempt_id}: {exc}", details={"operation_id": op.operation_id}) from None
                 if pids:
@@ -1180,7 +1182,7 @@ def _path_params(spec: Any, params: dict[str, Any]) -> list[str]:
 def _verdict(evidence: Any) -> str:
     if isinstance(evidence, dict):
         v = evidence.get("status")
-        if v in ("applied", "not_applied", "partial", "mismatch", "inconclusive"):
+        if isinstance(v, str) and v in ("applied", "not_applied", "partial", "mismatch", "inconclusive"):
             return v
     return "inconclusive"
 

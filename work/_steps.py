@@ -91,7 +91,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import anyio.abc
@@ -824,7 +824,7 @@ def bind_tool(catalog: Catalog, step: StepSpec, tools: Any) -> ToolDefinition:
     assert step.tool is not None
     found: ToolDefinition | None
     if isinstance(tools, Mapping):
-        found = tools.get(step.tool)
+        found = cast("ToolDefinition | None", tools.get(step.tool))
     else:
         found = tools.get(step.tool) if tools is not None and step.tool in tools else None
     if found is None:

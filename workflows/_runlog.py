@@ -71,14 +71,20 @@ order a run writes them:
 - ``compacted``: ``{segments, kept, pruned}`` — the last record of a
   compaction's batch (no ``run_id``; not folded into any run).
 
-Compaction (retention; ``_runs.py``): the file is rotated into a segment
+The journal is the core record stream :data:`WORKFLOW_RUNS`
+(``openfunctions.core.records``): its file backend opens, folds and compacts
+it; in PostgreSQL its table backend does (rows: ``store/_pg_workflows_schema.py``).
+
+Compaction (retention decided in ``_runs.py``, the mechanism the core
+stream's, ``core/records/_file.py``): the file is rotated into a segment
 (``JournalLog.rotate``), a ``run_snapshot`` for every run that is kept and a
 ``compacted`` record are appended as one batch (one fsync), then the
 segments are deleted (and the directory fsynced). Reading: if the file holds
 a ``compacted`` record, the segments it names are obsolete (a crash before
-their deletion left them; they are deleted now); otherwise every segment is
-folded first, oldest first, then the file (a crash in mid-compaction loses
-nothing: the snapshots that made it repeat what the segment says).
+their deletion left them; they are deleted now); otherwise the segments are
+folded first, oldest first from the newest one that holds a ``compacted``
+record, then the file (a crash in mid-compaction loses nothing: the
+snapshots that made it repeat what the segment says).
 
 Durability (when each record is fsynced; records written together share one
 fsync): ``step_started`` before its step's tool handler runs (the handler
@@ -92,8 +98,10 @@ not-yet-flushed ``run_started`` (recomputed, or the run starts afresh), and a
 non-read step that settled but was not yet flushed stays uncertain (it
 blocks; it is never re-run blindly).
 
-Reading fails closed: an unknown record type, a record missing a field or a
-header of another format raise :class:`RunCorrupt` naming the file.
+Reading fails closed (the stream's policy for unknown records is
+``REFUSE``): an unknown record type, a record missing a field or a header of
+another format raise :class:`RunCorrupt` naming the file; nothing is folded
+from part of a run's records.
 
 Version 1 (one file per run, ``<data-dir>/workflows/runs/<sha256(run_id)[:32]>.jsonl``,
 records without ``run_id``) is migrated on open: each such run becomes a
@@ -109,11 +117,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from openfunctions.core import canonical_json, to_utf8
 from openfunctions.core.errors import NonJsonValue
-from openfunctions.core.journal import JournalLog, Record
+from openfunctions.core.records import RecordStream, UnknownRecords
 
 from ._errors import RunCorrupt, StepOutputInvalid
 
@@ -402,16 +408,34 @@ _APPLY = {
 RECORD_TYPES = (*_APPLY, "compacted")
 
 
-def fold_error(path: Path | str, rec: Record, exc: Exception) -> RunCorrupt:
+def fold_error(path: Path | str, rec: Any, exc: Exception) -> RunCorrupt:
     """``path``: a file (its record has a ``line``), or a database's ``where`` string (its rows have none)."""
     if isinstance(path, str):
         return RunCorrupt(f"the workflow runs in {path} are unreadable at record seq {rec.seq}: {type(exc).__name__}: "
                           f"{exc}; they are left untouched", details={"seq": rec.seq})
+    line = getattr(rec, "line", -1)
     return RunCorrupt(
-        f"workflow run journal {str(path)!r} is unreadable at record seq {rec.seq} (line {rec.line}): "
+        f"workflow run journal {str(path)!r} is unreadable at record seq {rec.seq} (line {line}): "
         f"{type(exc).__name__}: {exc}; it is left untouched",
-        details={"path": str(path), "seq": rec.seq, "line": rec.line},
+        details={"path": str(path), "seq": rec.seq, "line": line},
     )
+
+
+def snapshot(states: dict[str, WorkflowRunState]) -> list[tuple[str, dict[str, Any]]]:
+    """A ``run_snapshot`` per run that has a record (what a compaction that drops nothing writes)."""
+    return [("run_snapshot", {"run_id": s.run_id, "state": s.snapshot()}) for s in states.values() if s.status != "new"]
+
+
+def _route(states: dict[str, WorkflowRunState], rec: Any) -> None:
+    fold(states, rec)
+
+
+#: The run journal (file or database rows) as a core record stream: the one fold, live and at replay. A record
+#: type this version does not know is refused (the journal is unreadable, :class:`RunCorrupt`): a run's
+#: state decides whether a step's effect is repeated, so it is never folded from part of its records.
+WORKFLOW_RUNS: RecordStream[dict[str, WorkflowRunState]] = RecordStream(
+    "workflow-runs", kind=KIND, types=_APPLY, new_state=dict, apply=_route, unknown=UnknownRecords.REFUSE,
+    meta={"format": FORMAT, "version": VERSION}, snapshot=snapshot, malformed=fold_error)
 
 
 #: The largest step result (canonical UTF-8 JSON) a durable run journals, by default.
@@ -446,7 +470,9 @@ class RunJournal:
 
     __slots__ = ("log", "state", "max_result_bytes", "_pending", "_effect_pending")
 
-    def __init__(self, log: JournalLog, state: WorkflowRunState, *, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
+    def __init__(self, log: Any, state: WorkflowRunState, *, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
+        """``log``: the open stream (``core.records.FileRecordLog`` or ``TableRecordLog`` of
+        :data:`WORKFLOW_RUNS`) whose state holds ``state`` under its run id."""
         self.log = log
         self.state = state
         self.max_result_bytes = max_result_bytes
@@ -456,13 +482,10 @@ class RunJournal:
         self._effect_pending = False
 
     async def _append(self, records: list[tuple[str, dict[str, Any]]]) -> None:
-        # Shielded: a record handed to the log is written even if the caller
-        # is cancelled; the fold must see it too, or state and file diverge.
+        # The stream's log folds each record into its run's state (this ``state``) once it is durable,
+        # shielded from the caller's cancellation, so state and records cannot diverge.
         rid = self.state.run_id
-        with anyio.CancelScope(shield=True):
-            written = await self.log.append_many([(t, {"run_id": rid, **d}) for t, d in records])
-        for r in written:
-            apply(self.state, r)
+        await self.log.append_many([(t, {"run_id": rid, **d}) for t, d in records])
 
     async def flush(self) -> None:
         """Make every buffered record durable (one fsync)."""
@@ -561,5 +584,5 @@ class RunJournal:
         await self._append([*pending, ("run_finished", data)])
 
 
-__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "WorkflowRunState", "StepRecord", "TERMINAL",
+__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "WORKFLOW_RUNS", "snapshot", "WorkflowRunState", "StepRecord", "TERMINAL",
            "V1_FORMAT", "V1_KIND", "V1_VERSION", "VERSION", "apply", "fold", "fold_error", "json_copy"]

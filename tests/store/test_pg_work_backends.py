@@ -58,7 +58,7 @@ async def backends(kind, tmp_path, request):
     dsn = None
     space = unique_name("w")
     if kind == "postgresql":
-        from openfunctions.store import migrate_work
+        from openfunctions.work._pg import migrate_work
 
         dsn = request.getfixturevalue("pg_dsn")
         await migrate_work(dsn)
@@ -67,7 +67,7 @@ async def backends(kind, tmp_path, request):
         if kind == "file":
             b = file_backend(tmp_path / "data" / "work", ttl=ttl, owner=owner, clock=clock)
         else:
-            from openfunctions.store import open_pg_work
+            from openfunctions.work._pg import open_pg_work
 
             b = await open_pg_work(dsn, space, ttl=ttl, owner=owner, clock=clock)
         if shared is not None:
@@ -347,7 +347,7 @@ async def test_sigkill_mid_step_then_the_next_controller_blocks_the_unknown_oper
     recovered = [r for r in records if r.type == "recovered"]
     assert recovered and recovered[-1].data["lease_generation"] > intent_gen, "taken over with a higher generation"
     if backends.kind == "postgresql":
-        from openfunctions.store import verify_pg_work
+        from openfunctions.work._pg import verify_pg_work
 
         assert verify_pg_work(backends.dsn, backends.space) == []
 
@@ -358,7 +358,7 @@ async def test_the_operators_inbox_keeps_resolutions_in_one_seq_order_and_refuse
 
     b = await backends()
     if backends.kind == "postgresql":  # the database case must test the database's inbox, not fall back to files
-        assert b.resolutions is not None and type(b.resolutions).__module__.startswith("openfunctions.store")
+        assert b.resolutions is not None and type(b.resolutions).__module__ == "openfunctions.work._pg"
     inbox = b.resolutions if b.resolutions is not None else ResolutionInbox(backends.data / "work")
     one = await inbox.resolve("op_1", as_="applied", reason="checked the file", by="op")
     two = await inbox.resolve("op_2", as_="not_applied", reason="nothing there", by="op")

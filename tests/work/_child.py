@@ -2,7 +2,7 @@
 
 Used by the crash and lease tests (real processes, SIGKILL / SIGSTOP).
 Usage: ``python _child.py DATA_DIR CATALOG [--ttl S] [--renew S] [--principal P] [--database URL --space S]``
-(``--database``: lease, attempts and grants in PostgreSQL, ``openfunctions.store.open_pg_work``, shared mode).
+(``--database``: lease, attempts and grants in PostgreSQL, ``openfunctions.work._pg.open_pg_work``, shared mode).
 Each stdin line is a JSON command ``{"op": ..., ...}``; each reply is one
 JSON line ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {...}}``.
 ``{"op": "open"}`` must come first. Step tools come from the real
@@ -66,9 +66,10 @@ async def main() -> None:
     registry = ToolRegistry(tools)
     backend = None
     if a.database:
-        from openfunctions.store import open_pg_work
+        from openfunctions.store import settled_pg_receipts
+        from openfunctions.work._pg import open_pg_work
 
-        backend = await open_pg_work(a.database, a.space, ttl=a.ttl)
+        backend = await open_pg_work(a.database, a.space, ttl=a.ttl, receipts=settled_pg_receipts)
     authority = Authority(backend.grants if backend else GrantStore.in_data_dir(a.data_dir), catalog)
     ctl: WorkController | None = None
     loop = asyncio.get_running_loop()
