@@ -19,6 +19,8 @@ Served over MCP: ``openfunctions-mcp serve --profile agents --module mypkg.agent
 (:func:`build_agents_profile`); runs from the shell: ``openfunctions-mcp runs list|show|tail``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._agent import AGENT_TAG, DEFAULT_RUN_TIMEOUT_S, Agent, AgentLimits, Crew, define_agent, define_crew
 from ._claims import fulfil_task, verify_claim
 from ._errors import (
@@ -34,8 +36,11 @@ from ._records import TERMINAL, RunState
 from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_history, read_runs, runs_journal_path
 from ._runtime import RUN_ID_KEY, SUBMIT_TOOL, AgentRuntime, RunOptions, RunResult, run_agent
 
+if TYPE_CHECKING:
+    from ._profile import AgentsProfile
 
-def build_agents_profile(**options):  # imported lazily: the profile needs the run-read tool and module loading
+
+def build_agents_profile(**options: Any) -> "AgentsProfile":  # imported lazily: the profile needs the run-read tool and module loading
     from ._profile import build_agents_profile as build
 
     return build(**options)

@@ -253,7 +253,7 @@ class RunState:
 
     @property
     def agent(self) -> str:
-        return self.started.get("agent", "?")
+        return str(self.started.get("agent", "?"))
 
     def pending(self, claim_id: str) -> list[str] | None:
         """Receipts of ``claim_id``'s calls that still await a verification (``None``: no such claim)."""

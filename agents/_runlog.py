@@ -120,13 +120,13 @@ class RunJournal(MemoryRunLog):
         self._writer: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
+        self.rotated_to: Path | None = None  # the segment an open past the size limit rotated into
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, rotate_over: int | None = ROTATE_BYTES) -> RunJournal:
         seen: list[tuple[str, dict[str, Any]]] = []
         log = await JournalLog.open(path, kind=R.KIND, on_record=lambda rec: seen.append((rec.type, rec.data)))
         self = cls(log, {})
-        self.rotated_to: Path | None = None
         try:
             for rtype, data in seen:
                 self._fold(rtype, data)

@@ -641,7 +641,7 @@ class AgentRuntime:
             rerun_of = r.receipt_id
             detailed = await target.execute_detailed(call.name, call.arguments, child_context(ctx, tool, scopes=scopes))
             r = detailed.receipt
-        rec = {"id": call.id, "name": call.name, "receipt_id": r.receipt_id, "outcome": r.outcome,
+        rec: dict[str, Any] = {"id": call.id, "name": call.name, "receipt_id": r.receipt_id, "outcome": r.outcome,
                "error_code": r.error.code if r.error else None}
         if rerun_of is not None:
             rec["rerun_of"] = rerun_of
@@ -692,7 +692,7 @@ class AgentRuntime:
 
 def _unknown(r: Any) -> bool:
     """The call's effect is uncertain: it may or may not have happened (not a cancellation of the run itself)."""
-    return r.outcome == "unknown" or (r.outcome == "failed" and r.certainty == "unknown")
+    return bool(r.outcome == "unknown" or (r.outcome == "failed" and r.certainty == "unknown"))
 
 
 async def run_agent(agent: Agent, task: str, *, registry: ToolRegistry, runs: MemoryRunLog | None = None,

@@ -70,28 +70,28 @@ async def demo_session(data_dir: Path, say: Callable[[str], None]) -> None:
     say(f"$ openfunctions-mcp serve --profile agents --module openfunctions.agents.demo:agents --data-dir {data_dir}")
     rounds: list[str] = []
 
-    async def model(ctx: Any, params: Any) -> Any:
-        reply = await _host_model(ctx, params)
+    async def model(context: Any, params: Any) -> Any:
+        reply = await _host_model(context, params)
         rounds.append("tool call count_words" if isinstance(reply, types.CreateMessageResultWithTools) else "text")
         return reply
 
     caps = types.SamplingCapability(tools=types.SamplingToolsCapability())
     async with Client(StdioServerParameters(command=sys.executable, args=args), mode="legacy",
                       sampling_callback=model, sampling_capabilities=caps, read_timeout_seconds=60) as client:
-        progress: list[str] = []
+        progress_notes: list[str] = []
 
-        async def on_progress(p: float, total: float | None, message: str | None) -> None:
-            progress.append(message or str(p))
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            progress_notes.append(message or str(progress))
 
         task = f"How many words are in: {TEXT!r}?"
         say(f"  tools/call agent_counter {json.dumps({'task': task})}")
         result = await client.call_tool("agent_counter", {"task": task}, progress_callback=on_progress)
         for i, r in enumerate(rounds, 1):
             say(f"    the host's model, sampling request {i}: answered with {r}")
-        for p in progress:
+        for p in progress_notes:
             say(f"    progress: {p}")
         if result.is_error:
-            say(f"  isError: {result.content[0].text if result.content else ''}")
+            say(f"  isError: {getattr(result.content[0], 'text', '') if result.content else ''}")
             return
         payload = result.structured_content or {}
         receipt = (result.meta or {}).get("dev.openfunctions/receipt", {})
