@@ -134,7 +134,7 @@ def _tool_record(call: dict[str, Any] | None, result: dict[str, Any]) -> dict[st
 
 
 class ChatAgent:
-    """Built by :func:`create_chat_agent`; see the module docstring for one turn."""
+    """Built by :func:`open_chat_agent`; see the module docstring for one turn."""
 
     def __init__(self, config: ChatConfig) -> None:
         self.config = config
@@ -556,10 +556,10 @@ class ChatAgent:
         if isinstance(cfg.memory, Memory):
             self.memory = cfg.memory  # the caller's: the caller closes it
         elif cfg.memory is True:
-            from openfunctions.store import StoreError, create_store
+            from openfunctions.store import StoreError, open_local_store
 
             try:
-                store = await create_store("memory", self.data_dir)
+                store = await open_local_store("memory", self.data_dir)
             except StoreError as exc:
                 raise ChatConfigError(f"memory store in {self.data_dir}: {exc.message} (pass memory=False to chat "
                                       "without memory, or another data_dir)", details={"code": exc.code}) from None
@@ -617,7 +617,7 @@ def _adapter(cfg: ChatConfig) -> Any:
         raise ChatConfigError(f"the HTTP model adapters need httpx: pip install 'openfunctions-mcp[adapters]' ({exc})") from None
 
 
-async def create_chat_agent(config: ChatConfig | Mapping[str, Any] | Any = None, **kwargs: Any) -> ChatAgent:
+async def open_chat_agent(config: ChatConfig | Mapping[str, Any] | Any = None, **kwargs: Any) -> ChatAgent:
     """Resolve ``config`` (a dict, a :class:`ChatConfig`, a pydantic model, or keyword arguments) into a :class:`ChatAgent`.
 
     Raises :class:`ChatConfigError` naming what could not be resolved (no model provider: the environment
@@ -644,5 +644,5 @@ def scripted_adapter_from_file(path: str | Path) -> ScriptedAdapter:
     return ScriptedAdapter(script)
 
 
-__all__ = ["ChatAgent", "ChatEvent", "ChatResponse", "create_chat_agent", "scripted_adapter_from_file"]
+__all__ = ["ChatAgent", "ChatEvent", "ChatResponse", "open_chat_agent", "scripted_adapter_from_file"]
 

@@ -2,10 +2,10 @@
 
 Usage::
 
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
     from openfunctions.memory import Memory, create_memory_tools
 
-    memory = Memory(await create_store("memory"), embedder=None)   # or embedder=LexicalEmbedder()
+    memory = Memory(await open_local_store("memory"), embedder=None)   # or embedder=LexicalEmbedder()
     await memory.append_message("t1", "user", "hello")
     page = await memory.get_thread("t1", limit=20)                 # newest first; page.next_before
     fact = await memory.save_fact("The deploy key rotates monthly", source="ops wiki")

@@ -216,7 +216,7 @@ class LocalStore(Store):
     backend = "local"
 
     def __init__(self, name: str, directory: Path, max_value_bytes: int, *,
-                 compact_min_records: int = COMPACT_MIN_RECORDS, compact_ratio: float = COMPACT_RATIO) -> None:  # use create_store
+                 compact_min_records: int = COMPACT_MIN_RECORDS, compact_ratio: float = COMPACT_RATIO) -> None:  # use open_local_store
         if not isinstance(compact_min_records, int) or compact_min_records < 0:
             raise StoreUnsafe(f"compact_min_records must be an integer >= 0, got {compact_min_records!r}")
         if not isinstance(compact_ratio, (int, float)) or not compact_ratio >= 1.0:
@@ -641,7 +641,7 @@ def _unlink_quietly(path: Path) -> None:
             pass
 
 
-async def create_store(name: str, data_dir: str | os.PathLike[str] | None = None, *,
+async def open_local_store(name: str, data_dir: str | os.PathLike[str] | None = None, *,
                        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, compact_min_records: int = COMPACT_MIN_RECORDS,
                        compact_ratio: float = COMPACT_RATIO) -> LocalStore:
     """Open (creating if absent) the local store ``name``.
@@ -658,4 +658,4 @@ async def create_store(name: str, data_dir: str | os.PathLike[str] | None = None
                                  compact_min_records=compact_min_records, compact_ratio=compact_ratio)
 
 
-__all__ = ["LocalStore", "create_store", "default_data_dir", "store_dir"]
+__all__ = ["LocalStore", "open_local_store", "default_data_dir", "store_dir"]

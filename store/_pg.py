@@ -129,7 +129,7 @@ async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: 
 class PgStore(Store):
     backend = "postgresql"
 
-    def __init__(self, name: str, pool: Any, max_value_bytes: int, owns_pool: bool, dsn: str) -> None:  # use create_pg_store
+    def __init__(self, name: str, pool: Any, max_value_bytes: int, owns_pool: bool, dsn: str) -> None:  # use open_pg_store
         self.name = name
         self.max_value_bytes = max_value_bytes
         self.pool = pool
@@ -357,7 +357,7 @@ def _has_surrogate(s: str) -> bool:
     return any(0xD800 <= ord(c) <= 0xDFFF for c in s)
 
 
-async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None,
+async def open_pg_store(name: str, dsn: str | None = None, *, pool: Any = None,
                           max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, max_connections: int = 8,
                           timeout: float = 10.0) -> PgStore:
     """Open the store ``name`` in PostgreSQL (creating or migrating the schema).
@@ -371,7 +371,7 @@ async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None
     owns = pool is None
     if pool is None:
         if dsn is None:
-            raise StoreUnsafe("create_pg_store needs dsn= (postgresql://...) or pool=")
+            raise StoreUnsafe("open_pg_store needs dsn= (postgresql://...) or pool=")
         pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
     try:
         psycopg, _ = _psycopg()
@@ -387,4 +387,4 @@ async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None
     return PgStore(name, pool, max_value_bytes, owns, dsn or "")
 
 
-__all__ = ["PgStore", "apply_migrations", "create_pg_store", "open_pool", "redact_dsn", "StoreError"]
+__all__ = ["PgStore", "apply_migrations", "open_pg_store", "open_pool", "redact_dsn", "StoreError"]

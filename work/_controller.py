@@ -866,7 +866,7 @@ class WorkController:
         then its outcome (never moving the mutation epoch); a read-only one
         needs no intent.
         """
-        from ._verification import VerifierReceipt, build_proof, environment_digest, input_manifest, subject_patterns
+        from ._verification import VerifierReceipt, create_proof, environment_digest, input_manifest, subject_patterns
 
         epoch = att.mutation_epoch
         patterns = subject_patterns(self.catalog)
@@ -897,7 +897,7 @@ class WorkController:
                 }
             )
         after = await self._fingerprints(patterns)
-        proof = build_proof(
+        proof = create_proof(
             plan_digest=att.plan_digest, catalog_digest=att.catalog_digest,
             environment_digest=await anyio.to_thread.run_sync(environment_digest, self.catalog),
             input_manifest=manifest, fingerprints_before=before, fingerprints_after=after,

@@ -1,6 +1,6 @@
 """Catalog steps as registry tools: ``of_step.<name>`` runs a step, ``of_oracle.<name>`` reads its effect back.
 
-:func:`build_step_tools` turns a :class:`~openfunctions.work._catalog.Catalog`
+:func:`create_step_tools` turns a :class:`~openfunctions.work._catalog.Catalog`
 into :class:`~openfunctions.core.ToolDefinition` objects for the work
 controller's *internal* registry. They execute through the one path
 (registry -> executor), so every step and oracle call has a receipt. Do not
@@ -839,7 +839,7 @@ def bind_tool(catalog: Catalog, step: StepSpec, tools: Any) -> ToolDefinition:
     return found
 
 
-def build_step_tools(
+def create_step_tools(
     catalog: Catalog, *, store: Any, include_oracles: bool = True, capture_limit: int = DEFAULT_CAPTURE_LIMIT,
     tools: Any = None,
 ) -> list[ToolDefinition]:
@@ -862,7 +862,7 @@ def build_step_tools(
 
 __all__ = [
     "bind_tool",
-    "build_step_tools",
+    "create_step_tools",
     "prepare_tool_reconciliation",
     "reconcile_tool_effect",
     "prepare_reconciliation",

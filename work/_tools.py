@@ -534,7 +534,7 @@ def _summarize(payload: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_work_tools(
+def create_work_tools(
     controller: WorkController | None,
     *,
     store: Any = None,
@@ -550,4 +550,4 @@ def build_work_tools(
     return WorkTools(controller, store=store, budget=budget, principal=principal, unavailable=unavailable).build()
 
 
-__all__ = ["WorkTools", "build_work_tools", "WORK_TOOL_NAMES", "REPLY_BUDGET", "TOOLS", "ToolRow", "read_only", "effectful", "output_schema"]
+__all__ = ["WorkTools", "create_work_tools", "WORK_TOOL_NAMES", "REPLY_BUDGET", "TOOLS", "ToolRow", "read_only", "effectful", "output_schema"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from openfunctions.adapters import Message, OpenAIAdapter, ProviderPart, RetryPolicy, ScriptedAdapter, ToolCall
-from openfunctions.chat import create_chat_agent
+from openfunctions.chat import open_chat_agent
 from openfunctions.chat._conversations import META_CHARS, STORED_CHARS, from_stored, stored
 
 from .._datadirs import copy_data_dir
@@ -30,7 +30,7 @@ def _shown(model: ScriptedAdapter, call: int) -> list[tuple[str, str, list[str],
 async def test_the_next_turn_is_shown_the_tool_calls_and_results_of_the_last(tmp_path: Path, memory: bool) -> None:
     model = ScriptedAdapter([{"tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}]},
                              "2 + 3 = 5.", "It was 5."])
-    async with await create_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path,
+    async with await open_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path,
                                        memory=memory) as agent:
         assert (await agent.chat("what is 2 + 3?")).ok
         assert (await agent.chat("what was the sum?")).text == "It was 5."
@@ -46,7 +46,7 @@ async def test_a_conversation_continues_after_a_restart_on_another_provider(tmp_
     to OpenAI's wire format, which refuses a tool call without its result (the strict fake)."""
     first = ScriptedAdapter([{"tool_calls": [{"id": "functions.add:0", "name": "add", "arguments": {"a": 1, "b": 1}}]},
                              "1 + 1 = 2."])
-    async with await create_chat_agent(adapter=first, module="tests.chat.fixture_tools", data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=first, module="tests.chat.fixture_tools", data_dir=tmp_path) as agent:
         conversation = await agent.open_conversation()
         assert (await agent.chat("what is 1 + 1?", conversation=conversation)).ok
     server = WireServer()
@@ -55,7 +55,7 @@ async def test_a_conversation_continues_after_a_restart_on_another_provider(tmp_
                                       "message": {"role": "assistant", "content": "You asked 1 + 1."}}]}))
     gpt = OpenAIAdapter(model="gpt-4o-mini", api_key="k", base_url=server.url, retry=RetryPolicy(max_attempts=1))
     try:
-        async with await create_chat_agent(adapter=gpt, module="tests.chat.fixture_tools", data_dir=tmp_path) as agent:
+        async with await open_chat_agent(adapter=gpt, module="tests.chat.fixture_tools", data_dir=tmp_path) as agent:
             reply = await agent.chat("what did I ask?", conversation=conversation)
         assert reply.ok and reply.text == "You asked 1 + 1."
         sent = server.requests[0]["json"]["messages"]
@@ -69,7 +69,7 @@ async def test_a_conversation_continues_after_a_restart_on_another_provider(tmp_
 
 async def test_a_window_that_cuts_a_turn_starts_at_its_next_user_message(tmp_path: Path) -> None:
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 2}}, "3.", "ok"])
-    async with await create_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path,
+    async with await open_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path,
                                        history_messages=3) as agent:
         await agent.chat("1 + 2?")
         await agent.chat("thanks")
@@ -80,7 +80,7 @@ async def test_a_window_that_cuts_a_turn_starts_at_its_next_user_message(tmp_pat
 async def test_a_conversation_written_before_tool_turns_were_kept_still_reads(tmp_path: Path) -> None:
     copy_data_dir(V1, tmp_path / "d")
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 4, "b": 4}}, "8.", "4 + 4, after 2 + 3."])
-    async with await create_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path / "d") as agent:
+    async with await open_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path / "d") as agent:
         assert (await agent.chat("and 4 + 4?", conversation=V1_CONVERSATION)).ok
         assert (await agent.chat("what did I ask?", conversation=V1_CONVERSATION)).ok
     assert _shown(model, 0) == [("user", "what is 2 + 3?", [], None), ("assistant", "2 + 3 = 5.", [], None),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from openfunctions.adapters import ScriptedAdapter
-from openfunctions.chat import ChatClosed, InvalidMessage, create_chat_agent
+from openfunctions.chat import ChatClosed, InvalidMessage, open_chat_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -20,7 +20,7 @@ async def test_a_turn_with_an_event_channel_streams_into_it(tmp_path: Path) -> N
         events.append(event)
 
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 2}}, "3.", "again."])
-    async with await create_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path) as agent:
         conv = await agent.open_conversation(principal="alice")
         reply = await agent.turn("1 + 2?", on_event=on_event, conversation=conv)
         plain = await agent.turn("again", conversation=conv)  # no channel: unstreamed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openfunctions.core import ToolRegistry
-from openfunctions.rag import InvalidRagInput, LexicalEmbedder, create_tools, open_rag
+from openfunctions.rag import InvalidRagInput, LexicalEmbedder, create_rag_tools, open_rag
 from openfunctions.rag._text import (
     LEXICAL_VECTOR_WEIGHT,
     RRF_K,
@@ -111,7 +111,7 @@ async def test_rag_search_tool_takes_a_mode_and_reports_both_scores(tmp_path):
     rag = await open_rag(data_dir=tmp_path)
     try:
         await _corpus(rag)
-        reg = ToolRegistry(create_tools(rag))
+        reg = ToolRegistry(create_rag_tools(rag))
         got = await reg.execute("rag_search", {"query": QUESTION, "k": 2})
         assert got["results"][0]["doc_id"] == "target" and "vector_score" in got["results"][0]
         vec = await reg.execute("rag_search", {"query": QUESTION, "k": 2, "mode": "vector"})

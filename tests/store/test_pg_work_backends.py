@@ -28,7 +28,7 @@ from openfunctions.work import (
     LeaseLost,
     WorkController,
     WorkState,
-    build_step_tools,
+    create_step_tools,
     file_backend,
     fold,
 )
@@ -205,7 +205,7 @@ async def _controller(backend: Any, root: Path, catalog: Catalog, **kw: Any) -> 
 
     store = ArtifactStore(root / "data" / "artifacts")
     return await WorkController.open(
-        root / "data" / "work", catalog=catalog, registry=ToolRegistry(build_step_tools(catalog, store=store)),
+        root / "data" / "work", catalog=catalog, registry=ToolRegistry(create_step_tools(catalog, store=store)),
         authority=Authority(backend.grants, catalog), backend=backend, execution_journals=None, **kw)
 
 
@@ -262,13 +262,13 @@ paths = ["notes/**"]
 async def test_a_shared_lifecycle_call_reads_the_attempt_log_and_the_inbox_once(backends, tmp_path):
     """One of_work_run_step of a shared controller: one read of the others' records (after it took the lease)
     and one of the operator's inbox, not one in the tool's readiness check and another in the call."""
-    from openfunctions.work import build_work_tools
+    from openfunctions.work import create_work_tools
 
     catalog = _catalog(tmp_path)
     b = await backends(shared=True)
     await b.grants.issue(principal="agent", steps=["write_src", "check"], paths=["src/**"], ttl=_dt.timedelta(hours=1))
     ctl = await _controller(b, tmp_path, catalog)
-    tools = ToolRegistry(build_work_tools(ctl, principal="agent"))
+    tools = ToolRegistry(create_work_tools(ctl, principal="agent"))
     prv = await ctl.preview([{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}], principal="agent")
     await ctl.start(prv["previewId"], principal="agent")
     reads: list[str] = []

@@ -463,10 +463,10 @@ async def test_without_a_controller_every_tool_refuses_with_the_reason_and_runs_
     # with the reason given, never reach for the missing controller
     from openfunctions.core import ToolError
     from openfunctions.work import WorkError
-    from openfunctions.work._tools import build_work_tools
+    from openfunctions.work._tools import create_work_tools
 
     reason = WorkError("no work catalog at /nowhere/work.toml: write one first")
-    tools = build_work_tools(None, unavailable=reason)
+    tools = create_work_tools(None, unavailable=reason)
     assert {t.name for t in tools} >= set(WORK_TOOL_NAMES) - {"of_work_artifact_read"}
     for tool in tools:
         with pytest.raises(ToolError) as caught:

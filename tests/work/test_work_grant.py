@@ -13,7 +13,7 @@ import pytest
 from openfunctions.artifacts import ArtifactStore
 from openfunctions.core import ToolExecutionContext, ToolRegistry, WorkGrant
 from openfunctions.work._catalog import Catalog
-from openfunctions.work._steps import build_step_tools
+from openfunctions.work._steps import create_step_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +39,7 @@ def _registry(tmp: Path) -> tuple[ToolRegistry, ArtifactStore]:
     (tmp / "ws" / "src").mkdir(parents=True)
     (tmp / "c.toml").write_text(CATALOG)
     store = ArtifactStore(tmp / "artifacts")
-    return ToolRegistry(build_step_tools(Catalog.load(tmp / "c.toml"), store=store)), store
+    return ToolRegistry(create_step_tools(Catalog.load(tmp / "c.toml"), store=store)), store
 
 
 async def test_a_step_reads_its_grant_from_ctx_work(tmp_path: Path) -> None:
