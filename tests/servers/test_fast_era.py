@@ -1,0 +1,196 @@
+"""The direct ``tools/call`` path on handshake-era stdio connections answers exactly as the SDK path does.
+
+Real ``serve`` subprocesses (stdio), one with the fast path and one with
+``--no-fast-path``; a handshake-era session (``initialize`` at 2025-11-25 or
+2025-06-18, where invalid arguments are a protocol error) gets the same lines
+on both, and every line back (replies by id, notifications in order, the
+receipt's per-call fields masked) must be equal. The server's ``fast_path``
+log line at exit says how many calls the fast path answered, so the
+comparison is not vacuous. Also: a sampling request a fast-path call sends
+goes out on the session's back-channel and its answer comes back to the tool;
+``notifications/cancelled`` cancels a fast-path call; and the result shaping
+equals the SDK's sieve at every handshake version.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp_types import methods as _methods
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from openfunctions.core import ToolRegistry
+from openfunctions.servers import create_mcp_server
+from openfunctions.servers._fast import FastCalls
+
+from .conftest import journaled_receipts, serve_argv, server_env, wait_for_file
+from .test_fast_http import META, _mask
+
+
+def _init(version: str, capabilities: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return [{"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+                "protocolVersion": version, "capabilities": capabilities or {}, "clientInfo": {"name": "x", "version": "0"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+
+
+def _call(rid: Any, name: Any, arguments: Any = None, **extra: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name}
+    if arguments is not None:
+        params["arguments"] = arguments
+    params.update(extra)
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+# (line, taken by the fast path?)
+LINES: list[tuple[Any, bool]] = [
+    (_call(1, "add", {"a": 2, "b": 3}), True),
+    (_call("s", "add", {"a": 1, "b": 1}), True),
+    (_call(2, "add", {"a": "x"}), True),  # invalid arguments: a result at 2025-11-25, a -32602 error before it
+    (_call(3, "fail", {}), True),
+    (_call(4, "crash", {}), True),
+    (_call(5, "add"), True),
+    (_call(6, "tell", {"text": "hello"}), True),  # a log notification on the request, then the reply
+    (_call(7, "nope", {}), False),
+    (_call(8, "add", [1, 2]), False),
+    (_call(9, "add", {"a": 1, "b": 2}, _meta={"progressToken": 9}), False),
+    (_call(10, "add", {"a": 1, "b": 2}, _meta={}), False),
+    (_call(11, "add", {"a": 1, "b": 2}, task={"ttl": 5}), False),
+    (_call(12, "add", {"a": 1, "b": 2}, _meta=META), False),  # the 2026-07-28 envelope on a handshake session
+    ({"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {"name": "add", "arguments": None}}, False),
+    ({"jsonrpc": "2.0", "id": 14, "method": "tools/list"}, False),
+    ("{not json", False),
+]
+
+
+def _start(data_dir: Path, *extra: str) -> subprocess.Popen[str]:
+    argv = serve_argv("--module", "fast_era_tools:registry", "--data-dir", str(data_dir), "--log-level", "info", *extra)
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=server_env())
+
+
+def _send(proc: subprocess.Popen[str], *lines: Any) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    proc.stdin.flush()
+
+
+def _read(proc: subprocess.Popen[str]) -> Any:
+    assert proc.stdout is not None
+    return json.loads(proc.stdout.readline())
+
+
+def _finish(proc: subprocess.Popen[str]) -> list[int]:
+    """Close stdin, wait for exit; the fast path's count from its exit log line ([] when the path is off)."""
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and out == "", err
+    return [json.loads(line)["served"] for line in err.splitlines() if '"fast_path"' in line]
+
+
+def _session(data_dir: Path, version: str, lines: list[Any], expected: int, *extra: str) -> tuple[dict[str, Any], list[Any], list[int]]:
+    """Open a handshake session, send ``lines``, wait for ``expected`` replies; (replies by id, notifications, served)."""
+    proc = _start(data_dir, *extra)
+    try:
+        _send(proc, *_init(version))
+        init = _read(proc)
+        assert init["result"]["protocolVersion"] == version
+        _send(proc, *lines)
+        replies: dict[str, Any] = {}
+        notes: list[Any] = []
+        while len(replies) < expected:
+            msg = _read(proc)
+            if "id" in msg:
+                replies[json.dumps(msg["id"])] = _mask(msg)
+            else:
+                notes.append(_mask(msg))
+    finally:
+        served = _finish(proc)
+    return replies, notes, served
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["2025-11-25", "2025-06-18"])
+def test_handshake_era_fast_and_sdk_paths_give_the_same_replies_over_stdio(tmp_path: Path, version: str) -> None:
+    lines = [line for line, _ in LINES]
+    fast, fast_notes, served = _session(tmp_path / "fast", version, lines, len(lines))
+    sdk, sdk_notes, none = _session(tmp_path / "sdk", version, lines, len(lines), "--no-fast-path")
+    assert fast == sdk and fast_notes == sdk_notes
+    assert served == [sum(taken for _, taken in LINES)] and none == []  # --no-fast-path: the path is not wired at all
+    assert fast["1"]["result"]["structuredContent"] == {"sum": 5} and "resultType" not in fast["1"]["result"]
+    assert "io.modelcontextprotocol/serverInfo" not in fast["1"]["result"]["_meta"]  # no 2026 stamp on this era
+    assert fast_notes == [{"jsonrpc": "2.0", "method": "notifications/message",
+                           "params": {"level": "info", "data": {"said": "hello"}}}]
+    if version == "2025-06-18":
+        assert fast["2"]["error"]["code"] == -32602  # invalid arguments are a protocol error before 2025-11-25
+    else:
+        assert fast["2"]["result"]["isError"] is True
+    assert fast["12"]["error"]["code"] == -32600  # an enveloped request on a handshake connection: the SDK refuses
+
+
+def _sampling_session(data_dir: Path, *extra: str) -> tuple[Any, Any, list[int]]:
+    proc = _start(data_dir, *extra)
+    try:
+        _send(proc, *_init("2025-11-25", {"sampling": {}}))
+        _read(proc)
+        _send(proc, _call(1, "ask", {"question": "2+2?"}))
+        request = _read(proc)  # the tool's sampling request, sent while the call runs
+        _send(proc, {"jsonrpc": "2.0", "id": request["id"], "result": {
+            "role": "assistant", "content": {"type": "text", "text": "4"}, "model": "m", "stopReason": "endTurn"}})
+        reply = _read(proc)
+    finally:
+        served = _finish(proc)
+    return request, _mask(reply), served
+
+
+@pytest.mark.slow
+def test_a_fast_path_call_on_a_handshake_session_can_sample_the_client(tmp_path: Path) -> None:
+    request, reply, served = _sampling_session(tmp_path / "fast")
+    sdk_request, sdk_reply, none = _sampling_session(tmp_path / "sdk", "--no-fast-path")
+    assert (request, reply) == (sdk_request, sdk_reply) and served == [1] and none == []
+    assert request["method"] == "sampling/createMessage"
+    assert reply["result"]["structuredContent"] == {"answer": "4"}
+
+
+@pytest.mark.slow
+def test_notifications_cancelled_reaches_a_handshake_era_fast_path_call(tmp_path: Path) -> None:
+    markers = tmp_path / "m"
+    proc = _start(tmp_path / "data")
+    try:
+        _send(proc, *_init("2025-11-25"))
+        _read(proc)
+        _send(proc, _call(1, "slow", {"dir": str(markers)}))
+        wait_for_file(markers / "started")
+        _send(proc, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "test"}})
+        wait_for_file(markers / "cancelled")
+        time.sleep(0.2)
+        _send(proc, _call(2, "add", {"a": 1, "b": 1}))
+        reply = _read(proc)
+        assert reply["id"] == 2 and reply["result"]["structuredContent"] == {"sum": 2}  # no reply for the cancelled 1
+    finally:
+        served = _finish(proc)
+    assert served == [2]
+    assert (markers / "started").read_text() in journaled_receipts(tmp_path / "data")  # settled, not lost
+
+
+RESULTS: list[dict[str, Any]] = [
+    {"content": [{"type": "text", "text": "ok"}], "_meta": {"r": {"a": 1, "n": None}}, "resultType": "complete"},
+    {"content": [{"type": "text", "text": "é\u2028"}], "_meta": {"r": {}}, "resultType": "complete",
+     "structuredContent": {"a": None, "b": [1]}, "isError": True},
+    {"content": [], "resultType": "complete"},
+    {"content": [{"type": "text", "text": "x"}], "structuredContent": {}, "resultType": "complete"},
+]
+
+
+@pytest.mark.parametrize("version", HANDSHAKE_PROTOCOL_VERSIONS)
+@pytest.mark.parametrize("result", RESULTS)
+def test_handshake_result_shaping_equals_the_sdk_sieve(version: str, result: dict[str, Any]) -> None:
+    calls = FastCalls(create_mcp_server(ToolRegistry([]), name="t", version="0"))
+    assert calls._serialize(version, dict(result)) == _methods.serialize_server_result("tools/call", version, dict(result))
