@@ -9,7 +9,8 @@ what durability costs. The SDK's runs the same tools through ``MCPServer``. Meas
 run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 
 - ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
-- ``stdio``: ``mcp.Client`` driving the server as a subprocess;
+- ``stdio``: ``mcp.Client`` driving the server as a subprocess (the ``handshake era`` rows:
+  ``mode="legacy"``, an ``initialize`` session at 2025-11-25, as today's hosts open);
 - ``http x1, mcp.Client``: one ``mcp.Client`` over streamable HTTP on 127.0.0.1;
 - ``http x16, mcp.Client``: 16 concurrent ``mcp.Client`` s in this process (client-bound: ~2-3 ms of
   client CPU per call, more than either server's);
@@ -344,6 +345,9 @@ async def bench(
     def client(target: Any) -> Any:
         return Client(target, read_timeout_seconds=60)
 
+    def legacy(target: Any) -> Any:  # a handshake-era session (2025-11-25), as today's hosts open
+        return Client(target, read_timeout_seconds=60, mode="legacy")
+
     rows: list[list[object]] = []
     cpu_rows = [] if cpu_rows is None else cpu_rows
     floors = [] if floors is None else floors
@@ -387,6 +391,16 @@ async def bench(
                _Target("ours+journal", lambda: [client(ours_slow_path)]),
                _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
 
+    # The same rows for a handshake-era session (`mode="legacy"`: initialize, 2025-11-25), both servers.
+    await mode("stdio, handshake era, journal on, read-only tool", _Target("ours+journal", lambda: [legacy(ours_journal)]),
+               _Target("sdk", lambda: [legacy(sdk_stdio)]), n_stdio)
+    await mode("stdio, handshake era, journal on, effectful tool",
+               _Target("ours+journal", lambda: [legacy(ours_journal)], tool="noop_write"),
+               _Target("sdk", lambda: [legacy(sdk_stdio)], tool="noop_write"), n_stdio)
+    await mode("stdio, handshake era, journal on, read-only tool, --no-fast-path",
+               _Target("ours+journal", lambda: [legacy(ours_slow_path)]),
+               _Target("sdk", lambda: [legacy(sdk_stdio)]), n_stdio)
+
     # The same default server on uvloop (`--loop uvloop`, opt-in): what the loop alone does for stdio.
     on_uvloop = _ours_cmd(tmp / "stdio-journal-uvloop", "--loop", "uvloop", journal=True)
     ours_uvloop = StdioServerParameters(command=on_uvloop[0], args=on_uvloop[1:], env=_env())
@@ -409,6 +423,9 @@ async def bench(
         await mode("http x16, mcp.Client, journal on, read-only tool",
                    _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], pid=ours_http_j.proc.pid),
                    _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
+        await mode("http x16, mcp.Client, handshake era, journal on, read-only tool",
+                   _Target("ours+journal", lambda: [legacy(ours_http_j.url) for _ in range(16)], pid=ours_http_j.proc.pid),
+                   _Target("sdk", lambda: [legacy(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
         # Lean rows (the x16 target): 16 raw keep-alive connections (load_http.LeanClients), 2026-07-28.
         n_lean = n_http * 5
 

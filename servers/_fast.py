@@ -52,7 +52,8 @@ On a handshake-era session (protocol 2025-11-25 or older, opened with
 
 Private SDK API used, all through :mod:`openfunctions.servers._sdk` (a
 missing piece turns the fast path off or makes it do the SDK's full work,
-never breaks a call): the session manager's ``_lifespan_state`` and
+never breaks a call): a request session's ``_connection`` (the handshake-era
+session's ``Connection``; without it such calls take the SDK path); the session manager's ``_lifespan_state`` and
 ``_task_group`` (HTTP, read by :mod:`openfunctions.servers._fast_http`); the
 type of the SDK's OpenTelemetry middleware, left out of the chain while
 tracing is off (see :meth:`FastCalls._chain`); whether a connection's exit
@@ -361,7 +362,7 @@ class FastCalls:
         (admission refuses trace context in ``_meta``); once a provider is set,
         every call gets its span as on the SDK path.
         """
-        middleware = tuple(mw for mw in self.server.lowlevel.middleware if not isinstance(mw, _SessionCapture))
+        middleware = self._server_middleware()
         if OTEL_MIDDLEWARE is not None and _tracing_off():
             middleware = tuple(mw for mw in middleware if not isinstance(mw, OTEL_MIDDLEWARE))
         if self._composed is None or self._composed[0] != middleware:
@@ -370,6 +371,10 @@ class FastCalls:
                 call = partial(_apply, mw, call)
             self._composed = (middleware, call)
         return self._composed[1]
+
+    def _server_middleware(self) -> tuple[Any, ...]:
+        """The server's middleware as the SDK path runs it, less :class:`_SessionCapture` (a no-op for tools/call)."""
+        return tuple(mw for mw in self.server.lowlevel.middleware if not isinstance(mw, _SessionCapture))
 
     async def _inner(self, ctx: Any) -> dict[str, Any]:
         params = ctx.params if isinstance(ctx.params, Mapping) else {}

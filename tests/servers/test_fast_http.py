@@ -319,7 +319,8 @@ def test_the_otel_middleware_is_kept_once_tracing_is_on(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(fast_module.trace, "get_tracer_provider", lambda: Provider())
     on = calls._chain()
-    assert on is not off and calls._composed[0] == tuple(server.lowlevel.middleware)
+    assert on is not off and calls._composed[0] == calls._server_middleware()
+    assert len(calls._server_middleware()) == len(server.lowlevel.middleware) - 1  # all but the session capture
 
 
 def test_the_cached_envelope_builds_what_from_envelope_builds() -> None:
