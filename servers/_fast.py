@@ -85,8 +85,8 @@ from mcp_types import (
     INTERNAL_ERROR,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
+    ErrorData,
 )
-from mcp_types import ErrorData
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import trace

@@ -503,7 +503,7 @@ def _LineOutbound(emit: Callable[[bytes], Awaitable[None]]) -> Any:  # noqa: N80
     """The connection-scoped channel of a fast-path call: the SDK's notify-only outbound over our stdout."""
     from mcp.server.connection import NotifyOnlyOutbound
 
-    return NotifyOnlyOutbound(_LineExchange(None, emit))  # type: ignore[arg-type]
+    return NotifyOnlyOutbound(_LineExchange(None, emit))
 
 
 async def _wait_any(*events: anyio.Event) -> None:

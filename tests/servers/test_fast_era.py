@@ -194,3 +194,237 @@ RESULTS: list[dict[str, Any]] = [
 def test_handshake_result_shaping_equals_the_sdk_sieve(version: str, result: dict[str, Any]) -> None:
     calls = FastCalls(create_mcp_server(ToolRegistry([]), name="t", version="0"))
     assert calls._serialize(version, dict(result)) == _methods.serialize_server_result("tools/call", version, dict(result))
+
+
+# -- streamable HTTP sessions --------------------------------------------------------------------------------------
+
+SESSION_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+IGNORED_HEADERS = {"date", "server", "content-length", "mcp-session-id"}
+
+
+def _era_tools() -> list[Any]:
+    import sys
+
+    from .conftest import HERE
+
+    sys.path.insert(0, str(HERE))
+    try:
+        import fast_era_tools
+    finally:
+        sys.path.pop(0)
+    from .test_fast_http import _tools
+
+    return [*_tools(), fast_era_tools.registry.get("tell"), fast_era_tools.registry.get("ask")]
+
+
+def _open_session(http: Any, url: str, version: str, capabilities: dict[str, Any] | None = None) -> dict[str, str]:
+    """initialize + notifications/initialized; the headers every later request of the session carries."""
+    init, initialized = _init(version, capabilities)
+    resp = http.post(url, json=init, headers=SESSION_HEADERS)
+    assert resp.status_code == 200, resp.text
+    headers = {**SESSION_HEADERS, "Mcp-Session-Id": resp.headers["mcp-session-id"], "MCP-Protocol-Version": version}
+    assert http.post(url, json=initialized, headers=headers).status_code == 202
+    return headers
+
+
+def _events(text: str) -> list[dict[str, Any]]:
+    """An SSE body as its events: each field (``id`` masked: ids are per store), ``data`` parsed and masked."""
+    events = []
+    for block in text.split("\r\n\r\n"):
+        if not block:
+            continue
+        event: dict[str, Any] = {}
+        for line in block.split("\r\n"):
+            field, _, value = line.partition(": ")
+            if field == "":  # a comment (a keep-alive ping)
+                continue
+            event[field] = "*" if field == "id" else (_mask(json.loads(value)) if field == "data" and value else value)
+        if event:
+            events.append(event)
+    return events
+
+
+def _response(resp: Any) -> tuple[int, dict[str, str], Any]:
+    headers = {k: v for k, v in resp.headers.items() if k not in IGNORED_HEADERS}
+    headers["mcp-session-id"] = "*" if "mcp-session-id" in resp.headers else "absent"  # its value differs per server
+    if headers.get("content-type", "").startswith("text/event-stream"):
+        return resp.status_code, headers, _events(resp.text)
+    try:
+        return resp.status_code, headers, _mask(resp.json())
+    except ValueError:
+        return resp.status_code, headers, resp.text
+
+
+# (body, headers over the session's, taken by the fast path? "json": only in JSON-response mode)
+HTTP_LINES: list[tuple[Any, dict[str, str], bool | str]] = [
+    (_call(1, "add", {"a": 2, "b": 3}), {}, True),
+    (_call("s", "add", {"a": 1, "b": 1}), {}, True),
+    (_call(2, "add", {"a": "x"}), {}, True),
+    (_call(3, "fail", {}), {}, True),
+    (_call(4, "crash", {}), {}, True),
+    (_call(5, "add"), {}, True),
+    (_call(6, "tell", {"text": "hello"}), {}, True),
+    (_call(7, "notifies", {}), {}, True),
+    (_call(8, "nope", {}), {}, False),
+    (_call(9, "add", {"a": 1, "b": 2}, _meta={"progressToken": 9}), {}, False),
+    (_call(10, "add", {"a": 1, "b": 2}, task={"ttl": 5}), {}, False),
+    (_call(11, "add", {"a": 1, "b": 2}, _meta=META), {}, False),
+    (_call(12, "add", [1, 2]), {}, False),
+    ({"jsonrpc": "2.0", "id": 13, "method": "tools/list"}, {}, False),
+    (_call(14, "add", {"a": 1, "b": 2}), {"Accept": "application/json"}, "json"),  # SSE mode: 406
+    (_call(15, "add", {"a": 1, "b": 2}), {"Content-Type": "text/plain"}, False),
+    (_call(16, "add", {"a": 1, "b": 2}), {"MCP-Protocol-Version": "2025-06-18"}, False),  # not the negotiated one
+    (_call(17, "add", {"a": 1, "b": 2}), {"Mcp-Session-Id": "no-such-session"}, False),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("options", [{}, {"event_store": False}, {"json_response": True}],
+                         ids=["sse+event-store", "sse", "json"])
+async def test_handshake_era_http_sessions_get_the_sdk_paths_replies(tmp_path: Path, options: dict[str, Any]) -> None:
+    import anyio
+    import httpx
+
+    from .test_fast_http import two_servers
+
+    async with two_servers(tmp_path, tools=_era_tools, **options) as (fast_url, sdk_url, calls):
+
+        def run() -> list[tuple[Any, Any, int]]:
+            out = []
+            with httpx.Client(timeout=30) as http:
+                fast_headers = _open_session(http, fast_url, "2025-11-25")
+                sdk_headers = _open_session(http, sdk_url, "2025-11-25")
+                for body, extra, _taken in HTTP_LINES:
+                    before = calls.served
+                    a = _response(http.post(fast_url, content=json.dumps(body), headers={**fast_headers, **extra}))
+                    b = _response(http.post(sdk_url, content=json.dumps(body), headers={**sdk_headers, **extra}))
+                    out.append((a, b, calls.served - before))
+            return out
+
+        results = await anyio.to_thread.run_sync(run)
+    for (fast, sdk, served), (body, extra, taken) in zip(results, HTTP_LINES, strict=True):
+        assert fast == sdk, (body, extra)
+        expected = bool(options.get("json_response")) if taken == "json" else taken
+        assert served == (1 if expected else 0), (body, extra, served)
+    status, headers, good = results[0][0]
+    if options.get("json_response"):
+        assert headers["content-type"] == "application/json" and good["result"]["structuredContent"] == {"sum": 5}
+    else:
+        assert headers["content-type"].startswith("text/event-stream")
+        assert good[-1]["data"]["result"]["structuredContent"] == {"sum": 5}
+        assert ("id" in good[-1]) == ("event_store" not in options)  # stored events carry their id
+        told = results[6][0][2]
+        assert [e["data"].get("method") for e in told if "data" in e and e["data"]] == ["notifications/message", None]
+
+
+@pytest.mark.anyio
+async def test_a_stored_fast_path_reply_is_replayed_on_resumption(tmp_path: Path) -> None:
+    """A client that lost the stream after the priming event gets the call's events again (GET + Last-Event-ID)."""
+    import anyio
+    import httpx
+
+    from .test_fast_http import two_servers
+
+    async with two_servers(tmp_path, tools=_era_tools) as (fast_url, sdk_url, calls):
+
+        def run(url: str) -> tuple[Any, Any]:
+            with httpx.Client(timeout=30) as http:
+                headers = _open_session(http, url, "2025-11-25")
+                first = http.post(url, content=json.dumps(_call(1, "tell", {"text": "again"})), headers=headers)
+                priming = next(line[4:] for line in first.text.split("\r\n") if line.startswith("id: "))
+                replayed: list[Any] = []
+                with http.stream("GET", url, headers={**headers, "Accept": "text/event-stream", "Last-Event-ID": priming}) as resp:
+                    text = ""
+                    for chunk in resp.iter_text():  # the stream stays open: read up to the reply, then hang up
+                        text += chunk
+                        replayed = _events(text[: text.rfind("\r\n\r\n") + 4]) if "\r\n\r\n" in text else []
+                        if any("result" in e.get("data", {}) for e in replayed if isinstance(e.get("data"), dict)):
+                            break
+                return _events(first.text), replayed
+
+        fast = await anyio.to_thread.run_sync(run, fast_url)
+        served = calls.served
+        sdk = await anyio.to_thread.run_sync(run, sdk_url)
+    assert fast == sdk and served == 1
+    assert [e["data"]["method"] if "method" in e["data"] else "reply" for e in fast[1]] == ["notifications/message", "reply"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+async def test_a_fast_path_call_on_an_http_session_can_sample_or_says_why_not(tmp_path: Path, json_response: bool) -> None:
+    """SSE mode: the tool's sampling request rides the call's stream and the client's answer (a POST) reaches it.
+    JSON mode: no room for a server request in a JSON body, so the tool is told so — on both paths alike."""
+    import anyio
+    import httpx
+
+    from .test_fast_http import two_servers
+
+    async with two_servers(tmp_path, tools=_era_tools, json_response=json_response) as (fast_url, sdk_url, calls):
+
+        def run(url: str) -> Any:
+            with httpx.Client(timeout=30) as http:
+                headers = _open_session(http, url, "2025-11-25", {"sampling": {}})
+                body = json.dumps(_call(1, "ask", {"question": "2+2?"}))
+                if json_response:
+                    return _response(http.post(url, content=body, headers=headers))
+                events = []
+                with http.stream("POST", url, content=body, headers=headers) as resp:
+                    buffer = ""
+                    for chunk in resp.iter_text():
+                        buffer += chunk
+                        while "\r\n\r\n" in buffer:
+                            block, buffer = buffer.split("\r\n\r\n", 1)
+                            event = _events(block + "\r\n\r\n")
+                            events += event
+                            data = event[0].get("data") if event else None
+                            if isinstance(data, dict) and data.get("method") == "sampling/createMessage":
+                                answer = {"jsonrpc": "2.0", "id": data["id"], "result": {
+                                    "role": "assistant", "content": {"type": "text", "text": "4"}, "model": "m",
+                                    "stopReason": "endTurn"}}
+                                assert http.post(url, json=answer, headers=headers).status_code == 202
+                return events
+
+        fast = await anyio.to_thread.run_sync(run, fast_url)
+        served = calls.served
+        sdk = await anyio.to_thread.run_sync(run, sdk_url)
+    assert fast == sdk and served == 1
+    if json_response:
+        assert fast[2]["result"]["isError"] is True  # the tool could not sample: said in its result
+    else:
+        assert fast[-1]["data"]["result"]["structuredContent"] == {"answer": "4"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+async def test_notifications_cancelled_ends_a_fast_path_call_on_an_http_session(tmp_path: Path, json_response: bool) -> None:
+    import anyio
+    import httpx
+
+    from .conftest import await_file
+    from .test_fast_http import two_servers
+
+    async with two_servers(tmp_path, tools=_era_tools, json_response=json_response) as (fast_url, sdk_url, calls):
+
+        async def run(url: str, markers: Path) -> Any:
+            async with httpx.AsyncClient(timeout=30) as http:
+                headers = await anyio.to_thread.run_sync(lambda: _open_session(httpx.Client(timeout=30), url, "2025-11-25"))
+                result: list[Any] = []
+
+                async def call() -> None:
+                    resp = await http.post(url, content=json.dumps(_call(1, "slow", {"dir": str(markers)})), headers=headers)
+                    result.append(_response(resp))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    await await_file(markers / "started")
+                    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+                    assert (await http.post(url, json=cancel, headers=headers)).status_code == 202
+                await await_file(markers / "cancelled")
+                return result[0]
+
+        fast = await run(fast_url, tmp_path / "fast-markers")
+        served = calls.served
+        sdk = await run(sdk_url, tmp_path / "sdk-markers")
+    assert fast == sdk and served == 1
+    error = fast[2]["error"] if json_response else fast[2][-1]["data"]["error"]
+    assert error == {"code": -32800, "message": "Request cancelled"}
