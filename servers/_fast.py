@@ -320,7 +320,8 @@ class FastCalls:
     # -- execution ---------------------------------------------------------------
 
     async def run(self, call: Admitted, dctx: Any, *, lifespan_state: Any, request: Any = None,
-                  outbound: Any = None) -> dict[str, Any]:
+                  outbound: Any = None, close_sse_stream: Any = None,
+                  close_standalone_sse_stream: Any = None) -> dict[str, Any]:
         """The JSON-RPC reply (a dict) for ``call``: the server's middleware around ``_call_tool``, shaped as the SDK's runner does.
 
         ``dctx``: the request's channel (the SDK's ``DispatchContext`` shape);
@@ -338,7 +339,7 @@ class FastCalls:
         ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
             session=session, lifespan_context=lifespan_state, protocol_version=version, method="tools/call",
             params=call.params, request_id=call.request_id, meta=call.meta,  # type: ignore[arg-type]
-            request=request,
+            request=request, close_sse_stream=close_sse_stream, close_standalone_sse_stream=close_standalone_sse_stream,
         )
         try:
             result = await self._chain()(ctx)

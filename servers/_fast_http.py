@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +68,7 @@ from ._sdk import (
     transport_request_finished,
     transport_request_started,
     transport_route,
+    transport_send,
     transport_unroute,
 )
 
@@ -146,8 +147,25 @@ class _Exchange(Exchange):
         if self.session is None:
             await self.emit(_sse_event(message))
             return
+        await self.session_event(message)
+
+    async def session_event(self, message: dict[str, Any], *, last: bool = False) -> None:
+        """A handshake-era session's SSE event: stored and written on this stream, or, once the stream is gone
+        (closed by the tool or by the client), handed to the SDK's router (stored, and sent on a resumed stream)."""
+        assert self.session is not None
+        if self.finished:
+            await transport_send(self.session.transport, self.session.model(message), self.request_id)
+            return
         event_id = await self.session.store(self.request_id, message)
-        await self.emit(_sse_event(message, event_id))
+        await self.emit(_sse_event(message, event_id), last=last)
+
+    async def close_stream(self) -> None:
+        """``ctx.close_sse_stream``: end this call's SSE stream now; the client resumes it with ``Last-Event-ID``."""
+        await self.emit(b"", last=True)
+
+    def stream_lost(self) -> None:
+        """The client went away: stop writing (the call goes on; its events go to the router from now on)."""
+        self.finished = True
 
     async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> dict[str, Any]:
         """A server-to-client request (handshake-era SSE only): sent by the session's SDK dispatcher, which routes it
@@ -214,11 +232,21 @@ class _Session:
         """Store ``message`` on the request's stream as the SDK's router does (the event id; ``None``: no store)."""
         if self.events is None:
             return None
+        return await self.events.store_event(str(request_id), self.model(message))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def model(message: dict[str, Any]) -> Any:
+        """The SDK's message model for ``message`` (what its event store and router take)."""
         if "result" in message:  # the reply: built, not validated (the handler's result is already the wire form)
-            model: Any = types.JSONRPCResponse.model_construct(jsonrpc="2.0", id=message["id"], result=message["result"])
-        else:
-            model = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
-        return await self.events.store_event(str(request_id), model)  # type: ignore[no-any-return]
+            return types.JSONRPCResponse.model_construct(jsonrpc="2.0", id=message["id"], result=message["result"])
+        return types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+
+
+def _standalone_closer(transport: Any) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        transport.close_standalone_sse_stream()  # public: the session's GET stream, not this call's
+
+    return close
 
 
 class FastToolCalls:
@@ -402,11 +430,21 @@ class FastToolCalls:
         loop = asyncio.get_running_loop()
         pinger: list[asyncio.Task[None]] = []
         timer = loop.call_later(SSE_PING_INTERVAL, lambda: pinger.append(loop.create_task(self._ping(exchange)))) if sse else None
+        watch = scope.get(CONNECTION_LOST_KEY) if sse else None
+        if watch is not None:
+            watch(exchange.stream_lost)
+        # The SDK offers a tool these where events are stored and the client can resume (2025-11-25 and later).
+        closers: dict[str, Any] = {}
+        if sse and session.events is not None and version >= "2025-11-25":
+            closers = {"close_sse_stream": exchange.close_stream,
+                       "close_standalone_sse_stream": _standalone_closer(session.transport)}
         reply: dict[str, Any] | None = None
         try:
             with cancel:
-                reply = await self.calls.run(call, exchange, lifespan_state=state, request=request)
+                reply = await self.calls.run(call, exchange, lifespan_state=state, request=request, **closers)
         finally:
+            if watch is not None:
+                watch(None)
             if running.get(call.request_id) is exchange:
                 del running[call.request_id]
                 if not running:
@@ -428,10 +466,10 @@ class FastToolCalls:
                     "code": INTERNAL_ERROR, "message": "Session terminated before the request completed"}})
                 await self._write_body(500, session.json_headers, body, send)
             return
-        event_id = await session.store(call.request_id, reply)
         if sse:
-            await exchange.emit(_sse_event(reply, event_id), last=True)
+            await exchange.session_event(reply, last=True)
         else:
+            await session.store(call.request_id, reply)
             await self._write_body(200, session.json_headers, encode(reply), send)
 
     @staticmethod

@@ -154,7 +154,8 @@ def session_transport(manager: Any, session_id: str, requestor: Any) -> Any:
 def session_transport_parts(transport: Any) -> bool:
     """Whether ``transport`` has every private part the fast path uses on it (see the functions below)."""
     return all(hasattr(transport, name) for name in (
-        "_event_store", "_mint_priming_event", "_request_streams", "_idle_timeout", "_requests_in_flight", "idle_scope"))
+        "_event_store", "_mint_priming_event", "_request_streams", "_idle_timeout", "_requests_in_flight", "idle_scope",
+        "_write_stream"))
 
 
 def transport_event_store(transport: Any) -> Any:
@@ -205,6 +206,20 @@ def transport_route(transport: Any, request_id: str, streams: Any) -> None:
 def transport_unroute(transport: Any, request_id: str, streams: Any) -> None:
     if transport._request_streams.get(request_id) is streams:
         del transport._request_streams[request_id]
+
+
+async def transport_send(transport: Any, message: Any, related_request_id: Any) -> None:
+    """Hand ``message`` to the session transport's router (``StreamableHTTPServerTransport._write_stream``).
+
+    Why: once a fast-path call's own SSE stream is gone (closed by the tool,
+    or the client went away), its later messages must reach the session as
+    the SDK path's would: stored, and delivered to a stream the client
+    resumed with ``Last-Event-ID``; the router does exactly that.
+    """
+    from mcp.shared.message import ServerMessageMetadata, SessionMessage
+
+    metadata = ServerMessageMetadata(related_request_id=related_request_id)
+    await transport._write_stream.send(SessionMessage(message, metadata=metadata))
 
 
 async def send_related_request(dispatcher: Any, method: str, params: Any, opts: Any, related_request_id: Any) -> Any:

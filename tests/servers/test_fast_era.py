@@ -25,7 +25,7 @@ from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from openfunctions.core import ToolRegistry
-from openfunctions.servers import create_mcp_server
+from openfunctions.servers import RECEIPT_META_KEY, create_mcp_server
 from openfunctions.servers._fast import FastCalls
 
 from .conftest import journaled_receipts, serve_argv, server_env, wait_for_file
@@ -214,7 +214,7 @@ def _era_tools() -> list[Any]:
         sys.path.pop(0)
     from .test_fast_http import _tools
 
-    return [*_tools(), fast_era_tools.registry.get("tell"), fast_era_tools.registry.get("ask")]
+    return [*_tools(), *(fast_era_tools.registry.get(name) for name in ("tell", "ask", "reconnect"))]
 
 
 def _open_session(http: Any, url: str, version: str, capabilities: dict[str, Any] | None = None) -> dict[str, str]:
@@ -428,3 +428,47 @@ async def test_notifications_cancelled_ends_a_fast_path_call_on_an_http_session(
     assert fast == sdk and served == 1
     error = fast[2]["error"] if json_response else fast[2][-1]["data"]["error"]
     assert error == {"code": -32800, "message": "Request cancelled"}
+
+
+@pytest.mark.anyio
+async def test_a_fast_path_call_that_closes_its_stream_is_resumed_with_last_event_id(tmp_path: Path) -> None:
+    """The tool ends its SSE stream mid-call (``ctx.close_sse_stream``); the client resumes with ``GET`` +
+    ``Last-Event-ID`` and gets the rest live: the later events reach the resumed stream as on the SDK path."""
+    import anyio
+    import httpx
+
+    from .test_fast_http import two_servers
+
+    async with two_servers(tmp_path, tools=_era_tools) as (fast_url, sdk_url, calls):
+
+        def run(url: str, markers: Path) -> tuple[Any, Any]:
+            markers.mkdir()
+            with httpx.Client(timeout=30) as http:
+                headers = _open_session(http, url, "2025-11-25")
+                first = http.post(url, content=json.dumps(_call(1, "reconnect", {"dir": str(markers)})), headers=headers)
+                last = [line[4:] for line in first.text.split("\r\n") if line.startswith("id: ")][-1]
+                resumed: list[Any] = []
+                with http.stream("GET", url, headers={**headers, "Accept": "text/event-stream", "Last-Event-ID": last}) as resp:
+                    (markers / "release").write_text("go")  # the resumed stream is open: let the tool go on
+                    text = ""
+                    for chunk in resp.iter_text():
+                        text += chunk
+                        resumed = _events(text[: text.rfind("\r\n\r\n") + 4]) if "\r\n\r\n" in text else []
+                        if any(isinstance(e.get("data"), dict) and "result" in e["data"] for e in resumed):
+                            break
+                return _events(first.text), resumed
+
+        fast = await anyio.to_thread.run_sync(run, fast_url, tmp_path / "fast-markers")
+        served = calls.served
+        sdk = await anyio.to_thread.run_sync(run, sdk_url, tmp_path / "sdk-markers")
+    # What the client gets over both streams together. (Which stream carries "before" is a race on the SDK path:
+    # its router may deliver it after the stream was closed, and the resumption replays it from the store.)
+    def seen(streams: tuple[Any, Any]) -> list[Any]:
+        events = [e for events in streams for e in events if e.get("data")]
+        for e in events:  # the marker dirs (an argument) differ between the two runs
+            e["data"].get("result", {}).get("_meta", {}).get(RECEIPT_META_KEY, {}).pop("params_sha256", None)
+        return events
+
+    assert seen(fast) == seen(sdk) and served == 1
+    assert [e["data"].get("params", {}).get("data", "reply") for e in seen(fast)] == ["before", "after", "reply"]
+    assert fast[0][0]["retry"] == sdk[0][0]["retry"]  # both streams open with the stored priming event
