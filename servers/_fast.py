@@ -185,7 +185,8 @@ class FastCalls:
         self._stamp: dict[str, Any] | None = None
         self._composed: tuple[tuple[Any, ...], Callable[[Any], Awaitable[Any]]] | None = None
         self._versions: dict[str, bool] = {}
-        self._sessions: dict[str | None, weakref.ref[Connection]] = {}
+        # Weak values: a session the SDK forgot leaves no entry behind (however many sessions come and go).
+        self._sessions: weakref.WeakValueDictionary[str | None, Connection] = weakref.WeakValueDictionary()
         # The handshake-era session state (client info, negotiated version, log level, back-channel) lives in the
         # SDK's Connection, built privately per session: a transparent middleware notes it at `initialize`.
         server.lowlevel.middleware.insert(0, _SessionCapture(self))
@@ -275,8 +276,7 @@ class FastCalls:
     def handshake_session(self, session_id: str | None) -> Connection | None:
         """The SDK ``Connection`` of the handshake-era session ``session_id`` (``None``: the stdio connection),
         once its ``initialize`` went through the server (see :class:`_SessionCapture`); else ``None``."""
-        ref = self._sessions.get(session_id)
-        return None if ref is None else ref()
+        return self._sessions.get(session_id)
 
     def forget_session(self, session_id: str | None) -> None:
         self._sessions.pop(session_id, None)
@@ -485,7 +485,7 @@ class _SessionCapture:
             calls = self._calls()
             connection = connection_of(ctx.session, Connection) if calls is not None else None
             if calls is not None and connection is not None:
-                calls._sessions[connection.session_id] = weakref.ref(connection)
+                calls._sessions[connection.session_id] = connection
         return await call_next(ctx)
 
 

@@ -472,3 +472,17 @@ async def test_a_fast_path_call_that_closes_its_stream_is_resumed_with_last_even
     assert seen(fast) == seen(sdk) and served == 1
     assert [e["data"].get("params", {}).get("data", "reply") for e in seen(fast)] == ["before", "after", "reply"]
     assert fast[0][0]["retry"] == sdk[0][0]["retry"]  # both streams open with the stored priming event
+
+
+def test_a_forgotten_session_leaves_no_entry() -> None:
+    """The session table holds connections weakly: many short sessions do not make it grow."""
+    import gc
+
+    from mcp.server.connection import Connection
+
+    calls = FastCalls(create_mcp_server(ToolRegistry([]), name="t", version="0"))
+    kept = Connection.for_loop(None, session_id="kept")  # type: ignore[arg-type]
+    for sid in ("kept", *(f"gone-{i}" for i in range(50))):
+        calls._sessions[sid] = kept if sid == "kept" else Connection.for_loop(None, session_id=sid)  # type: ignore[arg-type]
+    gc.collect()
+    assert calls.handshake_session("kept") is kept and list(calls._sessions) == ["kept"]
