@@ -185,6 +185,7 @@ class FastCalls:
         self._stamp: dict[str, Any] | None = None
         self._composed: tuple[tuple[Any, ...], Callable[[Any], Awaitable[Any]]] | None = None
         self._versions: dict[str, bool] = {}
+        self._chain_key: tuple[tuple[Any, ...], bool] | None = None
         # Weak values: a session the SDK forgot leaves no entry behind (however many sessions come and go).
         self._sessions: weakref.WeakValueDictionary[str | None, Connection] = weakref.WeakValueDictionary()
         # The handshake-era session state (client info, negotiated version, log level, back-channel) lives in the
@@ -363,14 +364,17 @@ class FastCalls:
         (admission refuses trace context in ``_meta``); once a provider is set,
         every call gets its span as on the SDK path.
         """
-        middleware = self._server_middleware()
-        if OTEL_MIDDLEWARE is not None and _tracing_off():
-            middleware = tuple(mw for mw in middleware if not isinstance(mw, OTEL_MIDDLEWARE))
-        if self._composed is None or self._composed[0] != middleware:
+        # Recomposed only when the server's list or the tracing state changed (checked per call: both can).
+        key = (tuple(self.server.lowlevel.middleware), OTEL_MIDDLEWARE is not None and _tracing_off())
+        if self._chain_key != key or self._composed is None:
+            middleware = self._server_middleware()
+            if key[1]:
+                middleware = tuple(mw for mw in middleware if not isinstance(mw, OTEL_MIDDLEWARE))  # type: ignore[arg-type]
             call: Callable[[Any], Awaitable[Any]] = self._inner
             for mw in reversed(middleware):
                 call = partial(_apply, mw, call)
             self._composed = (middleware, call)
+            self._chain_key = key
         return self._composed[1]
 
     def _server_middleware(self) -> tuple[Any, ...]:
