@@ -15,10 +15,22 @@ plain valid ones:
   unless the server answers JSON only (``json_response``);
 - the whole body in hand, within the size limit (the SDK answers 413 past it).
 
-Everything else — handshake-era requests (``initialize``, ``Mcp-Session-Id``
-sessions), other methods, notifications, batches, malformed or mismatched
-anything — goes to the SDK's app with the body replayed, unchanged: the SDK
-phrases every refusal, as before.
+It also answers a plain ``tools/call`` POST on a handshake-era session
+(protocol 2025-11-25 or older, opened with ``initialize``), admitted by the
+handshake-era rules of :mod:`~openfunctions.servers._fast`, when its headers
+are the session's plain ones: one ``Mcp-Session-Id`` naming a session of the
+SDK's manager that the request's credential owns (not terminated, its idle
+period not run out), one ``MCP-Protocol-Version`` equal to the negotiated
+version, ``Content-Type: application/json``, the ``Accept`` the SDK requires
+(JSON, and SSE too unless ``json_response``), the whole body in hand within
+the size limit. Its reply is what the SDK's session transport sends: see
+:meth:`FastToolCalls._serve_session`. A ``notifications/cancelled`` POST on a
+session that names one of these calls cancels it and still goes to the SDK
+(which answers 202).
+
+Everything else — ``initialize``, other methods, notifications, batches,
+malformed or mismatched anything — goes to the SDK's app with the body
+replayed, unchanged: the SDK phrases every refusal, as before.
 
 The reply is what the SDK's 2026-07-28 handler sends: in JSON-response mode
 one ``application/json`` body; in SSE mode (the default) also
