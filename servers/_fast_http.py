@@ -97,6 +97,8 @@ _SSE_HEADERS = [
 ]
 _MODERN = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
 _HANDSHAKE = frozenset(v.encode() for v in HANDSHAKE_PROTOCOL_VERSIONS)
+#: A body with more brackets than this may nest deeper than the SDK's parser takes: the SDK path phrases that.
+_MAX_NESTING = 200
 
 
 def _accepts(value: bytes) -> tuple[bool, bool]:
@@ -385,7 +387,8 @@ class FastToolCalls:
             return
         first = await receive()
         body: bytes = first.get("body", b"")
-        if first["type"] != "http.request" or first.get("more_body", False) or len(body) > self.max_body_bytes:
+        if (first["type"] != "http.request" or first.get("more_body", False) or len(body) > self.max_body_bytes
+                or body.count(b"[") + body.count(b"{") > _MAX_NESTING):
             await self.app(scope, replay_body(first, receive), send)
             return
         message = scope.get(PARSED_BODY_KEY)

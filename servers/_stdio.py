@@ -303,6 +303,8 @@ async def stdio_transport(
             session = fast.handshake_session(None)
             if session is None:  # no initialize through the server yet: the SDK answers
                 return False
+        if line.count(b"[") + line.count(b"{") > MAX_NESTING:
+            return False  # possibly nested deeper than the SDK's adapter takes: its refusal is the SDK path's to send
         try:
             value = json.loads(line)
         except (ValueError, UnicodeDecodeError, RecursionError):

@@ -63,6 +63,7 @@ LINES: list[tuple[Any, bool]] = [
     (_call(12, "add", {"a": 1, "b": 2}, _meta=META), False),  # the 2026-07-28 envelope on a handshake session
     ({"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {"name": "add", "arguments": None}}, False),
     ({"jsonrpc": "2.0", "id": 14, "method": "tools/list"}, False),
+    (_call(15, "add", {"a": json.loads("[" * 250 + "]" * 250), "b": 1}), False),  # deeper than the SDK's parser takes
     ("{not json", False),
 ]
 
@@ -275,6 +276,7 @@ HTTP_LINES: list[tuple[Any, dict[str, str], bool | str]] = [
     (_call(15, "add", {"a": 1, "b": 2}), {"Content-Type": "text/plain"}, False),
     (_call(16, "add", {"a": 1, "b": 2}), {"MCP-Protocol-Version": "2025-06-18"}, False),  # not the negotiated one
     (_call(17, "add", {"a": 1, "b": 2}), {"Mcp-Session-Id": "no-such-session"}, False),
+    (_call(18, "add", {"a": json.loads("[" * 250 + "]" * 250), "b": 1}), {}, False),
 ]
 
 
