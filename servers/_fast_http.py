@@ -66,6 +66,7 @@ from sse_starlette import ServerSentEvent
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
+from ._event_store import SessionEvents
 from ._fast import Admitted, Exchange, FastCalls, encode
 from ._http_guard import CONNECTION_LOST_KEY, PARSED_BODY_KEY
 from ._sdk import (
@@ -109,10 +110,10 @@ def _accepts(value: bytes) -> tuple[bool, bool]:
             wildcard or b"text/event-stream" in types or b"text/*" in types)
 
 
-def _sse_event(message: Mapping[str, Any], event_id: str | None = None) -> bytes:
+def _sse_event(message: Mapping[str, Any], event_id: str | None = None, data: bytes | None = None) -> bytes:
     # sse-starlette's framing, as the SDK's responses have it: `id` (when stored), `event`, `data`.
     head = b"event: message\r\ndata: " if event_id is None else f"id: {event_id}\r\nevent: message\r\ndata: ".encode()
-    return head + encode(message) + b"\r\n\r\n"
+    return head + (encode(message) if data is None else data) + b"\r\n\r\n"
 
 
 def _sse_ping() -> bytes:
@@ -170,8 +171,9 @@ class _Exchange(Exchange):
         if self.finished:
             await transport_send(self.session.transport, self.session.model(message), self.request_id)
             return
-        event_id = await self.session.store(self.request_id, message)
-        await self.emit(_sse_event(message, event_id), last=last)
+        data = encode(message)
+        event_id = await self.session.store(self.request_id, message, len(data))
+        await self.emit(_sse_event(message, event_id, data), last=last)
 
     async def close_stream(self) -> None:
         """``ctx.close_sse_stream``: end this call's SSE stream now; the client resumes it with ``Last-Event-ID``."""
@@ -242,10 +244,16 @@ class _Session:
         self.sse_headers = [*_SSE_HEADERS, sid]
         self.json_headers = [(b"content-type", b"application/json"), sid]
 
-    async def store(self, request_id: Any, message: dict[str, Any]) -> str | None:
-        """Store ``message`` on the request's stream as the SDK's router does (the event id; ``None``: no store)."""
+    async def store(self, request_id: Any, message: dict[str, Any], size: int | None = None) -> str | None:
+        """Store ``message`` on the request's stream as the SDK's router does (the event id; ``None``: no store).
+
+        ``size``: its encoded length, if known; our own store then counts that
+        instead of encoding the message again (the SDK's interface has no room for it).
+        """
         if self.events is None:
             return None
+        if size is not None and isinstance(self.events, SessionEvents):
+            return self.events.store_sized(str(request_id), self.model(message), size)
         return await self.events.store_event(str(request_id), self.model(message))  # type: ignore[no-any-return]
 
     @staticmethod
@@ -484,8 +492,9 @@ class FastToolCalls:
         if sse:
             await exchange.session_event(reply, last=True)
         else:
-            await session.store(call.request_id, reply)
-            await self._write_body(200, session.json_headers, encode(reply), send)
+            body = encode(reply)
+            await session.store(call.request_id, reply, len(body))
+            await self._write_body(200, session.json_headers, body, send)
 
     @staticmethod
     async def _write_body(status: int, headers: list[tuple[bytes, bytes]], body: bytes, send: Callable[..., Any]) -> None:

@@ -488,3 +488,25 @@ def test_a_forgotten_session_leaves_no_entry() -> None:
         calls._sessions[sid] = kept if sid == "kept" else Connection.for_loop(None, session_id=sid)  # type: ignore[arg-type]
     gc.collect()
     assert calls.handshake_session("kept") is kept and list(calls._sessions) == ["kept"]
+
+
+def test_a_sized_store_counts_the_given_length_and_replays_the_message() -> None:
+    """The fast path stores its events with the JSON length it already has (no second encoding of the reply)."""
+    import anyio
+    import mcp_types as types
+
+    from openfunctions.servers._event_store import MemoryEventStore
+
+    store = MemoryEventStore()
+    view = store.for_session("s")
+    message = types.JSONRPCResponse.model_construct(jsonrpc="2.0", id=1, result={"content": []})
+    first = view.store_sized("1", message, 1234)  # type: ignore[attr-defined]
+    view.store_sized("1", message, 10)  # type: ignore[attr-defined]
+    assert store.byte_count == 1244
+    replayed: list[Any] = []
+
+    async def collect(event: Any) -> None:
+        replayed.append(event.message.model_dump_json(by_alias=True, exclude_unset=True))
+
+    assert anyio.run(view.replay_events_after, first, collect) == "1"
+    assert replayed == ['{"jsonrpc":"2.0","id":1,"result":{"content":[]}}']
