@@ -510,3 +510,22 @@ def test_a_sized_store_counts_the_given_length_and_replays_the_message() -> None
 
     assert anyio.run(view.replay_events_after, first, collect) == "1"
     assert replayed == ['{"jsonrpc":"2.0","id":1,"result":{"content":[]}}']
+
+
+def test_the_sdk_still_has_the_private_parts_the_handshake_era_path_uses() -> None:
+    """servers/_sdk.py reaches these for handshake-era sessions; a release that moves one must fail here first."""
+    import inspect
+
+    from mcp.server.streamable_http import StreamableHTTPServerTransport
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    from openfunctions.servers import _sdk
+
+    transport = StreamableHTTPServerTransport(mcp_session_id="s", event_store=None)
+    assert _sdk.session_transport_parts(transport)
+    assert inspect.iscoroutinefunction(StreamableHTTPServerTransport._mint_priming_event)
+    manager = StreamableHTTPSessionManager(app=create_mcp_server(ToolRegistry([]), name="t", version="0").lowlevel)
+    assert isinstance(manager._server_instances, dict) and isinstance(manager._session_owners, dict)
+    assert _sdk.session_transport(manager, "nope", None) is None
+    assert "_related_request_id" in inspect.signature(JSONRPCDispatcher.send_raw_request).parameters
