@@ -20,7 +20,10 @@ What happens when a part is missing, per part (nothing here raises an
 - the manager's lifespan state / task group: the direct ``tools/call`` path
   turns itself off (one error log) and calls take the SDK's path;
 - ``ServerSession._connection``: one error log; handshake-era clients get no
-  ``list_changed`` notifications;
+  ``list_changed`` notifications, and their ``tools/call`` takes the SDK path;
+- the manager's session table (``_server_instances``, ``_session_owners``) or
+  a session transport's internals (event store, priming event, request
+  streams, idle timer, write stream): handshake-era HTTP calls take the SDK path;
 - the connection's exit stack: every fast-path call unwinds it (correct, a
   little slower);
 - the OpenTelemetry middleware type: the fast path keeps that middleware in
