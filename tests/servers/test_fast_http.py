@@ -60,7 +60,8 @@ def _tools() -> list[Any]:
 
 
 @asynccontextmanager
-async def two_servers(tmp_path: Path, *, http: Any = "auto", **app_options: Any) -> AsyncIterator[tuple[str, str, FastCalls]]:
+async def two_servers(tmp_path: Path, *, http: Any = "auto", tools: Any = None,
+                      **app_options: Any) -> AsyncIterator[tuple[str, str, FastCalls]]:
     """(fast url, SDK-path url, the fast server's FastCalls), each server journaled in its own dir.
 
     ``http``: uvicorn's protocol (default: uvicorn's own ``auto``, as when the app is mounted under another server;
@@ -68,8 +69,9 @@ async def two_servers(tmp_path: Path, *, http: Any = "auto", **app_options: Any)
     """
     import uvicorn
 
-    fast = create_mcp_server(ToolRegistry(_tools()), name="t", version="0", journal_dir=tmp_path / "fast")
-    slow = create_mcp_server(ToolRegistry(_tools()), name="t", version="0", journal_dir=tmp_path / "sdk")
+    make = tools or _tools
+    fast = create_mcp_server(ToolRegistry(make()), name="t", version="0", journal_dir=tmp_path / "fast")
+    slow = create_mcp_server(ToolRegistry(make()), name="t", version="0", journal_dir=tmp_path / "sdk")
     servers, urls = [], []
     async with fast, slow, anyio.create_task_group() as tg:
         for server, on in ((fast, True), (slow, False)):
@@ -319,7 +321,8 @@ def test_the_otel_middleware_is_kept_once_tracing_is_on(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(fast_module.trace, "get_tracer_provider", lambda: Provider())
     on = calls._chain()
-    assert on is not off and calls._composed[0] == tuple(server.lowlevel.middleware)
+    assert on is not off and calls._composed[0] == calls._server_middleware()
+    assert len(calls._server_middleware()) == len(server.lowlevel.middleware) - 1  # all but the session capture
 
 
 def test_the_cached_envelope_builds_what_from_envelope_builds() -> None:
