@@ -74,9 +74,10 @@ mechanism: the file is rotated into a segment (``JournalLog.rotate``), one
 ``snapshot`` and a ``compacted`` record naming the superseded segments are
 appended as one batch (one fsync), then the segments are deleted and the
 directory fsynced. One compaction at a time (under the lock of every
-change). The rotate runs on the event loop (a rename and a new header:
-three fsyncs), so a live server stalls that long once per compaction:
-2–11 ms measured (``bench/bench_chat_compaction.py``, docs/CHAT.md), left
+change). The rotate (a rename and a new header: three fsyncs) and the
+deletion (an unlink and a directory fsync) run on the event loop, so a live
+server stalls that long once per compaction: medians of 4–12 ms measured on
+a busy machine (``bench/bench_chat_compaction.py``, docs/CHAT.md), left
 there. Reading starts at the newest of the file and its segments that
 holds a ``compacted`` record and folds forward (with none, every segment
 oldest first, then the file), so a crash at any point of a compaction loses
