@@ -88,6 +88,25 @@ true`` (the tool's capability says so) and ``rerun_of`` (the receipt id of an
 earlier call of the same idempotent tool whose effect was unknown; this entry
 is its re-run).
 
+The stream (``core.records``): :data:`AGENT_RUNS` is these records' definition and
+its one fold (:func:`apply`), used live by every run log and at replay by every
+reader. Records of a type this version does not know are **kept** unfolded
+(``UnknownRecords.KEEP``): runs are history, read to list and show what
+happened, and a reader that refused a data directory over a newer writer's
+record would hide every run in it (``run_messages`` itself was added on that
+promise: the version before it skips it). Run journals are never compacted,
+so such a record is never re-written or dropped either. A future record that
+changes what a claim or a fulfilment means must not rely on this: it comes
+with a new format version, which older readers refuse. A record of a known
+type that cannot be folded (no ``run_id``, a field of the wrong type) is
+refused (``record_malformed``), naming it.
+
+Two views fold the same records through that one apply: a run's *summary*
+(:class:`RunState` without its conversation: the live run logs, ``read_runs``)
+leaves ``run_messages`` out before the fold, so listing runs never holds
+every conversation in memory; one run's *history* (``read_history``) folds
+all of that run's records and reads :meth:`RunState.history`.
+
 Recovery (on open) writes ``run_finished`` with ``status: "interrupted"``,
 ``recovered: true`` for every run that has a ``run_started`` and no
 ``run_finished``. It never resumes a run and never re-dispatches its tool
@@ -104,6 +123,7 @@ from typing import Any
 
 from openfunctions.adapters import Message, valid_json
 from openfunctions.core import digest, new_id, utc_timestamp
+from openfunctions.core.records import Entry, RecordStream, StreamRecord, UnknownRecords
 
 VERSION = 1
 KIND = "runs"
@@ -169,18 +189,10 @@ def messages_(*, run_id: str, n: int, messages: Sequence[Message]) -> dict[str, 
 
 
 def history(records: Iterable[tuple[str, dict[str, Any]]], run_id: str) -> list[Message]:
-    """Run ``run_id``'s conversation from its ``run_messages`` records, in order (empty for a run written before
-    them). A message a record holds that does not read back is skipped."""
-    out: list[Message] = []
-    for rtype, data in records:
-        if rtype != MESSAGES or data.get("run_id") != run_id:
-            continue
-        for raw in data.get("messages") or ():
-            try:
-                out.append(Message.from_dict(raw))
-            except ValueError:
-                continue
-    return out
+    """Run ``run_id``'s conversation from its records (``(type, data)``, any runs'), folded by :func:`apply`
+    (see :meth:`RunState.history`); empty for a run written before ``run_messages`` existed."""
+    run = AGENT_RUNS.fold(Entry(t, d) for t, d in records if d.get("run_id") == run_id).get(run_id)
+    return run.history() if run is not None else []
 
 
 def finished(*, run_id: str, status: str, rounds: int, usage: dict[str, int], receipts: list[str], text: str | None,
@@ -220,6 +232,20 @@ class RunState:
     claims: list[dict[str, Any]] = field(default_factory=list)
     verifications: list[dict[str, Any]] = field(default_factory=list)
     fulfilment: dict[str, Any] | None = None
+    #: the ``run_messages`` records' data, in order (empty in a summary view: see the module docstring)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def history(self) -> list[Message]:
+        """The run's conversation from its ``run_messages`` records, in order. A message a record holds that
+        does not read back is skipped (its content was bounded when written; see :func:`messages_`)."""
+        out: list[Message] = []
+        for data in self.messages:
+            for raw in data.get("messages") or ():
+                try:
+                    out.append(Message.from_dict(raw))
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    continue
+        return out
 
     @property
     def status(self) -> str:
@@ -272,11 +298,11 @@ class RunState:
                 "fulfilment": self.fulfilment, "chain": self.chain()}
 
 
-def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
-    """Fold one record into ``state`` (run id -> :class:`RunState`). Unknown types are skipped (forward compatible)."""
-    rid = data.get("run_id")
+def _apply(state: dict[str, RunState], rec: StreamRecord) -> None:
+    data, rtype = rec.data, rec.type
+    rid = data["run_id"]
     if not isinstance(rid, str):
-        return
+        raise TypeError(f"run_id is {type(rid).__name__}, not a string")
     if rtype == STARTED:
         state[rid] = RunState(rid, data)
         return
@@ -285,6 +311,8 @@ def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
         run = state[rid] = RunState(rid, {"run_id": rid})
     if rtype == ROUND:
         run.rounds.append(data)
+    elif rtype == MESSAGES:
+        run.messages.append(data)
     elif rtype == FINISHED and run.finished is None:
         run.finished = data
     elif rtype == CLAIM:
@@ -295,17 +323,32 @@ def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
         run.fulfilment = data
 
 
+#: The agent runs' record stream: its types, its one fold, and its policy for a type it does not know
+#: (``KEEP``: see the module docstring). No snapshot: run journals are history, rotated, never compacted.
+AGENT_RUNS: RecordStream[dict[str, RunState]] = RecordStream(
+    "agent-runs", kind=KIND, types=(STARTED, ROUND, MESSAGES, FINISHED, CLAIM, VERIFIED, FULFILLED),
+    new_state=dict, apply=_apply, unknown=UnknownRecords.KEEP, keep_segments=True)
+
+
+def in_summary(rtype: str) -> bool:
+    """Whether the summary view folds records of ``rtype`` (all but the conversation; see the module docstring)."""
+    return rtype != MESSAGES
+
+
+def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> bool:
+    """Fold one record into ``state`` (run id -> :class:`RunState`) through :data:`AGENT_RUNS`. ``False``: a type
+    this version does not know, kept unfolded. Raises ``RecordMalformed`` for a record it cannot fold."""
+    return AGENT_RUNS.apply(state, Entry(rtype, data))
+
+
 def fold(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, RunState]:
     """``(type, data)`` records folded into a fresh state by :func:`apply`."""
-    state: dict[str, RunState] = {}
-    for rtype, data in records:
-        apply(state, rtype, data)
-    return state
+    return AGENT_RUNS.fold(Entry(t, d) for t, d in records)
 
 
 def unfinished(state: dict[str, RunState]) -> list[RunState]:
     return [r for r in state.values() if r.finished is None and r.started.get("agent") is not None]
 
 
-__all__ = ["KIND", "MESSAGES", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled",
-           "history", "messages_", "round_", "started", "unfinished", "verified"]
+__all__ = ["AGENT_RUNS", "KIND", "MESSAGES", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled",
+           "history", "in_summary", "messages_", "round_", "started", "unfinished", "verified"]

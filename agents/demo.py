@@ -16,20 +16,20 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from openfunctions.core import define_tool
+from pydantic import Field
+
+from openfunctions.core import tool
 
 from ._agent import define_agent
 
-count_words = define_tool(
-    name="count_words",
-    description="Count the words of a text",
-    input_schema={"type": "object", "properties": {"text": {"type": "string", "maxLength": 100000}}, "required": ["text"]},
-    handler=lambda params, ctx: {"words": len(params["text"].split())},
-    capability={"effect": "read", "parallel_safe": True, "idempotent": True},
-    annotations={"read_only_hint": True, "open_world_hint": False},
-)
+
+@tool(capability={"effect": "read", "parallel_safe": True, "idempotent": True},
+      annotations={"read_only_hint": True, "open_world_hint": False}, output_schema=None)
+def count_words(text: Annotated[str, Field(max_length=100000)]) -> dict[str, int]:
+    """Count the words of a text"""
+    return {"words": len(text.split())}
 
 counter = define_agent(
     "counter",

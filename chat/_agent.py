@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -44,7 +44,7 @@ from openfunctions.agents import DEFAULT_RUN_TIMEOUT_S, AgentLimits, AgentRuntim
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolExecutionContext, ToolRegistry, new_id
 
 from ._config import ChatConfig, load_config, load_object, module_tools
-from ._conversations import STORED_CHARS, Conversation, Conversations, from_stored, log_path, stored
+from ._conversations import ANY, STORED_CHARS, Conversation, Conversations, from_stored, log_path, stored
 from ._errors import ChatClosed, ChatConfigError, InvalidMessage, MessageTooLarge
 from ._prompt import memory_hint, resolve_prompt
 
@@ -175,6 +175,28 @@ class ChatAgent:
         if stream:
             return self._events(message, conversation)
         return self._turn(message, None, stream=False, conversation=conversation)
+
+    async def turn(self, message: str, *, on_event: Callable[[ChatEvent], Awaitable[None]] | None = None,
+                   conversation: str | None = None) -> ChatResponse:
+        """One turn, as :meth:`chat` runs it, for a caller with its own event channel (the HTTP server):
+        with ``on_event`` the turn streams and each :class:`ChatEvent` is awaited into it as it happens;
+        without, the turn runs unstreamed. Returns the turn's :class:`ChatResponse`."""
+        return await self._turn(message, on_event, stream=on_event is not None, conversation=conversation)
+
+    def check_message(self, message: Any) -> str:
+        """``message`` as a turn takes it (lone surrogates replaced), or :class:`InvalidMessage` /
+        :class:`MessageTooLarge` naming what is wrong; nothing runs."""
+        return self._check(message)
+
+    def conversation_thread(self, conversation: str, *, principal: Any = ANY) -> str:
+        """The memory thread of the issued conversation ``conversation``; :class:`InvalidConversation` /
+        :class:`ConversationNotFound` when it is not one this agent holds for ``principal``."""
+        return self._conversations.get(conversation, principal=principal).thread_id
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`destroy` was called (a closed agent refuses turns with :class:`ChatClosed`)."""
+        return self._closed
 
     async def open_conversation(self, *, principal: str | None = None) -> str:
         """Issue a new conversation; returns its id (``conv_…``) for ``chat(..., conversation=)`` and ``reset()``.

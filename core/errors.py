@@ -41,6 +41,13 @@ class DuplicateTool(ToolDefinitionError):
     code = "tool_duplicate"
 
 
+class ToolDocstringInvalid(ToolDefinitionError):
+    """A ``@tool`` function's docstring ``Args:`` section is malformed or describes a parameter the
+    function does not have (``details``: ``tool``, and ``parameter`` or ``line``)."""
+
+    code = "tool_docstring_invalid"
+
+
 class ToolNotFound(OpenFunctionsError):
     code = "tool_not_found"
 
@@ -155,6 +162,7 @@ __all__ = [
     "OpenFunctionsError",
     "ToolDefinitionError",
     "DuplicateTool",
+    "ToolDocstringInvalid",
     "ToolNotFound",
     "InvalidParams",
     "NonJsonValue",

@@ -215,7 +215,7 @@ async def run_headless(session: Session, task: str | None) -> int:
         await session.work()
         tg.cancel_scope.cancel()
     end = session.state.last_end or {}
-    state = end.get("state")
+    state = str(end.get("state"))
     if session.state.last_end is before:
         session.emit({"type": "error", "code": "engine_no_task", "message": "nothing to run: give a task, or the id "
                       "of a session with an open turn"})

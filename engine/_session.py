@@ -287,6 +287,12 @@ class Session:
     def session_id(self) -> str:
         return self.state.session_id
 
+    @property
+    def limits(self) -> Limits:
+        """The session's limits (given, or the recorded ones of a resumed session: set when it opens)."""
+        assert self.config.limits is not None, "a session's limits are settled when it opens"
+        return self.config.limits
+
     def prompt(self, text: str) -> None:
         """Queue a turn (it starts, and its prompt record is written, when the session is free)."""
         self._queue.append(("prompt", text))
@@ -392,7 +398,7 @@ class Session:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 try:
-                    timeout = self.config.limits.turn_timeout_s
+                    timeout = self.limits.turn_timeout_s
                     if timeout is not None:
                         with anyio.fail_after(timeout):
                             outcome = await self._rounds(turn)
@@ -400,7 +406,7 @@ class Session:
                         outcome = await self._rounds(turn)
                 except TimeoutError:
                     outcome = {"state": "aborted", "reason": "turn_timeout",
-                               "message": f"the turn exceeded its {self.config.limits.turn_timeout_s:g} s limit"}
+                               "message": f"the turn exceeded its {self.limits.turn_timeout_s:g} s limit"}
                 except OpenFunctionsError as exc:
                     outcome = {"state": "failed", "error": {"code": exc.code, "message": exc.message}}
                 except Exception as exc:  # a bug below us: the turn still ends with its record
@@ -437,7 +443,7 @@ class Session:
         return self.config.system if not goal else f"{self.config.system}\n\nThe session's goal: {goal}"
 
     async def _rounds(self, turn: int) -> dict[str, Any]:
-        lim = self.config.limits
+        lim = self.limits
         state = self.state
         # Resumed after the turn's last round was recorded and before its end was: it ended as that round says.
         last = state.messages[-1] if state.messages and state.rounds_in_turn else None
@@ -595,7 +601,7 @@ class Session:
         if self._buffer:
             await self._flush_behind()
         adapter = self.config.adapter
-        options = ChatOptions(max_tokens=self.config.limits.max_tokens)
+        options = ChatOptions(max_tokens=self.limits.max_tokens)
         messages = [Message.system(self._system()), *self.state.messages]
         reply = None
         async for event in adapter.stream(messages, self._tools, options):
@@ -623,7 +629,7 @@ class Session:
         transcript = "\n\n".join(_render(m) for m in msgs[:cut])[-SUMMARY_INPUT_CHARS:]
         try:
             reply = await self.config.adapter.chat([Message.system(SUMMARY_SYSTEM), Message.user(transcript)], (),
-                                                   ChatOptions(max_tokens=self.config.limits.max_tokens))
+                                                   ChatOptions(max_tokens=self.limits.max_tokens))
         except OpenFunctionsError as exc:
             self.emit({"type": "error", "code": "engine_compaction_failed",
                        "message": f"the summary request failed ({exc.code}): {exc.message}"})

@@ -123,6 +123,8 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_", artifacts: Any = None,
 
     def out(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
         return obj(properties, required, closed=False)  # output schemas stay open: a reply may grow fields
+    # Hand schemas rather than @tool: state_tool (shared with the memory tools) takes a schema and derives the
+    # annotations, capability and error mapping from one word, so the two layers cannot drift apart.
     tools = [
         state_tool(
             f"{prefix}ingest", "Add a document (plain text) to the retrieval index, or update it. It is split into "

@@ -27,7 +27,8 @@ not through the executor (they are not tools and carry no receipts).
 
 Handlers that need the raw MCP request (logging, sampling, elicitation —
 the conformance fixtures) find the SDK's ``ServerRequestContext`` in
-``ctx.metadata["mcp.request_context"]``.
+``ctx.request``; the host's model is ``ctx.host`` and a task's handle
+``ctx.task`` (typed slots of ``ToolExecutionContext``, ``core/_context.py``).
 
 Tasks (``io.modelcontextprotocol/tasks``, SEP-2663): a tool whose capability
 declares ``task_support`` may answer a ``tools/call`` with a durable task
@@ -44,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -57,7 +59,14 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
 from pydantic import Field
 
-from openfunctions.core import PRINCIPAL_SCOPE_KEY, InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
+from openfunctions.core import (
+    PRINCIPAL_SCOPE_KEY,
+    HostChannel,
+    InvalidParams,
+    ToolExecutionContext,
+    ToolNotFound,
+    ToolRegistry,
+)
 
 from ._constants import RECEIPT_META_KEY
 from ._fast import EncodedReceipt
@@ -69,7 +78,6 @@ from ._tasks import (
     DEFAULT_TASK_AFTER_S,
     DEFAULT_TTL_MS,
     EXTENSION_ID,
-    TASK_METADATA_KEY,
     TaskHandle,
     TaskManager,
     check_routing_header,
@@ -82,7 +90,10 @@ from ._tasks_v1 import TasksV1
 log = structlog.get_logger("openfunctions.servers")
 
 REQUEST_CONTEXT_KEY = "mcp.request_context"
-"""``ToolExecutionContext.metadata`` key holding the SDK's ``ServerRequestContext``."""
+"""Deprecated: the SDK's ``ServerRequestContext`` is ``ctx.request`` (this metadata key is no longer written)."""
+
+# Shared, read-only: a served call carries no user metadata of its own.
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 # Protocol versions whose spec lists invalid tool arguments as a protocol
 # error (-32602); 2025-11-25 (SEP-1303) and later make them tool execution
@@ -152,27 +163,40 @@ async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-def _sampling_hook(ctx: Any) -> dict[str, Any]:
-    """The host's model for ``openfunctions.adapters.SamplingAdapter``, as plain values (core and agents never see MCP).
+class _McpHost(HostChannel):
+    """``ctx.host`` of an MCP call: the host's model through ``sampling/createMessage`` on this request.
 
-    ``openfunctions.sampling``: the client's declared ``sampling`` capability
-    as a dict (``{"tools": {}}`` = sampling with tools), or ``None``;
-    ``openfunctions.sampler``: sends one ``sampling/createMessage`` (wire-form
-    params dict) on this request and returns the result as a wire-form dict.
-    A 2026-07-28 call from a client that declared sampling replaces this
-    sampler with one that asks through an ``InputRequiredResult``, or, for a
-    call running as a task, through the task's ``input_required`` status
-    (``_input_required.py``). On 2026-07-28 this one raises
-    ``SamplingUnavailable`` naming the missing channel.
+    Built per call as one small object holding the request: the capability
+    (a dict) is read from the session only when someone asks, so a call that
+    never samples pays nothing for it. A 2026-07-28 call from a client that
+    declared sampling gets, instead, a channel whose sampler asks through an
+    ``InputRequiredResult``, or, for a call running as a task, through the
+    task's ``input_required`` status (``_input_required.py``). On 2026-07-28
+    this one raises ``SamplingUnavailable`` naming the missing channel.
     """
-    caps = getattr(ctx.session, "client_capabilities", None)
-    sampling = getattr(caps, "sampling", None)
 
-    async def sample(params: dict[str, Any]) -> dict[str, Any]:
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+        self.sampling_timeout_s = None
+
+    @property
+    def sampling(self) -> Mapping[str, Any] | None:
+        caps = getattr(self._ctx.session, "client_capabilities", None)
+        sampling = getattr(caps, "sampling", None)
+        return None if sampling is None else sampling.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    @property
+    def sampler(self) -> Any:
+        return self._sample
+
+    async def _sample(self, params: dict[str, Any]) -> dict[str, Any]:
         import warnings
 
         from mcp.shared.exceptions import NoBackChannelError
 
+        ctx = self._ctx
         p = types.CreateMessageRequestParams.model_validate(params)
         try:
             with warnings.catch_warnings():
@@ -192,11 +216,6 @@ def _sampling_hook(ctx: Any) -> dict[str, Any]:
                 "or give the agent its own model"
             ) from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-    return {
-        "openfunctions.sampler": sample,
-        "openfunctions.sampling": None if sampling is None else sampling.model_dump(by_alias=True, mode="json", exclude_none=True),
-    }
 
 
 class OpenFunctionsServer:
@@ -419,7 +438,7 @@ class OpenFunctionsServer:
         except ToolNotFound:  # unregistered between open and now: the run settles failed like any abnormal end
             tool = None
         tctx = ToolExecutionContext(principal=task.principal, scopes=frozenset(task.scopes),
-                                    metadata={TASK_METADATA_KEY: (handle := TaskHandle(run))},
+                                    task=(handle := TaskHandle(run)),
                                     progress=_task_progress(handle, None))
         executor = self.registry.executor
         self._inflight.add(run.scope)
@@ -561,18 +580,20 @@ class OpenFunctionsServer:
         # The session's reporter is scoped to this request and is a no-op when
         # the client asked for no progress (no progressToken): always wire it.
         progress = ctx.session.report_progress
-        metadata: dict[str, Any] = {REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version, **_sampling_hook(ctx)}
+        host: HostChannel = _McpHost(ctx)
         if task is not None:
-            metadata[TASK_METADATA_KEY] = task
             progress = _task_progress(task, progress)
             if wants_input_required(ctx):  # 2026-07-28: a task asks through its input_required status
-                metadata["openfunctions.sampler"] = task_sampler(task)
+                host = host.with_sampler(task_sampler(task))
         return ToolExecutionContext(
             principal=self._principal_for(ctx),
             scopes=self.scopes,
             request_id=None if ctx.request_id is None else str(ctx.request_id),
-            metadata=metadata,
+            metadata=_NO_METADATA,  # user data only: the request is ctx.request (its protocol_version too)
             progress=progress,
+            host=host,
+            task=task,
+            request=ctx,
         )
 
     async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
@@ -622,7 +643,8 @@ class OpenFunctionsServer:
         executor = self.registry.executor
 
         async def run(sampler: Any, progress: Any, scope: anyio.CancelScope) -> Any:
-            call_ctx = tctx.replace(metadata={**tctx.metadata, "openfunctions.sampler": sampler}, progress=progress)
+            host = tctx.host.with_sampler(sampler) if tctx.host is not None else HostChannel(sampler)
+            call_ctx = tctx.replace(host=host, progress=progress)
             settled: list[Any] = []
             with scope:  # as in _call_tool: the settled result is handed over even when close() cancels the call
                 await executor.execute_detailed(tool, arguments, call_ctx, on_settled=settled.append)

@@ -55,6 +55,7 @@ from openfunctions.core import (
     Receipt,
     ToolExecutionContext,
     ToolRegistry,
+    WorkGrant,
     canonical_json,
     digest,
     new_id,
@@ -752,23 +753,19 @@ class WorkController:
         # granted_paths: the step tool re-checks its path against the grant
         # right before writing; artifact_scope: its output belongs to the attempt;
         # on_spawn: a command's process group is journaled as soon as it exists
-        meta: dict[str, Any] = {"attempt_id": att.attempt_id, "operation_id": op.operation_id, "artifact_scope": att.attempt_id}
-        if grant is not None:
-            meta["granted_paths"] = list(grant.paths)
-        if op.effect != "read":
+        async def on_spawn(pid: int) -> None:
+            await self._append(R.spawned(
+                attempt_id=att.attempt_id, operation_id=op.operation_id, pid=pid, pgid=pid,
+                start_ticks=start_ticks(pid), boot_id=boot_id(),
+            ))
 
-            async def on_spawn(pid: int) -> None:
-                await self._append(R.spawned(
-                    attempt_id=att.attempt_id, operation_id=op.operation_id, pid=pid, pgid=pid,
-                    start_ticks=start_ticks(pid), boot_id=boot_id(),
-                ))
-
-            meta["on_spawn"] = on_spawn
+        work = WorkGrant(attempt_id=att.attempt_id, operation_id=op.operation_id, artifact_scope=att.attempt_id,
+                         granted_paths=None if grant is None else tuple(grant.paths),
+                         on_spawn=None if op.effect == "read" else on_spawn)
         lease = self.lease.to_dict() if self.lease else None
         if ctx is not None and ctx.receipt_id is not None and ctx.reservation is not None:
-            child = with_child_execution(ctx)
-            return child.replace(lease=lease, metadata={**dict(child.metadata), **meta})
-        return ToolExecutionContext(principal=principal, lease=lease, metadata=meta, progress=ctx.progress if ctx else None)
+            return with_child_execution(ctx).replace(lease=lease, work=work)
+        return ToolExecutionContext(principal=principal, lease=lease, work=work, progress=ctx.progress if ctx else None)
 
     async def _settle_op(self, att: Attempt, op: Operation, dr: Any, receipt: Receipt | None, *, cancelled: bool) -> dict[str, Any]:
         status = settled_status(op, receipt.outcome if receipt else None, receipt.certainty if receipt else None,

@@ -20,8 +20,8 @@ Two entry points, used by ``openfunctions-mcp serve --profile conformance``:
 
 Fixtures that talk back to the client (logging, sampling, elicitation,
 closing the SSE stream) need the MCP request the call arrived on: the server
-puts the SDK's ``ServerRequestContext`` into the execution context's
-``metadata["mcp.request_context"]``. Called without one (directly through the
+lends the SDK's ``ServerRequestContext`` in the execution context's
+``ctx.request``. Called without one (directly through the
 registry), they say so in their text result instead of failing.
 """
 

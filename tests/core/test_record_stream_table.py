@@ -27,7 +27,7 @@ def db(pg_dsn):  # noqa: F811
 
 
 async def test_a_table_backed_stream_folds_live_as_its_rows_replay_and_compacts_in_one_transaction(db):
-    from openfunctions.store import open_pg_workflow_log, read_pg_workflow_records
+    from openfunctions.workflows._pg import open_pg_workflow_log, read_pg_workflow_records
 
     space = unique_name("rs")
     table = await open_pg_workflow_log(db, space)

@@ -24,7 +24,7 @@ import pytest
 from mcp_types import methods as _methods
 
 from openfunctions.core import ToolRegistry, canonical_json, define_tool
-from openfunctions.servers import RECEIPT_META_KEY, REQUEST_CONTEXT_KEY, create_http_app, create_mcp_server
+from openfunctions.servers import RECEIPT_META_KEY, create_http_app, create_mcp_server
 from openfunctions.servers._fast import FastCalls, _plain_result
 from openfunctions.servers._fast_http import FastToolCalls
 from openfunctions.servers._http_guard import guarded_protocol
@@ -43,7 +43,7 @@ VOLATILE = ("receipt_id", "started_at", "finished_at", "duration_ms")
 async def _notify_then_answer(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
     import mcp_types as types
 
-    request = ctx.metadata[REQUEST_CONTEXT_KEY]
+    request = ctx.request
     # A request-scoped notification: on the 2026-07-28 wire it travels on this request's response stream.
     await request.session.send_notification(types.ToolListChangedNotification(), related_request_id=request.request_id)
     return {"notified": True}
