@@ -21,6 +21,8 @@ Served over MCP: ``openfunctions-mcp serve --profile agents --module mypkg.agent
 
 from typing import TYPE_CHECKING, Any
 
+from openfunctions.core.deprecation import renamed
+
 from ._agent import AGENT_TAG, DEFAULT_RUN_TIMEOUT_S, Agent, AgentLimits, Crew, define_agent, define_crew
 from ._claims import fulfil_task, verify_claim
 from ._errors import (
@@ -32,7 +34,8 @@ from ._errors import (
     RunNotFound,
     VerificationInvalid,
 )
-from ._records import TERMINAL, RunState
+from ._records import TERMINAL as RUN_TERMINAL
+from ._records import RunState
 from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_history, read_runs, runs_journal_path
 from ._runtime import RUN_ID_KEY, SUBMIT_TOOL, AgentRuntime, RunOptions, RunResult, run_agent
 
@@ -48,7 +51,17 @@ def build_agents_profile(**options: Any) -> "AgentsProfile":  # imported lazily:
 
 __all__ = [
     "AGENT_TAG", "DEFAULT_RUN_TIMEOUT_S", "Agent", "AgentDefinitionError", "AgentError", "AgentLimits", "AgentRuntime", "ClaimNotFound", "ClaimUnverified", "Crew", "DatabaseRunLog", "MemoryRunLog",
-    "RUN_ID_KEY", "RunJournal", "RunJournalError", "RunNotFound", "RunOptions", "RunResult", "RunState", "SUBMIT_TOOL", "TERMINAL",
+    "RUN_ID_KEY", "RunJournal", "RunJournalError", "RunNotFound", "RunOptions", "RunResult", "RUN_TERMINAL", "RunState", "SUBMIT_TOOL",
     "VerificationInvalid", "build_agents_profile", "define_agent", "define_crew", "fulfil_task", "read_history", "read_runs", "run_agent",
     "runs_journal_path", "verify_claim",
 ]
+
+
+# Old public names kept for one release outside __all__: each use warns (core/deprecation.py).
+_RENAMED = {"TERMINAL": "RUN_TERMINAL"}
+
+if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
+    def __getattr__(name: str) -> Any:
+        if name in _RENAMED:
+            return renamed(__name__, name, _RENAMED[name])
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,9 +31,6 @@ PACKAGES = sorted({p.split(".")[1] for p in tomllib.loads((REPO / "pyproject.tom
 
 # name -> (the packages exporting different objects under it, why it stays for now)
 KNOWN_NAME_COLLISIONS: dict[str, tuple[frozenset[str], str]] = {
-    "ArtifactStoreProtocol": (frozenset({"artifacts", "work"}),
-                              "work declares the narrower store interface it needs (put/stat) beside artifacts' own"),
-    "TERMINAL": (frozenset({"agents", "work"}), "the terminal states of an agent run vs of a work attempt"),
 }
 
 

@@ -64,10 +64,11 @@ from ._errors import (
 from ._grants import Grant, GrantStore
 from ._lease import Lease, LeaseStore
 from ._profile import CATALOG_ENV, WorkProfile, build_work_profile, resolve_catalog_path
-from ._protocols import ArtifactStoreProtocol, AuthorityProtocol, CustodyProtocol
+from ._protocols import ArtifactSink, AuthorityProtocol, CustodyProtocol
 from ._recovery import interrupted, replay, restore_plan, settled_receipts
 from ._resolutions import ResolutionInbox, resolve_record, valid_resolve
-from ._state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold
+from ._state import STATES, TRANSITIONS, Attempt, Operation, WorkState, fold
+from ._state import TERMINAL as ATTEMPT_TERMINAL
 from ._steps import (
     bind_tool,
     create_step_tools,
@@ -83,11 +84,11 @@ __all__ = [
     "Attempt", "AttemptActive", "AttemptNotFound", "Authority", "Catalog", "CatalogInvalid", "EffectUncertain",
     "Grant", "GrantDenied", "GrantExpired", "GrantRevoked", "GrantStore", "InvalidTransition", "Lease", "LeaseHeld",
     "LeaseLost", "LeaseStore", "Operation", "ParamSpec", "PathOutsideGrant", "PlanInvalid", "Proof", "ProofInvalid",
-    "ReconcileFailed", "STATES", "StepSpec", "TERMINAL", "TRANSITIONS", "UnknownStep", "VerifierReceipt",
+    "ReconcileFailed", "STATES", "StepSpec", "ATTEMPT_TERMINAL", "TRANSITIONS", "UnknownStep", "VerifierReceipt",
     "WORK_TOOL_NAMES", "WorkController", "WorkError", "WorkProfile", "WorkTools", "create_proof", "create_step_tools",
     "build_work_profile", "create_work_tools", "check_completion", "fingerprint", "prepare_reconciliation",
     "reconcile_readback", "replay", "restore_plan",
-    "OperationUncertain", "StillRunning", "Clock", "SystemClock", "ArtifactStoreProtocol", "AuthorityProtocol",
+    "OperationUncertain", "StillRunning", "Clock", "SystemClock", "ArtifactSink", "AuthorityProtocol",
     "CustodyProtocol", "WorkState", "fold", "interrupted", "ResolutionInbox", "records",
     "CATALOG_ENV", "resolve_catalog_path", "settled_receipts", "bind_tool", "prepare_tool_reconciliation",
     "reconcile_tool_effect", "AttemptLog", "FileAttemptLog", "GrantBackend", "LeaseBackend", "WorkBackend", "file_backend",
@@ -97,7 +98,7 @@ __all__ = [
 
 # Old names of renamed functions, kept for one release outside __all__: each use warns (core/deprecation.py).
 _RENAMED = {"build_work_tools": "create_work_tools", "build_step_tools": "create_step_tools",
-            "build_proof": "create_proof"}
+            "build_proof": "create_proof", "ArtifactStoreProtocol": "ArtifactSink", "TERMINAL": "ATTEMPT_TERMINAL"}
 
 if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
     def __getattr__(name: str) -> Any:

@@ -87,7 +87,7 @@ from ._errors import (
 from ._lease import Lease
 from ._observer import DispatchObserver
 from ._procs import boot_id, kill_and_wait, live_processes, start_ticks
-from ._protocols import ArtifactStoreProtocol, AuthorityProtocol
+from ._protocols import ArtifactSink, AuthorityProtocol
 from ._recovery import interrupted, restore_plan, settled_receipts, settled_status
 from ._resolutions import ResolutionInbox
 from ._state import Attempt, Operation, WorkState, check_transition, fold
@@ -157,7 +157,7 @@ class WorkController:
         self.catalog = catalog
         self.registry = registry
         self.authority: AuthorityProtocol | None = authority
-        self.artifacts: ArtifactStoreProtocol | None = artifacts
+        self.artifacts: ArtifactSink | None = artifacts
         self.catalog_loader = catalog_loader
         self.clock: Clock = clock or SYSTEM_CLOCK
         self.state = WorkState()

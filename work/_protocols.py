@@ -2,8 +2,8 @@
 
 - :class:`AuthorityProtocol` — the grant check at every effect
   (:class:`openfunctions.work.Authority` is the real one);
-- :class:`ArtifactStoreProtocol` — where previews and reply projections go
-  (:class:`openfunctions.artifacts.ArtifactStore`);
+- :class:`ArtifactSink` — where previews and reply projections go: the one method
+  (``put``) the controller needs of an :class:`openfunctions.artifacts.ArtifactStoreProtocol`;
 - custody (lease, fenced journal, renewal) is
   :class:`openfunctions.work._custody.CustodyProtocol`, re-exported here;
 - where the durable state lives: :class:`LeaseBackend`, :class:`AttemptLog`,
@@ -31,8 +31,8 @@ class AuthorityProtocol(Protocol):
     async def visible_grants(self, principal: str | None) -> list[Any]: ...
 
 
-class ArtifactStoreProtocol(Protocol):
+class ArtifactSink(Protocol):
     async def put(self, data: Any, *, media_type: str, scope: str | None = None) -> ArtifactRef: ...
 
 
-__all__ = ["AuthorityProtocol", "ArtifactStoreProtocol", "AttemptLog", "CustodyProtocol", "GrantBackend", "LeaseBackend", "ResolutionBackend", "WorkBackend"]
+__all__ = ["AuthorityProtocol", "ArtifactSink", "AttemptLog", "CustodyProtocol", "GrantBackend", "LeaseBackend", "ResolutionBackend", "WorkBackend"]
