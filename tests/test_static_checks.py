@@ -80,6 +80,22 @@ def test_the_tree_maps_every_package_of_the_wheel():
             assert init.is_file(), f"{package} is not reachable in the mypy tree at {init}"
 
 
+def test_the_wheel_lists_every_package_of_the_source_tree():
+    # setuptools ships only the packages listed: a subpackage left out installs as a missing module
+    config = _pyproject()["tool"]["setuptools"]
+    listed = set(config["packages"])
+    folders = {folder: name for name, folder in config["package-dir"].items()}
+    found = set()
+    for folder, name in folders.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / folder)
+            if "__pycache__" in rel.parts:
+                continue
+            found.add(".".join([name, *rel.parts]))
+    assert found - listed == set(), f"packages in the tree but not in [tool.setuptools] packages: {sorted(found - listed)}"
+    assert len(config["packages"]) == len(listed), "a package is listed twice in [tool.setuptools] packages"
+
+
 def test_mypy_strict_on_the_listed_packages():
     pytest.importorskip("mypy", reason="the test extra installs mypy")
     proc = run_mypy()
