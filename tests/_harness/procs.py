@@ -2,7 +2,8 @@
 
 - ``alive(pid)``: whether a process runs (a zombie, killed but not yet reaped, counts as dead).
 - ``kill_pid(pid)``: SIGKILL a process group (or the lone process), whatever state it is in.
-- ``sigkill(proc)``: ``kill -9`` a child we started, reap it, and check that the signal killed it.
+- ``sigkill(proc)``: ``kill -9`` a child we started, reap it, check that the signal killed it, and return
+  what was left unread on its stdout (a crash test compares it with what the child acknowledged).
 - ``stop(proc)``: end a child if it still runs, reap it and close its pipes (teardown).
 - ``LineChild``: a Python child spoken to in lines on stdin/stdout, with a watchdog that kills
   it after ``timeout`` seconds so a wedged child fails its test instead of hanging the suite.
@@ -40,11 +41,15 @@ def kill_pid(pid: int) -> None:
             pass
 
 
-def sigkill(proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    """``kill -9`` a child, reap it, and check it died of that signal (not of something before it)."""
+def sigkill(proc: subprocess.Popen, timeout: float = 60.0) -> str:
+    """``kill -9`` a child, reap it, check it died of that signal (not of something before it), and return
+    the rest of its stdout ("" when it has no stdout pipe)."""
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=timeout)
+    rest, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == -signal.SIGKILL, f"the child had exited with {proc.returncode} before the kill"
+    if isinstance(rest, bytes):
+        return rest.decode(errors="replace")
+    return rest or ""
 
 
 def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
@@ -98,11 +103,8 @@ class LineChild:
 
     def kill9(self) -> str:
         """SIGKILL the child, reap it, check the signal killed it, and return the rest of its stdout."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        rest, _ = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == -signal.SIGKILL, f"the child had exited with {self.proc.returncode}"
         self._watchdog.cancel()
-        return rest
+        return sigkill(self.proc)
 
     def pause(self) -> None:
         os.kill(self.proc.pid, signal.SIGSTOP)
