@@ -12,6 +12,9 @@ name, arguments), plus model, stop reason and usage.
   :class:`GeminiAdapter`: HTTP (httpx; the ``adapters`` extra), retries on
   429/5xx honouring ``retry-after``; reasoning state (thinking blocks,
   thought signatures, reasoning items) kept on the messages and replayed.
+- :func:`replay_history`: the pairing every adapter applies before it sends a
+  history (a call without a result gets a :data:`NOT_RUN` result), so a
+  conversation moves between providers and survives a restart mid-tool-turn.
 - :func:`resolve_adapter`: provider and model from arguments, else the environment.
 
 Usage::
@@ -21,6 +24,8 @@ Usage::
     if reply.tool_calls: ...
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._errors import (
     AdapterError,
     AdapterNotConfigured,
@@ -28,15 +33,16 @@ from ._errors import (
     AuthenticationFailed,
     BadRequest,
     MalformedResponse,
-    ProviderError,
-    ProviderUnavailable,
+    ModelProviderError,
+    ModelProviderUnavailable,
     RateLimited,
     SamplingTimeout,
     SamplingUnavailable,
     ScriptExhausted,
 )
+from ._history import NOT_RUN, replay_history
 from ._http import RetryPolicy
-from ._resolve import PROVIDERS, resolve_adapter, resolve_provider
+from ._resolve import PROVIDERS, resolve_adapter, resolve_model_provider
 from ._sampling import (
     DEFAULT_SAMPLING_TIMEOUT_S,
     SAMPLER_KEY,
@@ -47,35 +53,52 @@ from ._sampling import (
 )
 from ._scripted import ScriptedAdapter
 from ._text import valid_json, valid_text
-from ._types import AIAdapter, ChatOptions, ChatReply, Message, ProviderPart, StopReason, StreamEvent, ToolCall, Usage
+from ._types import (
+    AIAdapter,
+    ChatOptions,
+    ChatReply,
+    Message,
+    ProviderPart,
+    Role,
+    StopReason,
+    StreamEvent,
+    ToolCall,
+    Usage,
+)
 
+if TYPE_CHECKING:  # the lazy names, typed; at run time the __getattr__ below loads them
+    from ._anthropic import AnthropicAdapter
+    from ._gemini import GeminiAdapter
+    from ._openai import DeepSeekAdapter, KimiAdapter, OpenAIAdapter, OpenRouterAdapter, XAIAdapter
+    from ._openai_responses import OpenAIResponsesAdapter
+else:  # not seen by mypy: a module __getattr__ would make every misspelt import from here read as Any
+    def __getattr__(name: str) -> Any:  # the HTTP adapters load on first use (httpx is an optional extra)
+        if name in ("OpenAIAdapter", "XAIAdapter", "OpenRouterAdapter", "DeepSeekAdapter", "KimiAdapter"):
+            from . import _openai
 
-def __getattr__(name: str):  # the HTTP adapters load on first use (httpx is an optional extra)
-    if name in ("OpenAIAdapter", "XAIAdapter", "OpenRouterAdapter", "DeepSeekAdapter", "KimiAdapter"):
-        from . import _openai
+            return getattr(_openai, name)
+        if name == "OpenAIResponsesAdapter":
+            from ._openai_responses import OpenAIResponsesAdapter
 
-        return getattr(_openai, name)
-    if name == "OpenAIResponsesAdapter":
-        from ._openai_responses import OpenAIResponsesAdapter
+            return OpenAIResponsesAdapter
+        if name == "AnthropicAdapter":
+            from ._anthropic import AnthropicAdapter
 
-        return OpenAIResponsesAdapter
-    if name == "AnthropicAdapter":
-        from ._anthropic import AnthropicAdapter
+            return AnthropicAdapter
+        if name == "GeminiAdapter":
+            from ._gemini import GeminiAdapter
 
-        return AnthropicAdapter
-    if name == "GeminiAdapter":
-        from ._gemini import GeminiAdapter
-
-        return GeminiAdapter
-    raise AttributeError(f"module 'openfunctions.adapters' has no attribute {name!r}")
+            return GeminiAdapter
+        raise AttributeError(f"module 'openfunctions.adapters' has no attribute {name!r}")
 
 
 __all__ = [
     "AIAdapter", "AdapterError", "AdapterNotConfigured", "AdapterTimeout", "AnthropicAdapter", "AuthenticationFailed",
     "BadRequest", "ChatOptions", "ChatReply", "DeepSeekAdapter", "GeminiAdapter", "KimiAdapter", "MalformedResponse",
-    "Message", "OpenAIAdapter", "OpenAIResponsesAdapter", "OpenRouterAdapter", "PROVIDERS", "ProviderPart", "ProviderError", "ProviderUnavailable", "RateLimited", "RetryPolicy",
+    "Message", "ModelProviderError", "ModelProviderUnavailable", "OpenAIAdapter", "OpenAIResponsesAdapter",
+    "OpenRouterAdapter", "PROVIDERS", "ProviderPart", "RateLimited", "RetryPolicy", "Role",
     "DEFAULT_SAMPLING_TIMEOUT_S", "SAMPLER_KEY", "SAMPLING_CAPABILITY_KEY", "SAMPLING_TIMEOUT_KEY", "Sampler",
     "SamplingAdapter", "SamplingTimeout", "SamplingUnavailable", "ScriptExhausted",
     "ScriptedAdapter", "StopReason", "StreamEvent", "ToolCall", "Usage", "XAIAdapter", "resolve_adapter",
-    "resolve_provider", "valid_json", "valid_text",
+    "NOT_RUN", "replay_history", "resolve_model_provider", "valid_json", "valid_text",
 ]

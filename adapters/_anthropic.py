@@ -19,7 +19,16 @@ thinking does not accept): a reply's ``thinking`` blocks (text and
 ``redacted_thinking`` blocks (``data``) are kept on ``ChatReply.parts`` and
 replayed unchanged, in their order, at the start of that assistant turn,
 before its text and ``tool_use`` blocks: Anthropic refuses a tool-result turn
-whose preceding thinking was dropped or altered.
+whose preceding thinking was dropped or altered. Another provider's blocks
+are never sent here. When the request continues a tool-use turn that has no
+thinking block (it came from another provider, or was made without
+thinking), Anthropic refuses thinking for it: that one request goes without
+``thinking`` (:func:`thinking_allowed`); the next user turn has it again.
+
+History (see ``._history``): results follow their calls, unanswered calls
+get a "not run" result, and a call id outside ``[A-Za-z0-9_-]`` is sent
+hashed. A user message sent mid-tool-turn joins the results' user turn,
+after the ``tool_result`` blocks.
 """
 
 from __future__ import annotations
@@ -30,7 +39,8 @@ from typing import Any
 
 from openfunctions.core import ToolDefinition, to_anthropic
 
-from ._errors import MalformedResponse, ProviderUnavailable
+from ._errors import MalformedResponse, ModelProviderUnavailable
+from ._history import replay_history
 from ._http import HttpAdapter, StreamParser
 from ._types import (
     ChatOptions,
@@ -54,6 +64,7 @@ _CHOICE = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type
 
 
 def anthropic_messages(messages: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    messages = replay_history(messages, "anthropic", safe_ids=True)
     system = "\n\n".join(m.content for m in messages if m.role == "system") or None
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -71,9 +82,26 @@ def anthropic_messages(messages: Sequence[Message]) -> tuple[str | None, list[di
                 blocks.append({"type": "text", "text": m.content})
             blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
             out.append({"role": "assistant", "content": blocks})
+        elif out and out[-1]["role"] == "user" and out[-1]["content"][-1].get("type") == "tool_result":
+            # a user message sent mid-tool-turn: it joins the results' turn, after them (tool_result blocks come first)
+            out[-1]["content"].append({"type": "text", "text": m.content})
         else:
             out.append({"role": "user", "content": [{"type": "text", "text": m.content}]})
     return system, out
+
+
+def thinking_allowed(msgs: list[dict[str, Any]]) -> bool:
+    """Whether extended thinking may be on for this request: Anthropic refuses it when the tool-use turn the
+    request continues has no thinking block first (a turn another provider, or a request without thinking, made)."""
+    for m in reversed(msgs):
+        if m["role"] == "assistant":
+            blocks = m["content"]
+            if not any(b.get("type") == "tool_use" for b in blocks):
+                return True
+            return bool(blocks) and blocks[0].get("type") in _THINKING
+        if not any(b.get("type") == "tool_result" for b in m["content"]):
+            return True  # a new user turn: the model starts a fresh assistant turn
+    return True
 
 
 class AnthropicAdapter(HttpAdapter):
@@ -95,11 +123,12 @@ class AnthropicAdapter(HttpAdapter):
             body["tools"] = [to_anthropic(t) for t in tools]
             if opts.tool_choice:
                 body["tool_choice"] = _CHOICE[opts.tool_choice]
-        if opts.temperature is not None and not opts.thinking_budget:  # with thinking on, only the default is accepted
+        thinking = bool(opts.thinking_budget) and thinking_allowed(msgs)
+        if opts.temperature is not None and not thinking:  # with thinking on, only the default is accepted
             body["temperature"] = opts.temperature
         if opts.stop:
             body["stop_sequences"] = list(opts.stop)
-        if opts.thinking_budget:
+        if thinking:
             body["thinking"] = {"type": "enabled", "budget_tokens": opts.thinking_budget}
         if stream:
             body["stream"] = True
@@ -146,8 +175,8 @@ class _AnthropicStream(StreamParser):
         kind = obj.get("type") or event
         if kind == "error":
             err = obj.get("error") or {}
-            raise ProviderUnavailable(f"anthropic reported an error mid-stream: {err.get('type')}: {err.get('message')}",
-                                      details={"provider": "anthropic"})
+            raise ModelProviderUnavailable(f"anthropic reported an error mid-stream: {err.get('type')}: {err.get('message')}",
+                                           details={"provider": "anthropic"})
         if kind == "message_start":
             msg = obj["message"]
             self.model = msg.get("model") or self.model

@@ -24,7 +24,7 @@ class AdapterNotConfigured(AdapterError):
     code = "adapter_not_configured"
 
 
-class ProviderError(AdapterError):
+class ModelProviderError(AdapterError):
     """The provider answered with an HTTP error. ``status`` is the HTTP status."""
 
     code = "provider_error"
@@ -35,26 +35,26 @@ class ProviderError(AdapterError):
         self.status = status
 
 
-class BadRequest(ProviderError):
+class BadRequest(ModelProviderError):
     """HTTP 400/404/422: the request was wrong (a model name, a schema); retrying will not help."""
 
     code = "provider_bad_request"
 
 
-class AuthenticationFailed(ProviderError):
+class AuthenticationFailed(ModelProviderError):
     """HTTP 401/403: the API key was refused."""
 
     code = "provider_auth_failed"
 
 
-class RateLimited(ProviderError):
+class RateLimited(ModelProviderError):
     """HTTP 429, still after the retries."""
 
     code = "provider_rate_limited"
     retryable = True
 
 
-class ProviderUnavailable(ProviderError):
+class ModelProviderUnavailable(ModelProviderError):
     """HTTP 5xx (or 529), or the connection failed, still after the retries."""
 
     code = "provider_unavailable"
@@ -93,6 +93,6 @@ class SamplingUnavailable(AdapterError):
 
 __all__ = [
     "AdapterError", "AdapterNotConfigured", "AdapterTimeout", "AuthenticationFailed", "BadRequest",
-    "MalformedResponse", "ProviderError", "ProviderUnavailable", "RateLimited", "SamplingTimeout",
+    "MalformedResponse", "ModelProviderError", "ModelProviderUnavailable", "RateLimited", "SamplingTimeout",
     "SamplingUnavailable", "ScriptExhausted",
 ]

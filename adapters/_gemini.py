@@ -31,6 +31,11 @@ and later refuse its function calls, so for those models (a name
 ``gemini-<N>`` with N >= 3) the first unsigned ``functionCall`` part of each
 such turn carries Google's documented ``skip_thought_signature_validator``
 placeholder. A real signature is never replaced.
+
+History (see ``._history``): every ``functionCall`` turn is answered by a
+user turn of as many ``functionResponse`` parts (a "not run" one for a call
+the history has no result for); another provider's blocks are never sent,
+and an assistant turn left with nothing to send is left out.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from typing import Any
 from openfunctions.core import ToolDefinition, to_gemini
 
 from ._errors import MalformedResponse
+from ._history import replay_history
 from ._http import HttpAdapter, StreamParser
 from ._types import (
     ChatOptions,
@@ -75,6 +81,7 @@ def needs_signatures(model: str) -> bool:
 
 def gemini_contents(messages: Sequence[Message], *, placeholder: bool = False) -> tuple[str | None, list[dict[str, Any]]]:
     """``(systemInstruction text, contents)``; ``placeholder``: sign a turn's unsigned calls (see the module docstring)."""
+    messages = replay_history(messages, "gemini")
     system = "\n\n".join(m.content for m in messages if m.role == "system") or None
     out: list[dict[str, Any]] = []
     issued_ids = {c.id for m in messages for c in m.tool_calls if c.for_provider("gemini").get("id") == c.id}
@@ -102,13 +109,13 @@ def gemini_contents(messages: Sequence[Message], *, placeholder: bool = False) -
                 fc: dict[str, Any] = {"name": c.name, "args": c.arguments}
                 if issued.get("id") == c.id:
                     fc = {"id": c.id, **fc}
-                part: dict[str, Any] = {"functionCall": fc}
+                call_part: dict[str, Any] = {"functionCall": fc}
                 signature = issued.get("thoughtSignature")
                 if signature is None and placeholder and not any("functionCall" in p for p in parts):
                     signature = SKIP_SIGNATURE
                 if signature is not None:
-                    part["thoughtSignature"] = signature
-                parts.append(part)
+                    call_part["thoughtSignature"] = signature
+                parts.append(call_part)
             out.append({"role": "model", "parts": parts})
         else:
             out.append({"role": "user", "parts": [{"text": m.content}]})

@@ -14,7 +14,7 @@
   backoff sleep is cancellable too.
 - **Errors**: 400/404/422 :class:`BadRequest`, 401/403
   :class:`AuthenticationFailed`, 429 :class:`RateLimited`, 5xx
-  :class:`ProviderUnavailable`, a body that is not the promised JSON or event
+  :class:`ModelProviderUnavailable`, a body that is not the promised JSON or event
   stream :class:`MalformedResponse`; each message quotes the provider's own
   error message when it sent one.
 """
@@ -44,8 +44,8 @@ from ._errors import (
     AuthenticationFailed,
     BadRequest,
     MalformedResponse,
-    ProviderError,
-    ProviderUnavailable,
+    ModelProviderError,
+    ModelProviderUnavailable,
     RateLimited,
 )
 from ._types import ChatOptions, ChatReply, Message, StreamEvent
@@ -65,7 +65,7 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """The wait before attempt ``attempt + 1`` (attempt counts from 1) without a retry-after."""
-        d = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+        d = min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
         return d * (1 + self.jitter * (random.random() * 2 - 1))
 
 
@@ -101,14 +101,15 @@ def _provider_message(body: bytes) -> str:
         data = data[0]
     if isinstance(data, dict):
         err = data.get("error", data)
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:500]
+        message = err.get("message") if isinstance(err, dict) else None
+        if isinstance(message, str):
+            return message[:500]
         if isinstance(err, str):
             return err[:500]
     return json.dumps(data)[:300]
 
 
-def status_error(provider: str, status: int, body: bytes, *, retry_after: float | None = None) -> ProviderError:
+def status_error(provider: str, status: int, body: bytes, *, retry_after: float | None = None) -> ModelProviderError:
     msg = _provider_message(body)
     details: dict[str, Any] = {"provider": provider, "provider_message": msg}
     if retry_after is not None:
@@ -118,7 +119,7 @@ def status_error(provider: str, status: int, body: bytes, *, retry_after: float 
     if status == 429:
         return RateLimited(f"{provider} rate-limited the request (HTTP 429): {msg}", status=status, details=details)
     if status >= 500:
-        return ProviderUnavailable(f"{provider} failed (HTTP {status}): {msg}", status=status, details=details)
+        return ModelProviderUnavailable(f"{provider} failed (HTTP {status}): {msg}", status=status, details=details)
     return BadRequest(f"{provider} rejected the request (HTTP {status}): {msg}", status=status, details=details)
 
 
@@ -215,7 +216,7 @@ class HttpAdapter:
                     yielded = True
                     yield event
                 return
-            except ProviderError as exc:
+            except ModelProviderError as exc:
                 if yielded or not exc.retryable or attempt >= self.retry.max_attempts:
                     raise
                 await self._wait(exc, attempt)
@@ -240,12 +241,12 @@ class HttpAdapter:
             attempt += 1
             try:
                 return await once()
-            except ProviderError as exc:
+            except ModelProviderError as exc:
                 if not exc.retryable or attempt >= self.retry.max_attempts:
                     raise
                 await self._wait(exc, attempt)
 
-    async def _wait(self, exc: ProviderError, attempt: int) -> None:
+    async def _wait(self, exc: ModelProviderError, attempt: int) -> None:
         ra = exc.details.get("retry_after_s")
         if ra is not None and ra > self.retry.max_retry_after:
             exc.message = f"{exc.message} (the provider asked to wait {ra:.0f}s, more than max_retry_after)"
@@ -256,8 +257,8 @@ class HttpAdapter:
         if isinstance(exc, httpx.TimeoutException):
             return AdapterTimeout(f"{self.provider} did not answer within the timeout ({what}): {type(exc).__name__}",
                                   details={"provider": self.provider})
-        return ProviderUnavailable(f"{self.provider} connection failed ({what}): {type(exc).__name__}: {exc}",
-                                   details={"provider": self.provider, "url": self._url(False)})
+        return ModelProviderUnavailable(f"{self.provider} connection failed ({what}): {type(exc).__name__}: {exc}",
+                                        details={"provider": self.provider, "url": self._url(False)})
 
     async def _post_once(self, body: dict[str, Any], opts: ChatOptions) -> bytes:
         try:
@@ -299,9 +300,9 @@ class HttpAdapter:
                         yield out
         except httpx.HTTPError as exc:
             err = self._transport_error(exc, f"stream, after {seen} events")
-            if seen and isinstance(err, ProviderUnavailable):
+            if seen and isinstance(err, ModelProviderUnavailable):
                 err.message = f"{self.provider} stream was cut after {seen} events: {type(exc).__name__}"
-                err.retryable = False  # type: ignore[misc]
+                err.retryable = False
             raise err from None
         reply = parser.finish()
         for call in reply.tool_calls:  # complete calls only: arguments arrive in fragments

@@ -30,6 +30,11 @@ without tool calls must not (it is dropped: the API ignores it, and the
 older ``deepseek-reasoner`` refuses it with 400). Providers that replay it:
 ``deepseek`` and ``kimi`` (``replay_reasoning_content``); the others never
 send it.
+
+History (see ``._history``): an assistant message with ``tool_calls`` is
+followed at once by one ``tool`` message per call, in order (a "not run"
+one when the history has none); a ``tool`` message whose call is not in the
+history is left out.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from typing import Any
 from openfunctions.core import ToolDefinition, to_openai
 
 from ._errors import MalformedResponse
+from ._history import replay_history
 from ._http import HttpAdapter, StreamParser
 from ._types import (
     ChatOptions,
@@ -71,11 +77,13 @@ def is_reasoning_model(model: str) -> bool:
     return _REASONING_NAME.match(model.rsplit("/", 1)[-1].lower()) is not None
 
 
-def openai_messages(messages: Sequence[Message], *, reasoning_from: str | None = None) -> list[dict[str, Any]]:
+def openai_messages(messages: Sequence[Message], *, reasoning_from: str | None = None,
+                    provider: str = "openai") -> list[dict[str, Any]]:
     """Chat Completions messages. ``reasoning_from``: the provider whose ``reasoning_content`` goes back on
-    assistant turns that made tool calls (see the module docstring); ``None``: never sent."""
+    assistant turns that made tool calls (see the module docstring); ``None``: never sent. ``provider``: the one
+    the request goes to (its own calls keep their ids, see ``._history``)."""
     out: list[dict[str, Any]] = []
-    for m in messages:
+    for m in replay_history(messages, provider):
         if m.role == "tool":
             out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
         elif m.role == "assistant" and m.tool_calls:
@@ -117,7 +125,8 @@ class OpenAIAdapter(HttpAdapter):
         return {"authorization": f"Bearer {self.api_key}", "content-type": "application/json"}
 
     def _body(self, messages: Sequence[Message], tools: Sequence[ToolDefinition], opts: ChatOptions, stream: bool) -> dict[str, Any]:
-        msgs = openai_messages(messages, reasoning_from=self.provider if self.replay_reasoning_content else None)
+        msgs = openai_messages(messages, reasoning_from=self.provider if self.replay_reasoning_content else None,
+                               provider=self.provider)
         body: dict[str, Any] = {"model": self.model, "messages": msgs}
         body["max_completion_tokens" if self.reasoning else "max_tokens"] = opts.max_tokens
         if tools:
@@ -182,11 +191,11 @@ class _OpenAIStream(StreamParser):
             return []
         chunk = json.loads(data)
         if "error" in chunk:
-            from ._errors import ProviderUnavailable
+            from ._errors import ModelProviderUnavailable
             from ._http import _provider_message
 
-            raise ProviderUnavailable(f"{self.adapter.provider} reported an error mid-stream: "
-                                      f"{_provider_message(data.encode())}", details={"provider": self.adapter.provider})
+            raise ModelProviderUnavailable(f"{self.adapter.provider} reported an error mid-stream: "
+                                           f"{_provider_message(data.encode())}", details={"provider": self.adapter.provider})
         self.model = chunk.get("model") or self.model
         if chunk.get("usage"):
             u = chunk["usage"]

@@ -28,6 +28,13 @@ A stream (``stream: true``) sends named events: ``response.output_text.delta``
 (``delta``), ``response.output_item.done`` (``item``), and one of
 ``response.completed`` / ``response.incomplete`` / ``response.failed``
 (``response``: the whole response, parsed as above), or ``error``.
+
+History (see ``._history``): each ``function_call`` is followed by its
+``function_call_output`` (a "not run" one when the history has none);
+another provider's blocks are never sent; an assistant turn whose text was
+changed after the reply goes without its ``message`` items, and without its
+``reasoning`` items too when it made no call (a reasoning item is refused
+without the item that followed it).
 """
 
 from __future__ import annotations
@@ -38,7 +45,8 @@ from typing import Any
 
 from openfunctions.core import ToolDefinition, to_openai
 
-from ._errors import MalformedResponse, ProviderUnavailable
+from ._errors import MalformedResponse, ModelProviderUnavailable
+from ._history import replay_history
 from ._http import HttpAdapter, StreamParser
 from ._openai import is_reasoning_model
 from ._types import (
@@ -69,6 +77,7 @@ def _refusal(item: dict[str, Any]) -> str:
 
 def responses_input(messages: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     """``(instructions, input items)`` for a conversation (see the module docstring)."""
+    messages = replay_history(messages, PROVIDER)
     instructions = "\n\n".join(m.content for m in messages if m.role == "system") or None
     items: list[dict[str, Any]] = []
     for m in messages:
@@ -81,6 +90,8 @@ def responses_input(messages: Sequence[Message]) -> tuple[str | None, list[dict[
             said = "".join(_message_text(p) for p in kept if p["type"] == "message")
             if said != m.content:  # the text was changed after the reply: its message items no longer say it
                 kept = [p for p in kept if p["type"] != "message"]
+                if not m.tool_calls:  # a reasoning item is refused without the output item that followed it
+                    kept = []
                 if m.content:
                     kept.append({"role": "assistant", "content": m.content})
             items += kept
@@ -105,8 +116,8 @@ def responses_reply(data: Any, model: str) -> ChatReply:
     status = data.get("status")
     if status == "failed" or data.get("error"):
         err = data.get("error") or {}
-        raise ProviderUnavailable(f"{PROVIDER} reported a failed response: {err.get('code')}: {err.get('message')}",
-                                  details={"provider": PROVIDER})
+        raise ModelProviderUnavailable(f"{PROVIDER} reported a failed response: {err.get('code')}: {err.get('message')}",
+                                       details={"provider": PROVIDER})
     texts: list[str] = []
     calls: list[ToolCall] = []
     parts: list[ProviderPart] = []
@@ -191,8 +202,8 @@ class _ResponsesStream(StreamParser):
         obj = json.loads(data)
         kind = obj.get("type") or event
         if kind == "error":
-            raise ProviderUnavailable(f"{PROVIDER} reported an error mid-stream: {obj.get('code')}: {obj.get('message')}",
-                                      details={"provider": PROVIDER})
+            raise ModelProviderUnavailable(f"{PROVIDER} reported an error mid-stream: {obj.get('code')}: {obj.get('message')}",
+                                           details={"provider": PROVIDER})
         if kind == "response.output_text.delta" and obj.get("delta"):
             return [StreamEvent("text", text=obj["delta"])]
         if kind == "response.output_item.done":

@@ -65,7 +65,7 @@ def _adapter_class(provider: str) -> Any:
     return GeminiAdapter
 
 
-def resolve_provider(
+def resolve_model_provider(
     provider: str | None = None, model: str | None = None, *, env: Mapping[str, str] | None = None
 ) -> tuple[str, str]:
     """``(provider, model)`` from the arguments, else the environment (see the module docstring)."""
@@ -104,7 +104,7 @@ def resolve_adapter(
     """An adapter for ``provider``/``model`` (see the module docstring); ``options`` go to its constructor
     (``timeout=``, ``retry=``, ``client=``)."""
     env = os.environ if env is None else env
-    provider, model = resolve_provider(provider, model, env=env)
+    provider, model = resolve_model_provider(provider, model, env=env)
     var = PROVIDERS[provider][0]
     key = api_key or env.get(var)
     if not key:
@@ -115,4 +115,4 @@ def resolve_adapter(
     return _adapter_class(provider)(model=model, api_key=key, base_url=url, **options)
 
 
-__all__ = ["BASE_URL_ENV", "PROVIDERS", "resolve_adapter", "resolve_provider"]
+__all__ = ["BASE_URL_ENV", "PROVIDERS", "resolve_adapter", "resolve_model_provider"]

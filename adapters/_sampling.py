@@ -1,28 +1,35 @@
 """SamplingAdapter: the model is the connected MCP host's, through ``sampling/createMessage``.
 
-Core and the agents never see MCP: the server layer puts two plain values
-into each call's ``ToolExecutionContext.metadata``:
+Core and the agents never see MCP: the server layer lends each call a
+:class:`~openfunctions.core.HostChannel` in ``ctx.host``:
 
-- ``SAMPLER_KEY`` (``"openfunctions.sampler"``): an async callable taking the
-  ``sampling/createMessage`` params as a wire-form dict (camelCase) and
-  returning the result as a wire-form dict;
-- ``SAMPLING_CAPABILITY_KEY`` (``"openfunctions.sampling"``): the client's
-  declared ``sampling`` capability as a dict (``{"tools": {}}`` when it
-  offers sampling with tools, the 2025-11-25 form), or ``None``.
+- ``ctx.host.sampler``: an async callable taking the ``sampling/createMessage``
+  params as a wire-form dict (camelCase) and returning the result as a
+  wire-form dict (``await ctx.host.sample(params)`` calls it);
+- ``ctx.host.sampling``: the client's declared ``sampling`` capability as a
+  dict (``{"tools": {}}`` when it offers sampling with tools, the 2025-11-25
+  form), or ``None``;
+- ``ctx.host.sampling_timeout_s``: the host's deadline per request, or ``None``.
+
+Deprecated fallback (read, never written, for one version): a context with no
+``host`` is read from the metadata keys ``SAMPLER_KEY``
+(``"openfunctions.sampler"``), ``SAMPLING_CAPABILITY_KEY``
+(``"openfunctions.sampling"``) and ``SAMPLING_TIMEOUT_KEY``.
 
 With tools (and a client that declared ``sampling.tools``) the request
 carries ``tools`` and the conversation's tool turns as ``tool_use`` /
-``tool_result`` content blocks; otherwise it is text-only (tools omitted, so
-the host's model answers in text). A host that declared no sampling, or a
-connection with no back-channel (the stateless 2026-07-28 era, which
-replaced server-initiated sampling with input-required results), gets
-:class:`SamplingUnavailable` saying so. MCP sampling reports no token usage:
+``tool_result`` content blocks (paired as every adapter pairs them, see
+``._history``: a call without a result gets a "not run" one); otherwise it is
+text-only (tools omitted, so the host's model answers in text). The sampler
+is the server's: over a handshake-era session it sends a request to the
+client; on 2026-07-28 it answers the call with an input-required result and
+resumes on the client's retry (``servers._input_required``). A host that
+declared no sampling gets :class:`SamplingUnavailable` saying so. MCP sampling reports no token usage:
 ``usage`` stays zero.
 
 Deadline: every request waits at most ``timeout_s`` seconds (default
 :data:`DEFAULT_SAMPLING_TIMEOUT_S`, 120; ``from_context`` takes the
-caller's, else a value a host put under ``SAMPLING_TIMEOUT_KEY`` in the
-metadata; the agents runtime passes its own, ``serve --sampling-timeout``). A host that does not
+caller's, else the host's ``ctx.host.sampling_timeout_s``; the agents runtime passes its own, ``serve --sampling-timeout``). A host that does not
 answer in time gets the request cancelled (the MCP SDK sends it
 ``notifications/cancelled``) and the caller gets :class:`SamplingTimeout`:
 a client that never answers cannot keep a run, or anything it holds, waiting.
@@ -38,6 +45,7 @@ import anyio
 from openfunctions.core import OpenFunctionsError, ToolDefinition
 
 from ._errors import AdapterError, MalformedResponse, SamplingTimeout, SamplingUnavailable
+from ._history import replay_history
 from ._types import (
     ChatOptions,
     ChatReply,
@@ -50,9 +58,9 @@ from ._types import (
     stream_from_chat,
 )
 
+#: Deprecated metadata keys, read only when a context has no ``host`` (use ``ctx.host``).
 SAMPLER_KEY = "openfunctions.sampler"
 SAMPLING_CAPABILITY_KEY = "openfunctions.sampling"
-#: Metadata key a host may set: the deadline (seconds) of each sampling request sent for that call.
 SAMPLING_TIMEOUT_KEY = "openfunctions.sampling_timeout_s"
 DEFAULT_SAMPLING_TIMEOUT_S = 120.0
 
@@ -65,6 +73,7 @@ _STOP: dict[str | None, StopReason] = {
 
 def sampling_messages(messages: Sequence[Message], with_tools: bool) -> tuple[str | None, list[dict[str, Any]]]:
     """(systemPrompt, messages) in MCP sampling form. Consecutive tool results share one user turn."""
+    messages = replay_history(messages, "mcp-sampling")
     system = [m.content for m in messages if m.role == "system"]
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -110,9 +119,14 @@ class SamplingAdapter:
 
     @classmethod
     def from_context(cls, ctx: Any, *, model_hint: str | None = None, timeout_s: float | None = None) -> SamplingAdapter:
-        """The host of the call ``ctx``. ``timeout_s``: this caller's deadline per request; else the host's
-        (``SAMPLING_TIMEOUT_KEY``), else :data:`DEFAULT_SAMPLING_TIMEOUT_S`."""
-        meta = getattr(ctx, "metadata", None) or {}
+        """The host of the call ``ctx`` (``ctx.host``). ``timeout_s``: this caller's deadline per request; else
+        the host's (``ctx.host.sampling_timeout_s``), else :data:`DEFAULT_SAMPLING_TIMEOUT_S`."""
+        host = getattr(ctx, "host", None)
+        if host is not None:
+            if timeout_s is None:
+                timeout_s = host.sampling_timeout_s or DEFAULT_SAMPLING_TIMEOUT_S
+            return cls(host.sampler, host.sampling, model_hint=model_hint, timeout_s=timeout_s)
+        meta = getattr(ctx, "metadata", None) or {}  # deprecated: a host that still writes the string keys
         if timeout_s is None:
             timeout_s = meta.get(SAMPLING_TIMEOUT_KEY) or DEFAULT_SAMPLING_TIMEOUT_S
         return cls(meta.get(SAMPLER_KEY), meta.get(SAMPLING_CAPABILITY_KEY), model_hint=model_hint, timeout_s=timeout_s)

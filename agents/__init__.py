@@ -19,6 +19,8 @@ Served over MCP: ``openfunctions-mcp serve --profile agents --module mypkg.agent
 (:func:`build_agents_profile`); runs from the shell: ``openfunctions-mcp runs list|show|tail``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._agent import AGENT_TAG, DEFAULT_RUN_TIMEOUT_S, Agent, AgentLimits, Crew, define_agent, define_crew
 from ._claims import fulfil_task, verify_claim
 from ._errors import (
@@ -31,11 +33,14 @@ from ._errors import (
     VerificationInvalid,
 )
 from ._records import TERMINAL, RunState
-from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_runs, runs_journal_path
+from ._runlog import DatabaseRunLog, MemoryRunLog, RunJournal, read_history, read_runs, runs_journal_path
 from ._runtime import RUN_ID_KEY, SUBMIT_TOOL, AgentRuntime, RunOptions, RunResult, run_agent
 
+if TYPE_CHECKING:
+    from ._profile import AgentsProfile
 
-def build_agents_profile(**options):  # imported lazily: the profile needs the run-read tool and module loading
+
+def build_agents_profile(**options: Any) -> "AgentsProfile":  # imported lazily: the profile needs the run-read tool and module loading
     from ._profile import build_agents_profile as build
 
     return build(**options)
@@ -44,6 +49,6 @@ def build_agents_profile(**options):  # imported lazily: the profile needs the r
 __all__ = [
     "AGENT_TAG", "DEFAULT_RUN_TIMEOUT_S", "Agent", "AgentDefinitionError", "AgentError", "AgentLimits", "AgentRuntime", "ClaimNotFound", "ClaimUnverified", "Crew", "DatabaseRunLog", "MemoryRunLog",
     "RUN_ID_KEY", "RunJournal", "RunJournalError", "RunNotFound", "RunOptions", "RunResult", "RunState", "SUBMIT_TOOL", "TERMINAL",
-    "VerificationInvalid", "build_agents_profile", "define_agent", "define_crew", "fulfil_task", "read_runs", "run_agent",
+    "VerificationInvalid", "build_agents_profile", "define_agent", "define_crew", "fulfil_task", "read_history", "read_runs", "run_agent",
     "runs_journal_path", "verify_claim",
 ]

@@ -28,7 +28,7 @@ MAX_REASON = 2000
 
 async def _run_state(runs: Any, run_id: str) -> R.RunState:
     """The run as the log says: its folded state in memory, else its files or rows (an older, trimmed run)."""
-    state = runs.get(run_id) if hasattr(runs, "get") else None
+    state: R.RunState | None = runs.get(run_id) if hasattr(runs, "get") else None
     if state is None and hasattr(runs, "load"):
         state = await runs.load(run_id)
     if state is None and getattr(runs, "path", None) is not None:

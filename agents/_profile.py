@@ -164,7 +164,7 @@ def build_agents_profile(
     upstreams: Any = None,
     sampling_timeout_s: float | None = None,
 ) -> AgentsProfile:
-    found: list[Agent | Crew] = []
+    found: list[Agent | Crew | ToolDefinition] = []
     for spec in modules:
         try:
             found += _load(spec)

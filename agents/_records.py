@@ -24,6 +24,32 @@ each record's ``data`` has ``v: 1`` and ``run_id`` (``run_`` + 32 hex).
     (``receipt_id`` null for a call refused before the executor, e.g. an
     unknown tool), ``text`` (first 4,000 characters of any text the model
     sent along).
+``run_messages`` (the conversation, as it grows; optional: runs written
+    before it existed have none, and every reader skips a type it does not
+    know) ``round`` (0: what the run opened with: the system prompt, any
+    history, the task; n: the messages round n added: the model's reply,
+    then each tool result as it settled, or the reminder after a reply
+    without the submit call), ``messages`` (each as ``Message.to_dict`` of
+    :mod:`openfunctions.adapters`: role, content, tool calls with their
+    ids, tool results with the call they answer, and the provider's opaque
+    blocks tagged with that provider), ``cut`` (characters of content left
+    out), ``dropped`` (messages left out). Bounded: a message's content
+    keeps its first :data:`MESSAGE_CHARS` characters (then a marker saying
+    how many more there were), a call's arguments over :data:`MESSAGE_CHARS`
+    characters of JSON are replaced by ``{"_not_kept": "<n> characters"}``,
+    a message's opaque blocks are kept whole or, over
+    :data:`PARTS_CHARS` characters, not at all (an altered block would be
+    refused), and a record over :data:`RECORD_CHARS` characters leaves out
+    its oldest messages but the first. Not waited for, like ``run_round``:
+    the reply with tool calls is queued before its tools run and written
+    while they run (a process killed after that keeps it; a machine crash
+    may lose the records since the last fsync). Waiting for it would cost
+    an fsync per tool round (+2.5 ms a round measured, against the loop's
+    target of at most 1 ms).
+    :func:`history` rebuilds the run's conversation from these records
+    (``openfunctions.agents.read_history`` from the files): after a restart
+    mid-tool-turn it ends with the calls whose results never came, which the
+    adapters send with a "not run" result (``openfunctions.adapters.replay_history``).
 ``run_finished`` (before the result is returned; exactly one per run)
     ``status``: ``completed`` | ``max_rounds`` | ``cancelled`` | ``failed``
     | ``timeout`` (a deadline passed: ``error.code`` ``run_timeout``,
@@ -62,6 +88,25 @@ true`` (the tool's capability says so) and ``rerun_of`` (the receipt id of an
 earlier call of the same idempotent tool whose effect was unknown; this entry
 is its re-run).
 
+The stream (``core.records``): :data:`AGENT_RUNS` is these records' definition and
+its one fold (:func:`apply`), used live by every run log and at replay by every
+reader. Records of a type this version does not know are **kept** unfolded
+(``UnknownRecords.KEEP``): runs are history, read to list and show what
+happened, and a reader that refused a data directory over a newer writer's
+record would hide every run in it (``run_messages`` itself was added on that
+promise: the version before it skips it). Run journals are never compacted,
+so such a record is never re-written or dropped either. A future record that
+changes what a claim or a fulfilment means must not rely on this: it comes
+with a new format version, which older readers refuse. A record of a known
+type that cannot be folded (no ``run_id``, a field of the wrong type) is
+refused (``record_malformed``), naming it.
+
+Two views fold the same records through that one apply: a run's *summary*
+(:class:`RunState` without its conversation: the live run logs, ``read_runs``)
+leaves ``run_messages`` out before the fold, so listing runs never holds
+every conversation in memory; one run's *history* (``read_history``) folds
+all of that run's records and reads :meth:`RunState.history`.
+
 Recovery (on open) writes ``run_finished`` with ``status: "interrupted"``,
 ``recovered: true`` for every run that has a ``run_started`` and no
 ``run_finished``. It never resumes a run and never re-dispatches its tool
@@ -71,20 +116,27 @@ unfinished calls ``unknown``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from openfunctions.adapters import valid_json
+from openfunctions.adapters import Message, valid_json
 from openfunctions.core import digest, new_id, utc_timestamp
+from openfunctions.core.records import Entry, RecordStream, StreamRecord, UnknownRecords
 
 VERSION = 1
 KIND = "runs"
 STARTED, ROUND, FINISHED, CLAIM = "run_started", "run_round", "run_finished", "outcome_claim"
 VERIFIED, FULFILLED = "claim_verified", "task_fulfilled"
+MESSAGES = "run_messages"
 TERMINAL = ("completed", "max_rounds", "cancelled", "failed", "timeout", "interrupted")
 TASK_CHARS = 4000
 TEXT_CHARS = 16384
+#: Bounds of a ``run_messages`` record (see the module docstring).
+MESSAGE_CHARS = 16384
+PARTS_CHARS = 64 * 1024
+RECORD_CHARS = 512 * 1024
 
 
 def _text_digest(text: str) -> str:
@@ -109,6 +161,38 @@ def round_(*, run_id: str, n: int, model: str, stop_reason: str, usage: dict[str
            text: str | None) -> dict[str, Any]:
     return {"v": VERSION, "run_id": run_id, "round": n, "model": model, "stop_reason": stop_reason, "usage": usage,
             "tool_calls": tool_calls, "text": (text or "")[:TASK_CHARS]}
+
+
+def messages_(*, run_id: str, n: int, messages: Sequence[Message]) -> dict[str, Any]:
+    """A ``run_messages`` record: ``messages`` as round ``n`` added them, bounded (see the module docstring)."""
+    out: list[dict[str, Any]] = []
+    cut = 0
+    for m in messages:
+        d = m.to_dict()
+        if len(d["content"]) > MESSAGE_CHARS:
+            more = len(d["content"]) - MESSAGE_CHARS
+            cut += more
+            d["content"] = d["content"][:MESSAGE_CHARS] + f"\n[... {more} more characters not kept]"
+        for call in d.get("tool_calls") or ():
+            size = len(json.dumps(call["arguments"], ensure_ascii=False))
+            if size > MESSAGE_CHARS:
+                call["arguments"] = {"_not_kept": f"{size} characters"}
+                cut += size
+        if "parts" in d and len(json.dumps(d["parts"], ensure_ascii=False)) > PARTS_CHARS:
+            del d["parts"]
+        out.append(d)
+    dropped = 0
+    while len(out) > 1 and len(json.dumps(out, ensure_ascii=False)) > RECORD_CHARS:
+        out.pop(1 if len(out) > 2 else 0)  # the oldest but the first (the system prompt, or the reply)
+        dropped += 1
+    return {"v": VERSION, "run_id": run_id, "round": n, "messages": valid_json(out), "cut": cut, "dropped": dropped}
+
+
+def history(records: Iterable[tuple[str, dict[str, Any]]], run_id: str) -> list[Message]:
+    """Run ``run_id``'s conversation from its records (``(type, data)``, any runs'), folded by :func:`apply`
+    (see :meth:`RunState.history`); empty for a run written before ``run_messages`` existed."""
+    run = AGENT_RUNS.fold(Entry(t, d) for t, d in records if d.get("run_id") == run_id).get(run_id)
+    return run.history() if run is not None else []
 
 
 def finished(*, run_id: str, status: str, rounds: int, usage: dict[str, int], receipts: list[str], text: str | None,
@@ -148,6 +232,20 @@ class RunState:
     claims: list[dict[str, Any]] = field(default_factory=list)
     verifications: list[dict[str, Any]] = field(default_factory=list)
     fulfilment: dict[str, Any] | None = None
+    #: the ``run_messages`` records' data, in order (empty in a summary view: see the module docstring)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def history(self) -> list[Message]:
+        """The run's conversation from its ``run_messages`` records, in order. A message a record holds that
+        does not read back is skipped (its content was bounded when written; see :func:`messages_`)."""
+        out: list[Message] = []
+        for data in self.messages:
+            for raw in data.get("messages") or ():
+                try:
+                    out.append(Message.from_dict(raw))
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    continue
+        return out
 
     @property
     def status(self) -> str:
@@ -155,7 +253,7 @@ class RunState:
 
     @property
     def agent(self) -> str:
-        return self.started.get("agent", "?")
+        return str(self.started.get("agent", "?"))
 
     def pending(self, claim_id: str) -> list[str] | None:
         """Receipts of ``claim_id``'s calls that still await a verification (``None``: no such claim)."""
@@ -200,11 +298,11 @@ class RunState:
                 "fulfilment": self.fulfilment, "chain": self.chain()}
 
 
-def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
-    """Fold one record into ``state`` (run id -> :class:`RunState`). Unknown types are skipped (forward compatible)."""
-    rid = data.get("run_id")
+def _apply(state: dict[str, RunState], rec: StreamRecord) -> None:
+    data, rtype = rec.data, rec.type
+    rid = data["run_id"]
     if not isinstance(rid, str):
-        return
+        raise TypeError(f"run_id is {type(rid).__name__}, not a string")
     if rtype == STARTED:
         state[rid] = RunState(rid, data)
         return
@@ -213,6 +311,8 @@ def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
         run = state[rid] = RunState(rid, {"run_id": rid})
     if rtype == ROUND:
         run.rounds.append(data)
+    elif rtype == MESSAGES:
+        run.messages.append(data)
     elif rtype == FINISHED and run.finished is None:
         run.finished = data
     elif rtype == CLAIM:
@@ -223,17 +323,32 @@ def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> None:
         run.fulfilment = data
 
 
+#: The agent runs' record stream: its types, its one fold, and its policy for a type it does not know
+#: (``KEEP``: see the module docstring). No snapshot: run journals are history, rotated, never compacted.
+AGENT_RUNS: RecordStream[dict[str, RunState]] = RecordStream(
+    "agent-runs", kind=KIND, types=(STARTED, ROUND, MESSAGES, FINISHED, CLAIM, VERIFIED, FULFILLED),
+    new_state=dict, apply=_apply, unknown=UnknownRecords.KEEP, keep_segments=True)
+
+
+def in_summary(rtype: str) -> bool:
+    """Whether the summary view folds records of ``rtype`` (all but the conversation; see the module docstring)."""
+    return rtype != MESSAGES
+
+
+def apply(state: dict[str, RunState], rtype: str, data: dict[str, Any]) -> bool:
+    """Fold one record into ``state`` (run id -> :class:`RunState`) through :data:`AGENT_RUNS`. ``False``: a type
+    this version does not know, kept unfolded. Raises ``RecordMalformed`` for a record it cannot fold."""
+    return AGENT_RUNS.apply(state, Entry(rtype, data))
+
+
 def fold(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, RunState]:
     """``(type, data)`` records folded into a fresh state by :func:`apply`."""
-    state: dict[str, RunState] = {}
-    for rtype, data in records:
-        apply(state, rtype, data)
-    return state
+    return AGENT_RUNS.fold(Entry(t, d) for t, d in records)
 
 
 def unfinished(state: dict[str, RunState]) -> list[RunState]:
     return [r for r in state.values() if r.finished is None and r.started.get("agent") is not None]
 
 
-__all__ = ["KIND", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled", "round_", "started",
-           "unfinished", "verified"]
+__all__ = ["AGENT_RUNS", "KIND", "MESSAGES", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled",
+           "history", "in_summary", "messages_", "round_", "started", "unfinished", "verified"]

@@ -6,8 +6,14 @@ is in :mod:`._records`). A second server on the same data directory takes
 the next free slot, ``runs.2.journal`` … (as the execution journal does); a
 slot left by a dead process is recovered by the next server that opens it.
 
+Every log and reader folds through the one stream :data:`._records.AGENT_RUNS`
+(``core.records``), in its summary view (``run_messages`` left out; one run's
+conversation is :func:`read_history`'s). A record of a type this version does not
+know is kept unfolded (``unknown``) and logged once per type; nothing rewrites a
+run journal, so it stays where it was written.
+
 - :class:`RunJournal`: the durable log. ``open`` takes the kernel lock,
-  folds every record with :func:`._records.apply` in the recovery scan, then
+  folds every record of the live file with :data:`._records.AGENT_RUNS` in the recovery scan, then
   closes every unfinished run as ``interrupted`` (one group, one fsync).
   Past ``rotate_over`` bytes (64 MiB) it then continues in a new segment
   (``runs.journal.seg-000001`` …, as the execution journal does), so an open
@@ -19,24 +25,25 @@ slot left by a dead process is recovered by the next server that opens it.
   in PostgreSQL, shared by replicas; a dead replica's runs are finished
   ``interrupted`` by the others' sweep.
 - :func:`read_runs`: a lock-free fold over every slot and segment, for the
-  CLI and for reading runs another process wrote; :func:`read_runs_in_database`
+  CLI and for reading runs another process wrote; :func:`read_history`
+  rebuilds one run's conversation from its ``run_messages`` records the same way; :func:`read_runs_in_database`
   and :func:`tail_runs_in_database` read the rows the same way (no lock, no write).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openfunctions.adapters import valid_json
+from openfunctions.adapters import Message, valid_json
 from openfunctions.core import run_every, stop_task
 from openfunctions.core.errors import JournalLocked, NonJsonValue
-from openfunctions.core.journal import JournalLog, read_records, segment_paths
+from openfunctions.core.journal import JournalLog, Record, read_records, segment_paths
+from openfunctions.core.records import Entry
 
 from . import _records as R
 from ._errors import RunJournalError
@@ -59,9 +66,19 @@ class MemoryRunLog:
 
     def __init__(self) -> None:
         self.state: dict[str, R.RunState] = {}
+        #: records of types this version does not know, kept unfolded (``AGENT_RUNS``: ``KEEP``)
+        self.unknown: list[tuple[str, dict[str, Any]]] = []
+
+    def _fold(self, rtype: str, data: dict[str, Any]) -> None:
+        """The summary view's fold of one record (the same apply live and at replay)."""
+        if R.in_summary(rtype) and not R.apply(self.state, rtype, data):
+            if not any(t == rtype for t, _ in self.unknown):
+                _log().warning("records_of_unknown_type_kept", stream=R.AGENT_RUNS.name, type=rtype,
+                               path=str(self.path), hint="written by a newer version; kept, not folded")
+            self.unknown.append((rtype, data))
 
     async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
-        R.apply(self.state, rtype, data)
+        self._fold(rtype, data)
 
     def _trim(self, keep: str | None = None) -> None:
         finished = [rid for rid, r in self.state.items() if r.finished is not None and rid != keep]
@@ -91,6 +108,7 @@ class RunJournal(MemoryRunLog):
     """
 
     def __init__(self, log: JournalLog, state: dict[str, R.RunState]) -> None:
+        super().__init__()
         self.log = log
         self.state = state
         self.path = log.path
@@ -102,14 +120,17 @@ class RunJournal(MemoryRunLog):
         self._writer: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
+        self.rotated_to: Path | None = None  # the segment an open past the size limit rotated into
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, rotate_over: int | None = ROTATE_BYTES) -> RunJournal:
-        state: dict[str, R.RunState] = {}
-        log = await JournalLog.open(path, kind=R.KIND, on_record=lambda rec: R.apply(state, rec.type, rec.data))
-        self = cls(log, state)
-        self.rotated_to: Path | None = None
+        seen: list[tuple[str, dict[str, Any]]] = []
+        log = await JournalLog.open(path, kind=R.KIND, on_record=lambda rec: seen.append((rec.type, rec.data)))
+        self = cls(log, {})
         try:
+            for rtype, data in seen:
+                self._fold(rtype, data)
+            seen.clear()
             await self._recover()
             if rotate_over is not None and log.size > rotate_over:
                 self.rotated_to = await log.rotate()  # every run is finished now: the segment is complete history
@@ -136,7 +157,7 @@ class RunJournal(MemoryRunLog):
         if records:
             await self.log.append_many(records)
             for rtype, data in records:
-                R.apply(self.state, rtype, data)
+                self._fold(rtype, data)
         self.interrupted = [r.run_id for r in pending]
 
     async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
@@ -151,7 +172,7 @@ class RunJournal(MemoryRunLog):
         self._wake.set()
         # Folded at once (in-process readers see a record being written); a
         # failed write fails the journal, so state and file never diverge quietly.
-        R.apply(self.state, rtype, data)
+        self._fold(rtype, data)
         if rtype == R.FINISHED and len(self.state) > 2 * KEEP_FINISHED:
             self._trim(keep=data["run_id"])  # its claim follows
         if fut is not None:
@@ -206,7 +227,7 @@ class RunJournal(MemoryRunLog):
 
 
 class DatabaseRunLog(MemoryRunLog):
-    """Run records in PostgreSQL (``openfunctions.store.PgRunLog``; schema in ``store/_pg_runs.py``), shared by replicas.
+    """Run records in PostgreSQL (``agents/_pg_runs.py``'s ``PgRunLog``, schema at its top), shared by replicas.
 
     Every append is a committed insert before it returns (rounds included:
     there is no unwaited queue here). :meth:`open` and a sweep every
@@ -226,7 +247,7 @@ class DatabaseRunLog(MemoryRunLog):
 
     @classmethod
     async def open(cls, url: str, space: str = "default", *, sweep_interval: float | None = 5.0) -> DatabaseRunLog:
-        from openfunctions.store import open_pg_run_log
+        from ._pg_runs import open_pg_run_log
 
         self = cls(await open_pg_run_log(url, space))
         try:
@@ -240,7 +261,7 @@ class DatabaseRunLog(MemoryRunLog):
 
     async def sweep(self) -> list[str]:
         def record(run_id: str, records: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
-            return interrupted_record(R.fold(records).get(run_id) or R.RunState(run_id, {"run_id": run_id}))
+            return interrupted_record(_summary(records).get(run_id) or R.RunState(run_id, {"run_id": run_id}))
 
         found = await self.log.recover_dead(record)
         self.interrupted.extend(found)
@@ -256,18 +277,28 @@ class DatabaseRunLog(MemoryRunLog):
                                       "it as interrupted after this one lost its database lock); this end is not recorded")
         else:
             await self.log.append(run_id, (rtype, data))
-        R.apply(self.state, rtype, data)
+        self._fold(rtype, data)
         if rtype == R.FINISHED and len(self.state) > 2 * KEEP_FINISHED:
             self._trim(keep=run_id)
 
     async def load(self, run_id: str) -> R.RunState | None:
         """The run as its rows say (any replica's)."""
-        return R.fold(await self.log.records(run_id)).get(run_id)
+        return _summary(await self.log.records(run_id)).get(run_id)
+
+    async def load_history(self, run_id: str) -> list[Message]:
+        """The run's conversation as its rows say (any replica's; see :func:`._records.history`)."""
+        return R.history(await self.log.records(run_id), run_id)
 
     async def close(self) -> None:
         await stop_task(self._sweeper)
         self._sweeper = None
         await self.log.close()
+
+
+def _log() -> Any:
+    import structlog
+
+    return structlog.get_logger("openfunctions.agents")
 
 
 def _sweep_failed(exc: Exception) -> None:
@@ -308,14 +339,14 @@ def journal_files(data_dir: str | os.PathLike[str]) -> list[Path]:
 async def read_runs_in_database(url: str, run_id: str | None = None, *, space: str = "default",
                                 limit_runs: int = 1000, connect_timeout: float = 10.0) -> dict[str, R.RunState]:
     """Fold the runs in the database (one run, or the newest ``limit_runs``), writing nothing and taking no lock."""
-    from openfunctions.store import open_pg_run_log
+    from ._pg_runs import open_pg_run_log
 
     log = await open_pg_run_log(url, space, register=False, max_connections=1, timeout=connect_timeout)
     try:
         records = await log.records(run_id) if run_id is not None else await log.all_records(limit_runs)
     finally:
         await log.close()
-    return R.fold(records)
+    return _summary(records)
 
 
 #: ``runs tail -f --database``: how often the follower polls, and how far below the newest seq it has seen it
@@ -345,7 +376,7 @@ async def tail_runs_in_database(url: str, emit: Callable[[TailRecord], None], *,
     (read again within :data:`TAIL_LOOKBACK` seqs of the newest seen). Stops
     when ``stop()`` is true after a poll (the CLI stops on Ctrl-C instead).
     """
-    from openfunctions.store import open_pg_run_log
+    from ._pg_runs import open_pg_run_log
 
     log = await open_pg_run_log(url, space, register=False, max_connections=1, timeout=connect_timeout)
     try:
@@ -371,11 +402,32 @@ async def tail_runs_in_database(url: str, emit: Callable[[TailRecord], None], *,
         await log.close()
 
 
+def _summary(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, R.RunState]:
+    """The summary view's fold (``run_messages`` left out; see :mod:`._records`)."""
+    return R.AGENT_RUNS.fold(Entry(t, d) for t, d in records if R.in_summary(t))
+
+
+def _fold_files(data_dir: str | os.PathLike[str], keep: Callable[[Record], bool]) -> dict[str, R.RunState]:
+    state: dict[str, R.RunState] = {}
+    for p in journal_files(data_dir):
+        R.AGENT_RUNS.fold((rec for rec in read_records(p) if keep(rec)), state, where=p)
+    return state
+
+
 def read_runs(data_dir: str | os.PathLike[str]) -> dict[str, R.RunState]:
-    """Fold every run record under ``data_dir`` without taking a lock (a live writer's tail may be missing)."""
-    return R.fold((rec.type, rec.data) for rec in itertools.chain.from_iterable(
-        read_records(p) for p in journal_files(data_dir)))
+    """Fold every run record under ``data_dir`` through ``AGENT_RUNS`` (summary view) without taking a lock (a
+    live writer's tail may be missing). Each slot's segments, oldest first, then the slot: a run journal is
+    rotated, never compacted, so every source is history."""
+    return _fold_files(data_dir, lambda rec: R.in_summary(rec.type))
+
+
+def read_history(data_dir: str | os.PathLike[str], run_id: str) -> list[Message]:
+    """Run ``run_id``'s conversation under ``data_dir`` (no lock taken): its records folded through
+    ``AGENT_RUNS`` (see :meth:`._records.RunState.history`): what to send a model to continue it, after a
+    restart too."""
+    run = _fold_files(data_dir, lambda rec: rec.data.get("run_id") == run_id).get(run_id)
+    return run.history() if run is not None else []
 
 
 __all__ = ["DatabaseRunLog", "KEEP_FINISHED", "MemoryRunLog", "RunJournal", "TailRecord", "interrupted_record", "journal_files",
-           "read_runs", "read_runs_in_database", "runs_journal_path", "tail_runs_in_database"]
+           "read_history", "read_runs", "read_runs_in_database", "runs_journal_path", "tail_runs_in_database"]

@@ -74,9 +74,8 @@ from ._runlog import MemoryRunLog
 
 log = structlog.get_logger("openfunctions.agents")
 
+#: Deprecated: the run a call belongs to is ``ctx.run_id``; this metadata key is read (never written) as a fallback.
 RUN_ID_KEY = "openfunctions.run_id"
-_RESULT_SINK = "openfunctions.agent_result"
-_RUN_OPTIONS = "openfunctions.agent_run_options"
 SUBMIT_TOOL = "submit_output"
 TOOL_RESULT_CHARS = 32768
 TASK_SCHEMA = {
@@ -118,6 +117,8 @@ class RunResult:
     receipt: Any = None
     #: receipts of succeeded calls whose tool requires verification (the claim lists them)
     needs_verification: list[str] = field(default_factory=list)
+    #: the conversation as the run left it: system prompt, history, task, then each round's messages
+    messages: list[Message] = field(default_factory=list)
 
     def to_payload(self) -> dict[str, Any]:
         out = {"text": self.text or "", "run_id": self.run_id, "status": self.status, "rounds": self.rounds}
@@ -168,6 +169,14 @@ class RunOptions:
 
 
 _NO_OPTIONS = RunOptions()
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A call of an agent's tool this runtime started: the options its run takes, the result it leaves."""
+
+    options: RunOptions
+    result: RunResult | None = None
 _COMPILED: dict[str, tuple[Any, Any]] = {}
 
 
@@ -250,6 +259,7 @@ class AgentRuntime:
         self.runs = runs if runs is not None else MemoryRunLog()
         self.sampling_timeout_s = float(sampling_timeout_s)
         self._agent_tools: dict[tuple[Any, ...], ToolDefinition] = {}
+        self._waiting: dict[str, _Waiting] = {}  # receipt id -> slot (see _run_call)
         self._resolved: list[Any] = []
 
     # -- the filtered registry ---------------------------------------------
@@ -298,10 +308,12 @@ class AgentRuntime:
             return self._agent_tools[key]
 
         async def handler(params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-            sink = ctx.metadata.get(_RESULT_SINK) if isinstance(ctx.metadata, Mapping) else None
-            result = await self._loop(agent, params["task"], ctx)
-            if isinstance(sink, list):
-                sink.append(result)
+            # A call this runtime started itself (run(), a crew member) has a slot keyed by its receipt id:
+            # the whole RunResult goes there; any other caller gets the tool's payload (or its error).
+            waiting = self._waiting.get(ctx.receipt_id) if ctx.receipt_id is not None else None
+            result = await self._loop(agent, params["task"], ctx, opts=waiting.options if waiting else _NO_OPTIONS)
+            if waiting is not None:
+                waiting.result = result
             return self._reply(agent.name, result)
 
         tool = _tool(
@@ -392,24 +404,34 @@ class AgentRuntime:
 
         ``options`` (:class:`RunOptions`): conversation history, a per-run system prompt, an event observer.
         """
-        sink: list[RunResult] = []
         ctx = context or ToolExecutionContext()
-        extra: dict[str, Any] = {_RESULT_SINK: sink}
-        if options is not None:
-            extra[_RUN_OPTIONS] = options
-        ctx = ctx.replace(metadata={**dict(ctx.metadata), **extra})
         executor = self.registry.executor
         if (options or _NO_OPTIONS).admission == "per_call":  # admitted at once: see RunOptions.admission
             executor = ToolExecutor(policy=executor.policy, mode=executor.mode, sink=executor.sink, max_parallel=1)
-        detailed = await executor.execute_detailed(self.agent_tool(agent), {"task": task}, ctx)
-        if sink:
-            result = sink[0]
-        else:  # refused before the loop started (invalid task, policy, admission)
-            err = detailed.error
-            result = RunResult(run_id="", agent=agent.name, status="failed",
-                               error={"code": err.code, "message": err.message} if err else None)
+        detailed, result = await self._run_call(executor, agent, task, ctx, options or _NO_OPTIONS)
         result.receipt = detailed.receipt
         return result
+
+    async def _run_call(self, executor: ToolExecutor, agent: Agent, task: str, ctx: ToolExecutionContext,
+                        options: RunOptions) -> tuple[Any, RunResult]:
+        """Call ``agent``'s tool through ``executor`` and get its whole :class:`RunResult` back.
+
+        The call's receipt id is chosen here and keys a slot this runtime holds while the call runs
+        (``_waiting``): the handler finds its options there and leaves its result there. Nothing travels
+        through the context, so a run's tools never see another run's result or options.
+        """
+        receipt_id = new_id("rcpt")
+        waiting = self._waiting[receipt_id] = _Waiting(options)
+        try:
+            detailed = await executor.execute_detailed(self.agent_tool(agent), {"task": task}, ctx, receipt_id=receipt_id)
+        finally:
+            del self._waiting[receipt_id]
+        if waiting.result is not None:
+            return detailed, waiting.result
+        # refused before the loop started (invalid task, policy, admission)
+        err = detailed.error
+        return detailed, RunResult(run_id="", agent=agent.name, status="failed",
+                                   error={"code": err.code, "message": err.message} if err else None)
 
     def _adapter(self, agent: Agent, ctx: ToolExecutionContext) -> Any:
         if agent.adapter is not None:
@@ -433,14 +455,14 @@ class AgentRuntime:
     @staticmethod
     def _inner_context(ctx: ToolExecutionContext, run_id: str) -> ToolExecutionContext:
         """The run's context as its tool calls see it (each call's own comes from ``child_context``)."""
-        meta = {k: v for k, v in dict(ctx.metadata).items() if k not in (_RESULT_SINK, _RUN_OPTIONS)}
-        meta[RUN_ID_KEY] = run_id
-        return ctx.replace(metadata=meta, progress=None)
+        return ctx.replace(run_id=run_id, progress=None)
 
-    async def _loop(self, agent: Agent, task: str, ctx: ToolExecutionContext, *, crew: str | None = None) -> RunResult:
-        meta = ctx.metadata if isinstance(ctx.metadata, Mapping) else {}
-        opts = meta.get(_RUN_OPTIONS)
-        opts = opts if isinstance(opts, RunOptions) else _NO_OPTIONS
+    async def _loop(self, agent: Agent, task: str, ctx: ToolExecutionContext, *, crew: str | None = None,
+                    opts: RunOptions = _NO_OPTIONS) -> RunResult:
+        parent_run_id = ctx.run_id
+        if parent_run_id is None and isinstance(ctx.metadata, Mapping):  # deprecated: a host writing RUN_ID_KEY
+            legacy = ctx.metadata.get(RUN_ID_KEY)
+            parent_run_id = legacy if isinstance(legacy, str) else None
         # First of all: hold nothing while the run waits (see the module doc).
         ctx = begin_run(ctx, hold=opts.admission == "run")
         run_id = new_id("run")
@@ -458,7 +480,7 @@ class AgentRuntime:
             run_id=run_id, agent=agent.name, crew=crew,
             provider=getattr(adapter, "provider", "unresolved"), model=getattr(adapter, "model", agent.model or "unresolved"),
             instructions=opts.system if opts.system is not None else agent.instructions, tools=[{"name": t.name, "spec_sha256": t.spec_sha256} for t in tools],
-            limits=lim.to_dict(), task=task, principal=ctx.principal, parent_run_id=meta.get(RUN_ID_KEY),
+            limits=lim.to_dict(), task=task, principal=ctx.principal, parent_run_id=parent_run_id,
             parent_receipt_id=ctx.receipt_id,
         )
         cancelled = anyio.get_cancelled_exc_class()
@@ -514,7 +536,8 @@ class AgentRuntime:
         system = opts.system if opts.system is not None else agent.instructions
         if agent.output_schema is not None:
             system += f"\n\nWhen you are done, call {SUBMIT_TOOL} with your answer; its arguments are your output."
-        messages = [Message.system(system), *opts.history, Message.user(task)]
+        messages = result.messages = [Message.system(system), *opts.history, Message.user(task)]
+        await self._messages(result, 0, messages)
         options = ChatOptions(max_tokens=lim.max_tokens, temperature=lim.temperature)
         inner = self._inner_context(ctx, result.run_id)
         calls_made = 0
@@ -527,14 +550,18 @@ class AgentRuntime:
                 if agent.output_schema is not None:
                     # The answer must come through the extraction tool; remind once per round.
                     messages += [reply.as_message(), Message.user(f"Call {SUBMIT_TOOL} with your final answer.")]
+                    await self._messages(result, n, messages[-2:])
                 else:
                     result.text, result.status = reply.text or "", "completed"
+                    messages.append(reply.as_message())
+                    await self._messages(result, n, messages[-1:])
                 await self._round(result, n, reply, records)
                 if result.status == "completed":
                     return
                 await _progress(ctx, n, lim.max_rounds, f"{agent.name}: round {n}, no tool call")
                 continue
             messages.append(reply.as_message())
+            await self._messages(result, n, messages[-1:])  # queued before the calls run
             for call in reply.tool_calls:
                 calls_made += 1
                 if calls_made > lim.max_tool_calls:
@@ -553,6 +580,7 @@ class AgentRuntime:
                     if rec.get("requires_verification") and rec.get("outcome") == "succeeded":
                         result.needs_verification.append(rec["receipt_id"])
                 messages.append(Message.tool_result(call, text, is_error=is_error))
+                await self._messages(result, n, messages[-1:])
                 if submitted:
                     result.output, result.status = call.arguments, "completed"
                     result.text = json.dumps(call.arguments, ensure_ascii=False)
@@ -580,6 +608,10 @@ class AgentRuntime:
         if reply is None:
             raise MalformedResponse(f"the {getattr(adapter, 'provider', '?')} stream ended without its final reply")
         return reply
+
+    async def _messages(self, result: RunResult, n: int, new: list[Message]) -> None:
+        # Not waited for, like the round's record (see agents/_records.py run_messages).
+        await self.runs.append(R.MESSAGES, R.messages_(run_id=result.run_id, n=n, messages=new), wait=False)
 
     async def _round(self, result: RunResult, n: int, reply: Any, records: list[dict[str, Any]]) -> None:
         # Not waited for: its fsync overlaps the next model call, and the run's
@@ -609,7 +641,7 @@ class AgentRuntime:
             rerun_of = r.receipt_id
             detailed = await target.execute_detailed(call.name, call.arguments, child_context(ctx, tool, scopes=scopes))
             r = detailed.receipt
-        rec = {"id": call.id, "name": call.name, "receipt_id": r.receipt_id, "outcome": r.outcome,
+        rec: dict[str, Any] = {"id": call.id, "name": call.name, "receipt_id": r.receipt_id, "outcome": r.outcome,
                "error_code": r.error.code if r.error else None}
         if rerun_of is not None:
             rec["rerun_of"] = rerun_of
@@ -621,18 +653,11 @@ class AgentRuntime:
     # -- crews ---------------------------------------------------------------
     async def _run_crew(self, crew: Crew, task: str, ctx: ToolExecutionContext) -> dict[str, Any]:
         ctx = begin_run(ctx)  # a crew only waits for its members: it holds nothing meanwhile
-        crew_ctx = ctx.replace(metadata={k: v for k, v in dict(ctx.metadata).items() if k not in (_RESULT_SINK, _RUN_OPTIONS)})
 
         async def one(agent: Agent, agent_task: str) -> RunResult:
-            sink: list[RunResult] = []
-            member = self.agent_tool(agent)
-            child = child_context(crew_ctx, member)
-            child = child.replace(metadata={**dict(child.metadata), _RESULT_SINK: sink}, progress=None)
-            d = await self.registry.executor.execute_detailed(member, {"task": agent_task}, child)
-            if sink:
-                return sink[0]
-            err = d.error
-            return RunResult("", agent.name, "failed", error={"code": err.code, "message": err.message} if err else None)
+            child = child_context(ctx, self.agent_tool(agent)).replace(progress=None)
+            _, result = await self._run_call(self.registry.executor, agent, agent_task, child, _NO_OPTIONS)
+            return result
 
         results: list[RunResult] = []
         if crew.mode == "sequential":
@@ -667,7 +692,7 @@ class AgentRuntime:
 
 def _unknown(r: Any) -> bool:
     """The call's effect is uncertain: it may or may not have happened (not a cancellation of the run itself)."""
-    return r.outcome == "unknown" or (r.outcome == "failed" and r.certainty == "unknown")
+    return bool(r.outcome == "unknown" or (r.outcome == "failed" and r.certainty == "unknown"))
 
 
 async def run_agent(agent: Agent, task: str, *, registry: ToolRegistry, runs: MemoryRunLog | None = None,

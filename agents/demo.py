@@ -16,20 +16,20 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from openfunctions.core import define_tool
+from pydantic import Field
+
+from openfunctions.core import tool
 
 from ._agent import define_agent
 
-count_words = define_tool(
-    name="count_words",
-    description="Count the words of a text",
-    input_schema={"type": "object", "properties": {"text": {"type": "string", "maxLength": 100000}}, "required": ["text"]},
-    handler=lambda params, ctx: {"words": len(params["text"].split())},
-    capability={"effect": "read", "parallel_safe": True, "idempotent": True},
-    annotations={"read_only_hint": True, "open_world_hint": False},
-)
+
+@tool(capability={"effect": "read", "parallel_safe": True, "idempotent": True},
+      annotations={"read_only_hint": True, "open_world_hint": False}, output_schema=None)
+def count_words(text: Annotated[str, Field(max_length=100000)]) -> dict[str, int]:
+    """Count the words of a text"""
+    return {"words": len(text.split())}
 
 counter = define_agent(
     "counter",
@@ -70,28 +70,28 @@ async def demo_session(data_dir: Path, say: Callable[[str], None]) -> None:
     say(f"$ openfunctions-mcp serve --profile agents --module openfunctions.agents.demo:agents --data-dir {data_dir}")
     rounds: list[str] = []
 
-    async def model(ctx: Any, params: Any) -> Any:
-        reply = await _host_model(ctx, params)
+    async def model(context: Any, params: Any) -> Any:
+        reply = await _host_model(context, params)
         rounds.append("tool call count_words" if isinstance(reply, types.CreateMessageResultWithTools) else "text")
         return reply
 
     caps = types.SamplingCapability(tools=types.SamplingToolsCapability())
     async with Client(StdioServerParameters(command=sys.executable, args=args), mode="legacy",
                       sampling_callback=model, sampling_capabilities=caps, read_timeout_seconds=60) as client:
-        progress: list[str] = []
+        progress_notes: list[str] = []
 
-        async def on_progress(p: float, total: float | None, message: str | None) -> None:
-            progress.append(message or str(p))
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            progress_notes.append(message or str(progress))
 
         task = f"How many words are in: {TEXT!r}?"
         say(f"  tools/call agent_counter {json.dumps({'task': task})}")
         result = await client.call_tool("agent_counter", {"task": task}, progress_callback=on_progress)
         for i, r in enumerate(rounds, 1):
             say(f"    the host's model, sampling request {i}: answered with {r}")
-        for p in progress:
+        for p in progress_notes:
             say(f"    progress: {p}")
         if result.is_error:
-            say(f"  isError: {result.content[0].text if result.content else ''}")
+            say(f"  isError: {getattr(result.content[0], 'text', '') if result.content else ''}")
             return
         payload = result.structured_content or {}
         receipt = (result.meta or {}).get("dev.openfunctions/receipt", {})

@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from collections.abc import Callable
 
 from openfunctions.core.files import ensure_private_dir
 
@@ -32,7 +33,7 @@ def ensure_dir(path: str) -> None:
     ensure_private_dir(path, unsafe=store_unsafe)
 
 
-def _load_sync_file_range():
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:

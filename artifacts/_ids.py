@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import ArtifactNotFound
 
@@ -28,7 +28,7 @@ def new_artifact_id() -> str:
     return PREFIX + "_" + os.urandom(16).hex()
 
 
-def is_artifact_id(value: Any) -> bool:
+def is_artifact_id(value: object) -> TypeGuard[str]:
     # Length first: fullmatch on a megabyte string is cheap, but an exact
     # length test is cheaper and documents the bound.
     return isinstance(value, str) and len(value) == ID_LENGTH and ID_RE.fullmatch(value) is not None

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
@@ -50,6 +50,7 @@ _REASON_CHARS = 400
 _SHRINK_LEVELS = ((2048, 64), (512, 16), (128, 4), (32, 1), (8, 0))
 
 Summarizer = Callable[[Any], dict[str, Any]]
+_Payload = TypeVar("_Payload")
 
 
 def reply_sizes(payload: Any) -> tuple[int, int]:
@@ -69,7 +70,7 @@ def fits(payload: Any, budget: int) -> bool:
 
 
 async def project_reply(
-    payload: Any,
+    payload: _Payload,
     *,
     store: ArtifactStoreProtocol,
     scope: str | None,
@@ -77,7 +78,7 @@ async def project_reply(
     summarize: Summarizer | None = None,
     keep: Iterable[str] = (),
     read_tool: str | None = None,
-) -> Any:
+) -> _Payload | dict[str, Any]:
     """Return ``payload`` if it fits ``budget``; else a bounded summary plus ``artifactProjection``.
 
     ``summarize(payload)`` must return a JSON object (without the payload's

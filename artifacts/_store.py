@@ -255,8 +255,8 @@ class ArtifactStore:
         try:
             raw = read_small(marker, 4096)
         except FileNotFoundError:
-            doc = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_timestamp()}
-            write_atomic(os.path.join(self.root, "store.json"), canonical_bytes(doc), mode=FROZEN_MODE)
+            fresh = {"format": FORMAT, "v": FORMAT_VERSION, "created_at": utc_timestamp()}
+            write_atomic(os.path.join(self.root, "store.json"), canonical_bytes(fresh), mode=FROZEN_MODE)
             return
         except (OSError, ValueError) as exc:
             raise ArtifactStoreUnsafe(f"cannot read {marker!r}: {exc}") from None
@@ -641,7 +641,7 @@ class ArtifactStore:
         if len(raw) == _LEDGER.size:
             magic, version, used = _LEDGER.unpack(raw)
             if magic == _LEDGER_MAGIC and version == 1:
-                return used
+                return int(used)
         raise ArtifactCorrupt(f"artifact store {self.root!r}: usage ledger is damaged; reopen the store to rebuild it")
 
     def _write_ledger(self, fd: int, used: int) -> None:
@@ -652,9 +652,8 @@ class ArtifactStore:
             doc = json.loads(read_small(os.path.join(self._keys, key), 4096))
         except (OSError, ValueError):
             return None
-        if isinstance(doc, dict) and doc.get("v") == 1 and is_artifact_id(doc.get("artifact_id")):
-            return doc["artifact_id"]
-        return None
+        artifact_id = doc.get("artifact_id") if isinstance(doc, dict) and doc.get("v") == 1 else None
+        return artifact_id if is_artifact_id(artifact_id) else None
 
 
 # -- helpers ---------------------------------------------------------------
@@ -669,14 +668,14 @@ class _os_errors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        # Returns None, never True: any other exception propagates unchanged.
         if isinstance(exc, OSError):
             name = errno.errorcode.get(exc.errno or 0, "OSError")
             raise ArtifactStoreFailed(
                 f"{self.what} failed: {exc.strerror or exc} ({name})",
                 details={"errno": name},
             ) from exc
-        return False
 
 
 def _read_exact(fd: int, size: int) -> bytes:

@@ -36,6 +36,7 @@ AllowFn = Callable[[ArtifactInfo, ToolExecutionContext], bool | Awaitable[bool]]
 # Long enough for any id and short enough that a hostile one cannot bloat logs.
 MAX_ID_CHARS = 256
 
+# Hand-written rather than @tool: a public constant that other artifact read tools (work's) serve as well.
 READ_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {

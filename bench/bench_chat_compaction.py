@@ -33,7 +33,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from openfunctions.adapters import ScriptedAdapter  # noqa: E402
-from openfunctions.chat import create_chat_agent  # noqa: E402
+from openfunctions.chat import open_chat_agent  # noqa: E402
 
 TICK_S = 0.001
 
@@ -54,7 +54,7 @@ async def measure(data_dir: Path, issues: int, limit: int) -> tuple[list[float],
     comp_wall: list[float] = []
     plain_stall: list[float] = []
     plain_wall: list[float] = []
-    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=data_dir, max_conversations=limit,
+    async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=data_dir, max_conversations=limit,
                                        name="bench") as agent:
         table = data_dir / "chat" / "bench.conversations.journal"
         async with anyio.create_task_group() as tg:

@@ -5,7 +5,7 @@ is a lifecycle call: on files under the lease the process holds; on PostgreSQL
 ``shared``: take the lease, fold what others appended, append, give it back).
 Rounds interleave the backends; the medians and their ratio are printed. The
 third row runs the same steps on PostgreSQL through the ``of_work_run_step``
-tool (``build_work_tools``: the MCP layer's handler, without a transport), which
+tool (``create_work_tools``: the MCP layer's handler, without a transport), which
 adds the tool's readiness check and reply bounding to the controller's call.
 
     python bench/bench_pg_work.py --steps 40 --rounds 5 [--database URL]
@@ -31,7 +31,7 @@ from _pg import pg_server  # noqa: E402
 
 from openfunctions.artifacts import ArtifactStore  # noqa: E402
 from openfunctions.core import ToolRegistry  # noqa: E402
-from openfunctions.work import Authority, Catalog, WorkController, build_step_tools, build_work_tools, file_backend  # noqa: E402
+from openfunctions.work import Authority, Catalog, WorkController, create_step_tools, create_work_tools, file_backend  # noqa: E402
 
 CATALOG = """version = 1
 workspace = "ws"
@@ -50,12 +50,12 @@ async def one_round(root: Path, backend, steps: int, *, via_tools: bool = False)
     await backend.aopen()
     await backend.grants.issue(principal="agent", steps=["look"], paths=["**"], ttl=_dt.timedelta(hours=1))
     store = ArtifactStore(root / "artifacts")
-    ctl = await WorkController.open(root / "work", catalog=catalog, registry=ToolRegistry(build_step_tools(catalog, store=store)),
+    ctl = await WorkController.open(root / "work", catalog=catalog, registry=ToolRegistry(create_step_tools(catalog, store=store)),
                                     authority=Authority(backend.grants, catalog), backend=backend, execution_journals=None)
     try:
         prv = await ctl.preview([{"step": "look", "params": {"path": "a.txt"}}] * steps, principal="agent")
         await ctl.start(prv["previewId"], principal="agent")
-        tools = ToolRegistry(build_work_tools(ctl, principal="agent"))
+        tools = ToolRegistry(create_work_tools(ctl, principal="agent"))
         t0 = time.perf_counter()
         for _ in range(steps):
             if via_tools:
@@ -73,7 +73,8 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--database", default=None)
     a = ap.parse_args()
-    from openfunctions.store import migrate_database, pg_work_backend
+    from openfunctions.store import migrate_database
+    from openfunctions.work._pg import pg_work_backend
 
     files, pg, pg_tools = [], [], []
     with pg_server(a.database) as dsn, tempfile.TemporaryDirectory() as tmp:

@@ -260,11 +260,11 @@ async def pgvector_part(args, dsn, corpus, chunks, vecs, qsets, emb, rows) -> No
 async def embedded_part(args, corpus, chunks, vecs, qvecs, emb, rows) -> None:
     """The embedded exact index vs sqlite-vec vs bare numpy, over the same vectors."""
     from openfunctions.rag import StoreIndex
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
 
     tmp = tempfile.mkdtemp(prefix="ofbench-rag-emb-")
     try:
-        store = await create_store("rag", tmp)
+        store = await open_local_store("rag", tmp)
         index = StoreIndex(store)
         await index.open(emb)
         t, pos = time.perf_counter(), 0

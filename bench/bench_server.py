@@ -9,7 +9,8 @@ what durability costs. The SDK's runs the same tools through ``MCPServer``. Meas
 run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 
 - ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
-- ``stdio``: ``mcp.Client`` driving the server as a subprocess;
+- ``stdio``: ``mcp.Client`` driving the server as a subprocess (the ``handshake era`` rows:
+  ``mode="legacy"``, an ``initialize`` session at 2025-11-25, as today's hosts open);
 - ``http x1, mcp.Client``: one ``mcp.Client`` over streamable HTTP on 127.0.0.1;
 - ``http x16, mcp.Client``: 16 concurrent ``mcp.Client`` s in this process (client-bound: ~2-3 ms of
   client CPU per call, more than either server's);
@@ -41,6 +42,8 @@ bench_server:registry`` (with ``bench/`` on PYTHONPATH) gives our CLI the tool.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -171,6 +174,80 @@ class _HttpProc:
 # -- measurement -----------------------------------------------------------------
 
 
+class LeanSessionClients(load_http.LeanClients):
+    """``load_http.LeanClients`` on handshake-era sessions: each connection opens its own ``Mcp-Session-Id``
+    session (``initialize`` at 2025-11-25, then ``notifications/initialized``), and every call carries the session
+    id and the negotiated version, no envelope (what today's hosts send over streamable HTTP)."""
+
+    VERSION = "2025-11-25"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sessions: list[str] = []
+
+    def _post(self, body: dict[str, Any], session: str | None) -> bytes:
+        data = json.dumps(body).encode()
+        extra = "" if session is None else f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {self.VERSION}\r\n"
+        return (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\n{extra}Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+    async def _connect(self) -> None:
+        await super()._connect()
+        while len(self._sessions) < len(self._conns):
+            conn = self._conns[len(self._sessions)]
+            if conn is None:
+                self._sessions.append("")
+                continue
+            reader, writer = conn
+            writer.write(self._post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": self.VERSION, "capabilities": {}, "clientInfo": {"name": "lean", "version": "0"}}}, None))
+            head = await reader.readuntil(b"\r\n\r\n")
+            session = next(line.split(b":", 1)[1].strip().decode() for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"mcp-session-id:"))
+            await _rest_of_body(reader, head)
+            writer.write(self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session))
+            head = await reader.readuntil(b"\r\n\r\n")
+            await _rest_of_body(reader, head)
+            self._sessions.append(session)
+
+    async def _loop(self, n: int, deadline: float, calls: int | None) -> None:
+        conn = self._conns[n]
+        if conn is None:
+            return
+        reader, writer = conn
+        done = 0
+        while (done < calls) if calls is not None else (time.perf_counter() < deadline):
+            done += 1
+            self._calls += 1
+            t0 = time.perf_counter()
+            writer.write(self._post({"jsonrpc": "2.0", "id": self._calls, "method": "tools/call",
+                                     "params": {"name": self.tool, "arguments": self.arguments(n, self._calls)}},
+                                    self._sessions[n]))
+            try:
+                status, body = await load_http._read_response(reader)
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                self.errors.append(type(exc).__name__)
+                self._conns[n] = None
+                return
+            if status != 200 or not load_http._ok(body):
+                self.errors.append(f"HTTP {status}: {body[:80]!r}")
+                continue
+            self.latencies.append(time.perf_counter() - t0)
+
+
+async def _rest_of_body(reader: asyncio.StreamReader, head: bytes) -> None:
+    """Read (and drop) the body of a response whose head was read."""
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n")[1:] if ln)}
+    if b"content-length" in headers:
+        await reader.readexactly(int(headers[b"content-length"]))
+        return
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
+        await reader.readexactly(size + 2)
+        if size == 0:
+            return
+
+
 async def _calls(client: Any, n: int, tool: str = "noop") -> None:
     for _ in range(n):
         result = await client.call_tool(tool, {})
@@ -192,9 +269,10 @@ class _Target:
     """One server in one mode, with its clients open across rounds."""
 
     def __init__(self, label: str, make_clients: Callable[[], list[Any]] = lambda: [], close: Callable[[], None] = lambda: None,
-                 tool: str = "noop", pid: int | None = None, lean: tuple[int, int] | None = None):
+                 tool: str = "noop", pid: int | None = None, lean: tuple[int, int] | None = None, sessions: bool = False):
         self.label, self.make_clients, self.close, self.tool = label, make_clients, close, tool
         self.lean = lean  # (port, clients): driven by load_http.LeanClients (raw HTTP) instead of mcp.Client
+        self.sessions = sessions  # lean clients on handshake-era sessions (LeanSessionClients)
         self.rates: list[float] = []
         self.pid = pid  # the server process, when it is one: its CPU per call is recorded per round
         self.server_cpu_ms: list[float] = []  # server process CPU per call
@@ -210,7 +288,7 @@ async def _open(t: _Target, stack: Any, warmup: int) -> Any:
     """Open a target's clients (kept across rounds) and warm them up: ``mcp.Client`` s or one ``LeanClients``."""
     if t.lean is not None:
         port, k = t.lean
-        lean = load_http.LeanClients(port, k, t.tool, lambda n, i: {})
+        lean = (LeanSessionClients if t.sessions else load_http.LeanClients)(port, k, t.tool, lambda n, i: {})
         stack.callback(lean.close)
         await lean.run(calls_each=max(1, warmup // 4))
         return lean
@@ -344,12 +422,17 @@ async def bench(
     def client(target: Any) -> Any:
         return Client(target, read_timeout_seconds=60)
 
+    def legacy(target: Any) -> Any:  # a handshake-era session (2025-11-25), as today's hosts open
+        return Client(target, read_timeout_seconds=60, mode="legacy")
+
     rows: list[list[object]] = []
     cpu_rows = [] if cpu_rows is None else cpu_rows
     floors = [] if floors is None else floors
     rates = {} if rates is None else rates
 
     async def mode(name: str, ours: _Target, sdk: _Target, n: int) -> None:
+        if ONLY and not any(part in name for part in ONLY):
+            return
         await _run_mode(name, [ours, sdk], n, rounds, warmup=max(20, n // 5))
         if ours.server_cpu_ms and sdk.server_cpu_ms:
             kind = "lean raw HTTP (load_http.LeanClients)" if ours.lean else "`mcp.Client`"
@@ -387,6 +470,16 @@ async def bench(
                _Target("ours+journal", lambda: [client(ours_slow_path)]),
                _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
 
+    # The same rows for a handshake-era session (`mode="legacy"`: initialize, 2025-11-25), both servers.
+    await mode("stdio, handshake era, journal on, read-only tool", _Target("ours+journal", lambda: [legacy(ours_journal)]),
+               _Target("sdk", lambda: [legacy(sdk_stdio)]), n_stdio)
+    await mode("stdio, handshake era, journal on, effectful tool",
+               _Target("ours+journal", lambda: [legacy(ours_journal)], tool="noop_write"),
+               _Target("sdk", lambda: [legacy(sdk_stdio)], tool="noop_write"), n_stdio)
+    await mode("stdio, handshake era, journal on, read-only tool, --no-fast-path",
+               _Target("ours+journal", lambda: [legacy(ours_slow_path)]),
+               _Target("sdk", lambda: [legacy(sdk_stdio)]), n_stdio)
+
     # The same default server on uvloop (`--loop uvloop`, opt-in): what the loop alone does for stdio.
     on_uvloop = _ours_cmd(tmp / "stdio-journal-uvloop", "--loop", "uvloop", journal=True)
     ours_uvloop = StdioServerParameters(command=on_uvloop[0], args=on_uvloop[1:], env=_env())
@@ -409,11 +502,14 @@ async def bench(
         await mode("http x16, mcp.Client, journal on, read-only tool",
                    _Target("ours+journal", lambda: [client(ours_http_j.url) for _ in range(16)], pid=ours_http_j.proc.pid),
                    _Target("sdk", lambda: [client(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
+        await mode("http x16, mcp.Client, handshake era, journal on, read-only tool",
+                   _Target("ours+journal", lambda: [legacy(ours_http_j.url) for _ in range(16)], pid=ours_http_j.proc.pid),
+                   _Target("sdk", lambda: [legacy(sdk_http.url) for _ in range(16)], pid=sdk_http.proc.pid), n_http * 2)
         # Lean rows (the x16 target): 16 raw keep-alive connections (load_http.LeanClients), 2026-07-28.
         n_lean = n_http * 5
 
-        def lean(label: str, proc: _HttpProc, tool: str = "noop") -> _Target:
-            return _Target(label, tool=tool, pid=proc.proc.pid, lean=(proc.port, 16))
+        def lean(label: str, proc: _HttpProc, tool: str = "noop", sessions: bool = False) -> _Target:
+            return _Target(label, tool=tool, pid=proc.proc.pid, lean=(proc.port, 16), sessions=sessions)
 
         await mode("http x16", lean("ours", ours_http), lean("sdk", sdk_http), n_lean)
         await mode("http x16, journal on, read-only tool", lean("ours+journal", ours_http_j), lean("sdk", sdk_http),
@@ -422,6 +518,14 @@ async def bench(
                    lean("sdk", sdk_http, "noop_write"), n_lean)
         await mode("http x16, journal on, read-only tool, --no-fast-path", lean("ours+journal", ours_http_slow),
                    lean("sdk", sdk_http), n_lean)
+        # The same on handshake-era sessions (LeanSessionClients: one Mcp-Session-Id session per connection).
+        await mode("http x16, handshake era, journal on, read-only tool", lean("ours+journal", ours_http_j, sessions=True),
+                   lean("sdk", sdk_http, sessions=True), n_lean)
+        await mode("http x16, handshake era, journal on, effectful tool",
+                   lean("ours+journal", ours_http_j, "noop_write", sessions=True),
+                   lean("sdk", sdk_http, "noop_write", sessions=True), n_lean)
+        await mode("http x16, handshake era, journal on, read-only tool, --no-fast-path",
+                   lean("ours+journal", ours_http_slow, sessions=True), lean("sdk", sdk_http, sessions=True), n_lean)
     finally:
         ours_http.stop()
         sdk_http.stop()
@@ -430,11 +534,16 @@ async def bench(
     return rows
 
 
+ONLY: list[str] = []  # --only: the modes to run (all when empty)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="few calls per round, 3 rounds (a smoke run)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per mode (default 15; 3 with --quick)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/PERFORMANCE.md alone")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="run only the modes whose name contains TEXT (repeatable; implies --no-write, skips the load rows)")
     ap.add_argument("--serve-sdk", choices=("stdio", "http"), help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -444,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import tempfile
 
+    ONLY.extend(args.only)
     rounds = args.rounds or (3 if args.quick else 15)
     n_inproc, n_stdio, n_http = (200, 100, 50) if args.quick else (400, 200, 80)
     print(f"bench_server: no-op tool, {rounds} rounds per mode (median calls/s)", flush=True)
@@ -452,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cpu_rows: list[list[object]] = []
         rows = anyio.run(bench, n_inproc, n_stdio, n_http, rounds, Path(tmp), floors, rates, cpu_rows)
+    if ONLY:
+        print(table(["mode", "calls/round", "ours (calls/s)", "SDK MCPServer (calls/s)", "ours/SDK (paired)"], rows))
+        print(table(["HTTP mode: CPU ms per call (medians)", "client", "our server", "SDK server",
+                     "client process (vs ours)", "client process (vs SDK)"], cpu_rows))
+        print(f"1-minute load average: {os.getloadavg()[0]:.1f}")
+        return 0
     load_rounds, load_seconds = (1, 2.0) if args.quick else (3, 4.0)
     load_table_rows, load_note = load_rows(load_rounds, load_seconds)
     rows += load_table_rows
@@ -488,7 +604,13 @@ def main(argv: list[str] | None = None) -> int:
             "`run(\"stdio\")`), its HTTP server under `uvicorn.run`'s own `auto` (uvloop and httptools, both "
             "installed here); the `--loop uvloop` row is our default server on uvloop (opt-in). The `--no-fast-path` rows are the same "
             "default server with the direct `tools/call` path off (every call through the SDK's transport layers; "
-            "docs/SERVERS.md): before/after in one run. The fsync-floor table below says whether the "
+            "docs/SERVERS.md): before/after in one run. The `handshake era` rows are the same servers and tools on "
+            "sessions opened with `initialize` at 2025-11-25, as today's hosts open them: over stdio `mcp.Client` "
+            "with `mode=\"legacy\"`, over HTTP one `Mcp-Session-Id` session per connection (`LeanSessionClients` in "
+            "this file: the lean client with the session's headers and no envelope; each SDK reply is an SSE stream). "
+            "On those sessions ours also stores every SSE event for resumption (`--resumable`, on by default); the "
+            "SDK's `MCPServer` app stores none. Targets for the handshake-era journal-on rows: stdio read-only >= 1.0x, "
+            "stdio effectful >= 0.85x, http x16 read-only >= 1.5x. The fsync-floor table below says whether the "
             "stdio targets are reachable on this disk at all; docs/design/http-fast-path.md has the per-stage "
             "profile and why the HTTP targets are out of reach while the SDK's HTTP stack (shared by both servers) "
             "is most of the CPU of a call. "

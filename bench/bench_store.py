@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import _pg  # noqa: E402
 from _report import median, table, write_section  # noqa: E402
 
-from openfunctions.store import create_pg_store, create_store  # noqa: E402
+from openfunctions.store import open_local_store, open_pg_store  # noqa: E402
 
 
 def pg_server(dsn: str | None) -> contextlib.AbstractContextManager[str]:
@@ -63,7 +63,7 @@ def value(i: int) -> dict:
 
 
 async def local_put(n: int, d: str) -> float:
-    s = await create_store("bench", d)
+    s = await open_local_store("bench", d)
     t = time.perf_counter()
     for i in range(n):
         await s.put(f"k{i:08d}", value(i))
@@ -73,7 +73,7 @@ async def local_put(n: int, d: str) -> float:
 
 
 async def local_put_concurrent(n: int, d: str, writers: int = 32) -> float:
-    s = await create_store("benchc", d)
+    s = await open_local_store("benchc", d)
 
     async def w(k: int) -> None:
         for i in range(k, n, writers):
@@ -136,7 +136,7 @@ async def local_get(n: int, d: str) -> dict[str, float]:
     syscalls and garbage with the in-memory lookups evicted the caches of both and halved the
     in-memory rates: measured): ``ours_f`` vs ``file`` (pread + json.loads of the same value), then
     ``ours`` vs ``dict`` (a lookup in a coroutine function) and ``obj`` (an object's async method)."""
-    s = await create_store("bench", d)  # reopened: recovery folds the puts above
+    s = await open_local_store("bench", d)  # reopened: recovery folds the puts above
     state = {f"k{i:08d}": value(i) for i in range(n)}
     keys = list(state)
     own = dict(s._state.data)  # the store's own key and Entry objects (bench only: a private attribute)
@@ -166,7 +166,7 @@ async def pg_round(n: int, dsn: str, blocks: int = 10) -> dict[str, float]:
     machine's bursts hit both alike; the medians of the per-block rates are returned."""
     import psycopg
 
-    s = await create_pg_store(f"b_{uuid.uuid4().hex[:8]}", dsn)
+    s = await open_pg_store(f"b_{uuid.uuid4().hex[:8]}", dsn)
     raw_name = f"r_{uuid.uuid4().hex[:8]}"
     keys = [f"k{i:08d}" for i in range(n)]
     size = max(1, n // blocks)
@@ -210,7 +210,7 @@ async def main() -> None:
     r: dict[str, list[float]] = {k: [] for k in ("put", "putc", "raw_put", "get_f", "file_get", "get", "raw_get", "obj_get",
                                                  "pg_put", "pg_raw_put", "pg_get", "pg_raw_get")}
     with pg_server(args.dsn) as dsn:
-        await (await create_pg_store("warmup", dsn)).aclose()  # the schema, before timing
+        await (await open_pg_store("warmup", dsn)).aclose()  # the schema, before timing
         for _ in range(args.rounds):
             d = tempfile.mkdtemp(prefix="ofbench-")
             try:

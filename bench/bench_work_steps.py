@@ -30,7 +30,7 @@ from _report import median, table, write_section  # noqa: E402
 
 from openfunctions.artifacts import ArtifactStore  # noqa: E402
 from openfunctions.core import ToolExecutionContext, ToolRegistry  # noqa: E402
-from openfunctions.work import Authority, Catalog, GrantStore, build_step_tools  # noqa: E402
+from openfunctions.work import Authority, Catalog, GrantStore, create_step_tools  # noqa: E402
 
 CATALOG = """
 version = 1
@@ -86,7 +86,7 @@ async def main(quick: bool) -> None:
         a_changed = await timed(check_changed, max(10, n // 10))
         a_stat = await timed(bare_stat, n)
 
-        reg = ToolRegistry(build_step_tools(cat, store=ArtifactStore(root / "art")))
+        reg = ToolRegistry(create_step_tools(cat, store=ArtifactStore(root / "art")))
         ctx = ToolExecutionContext(principal="agent", metadata={"granted_paths": ["src/**"], "artifact_scope": "bench"})
         content = "x = 1\n" * 100
         i = 0

@@ -3,9 +3,9 @@
 Usage::
 
     from openfunctions.adapters import ScriptedAdapter
-    from openfunctions.chat import create_chat_agent
+    from openfunctions.chat import open_chat_agent
 
-    agent = await create_chat_agent({"adapter": ScriptedAdapter(["Hello!"]), "data_dir": "/tmp/chat"})
+    agent = await open_chat_agent({"adapter": ScriptedAdapter(["Hello!"]), "data_dir": "/tmp/chat"})
     reply = await agent.chat("hi")                     # ChatResponse: text, tool_calls (+ receipts), rounds, run_id
     async for event in agent.chat("again", stream=True):   # ChatEvent: tool_call, tool_result, text, done
         ...
@@ -21,7 +21,13 @@ through the registry's executor and leaves run records. See docs/CHAT.md;
 from the shell: ``openfunctions-mcp chat`` (``--serve`` to serve it).
 """
 
-from ._agent import ChatAgent, ChatEvent, ChatResponse, create_chat_agent, scripted_adapter_from_file
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from openfunctions.core.deprecation import renamed
+
+from ._agent import ChatAgent, ChatEvent, ChatResponse, open_chat_agent, scripted_adapter_from_file
 from ._config import MAX_MESSAGE_CHARS, ChatConfig
 from ._conversations import MAX_CONVERSATIONS
 from ._errors import (
@@ -39,6 +45,16 @@ from ._prompt import PRESETS, resolve_prompt
 __all__ = [
     "CONVERSATION_HEADER", "MAX_BODY_BYTES", "MAX_CONVERSATIONS", "MAX_MESSAGE_CHARS", "PRESETS", "ChatAgent",
     "ChatClosed", "ChatConfig", "ChatConfigError", "ChatError", "ChatEvent", "ConversationNotFound",
-    "InvalidConversation", "ChatResponse", "InvalidMessage", "MessageTooLarge", "create_chat_agent",
+    "InvalidConversation", "ChatResponse", "InvalidMessage", "MessageTooLarge", "open_chat_agent",
     "create_chat_app", "resolve_prompt", "scripted_adapter_from_file",
 ]
+
+
+# Old names of renamed functions, kept for one release outside __all__: each use warns (core/deprecation.py).
+_RENAMED = {"create_chat_agent": "open_chat_agent"}
+
+if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
+    def __getattr__(name: str) -> Any:
+        if name in _RENAMED:
+            return renamed(__name__, name, _RENAMED[name])
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,8 +14,11 @@ One turn, one path (:meth:`ChatAgent._turn`):
    ``agent_<name>`` tool through the registry's executor, every tool the
    model asks for is a child call with its own receipt, and the run leaves
    its run records (``run_started`` … ``run_finished``) in the run journal;
-5. append the user's message and the answer to the conversation (completed
-   turns only: a failed or cancelled turn leaves the conversation as it was).
+5. append the turn to the conversation: the user's message, each tool call
+   and its result, the answer (completed turns only: a failed or cancelled
+   turn leaves the conversation as it was; the format is in
+   :mod:`._conversations`), so the next turn replays them to the model,
+   whichever provider it is.
 
 Turns of one conversation run one at a time, in the order they arrived (the
 conversation's FIFO lock): a conversation has one order. Turns of different
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,7 +44,7 @@ from openfunctions.agents import DEFAULT_RUN_TIMEOUT_S, AgentLimits, AgentRuntim
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolExecutionContext, ToolRegistry, new_id
 
 from ._config import ChatConfig, load_config, load_object, module_tools
-from ._conversations import Conversation, Conversations, log_path
+from ._conversations import ANY, STORED_CHARS, Conversation, Conversations, from_stored, log_path, stored
 from ._errors import ChatClosed, ChatConfigError, InvalidMessage, MessageTooLarge
 from ._prompt import memory_hint, resolve_prompt
 
@@ -49,8 +52,10 @@ log = structlog.get_logger("openfunctions.chat")
 
 #: Memory tools the chat's model is offered (the conversation itself is the chat's to keep, not the model's).
 MEMORY_TOOLS = ("memory_save_fact", "memory_search", "memory_forget")
-#: Characters of an answer kept in the conversation (the memory layer stores at most 32 KiB per message).
-STORED_REPLY_CHARS = 8000
+#: Characters of a message kept in the conversation (the memory layer stores at most 32 KiB per message).
+STORED_REPLY_CHARS = STORED_CHARS
+#: Messages a conversation keeps in the process with memory off (the largest ``history_messages``).
+KEPT_IN_PROCESS = 100
 EVENT_TYPES = ("text", "tool_call", "tool_result", "done")
 
 
@@ -112,6 +117,15 @@ class ChatEvent:
     data: dict[str, Any]
 
 
+def _turn_messages(result: Any, history: int, message: str) -> list[ModelMessage]:
+    """What a completed run added to the conversation: the user's message, each reply with its tool calls and
+    their results, the answer (the run's messages after its system prompt and the history it was shown)."""
+    messages = list(getattr(result, "messages", None) or ())
+    if len(messages) > history + 1:
+        return messages[history + 1:]
+    return [ModelMessage.user(message), ModelMessage.assistant(result.text or "")]
+
+
 def _tool_record(call: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any]:
     out = {"id": result.get("id"), "name": result.get("name"), "arguments": (call or {}).get("arguments", {})}
     for key in ("receipt_id", "outcome", "error_code", "is_error", "content", "round"):
@@ -120,7 +134,7 @@ def _tool_record(call: dict[str, Any] | None, result: dict[str, Any]) -> dict[st
 
 
 class ChatAgent:
-    """Built by :func:`create_chat_agent`; see the module docstring for one turn."""
+    """Built by :func:`open_chat_agent`; see the module docstring for one turn."""
 
     def __init__(self, config: ChatConfig) -> None:
         self.config = config
@@ -161,6 +175,28 @@ class ChatAgent:
         if stream:
             return self._events(message, conversation)
         return self._turn(message, None, stream=False, conversation=conversation)
+
+    async def turn(self, message: str, *, on_event: Callable[[ChatEvent], Awaitable[None]] | None = None,
+                   conversation: str | None = None) -> ChatResponse:
+        """One turn, as :meth:`chat` runs it, for a caller with its own event channel (the HTTP server):
+        with ``on_event`` the turn streams and each :class:`ChatEvent` is awaited into it as it happens;
+        without, the turn runs unstreamed. Returns the turn's :class:`ChatResponse`."""
+        return await self._turn(message, on_event, stream=on_event is not None, conversation=conversation)
+
+    def check_message(self, message: Any) -> str:
+        """``message`` as a turn takes it (lone surrogates replaced), or :class:`InvalidMessage` /
+        :class:`MessageTooLarge` naming what is wrong; nothing runs."""
+        return self._check(message)
+
+    def conversation_thread(self, conversation: str, *, principal: Any = ANY) -> str:
+        """The memory thread of the issued conversation ``conversation``; :class:`InvalidConversation` /
+        :class:`ConversationNotFound` when it is not one this agent holds for ``principal``."""
+        return self._conversations.get(conversation, principal=principal).thread_id
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`destroy` was called (a closed agent refuses turns with :class:`ChatClosed`)."""
+        return self._closed
 
     async def open_conversation(self, *, principal: str | None = None) -> str:
         """Issue a new conversation; returns its id (``conv_…``) for ``chat(..., conversation=)`` and ``reset()``.
@@ -310,7 +346,8 @@ class ChatAgent:
             options = RunOptions(history=history, system=system, on_event=on_event, stream=stream, admission="per_call")
             ctx = ToolExecutionContext(principal=f"chat:{self.name}")
             result = await self._runtime.run(self._agent, message, ctx, options=options)
-            warnings = await self._after_answer(conv, thread, message, result) if result.status == "completed" else []
+            turn = _turn_messages(result, len(history), message)
+            warnings = await self._after_answer(conv, thread, turn, result) if result.status == "completed" else []
             response = ChatResponse(
                 text=result.text or "", status=result.status, run_id=result.run_id, rounds=result.rounds,
                 tool_calls=tool_calls, thread_id=thread, provider=getattr(self.adapter, "provider", ""),
@@ -322,13 +359,14 @@ class ChatAgent:
                 await emit(ChatEvent("done", response.to_dict()))
             return response
 
-    async def _after_answer(self, conv: Conversation, thread: str, message: str, result: Any) -> list[dict[str, Any]]:
+    async def _after_answer(self, conv: Conversation, thread: str, turn: list[ModelMessage],
+                            result: Any) -> list[dict[str, Any]]:
         """Keep a completed turn: its messages in the history, its conversation the most recently used.
         Both best effort: the answer exists, so a failure here is logged and returned as a warning of the
         reply (:class:`ChatResponse`), never raised (the caller would lose the answer)."""
         warnings: list[dict[str, Any]] = []
         try:
-            await self._remember(conv, thread, message, result.text or "")
+            await self._remember(conv, thread, turn)
         except OpenFunctionsError as exc:  # the conversation misses this turn
             log.warning("chat_remember_failed", thread=thread, run_id=result.run_id, error=exc.message)
             warnings.append({"code": "chat_history_not_saved", "cause": exc.code,
@@ -347,23 +385,24 @@ class ChatAgent:
         if n == 0:
             return []
         if self.memory is None:
-            pairs = conv.history[-n:]
+            messages = conv.history[-n:]
         else:
             page = await self.memory.get_thread(conv.thread_id, limit=n)
-            pairs = [(m.role, m.content) for m in reversed(page.messages)]
-        pairs = [(role, text) for role, text in pairs if role in ("user", "assistant")]
-        while pairs and pairs[0][0] != "user":  # providers want a user turn first
-            pairs.pop(0)
-        return [ModelMessage.user(text) if role == "user" else ModelMessage.assistant(text) for role, text in pairs]
+            messages = [m for m in (from_stored(e.role, e.content, e.meta) for e in reversed(page.messages)) if m]
+        while messages and messages[0].role != "user":  # providers want a user turn first (the window may cut a turn)
+            messages.pop(0)
+        return messages
 
-    async def _remember(self, conv: Conversation, thread: str, message: str, answer: str) -> None:
-        if len(answer) > STORED_REPLY_CHARS:
-            answer = answer[:STORED_REPLY_CHARS] + f"\n[... {len(answer) - STORED_REPLY_CHARS} more characters not kept]"
+    async def _remember(self, conv: Conversation, thread: str, turn: list[ModelMessage]) -> None:
+        """Keep a completed turn: the user's message, each tool call and result, the answer (history format 2,
+        chat/_conversations.py)."""
+        entries = [stored(m) for m in turn if m.role != "system"]
         if self.memory is None:
-            conv.history += [("user", message), ("assistant", answer)]
+            conv.history += [from_stored(*e) or ModelMessage(e[0], e[1]) for e in entries]
+            del conv.history[:-KEPT_IN_PROCESS]  # the most history_messages may ask for
             return
-        await self.memory.append_message(thread, "user", message)
-        await self.memory.append_message(thread, "assistant", answer or "(no text)")
+        for role, content, meta in entries:
+            await self.memory.append_message(thread, role, content, meta=meta)
 
     async def _system_prompt(self, message: str) -> str:
         from openfunctions.providers import auto_tool_guide, compose_prompt, context_prompt
@@ -517,10 +556,10 @@ class ChatAgent:
         if isinstance(cfg.memory, Memory):
             self.memory = cfg.memory  # the caller's: the caller closes it
         elif cfg.memory is True:
-            from openfunctions.store import StoreError, create_store
+            from openfunctions.store import StoreError, open_local_store
 
             try:
-                store = await create_store("memory", self.data_dir)
+                store = await open_local_store("memory", self.data_dir)
             except StoreError as exc:
                 raise ChatConfigError(f"memory store in {self.data_dir}: {exc.message} (pass memory=False to chat "
                                       "without memory, or another data_dir)", details={"code": exc.code}) from None
@@ -578,7 +617,7 @@ def _adapter(cfg: ChatConfig) -> Any:
         raise ChatConfigError(f"the HTTP model adapters need httpx: pip install 'openfunctions-mcp[adapters]' ({exc})") from None
 
 
-async def create_chat_agent(config: ChatConfig | Mapping[str, Any] | Any = None, **kwargs: Any) -> ChatAgent:
+async def open_chat_agent(config: ChatConfig | Mapping[str, Any] | Any = None, **kwargs: Any) -> ChatAgent:
     """Resolve ``config`` (a dict, a :class:`ChatConfig`, a pydantic model, or keyword arguments) into a :class:`ChatAgent`.
 
     Raises :class:`ChatConfigError` naming what could not be resolved (no model provider: the environment
@@ -605,5 +644,5 @@ def scripted_adapter_from_file(path: str | Path) -> ScriptedAdapter:
     return ScriptedAdapter(script)
 
 
-__all__ = ["ChatAgent", "ChatEvent", "ChatResponse", "create_chat_agent", "scripted_adapter_from_file"]
+__all__ = ["ChatAgent", "ChatEvent", "ChatResponse", "open_chat_agent", "scripted_adapter_from_file"]
 

@@ -1,4 +1,4 @@
-"""``ChatConfig``: everything :func:`create_chat_agent` resolves, in one validated model.
+"""``ChatConfig``: everything :func:`open_chat_agent` resolves, in one validated model.
 
 Given as a dict, a :class:`ChatConfig`, another pydantic model (its
 ``model_dump()``), or keyword arguments; an unknown key is an error naming it.

@@ -81,6 +81,40 @@ unknown record type or a record missing a field raises
 
 With memory off the history lives in the process, so the table does too: a
 restart forgets it (clients start a new conversation).
+
+Conversation history, format version 2
+======================================
+
+A conversation's turns are messages of its memory thread (memory on; the
+store's layout is in ``memory/_memory.py``) or of :attr:`Conversation.history`
+(memory off, the same messages in the process). A completed turn adds, in
+order: the user's message, each assistant reply that asked for tools (its
+text, its calls, the provider's opaque blocks), the result of each call,
+and the final answer: what the model saw, so the next turn replays the tool
+calls and results to whichever provider answers it (the adapters pair them,
+``openfunctions.adapters.replay_history``). One thread message per
+:class:`openfunctions.adapters.Message`:
+
+- ``role``: ``user``, ``assistant`` or ``tool``;
+- ``content``: the text, at most :data:`STORED_CHARS` characters (then a
+  marker saying how many more there were); a blank text is stored as
+  ``(no text)`` (the thread refuses blank content) with ``blank: true``;
+- ``meta.chat``: ``{"v": 2, "tool_calls"?: [{id, name, arguments,
+  provider_data?}], "tool_call_id"?, "name"?, "is_error"?, "parts"?:
+  [{provider, data}], "blank"?: true}`` (the fields of ``Message.to_dict``
+  but role and content). Bounded to :data:`META_CHARS` characters of JSON:
+  over it the opaque blocks are left out first (they are kept whole or not
+  at all; a provider needs them back only within a tool turn, and a stored
+  turn is complete), then each call's arguments become ``{"_not_kept":
+  "<n> characters"}``.
+
+Version 1 (before tool turns were kept) stored a turn as two messages, the
+user's and the final answer, with no ``meta.chat``; they still read, as
+text turns. A thread may hold both. A turn is appended message by message:
+a crash in between leaves its first messages, and a call whose result is
+missing is replayed with a "not run" result. The model is shown the last
+``history_messages`` messages (tool calls and results count), from the
+first user message among them.
 """
 
 from __future__ import annotations
@@ -98,7 +132,7 @@ from typing import Any
 import anyio
 import structlog
 
-from openfunctions.adapters import valid_text
+from openfunctions.adapters import Message, Role, valid_text
 from openfunctions.core import JournalFailed, OpenFunctionsError, new_id
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
 
@@ -114,6 +148,11 @@ FORMAT = "openfunctions.chat-conversations"
 VERSION = 1
 #: ``get(..., principal=ANY)``: an in-process caller, not checked.
 ANY = object()
+#: The conversation history's format (see the module docstring).
+HISTORY_VERSION = 2
+STORED_CHARS = 8000
+META_CHARS = 16 * 1024
+_BLANK = "(no text)"
 
 
 @dataclass
@@ -123,7 +162,7 @@ class Conversation:
     id: str
     thread_id: str
     principal: str | None = None  # who created it (the transport's principal)
-    history: list[tuple[str, str]] = field(default_factory=list)  # memory off: (role, text)
+    history: list[Message] = field(default_factory=list)  # memory off: its messages (format: the module docstring)
     busy: int = 0  # turns running or waiting: never evicted meanwhile
     lock: anyio.Lock = field(default_factory=anyio.Lock)  # one turn at a time, first come first served
 
@@ -164,6 +203,47 @@ def apply(table: OrderedDict[str, Conversation], type: str, data: dict[str, Any]
         raise ValueError(f"unknown record type {type!r}")
     table.move_to_end(_id(data))
     return _id(data)
+
+
+def stored(message: Message) -> tuple[Role, str, dict[str, Any]]:
+    """``(role, content, meta)`` of ``message`` as a thread keeps it (history format 2, bounded)."""
+    d = message.to_dict()
+    content = d.pop("content")
+    role = message.role
+    del d["role"]
+    if len(content) > STORED_CHARS:
+        content = content[:STORED_CHARS] + f"\n[... {len(content) - STORED_CHARS} more characters not kept]"
+    if not content.strip():
+        content, d["blank"] = _BLANK, True
+    if "parts" in d and _size(d) > META_CHARS:
+        del d["parts"]
+    for call in d.get("tool_calls") or ():
+        if _size(d) <= META_CHARS:
+            break
+        call["arguments"] = {"_not_kept": f"{_size(call['arguments'])} characters"}
+    return role, content, {"chat": {"v": HISTORY_VERSION, **d}}
+
+
+def from_stored(role: str, content: str, meta: Any) -> Message | None:
+    """The message a thread entry holds (format 2, or a format-1 text turn); None: not one to show the model."""
+    chat = meta.get("chat") if isinstance(meta, dict) else None
+    if isinstance(chat, dict) and chat.get("v") == HISTORY_VERSION:
+        fields = {k: v for k, v in chat.items() if k not in ("v", "blank")}
+        try:
+            return Message.from_dict({**fields, "role": role, "content": "" if chat.get("blank") else content})
+        except ValueError:
+            return None  # an entry this reader cannot take: left out, as an orphan result would be
+    if role == "user":
+        return Message.user(content)
+    if role == "assistant":
+        return Message.assistant(content)
+    return None
+
+
+def _size(value: Any) -> int:
+    import json
+
+    return len(json.dumps(value, ensure_ascii=False))
 
 
 def type_name(v: Any) -> str:
@@ -371,4 +451,5 @@ def _unlink_all(paths: list[Path]) -> None:
         fsync_dir(paths[0].parent)
 
 
-__all__ = ["CONVERSATION_ID_RE", "MAX_CONVERSATIONS", "Conversation", "Conversations", "apply", "log_path"]
+__all__ = ["CONVERSATION_ID_RE", "HISTORY_VERSION", "MAX_CONVERSATIONS", "Conversation", "Conversations", "apply",
+           "from_stored", "log_path", "stored"]

@@ -90,7 +90,7 @@ log = structlog.get_logger("openfunctions.chat.http")
 
 #: The largest request body read, in bytes (a message is at most 8,000 characters; JSON escapes may double it).
 MAX_BODY_BYTES = CHAT_MAX_BODY_BYTES
-_STATUS = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503, InvalidConversation: 400, ConversationNotFound: 404}
+_STATUS: dict[type[OpenFunctionsError], int] = {InvalidMessage: 400, MessageTooLarge: 413, ChatClosed: 503, InvalidConversation: 400, ConversationNotFound: 404}
 #: Connections waiting to be accepted, and accepted per event-loop turn.
 _BACKLOG = 128
 #: The request header (and response header) carrying a conversation id.
@@ -164,7 +164,7 @@ class _Stream:
         async def turn() -> None:
             async with events_in:
                 try:
-                    await self.agent._turn(self.message, events_in.send, stream=True, conversation=self.conversation)
+                    await self.agent.turn(self.message, on_event=events_in.send, conversation=self.conversation)
                 except OpenFunctionsError as exc:  # e.g. destroyed meanwhile: an error event, then the end
                     await events_in.send(_sse("error", exc.to_dict()))
 
@@ -219,15 +219,15 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
 
     async def reset(request: Request) -> Response:
         try:
-            if agent._closed:
+            if agent.closed:
                 raise ChatClosed("the chat agent was destroyed")
             conversation = _conversation_id(request, await _body(request, required=False))
             who = _principal(request)
             if conversation is None:  # nothing named: a new conversation for this caller, nothing else changes
                 conversation = await agent.open_conversation(principal=who)
-                thread = agent._conversations.get(conversation).thread_id
+                thread = agent.conversation_thread(conversation)
             else:
-                agent._conversations.get(conversation, principal=who)
+                agent.conversation_thread(conversation, principal=who)
                 thread = await agent.reset(conversation)
         except (_BadRequest, OpenFunctionsError) as exc:
             return refusal(exc)
@@ -248,12 +248,12 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
             except UnicodeEncodeError:  # JSON's "\ud800": not text. A client is told (the Python API replaces it)
                 raise InvalidMessage("message contains a lone surrogate (an unpaired \\uD800-\\uDFFF escape): "
                                      "it is not UTF-8 text") from None
-            message = str(agent._check(raw))
+            message = agent.check_message(raw)
             conversation = _conversation_id(request, data)
             if conversation is None:
                 conversation = await agent.open_conversation(principal=_principal(request))
             else:
-                agent._conversations.get(conversation, principal=_principal(request))
+                agent.conversation_thread(conversation, principal=_principal(request))
             return message, conversation
         except (_BadRequest, OpenFunctionsError) as exc:
             return refusal(exc)
@@ -264,7 +264,7 @@ def create_chat_app(agent: Any, *, host: str = "127.0.0.1", port: int | None = N
             return checked_
         message, conversation = checked_
         try:
-            response = await agent._turn(message, None, stream=False, conversation=conversation)
+            response = await agent.turn(message, conversation=conversation)
         except OpenFunctionsError as exc:  # destroyed meanwhile, or the conversation evicted while queued
             return refusal(exc)
         return JSONResponse(response.to_dict(), status_code=502 if response.status == "failed" else 200,

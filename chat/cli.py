@@ -89,7 +89,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     from openfunctions.core import OpenFunctionsError, configure_logging
 
-    from ._agent import create_chat_agent, scripted_adapter_from_file
+    from ._agent import open_chat_agent, scripted_adapter_from_file
 
     configure_logging()
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # this command prints its own "served at" line
@@ -124,7 +124,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             token = read_auth_token(env=args.auth_token_env, file=args.auth_token_file)
 
         async def run() -> None:
-            agent = await create_chat_agent(config)
+            agent = await open_chat_agent(config)
             async with agent:
                 if args.serve:
                     def ready(port: int) -> None:

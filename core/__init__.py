@@ -11,7 +11,7 @@ subpackage), never from an implementation module.
 from ._asgi_auth import PRINCIPAL_SCOPE_KEY, AuthConfigError, BearerAuth, read_auth_token
 from ._background import run_every, stop_task
 from ._canonical import canonical_bytes, canonical_json, check_json, digest, to_utf8
-from ._context import ProgressReporter, ToolExecutionContext, with_child_execution
+from ._context import HostChannel, ProgressReporter, TaskChannel, ToolExecutionContext, WorkGrant, with_child_execution
 from ._dsn import DATABASE_URL_ENV, database_url_from_env, redact_dsn
 from ._imports import import_spec, search_current_dir
 from ._logging import configure_logging
@@ -68,4 +68,5 @@ __all__ = [
     "configure_logging", "define_tool", "digest", "new_id", "pretty_json", "strict_violations", "to_anthropic", "to_gemini",
     "to_openai", "to_utf8", "tool", "utc_timestamp", "with_child_execution",
     "ToolTest", "ToolTestResult", "run_tool_tests",
+    "HostChannel", "TaskChannel", "WorkGrant",
 ]

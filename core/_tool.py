@@ -18,16 +18,19 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, get_type_hints
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, overload
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import GenerateJsonSchema
 
 from ._canonical import canonical_json, check_json, digest
 from ._scheduler import Admission
 from ._schema import Validator, complete_strict_schema
 from ._tool_tests import ToolTest
-from .errors import ConflictKeysInvalid, NonJsonValue, ToolDefinitionError
+from .errors import ConflictKeysInvalid, NonJsonValue, ToolDefinitionError, ToolDocstringInvalid
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
@@ -461,25 +464,168 @@ def define_tool(
 
 _CTX_NAMES = {"ctx", "context"}
 
+#: A Google-style docstring section header that lists the parameters.
+_ARGS_HEADER = re.compile(r"^(\s*)(Args|Arguments|Parameters):\s*$")
+#: One entry of that section: ``name: text`` or ``name (type): text``.
+_ARG_ENTRY = re.compile(r"^(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+#: A line that keeps its own line in a description (a list item, a section header like ``Returns:``).
+_OWN_LINE = re.compile(r"^\s*(([-*+]|\d+[.)])\s|[A-Z]\w*( \w+)?:$)")
+
+
+class _NoFieldTitles(GenerateJsonSchema):
+    """Pydantic's schema without the titles it derives from parameter names ("Text" for ``text``): noise
+    the model reads on every call. A title the author wrote (``Field(title=...)``) stays."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def _parse_docstring(doc: str, tool_name: str) -> tuple[str, dict[str, str]]:
+    """Split a cleaned docstring into the tool's description and the parameter descriptions of its ``Args:``.
+
+    The ``Args:`` (or ``Arguments:``/``Parameters:``) section is taken out of
+    the description; the other sections (``Returns:``...) stay. Hard line
+    wraps inside a paragraph are joined with a space (they are source
+    formatting); blank lines, list items and indented lines keep their breaks.
+    """
+    lines = doc.splitlines()
+    kept: list[str] = []
+    params: dict[str, str] = {}
+    i = 0
+    while i < len(lines):
+        m = _ARGS_HEADER.match(lines[i])
+        if m is None:
+            kept.append(lines[i])
+            i += 1
+            continue
+        base = len(m.group(1))
+        i += 1
+        entry_indent: int | None = None
+        current: str | None = None
+        while i < len(lines):
+            line = lines[i]
+            indent = len(line) - len(line.lstrip())
+            if line.strip() and indent <= base:
+                break  # the next section (or text) at the header's level
+            i += 1
+            if not line.strip():
+                continue
+            if entry_indent is None:
+                entry_indent = indent
+            if indent > entry_indent and current is not None:
+                params[current] = f"{params[current]} {line.strip()}".strip()
+                continue
+            e = _ARG_ENTRY.match(line.strip())
+            if indent != entry_indent or e is None:
+                raise ToolDocstringInvalid(
+                    f"tool {tool_name!r}: the docstring's Args section has a line that is not "
+                    f"'name: description': {line.strip()[:80]!r}",
+                    details={"tool": tool_name, "line": line.strip()[:200]},
+                )
+            current = e.group(1)
+            if current in params:
+                raise ToolDocstringInvalid(
+                    f"tool {tool_name!r}: the docstring's Args section describes {current!r} twice",
+                    details={"tool": tool_name, "parameter": current},
+                )
+            params[current] = e.group(2).strip()
+    return _join_wraps(kept), params
+
+
+def _join_wraps(lines: list[str]) -> str:
+    out: list[str] = []
+    for line in lines:
+        joinable = (
+            out and out[-1].strip() and line.strip() and not line.startswith((" ", "\t"))
+            and not out[-1].startswith((" ", "\t")) and not _OWN_LINE.match(line)
+            and not out[-1].rstrip().endswith(":")
+        )
+        if joinable:
+            out[-1] = f"{out[-1].rstrip()} {line.strip()}"
+        else:
+            out.append(line.rstrip())
+    return "\n".join(out).strip()
+
+
+def _finish_property(prop: dict[str, Any], *, default_none: bool, doc: str | None) -> dict[str, Any]:
+    """One generated parameter schema, made to read like a hand-written one.
+
+    ``x: T | None = None`` comes out of pydantic as ``anyOf: [T, null]`` with
+    ``default: null``; it is written as plain ``T``: :func:`define_tool` makes
+    every optional parameter accept ``null`` as "absent" anyway, and absent
+    means ``None`` here, so the same arguments pass. The docstring's
+    description fills in where ``Field(description=...)`` gave none.
+    """
+    branches = prop.get("anyOf")
+    if default_none and isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
+        inner = next(b for b in branches if b != {"type": "null"})
+        rest = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+        prop = {**inner, **rest}
+    if doc and "description" not in prop:
+        prop = {**prop, "description": doc}
+    return prop
+
+
+def _plain_json(ann: Any) -> bool:
+    """Whether a validated JSON value of this type needs no conversion by pydantic: strings, booleans, string
+    literals, ``None`` and unions of them, with constraints only from ``Field`` (which the schema carries)."""
+    origin = get_origin(ann)
+    if origin is Annotated:
+        base, *metadata = get_args(ann)
+        return all(type(m) is FieldInfo for m in metadata) and _plain_json(base)
+    if ann in (str, bool, type(None)):
+        return True
+    if origin is Literal:
+        return all(isinstance(a, str) or a is None for a in get_args(ann))
+    if origin in (Union, UnionType):
+        return all(_plain_json(a) for a in get_args(ann))
+    return False
+
+
+_OutputSchema = Mapping[str, Any] | type[BaseModel] | None | Literal["auto"]
+
+
+@overload
+def tool(
+    name: Callable[..., Any], *, description: str | None = None, output_schema: _OutputSchema = "auto", **kwargs: Any
+) -> ToolDefinition: ...
+
+
+@overload
+def tool(
+    name: str | None = None, *, description: str | None = None, output_schema: _OutputSchema = "auto", **kwargs: Any
+) -> Callable[[Callable[..., Any]], ToolDefinition]: ...
+
 
 def tool(
     name: str | Callable[..., Any] | None = None,
     *,
     description: str | None = None,
-    output_schema: Mapping[str, Any] | type[BaseModel] | None | Literal["auto"] = "auto",
+    output_schema: _OutputSchema = "auto",
     **kwargs: Any,
-) -> Any:
-    """Decorator: derive a tool from a function's signature and type hints.
+) -> ToolDefinition | Callable[[Callable[..., Any]], ToolDefinition]:
+    """Decorator: derive a tool from a function's signature, type hints and docstring.
 
     All three spellings work: ``@tool``, ``@tool()``/``@tool("name", ...)``,
     and ``tool(fn)`` (which returns the :class:`ToolDefinition` at once).
 
-    Parameters become the input schema (via pydantic); a parameter named
-    ``ctx``/``context`` or annotated ``ToolExecutionContext`` receives the
-    trusted context. The return annotation becomes the output schema: an
-    object type is used as is, anything else is wrapped as ``{"result": ...}``
-    (the MCP SDK's convention). The docstring is the description.
-    ``blocking=False`` runs a sync function on the event loop (see :func:`define_tool`).
+    Parameters become the input schema (via pydantic), closed to unknown
+    fields. Constraints and descriptions come from ``Annotated[T,
+    Field(description=..., ge=..., max_length=..., pattern=...)]`` or, for
+    descriptions, from the docstring's Google-style ``Args:`` section (an
+    entry for a parameter the function does not have is a
+    :class:`~openfunctions.core.errors.ToolDocstringInvalid`). ``x: T | None = None`` is served as an
+    optional ``T``. A parameter named ``ctx``/``context`` or annotated
+    ``ToolExecutionContext`` receives the trusted context.
+
+    The docstring without its ``Args:`` section is the description (unless
+    ``description=`` is given). The return annotation becomes the output
+    schema: an object type is used as is, anything else is wrapped as
+    ``{"result": ...}`` (the MCP SDK's convention); ``output_schema=`` gives
+    one explicitly, ``output_schema=None`` none. Every other keyword
+    (``title``, ``tags``, ``examples``, ``annotations``, ``meta``,
+    ``capability``, ``tests``, ``blocking``) means what it means to
+    :func:`define_tool`.
     """
     blocking = kwargs.pop("blocking", True)
 
@@ -493,8 +639,18 @@ def tool(
         if not callable(fn):
             raise ToolDefinitionError(f"@tool decorates a function, got {describe_object(fn)}")
 
+        final_name = tool_name or fn.__name__
+        summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "", final_name)
         sig = inspect.signature(fn)
-        hints = get_type_hints(fn)
+        unknown = sorted(set(arg_docs) - set(sig.parameters))
+        if unknown:
+            raise ToolDocstringInvalid(
+                f"tool {final_name!r}: the docstring's Args section describes {', '.join(map(repr, unknown))}, "
+                f"which {'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of "
+                f"{getattr(fn, '__qualname__', final_name)} (its parameters: {', '.join(sig.parameters) or 'none'})",
+                details={"tool": final_name, "parameter": unknown[0], "unknown": unknown},
+            )
+        hints = get_type_hints(fn, include_extras=True)
         fields: dict[str, Any] = {}
         ctx_param: str | None = None
         for pname, p in sig.parameters.items():
@@ -507,8 +663,17 @@ def tool(
             default = ... if p.default is p.empty else p.default
             fields[pname] = (ann, Field(default))
         model = create_model(f"{fn.__name__}_params", __config__=ConfigDict(extra="forbid"), **fields)
-        in_schema = model.model_json_schema()
+        # The executor validated the params against this very schema; when every parameter is a string, a
+        # boolean or a string literal, that is all pydantic would check, so the call skips it (a few
+        # microseconds on the hot path). Other types (int takes 1.0, models) still go through pydantic.
+        plain = all(_plain_json(ann) for ann, _ in fields.values())
+        defaults = {k: sig.parameters[k].default for k in fields if sig.parameters[k].default is not inspect.Parameter.empty}
+        in_schema = model.model_json_schema(schema_generator=_NoFieldTitles)
         in_schema.pop("title", None)
+        props = in_schema.get("properties") or {}
+        for pname in props:
+            props[pname] = _finish_property(
+                props[pname], default_none=sig.parameters[pname].default is None, doc=arg_docs.get(pname))
 
         ret = hints.get("return", inspect.Signature.empty)
         wrap_result = False
@@ -528,8 +693,11 @@ def tool(
         is_async = inspect.iscoroutinefunction(fn)
 
         async def handler(params: dict[str, Any], ctx: Any) -> Any:
-            parsed = model.model_validate(params)
-            call_kwargs = {k: getattr(parsed, k) for k in fields}
+            if plain:
+                call_kwargs = {**defaults, **params}
+            else:
+                parsed = model.model_validate(params)
+                call_kwargs = {k: getattr(parsed, k) for k in fields}
             if ctx_param is not None:
                 call_kwargs[ctx_param] = ctx
             if is_async:
@@ -543,10 +711,9 @@ def tool(
             return {"result": value} if wrap_result else value
 
         handler.__wrapped__ = fn  # type: ignore[attr-defined]
-        doc = inspect.getdoc(fn) or ""
         return define_tool(
-            name=tool_name or fn.__name__,
-            description=description if description is not None else doc,
+            name=final_name,
+            description=description if description is not None else summary,
             input_schema=in_schema,
             handler=handler,
             output_schema=out,

@@ -8,7 +8,7 @@ root. ``details`` holds JSON-safe extra facts (violations, candidates, pids).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 
 class OpenFunctionsError(Exception):
@@ -39,6 +39,13 @@ class ToolDefinitionError(OpenFunctionsError):
 
 class DuplicateTool(ToolDefinitionError):
     code = "tool_duplicate"
+
+
+class ToolDocstringInvalid(ToolDefinitionError):
+    """A ``@tool`` function's docstring ``Args:`` section is malformed or describes a parameter the
+    function does not have (``details``: ``tool``, and ``parameter`` or ``line``)."""
+
+    code = "tool_docstring_invalid"
 
 
 class ToolNotFound(OpenFunctionsError):
@@ -155,6 +162,7 @@ __all__ = [
     "OpenFunctionsError",
     "ToolDefinitionError",
     "DuplicateTool",
+    "ToolDocstringInvalid",
     "ToolNotFound",
     "InvalidParams",
     "NonJsonValue",
@@ -207,3 +215,26 @@ class ExecutionStageFailed(OpenFunctionsError):
 
 
 __all__ += ["ConflictKeysInvalid", "KeyLocksFailed", "ExecutionStageFailed"]
+
+
+class PersistenceError(OpenFunctionsError):
+    """A store or database failure. ``certainty`` says whether a failed write may have happened: ``"known"``
+    (nothing was written) or ``"unknown"`` (the disk or the database failed mid-write: read before retrying).
+    The key-value store's errors and the PostgreSQL components' (``core.postgres``) share it."""
+
+    code = "persistence_error"
+    certainty: Literal["known", "unknown"] = "known"
+
+    def __init__(self, message: str, *, certainty: Literal["known", "unknown"] | None = None,
+                 details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details=details)
+        if certainty is not None:
+            self.certainty = certainty
+
+    @property
+    def effect_happened(self) -> bool | None:
+        """``False`` when nothing was written, ``None`` when nobody can tell."""
+        return False if self.certainty == "known" else None
+
+
+__all__ += ["PersistenceError"]

@@ -2,10 +2,10 @@
 
 Usage::
 
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
     from openfunctions.memory import Memory, create_memory_tools
 
-    memory = Memory(await create_store("memory"), embedder=None)   # or embedder=LexicalEmbedder()
+    memory = Memory(await open_local_store("memory"), embedder=None)   # or embedder=LexicalEmbedder()
     await memory.append_message("t1", "user", "hello")
     page = await memory.get_thread("t1", limit=20)                 # newest first; page.next_before
     fact = await memory.save_fact("The deploy key rotates monthly", source="ops wiki")
@@ -16,11 +16,11 @@ Works on either store (local or PostgreSQL). See docs/STATE.md.
 """
 
 from ._errors import FactNotFound, InvalidMemoryInput, MemoryLayerError, MemoryNotOpen
-from ._memory import Fact, FactHit, Memory, Message, ThreadPage, create_memory
+from ._memory import Fact, FactHit, Memory, ThreadMessage, ThreadPage, create_memory
 from ._profile import MemoryProfile, build_memory_profile
 from ._tools import create_memory_tools
 
 __all__ = [
     "Fact", "FactHit", "FactNotFound", "InvalidMemoryInput", "Memory", "MemoryLayerError", "MemoryNotOpen",
-    "MemoryProfile", "Message", "ThreadPage", "build_memory_profile", "create_memory", "create_memory_tools",
+    "MemoryProfile", "ThreadMessage", "ThreadPage", "build_memory_profile", "create_memory", "create_memory_tools",
 ]

@@ -27,6 +27,7 @@ of facts, not millions (for that, use RAG).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -55,7 +56,7 @@ SearchMode = Literal["auto", "text", "meaning"]
 
 
 @dataclass(frozen=True)
-class Message:
+class ThreadMessage:
     thread_id: str
     n: int
     role: str
@@ -71,7 +72,7 @@ class Message:
 @dataclass(frozen=True)
 class ThreadPage:
     thread_id: str
-    messages: list[Message]  # newest first
+    messages: list[ThreadMessage]  # newest first
     next_before: int | None  # pass as ``before`` for the next (older) page; None: no more
     total: int
 
@@ -162,7 +163,7 @@ class Memory:
 
     # -- conversations ----------------------------------------------------------
     async def append_message(self, thread_id: str, role: str, content: str, *,
-                             meta: dict[str, Any] | None = None) -> Message:
+                             meta: dict[str, Any] | None = None) -> ThreadMessage:
         """Append to a thread (created on first use). Atomic with the thread's counter."""
         _check_id(thread_id, "thread_id")
         if role not in ROLES:
@@ -176,12 +177,12 @@ class Memory:
                 async with store.transaction() as tx:
                     head = await tx.get(head_key)
                     now = utc_timestamp()
-                    info = dict(head.value) if head is not None else {"created_at": now, "count": 0}
+                    info: dict[str, Any] = dict(head.value) if head is not None else {"created_at": now, "count": 0}
                     n = int(info["count"]) + 1
                     info.update(count=n, updated_at=now)
                     await tx.put(head_key, info)
                     await tx.put(f"msgs/{thread_id}/{n:012d}", {"role": role, "content": content, "at": now, "meta": meta})
-                return Message(thread_id, n, role, content, now, meta)
+                return ThreadMessage(thread_id, n, role, content, now, meta)
             except Conflict:
                 continue  # another appender took this number: read the counter again
         raise Conflict(f"thread {thread_id!r}: gave up appending after 100 conflicting attempts")
@@ -199,15 +200,16 @@ class Memory:
         prefix = f"msgs/{thread_id}/"
         after = f"{prefix}{before:012d}" if before is not None else None
         entries = await store.list(prefix, after=after, limit=limit, reverse=True)
-        out: list[Message] = []
+        out: list[ThreadMessage] = []
         used = 0
         for e in entries:
-            size = len(e.value.get("content", "")) + 200
+            meta = e.value.get("meta")
+            size = len(e.value.get("content", "")) + 200 + (len(json.dumps(meta, ensure_ascii=False)) if meta else 0)
             if out and used + size > budget_bytes:
                 break
             used += size
             n = int(e.key[len(prefix):])
-            out.append(Message(thread_id, n, e.value["role"], e.value["content"], e.value["at"], e.value.get("meta") or {}))
+            out.append(ThreadMessage(thread_id, n, e.value["role"], e.value["content"], e.value["at"], e.value.get("meta") or {}))
         oldest = out[-1].n if out else None
         more = oldest is not None and oldest > 1
         return ThreadPage(thread_id, out, oldest if more else None, total)
@@ -278,11 +280,15 @@ class Memory:
             raise InvalidMemoryInput("search by meaning needs an embedder; this memory has none (use mode 'text')")
         used = "meaning" if (mode == "meaning" or (mode == "auto" and self.embedder is not None)) else "text"
         facts = await self._scan()
+        scored: list[tuple[float, str, dict[str, Any]]]
         if used == "meaning":
             names = {v.get("embedder") for _, v in facts if v.get("vec")}
             qvs = await anyio.to_thread.run_sync(self._query_vectors, query, names)
-            scored = [(sum(a * b for a, b in zip(qvs[v["embedder"]], v["vec"], strict=False)), k, v) for k, v in facts
-                      if v.get("vec") and qvs.get(v.get("embedder")) is not None]
+            scored = []
+            for k, v in facts:
+                qv = qvs.get(v.get("embedder"))
+                if v.get("vec") and qv is not None:
+                    scored.append((sum(a * b for a, b in zip(qv, v["vec"], strict=False)), k, v))
         else:
             scored = self._text_scores(query, facts)
         scored = [s for s in scored if s[0] > 0]
@@ -343,4 +349,4 @@ async def create_memory(store: Store, *, embedder: Any = None) -> Memory:
     return Memory(store, embedder=embedder)
 
 
-__all__ = ["Fact", "FactHit", "Memory", "Message", "ThreadPage", "create_memory"]
+__all__ = ["Fact", "FactHit", "Memory", "ThreadMessage", "ThreadPage", "create_memory"]

@@ -66,8 +66,12 @@ def create_memory_tools(memory: Memory, *, prefix: str = "memory_") -> list[Tool
     async def delete_thread(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return {"thread_id": p["thread_id"], "deleted_messages": await memory.delete_thread(p["thread_id"])}
 
-    limit = lambda default: {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": default}  # noqa: E731
-    out = lambda props, req: obj(props, req, closed=False)  # noqa: E731
+    def limit(default: int) -> dict[str, Any]:
+        return {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": default}
+
+    def out(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        return obj(props, required, closed=False)
+
     return [
         state_tool(
             f"{prefix}save_fact", "Save a fact to long-term memory (with where it came from). Returns its id "

@@ -83,7 +83,8 @@ class ConnectedProvider(Protocol):
     :func:`connect_provider` then lets it register and keep its tools in step.
     """
 
-    provider: ContextProvider
+    @property
+    def provider(self) -> ContextProvider: ...  # read-only here, so a subclass of ContextProvider fits
 
     def create_tools(self) -> list[ToolDefinition]: ...
 

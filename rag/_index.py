@@ -56,7 +56,7 @@ import math
 import re
 import struct
 import weakref
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
@@ -75,6 +75,35 @@ FORMAT = 1
 TEXT_SEARCH_CONFIG = "english"  # pgvector's full-text ranking: PostgreSQL's english stemmer and stop words
 INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
+
+
+@runtime_checkable
+class BulkLoadable(Protocol):
+    """An index whose search structures can be dropped for a load and built once after it (pgvector)."""
+
+    async def drop_search_indexes(self) -> None: ...
+    async def build_search_indexes(self, **hnsw: Any) -> None: ...
+
+
+class RagIndex(Protocol):
+    """What :class:`~openfunctions.rag.Rag` needs of an index; :class:`StoreIndex` and :class:`PgVectorIndex` are two."""
+
+    kind: str
+
+    async def recorded_embedder(self) -> str | None: ...
+    async def open(self, embedder: Any) -> None: ...
+    async def get_doc(self, doc_id: str) -> dict[str, Any] | None: ...
+    async def get_docs(self, doc_ids: list[str]) -> dict[str, dict[str, Any]]: ...
+    async def replace_docs(self, batch: list[dict[str, Any]]) -> None: ...
+    async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str],
+                          vectors: list[list[float]]) -> None: ...
+    async def delete_doc(self, doc_id: str) -> bool: ...
+    async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
+                     depth: int = 50, vector_weight: float = 1.0) -> list[dict[str, Any]]: ...
+    async def get_chunk(self, doc_id: str, n: int) -> dict[str, Any] | None: ...
+    async def list_docs(self, limit: int, after: str | None) -> list[dict[str, Any]]: ...
+    async def stats(self) -> dict[str, Any]: ...
+    async def aclose(self) -> None: ...
 
 def _pack(vec: list[float]) -> str:
     if np is not None:
@@ -646,6 +675,7 @@ class PgVectorIndex:
         text_part = sql.SQL(
             "SELECT 't' AS r, doc_id, n, ts_rank(tsv, q, 1)::float8 AS s FROM {}, to_tsquery({}, %s) q "
             "WHERE tsv @@ q ORDER BY s DESC, doc_id, n LIMIT %s").format(self._table, sql.Literal(TEXT_SEARCH_CONFIG))
+        params: tuple[Any, ...]
         if query is None:
             stmt, params = text_part, (words, k)
         else:
@@ -760,4 +790,4 @@ def _vector_text(vec: Any) -> str:
     return json.dumps([float(x) for x in vec], allow_nan=False, separators=(",", ":"))
 
 
-__all__ = ["INDEX_NAME_RE", "PgVectorIndex", "StoreIndex"]
+__all__ = ["INDEX_NAME_RE", "PgVectorIndex", "RagIndex", "StoreIndex"]

@@ -21,16 +21,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
 from openfunctions.core import OpenFunctionsError
-from openfunctions.store import LexicalEmbedder, create_embedder, open_store
+from openfunctions.store import Embedder, LexicalEmbedder, create_embedder, open_store
 
 from ._chunk import Chunker
 from ._errors import ChunkNotFound, DocumentTooLarge, InvalidRagInput, RagNotOpen
-from ._index import PgVectorIndex, StoreIndex
+from ._index import BulkLoadable, PgVectorIndex, RagIndex, StoreIndex
 from ._text import DEFAULT_SEARCH_MODE, check_mode, vector_weight_for
 
 DEFAULT_MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
@@ -67,6 +67,23 @@ def check_doc_id(doc_id: Any) -> str:
     return doc_id
 
 
+class _Checked(NamedTuple):
+    """A document that passed :meth:`Rag._check_doc`."""
+
+    doc_id: str
+    text: str
+    source: str | None
+    title: str | None
+    data: bytes  # text as UTF-8
+    digest: str  # "sha256:<hex>" of data
+
+
+def _short_text(what: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or len(value) > 1024):
+        raise InvalidRagInput(f"{what} must be a string of at most 1024 characters")
+    return value
+
+
 def parse_chunk_id(chunk_id: Any) -> tuple[str, int]:
     m = CHUNK_ID_RE.match(chunk_id) if isinstance(chunk_id, str) else None
     if m is None:
@@ -77,35 +94,46 @@ def parse_chunk_id(chunk_id: Any) -> tuple[str, int]:
 class Rag:
     """Ingest and search documents over one index (embedded or pgvector)."""
 
-    def __init__(self, index: Any, embedder: Any, *, chunker: Chunker | None = None,
+    def __init__(self, index: RagIndex | None, embedder: Embedder | None, *, chunker: Chunker | None = None,
                  max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES, search_mode: str = DEFAULT_SEARCH_MODE) -> None:
+        # index and embedder are None together in a served profile's Rag until its index opens (rag/_profile.py)
         self.search_mode = check_mode(search_mode)
-        self.vector_weight = vector_weight_for(embedder)  # hybrid's RRF weight of the vector list (rag/_text.py)
         self.index = index
         self.embedder = embedder
         self.chunker = chunker or Chunker()
         self.max_document_bytes = max_document_bytes
         self.unavailable: str | None = None  # why the index could not be opened (served under 'all')
 
-    def _idx(self) -> Any:
+    @property
+    def vector_weight(self) -> float:
+        """Hybrid's RRF weight of the vector list (rag/_text.py): follows the embedder, which a profile sets late."""
+        return vector_weight_for(self.embedder)
+
+    def _idx(self) -> RagIndex:
         if self.index is None:
             raise RagNotOpen(f"the RAG index is not available: {self.unavailable}" if self.unavailable
                              else "the RAG index is not open yet")
         return self.index
 
+    def _emb(self) -> Embedder:
+        if self.embedder is None:
+            self._idx()  # the same error, saying why
+            raise RagNotOpen("the RAG index has no embedder yet")
+        return self.embedder
+
     async def _embed(self, texts: list[str], progress: Progress | None = None) -> list[list[float]]:
         out: list[list[float]] = []
         for i in range(0, len(texts), EMBED_BATCH):
-            out.extend(await anyio.to_thread.run_sync(self.embedder.embed, texts[i:i + EMBED_BATCH]))
+            out.extend(await anyio.to_thread.run_sync(self._emb().embed, texts[i:i + EMBED_BATCH]))
             if progress is not None:
                 r = progress(min(i + EMBED_BATCH, len(texts)), len(texts))
                 if r is not None:
                     await r
         return out
 
-    def _check_doc(self, doc_id: Any, text: Any, source: Any, title: Any) -> tuple[bytes, str]:
-        """Validate one document; its UTF-8 bytes and digest."""
-        check_doc_id(doc_id)
+    def _check_doc(self, doc_id: Any, text: Any, source: Any, title: Any) -> _Checked:
+        """Validate one document: its fields, its UTF-8 bytes and digest."""
+        doc_id = check_doc_id(doc_id)
         if not isinstance(text, str):
             raise InvalidRagInput("text must be a string")
         try:
@@ -116,29 +144,27 @@ class Rag:
             raise DocumentTooLarge(
                 f"document {doc_id!r} is {len(data)} bytes; the limit is {self.max_document_bytes} (nothing was written)",
                 details={"bytes": len(data), "limit": self.max_document_bytes})
-        for what, v in (("source", source), ("title", title)):
-            if v is not None and (not isinstance(v, str) or len(v) > 1024):
-                raise InvalidRagInput(f"{what} must be a string of at most 1024 characters")
-        return data, "sha256:" + hashlib.sha256(data).hexdigest()
+        return _Checked(doc_id, text, _short_text("source", source), _short_text("title", title), data,
+                        "sha256:" + hashlib.sha256(data).hexdigest())
 
-    def _unchanged(self, old: dict[str, Any] | None, digest: str, source: Any, title: Any) -> bool:
-        return (old is not None and old["digest"] == digest and old["chunker"] == self.chunker.spec
-                and old["embedder"] == self.embedder.name and old.get("source") == source and old.get("title") == title)
+    def _unchanged(self, old: dict[str, Any], doc: _Checked) -> bool:
+        return (old["digest"] == doc.digest and old["chunker"] == self.chunker.spec and old["embedder"] == self._emb().name
+                and old.get("source") == doc.source and old.get("title") == doc.title)
 
     async def ingest(self, doc_id: str, text: str, *, source: str | None = None, title: str | None = None,
                      progress: Progress | None = None) -> IngestResult:
         """Chunk, embed and index ``text`` as ``doc_id``; a no-op if nothing changed."""
-        data, digest = self._check_doc(doc_id, text, source, title)
+        doc = self._check_doc(doc_id, text, source, title)
+        data, digest = doc.data, doc.digest
         index = self._idx()
         old = await index.get_doc(doc_id)
-        if self._unchanged(old, digest, source, title):
-            assert old is not None
+        if old is not None and self._unchanged(old, doc):
             return IngestResult(doc_id, "unchanged", old["chunks"], digest)
         chunks = self.chunker.split(text)
         if not chunks:
             raise InvalidRagInput(f"document {doc_id!r} has no text to index")
         vectors = await self._embed(chunks, progress)
-        info = {"digest": digest, "chunker": self.chunker.spec, "embedder": self.embedder.name, "source": source,
+        info = {"digest": digest, "chunker": self.chunker.spec, "embedder": self._emb().name, "source": source,
                 "title": title, "chunks": len(chunks), "bytes": len(data)}
         await index.replace_doc(doc_id, info, chunks, vectors)
         return IngestResult(doc_id, "replaced" if old is not None else "added", len(chunks), digest)
@@ -162,35 +188,35 @@ class Rag:
         index = self._idx()
         items = list(docs)
         results: list[IngestResult | OpenFunctionsError | None] = [None] * len(items)
-        checked: list[tuple[int, str, str, Any, Any, bytes, str]] = []
+        checked: list[tuple[int, _Checked]] = []
         seen: set[str] = set()
         for i, d in enumerate(items):
             try:
                 if not isinstance(d, Mapping):
                     raise InvalidRagInput("each document is a mapping with doc_id and text")
-                doc_id, text, source, title = d.get("doc_id"), d.get("text"), d.get("source"), d.get("title")
-                data, digest = self._check_doc(doc_id, text, source, title)
-                if doc_id in seen:
-                    raise InvalidRagInput(f"document {doc_id!r} is given twice in one batch")
-                seen.add(doc_id)
-                checked.append((i, doc_id, text, source, title, data, digest))
+                doc = self._check_doc(d.get("doc_id"), d.get("text"), d.get("source"), d.get("title"))
+                if doc.doc_id in seen:
+                    raise InvalidRagInput(f"document {doc.doc_id!r} is given twice in one batch")
+                seen.add(doc.doc_id)
+                checked.append((i, doc))
             except OpenFunctionsError as exc:
                 results[i] = exc
-        olds = await index.get_docs([c[1] for c in checked])
+        olds = await index.get_docs([doc.doc_id for _, doc in checked])
         todo: list[dict[str, Any]] = []
-        for i, doc_id, text, source, title, data, digest in checked:
-            old = olds.get(doc_id)
-            if self._unchanged(old, digest, source, title):
-                results[i] = IngestResult(doc_id, "unchanged", old["chunks"], digest)  # type: ignore[index]
+        for i, doc in checked:
+            old = olds.get(doc.doc_id)
+            if old is not None and self._unchanged(old, doc):
+                results[i] = IngestResult(doc.doc_id, "unchanged", old["chunks"], doc.digest)
                 continue
-            chunks = self.chunker.split(text)
+            chunks = self.chunker.split(doc.text)
             if not chunks:
-                results[i] = InvalidRagInput(f"document {doc_id!r} has no text to index")
+                results[i] = InvalidRagInput(f"document {doc.doc_id!r} has no text to index")
                 continue
-            todo.append({"i": i, "doc_id": doc_id, "chunks": chunks, "old_chunks": old["chunks"] if old else 0,
+            todo.append({"i": i, "doc_id": doc.doc_id, "chunks": chunks, "old_chunks": old["chunks"] if old else 0,
                          "status": "replaced" if old is not None else "added",
-                         "info": {"digest": digest, "chunker": self.chunker.spec, "embedder": self.embedder.name,
-                                  "source": source, "title": title, "chunks": len(chunks), "bytes": len(data)}})
+                         "info": {"digest": doc.digest, "chunker": self.chunker.spec, "embedder": self._emb().name,
+                                  "source": doc.source, "title": doc.title, "chunks": len(chunks),
+                                  "bytes": len(doc.data)}})
         batches: list[list[dict[str, Any]]] = []
         size = 0
         for t in todo:
@@ -242,7 +268,7 @@ class Rag:
         searches meanwhile are exact scans. On the embedded index it does nothing (its search
         structures are rebuilt in memory on the first search after a write)."""
         index = self._idx()
-        if not hasattr(index, "drop_search_indexes"):
+        if not isinstance(index, BulkLoadable):
             yield
             return
         await index.drop_search_indexes()
@@ -272,7 +298,7 @@ class Rag:
         index = self._idx()
         if mode == "text":
             return await index.search(None, k, exact=exact, text=query)
-        (vec,) = await anyio.to_thread.run_sync(self.embedder.embed, [query])
+        (vec,) = await anyio.to_thread.run_sync(self._emb().embed, [query])
         return await index.search(vec, k, exact=exact, text=query if mode == "hybrid" else None,
                                   vector_weight=self.vector_weight)
 
@@ -292,7 +318,7 @@ class Rag:
         return await self._idx().list_docs(limit, check_doc_id(after) if after is not None else None)
 
     async def stats(self) -> dict[str, Any]:
-        return {**await self._idx().stats(), "embedder": self.embedder.name, "chunker": self.chunker.spec,
+        return {**await self._idx().stats(), "embedder": self._emb().name, "chunker": self.chunker.spec,
                 "search_mode": self.search_mode}
 
     async def aclose(self) -> None:
@@ -315,7 +341,7 @@ async def open_rag(*, url: str | None = None, data_dir: str | os.PathLike[str] |
     """
     check_mode(search_mode)
     if url:
-        index: Any = await PgVectorIndex.connect(url, name)
+        index: RagIndex = await PgVectorIndex.connect(url, name)
     else:
         index = StoreIndex(await open_store(name, data_dir=data_dir))
     try:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from openfunctions.core import ToolDefinition
+from openfunctions.core import ToolDefinition, ToolExecutionContext
 from openfunctions.store import obj, state_tool
 
 from ._rag import Rag
@@ -36,7 +36,7 @@ REPLY_BUDGET = 32 * 1024
 ARTIFACT_SCOPE = "rag"
 SUMMARY_TEXT_CHARS = 500
 
-_HIT = {
+_HIT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "chunk_id": {"type": "string"}, "doc_id": {"type": "string"}, "n": {"type": "integer"},
@@ -97,9 +97,9 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_", artifacts: Any = None,
         return await project_reply(payload, store=artifacts, scope=ARTIFACT_SCOPE, budget=budget,
                                    summarize=summarize, keep=("results", "chunk_id"), read_tool=read_tool)
 
-    async def ingest(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    async def ingest(p: dict[str, Any], ctx: ToolExecutionContext | None) -> dict[str, Any]:
         async def progress(done: int, total: int) -> None:
-            if ctx is not None and hasattr(ctx, "report_progress"):
+            if ctx is not None:
                 await ctx.report_progress(done, total, f"embedded {done}/{total} chunks")
 
         res = await rag.ingest(p["doc_id"], p["text"], source=p.get("source"), title=p.get("title"), progress=progress)
@@ -120,7 +120,11 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_", artifacts: Any = None,
         return {"doc_id": p["doc_id"], "deleted": await rag.delete_document(p["doc_id"])}
 
     doc_id = {"type": "string", "minLength": 1, "maxLength": 512, "description": "your id for the document (no '#')"}
-    out = lambda props, req: obj(props, req, closed=False)  # noqa: E731
+
+    def out(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        return obj(properties, required, closed=False)  # output schemas stay open: a reply may grow fields
+    # Hand schemas rather than @tool: state_tool (shared with the memory tools) takes a schema and derives the
+    # annotations, capability and error mapping from one word, so the two layers cannot drift apart.
     tools = [
         state_tool(
             f"{prefix}ingest", "Add a document (plain text) to the retrieval index, or update it. It is split into "

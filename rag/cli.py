@@ -19,9 +19,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openfunctions.core import database_url_from_env
+
+if TYPE_CHECKING:  # the command imports the engine only when a subcommand runs
+    from ._rag import Rag
 
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
 GROUP_FILES, GROUP_BYTES = 256, 8 * 1024 * 1024  # files read and ingested together (one Rag.ingest_many)
@@ -113,7 +116,7 @@ class ProgressBar:
             sys.stderr.flush()
 
 
-async def _open(args: argparse.Namespace) -> Any:
+async def _open(args: argparse.Namespace) -> Rag:
     from ._rag import open_rag
 
     return await open_rag(url=args.store, data_dir=(args.data_dir or _default_data_dir()).expanduser(),

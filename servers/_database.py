@@ -1,8 +1,8 @@
 """``serve --database postgresql://...``: the execution journal and the MCP tasks in PostgreSQL, shared by replicas.
 
-The rows are the store package's (``openfunctions.store.open_pg_journal`` and
-``open_pg_task_log``; schemas and promises at the top of
-``store/_pg_journal.py`` and ``store/_pg_tasks.py``). With a database:
+The journal's rows are the store package's (``openfunctions.store.open_pg_journal``,
+schema and promises at the top of ``store/_pg_journal.py``), the tasks' this
+package's own (``servers/_pg_tasks.py``). With a database:
 
 - the execution journal is the database's (each replica appends to its own
   stream; ``db verify`` and ``journal verify|tail|show --database`` read them all);
@@ -68,8 +68,9 @@ async def open_database_journal(url: str, data_dir: Path | None, profile: str,
 
 async def open_database_tasks(manager: Any, journal: Any, url: str, profile: str, anchor: Path) -> None:
     """Keep ``manager``'s tasks in the database beside ``journal``; settle what dead replicas left running."""
-    from openfunctions.store import database_sweep_interval, open_pg_artifact_store, open_pg_task_log
+    from openfunctions.store import database_sweep_interval, open_pg_artifact_store
 
+    from ._pg_tasks import open_pg_task_log
     from ._tasks import tasks_path
     from ._tasks_store import DatabaseTaskStore
 

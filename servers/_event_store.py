@@ -80,13 +80,15 @@ class MemoryEventStore:
 
     def for_session(self, session_id: str) -> EventStore:
         """The ``EventStore`` a single session's transport uses."""
-        return _SessionEvents(self, session_id)
+        return SessionEvents(self, session_id)
 
-    def store(self, session_id: str, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+    def store(self, session_id: str, stream_id: StreamId, message: JSONRPCMessage | None, size: int | None = None) -> EventId:
+        """Store one event; ``size``: the message's JSON length where the caller already encoded it."""
         self._seq += 1
         seq = self._seq
         key = (session_id, stream_id)
-        size = 0 if message is None else len(message.model_dump_json(by_alias=True, exclude_unset=True))
+        if size is None:
+            size = 0 if message is None else len(message.model_dump_json(by_alias=True, exclude_unset=True))
         self._events[seq] = _Event(key, message, size)
         self._bytes += size
         stream = self._streams.get(key)
@@ -159,7 +161,7 @@ class MemoryEventStore:
         return int(seq)
 
 
-class _SessionEvents(EventStore):
+class SessionEvents(EventStore):
     """One session's view of a :class:`MemoryEventStore` (the SDK's ``EventStore`` interface)."""
 
     def __init__(self, store: MemoryEventStore, session_id: str) -> None:
@@ -168,6 +170,10 @@ class _SessionEvents(EventStore):
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         return self._store.store(self._session_id, stream_id, message)
+
+    def store_sized(self, stream_id: StreamId, message: JSONRPCMessage, size: int) -> EventId:
+        """:meth:`store_event` for a message whose JSON length the caller has (the direct ``tools/call`` path)."""
+        return self._store.store(self._session_id, stream_id, message, size)
 
     async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
         return await self._store.replay(self._session_id, last_event_id, send_callback)

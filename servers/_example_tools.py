@@ -17,20 +17,27 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from openfunctions.core import ToolDefinition, ToolError, define_tool
+from pydantic import Field
+
+from openfunctions.core import ToolDefinition, ToolError, tool
 
 _READ = {"effect": "read", "parallel_safe": True, "idempotent": True}
 _READ_HINTS = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True, "open_world_hint": False}
 
-_ALGORITHMS = ("sha256", "sha512", "blake2b", "sha1", "md5")
+Algorithm = Literal["sha256", "sha512", "blake2b", "sha1", "md5"]
 
 
-def _hash_text(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    algorithm = params.get("algorithm", "sha256")
-    data = params["text"].encode("utf-8")
+def _hash_text(text: str, algorithm: Algorithm = "sha256") -> dict[str, Any]:
+    """Compute a hex digest of a UTF-8 text (default sha256). Useful to compare or fingerprint content.
+
+    Args:
+        text: The text to hash (UTF-8).
+    """
+    data = text.encode("utf-8")
     h = hashlib.new(algorithm, data) if algorithm != "blake2b" else hashlib.blake2b(data)
     return {"algorithm": algorithm, "hex": h.hexdigest(), "bytes": len(data)}
 
@@ -50,16 +57,25 @@ def _parse_path(path: str) -> list[str | int]:
     return out
 
 
-def _json_query(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+def _json_query(document: str, path: str = "") -> dict[str, Any]:
+    """Extract a value from a JSON document by a path like 'items[0].name' (dots for keys, [n] for list indices,
+    negative n counts from the end). The document is JSON text, e.g. '{"items": [{"name": "a"}]}'.
+
+    Args:
+        document: The JSON document, as JSON text.
+        path: Path to the value; empty selects the whole document.
+    """
+    # JSON text, not a JSON value: a free-form value has no strict-mode schema (an object node must
+    # list its properties and close itself), and every model can write JSON text.
     try:
-        doc = json.loads(params["document"])
+        doc = json.loads(document)
     except ValueError as exc:
         raise ToolError(f"document is not JSON text: {exc}", effect_happened=False) from None
     except RecursionError:
         raise ToolError("document is nested too deeply to parse", effect_happened=False) from None
     value: Any = doc
     walked = "$"
-    for step in _parse_path(params.get("path", "")):
+    for step in _parse_path(path):
         if isinstance(step, int):
             if not isinstance(value, list) or not -len(value) <= step < len(value):
                 return {"found": False, "value": None, "stopped_at": walked}
@@ -73,10 +89,15 @@ def _json_query(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return {"found": True, "value": value, "stopped_at": walked}
 
 
-def _now(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+def _now(timezone: str | None = None) -> dict[str, Any]:
+    """The current time in UTC (ISO 8601 and Unix seconds), optionally also in an IANA time zone.
+
+    Args:
+        timezone: IANA zone name, e.g. 'Europe/Paris'.
+    """
     now = _dt.datetime.now(_dt.UTC)
     out: dict[str, Any] = {"utc": now.isoformat(timespec="seconds").replace("+00:00", "Z"), "unix": now.timestamp()}
-    zone = params.get("timezone")
+    zone = timezone
     if zone:
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -94,16 +115,20 @@ def _shown(rel: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 5] + "...'"
 
 
-def _list_dir_handler(root: Path):
+def _list_dir_handler(root: Path) -> Callable[..., dict[str, Any]]:
     root = root.resolve()
 
     def fail(rel: str, why: str) -> ToolError:
         # Never the absolute root or the exception's own text (it embeds the full path).
         return ToolError(f"path {_shown(rel)} {why}", effect_happened=False)
 
-    def list_dir(params: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        rel = params.get("path", ".") or "."
-        limit = params.get("limit", 200)
+    def list_dir(path: str = ".", limit: Annotated[int, Field(ge=1, le=1000)] = 200) -> dict[str, Any]:
+        """List a directory under the root.
+
+        Args:
+            path: Directory relative to the root.
+        """
+        rel = path or "."
         try:
             target = (root / rel).resolve()
         except (OSError, ValueError, RuntimeError):  # NUL byte, unencodable, too long, symlink loop
@@ -142,25 +167,14 @@ def _entry(e: os.DirEntry[str]) -> dict[str, Any]:
 def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinition]:
     """The example tools; ``of_list_dir`` only when ``files_root`` is given."""
     tools = [
-        define_tool(
-            name="of_hash_text",
+        tool(
+            "of_hash_text",
             title="Hash text",
-            description="Compute a hex digest of a UTF-8 text (default sha256). Useful to compare or fingerprint content.",
-            input_schema={
-                "type": "object",
-                "properties": {
-                    "text": {"type": "string", "description": "The text to hash (UTF-8)."},
-                    "algorithm": {"type": "string", "enum": list(_ALGORITHMS), "default": "sha256"},
-                },
-                "required": ["text"],
-                "additionalProperties": False,
-            },
             output_schema={
                 "type": "object",
                 "properties": {"algorithm": {"type": "string"}, "hex": {"type": "string"}, "bytes": {"type": "integer"}},
                 "required": ["algorithm", "hex", "bytes"],
             },
-            handler=_hash_text,
             blocking=False,  # pure computation on a bounded text: runs on the event loop, no thread hop
             annotations=_READ_HINTS,
             capability=_READ,
@@ -172,32 +186,15 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                 {"arguments": {"text": "héllo", "algorithm": "md5"}, "match": {"bytes": 6}},
                 {"arguments": {"text": "x", "algorithm": "crc32"}, "error": "invalid_params"},
             ],
-        ),
-        define_tool(
-            name="of_json_query",
+        )(_hash_text),
+        tool(
+            "of_json_query",
             title="Query JSON",
-            description=(
-                "Extract a value from a JSON document by a path like 'items[0].name' "
-                "(dots for keys, [n] for list indices, negative n counts from the end). "
-                "The document is JSON text, e.g. '{\"items\": [{\"name\": \"a\"}]}'."
-            ),
-            input_schema={
-                "type": "object",
-                "properties": {
-                    # JSON text, not a JSON value: a free-form value has no strict-mode schema (an object node must
-                    # list its properties and close itself), and every model can write JSON text.
-                    "document": {"type": "string", "description": "The JSON document, as JSON text."},
-                    "path": {"type": "string", "default": "", "description": "Path to the value; empty selects the whole document."},
-                },
-                "required": ["document"],
-                "additionalProperties": False,
-            },
             output_schema={
                 "type": "object",
                 "properties": {"found": {"type": "boolean"}, "value": {}, "stopped_at": {"type": "string"}},
                 "required": ["found", "value", "stopped_at"],
             },
-            handler=_json_query,
             blocking=False,
             annotations=_READ_HINTS,
             capability=_READ,
@@ -207,16 +204,10 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                 {"arguments": {"document": "[1, 2]", "path": "[5]"}, "match": {"found": False, "stopped_at": "$"}},
                 {"arguments": {"document": "{not json"}, "error": "tool_error"},
             ],
-        ),
-        define_tool(
-            name="of_now",
+        )(_json_query),
+        tool(
+            "of_now",
             title="Current time",
-            description="The current time in UTC (ISO 8601 and Unix seconds), optionally also in an IANA time zone.",
-            input_schema={
-                "type": "object",
-                "properties": {"timezone": {"type": "string", "description": "IANA zone name, e.g. 'Europe/Paris'."}},
-                "additionalProperties": False,
-            },
             output_schema={
                 "type": "object",
                 "properties": {
@@ -227,7 +218,6 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                 },
                 "required": ["utc", "unix"],
             },
-            handler=_now,
             blocking=False,
             annotations={**_READ_HINTS, "idempotent_hint": False},
             capability={"effect": "read", "parallel_safe": True, "idempotent": False},
@@ -236,7 +226,7 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                 {"arguments": {"timezone": "Asia/Tokyo"}, "check": lambda r: r["local"].endswith("+09:00")},
                 {"arguments": {"timezone": "Mars/Olympus"}, "error": "tool_error"},
             ],
-        ),
+        )(_now),
     ]
     if files_root is not None:
         root = Path(files_root)
@@ -245,18 +235,12 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
 
             raise ToolLoadError(f"--files-root {root}: not a directory")
         tools.append(
-            define_tool(
-                name="of_list_dir",
+            tool(
+                "of_list_dir",
                 title="List directory",
-                description=f"List the entries of a directory under the configured root ({root.resolve()}). Paths are relative to that root and cannot leave it.",
-                input_schema={
-                    "type": "object",
-                    "properties": {
-                        "path": {"type": "string", "default": ".", "description": "Directory relative to the root."},
-                        "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 200},
-                    },
-                    "additionalProperties": False,
-                },
+                # The description names the configured root, so it is not the docstring.
+                description=f"List the entries of a directory under the configured root ({root.resolve()}). "
+                            "Paths are relative to that root and cannot leave it.",
                 output_schema={
                     "type": "object",
                     "properties": {
@@ -266,14 +250,13 @@ def example_tools(*, files_root: str | Path | None = None) -> list[ToolDefinitio
                     },
                     "required": ["path", "entries", "truncated"],
                 },
-                handler=_list_dir_handler(root),
                 annotations=_READ_HINTS,
                 capability=_READ,
                 tests=[
                     {"arguments": {}, "match": {"path": "."}},
                     {"arguments": {"path": "../"}, "error": "tool_error"},
                 ],
-            )
+            )(_list_dir_handler(root))
         )
     return tools
 

@@ -5,8 +5,9 @@ request: the transport (streams, tasks), the runner (``_meta`` lifted with
 pydantic, the params validated twice, the result validated and re-dumped),
 the JSON-RPC envelope models. Under load these layers cost more CPU than the
 call itself. :class:`FastCalls` admits a request only when it is plainly a
-well-formed 2026-07-28 ``tools/call`` that it can answer exactly as the SDK
-would, and then runs the SAME chain the SDK runs: the server's middleware
+well-formed ``tools/call`` that it can answer exactly as the SDK would (a
+2026-07-28 one, or one on a handshake-era session: one path, the era a
+parameter), and then runs the SAME chain the SDK runs: the server's middleware
 (OpenTelemetry span, the 2025-11-25 tasks shim) around
 :meth:`OpenFunctionsServer._call_tool` (the thin MCP layer -> executor, as the SDK's handler;
 receipt in ``_meta``, principal scope, shutdown handling), with a real
@@ -32,9 +33,27 @@ answers it, errors included):
   schema has no ``x-mcp-header`` annotations (no ``Mcp-Param-*`` checks to
   make); no cache hint is configured for ``tools/call``.
 
+On a handshake-era session (protocol 2025-11-25 or older, opened with
+``initialize``) the envelope rules are replaced by these:
+
+- ``params`` has only ``name`` and ``arguments``: no ``_meta`` at all (so no
+  ``progressToken``), no ``task``;
+- the session's ``initialize`` was accepted (else the SDK's init gate
+  answers) and the transport's version header, where there is one, equals
+  the negotiated version; the SDK's surface validation at that version
+  accepts such params (checked once per version);
+- the call then runs on the session's own SDK ``Connection`` (client info,
+  negotiated version, the back-channel a tool's sampling or elicitation
+  request goes out on), noted when the session's ``initialize`` ran
+  through the server (:class:`_SessionCapture`); errors are mapped as the
+  SDK's loop dispatcher maps them (``MCPError``, ``ValidationError``, else
+  code 0 with the exception's text); the result is sieved for that version
+  and carries no ``resultType`` or ``serverInfo`` stamp.
+
 Private SDK API used, all through :mod:`openfunctions.servers._sdk` (a
 missing piece turns the fast path off or makes it do the SDK's full work,
-never breaks a call): the session manager's ``_lifespan_state`` and
+never breaks a call): a request session's ``_connection`` (the handshake-era
+session's ``Connection``; without it such calls take the SDK path); the session manager's ``_lifespan_state`` and
 ``_task_group`` (HTTP, read by :mod:`openfunctions.servers._fast_http`); the
 type of the SDK's OpenTelemetry middleware, left out of the chain while
 tracing is off (see :meth:`FastCalls._chain`); whether a connection's exit
@@ -45,6 +64,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -58,12 +78,14 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.runner import aclose_shielded, modern_error_data
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
     INTERNAL_ERROR,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
+    ErrorData,
 )
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -73,7 +95,7 @@ from pydantic import ValidationError
 from openfunctions.core import ToolNotFound
 
 from ._constants import RECEIPT_META_KEY, env_switch, valid_jsonrpc_id
-from ._sdk import OTEL_MIDDLEWARE, exit_stack_in_use
+from ._sdk import OTEL_MIDDLEWARE, connection_of, exit_stack_in_use
 
 if TYPE_CHECKING:
     from ._server import OpenFunctionsServer
@@ -86,6 +108,7 @@ FAST_PATH_ENV = "OPENFUNCTIONS_FAST_PATH"
 _ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY})
 _REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 _PARAM_KEYS = frozenset({"name", "arguments", "_meta"})
+_HANDSHAKE_PARAM_KEYS = frozenset({"name", "arguments"})
 _PLAIN_RESULT_KEYS = frozenset({"content", "_meta", "resultType", "structuredContent", "isError"})
 _ENVELOPE_CACHE_MAX = 1024
 
@@ -103,9 +126,10 @@ class Admitted:
     name: str
     arguments: dict[str, Any] | None
     params: dict[str, Any]
-    meta: dict[str, Any]  # the validated envelope (a fresh copy per request)
+    meta: dict[str, Any] | None  # the validated envelope (a fresh copy per request); None: handshake era
     protocol_version: str
-    envelope: _Envelope
+    envelope: _Envelope | None  # None: handshake era
+    session: Connection | None = None  # handshake era: the session's connection (the SDK's, shared by its requests)
 
 
 @dataclass(frozen=True)
@@ -160,6 +184,13 @@ class FastCalls:
         self._tools: dict[str, tuple[Any, bool]] = {}
         self._stamp: dict[str, Any] | None = None
         self._composed: tuple[tuple[Any, ...], Callable[[Any], Awaitable[Any]]] | None = None
+        self._versions: dict[str, bool] = {}
+        self._chain_key: tuple[tuple[Any, ...], bool] | None = None
+        # Weak values: a session the SDK forgot leaves no entry behind (however many sessions come and go).
+        self._sessions: weakref.WeakValueDictionary[str | None, Connection] = weakref.WeakValueDictionary()
+        # The handshake-era session state (client info, negotiated version, log level, back-channel) lives in the
+        # SDK's Connection, built privately per session: a transparent middleware notes it at `initialize`.
+        server.lowlevel.middleware.insert(0, _SessionCapture(self))
 
     @classmethod
     def of(cls, server: OpenFunctionsServer) -> FastCalls:
@@ -171,18 +202,23 @@ class FastCalls:
 
     # -- admission ---------------------------------------------------------------
 
-    def admit(self, message: Any, protocol_version: str | None) -> Admitted | None:
+    def admit(self, message: Any, protocol_version: str | None, *, session: Connection | None = None) -> Admitted | None:
         """The request, if the fast path can answer it exactly as the SDK would; else ``None`` (use the SDK path).
 
         ``protocol_version``: what the transport says (the HTTP
         ``MCP-Protocol-Version`` header); ``None`` where the transport has no
-        such header (stdio: the envelope alone decides).
+        such header (stdio: the envelope alone decides). ``session``: on a
+        handshake-era connection, its SDK ``Connection`` (see
+        :meth:`handshake_session`); the request is then judged by the
+        handshake-era rules (module docstring).
         """
         if type(message) is not dict or not _REQUEST_KEYS.issuperset(message) or len(message) != 4:
             return None
         if message["jsonrpc"] != "2.0" or message["method"] != "tools/call" or not valid_jsonrpc_id(message["id"]):
             return None
         params = message["params"]
+        if session is not None:
+            return self._admit_handshake(message["id"], params, session, protocol_version)
         if type(params) is not dict or not _PARAM_KEYS.issuperset(params):
             return None
         name, meta = params.get("name"), params.get("_meta")
@@ -200,6 +236,51 @@ class FastCalls:
         if envelope is None or not self._tool_ok(name) or self.server.lowlevel.cache_hints.get("tools/call") is not None:
             return None
         return Admitted(message["id"], name, arguments, params, dict(envelope.meta), version, envelope)
+
+    def _admit_handshake(self, request_id: str | int, params: Any, session: Connection,
+                         header_version: str | None) -> Admitted | None:
+        """A handshake-era ``tools/call``: ``name`` and ``arguments`` only (no ``_meta`` at all), on a session whose
+        ``initialize`` was accepted, at the version it negotiated (and the HTTP header's, where there is one)."""
+        if type(params) is not dict or not _HANDSHAKE_PARAM_KEYS.issuperset(params):
+            return None
+        name, arguments = params.get("name"), params.get("arguments")
+        if type(name) is not str or (arguments is not None and type(arguments) is not dict):
+            return None
+        if "arguments" in params and arguments is None:
+            return None
+        version = session.protocol_version
+        if (version in MODERN_PROTOCOL_VERSIONS or not session.initialize_accepted
+                or (header_version is not None and header_version != version)):
+            return None
+        if not self._handshake_version_ok(version) or not self._tool_ok(name):
+            return None
+        if self.server.lowlevel.cache_hints.get("tools/call") is not None:
+            return None
+        return Admitted(request_id, name, arguments, params, None, version, None, session)
+
+    def _handshake_version_ok(self, version: str) -> bool:
+        """Whether the SDK's surface validation at ``version`` accepts every request admission lets through
+        (a string name, an object of arguments or none): checked once per version."""
+        ok = self._versions.get(version)
+        if ok is None:
+            try:
+                _methods.validate_client_request("tools/call", version, {"name": "x", "arguments": {"a": [1, None]}})
+                _methods.validate_client_request("tools/call", version, {"name": "x"})
+                ok = True
+            except Exception:  # an unknown version, or a surface that wants more: the SDK path's to answer
+                ok = False
+            self._versions[version] = ok
+        return ok
+
+    # -- handshake-era sessions ---------------------------------------------------
+
+    def handshake_session(self, session_id: str | None) -> Connection | None:
+        """The SDK ``Connection`` of the handshake-era session ``session_id`` (``None``: the stdio connection),
+        once its ``initialize`` went through the server (see :class:`_SessionCapture`); else ``None``."""
+        return self._sessions.get(session_id)
+
+    def forget_session(self, session_id: str | None) -> None:
+        self._sessions.pop(session_id, None)
 
     def _envelope(self, meta: dict[str, Any], version: str) -> _Envelope | None:
         try:
@@ -240,7 +321,8 @@ class FastCalls:
     # -- execution ---------------------------------------------------------------
 
     async def run(self, call: Admitted, dctx: Any, *, lifespan_state: Any, request: Any = None,
-                  outbound: Any = None) -> dict[str, Any]:
+                  outbound: Any = None, close_sse_stream: Any = None,
+                  close_standalone_sse_stream: Any = None) -> dict[str, Any]:
         """The JSON-RPC reply (a dict) for ``call``: the server's middleware around ``_call_tool``, shaped as the SDK's runner does.
 
         ``dctx``: the request's channel (the SDK's ``DispatchContext`` shape);
@@ -248,12 +330,17 @@ class FastCalls:
         """
         self.served += 1
         version = call.protocol_version
-        connection = call.envelope.connection(version, outbound)
+        handshake = call.session is not None
+        if call.session is not None:
+            connection = call.session  # the session's own: it outlives this request (the SDK unwinds it at the end)
+        else:
+            assert call.envelope is not None
+            connection = call.envelope.connection(version, outbound)
         session = ServerSession(dctx, connection, request_meta=call.meta)  # type: ignore[arg-type]
         ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
             session=session, lifespan_context=lifespan_state, protocol_version=version, method="tools/call",
             params=call.params, request_id=call.request_id, meta=call.meta,  # type: ignore[arg-type]
-            request=request,
+            request=request, close_sse_stream=close_sse_stream, close_standalone_sse_stream=close_standalone_sse_stream,
         )
         try:
             result = await self._chain()(ctx)
@@ -261,10 +348,12 @@ class FastCalls:
                 raise TypeError(f"handler returned {type(result).__name__}; expected dict")
             return {"jsonrpc": "2.0", "id": call.request_id, "result": dict(result)}
         except Exception as exc:
-            error = modern_error_data(exc).model_dump(mode="json", by_alias=True, exclude_none=True)
-            return {"jsonrpc": "2.0", "id": call.request_id, "error": error}
+            data = _handshake_error_data(exc) if handshake else modern_error_data(exc)
+            return {"jsonrpc": "2.0", "id": call.request_id, "error": data.model_dump(mode="json", by_alias=True, exclude_none=True)}
         finally:
-            if exit_stack_in_use(connection.exit_stack):  # nothing registered: nothing to unwind
+            if isinstance(dctx, Exchange):
+                dctx.closed = True  # as the SDK closes a request's channel when its handler returns
+            if not handshake and exit_stack_in_use(connection.exit_stack):  # nothing registered: nothing to unwind
                 await aclose_shielded(connection)
 
     def _chain(self) -> Callable[[Any], Awaitable[Any]]:
@@ -275,15 +364,22 @@ class FastCalls:
         (admission refuses trace context in ``_meta``); once a provider is set,
         every call gets its span as on the SDK path.
         """
-        middleware = tuple(self.server.lowlevel.middleware)
-        if OTEL_MIDDLEWARE is not None and _tracing_off():
-            middleware = tuple(mw for mw in middleware if not isinstance(mw, OTEL_MIDDLEWARE))
-        if self._composed is None or self._composed[0] != middleware:
+        # Recomposed only when the server's list or the tracing state changed (checked per call: both can).
+        key = (tuple(self.server.lowlevel.middleware), OTEL_MIDDLEWARE is not None and _tracing_off())
+        if self._chain_key != key or self._composed is None:
+            middleware = self._server_middleware()
+            if key[1]:
+                middleware = tuple(mw for mw in middleware if not isinstance(mw, OTEL_MIDDLEWARE))  # type: ignore[arg-type]
             call: Callable[[Any], Awaitable[Any]] = self._inner
             for mw in reversed(middleware):
                 call = partial(_apply, mw, call)
             self._composed = (middleware, call)
+            self._chain_key = key
         return self._composed[1]
+
+    def _server_middleware(self) -> tuple[Any, ...]:
+        """The server's middleware as the SDK path runs it, less :class:`_SessionCapture` (a no-op for tools/call)."""
+        return tuple(mw for mw in self.server.lowlevel.middleware if not isinstance(mw, _SessionCapture))
 
     async def _inner(self, ctx: Any) -> dict[str, Any]:
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
@@ -291,8 +387,22 @@ class FastCalls:
         return self._serialize(ctx.protocol_version, result)
 
     def _serialize(self, version: str, result: Any) -> dict[str, Any]:
-        """The runner's ``_serialize`` for a ``tools/call`` result at a modern version (no cache hint: admission checked)."""
+        """The runner's ``_serialize`` for a ``tools/call`` result (no cache hint: admission checked).
+
+        At a handshake version the sieve keeps a plain result's values and drops
+        ``resultType``, and nothing is stamped (tests/servers/test_fast_path.py
+        checks the shortcut against the sieve at every handshake version).
+        """
         dumped = dict(result)
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            if _plain_result(dumped):
+                del dumped["resultType"]
+                return dumped
+            try:
+                return _methods.serialize_server_result("tools/call", version, dumped)
+            except ValidationError:
+                log.exception("tools/call handler returned an invalid result")
+                raise MCPError(code=INTERNAL_ERROR, message="Handler returned an invalid result") from None
         if not _plain_result(dumped):
             try:
                 dumped = _methods.serialize_server_result("tools/call", version, dumped)
@@ -318,20 +428,27 @@ class FastCalls:
 class Exchange:
     """One fast-path request's channel to its client (the SDK's ``DispatchContext`` shape), per transport.
 
-    No back-channel (a 2026-07-28 server sends the client no requests); no
-    progress (admission refuses a ``progressToken``, and the SDK drops
+    A back-channel only on a handshake-era session (``back_channel``: its
+    SDK dispatcher, which correlates the client's answers; a 2026-07-28
+    server sends the client no requests), and only while the handler runs;
+    no progress (admission refuses a ``progressToken``, and the SDK drops
     progress without one); a request-scoped notification goes to
     :meth:`deliver`, which each transport implements.
     """
 
-    can_send_request = False
     progress_token = None
     message_metadata = None
 
-    def __init__(self, transport: Any, request_id: Any) -> None:
+    def __init__(self, transport: Any, request_id: Any, back_channel: Any = None) -> None:
         self.transport = transport
         self.request_id = request_id
+        self.closed = False
+        self._back_channel = back_channel  # handshake era: the session's outbound (the SDK's dispatcher)
         self._cancel_requested: anyio.Event | None = None
+
+    @property
+    def can_send_request(self) -> bool:
+        return self._back_channel is not None and not self.closed
 
     @property
     def cancel_requested(self) -> anyio.Event:
@@ -340,7 +457,9 @@ class Exchange:
         return self._cancel_requested
 
     async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> dict[str, Any]:
-        raise NoBackChannelError(method)
+        if not self.can_send_request:
+            raise NoBackChannelError(method)
+        return await self._back_channel.send_raw_request(method, params, opts)  # type: ignore[no-any-return]
 
     async def notify(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -353,6 +472,34 @@ class Exchange:
 
     async def deliver(self, message: dict[str, Any]) -> None:
         raise NotImplementedError
+
+
+class _SessionCapture:
+    """Server middleware that notes each handshake-era session's SDK ``Connection`` when its ``initialize`` runs.
+
+    Transparent (it only calls on); left out of the fast path's own chain.
+    Held weakly: a session the SDK forgot is forgotten here too.
+    """
+
+    def __init__(self, calls: FastCalls) -> None:
+        self._calls = weakref.ref(calls)
+
+    async def __call__(self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        if ctx.method == "initialize":
+            calls = self._calls()
+            connection = connection_of(ctx.session, Connection) if calls is not None else None
+            if calls is not None and connection is not None:
+                calls._sessions[connection.session_id] = connection
+        return await call_next(ctx)
+
+
+def _handshake_error_data(exc: Exception) -> ErrorData:
+    """The SDK's loop dispatcher's mapping of a handler exception (``MCPError``/``ValidationError``, else code 0)."""
+    error = handler_exception_to_error_data(exc)
+    if error is not None:
+        return error
+    log.error("tools/call handler raised", exc_info=exc)
+    return ErrorData(code=0, message=str(exc))
 
 
 def _tracing_off() -> bool:

@@ -11,7 +11,7 @@
   for the contract it implements.
 - ``all``: every part this data directory and configuration can serve.
 - ``conformance``: the MCP conformance suite's fixtures
-  (``openfunctions.servers.conformance.build_conformance_registry``).
+  (``openfunctions.servers.conformance.create_conformance_registry``).
 
 Every profile's package ships in this distribution. A part that cannot be
 served with this configuration (the work tools without a catalog, a layer
@@ -193,9 +193,9 @@ def _work_profile(data_dir: Path, *, catalog: str | Path | None, principal: str 
 
 
 def _conformance_profile() -> Profile:
-    from .conformance import build_conformance_registry
+    from .conformance import create_conformance_registry
 
-    built = build_conformance_registry()
+    built = create_conformance_registry()
     if isinstance(built, ToolRegistry):
         return Profile("conformance", built)
     if isinstance(built, tuple):

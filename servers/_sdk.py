@@ -20,7 +20,10 @@ What happens when a part is missing, per part (nothing here raises an
 - the manager's lifespan state / task group: the direct ``tools/call`` path
   turns itself off (one error log) and calls take the SDK's path;
 - ``ServerSession._connection``: one error log; handshake-era clients get no
-  ``list_changed`` notifications;
+  ``list_changed`` notifications, and their ``tools/call`` takes the SDK path;
+- the manager's session table (``_server_instances``, ``_session_owners``) or
+  a session transport's internals (event store, priming event, request
+  streams, idle timer, write stream): handshake-era HTTP calls take the SDK path;
 - the connection's exit stack: every fast-path call unwinds it (correct, a
   little slower);
 - the OpenTelemetry middleware type: the fast path keeps that middleware in
@@ -127,6 +130,109 @@ def set_session_event_store(transport: Any, store: Any) -> None:
     if not hasattr(transport, "_event_store"):
         raise _broken("StreamableHTTPServerTransport._event_store", "resumable sessions (--resumable)")
     transport._event_store = store
+
+
+# -- streamable HTTP: a handshake-era session's transport (the direct tools/call path) -----------------------
+
+
+def session_transport(manager: Any, session_id: str, requestor: Any) -> Any:
+    """``manager._server_instances[session_id]``, if ``requestor`` owns it (``manager._session_owners``); else ``None``.
+
+    Why: the direct ``tools/call`` path answers a handshake-era session's call
+    itself and needs that session's transport (its event store, idle timer,
+    request streams); the SDK keeps the session table privately and answers a
+    request from another credential as if the session did not exist, which the
+    fast path leaves to it. ``None`` when absent (the SDK path then answers).
+    """
+    instances = getattr(manager, "_server_instances", None)
+    owners = getattr(manager, "_session_owners", None)
+    if not isinstance(instances, dict) or not isinstance(owners, dict):
+        return None
+    transport = instances.get(session_id)
+    if transport is None or owners.get(session_id) != requestor:
+        return None
+    return transport
+
+
+def session_transport_parts(transport: Any) -> bool:
+    """Whether ``transport`` has every private part the fast path uses on it (see the functions below)."""
+    return all(hasattr(transport, name) for name in (
+        "_event_store", "_mint_priming_event", "_request_streams", "_idle_timeout", "_requests_in_flight", "idle_scope",
+        "_write_stream"))
+
+
+def transport_event_store(transport: Any) -> Any:
+    """``StreamableHTTPServerTransport._event_store``: where the SDK stores each SSE event of the session (or ``None``)."""
+    return transport._event_store
+
+
+async def transport_priming_event(transport: Any, stream_id: str, protocol_version: str) -> dict[str, Any] | None:
+    """``StreamableHTTPServerTransport._mint_priming_event``: the stored priming event a POST's SSE stream opens with."""
+    return await transport._mint_priming_event(stream_id, protocol_version)  # type: ignore[no-any-return]
+
+
+def transport_request_started(transport: Any) -> bool:
+    """What ``StreamableHTTPServerTransport.handle_request`` does before serving a request: hold the idle timer.
+
+    ``False`` when the idle period already ran out (the SDK then answers the
+    request as for a terminated session: the fast path leaves it to it).
+    """
+    if transport.idle_scope is None or transport._idle_timeout is None:
+        return True
+    if transport.idle_scope.cancel_called:
+        return False
+    transport._requests_in_flight += 1
+    transport.idle_scope.deadline = float("inf")
+    return True
+
+
+def transport_request_finished(transport: Any, now: float) -> None:
+    """...and after it: the idle countdown restarts when the last request in flight is done."""
+    if transport.idle_scope is None or transport._idle_timeout is None:
+        return
+    transport._requests_in_flight -= 1
+    if not transport._requests_in_flight:
+        transport.idle_scope.deadline = now + transport._idle_timeout
+
+
+def transport_route(transport: Any, request_id: str, streams: Any) -> None:
+    """Register ``streams`` as ``StreamableHTTPServerTransport._request_streams[request_id]``.
+
+    Why: the session's messages that the SDK's dispatcher sends for a request
+    (a tool's sampling or elicitation request) reach that request's SSE
+    stream through this table; a fast-path call registers its own stream
+    there while such a request is out.
+    """
+    transport._request_streams[request_id] = streams
+
+
+def transport_unroute(transport: Any, request_id: str, streams: Any) -> None:
+    if transport._request_streams.get(request_id) is streams:
+        del transport._request_streams[request_id]
+
+
+async def transport_send(transport: Any, message: Any, related_request_id: Any) -> None:
+    """Hand ``message`` to the session transport's router (``StreamableHTTPServerTransport._write_stream``).
+
+    Why: once a fast-path call's own SSE stream is gone (closed by the tool,
+    or the client went away), its later messages must reach the session as
+    the SDK path's would: stored, and delivered to a stream the client
+    resumed with ``Last-Event-ID``; the router does exactly that.
+    """
+    from mcp.shared.message import ServerMessageMetadata, SessionMessage
+
+    metadata = ServerMessageMetadata(related_request_id=related_request_id)
+    await transport._write_stream.send(SessionMessage(message, metadata=metadata))
+
+
+async def send_related_request(dispatcher: Any, method: str, params: Any, opts: Any, related_request_id: Any) -> Any:
+    """``JSONRPCDispatcher.send_raw_request(..., _related_request_id=...)``: a server-to-client request on a request's stream.
+
+    Why: on streamable HTTP the SDK routes a request-scoped server request onto
+    the originating POST's SSE stream by this keyword, which only its own
+    per-request context passes.
+    """
+    return await dispatcher.send_raw_request(method, params, opts, _related_request_id=related_request_id)
 
 
 # -- the low-level server and its sessions --------------------------------------------------------------------

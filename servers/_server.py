@@ -27,7 +27,8 @@ not through the executor (they are not tools and carry no receipts).
 
 Handlers that need the raw MCP request (logging, sampling, elicitation —
 the conformance fixtures) find the SDK's ``ServerRequestContext`` in
-``ctx.metadata["mcp.request_context"]``.
+``ctx.request``; the host's model is ``ctx.host`` and a task's handle
+``ctx.task`` (typed slots of ``ToolExecutionContext``, ``core/_context.py``).
 
 Tasks (``io.modelcontextprotocol/tasks``, SEP-2663): a tool whose capability
 declares ``task_support`` may answer a ``tools/call`` with a durable task
@@ -44,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -57,10 +59,18 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS
 from pydantic import Field
 
-from openfunctions.core import PRINCIPAL_SCOPE_KEY, InvalidParams, ToolExecutionContext, ToolNotFound, ToolRegistry
+from openfunctions.core import (
+    PRINCIPAL_SCOPE_KEY,
+    HostChannel,
+    InvalidParams,
+    ToolExecutionContext,
+    ToolNotFound,
+    ToolRegistry,
+)
 
 from ._constants import RECEIPT_META_KEY
 from ._fast import EncodedReceipt
+from ._input_required import InputRequired, is_retry, task_sampler, wants_input_required
 from ._outstanding import Outstanding
 from ._sdk import announce_list_changes, connection_of
 from ._tasks import (
@@ -68,7 +78,6 @@ from ._tasks import (
     DEFAULT_TASK_AFTER_S,
     DEFAULT_TTL_MS,
     EXTENSION_ID,
-    TASK_METADATA_KEY,
     TaskHandle,
     TaskManager,
     check_routing_header,
@@ -81,7 +90,10 @@ from ._tasks_v1 import TasksV1
 log = structlog.get_logger("openfunctions.servers")
 
 REQUEST_CONTEXT_KEY = "mcp.request_context"
-"""``ToolExecutionContext.metadata`` key holding the SDK's ``ServerRequestContext``."""
+"""Deprecated: the SDK's ``ServerRequestContext`` is ``ctx.request`` (this metadata key is no longer written)."""
+
+# Shared, read-only: a served call carries no user metadata of its own.
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 # Protocol versions whose spec lists invalid tool arguments as a protocol
 # error (-32602); 2025-11-25 (SEP-1303) and later make them tool execution
@@ -151,24 +163,40 @@ async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-def _sampling_hook(ctx: Any) -> dict[str, Any]:
-    """The host's model for ``openfunctions.adapters.SamplingAdapter``, as plain values (core and agents never see MCP).
+class _McpHost(HostChannel):
+    """``ctx.host`` of an MCP call: the host's model through ``sampling/createMessage`` on this request.
 
-    ``openfunctions.sampling``: the client's declared ``sampling`` capability
-    as a dict (``{"tools": {}}`` = sampling with tools), or ``None``;
-    ``openfunctions.sampler``: sends one ``sampling/createMessage`` (wire-form
-    params dict) on this request and returns the result as a wire-form dict.
-    A connection without a back-channel (stateless 2026-07-28) raises
-    ``SamplingUnavailable`` naming it.
+    Built per call as one small object holding the request: the capability
+    (a dict) is read from the session only when someone asks, so a call that
+    never samples pays nothing for it. A 2026-07-28 call from a client that
+    declared sampling gets, instead, a channel whose sampler asks through an
+    ``InputRequiredResult``, or, for a call running as a task, through the
+    task's ``input_required`` status (``_input_required.py``). On 2026-07-28
+    this one raises ``SamplingUnavailable`` naming the missing channel.
     """
-    caps = getattr(ctx.session, "client_capabilities", None)
-    sampling = getattr(caps, "sampling", None)
 
-    async def sample(params: dict[str, Any]) -> dict[str, Any]:
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+        self.sampling_timeout_s = None
+
+    @property
+    def sampling(self) -> Mapping[str, Any] | None:
+        caps = getattr(self._ctx.session, "client_capabilities", None)
+        sampling = getattr(caps, "sampling", None)
+        return None if sampling is None else sampling.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    @property
+    def sampler(self) -> Any:
+        return self._sample
+
+    async def _sample(self, params: dict[str, Any]) -> dict[str, Any]:
         import warnings
 
         from mcp.shared.exceptions import NoBackChannelError
 
+        ctx = self._ctx
         p = types.CreateMessageRequestParams.model_validate(params)
         try:
             with warnings.catch_warnings():
@@ -182,16 +210,12 @@ def _sampling_hook(ctx: Any) -> dict[str, Any]:
             from openfunctions.adapters import SamplingUnavailable
 
             raise SamplingUnavailable(
-                f"this MCP connection (protocol {ctx.protocol_version}) has no channel for server-initiated "
-                "sampling requests; connect with a handshake-era protocol (2025-11-25 or earlier) to lend the "
-                "server your model, or give the agent its own model"
+                f"this MCP call (protocol {ctx.protocol_version}) has no channel for a server-initiated sampling "
+                "request; declare the 'sampling' capability on the request (its sampling requests then come "
+                "back as InputRequiredResults), connect with a handshake-era protocol (2025-11-25 or earlier), "
+                "or give the agent its own model"
             ) from None
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-    return {
-        "openfunctions.sampler": sample,
-        "openfunctions.sampling": None if sampling is None else sampling.model_dump(by_alias=True, mode="json", exclude_none=True),
-    }
 
 
 class OpenFunctionsServer:
@@ -248,6 +272,8 @@ class OpenFunctionsServer:
         self._prompts: dict[str, _Prompt] = {}
         self._tools_cache: tuple[tuple[int, ...], dict[str, Any]] | None = None
         self._fast_calls: Any = None  # the direct tools/call path's state (_fast.FastCalls.of)
+        # 2026-07-28 calls that ask their client for its model mid-call (InputRequiredResult; _input_required.py)
+        self.input_required = InputRequired()
         # Change notifications (a gateway's upstream re-lists its tools or
         # prompts): 2026-07-28 clients get them on the `subscriptions/listen`
         # streams they open (the SDK's handler, fed by this bus); handshake-era
@@ -412,7 +438,7 @@ class OpenFunctionsServer:
         except ToolNotFound:  # unregistered between open and now: the run settles failed like any abnormal end
             tool = None
         tctx = ToolExecutionContext(principal=task.principal, scopes=frozenset(task.scopes),
-                                    metadata={TASK_METADATA_KEY: (handle := TaskHandle(run))},
+                                    task=(handle := TaskHandle(run)),
                                     progress=_task_progress(handle, None))
         executor = self.registry.executor
         self._inflight.add(run.scope)
@@ -554,19 +580,25 @@ class OpenFunctionsServer:
         # The session's reporter is scoped to this request and is a no-op when
         # the client asked for no progress (no progressToken): always wire it.
         progress = ctx.session.report_progress
-        metadata: dict[str, Any] = {REQUEST_CONTEXT_KEY: ctx, "protocol_version": ctx.protocol_version, **_sampling_hook(ctx)}
+        host: HostChannel = _McpHost(ctx)
         if task is not None:
-            metadata[TASK_METADATA_KEY] = task
             progress = _task_progress(task, progress)
+            if wants_input_required(ctx):  # 2026-07-28: a task asks through its input_required status
+                host = host.with_sampler(task_sampler(task))
         return ToolExecutionContext(
             principal=self._principal_for(ctx),
             scopes=self.scopes,
             request_id=None if ctx.request_id is None else str(ctx.request_id),
-            metadata=metadata,
+            metadata=_NO_METADATA,  # user data only: the request is ctx.request (its protocol_version too)
             progress=progress,
+            host=host,
+            task=task,
+            request=ctx,
         )
 
     async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
+        if is_retry(params):  # a 2026-07-28 retry answering an InputRequiredResult (never on the direct path)
+            return await self.input_required.resume(ctx, params, self._principal_for(ctx), self._answer_for(params.name))
         return await self._call_tool(ctx, params.name, params.arguments, params)
 
     async def _call_tool(self, ctx: Any, name: str, arguments: dict[str, Any] | None,
@@ -589,6 +621,8 @@ class OpenFunctionsServer:
             if support == "required":
                 raise missing_extension(f"tool {name!r} runs only as a task: it")
         tctx = self._execution_context(ctx)
+        if wants_input_required(ctx):
+            return await self._call_input_required(ctx, tool, arguments, tctx)
         scope = anyio.CancelScope()
         self._inflight.add(scope)
         # The executor hands over the settled result even when close() cancels
@@ -601,6 +635,26 @@ class OpenFunctionsServer:
         finally:
             self._inflight.discard(scope)
         return self._call_result(name, ctx, settled[0] if settled else None, shut_down=scope.cancelled_caught)
+
+    async def _call_input_required(self, ctx: Any, tool: Any, arguments: dict[str, Any] | None,
+                                   tctx: ToolExecutionContext) -> dict[str, Any]:
+        """A 2026-07-28 call from a client that lends its model: the call runs on in a task of its own, and
+        each sampling request it makes comes back to the client as an ``InputRequiredResult`` (_input_required.py)."""
+        executor = self.registry.executor
+
+        async def run(sampler: Any, progress: Any, scope: anyio.CancelScope) -> Any:
+            host = tctx.host.with_sampler(sampler) if tctx.host is not None else HostChannel(sampler)
+            call_ctx = tctx.replace(host=host, progress=progress)
+            settled: list[Any] = []
+            with scope:  # as in _call_tool: the settled result is handed over even when close() cancels the call
+                await executor.execute_detailed(tool, arguments, call_ctx, on_settled=settled.append)
+            return settled[0] if settled else None
+
+        return await self.input_required.call(ctx, tool.name, arguments, self._principal_for(ctx), run,
+                                              self._answer_for(tool.name), self._inflight.add, self._inflight.discard)
+
+    def _answer_for(self, name: str) -> Callable[[Any, Any, bool], dict[str, Any]]:
+        return lambda ctx, detailed, shut_down: self._call_result(name, ctx, detailed, shut_down=shut_down)
 
     async def _call_maybe_task(self, tool: Any, params: types.CallToolRequestParams, ctx: Any) -> dict[str, Any]:
         """Run the call; answer synchronously if it ends soon, else as a durable task (``_tasks.py``)."""

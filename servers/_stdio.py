@@ -18,10 +18,12 @@ reading the next line:
   naming the limit; the line is discarded without being buffered whole.
 
 The direct ``tools/call`` path (``fast``, a :class:`~openfunctions.servers._fast.FastCalls`):
-once the connection's era is the 2026-07-28 one (decided, as the SDK decides
-it, by the first request: one carrying the per-request ``_meta`` envelope
-that is not ``initialize``; that first request always goes to the SDK, so
-its loop locks to the same era), a ``tools/call`` line the fast path admits
+once the connection's era is known (decided, as the SDK decides it, by the
+first request: one carrying the per-request ``_meta`` envelope that is not
+``initialize`` opens a 2026-07-28 connection, anything else a handshake-era
+one; that first request always goes to the SDK, so its loop locks to the
+same era), a ``tools/call`` line the fast path admits for that era (on a
+handshake-era connection: once its ``initialize`` went through the server)
 is dispatched here and its reply written here; every other line goes to the
 SDK session as before. ``notifications/cancelled`` naming a fast-path call
 cancels it (no reply is written for it, as on the SDK path); shutdown waits
@@ -233,7 +235,7 @@ async def stdio_transport(
     written (bounded by ``answer_timeout``), and only then the read stream
     closes (which makes the SDK cancel whatever still runs).
 
-    ``fast``: answer admitted 2026-07-28 ``tools/call`` lines directly (see the module docstring).
+    ``fast``: answer admitted ``tools/call`` lines directly (see the module docstring).
     """
     with suppress(Exception):
         sys.stdout.flush()
@@ -252,6 +254,8 @@ async def stdio_transport(
     pending: Outstanding[Any] = Outstanding()
 
     inline_ok = _inline_write_check(wire_out)
+    if fast is not None:
+        fast.forget_session(None)  # this process's stdio connection is a new one: its initialize is still to come
     # The connection's protocol era, decided by the first request as the SDK decides it.
     era: list[str] = []
     fast_running: dict[Any, anyio.CancelScope] = {}
@@ -278,8 +282,12 @@ async def stdio_transport(
         try:
             reply: dict[str, Any] | None = None
             with scope:
-                reply = await fast.run(call, _LineExchange(call.request_id, emit), lifespan_state={},  # type: ignore[union-attr]
-                                       outbound=_LineOutbound(emit))
+                if call.session is not None:  # handshake era: the session's connection carries the back-channel
+                    exchange = _LineExchange(call.request_id, emit, call.session.outbound)
+                    outbound = None
+                else:
+                    exchange, outbound = _LineExchange(call.request_id, emit), _LineOutbound(emit)
+                reply = await fast.run(call, exchange, lifespan_state={}, outbound=outbound)  # type: ignore[union-attr]
             if reply is not None and not scope.cancelled_caught:
                 await emit(_line(reply))
         finally:
@@ -287,14 +295,21 @@ async def stdio_transport(
             pending.discard(call.request_id)
 
     def try_fast(line: bytes) -> bool:
-        """Dispatch ``line`` on the fast path if it is an admitted tools/call on a modern connection."""
-        if fast is None or era != ["modern"] or not fast_group:
+        """Dispatch ``line`` on the fast path if it is an admitted tools/call (either era, once the era is known)."""
+        if fast is None or not era or not fast_group:
             return False
+        session = None
+        if era[0] == "legacy":
+            session = fast.handshake_session(None)
+            if session is None:  # no initialize through the server yet: the SDK answers
+                return False
+        if line.count(b"[") + line.count(b"{") > MAX_NESTING:
+            return False  # possibly nested deeper than the SDK's adapter takes: its refusal is the SDK path's to send
         try:
             value = json.loads(line)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return False
-        call = fast.admit(value, None)
+        call = fast.admit(value, None, session=session)
         if call is None or call.request_id in fast_running or call.request_id in pending:
             return False
         scope = anyio.CancelScope()
@@ -472,12 +487,14 @@ def _line(message: Any) -> bytes:
 
 
 class _LineExchange(Exchange):
-    """A fast-path call's request channel on stdio: request-scoped notifications are lines."""
+    """A fast-path call's request channel on stdio: request-scoped notifications are lines; on a handshake-era
+    connection, server-to-client requests go out through the session's SDK dispatcher (``back_channel``)."""
 
-    def __init__(self, request_id: Any, emit: Callable[[bytes], Awaitable[None]]) -> None:
+    def __init__(self, request_id: Any, emit: Callable[[bytes], Awaitable[None]], back_channel: Any = None) -> None:
         from mcp.shared.transport_context import TransportContext
 
-        super().__init__(TransportContext(kind="jsonrpc", can_send_request=False), request_id)
+        super().__init__(TransportContext(kind="jsonrpc", can_send_request=back_channel is not None), request_id,
+                         back_channel)
         self._emit = emit
 
     async def deliver(self, message: dict[str, Any]) -> None:
@@ -488,7 +505,7 @@ def _LineOutbound(emit: Callable[[bytes], Awaitable[None]]) -> Any:  # noqa: N80
     """The connection-scoped channel of a fast-path call: the SDK's notify-only outbound over our stdout."""
     from mcp.server.connection import NotifyOnlyOutbound
 
-    return NotifyOnlyOutbound(_LineExchange(None, emit))  # type: ignore[arg-type]
+    return NotifyOnlyOutbound(_LineExchange(None, emit))
 
 
 async def _wait_any(*events: anyio.Event) -> None:

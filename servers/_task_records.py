@@ -44,9 +44,17 @@ Task record format, version 1 (``data.v == 1``; docs/formats/tasks.md):
   ``certainty`` (``known``/``unknown``, the receipt's). ``recovered: true``
   marks the record recovery wrote for a task whose server ended while it ran.
 
+- ``"compacted"``: the last record of a compaction (core record stream:
+  ``segments``, the files it superseded); belongs to no task.
+
 A task's state is the fold of its records in journal order (:func:`apply`),
 used both live (each record is applied right after its append returns) and
-at recovery (the scan of the file). Nothing else changes a task.
+at recovery (the scan of the file). Nothing else changes a task. The stream
+is :data:`TASKS` (``openfunctions.core.records``): a record type this
+version does not know (a newer server's) is kept, not folded, and carried
+through compaction (``UnknownRecords.KEEP``; older versions skipped it
+silently). Compaction writes :func:`snapshot` of the live tasks; the
+segments it supersedes stay beside the file as history.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openfunctions.core import new_id, utc_timestamp
+from openfunctions.core.records import RecordStream, StreamRecord, UnknownRecords
 
 KIND = "tasks"
 VERSION = 1
@@ -254,7 +263,41 @@ def apply(tasks: dict[str, TaskState], type: str, data: dict[str, Any]) -> None:
         task.recovered = bool(data.get("recovered"))
 
 
+def snapshot(tasks: dict[str, TaskState]) -> list[tuple[str, dict[str, Any]]]:
+    """The records that re-create ``tasks`` (what a compaction writes): each task's ``created``, its re-run
+    (so it is not re-run a second time, and names the call it replaced), the status of a task still
+    running, and the settlement of one that ended. Only the records' ``at`` times are new."""
+    records: list[tuple[str, dict[str, Any]]] = []
+    for t in tasks.values():
+        records.append(created(
+            t.task_id, principal=t.principal, tool=t.tool, receipt_id=t.receipt_id, ttl_ms=t.ttl_ms,
+            poll_interval_ms=t.poll_interval_ms, arguments=t.arguments, scopes=t.scopes,
+            created_at=t.created_at, expires_at_ms=t.expires_at_ms))
+        rerun: dict[str, Any] = {"rerun_of": t.rerun_of, "receipt_id": t.receipt_id} if t.rerun else {}
+        if not t.terminal and (rerun or t.status != WORKING or t.message is not None):
+            records.append(status(t.task_id, t.status, message=t.message, input_requests=t.input_requests, **rerun))
+        elif rerun:
+            records.append(status(t.task_id, WORKING, message=t.message, **rerun))
+        if t.terminal:
+            records.append(settled(t.task_id, t.status, message=t.message, result=t.result,
+                                   result_artifact=t.result_artifact, result_sha256=t.result_sha256,
+                                   result_size=t.result_size, error=t.error, receipt=t.receipt,
+                                   certainty=t.certainty, recovered=t.recovered))
+    return records
+
+
+def _apply_record(tasks: dict[str, TaskState], r: StreamRecord) -> None:
+    apply(tasks, r.type, r.data)
+
+
+#: The task journal as a core record stream: the one fold, live, at recovery and in the database's rows.
+TASKS: RecordStream[dict[str, TaskState]] = RecordStream(
+    "tasks", kind=KIND, types={CREATED, STATUS, SETTLED}, new_state=dict, apply=_apply_record,
+    unknown=UnknownRecords.KEEP, snapshot=snapshot, keep_segments=True)
+
+
 __all__ = [
+    "TASKS", "snapshot",
     "KIND", "VERSION", "CREATED", "STATUS", "SETTLED", "WORKING", "INPUT_REQUIRED", "COMPLETED", "FAILED",
     "CANCELLED", "TERMINAL", "INLINE_RESULT_BYTES", "TaskState", "apply", "created", "status", "settled",
     "new_task_id", "now_ms",

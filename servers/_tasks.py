@@ -76,7 +76,7 @@ log = structlog.get_logger("openfunctions.servers.tasks")
 EXTENSION_ID = "io.modelcontextprotocol/tasks"
 CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
 TASK_METADATA_KEY = "openfunctions.task"
-"""``ToolExecutionContext.metadata`` key of the :class:`TaskHandle` (present only when the call may become a task)."""
+"""Deprecated: the :class:`TaskHandle` is ``ctx.task`` (this metadata key is no longer written)."""
 
 DEFAULT_TTL_MS = 24 * 3600 * 1000
 #: The shortest TTL a client may ask for: a task forgotten before its first poll would help no one.
@@ -118,7 +118,7 @@ def missing_extension(what: str) -> MCPError:
 
 
 class TaskHandle:
-    """What a handler that may run as a task finds in ``ctx.metadata["openfunctions.task"]``.
+    """What a handler that may run as a task finds in ``ctx.task`` (a ``core.TaskChannel``; ``None`` otherwise).
 
     A handler unaware of tasks needs none of it: a call still running after
     ``task_after_s`` becomes a task by itself.
@@ -354,7 +354,7 @@ class TaskManager:
             if is_artifact_id(name):
                 store = await self._artifact_store()
                 data = await _read_artifact(store, name)
-                digest = "sha256:" + hashlib.sha256(data).hexdigest()
+                digest = "sha256:" + await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())  # > 256 KiB
                 if digest != task.result_sha256 or len(data) != task.result_size:
                     raise ValueError(f"its content is not the one recorded ({digest}, {len(data)} bytes; the task "
                                      f"recorded {task.result_sha256}, {task.result_size} bytes)")

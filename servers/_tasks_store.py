@@ -8,8 +8,8 @@ recovery):
   execution journal, folded into memory when it opens; one process owns it
   (the journal's kernel lock), so its memory *is* the state.
 - :class:`DatabaseTaskStore` (``serve --database``): the records as rows in
-  PostgreSQL (``openfunctions.store.PgTaskLog``; schema at the top of
-  ``store/_pg_tasks.py``), shared by every replica on the database: each
+  PostgreSQL (``servers/_pg_tasks.py``'s ``PgTaskLog``; schema at the top of
+  that module), shared by every replica on the database: each
   lookup folds the task's rows again, so ``tasks/get`` through replica B sees
   what replica A wrote. Its sweep settles ``failed`` the tasks of a replica
   that died (after the execution journal's sweep settled its calls
@@ -36,6 +36,7 @@ import structlog
 from mcp_types import INTERNAL_ERROR
 
 from openfunctions.core import new_id, run_every, stop_task
+from openfunctions.core.records import Entry, FileRecordLog, entries
 
 from . import _task_records as rec
 from ._task_records import TaskState
@@ -77,10 +78,8 @@ class TaskStore(Protocol):
 
 
 def fold(records: list[Record]) -> dict[str, TaskState]:
-    tasks: dict[str, TaskState] = {}
-    for type_, data in records:
-        rec.apply(tasks, type_, data)
-    return tasks
+    """``(type, data)`` records (a database's rows, a record not stored yet) folded by the task stream."""
+    return rec.TASKS.fold(entries(records))
 
 
 #: ``plan(task)`` at recovery: ``(True, None)`` re-run it; ``(False, why)`` settle it failed, ``why`` (or ``None``:
@@ -151,17 +150,26 @@ async def recovery_records(
 
 
 class FileTaskStore:
-    """The task journal file (``None``: memory only, a server without a journal)."""
+    """The task journal file (``None``: memory only, a server without a journal).
+
+    The file is the core record stream :data:`~._task_records.TASKS` (``core.records.FileRecordLog``):
+    one process owns it, its live fold is :attr:`tasks`, and a compaction re-writes the live tasks.
+    """
 
     shared = False
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
-        self.tasks: dict[str, TaskState] = {}
-        self.log: Any = None  # core JournalLog, opened with the first record (or at open)
+        self.log: FileRecordLog[dict[str, TaskState]] | None = None  # opened with the first record (or at open)
+        self._memory: dict[str, TaskState] = {}  # the fold while no file is open
         self._opening = asyncio.Lock()
         #: Tasks recovery decided to re-run (their ``rerun_of`` record is written): the server starts their calls.
         self.reruns: list[TaskState] = []
+
+    @property
+    def tasks(self) -> dict[str, TaskState]:
+        """Task id -> state: the live fold of the records (less the expired tasks forgotten since)."""
+        return self.log.state if self.log is not None else self._memory
 
     async def open(self, *, recovered_receipts: Mapping[str, Any],
                    find_receipts: Callable[[set[str]], Awaitable[dict[str, Any]]],
@@ -177,11 +185,10 @@ class FileTaskStore:
         """
         if self.path is None or not os.path.lexists(self.path):
             return []
-        tasks: dict[str, TaskState] = {}
-        await self._open_log(lambda r: rec.apply(tasks, r.type, r.data))
-        now = rec.now_ms()
-        self.tasks = {k: t for k, t in tasks.items() if not t.expired(now)}
+        await self._open_log()
+        assert self.log is not None
         try:
+            self._prune()
             unsettled = [t for t in self.tasks.values() if not t.terminal]
             decided = {t.task_id: plan(t) if plan is not None else (False, None) for t in unsettled}
             rerun = [t for t in unsettled if decided[t.task_id][0]]
@@ -191,42 +198,20 @@ class FileTaskStore:
                 records = await recovery_records(failed, recovered_receipts, find_receipts, write_receipt, notes)
                 records += await rerun_records(rerun, recovered_receipts, find_receipts)
                 await self.log.append_many(records)
-                for type_, data in records:
-                    rec.apply(self.tasks, type_, data)
                 log.warning("tasks_recovered", failed=len(failed), rerun=len(rerun), path=str(self.path))
-                self.reruns = [self.tasks[t.task_id] for t in rerun]
             if self.log.size > ROTATE_BYTES:
-                await self._compact()
+                # the live tasks only: what expired is left to the segment (retention)
+                await self.log.compact(kept=len(self.tasks))
+            self.reruns = [self.tasks[t.task_id] for t in rerun]
         except BaseException:
             await self.log.close()
             self.log = None
             raise
         return [t.task_id for t in unsettled]
 
-    async def _open_log(self, on_record: Callable[[Any], None] | None = None) -> None:
-        from openfunctions.core.journal import JournalLog
-
+    async def _open_log(self) -> None:
         assert self.path is not None
-        self.log = await JournalLog.open(self.path, kind=rec.KIND, on_record=on_record)
-
-    async def _compact(self) -> None:
-        """Close the file as a segment and re-write only the live tasks into the new one."""
-        await self.log.rotate(meta={"compacted": True})
-        records: list[Record] = []
-        for t in self.tasks.values():
-            records.append(rec.created(
-                t.task_id, principal=t.principal, tool=t.tool, receipt_id=t.receipt_id, ttl_ms=t.ttl_ms,
-                poll_interval_ms=t.poll_interval_ms, arguments=t.arguments, scopes=t.scopes,
-                created_at=t.created_at, expires_at_ms=t.expires_at_ms))
-            if t.rerun:  # keeps it from being re-run a second time, and names the call it replaced
-                records.append(rec.status(t.task_id, rec.WORKING, message=t.message, rerun_of=t.rerun_of,
-                                          receipt_id=t.receipt_id))
-            if t.terminal:
-                records.append(rec.settled(t.task_id, t.status, message=t.message, result=t.result,
-                                           result_artifact=t.result_artifact, result_sha256=t.result_sha256,
-                                           result_size=t.result_size, error=t.error, receipt=t.receipt,
-                                           certainty=t.certainty, recovered=t.recovered))
-        await self.log.append_many(records)
+        self.log = await FileRecordLog.open(rec.TASKS, self.path)
 
     async def record(self, type_: str, data: dict[str, Any]) -> bool:
         if type_ == rec.CREATED and len(self.tasks) % 256 == 255:
@@ -236,15 +221,17 @@ class FileTaskStore:
                 if self.log is None and self.path is not None:
                     await self._open_log()  # the first task of a data dir that had none
         if self.log is not None:
-            await self.log.append(type_, data)
-        rec.apply(self.tasks, type_, data)
+            await self.log.append(type_, data)  # durable, then folded
+        else:
+            rec.TASKS.apply(self._memory, Entry(type_, data))
         return True
 
     def _prune(self) -> None:
         """Forget tasks past their TTL (their records stay in the journal until compaction)."""
         now = rec.now_ms()
-        for task_id in [k for k, t in self.tasks.items() if t.expired(now)]:
-            del self.tasks[task_id]
+        tasks = self.tasks
+        for task_id in [k for k, t in tasks.items() if t.expired(now)]:
+            del tasks[task_id]
 
     async def get(self, task_id: str) -> TaskState | None:
         return self.tasks.get(task_id)
@@ -262,8 +249,9 @@ class FileTaskStore:
     async def close(self) -> None:
         self.path = None  # nothing is recorded after close (a late record stays in memory)
         if self.log is not None:
-            await self.log.close()
-            self.log = None
+            log_, self.log = self.log, None
+            self._memory = log_.state
+            await log_.close()
 
 
 class DatabaseTaskStore:
@@ -272,7 +260,7 @@ class DatabaseTaskStore:
     shared = True
 
     def __init__(self, task_log: Any, journal: Any) -> None:
-        self.task_log = task_log  # openfunctions.store.PgTaskLog
+        self.task_log = task_log  # servers/_pg_tasks.py's PgTaskLog
         self.journal = journal  # openfunctions.store.PgExecutionJournal: liveness, receipts
         self._sweeper: asyncio.Task[None] | None = None
         self._sweeping = asyncio.Lock()

@@ -1,8 +1,10 @@
 """``serve --profile work|all --database URL``: the work controller's lease, attempts and grants in PostgreSQL.
 
-The rows are the store package's (``openfunctions.store.pg_work_backend``;
-schema and promises at the top of ``store/_pg_work.py``); the work package
-takes them through its ``WorkBackend`` interface and never imports store.
+The rows are the work package's own (``work/_pg.py``: schema and promises at
+its top); this module composes them with what lives in the store package's
+tables, which work does not import: the execution journals' receipts that
+recovery settles interrupted operations from (``settled_pg_receipts``) and
+the database artifact store (``open_pg_artifact_store``).
 Every replica serving ``--profile work`` on one database uses one work space
 (:data:`WORK_SPACE`): a controller takes the lease for each lifecycle call,
 so an attempt started through one replica continues through any other, and
@@ -23,22 +25,19 @@ from __future__ import annotations
 
 from typing import Any
 
-#: the one work space every replica of a deployment shares
-WORK_SPACE = "work"
+from openfunctions.work._pg import DEFAULT_SPACE
+
+#: the one work space every replica of a deployment shares: work's default, the one ``grant|work --database`` open
+WORK_SPACE = DEFAULT_SPACE
 
 
 def database_work_backend(url: str, *, lease_ttl: float) -> Any:
     """The shared ``WorkBackend`` in the database at ``url``, with its artifacts (connected and checked at start)."""
-    from openfunctions.store import pg_work_backend
+    from openfunctions.store import open_pg_artifact_store, settled_pg_receipts
+    from openfunctions.work._pg import pg_work_backend
 
-    return pg_work_backend(url, WORK_SPACE, ttl=lease_ttl, artifacts=True)
-
-
-async def open_database_work(url: str) -> Any:
-    """The opened backend ``openfunctions-mcp grant|work ... --database URL`` use (grants; attempts and the inbox)."""
-    from openfunctions.store import open_pg_work
-
-    return await open_pg_work(url, WORK_SPACE)
+    return pg_work_backend(url, WORK_SPACE, ttl=lease_ttl, artifacts=open_pg_artifact_store,
+                           receipts=settled_pg_receipts)
 
 
-__all__ = ["WORK_SPACE", "database_work_backend", "open_database_work"]
+__all__ = ["WORK_SPACE", "database_work_backend"]

@@ -299,22 +299,13 @@ _CONTRIBUTED = {
     "plugins": ("openfunctions.plugins.cli", "list the installed plugins (tools, providers, skills, prompts)"),
     "test": ("openfunctions.servers.tool_tests_cli", "run the tests your tools carry, through the executor"),
     "ui": ("openfunctions.ui.cli", "browse runs, receipts, attempts, tasks and conversations in a local web page"),
+    "engine": ("openfunctions.engine.cli", "run an agent session over stdin/stdout JSONL, or one task headless (run, review, subrun)"),
 }
 
 
 def _add_contributed(sub: Any, name: str) -> None:
     module, _ = _CONTRIBUTED[name]
     mod = import_module(module)
-    if name in ("grant", "work"):  # --database: work takes the PostgreSQL backend by injection (servers/_work_database.py)
-        from openfunctions.work import cli as work_cli
-
-        from ._work_database import open_database_work
-
-        work_cli.DATABASE_BACKEND = open_database_work
-    if name == "db":  # db verify folds workflow run rows with the workflows' own fold (the store sits below them)
-        from openfunctions.workflows.cli import check_run_records
-
-        mod.WORKFLOW_FOLD = check_run_records
     mod.add_commands(sub)
 
 
@@ -527,17 +518,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(profile=args.profile, data_dir=args.data_dir, catalog=args.catalog, keep=args.keep)
 
 
-_DATABASE_SCHEMES = ("postgresql://", "postgres://")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0].split("=", 1)[0] not in _TOP_LEVEL_OPTIONS):
         argv = ["serve", *argv]  # the bare command serves: `openfunctions-mcp --profile work` is `serve --profile work`
-    if argv[:2] == ["journal", "verify"] and len(argv) > 2 and argv[2].startswith(_DATABASE_SCHEMES):
-        # core's journal CLI reads files and may not import store: a journal in PostgreSQL is verified
-        # by `db verify`, which checks the same seq, checksums and chain
-        argv = ["db", "verify", "--database", argv[2], *argv[3:]]
     # Import a contributed sub-CLI only when its command is the one given (no top-level option takes a value).
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(load=(command,) if command in _CONTRIBUTED else ())

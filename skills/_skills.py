@@ -35,11 +35,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import structlog
+from pydantic import Field
 
-from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, define_tool
+from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolError, tool
 
 from ._frontmatter import FrontmatterError, split_frontmatter
 
@@ -215,33 +216,26 @@ def skills_prompt(skills: SkillSet, *, tool: str = "skill_load") -> str:
 def skill_tools(skills: SkillSet) -> list[ToolDefinition]:
     """``skill_list`` and ``skill_load``: the agent's way to find and load a skill on demand."""
 
-    def list_skills(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        tag = p.get("tag")
+    common: dict[str, Any] = {"capability": {"effect": "read", "parallel_safe": True},
+                              "annotations": {"read_only_hint": True, "open_world_hint": False},
+                              "tags": ("skills",), "blocking": False, "output_schema": None}
+
+    @tool("skill_list", **common)
+    def list_skills(tag: Annotated[str, Field(max_length=64)] | None = None) -> dict[str, Any]:
+        """List the skills (instruction sets for particular tasks) you can load with skill_load."""
         rows = [s.summary() for s in skills if tag is None or tag in s.tags]
         return {"count": len(rows), "skills": [{k: r[k] for k in ("name", "description", "tags")} for r in rows]}
 
-    def load(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    @tool("skill_load", **common)
+    def load(name: Annotated[str, Field(min_length=1, max_length=64)]) -> dict[str, Any]:
+        """Load a skill's instructions by name (see skill_list); follow them for the task."""
         try:
-            s = skills.get(p["name"])
+            s = skills.get(name)
         except SkillError as exc:
             raise ToolError(exc.message, code=exc.code, refused=True) from None
         return {"name": s.name, "description": s.description, "tags": list(s.tags), "instructions": s.body}
 
-    cap = {"effect": "read", "parallel_safe": True}
-    ann = {"read_only_hint": True, "open_world_hint": False}
-    return [
-        define_tool(name="skill_list", handler=list_skills, capability=cap, annotations=ann, tags=("skills",),
-                    blocking=False,
-                    description="List the skills (instruction sets for particular tasks) you can load with skill_load.",
-                    input_schema={"type": "object", "properties": {"tag": {"type": "string", "maxLength": 64}},
-                                  "additionalProperties": False}),
-        define_tool(name="skill_load", handler=load, capability=cap, annotations=ann, tags=("skills",),
-                    blocking=False,
-                    description="Load a skill's instructions by name (see skill_list); follow them for the task.",
-                    input_schema={"type": "object", "properties": {"name": {"type": "string", "minLength": 1,
-                                                                            "maxLength": 64}},
-                                  "required": ["name"], "additionalProperties": False}),
-    ]
+    return [list_skills, load]
 
 
 def install_skill_prompts(server: Any, skills: SkillSet) -> None:

@@ -1,7 +1,7 @@
 """openfunctions.store: one async key-value interface, two backends, and embedders.
 
-- :func:`create_store` (local: a journal in ``<data_dir>/store/<name>/``,
-  crash-safe, one owning process) and :func:`create_pg_store` (PostgreSQL
+- :func:`open_local_store` (local: a journal in ``<data_dir>/store/<name>/``,
+  crash-safe, one owning process) and :func:`open_pg_store` (PostgreSQL
   through a psycopg 3 pool; schema created and migrated by the store).
 - :func:`open_store` picks one from a URL (``postgresql://...``) or a data dir.
 - Embedders (:class:`LexicalEmbedder`, the dependency-free default;
@@ -10,7 +10,7 @@
 
 Usage::
 
-    store = await create_store("notes")                 # <cwd>/.data/store/notes/
+    store = await open_local_store("notes")                 # <cwd>/.data/store/notes/
     e = await store.put("a", {"n": 1})                  # durable when it returns
     await store.compare_and_set("a", e.version, {"n": 2})
     async with store.transaction() as tx:
@@ -24,7 +24,9 @@ See docs/STATE.md.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from openfunctions.core.deprecation import renamed
 
 from ._api import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, Entry, Store, Transaction
 from ._embed import Embedder, LexicalEmbedder, MiniLMEmbedder, create_embedder
@@ -43,10 +45,10 @@ from ._errors import (
     StoreUnsafe,
     ValueTooLarge,
 )
-from ._local import LocalStore, create_store, default_data_dir
+from ._local import LocalStore, default_data_dir, open_local_store
 from ._migrations import SchemaOutOfDate
 from ._migrations import migrate as migrate_database
-from ._pg import PgStore, apply_migrations, create_pg_store, database_sweep_interval, open_pool, redact_dsn
+from ._pg import PgStore, apply_migrations, database_sweep_interval, open_pg_store, open_pool, redact_dsn
 from ._pg_artifacts import PgArtifactStore, open_pg_artifact_store
 from ._pg_journal import (
     DuplicateReceipt,
@@ -57,18 +59,6 @@ from ._pg_journal import (
     verify_pg_journal,
 )
 from ._pg_keylocks import PgKeyLocks
-from ._pg_runs import PgRunLog, open_pg_run_log
-from ._pg_tasks import PgTaskLog, open_pg_task_log
-from ._pg_work import (
-    PgAttemptLog,
-    PgGrantStore,
-    PgLeaseStore,
-    migrate_work,
-    open_pg_work,
-    pg_work_backend,
-    verify_pg_work,
-)
-from ._pg_workflows import PgWorkflowLog, open_pg_workflow_log, read_pg_workflow_records
 from ._tools import guard, obj, state_tool
 
 
@@ -78,23 +68,32 @@ def is_database_url(url: Any) -> bool:
 
 async def open_store(name: str, *, url: str | None = None, data_dir: str | os.PathLike[str] | None = None,
                      max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Store:
-    """``create_pg_store(name, url)`` for a ``postgresql://`` URL, else ``create_store(name, data_dir)``."""
+    """``open_pg_store(name, url)`` for a ``postgresql://`` URL, else ``open_local_store(name, data_dir)``."""
     if url:
         if not is_database_url(url):
             raise StoreUnsafe(f"--store expects a postgresql:// URL, got {redact_dsn(url)!r}")
-        return await create_pg_store(name, url, max_value_bytes=max_value_bytes)
-    return await create_store(name, data_dir, max_value_bytes=max_value_bytes)
+        return await open_pg_store(name, url, max_value_bytes=max_value_bytes)
+    return await open_local_store(name, data_dir, max_value_bytes=max_value_bytes)
 
 
 __all__ = [
     "Conflict", "DEFAULT_MAX_VALUE_BYTES", "Embedder", "EmbedderFailed", "Entry", "InvalidKey", "InvalidValue", "LexicalEmbedder",
     "LocalStore", "MAX_KEY_BYTES", "MiniLMEmbedder", "OpenAIEmbedder", "PgStore", "SchemaTooNew", "Store", "StoreClosed",
     "StoreCorrupt", "StoreError", "StoreFailed", "StoreLocked", "StoreUnavailable", "StoreUnsafe", "Transaction",
-    "ValueTooLarge", "apply_migrations", "create_embedder", "create_pg_store", "create_store", "default_data_dir",
+    "ValueTooLarge", "apply_migrations", "create_embedder", "open_pg_store", "open_local_store", "default_data_dir",
     "guard", "is_database_url",
     "DuplicateReceipt", "JournalUnavailable", "PgExecutionJournal", "PgKeyLocks", "SchemaOutOfDate", "migrate_database", "open_pg_journal",
-    "verify_pg_journal", "settled_pg_receipts", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "migrate_work", "open_pg_work", "pg_work_backend", "verify_pg_work",
-    "PgTaskLog", "open_pg_task_log", "PgArtifactStore",
-    "open_pg_artifact_store", "database_sweep_interval", "PgRunLog", "open_pg_run_log", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
-    "PgWorkflowLog", "open_pg_workflow_log", "read_pg_workflow_records",
+    "verify_pg_journal", "settled_pg_receipts",
+    "PgArtifactStore",
+    "open_pg_artifact_store", "database_sweep_interval", "obj", "open_pool", "open_store", "redact_dsn", "state_tool",
 ]
+
+
+# Old names of renamed functions, kept for one release outside __all__: each use warns (core/deprecation.py).
+_RENAMED = {"create_store": "open_local_store", "create_pg_store": "open_pg_store"}
+
+if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
+    def __getattr__(name: str) -> Any:
+        if name in _RENAMED:
+            return renamed(__name__, name, _RENAMED[name])
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -142,7 +142,7 @@ class Transaction(abc.ABC):
 
 
 class Store(abc.ABC):
-    """The async key-value interface (``create_store`` and ``create_pg_store`` return one)."""
+    """The async key-value interface (``open_local_store`` and ``open_pg_store`` return one)."""
 
     name: str
     backend: str  # "local" | "postgresql"

@@ -135,7 +135,8 @@ class MiniLMEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         out = self._model.encode(list(texts), batch_size=self._batch, normalize_embeddings=True,
                                  show_progress_bar=False, convert_to_numpy=True)
-        return out.tolist()
+        vectors: list[list[float]] = out.tolist()
+        return vectors
 
 
 def create_embedder(spec: Any = None) -> Any:

@@ -152,7 +152,7 @@ class OpenAIEmbedder:
 
 
 def _backoff(attempt: int) -> float:
-    return min(8.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+    return min(8.0, 0.5 * 2.0 ** (attempt - 1)) * (0.5 + random.random() / 2)
 
 
 def _retry_after(headers: Any) -> float | None:

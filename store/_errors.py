@@ -8,26 +8,16 @@ before retrying). Tool handlers pass it on as ``ToolError(effect_happened=...)``
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from openfunctions.core import OpenFunctionsError
+from openfunctions.core.errors import PersistenceError
+from openfunctions.core.postgres import SchemaTooNew  # every component's refusal of a newer schema, one class
 
 Certainty = Literal["known", "unknown"]
 
 
-class StoreError(OpenFunctionsError):
+class StoreError(PersistenceError):
     code = "store_error"
-    certainty: Certainty = "known"
-
-    def __init__(self, message: str, *, certainty: Certainty | None = None, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message, details=details)
-        if certainty is not None:
-            self.certainty = certainty
-
-    @property
-    def effect_happened(self) -> bool | None:
-        """``False`` when nothing was written, ``None`` when nobody can tell."""
-        return False if self.certainty == "known" else None
 
 
 class InvalidKey(StoreError):
@@ -87,12 +77,6 @@ class StoreFailed(StoreError):
 
 class StoreClosed(StoreError):
     code = "store_closed"
-
-
-class SchemaTooNew(StoreError):
-    """The database's schema version is newer than this code knows: refuse rather than guess."""
-
-    code = "store_schema_too_new"
 
 
 __all__ = [

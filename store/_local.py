@@ -216,7 +216,7 @@ class LocalStore(Store):
     backend = "local"
 
     def __init__(self, name: str, directory: Path, max_value_bytes: int, *,
-                 compact_min_records: int = COMPACT_MIN_RECORDS, compact_ratio: float = COMPACT_RATIO) -> None:  # use create_store
+                 compact_min_records: int = COMPACT_MIN_RECORDS, compact_ratio: float = COMPACT_RATIO) -> None:  # use open_local_store
         if not isinstance(compact_min_records, int) or compact_min_records < 0:
             raise StoreUnsafe(f"compact_min_records must be an integer >= 0, got {compact_min_records!r}")
         if not isinstance(compact_ratio, (int, float)) or not compact_ratio >= 1.0:
@@ -255,8 +255,9 @@ class LocalStore(Store):
         self = cls(name, directory, max_value_bytes, compact_min_records=compact_min_records, compact_ratio=compact_ratio)
         await anyio.to_thread.run_sync(self._lock_dir)
         try:
-            self._log, self._state = await anyio.to_thread.run_sync(self._open_log, True)
-            hmeta = self._log.header.meta or {}
+            log, self._state = await anyio.to_thread.run_sync(self._open_log, True)
+            self._log = log
+            hmeta = log.header.meta or {}
             if not isinstance(hmeta.get("format", FORMAT), int) or hmeta.get("format", FORMAT) > FORMAT:
                 raise StoreCorrupt(f"store {name!r} was written in format {hmeta.get('format')!r}; this code reads {FORMAT}")
             self._refresh()
@@ -308,7 +309,8 @@ class LocalStore(Store):
         tmp = self.directory / (JOURNAL_NAME + ".compact")
         state = self._state
         snapshot = [("put", {"k": e.key, "v": e.value, "ver": e.version, "at": e.updated_at}) for e in state.data.values()]
-        base_records, tail = state.records, []
+        base_records = state.records
+        tail: list[tuple[str, dict[str, Any]]] = []
         self._tail = tail
         new: JournalLog | None = None
         switched = False
@@ -639,7 +641,7 @@ def _unlink_quietly(path: Path) -> None:
             pass
 
 
-async def create_store(name: str, data_dir: str | os.PathLike[str] | None = None, *,
+async def open_local_store(name: str, data_dir: str | os.PathLike[str] | None = None, *,
                        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, compact_min_records: int = COMPACT_MIN_RECORDS,
                        compact_ratio: float = COMPACT_RATIO) -> LocalStore:
     """Open (creating if absent) the local store ``name``.
@@ -656,4 +658,4 @@ async def create_store(name: str, data_dir: str | os.PathLike[str] | None = None
                                  compact_min_records=compact_min_records, compact_ratio=compact_ratio)
 
 
-__all__ = ["LocalStore", "create_store", "default_data_dir", "store_dir"]
+__all__ = ["LocalStore", "open_local_store", "default_data_dir", "store_dir"]

@@ -35,9 +35,15 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
-
+from openfunctions.core import postgres as _postgres
 from openfunctions.core import redact_dsn
+from openfunctions.core.postgres import (  # the plumbing every PostgreSQL backend shares
+    DatabaseUnavailable,
+    apply_migrations,
+    database_error,
+    drop_dead_connections,
+    load_psycopg,
+)
 
 from ._api import (
     DEFAULT_LIST_LIMIT,
@@ -52,7 +58,7 @@ from ._api import (
     encode_value,
     prefix_end,
 )
-from ._errors import Conflict, SchemaTooNew, StoreClosed, StoreError, StoreUnavailable, StoreUnsafe
+from ._errors import Conflict, StoreClosed, StoreError, StoreUnavailable, StoreUnsafe
 
 #: Seconds between sweeps for replicas that died (their unsettled calls are settled ``unknown``, their tasks
 #: ``failed``, their agent runs ``interrupted``, and cancel marks or answers whose notification this replica missed
@@ -99,124 +105,31 @@ MIGRATIONS: list[Sequence[str]] = [
 
 
 def _psycopg() -> tuple[Any, Any]:
+    """``(psycopg, psycopg_pool)`` (``core/postgres.py``), missing -> :class:`StoreUnavailable`."""
     try:
-        import psycopg
-        import psycopg_pool
-    except ImportError:
-        raise StoreUnavailable(
-            "the PostgreSQL store needs psycopg 3 and psycopg_pool: pip install 'openfunctions-mcp[postgres]'"
-        ) from None
-    return psycopg, psycopg_pool
-
-
-def distinct_spaces(dsn: str, table: str, column_sql: str) -> list[str]:
-    """The values of ``column_sql`` in ``table``, sorted (none if ``table`` does not exist yet).
-
-    For the ``list_*_spaces`` helpers of the work and workflow components: a database where a
-    component was never migrated simply has no spaces of it. ``table`` and ``column_sql`` are
-    code constants, never caller input.
-    """
-    psycopg, _ = _psycopg()
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]:
-            return []
-        return [r[0] for r in conn.execute(f"SELECT {column_sql} FROM {table} ORDER BY space")]
+        return load_psycopg()
+    except DatabaseUnavailable as exc:
+        raise StoreUnavailable(exc.message) from None
 
 
 def _ts(value: _dt.datetime) -> str:
     return value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-async def apply_migrations(conn: Any, component: str, migrations: Sequence[Sequence[str]]) -> int:
-    """Bring ``component``'s schema to ``len(migrations)`` inside one transaction.
-
-    Creates ``of_schema`` if absent. Holds an advisory lock for the
-    transaction, so concurrent openers wait and then find the work done.
-    Raises :class:`SchemaTooNew` if the database is ahead of this code.
-    Returns the version found before migrating.
-    """
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('openfunctions.schema'))")
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS of_schema (component text PRIMARY KEY, version integer NOT NULL, "
-            "migrated_at timestamptz NOT NULL DEFAULT now())"
-        )
-        cur = await conn.execute("SELECT version FROM of_schema WHERE component = %s", (component,))
-        row = await cur.fetchone()
-        found = row[0] if row else 0
-        if found > len(migrations):
-            raise SchemaTooNew(
-                f"the database's {component!r} schema is version {found}; this code knows up to {len(migrations)}: "
-                "upgrade openfunctions-mcp (refusing to guess at a newer schema)",
-                details={"component": component, "found": found, "known": len(migrations)},
-            )
-        for step in migrations[found:]:
-            for sql in step:
-                await conn.execute(sql)
-        if found < len(migrations):
-            await conn.execute(
-                "INSERT INTO of_schema (component, version) VALUES (%s, %s) ON CONFLICT (component) "
-                "DO UPDATE SET version = EXCLUDED.version, migrated_at = now()",
-                (component, len(migrations)),
-            )
-        return found
-
-
-async def drop_dead_connections(pool: Any) -> None:
-    """After a connection failed: have the pool check its idle connections (a restarted server breaks them all).
-
-    Bounded (5 s) and never raising: the caller reports its own failure; the pool reconnects on the next loan.
-    Every PostgreSQL store of this package calls it (through :func:`connection_or`, or directly).
-    """
-    with anyio.move_on_after(5):
-        try:
-            await pool.check()
-        except Exception:
-            pass
-
-
-@asynccontextmanager
-async def connection_or(pool: Any, connection: Any, errors: Any, fail: Any) -> AsyncIterator[Any]:
-    """Enter ``connection`` (a pooled connection's context manager); a database error in the block (one of
-    ``errors``) raises ``fail(exc)`` instead, after the pool drops its dead connections.
-
-    The one shape of every PostgreSQL store's call: each names its own error (``fail``) and certainty.
-    """
-    try:
-        async with connection as conn:
-            yield conn
-    except errors as exc:
-        await drop_dead_connections(pool)
-        raise fail(exc) from None
-
-
 async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 10.0) -> Any:
-    """An opened ``AsyncConnectionPool`` of autocommit connections.
-
-    Connections are not checked before each loan (that would double every
-    call's round trips, measured in bench/bench_store.py); instead a call
-    that fails on a broken connection has the pool check all its idle
-    connections (:meth:`PgStore._lost`), so the next call gets a live one.
-    """
-    _, psycopg_pool = _psycopg()
+    """``core.postgres.open_pool`` with the store's errors (no DSN: :class:`StoreUnsafe`; unreachable:
+    :class:`StoreUnavailable`)."""
     if not isinstance(dsn, str) or not dsn:
         raise StoreUnsafe("a PostgreSQL DSN (postgresql://...) is required")
-    pool = psycopg_pool.AsyncConnectionPool(
-        dsn, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
-        kwargs={"autocommit": True}, name="openfunctions",
-    )
-    try:
-        await pool.open(wait=True, timeout=timeout)
-    except Exception as exc:
-        await pool.close()
-        raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {exc}") from None
-    return pool
+    _psycopg()
+    return await _postgres.open_pool(dsn, min_size=min_size, max_size=max_size, timeout=timeout,
+                                     unavailable=StoreUnavailable)
 
 
 class PgStore(Store):
     backend = "postgresql"
 
-    def __init__(self, name: str, pool: Any, max_value_bytes: int, owns_pool: bool, dsn: str) -> None:  # use create_pg_store
+    def __init__(self, name: str, pool: Any, max_value_bytes: int, owns_pool: bool, dsn: str) -> None:  # use open_pg_store
         self.name = name
         self.max_value_bytes = max_value_bytes
         self.pool = pool
@@ -242,12 +155,8 @@ class PgStore(Store):
         await drop_dead_connections(self.pool)
 
     def _unavailable(self, exc: BaseException, write: bool) -> StoreUnavailable:
-        what = "the write may or may not have committed: read the key before retrying" if write else "nothing was changed"
-        return StoreUnavailable(
-            f"store {self.name!r}: PostgreSQL at {self._where} failed mid-call ({type(exc).__name__}: "
-            f"{str(exc).strip() or 'connection lost'}); {what}. The next call reconnects.",
-            certainty="unknown" if write else "known",
-        )
+        return database_error(exc, StoreUnavailable, f"store {self.name!r}: PostgreSQL at {self._where} failed mid-call",
+                              write=write)
 
     async def _run(self, sql: str, params: tuple[Any, ...], *, write: bool, fetch: str = "one") -> Any:
         """One autocommit statement on a connection from the hot list (else the pool).
@@ -274,8 +183,8 @@ class PgStore(Store):
             if conn is not None:
                 await self.pool.putconn(conn)  # the pool checks it and replaces a broken one
             if isinstance(exc, self._pool_timeout):
-                raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})",
-                                       certainty="known") from None
+                raise database_error(exc, StoreUnavailable, f"store {self.name!r}: no PostgreSQL connection at "
+                                     f"{self._where}", write=write) from None
             if isinstance(exc, self._db_errors):
                 await self._lost()
                 raise self._unavailable(exc, write) from None
@@ -390,7 +299,8 @@ class PgStore(Store):
                     yield _PgTransaction(self, conn)
                     committing = True
         except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailable(f"store {self.name!r}: no PostgreSQL connection at {self._where} ({exc})") from None
+            raise database_error(exc, StoreUnavailable, f"store {self.name!r}: no PostgreSQL connection at "
+                                 f"{self._where}", write=True) from None
         except self._serialization as exc:
             raise Conflict(f"transaction on store {self.name!r} lost a race ({type(exc).__name__}); nothing was "
                            "written: run it again", details={"sqlstate": getattr(exc, "sqlstate", None)}) from None
@@ -447,7 +357,7 @@ def _has_surrogate(s: str) -> bool:
     return any(0xD800 <= ord(c) <= 0xDFFF for c in s)
 
 
-async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None,
+async def open_pg_store(name: str, dsn: str | None = None, *, pool: Any = None,
                           max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES, max_connections: int = 8,
                           timeout: float = 10.0) -> PgStore:
     """Open the store ``name`` in PostgreSQL (creating or migrating the schema).
@@ -461,7 +371,7 @@ async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None
     owns = pool is None
     if pool is None:
         if dsn is None:
-            raise StoreUnsafe("create_pg_store needs dsn= (postgresql://...) or pool=")
+            raise StoreUnsafe("open_pg_store needs dsn= (postgresql://...) or pool=")
         pool = await open_pool(dsn, max_size=max_connections, timeout=timeout)
     try:
         psycopg, _ = _psycopg()
@@ -477,4 +387,4 @@ async def create_pg_store(name: str, dsn: str | None = None, *, pool: Any = None
     return PgStore(name, pool, max_value_bytes, owns, dsn or "")
 
 
-__all__ = ["PgStore", "apply_migrations", "create_pg_store", "open_pool", "redact_dsn", "StoreError"]
+__all__ = ["PgStore", "apply_migrations", "open_pg_store", "open_pool", "redact_dsn", "StoreError"]

@@ -76,8 +76,10 @@ from openfunctions.artifacts import (
     record_bytes,
 )
 from openfunctions.core import utc_timestamp
+from openfunctions.core.postgres import connection_or, database_error, open_checked
 
-from ._pg import _psycopg, connection_or, redact_dsn
+from ._errors import StoreUnavailable
+from ._pg import _psycopg, redact_dsn
 
 COMPONENT = "artifacts"
 
@@ -118,8 +120,7 @@ class PgArtifactStore:
         self.where = redact_dsn(dsn)
         self._owns_pool = owns_pool
         self._verified: dict[str, str] = {}  # sha256 hex -> the blob row's xmin whose bytes were checked
-        psycopg, _ = _psycopg()
-        self._db_errors = (psycopg.OperationalError, psycopg.InterfaceError)
+        _psycopg()  # psycopg missing: refused here, named
 
     def __repr__(self) -> str:
         return f"PgArtifactStore({self.where!r}, name={self.name!r}, quota_bytes={self.quota_bytes})"
@@ -132,10 +133,9 @@ class PgArtifactStore:
         breaks them all), so the next call gets a working one.
         """
         def fail(exc: BaseException) -> Exception:
-            return ArtifactStoreFailed(f"{what}: PostgreSQL at {self.where} failed ({type(exc).__name__}: "
-                                       f"{str(exc).strip()[:300] or 'connection lost'})")
+            return database_error(exc, ArtifactStoreFailed, f"{what}: PostgreSQL at {self.where} failed", write=True)
 
-        async with connection_or(self.pool, self.pool.connection(), self._db_errors, fail) as conn:
+        async with connection_or(self.pool, self.pool.connection(), fail) as conn:
             yield conn
 
     # -- put ----------------------------------------------------------------------------
@@ -248,11 +248,9 @@ class PgArtifactStore:
 async def open_pg_artifact_store(dsn: str, name: str = "default", *, quota_bytes: int = DEFAULT_QUOTA_BYTES,
                                  pool: Any = None, max_connections: int = 4, timeout: float = 10.0) -> PgArtifactStore:
     """The artifact store ``name`` at ``dsn``; refuses an ``artifacts`` schema other than this code's."""
-    from ._pg_rows import open_checked
-
     return await open_checked(dsn, COMPONENT, lambda p, owns: PgArtifactStore(dsn, name, p, owns, quota_bytes),
                               pool=pool, max_connections=max_connections, timeout=timeout,
-                              close=PgArtifactStore.aclose)
+                              close=PgArtifactStore.aclose, unavailable=StoreUnavailable)
 
 
 __all__ = ["MIGRATIONS", "PgArtifactStore", "open_pg_artifact_store"]

@@ -96,12 +96,11 @@ import structlog
 
 from openfunctions.core import OpenFunctionsError, canonical_json, new_id, run_every, stop_task, utc_timestamp
 from openfunctions.core.journal import recovered_receipt
+from openfunctions.core.postgres import PgInstance, check_schema, database_error, drop_dead_connections
 
 from ._errors import StoreError, StoreUnavailable
-from ._migrations import COMPONENT, check_schema
-from ._pg import _psycopg, drop_dead_connections, redact_dsn
-from ._pg_instances import PgInstance
-from ._pg_journal_schema import APPEND, RECEIPTS_INDEX, REFUSAL
+from ._pg import _psycopg, redact_dsn
+from ._pg_journal_schema import APPEND, COMPONENT, RECEIPTS_INDEX, REFUSAL
 
 log = structlog.get_logger("openfunctions.store.journal")
 
@@ -156,7 +155,7 @@ class PgExecutionJournal:
         self.where = redact_dsn(dsn)
         #: Receipts this open wrote for dead instances' unsettled starts.
         self.recovered: list[Any] = []
-        self._live = PgInstance(dsn, name)  # this process's registration (store/_pg_instances.py)
+        self._live = PgInstance(dsn, name)  # this process's registration (core/postgres.py)
         self._header: str | None = None  # the journal's header (of_journals.header), read at open
         #: The stream this process appends to (its instance id once the stream row exists; None before).
         self.stream: str | None = None
@@ -263,7 +262,11 @@ class PgExecutionJournal:
         async def once() -> None:
             if self.instance is None or self._closed:
                 return
-            found = await self.sweep()
+            try:
+                found = await self.sweep()
+            except Exception:
+                await drop_dead_connections(self.pool)  # a restarted server: the next sweep gets live connections
+                raise
             if found:
                 log.warning("journal_recovered_dead_replica", journal=self.name, receipts=len(found),
                             hint="calls of a server that died were settled unknown (not re-run)")
@@ -362,12 +365,9 @@ class PgExecutionJournal:
                 pass
 
     def _unavailable(self, exc: BaseException, committing: bool) -> JournalUnavailable:
-        what = ("the append may or may not have committed" if committing
-                else "nothing was written (no connection)")
-        return JournalUnavailable(
-            f"journal {self.name!r}: PostgreSQL at {self.where} failed mid-append ({type(exc).__name__}: "
-            f"{str(exc).strip() or 'connection lost'}); {what}. The next append reconnects.",
-            certainty="unknown" if committing else "known")
+        """``committing``: the append reached the server (it may have committed); before that nothing was written."""
+        return database_error(exc, JournalUnavailable, f"journal {self.name!r}: PostgreSQL at {self.where} failed "
+                              "mid-append", write=committing)
 
     async def _append(self, type: str, data: dict[str, Any], receipt_id: str | None, *,
                       stream: str | None = None) -> int:
@@ -422,6 +422,7 @@ class PgExecutionJournal:
             async with self.pool.connection() as conn:
                 await conn.execute("SELECT 1")
         except Exception as exc:
+            await drop_dead_connections(self.pool)  # so that the next probe (and call) reconnects
             return {"status": "failed", "code": JournalUnavailable.code, "cause": str(exc),
                     "action": f"check PostgreSQL at {self.where}"}
         return {"status": "ok"}
@@ -554,8 +555,8 @@ async def settled_pg_receipts(database: Any, receipt_ids: Iterable[str], *, jour
             await check_schema(conn, COMPONENT, where=where)
             return await _settled(conn, ids, journal)
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise StoreUnavailable(f"cannot read the execution journal at {where}: {type(exc).__name__}: "
-                               f"{str(exc).strip() or 'connection lost'}") from None
+        raise database_error(exc, StoreUnavailable, f"cannot read the execution journal at {where}",
+                             write=False) from None
 
 
 @dataclass

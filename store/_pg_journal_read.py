@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from openfunctions.core import canonical_json
+from openfunctions.core.postgres import schema_problem, schema_version_sync
 
-from ._migrations import COMPONENT, schema_problem, schema_version_sync
 from ._pg import _psycopg, redact_dsn
+from ._pg_journal_schema import COMPONENT
 
 EXIT_OK, EXIT_BAD, EXIT_UNUSABLE = 0, 1, 2
 _COLUMNS = "journal, stream, seq, type, time, data, prev, chk, instance"

@@ -3,7 +3,7 @@
 The tables and their meaning are described at the top of ``store/_pg_journal.py``
 (the module that writes them). :data:`MIGRATIONS` ``[i]`` brings the component
 from version ``i`` to ``i + 1``; **append, never edit** an entry; applied only by
-``openfunctions-mcp db migrate`` (``store/_migrations.py``), refused at serve time
+``openfunctions-mcp db migrate`` (registered in ``core/postgres.py``'s ``COMPONENTS``), refused at serve time
 when the database's version differs from ``len(MIGRATIONS)``.
 
 - **1** — the tables, the indexes and a PL/pgSQL ``of_journal_append`` function
@@ -68,6 +68,8 @@ BEGIN
 END
 $fn$
 """
+
+COMPONENT = "journal"
 
 MIGRATIONS: list[Sequence[str]] = [
     (  # 1: the execution journal

@@ -32,7 +32,7 @@ How a grant is held:
   and the key, first 4 bytes) into the two-``int4`` form of the advisory
   lock functions, ``(classid, objid)``, with ``classid`` derived from the
   namespace (default ``"openfunctions.keys"``). The instance locks of
-  ``store/_pg_instances.py`` and the other advisory locks of this package
+  ``core/postgres.py``'s ``PgInstance`` and the other advisory locks of this package
   use the one-``bigint`` form, which PostgreSQL keeps apart from the
   two-``int4`` form: they cannot collide. Two different keys may hash to the
   same ``objid`` (2^-32 per pair): they then take turns, never overlap
@@ -58,6 +58,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
+
+from openfunctions.core.postgres import classify, drop_dead_connections
 
 from ._errors import StoreUnavailable
 from ._pg import _psycopg, redact_dsn
@@ -121,9 +123,11 @@ class PgKeyLocks:
         try:
             for objid in objids:  # ascending: no two grants wait on each other in a cycle
                 await conn.execute(f"SELECT {fn}(%s, %s)", (classid, objid))
-        except BaseException:
+        except BaseException as exc:
             # Cancelled or failed mid-way: the connection goes, with its transaction and the locks taken so far.
             await self._discard(conn)
+            if isinstance(exc, Exception) and classify(exc, write=False) is not None:
+                await drop_dead_connections(self._pool)  # a restarted server broke the others too
             raise
         self.granted += 1
         released = False

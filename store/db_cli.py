@@ -1,12 +1,13 @@
 """``openfunctions-mcp db``: the PostgreSQL schema and journals that server replicas share.
 
-- ``db migrate``: bring the journal schema to this release's version (versioned
-  migrations, ``store/_migrations.py``; safe to run from several machines at
+- ``db migrate``: bring every component's schema to this release's version
+  (versioned migrations, each component's list beside the module that writes
+  its rows, found through ``core.postgres.COMPONENTS``; safe to run from several machines at
   once: an advisory lock makes the others wait and then find the work done).
   ``serve --database URL`` never migrates: it refuses a schema older or newer
   than its code and names both versions.
 - ``db status``: the schema version found and the one this code needs, per
-  component (``journal``, ``tasks``, ...).
+  component (``journal``, ``tasks``, ..., the registry ``core.postgres.COMPONENTS``).
 - ``db verify [--journal NAME]``: what ``journal verify`` checks in a file
   (seq contiguous from 1, every checksum, the chain), for every stream (one
   per server instance that appended) of each execution journal in the
@@ -28,13 +29,10 @@ from typing import Any
 from openfunctions.core import database_url_from_env
 
 HELP = "migrate, check and verify the PostgreSQL database that server replicas share"
-#: ``db verify``'s fold of workflow run rows, ``(where, records) -> None`` raising on a bad record: the workflows'
-#: own, set by the command line that loads this module (servers/cli.py; the store sits below workflows)
-WORKFLOW_FOLD: Any = None
 
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
-    db = subparsers.add_parser("db", help=HELP, description=__doc__.split("\n\n")[0])
+    db: argparse.ArgumentParser = subparsers.add_parser("db", help=HELP, description=__doc__.split("\n\n")[0])
     sub = db.add_subparsers(dest="db_command", metavar="{migrate,status,verify,start,stop}")
     sub.required = True
 
@@ -70,10 +68,9 @@ def _url(args: argparse.Namespace) -> str | None:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     import asyncio
 
+    from openfunctions.core import redact_dsn
     from openfunctions.core.errors import OpenFunctionsError
-
-    from ._migrations import migrate_components
-    from ._pg import redact_dsn
+    from openfunctions.core.postgres import migrate_components
 
     url = _url(args)
     if url is None:
@@ -94,14 +91,16 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ._migrations import COMPONENT, COMPONENTS, migrations_of, schema_version
+    from openfunctions.core.postgres import COMPONENTS, migrations_of, schema_version
+
     from ._pg import _psycopg, redact_dsn
 
     url = _url(args)
     if url is None:
         return 2
     psycopg, _ = _psycopg()
-    components = (COMPONENT, *COMPONENTS)
+    components = [c.name for c in COMPONENTS]
+    at_open = {c.name for c in COMPONENTS if c.at_open}
 
     async def found() -> list[int]:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -115,23 +114,35 @@ def _cmd_status(args: argparse.Namespace) -> int:
     current = True
     for component, have in zip(components, versions, strict=True):
         need = len(migrations_of(component))
-        state = "current" if have == need else "older than this code: run `openfunctions-mcp db migrate`" \
-            if have < need else "newer than this code: upgrade openfunctions-mcp"
+        if have == need:
+            state = "current"
+        elif have > need:
+            state = "newer than this code: upgrade openfunctions-mcp"
+        elif component in at_open:
+            state = "older: migrated when it is next opened, or by `openfunctions-mcp db migrate`"
+        else:
+            state = "older than this code: run `openfunctions-mcp db migrate`"
         print(f"{redact_dsn(url)}: {component} schema version {have}, this code needs {need} ({state})")
-        current = current and have == need
+        current = current and (have == need or (component in at_open and have < need))
     return 0 if current else 1
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from ._pg import _psycopg, redact_dsn
-    from ._pg_journal import list_pg_journals, verify_pg_journal
-
     url = _url(args)
     if url is None:
         return 2
+    return verify_database(url, args.journal)
+
+
+def verify_database(url: str, journal: str | None = None) -> int:
+    """``db verify`` (also ``journal verify postgresql://...``): every journal stream (or ``journal``'s), then,
+    for the whole database, each registered component's audit. Exit 0 valid, 1 a problem, 2 unusable."""
+    from ._pg import _psycopg, redact_dsn
+    from ._pg_journal import list_pg_journals, verify_pg_journal
+
     psycopg, _ = _psycopg()
     try:
-        names = [args.journal] if args.journal else list_pg_journals(url)
+        names = [journal] if journal else list_pg_journals(url)
         reports = [verify_pg_journal(url, n) for n in names]
     except psycopg.Error as exc:
         print(f"openfunctions-mcp db verify: cannot read {redact_dsn(url)}: {exc}", file=sys.stderr)
@@ -149,32 +160,32 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             print(f"journal {r.name}: {len(r.problems)} problem(s):")
             for p in r.problems:
                 print(f"  {p}")
-    if not args.journal:  # the work spaces' records (store/_pg_work.py) and the workflow run spaces' rows too
-        from ._pg_work import list_pg_work_spaces, verify_pg_work
-        from ._pg_workflows import list_pg_workflow_spaces, verify_pg_workflows
+    if not journal:  # every other component's own audit (the registry: core/postgres.py), e.g. work spaces
+        from openfunctions.core.postgres import COMPONENTS, verifier_of
 
-        bad += _report("work space", list_pg_work_spaces(url), lambda s: verify_pg_work(url, s),
-                       "seq contiguous, every record fenced by a generation that never went back")
-        bad += _report("workflow space", list_pg_workflow_spaces(url),
-                       lambda s: verify_pg_workflows(url, s, fold=WORKFLOW_FOLD),
-                       "seq contiguous, time and data well-formed, "
-                       + ("every row folds into its run" if WORKFLOW_FOLD is not None else "the fold not checked"))
+        try:
+            for c in COMPONENTS:
+                audit = verifier_of(c.name)
+                if audit is not None:
+                    bad += _report(audit(url))
+        except psycopg.Error as exc:
+            print(f"openfunctions-mcp db verify: cannot read {redact_dsn(url)}: {exc}", file=sys.stderr)
+            return 2
     return 1 if bad else 0
 
 
-def _report(kind: str, spaces: list[str], audit: Any, ok: str) -> int:
-    """Print each space's audit (``audit(space)`` -> its problems); how many spaces have problems."""
+def _report(audits: list[tuple[str, list[str], str]]) -> int:
+    """Print each ``(subject, problems, what was checked)``; how many subjects have problems."""
     bad = 0
-    for space in spaces:
-        problems = audit(space)
+    for subject, problems, ok in audits:
         if problems:
             bad += 1
-            print(f"{kind} {space}: {len(problems)} problem(s):")
+            print(f"{subject}: {len(problems)} problem(s):")
             for p in problems:
                 print(f"  {p}")
         else:
-            print(f"{kind} {space}: ok: {ok}")
+            print(f"{subject}: ok: {ok}")
     return bad
 
 
-__all__ = ["HELP", "add_commands"]
+__all__ = ["HELP", "add_commands", "verify_database"]

@@ -31,18 +31,9 @@ PACKAGES = sorted({p.split(".")[1] for p in tomllib.loads((REPO / "pyproject.tom
 
 # name -> (the packages exporting different objects under it, why it stays for now)
 KNOWN_NAME_COLLISIONS: dict[str, tuple[frozenset[str], str]] = {
-    "ProviderError": (frozenset({"adapters", "providers"}),
-                      "a model provider's HTTP error vs a context provider's error (distinct codes)"),
-    "ProviderUnavailable": (frozenset({"adapters", "providers"}),
-                            "a model provider that is down vs a context provider that cannot be offered"),
-    "RunNotFound": (frozenset({"agents", "workflows"}), "an agent run vs a workflow run, each in its own journal"),
-    "RunState": (frozenset({"agents", "workflows"}), "the fold of an agent run's records vs a workflow run's"),
-    "Message": (frozenset({"adapters", "memory"}), "a chat message sent to a model vs a message stored in memory"),
     "ArtifactStoreProtocol": (frozenset({"artifacts", "work"}),
                               "work declares the narrower store interface it needs (put/stat) beside artifacts' own"),
     "TERMINAL": (frozenset({"agents", "work"}), "the terminal states of an agent run vs of a work attempt"),
-    "resolve_provider": (frozenset({"adapters", "plugins"}),
-                         "a model provider's name from a model string vs a context provider from a plugin spec"),
 }
 
 

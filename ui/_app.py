@@ -54,7 +54,7 @@ from starlette.routing import Route
 
 from openfunctions.core import OpenFunctionsError
 
-from ._records import MAX_ROWS, DataDir, bounded, read_artifact, resolve_commands
+from ._records import MAX_ROWS, DataDir, bounded, bounded_object, read_artifact, resolve_commands
 
 log = structlog.get_logger("openfunctions.ui")
 
@@ -206,7 +206,7 @@ class Viewer:
                 attention.append({"kind": "receipt", "status": r.get("outcome"), "receipt_id": r["receipt_id"],
                                   "tool": r.get("tool"), "at": r.get("finished_at"),
                                   "error": r.get("error"), "commands": []})
-        return bounded({
+        return bounded_object({
             "data_dir": self.data.where,
             "counts": {"receipts": len(receipts), "agent_runs": len(agent), "workflow_runs": len(workflows),
                        "attempts": len(attempts), "tasks": len(tasks), "conversations": len(self.data.conversations())},
@@ -240,7 +240,7 @@ class Viewer:
                 if rid in (op.dispatch_receipt_id, (op.receipt or {}).get("receipt_id")):
                     refs.append({"kind": "attempt", "id": att.attempt_id, "operation": op.operation_id,
                                  "status": op.status})
-        return bounded({"receipt": r, "parent": receipts.get(r.get("parent_receipt_id") or ""),
+        return bounded_object({"receipt": r, "parent": receipts.get(r.get("parent_receipt_id") or ""),
                         "children": children, "referenced_by": refs})
 
     def _receipt_node(self, rid: str | None, receipts: dict[str, Any], runs_by_receipt: dict[str, list[Any]],
@@ -314,15 +314,15 @@ class Viewer:
                                  "duration_ms": n.get("duration_ms")})
         timeline.sort(key=lambda e: e["at"])
         parent = run.started.get("parent_run_id")
-        return bounded({"run": run.to_dict(), "summary": run.summary(), "tree": tree, "timeline": timeline,
+        return bounded_object({"run": run.to_dict(), "summary": run.summary(), "tree": tree, "timeline": timeline,
                         "parent_run_id": parent if parent in runs else None})
 
     def workflow_run(self, rid: str) -> dict[str, Any]:
-        from openfunctions.workflows import InvalidRunId, RunNotFound
+        from openfunctions.workflows import InvalidRunId, WorkflowRunNotFound
 
         try:
             run = self.data.workflow_run(rid)
-        except (RunNotFound, InvalidRunId):
+        except (WorkflowRunNotFound, InvalidRunId):
             raise _Refused(404, "ui_not_found", f"no workflow run {rid[:80]!r} in {self.data.where}") from None
         receipts = self.data.receipts()
         out = run.to_dict()
@@ -335,7 +335,7 @@ class Viewer:
                 d["commands"] = resolve_commands(self.data.place, workflow_run=rid, step=s.step)
             steps.append(d)
         out["steps"] = steps
-        return bounded(out)
+        return bounded_object(out)
 
     def attempt(self, aid: str) -> dict[str, Any]:
         att = self.data.work_state().attempts.get(aid)
@@ -348,11 +348,11 @@ class Viewer:
             op["receipt"] = receipts.get(op.get("receiptId") or "")
             if op["status"] == "unknown":
                 op["commands"] = resolve_commands(self.data.place, operation=op["operationId"])
-        return bounded(out)
+        return bounded_object(out)
 
 
     def artifact(self, aid: str) -> dict[str, Any]:
-        out = read_artifact(self.data.root, aid)
+        out = read_artifact(self.data.files_root, aid)
         if out is None:
             raise _Refused(404, "ui_not_found", f"no artifact {aid[:80]!r} in {self.data.where}")
         return out

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import argparse
 import threading
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from ._records import DataDir
 
 #: The work space ``serve --database`` uses (servers/_work_database.py).
 WORK_SPACE = "default"
+_T = TypeVar("_T")
 
 
 class Database(DataDir):
@@ -38,11 +41,14 @@ class Database(DataDir):
         from openfunctions.store import redact_dsn
 
         self.url, self.space = url, space
-        self.root = None  # type: ignore[assignment]
         self.where = redact_dsn(url)
         self._memos: dict[str, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
         self.problems: dict[str, str] = {}
+
+    @property
+    def files_root(self) -> Path | None:
+        return None  # no artifacts in a database (module docstring)
 
     @property
     def place(self) -> str:
@@ -53,7 +59,7 @@ class Database(DataDir):
 
     # -- what changed ------------------------------------------------------------
 
-    def signature(self) -> tuple[Any, ...]:  # type: ignore[override]
+    def signature(self) -> tuple[Any, ...]:
         """The newest seq of every journal stream and record table: changes whenever a record is appended."""
         import psycopg
 
@@ -67,24 +73,25 @@ class Database(DataDir):
         with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
             for q in queries:
                 try:
-                    out.append(conn.execute(q, {"space": self.space}).fetchone()[0])
+                    row = conn.execute(q, {"space": self.space}).fetchone()
+                    out.append(row[0] if row is not None else None)  # an aggregate: one row, always
                 except psycopg.errors.UndefinedTable:  # that component was never migrated here
                     out.append(None)
                 except psycopg.Error as exc:
                     out.append(f"unreadable: {exc}")
         return tuple(out)
 
-    def _memo(self, key: str, kinds: tuple[str, ...], build: Any) -> Any:
+    def _memo(self, key: str, kinds: tuple[str, ...], build: Callable[[], _T]) -> _T:
         with self._lock:
             sig = self.signature()
         held = self._memos.get(key)
         if held is not None and held[0] == sig:
-            return held[1]
+            return cast(_T, held[1])  # one key, one build: the value is what this key's build returned
         value = build()
         self._memos[key] = (sig, value)
         return value
 
-    def streams(self) -> list[Any]:  # type: ignore[override]
+    def streams(self) -> list[Any]:
         return []
 
     def verify(self) -> list[dict[str, Any]]:
@@ -100,7 +107,7 @@ class Database(DataDir):
                             "error": "; ".join(r.problems[:3]) or None,
                             "command": f"openfunctions-mcp journal verify --database URL --journal {name}"})
             return out
-        return self._memo("verify", (), build)  # type: ignore[no-any-return]
+        return self._memo("verify", (), build)
 
     # -- the streams -------------------------------------------------------------
 
@@ -128,7 +135,7 @@ class Database(DataDir):
 
         from openfunctions.agents._runlog import read_runs_in_database
 
-        return self._memo("agent_runs", (), lambda: self._read(  # type: ignore[no-any-return]
+        return self._memo("agent_runs", (), lambda: self._read(
             "agent runs", lambda: anyio.run(lambda: read_runs_in_database(self.url, space=self.space)), {}))
 
     def _workflows(self) -> Any:
@@ -137,18 +144,14 @@ class Database(DataDir):
         return WorkflowRuns(database=self.url, space=self.space)
 
     def workflow_runs(self) -> list[dict[str, Any]]:
-        return self._memo("workflow_runs", (), lambda: self._read(  # type: ignore[no-any-return]
+        return self._memo("workflow_runs", (), lambda: self._read(
             "workflow runs", lambda: self._workflows().list(), []))
 
     def workflow_states(self) -> dict[str, Any]:
-        return self._memo("workflow_states", (), lambda: self._read(  # type: ignore[no-any-return]
+        return self._memo("workflow_states", (), lambda: self._read(
             "workflow runs", lambda: {k: v for k, v in self._workflows()._read().items() if v.status != "new"}, {}))
 
     def _work_args(self) -> argparse.Namespace:
-        from openfunctions.servers._work_database import open_database_work
-        from openfunctions.work import cli as work_cli
-
-        work_cli.DATABASE_BACKEND = open_database_work  # as the server CLI does for `work --database`
         return argparse.Namespace(work_data_dir=None, work_database=self.url)
 
     def work_state(self) -> Any:
@@ -161,7 +164,7 @@ class Database(DataDir):
     def uncertain_operations(self) -> list[dict[str, Any]]:
         from openfunctions.work import attempts_cli
 
-        return self._memo("uncertain", (), lambda: self._read(  # type: ignore[no-any-return]
+        return self._memo("uncertain", (), lambda: self._read(
             "work attempts", lambda: attempts_cli._uncertain(self._work_args()), []))
 
     def _tasks(self) -> list[dict[str, Any]]:

@@ -25,9 +25,10 @@ import os
 import shlex
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 #: Longest string sent to the page (characters); the rest is replaced by a note.
 MAX_STRING = 2000
@@ -37,6 +38,7 @@ MAX_ITEMS = 200
 MAX_DEPTH = 40
 #: Most rows a list endpoint answers with (newest first).
 MAX_ROWS = 500
+_T = TypeVar("_T")
 
 
 def bounded(value: Any, *, depth: int = 0) -> Any:
@@ -50,7 +52,7 @@ def bounded(value: Any, *, depth: int = 0) -> Any:
     if depth >= MAX_DEPTH:
         return "[nested too deep to show]"
     if isinstance(value, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for i, (k, v) in enumerate(value.items()):
             if i >= MAX_ITEMS:
                 out["…"] = f"[{len(value) - MAX_ITEMS} more keys not shown]"
@@ -63,6 +65,12 @@ def bounded(value: Any, *, depth: int = 0) -> Any:
             items.append(f"[{len(value) - MAX_ITEMS} more items not shown]")
         return items
     return bounded(str(value), depth=depth)
+
+
+def bounded_object(value: dict[str, Any]) -> dict[str, Any]:
+    """:func:`bounded` of a JSON object: at the top level an object stays an object."""
+    out: dict[str, Any] = bounded(value)
+    return out
 
 
 @dataclass
@@ -143,7 +151,7 @@ class DataDir:
         #: stream -> why its reader refused it (a damaged journal): the page shows it, the other streams still show
         self.problems: dict[str, str] = {}
 
-    def _read(self, stream: str, read: Any, empty: Any) -> Any:
+    def _read(self, stream: str, read: Callable[[], _T], empty: _T) -> _T:
         """``read()``; if the owning package refuses (e.g. a damaged journal), ``empty`` and the reason kept."""
         from openfunctions.core import OpenFunctionsError
 
@@ -156,6 +164,11 @@ class DataDir:
         return value
 
     @property
+    def files_root(self) -> Path | None:
+        """The data directory the files (artifacts) are read from; None where the records are not files."""
+        return self.root
+
+    @property
     def place(self) -> str:
         """The CLI option that names where these records are (for the commands the page shows)."""
         return "--data-dir " + shlex.quote(str(self.root))
@@ -166,12 +179,12 @@ class DataDir:
         root = str(self.root)
         return sorted(p[len(root):].lstrip("/") for p in set(old) | set(new) if old.get(p) != new.get(p))
 
-    def _memo(self, key: str, kinds: tuple[str, ...], build: Any) -> Any:
+    def _memo(self, key: str, kinds: tuple[str, ...], build: Callable[[], _T]) -> _T:
         """``build()``, computed again only when a file of one of ``kinds`` changed (callers must not mutate it)."""
         sig = tuple((str(s.path), s.size, s.mtime_ns) for s in self.streams() if s.kind in kinds)
         held = self._memos.get(key)
         if held is not None and held[0] == sig:
-            return held[1]
+            return cast(_T, held[1])  # one key, one build: the value is what this key's build returned
         value = build()
         self._memos[key] = (sig, value)
         return value
@@ -224,7 +237,7 @@ class DataDir:
 
     def receipts(self) -> dict[str, dict[str, Any]]:
         """receipt id -> the receipt (or, for a call still running, its start record with ``outcome: running``)."""
-        return self._memo("receipts", ("receipts",), self._receipts)  # type: ignore[no-any-return]
+        return self._memo("receipts", ("receipts",), self._receipts)
 
     def receipt_children(self) -> dict[str, list[str]]:
         """receipt id -> the ids of the receipts that name it as their parent."""
@@ -234,7 +247,7 @@ class DataDir:
                 if r.get("parent_receipt_id"):
                     out.setdefault(r["parent_receipt_id"], []).append(r["receipt_id"])
             return out
-        return self._memo("receipt_children", ("receipts",), build)  # type: ignore[no-any-return]
+        return self._memo("receipt_children", ("receipts",), build)
 
     def _receipts(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -271,14 +284,14 @@ class DataDir:
     def workflow_runs(self) -> list[dict[str, Any]]:
         if not (self.root / "workflows" / "runs.journal").exists():
             return []
-        return self._memo("workflow_runs", ("workflow_runs",),  # type: ignore[no-any-return]
+        return self._memo("workflow_runs", ("workflow_runs",),
                           lambda: self._read("workflow runs", lambda: self._workflows().list(), []))
 
     def workflow_states(self) -> dict[str, Any]:
         """run id -> its folded state: what ``workflows show`` reads (``WorkflowRuns``' lock-free read), once."""
         if not (self.root / "workflows" / "runs.journal").exists():
             return {}
-        return self._memo("workflow_states", ("workflow_runs",), lambda: self._read(  # type: ignore[no-any-return]
+        return self._memo("workflow_states", ("workflow_runs",), lambda: self._read(
             "workflow runs", lambda: {k: v for k, v in self._workflows()._read().items() if v.status != "new"}, {}))
 
     def workflow_run(self, run_id: str) -> Any:
@@ -305,12 +318,12 @@ class DataDir:
             return []
         from openfunctions.work import attempts_cli
 
-        return self._read("work attempts", lambda: attempts_cli._uncertain(self._work_args()), [])  # type: ignore[no-any-return]
+        return self._read("work attempts", lambda: attempts_cli._uncertain(self._work_args()), [])
 
     # -- tasks and conversations -------------------------------------------------
 
     def tasks(self) -> list[dict[str, Any]]:
-        return self._memo("tasks", ("tasks",), self._tasks)  # type: ignore[no-any-return]
+        return self._memo("tasks", ("tasks",), self._tasks)
 
     def _tasks(self) -> list[dict[str, Any]]:
         from dataclasses import asdict
@@ -327,7 +340,7 @@ class DataDir:
         return out
 
     def conversations(self) -> list[dict[str, Any]]:
-        return self._memo("conversations", ("conversations",), self._conversations)  # type: ignore[no-any-return]
+        return self._memo("conversations", ("conversations",), self._conversations)
 
     def _conversations(self) -> list[dict[str, Any]]:
         from openfunctions.chat._conversations import apply

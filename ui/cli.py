@@ -20,7 +20,7 @@ HELP = "browse runs, receipts, attempts, tasks and conversations in a local web 
 
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("ui", help=HELP, description=__doc__.split("\n\n")[0])
+    p: argparse.ArgumentParser = subparsers.add_parser("ui", help=HELP, description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", dest="ui_data_dir", default=None,
                    help="the data directory to show (default: $OPENFUNCTIONS_MCP_DATA_DIR or the per-user data dir)")
     p.add_argument("--database", dest="ui_database", metavar="URL", default=None,

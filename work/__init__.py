@@ -1,15 +1,15 @@
 """openfunctions.work: bounded, durable work attempts under an operator's catalog and grants.
 
-- catalog side: :class:`Catalog` (the operator's TOML steps), :func:`build_step_tools`
+- catalog side: :class:`Catalog` (the operator's TOML steps), :func:`create_step_tools`
   (``of_step.*`` / ``of_oracle.*``), :class:`GrantStore` / :class:`Grant`, :class:`Authority`
-  (checked at every effect), verification proofs (:func:`build_proof`, :func:`check_completion`);
+  (checked at every effect), verification proofs (:func:`create_proof`, :func:`check_completion`);
 - controller side: :class:`WorkController` (the seven lifecycle commands over one
   selected attempt), its custody (lease, fenced journal appends, renewal; :class:`CustodyProtocol`),
   the one fold (:mod:`.records` builds every record, :meth:`WorkState.apply` applies it, live
   and at replay), :class:`LeaseStore`, where the durable state lives (:class:`WorkBackend`:
   :class:`LeaseBackend`, :class:`AttemptLog`, :class:`GrantBackend`; :func:`file_backend` by default), the attempt states, one injectable :class:`Clock`, the
   operator's resolutions (:class:`ResolutionInbox`), the ``of_work_*`` tools
-  (:func:`build_work_tools`) and the server profile (:func:`build_work_profile`).
+  (:func:`create_work_tools`) and the server profile (:func:`build_work_profile`).
 
 Everything public is re-exported here, once (``__all__``); the modules that
 implement it are private (``_catalog``, ``_controller``, ...). The public
@@ -17,6 +17,12 @@ modules besides this one are the three command-line entry points the
 ``openfunctions-mcp`` CLI loads by name: ``cli`` (``grant``), ``attempts_cli``
 (``work``) and ``catalog_cli`` (``catalog``).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from openfunctions.core.deprecation import renamed
 
 from . import _records as records
 from ._authority import Authority
@@ -64,22 +70,22 @@ from ._resolutions import ResolutionInbox, resolve_record, valid_resolve
 from ._state import STATES, TERMINAL, TRANSITIONS, Attempt, Operation, WorkState, fold
 from ._steps import (
     bind_tool,
-    build_step_tools,
+    create_step_tools,
     prepare_reconciliation,
     prepare_tool_reconciliation,
     reconcile_readback,
     reconcile_tool_effect,
 )
-from ._tools import WORK_TOOL_NAMES, WorkTools, build_work_tools
-from ._verification import Proof, VerifierReceipt, build_proof, check_completion, fingerprint
+from ._tools import WORK_TOOL_NAMES, WorkTools, create_work_tools
+from ._verification import Proof, VerifierReceipt, check_completion, create_proof, fingerprint
 
 __all__ = [
     "Attempt", "AttemptActive", "AttemptNotFound", "Authority", "Catalog", "CatalogInvalid", "EffectUncertain",
     "Grant", "GrantDenied", "GrantExpired", "GrantRevoked", "GrantStore", "InvalidTransition", "Lease", "LeaseHeld",
     "LeaseLost", "LeaseStore", "Operation", "ParamSpec", "PathOutsideGrant", "PlanInvalid", "Proof", "ProofInvalid",
     "ReconcileFailed", "STATES", "StepSpec", "TERMINAL", "TRANSITIONS", "UnknownStep", "VerifierReceipt",
-    "WORK_TOOL_NAMES", "WorkController", "WorkError", "WorkProfile", "WorkTools", "build_proof", "build_step_tools",
-    "build_work_profile", "build_work_tools", "check_completion", "fingerprint", "prepare_reconciliation",
+    "WORK_TOOL_NAMES", "WorkController", "WorkError", "WorkProfile", "WorkTools", "create_proof", "create_step_tools",
+    "build_work_profile", "create_work_tools", "check_completion", "fingerprint", "prepare_reconciliation",
     "reconcile_readback", "replay", "restore_plan",
     "OperationUncertain", "StillRunning", "Clock", "SystemClock", "ArtifactStoreProtocol", "AuthorityProtocol",
     "CustodyProtocol", "WorkState", "fold", "interrupted", "ResolutionInbox", "records",
@@ -87,3 +93,14 @@ __all__ = [
     "reconcile_tool_effect", "AttemptLog", "FileAttemptLog", "GrantBackend", "LeaseBackend", "WorkBackend", "file_backend",
     "GrantNotFound", "GrantStoreCorrupt", "BackendUnavailable", "ResolutionBackend", "resolve_record", "valid_resolve",
 ]
+
+
+# Old names of renamed functions, kept for one release outside __all__: each use warns (core/deprecation.py).
+_RENAMED = {"build_work_tools": "create_work_tools", "build_step_tools": "create_step_tools",
+            "build_proof": "create_proof"}
+
+if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
+    def __getattr__(name: str) -> Any:
+        if name in _RENAMED:
+            return renamed(__name__, name, _RENAMED[name])
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,6 +43,7 @@ Two backends exist:
 
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -95,9 +96,10 @@ class GrantBackend(Protocol):
 
     async def get(self, grant_id: str) -> Any: ...
 
-    async def for_principal(self, principal: str) -> list[Any]: ...
+    # builtins.list: in this class body, "list" is the method above
+    async def for_principal(self, principal: str) -> builtins.list[Any]: ...
 
-    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> list[Any]: ...
+    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> builtins.list[Any]: ...
 
     def load_sync(self) -> dict[str, Any]: ...
 

@@ -622,10 +622,10 @@ def _step(c: _Ctx, name: str, d: Any, workspace: Path) -> StepSpec:
         return _command(c, name, d, workspace)
     if isinstance(d, ToolDecl):
         params = {pn: pd.spec(pn) for pn, pd in d.params.items()}
-        schema, validator = _params_schema(c, name, params)
+        params_schema, validator = _params_schema(c, name, params)
         return StepSpec(
             name=name, kind="tool", description=d.description, effect=d.effect, idempotent=d.idempotent, verifier=False,
-            timeout_s=DEFAULT_TIMEOUT_S, params=tuple(params.values()), params_schema=schema, reconcilable=d.reconcile,
+            timeout_s=DEFAULT_TIMEOUT_S, params=tuple(params.values()), params_schema=params_schema, reconcilable=d.reconcile,
             tool=d.tool, _validator=validator,
         )
     paths = tuple(d.paths)

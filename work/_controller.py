@@ -55,6 +55,7 @@ from openfunctions.core import (
     Receipt,
     ToolExecutionContext,
     ToolRegistry,
+    WorkGrant,
     canonical_json,
     digest,
     new_id,
@@ -64,6 +65,7 @@ from openfunctions.core import (
 
 from . import _records as R
 from ._backend import SEGMENT_DIR, WorkBackend
+from ._catalog import Catalog
 from ._clock import SYSTEM_CLOCK, Clock, iso
 from ._custody import Custody
 from ._errors import (
@@ -125,11 +127,11 @@ class WorkController:
         self,
         root: str | os.PathLike[str],
         *,
-        catalog: Any,
+        catalog: Catalog,
         registry: ToolRegistry,
         authority: Any = None,
         artifacts: Any = None,
-        catalog_loader: Callable[[], Any] | None = None,
+        catalog_loader: Callable[[], Catalog] | None = None,
         lease_ttl: float = 30.0,
         renew_every: float | None = None,
         owner: str | None = None,
@@ -751,23 +753,19 @@ class WorkController:
         # granted_paths: the step tool re-checks its path against the grant
         # right before writing; artifact_scope: its output belongs to the attempt;
         # on_spawn: a command's process group is journaled as soon as it exists
-        meta: dict[str, Any] = {"attempt_id": att.attempt_id, "operation_id": op.operation_id, "artifact_scope": att.attempt_id}
-        if grant is not None:
-            meta["granted_paths"] = list(grant.paths)
-        if op.effect != "read":
+        async def on_spawn(pid: int) -> None:
+            await self._append(R.spawned(
+                attempt_id=att.attempt_id, operation_id=op.operation_id, pid=pid, pgid=pid,
+                start_ticks=start_ticks(pid), boot_id=boot_id(),
+            ))
 
-            async def on_spawn(pid: int) -> None:
-                await self._append(R.spawned(
-                    attempt_id=att.attempt_id, operation_id=op.operation_id, pid=pid, pgid=pid,
-                    start_ticks=start_ticks(pid), boot_id=boot_id(),
-                ))
-
-            meta["on_spawn"] = on_spawn
+        work = WorkGrant(attempt_id=att.attempt_id, operation_id=op.operation_id, artifact_scope=att.attempt_id,
+                         granted_paths=None if grant is None else tuple(grant.paths),
+                         on_spawn=None if op.effect == "read" else on_spawn)
         lease = self.lease.to_dict() if self.lease else None
         if ctx is not None and ctx.receipt_id is not None and ctx.reservation is not None:
-            child = with_child_execution(ctx)
-            return child.replace(lease=lease, metadata={**dict(child.metadata), **meta})
-        return ToolExecutionContext(principal=principal, lease=lease, metadata=meta, progress=ctx.progress if ctx else None)
+            return with_child_execution(ctx).replace(lease=lease, work=work)
+        return ToolExecutionContext(principal=principal, lease=lease, work=work, progress=ctx.progress if ctx else None)
 
     async def _settle_op(self, att: Attempt, op: Operation, dr: Any, receipt: Receipt | None, *, cancelled: bool) -> dict[str, Any]:
         status = settled_status(op, receipt.outcome if receipt else None, receipt.certainty if receipt else None,
@@ -868,7 +866,7 @@ class WorkController:
         then its outcome (never moving the mutation epoch); a read-only one
         needs no intent.
         """
-        from ._verification import VerifierReceipt, build_proof, environment_digest, input_manifest, subject_patterns
+        from ._verification import VerifierReceipt, create_proof, environment_digest, input_manifest, subject_patterns
 
         epoch = att.mutation_epoch
         patterns = subject_patterns(self.catalog)
@@ -899,7 +897,7 @@ class WorkController:
                 }
             )
         after = await self._fingerprints(patterns)
-        proof = build_proof(
+        proof = create_proof(
             plan_digest=att.plan_digest, catalog_digest=att.catalog_digest,
             environment_digest=await anyio.to_thread.run_sync(environment_digest, self.catalog),
             input_manifest=manifest, fingerprints_before=before, fingerprints_after=after,
@@ -1010,6 +1008,7 @@ class WorkController:
         spec = self.catalog.step(op.step)
         linked = (op.receipt or {}).get("receipt_id") or op.dispatch_receipt_id
         receipt = None
+        evidence: dict[str, Any] | None  # the oracle's structured reply, or why there is none
         alive = await anyio.to_thread.run_sync(live_processes, op.operation_id, op.process)
         if alive:
             # a readback now would read the world before the command finishes changing it
@@ -1057,7 +1056,7 @@ class WorkController:
                 if op.status != "unknown":
                     continue
                 try:
-                    pids = await anyio.to_thread.run_sync(lambda o=op: kill_and_wait(o.operation_id, o.process))
+                    pids = await anyio.to_thread.run_sync(kill_and_wait, op.operation_id, op.process)
                 except TimeoutError as exc:
                     raise WorkError(f"cannot cancel attempt {att.attempt_id}: {exc}", details={"operation_id": op.operation_id}) from None
                 if pids:
@@ -1183,7 +1182,7 @@ def _path_params(spec: Any, params: dict[str, Any]) -> list[str]:
 def _verdict(evidence: Any) -> str:
     if isinstance(evidence, dict):
         v = evidence.get("status")
-        if v in ("applied", "not_applied", "partial", "mismatch", "inconclusive"):
+        if isinstance(v, str) and v in ("applied", "not_applied", "partial", "mismatch", "inconclusive"):
             return v
     return "inconclusive"
 

@@ -32,17 +32,24 @@ Record format (journal records, ``data`` version 1)
 
     {"v": 1, "grant_id": "grant_...", "revoked_at": "<ISO-8601 UTC>", "revoked_by": "alice"}
 
-A grant's state is the fold of its records: issued, then possibly revoked
-(the first revocation wins; revoking again is a no-op). A record that does
-not match this format makes the whole store unreadable (:class:`GrantStoreCorrupt`):
-failing closed denies every check rather than silently dropping a revocation.
+A grant's state is the fold of its records (:func:`apply`): issued, then
+possibly revoked (the first revocation wins; revoking again is a no-op). A
+record that does not match this format makes the whole store unreadable
+(:class:`GrantStoreCorrupt`): failing closed denies every check rather than
+silently dropping a revocation. The journal is the core record stream
+:data:`GRANTS` (``openfunctions.core.records``), whose policy for a record
+type this version does not know is ``REFUSE`` for the same reason: a newer
+version's record may narrow or end a grant, and folding around it would
+grant more than the operator did. (Versions before the record stream skipped
+such a record.) The issuer's writer and the lock-free readers fold through it.
 """
 
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +57,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from openfunctions.core import new_id
+from openfunctions.core.records import FileRecordLog, RecordStream, StreamRecord, UnknownRecords, replay
 
 from ._catalog import STEP_NAME_RE
 from ._errors import GrantNotFound, GrantStoreCorrupt
@@ -208,10 +216,48 @@ def parse_ttl(text: str) -> _dt.timedelta:
     return _dt.timedelta(seconds=secs)
 
 
-def _rec_fields(rec: Any) -> tuple[int, str, dict[str, Any]]:
-    if isinstance(rec, dict):
-        return int(rec.get("seq", -1)), rec["type"], rec["data"]
-    return int(getattr(rec, "seq", -1)), rec.type, rec.data
+def apply(grants: dict[str, Grant], rec: StreamRecord, parsed: dict[tuple[int, str], Grant] | None = None) -> None:
+    """Fold one grants record into ``grants`` (grant id -> grant). ``parsed``: a cache of validated
+    ``grant.issued`` records by (seq, grant id); journal records are immutable and checksummed, so a re-read
+    after an append validates only the new ones. Raises ``KeyError``/``TypeError``/``ValueError``."""
+    data = rec.data
+    if not isinstance(data, dict) or data.get("v") != GRANTS_FORMAT_VERSION:
+        raise ValueError(f"data.v must be {GRANTS_FORMAT_VERSION}")
+    if rec.type == ISSUED:
+        key = (rec.seq, str(data["grant"].get("grant_id")))
+        g = (parsed or {}).get(key) or Grant.model_validate(data["grant"])
+        if parsed is not None:
+            parsed[key] = g
+        if g.grant_id in grants:
+            raise ValueError(f"grant {g.grant_id} issued twice")
+        grants[g.grant_id] = g
+    else:  # REVOKED
+        gid = data["grant_id"]
+        revoked = grants.get(gid)
+        if revoked is None:
+            raise ValueError(f"revokes unknown grant {gid!r}")
+        if revoked.revoked_at is None:
+            grants[gid] = revoked.revoked_copy(data["revoked_at"], data.get("revoked_by"))
+
+
+def _corrupt(where: Path | str, rec: StreamRecord, exc: Exception) -> GrantStoreCorrupt:
+    # pydantic's ValidationError is a ValueError: it arrives here too
+    return GrantStoreCorrupt(
+        f"grants journal {where} record seq {rec.seq} ({rec.type}) is not a valid grant record: {exc}; "
+        "refusing every grant until the operator repairs it",
+        details={"path": str(where), "seq": rec.seq},
+    )
+
+
+def grants_stream(parsed: dict[tuple[int, str], Grant] | None = None) -> RecordStream[dict[str, Grant]]:
+    """The grants stream, folding with ``parsed`` as :func:`apply`'s cache (one per :class:`GrantStore`)."""
+    return RecordStream(
+        "grants", kind=JOURNAL_KIND, types={ISSUED, REVOKED}, new_state=dict,
+        apply=lambda grants, rec: apply(grants, rec, parsed), unknown=UnknownRecords.REFUSE, malformed=_corrupt)
+
+
+#: The grants journal as a core record stream (no cache; a :class:`GrantStore` folds with its own).
+GRANTS = grants_stream()
 
 
 class GrantStore:
@@ -226,6 +272,7 @@ class GrantStore:
         # immutable and checksummed, so a re-read after an append validates
         # only the new ones.
         self._parsed: dict[tuple[int, str], Grant] = {}
+        self._stream = grants_stream(self._parsed)
 
     @classmethod
     def in_data_dir(cls, data_dir: str | os.PathLike[str]) -> GrantStore:
@@ -234,8 +281,6 @@ class GrantStore:
     # -- reading (lock-free) ----------------------------------------------
 
     async def _load(self) -> dict[str, Grant]:
-        from openfunctions.core.journal import read_records
-
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -244,53 +289,23 @@ class GrantStore:
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if key == self._cache_key:
             return self._cache
-        # read_records is a blocking generator: run it off the event loop.
-        records = await anyio.to_thread.run_sync(lambda: list(read_records(self.path)))
-        grants = self._fold(records)
+        # the read blocks: run it off the event loop
+        grants = await anyio.to_thread.run_sync(self._replay)
         self._cache_key, self._cache = key, grants
         return grants
 
-    def _fold(self, records: Iterable[Any]) -> dict[str, Grant]:
-        grants: dict[str, Grant] = {}
-        for rec in records:
-            seq, typ, data = _rec_fields(rec)
-            try:
-                if not isinstance(data, dict) or data.get("v") != GRANTS_FORMAT_VERSION:
-                    raise ValueError(f"data.v must be {GRANTS_FORMAT_VERSION}")
-                if typ == ISSUED:
-                    key = (seq, str(data["grant"].get("grant_id")))
-                    g = self._parsed.get(key) or Grant.model_validate(data["grant"])
-                    self._parsed[key] = g
-                    if g.grant_id in grants:
-                        raise ValueError(f"grant {g.grant_id} issued twice")
-                    grants[g.grant_id] = g
-                elif typ == REVOKED:
-                    gid = data["grant_id"]
-                    g = grants.get(gid)
-                    if g is None:
-                        raise ValueError(f"revokes unknown grant {gid!r}")
-                    if g.revoked_at is None:
-                        grants[gid] = g.revoked_copy(data["revoked_at"], data.get("revoked_by"))
-                # other record types (future versions, notes) are ignored
-            except (KeyError, TypeError, ValueError, ValidationError) as exc:
-                raise GrantStoreCorrupt(
-                    f"grants journal {self.path} record seq {seq} ({typ}) is not a valid grant record: {exc}; "
-                    "refusing every grant until the operator repairs it",
-                    details={"path": str(self.path), "seq": seq},
-                ) from None
-        return grants
+    def _replay(self) -> dict[str, Grant]:
+        return replay(self._stream, self.path).state
 
     def load_sync(self) -> dict[str, Grant]:
         """Every grant by id, read now without awaiting (a completion fence's last check; cached by the file's stat)."""
-        from openfunctions.core.journal import read_records
-
         try:
             st = self.path.stat()
         except FileNotFoundError:
             return {}
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         if key != self._cache_key:
-            grants = self._fold(list(read_records(self.path)))
+            grants = self._replay()
             self._cache_key, self._cache = key, grants
         return self._cache
 
@@ -304,28 +319,29 @@ class GrantStore:
             raise GrantNotFound(f"no grant {grant_id!r} in {self.path}", details={"grant_id": grant_id})
         return g
 
-    async def for_principal(self, principal: str) -> list[Grant]:
+    async def for_principal(self, principal: str) -> builtins.list[Grant]:
         """Every grant naming ``principal`` (whatever its status): authority explains refusals from these."""
         return [g for g in (await self._load()).values() if g.principal == principal]
 
-    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> list[Grant]:
+    async def active_for(self, principal: str, now: _dt.datetime | None = None) -> builtins.list[Grant]:
         """The grants of ``principal`` neither expired nor revoked at ``now``."""
         t = now or utc_datetime()
         return [g for g in await self.for_principal(principal) if g.active(t)]
 
     # -- writing (the issuer; opens the writer briefly) ---------------------
 
-    async def _open_writer(self) -> Any:
-        from openfunctions.core.journal import JournalLocked, JournalLog
+    async def _open_writer(self) -> FileRecordLog[dict[str, Grant]]:
+        """The stream, locked and folded (so an issue or revocation sees every grant as of now)."""
+        from openfunctions.core.journal import JournalLocked
 
         # Another CLI invocation may hold the flock for a moment: wait briefly.
         with anyio.move_on_after(_LOCK_WAIT_S):
             while True:
                 try:
-                    return await JournalLog.open(self.path, kind=JOURNAL_KIND)
+                    return await FileRecordLog.open(self._stream, self.path)
                 except JournalLocked:
                     await anyio.sleep(0.05)
-        return await JournalLog.open(self.path, kind=JOURNAL_KIND)
+        return await FileRecordLog.open(self._stream, self.path)
 
     async def issue(
         self,
@@ -354,16 +370,15 @@ class GrantStore:
         t = _utc(now) if now else utc_datetime()
         log = await self._open_writer()
         try:
-            # Read under the writer's lock so two revocations cannot race.
-            grants = self._fold(await anyio.to_thread.run_sync(lambda: list(log.records())))
-            g = grants.get(grant_id)
+            # The fold under the writer's lock, so two revocations cannot race.
+            g = log.state.get(grant_id)
             if g is None:
                 raise GrantNotFound(f"no grant {grant_id!r} in {self.path}", details={"grant_id": grant_id})
             if g.revoked_at is not None:
                 return g
             who = by or _default_issuer()
             await log.append(REVOKED, {"v": GRANTS_FORMAT_VERSION, "grant_id": grant_id, "revoked_at": _iso(t), "revoked_by": who})
-            return g.revoked_copy(t, who)
+            return log.state[grant_id]  # the live fold of the revocation
         finally:
             await log.close()
 
@@ -377,4 +392,4 @@ def _default_issuer() -> str:
         return f"uid:{os.getuid()}"
 
 
-__all__ = ["Grant", "GrantStore", "parse_ttl", "GRANTS_FILE"]
+__all__ = ["GRANTS", "Grant", "GrantStore", "apply", "grants_stream", "parse_ttl", "GRANTS_FILE"]

@@ -141,13 +141,14 @@ class LeaseStore:
             generation = (rec["generation"] if rec else 0) + 1
             self._hold_live(generation)
             stamp = utc_timestamp()
+            expires_at = now + self.ttl
             new = {
                 "v": LEASE_VERSION,
                 "owner": self.owner,
                 "generation": generation,
                 "acquired_at": stamp,
                 "renewed_at": stamp,
-                "expires_at": now + self.ttl,
+                "expires_at": expires_at,
                 "ttl": self.ttl,
                 "pid": os.getpid(),
             }
@@ -157,7 +158,7 @@ class LeaseStore:
                 self._drop_live(generation)
                 raise
             self._sweep_live(generation)
-            return Lease(self.owner, generation, new["expires_at"], self.ttl)
+            return Lease(self.owner, generation, expires_at, self.ttl)
 
     def _live_path(self, generation: int) -> Path:
         return self.root / f"{LIVE_PREFIX}{generation}"

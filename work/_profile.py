@@ -42,7 +42,7 @@ from openfunctions.core import ToolRegistry
 
 from ._controller import WorkController
 from ._errors import CatalogInvalid
-from ._tools import REPLY_BUDGET, WORK_TOOL_NAMES, build_work_tools
+from ._tools import REPLY_BUDGET, WORK_TOOL_NAMES, create_work_tools
 
 log = structlog.get_logger("openfunctions.work._profile")
 
@@ -117,7 +117,7 @@ def build_work_profile(
     from ._authority import Authority
     from ._catalog import Catalog
     from ._grants import GrantStore
-    from ._steps import build_step_tools
+    from ._steps import create_step_tools
 
     data_dir = Path(data_dir)
     path = resolve_catalog_path(data_dir, catalog_path)
@@ -131,7 +131,7 @@ def build_work_profile(
             raise missing
         log.warning("work_catalog_missing", file=str(path))
         internal = registry if registry is not None else ToolRegistry()
-        for t in build_work_tools(None, principal=principal, unavailable=missing):
+        for t in create_work_tools(None, principal=principal, unavailable=missing):
             internal.register(t)
         return WorkProfile(registry=internal.project(names=WORK_TOOL_NAMES), controller=None, store=None, catalog=None, internal=internal)
     catalog = Catalog.load(path)
@@ -139,7 +139,7 @@ def build_work_profile(
     shared = backend.artifacts if backend is not None else None
     store = shared if shared is not None else ArtifactStore(work_dir / "artifacts", quota_bytes=quota_bytes)
     internal = registry if registry is not None else ToolRegistry()
-    for t in build_step_tools(catalog, store=store, tools=internal):  # a ``tool`` step binds a tool of ``registry``
+    for t in create_step_tools(catalog, store=store, tools=internal):  # a ``tool`` step binds a tool of ``registry``
         internal.register(t)
     controller = WorkController(
         work_dir,
@@ -151,7 +151,7 @@ def build_work_profile(
         lease_ttl=lease_ttl,
         backend=backend,
     )
-    for t in build_work_tools(controller, store=store, budget=budget, principal=principal):
+    for t in create_work_tools(controller, store=store, budget=budget, principal=principal):
         internal.register(t)
     exposed = internal.project(names=WORK_TOOL_NAMES)
     return WorkProfile(registry=exposed, controller=controller, store=store, catalog=catalog, internal=internal)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from openfunctions.artifacts import ArtifactRef
+
 from ._backend import AttemptLog, GrantBackend, LeaseBackend, ResolutionBackend, WorkBackend
 from ._custody import CustodyProtocol
 
@@ -30,7 +32,7 @@ class AuthorityProtocol(Protocol):
 
 
 class ArtifactStoreProtocol(Protocol):
-    async def put(self, data: Any, *, media_type: str, scope: str | None = None) -> Any: ...
+    async def put(self, data: Any, *, media_type: str, scope: str | None = None) -> ArtifactRef: ...
 
 
 __all__ = ["AuthorityProtocol", "ArtifactStoreProtocol", "AttemptLog", "CustodyProtocol", "GrantBackend", "LeaseBackend", "ResolutionBackend", "WorkBackend"]

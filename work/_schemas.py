@@ -17,7 +17,7 @@ def output_schema(model: type[BaseModel]) -> dict[str, Any]:
             return [clean(v) for v in node]
         return node
 
-    schema = clean(model.model_json_schema())
+    schema: dict[str, Any] = clean(model.model_json_schema())
     schema.setdefault("required", [])
     return schema
 

@@ -1,6 +1,6 @@
 """Catalog steps as registry tools: ``of_step.<name>`` runs a step, ``of_oracle.<name>`` reads its effect back.
 
-:func:`build_step_tools` turns a :class:`~openfunctions.work._catalog.Catalog`
+:func:`create_step_tools` turns a :class:`~openfunctions.work._catalog.Catalog`
 into :class:`~openfunctions.core.ToolDefinition` objects for the work
 controller's *internal* registry. They execute through the one path
 (registry -> executor), so every step and oracle call has a receipt. Do not
@@ -17,7 +17,7 @@ Every tool's output is *evidence*:
   ``/dev/null``, and a timeout. On timeout the group gets SIGTERM, then
   SIGKILL after 2 s; on cancellation it gets SIGKILL at once; when the main
   process exits, any process it left in its group is killed. stdout/stderr
-  are streamed to the artifact store (scope ``ctx.metadata["artifact_scope"]``),
+  are streamed to the artifact store (scope ``ctx.work.artifact_scope``),
   capped at ``capture_limit`` bytes each (``truncated`` says so); ``tail`` is
   the last 2 KiB as text. An empty stream stores no artifact (``artifact_id`` null, ``size`` 0). A non-zero exit is evidence, not a tool failure.
   While it runs the tool reports progress about once a second.
@@ -31,9 +31,11 @@ Every tool's output is *evidence*:
 Paths (``write_file``/``read_file``): the handler resolves the path itself,
 symlinks included, and requires it inside the workspace, inside the step's
 catalog patterns, and inside the grant's patterns, which the controller
-passes as ``ctx.metadata["granted_paths"]`` (a list of patterns; the
-patterns of the grant :meth:`Authority.check` returned). Without that key a
-path step refuses to run (fail closed). This is a second check right before
+passes in ``ctx.work.granted_paths`` (a :class:`~openfunctions.core.WorkGrant`;
+the patterns of the grant :meth:`Authority.check` returned). Without them a
+path step refuses to run (fail closed). Deprecated, for one version: a context
+without ``work`` is read from the metadata keys ``granted_paths``,
+``artifact_scope``, ``operation_id`` and ``on_spawn``. This is a second check right before
 the write, after the controller's authority check. Refusals are
 ``ToolError``s with ``effect_happened=False`` and the work error's code
 (``path_outside_grant``, ``plan_invalid``, ...).
@@ -71,7 +73,7 @@ and answers ``{status: "applied" | "not_applied" | "inconclusive", observed}``:
 A crash of the server process does not kill a running command (it is in its
 own session): it runs on, unsupervised and without its timeout, and its
 output is lost. So the handler tells the controller its process group as
-soon as it exists (``ctx.metadata["on_spawn"](pid)``, journaled as a
+soon as it exists (``ctx.work.on_spawn(pid)``, journaled as a
 ``spawned`` record) and marks the command's environment with
 ``OPENFUNCTIONS_WORK_OPERATION=<operation id>``; reconciliation and an
 operator's resolution refuse to conclude while any such process is alive
@@ -89,13 +91,13 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import anyio.abc
 from pydantic import BaseModel
 
-from openfunctions.core import ToolDefinition, check_json, define_tool, digest
+from openfunctions.core import ToolDefinition, WorkGrant, check_json, define_tool, digest
 from openfunctions.core.errors import NonJsonValue, ToolError
 from openfunctions.core.files import fsync_dir, write_atomic
 
@@ -189,12 +191,28 @@ def _refuse(exc: WorkError) -> ToolError:
 # -- paths ----------------------------------------------------------------------
 
 
+def _work(ctx: Any) -> WorkGrant:
+    """The call's work grant: ``ctx.work``, else (deprecated) one read from the old metadata keys."""
+    grant = getattr(ctx, "work", None)
+    if isinstance(grant, WorkGrant):
+        return grant
+    md = getattr(ctx, "metadata", None)
+    if not isinstance(md, Mapping):
+        return WorkGrant()
+    pats, scope, op, on_spawn = md.get("granted_paths"), md.get("artifact_scope"), md.get("operation_id"), md.get("on_spawn")
+    return WorkGrant(
+        operation_id=op if isinstance(op, str) else None,
+        granted_paths=tuple(pats) if isinstance(pats, (list, tuple)) else None,
+        artifact_scope=scope if isinstance(scope, str) else None,
+        on_spawn=on_spawn if callable(on_spawn) else None,
+    )
+
+
 def _granted_paths(ctx: Any) -> list[str]:
-    md = getattr(ctx, "metadata", None) or {}
-    pats = md.get("granted_paths") if isinstance(md, Mapping) else None
-    if not isinstance(pats, (list, tuple)) or not all(isinstance(p, str) for p in pats):
+    pats = _work(ctx).granted_paths
+    if pats is None or not all(isinstance(p, str) for p in pats):
         raise PathOutsideGrant(
-            "no granted path patterns in the trusted context (ctx.metadata['granted_paths']); "
+            "no granted path patterns in the trusted context (ctx.work.granted_paths); "
             "path steps run only through the work controller"
         )
     return list(pats)
@@ -553,13 +571,11 @@ async def run_command(
         raise ToolError(f"step {step.name!r}: cwd {step.cwd!r} is not a directory", code="plan_invalid", effect_happened=False)
     env = {k: os.environ[k] for k in step.env if k in os.environ}
     env.update(dict(step.env_set))
-    md = getattr(ctx, "metadata", None) or {}
-    if not isinstance(md, Mapping):
-        md = {}
-    scope = md.get("artifact_scope")
-    if isinstance(md.get("operation_id"), str):
-        env[MARKER_ENV] = md["operation_id"]
-    on_spawn = md.get("on_spawn")
+    grant = _work(ctx)
+    scope = grant.artifact_scope
+    if grant.operation_id is not None:
+        env[MARKER_ENV] = grant.operation_id
+    on_spawn = grant.on_spawn
     out, err = _Capture(capture_limit), _Capture(capture_limit)
     t0 = time.monotonic()
     try:
@@ -697,8 +713,7 @@ async def _read_file(catalog: Catalog, step: StepSpec, params: Mapping[str, Any]
     if text is not None:
         out["content"] = text
     else:
-        md = getattr(ctx, "metadata", None) or {}
-        ref = await store.put(data, media_type="application/octet-stream", scope=md.get("artifact_scope"))
+        ref = await store.put(data, media_type="application/octet-stream", scope=_work(ctx).artifact_scope)
         out["artifact_id"] = ref.id
     return out
 
@@ -809,7 +824,7 @@ def bind_tool(catalog: Catalog, step: StepSpec, tools: Any) -> ToolDefinition:
     assert step.tool is not None
     found: ToolDefinition | None
     if isinstance(tools, Mapping):
-        found = tools.get(step.tool)
+        found = cast("ToolDefinition | None", tools.get(step.tool))
     else:
         found = tools.get(step.tool) if tools is not None and step.tool in tools else None
     if found is None:
@@ -824,7 +839,7 @@ def bind_tool(catalog: Catalog, step: StepSpec, tools: Any) -> ToolDefinition:
     return found
 
 
-def build_step_tools(
+def create_step_tools(
     catalog: Catalog, *, store: Any, include_oracles: bool = True, capture_limit: int = DEFAULT_CAPTURE_LIMIT,
     tools: Any = None,
 ) -> list[ToolDefinition]:
@@ -847,7 +862,7 @@ def build_step_tools(
 
 __all__ = [
     "bind_tool",
-    "build_step_tools",
+    "create_step_tools",
     "prepare_tool_reconciliation",
     "reconcile_tool_effect",
     "prepare_reconciliation",

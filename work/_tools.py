@@ -19,6 +19,7 @@ returns the same artifact id, also after a restart. Refusals are raised as
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
@@ -36,6 +37,7 @@ from openfunctions.core import (
 )
 
 from ._controller import DISPATCHED_ATTR, MAX_PLAN_STEPS, WorkController
+from ._errors import WorkError
 from ._schemas import output_schema
 
 REPLY_BUDGET = 32 * 1024
@@ -252,17 +254,20 @@ class WorkTools:
         """The caller: the trusted context's principal, else the server's configured one."""
         return ctx.principal if ctx.principal is not None else self.default_principal
 
-    async def ready(self, *, refresh: bool = True) -> None:
-        """The controller open; with ``refresh``, the records other replicas appended folded (a shared backend).
-        Lifecycle calls pass ``refresh=False``: they fold them once they hold the lease (one read per call)."""
-        if self.unavailable is not None:
-            raise _refusal(self.unavailable)
+    async def ready(self, *, refresh: bool = True) -> WorkController:
+        """The controller, open; with ``refresh``, the records other replicas appended folded (a shared backend).
+        Lifecycle calls pass ``refresh=False``: they fold them once they hold the lease (one read per call).
+        Without a usable catalog: the refusal naming why."""
+        c = self.controller
+        if self.unavailable is not None or c is None:  # __init__ sets one of the two
+            raise _refusal(self.unavailable or WorkError("this server has no work controller"))
         try:
-            await self.controller.ensure_open()
+            await c.ensure_open()
             if refresh:
-                await self.controller.refresh()
+                await c.refresh()
         except OpenFunctionsError as exc:
             raise _refusal(exc) from None
+        return c
 
     # -- reply bounding ------------------------------------------------------
 
@@ -387,9 +392,9 @@ class WorkTools:
     # -- handlers ----------------------------------------------------------------
 
     async def _catalog(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        if self.unavailable is not None:
-            raise _refusal(self.unavailable)
         c = self.controller
+        if self.unavailable is not None or c is None:
+            raise _refusal(self.unavailable or WorkError("this server has no work controller"))
         grants: list[dict[str, Any]] = []
         if c.authority is not None:
             grants = [g.describe() for g in await c.authority.visible_grants(self.who(ctx))]
@@ -398,50 +403,50 @@ class WorkTools:
         return await self.reply(payload, scope=f"catalog:{self.who(ctx)}")
 
     async def _preview(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready(refresh=False)
-        payload = await _refusing(self.controller.preview(params["plan"], principal=self.who(ctx)))
+        c = await self.ready(refresh=False)
+        payload = await _refusing(c.preview(params["plan"], principal=self.who(ctx)))
         payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=f"preview:{payload['previewId']}")
 
     async def _start(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready(refresh=False)
-        payload = await _refusing(self.controller.start(params["previewId"], principal=self.who(ctx)))
+        c = await self.ready(refresh=False)
+        payload = await _refusing(c.start(params["previewId"], principal=self.who(ctx)))
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _status(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready()
+        c = await self.ready()
         try:
-            payload = self.controller.status(principal=self.who(ctx), attempt_id=params.get("attemptId"))
+            payload = c.status(principal=self.who(ctx), attempt_id=params.get("attemptId"))
         except OpenFunctionsError as exc:
             raise _refusal(exc) from None
         att = payload.get("attempt") or {}
         return await self.reply(payload, scope=att.get("attemptId") or f"status:{self.who(ctx)}")
 
     async def _run_step(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready(refresh=False)
-        payload = await _refusing(self.controller.run_step(principal=self.who(ctx), step=params.get("step"), index=params.get("index"), ctx=ctx))
+        c = await self.ready(refresh=False)
+        payload = await _refusing(c.run_step(principal=self.who(ctx), step=params.get("step"), index=params.get("index"), ctx=ctx))
         payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _verify(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready(refresh=False)
-        payload = await _refusing(self.controller.verify(principal=self.who(ctx), ctx=ctx))
+        c = await self.ready(refresh=False)
+        payload = await _refusing(c.verify(principal=self.who(ctx), ctx=ctx))
         payload["readWith"] = READ_WITH
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _reconcile(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready(refresh=False)
-        payload = await _refusing(self.controller.reconcile(principal=self.who(ctx), operation_id=params.get("operationId"), ctx=ctx))
+        c = await self.ready(refresh=False)
+        payload = await _refusing(c.reconcile(principal=self.who(ctx), operation_id=params.get("operationId"), ctx=ctx))
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _complete(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready(refresh=False)
-        payload = await _refusing(self.controller.complete(principal=self.who(ctx)))
+        c = await self.ready(refresh=False)
+        payload = await _refusing(c.complete(principal=self.who(ctx)))
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _cancel(self, params: dict[str, Any], ctx: ToolExecutionContext) -> dict[str, Any]:
-        await self.ready(refresh=False)
-        payload = await _refusing(self.controller.cancel(principal=self.who(ctx), reason=params.get("reason")))
+        c = await self.ready(refresh=False)
+        payload = await _refusing(c.cancel(principal=self.who(ctx), reason=params.get("reason")))
         return await self.reply(payload, scope=payload["attemptId"])
 
     async def _allow_artifact(self, info: Any, ctx: ToolExecutionContext) -> bool:
@@ -475,7 +480,7 @@ def _checked_by(tool: ToolDefinition, checked: dict[str, Any]) -> ToolDefinition
     return out
 
 
-async def _refusing(coro: Any) -> dict[str, Any]:
+async def _refusing(coro: Awaitable[dict[str, Any]]) -> dict[str, Any]:
     """Run a controller call; its refusal becomes a ToolError that says whether anything may have run.
 
     A refusal before anything was dispatched ran nothing (``effect_happened``
@@ -529,7 +534,7 @@ def _summarize(payload: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_work_tools(
+def create_work_tools(
     controller: WorkController | None,
     *,
     store: Any = None,
@@ -545,4 +550,4 @@ def build_work_tools(
     return WorkTools(controller, store=store, budget=budget, principal=principal, unavailable=unavailable).build()
 
 
-__all__ = ["WorkTools", "build_work_tools", "WORK_TOOL_NAMES", "REPLY_BUDGET", "TOOLS", "ToolRow", "read_only", "effectful", "output_schema"]
+__all__ = ["WorkTools", "create_work_tools", "WORK_TOOL_NAMES", "REPLY_BUDGET", "TOOLS", "ToolRow", "read_only", "effectful", "output_schema"]

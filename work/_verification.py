@@ -251,7 +251,7 @@ class VerifierReceipt(BaseModel):
 
 
 class Proof(BaseModel):
-    """A verification proof (see the module docstring). Build with :func:`build_proof`."""
+    """A verification proof (see the module docstring). Build with :func:`create_proof`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -293,7 +293,7 @@ class Proof(BaseModel):
         }
 
 
-def build_proof(
+def create_proof(
     *,
     plan_digest: str,
     catalog_digest: str,
@@ -414,7 +414,7 @@ def check_completion(
 __all__ = [
     "Proof",
     "VerifierReceipt",
-    "build_proof",
+    "create_proof",
     "check_completion",
     "diff_fingerprints",
     "environment_digest",

@@ -36,7 +36,7 @@ HELP = "resolve and inspect uncertain work operations"
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``work`` command (``list-uncertain``, ``resolve``, ``show``) to ``subparsers``."""
-    work = subparsers.add_parser("work", help=HELP, description=__doc__.split("\n\n")[0])
+    work: argparse.ArgumentParser = subparsers.add_parser("work", help=HELP, description=__doc__.split("\n\n")[0])
     sub = work.add_subparsers(dest="work_command", metavar="{list-uncertain,resolve,show}")
     sub.required = True
 
@@ -192,10 +192,11 @@ def resolve_uncertain(args: argparse.Namespace, operation_id: str, *, verdict: s
         if getattr(args, "work_database", None):
             from .cli import with_database
 
-            return with_database(args.work_database, lambda b: b.resolutions.resolve(  # type: ignore[no-any-return]
+            record: dict[str, Any] = with_database(args.work_database, lambda b: b.resolutions.resolve(
                 operation_id, as_=verdict, reason=reason, by=by))
+            return record
         inbox = ResolutionInbox(_work_dir(args))
-        return anyio.run(lambda: inbox.resolve(operation_id, as_=verdict, reason=reason, by=by))  # type: ignore[no-any-return]
+        return anyio.run(lambda: inbox.resolve(operation_id, as_=verdict, reason=reason, by=by))
     except (OpenFunctionsError, ValueError) as exc:
         raise ResolveRefused(getattr(exc, "message", str(exc)), 1) from None
 

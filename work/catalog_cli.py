@@ -16,7 +16,7 @@ HELP = "validate a work catalog and print its steps"
 
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
-    cat = subparsers.add_parser("catalog", help=HELP, description=__doc__.split("\n\n")[0])
+    cat: argparse.ArgumentParser = subparsers.add_parser("catalog", help=HELP, description=__doc__.split("\n\n")[0])
     sub = cat.add_subparsers(dest="catalog_command", metavar="{check}")
     sub.required = True
     check = sub.add_parser("check", help="validate a catalog file and print its steps")

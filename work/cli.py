@@ -17,8 +17,9 @@ like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR`` or else the per-user data
 dir of ``openfunctions-mcp`` (platformdirs); grants live in
 ``<data-dir>/work/grants.journal``. With ``--database URL`` (default
 ``$OPENFUNCTIONS_DATABASE_URL``, like ``serve --database``) they are rows in
-that PostgreSQL instead, where every server replica reads them; the server CLI
-supplies the opener (:data:`DATABASE_BACKEND`): work never imports store.
+that PostgreSQL instead, where every server replica reads them (work's own
+PostgreSQL backend, ``work/_pg.py``, work space ``"work"``: the one ``serve
+--database`` uses).
 """
 
 from __future__ import annotations
@@ -35,12 +36,8 @@ import anyio
 from openfunctions.core import database_url_from_env
 from openfunctions.core.errors import OpenFunctionsError
 
-from ._errors import GrantNotFound, WorkError
+from ._errors import GrantNotFound
 from ._grants import GrantStore, parse_ttl, utc_datetime
-
-#: ``url -> an opened WorkBackend`` the ``grant`` and ``work`` commands use with ``--database``; set by
-#: the server CLI (``servers/_work_database.open_database_work``), None when this module runs alone
-DATABASE_BACKEND: Callable[[str], Awaitable[Any]] | None = None
 
 
 def redacted(url: str) -> str:
@@ -53,12 +50,10 @@ def redacted(url: str) -> str:
 
 def with_database(url: str, use: Callable[[Any], Awaitable[Any]]) -> Any:
     """``use(backend)`` with the opened work backend of the database at ``url`` (closed afterwards)."""
-    if DATABASE_BACKEND is None:
-        raise WorkError("--database needs the openfunctions-mcp command (it supplies the PostgreSQL backend)")
-    opener = DATABASE_BACKEND
+    from ._pg import open_pg_work  # psycopg only when a database is named
 
     async def run() -> Any:
-        backend = await opener(url)
+        backend = await open_pg_work(url)
         try:
             return await use(backend)
         finally:
@@ -103,7 +98,7 @@ def _split(text: str | None) -> list[str]:
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``grant`` command (with ``issue``, ``list``, ``revoke``) to ``subparsers``."""
-    grant = subparsers.add_parser("grant", help="issue, list and revoke work grants", description=__doc__.split("\n\n")[0])
+    grant: argparse.ArgumentParser = subparsers.add_parser("grant", help="issue, list and revoke work grants", description=__doc__.split("\n\n")[0])
     sub = grant.add_subparsers(dest="grant_command", metavar="{issue,list,revoke}")
     sub.required = True
 
@@ -253,4 +248,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["add_commands", "default_data_dir", "main", "with_database", "redacted", "DATABASE_BACKEND"]
+__all__ = ["add_commands", "default_data_dir", "main", "with_database", "redacted"]

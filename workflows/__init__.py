@@ -31,7 +31,6 @@ from ._errors import (
     RunBlocked,
     RunBusy,
     RunCorrupt,
-    RunNotFound,
     RunStoreUnavailable,
     StepFailed,
     StepInterrupted,
@@ -40,17 +39,18 @@ from ._errors import (
     WorkflowChanged,
     WorkflowDefinitionError,
     WorkflowError,
+    WorkflowRunNotFound,
     WorkflowUnknown,
 )
-from ._runlog import RunState, StepRecord
+from ._runlog import StepRecord, WorkflowRunState
 from ._runs import RunOutcome, WorkflowRuns
 from ._steps import LLMStep, Step, ToolStep, Transform, llm_step, tool_step, transform
 from ._workflow import Workflow, pipe
 
 __all__ = [
     "InvalidInput", "InvalidRunId", "LLMStep", "NonDeterministic", "NotUncertain",
-    "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound", "RunOutcome", "RunStoreUnavailable", "RunState", "Step", "StepFailed",
+    "RunBlocked", "RunBusy", "RunCorrupt", "RunOutcome", "RunStoreUnavailable", "Step", "StepFailed",
     "StepInterrupted", "StepOutputInvalid", "StepRecord", "ToolStep", "Transform", "VerificationRefused", "Workflow", "WorkflowChanged",
-    "WorkflowDefinitionError", "WorkflowError", "WorkflowRuns", "WorkflowUnknown", "llm_step", "pipe", "tool_step",
+    "WorkflowDefinitionError", "WorkflowError", "WorkflowRunNotFound", "WorkflowRunState", "WorkflowRuns", "WorkflowUnknown", "llm_step", "pipe", "tool_step",
     "begin_run", "child_context", "transform",
 ]

@@ -22,7 +22,7 @@ parent's reservation; that reservation is the parent's to release, never the
 child's. :func:`begin_run` therefore releases only a reservation the call was
 granted for itself: a top-level call (no parent), or a call made through
 :func:`child_context` of a run that gave its own back (marked in the trusted
-metadata under ``OWN_ADMISSION_KEY`` with the parent's receipt id). Any other
+context's ``admitted_for`` slot with the parent's receipt id). Any other
 call (a step of a workflow that holds its barrier) keeps running inside its
 parent's reservation, as before.
 
@@ -41,10 +41,9 @@ from __future__ import annotations
 
 from openfunctions.core import Reservation, Scheduler, ToolDefinition, ToolExecutionContext, with_child_execution
 
-#: Trusted metadata on a call admitted on its own as a run's inner call: the run's receipt id.
+#: Deprecated (no longer written or read): a call admitted on its own as a run's inner call is marked
+#: in ``ctx.admitted_for`` (the run's receipt id); a run that gave back a read reservation in ``ctx.run_reads_only``.
 OWN_ADMISSION_KEY = "openfunctions.admitted_for"
-#: Trusted metadata on a run that gave back a read (shared) reservation: its calls must be reads.
-_READS_ONLY_KEY = "openfunctions.run_reads_only"
 # A read reservation granted by no scheduler: handed only to a read-only run's call of a tool that is
 # not a read, so that the executor refuses it (AdmissionRefused, with a receipt) before anything runs.
 _REFUSE_WRITES = Reservation(Scheduler(1), "shared")
@@ -58,15 +57,12 @@ def begin_run(ctx: ToolExecutionContext, *, hold: bool = False) -> ToolExecution
     r = ctx.reservation
     if hold or r is None or ctx.receipt_id is None:
         return ctx
-    owned = ctx.parent_receipt_id is None or ctx.metadata.get(OWN_ADMISSION_KEY) == ctx.parent_receipt_id
+    owned = ctx.parent_receipt_id is None or ctx.admitted_for == ctx.parent_receipt_id
     if not owned:  # inherited from a parent that holds it: the parent's to release
         return ctx
     reads_only = r.mode == "shared"
     r.release()  # idempotent: the executor's own release after the receipt is then a no-op
-    meta = {k: v for k, v in ctx.metadata.items() if k != OWN_ADMISSION_KEY}
-    if reads_only:
-        meta[_READS_ONLY_KEY] = True
-    return ctx.replace(reservation=None, metadata=meta)
+    return ctx.replace(reservation=None, admitted_for=None, run_reads_only=reads_only or ctx.run_reads_only)
 
 
 def child_context(ctx: ToolExecutionContext, tool: ToolDefinition, *,
@@ -80,10 +76,9 @@ def child_context(ctx: ToolExecutionContext, tool: ToolDefinition, *,
         return ctx.replace(scopes=narrowed)
     if ctx.reservation is not None:  # the run holds (or inherited) a reservation: its calls run inside it
         return with_child_execution(ctx, scopes=scopes)
-    meta = dict(ctx.metadata)
-    reads_only = bool(meta.pop(_READS_ONLY_KEY, False))
-    meta[OWN_ADMISSION_KEY] = ctx.receipt_id
-    child = ctx.replace(scopes=narrowed, parent_receipt_id=ctx.receipt_id, receipt_id=None, metadata=meta)
+    reads_only = ctx.run_reads_only
+    child = ctx.replace(scopes=narrowed, parent_receipt_id=ctx.receipt_id, receipt_id=None,
+                        admitted_for=ctx.receipt_id, run_reads_only=False)
     if reads_only and tool.schedule_class != "shared":
         child = child.replace(reservation=_REFUSE_WRITES)
     return child

@@ -50,7 +50,7 @@ class InvalidRunId(WorkflowError):
     code = "workflow_run_id_invalid"
 
 
-class RunNotFound(WorkflowError):
+class WorkflowRunNotFound(WorkflowError):
     code = "workflow_run_not_found"
 
 
@@ -111,7 +111,7 @@ class VerificationRefused(WorkflowError):
 
 
 __all__ = [
-    "InvalidInput", "InvalidRunId", "NonDeterministic", "NotUncertain", "RunBlocked", "RunBusy", "RunCorrupt", "RunNotFound",
+    "InvalidInput", "InvalidRunId", "NonDeterministic", "NotUncertain", "RunBlocked", "RunBusy", "RunCorrupt", "WorkflowRunNotFound",
     "RunStoreUnavailable", "StepFailed", "StepInterrupted", "StepOutputInvalid", "VerificationRefused", "WorkflowChanged", "WorkflowDefinitionError",
     "WorkflowError", "WorkflowUnknown",
 ]

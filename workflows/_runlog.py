@@ -19,7 +19,7 @@ share the log's group commit (one ``write`` + one ``fdatasync`` for every
 record queued together, whichever runs they belong to).
 
 Every record's ``data`` carries ``run_id``; a run's records are folded by
-:func:`apply` into its :class:`RunState` (``fold`` routes a record to its
+:func:`apply` into its :class:`WorkflowRunState` (``fold`` routes a record to its
 run), live and at recovery alike. Records (``type``: ``data``), in the
 order a run writes them:
 
@@ -64,21 +64,27 @@ order a run writes them:
   ``capability.requires_verification``). Written by
   ``WorkflowRuns.verify``, before or after ``run_finished``. A ``succeeded``
   run with such a step not yet verified is not *completed*
-  (:attr:`RunState.completed`; ``awaiting_verification`` in its summary).
+  (:attr:`WorkflowRunState.completed`; ``awaiting_verification`` in its summary).
 - ``run_snapshot``: ``{run_id, state}`` — written only by a compaction:
-  the run's whole folded state (``state``: :meth:`RunState.snapshot`); it
+  the run's whole folded state (``state``: :meth:`WorkflowRunState.snapshot`); it
   replaces whatever was folded for that run before.
 - ``compacted``: ``{segments, kept, pruned}`` — the last record of a
   compaction's batch (no ``run_id``; not folded into any run).
 
-Compaction (retention; ``_runs.py``): the file is rotated into a segment
+The journal is the core record stream :data:`WORKFLOW_RUNS`
+(``openfunctions.core.records``): its file backend opens, folds and compacts
+it; in PostgreSQL its table backend does (rows: ``store/_pg_workflows_schema.py``).
+
+Compaction (retention decided in ``_runs.py``, the mechanism the core
+stream's, ``core/records/_file.py``): the file is rotated into a segment
 (``JournalLog.rotate``), a ``run_snapshot`` for every run that is kept and a
 ``compacted`` record are appended as one batch (one fsync), then the
 segments are deleted (and the directory fsynced). Reading: if the file holds
 a ``compacted`` record, the segments it names are obsolete (a crash before
-their deletion left them; they are deleted now); otherwise every segment is
-folded first, oldest first, then the file (a crash in mid-compaction loses
-nothing: the snapshots that made it repeat what the segment says).
+their deletion left them; they are deleted now); otherwise the segments are
+folded first, oldest first from the newest one that holds a ``compacted``
+record, then the file (a crash in mid-compaction loses nothing: the
+snapshots that made it repeat what the segment says).
 
 Durability (when each record is fsynced; records written together share one
 fsync): ``step_started`` before its step's tool handler runs (the handler
@@ -92,8 +98,10 @@ not-yet-flushed ``run_started`` (recomputed, or the run starts afresh), and a
 non-read step that settled but was not yet flushed stays uncertain (it
 blocks; it is never re-run blindly).
 
-Reading fails closed: an unknown record type, a record missing a field or a
-header of another format raise :class:`RunCorrupt` naming the file.
+Reading fails closed (the stream's policy for unknown records is
+``REFUSE``): an unknown record type, a record missing a field or a header of
+another format raise :class:`RunCorrupt` naming the file; nothing is folded
+from part of a run's records.
 
 Version 1 (one file per run, ``<data-dir>/workflows/runs/<sha256(run_id)[:32]>.jsonl``,
 records without ``run_id``) is migrated on open: each such run becomes a
@@ -109,11 +117,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from openfunctions.core import canonical_json, to_utf8
 from openfunctions.core.errors import NonJsonValue
-from openfunctions.core.journal import JournalLog, Record
+from openfunctions.core.records import RecordStream, UnknownRecords
 
 from ._errors import RunCorrupt, StepOutputInvalid
 
@@ -173,7 +179,7 @@ class StepRecord:
 
 
 @dataclass
-class RunState:
+class WorkflowRunState:
     """One run, as the fold of its journal. Built by :func:`apply` live and at recovery alike."""
 
     run_id: str
@@ -252,7 +258,7 @@ class RunState:
 # -- the fold ---------------------------------------------------------------
 
 
-def apply(state: RunState, rec: Any) -> None:
+def apply(state: WorkflowRunState, rec: Any) -> None:
     """Fold one record (anything with ``type``, ``data``, ``time``) into ``state``.
 
     Raises ``KeyError``/``TypeError``/``ValueError`` for a malformed record;
@@ -275,7 +281,7 @@ def apply(state: RunState, rec: Any) -> None:
     state.updated_at = rec.time
 
 
-def _run_started(s: RunState, d: dict[str, Any]) -> None:
+def _run_started(s: WorkflowRunState, d: dict[str, Any]) -> None:
     if d["run_id"] != s.run_id:
         raise ValueError(f"run_started names run {d['run_id']!r}, not {s.run_id!r}")
     s.workflow = _str(d["workflow"])
@@ -284,12 +290,12 @@ def _run_started(s: RunState, d: dict[str, Any]) -> None:
     s.status = "running"
 
 
-def _step_started(s: RunState, d: dict[str, Any]) -> None:
+def _step_started(s: WorkflowRunState, d: dict[str, Any]) -> None:
     p = _str(d["step"])
     s.steps[p] = StepRecord(step=p, name=_str(d["name"]), status="started", tool=d.get("tool"), params=d.get("params"))
 
 
-def _step_settled(s: RunState, d: dict[str, Any]) -> None:
+def _step_settled(s: WorkflowRunState, d: dict[str, Any]) -> None:
     p = _str(d["step"])
     status = d["status"]
     if status not in ("succeeded", "failed", "cancelled"):
@@ -304,7 +310,7 @@ def _step_settled(s: RunState, d: dict[str, Any]) -> None:
     )
 
 
-def _step_verified(s: RunState, d: dict[str, Any]) -> None:
+def _step_verified(s: WorkflowRunState, d: dict[str, Any]) -> None:
     p = _str(d["step"])
     step = s.steps.get(p)
     if step is None or step.status != "succeeded" or not step.requires_verification:
@@ -313,7 +319,7 @@ def _step_verified(s: RunState, d: dict[str, Any]) -> None:
         step.verification = {"receipt_id": _str(d["receipt_id"]), "tool": d.get("tool"), "by": d.get("by")}
 
 
-def _run_blocked(s: RunState, d: dict[str, Any]) -> None:
+def _run_blocked(s: WorkflowRunState, d: dict[str, Any]) -> None:
     steps = d["steps"]
     if not isinstance(steps, list) or not all(isinstance(x, str) for x in steps):
         raise TypeError("run_blocked.steps must be a list of step paths")
@@ -321,7 +327,7 @@ def _run_blocked(s: RunState, d: dict[str, Any]) -> None:
     s.blocked = list(steps)
 
 
-def _step_resolved(s: RunState, d: dict[str, Any]) -> None:
+def _step_resolved(s: WorkflowRunState, d: dict[str, Any]) -> None:
     p = _str(d["step"])
     applied = d["applied"]
     if not isinstance(applied, bool):
@@ -341,7 +347,7 @@ def _step_resolved(s: RunState, d: dict[str, Any]) -> None:
         s.status = "running"
 
 
-def _run_finished(s: RunState, d: dict[str, Any]) -> None:
+def _run_finished(s: WorkflowRunState, d: dict[str, Any]) -> None:
     status = d["status"]
     if status not in TERMINAL:
         raise ValueError(f"run_finished with status {status!r}")
@@ -351,7 +357,7 @@ def _run_finished(s: RunState, d: dict[str, Any]) -> None:
     s.blocked = []
 
 
-def _run_snapshot(s: RunState, d: dict[str, Any]) -> None:
+def _run_snapshot(s: WorkflowRunState, d: dict[str, Any]) -> None:
     snap = d["state"]
     if not isinstance(snap, dict):
         raise TypeError("run_snapshot.state must be an object")
@@ -368,7 +374,7 @@ def _run_snapshot(s: RunState, d: dict[str, Any]) -> None:
     s.started_at, s.updated_at, s.records = snap.get("started_at"), snap.get("updated_at"), int(snap.get("records", 0))
 
 
-def fold(states: dict[str, RunState], rec: Any) -> RunState | None:
+def fold(states: dict[str, WorkflowRunState], rec: Any) -> WorkflowRunState | None:
     """Route one record of the shared journal to its run's state (created on its first record) and
     :func:`apply` it. ``compacted`` belongs to no run: ``None``."""
     if rec.type == "compacted":
@@ -376,7 +382,7 @@ def fold(states: dict[str, RunState], rec: Any) -> RunState | None:
     run_id = _str(rec.data["run_id"])
     state = states.get(run_id)
     if state is None:
-        state = states[run_id] = RunState(run_id=run_id)
+        state = states[run_id] = WorkflowRunState(run_id=run_id)
     apply(state, rec)
     return state
 
@@ -402,16 +408,34 @@ _APPLY = {
 RECORD_TYPES = (*_APPLY, "compacted")
 
 
-def fold_error(path: Path | str, rec: Record, exc: Exception) -> RunCorrupt:
+def fold_error(path: Path | str, rec: Any, exc: Exception) -> RunCorrupt:
     """``path``: a file (its record has a ``line``), or a database's ``where`` string (its rows have none)."""
     if isinstance(path, str):
         return RunCorrupt(f"the workflow runs in {path} are unreadable at record seq {rec.seq}: {type(exc).__name__}: "
                           f"{exc}; they are left untouched", details={"seq": rec.seq})
+    line = getattr(rec, "line", -1)
     return RunCorrupt(
-        f"workflow run journal {str(path)!r} is unreadable at record seq {rec.seq} (line {rec.line}): "
+        f"workflow run journal {str(path)!r} is unreadable at record seq {rec.seq} (line {line}): "
         f"{type(exc).__name__}: {exc}; it is left untouched",
-        details={"path": str(path), "seq": rec.seq, "line": rec.line},
+        details={"path": str(path), "seq": rec.seq, "line": line},
     )
+
+
+def snapshot(states: dict[str, WorkflowRunState]) -> list[tuple[str, dict[str, Any]]]:
+    """A ``run_snapshot`` per run that has a record (what a compaction that drops nothing writes)."""
+    return [("run_snapshot", {"run_id": s.run_id, "state": s.snapshot()}) for s in states.values() if s.status != "new"]
+
+
+def _route(states: dict[str, WorkflowRunState], rec: Any) -> None:
+    fold(states, rec)
+
+
+#: The run journal (file or database rows) as a core record stream: the one fold, live and at replay. A record
+#: type this version does not know is refused (the journal is unreadable, :class:`RunCorrupt`): a run's
+#: state decides whether a step's effect is repeated, so it is never folded from part of its records.
+WORKFLOW_RUNS: RecordStream[dict[str, WorkflowRunState]] = RecordStream(
+    "workflow-runs", kind=KIND, types=_APPLY, new_state=dict, apply=_route, unknown=UnknownRecords.REFUSE,
+    meta={"format": FORMAT, "version": VERSION}, snapshot=snapshot, malformed=fold_error)
 
 
 #: The largest step result (canonical UTF-8 JSON) a durable run journals, by default.
@@ -446,7 +470,9 @@ class RunJournal:
 
     __slots__ = ("log", "state", "max_result_bytes", "_pending", "_effect_pending")
 
-    def __init__(self, log: JournalLog, state: RunState, *, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
+    def __init__(self, log: Any, state: WorkflowRunState, *, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
+        """``log``: the open stream (``core.records.FileRecordLog`` or ``TableRecordLog`` of
+        :data:`WORKFLOW_RUNS`) whose state holds ``state`` under its run id."""
         self.log = log
         self.state = state
         self.max_result_bytes = max_result_bytes
@@ -456,13 +482,10 @@ class RunJournal:
         self._effect_pending = False
 
     async def _append(self, records: list[tuple[str, dict[str, Any]]]) -> None:
-        # Shielded: a record handed to the log is written even if the caller
-        # is cancelled; the fold must see it too, or state and file diverge.
+        # The stream's log folds each record into its run's state (this ``state``) once it is durable,
+        # shielded from the caller's cancellation, so state and records cannot diverge.
         rid = self.state.run_id
-        with anyio.CancelScope(shield=True):
-            written = await self.log.append_many([(t, {"run_id": rid, **d}) for t, d in records])
-        for r in written:
-            apply(self.state, r)
+        await self.log.append_many([(t, {"run_id": rid, **d}) for t, d in records])
 
     async def flush(self) -> None:
         """Make every buffered record durable (one fsync)."""
@@ -561,5 +584,5 @@ class RunJournal:
         await self._append([*pending, ("run_finished", data)])
 
 
-__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "RunState", "StepRecord", "TERMINAL",
+__all__ = ["FORMAT", "KIND", "MAX_RESULT_BYTES", "RECORD_TYPES", "RunJournal", "WORKFLOW_RUNS", "snapshot", "WorkflowRunState", "StepRecord", "TERMINAL",
            "V1_FORMAT", "V1_KIND", "V1_VERSION", "VERSION", "apply", "fold", "fold_error", "json_copy"]

@@ -31,7 +31,8 @@ import structlog
 from openfunctions.core import ToolExecutionContext, canonical_json, new_id, redact_dsn, to_utf8
 from openfunctions.core.errors import JournalCorrupt, JournalError, JournalLocked, NonJsonValue, OpenFunctionsError
 from openfunctions.core.files import fsync_dir
-from openfunctions.core.journal import JournalLog, read_records, segment_paths
+from openfunctions.core.journal import read_records
+from openfunctions.core.records import FileRecordLog, TableRecordLog, replay
 
 from ._errors import (
     InvalidInput,
@@ -41,26 +42,25 @@ from ._errors import (
     RunBlocked,
     RunBusy,
     RunCorrupt,
-    RunNotFound,
     RunStoreUnavailable,
     StepInterrupted,
     VerificationRefused,
     WorkflowChanged,
     WorkflowDefinitionError,
     WorkflowError,
+    WorkflowRunNotFound,
     WorkflowUnknown,
 )
 from ._runlog import (
     FORMAT,
-    KIND,
     MAX_RESULT_BYTES,
     V1_FORMAT,
     V1_VERSION,
     VERSION,
+    WORKFLOW_RUNS,
     RunJournal,
-    RunState,
+    WorkflowRunState,
     apply,
-    fold,
     fold_error,
     json_copy,
 )
@@ -195,8 +195,8 @@ class WorkflowRuns:
         self._workflows: dict[str, Workflow] = {}
         for wf in workflows:
             self.register(wf)
-        self._log: Any = None  # a JournalLog, or a store.PgWorkflowLog (database=)
-        self._states: dict[str, RunState] = {}
+        # the open stream: a FileRecordLog, or a TableRecordLog over a workflows._pg.PgWorkflowLog (database=)
+        self._log: FileRecordLog[dict[str, WorkflowRunState]] | TableRecordLog[dict[str, WorkflowRunState]] | None = None
         self._users = 0
         self._held = False
         self._gate: anyio.Lock | None = None
@@ -209,9 +209,14 @@ class WorkflowRuns:
         self.last_compaction: dict[str, Any] | None = None
         self._pruned_total = 0
 
+    @property
+    def _states(self) -> dict[str, WorkflowRunState]:
+        """Run id -> state: the open stream's live fold (empty while the journal is not open)."""
+        return self._log.state if self._log is not None else {}
+
     def _locate(self, data_dir: str | os.PathLike[str] | None, database: str | None) -> None:
         self.placed = data_dir is not None or database is not None
-        #: ``database``: the runs are rows of ``space`` in PostgreSQL (format: store/_pg_workflows_schema.py)
+        #: ``database``: the runs are rows of ``space`` in PostgreSQL (format: workflows/_pg_schema.py)
         self.database = database
         self.data_dir = Path(data_dir) if data_dir is not None else None
         #: the journal file (None with ``database``)
@@ -307,14 +312,14 @@ class WorkflowRuns:
         await self.close()
 
     @asynccontextmanager
-    async def _using(self) -> AsyncIterator[JournalLog]:
+    async def _using(self) -> AsyncIterator[Any]:
         if self._gate is None:
             self._gate = anyio.Lock()
         async with self._gate:
             if self._users == 0 and getattr(self._log, "failed", False):
                 # a database writer whose write failed (its connection lost: the commit may or may not have
                 # happened): drop it and read the space again, under its lock again
-                log_, self._log, self._states = self._log, None, {}
+                log_, self._log = self._log, None
                 await _close(log_)
             if self._log is None:
                 await self._load()
@@ -335,7 +340,7 @@ class WorkflowRuns:
         with anyio.CancelScope(shield=True):
             async with self._gate:
                 if self._users == 0 and not self._held and self._log is not None:
-                    log_, self._log, self._states = self._log, None, {}
+                    log_, self._log = self._log, None
                     await _close(log_)
 
     def _claim(self, run_id: str) -> None:
@@ -354,7 +359,10 @@ class WorkflowRuns:
             await self._compact()
 
     async def _load_database(self) -> None:
-        from openfunctions.store import StoreError, StoreLocked, open_pg_workflow_log
+        from openfunctions.core.postgres import DatabaseError
+        from openfunctions.store import StoreError, StoreLocked
+
+        from ._pg import open_pg_workflow_log
 
         assert self.database is not None
         try:
@@ -363,12 +371,12 @@ class WorkflowRuns:
             raise RunBusy(f"the workflow runs of {self.where} are being run by another process ({exc.message}); "
                           "stop it (a process serving workflows resumes and runs them) or use it",
                           details={"space": self.space}) from None
-        except StoreError as exc:
+        except (StoreError, DatabaseError) as exc:
             raise _unavailable(self.space, exc) from None
         try:
             records, log_.records = log_.records, []
-            self._states = await anyio.to_thread.run_sync(lambda: _fold_records(self.where, records))
-            self._log = log_
+            self._log = await anyio.to_thread.run_sync(
+                lambda: TableRecordLog(WORKFLOW_RUNS, log_, records, where=self.where))
         except BaseException:
             await _close(log_)
             raise
@@ -376,10 +384,8 @@ class WorkflowRuns:
     async def _load_file(self) -> None:
         path = self.path
         assert path is not None
-        seen: list[Any] = []
-        meta = {"format": FORMAT, "version": VERSION}
         try:
-            log_ = await JournalLog.open(path, kind=KIND, meta=meta, on_record=seen.append)
+            self._log = await FileRecordLog.open(WORKFLOW_RUNS, path, check_header=lambda meta: _check_header(path, meta))
         except JournalLocked as exc:
             raise RunBusy(f"the workflow runs of {self.where} are being run by another process ({exc.message}); "
                           "stop it (a server serving workflows resumes and runs them) or use it",
@@ -387,36 +393,7 @@ class WorkflowRuns:
         except JournalError as exc:
             raise RunCorrupt(f"workflow run journal {str(path)!r} cannot be opened: {exc.message}; it is left untouched",
                              details={"path": str(path), "cause": exc.code}) from None
-        try:
-            _check_header(path, log_.header.meta)
-            self._states = await anyio.to_thread.run_sync(lambda: self._fold_all(seen, cleanup=True))
-            self._log = log_
-        except BaseException:
-            await _close(log_)
-            raise
         await self._migrate_v1()
-
-    def _fold_all(self, current: list[Any], *, cleanup: bool = False) -> dict[str, RunState]:
-        """Fold the journal: its finished segments first (unless a compaction superseded them), then
-        the file's records ``current``. ``cleanup`` (the writer, holding the lock): delete segments a
-        finished compaction left behind."""
-        assert self.path is not None
-        states: dict[str, RunState] = {}
-        done = next((r for r in current if r.type == "compacted"), None)
-        for seg in segment_paths(self.path):
-            if done is not None:
-                if cleanup and seg.name in done.data.get("segments", ()):
-                    _unlink(seg)  # a compaction's leftover: everything it held is in the snapshots
-                continue
-            try:
-                for rec in read_records(seg):
-                    _fold_one(seg, states, rec)
-            except JournalError as exc:
-                raise RunCorrupt(f"workflow run journal segment {str(seg)!r} is unreadable: {exc.message}",
-                                 details={"path": str(seg), "cause": exc.code}) from None
-        for rec in current:
-            _fold_one(self.path, states, rec)
-        return states
 
     async def _migrate_v1(self) -> None:
         """Version 1 kept one file per run: fold each into a snapshot here, then remove the file."""
@@ -424,7 +401,7 @@ class WorkflowRuns:
         old = runs_dir(self.data_dir)
         if not old.is_dir():
             return
-        found: list[tuple[Path, RunState]] = []
+        found: list[tuple[Path, WorkflowRunState]] = []
         for entry in sorted(os.scandir(old), key=lambda e: e.name):
             if not entry.name.endswith(".jsonl") or not entry.is_file(follow_symlinks=False):
                 continue
@@ -437,9 +414,7 @@ class WorkflowRuns:
         snaps = [("run_snapshot", {"run_id": st.run_id, "state": st.snapshot()}) for _, st in found
                  if st.status != "new" and st.run_id not in self._states]
         assert self._log is not None
-        written = await self._log.append_many(snaps)
-        for rec in written:
-            fold(self._states, rec)
+        await self._log.append_many(snaps)  # folded by the stream
         for p, _ in found:
             _unlink(p)
             _unlink(Path(f"{p}.lock"))
@@ -502,25 +477,11 @@ class WorkflowRuns:
             with anyio.CancelScope(shield=True):
                 pruned = set(self._prunable())
                 kept = [s for s in self._states.values() if s.status != "new" and s.run_id not in pruned]
-                records: list[tuple[str, dict[str, Any]]] = [
-                    ("run_snapshot", {"run_id": s.run_id, "state": s.snapshot()}) for s in kept]
-                if self.database is not None:  # one transaction: the old rows or the new
-                    segments: list[Path] = []
-                    records.append(("compacted", {"segments": [], "kept": len(kept), "pruned": len(pruned)}))
-                    await self._log.replace(records)
-                else:
-                    assert self.path is not None
-                    older = segment_paths(self.path)
-                    seg = await self._log.rotate(meta={"format": FORMAT, "version": VERSION})
-                    segments = [*older, seg]
-                    records.append(("compacted", {"segments": [p.name for p in segments], "kept": len(kept),
-                                                  "pruned": len(pruned)}))
-                    await self._log.append_many(records)
-                    for p in segments:
-                        _unlink(p)
-                    fsync_dir(self.path.parent)
-                for run_id in pruned:
-                    self._states.pop(run_id, None)
+                # one mechanism (core.records): the file rotated, these snapshots and a compacted record in one
+                # fsync, the segments deleted; rows: the same records replace the space's rows in one transaction
+                done = await self._log.compact([("run_snapshot", {"run_id": s.run_id, "state": s.snapshot()})
+                                                for s in kept], kept=len(kept), pruned=len(pruned))
+                segments = done.segments
                 self.last_compaction = {"kept": len(kept), "pruned": len(pruned), "segments": len(segments)}
                 self._pruned_total += len(pruned)
                 log.info("workflow_runs_compacted", **self.last_compaction)
@@ -562,7 +523,7 @@ class WorkflowRuns:
             try:
                 state = self._states.get(run_id)
                 if state is None or state.status == "new":  # a new run, or one that crashed before its first record
-                    state = self._states[run_id] = RunState(run_id=run_id)
+                    state = self._states[run_id] = WorkflowRunState(run_id=run_id)
                     journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
                     journal.started({"run_id": run_id, "workflow": workflow.name, "digest": workflow.digest,
                                      "input": input_copy})
@@ -582,7 +543,7 @@ class WorkflowRuns:
                      adapter: Any = None) -> RunOutcome:
         """Resume an interrupted run after its last settled step (a finished run: its outcome).
 
-        Raises :class:`RunNotFound`, :class:`RunBusy`, :class:`RunCorrupt`, :class:`RunBlocked`,
+        Raises :class:`WorkflowRunNotFound`, :class:`RunBusy`, :class:`RunCorrupt`, :class:`RunBlocked`,
         :class:`WorkflowUnknown` (not registered here), :class:`WorkflowChanged` (its steps changed).
         """
         run_id = check_run_id(run_id)
@@ -591,7 +552,7 @@ class WorkflowRuns:
             try:
                 state = self._states.get(run_id)
                 if state is None or state.status == "new":
-                    raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
+                    raise WorkflowRunNotFound(f"no workflow run {run_id!r} in {self.where} "
                                       "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
                 journal = RunJournal(log_, state, max_result_bytes=self.max_result_bytes)
                 wf = self._workflows.get(state.workflow)
@@ -681,7 +642,7 @@ class WorkflowRuns:
 
     # -- operator ---------------------------------------------------------------
 
-    async def resolve(self, run_id: str, step: str, *, applied: bool, result: Any = None, by: str | None = None) -> RunState:
+    async def resolve(self, run_id: str, step: str, *, applied: bool, result: Any = None, by: str | None = None) -> WorkflowRunState:
         """Answer for an uncertain step after checking its effect by other means.
 
         ``applied=True``: the effect happened; ``result`` (JSON) becomes the step's result and the
@@ -692,7 +653,7 @@ class WorkflowRuns:
         async with self._using() as log_:
             state = self._states.get(run_id)
             if state is None or state.status == "new":
-                raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
+                raise WorkflowRunNotFound(f"no workflow run {run_id!r} in {self.where} "
                                   "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
             self._claim(run_id)
             try:
@@ -711,13 +672,13 @@ class WorkflowRuns:
             finally:
                 self._claimed.discard(run_id)
 
-    async def verify(self, run_id: str, step: str, *, receipt: Any, by: str | None = None) -> RunState:
+    async def verify(self, run_id: str, step: str, *, receipt: Any, by: str | None = None) -> WorkflowRunState:
         """Link a verifier call's receipt (a :class:`~openfunctions.core.Receipt` or its dict) to ``step``.
 
         ``step`` must have succeeded with a tool that declares
         ``capability.requires_verification``; the receipt must be a call that
         succeeded and not the step's own. Until each such step is verified a
-        succeeded run is not :attr:`RunState.completed`. Allowed after the run
+        succeeded run is not :attr:`WorkflowRunState.completed`. Allowed after the run
         finished; the first verification of a step counts.
         """
         run_id = check_run_id(run_id)
@@ -727,7 +688,7 @@ class WorkflowRuns:
         async with self._using() as log_:
             state = self._states.get(run_id)
             if state is None or state.status == "new":
-                raise RunNotFound(f"no workflow run {run_id!r} in {self.where} "
+                raise WorkflowRunNotFound(f"no workflow run {run_id!r} in {self.where} "
                                   "(see `openfunctions-mcp workflows list`)", details={"run_id": run_id})
             rec = state.steps.get(step)
             if rec is None or rec.status != "succeeded" or not rec.requires_verification:
@@ -752,12 +713,12 @@ class WorkflowRuns:
 
     # -- reading (no lock: works while another process runs runs) -------------------
 
-    def show(self, run_id: str) -> RunState:
-        """The run's state as the journal says now (lock-free). Raises RunNotFound, RunCorrupt."""
+    def show(self, run_id: str) -> WorkflowRunState:
+        """The run's state as the journal says now (lock-free). Raises WorkflowRunNotFound, RunCorrupt."""
         run_id = check_run_id(run_id)  # before anything is read
         state = self._read().get(run_id)
         if state is None or state.status == "new":
-            raise RunNotFound(f"no workflow run {run_id!r} in {self.where} (see `openfunctions-mcp workflows list`)",
+            raise WorkflowRunNotFound(f"no workflow run {run_id!r} in {self.where} (see `openfunctions-mcp workflows list`)",
                               details={"run_id": run_id})
         return state
 
@@ -766,24 +727,27 @@ class WorkflowRuns:
         states = [s for s in self._read().values() if s.status != "new"]
         return [s.summary() for s in sorted(states, key=lambda s: s.started_at or "")]
 
-    def _read(self) -> dict[str, RunState]:
+    def _read(self) -> dict[str, WorkflowRunState]:
         if self._log is not None:
             return dict(self._states)
         self._check_placed()
         if self.database is not None:
-            from openfunctions.store import StoreError, read_pg_workflow_records
+            from openfunctions.core.postgres import DatabaseError
+            from openfunctions.store import StoreError
+
+            from ._pg import read_pg_workflow_records
 
             try:
                 records = read_pg_workflow_records(self.database, self.space)
-            except StoreError as exc:
+            except (StoreError, DatabaseError) as exc:
                 raise _unavailable(self.space, exc) from None
             return _fold_records(self.where, records)
         assert self.path is not None
         if not os.path.lexists(self.path):
             return {}
+        path = self.path
         try:
-            _check_header(self.path, _header_meta(self.path))
-            return self._fold_all(list(read_records(self.path)))
+            return replay(WORKFLOW_RUNS, path, check_header=lambda meta: _check_header(path, meta)).state
         except JournalCorrupt as exc:
             raise RunCorrupt(f"workflow run journal {str(self.path)!r} is corrupt: {exc.message}",
                              details={"path": str(self.path), "cause": exc.code}) from None
@@ -793,12 +757,9 @@ class WorkflowRuns:
                              details={"path": str(self.path)}) from None
 
 
-def _fold_records(where: str, records: Iterable[Any]) -> dict[str, RunState]:
+def _fold_records(where: str, records: Iterable[Any]) -> dict[str, WorkflowRunState]:
     """The database's rows of a space, folded (compaction replaced its rows: no segments to look at)."""
-    states: dict[str, RunState] = {}
-    for rec in records:
-        _fold_one(where, states, rec)
-    return states
+    return WORKFLOW_RUNS.fold(records, where=where)
 
 
 def _unavailable(space: str, exc: OpenFunctionsError) -> RunStoreUnavailable:
@@ -806,13 +767,6 @@ def _unavailable(space: str, exc: OpenFunctionsError) -> RunStoreUnavailable:
     tag = f"space {space!r}"
     return RunStoreUnavailable(exc.message if tag in exc.message else f"{exc.message} (workflow runs, {tag})",
                                details={"cause": exc.code, "space": space})
-
-
-def _fold_one(path: Path | str, states: dict[str, RunState], rec: Any) -> None:
-    try:
-        fold(states, rec)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise fold_error(path, rec, exc) from None
 
 
 def _unlink(path: Path) -> None:
@@ -847,13 +801,13 @@ def _check_v1_header(path: Path, meta: Any, run_id: str | None) -> None:
         raise RunCorrupt(f"{str(path)!r} belongs to run {meta.get('run_id')!r}, not {run_id!r}", details={"path": str(path)})
 
 
-def _read_state(path: Path, run_id: str | None) -> RunState:
+def _read_state(path: Path, run_id: str | None) -> WorkflowRunState:
     """A version 1 run file, folded (for the migration)."""
     try:
         records = read_records(path)
         header_meta = _header_meta(path)
         _check_v1_header(path, header_meta, run_id)
-        state = RunState(run_id=header_meta["run_id"], workflow=header_meta.get("workflow") or "")
+        state = WorkflowRunState(run_id=header_meta["run_id"], workflow=header_meta.get("workflow") or "")
         for rec in records:
             try:
                 apply(state, rec)
@@ -890,9 +844,13 @@ def _idempotent(registry: Any, tool: str | None) -> bool:
     return bool(cap is not None and cap.idempotent)
 
 
-def _blocked_error(state: RunState) -> RunBlocked:
+def _tool_note(tool: str | None) -> str:
+    return f", tool {tool}" if tool else ""
+
+
+def _blocked_error(state: WorkflowRunState) -> RunBlocked:
     steps = state.uncertain_steps()
-    shown = ", ".join(f"{p} ({state.steps[p].name}{', tool ' + state.steps[p].tool if state.steps[p].tool else ''})" for p in steps)
+    shown = ", ".join(f"{p} ({state.steps[p].name}{_tool_note(state.steps[p].tool)})" for p in steps)
     return RunBlocked(
         f"run {state.run_id} is blocked: step(s) {shown} started and never settled, so their effect is uncertain; "
         f"check the effect, then `openfunctions-mcp workflows resolve {state.run_id} STEP --applied --result JSON` "
@@ -901,12 +859,12 @@ def _blocked_error(state: RunState) -> RunBlocked:
     )
 
 
-def _outcome(state: RunState, *, resumed: bool) -> RunOutcome:
+def _outcome(state: WorkflowRunState, *, resumed: bool) -> RunOutcome:
     return RunOutcome(run_id=state.run_id, workflow=state.workflow, status=state.status, result=state.result,
                       error=state.error, resumed=resumed, awaiting_verification=state.awaiting_verification())
 
 
-async def _close(log: JournalLog) -> None:
+async def _close(log: Any) -> None:
     with anyio.CancelScope(shield=True):
         await log.close()
 

@@ -59,7 +59,7 @@ class ToolStep(Step):
 
     __slots__ = ("kind", "name", "tool", "params", "timeout", "retries", "retry_delay")
 
-    def __init__(self, tool: str, params: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None, *,
+    def __init__(self, tool: str | ToolDefinition, params: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None, *,
                  name: str | None = None, timeout: float | None = None, retries: int = 0, retry_delay: float = 0.0) -> None:
         if isinstance(tool, ToolDefinition):
             tool = tool.name
@@ -100,7 +100,7 @@ class Transform(Step):
             raise WorkflowDefinitionError(f"transform needs a function, got {type(fn).__name__}")
         self.kind = "transform"
         self.fn = fn
-        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(fn.__call__)
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
         self.name = _check_name(name or _fn_name(fn))
 
     def __repr__(self) -> str:

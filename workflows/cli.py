@@ -21,7 +21,7 @@ The data directory defaults, like the server's, to ``$OPENFUNCTIONS_MCP_DATA_DIR
 or else the per-user data dir; runs live in ``<data-dir>/workflows/runs.journal``.
 With ``--database URL`` (or, when no ``--data-dir`` is given, ``$OPENFUNCTIONS_DATABASE_URL``)
 they live in PostgreSQL instead, rows of one run space (``--space``, default ``default``; refused without a database;
-format: ``store/_pg_workflows_schema.py``; create it with ``openfunctions-mcp db migrate``).
+format: ``workflows/_pg_schema.py``; create it with ``openfunctions-mcp db migrate``).
 While a server serving durable workflows runs, it holds that journal:
 ``resume``, ``resolve`` and ``prune`` then exit 2 naming it.
 Exit codes: 0 done (``resume``: the run succeeded); 1 the run failed or was
@@ -57,10 +57,15 @@ def default_data_dir() -> Path:
 
 def add_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``workflows`` command group to an argparse subparsers object."""
-    wf = subparsers.add_parser("workflows", help=HELP, description=__doc__.split("\n\n")[0],
-                               epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    wf: argparse.ArgumentParser = subparsers.add_parser("workflows", help=HELP, description=__doc__.split("\n\n")[0],
+                                                        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = wf.add_subparsers(dest="workflows_command", metavar="{list,show,resume,resolve,prune}")
-    wf.set_defaults(func=lambda args: (wf.print_help(sys.stderr), 2)[1])
+
+    def usage(_args: argparse.Namespace) -> int:
+        wf.print_help(sys.stderr)
+        return 2
+
+    wf.set_defaults(func=usage)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", dest="workflows_data_dir", type=Path, default=None,

@@ -78,7 +78,8 @@ def add_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_inspect)
 
     p = jsub.add_parser("verify", help="validate every record; non-zero exit with the reason on corruption")
-    p.add_argument("path", type=Path, nargs="?", help="a journal file (or --database)")
+    p.add_argument("path", type=_file_or_url, nargs="?",
+                   help="a journal file (or --database; a postgresql:// URL here: every component, as `db verify`)")
     _database_args(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_verify)
@@ -124,6 +125,13 @@ def _database_args(p: argparse.ArgumentParser) -> None:
 
 
 # -- shared ------------------------------------------------------------------
+
+_DATABASE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _file_or_url(text: str) -> Path | str:
+    """A journal file, or a database URL kept as typed (a ``Path`` would fold its ``//``)."""
+    return text if text.startswith(_DATABASE_SCHEMES) else Path(text)
 
 
 def _database(args: argparse.Namespace, command: str) -> int | None:
@@ -290,6 +298,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if isinstance(args.path, str):  # `journal verify postgresql://...`: the whole database, what `db verify` checks
+        if args.database:
+            print("journal verify: give a database URL or --database URL, not both", file=sys.stderr)
+            return EXIT_UNREADABLE
+        import importlib
+
+        db_cli = importlib.import_module("openfunctions.store.db_cli")
+        return int(db_cli.verify_database(args.path, args.journal))
     via_database = _database(args, "verify")
     if via_database is not None:
         return via_database

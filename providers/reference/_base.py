@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
+from pydantic import Field
 
 from openfunctions.core import ToolDefinition
 
@@ -17,6 +18,9 @@ READ = {"effect": "read", "parallel_safe": True}
 WRITE = {"effect": "write"}
 READ_ONLY = {"read_only_hint": True, "open_world_hint": False}
 WRITES = {"read_only_hint": False, "destructive_hint": False, "open_world_hint": False}
+#: What every reference tool passes to ``@tool`` besides its own options: no output schema (the replies are
+#: plain JSON objects the tool's description explains; a ``dict`` annotation would say nothing more).
+NO_OUTPUT: dict[str, Any] = {"output_schema": None}
 
 
 class Connected:
@@ -46,9 +50,20 @@ class Connected:
         return {**self.provider.metadata(), "tools": [t.name for t in self._tools]}
 
 
-def limit_schema(default: int, maximum: int) -> dict[str, Any]:
-    return {"type": "integer", "minimum": 1, "maximum": maximum, "default": default,
-            "description": f"at most this many results (default {default}, at most {maximum})"}
+def _limit_doc(default: int, maximum: int) -> str:
+    return f"at most this many results (default {default}, at most {maximum})"
 
 
-__all__ = ["READ", "READ_ONLY", "WRITE", "WRITES", "Connected", "limit_schema"]
+# ``limit`` parameters, one per (default, bound) the tools use; the default is also the parameter's own.
+Limit20of200 = Annotated[int, Field(ge=1, le=200, description=_limit_doc(20, 200))]
+Limit20of500 = Annotated[int, Field(ge=1, le=500, description=_limit_doc(20, 500))]
+Limit50of500 = Annotated[int, Field(ge=1, le=500, description=_limit_doc(50, 500))]
+Limit50of1000 = Annotated[int, Field(ge=1, le=1000, description=_limit_doc(50, 1000))]
+Limit100of1000 = Annotated[int, Field(ge=1, le=1000, description=_limit_doc(100, 1000))]
+Limit200of5000 = Annotated[int, Field(ge=1, le=5000, description=_limit_doc(200, 5000))]
+
+
+__all__ = [
+    "NO_OUTPUT", "READ", "READ_ONLY", "WRITE", "WRITES", "Connected", "Limit20of200", "Limit20of500", "Limit50of500",
+    "Limit50of1000", "Limit100of1000", "Limit200of5000",
+]

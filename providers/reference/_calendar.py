@@ -27,17 +27,19 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from openfunctions.core import ToolDefinition, define_tool
+from pydantic import Field
+
+from openfunctions.core import ToolDefinition, tool
 
 from .._errors import ProviderError
 from .._provider import ContextProvider, ProviderHealth
-from ._base import READ, READ_ONLY, Connected, limit_schema
+from ._base import NO_OUTPUT, READ, READ_ONLY, Connected, Limit20of500, Limit100of1000
 from ._root import NOT_FOUND, Root, read_bounded, refuse
 
 MAX_ICS_BYTES = 8 << 20
@@ -261,7 +263,11 @@ def _unsupported(rule: dict[str, str]) -> str | None:
 
 
 def _add_months(d: dt.datetime, months: int) -> dt.datetime | None:
+    """``d`` moved by ``months``; None where that month lacks the day; OverflowError past the last year."""
     y, m = divmod(d.month - 1 + months, 12)
+    if d.year + y > dt.MAXYEAR:
+        # not None: a series whose every later month is "skipped" would never yield, and never end
+        raise OverflowError(f"year {d.year + y} is past {dt.MAXYEAR}")
     try:
         return d.replace(year=d.year + y, month=m + 1)
     except ValueError:  # the 31st in a 30-day month: RFC 5545 skips it
@@ -272,11 +278,11 @@ def occurrences(ev: Event, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime
     """Start times of ``ev``'s occurrences that overlap ``[lo, hi)``."""
     length = ev.end - ev.start
 
-    def overlaps(s: dt.datetime) -> bool:
-        return s < hi and (s + length > lo or (length == dt.timedelta() and s >= lo))
+    def overlaps(s: dt.datetime, end: dt.datetime) -> bool:
+        return s < hi and (end > lo or (end == s and s >= lo))
 
     if not ev.rrule or ev.unsupported:
-        return [ev.start] if overlaps(ev.start) else []
+        return [ev.start] if overlaps(ev.start, ev.end) else []
     rule = ev.rrule
     interval = max(1, int(rule.get("INTERVAL", "1") or 1))
     count = int(rule["COUNT"]) if rule.get("COUNT", "").isdigit() else None
@@ -291,26 +297,25 @@ def occurrences(ev: Event, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime
     naive_start = ev.start.replace(tzinfo=None)  # step in wall-clock time: a 9:00 meeting stays at 9:00 across DST
     tz = ev.start.tzinfo
 
-    def candidates() -> Any:
+    def candidates() -> Iterator[dt.datetime]:
         k = 0
         while True:
-            if freq == "DAILY":
-                yield naive_start + dt.timedelta(days=k * interval)
-            elif freq == "WEEKLY":
-                days = sorted(_WEEKDAYS[d] for d in rule.get("BYDAY", "").split(",") if d) or [naive_start.weekday()]
-                week0 = naive_start - dt.timedelta(days=naive_start.weekday()) + dt.timedelta(weeks=k * interval)
-                for wd in days:
-                    c = week0 + dt.timedelta(days=wd)
-                    if c >= naive_start:
-                        yield c
-            elif freq == "MONTHLY":
-                c = _add_months(naive_start, k * interval)
-                if c is not None:
-                    yield c
-            else:
-                c = _add_months(naive_start, 12 * k * interval)
-                if c is not None:
-                    yield c
+            try:
+                if freq == "DAILY":
+                    yield naive_start + dt.timedelta(days=k * interval)
+                elif freq == "WEEKLY":
+                    days = sorted(_WEEKDAYS[d] for d in rule.get("BYDAY", "").split(",") if d) or [naive_start.weekday()]
+                    week0 = naive_start - dt.timedelta(days=naive_start.weekday()) + dt.timedelta(weeks=k * interval)
+                    for wd in days:
+                        c = week0 + dt.timedelta(days=wd)
+                        if c >= naive_start:
+                            yield c
+                else:
+                    monthly = _add_months(naive_start, (1 if freq == "MONTHLY" else 12) * k * interval)
+                    if monthly is not None:
+                        yield monthly
+            except OverflowError:
+                return  # the series runs past year 9999: no later date exists
             k += 1
 
     for c in candidates():
@@ -324,7 +329,11 @@ def occurrences(ev: Event, lo: dt.datetime, hi: dt.datetime) -> list[dt.datetime
             break
         if s in ev.exdates:
             continue
-        if overlaps(s):
+        try:
+            end = s + length
+        except OverflowError:
+            break  # it would end after year 9999, which no date can say; so would every later one
+        if overlaps(s, end):
             out.append(s)
             if len(out) >= MAX_OCCURRENCES:
                 break
@@ -394,31 +403,58 @@ def _parse_bound(value: str, tz: dt.tzinfo, what: str) -> dt.datetime:
     return d if d.tzinfo is not None else d.replace(tzinfo=tz)
 
 
+IsoArg = Annotated[str, Field(min_length=10, max_length=40)]
+
+
 def calendar_tools(cals: Calendars, prefix: str, now: Callable[[], dt.datetime]) -> list[ToolDefinition]:
-    def events(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        lo = _parse_bound(p["start"], cals.tz, "start")
-        hi = _parse_bound(p["end"], cals.tz, "end") if p.get("end") else lo + dt.timedelta(days=1)
+    common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("calendar",), **NO_OUTPUT}
+
+    @tool(f"{prefix}_events", **common,
+          tests=[{"name": "end before start refused", "arguments": {"start": "2025-03-05", "end": "2025-03-01"},
+                  "error": RANGE_INVALID},
+                 {"name": "bounded by the limit", "arguments": {"start": "2025-01-01", "end": "2025-12-31", "limit": 3},
+                  "check": lambda r: len(r["events"]) <= 3}])
+    def events(start: IsoArg, end: IsoArg | None = None, query: Annotated[str, Field(max_length=200)] | None = None,
+               limit: Limit100of1000 = 100) -> dict[str, Any]:
+        """Events between two dates or times (ISO 8601; end defaults to a day after start), recurring events
+        expanded, optionally only those whose text contains a query.
+
+        Args:
+            start: e.g. 2025-03-01
+            end: exclusive; e.g. 2025-03-08
+        """
+        lo = _parse_bound(start, cals.tz, "start")
+        try:
+            hi = _parse_bound(end, cals.tz, "end") if end else lo + dt.timedelta(days=1)
+        except OverflowError:
+            raise refuse(RANGE_INVALID, f"start {lo.isoformat()} leaves no day before year {dt.MAXYEAR} ends; "
+                                        "give an end") from None
         if hi <= lo:
             raise refuse(RANGE_INVALID, f"end {hi.isoformat()} is not after start {lo.isoformat()}")
         if hi - lo > dt.timedelta(days=MAX_RANGE_DAYS):
             raise refuse(RANGE_INVALID, f"a range spans at most {MAX_RANGE_DAYS} days")
-        rows = cals.between(lo, hi, p.get("query"))
-        limit = p.get("limit", 100)
+        rows = cals.between(lo, hi, query)
         return {"start": lo.isoformat(), "end": hi.isoformat(), "count": len(rows), "events": rows[:limit],
                 "truncated": len(rows) > limit}
 
-    def upcoming(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    @tool(f"{prefix}_upcoming", **common,
+          tests=[{"name": "bounded", "arguments": {"days": 1, "limit": 1}, "check": lambda r: len(r["events"]) <= 1}])
+    def upcoming(days: Annotated[int, Field(ge=1, le=366)] = 7, limit: Limit20of500 = 20) -> dict[str, Any]:
+        """The events from now over the next days (default 7), soonest first."""
         lo = now()
-        hi = lo + dt.timedelta(days=p.get("days", 7))
+        hi = lo + dt.timedelta(days=days)
         rows = cals.between(lo, hi)
-        limit = p.get("limit", 20)
         return {"now": lo.isoformat(), "until": hi.isoformat(), "count": len(rows), "events": rows[:limit],
                 "truncated": len(rows) > limit}
 
-    def event(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        evs = [e for e in cals.load()[0] if e.uid == p["uid"]]
+    @tool(f"{prefix}_event", **common,
+          tests=[{"name": "unknown uid", "arguments": {"uid": "no-such-event@openfunctions.invalid"},
+                  "error": NOT_FOUND}])
+    def event(uid: Annotated[str, Field(min_length=1, max_length=500)]) -> dict[str, Any]:
+        """One event by its UID: details, attendees, its recurrence rule."""
+        evs = [e for e in cals.load()[0] if e.uid == uid]
         if not evs:
-            raise refuse(NOT_FOUND, f"no event with UID {p['uid']!r}", uid=p["uid"])
+            raise refuse(NOT_FOUND, f"no event with UID {uid!r}", uid=uid)
         series = next((e for e in evs if e.recurrence_id is None), evs[0])
         out = series.at(series.start)
         if series.rrule:
@@ -426,35 +462,7 @@ def calendar_tools(cals: Calendars, prefix: str, now: Callable[[], dt.datetime])
         out["overrides"] = len([e for e in evs if e.recurrence_id is not None])
         return out
 
-    def schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-        return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
-
-    iso = {"type": "string", "minLength": 10, "maxLength": 40}
-    common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("calendar",)}
-    return [
-        define_tool(name=f"{prefix}_events", handler=events, **common,
-                    tests=[{"name": "end before start refused", "arguments": {"start": "2025-03-05", "end": "2025-03-01"},
-                            "error": RANGE_INVALID},
-                           {"name": "bounded by the limit", "arguments": {"start": "2025-01-01", "end": "2025-12-31", "limit": 3},
-                            "check": lambda r: len(r["events"]) <= 3}],
-                    description="Events between two dates or times (ISO 8601; end defaults to a day after start), "
-                                "recurring events expanded, optionally only those whose text contains a query.",
-                    input_schema=schema({"start": {**iso, "description": "e.g. 2025-03-01"},
-                                         "end": {**iso, "description": "exclusive; e.g. 2025-03-08"},
-                                         "query": {"type": "string", "maxLength": 200},
-                                         "limit": limit_schema(100, 1000)}, ("start",))),
-        define_tool(name=f"{prefix}_upcoming", handler=upcoming, **common,
-                    tests=[{"name": "bounded", "arguments": {"days": 1, "limit": 1},
-                            "check": lambda r: len(r["events"]) <= 1}],
-                    description="The events from now over the next days (default 7), soonest first.",
-                    input_schema=schema({"days": {"type": "integer", "minimum": 1, "maximum": 366, "default": 7},
-                                         "limit": limit_schema(20, 500)})),
-        define_tool(name=f"{prefix}_event", handler=event, **common,
-                    tests=[{"name": "unknown uid", "arguments": {"uid": "no-such-event@openfunctions.invalid"},
-                            "error": NOT_FOUND}],
-                    description="One event by its UID: details, attendees, its recurrence rule.",
-                    input_schema=schema({"uid": {"type": "string", "minLength": 1, "maxLength": 500}}, ("uid",))),
-    ]
+    return [events, upcoming, event]
 
 
 class CalendarProvider(ContextProvider):

@@ -22,13 +22,15 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from typing import Any
+from typing import Annotated, Any
 
-from openfunctions.core import ToolDefinition, ToolError, define_tool
+from pydantic import Field
+
+from openfunctions.core import ToolDefinition, ToolError, tool
 
 from .._errors import ProviderUnavailable
 from .._provider import ContextProvider, ProviderHealth
-from ._base import READ, READ_ONLY, Connected, limit_schema
+from ._base import NO_OUTPUT, READ, READ_ONLY, Connected, Limit20of500, Limit50of1000, Limit200of5000
 from ._root import PATH_OUTSIDE, Root, clip, read_bounded, refuse
 
 GIT_TIMEOUT_S = 15.0
@@ -96,6 +98,11 @@ def _rev(value: Any) -> str:
     return value
 
 
+PathArg = Annotated[str, Field(max_length=1024, description="a path relative to the repository root")]
+RevArg = Annotated[str, Field(max_length=200, description="a branch, tag or commit (default: HEAD)")]
+LineArg = Annotated[int, Field(ge=1, le=10_000_000)]
+
+
 def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
     def git(args: list[str], **kw: Any) -> tuple[str, bool]:
         return run_git(root.real, args, **kw)
@@ -108,42 +115,60 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
             return None
         return root.relative(resolve(path))
 
-    def files(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("codebase",), **NO_OUTPUT}
+
+    @tool(f"{prefix}_files", **common,
+          tests=[{"name": "limit bounds the list", "arguments": {"limit": 1}, "check": lambda r: len(r["files"]) <= 1}])
+    def files(path: PathArg | None = None, contains: Annotated[str, Field(max_length=200)] | None = None,
+              limit: Limit200of5000 = 200) -> dict[str, Any]:
+        """List the repository's files (tracked and untracked, .gitignore respected), optionally under a folder or
+        with names containing a text."""
         args = ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
-        sub = rel_arg(p.get("path"))
+        sub = rel_arg(path)
         if sub and sub != ".":
             args += ["--", sub]
         out, cut = git(args)
         names = [n for n in out.split("\0") if n]
-        pattern = p.get("contains")
-        if pattern:
-            names = [n for n in names if pattern.lower() in n.lower()]
-        limit = p.get("limit", 200)
+        if contains:
+            names = [n for n in names if contains.lower() in n.lower()]
         return {"count": len(names), "files": names[:limit], "truncated": cut or len(names) > limit}
 
-    def read(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        rel = root.relative(resolve(p["path"], must_exist=p.get("rev") is None))
-        start, end = p.get("start_line", 1), p.get("end_line")
-        if p.get("rev") is None:
-            real = resolve(p["path"])
+    @tool(f"{prefix}_read", **common,
+          tests=[{"name": "traversal refused", "arguments": {"path": "../x"}, "error": PATH_OUTSIDE},
+                 {"name": "option as revision refused", "arguments": {"path": "x", "rev": "--output=/tmp/x"},
+                  "error": REV_INVALID}])
+    def read(path: PathArg, rev: RevArg | None = None, start_line: LineArg = 1,
+             end_line: LineArg | None = None) -> dict[str, Any]:
+        """Read a file of the repository (the working tree, or as of a revision), optionally a line range."""
+        rel = root.relative(resolve(path, must_exist=rev is None))
+        start, end = start_line, end_line
+        if rev is None:
+            real = resolve(path)
             if not real.is_file():
-                raise refuse("reference_not_a_file", f"{p['path']!r} is not a file")
+                raise refuse("reference_not_a_file", f"{path!r} is not a file")
             text, cut = read_bounded(real, MAX_FILE_BYTES)
         else:
-            text, cut = git(["show", "--no-textconv", f"{_rev(p['rev'])}:{rel}"], max_bytes=MAX_FILE_BYTES)
+            text, cut = git(["show", "--no-textconv", f"{_rev(rev)}:{rel}"], max_bytes=MAX_FILE_BYTES)
         lines = text.splitlines()
         chosen = lines[start - 1 : end]
         body, clipped = clip("\n".join(chosen), 60_000)
-        return {"path": rel, "rev": p.get("rev"), "start_line": start, "lines": len(lines), "content": body,
+        return {"path": rel, "rev": rev, "start_line": start, "lines": len(lines), "content": body,
                 "truncated": cut or clipped}
 
-    def grep(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    @tool(f"{prefix}_grep", **common,
+          tests=[{"name": "a pattern is never an option", "arguments": {"pattern": "--no-index-\u2400"},
+                  "match": {"count": 0}},
+                 {"name": "path outside refused", "arguments": {"pattern": "x", "path": "/etc"}, "error": PATH_OUTSIDE}])
+    def grep(pattern: Annotated[str, Field(min_length=1, max_length=500)], path: PathArg | None = None,
+             regex: bool = False, ignore_case: bool = False, limit: Limit50of1000 = 50) -> dict[str, Any]:
+        """Search the repository's files for a text (or an extended regex with regex=true); returns path, line
+        number and line."""
         args = ["grep", "-n", "-I", "--no-color", "--no-textconv", "--full-name"]
-        if p.get("ignore_case"):
+        if ignore_case:
             args.append("-i")
-        args.append("-F" if not p.get("regex") else "-E")
-        args += ["-e", p["pattern"]]
-        sub = rel_arg(p.get("path"))
+        args.append("-F" if not regex else "-E")
+        args += ["-e", pattern]
+        sub = rel_arg(path)
         if sub and sub != ".":
             args += ["--", sub]
         try:
@@ -153,21 +178,22 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
                 out, cut = "", False
             else:
                 raise
-        limit = p.get("limit", 50)
         matches = []
         for line in out.splitlines():
-            path, _, rest = line.partition(":")
+            found, _, rest = line.partition(":")
             num, _, text = rest.partition(":")
             if num.isdigit():
-                matches.append({"path": path, "line": int(num), "text": clip(text.strip(), 300)[0]})
-        return {"pattern": p["pattern"], "count": len(matches), "matches": matches[:limit],
+                matches.append({"path": found, "line": int(num), "text": clip(text.strip(), 300)[0]})
+        return {"pattern": pattern, "count": len(matches), "matches": matches[:limit],
                 "truncated": cut or len(matches) > limit}
 
-    def log(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        limit = p.get("limit", 20)
+    @tool(f"{prefix}_log", **common,
+          tests=[{"name": "ranges refused", "arguments": {"rev": "HEAD..HEAD"}, "error": REV_INVALID}])
+    def log(path: PathArg | None = None, rev: RevArg | None = None, limit: Limit20of500 = 20) -> dict[str, Any]:
+        """Recent commits (hash, author, date, subject), optionally only those touching a path."""
         args = ["log", "--no-textconv", f"--max-count={limit}", "--date=iso-strict",
-                "--format=%H%x1f%an%x1f%ae%x1f%ad%x1f%s%x1e", _rev(p.get("rev"))]
-        sub = rel_arg(p.get("path"))
+                "--format=%H%x1f%an%x1f%ae%x1f%ad%x1f%s%x1e", _rev(rev)]
+        sub = rel_arg(path)
         if sub and sub != ".":
             args += ["--", sub]
         out, cut = git(args)
@@ -179,14 +205,18 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
                                 "subject": parts[4]})
         return {"count": len(commits), "commits": commits, "truncated": cut}
 
-    def blame(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        rel = root.relative(resolve(p["path"]))
-        start = p.get("start_line", 1)
-        end = p.get("end_line") or start + 49
+    @tool(f"{prefix}_blame", **common,
+          tests=[{"name": "traversal refused", "arguments": {"path": "../x"}, "error": PATH_OUTSIDE}])
+    def blame(path: PathArg, rev: RevArg | None = None, start_line: LineArg = 1,
+              end_line: LineArg | None = None) -> dict[str, Any]:
+        """Who last changed each line of a file (up to 500 lines from start_line): commit, author, time, summary."""
+        rel = root.relative(resolve(path))
+        start = start_line
+        end = end_line or start + 49
         if end < start:
             raise refuse("reference_range_invalid", f"end_line {end} is before start_line {start}")
         end = min(end, start + 499)
-        out, cut = git(["blame", "--porcelain", "--no-textconv", "-L", f"{start},{end}", _rev(p.get("rev")),
+        out, cut = git(["blame", "--porcelain", "--no-textconv", "-L", f"{start},{end}", _rev(rev),
                         "--", rel])
         lines: list[dict[str, Any]] = []
         meta: dict[str, dict[str, str]] = {}
@@ -207,51 +237,7 @@ def git_tools(root: Root, prefix: str) -> list[ToolDefinition]:
                 meta.setdefault(current["commit"], {})[key] = value
         return {"path": rel, "lines": lines, "truncated": cut}
 
-    def schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-        return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
-
-    path = {"type": "string", "maxLength": 1024, "description": "a path relative to the repository root"}
-    rev = {"type": "string", "maxLength": 200, "description": "a branch, tag or commit (default: HEAD)"}
-    line = {"type": "integer", "minimum": 1, "maximum": 10_000_000}
-    common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("codebase",)}
-    return [
-        define_tool(name=f"{prefix}_files", handler=files, **common,
-                    tests=[{"name": "limit bounds the list", "arguments": {"limit": 1},
-                            "check": lambda r: len(r["files"]) <= 1}],
-                    description="List the repository's files (tracked and untracked, .gitignore respected), "
-                                "optionally under a folder or with names containing a text.",
-                    input_schema=schema({"path": path, "contains": {"type": "string", "maxLength": 200},
-                                         "limit": limit_schema(200, 5000)})),
-        define_tool(name=f"{prefix}_read", handler=read, **common,
-                    tests=[{"name": "traversal refused", "arguments": {"path": "../x"}, "error": PATH_OUTSIDE},
-                           {"name": "option as revision refused", "arguments": {"path": "x", "rev": "--output=/tmp/x"},
-                            "error": REV_INVALID}],
-                    description="Read a file of the repository (the working tree, or as of a revision), "
-                                "optionally a line range.",
-                    input_schema=schema({"path": path, "rev": rev, "start_line": {**line, "default": 1},
-                                         "end_line": line}, ("path",))),
-        define_tool(name=f"{prefix}_grep", handler=grep, **common,
-                    tests=[{"name": "a pattern is never an option", "arguments": {"pattern": "--no-index-\u2400"},
-                            "match": {"count": 0}},
-                           {"name": "path outside refused", "arguments": {"pattern": "x", "path": "/etc"},
-                            "error": PATH_OUTSIDE}],
-                    description="Search the repository's files for a text (or an extended regex with regex=true); "
-                                "returns path, line number and line.",
-                    input_schema=schema({"pattern": {"type": "string", "minLength": 1, "maxLength": 500},
-                                         "path": path, "regex": {"type": "boolean", "default": False},
-                                         "ignore_case": {"type": "boolean", "default": False},
-                                         "limit": limit_schema(50, 1000)}, ("pattern",))),
-        define_tool(name=f"{prefix}_log", handler=log, **common,
-                    tests=[{"name": "ranges refused", "arguments": {"rev": "HEAD..HEAD"}, "error": REV_INVALID}],
-                    description="Recent commits (hash, author, date, subject), optionally only those touching a path.",
-                    input_schema=schema({"path": path, "rev": rev, "limit": limit_schema(20, 500)})),
-        define_tool(name=f"{prefix}_blame", handler=blame, **common,
-                    tests=[{"name": "traversal refused", "arguments": {"path": "../x"}, "error": PATH_OUTSIDE}],
-                    description="Who last changed each line of a file (up to 500 lines from start_line): "
-                                "commit, author, time, summary.",
-                    input_schema=schema({"path": path, "rev": rev, "start_line": {**line, "default": 1},
-                                         "end_line": line}, ("path",))),
-    ]
+    return [files, read, grep, log, blame]
 
 
 class GitProvider(ContextProvider):

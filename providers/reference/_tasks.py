@@ -32,13 +32,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from openfunctions.core import ToolDefinition, define_tool
+from pydantic import Field
+
+from openfunctions.core import ToolDefinition, tool
 from openfunctions.core.files import write_atomic
 
 from .._provider import ContextProvider, ProviderHealth
-from ._base import READ, READ_ONLY, WRITE, WRITES, Connected, limit_schema
+from ._base import NO_OUTPUT, READ, READ_ONLY, WRITE, WRITES, Connected, Limit100of1000
 from ._root import NOT_FOUND, PATH_INVALID, PATH_OUTSIDE, Root, read_bounded, refuse
 
 MAX_TASK_FILE_BYTES = 4 << 20
@@ -188,45 +190,69 @@ def _today(now: Callable[[], dt.datetime]) -> str:
     return now().date().isoformat()
 
 
+FileArg = Annotated[str, Field(max_length=1024, description="a task file relative to the tasks folder")]
+
+
 def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -> list[ToolDefinition]:
-    def list_tasks(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        status = p.get("status", "open")
+    @tool(f"{prefix}_list", capability=READ, annotations=READ_ONLY, tags=("tasks",), **NO_OUTPUT,
+          tests=[{"name": "open only", "arguments": {"limit": 5},
+                  "check": lambda r: not any(t["done"] for t in r["tasks"]) and len(r["tasks"]) <= 5}],
+          description="List tasks (open by default) from the markdown task lists and todo.txt files; filter by "
+                      "project (+tag or heading), file, text or due date. Each has an id for "
+                      f"{prefix}_complete.")
+    def list_tasks(status: Literal["open", "done", "all"] = "open",
+                   project: Annotated[str, Field(max_length=200)] | None = None, file: FileArg | None = None,
+                   query: Annotated[str, Field(max_length=200)] | None = None,
+                   due_before: Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] | None = None,
+                   limit: Limit100of1000 = 100) -> dict[str, Any]:
         rows = files.all()
         if status != "all":
             rows = [t for t in rows if t.done == (status == "done")]
-        if p.get("project"):
-            want = p["project"].lstrip("+").lower()
+        if project:
+            want = project.lstrip("+").lower()
             rows = [t for t in rows if want in (x.lower() for x in t.projects) or (t.section or "").lower() == want]
-        if p.get("file"):
-            rel = files.root.relative(files.root.resolve(p["file"]))
+        if file:
+            rel = files.root.relative(files.root.resolve(file))
             rows = [t for t in rows if t.file == rel]
-        if p.get("query"):
-            q = p["query"].lower()
+        if query:
+            q = query.lower()
             rows = [t for t in rows if q in t.text.lower()]
-        if p.get("due_before"):
-            rows = [t for t in rows if t.due is not None and t.due < p["due_before"]]
+        if due_before:
+            rows = [t for t in rows if t.due is not None and t.due < due_before]
         rows.sort(key=lambda t: (t.due or "9999", t.priority or "Z", t.file, t.line))
-        limit = p.get("limit", 100)
         return {"status": status, "count": len(rows), "tasks": [t.to_dict() for t in rows[:limit]],
                 "truncated": len(rows) > limit}
 
-    def add(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        text = " ".join(p["text"].split())
+    @tool(f"{prefix}_add", capability=WRITE, annotations=WRITES, tags=("tasks",), **NO_OUTPUT,
+          # refusals only: a case really calls the tool, and this one writes
+          tests=[{"name": "traversal refused", "arguments": {"text": "x", "file": "../x.md"}, "error": PATH_OUTSIDE},
+                 {"name": "bad due date refused", "arguments": {"text": "x", "due": "soon"},
+                  "error": "task_due_invalid"}])
+    def add(text: Annotated[str, Field(min_length=1, max_length=1000)], file: FileArg | None = None,
+            project: Annotated[str, Field(pattern=r"^\+?[\w\-.]{1,64}$")] | None = None,
+            due: Annotated[str, Field(max_length=10)] | None = None,
+            priority: Annotated[str, Field(pattern="^[A-Z]$")] | None = None) -> dict[str, Any]:
+        """Add an open task to a task file (default: todo.txt, TODO.md or tasks.md).
+
+        Args:
+            priority: todo.txt only
+        """
+        text = " ".join(text.split())
         if not text:
             raise refuse(PATH_INVALID, "a task needs some text")
-        if p.get("project"):
-            proj = "+" + p["project"].lstrip("+")
+        if project:
+            proj = "+" + project.lstrip("+")
             if proj not in text.split():
                 text += f" {proj}"
-        if p.get("due"):
-            if not _DATE_RE.match(p["due"]):
-                raise refuse("task_due_invalid", f"due {p['due']!r} is not a date like 2025-03-01")
-            text += f" due:{p['due']}"
-        rel = p.get("file") or files.default_file()
+        if due:
+            if not _DATE_RE.match(due):
+                raise refuse("task_due_invalid", f"due {due!r} is not a date like 2025-03-01")
+            text += f" due:{due}"
+        rel = file or files.default_file()
         real = files.writable(rel, must_exist=False)
         existing, stamp = files.read_for_update(real, rel)
         if is_todo_txt(rel):
-            pri = f"({p['priority']}) " if p.get("priority") else ""
+            pri = f"({priority}) " if priority else ""
             line = f"{pri}{_today(now)} {text}"
         else:
             line = f"- [ ] {text}"
@@ -237,10 +263,13 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
         added = next(t for t in parse_tasks(rel, existing + sep + line + "\n") if t.line == n)
         return {"added": added.to_dict()}
 
-    def complete(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        m = _ID_RE.match(p["id"])
+    @tool(f"{prefix}_complete", capability=WRITE, annotations={**WRITES, "idempotent_hint": False}, tags=("tasks",),
+          **NO_OUTPUT, description=f"Mark a task done by the id {prefix}_list gave it.",
+          tests=[{"name": "malformed id refused", "arguments": {"id": "nonsense"}, "error": TASK_ID_INVALID}])
+    def complete(id: Annotated[str, Field(min_length=1, max_length=1200)]) -> dict[str, Any]:
+        m = _ID_RE.match(id)
         if not m:
-            raise refuse(TASK_ID_INVALID, f"task id {p['id']!r} is not '<file>:<line>:<hash>' (ids come from "
+            raise refuse(TASK_ID_INVALID, f"task id {id!r} is not '<file>:<line>:<hash>' (ids come from "
                                           f"{prefix}_list)")
         rel, n, h = m.group(1), int(m.group(2)), m.group(3)
         real = files.writable(rel, must_exist=True)
@@ -249,7 +278,7 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
         if not (1 <= n <= len(lines) and line_hash(lines[n - 1]) == h):
             same = [i + 1 for i, line in enumerate(lines) if line_hash(line) == h]
             if len(same) != 1:
-                raise refuse(TASK_CHANGED, f"task {p['id']!r}: the line was changed or removed since it was listed "
+                raise refuse(TASK_CHANGED, f"task {id!r}: the line was changed or removed since it was listed "
                                            f"({'several lines match' if same else 'no line matches'}); list again")
             n = same[0]
         line = lines[n - 1]
@@ -260,7 +289,7 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
         if task is None:
             raise refuse(NOT_FOUND, f"line {n} of {rel!r} is not a task")
         if task.done:
-            raise refuse(TASK_ALREADY_DONE, f"task {p['id']!r} is already done")
+            raise refuse(TASK_ALREADY_DONE, f"task {id!r} is already done")
         if is_todo_txt(rel):
             new = f"x {_today(now)} {re.sub(r'^[(][A-Z][)] ', '', body.strip())}"
         else:
@@ -272,41 +301,7 @@ def tasks_tools(files: TaskFiles, prefix: str, now: Callable[[], dt.datetime]) -
         done = parse_tasks(rel, new + "\n")[0]
         return {"completed": {**done.to_dict(), "id": f"{rel}:{n}:{line_hash(new)}", "line": n}}
 
-    def schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-        return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
-
-    file = {"type": "string", "maxLength": 1024, "description": "a task file relative to the tasks folder"}
-    return [
-        define_tool(name=f"{prefix}_list", handler=list_tasks, capability=READ, annotations=READ_ONLY,
-                    tests=[{"name": "open only", "arguments": {"limit": 5},
-                            "check": lambda r: not any(t["done"] for t in r["tasks"]) and len(r["tasks"]) <= 5}],
-                    tags=("tasks",),
-                    description="List tasks (open by default) from the markdown task lists and todo.txt files; "
-                                "filter by project (+tag or heading), file, text or due date. Each has an id for "
-                                f"{prefix}_complete.",
-                    input_schema=schema({"status": {"enum": ["open", "done", "all"], "default": "open"},
-                                         "project": {"type": "string", "maxLength": 200}, "file": file,
-                                         "query": {"type": "string", "maxLength": 200},
-                                         "due_before": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
-                                         "limit": limit_schema(100, 1000)})),
-        define_tool(name=f"{prefix}_add", handler=add, capability=WRITE, annotations=WRITES, tags=("tasks",),
-                    # refusals only: a case really calls the tool, and this one writes
-                    tests=[{"name": "traversal refused", "arguments": {"text": "x", "file": "../x.md"},
-                            "error": PATH_OUTSIDE},
-                           {"name": "bad due date refused", "arguments": {"text": "x", "due": "soon"},
-                            "error": "task_due_invalid"}],
-                    description="Add an open task to a task file (default: todo.txt, TODO.md or tasks.md).",
-                    input_schema=schema({"text": {"type": "string", "minLength": 1, "maxLength": 1000},
-                                         "file": file, "project": {"type": "string", "pattern": r"^\+?[\w\-.]{1,64}$"},
-                                         "due": {"type": "string", "maxLength": 10},
-                                         "priority": {"type": "string", "pattern": "^[A-Z]$",
-                                                      "description": "todo.txt only"}}, ("text",))),
-        define_tool(name=f"{prefix}_complete", handler=complete, capability=WRITE,
-                    tests=[{"name": "malformed id refused", "arguments": {"id": "nonsense"}, "error": TASK_ID_INVALID}],
-                    annotations={**WRITES, "idempotent_hint": False}, tags=("tasks",),
-                    description=f"Mark a task done by the id {prefix}_list gave it.",
-                    input_schema=schema({"id": {"type": "string", "minLength": 1, "maxLength": 1200}}, ("id",))),
-    ]
+    return [list_tasks, add, complete]
 
 
 class TasksProvider(ContextProvider):

@@ -28,13 +28,15 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from openfunctions.core import ToolDefinition, define_tool
+from pydantic import Field
+
+from openfunctions.core import ToolDefinition, tool
 from openfunctions.skills import FrontmatterError, split_frontmatter
 
-from .._provider import ContextProvider, ProviderHealth
-from ._base import READ, READ_ONLY, Connected, limit_schema
+from .._provider import ContextProvider, ProviderHealth, Status
+from ._base import NO_OUTPUT, READ, READ_ONLY, Connected, Limit20of200, Limit50of500, Limit100of1000
 from ._root import NOT_FOUND, PATH_OUTSIDE, Root, clip, read_bounded, refuse
 
 MAX_NOTES = 20_000
@@ -166,40 +168,65 @@ def _summary(n: Note) -> dict[str, Any]:
             "type": n.frontmatter.get("type") if isinstance(n.frontmatter.get("type"), str) else None}
 
 
+NoteArg = Annotated[str, Field(min_length=1, max_length=1024, description=(
+    "a note name ('Project Apollo'), a path ('projects/Apollo.md'), or an alias"))]
+NameFilter = Annotated[str, Field(max_length=200, description="only entries whose name contains this")]
+
+
 def vault_tools(vault: Vault, prefix: str) -> list[ToolDefinition]:
-    def list_notes(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("vault",), **NO_OUTPUT}
+
+    @tool(f"{prefix}_list", **common,
+          tests=[{"name": "limit bounds the list", "arguments": {"limit": 1},
+                  "check": lambda r: len(r["notes"]) <= 1 and r["truncated"] == (r["count"] > 1)},
+                 {"name": "folder outside refused", "arguments": {"folder": "../"}, "error": PATH_OUTSIDE}])
+    def list_notes(folder: Annotated[str, Field(max_length=1024)] | None = None,
+                   tag: Annotated[str, Field(max_length=200)] | None = None,
+                   limit: Limit50of500 = 50) -> dict[str, Any]:
+        """List notes in the vault, most recently modified first; filter by folder or tag.
+
+        Args:
+            folder: a folder inside the vault
+            tag: a tag, with or without '#'; includes sub-tags
+        """
         notes = vault.notes()
-        folder = p.get("folder")
         if folder:
             real = vault.root.resolve(folder)
             base = vault.root.relative(real)
             notes = [n for n in notes if base == "." or n.path.startswith(base.rstrip("/") + "/")]
-        tag = p.get("tag")
         if tag:
             t = tag.lstrip("#").lower()
             notes = [n for n in notes if any(x.lower() == t or x.lower().startswith(t + "/") for x in n.tags)]
         notes.sort(key=lambda n: n.mtime, reverse=True)
-        limit = p.get("limit", 50)
         return {"count": len(notes), "notes": [_summary(n) for n in notes[:limit]], "truncated": len(notes) > limit}
 
-    def read_note(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    @tool(f"{prefix}_read", **common,
+          tests=[{"name": "traversal refused", "arguments": {"note": "../secret.md"}, "error": PATH_OUTSIDE},
+                 {"name": "absolute refused", "arguments": {"note": "/etc/passwd.md"}, "error": PATH_OUTSIDE}])
+    def read_note(note: NoteArg) -> dict[str, Any]:
+        """Read one note: its frontmatter, tags, outgoing wikilinks (resolved) and content."""
         notes = vault.notes()
-        note = vault.find(p["note"], notes)
+        found = vault.find(note, notes)
         idx = vault.index(notes)
-        content, cut = clip(note.body, MAX_CONTENT_CHARS)
+        content, cut = clip(found.body, MAX_CONTENT_CHARS)
         links = []
-        for target in dict.fromkeys(note.links):
+        for target in dict.fromkeys(found.links):
             hit = vault.resolve_link(target, idx)
             links.append({"target": target, "path": hit.path if hit else None})
-        frontmatter: dict[str, Any] = note.frontmatter
+        frontmatter: dict[str, Any] = found.frontmatter
         if len(repr(frontmatter)) > MAX_FRONTMATTER_CHARS:  # bounded like the content
             frontmatter = {"truncated": f"over {MAX_FRONTMATTER_CHARS} characters; read the note's file instead"}
-        return {"path": note.path, "title": note.title, "frontmatter": frontmatter, "tags": note.tags,
-                "links": links, "content": content, "truncated": cut or note.truncated, "problem": note.problem}
+        return {"path": found.path, "title": found.title, "frontmatter": frontmatter, "tags": found.tags,
+                "links": links, "content": content, "truncated": cut or found.truncated, "problem": found.problem}
 
-    def search(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        q = p["query"].lower()
-        limit = p.get("limit", 20)
+    @tool(f"{prefix}_search", **common,
+          tests=[{"name": "empty query invalid", "arguments": {"query": ""}, "error": "invalid_params"},
+                 {"name": "limit bounds results", "arguments": {"query": "e", "limit": 2},
+                  "check": lambda r: len(r["results"]) <= 2}])
+    def search(query: Annotated[str, Field(min_length=1, max_length=500)], limit: Limit20of200 = 20) -> dict[str, Any]:
+        """Find notes whose title or lines contain the text (case-insensitive); best matches first, with the
+        matching lines."""
+        q = query.lower()
         hits = []
         for n in vault.notes():
             lines = [(i + 1, line.strip()) for i, line in enumerate(n.lines) if q in line.lower()]
@@ -209,13 +236,16 @@ def vault_tools(vault: Vault, prefix: str) -> list[ToolDefinition]:
             score = len(lines) + (5 if in_title else 0)
             hits.append((score, n, lines))
         hits.sort(key=lambda h: (-h[0], h[1].path))
-        return {"query": p["query"], "count": len(hits), "truncated": len(hits) > limit,
+        return {"query": query, "count": len(hits), "truncated": len(hits) > limit,
                 "results": [{**_summary(n), "matches": [{"line": i, "text": clip(t, 300)[0]} for i, t in lines[:5]]}
                             for _, n, lines in hits[:limit]]}
 
-    def backlinks(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    @tool(f"{prefix}_backlinks", **common,
+          tests=[{"name": "traversal refused", "arguments": {"note": "../x.md"}, "error": PATH_OUTSIDE}])
+    def backlinks(note: NoteArg) -> dict[str, Any]:
+        """The notes that link to a note with [[wikilinks]], with the linking lines."""
         notes = vault.notes()
-        target = vault.find(p["note"], notes)
+        target = vault.find(note, notes)
         idx = vault.index(notes)
         out = []
         for n in notes:
@@ -229,9 +259,13 @@ def vault_tools(vault: Vault, prefix: str) -> list[ToolDefinition]:
         out.sort(key=lambda r: r["path"])
         return {"note": target.path, "count": len(out), "backlinks": out}
 
-    def tags(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    @tool(f"{prefix}_tags", **common,
+          tests=[{"name": "most used first", "arguments": {},
+                  "check": lambda r: [t["notes"] for t in r["tags"]] == sorted(
+                      (t["notes"] for t in r["tags"]), reverse=True)}])
+    def tags(limit: Limit100of1000 = 100) -> dict[str, Any]:
+        """Every tag in the vault (frontmatter and inline #tags) with how many notes carry it."""
         counts = Counter(t for n in vault.notes() for t in n.tags)
-        limit = p.get("limit", 100)
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].lower()))
         return {"count": len(ranked), "tags": [{"tag": t, "notes": c} for t, c in ranked[:limit]]}
 
@@ -264,66 +298,22 @@ def vault_tools(vault: Vault, prefix: str) -> list[ToolDefinition]:
         return {"count": len(rows), "truncated": len(rows) > limit, kind + "s" if kind != "person" else "people":
                 rows[:limit]}
 
-    def people(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return _entities("person", ("people", "attendees", "author"), p.get("name"), p.get("limit", 50))
+    @tool(f"{prefix}_people", **common,
+          tests=[{"name": "bounded", "arguments": {"limit": 1}, "check": lambda r: len(r["people"]) <= 1}])
+    def people(name: NameFilter | None = None, limit: Limit50of500 = 50) -> dict[str, Any]:
+        """People in the vault: notes with 'type: person' and names listed in notes' 'people' frontmatter, each
+        with the notes that mention them."""
+        return _entities("person", ("people", "attendees", "author"), name, limit)
 
-    def projects(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return _entities("project", ("projects", "project"), p.get("name"), p.get("limit", 50))
+    @tool(f"{prefix}_projects", **common,
+          tests=[{"name": "name filter", "arguments": {"name": "\u2400no such project\u2400"},
+                  "match": {"count": 0, "projects": []}}])
+    def projects(name: NameFilter | None = None, limit: Limit50of500 = 50) -> dict[str, Any]:
+        """Projects in the vault: notes with 'type: project' and names in notes' 'project'/'projects'
+        frontmatter, each with the notes that mention them."""
+        return _entities("project", ("projects", "project"), name, limit)
 
-    def schema(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-        return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
-
-    note_arg = {"type": "string", "minLength": 1, "maxLength": 1024,
-                "description": "a note name ('Project Apollo'), a path ('projects/Apollo.md'), or an alias"}
-    name_arg = {"type": "string", "maxLength": 200, "description": "only entries whose name contains this"}
-    common: dict[str, Any] = {"capability": READ, "annotations": READ_ONLY, "tags": ("vault",)}
-    return [
-        define_tool(name=f"{prefix}_list", handler=list_notes, **common,
-                    tests=[{"name": "limit bounds the list", "arguments": {"limit": 1},
-                            "check": lambda r: len(r["notes"]) <= 1 and r["truncated"] == (r["count"] > 1)},
-                           {"name": "folder outside refused", "arguments": {"folder": "../"},
-                            "error": PATH_OUTSIDE}],
-                    description="List notes in the vault, most recently modified first; filter by folder or tag.",
-                    input_schema=schema({"folder": {"type": "string", "maxLength": 1024,
-                                                    "description": "a folder inside the vault"},
-                                         "tag": {"type": "string", "maxLength": 200,
-                                                 "description": "a tag, with or without '#'; includes sub-tags"},
-                                         "limit": limit_schema(50, 500)})),
-        define_tool(name=f"{prefix}_read", handler=read_note, **common,
-                    tests=[{"name": "traversal refused", "arguments": {"note": "../secret.md"}, "error": PATH_OUTSIDE},
-                           {"name": "absolute refused", "arguments": {"note": "/etc/passwd.md"}, "error": PATH_OUTSIDE}],
-                    description="Read one note: its frontmatter, tags, outgoing wikilinks (resolved) and content.",
-                    input_schema=schema({"note": note_arg}, ("note",))),
-        define_tool(name=f"{prefix}_search", handler=search, **common,
-                    tests=[{"name": "empty query invalid", "arguments": {"query": ""}, "error": "invalid_params"},
-                           {"name": "limit bounds results", "arguments": {"query": "e", "limit": 2},
-                            "check": lambda r: len(r["results"]) <= 2}],
-                    description="Find notes whose title or lines contain the text (case-insensitive); "
-                                "best matches first, with the matching lines.",
-                    input_schema=schema({"query": {"type": "string", "minLength": 1, "maxLength": 500},
-                                         "limit": limit_schema(20, 200)}, ("query",))),
-        define_tool(name=f"{prefix}_backlinks", handler=backlinks, **common,
-                    tests=[{"name": "traversal refused", "arguments": {"note": "../x.md"}, "error": PATH_OUTSIDE}],
-                    description="The notes that link to a note with [[wikilinks]], with the linking lines.",
-                    input_schema=schema({"note": note_arg}, ("note",))),
-        define_tool(name=f"{prefix}_tags", handler=tags, **common,
-                    tests=[{"name": "most used first", "arguments": {},
-                            "check": lambda r: [t["notes"] for t in r["tags"]] == sorted(
-                                (t["notes"] for t in r["tags"]), reverse=True)}],
-                    description="Every tag in the vault (frontmatter and inline #tags) with how many notes carry it.",
-                    input_schema=schema({"limit": limit_schema(100, 1000)})),
-        define_tool(name=f"{prefix}_people", handler=people, **common,
-                    tests=[{"name": "bounded", "arguments": {"limit": 1}, "check": lambda r: len(r["people"]) <= 1}],
-                    description="People in the vault: notes with 'type: person' and names listed in notes' "
-                                "'people' frontmatter, each with the notes that mention them.",
-                    input_schema=schema({"name": name_arg, "limit": limit_schema(50, 500)})),
-        define_tool(name=f"{prefix}_projects", handler=projects, **common,
-                    tests=[{"name": "name filter", "arguments": {"name": "\u2400no such project\u2400"},
-                            "match": {"count": 0, "projects": []}}],
-                    description="Projects in the vault: notes with 'type: project' and names in notes' "
-                                "'project'/'projects' frontmatter, each with the notes that mention them.",
-                    input_schema=schema({"name": name_arg, "limit": limit_schema(50, 500)})),
-    ]
+    return [list_notes, read_note, search, backlinks, tags, people, projects]
 
 
 class VaultProvider(ContextProvider):
@@ -364,7 +354,7 @@ def _health(vault: Vault, pid: str) -> ProviderHealth:
         return ProviderHealth(pid, "down", getattr(exc, "message", str(exc)))
     notes = vault.notes()
     problems = [n.problem for n in notes if n.problem]
-    status = "degraded" if problems else "up"
+    status: Status = "degraded" if problems else "up"
     return ProviderHealth(pid, status, f"{len(problems)} note(s) with unreadable frontmatter" if problems else None,
                           tools=7, details={"notes": len(notes), "problems": problems[:10]})
 

@@ -9,7 +9,7 @@ host's call takes: validation, scheduling, receipts, the journal.
 
 Two entry points, used by ``openfunctions-mcp serve --profile conformance``:
 
-- :func:`build_conformance_registry` -- the fixture tools (``.registry``, a
+- :func:`create_conformance_registry` -- the fixture tools (``.registry``, a
   :class:`ToolRegistry`) and ``.install(server)``, which calls
 - :func:`add_conformance_fixtures` -- registers the fixture resources,
   resource template and prompts on a server from
@@ -20,22 +20,38 @@ Two entry points, used by ``openfunctions-mcp serve --profile conformance``:
 
 Fixtures that talk back to the client (logging, sampling, elicitation,
 closing the SSE stream) need the MCP request the call arrived on: the server
-puts the SDK's ``ServerRequestContext`` into the execution context's
-``metadata["mcp.request_context"]``. Called without one (directly through the
+lends the SDK's ``ServerRequestContext`` in the execution context's
+``ctx.request``. Called without one (directly through the
 registry), they say so in their text result instead of failing.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from openfunctions.core.deprecation import renamed
+
 from ._common import TEST_AUDIO_BASE64, TEST_IMAGE_BASE64
 from ._protocol import add_conformance_fixtures
-from ._registry import ConformanceFixtures, build_conformance_registry, conformance_tools
+from ._registry import ConformanceFixtures, conformance_tools, create_conformance_registry
 from ._tools import JSON_SCHEMA_2020_12_INPUT
 
 __all__ = [
     "ConformanceFixtures",
-    "build_conformance_registry",
+    "create_conformance_registry",
     "add_conformance_fixtures",
     "conformance_tools",
     "JSON_SCHEMA_2020_12_INPUT",
     "TEST_IMAGE_BASE64",
     "TEST_AUDIO_BASE64",
 ]
+
+
+# Old names of renamed functions, kept for one release outside __all__: each use warns (core/deprecation.py).
+_RENAMED = {"build_conformance_registry": "create_conformance_registry"}
+
+if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
+    def __getattr__(name: str) -> Any:
+        if name in _RENAMED:
+            return renamed(__name__, name, _RENAMED[name])
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from openfunctions.core import ToolExecutionContext, ToolRegistry
-
-from .._server import REQUEST_CONTEXT_KEY
 
 log = structlog.get_logger("openfunctions.servers.conformance")
 
@@ -26,7 +23,7 @@ _NO_ARGS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
 def _request_context(ctx: ToolExecutionContext) -> Any:
-    return ctx.metadata.get(REQUEST_CONTEXT_KEY) if isinstance(ctx.metadata, Mapping) else None
+    return ctx.request
 
 
 def _image() -> dict[str, Any]:

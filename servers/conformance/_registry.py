@@ -1,4 +1,4 @@
-"""The fixture tools in a registry: :func:`build_conformance_registry` and :class:`ConformanceFixtures`."""
+"""The fixture tools in a registry: :func:`create_conformance_registry` and :class:`ConformanceFixtures`."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ class ConformanceFixtures:
         add_conformance_fixtures(server)
 
 
-def build_conformance_registry() -> ConformanceFixtures:
+def create_conformance_registry() -> ConformanceFixtures:
     """The conformance suite's fixture tools in a fresh registry (``.registry``), plus ``.install(server)``."""
     bus = InMemorySubscriptionBus()
     registry = ToolRegistry(conformance_tools(bus))

@@ -8,7 +8,6 @@ import anyio
 
 from openfunctions.core import ToolExecutionContext, ToolResult
 
-from .._tasks import TASK_METADATA_KEY
 from ._common import (
     _FIXTURE,
 )
@@ -26,7 +25,7 @@ _TASK_REQUIRED = {**_FIXTURE, "task_support": "required"}
 
 
 def _task(ctx: ToolExecutionContext) -> Any:
-    return ctx.metadata.get(TASK_METADATA_KEY)
+    return ctx.task
 
 
 async def _slow_compute(params: dict[str, Any], ctx: ToolExecutionContext) -> ToolResult:

@@ -23,11 +23,30 @@ adapter to what *this* provider issued, byte for byte:
 - :func:`deepseek`: an assistant turn with tool calls must carry the
   ``reasoning_content`` its reply had; one without tool calls must not carry
   any (the stricter ``deepseek-reasoner`` rule).
+
+Pairing (a history replayed, perhaps from another provider or after a restart):
+
+- :func:`openai_pairing`: an assistant message with ``tool_calls`` is followed
+  by a ``tool`` message for each id; a ``tool`` message answers the calls of
+  the message before the results.
+- :func:`anthropic_pairing`: each ``tool_use`` is answered by a
+  ``tool_result`` in the next (user) message, those blocks first, each naming
+  a ``tool_use`` of the message before; ids match ``[a-zA-Z0-9_-]+``; no empty
+  message; a thinking block this fake never issued has an invalid signature;
+  with thinking on, the tool-use turn the request continues starts with a
+  thinking block; then :func:`anthropic`.
+- :func:`gemini_pairing`: no empty ``parts``; a ``functionResponse`` turn has
+  as many parts as the ``functionCall`` turn before it, which is followed by
+  one; a ``thought`` signature this fake never issued is corrupt; then
+  :func:`gemini`.
+- :func:`responses_pairing`: each ``function_call`` has its
+  ``function_call_output`` later in the input; then :func:`responses`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ._wire import Reply
@@ -211,3 +230,122 @@ def deepseek(req: dict[str, Any], sent: list[Reply]) -> str | None:
         if not ids and "reasoning_content" in m:
             return f"messages[{i}]: reasoning_content is not accepted on an assistant message without tool calls"
     return None
+
+
+# -- Pairing: every provider's tool-call/result invariants (what a replayed history must hold) -------------------
+def all_of(*rules: Any) -> Any:
+    """One check that refuses with the first rule that refuses."""
+    def check(req: dict[str, Any], sent: list[Reply]) -> str | None:
+        return next((r for r in (rule(req, sent) for rule in rules) if r is not None), None)
+    return check
+
+
+def openai_pairing(req: dict[str, Any], sent: list[Reply]) -> str | None:
+    msgs = req["json"].get("messages") or []
+    for i, m in enumerate(msgs):
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            want = [c["id"] for c in m["tool_calls"]]
+            got = [x.get("tool_call_id") for x in msgs[i + 1:i + 1 + len(want)] if x.get("role") == "tool"]
+            missing = [c for c in want if c not in got]
+            if missing:
+                return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                        f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(missing)}")
+        if m.get("role") == "tool":
+            prev = next((x for x in reversed(msgs[:i]) if x.get("role") != "tool"), {})
+            if m.get("tool_call_id") not in [c["id"] for c in prev.get("tool_calls") or []]:
+                return (f"Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+                        f"'tool_calls'. (messages[{i}])")
+    return None
+
+
+_ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def anthropic_pairing(req: dict[str, Any], sent: list[Reply]) -> str | None:
+    body = req["json"]
+    msgs = body.get("messages") or []
+    issued = [b for reply in sent for b in _anthropic_blocks(reply) if b.get("type") in ("thinking", "redacted_thinking")]
+    for i, m in enumerate(msgs):
+        blocks = m.get("content") if isinstance(m.get("content"), list) else []
+        if not m.get("content"):
+            return f"messages.{i}: all messages must have non-empty content except for the optional final assistant message"
+        for j, b in enumerate(blocks):
+            if b.get("type") == "tool_use" and not _ANTHROPIC_ID.match(b.get("id") or ""):
+                return f"messages.{i}.content.{j}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+            if b.get("type") in ("thinking", "redacted_thinking") and b not in issued:
+                return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+        uses = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+        if m.get("role") == "assistant" and uses:
+            nxt = msgs[i + 1]["content"] if i + 1 < len(msgs) and isinstance(msgs[i + 1].get("content"), list) else []
+            answered = [b.get("tool_use_id") for b in nxt if b.get("type") == "tool_result"]
+            missing = [u for u in uses if u not in answered]
+            if missing:
+                return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                        f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block "
+                        "in the next message.")
+        if m.get("role") == "user":
+            before = msgs[i - 1] if i > 0 else {}
+            ids = [b.get("id") for b in before.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_use"]
+            seen_other = False
+            for j, b in enumerate(blocks):
+                if b.get("type") != "tool_result":
+                    seen_other = True
+                    continue
+                if seen_other:
+                    return f"messages.{i}.content.{j}: tool_result blocks must come first in the user message"
+                if b.get("tool_use_id") not in ids:
+                    return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                            f"{b.get('tool_use_id')}. Each `tool_result` block must have a corresponding `tool_use` "
+                            "block in the previous message.")
+    if (body.get("thinking") or {}).get("type") == "enabled":
+        for i in range(len(msgs) - 1, -1, -1):
+            m = msgs[i]
+            if m["role"] == "user" and not any(b.get("type") == "tool_result" for b in m["content"]):
+                break
+            if m["role"] == "assistant":
+                blocks = m["content"]
+                if any(b.get("type") == "tool_use" for b in blocks) and blocks[0].get("type") not in (
+                        "thinking", "redacted_thinking"):
+                    return (f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+                            f"`{blocks[0].get('type')}`. When `thinking` is enabled, a final `assistant` message must "
+                            "start with a thinking block.")
+                break
+    return anthropic(req, sent)
+
+
+def gemini_pairing(req: dict[str, Any], sent: list[Reply]) -> str | None:
+    contents = req["json"].get("contents") or []
+    for i, c in enumerate(contents):
+        parts = c.get("parts") or []
+        if not parts:
+            return f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty."
+        calls = [p for p in parts if "functionCall" in p]
+        responses = [p for p in parts if "functionResponse" in p]
+        if responses:
+            prev = contents[i - 1] if i > 0 else {}
+            asked = [p for p in prev.get("parts") or [] if "functionCall" in p] if prev.get("role") == "model" else []
+            if len(responses) != len(asked):
+                return ("Please ensure that the number of function response parts is equal to the number of function "
+                        "call parts of the function call turn.")
+        if calls:
+            nxt = contents[i + 1] if i + 1 < len(contents) else None
+            if nxt is not None and not any("functionResponse" in p for p in nxt.get("parts") or []):
+                return ("Please ensure that function call turn comes immediately after a user turn or after a "
+                        "function response turn.")
+    for i, c in enumerate(contents):
+        for j, p in enumerate(c.get("parts") or []):
+            if p.get("thought") and "thoughtSignature" in p and not any(
+                    p.get("thoughtSignature") == q.get("thoughtSignature")
+                    for reply in sent for obj in payloads(reply) for cand in obj.get("candidates") or []
+                    for q in (cand.get("content") or {}).get("parts") or []):
+                return f"Corrupted thought signature at contents[{i}].parts[{j}]."
+    return gemini(req, sent)
+
+
+def responses_pairing(req: dict[str, Any], sent: list[Reply]) -> str | None:
+    items = req["json"].get("input") or []
+    for idx, item in enumerate(items):
+        if item.get("type") == "function_call" and not any(
+                x.get("type") == "function_call_output" and x.get("call_id") == item["call_id"] for x in items[idx + 1:]):
+            return f"No tool output found for function call {item['call_id']}."
+    return responses(req, sent, reasoning_model=False)

@@ -20,10 +20,10 @@ from openfunctions.adapters import (
     KimiAdapter,
     MalformedResponse,
     Message,
+    ModelProviderUnavailable,
     OpenAIAdapter,
     OpenAIResponsesAdapter,
     OpenRouterAdapter,
-    ProviderUnavailable,
     RateLimited,
     RetryPolicy,
     XAIAdapter,
@@ -345,7 +345,7 @@ async def test_500_then_success(w: Wire, wire: Any) -> None:
 async def test_500_every_time_raises_unavailable(w: Wire, wire: Any) -> None:
     wire.replies += [Reply(500, {"error": {"message": "boom"}})] * 3
     a = _adapter(w, wire)
-    with pytest.raises(ProviderUnavailable) as info:
+    with pytest.raises(ModelProviderUnavailable) as info:
         await a.chat(CONVO)
     assert "boom" in info.value.message and info.value.details["status"] == 500
     await a.aclose()
@@ -365,11 +365,11 @@ async def test_connection_cut_mid_stream_is_reported_not_replayed(w: Wire, wire:
     wire.replies.append(Reply(sse=w.text_stream(), cut_after=1))
     a = _adapter(w, wire)
     seen = []
-    with pytest.raises((ProviderUnavailable, MalformedResponse)) as info:
+    with pytest.raises((ModelProviderUnavailable, MalformedResponse)) as info:
         async for e in a.stream(CONVO):
             seen.append(e)
     assert len(wire.requests) == 1  # never retried once events were delivered
-    if isinstance(info.value, ProviderUnavailable):
+    if isinstance(info.value, ModelProviderUnavailable):
         assert "cut" in info.value.message or "ended" in info.value.message
     await a.aclose()
 

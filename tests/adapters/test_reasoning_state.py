@@ -20,10 +20,10 @@ from openfunctions.adapters import (
     GeminiAdapter,
     KimiAdapter,
     Message,
+    ModelProviderUnavailable,
     OpenAIAdapter,
     OpenAIResponsesAdapter,
     ProviderPart,
-    ProviderUnavailable,
     RetryPolicy,
     ToolCall,
 )
@@ -373,7 +373,7 @@ async def test_responses_stream_failure_is_reported(wire: Any, event: tuple[str,
                                       event, named=True)))
     a = OpenAIResponsesAdapter(model="gpt-5-mini", api_key="k", base_url=wire.url, retry=ONE)
     seen = []
-    with pytest.raises(ProviderUnavailable) as info:
+    with pytest.raises(ModelProviderUnavailable) as info:
         async for e in a.stream(CONVO):
             seen.append(e.text)
     assert "boom" in info.value.message and seen == ["Hi"] and len(wire.requests) == 1

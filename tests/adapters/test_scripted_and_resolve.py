@@ -17,7 +17,7 @@ from openfunctions.adapters import (
     ScriptExhausted,
     ToolCall,
     resolve_adapter,
-    resolve_provider,
+    resolve_model_provider,
 )
 from openfunctions.core import ToolExecutionContext, define_tool
 
@@ -59,11 +59,11 @@ async def test_scripted_stream_ends_with_done() -> None:
 
 
 def test_resolution_from_arguments_and_environment() -> None:
-    assert resolve_provider("openai", None, env={}) == ("openai", "gpt-4o-mini")
-    assert resolve_provider(" OpenAI ", "gpt-x", env={}) == ("openai", "gpt-x")
-    assert resolve_provider(None, "anthropic:claude-x", env={}) == ("anthropic", "claude-x")
-    assert resolve_provider(None, None, env={"GEMINI_API_KEY": "g", "XAI_API_KEY": "x"}) == ("gemini", "gemini-2.0-flash")
-    assert resolve_provider(None, None, env={"XAI_API_KEY": "x", "OPENFUNCTIONS_MODEL": "grok-9"}) == ("xai", "grok-9")
+    assert resolve_model_provider("openai", None, env={}) == ("openai", "gpt-4o-mini")
+    assert resolve_model_provider(" OpenAI ", "gpt-x", env={}) == ("openai", "gpt-x")
+    assert resolve_model_provider(None, "anthropic:claude-x", env={}) == ("anthropic", "claude-x")
+    assert resolve_model_provider(None, None, env={"GEMINI_API_KEY": "g", "XAI_API_KEY": "x"}) == ("gemini", "gemini-2.0-flash")
+    assert resolve_model_provider(None, None, env={"XAI_API_KEY": "x", "OPENFUNCTIONS_MODEL": "grok-9"}) == ("xai", "grok-9")
     a = resolve_adapter(model="openai:gpt-test", env={"OPENAI_API_KEY": "sk", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
     assert isinstance(a, OpenAIAdapter) and a.model == "gpt-test" and a.base_url == "http://127.0.0.1:9/v1" and a.api_key == "sk"
     b = resolve_adapter(env={"OPENROUTER_API_KEY": "or"})
@@ -86,9 +86,9 @@ def test_presets_resolve_to_their_endpoint_and_key(model: str, cls: str, url: st
 
 
 def test_preset_base_urls_and_auto_detection() -> None:
-    assert resolve_provider(None, None, env={"DEEPSEEK_API_KEY": "d"}) == ("deepseek", "deepseek-chat")
-    assert resolve_provider(None, None, env={"MOONSHOT_API_KEY": "m"}) == ("kimi", "kimi-k2.6")
-    assert resolve_provider(None, None, env={"OPENAI_API_KEY": "o"}) == ("openai", "gpt-4o-mini")  # Chat Completions first
+    assert resolve_model_provider(None, None, env={"DEEPSEEK_API_KEY": "d"}) == ("deepseek", "deepseek-chat")
+    assert resolve_model_provider(None, None, env={"MOONSHOT_API_KEY": "m"}) == ("kimi", "kimi-k2.6")
+    assert resolve_model_provider(None, None, env={"OPENAI_API_KEY": "o"}) == ("openai", "gpt-4o-mini")  # Chat Completions first
     k = resolve_adapter(model="kimi:kimi-k2.6", env={"MOONSHOT_API_KEY": "m", "MOONSHOT_BASE_URL": "https://api.moonshot.cn/v1"})
     assert k.base_url == "https://api.moonshot.cn/v1"
     r = resolve_adapter("openai-responses", env={"OPENAI_API_KEY": "o", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})

@@ -55,6 +55,22 @@ wait = define_tool(
     handler=_wait, capability={"effect": "write"},
 )
 
+
+
+async def _ask_host(params, ctx):
+    from openfunctions.adapters import Message, SamplingAdapter
+
+    reply = await SamplingAdapter.from_context(ctx).chat([Message.user(params["q"])])
+    return {"answer": reply.text}
+
+
+# A plain tool (no task support: the direct tools/call path takes it) that asks the host's model.
+ask_host = define_tool(
+    name="ask_host", description="Ask the host's model a question",
+    input_schema={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    handler=_ask_host,
+)
+
 researcher = define_agent("researcher", "You look facts up and answer in one sentence.", tools=[lookup])
 scribe = define_agent("scribe", "You write notes.", tools=[note])
 waiter = define_agent("waiter", "You wait.", tools=[wait], max_rounds=3)
@@ -68,4 +84,4 @@ shout = pipe(transform(lambda x: {"text": x["text"].upper()}), name="shout").as_
     output_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
 )
 
-agents = [researcher, scribe, waiter, team, shout]
+agents = [researcher, scribe, waiter, team, shout, ask_host]

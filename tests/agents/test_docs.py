@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -36,8 +37,13 @@ def test_agents_doc_examples_run(tmp_path: Path) -> None:
         assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
         outputs[name] = proc.stdout
     assert outputs["first.py"].startswith("completed 2 + 3 = 5. run_")
+    moving = outputs["moving.py"].splitlines()
+    assert moving[2:4] == ["tool toolu_01 False", f"tool call_{hashlib.sha256(b'functions.weather:1').hexdigest()[:24]} True"]
+    assert moving[-1] == "['system', 'user', 'assistant', 'tool', 'assistant']"
     assert outputs["claims.py"].split() == ["awaiting", "True", "claim_unverified", "fulfilled", "True", "True"]
     assert outputs["waiting.py"].strip() == "['from the agent', 'from someone else']"
+    assert outputs["host_2026.py"].split("\n") == ["2026-07-28", "asked: ['sampling-0']", "asked: ['sampling-1']",
+                                                    "completed", ""]
     assert "'run_id': 'run_" in outputs["host.py"] and "Paris" in outputs["host.py"] and outputs["host.py"].rstrip().endswith("completed")
     assert "OPENAI_API_KEY" in outputs["provider.py"] and "openai gpt-4o-mini https://api.openai.com/v1" in outputs["provider.py"]
     assert "rejected admission_refused" in outputs["crews.py"] and """'text': '{"sources": 3}'""" in outputs["crews.py"]

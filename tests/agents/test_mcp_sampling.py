@@ -211,14 +211,40 @@ async def test_sequential_crew_over_mcp_threads_answers(tmp_path: Path) -> None:
     assert all(runs[r["run_id"]].status == "completed" for r in result.structured_content["runs"])
 
 
-async def test_stateless_protocol_client_gets_an_error_naming_the_missing_back_channel(tmp_path: Path) -> None:
-    """The 2026-07-28 era has no server-initiated sampling: the agent's call says so instead of hanging."""
-    model = HostModel(["never asked"])
-    a = argv(tmp_path / "data")
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_client_on_the_default_protocol_lends_its_model_through_input_required_results(tmp_path: Path,
+                                                                                         transport: str) -> None:
+    """2026-07-28 has no server-initiated sampling: each request comes back as an InputRequiredResult, the SDK
+    client answers it with its sampling callback and retries, and the run resumes where it was."""
+    data = tmp_path / "data"
+    model = HostModel([("lookup", {"key": "paris"}), "Paris.", "42"])
+    keys: list[Any] = []
+
+    async def host(ctx: Any, params: types.CreateMessageRequestParams) -> Any:
+        keys.append(ctx.request_id)
+        return await model(ctx, params)
+
+    proc = None
+    if transport == "stdio":
+        a = argv(data)
+        target: Any = StdioServerParameters(command=a[0], args=a[1:], env=env())
+    else:
+        port = free_port()
+        proc = subprocess.Popen(argv(data, "--transport", "http", "--port", str(port)), env=env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(port, proc)
+        target = f"http://127.0.0.1:{port}/mcp"
     caps = types.SamplingCapability(tools=types.SamplingToolsCapability())
-    async with Client(StdioServerParameters(command=a[0], args=a[1:], env=env()), mode="2026-07-28",
-                      sampling_callback=model, sampling_capabilities=caps, read_timeout_seconds=60) as c:
-        result = await c.call_tool("agent_researcher", {"task": "capital of France?"})
-    assert result.is_error and model.requests == []
-    text = result.content[0].text
-    assert "protocol 2026-07-28) has no channel for server-initiated sampling" in text and "run_" in text, text
+    try:
+        async with Client(target, sampling_callback=host, sampling_capabilities=caps, read_timeout_seconds=60) as c:
+            assert c.protocol_version == "2026-07-28"
+            result = await c.call_tool("agent_researcher", {"task": "What is the capital of France?"})
+            _check_researcher_run(result, model, data)
+            # A plain tool asking the host's model: its first leg takes the direct tools/call path.
+            plain = await c.call_tool("ask_host", {"q": "the answer?"})
+        assert not plain.is_error and plain.structured_content == {"answer": "42"}, plain.content
+        assert keys == ["sampling-0", "sampling-1", "sampling-0"]  # embedded requests, not server->client ones
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(10)

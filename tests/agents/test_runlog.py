@@ -39,7 +39,8 @@ async def test_records_are_durable_and_fold_the_same_on_reopen(tmp_path: Path) -
     live = journal.get(r.run_id).to_dict()
     await journal.close()
     types_ = [rec.type for rec in read_records(runs_journal_path(tmp_path))]
-    assert types_ == ["run_started", "run_round", "run_round", "run_finished", "outcome_claim"]
+    assert types_ == ["run_started", "run_messages", "run_messages", "run_messages", "run_round", "run_messages",
+                      "run_round", "run_finished", "outcome_claim"]
     again = await RunJournal.open_in(tmp_path)
     assert again.get(r.run_id).to_dict() == live and again.interrupted == []
     assert read_runs(tmp_path)[r.run_id].to_dict() == live
@@ -199,9 +200,10 @@ async def test_cli_tail_follow_prints_records_as_they_are_written(tmp_path: Path
         r = await run_agent(define_agent("late", "x", adapter=ScriptedAdapter(["hi"])), "go", registry=ToolRegistry(), runs=journal)
         got = []
         with anyio.fail_after(30):
-            while len(got) < 4:
+            while len(got) < 6:
                 got.append(json.loads(await anyio.to_thread.run_sync(proc.stdout.readline)))
-        assert [g["type"] for g in got] == ["run_started", "run_round", "run_finished", "outcome_claim"]
+        assert [g["type"] for g in got] == ["run_started", "run_messages", "run_messages", "run_round", "run_finished",
+                                            "outcome_claim"]
         assert {g["data"]["run_id"] for g in got} == {r.run_id}
     finally:
         proc.kill()

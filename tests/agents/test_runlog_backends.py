@@ -37,6 +37,11 @@ class FileRuns:
     async def load(self, log: Any, run_id: str) -> Any:
         return log.get(run_id)
 
+    async def history(self, log: Any, run_id: str) -> Any:
+        from openfunctions.agents import read_history
+
+        return read_history(self.dir, run_id)
+
     async def crash(self, log: Any) -> None:
         """What a SIGKILL leaves: the records written, the lock gone."""
         if log._writer is not None:
@@ -58,6 +63,9 @@ class PgRuns:
 
     async def load(self, log: Any, run_id: str) -> Any:
         return await log.load(run_id)
+
+    async def history(self, log: Any, run_id: str) -> Any:
+        return await log.load_history(run_id)
 
     async def crash(self, log: Any) -> None:
         """What a SIGKILL leaves: the rows, the instance row; its advisory lock dies with its connection."""
@@ -95,6 +103,22 @@ async def test_an_agents_run_folds_the_same_when_read_back(backend) -> None:
     try:
         assert (await backend.load(again, r.run_id)).to_dict() == live
         assert again.interrupted == []
+    finally:
+        await again.close()
+
+
+async def test_a_runs_conversation_is_rebuilt_from_its_records(backend) -> None:
+    log = await backend.open()
+    try:
+        agent = define_agent("a", "x", tools=["echo"], adapter=ScriptedAdapter([{"tool": "echo"}, "done"]))
+        r = await run_agent(agent, "go", registry=ToolRegistry([_tool()]), runs=log)
+    finally:
+        await log.close()
+    again = await backend.open()
+    try:
+        rebuilt = await backend.history(again, r.run_id)
+        assert [m.role for m in rebuilt] == ["system", "user", "assistant", "tool", "assistant"]
+        assert rebuilt == r.messages and rebuilt[2].tool_calls[0].id == rebuilt[3].tool_call_id
     finally:
         await again.close()
 

@@ -18,7 +18,7 @@ from openfunctions.chat import (
     ChatConfigError,
     InvalidMessage,
     MessageTooLarge,
-    create_chat_agent,
+    open_chat_agent,
 )
 from openfunctions.core.journal import read_records
 
@@ -35,7 +35,7 @@ def system_of(adapter: ScriptedAdapter, call: int = -1) -> str:
 
 async def test_a_turn_runs_tools_through_the_executor_and_leaves_a_run_record(tmp_path: Path) -> None:
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 2, "b": 3}}, "2 + 3 = 5."])
-    async with await create_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, module="tests.chat.fixture_tools", data_dir=tmp_path) as agent:
         reply = await agent.chat("what is 2 + 3?")
     assert reply.ok and reply.text == "2 + 3 = 5." and reply.rounds == 2
     [call] = reply.tool_calls
@@ -54,7 +54,7 @@ async def test_a_turn_runs_tools_through_the_executor_and_leaves_a_run_record(tm
 
 async def test_streaming_yields_tool_call_then_tool_result_then_text_then_done(tmp_path: Path) -> None:
     model = ScriptedAdapter([{"tool": "shout", "arguments": {"text": "hi"}}, "It says HI."])
-    async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path, memory=False) as agent:
+    async with await open_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path, memory=False) as agent:
         events = [e async for e in agent.chat("shout hi", stream=True)]
     assert [e.type for e in events] == ["tool_call", "tool_result", "text", "done"]
     call, result, text, done = events
@@ -71,7 +71,7 @@ async def test_a_stream_closed_early_cancels_the_turn_and_records_it_cancelled(t
     slow = fx.blocking_reply(entered, cancelled)
 
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 1}}, slow])
-    async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent:
         events = agent.chat("add", stream=True)
         async with contextlib.aclosing(events):
             async for event in events:
@@ -95,13 +95,15 @@ async def test_memory_a_fact_saved_in_one_conversation_is_recalled_in_the_next(t
         {"tool": "memory_search", "arguments": {"query": "favourite colour"}},
         "Your favourite colour is teal.",
     ])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent:
         first = await agent.chat("My favourite colour is teal, remember it.")
         assert first.tool_calls[0]["outcome"] == "succeeded"
         await agent.chat("thanks")
-        # Same conversation: the model is shown the earlier turns.
-        assert [m.content for m in model.calls[-1][0][1:]] == [
-            "My favourite colour is teal, remember it.", "Noted: teal.", "thanks"]
+        # Same conversation: the model is shown the earlier turns, its tool call and result included.
+        shown = model.calls[-1][0][1:]
+        assert [(m.role, m.content if m.role != "tool" else m.tool_call_id) for m in shown] == [
+            ("user", "My favourite colour is teal, remember it."), ("assistant", ""),
+            ("tool", shown[1].tool_calls[0].id), ("assistant", "Noted: teal."), ("user", "thanks")]
         old_thread = agent.thread_id
         assert await agent.reset() != old_thread
         second = await agent.chat("What is my favourite colour?")
@@ -112,14 +114,16 @@ async def test_memory_a_fact_saved_in_one_conversation_is_recalled_in_the_next(t
     assert "teal" in second.tool_calls[0]["content"] and second.text == "Your favourite colour is teal."
     # A new agent on the same data dir (a restart) still has the fact and can continue the old thread.
     model2 = ScriptedAdapter(["Teal, as you said."])
-    async with await create_chat_agent(adapter=model2, data_dir=tmp_path, thread_id=old_thread) as agent2:
+    async with await open_chat_agent(adapter=model2, data_dir=tmp_path, thread_id=old_thread) as agent2:
         await agent2.chat("remind me of my colour")
-    assert [m.content for m in model2.calls[0][0][1:3]] == ["My favourite colour is teal, remember it.", "Noted: teal."]
+    shown = model2.calls[0][0][1:5]
+    assert [m.content for m in shown[:1] + shown[3:]] == ["My favourite colour is teal, remember it.", "Noted: teal."]
+    assert shown[1].tool_calls[0].name == "memory_save_fact" and shown[2].tool_call_id == shown[1].tool_calls[0].id
 
 
 async def test_memory_off_keeps_the_conversation_in_process_and_offers_no_memory_tools(tmp_path: Path) -> None:
     model = ScriptedAdapter(["one", "two"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False, registry=fx.registry) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, memory=False, registry=fx.registry) as agent:
         await agent.chat("first")
         await agent.chat("second")
         assert agent.tool_names == ["add", "shout"]
@@ -127,28 +131,28 @@ async def test_memory_off_keeps_the_conversation_in_process_and_offers_no_memory
     assert not (tmp_path / "store" / "memory").exists()
     # An odd history window never starts with the assistant (providers want a user turn first).
     model = ScriptedAdapter(["one", "two", "three"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, history_messages=3) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, history_messages=3) as agent:
         for text in ("first", "second", "third"):
             await agent.chat(text)
     assert [m.content for m in model.calls[2][0][1:]] == ["second", "two", "third"]
 
 
 async def test_tool_selection_tags_and_exclusions(tmp_path: Path) -> None:
-    async with await create_chat_agent(adapter=ScriptedAdapter([]), module="tests.chat.fixture_tools",
+    async with await open_chat_agent(adapter=ScriptedAdapter([]), module="tests.chat.fixture_tools",
                                        tags=["math"], exclude=["memory_forget"], data_dir=tmp_path) as agent:
         assert agent.tool_names == ["add", "memory_save_fact", "memory_search"]
-    async with await create_chat_agent({"adapter": ScriptedAdapter(["ok"]), "tools": ["shout"], "memory": False,
+    async with await open_chat_agent({"adapter": ScriptedAdapter(["ok"]), "tools": ["shout"], "memory": False,
                                         "registry": fx.registry, "data_dir": tmp_path}) as agent:
         assert agent.tool_names == ["shout"]
     with pytest.raises(ChatConfigError, match=r"unknown tool\(s\) \['nope'\]; available: add, shout"):
-        await create_chat_agent(adapter=ScriptedAdapter([]), registry=fx.registry, tools=["nope"], data_dir=tmp_path)
+        await open_chat_agent(adapter=ScriptedAdapter([]), registry=fx.registry, tools=["nope"], data_dir=tmp_path)
     with pytest.raises(ChatConfigError, match=r"exclude= names unknown tool\(s\) \['nope'\]"):
-        await create_chat_agent(adapter=ScriptedAdapter([]), registry=fx.registry, exclude=["nope"], data_dir=tmp_path)
+        await open_chat_agent(adapter=ScriptedAdapter([]), registry=fx.registry, exclude=["nope"], data_dir=tmp_path)
 
 
 async def test_a_tool_the_model_was_not_offered_is_refused_and_fed_back(tmp_path: Path) -> None:
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 2}}, "Sorry, I cannot add."])
-    async with await create_chat_agent(adapter=model, registry=fx.registry, tools=["shout"], memory=False,
+    async with await open_chat_agent(adapter=model, registry=fx.registry, tools=["shout"], memory=False,
                                        data_dir=tmp_path) as agent:
         reply = await agent.chat("add 1 and 2")
     [call] = reply.tool_calls
@@ -158,7 +162,7 @@ async def test_a_tool_the_model_was_not_offered_is_refused_and_fed_back(tmp_path
 
 async def test_context_providers_bring_tools_and_context(tmp_path: Path) -> None:
     model = ScriptedAdapter([{"tool": "projects_owner", "arguments": {"project": "Apollo"}}, "Grace owns Apollo."])
-    async with await create_chat_agent(adapter=model, memory=False, data_dir=tmp_path,
+    async with await open_chat_agent(adapter=model, memory=False, data_dir=tmp_path,
                                        providers=["tests.chat.fixture_tools:projects"]) as agent:
         reply = await agent.chat("who owns Apollo?")
         health = await agent.health()
@@ -170,7 +174,7 @@ async def test_context_providers_bring_tools_and_context(tmp_path: Path) -> None
 
 async def test_a_failing_context_provider_degrades_the_context_and_never_crashes_a_turn(tmp_path: Path) -> None:
     model = ScriptedAdapter(["Fine without it."])
-    async with await create_chat_agent(adapter=model, memory=False, data_dir=tmp_path,
+    async with await open_chat_agent(adapter=model, memory=False, data_dir=tmp_path,
                                        providers=[fx.projects, fx.flaky]) as agent:
         reply = await agent.chat("status?")
         health = await agent.health()
@@ -182,13 +186,13 @@ async def test_a_failing_context_provider_degrades_the_context_and_never_crashes
 
 async def test_a_provider_that_cannot_connect_is_a_clear_error_and_nothing_stays_open(tmp_path: Path) -> None:
     with pytest.raises(ChatConfigError, match=r"context provider 'unreachable' failed to connect: ConnectionRefusedError"):
-        await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, providers=[fx.unreachable])
+        await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, providers=[fx.unreachable])
     with pytest.raises(ChatConfigError, match=r"'tests.chat.fixture_tools:nothing'.*has no attribute 'nothing'"):
-        await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, providers=["tests.chat.fixture_tools:nothing"])
+        await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, providers=["tests.chat.fixture_tools:nothing"])
     with pytest.raises(ChatConfigError, match="expected a ContextProvider"):
-        await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, providers=[42])
+        await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, providers=[42])
     # The failed attempts closed the memory store and journals they opened: a new agent opens them again.
-    async with await create_chat_agent(adapter=ScriptedAdapter(["ok"]), data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=ScriptedAdapter(["ok"]), data_dir=tmp_path) as agent:
         assert (await agent.chat("hi")).ok
 
 
@@ -196,13 +200,13 @@ async def test_no_provider_configured_names_the_environment_variables(tmp_path: 
     for k in KEYS:
         monkeypatch.delenv(k, raising=False)
     with pytest.raises(ChatConfigError) as err:
-        await create_chat_agent(data_dir=tmp_path)
+        await open_chat_agent(data_dir=tmp_path)
     for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "XAI_API_KEY", "OPENROUTER_API_KEY"):
         assert var in err.value.message
     with pytest.raises(ChatConfigError, match="provider 'openai' needs an API key: pass api_key= or set OPENAI_API_KEY"):
-        await create_chat_agent(provider="openai", data_dir=tmp_path)
+        await open_chat_agent(provider="openai", data_dir=tmp_path)
     with pytest.raises(ChatConfigError, match="provider 'scripted' needs its script"):
-        await create_chat_agent(provider="scripted", data_dir=tmp_path)
+        await open_chat_agent(provider="scripted", data_dir=tmp_path)
 
 
 async def test_provider_auto_detected_from_the_environment(tmp_path: Path, monkeypatch: Any) -> None:
@@ -210,7 +214,7 @@ async def test_provider_auto_detected_from_the_environment(tmp_path: Path, monke
     for k in KEYS:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    async with await create_chat_agent(data_dir=tmp_path, memory=False) as agent:
+    async with await open_chat_agent(data_dir=tmp_path, memory=False) as agent:
         assert (agent.adapter.provider, agent.adapter.model) == ("openai", "gpt-4o-mini")
 
 
@@ -220,7 +224,7 @@ async def test_prompts_preset_inline_markdown_file_and_structured(tmp_path: Path
 
     async def system(prompt: Any) -> str:
         model = ScriptedAdapter(["ok"])
-        async with await create_chat_agent(adapter=model, prompt=prompt, memory=False, data_dir=tmp_path) as agent:
+        async with await open_chat_agent(adapter=model, prompt=prompt, memory=False, data_dir=tmp_path) as agent:
             await agent.chat("hi")
         return system_of(model)
 
@@ -236,23 +240,23 @@ async def test_prompts_preset_inline_markdown_file_and_structured(tmp_path: Path
                        ({"role": "x", "colour": "red"}, r"unknown key\(s\) \['colour'\]"),
                        (42, "prompt must be a preset name")]:
         with pytest.raises(ChatConfigError, match=match):
-            await create_chat_agent(adapter=ScriptedAdapter([]), prompt=bad, memory=False, data_dir=tmp_path)
+            await open_chat_agent(adapter=ScriptedAdapter([]), prompt=bad, memory=False, data_dir=tmp_path)
 
 
 async def test_config_as_dict_model_or_keywords_and_unknown_keys(tmp_path: Path) -> None:
     cfg = ChatConfig(adapter=ScriptedAdapter(["a"]), memory=False, data_dir=tmp_path, name="helper")
-    async with await create_chat_agent(cfg, max_rounds=3) as agent:
+    async with await open_chat_agent(cfg, max_rounds=3) as agent:
         assert agent.name == "helper" and agent.config.max_rounds == 3
         assert (await agent.chat("x")).text == "a"
     with pytest.raises(ChatConfigError, match="temprature: unknown key"):
-        await create_chat_agent({"adapter": ScriptedAdapter([]), "temprature": 0.2})
+        await open_chat_agent({"adapter": ScriptedAdapter([]), "temprature": 0.2})
     with pytest.raises(ChatConfigError, match="max_rounds: Input should be greater than or equal to 1"):
-        await create_chat_agent(adapter=ScriptedAdapter([]), max_rounds=0)
+        await open_chat_agent(adapter=ScriptedAdapter([]), max_rounds=0)
 
 
 async def test_bad_messages_are_refused_before_anything_runs(tmp_path: Path) -> None:
     model = ScriptedAdapter([])
-    agent = await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False, max_message_chars=100)
+    agent = await open_chat_agent(adapter=model, data_dir=tmp_path, memory=False, max_message_chars=100)
     with pytest.raises(InvalidMessage, match="message is empty"):
         await agent.chat("   ")
     with pytest.raises(InvalidMessage, match="message must be a string, got int"):
@@ -268,7 +272,7 @@ async def test_bad_messages_are_refused_before_anything_runs(tmp_path: Path) -> 
 
 async def test_a_model_failure_ends_the_turn_failed_with_its_error(tmp_path: Path) -> None:
     model = ScriptedAdapter([])  # exhausted at once: a provider failure
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent:
         reply = await agent.chat("hi")
         events = [e async for e in agent.chat("again", stream=True)]
     assert reply.status == "failed" and reply.error["code"] == "script_exhausted" and not reply.ok
@@ -280,7 +284,7 @@ async def test_issued_conversations_are_separate_and_bounded(tmp_path: Path) -> 
     from openfunctions.chat import ConversationNotFound, InvalidConversation
 
     model = ScriptedAdapter(["one", "two", "three", "four"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False, max_conversations=2) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, memory=False, max_conversations=2) as agent:
         first, second = await agent.open_conversation(), await agent.open_conversation()
         await agent.chat("to first", conversation=first)
         reply = await agent.chat("to second", conversation=second)
@@ -335,7 +339,7 @@ async def test_a_turn_whose_conversation_use_cannot_be_recorded_still_delivers_i
 
     monkeypatch.setattr(conversations, "JournalLog", OnAFailingDisk)
     model = ScriptedAdapter(["the answer", "another answer"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent:
         first, second = await agent.open_conversation(), await agent.open_conversation()
         ops.armed = True  # the table's journal fails at its next fsync: the "used" record of first's turn
         reply = await agent.chat("hello", conversation=first)
@@ -351,7 +355,7 @@ async def test_a_turn_whose_conversation_use_cannot_be_recorded_still_delivers_i
         with pytest.raises(JournalFailed):  # no new conversation until the chat is restarted
             await agent.open_conversation()
     ops.armed = False
-    async with await create_chat_agent(adapter=ScriptedAdapter(["after the restart"]), data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=ScriptedAdapter(["after the restart"]), data_dir=tmp_path) as agent:
         assert (await agent.chat("still here?", conversation=first)).ok  # the issued conversations survived
         assert [c.id for c in agent._conversations.held()] == [second, first]
 
@@ -364,7 +368,7 @@ async def test_a_compaction_that_fails_mid_rotate_neither_fails_the_turn_nor_los
     from openfunctions.core import JournalFailed
 
     model = ScriptedAdapter(["the answer"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent:
         first, second = await agent.open_conversation(), await agent.open_conversation()
         agent._conversations._records = 10_000  # the next change compacts (as after 4 x max_conversations records)
 
@@ -379,7 +383,7 @@ async def test_a_compaction_that_fails_mid_rotate_neither_fails_the_turn_nor_los
             await agent.open_conversation()  # the half-switched file takes nothing more until a restart
         with pytest.raises(JournalFailed, match="its compaction failed"):
             await agent.reset(second)
-    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path) as agent:
         assert [c.id for c in agent._conversations.held()] == [second, first]  # the segment folded: nothing lost
 
 
@@ -389,7 +393,7 @@ async def test_lone_surrogates_in_a_message_or_a_reply_do_not_poison_the_journal
     from openfunctions.adapters import ChatReply
 
     model = ScriptedAdapter([ChatReply(text="echo \udc80"), "still fine"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent:
         first = await agent.chat("hello \ud800 there")
         second = await agent.chat("and now?")
         assert [m.content for m in model.calls[-1][0][1:]] == ["hello \ufffd there", "echo \ufffd", "and now?"]

@@ -148,9 +148,9 @@ def _serve(tmp_path: Path, script: list[str], log: Path, *extra: str) -> tuple[s
 
 async def _thread(data: Path, thread: str) -> list[tuple[str, str]]:
     from openfunctions.memory import Memory
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
 
-    memory = Memory(await create_store("memory", data))
+    memory = Memory(await open_local_store("memory", data))
     try:
         page = await memory.get_thread(thread, limit=50)
         return [(m.role, m.content) for m in reversed(page.messages)]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from openfunctions.adapters import ScriptedAdapter
-from openfunctions.chat import ChatConfigError, ConversationNotFound, create_chat_agent
+from openfunctions.chat import ChatConfigError, ConversationNotFound, open_chat_agent
 from openfunctions.chat._conversations import Conversations, log_path
 from openfunctions.core.journal import read_records, segment_paths
 
@@ -28,21 +28,21 @@ def shown(model: ScriptedAdapter) -> list[str]:
 
 async def test_a_reopened_agent_continues_its_conversations_in_least_recently_used_order(tmp_path: Path) -> None:
     model = ScriptedAdapter(["one", "two", "three"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent:
         a, b, c = [await agent.open_conversation() for _ in range(3)]
         await agent.chat("to a", conversation=a)
         await agent.chat("to b", conversation=b)
         reset_thread = await agent.reset(c)
         await agent.chat("to c", conversation=c)  # order now: a, b, c (least recently used first)
     model = ScriptedAdapter(["four", "five"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent:
         assert (await agent.health())["conversations"] == 3
         r = await agent.chat("b again", conversation=b)
         assert r.ok and shown(model) == ["to b", "two", "b again"]
         r = await agent.chat("c again", conversation=c)
         assert r.thread_id == reset_thread and shown(model) == ["to c", "three", "c again"]
     # Reopened with room for two: the least recently used (a) goes; the bound is written down at open.
-    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, max_conversations=2) as agent:
+    async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, max_conversations=2) as agent:
         with pytest.raises(ConversationNotFound):
             await agent.chat("a?", conversation=a)
         assert [conv.id for conv in agent._conversations.held()] == [b, c]
@@ -52,10 +52,10 @@ async def test_a_reopened_agent_continues_its_conversations_in_least_recently_us
 
 
 async def test_with_memory_off_the_table_lives_in_the_process(tmp_path: Path) -> None:
-    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent:
+    async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent:
         conv = await agent.open_conversation()
         assert (await agent.health())["conversations_durable"] is False
-    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent:
+    async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent:
         with pytest.raises(ConversationNotFound):
             await agent.reset(conv)
     assert not log_path(tmp_path, "chat").exists()
@@ -63,7 +63,7 @@ async def test_with_memory_off_the_table_lives_in_the_process(tmp_path: Path) ->
 
 async def test_an_id_is_bound_to_the_principal_that_created_it(tmp_path: Path) -> None:
     model = ScriptedAdapter(["hi", "hi again", "in process"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent:
         async with served(agent, token="s3cret") as url, \
                 httpx.AsyncClient(base_url=url, timeout=30, headers={"authorization": "Bearer s3cret"}) as client:
             conv = (await client.post("/chat", json={"message": "hello"})).headers["x-conversation-id"]
@@ -100,7 +100,7 @@ async def test_a_record_that_does_not_fold_is_a_clear_error_naming_the_file(tmp_
     await table._log.append("issued", {"id": "not-a-conversation", "thread_id": "t"})  # type: ignore[union-attr]
     await table.close()
     with pytest.raises(ChatConfigError, match=r"conversation table .*chat\.conversations\.journal.*record 1 \('issued'\)"):
-        await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path)
+        await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path)
     assert json.loads(path.read_text().splitlines()[1])  # nothing rewritten
 
 
@@ -111,16 +111,16 @@ def test_an_agent_name_that_is_no_file_name_is_hashed() -> None:
 
 async def test_a_table_held_by_another_agent_is_a_clear_error(tmp_path: Path) -> None:
     from openfunctions.memory import Memory
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
 
-    memory = Memory(await create_store("memory", tmp_path / "shared"))  # the caller's memory, shared by both
+    memory = Memory(await open_local_store("memory", tmp_path / "shared"))  # the caller's memory, shared by both
     try:
-        async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory) as first:
+        async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory) as first:
             assert (await first.health())["conversations_durable"] is True
             with pytest.raises(ChatConfigError, match=r"conversation table .*chat\.conversations\.journal.*lock"):
-                await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory)
+                await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory)
         # once the first is closed, a second agent of that name opens it
-        async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory) as second:
+        async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=memory) as second:
             assert (await second.health())["conversations_durable"] is True
     finally:
         await memory.aclose()
@@ -143,7 +143,7 @@ async def open_many(agent: Any, n: int) -> list[str]:
 
 async def test_concurrent_issues_past_the_limit_each_return_the_conversation_they_issued(tmp_path: Path) -> None:
     for memory in (True, False):  # durable (each issue awaits its append) and in the process only
-        async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path / str(memory), memory=memory,
+        async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path / str(memory), memory=memory,
                                            max_conversations=1) as agent:
             got = await open_many(agent, 20)
             assert len(set(got)) == 20  # every open returned its own id (none crashed)
@@ -152,7 +152,7 @@ async def test_concurrent_issues_past_the_limit_each_return_the_conversation_the
 
 async def test_concurrent_turns_without_an_id_over_http_past_the_limit_get_answers_not_500(tmp_path: Path) -> None:
     model = ScriptedAdapter(["ok"] * 10)
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, max_conversations=1) as agent:
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, max_conversations=1) as agent:
         async with served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
             codes: list[int] = []
 

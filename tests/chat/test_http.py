@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from openfunctions.adapters import ScriptedAdapter
-from openfunctions.chat import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, ChatConfigError, create_chat_agent
+from openfunctions.chat import MAX_BODY_BYTES, MAX_MESSAGE_CHARS, ChatConfigError, open_chat_agent
 
 from . import fixture_tools as fx
 
@@ -52,7 +52,7 @@ def sse(text: str) -> list[tuple[str, dict[str, Any]]]:
 
 async def test_chat_health_reset_and_the_page(tmp_path: Path) -> None:
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 4, "b": 5}}, "9.", "Hello again."])
-    async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent, \
+    async with await open_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         r = await client.post("/chat", json={"message": "4 + 5?"})
         assert r.status_code == 200, r.text
@@ -75,7 +75,7 @@ async def test_chat_health_reset_and_the_page(tmp_path: Path) -> None:
 
 async def test_the_stream_endpoint_sends_sse_events_in_order(tmp_path: Path) -> None:
     model = ScriptedAdapter([{"tool": "shout", "arguments": {"text": "hey"}}, "HEY."])
-    async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path, memory=False) as agent, \
+    async with await open_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         r = await client.post("/chat/stream", json={"message": "shout hey"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -109,7 +109,7 @@ async def test_bad_bodies_get_a_4xx_that_names_the_problem(tmp_path: Path) -> No
         ({"content": b'{"message": ' + b"[" * 30_000 + b"]" * 30_000 + b"}", "headers": JSON}, 400, "invalid_json",
          "nests deeper than 200 levels"),
     ]
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         for path in ("/chat", "/chat/stream"):
             for kwargs, status, code, words in cases:
@@ -137,7 +137,7 @@ async def test_a_client_that_disconnects_mid_stream_cancels_its_turn_and_the_ser
     slow = fx.blocking_reply(thinking, cancelled)
 
     model = ScriptedAdapter([{"tool": "add", "arguments": {"a": 1, "b": 2}}, slow, "I am still here."])
-    async with await create_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent, \
+    async with await open_chat_agent(adapter=model, registry=fx.registry, data_dir=tmp_path) as agent, \
             served(agent) as url:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             async with client.stream("POST", "/chat/stream", json={"message": "add 1 and 2, slowly"}) as r:
@@ -165,7 +165,7 @@ async def test_a_client_that_disconnects_mid_stream_cancels_its_turn_and_the_ser
 
 async def test_bearer_auth_refuses_a_missing_or_wrong_token(tmp_path: Path) -> None:
     model = ScriptedAdapter(["authorized"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
             served(agent, token="s3cret-token") as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic s3cret-token"}):
             for method, path in (("POST", "/chat"), ("POST", "/chat/stream"), ("GET", "/health"), ("POST", "/reset")):
@@ -179,7 +179,7 @@ async def test_bearer_auth_refuses_a_missing_or_wrong_token(tmp_path: Path) -> N
 
 
 async def test_loopback_server_refuses_foreign_hosts_and_origins(tmp_path: Path) -> None:
-    async with await create_chat_agent(adapter=ScriptedAdapter(["same origin ok"]), data_dir=tmp_path, memory=False) as agent, \
+    async with await open_chat_agent(adapter=ScriptedAdapter(["same origin ok"]), data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         r = await client.get("/health", headers={"host": "evil.example"})
         assert r.status_code == 421 and r.json()["error"]["code"] == "invalid_host"
@@ -195,7 +195,7 @@ async def test_a_foreign_page_cannot_run_a_turn_without_a_preflight(tmp_path: Pa
     ``file:`` page), a text/plain or form body, or a body with no type; each is refused and the model never runs.
     A page reached through a port forward (Host and Origin on the forwarded port) still works."""
     model = ScriptedAdapter(["forwarded ok"])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         body = b'{"message": "write the file"}'
         for path in ("/chat", "/chat/stream", "/reset"):
@@ -216,7 +216,7 @@ async def test_a_foreign_page_cannot_run_a_turn_without_a_preflight(tmp_path: Pa
 
 
 async def test_a_failed_turn_is_a_502_with_the_error_and_its_run_id(tmp_path: Path) -> None:
-    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent, \
+    async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         r = await client.post("/chat", json={"message": "hi"})
     assert r.status_code == 502
@@ -225,7 +225,7 @@ async def test_a_failed_turn_is_a_502_with_the_error_and_its_run_id(tmp_path: Pa
 
 
 async def test_serve_refuses_a_public_bind_without_a_token_and_a_taken_port(tmp_path: Path) -> None:
-    async with await create_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent:
+    async with await open_chat_agent(adapter=ScriptedAdapter([]), data_dir=tmp_path, memory=False) as agent:
         with pytest.raises(ChatConfigError, match="not loopback.*needs a bearer token"):
             await agent.serve(host="0.0.0.0", port=0)
         with socket.socket() as taken:
@@ -238,7 +238,7 @@ async def test_serve_refuses_a_public_bind_without_a_token_and_a_taken_port(tmp_
 
 async def test_each_client_gets_its_own_conversation_and_reset_touches_only_its_own(tmp_path: Path) -> None:
     model = ScriptedAdapter(["Hi Ada.", "Hi Bob.", "You are Ada.", "You are Bob.", "Fresh start.", "Still Bob."])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
 
         def seen() -> list[str]:  # what the model was shown in the last turn, system prompt left out
@@ -281,7 +281,7 @@ async def test_an_unknown_or_hostile_conversation_id_gets_a_clear_4xx(tmp_path: 
         ({"json": {"message": "hi", "conversation_id": unknown}, "headers": {"x-conversation-id": "conv_" + "B" * 32}},
          400, "chat_conversation_invalid", "name different conversations"),
     ]
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path, memory=False) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         for path in ("/chat", "/chat/stream", "/reset"):
             for kwargs, status, code, words in cases:
@@ -309,7 +309,7 @@ async def test_a_slow_turn_of_one_conversation_does_not_hold_up_another(tmp_path
         return "B answered"
 
     model = ScriptedAdapter([reply, reply])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         answers: dict[str, httpx.Response] = {}
 
@@ -344,7 +344,7 @@ async def test_turns_of_one_conversation_take_turns_in_arrival_order(tmp_path: P
         return f"re {said}"
 
     model = ScriptedAdapter(["first", reply, reply, reply])
-    async with await create_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
+    async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent, \
             served(agent) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         conv = (await client.post("/chat", json={"message": "hello"})).headers["x-conversation-id"]
         held = agent._conversations.get(conv)

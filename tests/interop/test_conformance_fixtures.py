@@ -9,14 +9,14 @@ from openfunctions.servers.conformance import (
     JSON_SCHEMA_2020_12_INPUT,
     TEST_IMAGE_BASE64,
     ConformanceFixtures,
-    build_conformance_registry,
+    create_conformance_registry,
 )
 
 pytestmark = pytest.mark.anyio
 
 
 def test_build_returns_registry_and_installer() -> None:
-    built = build_conformance_registry()
+    built = create_conformance_registry()
     assert isinstance(built, ConformanceFixtures) and callable(built.install)
     names = {t.name for t in built.registry.list()}
     assert {
@@ -26,11 +26,11 @@ def test_build_returns_registry_and_installer() -> None:
         "test_error_handling", "test_reconnection", "json_schema_2020_12_tool",
     } <= names
     # Each build is independent (its own registry and event bus).
-    assert build_conformance_registry().registry is not built.registry
+    assert create_conformance_registry().registry is not built.registry
 
 
 async def test_content_blocks_pass_through_the_executor() -> None:
-    registry = build_conformance_registry().registry
+    registry = create_conformance_registry().registry
     sink = MemoryJournalSink()
     registry.executor.sink = sink
     mixed = await registry.execute_detailed("test_multiple_content_types", {})
@@ -41,7 +41,7 @@ async def test_content_blocks_pass_through_the_executor() -> None:
 
 
 async def test_error_fixture_is_a_failed_receipt_with_the_message() -> None:
-    registry = build_conformance_registry().registry
+    registry = create_conformance_registry().registry
     out = await registry.execute_detailed("test_error_handling", {})
     assert out.result.is_error
     assert out.result.content[0]["text"] == "This tool intentionally returns an error for testing"
@@ -49,14 +49,14 @@ async def test_error_fixture_is_a_failed_receipt_with_the_message() -> None:
 
 
 async def test_arguments_are_validated_before_the_fixture_runs() -> None:
-    registry = build_conformance_registry().registry
+    registry = create_conformance_registry().registry
     out = await registry.execute_detailed("test_sampling", {"prompt": 7})
     assert out.receipt.outcome == "rejected" and not out.receipt.handler_started
     assert "prompt" in out.result.content[0]["text"]
 
 
 async def test_client_facing_fixtures_degrade_without_an_mcp_request() -> None:
-    registry = build_conformance_registry().registry
+    registry = create_conformance_registry().registry
     out = await registry.execute_detailed("test_sampling", {"prompt": "hi"})
     assert out.result.content[0]["text"].startswith("Sampling not supported")
     asked = await registry.execute_detailed("test_input_required_result_elicitation", {})
@@ -65,5 +65,5 @@ async def test_client_facing_fixtures_degrade_without_an_mcp_request() -> None:
 
 
 def test_2020_12_schema_is_registered_verbatim() -> None:
-    tool = build_conformance_registry().registry.get("json_schema_2020_12_tool")
+    tool = create_conformance_registry().registry.get("json_schema_2020_12_tool")
     assert tool.input_schema == JSON_SCHEMA_2020_12_INPUT

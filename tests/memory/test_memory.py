@@ -160,9 +160,9 @@ async def test_memory_tools_through_the_registry(memory_store):
 
 
 async def test_store_failure_is_a_tool_error_with_certainty(tmp_path):
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
 
-    store = await create_store("memory", tmp_path)
+    store = await open_local_store("memory", tmp_path)
     m = Memory(store)
     reg = ToolRegistry(create_memory_tools(m))
     await store.aclose()

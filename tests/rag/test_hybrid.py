@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openfunctions.core import ToolRegistry
-from openfunctions.rag import InvalidRagInput, LexicalEmbedder, create_tools, open_rag
+from openfunctions.rag import InvalidRagInput, LexicalEmbedder, create_rag_tools, open_rag
 from openfunctions.rag._text import (
     LEXICAL_VECTOR_WEIGHT,
     RRF_K,
@@ -111,7 +111,7 @@ async def test_rag_search_tool_takes_a_mode_and_reports_both_scores(tmp_path):
     rag = await open_rag(data_dir=tmp_path)
     try:
         await _corpus(rag)
-        reg = ToolRegistry(create_tools(rag))
+        reg = ToolRegistry(create_rag_tools(rag))
         got = await reg.execute("rag_search", {"query": QUESTION, "k": 2})
         assert got["results"][0]["doc_id"] == "target" and "vector_score" in got["results"][0]
         vec = await reg.execute("rag_search", {"query": QUESTION, "k": 2, "mode": "vector"})
@@ -189,3 +189,21 @@ async def test_embedded_search_in_a_worker_thread_is_not_torn_by_writes(tmp_path
         assert last[0]["doc_id"] == "extra0" and "note 39" in last[0]["text"]  # the last write is seen
     finally:
         await rag.aclose()
+
+
+async def test_the_served_profile_weighs_the_lexical_vector_list_like_open_rag(tmp_path):
+    # The served 'rag' profile builds its Rag before the index (and embedder) opens, then
+    # attaches both in start(): the weight must follow the embedder it gets, not the None it began with.
+    from openfunctions.rag import build_rag_profile
+
+    profile = build_rag_profile(data_dir=tmp_path)
+    await profile.start()
+    try:
+        rag = profile.rag
+        await _corpus(rag)
+        vector_rank = [h["doc_id"] for h in await rag.search(QUESTION, k=50, mode="vector")].index("target") + 1
+        (top, *_) = await rag.search(QUESTION, k=5)
+        assert top["doc_id"] == "target"
+        assert top["score"] == pytest.approx(1 / (RRF_K + 1) + LEXICAL_VECTOR_WEIGHT / (RRF_K + vector_rank))
+    finally:
+        await profile.aclose()

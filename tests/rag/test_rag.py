@@ -12,7 +12,7 @@ from openfunctions.rag import (
     IndexMismatch,
     InvalidRagInput,
     LexicalEmbedder,
-    create_tools,
+    create_rag_tools,
     open_rag,
 )
 
@@ -155,7 +155,7 @@ async def test_an_index_built_by_lexical_v1_keeps_opening_without_an_embedder(ra
 async def test_rag_tools_through_the_registry(rag_where):
     rag = await open_rag(**rag_where)
     try:
-        reg = ToolRegistry(create_tools(rag))
+        reg = ToolRegistry(create_rag_tools(rag))
         assert {"rag_ingest", "rag_search", "rag_get_chunk"} <= {t.name for t in reg.list()}
         assert reg.get("rag_search").annotations.read_only_hint is True
         assert reg.get("rag_delete_document").annotations.destructive_hint is True
@@ -187,7 +187,7 @@ async def test_large_replies_spill_to_an_artifact_or_are_cut_to_the_budget(tmp_p
         blobs = [f"blob{i} " + " ".join(["x" * 400] * 100) for i in range(10)]
         await rag.ingest("big", ". ".join(blobs) + ".")
         await rag.ingest("small", "A small note about trains.")
-        reg = ToolRegistry(create_tools(rag, artifacts=artifacts))
+        reg = ToolRegistry(create_rag_tools(rag, artifacts=artifacts))
         assert reg.get("rag_artifact_read").annotations.read_only_hint is True
 
         hit = await reg.execute("rag_get_chunk", {"chunk_id": "big#000003"})
@@ -208,7 +208,7 @@ async def test_large_replies_spill_to_an_artifact_or_are_cut_to_the_budget(tmp_p
         assert "artifactProjection" not in small and "text_truncated" not in small
 
         # without an artifact store the texts are cut to the budget and marked
-        plain = ToolRegistry(create_tools(rag, budget=8192))
+        plain = ToolRegistry(create_rag_tools(rag, budget=8192))
         cut = await plain.execute("rag_search", {"query": "blob3 xxxx", "k": 5})
         assert len(json.dumps(cut, indent=2)) <= 8192 and all(h.get("text_truncated") for h in cut["results"])
     finally:

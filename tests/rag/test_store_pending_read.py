@@ -14,10 +14,10 @@ import textwrap
 
 SCRIPT = textwrap.dedent("""
     import asyncio, sys, tempfile
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
 
     async def main():
-        store = await create_store("s", tempfile.mkdtemp())
+        store = await open_local_store("s", tempfile.mkdtemp())
         await store.put("k", {"v": 1})
         done = asyncio.get_running_loop().create_future()
         done.set_result(None)

@@ -20,11 +20,11 @@ import anyio
 
 async def main(data_dir: str, options: dict) -> None:
     from openfunctions.adapters import ScriptedAdapter
-    from openfunctions.chat import create_chat_agent
+    from openfunctions.chat import open_chat_agent
     from openfunctions.chat._http import serve
 
     hog = options.pop("hog_fds", None)
-    async with await create_chat_agent(adapter=ScriptedAdapter(["ok"] * 10_000), data_dir=data_dir, memory=False) as agent:
+    async with await open_chat_agent(adapter=ScriptedAdapter(["ok"] * 10_000), data_dir=data_dir, memory=False) as agent:
 
         def ready(port: int) -> None:
             held: list[int] = []

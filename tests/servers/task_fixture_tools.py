@@ -21,14 +21,13 @@ import anyio
 
 from openfunctions.core import ToolRegistry, define_tool
 
-TASK_KEY = "openfunctions.task"
 _DIR_IN = {"type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]}
 
 
 async def _slow(p, ctx):
     d = Path(p["dir"])
     d.mkdir(parents=True, exist_ok=True)
-    task = ctx.metadata.get(TASK_KEY)
+    task = ctx.task
     task_id = await task.escalate() if task is not None else None
     (d / "started").write_text(json.dumps({"task_id": task_id, "receipt_id": ctx.receipt_id}))
     try:
@@ -43,7 +42,7 @@ async def _slow(p, ctx):
 async def _idem(p, ctx):
     d = Path(p["dir"])
     d.mkdir(parents=True, exist_ok=True)
-    task = ctx.metadata.get(TASK_KEY)
+    task = ctx.task
     task_id = await task.escalate() if task is not None else None
     with (d / "runs").open("a") as f:
         f.write(json.dumps({"task_id": task_id, "receipt_id": ctx.receipt_id, "principal": ctx.principal,
@@ -56,21 +55,21 @@ async def _idem(p, ctx):
 
 
 async def _quick(p, ctx):
-    task = ctx.metadata.get(TASK_KEY)
+    task = ctx.task
     if task is not None:
         await task.escalate()
     return {"answer": 42, "text": p.get("text", "")}
 
 
 async def _ask(p, ctx):
-    task = ctx.metadata.get(TASK_KEY)
+    task = ctx.task
     answers = await task.request_input({"color": {"method": "elicitation/create", "params": {
         "message": "Favourite colour?", "requestedSchema": {"type": "object", "properties": {"color": {"type": "string"}}}}}})
     return {"color": answers["color"]["content"]["color"]}
 
 
 async def _big(p, ctx):
-    task = ctx.metadata.get(TASK_KEY)
+    task = ctx.task
     if task is not None:
         await task.escalate()
     return "x" * int(p.get("size", 400_000))

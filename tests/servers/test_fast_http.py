@@ -24,7 +24,7 @@ import pytest
 from mcp_types import methods as _methods
 
 from openfunctions.core import ToolRegistry, canonical_json, define_tool
-from openfunctions.servers import RECEIPT_META_KEY, REQUEST_CONTEXT_KEY, create_http_app, create_mcp_server
+from openfunctions.servers import RECEIPT_META_KEY, create_http_app, create_mcp_server
 from openfunctions.servers._fast import FastCalls, _plain_result
 from openfunctions.servers._fast_http import FastToolCalls
 from openfunctions.servers._http_guard import guarded_protocol
@@ -43,7 +43,7 @@ VOLATILE = ("receipt_id", "started_at", "finished_at", "duration_ms")
 async def _notify_then_answer(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
     import mcp_types as types
 
-    request = ctx.metadata[REQUEST_CONTEXT_KEY]
+    request = ctx.request
     # A request-scoped notification: on the 2026-07-28 wire it travels on this request's response stream.
     await request.session.send_notification(types.ToolListChangedNotification(), related_request_id=request.request_id)
     return {"notified": True}
@@ -60,7 +60,8 @@ def _tools() -> list[Any]:
 
 
 @asynccontextmanager
-async def two_servers(tmp_path: Path, *, http: Any = "auto", **app_options: Any) -> AsyncIterator[tuple[str, str, FastCalls]]:
+async def two_servers(tmp_path: Path, *, http: Any = "auto", tools: Any = None,
+                      **app_options: Any) -> AsyncIterator[tuple[str, str, FastCalls]]:
     """(fast url, SDK-path url, the fast server's FastCalls), each server journaled in its own dir.
 
     ``http``: uvicorn's protocol (default: uvicorn's own ``auto``, as when the app is mounted under another server;
@@ -68,8 +69,9 @@ async def two_servers(tmp_path: Path, *, http: Any = "auto", **app_options: Any)
     """
     import uvicorn
 
-    fast = create_mcp_server(ToolRegistry(_tools()), name="t", version="0", journal_dir=tmp_path / "fast")
-    slow = create_mcp_server(ToolRegistry(_tools()), name="t", version="0", journal_dir=tmp_path / "sdk")
+    make = tools or _tools
+    fast = create_mcp_server(ToolRegistry(make()), name="t", version="0", journal_dir=tmp_path / "fast")
+    slow = create_mcp_server(ToolRegistry(make()), name="t", version="0", journal_dir=tmp_path / "sdk")
     servers, urls = [], []
     async with fast, slow, anyio.create_task_group() as tg:
         for server, on in ((fast, True), (slow, False)):
@@ -319,7 +321,8 @@ def test_the_otel_middleware_is_kept_once_tracing_is_on(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(fast_module.trace, "get_tracer_provider", lambda: Provider())
     on = calls._chain()
-    assert on is not off and calls._composed[0] == tuple(server.lowlevel.middleware)
+    assert on is not off and calls._composed[0] == calls._server_middleware()
+    assert len(calls._server_middleware()) == len(server.lowlevel.middleware) - 1  # all but the session capture
 
 
 def test_the_cached_envelope_builds_what_from_envelope_builds() -> None:

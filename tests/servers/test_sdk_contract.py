@@ -204,4 +204,4 @@ def test_an_sdk_without_the_otel_module_leaves_the_middleware_in_the_fast_path_s
     server = _server()
     calls = FastCalls.of(server)
     calls._chain()
-    assert calls._composed is not None and calls._composed[0] == tuple(server.lowlevel.middleware)
+    assert calls._composed is not None and calls._composed[0] == calls._server_middleware()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from openfunctions.store import create_pg_store, create_store
+from openfunctions.store import open_local_store, open_pg_store
 from tests._pg import pg_dsn, unique_name  # noqa: F401  (pg_dsn is a fixture)
 
 
@@ -16,10 +16,10 @@ def backend(request) -> str:
 @pytest.fixture
 async def store(backend, tmp_path, request):
     if backend == "local":
-        s = await create_store("t", tmp_path / "data", max_value_bytes=4096)
+        s = await open_local_store("t", tmp_path / "data", max_value_bytes=4096)
     else:
         dsn = request.getfixturevalue("pg_dsn")
-        s = await create_pg_store(unique_name("s"), dsn, max_value_bytes=4096)
+        s = await open_pg_store(unique_name("s"), dsn, max_value_bytes=4096)
     try:
         yield s
     finally:
@@ -33,8 +33,8 @@ def reopen(backend, tmp_path, request):
     async def _reopen(s):
         await s.aclose()
         if backend == "local":
-            return await create_store("t", tmp_path / "data", max_value_bytes=4096)
-        return await create_pg_store(s.name, request.getfixturevalue("pg_dsn"), max_value_bytes=4096)
+            return await open_local_store("t", tmp_path / "data", max_value_bytes=4096)
+        return await open_pg_store(s.name, request.getfixturevalue("pg_dsn"), max_value_bytes=4096)
 
     return _reopen
 

@@ -14,6 +14,19 @@ async def _bump(params, ctx):
     return {"n": params.get("n", 0)}
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs. A SIGKILLed holder its parent has not reaped yet is a zombie: dead (its database
+    session, and so its key lock, ended with it), though ``kill(pid, 0)`` still finds it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: count it alive (the stricter reading)
+
+
 async def _keyed(params, ctx):
     """Hold ``key`` until the test creates ``<dir>/release-<tag>``; mark ``<dir>/overlap`` if another live process
     held it on entry (``<dir>/<key>.holder`` names the holder's pid; a dead holder's file is taken over)."""
@@ -23,11 +36,9 @@ async def _keyed(params, ctx):
         fd = os.open(holder, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         other = int(holder.read_text() or 0)
-        try:
-            os.kill(other, 0)
+        if _alive(other):
             (d / "overlap").write_text(f"{tag} entered while pid {other} held {key}")
-        except ProcessLookupError:
-            pass  # its holder was killed mid-call
+        # else: its holder was killed mid-call
         fd = os.open(holder, os.O_WRONLY | os.O_TRUNC)
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,7 @@ def test_an_operator_migrates_checks_and_verifies(pg_dsn, tmp_path) -> None:
     with private_database(pg_dsn) as db:
         status = _run("db", "status", "--database", db)
         assert status.returncode == 1 and f"journal schema version 0, this code needs {n}" in status.stdout
+        assert "store schema version 0, this code needs 1 (older: migrated when it is next opened" in status.stdout
 
         serve = _run("serve", "--transport", "http", "--stateless", "--data-dir", str(tmp_path / "d"),
                      "--database", db)
@@ -37,6 +39,7 @@ def test_an_operator_migrates_checks_and_verifies(pg_dsn, tmp_path) -> None:
         assert first.returncode == 0 and f"migrated from version 0 to {n}" in first.stdout, first.stderr
         again = _run("db", "migrate", "--database", db)
         assert again.returncode == 0 and f"already at version {n}" in again.stdout
+        assert "store schema already at version 1" in again.stdout  # the key-value store's too, one registry
         assert _run("db", "status", "--database", db).returncode == 0
         verify = _run("db", "verify", "--database", db)
         assert verify.returncode == 0 and "no execution journals yet" in verify.stdout
@@ -71,3 +74,32 @@ def test_journal_verify_of_a_database_url_is_db_verify(pg_dsn) -> None:
         missing_direct = _run("db", "verify", "--database", url(db, "of_no_such_db"))
         assert missing.returncode == missing_direct.returncode != 0 and missing.stderr == missing_direct.stderr
         assert "cannot read" in missing.stderr and "of_no_such_db" in missing.stderr
+
+
+def test_no_command_line_writes_another_modules_globals() -> None:
+    """Each package's command line finds its own PostgreSQL parts (work opens work/_pg.py, `db verify` runs each
+    component's audit from core.postgres.COMPONENTS): nothing assigns ``module.CONSTANT = ...`` from outside."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for rel in ("servers/cli.py", "ui/_database.py", "store/db_cli.py", "core/journal/cli.py"):
+        for node in ast.walk(ast.parse((root / rel).read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            found += [f"{rel}:{node.lineno}" for t in targets if isinstance(t, ast.Attribute)
+                      and isinstance(t.value, ast.Name) and t.value.id != "self" and t.attr.isupper()]
+    assert found == []
+
+
+def test_every_registered_component_resolves_and_db_verify_audits_are_callable() -> None:
+    """The registry ``db migrate|status|verify`` iterate: each entry names a real migration list (and audit)."""
+    from openfunctions.core.postgres import COMPONENTS, migrations_of, verifier_of
+
+    names = [c.name for c in COMPONENTS]
+    assert names[0] == "journal" and len(set(names)) == len(names)
+    for c in COMPONENTS:
+        steps = migrations_of(c.name)
+        assert steps and all(isinstance(sql, str) for step in steps for sql in step), c.name
+        assert c.verify is None or callable(verifier_of(c.name))
+    assert {c.name for c in COMPONENTS if c.verify} == {"work", "workflows"}
+    assert {c.name for c in COMPONENTS if c.at_open} == {"store"}  # the one component that migrates when it opens

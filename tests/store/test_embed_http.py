@@ -149,7 +149,7 @@ def test_create_embedder_reads_the_environment(server, monkeypatch):
 async def test_rag_and_memory_search_by_meaning_through_the_api(server, tmp_path):
     from openfunctions.memory import Memory
     from openfunctions.rag import open_rag
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
 
     rag = await open_rag(data_dir=tmp_path, embedder=make(server, dimension=64))
     try:
@@ -159,7 +159,7 @@ async def test_rag_and_memory_search_by_meaning_through_the_api(server, tmp_path
         assert hits[0]["doc_id"] == "cats"
     finally:
         await rag.aclose()
-    store = await create_store("mem", tmp_path)
+    store = await open_local_store("mem", tmp_path)
     try:
         mem = Memory(store, embedder=make(server, dimension=64))
         await mem.save_fact("The deploy key rotates every 90 days", source="ops")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from openfunctions.store import StoreLocked, StoreUnsafe, create_store
+from openfunctions.store import StoreLocked, StoreUnsafe, open_local_store
 
 pytestmark = pytest.mark.anyio
 
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 async def test_default_data_dir_is_cwd_dot_data_resolved_at_creation(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    s = await create_store("notes")
+    s = await open_local_store("notes")
     try:
         assert s.directory == tmp_path.resolve() / ".data" / "store" / "notes"
         await s.put("k", 1)
@@ -34,20 +34,20 @@ async def test_default_data_dir_is_cwd_dot_data_resolved_at_creation(tmp_path, m
 
 async def test_explicit_data_dir_keeps_old_data(tmp_path, monkeypatch):
     old = tmp_path / "previous" / ".data"
-    s = await create_store("notes", old)
+    s = await open_local_store("notes", old)
     await s.put("k", "old value")
     await s.aclose()
     monkeypatch.chdir(tmp_path)
-    fresh = await create_store("notes")  # a different cwd -> a different, empty store; nothing copied
+    fresh = await open_local_store("notes")  # a different cwd -> a different, empty store; nothing copied
     assert await fresh.get("k") is None
     await fresh.aclose()
-    again = await create_store("notes", data_dir=str(old))
+    again = await open_local_store("notes", data_dir=str(old))
     assert (await again.get("k")).value == "old value"
     await again.aclose()
 
 
 async def test_file_modes_are_private(tmp_path):
-    s = await create_store("m", tmp_path / "d")
+    s = await open_local_store("m", tmp_path / "d")
     await s.put("k", 1)
     await s.aclose()
     d = tmp_path / "d" / "store" / "m"
@@ -61,30 +61,30 @@ async def test_group_accessible_dir_refused(tmp_path):
     d.mkdir(parents=True)
     os.chmod(d, 0o755)
     with pytest.raises(StoreUnsafe) as info:
-        await create_store("m", tmp_path / "d")
+        await open_local_store("m", tmp_path / "d")
     assert "0755" in info.value.message
 
 
 @pytest.mark.parametrize("bad", ["../escape", ".hidden", "a/b", "", "x" * 65, "-dash"])
 async def test_bad_store_names_refused(tmp_path, bad):
     with pytest.raises(StoreUnsafe):
-        await create_store(bad, tmp_path)
+        await open_local_store(bad, tmp_path)
 
 
 async def test_second_opener_is_refused_naming_the_holder(tmp_path):
-    s = await create_store("one", tmp_path)
+    s = await open_local_store("one", tmp_path)
     try:
         with pytest.raises(StoreLocked) as info:
-            await create_store("one", tmp_path)
+            await open_local_store("one", tmp_path)
         assert str(os.getpid()) in info.value.message
     finally:
         await s.aclose()
-    again = await create_store("one", tmp_path)  # released on close
+    again = await open_local_store("one", tmp_path)  # released on close
     await again.aclose()
 
 
 async def test_compaction_at_open_keeps_live_entries_and_versions(tmp_path):
-    s = await create_store("c", tmp_path, compact_min_records=1_000_000)  # no compaction while running
+    s = await open_local_store("c", tmp_path, compact_min_records=1_000_000)  # no compaction while running
     for i in range(200):
         await s.put(f"k{i % 5}", i)
     await s.put("gone", 1)
@@ -93,7 +93,7 @@ async def test_compaction_at_open_keeps_live_entries_and_versions(tmp_path):
     await s.aclose()
     path = tmp_path / "store" / "c" / "store.journal"
     before = path.stat().st_size
-    s = await create_store("c", tmp_path, compact_min_records=50)
+    s = await open_local_store("c", tmp_path, compact_min_records=50)
     try:
         assert path.stat().st_size < before / 5
         assert [(e.key, e.value) for e in await s.list()] == [(f"k{i}", 195 + i) for i in range(5)]
@@ -108,10 +108,10 @@ async def test_compaction_at_open_keeps_live_entries_and_versions(tmp_path):
 
 CHILD = textwrap.dedent("""
     import asyncio, sys
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
 
     async def main():
-        s = await create_store("crash", sys.argv[1])
+        s = await open_local_store("crash", sys.argv[1])
         i = 0
         while True:
             async with s.transaction() as tx:
@@ -142,7 +142,7 @@ async def test_sigkill_loses_no_acknowledged_write(tmp_path):
         finally:
             proc.kill()
             proc.wait(timeout=10)
-        s = await create_store("crash", tmp_path)
+        s = await open_local_store("crash", tmp_path)
         try:
             for i in range(acked + 1):
                 e = await s.get(f"k{i:06d}")
@@ -157,7 +157,7 @@ async def test_sigkill_loses_no_acknowledged_write(tmp_path):
 
 
 async def test_compaction_while_running_keeps_every_write_and_serves_calls_meanwhile(tmp_path):
-    s = await create_store("live", tmp_path, compact_min_records=300, compact_ratio=2.0)
+    s = await open_local_store("live", tmp_path, compact_min_records=300, compact_ratio=2.0)
     path = tmp_path / "store" / "live" / "store.journal"
     writers, rounds = 16, 60
     try:
@@ -185,7 +185,7 @@ async def test_compaction_while_running_keeps_every_write_and_serves_calls_meanw
     finally:
         await s.aclose()
     assert not (path.parent / "store.journal.compact").exists()
-    s = await create_store("live", tmp_path)
+    s = await open_local_store("live", tmp_path)
     try:
         assert {e.key: (e.value, e.version) for e in await s.list(limit=10_000)} == expected
         assert path.stat().st_size == size_compacted
@@ -197,17 +197,17 @@ async def test_compaction_settings_are_checked(tmp_path):
     from openfunctions.store import StoreUnsafe as Unsafe
 
     with pytest.raises(Unsafe, match="compact_ratio"):
-        await create_store("x", tmp_path, compact_ratio=0.5)
+        await open_local_store("x", tmp_path, compact_ratio=0.5)
     with pytest.raises(Unsafe, match="compact_min_records"):
-        await create_store("x", tmp_path, compact_min_records=-1)
+        await open_local_store("x", tmp_path, compact_min_records=-1)
 
 
 COMPACTING_CHILD = textwrap.dedent("""
     import asyncio, sys
-    from openfunctions.store import create_store
+    from openfunctions.store import open_local_store
 
     async def main():
-        s = await create_store("crash", sys.argv[1], compact_min_records=200, compact_ratio=2.0)
+        s = await open_local_store("crash", sys.argv[1], compact_min_records=200, compact_ratio=2.0)
         i = 0
         while True:
             async with s.transaction() as tx:
@@ -245,7 +245,7 @@ async def test_sigkill_during_compaction_loses_no_acknowledged_write(tmp_path):
             proc.kill()
             proc.wait(timeout=10)
         assert compactions >= 1, "the child never compacted: the test would prove nothing"
-        s = await create_store("crash", tmp_path, compact_min_records=10**9)
+        s = await open_local_store("crash", tmp_path, compact_min_records=10**9)
         try:
             for i in range(acked + 1):
                 e = await s.get(f"k{i:06d}")

@@ -7,7 +7,7 @@ import urllib.parse
 
 import pytest
 
-from openfunctions.store import SchemaTooNew, StoreUnavailable, create_pg_store
+from openfunctions.store import SchemaTooNew, StoreUnavailable, open_pg_store
 from tests._pg import unique_name
 
 pytestmark = pytest.mark.anyio
@@ -30,17 +30,17 @@ async def test_schema_created_versioned_and_newer_refused(pg_dsn):
     schema = unique_name("sch")
     await _sql(pg_dsn, f'CREATE SCHEMA "{schema}"')
     dsn = _with_schema(pg_dsn, schema)
-    s = await create_pg_store("v", dsn)
+    s = await open_pg_store("v", dsn)
     await s.put("k", 1)
     await s.aclose()
     rows = await _sql(pg_dsn, f'SELECT component, version FROM "{schema}".of_schema')
     assert rows == [("store", 1)]
-    s = await create_pg_store("v", dsn)  # a second open migrates nothing and keeps the data
+    s = await open_pg_store("v", dsn)  # a second open migrates nothing and keeps the data
     assert (await s.get("k")).value == 1
     await s.aclose()
     await _sql(pg_dsn, f'UPDATE "{schema}".of_schema SET version = 99 WHERE component = %s', ("store",))
     with pytest.raises(SchemaTooNew) as info:
-        await create_pg_store("v", dsn)
+        await open_pg_store("v", dsn)
     assert "99" in info.value.message and info.value.code == "store_schema_too_new"
 
 
@@ -48,7 +48,7 @@ async def test_concurrent_first_opens_migrate_once(pg_dsn):
     schema = unique_name("sch")
     await _sql(pg_dsn, f'CREATE SCHEMA "{schema}"')
     dsn = _with_schema(pg_dsn, schema)
-    stores = await asyncio.gather(*(create_pg_store(f"s{i}", dsn) for i in range(4)))
+    stores = await asyncio.gather(*(open_pg_store(f"s{i}", dsn) for i in range(4)))
     for s in stores:
         await s.put("k", s.name)
         await s.aclose()
@@ -57,7 +57,7 @@ async def test_concurrent_first_opens_migrate_once(pg_dsn):
 
 async def test_unreachable_database_is_a_clear_error_without_the_password():
     with pytest.raises(StoreUnavailable) as info:
-        await create_pg_store("x", "postgresql://user:s3cret-pw@127.0.0.1:1/db?connect_timeout=2", timeout=3)
+        await open_pg_store("x", "postgresql://user:s3cret-pw@127.0.0.1:1/db?connect_timeout=2", timeout=3)
     assert "s3cret-pw" not in info.value.message
     assert "127.0.0.1" in info.value.message
 
@@ -67,7 +67,7 @@ async def test_database_gone_mid_write_is_unknown_then_reconnects(pg_dsn):
     and the next call works on a fresh connection."""
     import psycopg
 
-    s = await create_pg_store(unique_name("gone"), pg_dsn)
+    s = await open_pg_store(unique_name("gone"), pg_dsn)
     try:
         await s.put("k", "before")
         blocker = await psycopg.AsyncConnection.connect(pg_dsn)
@@ -101,8 +101,8 @@ async def test_database_gone_mid_write_is_unknown_then_reconnects(pg_dsn):
 
 async def test_two_pools_share_one_store(pg_dsn):
     name = unique_name("shared")
-    a = await create_pg_store(name, pg_dsn)
-    b = await create_pg_store(name, pg_dsn)
+    a = await open_pg_store(name, pg_dsn)
+    b = await open_pg_store(name, pg_dsn)
     try:
         e = await a.put("k", 1)
         got = await b.get("k")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from openfunctions.store import SchemaOutOfDate, open_pg_journal, open_pg_task_log
+from openfunctions.servers._pg_tasks import open_pg_task_log
+from openfunctions.store import SchemaOutOfDate, open_pg_journal
 
 from ._journal_backends import migrated, private_database
 

@@ -12,10 +12,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from openfunctions.store import SchemaOutOfDate, SchemaTooNew, migrate_work, open_pg_work, verify_pg_work
-from openfunctions.store._pg_work_schema import MIGRATIONS
+from openfunctions.store import SchemaOutOfDate, SchemaTooNew, settled_pg_receipts
 from openfunctions.work import BackendUnavailable
 from openfunctions.work import records as R
+from openfunctions.work._pg import migrate_work, open_pg_work, verify_pg_work
+from openfunctions.work._pg_schema import MIGRATIONS
 from tests._pg import unique_name
 
 from ._journal_backends import private_database
@@ -137,6 +138,12 @@ def test_the_grant_cli_issues_lists_and_revokes_grants_in_the_database(pg_dsn, t
         gid = out.stdout.split()[0]
         listed = cli("list", "--database", dsn, "--json")
         assert [g["grant_id"] for g in json.loads(listed.stdout)] == [gid]
+        # work's own command line opens work's own backend: nothing has to be injected by the server CLI
+        alone = subprocess.run([sys.executable, "-m", "openfunctions.work.cli", "grant", "list", "--database", dsn,
+                                "--json"], capture_output=True, text=True, timeout=60,
+                               env={k: v for k, v in os.environ.items() if k != "OPENFUNCTIONS_DATABASE_URL"})
+        assert alone.returncode == 0, alone.stderr
+        assert [g["grant_id"] for g in json.loads(alone.stdout)] == [gid]
         assert cli("list", "--data-dir", str(tmp_path)).stdout.startswith("no grants in"), "not in the data directory"
         assert cli("revoke", gid, "--by", "op", "--database", dsn).returncode == 0
 
@@ -158,7 +165,7 @@ async def test_the_settled_receipts_lookup_takes_one_connection_of_the_pool(pg_d
     """Recovery's receipt lookup borrows one pooled connection, not two: with a pool of one it answers (it used
     to hold a connection idle while the reader waited for another, so it failed after the pool's timeout)."""
     await migrate_work(pg_dsn)  # every component: the journal's too
-    b = await open_pg_work(pg_dsn, unique_name("w"), max_connections=1, timeout=2)
+    b = await open_pg_work(pg_dsn, unique_name("w"), max_connections=1, timeout=2, receipts=settled_pg_receipts)
     try:
         async with asyncio.timeout(30):
             assert await b.settled_receipts({"rcpt_nothing_here"}) == {}

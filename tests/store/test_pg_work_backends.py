@@ -28,7 +28,7 @@ from openfunctions.work import (
     LeaseLost,
     WorkController,
     WorkState,
-    build_step_tools,
+    create_step_tools,
     file_backend,
     fold,
 )
@@ -58,7 +58,7 @@ async def backends(kind, tmp_path, request):
     dsn = None
     space = unique_name("w")
     if kind == "postgresql":
-        from openfunctions.store import migrate_work
+        from openfunctions.work._pg import migrate_work
 
         dsn = request.getfixturevalue("pg_dsn")
         await migrate_work(dsn)
@@ -67,7 +67,7 @@ async def backends(kind, tmp_path, request):
         if kind == "file":
             b = file_backend(tmp_path / "data" / "work", ttl=ttl, owner=owner, clock=clock)
         else:
-            from openfunctions.store import open_pg_work
+            from openfunctions.work._pg import open_pg_work
 
             b = await open_pg_work(dsn, space, ttl=ttl, owner=owner, clock=clock)
         if shared is not None:
@@ -205,7 +205,7 @@ async def _controller(backend: Any, root: Path, catalog: Catalog, **kw: Any) -> 
 
     store = ArtifactStore(root / "data" / "artifacts")
     return await WorkController.open(
-        root / "data" / "work", catalog=catalog, registry=ToolRegistry(build_step_tools(catalog, store=store)),
+        root / "data" / "work", catalog=catalog, registry=ToolRegistry(create_step_tools(catalog, store=store)),
         authority=Authority(backend.grants, catalog), backend=backend, execution_journals=None, **kw)
 
 
@@ -262,13 +262,13 @@ paths = ["notes/**"]
 async def test_a_shared_lifecycle_call_reads_the_attempt_log_and_the_inbox_once(backends, tmp_path):
     """One of_work_run_step of a shared controller: one read of the others' records (after it took the lease)
     and one of the operator's inbox, not one in the tool's readiness check and another in the call."""
-    from openfunctions.work import build_work_tools
+    from openfunctions.work import create_work_tools
 
     catalog = _catalog(tmp_path)
     b = await backends(shared=True)
     await b.grants.issue(principal="agent", steps=["write_src", "check"], paths=["src/**"], ttl=_dt.timedelta(hours=1))
     ctl = await _controller(b, tmp_path, catalog)
-    tools = ToolRegistry(build_work_tools(ctl, principal="agent"))
+    tools = ToolRegistry(create_work_tools(ctl, principal="agent"))
     prv = await ctl.preview([{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}], principal="agent")
     await ctl.start(prv["previewId"], principal="agent")
     reads: list[str] = []
@@ -347,7 +347,7 @@ async def test_sigkill_mid_step_then_the_next_controller_blocks_the_unknown_oper
     recovered = [r for r in records if r.type == "recovered"]
     assert recovered and recovered[-1].data["lease_generation"] > intent_gen, "taken over with a higher generation"
     if backends.kind == "postgresql":
-        from openfunctions.store import verify_pg_work
+        from openfunctions.work._pg import verify_pg_work
 
         assert verify_pg_work(backends.dsn, backends.space) == []
 
@@ -358,7 +358,7 @@ async def test_the_operators_inbox_keeps_resolutions_in_one_seq_order_and_refuse
 
     b = await backends()
     if backends.kind == "postgresql":  # the database case must test the database's inbox, not fall back to files
-        assert b.resolutions is not None and type(b.resolutions).__module__.startswith("openfunctions.store")
+        assert b.resolutions is not None and type(b.resolutions).__module__ == "openfunctions.work._pg"
     inbox = b.resolutions if b.resolutions is not None else ResolutionInbox(backends.data / "work")
     one = await inbox.resolve("op_1", as_="applied", reason="checked the file", by="op")
     two = await inbox.resolve("op_2", as_="not_applied", reason="nothing there", by="op")

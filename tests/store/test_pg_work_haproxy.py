@@ -43,8 +43,9 @@ import httpx
 import psycopg
 import pytest
 
-from openfunctions.store import open_pg_work, verify_pg_journal, verify_pg_work
+from openfunctions.store import verify_pg_journal
 from openfunctions.work import Lease, LeaseLost
+from openfunctions.work._pg import open_pg_work, verify_pg_work
 from tests._net import free_port
 
 from ._journal_backends import private_database

@@ -31,8 +31,9 @@ from typing import Any
 import httpx
 import pytest
 
-from openfunctions.store import migrate_database, open_pg_work, verify_pg_work
+from openfunctions.store import migrate_database
 from openfunctions.work import Lease, LeaseLost
+from openfunctions.work._pg import open_pg_work, verify_pg_work
 from tests._net import free_port
 from tests.work._catalogs import COUNT_STEP
 

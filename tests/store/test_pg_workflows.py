@@ -1,4 +1,4 @@
-"""Durable workflow runs on a real PostgreSQL (``WorkflowRuns(database=URL)``, schema ``store/_pg_workflows_schema.py``).
+"""Durable workflow runs on a real PostgreSQL (``WorkflowRuns(database=URL)``, schema ``workflows/_pg_schema.py``).
 
 The same fold and recovery as on files (tests/workflows/test_durable.py): a crash
 is a handler raising ``Crash`` in-process, or a real SIGKILL of a child process
@@ -16,7 +16,7 @@ import sys
 import anyio
 import pytest
 
-from openfunctions.store import migrate_database, read_pg_workflow_records
+from openfunctions.store import migrate_database
 from openfunctions.workflows import (
     InvalidRunId,
     RunBlocked,
@@ -28,6 +28,7 @@ from openfunctions.workflows import (
     pipe,
     tool_step,
 )
+from openfunctions.workflows._pg import read_pg_workflow_records
 from tests._pg import unique_name
 from tests.workflows._proc import ROOT, assert_resumed_order_8, lines, sigkill, wait_for
 from tests.workflows._proc import env as _env

@@ -1,4 +1,4 @@
-"""`db verify` audits workflow run rows (store/_pg_workflows.py), as it audits journals and work spaces.
+"""`db verify` audits workflow run rows (workflows/_pg.py), as it audits journals and work spaces.
 
 A private database (``fresh_db``: other tests corrupt rows of the shared one on purpose), real runs written
 by ``WorkflowRuns(database=...)``, then rows damaged with SQL as an operator's mistake or a bad restore would:
@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from openfunctions.store import migrate_database
-from openfunctions.store._pg_workflows import verify_pg_workflows
 from openfunctions.workflows import WorkflowRuns
+from openfunctions.workflows._pg import verify_pg_workflows
 from openfunctions.workflows.cli import check_run_records
 from tests.workflows.test_durable import World, workflow
 

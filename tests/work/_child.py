@@ -2,11 +2,11 @@
 
 Used by the crash and lease tests (real processes, SIGKILL / SIGSTOP).
 Usage: ``python _child.py DATA_DIR CATALOG [--ttl S] [--renew S] [--principal P] [--database URL --space S]``
-(``--database``: lease, attempts and grants in PostgreSQL, ``openfunctions.store.open_pg_work``, shared mode).
+(``--database``: lease, attempts and grants in PostgreSQL, ``openfunctions.work._pg.open_pg_work``, shared mode).
 Each stdin line is a JSON command ``{"op": ..., ...}``; each reply is one
 JSON line ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {...}}``.
 ``{"op": "open"}`` must come first. Step tools come from the real
-``build_step_tools`` of the catalog (command steps run real subprocesses).
+``create_step_tools`` of the catalog (command steps run real subprocesses).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from openfunctions.work._authority import Authority
 from openfunctions.work._catalog import Catalog
 from openfunctions.work._controller import WorkController
 from openfunctions.work._grants import GrantStore
-from openfunctions.work._steps import build_step_tools
+from openfunctions.work._steps import create_step_tools
 
 
 def _paused(tool: ToolDefinition, mark: Path) -> ToolDefinition:
@@ -60,15 +60,16 @@ async def main() -> None:
     a = ap.parse_args()
     catalog = Catalog.load(a.catalog)
     store = ArtifactStore(Path(a.data_dir) / "work" / "artifacts")
-    tools = build_step_tools(catalog, store=store)
+    tools = create_step_tools(catalog, store=store)
     if a.pause_after:
         tools = [_paused(t, Path(a.data_dir) / "pause.mark") if t.name == "of_step." + a.pause_after else t for t in tools]
     registry = ToolRegistry(tools)
     backend = None
     if a.database:
-        from openfunctions.store import open_pg_work
+        from openfunctions.store import settled_pg_receipts
+        from openfunctions.work._pg import open_pg_work
 
-        backend = await open_pg_work(a.database, a.space, ttl=a.ttl)
+        backend = await open_pg_work(a.database, a.space, ttl=a.ttl, receipts=settled_pg_receipts)
     authority = Authority(backend.grants if backend else GrantStore.in_data_dir(a.data_dir), catalog)
     ctl: WorkController | None = None
     loop = asyncio.get_running_loop()

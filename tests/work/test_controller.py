@@ -160,7 +160,7 @@ async def test_intent_is_durable_before_the_step_runs(env):
         assert len(intents) == 1 and not [r for r in recs if r.type == "outcome"]
         d = intents[0].data
         assert d["step"] == "bump" and d["lease_generation"] == 1 and d["input_digest"].startswith("sha256:")
-        assert d["operation_id"] == counter.seen_ctx[0].metadata["operation_id"]
+        assert d["operation_id"] == counter.seen_ctx[0].work.operation_id
         counter.gate.set()
     outcome = [r for r in _records(env) if r.type == "outcome"][0].data
     assert outcome["operation_id"] == d["operation_id"] and outcome["status"] == "done"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from openfunctions.core import ToolRegistry
-from openfunctions.work import build_step_tools
+from openfunctions.work import create_step_tools
 
 from .conftest import run_step_dying_before_its_outcome
 
@@ -44,7 +44,7 @@ async def test_section_7_tool_step_runs_and_reconciles_by_its_own_readback(env):
 
     def registry() -> ToolRegistry:
         reg = ToolRegistry([ns["tool"]])
-        for t in build_step_tools(catalog, store=None, tools=reg):
+        for t in create_step_tools(catalog, store=None, tools=reg):
             reg.register(t)
         return reg
 

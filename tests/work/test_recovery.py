@@ -137,7 +137,7 @@ async def _died_after_write_intent(env):
     Returns ``(catalog, store)``; the controller is closed.
     """
     from openfunctions.artifacts import ArtifactStore
-    from openfunctions.work._steps import build_step_tools, prepare_reconciliation
+    from openfunctions.work._steps import create_step_tools, prepare_reconciliation
 
     from .test_crash import WRITE_CATALOG
 
@@ -145,7 +145,7 @@ async def _died_after_write_intent(env):
     (env.ws / "src").mkdir()
     await env.grant(["write_src", "check"], paths=["src/**"])
     store = ArtifactStore(env.work_dir / "artifacts")
-    ctl = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
+    ctl = await env.open(create_step_tools(catalog, store=store), catalog=catalog)
     plan = [{"step": "write_src", "params": {"path": "src/a.txt", "content": "hello"}}]
     prv = await ctl.preview(plan, principal="agent")
     att = await ctl.start(prv["previewId"], principal="agent")
@@ -164,10 +164,10 @@ async def _died_after_write_intent(env):
 
 @pytest.mark.anyio
 async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_again(env):
-    from openfunctions.work._steps import build_step_tools
+    from openfunctions.work._steps import create_step_tools
 
     catalog, store = await _died_after_write_intent(env)
-    again = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
+    again = await env.open(create_step_tools(catalog, store=store), catalog=catalog)
     assert again.status(principal="agent")["attempt"]["state"] == "blocked"
     rec = await again.reconcile(principal="agent")
     assert rec["reconciled"][0]["verdict"] == "not_applied" and rec["reconciled"][0]["status"] == "not_done"
@@ -182,11 +182,11 @@ async def test_write_that_never_happened_reconciles_as_not_done_and_may_run_agai
 @pytest.mark.anyio
 async def test_readback_mismatch_keeps_the_attempt_blocked(env):
     from openfunctions.work._errors import EffectUncertain, ProofInvalid
-    from openfunctions.work._steps import build_step_tools
+    from openfunctions.work._steps import create_step_tools
 
     catalog, store = await _died_after_write_intent(env)
     (env.ws / "src" / "a.txt").write_text("something else entirely")  # neither intended nor prior
-    again = await env.open(build_step_tools(catalog, store=store), catalog=catalog)
+    again = await env.open(create_step_tools(catalog, store=store), catalog=catalog)
     rec = await again.reconcile(principal="agent")
     assert rec["reconciled"][0]["verdict"] == "inconclusive" and rec["state"] == "blocked"
     with pytest.raises(EffectUncertain):

@@ -16,7 +16,7 @@ import pytest
 from openfunctions.artifacts import ArtifactStore
 from openfunctions.core import ToolExecutionContext, ToolRegistry
 from openfunctions.work._catalog import Catalog
-from openfunctions.work._steps import build_step_tools, prepare_reconciliation
+from openfunctions.work._steps import create_step_tools, prepare_reconciliation
 from tests._harness import alive
 
 pytestmark = pytest.mark.anyio
@@ -122,7 +122,7 @@ class Env:
         (tmp / "c.toml").write_text(CATALOG)
         self.catalog = Catalog.load(tmp / "c.toml")
         self.store = ArtifactStore(tmp / "artifacts")
-        self.registry = ToolRegistry(build_step_tools(self.catalog, store=self.store, capture_limit=capture_limit))
+        self.registry = ToolRegistry(create_step_tools(self.catalog, store=self.store, capture_limit=capture_limit))
         self.progress: list[tuple[float, float | None, str | None]] = []
 
         async def progress(p: float, t: float | None, m: str | None) -> None:
@@ -235,7 +235,7 @@ async def test_cancellation_kills_the_process_group(env: Env) -> None:
     ctx = env.ctx.replace(progress=progress)
     hang = env.catalog.step("hang")
     object.__setattr__(hang, "timeout_s", 600.0)
-    registry = ToolRegistry(build_step_tools(env.catalog, store=env.store))
+    registry = ToolRegistry(create_step_tools(env.catalog, store=env.store))
     result: list[Any] = []
     async with anyio.create_task_group() as tg:
 
@@ -297,7 +297,7 @@ async def test_output_beyond_the_capture_limit_is_truncated(tmp_path: Path) -> N
 async def test_quota_exhaustion_keeps_the_evidence(tmp_path: Path) -> None:
     env = Env(tmp_path)
     env.store = ArtifactStore(tmp_path / "tiny", quota_bytes=10)
-    env.registry = ToolRegistry(build_step_tools(env.catalog, store=env.store))
+    env.registry = ToolRegistry(create_step_tools(env.catalog, store=env.store))
     r = await env.run("big")
     assert r.ok and r.value["exit_code"] == 0
     assert r.value["stdout"]["artifact_id"] is None and "Quota" in r.value["stdout"]["artifact_error"]

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from openfunctions.core import ToolRegistry
-from openfunctions.work._steps import build_step_tools
+from openfunctions.work._steps import create_step_tools
 
 from .test_tool_steps import Ledger, _crash_mid_step, _open
 
@@ -51,7 +51,7 @@ async def test_after_the_controller_died_mid_step_an_idempotent_tool_step_runs_a
     await _crash_mid_step(env, ledger, idempotent=True)
     assert ledger.runs == 1
     registry = ToolRegistry([ledger.tool(idempotent=True)])
-    for t in build_step_tools(env.catalog(), store=None, tools=registry):
+    for t in create_step_tools(env.catalog(), store=None, tools=registry):
         registry.register(t)
     ctl = await env.open([], registry=registry, execution_journals=None)
     att = ctl.status(principal="agent")["attempt"]

@@ -16,7 +16,7 @@ import pytest
 from openfunctions.core import ToolRegistry, define_tool
 from openfunctions.work._catalog import Catalog
 from openfunctions.work._errors import CatalogInvalid, ReconcileFailed
-from openfunctions.work._steps import build_step_tools
+from openfunctions.work._steps import create_step_tools
 
 from .conftest import WorkEnv, run_step_dying_before_its_outcome
 
@@ -87,7 +87,7 @@ class Ledger:
 async def _open(env, ledger: Ledger, **tool_kw):
     catalog = env.write_catalog(CATALOG)
     registry = ToolRegistry([ledger.tool(**tool_kw)])
-    for t in build_step_tools(catalog, store=None, tools=registry):
+    for t in create_step_tools(catalog, store=None, tools=registry):
         registry.register(t)
     return catalog, registry, await env.open([], registry=registry, catalog=catalog, execution_journals=None)
 
@@ -124,7 +124,7 @@ async def test_an_interrupted_tool_step_is_reconciled_by_the_tools_own_readback(
     await _crash_mid_step(env, ledger)
     assert ledger.read() == {"eur": 7} and ledger.runs == 1
     registry = ToolRegistry([ledger.tool()])
-    for t in build_step_tools(env.catalog(), store=None, tools=registry):
+    for t in create_step_tools(env.catalog(), store=None, tools=registry):
         registry.register(t)
     again = await env.open([], registry=registry, execution_journals=None)
     assert again.status(principal="agent")["attempt"]["state"] == "blocked"
@@ -212,7 +212,7 @@ def test_a_tool_step_that_cannot_be_bound_names_file_step_and_field(tmp_path, to
     ledger = Ledger(tmp_path / "ledger.json")
     registry = ToolRegistry([ledger.tool(**tools)] if tools else [])
     with pytest.raises(CatalogInvalid) as ei:
-        build_step_tools(catalog, store=None, tools=registry)
+        create_step_tools(catalog, store=None, tools=registry)
     assert ei.value.details == {"file": str(env.catalog_path), "step": "set_rate", "field": field}
     assert words in ei.value.message
 
@@ -237,7 +237,7 @@ def test_a_tool_step_without_binding_is_not_reconcilable_and_gets_no_oracle(tmp_
     env = WorkEnv(tmp_path)
     catalog = env.write_catalog('[steps.s]\nkind = "tool"\ndescription = "d"\ntool = "ledger_set"\neffect = "write"\n')
     ledger = Ledger(tmp_path / "ledger.json")
-    out = build_step_tools(catalog, store=None, tools={"ledger_set": ledger.tool(binding=False)})
+    out = create_step_tools(catalog, store=None, tools={"ledger_set": ledger.tool(binding=False)})
     assert out == [] and not catalog.step("s").reconcilable and catalog.step("s").tool_name == "ledger_set"
     assert isinstance(Catalog.load(env.catalog_path).step("s").describe()["tool"], str)
 
@@ -255,7 +255,7 @@ async def test_a_readback_that_contradicts_the_intent_is_a_mismatch_and_keeps_th
     import dataclasses
 
     registry = ToolRegistry([dataclasses.replace(tool, capability=cap)])
-    for t in build_step_tools(env.catalog(), store=None, tools=registry):
+    for t in create_step_tools(env.catalog(), store=None, tools=registry):
         registry.register(t)
     again = await env.open([], registry=registry, execution_journals=None)
     rec = await again.reconcile(principal="agent")

@@ -455,3 +455,22 @@ default = "a"
     assert prv["steps"][0]["params"] == {"pad": "a"} and prv["steps"][0]["argv"] == ["echo", "a"]
     # and a client that leaves params out for a step without any still may
     assert (await s.ok("of_work_preview", {"plan": [{"step": "check"}]}))["steps"][0]["params"] == {}
+
+
+@pytest.mark.anyio
+async def test_without_a_controller_every_tool_refuses_with_the_reason_and_runs_nothing():
+    # a profile served before its catalog exists: each handler (reached directly, past validation) must refuse
+    # with the reason given, never reach for the missing controller
+    from openfunctions.core import ToolError
+    from openfunctions.work import WorkError
+    from openfunctions.work._tools import create_work_tools
+
+    reason = WorkError("no work catalog at /nowhere/work.toml: write one first")
+    tools = create_work_tools(None, unavailable=reason)
+    assert {t.name for t in tools} >= set(WORK_TOOL_NAMES) - {"of_work_artifact_read"}
+    for tool in tools:
+        with pytest.raises(ToolError) as caught:
+            await tool.handler({}, ToolExecutionContext(principal="alice"))
+        assert caught.value.code == "work_error", tool.name
+        assert "no work catalog at /nowhere/work.toml" in caught.value.message, tool.name
+        assert caught.value.effect_happened is False, tool.name

@@ -14,11 +14,11 @@ from openfunctions.core import ToolExecutionContext, ToolRegistry
 from openfunctions.work._catalog import Catalog
 from openfunctions.work._errors import ProofInvalid
 from openfunctions.work._grants import GrantStore
-from openfunctions.work._steps import build_step_tools
+from openfunctions.work._steps import create_step_tools
 from openfunctions.work._verification import (
     VerifierReceipt,
-    build_proof,
     check_completion,
+    create_proof,
     environment_digest,
     fingerprint,
     input_manifest,
@@ -103,7 +103,7 @@ class World:
         (tmp / "c.toml").write_text(CATALOG)
         self.catalog = Catalog.load(tmp / "c.toml")
         self.grants = GrantStore(tmp / "grants.journal")
-        self.registry = ToolRegistry(build_step_tools(self.catalog, store=ArtifactStore(tmp / "art")))
+        self.registry = ToolRegistry(create_step_tools(self.catalog, store=ArtifactStore(tmp / "art")))
         self.ctx = ToolExecutionContext(principal="agent", metadata={"granted_paths": ["src/**"], "artifact_scope": "att"})
         self.epoch = 0
         self.patterns = list(subject_patterns(self.catalog))
@@ -119,7 +119,7 @@ class World:
         r = await self.registry.execute_detailed("of_step.test", {}, self.ctx)
         receipt = VerifierReceipt.from_evidence("test", r.value, receipt_id=r.receipt.receipt_id, accepted=r.ok)
         after = fingerprint(self.ws, self.patterns)
-        return build_proof(
+        return create_proof(
             plan_digest=plan_digest, catalog_digest=self.catalog.digest, environment_digest=environment_digest(self.catalog),
             input_manifest=manifest, fingerprints_before=before, fingerprints_after=after,
             mutation_epoch=self.epoch, receipts=[receipt], attempt_id="att",
@@ -184,7 +184,7 @@ async def test_failed_tests_and_acceptance_are_separate_facts(world: World) -> N
     with pytest.raises(ProofInvalid, match="did not pass .failed: test"):
         await world.complete(proof)
     not_run = VerifierReceipt.from_evidence("test", None, receipt_id=None, accepted=False)
-    p2 = build_proof(
+    p2 = create_proof(
         plan_digest="p", catalog_digest=world.catalog.digest, environment_digest="e", input_manifest={},
         fingerprints_before={}, fingerprints_after={}, mutation_epoch=0, receipts=[not_run],
     )

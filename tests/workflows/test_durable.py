@@ -22,8 +22,8 @@ from openfunctions.workflows import (
     RunBlocked,
     RunBusy,
     RunCorrupt,
-    RunNotFound,
     WorkflowChanged,
+    WorkflowRunNotFound,
     WorkflowRuns,
     WorkflowUnknown,
     llm_step,
@@ -216,7 +216,7 @@ async def test_a_running_run_is_busy_for_everyone_else(tmp_path):
         with pytest.raises(RunBusy, match="run g1 is being run"):
             await runs.resume("g1")
         # a run of reads has fsynced nothing yet (its first records ride along later): nothing to show
-        with pytest.raises(RunNotFound):
+        with pytest.raises(WorkflowRunNotFound):
             runs.show("g1")
         release.set()
     assert runs.show("g1").status == "succeeded"
@@ -225,9 +225,9 @@ async def test_a_running_run_is_busy_for_everyone_else(tmp_path):
 @pytest.mark.anyio
 async def test_unknown_and_hostile_run_ids(tmp_path):
     runs = WorkflowRuns(tmp_path, workflows=[workflow()])
-    with pytest.raises(RunNotFound, match="no workflow run 'nope'"):
+    with pytest.raises(WorkflowRunNotFound, match="no workflow run 'nope'"):
         await runs.resume("nope")
-    with pytest.raises(RunNotFound):
+    with pytest.raises(WorkflowRunNotFound):
         runs.show("nope")
     for bad in ("../../etc/passwd", "", "a" * 200, "x\x00y", 7):
         with pytest.raises(InvalidRunId):
@@ -244,9 +244,9 @@ async def test_a_crash_before_the_first_fsync_leaves_a_run_that_never_started(tm
         await WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry()).run(wf, {"n": 1}, run_id="n1")
     world.crash_in = set()
     runs = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry())
-    with pytest.raises(RunNotFound):
+    with pytest.raises(WorkflowRunNotFound):
         runs.show("n1")
-    with pytest.raises(RunNotFound, match="no workflow run 'n1'"):
+    with pytest.raises(WorkflowRunNotFound, match="no workflow run 'n1'"):
         await runs.resume("n1")
     assert await runs.resume_interrupted() == []
     out = await runs.run(wf, {"n": 1}, run_id="n1")  # the same id starts it afresh

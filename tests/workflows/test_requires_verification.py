@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openfunctions.core import ToolError, ToolRegistry, define_tool
-from openfunctions.workflows import RunNotFound, VerificationRefused, WorkflowRuns, pipe, tool_step
+from openfunctions.workflows import VerificationRefused, WorkflowRunNotFound, WorkflowRuns, pipe, tool_step
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +48,7 @@ async def test_a_succeeded_run_awaits_verification_of_its_flagged_step_then_comp
     failed = (await reg.execute_detailed("health", {})).receipt
     with pytest.raises(VerificationRefused):  # a verifier that failed
         await runs.verify("rel-1", "0", receipt=failed)
-    with pytest.raises(RunNotFound):
+    with pytest.raises(WorkflowRunNotFound):
         await runs.verify("rel-2", "0", receipt=failed)
     state["deployed"] = True
     check = (await reg.execute_detailed("health", {})).receipt

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from openfunctions.core.journal import JournalLog, read_records, segment_paths
+from openfunctions.core.records import _file as record_files
 from openfunctions.workflows import RunBlocked, WorkflowRuns, pipe, tool_step
-from openfunctions.workflows import _runs as runs_module
 
 from .test_durable import Crash, World, workflow
 
@@ -73,7 +73,7 @@ async def test_prune_compacts_on_demand_and_a_crash_in_mid_compaction_loses_noth
     assert [r["run_id"] for r in runs.list()] == ["r0", "r1", "r2"]
 
     # crash after the snapshots, before the segments are deleted: pruned runs do not come back
-    monkeypatch.setattr(runs_module, "_unlink", lambda path: None)
+    monkeypatch.setattr(record_files, "_unlink", lambda path: None)
     keep_one = WorkflowRuns(tmp_path, workflows=[wf], registry=world.registry(), keep_runs=1, keep_seconds=None)
     async with keep_one:  # an open compacts when runs are past retention
         assert keep_one.last_compaction == {"kept": 1, "pruned": 2, "segments": 2}

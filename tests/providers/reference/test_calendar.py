@@ -100,6 +100,31 @@ def test_daily_series_across_dst_keeps_wall_clock():
     assert problems == []
 
 
+def test_series_that_run_past_year_9999_end_there():
+    # A yearly (or monthly) series past 9999 used to spin forever: every later date was "skipped"
+    # like a 31st in a 30-day month, so the candidates never ended; a daily step past it raised OverflowError.
+    base = "BEGIN:VEVENT\nUID:x\nSUMMARY:Birthday\nDTSTART:20200601T080000Z\nDTEND:20200601T090000Z\nRRULE:{}\nEND:VEVENT\n"
+    lo, hi = dt.datetime(9999, 1, 1, tzinfo=dt.UTC), dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
+    for rule, expected in [("FREQ=YEARLY", ["9999-06-01T08:00:00+00:00"]),
+                           ("FREQ=MONTHLY;INTERVAL=1000", []),  # 2020-06, then past 9999 before reaching lo
+                           ("FREQ=DAILY;INTERVAL=2914269", ["9999-06-01T08:00:00+00:00"])]:
+        [ev], problems = parse_ics(base.format(rule), source="t.ics")
+        assert problems == []
+        assert [s.isoformat() for s in occurrences(ev, lo, hi)] == expected, rule
+    # the last occurrence would end in year 10000: the series ends before it (it raised OverflowError)
+    [ev], _ = parse_ics("BEGIN:VEVENT\nUID:y\nSUMMARY:Night\nDTSTART:20201231T080000Z\nDTEND:20210101T070000Z\n"
+                        "RRULE:FREQ=YEARLY\nEND:VEVENT\n", source="t.ics")
+    assert occurrences(ev, dt.datetime(9999, 12, 1, tzinfo=dt.UTC), dt.datetime(9999, 12, 31, 23, tzinfo=dt.UTC)) == []
+    assert len(occurrences(ev, dt.datetime(9998, 12, 1, tzinfo=dt.UTC), dt.datetime(9998, 12, 31, 23, tzinfo=dt.UTC))) == 1
+
+
+async def test_a_start_on_the_last_day_without_an_end_is_refused(cal):
+    registry, _ = cal
+    result = await call(registry, "calendar_events", {"start": "9999-12-31"})
+    assert isinstance(result.error, ToolError) and result.error.code == "calendar_range_invalid"
+    assert "give an end" in result.error.message
+
+
 def test_single_file_root(calendar_dir):
     provider = CalendarProvider(calendar_dir / "home.ics")
     assert provider.files == ["home.ics"]

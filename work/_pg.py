@@ -4,12 +4,15 @@ It implements the three interfaces of ``openfunctions.work`` (``LeaseBackend``,
 ``AttemptLog``, ``GrantBackend``; see ``work/_backend.py``) over rows, and
 :func:`open_pg_work` bundles them as a ``WorkBackend`` with ``shared = True``:
 each controller takes the lease for one lifecycle call and gives it back, so
-an attempt started through one replica continues through another. The work
-package never imports this module: ``serve --database`` injects it
-(``servers/_work_database.py``).
+an attempt started through one replica continues through another. ``serve
+--database`` (``servers/_work_database.py``) and ``grant|work --database``
+(``work/cli.py``) open it. The plumbing (pool, schema check, error reading) is
+``openfunctions.core.postgres``'s; what lives in other packages' tables (the
+execution journals' receipts, the artifact store) is passed in by the caller
+(``receipts=``, ``artifacts=``): work sits beside the store package, never on it.
 
 Schema (component ``"work"`` in ``of_schema``; migrations in
-``store/_pg_work_schema.py``, applied only by ``openfunctions-mcp db migrate``)::
+``work/_pg_schema.py``, applied only by ``openfunctions-mcp db migrate``)::
 
     of_work_leases(                 -- one row per work space (default "work"); the lease AND the log's head
         space      text PRIMARY KEY,
@@ -73,8 +76,8 @@ Promises:
   its call settled (the receipt committed, the outcome record not) is settled
   from the receipt, as the file controller does from ``<data-dir>/journal``
   (:class:`PgSettledReceipts`: every journal in the database, read through
-  ``store/_pg_journal.py``'s public reader).
-- **Work artifacts** (``pg_work_backend(..., artifacts=True)``, what ``serve
+  the ``receipts=`` reader, ``store/_pg_journal.py``'s public one when served).
+- **Work artifacts** (``pg_work_backend(..., artifacts=<opener>)``, what ``serve
   --database`` builds): previews, command output and reply projections go to
   the database's artifact store :func:`work_artifact_store_name` (``"work:" +
   space``; tables and promises at the top of ``store/_pg_artifacts.py``), on
@@ -90,24 +93,31 @@ import asyncio
 import builtins
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
 import structlog
 
-from openfunctions.core import canonical_json, new_id, utc_timestamp
+from openfunctions.core import OpenFunctionsError, canonical_json, new_id, redact_dsn, utc_timestamp
 from openfunctions.core.journal import Record
+from openfunctions.core.postgres import (
+    advisory_key,
+    check_schema,
+    connection_or,
+    database_error,
+    distinct_spaces,
+    drop_dead_connections,
+    migrate_components,
+    open_pool,
+)
+from openfunctions.core.postgres import load_psycopg as _psycopg
 
-from ._errors import StoreUnavailable
-from ._migrations import check_schema
-from ._pg import _psycopg, connection_or, distinct_spaces, drop_dead_connections, redact_dsn
-from ._pg_work_schema import COMPONENT
+from ._pg_schema import COMPONENT
 
-log = structlog.get_logger("openfunctions.store.work")
+log = structlog.get_logger("openfunctions.work.pg")
 
 DEFAULT_SPACE = "work"
 
@@ -122,7 +132,8 @@ class _Pg:
     """What the three share: the pool, the space, the clock, and one way to run a transaction."""
 
     def __init__(self, dsn: str, pool: Any, space: str, clock: Callable[[], float] | None, *, max_connections: int = 4,
-                 timeout: float = 10.0, artifact_quota: int | None = None) -> None:
+                 timeout: float = 10.0, artifact_quota: int | None = None,
+                 open_artifacts: Callable[..., Awaitable[Any]] | None = None) -> None:
         self.dsn = dsn
         self.pool = pool
         self.owns_pool = pool is None
@@ -138,6 +149,7 @@ class _Pg:
         self.alive: dict[str, Any] = {}
         # None: no artifact store; else its quota (bytes), opened on the pool by ready()
         self.artifact_quota = artifact_quota
+        self.open_artifacts = open_artifacts  # (dsn, name, *, quota_bytes, pool) -> an opened artifact store
         self.artifacts: Any = None
 
     async def ready(self) -> None:
@@ -147,16 +159,13 @@ class _Pg:
         async with self._lock:
             if self._checked:
                 return
-            from ._pg import open_pool
-
             if self.pool is None:
-                self.pool = await open_pool(self.dsn, max_size=self._limits[0], timeout=self._limits[1])
+                self.pool = await open_pool(self.dsn, max_size=self._limits[0], timeout=self._limits[1],
+                                            unavailable=_work().BackendUnavailable)
             async with self.pool.connection() as conn:
                 await check_work_schema(conn, where=self.where)
-            if self.artifact_quota is not None and self.artifacts is None:
-                from ._pg_artifacts import open_pg_artifact_store
-
-                self.artifacts = await open_pg_artifact_store(  # checks the artifacts schema; shares the pool
+            if self.open_artifacts is not None and self.artifact_quota is not None and self.artifacts is None:
+                self.artifacts = await self.open_artifacts(  # checks the artifacts schema; shares the pool
                     self.dsn, work_artifact_store_name(self.space), quota_bytes=self.artifact_quota, pool=self.pool)
             self._checked = True
 
@@ -200,14 +209,13 @@ class _Pg:
         """A pooled connection; any database error in the block -> ``BackendUnavailable`` naming ``what``
         (``certainty="unknown"`` for a write that may have committed), after the pool is told."""
         # self.pool is None only before the first ready(): a pool that ready() opens then is fresh, nothing to drop
-        async with connection_or(self.pool, self.connection(), self.psycopg.Error,
+        async with connection_or(self.pool, self.connection(),
                                  lambda exc: self.unavailable(what, exc, certainty=certainty)) as conn:
             yield conn
 
     def alive_key(self, owner: str) -> int:
         """The advisory lock key of ``owner``'s liveness in this space (64 bits of SHA-256)."""
-        digest = hashlib.sha256(f"of_work_alive:{self.space}:{owner}".encode()).digest()
-        return int.from_bytes(digest[:8], "big", signed=True)
+        return advisory_key(f"of_work_alive:{self.space}:{owner}")
 
     async def hold_alive(self, owner: str) -> int:
         """``owner``'s liveness lock, held on a connection of its own until :meth:`close`; checked at each call
@@ -243,12 +251,10 @@ class _Pg:
         return None if self.clock is None else float(self.clock())
 
     def unavailable(self, what: str, exc: BaseException, *, certainty: str = "known") -> Exception:
-        err = _work().BackendUnavailable(
-            f"{what}: PostgreSQL at {self.where} is unavailable ({type(exc).__name__}: {str(exc)[:200]})"
-            + ("; the write may or may not have committed" if certainty == "unknown" else ""),
-            details={"certainty": certainty, "space": self.space},
-        )
-        return err  # type: ignore[no-any-return]
+        """``BackendUnavailable`` (``details['certainty']``): ``certainty="unknown"`` for a write that may have committed."""
+        err: Exception = database_error(exc, _work().BackendUnavailable, f"{what}: PostgreSQL at {self.where} failed",
+                                        write=certainty == "unknown", details={"space": self.space})
+        return err
 
     @property
     def timeout(self) -> float:
@@ -308,23 +314,22 @@ class PgSettledReceipts:
 
     What ``<data-dir>/journal`` is to the file controller: every execution
     journal in this database (one per served profile, appended to by every
-    replica), read with ``store/_pg_journal.py``'s public
-    ``settled_pg_receipts`` on the work backend's pool (read-only: nothing is
-    registered or written). A failure raises (``StoreUnavailable``,
+    replica), read with the ``read`` it is given (``store/_pg_journal.py``'s public
+    ``settled_pg_receipts``, ``(pool, ids, *, timeout)``) on the work backend's pool (read-only: nothing is
+    registered or written). A failure raises (the reader's own error,
     ``SchemaOutOfDate``, ``BackendUnavailable``): the controller then leaves the
     operations ``unknown``, never guesses.
     """
 
-    def __init__(self, pg: _Pg) -> None:
+    def __init__(self, pg: _Pg, read: Callable[..., Awaitable[dict[str, dict[str, Any]]]]) -> None:
         self.pg = pg
+        self.read = read
 
     async def __call__(self, ids: set[str]) -> dict[str, dict[str, Any]]:
-        from ._pg_journal import settled_pg_receipts
-
         await self.pg.ready()
         try:  # one loan of the pool (the reader borrows it): holding another here could starve a small pool
-            return await settled_pg_receipts(self.pg.pool, ids, timeout=self.pg.timeout)
-        except StoreUnavailable:  # the reader's own error (named, redacted): the pool drops its dead connections
+            return await self.read(self.pg.pool, ids, timeout=self.pg.timeout)
+        except OpenFunctionsError:  # the reader's own error (named, redacted): the pool drops its dead connections
             await self.pg.lost()
             raise
         except self.pg.psycopg.Error as exc:
@@ -639,14 +644,14 @@ async def check_work_schema(conn: Any, *, where: str = "the database") -> int:
 async def migrate_work(dsn: str) -> tuple[int, int]:
     """``db migrate`` (every component, after the database's encoding check: ``migrate_components``); the ``work``
     component's ``(version before, version after)``."""
-    from ._migrations import migrate_components
-
     return (await migrate_components(dsn))[COMPONENT]
 
 
 def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, owner: str | None = None,
                     clock: Callable[[], float] | None = None, pool: Any = None, max_connections: int = 4,
-                    timeout: float = 10.0, artifacts: bool = False, artifact_quota: int | None = None) -> Any:
+                    timeout: float = 10.0, artifacts: Callable[..., Awaitable[Any]] | None = None,
+                    artifact_quota: int | None = None,
+                    receipts: Callable[..., Awaitable[dict[str, dict[str, Any]]]] | None = None) -> Any:
     """The ``WorkBackend`` of work space ``space`` in the database at ``dsn``, connected on first use.
 
     Built synchronously (a server builds its profile before its loop runs);
@@ -654,22 +659,27 @@ def pg_work_backend(dsn: str, space: str = DEFAULT_SPACE, *, ttl: float = 30.0, 
     opens the pool and checks the schema: older or newer than this code ->
     ``SchemaOutOfDate`` / ``SchemaTooNew`` (never migrated here). ``clock``:
     POSIX seconds for lease expiry (default: the database's clock, one for
-    every replica). ``artifacts``: the work artifacts too (``backend.artifacts``,
-    :class:`PgWorkArtifacts`; quota ``artifact_quota``, default 64 MiB), so
-    every replica reads the ids any other minted. Close it with ``await
-    backend.aclose()``.
+    every replica). ``artifacts``: an artifact store opener ``(dsn, name, *,
+    quota_bytes, pool)`` (``openfunctions.store.open_pg_artifact_store``): the
+    work artifacts too (``backend.artifacts``, :class:`PgWorkArtifacts`; quota
+    ``artifact_quota``, default 64 MiB), so every replica reads the ids any
+    other minted. ``receipts``: the execution journals' receipt reader
+    ``(pool, ids, *, timeout)`` (``openfunctions.store.settled_pg_receipts``)
+    recovery settles interrupted operations from; None: recovery leaves them
+    ``unknown`` for the operator. Close it with ``await backend.aclose()``.
     """
     from openfunctions.artifacts import DEFAULT_QUOTA_BYTES
 
     quota = (artifact_quota if artifact_quota is not None else DEFAULT_QUOTA_BYTES) if artifacts else None
-    pg = _Pg(dsn, pool, space, clock, max_connections=max_connections, timeout=timeout, artifact_quota=quota)
+    pg = _Pg(dsn, pool, space, clock, max_connections=max_connections, timeout=timeout, artifact_quota=quota,
+             open_artifacts=artifacts)
     leases = PgLeaseStore(pg, ttl=ttl, owner=owner)
     grants = PgGrantStore(pg)
 
     return _work().WorkBackend(leases=leases, attempts=PgAttemptLog(pg, leases), grants=grants, shared=True,
                                close=pg.close, open=pg.ready, resolutions=PgResolutionInbox(pg),
                                artifacts=PgWorkArtifacts(pg) if artifacts else None,
-                               settled_receipts=PgSettledReceipts(pg))
+                               settled_receipts=PgSettledReceipts(pg, receipts) if receipts else None)
 
 
 async def open_pg_work(dsn: str, space: str = DEFAULT_SPACE, **options: Any) -> Any:
@@ -720,3 +730,10 @@ def list_pg_work_spaces(dsn: str) -> list[str]:
 __all__ = ["pg_work_backend", "DEFAULT_SPACE", "PgAttemptLog", "PgGrantStore", "PgLeaseStore", "PgResolutionInbox",
            "PgSettledReceipts", "PgWorkArtifacts", "check_work_schema", "list_pg_work_spaces", "migrate_work", "open_pg_work",
            "verify_pg_work", "work_artifact_store_name"]
+
+
+def verify_pg_work_spaces(dsn: str) -> list[tuple[str, list[str], str]]:
+    """``db verify``'s audit of the work component (its entry in ``core.postgres.COMPONENTS``): every space."""
+    return [(f"work space {space}", verify_pg_work(dsn, space),
+             "seq contiguous, every record fenced by a generation that never went back")
+            for space in list_pg_work_spaces(dsn)]

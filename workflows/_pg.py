@@ -1,39 +1,49 @@
 """Durable workflow runs in PostgreSQL: the records of a run space, one writer per space.
 
 The table, its columns and the promises are written once, at the top of
-``store/_pg_workflows_schema.py``; the records themselves (and the one fold
-over them) are ``workflows/_runlog.py``'s. This module stores them as rows
-and knows nothing of their meaning.
+``workflows/_pg_schema.py``; the records themselves (and the one fold over
+them) are ``workflows/_runlog.py``'s. This module stores them as rows; the
+shared PostgreSQL plumbing (schema check, error reading) is
+``openfunctions.core.postgres``'s, the errors the store package's.
 
 - :func:`open_pg_workflow_log`: the space's writer. It holds a session
   advisory lock on its own connection and writes only on that connection (a
   writer whose connection died cannot write any more); a second writer gets
-  :class:`~._errors.StoreLocked`. ``records`` are the space's rows read at open. Its
+  :class:`~openfunctions.store.StoreLocked`. ``records`` are the space's rows read at open. Its
   connection's ``application_name`` is ``openfunctions-workflows:<space>`` (``pg_stat_activity``).
 - :meth:`PgWorkflowLog.append_many`: one committed multi-row ``INSERT``.
   A failed write leaves the log failed (its seq may or may not have moved):
   it refuses every later call until reopened, which re-reads the rows.
 - :meth:`PgWorkflowLog.replace`: compaction, one transaction.
 - :func:`read_pg_workflow_records`: a reader (synchronous, no lock, no write).
-- :func:`verify_pg_workflows` / :func:`list_pg_workflow_spaces`: ``db verify``'s audit of a space's rows
-  (seq contiguous, ``time`` and ``data`` well-formed, and, given the workflows' fold, every row folding).
+- :func:`verify_pg_workflows` / :func:`list_pg_workflow_spaces`: the audit of a space's rows (seq
+  contiguous, ``time`` and ``data`` well-formed, and, given a fold, every row folding);
+  :func:`verify_pg_workflow_spaces`: ``db verify``'s (every space, with the workflows' own fold).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from openfunctions.core import canonical_json, redact_dsn, utc_timestamp
+from openfunctions.core.postgres import (
+    advisory_key,
+    check_schema,
+    classify,
+    database_error,
+    distinct_spaces,
+    schema_problem,
+    schema_version_sync,
+)
+from openfunctions.core.postgres import load_psycopg as _psycopg
+from openfunctions.store import StoreError, StoreFailed, StoreLocked, StoreUnavailable
 
-from ._errors import StoreError, StoreFailed, StoreLocked, StoreUnavailable
-from ._pg import _psycopg, distinct_spaces
-from ._pg_workflows_schema import COMPONENT
+from ._pg_schema import COMPONENT
 
 _SELECT = "SELECT seq, type, time, data FROM of_workflow_records WHERE space = %s ORDER BY seq"
 
@@ -49,8 +59,7 @@ class PgWorkflowRecord(NamedTuple):
 
 def space_lock_key(space: str) -> int:
     """The session advisory lock key of a space's writer (see the schema module)."""
-    return int.from_bytes(hashlib.sha256(b"openfunctions.workflows:" + space.encode("utf-8")).digest()[:8], "big",
-                          signed=True)
+    return advisory_key(f"openfunctions.workflows:{space}")  # the same key every release has used
 
 
 def _rows(where: str, rows: Sequence[tuple[Any, ...]]) -> list[PgWorkflowRecord]:
@@ -93,12 +102,13 @@ class PgWorkflowLog:
         return self._conn
 
     def _fail(self, exc: Exception) -> StoreError:
-        self._failed = f"{type(exc).__name__}: {_first_line(exc) if str(exc).strip() else 'connection lost'}"
-        if isinstance(exc, (self._psycopg.OperationalError, self._psycopg.InterfaceError)):
-            return StoreUnavailable(f"workflow runs in {self.where}: {self._failed}; the write may or may not have "
-                                    "committed (this writer refuses further writes until reopened)", certainty="unknown")
-        return StoreFailed(f"workflow runs in {self.where}: {self._failed}; nothing was written (this writer refuses "
-                           "further writes until reopened)", certainty="known")
+        """The writer refuses further writes until reopened; a write that may have committed is ``StoreUnavailable``
+        (``certainty: unknown``), one the database refused before writing is ``StoreFailed``."""
+        failure = classify(exc, write=True)
+        self._failed = failure.reason if failure is not None else f"{type(exc).__name__}: {_first_line(exc)}"
+        into = StoreUnavailable if failure is None or failure.certainty == "unknown" else StoreFailed
+        return database_error(exc, into, f"workflow runs in {self.where}: a write failed, and this writer "
+                              "refuses further writes until reopened", write=True)
 
     def _stamp(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
         stamp = utc_timestamp()
@@ -173,10 +183,9 @@ async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: flo
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)),
                                                      application_name=f"openfunctions-workflows:{space}"[:63])
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
+        raise database_error(exc, StoreUnavailable, f"cannot connect to PostgreSQL at {redact_dsn(dsn)}",
+                             write=False) from None
     try:
-        from ._migrations import check_schema
-
         await check_schema(conn, COMPONENT, where=redact_dsn(dsn))
         deadline = time.monotonic() + lock_wait
         while not (await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (space_lock_key(space),))).fetchone())[0]:
@@ -188,7 +197,7 @@ async def open_pg_workflow_log(dsn: str, space: str = "default", *, timeout: flo
         records = _rows(where, await cur.fetchall())
     except psycopg.Error as exc:
         await conn.close()
-        raise StoreUnavailable(f"workflow runs in {where}: {_first_line(exc)}") from None
+        raise database_error(exc, StoreUnavailable, f"workflow runs in {where}", write=False) from None
     except BaseException:
         await conn.close()
         raise
@@ -202,17 +211,16 @@ def read_pg_workflow_records(dsn: str, space: str = "default", *, timeout: float
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)))
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {_first_line(exc)}") from None
+        raise database_error(exc, StoreUnavailable, f"cannot connect to PostgreSQL at {redact_dsn(dsn)}",
+                             write=False) from None
     try:
         with conn:
-            from ._migrations import schema_problem, schema_version_sync
-
             problem = schema_problem(COMPONENT, schema_version_sync(conn, COMPONENT), where=redact_dsn(dsn))
             if problem is not None:
                 raise problem
             return _rows(where, conn.execute(_SELECT, (space,)).fetchall())
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot read workflow runs in {where}: {_first_line(exc)}") from None
+        raise database_error(exc, StoreUnavailable, f"cannot read workflow runs in {where}", write=False) from None
 
 
 #: Record types a compaction writes at the head of a space (its seq then continues from the rows it replaced).
@@ -225,8 +233,8 @@ def verify_pg_workflows(dsn: str, space: str, *,
 
     Checks what the store promises (schema module): seq contiguous (from 1, or from a compaction's
     ``run_snapshot``/``compacted`` head: a compaction continues the seq), ``time`` an RFC 3339 UTC stamp,
-    ``data`` a JSON object. ``fold(where, records)``: the workflows' own fold (``db verify`` passes it in;
-    the store knows nothing of the records' meaning), raising an error whose message names the bad record;
+    ``data`` a JSON object. ``fold(where, records)``: the workflows' own fold (``workflows.cli.check_run_records``,
+    what :func:`verify_pg_workflow_spaces` passes), raising an error whose message names the bad record;
     run only when the rows are well-formed. Raises ``psycopg.Error`` if the database cannot be read."""
     psycopg, _ = _psycopg()
     where = f"{redact_dsn(dsn)} (space {space!r})"
@@ -268,10 +276,20 @@ def list_pg_workflow_spaces(dsn: str) -> list[str]:
     return distinct_spaces(dsn, "of_workflow_records", "DISTINCT space")
 
 
+def verify_pg_workflow_spaces(dsn: str) -> list[tuple[str, list[str], str]]:
+    """``db verify``'s audit of the workflows component (its entry in ``core.postgres.COMPONENTS``): every run
+    space, its rows folded with the workflows' own fold."""
+    from .cli import check_run_records
+
+    return [(f"workflow space {space}", verify_pg_workflows(dsn, space, fold=check_run_records),
+             "seq contiguous, time and data well-formed, every row folds into its run")
+            for space in list_pg_workflow_spaces(dsn)]
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = ["PgWorkflowLog", "PgWorkflowRecord", "list_pg_workflow_spaces", "open_pg_workflow_log",
-           "read_pg_workflow_records", "space_lock_key", "verify_pg_workflows"]
+           "read_pg_workflow_records", "space_lock_key", "verify_pg_workflow_spaces", "verify_pg_workflows"]

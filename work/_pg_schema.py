@@ -2,9 +2,9 @@
 
 ``MIGRATIONS[i]`` brings the component from version ``i`` to ``i + 1``;
 **append, never edit** a released entry. Applied only by ``openfunctions-mcp
-db migrate`` (registered in ``store/_migrations.py``); ``serve --database``
+db migrate`` (registered in ``core/postgres.py``'s ``COMPONENTS``); ``serve --database``
 refuses a version other than ``len(MIGRATIONS)``. The tables and what each
-column means are written once, at the top of ``store/_pg_work.py``.
+column means are written once, at the top of ``work/_pg.py``.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 ``MIGRATIONS[i]`` brings the component from version ``i`` to ``i + 1``;
 **append, never edit** a released entry. Applied only by ``openfunctions-mcp
-db migrate`` (registered in ``store/_migrations.py``); opening a space
+db migrate`` (registered in ``core/postgres.py``'s ``COMPONENTS``); opening a space
 refuses a version other than ``len(MIGRATIONS)``. Written by
-``store/_pg_workflows.py``; read by ``workflows/_runs.py``
+``workflows/_pg.py``; read by ``workflows/_runs.py``
 (``WorkflowRuns(database=URL)``).
 
 Table, version 1::
@@ -22,7 +22,7 @@ Table, version 1::
 
 Meaning: the rows of a space, in ``seq`` order, are the records of a workflow run
 journal (format version 2; the records and the fold are ``workflows/_runlog.py``'s),
-folded by the same ``fold``. Promises (``store/_pg_workflows.py``):
+folded by the same ``fold``. Promises (``workflows/_pg.py``):
 
 - **one writer per space**: the writer holds a session advisory lock (key:
   the first 8 bytes of ``sha256("openfunctions.workflows:" + space)``, signed)

@@ -64,8 +64,8 @@ from typing import Any
 import structlog
 
 from openfunctions.core import canonical_json, stop_task
-
-from ._pg_rows import PgRows, open_checked
+from openfunctions.core.postgres import PgRows, open_checked
+from openfunctions.store import StoreUnavailable
 
 log = structlog.get_logger("openfunctions.store.tasks")
 
@@ -106,6 +106,7 @@ class PgTaskLog(PgRows):
     """The task records of one journal (a server profile) in PostgreSQL; open with :func:`open_pg_task_log`."""
 
     what = "tasks"
+    error = StoreUnavailable
 
     def __init__(self, dsn: str, journal: str, pool: Any, owns_pool: bool) -> None:
         super().__init__(dsn, pool, owns_pool)
@@ -228,7 +229,8 @@ async def open_pg_task_log(dsn: str, journal: str, *, pool: Any = None, max_conn
                            timeout: float = 10.0) -> PgTaskLog:
     """Task records of ``journal`` (a server profile) at ``dsn``; refuses a ``tasks`` schema not this code's."""
     return await open_checked(dsn, COMPONENT, lambda p, owns: PgTaskLog(dsn, journal, p, owns), pool=pool,
-                              max_connections=max_connections, timeout=timeout, close=PgTaskLog.close)
+                              max_connections=max_connections, timeout=timeout, close=PgTaskLog.close,
+                              unavailable=StoreUnavailable)
 
 
 __all__ = ["CANCEL_CHANNEL", "INPUT_CHANNEL", "MIGRATIONS", "PgTaskLog", "open_pg_task_log"]

@@ -22,7 +22,7 @@ written only while the run is unfinished (so a replica's late finish after
 another replica's recovery wrote ``interrupted`` is refused, and the recovery's
 record stands). Recovery is evidence only: :meth:`PgRunLog.recover_dead` hands
 the records of each unfinished run of a dead process (its advisory lock free,
-:class:`~._pg_instances.PgInstance`) to a callback that builds the
+:class:`openfunctions.core.postgres.PgInstance`) to a callback that builds the
 ``interrupted`` record; nothing is resumed or re-run.
 """
 
@@ -33,9 +33,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from openfunctions.core import canonical_json
-
-from ._pg_instances import PgInstance
-from ._pg_rows import PgRows, open_checked
+from openfunctions.core.postgres import PgInstance, PgRows, drop_dead_connections, open_checked
+from openfunctions.store import StoreUnavailable
 
 COMPONENT = "runs"
 Record = tuple[str, dict[str, Any]]
@@ -72,6 +71,7 @@ class PgRunLog(PgRows):
     """Run records of one space in PostgreSQL; open with :func:`open_pg_run_log`."""
 
     what = "run records"
+    error = StoreUnavailable
 
     def __init__(self, dsn: str, space: str, pool: Any, owns_pool: bool) -> None:
         super().__init__(dsn, pool, owns_pool)
@@ -139,8 +139,12 @@ class PgRunLog(PgRows):
                 if await self.finish(run_id, interrupted(run_id, await self.records(run_id))):
                     done.append(run_id)
 
-        await self.live.ensure()
-        await self.live.recover_dead(self.pool, settle)
+        try:
+            await self.live.ensure()
+            await self.live.recover_dead(self.pool, settle)
+        except Exception:
+            await drop_dead_connections(self.pool)  # a restarted server: the next sweep gets live connections
+            raise
         return done
 
     async def close(self) -> None:
@@ -159,7 +163,8 @@ async def open_pg_run_log(dsn: str, space: str = "default", *, pool: Any = None,
             await log.live.register()
 
     return await open_checked(dsn, COMPONENT, lambda p, owns: PgRunLog(dsn, space, p, owns), pool=pool,
-                              max_connections=max_connections, timeout=timeout, then=register_, close=PgRunLog.close)
+                              max_connections=max_connections, timeout=timeout, then=register_, close=PgRunLog.close,
+                              unavailable=StoreUnavailable)
 
 
 __all__ = ["MIGRATIONS", "PgRunLog", "TailRow", "open_pg_run_log"]
