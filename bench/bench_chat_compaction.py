@@ -7,9 +7,10 @@ core journal in the data dir) issues ``--issues`` conversations one after
 another through :meth:`ChatAgent.open_conversation` (what ``POST /chat``
 without a conversation id does). Past ``limit`` each issue also evicts one,
 so the file grows by two records per issue and is compacted every
-``max(4 × limit, 256)`` records: ``JournalLog.rotate`` (a rename and a new
-header, three fsyncs, *on the event loop*), one ``snapshot`` append (writer
-thread), then the old segments unlinked (a worker thread).
+``max(4 × limit, 256)`` records (the core record stream's compaction):
+``JournalLog.rotate`` (a rename and a new header, three fsyncs, *on the event
+loop*), one ``snapshot`` and a ``compacted`` record appended (writer thread),
+then the old segments unlinked and the directory fsynced (on the event loop).
 
 Meanwhile a ticker task sleeps 1 ms at a time and records how late each wake-up
 is: the loop's stall. For every issue the largest stall seen while it ran is

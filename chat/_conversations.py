@@ -39,45 +39,59 @@ here: this is the one copy of the format. Header: ``kind``
 ``"chat-conversations"``, ``meta`` ``{"format":
 "openfunctions.chat-conversations", "version": 1, "agent": name}`` (after a
 compaction also ``previous``, the core journal's link to the segment it replaced).
-Records (``type``: ``data``), each applied by :func:`apply` to the table,
-live and at recovery alike; the table's order is least recently used
-first, and every record but ``evicted`` moves its conversation to the end:
+The table is the core record stream :data:`CONVERSATIONS`
+(``openfunctions.core.records``: one fold, :func:`apply`, used live and at
+open; the file is a ``FileRecordLog``). Records (``type``: ``data``); the
+table's order is least recently used first, and every record but
+``evicted`` moves its conversation to the end:
 
 - ``issued``: ``{id, thread_id, principal}`` — a new conversation
   (``principal``: the creator's, or null).
 - ``reset``: ``{id, thread_id}`` — the conversation starts over in a new
   memory thread.
-- ``used``: ``{id}`` — a turn of it completed (not written when the last
-  record already named it).
+- ``used``: ``{id}`` — a turn of it completed (not written when it already
+  is the most recently used).
 - ``evicted``: ``{id}`` — forgotten (past the bound; written in the same
   batch as the ``issued`` that pushed it out, or at open when the bound
   shrank).
 - ``snapshot``: ``{conversations: [[id, thread_id, principal], …]}`` —
   the whole table, least recently used first; it replaces whatever was
   folded before. Written only by a compaction.
+- ``compacted``: ``{segments: [file names], kept}`` — the core record
+  stream's end of a compaction's batch (not folded): the segments it names
+  are superseded. Files compacted by earlier versions have none (their
+  ``snapshot`` alone replaced the segments' state); earlier versions refuse
+  a file that holds one (an unknown record type).
 
 Every record is fsynced before the operation returns: an id is handed to a
 client only once its ``issued`` record is durable. Record, then apply: one
 change of the table at a time (a lock), its records appended and fsynced,
-then folded by :func:`apply`; if the append fails the table is unchanged,
-as a restart would find it (and the journal refuses later writes until the
-agent is reopened: ``JournalFailed``, 503 over HTTP). Compaction (when the file
-holds more than ``max(4 × limit, 256)`` records): the file is rotated into a
-segment (``JournalLog.rotate``), one ``snapshot`` is appended, then the
-segments are deleted. One compaction at a time (under the lock
-of every change); it deletes only the segments up to the one its own rotate
-made. The rotate runs on the event loop (a rename and a new header: three
-fsyncs), so a live server stalls that long once per compaction: 2–11 ms
-measured (``bench/bench_chat_compaction.py``, docs/CHAT.md), left there. Reading folds
-the segments (oldest first) and then the
-file, so a crash at any point of a compaction loses nothing (a ``snapshot``
-that made it replaces the segments' state; leftover segments are deleted on
-the next open once the file holds a snapshot). A compaction that fails (a rename or
-fsync error) does not undo the change that started it (its records are
-durable); the table then refuses every later change with ``JournalFailed``
-until the agent is reopened, which folds what is on disk. Reading fails closed: an
+then folded; if the append fails the table is unchanged, as a restart would
+find it (and the journal refuses later writes until the agent is reopened:
+``JournalFailed``, 503 over HTTP). Compaction (when the file holds more
+than ``max(4 × limit, 256)`` records) is the core record stream's one
+mechanism: the file is rotated into a segment (``JournalLog.rotate``), one
+``snapshot`` and a ``compacted`` record naming the superseded segments are
+appended as one batch (one fsync), then the segments are deleted and the
+directory fsynced. One compaction at a time (under the lock of every
+change). The rotate (a rename and a new header: three fsyncs) and the
+deletion (an unlink and a directory fsync) run on the event loop, so a live
+server stalls that long once per compaction: medians of 4–12 ms measured on
+a busy machine (``bench/bench_chat_compaction.py``, docs/CHAT.md), left
+there. Reading starts at the newest of the file and its segments that
+holds a ``compacted`` record and folds forward (with none, every segment
+oldest first, then the file), so a crash at any point of a compaction loses
+nothing; segments a finished compaction left behind are deleted on the next
+open (those of a compaction by an earlier version, on the next compaction).
+A compaction that fails (a rename or fsync error) does not undo the change
+that started it (its records are durable); the table then refuses every
+later change with ``JournalFailed`` until the agent is reopened, which
+folds what is on disk. Reading fails closed (the stream's unknown-record
+policy is ``REFUSE``: a conversation's principal decides who may continue
+it, so a table folded without a newer writer's record is not served): an
 unknown record type or a record missing a field raises
-:class:`ChatConfigError` naming the file and the record (the agent is not created).
+:class:`ChatConfigError` naming the file and the record (the agent is not
+created).
 
 With memory off the history lives in the process, so the table does too: a
 restart forgets it (clients start a new conversation).
@@ -120,11 +134,9 @@ first user message among them.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import secrets
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,7 +146,8 @@ import structlog
 
 from openfunctions.adapters import Message, Role, valid_text
 from openfunctions.core import JournalFailed, OpenFunctionsError, new_id
-from openfunctions.core.journal import JournalLog, read_records, segment_paths
+from openfunctions.core.journal import JournalLog
+from openfunctions.core.records import Entry, FileRecordLog, RecordStream, StreamRecord, UnknownRecords
 
 from ._errors import ChatConfigError, ConversationNotFound, InvalidConversation
 
@@ -203,6 +216,37 @@ def apply(table: OrderedDict[str, Conversation], type: str, data: dict[str, Any]
         raise ValueError(f"unknown record type {type!r}")
     table.move_to_end(_id(data))
     return _id(data)
+
+
+def _apply_record(table: OrderedDict[str, Conversation], rec: StreamRecord) -> None:
+    apply(table, rec.type, rec.data)
+
+
+def _malformed(where: Path | str, rec: StreamRecord, exc: Exception) -> ChatConfigError:
+    why = getattr(exc, "message", None) or str(exc)
+    return ChatConfigError(
+        f"conversation table {str(where)!r}: record {rec.seq} ({rec.type!r}) is malformed: {why}; "
+        "move the file aside to start with no conversations",
+        details={"path": str(where), "seq": rec.seq})
+
+
+def _snapshot(table: OrderedDict[str, Conversation]) -> list[tuple[str, dict[str, Any]]]:
+    return [("snapshot", {"conversations": [[c.id, c.thread_id, c.principal] for c in table.values()]})]
+
+
+def conversations_stream(agent: str | None = None) -> RecordStream[OrderedDict[str, Conversation]]:
+    """The table's record stream; ``agent``: the name a new file's header (and a compaction's) carries."""
+    meta: dict[str, Any] = {"format": FORMAT, "version": VERSION}
+    if agent is not None:
+        meta["agent"] = agent
+    return RecordStream(
+        "chat conversations", kind=KIND, types={"issued", "reset", "used", "evicted", "snapshot"},
+        new_state=OrderedDict, apply=_apply_record, unknown=UnknownRecords.REFUSE, meta=meta, snapshot=_snapshot,
+        malformed=_malformed)
+
+
+#: The conversation table as a core record stream (what a reader folds; a writer's names its agent).
+CONVERSATIONS = conversations_stream()
 
 
 def stored(message: Message) -> tuple[Role, str, dict[str, Any]]:
@@ -278,9 +322,8 @@ class Conversations:
 
     def __init__(self, limit: int = MAX_CONVERSATIONS) -> None:
         self.limit = limit
-        self._table: OrderedDict[str, Conversation] = OrderedDict()
-        self._log: JournalLog | None = None
-        self._tail: str | None = None  # the id the last record moved to the end
+        self._memory: OrderedDict[str, Conversation] = OrderedDict()  # the table while there is no file
+        self._file: FileRecordLog[OrderedDict[str, Conversation]] | None = None
         self._records = 0  # records in the file since its start (a compaction past max(4 x limit, 256))
         self._lock = anyio.Lock()  # held by every change of the table: one at a time, compaction included
         self._leaving: set[str] = set()  # ids whose "evicted" record is being written (get: not found)
@@ -294,42 +337,31 @@ class Conversations:
         Raises JournalLocked (another process holds it), JournalCorrupt, JournalUnsafe, ChatConfigError (a record
         the fold refuses)."""
         self = cls(limit)
-        for seg in segment_paths(path):
-            self._fold(read_records(seg), seg)
-        seen: list[Any] = []
-        log = await JournalLog.open(path, kind=KIND, meta={"format": FORMAT, "version": VERSION, "agent": agent},
-                                    on_record=seen.append)
+        self._file = await FileRecordLog.open(conversations_stream(agent), path)
         try:
-            self._fold(seen, path)
-            self._records = len(seen)
-            if any(r.type == "snapshot" for r in seen):  # a finished compaction's leftovers
-                await anyio.to_thread.run_sync(_unlink_all, segment_paths(path))
-            self._log = log
+            self._records = self._file.log.last_seq
             extra = [("evicted", {"id": c.id}) for c in list(self._table.values())[: max(0, len(self._table) - limit)]]
             if extra:  # the bound shrank since the last run (--max-conversations)
                 async with self._lock:
                     await self._change(extra)
         except BaseException:
-            self._log = None
-            with anyio.CancelScope(shield=True):
-                await log.close()
+            file, self._file = self._file, None
+            await file.close()
             raise
         return self
 
-    def _fold(self, records: Iterable[Any], path: Path) -> None:
-        for rec in records:
-            try:
-                moved = apply(self._table, rec.type, rec.data)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ChatConfigError(
-                    f"conversation table {str(path)!r}: record {rec.seq} ({rec.type!r}) is malformed: {exc}; "
-                    "move the file aside to start with no conversations",
-                    details={"path": str(path), "seq": rec.seq}) from None
-            self._tail = moved if moved is not None else self._tail
+    @property
+    def _table(self) -> OrderedDict[str, Conversation]:
+        return self._file.state if self._file is not None else self._memory
+
+    @property
+    def _log(self) -> JournalLog | None:
+        """The table's journal (None: in the process only)."""
+        return self._file.log if self._file is not None else None
 
     @property
     def durable(self) -> bool:
-        return self._log is not None
+        return self._file is not None
 
     def __len__(self) -> int:
         return len(self._table)
@@ -371,7 +403,7 @@ class Conversations:
     async def used(self, conv: Conversation) -> None:
         """A turn of ``conv`` completed: it becomes the most recently used (no record if it already is)."""
         async with self._lock:
-            if conv.id != self._tail and conv.id in self._table:
+            if conv.id != next(reversed(self._table), None) and conv.id in self._table:
                 await self._change([("used", {"id": conv.id})])
 
     async def _change(self, records: list[Record]) -> None:
@@ -380,14 +412,14 @@ class Conversations:
         compaction) at a time, so log order is table order."""
         if self._failure is not None:
             raise self._failure
-        with anyio.CancelScope(shield=True):  # a cancelled caller's records are still written: apply them too
-            if self._log is not None:
-                await self._log.append_many(records)
-                self._records += len(records)
-            for type, data in records:
-                moved = apply(self._table, type, data)
-                self._tail = moved if moved is not None else self._tail
-            if self._log is not None and self._records > max(4 * self.limit, 256):
+        if self._file is None:
+            CONVERSATIONS.fold([Entry(t, d) for t, d in records], self._memory)
+            return
+        # shielded there: a cancelled caller's records are still written, and folded too
+        await self._file.append_many(records)
+        self._records += len(records)
+        if self._records > max(4 * self.limit, 256):
+            with anyio.CancelScope(shield=True):
                 try:
                     await self._compact()
                 except (OpenFunctionsError, OSError) as exc:
@@ -395,23 +427,25 @@ class Conversations:
                     # every later change is refused, as after a failed append, until the agent is reopened.
                     why = getattr(exc, "message", None) or f"{type_name(exc)}: {exc}"
                     self._failure = JournalFailed(
-                        f"conversation table {str(self._log.path)!r}: its compaction failed ({why}); nothing is lost "
+                        f"conversation table {str(self._file.path)!r}: its compaction failed ({why}); nothing is lost "
                         "(the next open folds what is on disk): restart the chat to use it again",
-                        details={"path": str(self._log.path)})
-                    log.error("chat_conversations_compaction_failed", path=str(self._log.path), error=why)
+                        details={"path": str(self._file.path)})
+                    log.error("chat_conversations_compaction_failed", path=str(self._file.path), error=why)
 
     async def _compact(self) -> None:
-        """Rotate, one snapshot, then delete the segments up to the one this rotate made (never a newer one).
-        Runs under ``_lock``, so never two at once; a crash between any two steps loses nothing (see the top)."""
-        assert self._log is not None
-        rotated = await self._log.rotate(meta={"format": FORMAT, "version": VERSION,
-                                               "agent": self._log.header.meta.get("agent")})
-        self._records = 0
-        rows = [[c.id, c.thread_id, c.principal] for c in self._table.values()]
-        await self._log.append("snapshot", {"conversations": rows})
-        self._records = 1
-        older = [p for p in segment_paths(self._log.path) if _segment_number(p) <= _segment_number(rotated)]
-        await anyio.to_thread.run_sync(_unlink_all, older)
+        """The core record stream's compaction (rotate; ``snapshot`` + ``compacted`` in one fsync; delete the
+        segments). Runs under ``_lock``, so never two at once; a crash between any two steps loses nothing."""
+        assert self._file is not None
+        live = self._file.state
+        done = await self._file.compact(kept=len(live))
+        self._records = done.written
+        # The fold of what was written is the live table (the same ids, threads, principals and order), made of
+        # new objects: turns in flight hold the live ones (their lock, busy count and history), so keep those.
+        folded = self._file.state
+        for cid, conv in folded.items():
+            old = live.get(cid)
+            if old is not None and (old.thread_id, old.principal) == (conv.thread_id, conv.principal):
+                folded[cid] = old
 
     def get(self, conversation_id: Any, *, principal: Any = ANY) -> Conversation:
         """The conversation ``conversation_id`` names, or :class:`InvalidConversation` (not an id this agent
@@ -431,25 +465,9 @@ class Conversations:
         return conv
 
     async def close(self) -> None:
-        if self._log is not None:
-            await self._log.close()
+        if self._file is not None:
+            await self._file.close()
 
 
-def _segment_number(path: Path) -> int:
-    return int(path.name.rsplit(".seg-", 1)[1])
-
-
-def _unlink_all(paths: list[Path]) -> None:
-    for p in paths:
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
-    if paths:
-        from openfunctions.core.files import fsync_dir
-
-        fsync_dir(paths[0].parent)
-
-
-__all__ = ["CONVERSATION_ID_RE", "HISTORY_VERSION", "MAX_CONVERSATIONS", "Conversation", "Conversations", "apply",
-           "from_stored", "log_path", "stored"]
+__all__ = ["CONVERSATIONS", "CONVERSATION_ID_RE", "HISTORY_VERSION", "MAX_CONVERSATIONS", "Conversation",
+           "Conversations", "apply", "conversations_stream", "from_stored", "log_path", "stored"]

@@ -26,10 +26,17 @@ versions never go back). Records (``data`` field by field):
 - ``txn``: ``{"ops": [put-or-del data with "op": "put"|"del"], "at": ...}`` — one
   transaction, applied whole or (if its line is torn) not at all.
 
-:func:`_fold` applies a record to the in-memory state; it is the only code
-that does, both during recovery and live. A value lives in memory once
-acknowledged; reads never return a value whose record is not yet durable
-(a read waits for a pending write of its key to be fsynced).
+:data:`STORE` is the journal as a core record stream
+(``openfunctions.core.records``): its one fold applies a record to the
+in-memory state, during recovery and live (live, a write is applied when it
+is queued, before it is durable: a value lives in memory once acknowledged,
+and reads never return a value whose record is not yet durable — a read
+waits for a pending write of its key to be fsynced). Its policy for a record
+type it does not know is ``REFUSE``: the store is what its callers read, and
+versions are compared by compare-and-set, so a state folded without a newer
+writer's record (a value it set, a revision it consumed) is never served.
+Such a record, or a record missing a field, fails the open with
+``StoreCorrupt`` naming the file and the record.
 
 Compaction (while running, and at open): when the journal holds more than
 ``compact_min_records`` records (default :data:`COMPACT_MIN_RECORDS`) and
@@ -56,6 +63,20 @@ harmless, records carry absolute versions. :meth:`LocalStore.compact` runs
 the same on demand and :meth:`LocalStore.stats` reports the counters.
 One process owns a store at a time (``StoreLocked`` names the holder); to
 share state between processes or machines use PostgreSQL.
+
+Why this compaction and not the core record stream's (``FileRecordLog.compact``):
+that one writes the snapshot and its ``compacted`` record in one batch right
+after a rotate, and nothing else may be appended in between (a write
+appended after the rotate and before the snapshot would be folded *before*
+older values the snapshot re-states, and the fold's ``put`` sets, it does not
+compare versions). So every write would wait while the whole snapshot is
+encoded and written, which for a store is every live value. This one keeps
+the store's guarantee instead: writes go on into the old file while the
+snapshot is written, and wait only for the switch (the tail's last records,
+an fsync and a rename). It also carries the revision floor in the new
+file's header, which a core snapshot of ``put`` records could not. The fold
+itself is the stream's: compaction changes which records are in the file,
+never how they are applied.
 """
 
 from __future__ import annotations
@@ -77,6 +98,8 @@ import anyio
 from openfunctions.core import JournalCorrupt, JournalLocked, JournalUnsafe, utc_timestamp
 from openfunctions.core.files import fsync_dir
 from openfunctions.core.journal import JournalLog, JournalMismatch, Record
+from openfunctions.core.records import Entry as Pending
+from openfunctions.core.records import RecordStream, StreamRecord, UnknownRecords
 
 from ._api import (
     DEFAULT_LIST_LIMIT,
@@ -137,22 +160,56 @@ class _State:
             self.rev = ver
 
 
-def _fold(state: _State, type: str, data: dict[str, Any]) -> None:
-    """Apply one record to the state: the one fold, used live and at recovery."""
-    state.records += 1
+def _key_ver(data: dict[str, Any]) -> tuple[str, int]:
+    k, ver = data["k"], data["ver"]
+    if type(k) is not str or type(ver) is not int:
+        raise TypeError(f"k must be a string and ver an integer, not {type(k).__name__} and {type(ver).__name__}")
+    return k, ver
+
+
+def _apply(state: _State, rec: StreamRecord) -> None:
+    """Apply one record to the state: the one fold (:data:`STORE`'s), used live and at recovery."""
+    data = rec.data
     at = data.get("at", "")
-    if type == "put":
-        state._set(data["k"], data["v"], data["ver"], at)
-    elif type == "del":
-        state._del(data["k"], data["ver"])
-    elif type == "txn":
-        for op in data["ops"]:
+    if rec.type == "put":
+        k, ver = _key_ver(data)
+        state._set(k, data["v"], ver, at)
+    elif rec.type == "del":
+        state._del(*_key_ver(data))
+    else:  # "txn": applied whole (its ops are checked before any is applied)
+        ops = data["ops"]
+        if not isinstance(ops, list) or any(not isinstance(op, dict) or op.get("op") not in ("put", "del")
+                                            for op in ops):
+            raise ValueError("ops must be a list of {op: put|del, ...}")
+        for op in ops:
+            _key_ver(op)
+            if op["op"] == "put" and "v" not in op:
+                raise KeyError("v")
+        for op in ops:
             if op["op"] == "put":
                 state._set(op["k"], op["v"], op["ver"], at)
             else:
                 state._del(op["k"], op["ver"])
-    else:
-        raise StoreCorrupt(f"unknown store record type {type!r}")
+    state.records += 1
+
+
+def _malformed(where: Path | str, rec: StreamRecord, exc: Exception) -> StoreCorrupt:
+    why = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+    return StoreCorrupt(f"store journal {str(where)!r}: record {rec.seq} ({rec.type!r}) cannot be applied: {why}; "
+                        "nothing was changed (move the store directory aside to start empty, or restore a backup)",
+                        details={"path": str(where), "seq": rec.seq, "type": rec.type})
+
+
+def _snapshot(state: _State) -> list[tuple[str, dict[str, Any]]]:
+    """The records a compaction writes: one ``put`` per live entry (the revision floor goes in the header)."""
+    return [("put", {"k": e.key, "v": e.value, "ver": e.version, "at": e.updated_at}) for e in state.data.values()]
+
+
+#: The store's journal as a core record stream: its one fold, live and at recovery (the journal and its
+#: compaction are the store's own: see the module docstring).
+STORE: RecordStream[_State] = RecordStream(
+    "local store", kind="store", types={"put", "del", "txn"}, new_state=_State, apply=_apply,
+    unknown=UnknownRecords.REFUSE, meta={"format": FORMAT}, snapshot=_snapshot, malformed=_malformed)
 
 
 class _DirLock:
@@ -223,6 +280,7 @@ class LocalStore(Store):
             raise StoreUnsafe(f"compact_ratio must be a number >= 1 (records per live key), got {compact_ratio!r}")
         self.name = name
         self.directory = directory
+        self._where = str(directory / JOURNAL_NAME)  # what a record the fold refuses is named by
         self.max_value_bytes = max_value_bytes
         self.compact_min_records = compact_min_records
         self.compact_ratio = float(compact_ratio)
@@ -285,7 +343,7 @@ class LocalStore(Store):
         state._bulk = True
 
         def see(rec: Record) -> None:
-            _fold(state, rec.type, rec.data)
+            STORE.apply(state, rec, self._where)
 
         meta = {"store": self.name, "format": FORMAT, "rev": 0}
         try:
@@ -308,7 +366,7 @@ class LocalStore(Store):
         self.compactions += 1
         tmp = self.directory / (JOURNAL_NAME + ".compact")
         state = self._state
-        snapshot = [("put", {"k": e.key, "v": e.value, "ver": e.version, "at": e.updated_at}) for e in state.data.values()]
+        snapshot = STORE.snapshot(state)
         base_records = state.records
         tail: list[tuple[str, dict[str, Any]]] = []
         self._tail = tail
@@ -481,7 +539,7 @@ class LocalStore(Store):
     async def _put(self, key: str, value: Any) -> Entry:
         ver, at = self._next_ver(), utc_timestamp()
         data = {"k": key, "v": value, "ver": ver, "at": at}
-        _fold(self._state, "put", data)
+        STORE.apply(self._state, Pending("put", data), self._where)
         await self._wait(self._append("put", data, [key]))
         return Entry(key, value, ver, at)
 
@@ -496,7 +554,7 @@ class LocalStore(Store):
 
     async def _delete(self, key: str) -> None:
         data = {"k": key, "ver": self._next_ver(), "at": utc_timestamp()}
-        _fold(self._state, "del", data)
+        STORE.apply(self._state, Pending("del", data), self._where)
         await self._wait(self._append("del", data, [key]))
 
     def _conflict(self, key: str, expected: int) -> Conflict:
@@ -629,7 +687,7 @@ class _LocalTransaction(Transaction):
         if not ops:
             return
         data = {"ops": ops, "at": utc_timestamp()}
-        _fold(s._state, "txn", data)
+        STORE.apply(s._state, Pending("txn", data), s._where)
         await s._wait(s._append("txn", data, [op["k"] for op in ops]))
 
 
@@ -658,4 +716,4 @@ async def open_local_store(name: str, data_dir: str | os.PathLike[str] | None = 
                                  compact_min_records=compact_min_records, compact_ratio=compact_ratio)
 
 
-__all__ = ["LocalStore", "open_local_store", "default_data_dir", "store_dir"]
+__all__ = ["STORE", "LocalStore", "default_data_dir", "open_local_store", "store_dir"]

@@ -166,9 +166,7 @@ class FileRecordLog(Generic[S]):
             sources = await anyio.to_thread.run_sync(lambda: _Sources(log_.path, seen))
             folded = await anyio.to_thread.run_sync(lambda: _fold(stream, sources))
             if sources.leftover and not stream.keep_segments:
-                for p in sources.leftover:
-                    _unlink(p)
-                fsync_dir(log_.path.parent)
+                await anyio.to_thread.run_sync(_drop_segments, sources.leftover, log_.path.parent)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await log_.close()
@@ -222,9 +220,7 @@ class FileRecordLog(Generic[S]):
             batch = [*kept, marker([p.name for p in segments], info)]
             written = await self.log.append_many(batch)
             if not self.stream.keep_segments:
-                for p in segments:
-                    _unlink(p)
-                fsync_dir(self.path.parent)
+                await anyio.to_thread.run_sync(_drop_segments, segments, self.path.parent)
         unknown: list[StreamRecord] = []
         self.state = self.stream.fold(written, where=self.path, unknown=unknown)
         self.unknown = unknown
@@ -240,6 +236,14 @@ class FileRecordLog(Generic[S]):
 
     def __repr__(self) -> str:
         return f"<FileRecordLog {self.stream.name} {str(self.path)!r}>"
+
+
+def _drop_segments(paths: Sequence[Path], directory: Path) -> None:
+    """Delete superseded segments and make that durable: in a worker thread, since unlinking a large
+    file and fsyncing its directory can stall the event loop for tens of milliseconds."""
+    for p in paths:
+        _unlink(p)
+    fsync_dir(directory)
 
 
 def _unlink(path: Path) -> None:

@@ -326,18 +326,18 @@ class _FailingSync:
 
 async def test_a_turn_whose_conversation_use_cannot_be_recorded_still_delivers_its_answer_with_a_warning(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import openfunctions.chat._conversations as conversations
+    import openfunctions.core.records._file as record_files
     from openfunctions.core import JournalFailed
     from openfunctions.core.journal import JournalLog
 
     ops = _FailingSync()
 
-    class OnAFailingDisk:  # the conversation table's journal only (the module's name for the class)
+    class OnAFailingDisk:  # the record streams' name for the class: in a chat agent, the conversation table's only
         @staticmethod
         async def open(path: Any, **kw: Any) -> JournalLog:
             return await JournalLog.open(path, _ops=ops, **kw)
 
-    monkeypatch.setattr(conversations, "JournalLog", OnAFailingDisk)
+    monkeypatch.setattr(record_files, "JournalLog", OnAFailingDisk)
     model = ScriptedAdapter(["the answer", "another answer"])
     async with await open_chat_agent(adapter=model, data_dir=tmp_path) as agent:
         first, second = await agent.open_conversation(), await agent.open_conversation()

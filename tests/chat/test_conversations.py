@@ -191,7 +191,7 @@ async def test_a_crash_between_any_two_steps_of_a_compaction_loses_nothing(tmp_p
     import itertools
     import shutil
 
-    import openfunctions.chat._conversations as module
+    import openfunctions.core.records._file as module  # the table's compaction is the core record stream's
     from openfunctions.core.journal import JournalLog
 
     path = tmp_path / "live" / "chat" / "t.conversations.journal"
@@ -200,7 +200,7 @@ async def test_a_crash_between_any_two_steps_of_a_compaction_loses_nothing(tmp_p
     numbers = itertools.count()
 
     def crash_here(step: str) -> None:
-        copy = tmp_path / f"crash{next(numbers)}"  # (the deletions run in a worker thread)
+        copy = tmp_path / f"crash{next(numbers)}"
         copy.mkdir(mode=0o700)
         for name in os.listdir(path.parent):
             try:
@@ -209,21 +209,20 @@ async def test_a_crash_between_any_two_steps_of_a_compaction_loses_nothing(tmp_p
                 pass
         crashes.append((step, copy / path.name, rows(table)))
 
-    rotate, unlink_all = JournalLog.rotate, module._unlink_all
+    rotate, unlink = JournalLog.rotate, module._unlink
 
     async def rotate_then_crash(self: JournalLog, **kw: Any) -> Path:
         seg = await rotate(self, **kw)
         crash_here("after the rotate")
         return seg
 
-    def unlink_then_crash(paths: list[Path]) -> None:
+    def unlink_then_crash(p: Path) -> None:  # one segment at a time, oldest first
         crash_here("after the snapshot")
-        for p in paths:  # one segment at a time, oldest first
-            unlink_all([p])
-            crash_here(f"after deleting {p.name}")
+        unlink(p)
+        crash_here(f"after deleting {p.name}")
 
     monkeypatch.setattr(JournalLog, "rotate", rotate_then_crash)
-    monkeypatch.setattr(module, "_unlink_all", unlink_then_crash)
+    monkeypatch.setattr(module, "_unlink", unlink_then_crash)
     for _ in range(20):
         async with anyio.create_task_group() as tg:
             for _ in range(30):

@@ -9,17 +9,16 @@ from typing import Any
 from fixture_tools import factory
 
 from openfunctions.core import ToolRegistry, define_tool
-from openfunctions.servers import REQUEST_CONTEXT_KEY
 
 
 async def _tell(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    request = ctx.metadata[REQUEST_CONTEXT_KEY]
+    request = ctx.request
     await request.session.send_log_message("info", {"said": p.get("text", "hi")}, related_request_id=request.request_id)
     return {"told": True}
 
 
 async def _ask(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    result = await ctx.metadata["openfunctions.sampler"](
+    result = await ctx.host.sample(
         {"messages": [{"role": "user", "content": {"type": "text", "text": p.get("question", "2+2?")}}], "maxTokens": 8})
     return {"answer": result["content"]["text"]}
 
@@ -28,7 +27,7 @@ async def _reconnect(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """Closes its own SSE stream mid-call (the SDK's ``close_sse_stream``), then goes on once ``<dir>/release`` exists."""
     import anyio
 
-    request = ctx.metadata[REQUEST_CONTEXT_KEY]
+    request = ctx.request
     await request.session.send_log_message("info", "before", related_request_id=request.request_id)
     await request.close_sse_stream()
     release = Path(p["dir"]) / "release"
