@@ -12,7 +12,6 @@ import argparse
 import http.server
 import json
 import multiprocessing
-import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ import pytest
 from openfunctions.core import ToolRegistry
 from openfunctions.providers import Gateway, McpProvider, connect_provider, parse_upstreams
 from openfunctions.providers.cli import cmd_check
+from tests._harness import alive
 
 pytestmark = [pytest.mark.slow]
 
@@ -211,16 +211,6 @@ def test_a_huge_tool_list_is_capped_and_a_relisting_redefines_only_what_changed(
     run_bounded(body)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0): read its state where /proc has it.
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ", 1)[1].startswith("Z"))
-
-
 def test_an_endless_line_closes_the_connection_and_stops_the_upstream(tmp_path):
     markers = tmp_path / "markers"
     spec = {"tools": [{"name": "endless", "inputSchema": {"type": "object"}},
@@ -235,7 +225,7 @@ def test_an_endless_line_closes_the_connection_and_stops_the_upstream(tmp_path):
             assert "maxLineBytes" in d.error.message
             pid = int((markers / "endless.called").read_text())
             with anyio.fail_after(BOUND):  # the violating process is stopped, not left writing
-                while _alive(pid):
+                while alive(pid):
                     await anyio.sleep(0.05)
             again = await registry.execute_detailed("mcp__h__fine", {})  # a new connection serves
             assert again.ok, again.error

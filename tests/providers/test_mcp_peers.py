@@ -131,24 +131,30 @@ async def test_a_governed_policy_refuses_filesystem_write_file_for_a_principal(t
         await connected.close()
 
 
-async def test_an_upstream_down_at_start_is_mounted_when_it_comes_up(tmp_path):
+async def test_an_upstream_down_at_start_is_mounted_when_it_comes_up(tmp_path, monkeypatch):
     import subprocess
 
     import anyio
 
+    from openfunctions.providers import _mcp
+
     from .._net import free_port, wait_for_port
     from ..interop._serve import cli_command
 
+    # What is tested is that a retry finds the server once it is up, not the backoff schedule: with the
+    # default 30 s cap the retries may have grown to seconds apart by the time the server listens.
+    monkeypatch.setattr(_mcp, "BACKOFF_MAX_S", 1.0)
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     registry = ToolRegistry()
-    connected = await connect_provider(McpProvider(one_upstream("late", {"url": url, "connectTimeout": 10})), registry)
+    connected = await connect_provider(McpProvider(one_upstream("late", {"url": url, "connectTimeout": 2})), registry)
     proc = None
     try:
         health = await connected.health()
         assert health.status == "down" and "ConnectError" in (health.message or "")
         # A call meanwhile is refused before anything is sent: certainty known. (No tools are mounted yet,
-        # so call the provider the way a mounted tool's handler does.)
+        # so call the provider the way a mounted tool's handler does.) It waits connectTimeout for a
+        # reconnect first, hence 2 s here: an attempt that times out later on is retried, not fatal.
         with pytest.raises(Exception) as info:
             await connected.call("of_hash_text", {"text": "x"}, ToolExecutionContext())
         assert info.value.code == "upstream_unavailable" and info.value.effect_happened is False

@@ -5,15 +5,30 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from .._net import free_port, wait_for_port  # noqa: F401  (re-exported: tests/work imports them from here)
+from .._harness import await_file, free_port, wait_for, wait_for_file, wait_for_port  # noqa: F401  (re-exported)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+
+
+@pytest.fixture(scope="session")
+def dists(tmp_path_factory):
+    """The release artifacts, built once a session: ``python -m build --no-isolation`` makes the sdist and
+    then the wheel *from the sdist* (a file missing from the sdist breaks the wheel). Returns (sdist, wheel);
+    test_release.py checks them, test_packaging.py runs the wheel the way a user does."""
+    pytest.importorskip("build", reason="the test extra installs build")
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "deprecated" not in proc.stdout + proc.stderr, "setuptools warns about our metadata"
+    (sdist,) = out.glob("openfunctions_mcp-*.tar.gz")
+    (wheel,) = out.glob("openfunctions_mcp-*.whl")
+    return sdist, wheel
 
 
 def server_env(**extra: str) -> dict[str, str]:
@@ -26,23 +41,6 @@ def server_env(**extra: str) -> dict[str, str]:
 
 def serve_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "openfunctions.servers", "serve", *args]
-
-
-def wait_for_file(path: Path, timeout: float = 30.0) -> None:
-    """Cross-process event: the fixture tools signal by creating files."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.01)
-
-
-async def await_file(path: Path, timeout: float = 30.0) -> None:
-    import anyio
-
-    with anyio.fail_after(timeout):
-        while not path.exists():
-            await anyio.sleep(0.01)
 
 
 async def cancel_slow_call(client, markers: Path) -> None:
@@ -61,24 +59,27 @@ async def cancel_slow_call(client, markers: Path) -> None:
     await await_file(markers / "cancelled")
 
 
-@pytest.fixture
-def http_server(tmp_path):
-    """Yields ``start(*extra, env=, path=)``: it runs `serve --transport http` on a free port and
-    returns ``(url, proc)``. Every server started is killed after the test."""
-    procs: list[subprocess.Popen] = []
+def _start_http(data_dir: Path, procs: list[subprocess.Popen], *extra: str, env: dict[str, str] | None = None,
+                path: str = "/mcp", log: Path | None = None) -> tuple[str, subprocess.Popen]:
+    """Start ``serve --transport http``; its output goes to pipes the test may read, or to ``log`` (a server
+    that outlives one test must not fill a pipe nobody reads)."""
+    port = free_port()
+    argv = serve_argv(
+        "--transport", "http", "--port", str(port), "--path", path,
+        "--module", "fixture_tools:registry", "--example-tools", "--data-dir", str(data_dir), *extra,
+    )
+    if log is None:
+        proc = subprocess.Popen(argv, env=server_env(**(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    else:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(argv, env=server_env(**(env or {})), stdout=out, stderr=subprocess.STDOUT)
+    procs.append(proc)
+    wait_for_port(port, proc, output=None if log is None else lambda: log.read_text(errors="replace"))
+    return f"http://127.0.0.1:{port}{path}", proc
 
-    def start(*extra: str, env: dict[str, str] | None = None, path: str = "/mcp"):
-        port = free_port()
-        argv = serve_argv(
-            "--transport", "http", "--port", str(port), "--path", path,
-            "--module", "fixture_tools:registry", "--example-tools", "--data-dir", str(tmp_path / "data"), *extra,
-        )
-        proc = subprocess.Popen(argv, env=server_env(**(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        wait_for_port(port, proc)
-        return f"http://127.0.0.1:{port}{path}", proc
 
-    yield start
+def _stop_all(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
             p.kill()
@@ -86,6 +87,33 @@ def http_server(tmp_path):
         for s in (p.stdout, p.stderr):
             if s:
                 s.close()
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """Yields ``start(*extra, env=, path=)``: it runs `serve --transport http` on a free port and
+    returns ``(url, proc)``. Every server started is killed after the test."""
+    procs: list[subprocess.Popen] = []
+    yield lambda *extra, **kw: _start_http(tmp_path / "data", procs, *extra, **kw)
+    _stop_all(procs)
+
+
+@pytest.fixture(scope="module")
+def shared_http_server(tmp_path_factory):
+    """``http_server`` for the tests of one module that only talk to the server: ``start(*extra)`` starts one
+    server per distinct ``extra`` and hands the same one to every later test asking for it (a server start is
+    a second or two; a test that stops the server, reads its journal or its stderr takes ``http_server``)."""
+    procs: list[subprocess.Popen] = []
+    started: dict[tuple[str, ...], tuple[str, subprocess.Popen]] = {}
+
+    def start(*extra: str) -> tuple[str, subprocess.Popen]:
+        if extra not in started or started[extra][1].poll() is not None:
+            root = tmp_path_factory.mktemp("shared-http")
+            started[extra] = _start_http(root / "data", procs, *extra, log=root / "server.log")
+        return started[extra]
+
+    yield start
+    _stop_all(procs)
 
 
 class RawSession:
@@ -160,11 +188,10 @@ class RawSession:
         return rid
 
     def wait_for_stderr(self, needle: bytes, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in bytes(self.stderr):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{needle!r} never appeared on stderr: {bytes(self.stderr)[-2000:]!r}")
-            time.sleep(0.01)
+        try:
+            wait_for(lambda: needle in bytes(self.stderr), timeout=timeout, what=f"{needle!r} on stderr")
+        except AssertionError as exc:
+            raise TimeoutError(f"{exc}: {bytes(self.stderr)[-2000:]!r}") from None
 
     def initialize(self, version: str = "2025-11-25") -> dict:
         out = self.call("initialize", {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}})

@@ -1,7 +1,8 @@
 """Hostile HTTP: framing, ids, Host/Origin, sessions, slow and idle connections.
 
-Each test runs a real server subprocess on 127.0.0.1 and speaks raw HTTP where
-a well-behaved client library would refuse to send what is tested.
+Each test talks to a real server subprocess on 127.0.0.1 and speaks raw HTTP where
+a well-behaved client library would refuse to send what is tested. Tests that leave the
+server as they found it share one per set of flags (``shared_http_server``).
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def test_a_request_with_both_framings_is_refused_and_nothing_hidden_behind_it_ru
     assert parse_body(ok)["result"]["structuredContent"]["hex"].startswith("ba7816bf")
 
 
-def test_requests_with_invalid_ids_get_invalid_request_and_deep_nesting_gets_400(http_server):
-    url, _ = http_server("--stateless")
+def test_requests_with_invalid_ids_get_invalid_request_and_deep_nesting_gets_400(shared_http_server):
+    url, _ = shared_http_server("--stateless")
     for bad_id in (None, True, 1.5, {}, [1]):
         body = {**rpc("tools/list"), "id": bad_id}
         resp = post(url, body, method="tools/list")
@@ -93,8 +94,8 @@ def test_requests_with_invalid_ids_get_invalid_request_and_deep_nesting_gets_400
     assert parse_body(post(url, rpc("tools/list"), method="tools/list"))["result"]["tools"]
 
 
-def test_host_and_origin_must_match_exactly(http_server):
-    url, _ = http_server("--stateless")
+def test_host_and_origin_must_match_exactly(shared_http_server):
+    url, _ = shared_http_server("--stateless")
     port = _port(url)
 
     def status(**headers: str) -> int:
@@ -216,10 +217,10 @@ def test_half_sent_headers_are_timed_out_and_the_connection_cap_holds(http_serve
 
 
 @PARSERS
-def test_whitespace_around_a_header_value_is_not_part_of_it(http_server, parser):
+def test_whitespace_around_a_header_value_is_not_part_of_it(shared_http_server, parser):
     # RFC 9110 5.5 (and the conformance suite's SEP-2243 check): "Mcp-Name:  of_hash_text \t" names
     # of_hash_text. llhttp keeps trailing whitespace where h11 strips it; both parsers must agree.
-    url, _ = http_server("--stateless", "--http", parser)
+    url, _ = shared_http_server("--stateless", "--http", parser)
     port = _port(url)
     request = _hash_call_request(port, "abc").replace(b"Mcp-Name: of_hash_text\r\n", b"Mcp-Name:   of_hash_text \t \r\n")
     assert b"Mcp-Name:   of_hash_text \t \r\n" in request
@@ -247,10 +248,10 @@ def _recv_response(sock: socket.socket, deadline: float = 20.0) -> bytes:
 
 
 @PARSERS
-def test_an_oversized_request_head_is_refused_and_its_connection_closed(http_server, parser):
+def test_an_oversized_request_head_is_refused_and_its_connection_closed(shared_http_server, parser):
     # h11 bounds a head itself (uvicorn answers 400); llhttp does not, so our httptools protocol
     # counts head bytes and answers 431. Either way the connection is closed, however the head arrives.
-    url, _ = http_server("--stateless", "--http", parser)
+    url, _ = shared_http_server("--stateless", "--http", parser)
     port = _port(url)
     expected = b"HTTP/1.1 431" if parser == "httptools" else b"HTTP/1.1 400"
     head = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Big: ".encode()
@@ -289,8 +290,8 @@ def test_a_body_that_never_finishes_gets_408(http_server):
     assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
 
 
-def test_healthz_answers_ok(http_server):
-    url, _ = http_server("--stateless")
+def test_healthz_answers_ok(shared_http_server):
+    url, _ = shared_http_server("--stateless")
     resp = httpx.get(url.rsplit("/", 1)[0] + "/healthz")
     assert resp.status_code == 200 and resp.json() == {"status": "ok", "journal": {"status": "ok"}}
 

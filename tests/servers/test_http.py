@@ -1,4 +1,8 @@
-"""The server over streamable HTTP on a real 127.0.0.1 port, as a subprocess."""
+"""The server over streamable HTTP on a real 127.0.0.1 port, as a subprocess.
+
+Tests that only talk to the server share one per set of flags (``shared_http_server``); those that
+stop it, or read its journal or its output, start their own (``http_server``).
+"""
 
 from __future__ import annotations
 
@@ -60,8 +64,8 @@ def post(url: str, body, *, method: str = "tools/call", name: str | None = None,
 @pytest.mark.anyio
 @pytest.mark.parametrize("stateless", [False, True], ids=["stateful", "stateless"])
 @pytest.mark.parametrize("mode", MODES)
-async def test_sdk_client_over_http(http_server, mode, stateless):
-    url, _ = http_server(*(["--stateless"] if stateless else []))
+async def test_sdk_client_over_http(shared_http_server, mode, stateless):
+    url, _ = shared_http_server(*(["--stateless"] if stateless else []))
     seen = []
 
     async def on_progress(p, total, message):
@@ -83,8 +87,8 @@ async def test_sdk_client_over_http(http_server, mode, stateless):
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", MODES)
-async def test_cancellation_over_http_reaches_the_handler(http_server, tmp_path, mode):
-    url, _ = http_server()
+async def test_cancellation_over_http_reaches_the_handler(shared_http_server, tmp_path, mode):
+    url, _ = shared_http_server()
     markers = tmp_path / "m"
     async with Client(url, mode=mode, read_timeout_seconds=30) as client:
         await cancel_slow_call(client, markers)
@@ -115,8 +119,8 @@ def test_bad_input_over_http_gets_clear_errors(http_server):
     assert ok["result"]["structuredContent"] == {"sum": 3}
 
 
-def test_host_header_rebinding_is_refused(http_server):
-    url, _ = http_server("--stateless")
+def test_host_header_rebinding_is_refused(shared_http_server):
+    url, _ = shared_http_server("--stateless")
     evil = post(url, rpc("tools/list"), method="tools/list", headers={"Host": "evil.example:80"})
     assert evil.status_code in (403, 421)
     cross_origin = post(url, rpc("tools/list"), method="tools/list", headers={"Origin": "http://evil.example"})
@@ -155,8 +159,8 @@ def test_bearer_auth_from_file(http_server, tmp_path):
     assert ok.status_code == 200
 
 
-def test_client_disconnecting_mid_call_cancels_it_and_the_server_keeps_serving(http_server, tmp_path):
-    url, _ = http_server("--stateless")
+def test_client_disconnecting_mid_call_cancels_it_and_the_server_keeps_serving(shared_http_server, tmp_path):
+    url, _ = shared_http_server("--stateless")
     markers = tmp_path / "m"
     # With a progress token the tool's first progress notification opens the SSE stream at once.
     body = rpc("tools/call", {"name": "slow", "arguments": {"dir": str(markers)}, "_meta": {"progressToken": "p1"}})
@@ -203,8 +207,8 @@ def test_allowed_host_widens_the_rebinding_check_to_named_hosts_only(http_server
     assert other.status_code in (403, 421)
 
 
-def test_a_body_that_is_json_but_not_jsonrpc_is_rejected_clearly(http_server):
-    url, _ = http_server("--stateless")
+def test_a_body_that_is_json_but_not_jsonrpc_is_rejected_clearly(shared_http_server):
+    url, _ = shared_http_server("--stateless")
     resp = post(url, {"jsonrpc": "1.0", "id": 1, "method": "tools/list"}, method="tools/list")
     assert resp.status_code == 400
     body = parse_body(resp)

@@ -1,6 +1,7 @@
 """The built wheel works from a clean environment, the way a user runs it: ``uvx``.
 
-Builds the wheel with ``pip wheel --no-deps``, gets ``uv`` (installing it
+Takes the release wheel (the session fixture ``dists`` in conftest.py: built from the sdist, the one
+test_release.py checks), gets ``uv`` (installing it
 into a scratch venv when it is not on PATH), and runs the command from the
 wheel and from the checkout in uv's fresh environments: ``--help``,
 ``--version``, every entry of claude_desktop_config.example.json, and a real
@@ -24,14 +25,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory, dists):
     tmp = tmp_path_factory.mktemp("wheel")
-    wheels = tmp / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(REPO), "-w", str(wheels)],
-        check=True, capture_output=True, timeout=300,
-    )
-    (wheel,) = wheels.glob("openfunctions_mcp-*.whl")
+    _, wheel = dists
     uvx = shutil.which("uvx")
     if uvx is None:
         venv = tmp / "uv-venv"

@@ -24,17 +24,8 @@ pytestmark = pytest.mark.slow
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
-@pytest.fixture(scope="module")
-def dists(tmp_path_factory):
-    pytest.importorskip("build", reason="the test extra installs build")
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    assert "deprecated" not in proc.stdout + proc.stderr, "setuptools warns about our metadata"
-    (sdist,) = out.glob("openfunctions_mcp-*.tar.gz")
-    (wheel,) = out.glob("openfunctions_mcp-*.whl")
-    return sdist, wheel
+# ``dists`` (the sdist and the wheel built from it, once a session) comes from tests/servers/conftest.py:
+# test_packaging.py runs the same wheel with uvx.
 
 
 def test_sdist_and_wheel_pass_twine_check_strict(dists):

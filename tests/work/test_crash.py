@@ -14,6 +14,7 @@ import hashlib
 import pytest
 
 from openfunctions.core.journal import read_records
+from tests._harness import alive
 
 from ._catalogs import COUNT_STEP, WRITE_CATALOG
 from ._proc import ChildController, kill_pid, wait_for
@@ -22,14 +23,6 @@ pytestmark = pytest.mark.slow
 
 def _write_catalog(env) -> None:
     env.write_catalog(COUNT_STEP)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def _counter(env) -> list[str]:
@@ -72,7 +65,7 @@ async def test_sigkill_mid_step_blocks_with_unknown_operation_and_never_reruns(e
             assert rec["reconciled"][0]["verdict"] == "still_running" and rec["state"] == "blocked"
             assert sleeper_pid in rec["reconciled"][0]["evidence"]["pids"]
             kill_pid(sleeper_pid)
-            wait_for(lambda: not _alive(sleeper_pid), what="the orphan to die")
+            wait_for(lambda: not alive(sleeper_pid), what="the orphan to die")
             # a command step without a readback is inconclusive: reconcile keeps it blocked
             rec = second.ok("reconcile")
             assert rec["reconciled"][0]["verdict"] == "inconclusive" and rec["state"] == "blocked"
@@ -95,8 +88,6 @@ async def test_sigkill_mid_step_blocks_with_unknown_operation_and_never_reruns(e
         first.close()
         if sleeper_pid is not None:
             kill_pid(sleeper_pid)
-
-
 
 
 @pytest.mark.anyio

@@ -20,6 +20,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from openfunctions.servers import RECEIPT_META_KEY
+from tests._harness import alive
 
 from ..servers.conftest import serve_argv, server_env
 from ._proc import kill_pid, wait_for
@@ -95,14 +96,6 @@ def _client(env, senv):
     return Client(StdioServerParameters(command=argv[0], args=argv[1:], env=senv), read_timeout_seconds=60)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def _lines(p: Path) -> list[str]:
     return p.read_text().splitlines() if p.exists() else []
 
@@ -146,7 +139,7 @@ async def test_cancel_and_start_again_never_reruns_an_uncertain_effect(env):
     info = await _kill_server_during_step(env, senv, plan, lambda: len(_lines(counter)) == 1)
     sleeper = int(_lines(counter)[0].split()[1])
     kill_pid(sleeper)  # the command is over (its fate unknown to the server)
-    await anyio.to_thread.run_sync(lambda: wait_for(lambda: not _alive(sleeper), what="the command to die"))
+    await anyio.to_thread.run_sync(lambda: wait_for(lambda: not alive(sleeper), what="the command to die"))
 
     async with _client(env, senv) as client:
         st = (await client.call_tool("of_work_status", {})).structured_content
@@ -199,7 +192,7 @@ async def test_an_orphaned_command_is_never_read_back_while_it_runs(env):
     plan = [{"step": "stamp", "params": {"seconds": 90}}]
     await _kill_server_during_step(env, senv, plan, pidfile.exists)
     orphan = int(pidfile.read_text())
-    assert _alive(orphan), "the command outlived its server"
+    assert alive(orphan), "the command outlived its server"
     try:
         async with _client(env, senv) as client:
             rec = await client.call_tool("of_work_reconcile", {})
@@ -213,7 +206,7 @@ async def test_an_orphaned_command_is_never_read_back_while_it_runs(env):
             assert busy.returncode == 1 and "still has running processes" in busy.stderr
             c = await client.call_tool("of_work_cancel", {})
             assert c.structured_content["killed"][r["operationId"]] == [orphan]
-            assert not _alive(orphan)
+            assert not alive(orphan)
             # dead now: the readback may conclude, on the cancelled attempt
             rec = await client.call_tool("of_work_reconcile", {})
             assert rec.structured_content["reconciled"][0]["verdict"] == "not_applied"

@@ -17,6 +17,7 @@ from openfunctions.artifacts import ArtifactStore
 from openfunctions.core import ToolExecutionContext, ToolRegistry
 from openfunctions.work._catalog import Catalog
 from openfunctions.work._steps import create_step_tools, prepare_reconciliation
+from tests._harness import alive
 
 pytestmark = pytest.mark.anyio
 
@@ -149,20 +150,12 @@ def env(tmp_path: Path) -> Env:
     return Env(tmp_path)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
-    except FileNotFoundError:
-        return False
-
-
 async def _dies(pid: int) -> bool:
     """Whether ``pid`` is gone within 10 s (SIGKILL delivery to an unwaited process is asynchronous)."""
     with anyio.move_on_after(10):
-        while _alive(pid):
+        while alive(pid):
             await anyio.sleep(0.01)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 def _pid(path: Path) -> int | None:
@@ -227,7 +220,7 @@ async def test_timeout_kills_the_process_group(env: Env) -> None:
     assert r.value["stdout"]["artifact_id"] is None and r.value["stdout"]["size"] == 0  # empty: no artifact
     bg = int((env.ws / "bg.pid").read_text())
     main = int((env.ws / "main.pid").read_text())
-    assert not _alive(main)
+    assert not alive(main)
     assert await _dies(bg), "the background child of the timed-out command survived"
 
 
@@ -256,7 +249,7 @@ async def test_cancellation_kills_the_process_group(env: Env) -> None:
                 await anyio.sleep(0.01)
         bg, main = _pid(env.ws / "bg.pid"), _pid(env.ws / "main.pid")
         assert bg is not None and main is not None
-        assert _alive(bg) and _alive(main)
+        assert alive(bg) and alive(main)
         tg.cancel_scope.cancel()
     assert await _dies(main)
     assert await _dies(bg)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from tests._harness import sigkill
 
 CHILD = Path(__file__).with_name("_child.py")
 
@@ -30,7 +30,4 @@ def readline(proc: subprocess.Popen[str]) -> str:
 
 def kill9(proc: subprocess.Popen[str]) -> str:
     """SIGKILL the child, reap it and return the rest of its stdout."""
-    os.kill(proc.pid, signal.SIGKILL)
-    rest, _ = proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
-    return rest
+    return sigkill(proc)

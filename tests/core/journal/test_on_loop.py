@@ -13,6 +13,7 @@ import pytest
 from openfunctions.core.errors import JournalFailed
 from openfunctions.core.journal import JournalLog, read_records
 from openfunctions.core.journal._fsutil import FileOps
+from tests._harness import writer_threads
 
 pytestmark = pytest.mark.anyio
 
@@ -39,10 +40,6 @@ async def _open(path, ops=None) -> JournalLog:
     return log
 
 
-def _writer_threads(path) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == f"journal-writer:{path.name}"]
-
-
 async def test_off_by_default():
     assert JournalLog.sync_on_loop is False
 
@@ -62,7 +59,7 @@ async def test_one_iteration_s_appends_share_one_write_and_sync_on_the_loop_thre
     await asyncio.gather(*tasks)
     assert ops.lines == [20] and ops.syncs == [threading.current_thread().name]
     assert durable_when_returned == [True] * 20
-    assert _writer_threads(p) == []
+    assert writer_threads(p) == []
     # Appends in later iterations get flushes of their own.
     for i in range(3):
         await log.append("t", {"i": 20 + i})

@@ -9,12 +9,9 @@ import pytest
 
 from openfunctions.core.journal import JournalClosed, JournalLog, _writer, read_records
 from openfunctions.core.journal._fsutil import FileOps
+from tests._harness import writer_threads
 
 from .._helpers import until
-
-
-def _writer_threads(path) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == f"journal-writer:{path.name}"]
 
 
 @pytest.mark.anyio
@@ -57,18 +54,18 @@ async def test_an_idle_writer_thread_exits_and_the_next_append_starts_one(tmp_pa
     monkeypatch.setattr(_writer, "IDLE_EXIT", 0.05)
     p = tmp_path / "idle.jsonl"
     log = await JournalLog.open(p)
-    assert _writer_threads(p) == []  # no thread before the first append
+    assert writer_threads(p) == []  # no thread before the first append
     await log.append("t", {"n": 1})
-    assert len(_writer_threads(p)) == 1
+    assert len(writer_threads(p)) == 1
     for _ in range(400):  # up to ~4 s of real time for a 0.05 s idle timeout
-        if not _writer_threads(p):
+        if not writer_threads(p):
             break
         await anyio.sleep(0.01)
-    assert _writer_threads(p) == []
+    assert writer_threads(p) == []
     rec = await log.append("t", {"n": 2})
     assert rec.seq == 2 and log.last_seq == 2
     await log.close()
-    assert _writer_threads(p) == []  # close ends the thread
+    assert writer_threads(p) == []  # close ends the thread
     assert [r.data["n"] for r in read_records(p)] == [1, 2]
 
 
@@ -156,10 +153,10 @@ async def test_a_log_collected_on_its_own_writer_thread_closes_there(tmp_path):
     rec = await log.append("t", {"i": 1})
     assert rec.seq == 1 and where == [f"journal-writer:{p.name}"]
     for _ in range(400):  # the thread exits once the batch is done (safety net ~4 s)
-        if not _writer_threads(p):
+        if not writer_threads(p):
             break
         await anyio.sleep(0.01)
-    assert _writer_threads(p) == []
+    assert writer_threads(p) == []
     assert log.closed and log._fd == -1
     # The flock was released: the journal reopens in this process, record intact.
     reopened = await JournalLog.open(p)
@@ -260,6 +257,6 @@ async def test_the_wake_up_survives_idle_spells_idle_exits_and_bursts(tmp_path, 
             await anyio.sleep((round_ % 4) * 0.002)  # sometimes the thread idles out in between
     w = log._writer
     await log.close()
-    assert _writer_threads(p) == []
+    assert writer_threads(p) == []
     assert w is not None and w._wake.locked() and not w._idle  # no release left pending for a next thread
     assert sorted(r.data["i"] for r in read_records(p)) == list(range(n))
