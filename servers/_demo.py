@@ -120,6 +120,7 @@ async def _work_walkthrough(client: Any) -> None:
 
 async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> int:
     from mcp import Client
+    from mcp_types import TextContent
 
     if profile in ("work", "all") and catalog is None:
         catalog = str(_demo_project(data_dir / "demo-project"))
@@ -154,7 +155,8 @@ async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> 
                 _say(f"    {key:<14} {receipt.get(key)}")
             _say("\n  A failing call is isError with a message, and still has a receipt:")
             bad = await client.call_tool("of_hash_text", {"text": 42})
-            _say(f"  isError: {bad.is_error}  message: {bad.content[0].text if bad.content else ''}")
+            first = bad.content[0] if bad.content else None
+            _say(f"  isError: {bad.is_error}  message: {first.text if isinstance(first, TextContent) else ''}")
             bad_receipt = (bad.meta or {}).get(RECEIPT_META_KEY, {})
             _say(f"  receipt: outcome={bad_receipt.get('outcome')} handler_started={bad_receipt.get('handler_started')}")
         if any(n.startswith("of_work_") for n in names):
@@ -169,8 +171,8 @@ async def _session(profile: str, data_dir: Path, catalog: str | None = None) -> 
         await agents_demo(data_dir, _say)
     journal_dir = data_dir / "journal"
     if journal_dir.is_dir():
-        names = sorted(p.name for p in journal_dir.glob("*.journal"))
-        _say(f"\nexecution journal (every call above, fsynced before its reply): {', '.join(names)} in {journal_dir}")
+        journals = sorted(p.name for p in journal_dir.glob("*.journal"))
+        _say(f"\nexecution journal (every call above, fsynced before its reply): {', '.join(journals)} in {journal_dir}")
     _say("\nAdd it to an MCP host: see claude_desktop_config.example.json "
          "(command: uvx --from /path/to/openfunctions-mcp openfunctions-mcp)")
     return 0

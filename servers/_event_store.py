@@ -111,7 +111,9 @@ class MemoryEventStore:
 
     async def replay(self, session_id: str, last_event_id: EventId, send: EventCallback) -> StreamId | None:
         seq = self._parse(last_event_id)
-        event = self._events.get(seq) if seq is not None else None
+        if seq is None:
+            return None
+        event = self._events.get(seq)
         if event is None or event.key[0] != session_id:
             return None
         # Snapshot first: sending awaits, and new events may arrive meanwhile

@@ -138,7 +138,7 @@ def _list_dir_handler(root: Path) -> Callable[..., dict[str, Any]]:
         try:
             if not target.is_dir():
                 raise fail(rel, "is not a directory under the root")
-            entries = []
+            entries: list[dict[str, Any]] = []
             with os.scandir(target) as it:
                 for e in sorted(it, key=lambda e: e.name):
                     if len(entries) >= limit:

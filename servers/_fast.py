@@ -68,7 +68,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import mcp_types as types
@@ -383,7 +383,10 @@ class FastCalls:
 
     async def _inner(self, ctx: Any) -> dict[str, Any]:
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
-        result = await self.server._call_tool(ctx, params.get("name"), params.get("arguments"))
+        # Admission saw a string name; middleware that replaced it gets the registry's unknown-tool error
+        # (Registry.get answers any non-string that way), as on the SDK path.
+        name = cast(str, params.get("name"))
+        result = await self.server._call_tool(ctx, name, params.get("arguments"))
         return self._serialize(ctx.protocol_version, result)
 
     def _serialize(self, version: str, result: Any) -> dict[str, Any]:
@@ -542,7 +545,7 @@ class EncodedReceipt(dict[str, Any]):
 
     def __ior__(self, other: Any) -> EncodedReceipt:  # type: ignore[override,misc]
         self._forget()
-        return super().__ior__(other)  # type: ignore[return-value]
+        return super().__ior__(other)
 
     def pop(self, *args: Any) -> Any:
         self._forget()

@@ -322,9 +322,14 @@ class FastToolCalls:
 
     def _plain_headers(self, scope: dict[str, Any]) -> str | None:
         """The protocol version if the headers are the plain valid ones for a fast-path call, else ``None``."""
-        version = method = content_type = accept = length = None
+        version: bytes | None = None
+        method: bytes | None = None
+        content_type: bytes | None = None
+        accept: bytes | None = None
+        length: bytes | None = None
         names = 0
-        for key, value in scope["headers"]:
+        headers: list[tuple[bytes, bytes]] = scope["headers"]  # ASGI: (name, value) byte pairs
+        for key, value in headers:
             if key == b"mcp-protocol-version":
                 if version is not None:
                     return None
@@ -515,8 +520,7 @@ class FastToolCalls:
         request = Request(scope, replay_body(first, receive))
         state = manager_lifespan_state(self.manager)
         if not sse:
-            reply = await self.calls.run(call, exchange, lifespan_state=state, request=request)
-            await self._write_json(reply, send)
+            await self._write_json(await self.calls.run(call, exchange, lifespan_state=state, request=request), send)
             return
         # SSE mode: a disconnect cancels the call; a call silent for the deferral window commits to SSE and pings.
         # Our HTTP protocols report the connection's loss through the scope (CONNECTION_LOST_KEY); under another
@@ -541,7 +545,7 @@ class FastToolCalls:
                 task.cancel()
             if watcher is not None:
                 watcher.cancel()
-            else:
+            if watch is not None:  # exactly when there is no watcher
                 watch(None)
         if reply is None:  # the client went away: nobody to answer
             return
@@ -566,7 +570,8 @@ class FastToolCalls:
     @staticmethod
     async def _write_json(reply: dict[str, Any], send: Callable[..., Any]) -> None:
         error = reply.get("error")
-        status = ERROR_CODE_HTTP_STATUS.get(error.get("code"), 200) if isinstance(error, dict) else 200
+        code = error.get("code") if isinstance(error, dict) else None
+        status = ERROR_CODE_HTTP_STATUS.get(code, 200) if isinstance(code, int) else 200
         body = encode(reply)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]})

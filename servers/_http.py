@@ -279,7 +279,8 @@ async def serve_http(
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=shutdown_grace,
+        # uvicorn annotates int but hands it to asyncio.timeout(), which takes any float of seconds
+        timeout_graceful_shutdown=shutdown_grace,  # type: ignore[arg-type]
         log_config=None,
     )
     uv = _Uvicorn(config)

@@ -45,10 +45,10 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import h11
 import structlog
@@ -209,13 +209,16 @@ class ConnectionGuard:
     connections: set[Any]
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
+    logger: logging.Logger
     _head_timer: asyncio.TimerHandle | None = None
     _lost_callback: Callable[[], object] | None = None
     _gone = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.logger = _COUNTED_WARNINGS  # a parse error per request is a refusal, counted like the others
+        # a parse error per request is a refusal, counted like the others; the wrapper answers the rest of a
+        # Logger's interface from uvicorn's logger (__getattr__), which is how uvicorn's protocols use it
+        self.logger = cast(logging.Logger, _COUNTED_WARNINGS)
 
     @classmethod
     def configured(cls, *, max_connections: int, header_timeout: float) -> type[Any]:
@@ -447,7 +450,8 @@ def json_too_deep(body: bytes, limit: int) -> bool:
 
 
 def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
-    for k, v in scope.get("headers", ()):
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", ())  # ASGI: (name, value) byte pairs
+    for k, v in headers:
         if k == name:
             return v
     return None
@@ -666,7 +670,8 @@ def _replay(body: bytes, complete: bool, receive: Callable[..., Any]) -> Callabl
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": not complete}
-        return await receive()
+        message: dict[str, Any] = await receive()
+        return message
 
     return replayed
 

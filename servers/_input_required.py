@@ -368,14 +368,14 @@ class InputRequired:
     def _purge(self) -> None:
         """Drop ended calls' results past their retention, and the oldest beyond the cap."""
         now = time.monotonic()
-        ended = [c for c in self._calls.values() if c.settled and c.attached is None]
-        for c in ended:
+        ended = [(call_id, c) for call_id, c in self._calls.items() if c.settled and c.attached is None]
+        for call_id, c in ended:
             if now - c.settled_at > self.retain_s:
-                self._calls.pop(c.call_id, None)
-        kept = [c for c in ended if c.call_id in self._calls]
+                self._calls.pop(call_id, None)
+        kept = [(call_id, c) for call_id, c in ended if call_id in self._calls]
         if len(kept) > self.retain_max:
-            for c in sorted(kept, key=lambda x: x.settled_at)[: len(kept) - self.retain_max]:
-                self._calls.pop(c.call_id, None)
+            for call_id, _ in sorted(kept, key=lambda x: x[1].settled_at)[: len(kept) - self.retain_max]:
+                self._calls.pop(call_id, None)
 
 
 __all__ = ["InputRequired", "InputRequiredError", "InputResponsesInvalid", "RequestStateElsewhere",

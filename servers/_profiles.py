@@ -232,7 +232,8 @@ LAYERS: dict[str, tuple[str, str]] = {
 
 def _layer_builder(name: str) -> Callable[..., Any]:
     package, attr = LAYERS[name]
-    return getattr(importlib.import_module(package), attr)
+    builder: Callable[..., Any] = getattr(importlib.import_module(package), attr)
+    return builder
 
 
 def _layer_profile(name: str, options: dict[str, Any], registry: ToolRegistry | None) -> Profile:
@@ -300,7 +301,6 @@ def _build_profile(
     grants there, shared by replicas (checked at start); ``work_lease_ttl`` its lease.
     ``sampling_timeout`` (seconds): the agents layer's deadline per sampling request.
     """
-    work_db = dict(database=database, lease_ttl=work_lease_ttl)
     layer_options: dict[str, Any] = dict(
         data_dir=Path(data_dir), principal=principal, modules=tuple(modules), store=store, upstreams=upstreams,
     )
@@ -323,7 +323,8 @@ def _build_profile(
         return Profile("artifacts", ToolRegistry(tools), INSTRUCTIONS["artifacts"], closers=[close], setups=[setup],
                        starters=[start])
     if name == "work":
-        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=None, **work_db)
+        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=None, database=database,
+                           lease_ttl=work_lease_ttl)
         return Profile("work", wp.registry, wp.instructions, closers=[wp.aclose], starters=[wp.open] if database else [])
     if name == "conformance":
         return _conformance_profile()
@@ -351,7 +352,8 @@ def _build_profile(
         catalog_file = resolve_catalog_path(Path(data_dir), catalog)
         if not catalog_file.exists():
             raise ProfileUnavailable(f"no work catalog at {catalog_file} (pass --catalog)")
-        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=base, **work_db)
+        wp = _work_profile(data_dir, catalog=catalog, principal=principal, base=base, database=database,
+                           lease_ttl=work_lease_ttl)
         if database:
             work_starters.append(wp.open)
         shown |= {t.name for t in wp.registry.list()}

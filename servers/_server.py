@@ -56,8 +56,8 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
-from mcp_types import INVALID_PARAMS
-from pydantic import Field
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from pydantic import BaseModel, Field
 
 from openfunctions.core import (
     PRINCIPAL_SCOPE_KEY,
@@ -215,7 +215,8 @@ class _McpHost(HostChannel):
                 "back as InputRequiredResults), connect with a handshake-era protocol (2025-11-25 or earlier), "
                 "or give the agent its own model"
             ) from None
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        dumped: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return dumped
 
 
 class OpenFunctionsServer:
@@ -285,13 +286,15 @@ class OpenFunctionsServer:
             version=version,
             instructions=instructions,
             get_tool_input_schema=self._tool_input_schema,
-            on_list_tools=self._on_list_tools,
-            on_call_tool=self._on_call_tool,
+            # The handlers return result dicts: the SDK's runner takes a model, a dict or None (its HandlerResult)
+            # and validates the dict against the method's result; Server's parameters annotate the model only.
+            on_list_tools=self._on_list_tools,  # type: ignore[arg-type]
+            on_call_tool=self._on_call_tool,  # type: ignore[arg-type]
             on_list_resources=self._on_list_resources,
             on_list_resource_templates=self._on_list_resource_templates,
-            on_read_resource=self._on_read_resource,
-            on_list_prompts=self._on_list_prompts,
-            on_get_prompt=self._on_get_prompt,
+            on_read_resource=self._on_read_resource,  # type: ignore[arg-type]
+            on_list_prompts=self._on_list_prompts,  # type: ignore[arg-type]
+            on_get_prompt=self._on_get_prompt,  # type: ignore[arg-type]
             on_subscriptions_listen=self._listen,
         )
         # Tools and prompts may change while serving: say so in the handshake,
@@ -381,6 +384,7 @@ class OpenFunctionsServer:
                 self._journal_dir, self.profile, reopen_interval=self.journal_reopen_interval)
             self._journal_encodes_receipts = True
         if self.journal is not None:
+            assert self.journal_file is not None  # both openers return the journal with its path
             try:
                 await self._open_tasks(self.journal, self.journal_file)
             except BaseException:
@@ -572,8 +576,9 @@ class OpenFunctionsServer:
     def _principal_for(self, ctx: Any) -> str | None:
         request = getattr(ctx, "request", None)
         scope = getattr(request, "scope", None)
-        if isinstance(scope, dict) and scope.get(PRINCIPAL_SCOPE_KEY):
-            return scope[PRINCIPAL_SCOPE_KEY]
+        principal = scope.get(PRINCIPAL_SCOPE_KEY) if isinstance(scope, dict) else None
+        if principal:
+            return str(principal)  # the auth middleware's (core/_asgi_auth.py): a string
         return self.principal
 
     def _execution_context(self, ctx: Any, task: TaskHandle | None = None) -> ToolExecutionContext:
@@ -819,7 +824,14 @@ class OpenFunctionsServer:
             rendered = {"messages": rendered, "resultType": "complete"}
             if p.description is not None:
                 rendered["description"] = p.description
-        return rendered
+        if isinstance(rendered, dict):
+            return rendered
+        if isinstance(rendered, BaseModel):  # a GetPromptResult model: dumped as the SDK's runner dumps one
+            dumped: dict[str, Any] = rendered.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return dumped
+        # Anything else reached the client as an anonymous internal error: name the prompt and what it returned.
+        raise MCPError(INTERNAL_ERROR, f"prompt {p.name!r} rendered a {type(rendered).__name__}; expected a string, "
+                       "a list of PromptMessage dicts or a GetPromptResult dict", data={"prompt": p.name})
 
 
 def _connection_of(session: Any) -> Any:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
 import mcp_types as types
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("openfunctions.servers.tasks")
 
-TASKS_NOTIFICATION = "notifications/tasks"
+TASKS_NOTIFICATION: Final = "notifications/tasks"
 TASK_IDS_FILTER = "taskIds"
 MAX_STREAMS = 1024
 MAX_BUFFERED = 1024

@@ -84,7 +84,7 @@ MIN_TTL_MS = 1000
 DEFAULT_POLL_INTERVAL_MS = 1000
 DEFAULT_TASK_AFTER_S = 1.0
 
-REQUIRED_CAPABILITIES = {"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}
+REQUIRED_CAPABILITIES: dict[str, Any] = {"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}
 RESULT_MEDIA_TYPE = "application/json"
 
 

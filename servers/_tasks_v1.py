@@ -53,7 +53,7 @@ from ._task_records import TaskState
 V1_VERSION = "2025-11-25"
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 LIST_PAGE = 100
-CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 
 
 def v1_task(task: TaskState, message: str | None = None) -> dict[str, Any]:
@@ -132,7 +132,8 @@ class TasksV1:
     # -- tasks/* ------------------------------------------------------------------------
 
     async def _lookup(self, ctx: Any, params: Mapping[str, Any]) -> TaskState:
-        return await self.server.tasks.lookup(params.get("taskId"), self.server._principal_for(ctx))
+        task: TaskState = await self.server.tasks.lookup(params.get("taskId"), self.server._principal_for(ctx))
+        return task
 
     async def _get(self, ctx: Any, params: Mapping[str, Any]) -> dict[str, Any]:
         task = await self._lookup(ctx, params)

@@ -318,7 +318,8 @@ def _add_deferred(sub: Any, name: str) -> None:
 
 def _run_contributed(name: str) -> int:
     args = build_parser(load=(name,)).parse_args([name])
-    return args.func(args)
+    status: int = args.func(args)
+    return status
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -259,6 +259,25 @@ async def test_resources_templates_and_prompts(mode):
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("mode", MODES)
+async def test_prompt_rendering_neither_text_nor_messages_is_an_error_naming_the_prompt(mode):
+    # A render returning None or a number reached the client as an anonymous internal error
+    # ("Internal server error", or code 0 on a handshake-era connection).
+    server = make_server()
+    server.add_prompt("nothing", None, [], lambda args: None)
+    server.add_prompt("number", None, [], lambda args: 42)
+    async with Client(server.lowlevel, mode=mode) as client:
+        with pytest.raises(MCPError) as nothing:
+            await client.get_prompt("nothing", {})
+        with pytest.raises(MCPError) as number:
+            await client.get_prompt("number", {})
+    for err, name, kind in ((nothing, "nothing", "NoneType"), (number, "number", "int")):
+        assert err.value.error.code == -32603
+        assert f"prompt {name!r} rendered a {kind}" in err.value.error.message
+        assert err.value.error.data == {"prompt": name}
+
+
+@pytest.mark.anyio
 async def test_start_attaches_and_close_detaches_the_journal(tmp_path, monkeypatch):
     from openfunctions.servers import _journaling as journaling
 
