@@ -21,7 +21,7 @@ Served over MCP: ``openfunctions-mcp serve --profile agents --module mypkg.agent
 
 from typing import TYPE_CHECKING, Any
 
-from openfunctions.core.deprecation import renamed
+from openfunctions.core.deprecation import old_names
 
 from ._agent import AGENT_TAG, DEFAULT_RUN_TIMEOUT_S, Agent, AgentLimits, Crew, define_agent, define_crew
 from ._claims import fulfil_task, verify_claim
@@ -61,7 +61,4 @@ __all__ = [
 _RENAMED = {"TERMINAL": "RUN_TERMINAL"}
 
 if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
-    def __getattr__(name: str) -> Any:
-        if name in _RENAMED:
-            return renamed(__name__, name, _RENAMED[name])
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = old_names(__name__, _RENAMED)

@@ -23,9 +23,9 @@ from the shell: ``openfunctions-mcp chat`` (``--serve`` to serve it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from openfunctions.core.deprecation import renamed
+from openfunctions.core.deprecation import old_names
 
 from ._agent import ChatAgent, ChatEvent, ChatResponse, open_chat_agent, scripted_adapter_from_file
 from ._config import MAX_MESSAGE_CHARS, ChatConfig
@@ -54,7 +54,4 @@ __all__ = [
 _RENAMED = {"create_chat_agent": "open_chat_agent"}
 
 if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
-    def __getattr__(name: str) -> Any:
-        if name in _RENAMED:
-            return renamed(__name__, name, _RENAMED[name])
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = old_names(__name__, _RENAMED)

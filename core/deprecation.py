@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -28,4 +29,19 @@ def renamed(module: str, old: str, new: str) -> Any:
     return getattr(sys.modules[module], new)
 
 
-__all__ = ["renamed"]
+def old_names(module: str, table: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` (PEP 562) serving ``table``'s old names through :func:`renamed`.
+
+    Use: ``__getattr__ = old_names(__name__, _RENAMED)`` under ``if not TYPE_CHECKING:``
+    (a module ``__getattr__`` would make mypy read every misspelt import as ``Any``).
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name in table:
+            return renamed(module, name, table[name])
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+__all__ = ["old_names", "renamed"]

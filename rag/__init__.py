@@ -16,9 +16,9 @@ See docs/STATE.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from openfunctions.core.deprecation import renamed
+from openfunctions.core.deprecation import old_names
 from openfunctions.store import Embedder, LexicalEmbedder, MiniLMEmbedder, OpenAIEmbedder, create_embedder
 
 from ._chunk import Chunker
@@ -40,7 +40,4 @@ __all__ = [
 _RENAMED = {"create_tools": "create_rag_tools"}
 
 if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
-    def __getattr__(name: str) -> Any:
-        if name in _RENAMED:
-            return renamed(__name__, name, _RENAMED[name])
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = old_names(__name__, _RENAMED)

@@ -191,7 +191,7 @@ def load_skills(dirs: Iterable[str | os.PathLike[str]] = (), *, entry_points: bo
     for d in dirs:
         out.add_dir(d)
     if entry_points:
-        from openfunctions.plugins import load_group
+        from openfunctions.core.entry_points import load_group
 
         for plugin, obj in load_group(SKILLS_GROUP):
             if plugin.error is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from openfunctions.core.deprecation import renamed
+from openfunctions.core.deprecation import old_names
 
 from ._api import DEFAULT_MAX_VALUE_BYTES, MAX_KEY_BYTES, Entry, Store, Transaction
 from ._embed import Embedder, LexicalEmbedder, MiniLMEmbedder, create_embedder
@@ -93,7 +93,4 @@ __all__ = [
 _RENAMED = {"create_store": "open_local_store", "create_pg_store": "open_pg_store"}
 
 if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
-    def __getattr__(name: str) -> Any:
-        if name in _RENAMED:
-            return renamed(__name__, name, _RENAMED[name])
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = old_names(__name__, _RENAMED)

@@ -33,10 +33,14 @@ REPO = Path(__file__).resolve().parents[1]
 TIERS: list[tuple[str, ...]] = [
     ("openfunctions",),  # the root package: the public API re-exports names from every package below
     ("ui",),  # the viewer reads every layer's records and serves them behind the servers' HTTP guard
+    ("chat",),  # a chat agent and its HTTP app: composes agents, memory, context providers and the servers' guard
     ("servers",),
     ("plugins",),  # loads entry points into the layers below (tools, context providers, skills, prompts)
-    ("engine",),  # an agent session over stdin/stdout JSONL: a model and tools, above the agents tier
-    ("agents", "workflows", "chat", "memory", "rag", "providers", "skills"),
+    ("providers",),  # context providers (the reference vault reads notes with skills' frontmatter parser)
+    ("skills",),
+    ("engine",),  # an agent session over stdin/stdout JSONL: a model and tools
+    ("agents",),  # an agent run is admitted like a workflow run (begin_run, child_context)
+    ("workflows", "memory", "rag"),
     ("adapters", "store", "work"),
     ("artifacts",),
     ("core",),
@@ -50,21 +54,6 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
         "`journal verify|show --database` reads the PostgreSQL journal through store's reader, and `journal verify "
         "postgresql://...` runs store's `db verify` (import_module, in the CLI only); it closes the cycle "
         "core -> store -> artifacts -> core",
-    ("openfunctions.agents._runtime", "workflows"):
-        "an agent run is admitted like a workflow run (begin_run, child_context): shared admission, sibling tier",
-    ("openfunctions.chat._agent", "agents"):
-        "the chat agent runs on the agents runtime and its run journal (sibling tier)",
-    ("openfunctions.chat._agent", "memory"):
-        "the chat agent keeps its conversations and facts in memory (sibling tier)",
-    ("openfunctions.chat._agent", "providers"):
-        "the chat agent composes its prompt from context providers (sibling tier)",
-    ("openfunctions.chat._http", "servers"):
-        "chat's HTTP server reuses the servers' request guard, limits and HTTP parser choice (upward)",
-    ("openfunctions.skills._skills", "plugins"):
-        "skills loads its entry-point group through plugins' loader (lazy, upward); closes the cycle "
-        "plugins -> skills -> plugins",
-    ("openfunctions.providers.reference._vault", "skills"):
-        "the reference vault provider reads notes with skills' frontmatter parser (sibling tier)",
 }
 
 

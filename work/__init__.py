@@ -20,9 +20,9 @@ modules besides this one are the three command-line entry points the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from openfunctions.core.deprecation import renamed
+from openfunctions.core.deprecation import old_names
 
 from . import _records as records
 from ._authority import Authority
@@ -101,7 +101,4 @@ _RENAMED = {"build_work_tools": "create_work_tools", "build_step_tools": "create
             "build_proof": "create_proof", "ArtifactStoreProtocol": "ArtifactSink", "TERMINAL": "ATTEMPT_TERMINAL"}
 
 if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
-    def __getattr__(name: str) -> Any:
-        if name in _RENAMED:
-            return renamed(__name__, name, _RENAMED[name])
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = old_names(__name__, _RENAMED)
