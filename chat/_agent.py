@@ -5,7 +5,8 @@ One turn, one path (:meth:`ChatAgent._turn`):
 1. check the message (a non-blank string of at most ``max_message_chars``;
    lone surrogates become U+FFFD);
 2. read the conversation's last ``history_messages`` messages (memory on:
-   the thread in the memory store; off: this process's list);
+   the thread in the memory store; off: this process's list), from its
+   latest summary if the window holds one;
 3. build the system prompt: the resolved prompt, then ``## Context`` (the
    context providers' blocks, best effort, and the saved facts matching the
    message), then ``## Tools`` (a guide to the offered tools);
@@ -19,6 +20,17 @@ One turn, one path (:meth:`ChatAgent._turn`):
    turn leaves the conversation as it was; the format is in
    :mod:`._conversations`), so the next turn replays them to the model,
    whichever provider it is.
+
+With ``context_ceiling`` set, between 3 and 4 the turn's context (system
+prompt, history, message, tool definitions) is estimated per adapter
+(:mod:`openfunctions.agents._compaction`, the engine's estimate); over the
+ceiling, the history's older turns (all but the last) are summarised by the
+model with the engine's summary step and the summary is appended to the
+conversation (format: :mod:`._conversations`), so this turn and the later
+ones (after a restart too) see the summary and the recent turns. The cut is
+at the start of a turn (a user message), so a tool call never loses its
+result. A failed summary leaves the history as it was (the turn runs on it,
+with a ``chat_compaction_failed`` warning).
 
 Turns of one conversation run one at a time, in the order they arrived (the
 conversation's FIFO lock): a conversation has one order. Turns of different
@@ -41,10 +53,22 @@ import structlog
 from openfunctions.adapters import AdapterNotConfigured, ScriptedAdapter, resolve_adapter, valid_text
 from openfunctions.adapters import Message as ModelMessage
 from openfunctions.agents import DEFAULT_RUN_TIMEOUT_S, AgentLimits, AgentRuntime, RunJournal, RunOptions, define_agent
+from openfunctions.agents._compaction import estimate_messages, summarise, tools_chars
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolExecutionContext, ToolRegistry, new_id
 
 from ._config import ChatConfig, load_config, load_object, module_tools
-from ._conversations import ANY, STORED_CHARS, Conversation, Conversations, from_stored, log_path, stored
+from ._conversations import (
+    ANY,
+    STORED_CHARS,
+    SUMMARY_PREFIX,
+    Conversation,
+    Conversations,
+    from_stored,
+    log_path,
+    stored,
+    stored_summary,
+    summary_through,
+)
 from ._errors import ChatClosed, ChatConfigError, InvalidMessage, MessageTooLarge
 from ._prompt import memory_hint, resolve_prompt
 
@@ -71,7 +95,8 @@ class ChatResponse:
     record (``openfunctions-mcp runs show RUN_ID``).
     ``warnings`` (also in ``metadata``): what went wrong *after* the answer, which the answer survives (each
     ``{"code", "message", "cause"}``, ``cause`` the error's code): ``chat_history_not_saved`` (the memory store
-    did not take the turn: the next turns do not see it) or ``chat_conversation_use_not_recorded`` (the
+    did not take the turn: the next turns do not see it), ``chat_compaction_failed`` (``context_ceiling``: the
+    summary was not made or not kept; the turn ran on the whole history) or ``chat_conversation_use_not_recorded`` (the
     conversation table's journal failed: the conversation's place in the least-recently-used order is not
     updated, and ``open_conversation``/``reset`` are refused until the chat is restarted). Empty when all went well.
     """
@@ -326,8 +351,12 @@ class ChatAgent:
                 raise ChatClosed(f"chat agent {self.name!r} was destroyed; create a new one")
             assert self._runtime is not None
             thread = conv.thread_id
-            history = await self._read_history(conv)
+            window = await self._read_history(conv)
             system = await self._system_prompt(message)
+            compaction_warnings: list[dict[str, Any]] = []
+            if self.config.context_ceiling is not None:
+                window = await self._compact(conv, window, system, message, compaction_warnings)
+            history = [m for _, m in window]
             calls: dict[str, dict[str, Any]] = {}
             tool_calls: list[dict[str, Any]] = []
 
@@ -348,6 +377,7 @@ class ChatAgent:
             result = await self._runtime.run(self._agent, message, ctx, options=options)
             turn = _turn_messages(result, len(history), message)
             warnings = await self._after_answer(conv, thread, turn, result) if result.status == "completed" else []
+            warnings = compaction_warnings + warnings
             response = ChatResponse(
                 text=result.text or "", status=result.status, run_id=result.run_id, rounds=result.rounds,
                 tool_calls=tool_calls, thread_id=thread, provider=getattr(self.adapter, "provider", ""),
@@ -380,18 +410,79 @@ class ChatAgent:
                                  "message": f"the conversation's use is not recorded: {exc.message}"})
         return warnings
 
-    async def _read_history(self, conv: Conversation) -> list[ModelMessage]:
+    async def _read_history(self, conv: Conversation) -> list[tuple[int | None, ModelMessage]]:
+        """The history the model is shown, each message with its thread number (memory off: None): the last
+        ``history_messages`` messages, from the latest summary among them (format: :mod:`._conversations`)."""
         n = self.config.history_messages
         if n == 0:
             return []
+        window: list[tuple[int | None, ModelMessage]]
         if self.memory is None:
-            messages = conv.history[-n:]
+            window = [(None, m) for m in conv.history[-n:]]
         else:
             page = await self.memory.get_thread(conv.thread_id, limit=n)
-            messages = [m for m in (from_stored(e.role, e.content, e.meta) for e in reversed(page.messages)) if m]
-        while messages and messages[0].role != "user":  # providers want a user turn first (the window may cut a turn)
-            messages.pop(0)
-        return messages
+            entries = list(reversed(page.messages))  # oldest first
+            summaries = [(i, t) for i, e in enumerate(entries) if (t := summary_through(e.meta)) is not None]
+            if summaries:  # the latest summary, then what it does not stand for (the turns it kept, the later ones)
+                at, through = summaries[-1]
+                entries = [entries[at], *(e for e in entries if e.n > through and summary_through(e.meta) is None)]
+            window = [(e.n, m) for e in entries if (m := from_stored(e.role, e.content, e.meta))]
+        while window and window[0][1].role != "user":  # providers want a user turn first (the window may cut a turn)
+            window.pop(0)
+        return window
+
+    async def _compact(self, conv: Conversation, window: list[tuple[int | None, ModelMessage]], system: str,
+                       message: str, warnings: list[dict[str, Any]]) -> list[tuple[int | None, ModelMessage]]:
+        """Over ``context_ceiling``: the window with its older turns replaced by the model's summary of them,
+        the summary kept in the conversation (see the module docstring); under it, the window unchanged."""
+        ceiling = self.config.context_ceiling
+        provider = getattr(self.adapter, "provider", None)
+        tools = tools_chars(t for t in self.registry.list() if t.name in self.tool_names)
+        shown = [ModelMessage.system(system), *(m for _, m in window), ModelMessage.user(message)]
+        before = estimate_messages(provider, shown, tools)
+        if ceiling is None or before <= ceiling:
+            return window
+        # Cut at the start of the last turn (a user message that is not a summary): the turns before it are
+        # summarised whole, so every tool call keeps its result on the side it is on.
+        cut = next((i for i in range(len(window) - 1, 0, -1)
+                    if window[i][1].role == "user" and not window[i][1].content.startswith(SUMMARY_PREFIX)), 0)
+        if cut == 0:
+            log.info("chat_nothing_to_compact", thread=conv.thread_id, tokens=before, ceiling=ceiling)
+            return window
+        try:
+            summary = await summarise(self.adapter, [m for _, m in window[:cut]], max_tokens=self.config.max_tokens)
+        except OpenFunctionsError as exc:
+            return self._not_compacted(conv, warnings, exc.code, f"the summary request failed: {exc.message}", window)
+        if not summary:
+            return self._not_compacted(conv, warnings, "chat_summary_empty", "the model returned an empty summary",
+                                       window)
+        summary_message = ModelMessage.user(SUMMARY_PREFIX + summary)
+        if self.memory is None:
+            kept = len(window) - cut  # the window is the end of the list: keep its last turns
+            conv.history[:] = [summary_message, *conv.history[len(conv.history) - kept:]]
+        else:
+            through = window[cut - 1][0]
+            assert through is not None  # memory on: every window message has its thread number
+            role, content, meta = stored_summary(summary, through)
+            try:
+                await self.memory.append_message(conv.thread_id, role, content, meta=meta)
+            except OpenFunctionsError as exc:
+                return self._not_compacted(conv, warnings, exc.code, f"the summary was not kept: {exc.message}", window)
+            summary_message = from_stored(role, content, meta) or summary_message  # as a restart will read it
+        after = [(None, summary_message), *window[cut:]]
+        log.info("chat_compacted", thread=conv.thread_id, replaced=cut, tokens_before=before,
+                 tokens_after=estimate_messages(provider, [ModelMessage.system(system), *(m for _, m in after),
+                                                           ModelMessage.user(message)], tools))
+        return after
+
+    @staticmethod
+    def _not_compacted(conv: Conversation, warnings: list[dict[str, Any]], cause: str, why: str,
+                       window: list[tuple[int | None, ModelMessage]]) -> list[tuple[int | None, ModelMessage]]:
+        """A compaction that did not happen: the turn runs on the whole window, and says so in its warnings."""
+        log.warning("chat_compaction_failed", thread=conv.thread_id, cause=cause, error=why)
+        warnings.append({"code": "chat_compaction_failed", "cause": cause,
+                         "message": f"the older turns were not compacted: {why}"})
+        return window
 
     async def _remember(self, conv: Conversation, thread: str, turn: list[ModelMessage]) -> None:
         """Keep a completed turn: the user's message, each tool call and result, the answer (history format 2,

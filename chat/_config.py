@@ -47,6 +47,8 @@ class ChatConfig(BaseModel):
     max_conversations: int = Field(MAX_CONVERSATIONS, ge=1, le=100_000,
                                    description="issued conversations kept (serve(): one per client); least recently used evicted")
     history_messages: int = Field(20, ge=0, le=100, description="earlier messages shown to the model each turn")
+    context_ceiling: int | None = Field(None, ge=1, description="tokens: over this the older turns are compacted "
+                                        "into a model-written summary kept in the conversation; None: never")
     recall_facts: int = Field(5, ge=0, le=20, description="saved facts matching the message put in the prompt")
     # context providers
     providers: list[Any] = Field(default_factory=list, description="ContextProvider instances or 'pkg.module:attr' names")

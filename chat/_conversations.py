@@ -122,6 +122,18 @@ calls and results to whichever provider answers it (the adapters pair them,
   turn is complete), then each call's arguments become ``{"_not_kept":
   "<n> characters"}``.
 
+A *summary* (the chat's ``context_ceiling``, docs/CHAT.md) is one more
+thread message: role ``user``, content :data:`SUMMARY_PREFIX` and the
+model's summary, ``meta.chat.summary`` ``{"through": n}``: it stands for
+every message of the thread up to number ``n`` (the older turns it
+summarises). It is appended after the messages it leaves out, so the
+recent turns it keeps (numbers ``n+1`` up to its own) come before it in the
+thread; a reader that finds a summary in its window shows the latest one,
+then the window's messages numbered above its ``through`` (summaries
+excepted), in thread order. A reader that ignores ``summary`` sees an
+ordinary user message. With memory off the process's list is rewritten to
+the summary message and the turns it keeps.
+
 Version 1 (before tool turns were kept) stored a turn as two messages, the
 user's and the final answer, with no ``meta.chat``; they still read, as
 text turns. A thread may hold both. A turn is appended message by message:
@@ -164,6 +176,8 @@ ANY = object()
 #: The conversation history's format (see the module docstring).
 HISTORY_VERSION = 2
 STORED_CHARS = 8000
+#: The start of a summary message's text (what the model reads before the summary).
+SUMMARY_PREFIX = "Summary of the conversation so far (earlier messages were compacted into it):\n"
 META_CHARS = 16 * 1024
 _BLANK = "(no text)"
 
@@ -268,11 +282,26 @@ def stored(message: Message) -> tuple[Role, str, dict[str, Any]]:
     return role, content, {"chat": {"v": HISTORY_VERSION, **d}}
 
 
+def stored_summary(summary: str, through: int) -> tuple[Role, str, dict[str, Any]]:
+    """``(role, content, meta)`` of a summary message standing for the thread's messages up to ``through``."""
+    role, content, meta = stored(Message.user(SUMMARY_PREFIX + summary))
+    meta["chat"]["summary"] = {"through": through}
+    return role, content, meta
+
+
+def summary_through(meta: Any) -> int | None:
+    """The ``through`` of a summary message's ``meta`` (see the module docstring); None: not a summary."""
+    chat = meta.get("chat") if isinstance(meta, dict) else None
+    summary = chat.get("summary") if isinstance(chat, dict) else None
+    through = summary.get("through") if isinstance(summary, dict) else None
+    return through if isinstance(through, int) and not isinstance(through, bool) and through >= 0 else None
+
+
 def from_stored(role: str, content: str, meta: Any) -> Message | None:
     """The message a thread entry holds (format 2, or a format-1 text turn); None: not one to show the model."""
     chat = meta.get("chat") if isinstance(meta, dict) else None
     if isinstance(chat, dict) and chat.get("v") == HISTORY_VERSION:
-        fields = {k: v for k, v in chat.items() if k not in ("v", "blank")}
+        fields = {k: v for k, v in chat.items() if k not in ("v", "blank", "summary")}
         try:
             return Message.from_dict({**fields, "role": role, "content": "" if chat.get("blank") else content})
         except ValueError:
@@ -470,4 +499,5 @@ class Conversations:
 
 
 __all__ = ["CONVERSATIONS", "CONVERSATION_ID_RE", "HISTORY_VERSION", "MAX_CONVERSATIONS", "Conversation",
-           "Conversations", "apply", "conversations_stream", "from_stored", "log_path", "stored"]
+           "Conversations", "SUMMARY_PREFIX", "apply", "conversations_stream", "from_stored", "log_path", "stored",
+           "stored_summary", "summary_through"]

@@ -10,6 +10,7 @@ the next start of the session to continue.
 
 Between rounds the session injects queued steering (one user message), and compacts when asked to or
 when the estimated context (:mod:`._tokens`) passes the ceiling: the model summarises the older messages
+(the summary step is :func:`openfunctions.agents._compaction.summarise`, which the chat agent uses too)
 and a ``compaction`` record replaces them with the summary.
 
 Durability (the record format is in :mod:`._records`): every record is folded into the in-memory state
@@ -36,6 +37,7 @@ import anyio
 import structlog
 
 from openfunctions.adapters import ChatOptions, MalformedResponse, Message, valid_text
+from openfunctions.agents._compaction import summarise
 from openfunctions.core import (
     OpenFunctionsError,
     ToolDefinition,
@@ -58,12 +60,8 @@ FINISH_TOOL = "finish"
 SESSION_KEY = "openfunctions.engine.session_id"
 TOOL_RESULT_CHARS = 32768
 EVENT_CONTENT_CHARS = 4000
-#: The transcript a summarisation request shows the model is cut to its last this many characters.
-SUMMARY_INPUT_CHARS = 200_000
 DEFAULT_SYSTEM = ("You are an agent working through a task with tools. Use the tools you are given; when the task "
                   f"is done, call `{FINISH_TOOL}` with the result (or answer with text).")
-SUMMARY_SYSTEM = ("Summarise the conversation below for your own later use: the task, what was decided, what "
-                  "was done (tool calls and their outcomes), what is still open. Be complete and brief; plain text.")
 
 _SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
@@ -626,15 +624,12 @@ class Session:
                            "message": f"nothing to compact: the conversation has {len(msgs)} message(s) to keep"})
             return
         before = self.tokens()
-        transcript = "\n\n".join(_render(m) for m in msgs[:cut])[-SUMMARY_INPUT_CHARS:]
-        try:
-            reply = await self.config.adapter.chat([Message.system(SUMMARY_SYSTEM), Message.user(transcript)], (),
-                                                   ChatOptions(max_tokens=self.limits.max_tokens))
+        try:  # the summary step is the agents tier's, shared with the chat agent
+            summary = await summarise(self.config.adapter, msgs[:cut], max_tokens=self.limits.max_tokens)
         except OpenFunctionsError as exc:
             self.emit({"type": "error", "code": "engine_compaction_failed",
                        "message": f"the summary request failed ({exc.code}): {exc.message}"})
             return
-        summary = (reply.text or "").strip()
         if not summary:
             self.emit({"type": "error", "code": "engine_compaction_failed",
                        "message": "the model returned an empty summary; nothing was compacted"})
@@ -645,13 +640,6 @@ class Session:
                                           "tokens_before": before, "tokens_after": after}, wait=True)
         self.emit({"type": "compacted", "trigger": trigger, "replaced": cut, "tokens_before": before,
                    "tokens_after": after, "summary": summary[:EVENT_CONTENT_CHARS]})
-
-
-def _render(m: Message) -> str:
-    text = f"[{m.role}{' ' + m.name if m.name else ''}] {m.content}"
-    for c in m.tool_calls:
-        text += f"\n  call {c.name}({json.dumps(c.arguments, ensure_ascii=False)})"
-    return text
 
 
 __all__ = ["DEFAULT_SYSTEM", "FINISH_TOOL", "Limits", "Session", "SessionConfig", "check_session_id", "finish_tool",

@@ -28,7 +28,7 @@ def blocks() -> list[tuple[str, str, str | None]]:
 
 def test_every_python_block_says_what_it_prints() -> None:
     found = blocks()
-    assert len(found) == len(re.findall(r"```python\n", DOC.read_text())) == 4
+    assert len(found) == len(re.findall(r"```python\n", DOC.read_text())) == 5
     assert all(expected for _, _, expected in found)
 
 
