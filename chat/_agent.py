@@ -23,7 +23,7 @@ One turn, one path (:meth:`ChatAgent._turn`):
 
 With ``context_ceiling`` set, between 3 and 4 the turn's context (system
 prompt, history, message, tool definitions) is estimated per adapter
-(:mod:`openfunctions.agents._compaction`, the engine's estimate); over the
+(:mod:`openfunctions.agents.compaction`, the engine's estimate); over the
 ceiling, the history's older turns (all but the last) are summarised by the
 model with the engine's summary step and the summary is appended to the
 conversation (format: :mod:`._conversations`), so this turn and the later
@@ -53,7 +53,7 @@ import structlog
 from openfunctions.adapters import AdapterNotConfigured, ScriptedAdapter, resolve_adapter, valid_text
 from openfunctions.adapters import Message as ModelMessage
 from openfunctions.agents import DEFAULT_RUN_TIMEOUT_S, AgentLimits, AgentRuntime, RunJournal, RunOptions, define_agent
-from openfunctions.agents._compaction import estimate_messages, summarise, tools_chars
+from openfunctions.agents.compaction import estimate_messages, summarise, tools_chars
 from openfunctions.core import OpenFunctionsError, ToolDefinition, ToolExecutionContext, ToolRegistry, new_id
 
 from ._config import ChatConfig, load_config, load_object, module_tools

@@ -10,7 +10,7 @@ the next start of the session to continue.
 
 Between rounds the session injects queued steering (one user message), and compacts when asked to or
 when the estimated context (:mod:`._tokens`) passes the ceiling: the model summarises the older messages
-(the summary step is :func:`openfunctions.agents._compaction.summarise`, which the chat agent uses too)
+(the summary step is :func:`openfunctions.agents.compaction.summarise`, which the chat agent uses too)
 and a ``compaction`` record replaces them with the summary.
 
 Durability (the record format is in :mod:`._records`): every record is folded into the in-memory state
@@ -37,7 +37,7 @@ import anyio
 import structlog
 
 from openfunctions.adapters import ChatOptions, MalformedResponse, Message, valid_text
-from openfunctions.agents._compaction import summarise
+from openfunctions.agents.compaction import summarise
 from openfunctions.core import (
     OpenFunctionsError,
     ToolDefinition,

@@ -1,9 +1,9 @@
-"""The engine's token estimate: the agents tier's (:mod:`openfunctions.agents._compaction`, where the
+"""The engine's token estimate: the agents tier's (:mod:`openfunctions.agents.compaction`, where the
 per-adapter table is documented), which the chat agent's compaction uses too."""
 
 from __future__ import annotations
 
-from openfunctions.agents._compaction import (
+from openfunctions.agents.compaction import (
     CHARS_PER_TOKEN,
     DEFAULT_CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD,

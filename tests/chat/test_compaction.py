@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from openfunctions.adapters import Message, RateLimited, ScriptedAdapter
-from openfunctions.agents._compaction import SUMMARY_SYSTEM
+from openfunctions.agents.compaction import SUMMARY_SYSTEM
 from openfunctions.chat import open_chat_agent
 from openfunctions.chat._conversations import SUMMARY_PREFIX, summary_through
 
