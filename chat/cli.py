@@ -54,6 +54,9 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--auth-token-file", metavar="PATH", help="with --serve: as --auth-token-env, the token from PATH's first line")
     p.add_argument("--max-conversations", type=int, default=None, metavar="N",
                    help="with --serve: conversations kept, one per client (default 256; least recently used evicted)")
+    p.add_argument("--context-ceiling", type=int, default=None, metavar="TOKENS",
+                   help="compact a conversation's older turns into a model-written summary once what is sent would "
+                        "pass TOKENS (estimated per provider; default: never, the history window only)")
     p.set_defaults(func=cmd_chat)
 
 
@@ -106,6 +109,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     }
     if args.max_conversations is not None:
         config["max_conversations"] = args.max_conversations
+    if args.context_ceiling is not None:
+        config["context_ceiling"] = args.context_ceiling
     if args.script is not None:
         if args.provider not in (None, "scripted"):
             return _fail("--script goes with --provider scripted")

@@ -26,8 +26,6 @@ from typing import Any, TypeVar, cast
 
 from ._records import DataDir
 
-#: The work space ``serve --database`` uses (servers/_work_database.py).
-WORK_SPACE = "default"
 _T = TypeVar("_T")
 
 

@@ -27,9 +27,9 @@ registry), they say so in their text result instead of failing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from openfunctions.core.deprecation import renamed
+from openfunctions.core.deprecation import old_names
 
 from ._common import TEST_AUDIO_BASE64, TEST_IMAGE_BASE64
 from ._protocol import add_conformance_fixtures
@@ -51,7 +51,4 @@ __all__ = [
 _RENAMED = {"build_conformance_registry": "create_conformance_registry"}
 
 if not TYPE_CHECKING:  # hidden from mypy: a module __getattr__ would make every misspelt import from here read as Any
-    def __getattr__(name: str) -> Any:
-        if name in _RENAMED:
-            return renamed(__name__, name, _RENAMED[name])
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = old_names(__name__, _RENAMED)

@@ -70,6 +70,15 @@ def test_max_conversations_is_checked_and_named(tmp_path: Path) -> None:
     assert "--max-conversations" in cli("chat", "--help").stdout
 
 
+def test_context_ceiling_is_checked_and_named(tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text('["hi"]')
+    proc = cli("chat", "--provider", "scripted", "--script", str(script), "--data-dir", str(tmp_path),
+               "--context-ceiling", "0")
+    assert proc.returncode == 2 and "context_ceiling: Input should be greater than or equal to 1" in proc.stderr
+    assert "--context-ceiling" in cli("chat", "--help").stdout
+
+
 def test_the_interactive_loop_over_stdin(tmp_path: Path) -> None:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([
