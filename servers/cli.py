@@ -285,7 +285,7 @@ def build_parser(load: Collection[str] = ()) -> argparse.ArgumentParser:
 # the module's own so that ``--help`` need not import it (~0.2 s); test_cli
 # checks they agree. Every module named here ships in this distribution.
 _CONTRIBUTED = {
-    "journal": ("openfunctions.core.journal.cli", "inspect and verify journals (read-only, no lock taken)"),
+    "journal": ("openfunctions.store.journal_cli", "inspect and verify journals (read-only, no lock taken)"),
     "grant": ("openfunctions.work.cli", "issue, list and revoke work grants"),
     "work": ("openfunctions.work.attempts_cli", "resolve and inspect uncertain work operations"),
     "catalog": ("openfunctions.work.catalog_cli", "validate a work catalog and print its steps"),

@@ -50,10 +50,6 @@ SOURCES = {name: REPO / name for tier in TIERS for name in tier}
 
 # (importing module, imported package): why it is there today. Remove an entry with the import it excuses.
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("openfunctions.core.journal.cli", "store"):
-        "`journal verify|show --database` reads the PostgreSQL journal through store's reader, and `journal verify "
-        "postgresql://...` runs store's `db verify` (import_module, in the CLI only); it closes the cycle "
-        "core -> store -> artifacts -> core",
 }
 
 

@@ -16,7 +16,9 @@ and segment of the data directory.
 
 ``verify``, ``tail`` and ``show`` also read the execution journals that
 ``serve --database URL`` replicas share (``--database URL``, optionally
-``--journal NAME``): every replica's stream, ``verify`` checking each
+``--journal NAME``), when the group was added with a :class:`DatabaseJournals`
+reader: ``openfunctions-mcp journal`` is (the store package adds it:
+``store/journal_cli.py``; the core reads files only). Every replica's stream, ``verify`` checking each
 stream's chain and one receipt per call across them, ``tail`` and ``show``
 merging the streams by record time (``store/_pg_journal_read.py``). Their
 text lines start with the time, then ``journal/stream:seq``.
@@ -53,7 +55,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .._canonical import canonical_json
 from ..errors import JournalCorrupt, JournalError
@@ -65,12 +67,24 @@ from ._record import Record
 EXIT_OK, EXIT_CORRUPT, EXIT_UNREADABLE = 0, 1, 2
 
 
-def add_commands(subparsers: Any) -> None:
-    """Add the ``journal`` command group to an argparse subparsers object."""
+class DatabaseJournals(Protocol):
+    """What reads execution journals kept in a database, for ``--database URL`` and ``verify URL``."""
+
+    def run(self, command: str, args: argparse.Namespace) -> int:
+        """Run ``tail``, ``show`` or ``verify`` against ``args.database``; the exit code."""
+        ...
+
+    def verify_database(self, url: str, journal: str | None) -> int:
+        """``journal verify postgresql://...``: what ``db verify`` checks; the exit code."""
+        ...
+
+
+def add_commands(subparsers: Any, database: DatabaseJournals | None = None) -> None:
+    """Add the ``journal`` command group to an argparse subparsers object; ``database`` reads database journals."""
     j = subparsers.add_parser("journal", help="inspect and verify journals (read-only, no lock taken)",
                               description="Read-only tools for openfunctions journals.")
     jsub = j.add_subparsers(dest="journal_command", metavar="{inspect,verify,tail,show,reopen}")
-    j.set_defaults(func=lambda args: (j.print_help(sys.stderr), 2)[1])
+    j.set_defaults(func=lambda args: (j.print_help(sys.stderr), 2)[1], journal_database=database)
 
     p = jsub.add_parser("inspect", help="summary: records, types, last seq, torn tail, owner")
     p.add_argument("path", type=Path)
@@ -135,11 +149,8 @@ def _file_or_url(text: str) -> Path | str:
 
 
 def _database(args: argparse.Namespace, command: str) -> int | None:
-    """Run ``command`` against ``--database`` (the store package's reader), or None when no database was given.
-
-    Imported by name: the core does not depend on the store package, which a
-    database journal needs anyway (it wrote the rows).
-    """
+    """Run ``command`` against ``--database`` through the group's :class:`DatabaseJournals`, or None when no
+    database was given."""
     if not getattr(args, "database", None):
         if getattr(args, "path", "") is None:
             print(f"journal {command}: give a journal file or --database URL", file=sys.stderr)
@@ -148,15 +159,16 @@ def _database(args: argparse.Namespace, command: str) -> int | None:
     if getattr(args, "path", None) is not None or getattr(args, "paths", None):
         print(f"journal {command}: give a journal file or --database URL, not both", file=sys.stderr)
         return EXIT_UNREADABLE
-    import importlib
+    reader = _database_reader(args, command)
+    return reader.run(command, args) if reader is not None else EXIT_UNREADABLE
 
-    try:
-        reader = importlib.import_module("openfunctions.store._pg_journal_read")
-    except ImportError as exc:
-        print(f"journal {command} --database: the PostgreSQL reader is unavailable ({exc}); install "
-              "openfunctions-mcp[postgres]", file=sys.stderr)
-        return EXIT_UNREADABLE
-    return int(getattr(reader, f"cli_{command}")(args))
+
+def _database_reader(args: argparse.Namespace, command: str) -> DatabaseJournals | None:
+    reader: DatabaseJournals | None = getattr(args, "journal_database", None)
+    if reader is None:
+        print(f"journal {command}: this command reads journal files only; database journals are read by "
+              f"`openfunctions-mcp journal {command}` (or `python -m openfunctions.store.journal_cli`)", file=sys.stderr)
+    return reader
 
 
 def _scan(path: Path, on_record: Callable[[Record], None] | None = None) -> tuple[ScanResult, dict[str, int]]:
@@ -302,10 +314,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.database:
             print("journal verify: give a database URL or --database URL, not both", file=sys.stderr)
             return EXIT_UNREADABLE
-        import importlib
-
-        db_cli = importlib.import_module("openfunctions.store.db_cli")
-        return int(db_cli.verify_database(args.path, args.journal))
+        reader = _database_reader(args, "verify")
+        return reader.verify_database(args.path, args.journal) if reader is not None else EXIT_UNREADABLE
     via_database = _database(args, "verify")
     if via_database is not None:
         return via_database

@@ -273,7 +273,7 @@ async def test_a_follow_sees_new_records_of_every_stream_and_a_new_stream(pg_dsn
 @pytest.mark.anyio
 async def test_journal_tail_show_and_verify_read_the_database_streams(pg_dsn, capsys) -> None:
     """`journal tail|show|verify --database URL`: the streams of every replica merged by time."""
-    from openfunctions.core.journal.cli import main
+    from openfunctions.store.journal_cli import main
 
     dsn = await migrated(pg_dsn)
     name = unique_name("j")

@@ -190,3 +190,23 @@ def test_tail_follow_prints_appended_records(journal):
         assert proc.wait(timeout=30) == 0
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_the_file_only_group_names_where_database_journals_are_read(capsys):
+    # The core reads journal files; database journals are the store package's rows and its reader's job.
+    for argv in (("journal", "tail", "--database", "postgresql://127.0.0.1:1/x"),
+                 ("journal", "show", "rcpt_x", "--database", "postgresql://127.0.0.1:1/x"),
+                 ("journal", "verify", "postgresql://127.0.0.1:1/x")):
+        rc, out, err = run(capsys, *argv)
+        assert rc == 2 and out == "", argv
+        assert "reads journal files only" in err and f"openfunctions-mcp journal {argv[1]}" in err, (argv, err)
+
+
+def test_the_server_cli_adds_the_group_with_the_database_reader():
+    from openfunctions.store.journal_cli import PgJournals
+    from openfunctions.store.journal_cli import add_commands as add_with_database
+
+    parser = argparse.ArgumentParser(prog="openfunctions-mcp")
+    add_with_database(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["journal", "tail", "--database", "postgresql://127.0.0.1:1/x"])
+    assert isinstance(args.journal_database, PgJournals)
