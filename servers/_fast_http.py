@@ -102,6 +102,17 @@ _HANDSHAKE = frozenset(v.encode() for v in HANDSHAKE_PROTOCOL_VERSIONS)
 _MAX_NESTING = 200
 
 
+def _parsed_body(scope: dict[str, Any], body: bytes) -> Any:
+    """The request's JSON (as the HTTP guard parsed it, else parsed here); None when it is not JSON."""
+    message = scope.get(PARSED_BODY_KEY)
+    if message is None:
+        try:
+            message = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            message = None
+    return message
+
+
 def _accepts(value: bytes) -> tuple[bool, bool]:
     """(JSON, SSE) acceptable per the ``Accept`` header, wildcards included (the SDK's rule)."""
     types = [part.split(b";")[0].strip().lower() for part in value.split(b",")]
@@ -308,12 +319,7 @@ class FastToolCalls:
         if len(body) > self.max_body_bytes:
             await self.app(scope, replay_body(first, receive), send)
             return
-        message = scope.get(PARSED_BODY_KEY)
-        if message is None:
-            try:
-                message = json.loads(body)
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                message = None
+        message = _parsed_body(scope, body)
         call = self.calls.admit(message, version) if message is not None else None
         if call is None or not self._name_matches(scope, call.name):
             await self.app(scope, replay_body(first, receive), send)
@@ -404,12 +410,7 @@ class FastToolCalls:
                 or body.count(b"[") + body.count(b"{") > _MAX_NESTING):
             await self.app(scope, replay_body(first, receive), send)
             return
-        message = scope.get(PARSED_BODY_KEY)
-        if message is None:
-            try:
-                message = json.loads(body)
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                message = None
+        message = _parsed_body(scope, body)
         if running and type(message) is dict and message.get("method") == "notifications/cancelled":
             params = message.get("params")
             rid = params.get("requestId") if type(params) is dict else None
