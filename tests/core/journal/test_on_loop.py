@@ -138,11 +138,10 @@ async def test_a_drain_before_the_flush_ran_hands_the_queued_lines_to_the_thread
     assert [r.data["i"] for r in read_records(p)] == [0, 1, 2]
 
 
-async def test_a_flush_steps_behind_ready_callbacks_so_later_appends_share_it(tmp_path):
-    # Task b appends one iteration after task a: a's flush, seeing b ready, steps behind it and takes both.
-    p = tmp_path / "j.jsonl"
+async def _staggered_appends(tmp_path) -> list[int]:
+    """Task b appends one loop iteration after task a; the lines each write carried."""
     ops = WhereOps()
-    log = await _open(p, ops)
+    log = await _open(tmp_path / "j.jsonl", ops)
 
     async def a() -> None:
         await log.append("t", {"i": 0})
@@ -152,8 +151,13 @@ async def test_a_flush_steps_behind_ready_callbacks_so_later_appends_share_it(tm
         await log.append("t", {"i": 1})
 
     await asyncio.gather(a(), b())
-    assert ops.lines == [2]
     await log.close()
+    return ops.lines
+
+
+async def test_a_flush_steps_behind_ready_callbacks_so_later_appends_share_it(tmp_path):
+    # Task b appends one iteration after task a: a's flush, seeing b ready, steps behind it and takes both.
+    assert await _staggered_appends(tmp_path) == [2]
 
 
 async def test_a_flush_steps_behind_an_always_ready_task_only_a_few_times(tmp_path):
@@ -189,21 +193,8 @@ async def test_a_flush_stops_stepping_behind_ready_callbacks_once_its_budget_pas
     from openfunctions.core.journal import _writer
 
     monkeypatch.setattr(_writer, "FLUSH_DEFER_BUDGET_S", 0.0)
-    p = tmp_path / "j.jsonl"
-    ops = WhereOps()
-    log = await _open(p, ops)
-
-    async def a() -> None:
-        await log.append("t", {"i": 0})
-
-    async def b() -> None:
-        await asyncio.sleep(0)
-        await log.append("t", {"i": 1})
-
-    await asyncio.gather(a(), b())
-    assert ops.lines == [1, 1]
-    await log.close()
-    assert [r.data["i"] for r in read_records(p)] == [0, 1]
+    assert await _staggered_appends(tmp_path) == [1, 1]
+    assert [r.data["i"] for r in read_records(tmp_path / "j.jsonl")] == [0, 1]
 
 
 async def test_appends_from_a_thread_s_own_loop_are_flushed_on_that_loop(tmp_path):
