@@ -30,6 +30,10 @@ fails the same way. psycopg 3 is imported lazily (the ``postgres`` extra).
 - **Errors.** :func:`classify` is the one reading of a psycopg error (what
   happened, and whether a write may have committed); :func:`database_error`
   turns it into the calling domain's own error class with one wording.
+- **Record tables.** :class:`RecordTableSpec` (``core/_pg_records.py``): the
+  one row layout every record stream's table has, its one append and read
+  statements, and :class:`PgKeyTable`, one key's writer for a
+  ``core.records.TableRecordLog``.
 - **Rows and liveness.** :class:`PgRows` (one statement per call, its
   failure mapped) and :func:`open_checked` (a pool, the schema checked) for
   the record stores; :class:`PgInstance`, a process's registration in
@@ -560,7 +564,20 @@ async def migrate_components(dsn: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+# The record-table layout and its writer use classify/database_error above (hence imported last).
+from ._pg_records import (  # noqa: E402
+    TIME_DEFAULT,
+    Guard,
+    PgKeyTable,
+    RecordTableSpec,
+    TableRow,
+    decode_rows,
+    read_rows,
+    stamp,
+)
+
 __all__ = [
+    "Guard", "PgKeyTable", "RecordTableSpec", "TIME_DEFAULT", "TableRow", "decode_rows", "read_rows", "stamp",
     "COMPONENTS", "Certainty", "Component", "DatabaseError", "DatabaseUnavailable", "Failure", "PgInstance", "PgRows",
     "SchemaOutOfDate", "open_checked",
     "SchemaTooNew", "advisory_key", "apply_migrations", "check_encoding", "check_schema", "classify", "component",

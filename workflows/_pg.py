@@ -24,37 +24,38 @@ shared PostgreSQL plumbing (schema check, error reading) is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
-from openfunctions.core import canonical_json, redact_dsn, utc_timestamp
+from openfunctions.core import redact_dsn
 from openfunctions.core.postgres import (
+    PgKeyTable,
+    RecordTableSpec,
+    TableRow,
     advisory_key,
     check_schema,
-    classify,
     database_error,
+    decode_rows,
     distinct_spaces,
     schema_problem,
     schema_version_sync,
 )
 from openfunctions.core.postgres import load_psycopg as _psycopg
+from openfunctions.core.records import RecordMalformed
 from openfunctions.store import StoreError, StoreFailed, StoreLocked, StoreUnavailable
 
 from ._pg_schema import COMPONENT
 
-_SELECT = "SELECT seq, type, time, data FROM of_workflow_records WHERE space = %s ORDER BY seq"
+#: The workflows' table: the one record-table layout (``core._pg_records``), one writer per space assigning seq.
+TABLE = RecordTableSpec("of_workflow_records", "space", seq="key")
+_SELECT = TABLE.select()
 
-
-class PgWorkflowRecord(NamedTuple):
-    """One row: what a file journal's record holds (``seq``, ``type``, ``time``, ``data``)."""
-
-    seq: int
-    type: str
-    time: str
-    data: dict[str, Any]
+#: One row (``seq``, ``type``, ``time``, ``data``): what a file journal's record holds.
+PgWorkflowRecord = TableRow
 
 
 def space_lock_key(space: str) -> int:
@@ -63,101 +64,28 @@ def space_lock_key(space: str) -> int:
 
 
 def _rows(where: str, rows: Sequence[tuple[Any, ...]]) -> list[PgWorkflowRecord]:
-    out = []
-    for seq, type_, stamp, data in rows:
-        try:
-            value = json.loads(data)
-        except ValueError as exc:
-            raise StoreError(f"workflow run record seq {seq} in {where} is not JSON: {exc}",
-                             details={"seq": seq}) from None
-        out.append(PgWorkflowRecord(int(seq), type_, stamp, value))
-    return out
+    try:
+        return decode_rows(rows, where)
+    except RecordMalformed as exc:
+        raise StoreError(f"workflow run {exc.message}", details=exc.details) from None
 
 
-class PgWorkflowLog:
-    """The writer of one run space; open with :func:`open_pg_workflow_log`."""
+class PgWorkflowLog(PgKeyTable):
+    """The writer of one run space (``core._pg_records.PgKeyTable`` on its own connection, whose session advisory
+    lock is the space's); open with :func:`open_pg_workflow_log`."""
 
     def __init__(self, dsn: str, space: str, conn: Any, records: list[PgWorkflowRecord]) -> None:
         self.space = space
-        self.where = f"{redact_dsn(dsn)} (space {space!r})"
-        self.records = records
-        self.last_seq = records[-1].seq if records else 0
-        self._conn = conn
-        self._failed: str | None = None
-        self._psycopg, _ = _psycopg()
-        # seq is assigned before the statement runs: concurrent appends (runs, parallel branches) take turns
-        self._turn = asyncio.Lock()
+        self._conn: Any = conn
+        super().__init__(TABLE, space, records, where=f"{redact_dsn(dsn)} (space {space!r})",
+                         connection=self._lend, refused=StoreFailed, unavailable=StoreUnavailable,
+                         on_close=self._close_conn)
 
-    @property
-    def failed(self) -> bool:
-        """A write failed: this writer refuses further calls; close it and open the space again."""
-        return self._failed is not None
+    @contextlib.asynccontextmanager
+    async def _lend(self) -> AsyncIterator[Any]:
+        yield self._conn  # every write on the lock's connection: a writer whose connection died cannot write
 
-    def _check(self) -> Any:
-        if self._failed is not None:
-            raise StoreFailed(f"workflow runs in {self.where}: an earlier write failed ({self._failed}); "
-                              "reopen to read what was committed", certainty="known")
-        if self._conn is None:
-            raise StoreFailed(f"workflow runs in {self.where} are closed", certainty="known")
-        return self._conn
-
-    def _fail(self, exc: Exception) -> StoreError:
-        """The writer refuses further writes until reopened; a write that may have committed is ``StoreUnavailable``
-        (``certainty: unknown``), one the database refused before writing is ``StoreFailed``."""
-        failure = classify(exc, write=True)
-        self._failed = failure.reason if failure is not None else f"{type(exc).__name__}: {_first_line(exc)}"
-        into = StoreUnavailable if failure is None or failure.certainty == "unknown" else StoreFailed
-        return database_error(exc, into, f"workflow runs in {self.where}: a write failed, and this writer "
-                              "refuses further writes until reopened", write=True)
-
-    def _stamp(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
-        stamp = utc_timestamp()
-        return [PgWorkflowRecord(self.last_seq + i, t, stamp, d) for i, (t, d) in enumerate(records, 1)]
-
-    async def append_many(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
-        """Append ``(type, data)`` records as one committed statement; the records as written."""
-        if not records:
-            self._check()
-            return []
-        async with self._turn:
-            return await self._append(records)
-
-    async def _append(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
-        conn = self._check()
-        out = self._stamp(records)
-        values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(out))
-        params: list[Any] = []
-        for r in out:
-            params += [self.space, r.seq, r.type, r.time, canonical_json(r.data)]
-        try:
-            await conn.execute(f"INSERT INTO of_workflow_records (space, seq, type, time, data) VALUES {values}", params)
-        except self._psycopg.Error as exc:
-            raise self._fail(exc) from None
-        self.last_seq = out[-1].seq
-        return out
-
-    async def replace(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
-        """Compaction: the space's rows become ``records`` (seq continuing), in one transaction."""
-        async with self._turn:
-            return await self._replace(records)
-
-    async def _replace(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[PgWorkflowRecord]:
-        conn = self._check()
-        out = self._stamp(records)
-        try:
-            async with conn.transaction():
-                await conn.execute("DELETE FROM of_workflow_records WHERE space = %s", (self.space,))
-                async with conn.cursor() as cur:
-                    await cur.executemany(
-                        "INSERT INTO of_workflow_records (space, seq, type, time, data) VALUES (%s, %s, %s, %s, %s)",
-                        [(self.space, r.seq, r.type, r.time, canonical_json(r.data)) for r in out])
-        except self._psycopg.Error as exc:
-            raise self._fail(exc) from None
-        if out:
-            self.last_seq = out[-1].seq
-        return out
-
-    async def close(self) -> None:
+    async def _close_conn(self) -> None:
         """Close the connection: the space's lock goes with it."""
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -284,11 +212,6 @@ def verify_pg_workflow_spaces(dsn: str) -> list[tuple[str, list[str], str]]:
     return [(f"workflow space {space}", verify_pg_workflows(dsn, space, fold=check_run_records),
              "seq contiguous, time and data well-formed, every row folds into its run")
             for space in list_pg_workflow_spaces(dsn)]
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = ["PgWorkflowLog", "PgWorkflowRecord", "list_pg_workflow_spaces", "open_pg_workflow_log",
