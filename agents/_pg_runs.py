@@ -12,10 +12,13 @@ by ``openfunctions-mcp db migrate``; it needs the ``journal`` component's
         agent    text,
         instance text,                   -- the process running it (of_journal_instances, scope "runs:<space>")
         finished boolean)                -- its run_finished record is in (only the first one counts)
-    of_run_records(seq bigserial PRIMARY KEY, run_id text, type text,
-        data text,                       -- canonical JSON, the record's data as in a run journal line
-        at timestamptz)                  -- v2: when it was written (the statement's transaction time);
-                                         -- NULL for records written before migration 2
+    of_run_records(                      -- the one record-table layout (core/_pg_records.py): key run_id,
+        run_id text,                     -- seq "serial"
+        seq bigserial PRIMARY KEY,       -- one order over every run (``runs tail`` follows it)
+        type text,
+        time text,                       -- v3: RFC 3339 UTC, stamped by the writer; the rows of v2 keep their
+                                         -- ``at`` (the transaction's time) here, those before v2 ""
+        data text)                       -- canonical JSON, the record's data as in a run journal line
 
 Promises: every append is one committed statement; a ``run_finished`` is
 written only while the run is unfinished (so a replica's late finish after
@@ -32,8 +35,18 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from openfunctions.core import canonical_json
-from openfunctions.core.postgres import PgInstance, PgRows, drop_dead_connections, open_checked
+from openfunctions.core.postgres import (
+    Guard,
+    PgInstance,
+    PgKeyTable,
+    PgRows,
+    RecordTableSpec,
+    TableRow,
+    decode_rows,
+    drop_dead_connections,
+    open_checked,
+    stamp,
+)
 from openfunctions.store import StoreUnavailable
 
 COMPONENT = "runs"
@@ -59,12 +72,26 @@ MIGRATIONS: list[Sequence[str]] = [
         "ALTER TABLE of_run_records ADD COLUMN at timestamptz",
         "ALTER TABLE of_run_records ALTER COLUMN at SET DEFAULT now()",
     ),
+    (  # 3: the one record-table layout (core/_pg_records.py): ``time`` as text, ``at``'s value moved into it
+        "ALTER TABLE of_run_records ADD COLUMN time text NOT NULL DEFAULT ''",
+        "UPDATE of_run_records SET time = to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+        "WHERE at IS NOT NULL",
+        "ALTER TABLE of_run_records ALTER COLUMN time SET DEFAULT "
+        "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+        "ALTER TABLE of_run_records DROP COLUMN at",
+    ),
 ]
+
+#: The records' table: key ``run_id``; seq from the database's sequence (a recovering replica writes a run's end).
+TABLE = RecordTableSpec("of_run_records", "run_id", seq="serial")
+#: The run is this space's (the scope of a read).
+_OF_SPACE = "AND EXISTS (SELECT 1 FROM of_runs WHERE run_id = %s AND space = %s)"
+#: The run is this space's and not finished (the guard of a live run's records).
+_OPEN = "SELECT run_id FROM of_runs WHERE run_id = %s AND space = %s AND NOT finished"
 
 #: A record as ``tail`` reads it: seq, type, the time written (RFC 3339 UTC, as a journal line's; None before v2), data.
 TailRow = tuple[int, str, str | None, dict[str, Any]]
-_TAIL = ("SELECT r.seq, r.type, to_char(r.at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), r.data "
-         "FROM of_run_records r JOIN of_runs s USING (run_id) WHERE s.space = %s")
+_TAIL = "SELECT r.seq, r.type, r.time, r.data FROM of_run_records r JOIN of_runs s USING (run_id) WHERE s.space = %s"
 
 
 class PgRunLog(PgRows):
@@ -78,32 +105,41 @@ class PgRunLog(PgRows):
         self.space = space
         self.live = PgInstance(dsn, f"runs:{space}")
 
+    async def _insert(self, run_id: str, record: Record, guard: Guard | None = None) -> bool:
+        """``record`` as the run's next row (one statement; with a ``guard``, only if it returns a row)."""
+        sql, params = TABLE.insert(run_id, stamp([record]), guard)
+        return bool(await self._run(sql, tuple(params), fetch=True))
+
     async def start(self, run_id: str, agent: str | None, record: Record) -> None:
         """The run's row (carrying this process's instance) and its start record, in one statement."""
         instance = await self.live.ensure()
-        await self._run(
-            "WITH r AS (INSERT INTO of_runs (run_id, space, agent, instance) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (run_id) DO NOTHING RETURNING run_id) "
-            "INSERT INTO of_run_records (run_id, type, data) SELECT run_id, %s, %s FROM r",
-            (run_id, self.space, agent, instance, record[0], canonical_json(record[1])))
+        await self._insert(run_id, record, (
+            "INSERT INTO of_runs (run_id, space, agent, instance) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (run_id) DO NOTHING RETURNING run_id", (run_id, self.space, agent, instance)))
 
     async def append(self, run_id: str, record: Record) -> None:
-        await self._run("INSERT INTO of_run_records (run_id, type, data) VALUES (%s, %s, %s)",
-                        (run_id, record[0], canonical_json(record[1])))
+        await self._insert(run_id, record)
 
     async def finish(self, run_id: str, record: Record) -> bool:
         """The run's one finish record; ``False`` if it already has one (nothing written)."""
-        n = await self._run(
-            "WITH u AS (UPDATE of_runs SET finished = true WHERE run_id = %s AND space = %s AND NOT finished "
-            "RETURNING run_id) INSERT INTO of_run_records (run_id, type, data) SELECT run_id, %s, %s FROM u",
-            (run_id, self.space, record[0], canonical_json(record[1])))
-        return bool(n)
+        return await self._insert(run_id, record, (
+            "UPDATE of_runs SET finished = true WHERE run_id = %s AND space = %s AND NOT finished RETURNING run_id",
+            (run_id, self.space)))
+
+    async def rows(self, run_id: str) -> list[TableRow]:
+        """The run's rows in seq order (``[]``: no such run in this space)."""
+        rows = await self._run(TABLE.select(_OF_SPACE), (run_id, run_id, self.space), fetch=True, write=False)
+        return decode_rows(rows, f"{self.where} (run {run_id})")
 
     async def records(self, run_id: str) -> list[Record]:
-        rows = await self._run(
-            "SELECT r.type, r.data FROM of_run_records r JOIN of_runs s USING (run_id) WHERE r.run_id = %s "
-            "AND s.space = %s ORDER BY r.seq", (run_id, self.space), fetch=True, write=False)
-        return [(t, json.loads(d)) for t, d in rows]
+        return [(r.type, r.data) for r in await self.rows(run_id)]
+
+    async def table(self, run_id: str) -> PgKeyTable:
+        """The run's rows as a ``core.records.RecordTable`` (records appended while it is unfinished), read now:
+        ``TableRecordLog(AGENT_RUNS, table, table.records)`` is the run's live fold."""
+        return PgKeyTable(TABLE, run_id, await self.rows(run_id), where=f"{self.where} (run {run_id})",
+                          connection=self.pool.connection, refused=self.error, unavailable=self.error,
+                          guard=(_OPEN, (run_id, self.space)), refusal="the run is finished (or not this space's)")
 
     async def all_records(self, limit_runs: int = 1000) -> list[Record]:
         """The records of the newest ``limit_runs`` runs, in order (for listings)."""
@@ -126,7 +162,7 @@ class PgRunLog(PgRows):
         else:
             rows = await self._run(_TAIL + " AND r.seq > %s ORDER BY r.seq LIMIT %s", (self.space, after or 0, limit),
                                    fetch=True, write=False)
-        return [(seq, t, at, json.loads(d)) for seq, t, at, d in rows]
+        return [(seq, t, at or None, json.loads(d)) for seq, t, at, d in rows]
 
     async def recover_dead(self, interrupted: Callable[[str, list[Record]], Record]) -> list[str]:
         """Finish ``interrupted(run_id, records)`` every unfinished run of a dead process; the run ids."""

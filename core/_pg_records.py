@@ -54,14 +54,12 @@ from typing import Any, Literal, NamedTuple
 
 from ._canonical import canonical_json
 from ._stamps import utc_timestamp
-from .errors import PersistenceError
+from .errors import OpenFunctionsError, PersistenceError
 from .postgres import classify, database_error
 from .records import Pair, RecordMalformed
 
 #: A guard: a CTE body (SQL, code constants) and its parameters; the rows are written only if it returns a row.
 Guard = tuple[str, Sequence[Any]]
-#: ``to_char`` of ``now()`` as the writers stamp ``time`` (the default of a column that rows without one get).
-TIME_DEFAULT = "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
 
 class TableRow(NamedTuple):
@@ -144,7 +142,8 @@ class PgKeyTable:
 
     ``connection()`` lends a connection for one call: the writer's own (a
     ``"key"`` table, whose lock lives on it) or a pooled one. A failed write
-    leaves the table failed (its outcome may be unknown, so its seq and the
+    refuses ``records`` whose ``guard`` returned no row (nothing written;
+    the table stays usable). A failed write leaves the table failed (its outcome may be unknown, so its seq and the
     live fold may be behind the rows): every later call is refused until the
     owner reopens the key, which reads the rows again. Errors are the
     caller's: ``unavailable`` when a write may have committed, ``refused``
@@ -153,8 +152,9 @@ class PgKeyTable:
 
     def __init__(self, spec: RecordTableSpec, key: str, rows: Sequence[TableRow], *, where: str,
                  connection: Callable[[], AbstractAsyncContextManager[Any]],
-                 refused: type[PersistenceError], unavailable: type[PersistenceError],
-                 guard: Guard | None = None, on_close: Callable[[], Any] | None = None) -> None:
+                 refused: type[OpenFunctionsError], unavailable: type[OpenFunctionsError],
+                 guard: Guard | None = None, refusal: str = "its guard refused the write",
+                 on_close: Callable[[], Any] | None = None) -> None:
         self.spec = spec
         self.key = key
         self.where = where
@@ -162,6 +162,7 @@ class PgKeyTable:
         self.records: list[TableRow] = list(rows)
         self.last_seq = rows[-1].seq if rows else 0
         self.guard = guard
+        self.refusal = refusal  # what a guard that returned no row means (the error's message)
         self._connection = connection
         self._refused = refused
         self._unavailable = unavailable
@@ -178,10 +179,16 @@ class PgKeyTable:
     def _check(self) -> None:
         if self._failed is not None or self._closed:
             why = f"an earlier write failed ({self._failed})" if self._failed is not None else "it is closed"
-            raise self._refused(f"{self.spec.table} of {self.where}: {why}; reopen to read what was committed",
-                                certainty="known")
+            raise self._refusal(f"{why}; reopen to read what was committed")
 
-    def _fail(self, exc: BaseException) -> PersistenceError:
+    def _refusal(self, why: str) -> OpenFunctionsError:
+        """The caller's ``refused`` error: nothing was written (``certainty: known``, as ``database_error`` sets it)."""
+        err = self._refused(f"{self.spec.table} of {self.where}: {why}", details={"key": self.key, "certainty": "known"})
+        if isinstance(err, PersistenceError):
+            err.certainty = "known"
+        return err
+
+    def _fail(self, exc: BaseException) -> OpenFunctionsError:
         failure = classify(exc, write=True)
         self._failed = failure.reason if failure is not None else f"{type(exc).__name__}: {str(exc)[:200]}"
         into = self._unavailable if failure is None or failure.certainty == "unknown" else self._refused
@@ -201,10 +208,12 @@ class PgKeyTable:
                 else:
                     seqs = [r[0] for r in await (await conn.execute(sql, params)).fetchall()]
         except Exception as exc:
-            if isinstance(exc, PersistenceError) or classify(exc, write=True) is None:
+            if isinstance(exc, OpenFunctionsError) or classify(exc, write=True) is None:
                 raise
             raise self._fail(exc) from None
-        written = [r._replace(seq=int(s)) for r, s in zip(rows, seqs, strict=False)]
+        if rows and not seqs:  # only a guard writes nothing without an error
+            raise self._refusal(f"{self.refusal}; nothing was written")
+        written = [r._replace(seq=int(s)) for r, s in zip(rows, seqs, strict=True)]
         if written:
             self.last_seq = written[-1].seq
         return written
@@ -227,4 +236,4 @@ class PgKeyTable:
             await self._on_close()
 
 
-__all__ = ["Guard", "PgKeyTable", "RecordTableSpec", "TIME_DEFAULT", "TableRow", "decode_rows", "read_rows", "stamp"]
+__all__ = ["Guard", "PgKeyTable", "RecordTableSpec", "TableRow", "decode_rows", "read_rows", "stamp"]

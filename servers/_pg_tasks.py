@@ -15,10 +15,11 @@ the ``journal`` component's ``of_journal_instances``)::
         expires_at_ms bigint,            -- Unix ms; past it the task is unknown and may be deleted
         settled   boolean,               -- its task.settled record is in (only the first one counts)
         cancel_requested boolean)        -- tasks/cancel reached some replica (the running one acts on it)
-    of_task_records(                     -- the records, in one global order
-        seq     bigserial PRIMARY KEY,   -- a task's records fold in seq order
-        task_id text REFERENCES of_tasks ON DELETE CASCADE,
+    of_task_records(                     -- the records: the one record-table layout (core/_pg_records.py),
+        task_id text REFERENCES of_tasks ON DELETE CASCADE,  -- key task_id, seq "serial"
+        seq     bigserial PRIMARY KEY,   -- one order over every task; a task's records fold in seq order
         type    text,                    -- "task.created" | "task.status" | "task.settled"
+        time    text,                    -- v2: RFC 3339 UTC, stamped by the writer ("": written before v2)
         data    text)                    -- canonical JSON: the record's data, as in a task journal line
     of_task_inputs(                      -- tasks/update responses received by a replica not running the task,
         seq bigserial PRIMARY KEY,       -- waiting for the running replica to take them (taking deletes them)
@@ -64,7 +65,16 @@ from typing import Any
 import structlog
 
 from openfunctions.core import canonical_json, stop_task
-from openfunctions.core.postgres import PgRows, open_checked
+from openfunctions.core.postgres import (
+    Guard,
+    PgKeyTable,
+    PgRows,
+    RecordTableSpec,
+    TableRow,
+    decode_rows,
+    open_checked,
+    stamp,
+)
 from openfunctions.store import StoreUnavailable
 
 log = structlog.get_logger("openfunctions.store.tasks")
@@ -97,7 +107,18 @@ MIGRATIONS: list[Sequence[str]] = [
             responses text NOT NULL)""",
         "CREATE INDEX of_task_inputs_task ON of_task_inputs (task_id, seq)",
     ),
+    (  # 2: the one record-table layout (core/_pg_records.py): each record's time ("" for the rows before)
+        "ALTER TABLE of_task_records ADD COLUMN time text NOT NULL DEFAULT ''",
+        "ALTER TABLE of_task_records ALTER COLUMN time SET DEFAULT "
+        "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+    ),
 ]
+
+#: The records' table: key ``task_id``; seq from the database's sequence (replicas write one task's rows).
+TABLE = RecordTableSpec("of_task_records", "task_id", seq="serial")
+#: A task of this journal that is not settled yet (the guard of every record after its first).
+_OPEN = "SELECT task_id FROM of_tasks WHERE task_id = %s AND journal = %s AND NOT settled"
+_OF_JOURNAL = "AND EXISTS (SELECT 1 FROM of_tasks WHERE task_id = %s AND journal = %s)"
 
 Record = tuple[str, dict[str, Any]]
 
@@ -114,30 +135,34 @@ class PgTaskLog(PgRows):
         self._listener: asyncio.Task[None] | None = None
 
     # -- writing -----------------------------------------------------------------------
+    async def _insert(self, task_id: str, record: Record, guard: Guard) -> bool:
+        """``record`` as the task's next row if ``guard`` returns a row (one statement); whether it was written."""
+        sql, params = TABLE.insert(task_id, stamp([record]), guard)
+        return bool(await self._run(sql, tuple(params), fetch=True))
+
     async def create(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int,
                      record: Record) -> None:
         """The task's row and its ``task.created`` record, in one statement."""
-        await self._run(
-            "WITH t AS (INSERT INTO of_tasks (task_id, journal, principal, instance, expires_at_ms) "
-            "VALUES (%s, %s, %s, %s, %s) RETURNING task_id) "
-            "INSERT INTO of_task_records (task_id, type, data) SELECT task_id, %s, %s FROM t",
-            (task_id, self.journal, principal, instance, int(expires_at_ms), record[0], canonical_json(record[1])))
+        await self._insert(task_id, record, (
+            "INSERT INTO of_tasks (task_id, journal, principal, instance, expires_at_ms) VALUES (%s, %s, %s, %s, %s) "
+            "RETURNING task_id", (task_id, self.journal, principal, instance, int(expires_at_ms))))
 
     async def append(self, task_id: str, record: Record) -> bool:
         """A record of a task that is not settled yet; ``False`` if it is (or does not exist): nothing written."""
-        n = await self._run(
-            "INSERT INTO of_task_records (task_id, type, data) SELECT task_id, %s, %s FROM of_tasks "
-            "WHERE task_id = %s AND journal = %s AND NOT settled",
-            (record[0], canonical_json(record[1]), task_id, self.journal))
-        return bool(n)
+        return await self._insert(task_id, record, (_OPEN, (task_id, self.journal)))
 
     async def settle(self, task_id: str, record: Record) -> bool:
         """The task's one ``task.settled`` record; ``False`` if another one got there first (nothing written)."""
-        n = await self._run(
-            "WITH u AS (UPDATE of_tasks SET settled = true WHERE task_id = %s AND journal = %s AND NOT settled "
-            "RETURNING task_id) INSERT INTO of_task_records (task_id, type, data) SELECT task_id, %s, %s FROM u",
-            (task_id, self.journal, record[0], canonical_json(record[1])))
-        return bool(n)
+        return await self._insert(task_id, record, (
+            "UPDATE of_tasks SET settled = true WHERE task_id = %s AND journal = %s AND NOT settled RETURNING task_id",
+            (task_id, self.journal)))
+
+    async def table(self, task_id: str) -> PgKeyTable:
+        """The task's rows as a ``core.records.RecordTable`` (its records appended while it is not settled), read
+        now: ``TableRecordLog(TASKS, table, table.records)`` is the task's live fold."""
+        return PgKeyTable(TABLE, task_id, await self.rows(task_id), where=f"{self.where} (task {task_id})",
+                          connection=self.pool.connection, refused=self.error, unavailable=self.error,
+                          guard=(_OPEN, (task_id, self.journal)), refusal="the task is settled (or not this journal's)")
 
     async def prune(self, now_ms: int) -> int:
         """Delete the tasks (and their records) past their expiry; how many."""
@@ -146,12 +171,14 @@ class PgTaskLog(PgRows):
         return int(n or 0)
 
     # -- reading -----------------------------------------------------------------------
+    async def rows(self, task_id: str) -> list[TableRow]:
+        """The task's rows in seq order (``[]``: no such task in this journal)."""
+        rows = await self._run(TABLE.select(_OF_JOURNAL), (task_id, task_id, self.journal), fetch=True, write=False)
+        return decode_rows(rows, f"{self.where} (task {task_id})")
+
     async def records(self, task_id: str) -> list[Record]:
         """The task's records in order (``[]``: no such task in this journal)."""
-        rows = await self._run(
-            "SELECT r.type, r.data FROM of_task_records r JOIN of_tasks t USING (task_id) "
-            "WHERE r.task_id = %s AND t.journal = %s ORDER BY r.seq", (task_id, self.journal), fetch=True, write=False)
-        return [(t, json.loads(d)) for t, d in rows]
+        return [(r.type, r.data) for r in await self.rows(task_id)]
 
     async def records_of(self, principal: str | None, now_ms: int) -> list[tuple[str, Record]]:
         """``(task id, record)`` of every unexpired task of ``principal``, in record order."""

@@ -36,9 +36,11 @@ Schema (component ``"work"`` in ``of_schema``; migrations in
         principal text,
         record text,                -- canonical JSON of Grant.to_record() (docs/formats/work-grants.md)
         revoked_at text, revoked_by text)   -- null until the first revocation (later ones change nothing)
-    of_work_resolutions(            -- the operator's inbox (``work resolve --database``), migration 2
-        space text, seq bigint IDENTITY,    -- one order for every replica: a seq a controller copied is
-        type text, data text)       -- skipped by the others; type "resolve", data as work/_resolutions.py
+    of_work_resolutions(            -- the operator's inbox (``work resolve --database``), migration 2; the one
+        space text, seq bigint IDENTITY,    -- record-table layout (core/_pg_records.py, seq "serial"): one order for
+        type text,                  -- every replica, a seq a controller copied is skipped by the others;
+        time text,                  -- migration 4: RFC 3339 UTC ("" for rows written before it)
+        data text)                  -- type "resolve", data as work/_resolutions.py (the RESOLUTIONS stream)
 
 Promises:
 
@@ -103,15 +105,20 @@ import structlog
 
 from openfunctions.core import OpenFunctionsError, canonical_json, new_id, redact_dsn, utc_timestamp
 from openfunctions.core.journal import Record
+from openfunctions.core.records import TableRecordLog
 from openfunctions.core.postgres import (
+    PgKeyTable,
+    RecordTableSpec,
     advisory_key,
     check_schema,
     connection_or,
     database_error,
     distinct_spaces,
     drop_dead_connections,
+    decode_rows,
     migrate_components,
     open_pool,
+    read_rows,
 )
 from openfunctions.core.postgres import load_psycopg as _psycopg
 
@@ -120,6 +127,8 @@ from ._pg_schema import COMPONENT
 log = structlog.get_logger("openfunctions.work.pg")
 
 DEFAULT_SPACE = "work"
+#: The resolution inbox's table: the one record-table layout, key ``space``; seq from its identity (many operators).
+RESOLUTIONS_TABLE = RecordTableSpec("of_work_resolutions", "space", seq="serial")
 
 
 def _work() -> Any:
@@ -593,7 +602,12 @@ class PgGrantStore:
 
 
 class PgResolutionInbox:
-    """The operator's inbox as rows (``ResolutionBackend``): one seq order for every replica."""
+    """The operator's inbox as rows (``ResolutionBackend``): one seq order for every replica.
+
+    Its rows are the resolution stream's (``work/_resolutions.py``'s ``RESOLUTIONS``) on the one
+    record-table layout (:data:`RESOLUTIONS_TABLE`), folded as the file inbox folds its journal: a
+    record the stream refuses (an unknown type, an unfoldable ``resolve``, data that is not JSON)
+    fails the read naming it, and ``resolve`` refuses to append to an inbox it cannot read."""
 
     def __init__(self, pg: _Pg) -> None:
         self.pg = pg
@@ -603,28 +617,30 @@ class PgResolutionInbox:
         return False  # no cheap change signal: the controller reads the inbox (one indexed query) per lifecycle call
 
     def read(self) -> list[tuple[int, dict[str, Any]]]:
-        valid = _work().valid_resolve
-        rows = self.pg.query_sync("SELECT seq, type, data FROM of_work_resolutions WHERE space = %s ORDER BY seq",
-                                  (self.pg.space,))
-        out = []
-        for seq, type_, text in rows:
-            try:
-                data = json.loads(text)
-            except ValueError:
-                continue  # never written by this code; skipped like an invalid file record
-            if valid(type_, data):
-                out.append((int(seq), data))
-        return out
+        """Every ``resolve`` record as ``(seq, data)``, folded by ``RESOLUTIONS``; raises the stream's error for
+        a record it refuses."""
+        from ._resolutions import RESOLUTIONS
+
+        rows = self.pg.query_sync(RESOLUTIONS_TABLE.select(), (self.pg.space,))
+        return list(RESOLUTIONS.fold(decode_rows(rows, self.where), where=self.where))
 
     async def resolve(self, operation_id: str, *, as_: str, reason: str, by: str) -> dict[str, Any]:
+        """Append one resolution (committed once this returns), after folding the inbox (refusing one it cannot
+        read, as the file inbox does): a ``TableRecordLog`` over the space's rows."""
+        from ._resolutions import RESOLUTIONS, RESOLVE
+
         work = _work()
         data = work.resolve_record(operation_id, as_=as_, reason=reason, by=by)
-        async with self.pg.using("cannot record the resolution", certainty="unknown") as conn:
-            cur = await conn.execute("INSERT INTO of_work_resolutions (space, type, data) VALUES (%s, %s, %s) RETURNING seq",
-                                     (self.pg.space, "resolve", canonical_json(data)))
-            row = await cur.fetchone()
-        assert row is not None
-        return {**data, "seq": int(row[0])}
+        async with self.pg.using("cannot read the resolution inbox") as conn:
+            rows = await read_rows(conn, RESOLUTIONS_TABLE, self.pg.space, self.where)
+        table = PgKeyTable(RESOLUTIONS_TABLE, self.pg.space, rows, where=self.where, connection=self.pg.connection,
+                           refused=work.BackendUnavailable, unavailable=work.BackendUnavailable)
+        inbox = TableRecordLog(RESOLUTIONS, table, rows, where=self.where)
+        try:
+            rec = await inbox.append(RESOLVE, data)
+        finally:
+            await inbox.close()
+        return {**data, "seq": rec.seq}
 
 
 def _default_issuer() -> str:

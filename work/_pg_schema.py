@@ -56,6 +56,11 @@ MIGRATIONS: list[Sequence[str]] = [
     (  # 3: the holder's liveness lock (a session advisory lock key): a dead holder's lease is taken over at once
         "ALTER TABLE of_work_leases ADD COLUMN alive_key bigint",
     ),
+    (  # 4: the resolution inbox on the one record-table layout (core/_pg_records.py): each record's time
+        "ALTER TABLE of_work_resolutions ADD COLUMN time text NOT NULL DEFAULT ''",
+        "ALTER TABLE of_work_resolutions ALTER COLUMN time SET DEFAULT "
+        "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+    ),
 ]
 
 __all__ = ["COMPONENT", "MIGRATIONS"]
