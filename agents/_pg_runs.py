@@ -47,7 +47,7 @@ from openfunctions.core.postgres import (
     open_checked,
     stamp,
 )
-from openfunctions.store import StoreUnavailable
+from openfunctions.store import StoreFailed, StoreUnavailable
 
 COMPONENT = "runs"
 Record = tuple[str, dict[str, Any]]
@@ -138,7 +138,7 @@ class PgRunLog(PgRows):
         """The run's rows as a ``core.records.RecordTable`` (records appended while it is unfinished), read now:
         ``TableRecordLog(AGENT_RUNS, table, table.records)`` is the run's live fold."""
         return PgKeyTable(TABLE, run_id, await self.rows(run_id), where=f"{self.where} (run {run_id})",
-                          connection=self.pool.connection, refused=self.error, unavailable=self.error,
+                          connection=self.pool.connection, refused=StoreFailed, unavailable=self.error,
                           guard=(_OPEN, (run_id, self.space)), refusal="the run is finished (or not this space's)")
 
     async def all_records(self, limit_runs: int = 1000) -> list[Record]:

@@ -75,7 +75,7 @@ from openfunctions.core.postgres import (
     open_checked,
     stamp,
 )
-from openfunctions.store import StoreUnavailable
+from openfunctions.store import StoreFailed, StoreUnavailable
 
 log = structlog.get_logger("openfunctions.store.tasks")
 
@@ -161,7 +161,7 @@ class PgTaskLog(PgRows):
         """The task's rows as a ``core.records.RecordTable`` (its records appended while it is not settled), read
         now: ``TableRecordLog(TASKS, table, table.records)`` is the task's live fold."""
         return PgKeyTable(TABLE, task_id, await self.rows(task_id), where=f"{self.where} (task {task_id})",
-                          connection=self.pool.connection, refused=self.error, unavailable=self.error,
+                          connection=self.pool.connection, refused=StoreFailed, unavailable=self.error,
                           guard=(_OPEN, (task_id, self.journal)), refusal="the task is settled (or not this journal's)")
 
     async def prune(self, now_ms: int) -> int:

@@ -629,18 +629,22 @@ class PgResolutionInbox:
         read, as the file inbox does): a ``TableRecordLog`` over the space's rows."""
         from ._resolutions import RESOLUTIONS, RESOLVE
 
-        work = _work()
-        data = work.resolve_record(operation_id, as_=as_, reason=reason, by=by)
-        async with self.pg.using("cannot read the resolution inbox") as conn:
-            rows = await read_rows(conn, RESOLUTIONS_TABLE, self.pg.space, self.where)
-        table = PgKeyTable(RESOLUTIONS_TABLE, self.pg.space, rows, where=self.where, connection=self.pg.connection,
-                           refused=work.BackendUnavailable, unavailable=work.BackendUnavailable)
-        inbox = TableRecordLog(RESOLUTIONS, table, rows, where=self.where)
+        data = _work().resolve_record(operation_id, as_=as_, reason=reason, by=by)
+        table = await self.table()
+        inbox = TableRecordLog(RESOLUTIONS, table, table.records, where=self.where)
         try:
             rec = await inbox.append(RESOLVE, data)
         finally:
             await inbox.close()
         return {**data, "seq": rec.seq}
+
+    async def table(self) -> PgKeyTable:
+        """The space's inbox rows as a ``core.records.RecordTable``, read now (every operator appends to it)."""
+        async with self.pg.using("cannot read the resolution inbox") as conn:
+            rows = await read_rows(conn, RESOLUTIONS_TABLE, self.pg.space, self.where)
+        unavailable = _work().BackendUnavailable
+        return PgKeyTable(RESOLUTIONS_TABLE, self.pg.space, rows, where=self.where, connection=self.pg.connection,
+                          refused=unavailable, unavailable=unavailable)
 
 
 def _default_issuer() -> str:
