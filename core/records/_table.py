@@ -1,22 +1,25 @@
 """A record stream in a shared table: the protocol a database backend satisfies, and the live log over it.
 
-The database side lives with its domain (the PostgreSQL modules; core imports no driver). One
-generic table layout serves every stream, parameterised by table name so the tables that exist
-today stay readable as they are::
+The database side is ``core/_pg_records.py`` (PostgreSQL; the driver is imported only by the
+domain that opens a connection, never by core at import time). One table layout serves every
+stream, parameterised by table name and key column so the tables that exist stay readable as
+they are::
 
     <table> (
-        <key>  text    NOT NULL,     -- the stream's partition: a run space, a journal name
-        seq    bigint  NOT NULL,     -- contiguous per key, from 1; the fold's order
+        <key>  text    NOT NULL,     -- the stream's partition: a run space, a run, a task, a work space
+        seq    bigint  NOT NULL,     -- the fold's order within a key: contiguous from 1 where one writer
+                                     -- holds the key, else the database's sequence (increasing, gaps)
         type   text    NOT NULL,     -- the record type (the stream's, or "compacted")
-        time   text    NOT NULL,     -- RFC 3339 UTC, stamped by the writer
-        data   jsonb   NOT NULL,     -- the record's data, as a file journal line holds it
-        PRIMARY KEY (<key>, seq))
+        time   text    NOT NULL,     -- RFC 3339 UTC, stamped by the writer ("": written before the column)
+        data   text    NOT NULL,     -- canonical JSON: the record's data, as a file journal line holds it
+        ...)                         -- columns of the table's own (a fence's generation)
 
-A backend opens one key with its writer's lock held (an advisory lock, say) and its rows read;
-:class:`RecordTable` is what the live log needs of it. Compaction is one transaction
-(:meth:`RecordTable.replace`): the key's rows become the snapshot, so no segment is ever left
-over. ``store/_pg_workflows.py``'s ``PgWorkflowLog`` (table ``of_workflow_records``, key
-``space``) satisfies it.
+A backend opens one key and reads its rows; :class:`RecordTable` is what the live log needs of it
+(``core.postgres.PgKeyTable`` satisfies it). Compaction is one transaction
+(:meth:`RecordTable.replace`): the key's rows become the snapshot, so no segment is ever left over.
+On it: workflow runs (``of_workflow_records``, key ``space``), agent runs (``of_run_records``, key
+``run_id``), MCP tasks (``of_task_records``, key ``task_id``), the work resolution inbox
+(``of_work_resolutions``, key ``space``). ``core/_pg_records.py`` says which tables are not, and why.
 """
 
 from __future__ import annotations
