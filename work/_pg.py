@@ -105,7 +105,6 @@ import structlog
 
 from openfunctions.core import OpenFunctionsError, canonical_json, new_id, redact_dsn, utc_timestamp
 from openfunctions.core.journal import Record
-from openfunctions.core.records import TableRecordLog
 from openfunctions.core.postgres import (
     PgKeyTable,
     RecordTableSpec,
@@ -113,14 +112,15 @@ from openfunctions.core.postgres import (
     check_schema,
     connection_or,
     database_error,
+    decode_rows,
     distinct_spaces,
     drop_dead_connections,
-    decode_rows,
     migrate_components,
     open_pool,
     read_rows,
 )
 from openfunctions.core.postgres import load_psycopg as _psycopg
+from openfunctions.core.records import TableRecordLog
 
 from ._pg_schema import COMPONENT
 

@@ -77,14 +77,13 @@ def _resolve(n: int, as_: str = "applied") -> dict:
 async def test_a_database_of_the_versions_before_reads_back_the_same_after_db_migrate(fresh_db) -> None:
     import psycopg
 
-    from openfunctions.agents._runlog import read_runs_in_database, tail_runs_in_database
     from openfunctions.agents._records import AGENT_RUNS, in_summary
+    from openfunctions.agents._runlog import read_runs_in_database, tail_runs_in_database
+    from openfunctions.core.postgres import COMPONENTS
     from openfunctions.core.records import entries
     from openfunctions.servers._pg_tasks import open_pg_task_log
     from openfunctions.servers._task_records import TASKS
     from openfunctions.work._pg import open_pg_work
-
-    from openfunctions.core.postgres import COMPONENTS
 
     async with await psycopg.AsyncConnection.connect(fresh_db, autocommit=True) as conn:
         for c in COMPONENTS:
@@ -274,9 +273,8 @@ def test_a_run_s_live_fold_is_its_rows_replayed(pg_dsn, ops, batch) -> None:
 @given(verdicts=st.lists(st.sampled_from(["applied", "not_applied"]), min_size=1, max_size=5))
 def test_the_resolution_inbox_s_live_fold_is_its_rows_replayed(pg_dsn, verdicts) -> None:
     from openfunctions.work._pg import open_pg_work
-    from tests._pg import unique_name
-
     from openfunctions.work._resolutions import RESOLUTIONS, RESOLVE
+    from tests._pg import unique_name
 
     async def body() -> None:
         dsn = await migrated(pg_dsn)
