@@ -36,16 +36,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from openfunctions.core.postgres import (
-    Guard,
     PgInstance,
-    PgKeyTable,
-    PgRows,
+    PgKeyedRows,
     RecordTableSpec,
-    TableRow,
-    decode_rows,
     drop_dead_connections,
     open_checked,
-    stamp,
 )
 from openfunctions.store import StoreFailed, StoreUnavailable
 
@@ -84,31 +79,29 @@ MIGRATIONS: list[Sequence[str]] = [
 
 #: The records' table: key ``run_id``; seq from the database's sequence (a recovering replica writes a run's end).
 TABLE = RecordTableSpec("of_run_records", "run_id", seq="serial")
-#: The run is this space's (the scope of a read).
-_OF_SPACE = "AND EXISTS (SELECT 1 FROM of_runs WHERE run_id = %s AND space = %s)"
-#: The run is this space's and not finished (the guard of a live run's records).
-_OPEN = "SELECT run_id FROM of_runs WHERE run_id = %s AND space = %s AND NOT finished"
 
 #: A record as ``tail`` reads it: seq, type, the time written (RFC 3339 UTC, as a journal line's; None before v2), data.
 TailRow = tuple[int, str, str | None, dict[str, Any]]
 _TAIL = "SELECT r.seq, r.type, r.time, r.data FROM of_run_records r JOIN of_runs s USING (run_id) WHERE s.space = %s"
 
 
-class PgRunLog(PgRows):
-    """Run records of one space in PostgreSQL; open with :func:`open_pg_run_log`."""
+class PgRunLog(PgKeyedRows):
+    """Run records of one space in PostgreSQL; open with :func:`open_pg_run_log`.
+
+    ``rows``/``records(run_id)``: a run's rows in order (``[]``: no such run in this space);
+    ``table(run_id)``: its ``RecordTable`` (appends while it is unfinished)."""
 
     what = "run records"
     error = StoreUnavailable
+    spec = TABLE
+    head = ("of_runs", "space", "finished")
+    refused = StoreFailed
+    refusal = "the run is finished (or not this space's)"
 
     def __init__(self, dsn: str, space: str, pool: Any, owns_pool: bool) -> None:
         super().__init__(dsn, pool, owns_pool)
-        self.space = space
+        self.space = self.partition = space
         self.live = PgInstance(dsn, f"runs:{space}")
-
-    async def _insert(self, run_id: str, record: Record, guard: Guard | None = None) -> bool:
-        """``record`` as the run's next row (one statement; with a ``guard``, only if it returns a row)."""
-        sql, params = TABLE.insert(run_id, stamp([record]), guard)
-        return bool(await self._run(sql, tuple(params), fetch=True))
 
     async def start(self, run_id: str, agent: str | None, record: Record) -> None:
         """The run's row (carrying this process's instance) and its start record, in one statement."""
@@ -122,24 +115,7 @@ class PgRunLog(PgRows):
 
     async def finish(self, run_id: str, record: Record) -> bool:
         """The run's one finish record; ``False`` if it already has one (nothing written)."""
-        return await self._insert(run_id, record, (
-            "UPDATE of_runs SET finished = true WHERE run_id = %s AND space = %s AND NOT finished RETURNING run_id",
-            (run_id, self.space)))
-
-    async def rows(self, run_id: str) -> list[TableRow]:
-        """The run's rows in seq order (``[]``: no such run in this space)."""
-        rows = await self._run(TABLE.select(_OF_SPACE), (run_id, run_id, self.space), fetch=True, write=False)
-        return decode_rows(rows, f"{self.where} (run {run_id})")
-
-    async def records(self, run_id: str) -> list[Record]:
-        return [(r.type, r.data) for r in await self.rows(run_id)]
-
-    async def table(self, run_id: str) -> PgKeyTable:
-        """The run's rows as a ``core.records.RecordTable`` (records appended while it is unfinished), read now:
-        ``TableRecordLog(AGENT_RUNS, table, table.records)`` is the run's live fold."""
-        return PgKeyTable(TABLE, run_id, await self.rows(run_id), where=f"{self.where} (run {run_id})",
-                          connection=self.pool.connection, refused=StoreFailed, unavailable=self.error,
-                          guard=(_OPEN, (run_id, self.space)), refusal="the run is finished (or not this space's)")
+        return await self.end(run_id, record)
 
     async def all_records(self, limit_runs: int = 1000) -> list[Record]:
         """The records of the newest ``limit_runs`` runs, in order (for listings)."""

@@ -567,6 +567,7 @@ async def migrate_components(dsn: str) -> dict[str, tuple[int, int]]:
 # The record-table layout and its writer use classify/database_error above (hence imported last).
 from ._pg_records import (  # noqa: E402
     Guard,
+    PgKeyedRows,
     PgKeyTable,
     RecordTableSpec,
     TableRow,
@@ -576,7 +577,7 @@ from ._pg_records import (  # noqa: E402
 )
 
 __all__ = [
-    "Guard", "PgKeyTable", "RecordTableSpec", "TableRow", "decode_rows", "read_rows", "stamp",
+    "Guard", "PgKeyTable", "PgKeyedRows", "RecordTableSpec", "TableRow", "decode_rows", "read_rows", "stamp",
     "COMPONENTS", "Certainty", "Component", "DatabaseError", "DatabaseUnavailable", "Failure", "PgInstance", "PgRows",
     "SchemaOutOfDate", "open_checked",
     "SchemaTooNew", "advisory_key", "apply_migrations", "check_encoding", "check_schema", "classify", "component",

@@ -66,14 +66,9 @@ import structlog
 
 from openfunctions.core import canonical_json, stop_task
 from openfunctions.core.postgres import (
-    Guard,
-    PgKeyTable,
-    PgRows,
+    PgKeyedRows,
     RecordTableSpec,
-    TableRow,
-    decode_rows,
     open_checked,
-    stamp,
 )
 from openfunctions.store import StoreFailed, StoreUnavailable
 
@@ -116,30 +111,29 @@ MIGRATIONS: list[Sequence[str]] = [
 
 #: The records' table: key ``task_id``; seq from the database's sequence (replicas write one task's rows).
 TABLE = RecordTableSpec("of_task_records", "task_id", seq="serial")
-#: A task of this journal that is not settled yet (the guard of every record after its first).
-_OPEN = "SELECT task_id FROM of_tasks WHERE task_id = %s AND journal = %s AND NOT settled"
-_OF_JOURNAL = "AND EXISTS (SELECT 1 FROM of_tasks WHERE task_id = %s AND journal = %s)"
 
 Record = tuple[str, dict[str, Any]]
 
 
-class PgTaskLog(PgRows):
-    """The task records of one journal (a server profile) in PostgreSQL; open with :func:`open_pg_task_log`."""
+class PgTaskLog(PgKeyedRows):
+    """The task records of one journal (a server profile) in PostgreSQL; open with :func:`open_pg_task_log`.
+
+    ``rows``/``records(task_id)``: a task's rows in order (``[]``: no such task in this journal);
+    ``table(task_id)``: its ``RecordTable`` (appends while it is not settled)."""
 
     what = "tasks"
     error = StoreUnavailable
+    spec = TABLE
+    head = ("of_tasks", "journal", "settled")
+    refused = StoreFailed
+    refusal = "the task is settled (or not this journal's)"
 
     def __init__(self, dsn: str, journal: str, pool: Any, owns_pool: bool) -> None:
         super().__init__(dsn, pool, owns_pool)
-        self.journal = journal
+        self.journal = self.partition = journal
         self._listener: asyncio.Task[None] | None = None
 
     # -- writing -----------------------------------------------------------------------
-    async def _insert(self, task_id: str, record: Record, guard: Guard) -> bool:
-        """``record`` as the task's next row if ``guard`` returns a row (one statement); whether it was written."""
-        sql, params = TABLE.insert(task_id, stamp([record]), guard)
-        return bool(await self._run(sql, tuple(params), fetch=True))
-
     async def create(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int,
                      record: Record) -> None:
         """The task's row and its ``task.created`` record, in one statement."""
@@ -149,20 +143,11 @@ class PgTaskLog(PgRows):
 
     async def append(self, task_id: str, record: Record) -> bool:
         """A record of a task that is not settled yet; ``False`` if it is (or does not exist): nothing written."""
-        return await self._insert(task_id, record, (_OPEN, (task_id, self.journal)))
+        return await self._insert(task_id, record, self._open(task_id))
 
     async def settle(self, task_id: str, record: Record) -> bool:
         """The task's one ``task.settled`` record; ``False`` if another one got there first (nothing written)."""
-        return await self._insert(task_id, record, (
-            "UPDATE of_tasks SET settled = true WHERE task_id = %s AND journal = %s AND NOT settled RETURNING task_id",
-            (task_id, self.journal)))
-
-    async def table(self, task_id: str) -> PgKeyTable:
-        """The task's rows as a ``core.records.RecordTable`` (its records appended while it is not settled), read
-        now: ``TableRecordLog(TASKS, table, table.records)`` is the task's live fold."""
-        return PgKeyTable(TABLE, task_id, await self.rows(task_id), where=f"{self.where} (task {task_id})",
-                          connection=self.pool.connection, refused=StoreFailed, unavailable=self.error,
-                          guard=(_OPEN, (task_id, self.journal)), refusal="the task is settled (or not this journal's)")
+        return await self.end(task_id, record)
 
     async def prune(self, now_ms: int) -> int:
         """Delete the tasks (and their records) past their expiry; how many."""
@@ -171,15 +156,6 @@ class PgTaskLog(PgRows):
         return int(n or 0)
 
     # -- reading -----------------------------------------------------------------------
-    async def rows(self, task_id: str) -> list[TableRow]:
-        """The task's rows in seq order (``[]``: no such task in this journal)."""
-        rows = await self._run(TABLE.select(_OF_JOURNAL), (task_id, task_id, self.journal), fetch=True, write=False)
-        return decode_rows(rows, f"{self.where} (task {task_id})")
-
-    async def records(self, task_id: str) -> list[Record]:
-        """The task's records in order (``[]``: no such task in this journal)."""
-        return [(r.type, r.data) for r in await self.rows(task_id)]
-
     async def records_of(self, principal: str | None, now_ms: int) -> list[tuple[str, Record]]:
         """``(task id, record)`` of every unexpired task of ``principal``, in record order."""
         rows = await self._run(

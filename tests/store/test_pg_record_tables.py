@@ -182,11 +182,13 @@ def _run(coro) -> None:
     asyncio.run(coro)
 
 
+#: A few examples each: every one is a round of statements on a real PostgreSQL.
+FEW = settings(max_examples=4, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 TASK_OPS = st.lists(st.sampled_from(["working", "input", "future"]), max_size=6)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@FEW
 @given(ops=TASK_OPS, settle=st.booleans())
 def test_a_task_s_live_fold_is_its_rows_replayed(pg_dsn, ops, settle) -> None:
     from openfunctions.servers import _task_records as T
@@ -228,8 +230,7 @@ def test_a_task_s_live_fold_is_its_rows_replayed(pg_dsn, ops, settle) -> None:
     _run(body())
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@FEW
 @given(ops=st.lists(st.sampled_from(["round", "future"]), max_size=6), batch=st.booleans())
 def test_a_run_s_live_fold_is_its_rows_replayed(pg_dsn, ops, batch) -> None:
     from openfunctions.agents import _records as R
@@ -268,8 +269,7 @@ def test_a_run_s_live_fold_is_its_rows_replayed(pg_dsn, ops, batch) -> None:
     _run(body())
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@FEW
 @given(verdicts=st.lists(st.sampled_from(["applied", "not_applied"]), min_size=1, max_size=5))
 def test_the_resolution_inbox_s_live_fold_is_its_rows_replayed(pg_dsn, verdicts) -> None:
     from openfunctions.work._pg import open_pg_work
