@@ -13,11 +13,16 @@ column so that the tables that exist keep their names and their rows::
         data  text,               -- canonical JSON: the record's data, as a file journal's line holds it
         ...)                      -- columns of the table's own (a fence's generation, a global order)
 
-``seq`` is assigned one of two ways (:attr:`RecordTableSpec.seq`):
+``seq`` is assigned one of three ways (:attr:`RecordTableSpec.seq`):
 
 - ``"key"``: by the key's one writer, which holds a lock: contiguous per key
   from 1, a compaction's rows continuing it; ``PRIMARY KEY (<key>, seq)``.
   Workflow runs (``of_workflow_records``, key ``space``).
+- ``"fence"``: by the guard that admits the write, in the same statement:
+  contiguous per key from 1. Work attempts (``of_work_records``, key
+  ``space``, plus ``generation``): the lease row's ``UPDATE`` that checks the
+  writer's generation moves its ``last_seq``, and the row takes it
+  (``work/_pg.py``).
 - ``"serial"``: by the database's sequence at insert: one order over every
   key, so increasing per key with gaps. For keys that several replicas write
   without a lock between them (agent runs, MCP tasks, the work resolution
@@ -35,12 +40,14 @@ as one transaction) for a :class:`~openfunctions.core.records.TableRecordLog`.
 Statements are built from the spec's code constants only; every value is a
 parameter. psycopg is never imported here: the caller lends the connection.
 
-Not on this writer: the work attempt records (``of_work_records`` has the
-layout plus ``generation``, but each append is fenced by the lease row's
-``UPDATE`` that also assigns its seq, in the same statement: ``work/_pg.py``)
-and the execution journal (``of_journal_records``: a hash chain, each row's
-``chk`` covering the previous row's, written by a batching group commit with
-receipt columns: ``store/_pg_journal.py``).
+Not on this layout: the execution journal (``of_journal_records``,
+``store/_pg_journal.py``). Its rows look alike (``type``, ``time``, ``data``)
+but its key is two columns (journal, per-process stream), and its one append
+statement computes each row's hash-chain link (``prev``, ``chk``) in SQL from
+the stream head's, skips a receipt already written, and checks the writer's
+instance, for a batch of rows of different receipts: a chained, deduplicated
+group commit, not a key's rows appended; forcing it through this insert would
+move the chain out of the statement that makes it atomic.
 """
 
 from __future__ import annotations
@@ -55,7 +62,6 @@ from typing import Any, Literal, NamedTuple
 from ._canonical import canonical_json
 from ._stamps import utc_timestamp
 from .errors import OpenFunctionsError, PersistenceError
-from .postgres import PgRows, classify, database_error
 from .records import Pair, RecordMalformed
 
 #: A guard: a CTE body (SQL, code constants) and its parameters; the rows are written only if it returns a row.
@@ -73,35 +79,46 @@ class TableRow(NamedTuple):
 
 @dataclass(frozen=True)
 class RecordTableSpec:
-    """A table of the one layout: its name, its key column, how its seq is assigned (module docstring)."""
+    """A table of the one layout: its name, its key column, how its seq is assigned (module docstring), and the
+    columns of its own after ``data`` (:attr:`extra`: one value each per statement, the same for every row)."""
 
     table: str
     key: str
-    seq: Literal["key", "serial"] = "key"
+    seq: Literal["key", "serial", "fence"] = "key"
+    extra: tuple[str, ...] = ()
 
     def select(self, scope: str = "") -> str:
         """A key's rows in seq order (params: the key, then ``scope``'s: a further ``AND ...`` condition)."""
         return f"SELECT seq, type, time, data FROM {self.table} WHERE {self.key} = %s {scope} ORDER BY seq"
 
-    def insert(self, key: str, rows: Sequence[TableRow], guard: Guard | None = None) -> tuple[str, list[Any]]:
+    def insert(self, key: str, rows: Sequence[TableRow], guard: Guard | None = None,
+               extra: Sequence[Any] = ()) -> tuple[str, list[Any]]:
         """``(sql, params)``: the rows of ``key`` as one statement, ``RETURNING seq`` (in the rows' order).
 
-        ``"serial"`` tables ignore the rows' ``seq`` (the sequence assigns it,
-        in the rows' order: one ``VALUES`` list is scanned in order). With a
-        ``guard``, nothing is written unless it returns a row (a
-        data-modifying guard runs once whatever it returns)."""
-        own_seq = self.seq == "key"
-        cols = f"{self.key}, seq, type, time, data" if own_seq else f"{self.key}, type, time, data"
-        one = "(%s, %s::bigint, %s, %s, %s)" if own_seq else "(%s, %s, %s, %s)"
+        ``"key"``: the rows' ``seq`` is written. ``"serial"``: the sequence
+        assigns it, in the rows' order (one ``VALUES`` list is scanned in
+        order). ``"fence"``: the guard assigns it (it returns the new seq as
+        ``seq``; one row per statement). With a ``guard``, nothing is written
+        unless it returns a row (a data-modifying guard runs once whatever it
+        returns). ``extra``: the values of :attr:`extra`."""
+        if len(extra) != len(self.extra) or (self.seq == "fence" and (guard is None or len(rows) != 1)):
+            raise ValueError(f"{self.table}: {len(self.extra)} extra value(s), and a fenced insert is one row "
+                             "with its guard")
+        own = ["%s::bigint"] if self.seq == "key" else []
+        one = "(" + ", ".join(["%s", *own, "%s", "%s", "%s", *["%s"] * len(extra)]) + ")"
+        values = ", ".join([one] * len(rows))
         params: list[Any] = list(guard[1]) if guard else []
         for r in rows:
-            params += [key, r.seq, r.type, r.time, canonical_json(r.data)] if own_seq else \
-                [key, r.type, r.time, canonical_json(r.data)]
-        values = ", ".join([one] * len(rows))
+            params += [key, *([r.seq] if own else []), r.type, r.time, canonical_json(r.data), *extra]
+        cols = ", ".join([self.key, *([] if self.seq == "serial" else ["seq"]), "type", "time", "data", *self.extra])
         if guard is None:
             return f"INSERT INTO {self.table} ({cols}) VALUES {values} RETURNING seq", params
-        return (f"WITH guard AS ({guard[0]}) INSERT INTO {self.table} ({cols}) SELECT * FROM (VALUES {values}) AS v "
-                "WHERE EXISTS (SELECT 1 FROM guard) RETURNING seq", params)
+        names = ", ".join(["k", *(["seq"] if own else []), "type", "time", "data", *self.extra])
+        picked = ", ".join(["v.k", *(["guard.seq"] if self.seq == "fence" else ["v.seq"] if own else []),
+                            "v.type", "v.time", "v.data", *[f"v.{c}" for c in self.extra]])
+        admitted = ", guard" if self.seq == "fence" else " WHERE EXISTS (SELECT 1 FROM guard)"
+        return (f"WITH guard AS ({guard[0]}) INSERT INTO {self.table} ({cols}) SELECT {picked} "
+                f"FROM (VALUES {values}) AS v({names}){admitted} RETURNING seq", params)
 
     def delete(self) -> str:
         return f"DELETE FROM {self.table} WHERE {self.key} = %s"
@@ -189,6 +206,8 @@ class PgKeyTable:
         return err
 
     def _fail(self, exc: BaseException) -> OpenFunctionsError:
+        from .postgres import classify, database_error  # postgres imports this module
+
         failure = classify(exc, write=True)
         self._failed = failure.reason if failure is not None else f"{type(exc).__name__}: {str(exc)[:200]}"
         into = self._unavailable if failure is None or failure.certainty == "unknown" else self._refused
@@ -208,6 +227,8 @@ class PgKeyTable:
                 else:
                     seqs = [r[0] for r in await (await conn.execute(sql, params)).fetchall()]
         except Exception as exc:
+            from .postgres import classify
+
             if isinstance(exc, OpenFunctionsError) or classify(exc, write=True) is None:
                 raise
             raise self._fail(exc) from None
@@ -236,58 +257,4 @@ class PgKeyTable:
             await self._on_close()
 
 
-class PgKeyedRows(PgRows):
-    """A component's record table over a pool, its keys shared by replicas (a ``"serial"`` table): the one append,
-    read, end and live-key code of the agent runs and the MCP tasks.
-
-    Each key has a row in the component's own table (:attr:`head`: its name, the column naming the log a key
-    belongs to, whose value is :attr:`partition`, and the flag of a key that takes no more records): a read
-    sees only this log's keys, a live key's appends are guarded by "not ended", and :meth:`end` writes a key's
-    one last record with the flag, in one statement."""
-
-    spec: RecordTableSpec
-    head: tuple[str, str, str]  # (table, partition column, "ended" flag column)
-    partition: str
-    refused: type[OpenFunctionsError]
-    refusal = "its guard refused the write"
-
-    def _open(self, key: str) -> Guard:
-        table, part, ended = self.head
-        return (f"SELECT {self.spec.key} FROM {table} WHERE {self.spec.key} = %s AND {part} = %s AND NOT {ended}",
-                (key, self.partition))
-
-    def _scope(self, key: str) -> Guard:
-        table, part, _ = self.head
-        return f"AND EXISTS (SELECT 1 FROM {table} WHERE {self.spec.key} = %s AND {part} = %s)", (key, self.partition)
-
-    async def end(self, key: str, record: Pair) -> bool:
-        """The key's one last record, its flag set in the same statement; ``False`` if another got there first."""
-        table, part, ended = self.head
-        return await self._insert(key, record, (
-            f"UPDATE {table} SET {ended} = true WHERE {self.spec.key} = %s AND {part} = %s AND NOT {ended} "
-            f"RETURNING {self.spec.key}", (key, self.partition)))
-
-    async def _insert(self, key: str, record: Pair, guard: Guard | None = None) -> bool:
-        """``record`` as the key's next row (one statement; with a ``guard``, only if it returns a row)."""
-        sql, params = self.spec.insert(key, stamp([record]), guard)
-        return bool(await self._run(sql, tuple(params), fetch=True))
-
-    async def rows(self, key: str) -> list[TableRow]:
-        """The key's rows in seq order (``[]``: none, or not this component's)."""
-        scope, params = self._scope(key)
-        rows = await self._run(self.spec.select(scope), (key, *params), fetch=True, write=False)
-        return decode_rows(rows, f"{self.where} ({self.spec.key} {key})")
-
-    async def records(self, key: str) -> list[Pair]:
-        """The key's records ``(type, data)`` in order."""
-        return [(r.type, r.data) for r in await self.rows(key)]
-
-    async def table(self, key: str) -> PgKeyTable:
-        """The key's rows as a :class:`~openfunctions.core.records.RecordTable`, read now (appends guarded by
-        :meth:`_open`): ``TableRecordLog(stream, table, table.records)`` is the key's live fold."""
-        return PgKeyTable(self.spec, key, await self.rows(key), where=f"{self.where} ({self.spec.key} {key})",
-                          connection=self.pool.connection, refused=self.refused, unavailable=self.error,
-                          guard=self._open(key), refusal=self.refusal)
-
-
-__all__ = ["Guard", "PgKeyedRows", "PgKeyTable", "RecordTableSpec", "TableRow", "decode_rows", "read_rows", "stamp"]
+__all__ = ["Guard", "PgKeyTable", "RecordTableSpec", "TableRow", "decode_rows", "read_rows", "stamp"]

@@ -59,8 +59,10 @@ import anyio
 
 from ._dsn import redact_dsn
 from ._imports import import_spec
+from ._pg_records import Guard, PgKeyTable, RecordTableSpec, TableRow, decode_rows, read_rows, stamp
 from ._stamps import new_id
 from .errors import OpenFunctionsError, PersistenceError
+from .records import Pair
 
 Certainty = Literal["known", "unknown"]
 E = TypeVar("E", bound=OpenFunctionsError)
@@ -283,6 +285,60 @@ class PgRows:
     async def _close_pool(self) -> None:
         if self._owns_pool:
             await self.pool.close()
+
+
+class PgKeyedRows(PgRows):
+    """A component's record table over a pool, its keys shared by replicas (a ``"serial"`` table): the one append,
+    read, end and live-key code of the agent runs and the MCP tasks.
+
+    Each key has a row in the component's own table (:attr:`head`: its name, the column naming the log a key
+    belongs to, whose value is :attr:`partition`, and the flag of a key that takes no more records): a read
+    sees only this log's keys, a live key's appends are guarded by "not ended", and :meth:`end` writes a key's
+    one last record with the flag, in one statement."""
+
+    spec: RecordTableSpec
+    head: tuple[str, str, str]  # (table, partition column, "ended" flag column)
+    partition: str
+    refused: type[OpenFunctionsError]
+    refusal = "its guard refused the write"
+
+    def _open(self, key: str) -> Guard:
+        table, part, ended = self.head
+        return (f"SELECT {self.spec.key} FROM {table} WHERE {self.spec.key} = %s AND {part} = %s AND NOT {ended}",
+                (key, self.partition))
+
+    def _scope(self, key: str) -> Guard:
+        table, part, _ = self.head
+        return f"AND EXISTS (SELECT 1 FROM {table} WHERE {self.spec.key} = %s AND {part} = %s)", (key, self.partition)
+
+    async def end(self, key: str, record: Pair) -> bool:
+        """The key's one last record, its flag set in the same statement; ``False`` if another got there first."""
+        table, part, ended = self.head
+        return await self._insert(key, record, (
+            f"UPDATE {table} SET {ended} = true WHERE {self.spec.key} = %s AND {part} = %s AND NOT {ended} "
+            f"RETURNING {self.spec.key}", (key, self.partition)))
+
+    async def _insert(self, key: str, record: Pair, guard: Guard | None = None) -> bool:
+        """``record`` as the key's next row (one statement; with a ``guard``, only if it returns a row)."""
+        sql, params = self.spec.insert(key, stamp([record]), guard)
+        return bool(await self._run(sql, tuple(params), fetch=True))
+
+    async def rows(self, key: str) -> list[TableRow]:
+        """The key's rows in seq order (``[]``: none, or not this component's)."""
+        scope, params = self._scope(key)
+        rows = await self._run(self.spec.select(scope), (key, *params), fetch=True, write=False)
+        return decode_rows(rows, f"{self.where} ({self.spec.key} {key})")
+
+    async def records(self, key: str) -> list[Pair]:
+        """The key's records ``(type, data)`` in order."""
+        return [(r.type, r.data) for r in await self.rows(key)]
+
+    async def table(self, key: str) -> PgKeyTable:
+        """The key's rows as a :class:`~openfunctions.core.records.RecordTable`, read now (appends guarded by
+        :meth:`_open`): ``TableRecordLog(stream, table, table.records)`` is the key's live fold."""
+        return PgKeyTable(self.spec, key, await self.rows(key), where=f"{self.where} ({self.spec.key} {key})",
+                          connection=self.pool.connection, refused=self.refused, unavailable=self.error,
+                          guard=self._open(key), refusal=self.refusal)
 
 
 T = TypeVar("T")
@@ -563,18 +619,6 @@ async def migrate_components(dsn: str) -> dict[str, tuple[int, int]]:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {exc}") from None
     return out
 
-
-# The record-table layout and its writer use classify/database_error above (hence imported last).
-from ._pg_records import (  # noqa: E402
-    Guard,
-    PgKeyedRows,
-    PgKeyTable,
-    RecordTableSpec,
-    TableRow,
-    decode_rows,
-    read_rows,
-    stamp,
-)
 
 __all__ = [
     "Guard", "PgKeyTable", "PgKeyedRows", "RecordTableSpec", "TableRow", "decode_rows", "read_rows", "stamp",

@@ -25,7 +25,8 @@ Schema (component ``"work"`` in ``of_schema``; migrations in
         last_seq   bigint,          -- the seq of the space's newest attempt record (0: none)
         alive_key  bigint)          -- migration 3: the key of the session advisory lock the holder's process
                                     -- keeps while it lives (null: a holder without one: wait for expiry)
-    of_work_records(                -- the attempt journal: one row per record, PRIMARY KEY (space, seq)
+    of_work_records(                -- the attempt journal: one row per record, PRIMARY KEY (space, seq); the one
+                                    -- record-table layout (core/_pg_records.py, seq "fence") plus generation
         space text, seq bigint,     -- 1, 2, 3, ... no gap: assigned as last_seq + 1 under the lease row's lock
         generation bigint,          -- the lease generation that wrote it (= data.lease_generation)
         type text, time text,       -- the record type (work/_records.py's table) and RFC 3339 UTC time
@@ -118,6 +119,7 @@ from openfunctions.core.postgres import (
     migrate_components,
     open_pool,
     read_rows,
+    stamp,
 )
 from openfunctions.core.postgres import load_psycopg as _psycopg
 from openfunctions.core.records import TableRecordLog
@@ -127,6 +129,8 @@ from ._pg_schema import COMPONENT
 log = structlog.get_logger("openfunctions.work.pg")
 
 DEFAULT_SPACE = "work"
+#: The attempt records: the one record-table layout plus ``generation``, each seq assigned by the lease row's fence.
+ATTEMPTS_TABLE = RecordTableSpec("of_work_records", "space", seq="fence", extra=("generation",))
 #: The resolution inbox's table: the one record-table layout, key ``space``; seq from its identity (many operators).
 RESOLUTIONS_TABLE = RecordTableSpec("of_work_resolutions", "space", seq="serial")
 
@@ -360,10 +364,10 @@ class PgLeaseStore:
         """One statement: insert the row (generation 1), or take it over (generation + 1) only where it is free,
         released, expired or already ours; nothing returned -> a live holder (``LeaseHeld``, named from the row)."""
         work = _work()
-        stamp = utc_timestamp()
+        now = utc_timestamp()
         async with self.pg.using("cannot take the work lease") as conn:
             key = await self.pg.hold_alive(self.owner)  # before the row names us: we never hold it without it
-            me = (self.owner, self.ttl, self.ttl, stamp, stamp, socket.gethostname(), os.getpid(), key)
+            me = (self.owner, self.ttl, self.ttl, now, now, socket.gethostname(), os.getpid(), key)
             cur = await conn.execute(_ACQUIRE, (self.pg.space, *me, self.pg.now_param()))
             row = await cur.fetchone()
             held = None
@@ -469,34 +473,27 @@ class PgAttemptLog:
 
     async def read(self, after: int = 0) -> list[Any]:
         async with self.pg.using("cannot read the attempt records") as conn:
-            cur = await conn.execute(
-                "SELECT seq, type, time, data FROM of_work_records WHERE space = %s AND seq > %s ORDER BY seq",
-                (self.pg.space, int(after)))
-            rows = await cur.fetchall()
-        out = []
+            rows = await read_rows(conn, ATTEMPTS_TABLE, self.pg.space, self.where, ("AND seq > %s", (int(after),)))
         expect = int(after) + 1
-        for seq, type_, time, data in rows:
-            if seq != expect:  # the fence makes the seqs contiguous: a gap is damage, never guessed over
-                raise _work().WorkError(f"attempt records of {self.pg.where}: expected seq {expect}, found {seq}; "
-                                        "refusing to fold a journal with a gap", details={"seq": seq})
-            out.append(Record(seq, type_, time, json.loads(data)))
+        for row in rows:
+            if row.seq != expect:  # the fence makes the seqs contiguous: a gap is damage, never guessed over
+                raise _work().WorkError(f"attempt records of {self.pg.where}: expected seq {expect}, found {row.seq}; "
+                                        "refusing to fold a journal with a gap", details={"seq": row.seq})
             expect += 1
-        return out
+        return [Record(*row) for row in rows]
 
     async def append(self, lease: Any, type_: str, data: dict[str, Any]) -> Any:
-        """One statement, so one transaction: the UPDATE locks the lease row and moves ``last_seq`` only if
-        ``lease`` is the current, unexpired generation (re-checked on the newest row version if a takeover
-        committed meanwhile); the INSERT writes the record only if the UPDATE did."""
-        time = utc_timestamp()
-        text = canonical_json(data)
+        """One statement, so one transaction: the fence (an UPDATE of the lease row) locks the row and moves
+        ``last_seq`` only if ``lease`` is the current, unexpired generation (re-checked on the newest row version
+        if a takeover committed meanwhile); the INSERT writes the record, with that seq, only if the fence did."""
+        rows = stamp([(type_, data)])
+        sql, params = ATTEMPTS_TABLE.insert(self.pg.space, rows, (_FENCE, (
+            self.pg.space, lease.owner, lease.generation, self.pg.now_param())), (lease.generation,))
         async with self.pg.using(f"cannot append the attempt record {type_!r}", certainty="unknown") as conn:
-            cur = await conn.execute(_FENCED_APPEND, (
-                self.pg.space, lease.owner, lease.generation, self.pg.now_param(),
-                self.pg.space, lease.generation, type_, time, text))
-            row = await cur.fetchone()
+            row = await (await conn.execute(sql, params)).fetchone()
             if row is None:  # fenced: nothing written
                 await self.leases.refused(conn, lease, "may record no effect (the lease row refused it)")
-        return Record(int(row[0]), type_, time, json.loads(text))
+        return Record(int(row[0]), type_, rows[0].time, json.loads(canonical_json(data)))
 
 
 #: "now" in POSIX seconds: the caller's clock (a test's) if it passes one, else the database's (one for every replica)
@@ -511,12 +508,9 @@ _ACQUIRE = (
     "WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= EXCLUDED.expires_at - EXCLUDED.ttl "
     "RETURNING generation, expires_at"
 )
-_FENCED_APPEND = (
-    "WITH ok AS (UPDATE of_work_leases SET last_seq = last_seq + 1 WHERE space = %s AND owner = %s AND generation = %s "
-    f"AND expires_at > {_NOW} RETURNING last_seq) "
-    "INSERT INTO of_work_records (space, seq, generation, type, time, data) "
-    "SELECT %s, last_seq, %s, %s, %s, %s FROM ok RETURNING seq"
-)
+#: The attempt records' fence: the lease row moves ``last_seq`` (the record's seq) only for its current holder.
+_FENCE = ("UPDATE of_work_leases SET last_seq = last_seq + 1 WHERE space = %s AND owner = %s AND generation = %s "
+          f"AND expires_at > {_NOW} RETURNING last_seq AS seq")
 _READ_ROW = f"SELECT owner, generation, expires_at, {_NOW} FROM of_work_leases WHERE space = %s"
 _HELD = f"SELECT owner, generation, expires_at, pid, host, {_NOW}, alive_key FROM of_work_leases WHERE space = %s"
 #: true when nobody holds the advisory lock (taken and given back at once: a pooled session keeps nothing)
