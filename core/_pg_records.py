@@ -158,13 +158,16 @@ class PgKeyTable:
     """One key's rows, written by this process (a :class:`~openfunctions.core.records.RecordTable`).
 
     ``connection()`` lends a connection for one call: the writer's own (a
-    ``"key"`` table, whose lock lives on it) or a pooled one. A failed write
-    refuses ``records`` whose ``guard`` returned no row (nothing written;
-    the table stays usable). A failed write leaves the table failed (its outcome may be unknown, so its seq and the
-    live fold may be behind the rows): every later call is refused until the
-    owner reopens the key, which reads the rows again. Errors are the
-    caller's: ``unavailable`` when a write may have committed, ``refused``
-    when nothing was written (and for a failed or closed table).
+    ``"key"`` table, whose lock lives on it) or a pooled one. Appends carry
+    ``guard`` (a task not settled, say): records it refuses are refused with
+    ``refused`` naming :attr:`refusal` (nothing written; the table stays
+    usable). A failed write leaves the table failed (its outcome may be
+    unknown, so its seq and the live fold may be behind the rows): every
+    later call is refused until the owner reopens the key, which reads the
+    rows again. Errors are the caller's classes: ``unavailable`` when a
+    write may have committed, ``refused`` when nothing was written (and for
+    a failed or closed table). ``replace`` needs a ``"key"`` or ``"serial"``
+    table (a fenced one is compacted by its own domain, if ever).
     """
 
     def __init__(self, spec: RecordTableSpec, key: str, rows: Sequence[TableRow], *, where: str,
@@ -240,7 +243,7 @@ class PgKeyTable:
         return written
 
     async def append_many(self, records: Sequence[Pair]) -> list[TableRow]:
-        """Commit ``records`` as one statement (seq continuing); the records as written (none: the guard refused)."""
+        """Commit ``records`` as one statement (seq continuing); the records as written."""
         async with self._turn:
             self._check()
             return await self._write(stamp(records, self.last_seq), replace=False) if records else []
