@@ -364,10 +364,10 @@ class PgLeaseStore:
         """One statement: insert the row (generation 1), or take it over (generation + 1) only where it is free,
         released, expired or already ours; nothing returned -> a live holder (``LeaseHeld``, named from the row)."""
         work = _work()
-        now = utc_timestamp()
+        stamped = utc_timestamp()
         async with self.pg.using("cannot take the work lease") as conn:
             key = await self.pg.hold_alive(self.owner)  # before the row names us: we never hold it without it
-            me = (self.owner, self.ttl, self.ttl, now, now, socket.gethostname(), os.getpid(), key)
+            me = (self.owner, self.ttl, self.ttl, stamped, stamped, socket.gethostname(), os.getpid(), key)
             cur = await conn.execute(_ACQUIRE, (self.pg.space, *me, self.pg.now_param()))
             row = await cur.fetchone()
             held = None
