@@ -24,7 +24,7 @@ pgvector (:class:`PgVectorIndex`): the tables and their DDL are ``rag/_pg_schema
 (component ``rag`` in ``of_schema``, registered for ``openfunctions-mcp db migrate``): the shared
 ``of_rag_indexes`` and ``of_rag_docs``, and one ``of_rag_chunks_<name>`` per index (a vector
 column has one dimension), with an HNSW index over cosine distance and a GIN-indexed ``tsv``
-column for hybrid search's full-text ranking. Every database failure is mapped by
+column for hybrid search's full-text ranking. Every error the database reports is mapped by
 ``core.postgres`` (:func:`~openfunctions.core.postgres.database_error`: the same wording,
 ``certainty`` and ``details["database_error"]`` as every PostgreSQL backend) into
 :class:`~openfunctions.store.StoreUnavailable`, and has the pool check its idle connections.
