@@ -514,7 +514,8 @@ COMPONENTS: tuple[Component, ...] = (
     Component("workflows", "openfunctions.workflows._pg_schema:MIGRATIONS",  # durable workflow runs
               verify="openfunctions.workflows._pg:verify_pg_workflow_spaces"),
     Component("store", "openfunctions.store._pg:MIGRATIONS", at_open=True),  # the key-value store's entries
-    Component("rag", "openfunctions.rag._pg_schema:MIGRATIONS", at_open=True),  # pgvector RAG indexes (and docs)
+    Component("rag", "openfunctions.rag._pg_schema:MIGRATIONS", at_open=True,  # pgvector RAG indexes (and docs)
+              verify="openfunctions.rag._pg_schema:verify_pg_rag_indexes"),
 )
 
 

@@ -7,7 +7,8 @@ version ``i`` to ``i + 1`` in ``of_schema``; **append, never edit** a released
 entry. Applied by ``openfunctions-mcp db migrate`` (registered in
 ``core/postgres.py``'s ``COMPONENTS``) and, as every release did, by an index
 when it opens (``at_open``), so ``rag ingest --store postgresql://...`` works on
-a new database without a separate step; ``db status`` lists the component.
+a new database without a separate step; ``db status`` lists the component and
+``db verify`` audits each index (:func:`verify_pg_rag_indexes`).
 
 Version 1 (its statements keep ``IF NOT EXISTS``: that is how the release that
 introduced them wrote them, and a database where they already exist must
@@ -171,4 +172,56 @@ class ChunkTable:
         return self.sql.SQL("DROP INDEX IF EXISTS {}").format(self.fts)
 
 
-__all__ = ["COMPONENT", "INDEX_NAME_RE", "MIGRATIONS", "TEXT_SEARCH_CONFIG", "ChunkTable", "require_vector"]
+MAX_PROBLEMS = 20  # per index: a damaged index is named, not listed row by row
+
+
+def verify_pg_rag_indexes(dsn: str) -> list[tuple[str, list[str], str]]:
+    """``db verify``'s audit of the rag component (its entry in ``core.postgres.COMPONENTS``), one entry per index:
+    its chunk table exists with the recorded dimension, each document's chunks are rows ``0 .. chunks - 1``, and
+    no chunk row lacks its document. Reads only (no lock, nothing written)."""
+    from openfunctions.core.postgres import load_psycopg
+
+    psycopg, _ = load_psycopg()
+    out: list[tuple[str, list[str], str]] = []
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        if not conn.execute("SELECT to_regclass('of_rag_indexes') IS NOT NULL").fetchone()[0]:
+            return []
+        for name, dimension in conn.execute("SELECT name, dimension FROM of_rag_indexes ORDER BY name").fetchall():
+            if not INDEX_NAME_RE.match(name):
+                out.append((f"rag index {name!r}", ["its name is not a valid index name"], ""))
+                continue
+            out.append((f"rag index {name}", *_audit(conn, ChunkTable(name), name, dimension)))
+    return out
+
+
+def _audit(conn: Any, table: ChunkTable, name: str, dimension: int) -> tuple[list[str], str]:
+    """(problems, what was checked) of one index (see :func:`verify_pg_rag_indexes`)."""
+    sql = table.sql
+    (found,) = conn.execute(  # pgvector keeps a vector column's dimension as its type modifier
+        "SELECT (SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'embedding' "
+        "AND NOT attisdropped)", (table.name,)).fetchone()
+    if found is None:
+        return [f"its chunk table {table.name} (or its embedding column) is missing"], ""
+    problems = [] if found == dimension else [
+        f"its chunk table holds vectors of {found} dimensions; the index records {dimension}"]
+    for doc_id, chunks, rows, first, last in conn.execute(sql.SQL(
+            "SELECT d.doc_id, d.chunks, count(c.n), min(c.n), max(c.n) FROM of_rag_docs d LEFT JOIN {} c "
+            "ON c.doc_id = d.doc_id WHERE d.index_name = %s GROUP BY d.doc_id, d.chunks "
+            "HAVING count(c.n) <> d.chunks OR min(c.n) <> 0 OR max(c.n) <> d.chunks - 1 "
+            "ORDER BY d.doc_id LIMIT %s").format(table.table), (name, MAX_PROBLEMS)).fetchall():
+        problems.append(f"document {doc_id!r} records {chunks} chunks; the table holds {rows}"
+                        + (f" (n {first} to {last})" if rows else ""))
+    for (doc_id,) in conn.execute(sql.SQL(
+            "SELECT DISTINCT c.doc_id FROM {} c WHERE NOT EXISTS (SELECT 1 FROM of_rag_docs d "
+            "WHERE d.index_name = %s AND d.doc_id = c.doc_id) ORDER BY c.doc_id LIMIT %s").format(table.table),
+            (name, MAX_PROBLEMS)).fetchall():
+        problems.append(f"chunks of {doc_id!r}, a document the index does not list")
+    docs, rows = conn.execute(sql.SQL(
+        "SELECT (SELECT count(*) FROM of_rag_docs WHERE index_name = %s), (SELECT count(*) FROM {})").format(
+            table.table), (name,)).fetchone()
+    return problems, (f"{docs} documents, {rows} chunks of {dimension} dimensions; every document's chunks "
+                      "present, none without its document")
+
+
+__all__ = ["COMPONENT", "INDEX_NAME_RE", "MIGRATIONS", "TEXT_SEARCH_CONFIG", "ChunkTable", "require_vector",
+           "verify_pg_rag_indexes"]

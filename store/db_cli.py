@@ -14,7 +14,8 @@
   database, and one receipt per call across a journal's streams; each work space's attempt
   records (seq contiguous, generations never going back: the lease fence held),
   and each workflow run space's rows (seq contiguous, time and data well-formed,
-  every row folding into its run).
+  every row folding into its run), and each pgvector RAG index's chunk rows
+  (each document's all there, none without its document).
   Exit 0 valid, 1 a problem, 2 unusable.
 
 The URL comes from ``--database`` or ``$OPENFUNCTIONS_DATABASE_URL``. See docs/SCALING.md.

@@ -287,3 +287,32 @@ async def test_large_documents_are_hashed_and_chunked_off_the_event_loop(tmp_pat
             assert all((t != loop_thread) is off for t in hashed + chunker.threads), (off, hashed, chunker.threads)
     finally:
         await rag.aclose()
+
+
+async def test_db_verify_audits_each_index_and_names_what_is_damaged(pg_dsn) -> None:
+    from openfunctions.rag._pg_schema import verify_pg_rag_indexes
+    from openfunctions.store.db_cli import verify_database
+
+    with private_database(pg_dsn) as db:
+        assert verify_pg_rag_indexes(db) == []  # no RAG tables yet: nothing to audit
+        await migrate_components(db)  # db verify reads every component (the journals' tables first)
+        rag = await open_rag(url=db, name="audited")
+        try:
+            await rag.ingest_many([{"doc_id": d, "text": t} for d, t in DOCS.items()])
+        finally:
+            await rag.aclose()
+        ((subject, problems, checked),) = verify_pg_rag_indexes(db)
+        assert subject == "rag index audited" and problems == [] and checked.startswith("3 documents, 3 chunks of 512")
+        assert await asyncio.to_thread(verify_database, db) == 0
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("DELETE FROM of_rag_chunks_audited WHERE doc_id = 'keys.md'")
+            conn.execute("INSERT INTO of_rag_chunks_audited (doc_id, n, text, embedding) "
+                         "SELECT 'stray.md', n, text, embedding FROM of_rag_chunks_audited WHERE doc_id = 'backup.md'")
+        ((_, problems, _),) = verify_pg_rag_indexes(db)
+        assert problems == ["document 'keys.md' records 1 chunks; the table holds 0",
+                            "chunks of 'stray.md', a document the index does not list"]
+        assert await asyncio.to_thread(verify_database, db) == 1
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("DROP TABLE of_rag_chunks_audited")
+        ((_, problems, _),) = verify_pg_rag_indexes(db)
+        assert problems == ["its chunk table of_rag_chunks_audited (or its embedding column) is missing"]

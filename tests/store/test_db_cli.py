@@ -101,5 +101,5 @@ def test_every_registered_component_resolves_and_db_verify_audits_are_callable()
         steps = migrations_of(c.name)
         assert steps and all(isinstance(sql, str) for step in steps for sql in step), c.name
         assert c.verify is None or callable(verifier_of(c.name))
-    assert {c.name for c in COMPONENTS if c.verify} == {"work", "workflows"}
+    assert {c.name for c in COMPONENTS if c.verify} == {"work", "workflows", "rag"}
     assert {c.name for c in COMPONENTS if c.at_open} == {"store", "rag"}  # the components that migrate when they open
