@@ -316,3 +316,16 @@ async def test_db_verify_audits_each_index_and_names_what_is_damaged(pg_dsn) -> 
             conn.execute("DROP TABLE of_rag_chunks_audited")
         ((_, problems, _),) = verify_pg_rag_indexes(db)
         assert problems == ["its chunk table of_rag_chunks_audited (or its embedding column) is missing"]
+
+
+async def test_a_rag_schema_newer_than_this_code_is_refused_at_open(pg_dsn) -> None:
+    from openfunctions.core.postgres import SchemaTooNew
+
+    with private_database(pg_dsn) as db:
+        await migrate_components(db)
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("UPDATE of_schema SET version = %s WHERE component = 'rag'", (len(MIGRATIONS) + 1,))
+        with pytest.raises(SchemaTooNew, match=f"'rag' schema is version {len(MIGRATIONS) + 1}"):
+            await open_rag(url=db, name="newer")
+        with psycopg.connect(db, autocommit=True) as conn:  # refused before anything of the index was written
+            assert conn.execute("SELECT count(*) FROM of_rag_indexes").fetchone()[0] == 0
