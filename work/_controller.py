@@ -225,14 +225,14 @@ class WorkController:
     async def _open(self) -> None:
         await self.custody.backend.aopen()
         if self.shared:  # no lease between calls: each lifecycle call takes it (see _admitted)
-            self.state = fold(await self.custody.read_all())
+            self.state = fold(await self.custody.read_all(), self.custody.log.where)
             self.registry.executor.add_sink(self.observer)
             self._shared_open = True
             log.info("work_controller_opened", shared=True, attempts=len(self.state.attempts), records=self.state.records)
             return
         lease = await self.custody.acquire()
         try:
-            self.state = fold(await self.custody.read_all())
+            self.state = fold(await self.custody.read_all(), self.custody.log.where)
             await self._take_custody(lease)
         except BaseException:
             await self.custody.release()
@@ -268,7 +268,7 @@ class WorkController:
             self._inbox_read = False
             try:
                 if self._refold:  # the last call lost its lease: its in-memory blocks were never durable
-                    self.state = fold(await self.custody.read_all())
+                    self.state = fold(await self.custody.read_all(), self.custody.log.where)
                     self._refold = False
                 else:
                     await self.custody.catch_up()
