@@ -55,7 +55,7 @@ import anyio
 
 from openfunctions.core.files import ensure_private_dir
 from openfunctions.core.journal import read_records
-from openfunctions.core.records import FileRecordLog, replay
+from openfunctions.core.records import FileRecordLog
 
 from ._errors import WorkError
 from ._lease import Lease, LeaseStore
@@ -162,10 +162,11 @@ class FileAttemptLog:
 
     ``<root>/attempts/g<generation:010d>.jsonl`` (format: :mod:`._records`) is the current generation's
     file, a :class:`~openfunctions.core.records.FileRecordLog` of :data:`~._state.ATTEMPTS` opened onto the
-    fold of the earlier generations' files (read in generation order with ``core.records.replay``), so
-    :attr:`state` is the whole journal's durable state, folded live by the stream's one ``apply`` after
-    every append. (The controller folds the records :meth:`append` returns into its own state too: that
-    one also holds its in-memory blocks, which are never durable.) The fence: :meth:`append` writes
+    fold of the earlier generations' files (read in generation order, once per open: :meth:`read` hands
+    what open read to the controller's recovery fold), so :attr:`state` is the whole journal's durable
+    state, folded live by the stream's one ``apply`` after every append. (The controller folds the records
+    :meth:`append` returns into its own state too: that one also holds its in-memory blocks, which are
+    never durable.) The fence: :meth:`append` writes
     inside ``LeaseStore.fenced`` (``lease.lock`` held, the generation re-read), so a stale holder's record
     is refused with ``LeaseLost`` and never lands. The journal never compacts: each generation's file is
     kept (the history an operator reads with ``work attempts``).
@@ -176,6 +177,7 @@ class FileAttemptLog:
         self.where = str(self.root / SEGMENT_DIR)
         self.log: FileRecordLog[WorkState] | None = None
         self._fenced: Callable[[Lease], Any] | None = None
+        self._just_read: list[Any] | None = None
 
     def bind(self, leases: LeaseStore) -> FileAttemptLog:
         self._fenced = leases.fenced
@@ -195,18 +197,25 @@ class FileAttemptLog:
 
     def fold_sync(self) -> WorkState:
         """The whole journal folded by :data:`ATTEMPTS`, lock-free (raises the stream's error for a record it refuses)."""
+        return self._read_and_fold()[0]
+
+    def _read_and_fold(self) -> tuple[WorkState, list[Any]]:
         state = ATTEMPTS.new_state()
+        records: list[Any] = []
         for seg in self.segments():
-            replay(ATTEMPTS, seg, state=state)
-        return state
+            part = list(read_records(seg))
+            ATTEMPTS.fold(part, state, where=seg)  # per segment: a refusal names the file
+            records += part
+        return state, records
 
     async def open(self, lease: Lease) -> None:
         seg = self.root / SEGMENT_DIR / f"g{lease.generation:010d}.jsonl"
         if seg.exists():
             raise WorkError(f"attempt journal segment {seg} already exists for a new lease generation; refusing to reuse it")
         # The earlier generations first: a record they refuse fails the open before this generation's file exists.
-        earlier = await anyio.to_thread.run_sync(self.fold_sync)
+        earlier, records = await anyio.to_thread.run_sync(self._read_and_fold)
         self.log = await FileRecordLog.open(ATTEMPTS, seg, state=earlier)
+        self._just_read = records
 
     def read_sync(self, after: int = 0) -> list[Any]:
         out: list[Any] = []
@@ -215,16 +224,23 @@ class FileAttemptLog:
         return out[after:]
 
     async def read(self, after: int = 0) -> list[Any]:
+        # What open just read, handed to the next read once (the controller's recovery fold comes right after
+        # open), so a start-up reads the segments once; any other read goes to the files.
+        just_read, self._just_read = self._just_read, None
+        if just_read is not None:
+            return just_read[after:]
         return await anyio.to_thread.run_sync(self.read_sync, after)
 
     async def append(self, lease: Lease, type_: str, data: dict[str, Any]) -> Any:
         if self.log is None:
             raise WorkError("the attempt journal is closed")
         assert self._fenced is not None, "FileAttemptLog.bind(leases) first"
+        self._just_read = None  # no longer all there is
         async with self._fenced(lease):  # lease.lock held: a takeover cannot happen between check and write
             return await self.log.append(type_, data)
 
     async def close(self) -> None:
+        self._just_read = None
         if self.log is not None:
             log_, self.log = self.log, None
             await log_.close()

@@ -99,33 +99,30 @@ def _fold(stream: RecordStream[S], sources: _Sources, state: S | None = None) ->
 
 
 def replay(stream: RecordStream[S], path: str | os.PathLike[str], *,
-           check_header: Callable[[dict[str, Any]], None] | None = None, state: S | None = None) -> Replay[S]:
+           check_header: Callable[[dict[str, Any]], None] | None = None) -> Replay[S]:
     """Fold the stream at ``path`` without taking its lock (for readers; a live writer may be appending).
 
-    A stream that was never written folds to ``stream.new_state()`` (or ``state``). ``check_header(meta)``
-    may refuse the file's header meta (another format or version) before anything is folded. ``state``:
-    fold onto it instead of a new state (a stream kept as one file per writer, e.g. per lease generation,
-    folds its files in order onto one state). Raises the journal's errors (JournalCorrupt, JournalUnsafe)
-    and the stream's own for a record it cannot fold.
+    A stream that was never written folds to ``stream.new_state()``. ``check_header(meta)`` may refuse
+    the file's header meta (another format or version) before anything is folded. Raises the journal's
+    errors (JournalCorrupt, JournalUnsafe) and the stream's own for a record it cannot fold.
     """
     p = Path(os.path.abspath(path))
-    empty = stream.new_state() if state is None else state
     for _ in range(_READ_TRIES - 1):
         try:
             before = os.stat(p).st_ino
         except FileNotFoundError:
-            return Replay(empty, [])
+            return Replay(stream.new_state(), [])
         try:
             sources = _read_sources(p, check_header)
             # A writer's compaction renamed the file into a segment while we read it: what we read as
             # "the file" may also be listed as that segment (folded twice). Read again.
             if os.stat(p).st_ino == before:
-                return _fold(stream, sources, state)
+                return _fold(stream, sources)
         except FileNotFoundError:  # the file or a segment went while we read (rotated, or deleted by a compaction)
             pass
     if not os.path.lexists(p):
-        return Replay(empty, [])
-    return _fold(stream, _read_sources(p, check_header), state)
+        return Replay(stream.new_state(), [])
+    return _fold(stream, _read_sources(p, check_header))
 
 
 #: How many times :func:`replay` reads a stream that a writer's compaction keeps changing under it.
@@ -159,8 +156,8 @@ class FileRecordLog(Generic[S]):
         leftover segments are deleted now. ``meta``: a new file's header meta (default: the stream's).
         ``check_header(meta)``: may refuse the file's header meta before anything is folded. ``state``:
         fold the file onto it (the fold of the files before this one, for a stream kept as one file per
-        writer; see :func:`replay`); the log then holds and updates that object, and refuses to
-        compact (its snapshot would repeat what the earlier files hold).
+        writer, as the work attempt journal keeps one per lease generation); the log then holds and
+        updates that object, and refuses to compact (its snapshot would repeat what the earlier files hold).
 
         Raises the journal's errors (JournalLocked, JournalCorrupt, JournalMismatch, JournalUnsafe)
         and the stream's own for a record it cannot fold; nothing is written then.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from openfunctions.work._lease import LeaseStore
 from openfunctions.work._state import ATTEMPTS, STATES, WorkState, fold
 
 from .._datadirs import copy_data_dir
+from ..servers.conftest import server_env
 from .conftest import WorkEnv
 from .test_fold import _Tools
 
@@ -98,6 +101,11 @@ async def test_a_record_type_this_version_does_not_know_stops_the_controller_by_
     assert [p.name for p in sorted((env.work_dir / "attempts").glob("g*.jsonl"))][-1] == "g0000000004.jsonl", \
         "no generation's file was made after a record it cannot read"
     assert last.read_bytes() == before
+    # the operator's view refuses the same way, naming the record (exit 1, no traceback)
+    cli = subprocess.run([sys.executable, "-m", "openfunctions.servers", "work", "list-uncertain", "--data-dir",
+                          str(env.data)], env=server_env(), capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 1 and "seq 2 ('intent_v2', lease generation 4)" in cli.stderr, cli.stderr
+    assert "Traceback" not in cli.stderr
 
 
 async def test_a_known_record_that_cannot_be_folded_is_refused_by_name(tmp_path):
