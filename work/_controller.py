@@ -170,8 +170,8 @@ class WorkController:
             lease_ttl = backend.leases.ttl  # the backend's lease decides
         self.custody = Custody(
             self.root, ttl=lease_ttl, renew_every=renew_every if renew_every is not None else lease_ttl / 3.0,
-            owner=owner, clock=self.clock, apply=lambda rec: self.state.apply(rec), on_lost=self._on_lease_lost,
-            lifecycle=self._lifecycle, backend=backend,
+            owner=owner, clock=self.clock, apply=lambda rec: self.state.apply(rec, self.custody.log.where),
+            on_lost=self._on_lease_lost, lifecycle=self._lifecycle, backend=backend,
         )
         self._shared_open = False
         self._refold = False

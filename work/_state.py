@@ -425,7 +425,7 @@ def _refused(where: Path | str, rec: StreamRecord, exc: Exception) -> Exception:
     generation = data.get("lease_generation")
     at = f"record seq {getattr(rec, 'seq', 0)} ({rec.type!r}" + (f", lease generation {generation})" if generation else ")")
     what = exc.message if isinstance(exc, UnknownRecordType) else f"{type(exc).__name__}: {exc}"
-    message = f"the attempt journal {str(where)!r} cannot be read: {at}: {what}"
+    message = "the attempt journal" + (f" {str(where)!r}" if str(where) else "") + f" cannot be read: {at}: {what}"
     details = {"where": str(where), "seq": getattr(rec, "seq", 0), "type": rec.type, "lease_generation": generation}
     if isinstance(exc, UnknownRecordType):
         return UnknownRecordType(message, details=details)
