@@ -564,7 +564,6 @@ class Component:
 
 
 #: Every component ``db migrate`` applies, in this order (the journal first: the others' rows may name its instances).
-#: The RAG indexes are not here: they need the ``vector`` extension and migrate their tables when they open.
 COMPONENTS: tuple[Component, ...] = (
     Component("journal", "openfunctions.store._pg_journal_schema:MIGRATIONS"),  # execution journals, instances
     Component("tasks", "openfunctions.servers._pg_tasks:MIGRATIONS"),  # MCP tasks shared by replicas
@@ -575,6 +574,8 @@ COMPONENTS: tuple[Component, ...] = (
     Component("workflows", "openfunctions.workflows._pg_schema:MIGRATIONS",  # durable workflow runs
               verify="openfunctions.workflows._pg:verify_pg_workflow_spaces"),
     Component("store", "openfunctions.store._pg:MIGRATIONS", at_open=True),  # the key-value store's entries
+    Component("rag", "openfunctions.rag._pg_schema:MIGRATIONS", at_open=True,  # pgvector RAG indexes (and docs)
+              verify="openfunctions.rag._pg_schema:verify_pg_rag_indexes"),
 )
 
 

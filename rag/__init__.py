@@ -23,7 +23,15 @@ from openfunctions.store import Embedder, LexicalEmbedder, MiniLMEmbedder, OpenA
 
 from ._chunk import Chunker
 from ._demo import demo_session
-from ._errors import ChunkNotFound, DocumentTooLarge, IndexMismatch, InvalidRagInput, RagError, RagNotOpen
+from ._errors import (
+    ChunkNotFound,
+    DocumentTooLarge,
+    IndexMismatch,
+    InvalidRagInput,
+    RagError,
+    RagNotOpen,
+    VectorExtensionMissing,
+)
 from ._index import PgVectorIndex, StoreIndex
 from ._profile import RagProfile, build_rag_profile
 from ._rag import CollectedFiles, IngestResult, Rag, collect_files, open_rag
@@ -32,7 +40,7 @@ from ._tools import create_rag_tools
 __all__ = [
     "ChunkNotFound", "Chunker", "CollectedFiles", "DocumentTooLarge", "Embedder", "IndexMismatch", "IngestResult", "InvalidRagInput",
     "LexicalEmbedder", "MiniLMEmbedder", "OpenAIEmbedder", "PgVectorIndex", "Rag", "RagError", "RagNotOpen", "RagProfile", "StoreIndex",
-    "build_rag_profile", "collect_files", "create_embedder", "create_rag_tools", "demo_session", "open_rag",
+    "VectorExtensionMissing", "build_rag_profile", "collect_files", "create_embedder", "create_rag_tools", "demo_session", "open_rag",
 ]
 
 

@@ -14,11 +14,23 @@ the same overlap).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from openfunctions.core import ConfigurationError
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+def _parts(text: str) -> Iterator[str]:
+    """``_SENTENCE_END.split(text)``, one match at a time: ``re.split`` is one C call that holds the GIL for the
+    whole text (~120 ms for 5 MiB, measured), stalling the event loop even from a worker thread; between two
+    matches here other threads run. (The pattern never matches empty, so the pieces are the same.)"""
+    start = 0
+    for m in _SENTENCE_END.finditer(text):
+        yield text[start:m.start()]
+        start = m.end()
+    yield text[start:]
 
 
 @dataclass(frozen=True)
@@ -39,7 +51,7 @@ class Chunker:
 
     def split(self, text: str) -> list[str]:
         sentences: list[list[str]] = []
-        for part in _SENTENCE_END.split(text):
+        for part in _parts(text):
             words = part.split()
             if not words:
                 continue

@@ -27,6 +27,13 @@ class IndexMismatch(RagError):
     code = "rag_index_mismatch"
 
 
+class VectorExtensionMissing(RagError):
+    """A pgvector index's database has no ``vector`` extension and this role could not create it; the message
+    names the statement a superuser runs (or the package to install on the server)."""
+
+    code = "rag_vector_extension_missing"
+
+
 class ChunkNotFound(RagError):
     code = "rag_chunk_not_found"
 
@@ -35,4 +42,5 @@ class RagNotOpen(RagError):
     code = "rag_not_open"
 
 
-__all__ = ["ChunkNotFound", "DocumentTooLarge", "IndexMismatch", "InvalidRagInput", "RagError", "RagNotOpen"]
+__all__ = ["ChunkNotFound", "DocumentTooLarge", "IndexMismatch", "InvalidRagInput", "RagError", "RagNotOpen",
+           "VectorExtensionMissing"]

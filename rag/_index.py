@@ -20,25 +20,21 @@ busy 2-core machine: 8 ms at 3,000 chunks, 86 ms at 100,000 (a pure-Python
 scan: ~490x slower) — enough for the embedded default; pgvector is the road
 past that. sqlite-vec was not measured against it.
 
-pgvector (:class:`PgVectorIndex`), tables (component ``rag`` in ``of_schema``)::
+pgvector (:class:`PgVectorIndex`): the tables and their DDL are ``rag/_pg_schema.py``'s
+(component ``rag`` in ``of_schema``, registered for ``openfunctions-mcp db migrate``): the shared
+``of_rag_indexes`` and ``of_rag_docs``, and one ``of_rag_chunks_<name>`` per index (a vector
+column has one dimension), with an HNSW index over cosine distance and a GIN-indexed ``tsv``
+column for hybrid search's full-text ranking. Every error the database reports is mapped by
+``core.postgres`` (:func:`~openfunctions.core.postgres.database_error`: the same wording,
+``certainty`` and ``details["database_error"]`` as every PostgreSQL backend) into
+:class:`~openfunctions.store.StoreUnavailable`, and has the pool check its idle connections.
 
-    of_rag_indexes(name PK, embedder, dimension, created_at)
-    of_rag_docs(index_name, doc_id, digest, chunker, embedder, source, title, chunks, bytes, updated_at,
-                PRIMARY KEY (index_name, doc_id))
-    of_rag_chunks_<name>(doc_id, n, text, embedding vector(d),
-                         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
-                         PRIMARY KEY (doc_id, n))
-        + HNSW index of_rag_chunks_<name>_hnsw USING hnsw (embedding vector_cosine_ops)
-        + GIN index of_rag_chunks_<name>_fts USING gin (tsv)   -- full-text ranking of hybrid search
-                                                               -- (one table per index: a vector
-                                                               -- column has one dimension)
-    (``tsv`` is added, with its index, when a table made before hybrid search is opened.)
-    (``embedding`` is stored ``MAIN``, not pgvector's default ``EXTERNAL``: a row holding a chunk
-    of ~1.3 KB and a 512-dimension vector (2 KB) is past PostgreSQL's 2 KB toast threshold, and
-    ``EXTERNAL`` moved the vector out of line (checked on pgvector 0.6.2: 50 such rows took 10 heap
-    pages with EXTERNAL and 17 with MAIN, one toasted value per row either way), so an exact scan fetched
-    every vector from the toast table. ``MAIN`` keeps it in the row unless the row exceeds a page;
-    the text goes out of line instead. Tables made before this change keep their setting.)
+``embedding`` is stored ``MAIN``, not pgvector's default ``EXTERNAL``: a row holding a chunk
+of ~1.3 KB and a 512-dimension vector (2 KB) is past PostgreSQL's 2 KB toast threshold, and
+``EXTERNAL`` moved the vector out of line (checked on pgvector 0.6.2: 50 such rows took 10 heap
+pages with EXTERNAL and 17 with MAIN, one toasted value per row either way), so an exact scan fetched
+every vector from the toast table. ``MAIN`` keeps it in the row unless the row exceeds a page;
+the text goes out of line instead. Tables made before this change keep their setting.
 
 Search orders by ``embedding <=> query`` (cosine distance) under
 ``hnsw.ef_search`` (default 400, set per connection; ``index.ef_search``); ``exact=True`` disables
@@ -56,14 +52,17 @@ import math
 import re
 import struct
 import weakref
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
-from openfunctions.core import utc_timestamp
-from openfunctions.store import Store, StoreUnavailable, apply_migrations, open_pool, redact_dsn
+from openfunctions.core import redact_dsn, utc_timestamp
+from openfunctions.core.postgres import apply_migrations, connection_or, database_error, open_pool
+from openfunctions.store import Store, StoreUnavailable
 
 from ._errors import IndexMismatch, InvalidRagInput
+from ._pg_schema import COMPONENT, INDEX_NAME_RE, MIGRATIONS, TEXT_SEARCH_CONFIG, ChunkTable, require_vector
 from ._text import Bm25, rrf, term_ids, tsquery_words
 
 try:
@@ -72,8 +71,6 @@ except ImportError:  # pragma: no cover - the 'rag' extra brings numpy; without 
     np = None  # type: ignore[assignment]
 
 FORMAT = 1
-TEXT_SEARCH_CONFIG = "english"  # pgvector's full-text ranking: PostgreSQL's english stemmer and stop words
-INDEX_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
 
@@ -344,21 +341,9 @@ class StoreIndex:
 
 
 class PgVectorIndex:
-    """pgvector: HNSW over cosine distance, one chunk table per index."""
+    """pgvector: HNSW over cosine distance, one chunk table per index (tables: ``rag/_pg_schema.py``)."""
 
     kind = "pgvector"
-
-    MIGRATIONS = [
-        (
-            """CREATE TABLE IF NOT EXISTS of_rag_indexes (
-                name text PRIMARY KEY, embedder text NOT NULL, dimension integer NOT NULL,
-                created_at timestamptz NOT NULL DEFAULT now())""",
-            """CREATE TABLE IF NOT EXISTS of_rag_docs (
-                index_name text NOT NULL, doc_id text COLLATE "C" NOT NULL, digest text NOT NULL, chunker text NOT NULL,
-                embedder text NOT NULL, source text, title text, chunks integer NOT NULL, bytes integer NOT NULL,
-                updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (index_name, doc_id))""",
-        ),
-    ]
 
     def __init__(self, pool: Any, name: str, *, owns_pool: bool, where: str, ef_search: int = 400) -> None:
         if not INDEX_NAME_RE.match(name):
@@ -372,108 +357,74 @@ class PgVectorIndex:
         from psycopg import sql
 
         self._sql = sql
-        self._table = sql.Identifier(f"of_rag_chunks_{name}")
+        self._chunks = ChunkTable(name)
+        self._table = self._chunks.table
         self._ef_set: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search per connection
-        self._hnsw = sql.Identifier(f"of_rag_chunks_{name}_hnsw")
-        self._fts = sql.Identifier(f"of_rag_chunks_{name}_fts")
 
     @classmethod
     async def connect(cls, dsn: str, name: str, **kw: Any) -> PgVectorIndex:
-        pool = await open_pool(dsn)
+        """An index over a pool of its own (core.postgres's ``open_pool``; unreachable: :class:`StoreUnavailable`)."""
+        if not isinstance(name, str) or not INDEX_NAME_RE.match(name):
+            raise InvalidRagInput(f"index name {name!r} is invalid: use 1-40 of a-z 0-9 _ starting with a letter")
+        pool = await open_pool(dsn, unavailable=StoreUnavailable)
         return cls(pool, name, owns_pool=True, where=redact_dsn(dsn), **kw)
 
-    def _unavailable(self, exc: BaseException, write: bool) -> StoreUnavailable:
-        return StoreUnavailable(
-            f"RAG index {self.name!r}: PostgreSQL at {self._where} failed mid-call ({type(exc).__name__}: "
-            f"{str(exc).strip()}); {'the write may or may not have committed' if write else 'nothing was changed'}. "
-            "The next call reconnects.", certainty="unknown" if write else "known")
+    def _connection(self, doing: str, *, write: bool) -> AbstractAsyncContextManager[Any]:
+        """A pooled connection whose database failure is a :class:`StoreUnavailable` in core.postgres's one
+        wording (``certainty`` unknown only for a write that may have committed), after the pool checked its
+        idle connections (core.postgres.connection_or)."""
+        def fail(exc: BaseException) -> Exception:
+            return database_error(exc, StoreUnavailable, f"RAG index {self.name!r}: {doing} in PostgreSQL at "
+                                  f"{self._where} failed", write=write, details={"index": self.name})
+
+        return connection_or(self.pool, self.pool.connection(), fail)
 
     async def recorded_embedder(self) -> str | None:
         """The name of the embedder this index was built with (None: a new index or a new database)."""
-        import psycopg
-
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute("SELECT to_regclass('of_rag_indexes') IS NOT NULL")
-                if not (await cur.fetchone())[0]:
-                    return None
-                cur = await conn.execute("SELECT embedder FROM of_rag_indexes WHERE name = %s", (self.name,))
-                row = await cur.fetchone()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=False) from None
+        async with self._connection("reading the index's embedder", write=False) as conn:
+            cur = await conn.execute("SELECT to_regclass('of_rag_indexes') IS NOT NULL")
+            if not (await cur.fetchone())[0]:
+                return None
+            cur = await conn.execute("SELECT embedder FROM of_rag_indexes WHERE name = %s", (self.name,))
+            row = await cur.fetchone()
         return row[0] if row else None
 
     async def open(self, embedder: Any) -> None:
-        import psycopg
-
-        sql = self._sql
-        try:
-            async with self.pool.connection() as conn:
-                try:
-                    await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                except psycopg.Error as exc:
-                    raise StoreUnavailable(
-                        f"the database at {self._where} has no usable 'vector' extension ({exc}): install pgvector and "
-                        "run CREATE EXTENSION vector as a superuser (docs/STATE.md)") from None
-                await apply_migrations(conn, "rag", self.MIGRATIONS)
-                async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(hashtext('openfunctions.rag.' || %s))", (self.name,))
-                    await conn.execute(
-                        "INSERT INTO of_rag_indexes (name, embedder, dimension) VALUES (%s, %s, %s) "
-                        "ON CONFLICT (name) DO NOTHING", (self.name, embedder.name, embedder.dimension))
-                    cur = await conn.execute("SELECT embedder, dimension FROM of_rag_indexes WHERE name = %s", (self.name,))
-                    built, dim = await cur.fetchone()
-                    if built != embedder.name or dim != embedder.dimension:
-                        raise _mismatch(f"RAG index {self.name!r} in PostgreSQL", built, dim, embedder)
-                    cur = await conn.execute("SELECT to_regclass(%s) IS NULL", (f"of_rag_chunks_{self.name}",))
-                    created = (await cur.fetchone())[0]
-                    await conn.execute(sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {} (doc_id text NOT NULL, n integer NOT NULL, text text NOT NULL, "
-                        "embedding vector({}) NOT NULL, PRIMARY KEY (doc_id, n))").format(self._table, sql.Literal(dim)))
-                    if created:  # vectors inline (see the module docstring)
-                        await conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding SET STORAGE MAIN").format(
-                            self._table))
-                    await conn.execute(sql.SQL(
-                        "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
-                            self._hnsw, self._table))
-                    await self._ensure_fts(conn)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=False) from None
+        """Migrate the component (``at_open``), make sure of the ``vector`` extension, record the embedder
+        (refusing another) and create or update this index's chunk table, under a per-index lock."""
+        async with self._connection("opening", write=True) as conn:
+            await apply_migrations(conn, COMPONENT, MIGRATIONS)
+            await require_vector(conn, self._where)
+            async with conn.transaction():
+                # the key earlier releases took too, so an old and a new process opening one index exclude each other
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext('openfunctions.rag.' || %s))", (self.name,))
+                await conn.execute(
+                    "INSERT INTO of_rag_indexes (name, embedder, dimension) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (name) DO NOTHING", (self.name, embedder.name, embedder.dimension))
+                cur = await conn.execute("SELECT embedder, dimension FROM of_rag_indexes WHERE name = %s", (self.name,))
+                built, dim = await cur.fetchone()
+                if built != embedder.name or dim != embedder.dimension:
+                    raise _mismatch(f"RAG index {self.name!r} in PostgreSQL", built, dim, embedder)
+                await self._chunks.ensure(conn, dim)
         self.dimension = embedder.dimension
-
-    async def _ensure_fts(self, conn: Any) -> None:
-        """The full-text column and its GIN index (hybrid search). A table made before hybrid
-        search gets them here, the first time it is opened: ``ADD COLUMN ... STORED`` rewrites the
-        table (every row's tsvector computed) under an exclusive lock, a one-time cost that grows
-        with the table (measured in bench/bench_rag_ingest.py)."""
-        sql = self._sql
-        cur = await conn.execute(
-            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'tsv' AND NOT attisdropped",
-            (f"of_rag_chunks_{self.name}",))
-        if await cur.fetchone() is None:
-            await conn.execute(sql.SQL(
-                "ALTER TABLE {} ADD COLUMN tsv tsvector GENERATED ALWAYS AS (to_tsvector({}, text)) STORED").format(
-                    self._table, sql.Literal(TEXT_SEARCH_CONFIG)))
-        await conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(self._fts, self._table))
 
     async def drop_search_indexes(self) -> None:
         """Drop the HNSW and full-text indexes before a bulk load (``Rag.bulk_load``)."""
-        async with self.pool.connection() as conn:
-            await conn.execute(self._sql.SQL("DROP INDEX IF EXISTS {}").format(self._hnsw))
-            await conn.execute(self._sql.SQL("DROP INDEX IF EXISTS {}").format(self._fts))
+        async with self._connection("dropping the search indexes", write=True) as conn:
+            await conn.execute(self._chunks.drop_hnsw())
+            await conn.execute(self._chunks.drop_fts())
 
     async def build_search_indexes(self, **hnsw: Any) -> None:
         """Build the full-text GIN index, then the HNSW one (:meth:`build_hnsw`), where missing."""
-        async with self.pool.connection() as conn:
-            await conn.execute(self._sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
-                self._fts, self._table))
+        async with self._connection("building the full-text index", write=True) as conn:
+            await conn.execute(self._chunks.create_fts())
         await self.build_hnsw(**hnsw)
 
     async def drop_hnsw(self) -> None:
         """Drop the HNSW index before a bulk load: each insert into an HNSW graph is far slower than
         a plain insert (measured in bench/bench_rag.py). Search is exact until :meth:`build_hnsw`."""
-        async with self.pool.connection() as conn:
-            await conn.execute(self._sql.SQL("DROP INDEX IF EXISTS {}").format(self._hnsw))
+        async with self._connection("dropping the HNSW index", write=True) as conn:
+            await conn.execute(self._chunks.drop_hnsw())
 
     async def build_hnsw(self, *, m: int = 16, ef_construction: int = 64, maintenance_work_mem: str = "1GB",
                          parallel_workers: int | None = None) -> None:
@@ -493,28 +444,20 @@ class PgVectorIndex:
         if ef_construction < 2 * m:
             raise InvalidRagInput(f"HNSW ef_construction ({ef_construction}) must be at least 2 * m ({2 * m})")
         sql = self._sql
-        async with self.pool.connection() as conn:
+        async with self._connection("building the HNSW index", write=True) as conn:
             async with conn.transaction():
                 await conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem)))
                 if parallel_workers is not None:
                     await conn.execute(sql.SQL("SET LOCAL max_parallel_maintenance_workers = {}").format(
                         sql.Literal(max(0, int(parallel_workers)))))
-                await conn.execute(sql.SQL(
-                    "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops) "
-                    "WITH (m = {}, ef_construction = {})").format(
-                        self._hnsw, self._table, sql.Literal(m), sql.Literal(ef_construction)))
+                await conn.execute(self._chunks.create_hnsw(m, ef_construction))
 
     async def get_doc(self, doc_id: str) -> dict[str, Any] | None:
-        import psycopg
-
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT digest, chunker, embedder, source, title, chunks, bytes, updated_at FROM of_rag_docs "
-                    "WHERE index_name = %s AND doc_id = %s", (self.name, doc_id))
-                row = await cur.fetchone()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=False) from None
+        async with self._connection("reading a document", write=False) as conn:
+            cur = await conn.execute(
+                "SELECT digest, chunker, embedder, source, title, chunks, bytes, updated_at FROM of_rag_docs "
+                "WHERE index_name = %s AND doc_id = %s", (self.name, doc_id))
+            row = await cur.fetchone()
         if row is None:
             return None
         keys = ("digest", "chunker", "embedder", "source", "title", "chunks", "bytes", "at")
@@ -541,80 +484,60 @@ class PgVectorIndex:
             await copy.write(b"".join(buf))
 
     async def get_docs(self, doc_ids: list[str]) -> dict[str, dict[str, Any]]:
-        import psycopg
-
         if not doc_ids:
             return {}
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT doc_id, digest, chunker, embedder, source, title, chunks, bytes FROM of_rag_docs "
-                    "WHERE index_name = %s AND doc_id = ANY(%s)", (self.name, doc_ids))
-                rows = await cur.fetchall()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=False) from None
+        async with self._connection("reading documents", write=False) as conn:
+            cur = await conn.execute(
+                "SELECT doc_id, digest, chunker, embedder, source, title, chunks, bytes FROM of_rag_docs "
+                "WHERE index_name = %s AND doc_id = ANY(%s)", (self.name, doc_ids))
+            rows = await cur.fetchall()
         keys = ("digest", "chunker", "embedder", "source", "title", "chunks", "bytes")
         return {r[0]: dict(zip(keys, r[1:], strict=True)) for r in rows}
 
     async def replace_docs(self, batch: list[dict[str, Any]]) -> None:
         """Several documents in one transaction: one DELETE, one COPY of every chunk row, one
         pipelined upsert of the document rows (``Rag.ingest_many``)."""
-        import psycopg
-
         sql = self._sql
         ids = [t["doc_id"] for t in batch]
-        try:
-            async with self.pool.connection() as conn:
-                async with conn.transaction():
-                    await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s)").format(self._table), (ids,))
-                    await self._copy_rows(conn, [(t["doc_id"], n, text, vec) for t in batch
-                                                 for n, (text, vec) in enumerate(zip(t["chunks"], t["vectors"], strict=True))])
-                    async with conn.cursor() as cur:
-                        await cur.executemany(
-                            "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, "
-                            "chunks, bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
-                            "ON CONFLICT (index_name, doc_id) DO UPDATE SET digest = EXCLUDED.digest, "
-                            "chunker = EXCLUDED.chunker, embedder = EXCLUDED.embedder, source = EXCLUDED.source, "
-                            "title = EXCLUDED.title, chunks = EXCLUDED.chunks, bytes = EXCLUDED.bytes, updated_at = now()",
-                            [(self.name, t["doc_id"], t["info"]["digest"], t["info"]["chunker"], t["info"]["embedder"],
-                              t["info"].get("source"), t["info"].get("title"), t["info"]["chunks"], t["info"]["bytes"])
-                             for t in batch])
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=True) from None
-
-    async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
-        import psycopg
-
-        sql = self._sql
-        try:
-            async with self.pool.connection() as conn:
-                async with conn.transaction():
-                    await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
-                    await self._copy_rows(conn, [(doc_id, n, text, vec)
-                                                 for n, (text, vec) in enumerate(zip(chunks, vectors, strict=True))])
-                    await conn.execute(
-                        "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, chunks, "
-                        "bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
+        async with self._connection("writing documents", write=True) as conn:
+            async with conn.transaction():
+                await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s)").format(self._table), (ids,))
+                await self._copy_rows(conn, [(t["doc_id"], n, text, vec) for t in batch
+                                             for n, (text, vec) in enumerate(zip(t["chunks"], t["vectors"], strict=True))])
+                async with conn.cursor() as cur:
+                    await cur.executemany(
+                        "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, "
+                        "chunks, bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
                         "ON CONFLICT (index_name, doc_id) DO UPDATE SET digest = EXCLUDED.digest, "
                         "chunker = EXCLUDED.chunker, embedder = EXCLUDED.embedder, source = EXCLUDED.source, "
                         "title = EXCLUDED.title, chunks = EXCLUDED.chunks, bytes = EXCLUDED.bytes, updated_at = now()",
-                        (self.name, doc_id, info["digest"], info["chunker"], info["embedder"], info.get("source"),
-                         info.get("title"), info["chunks"], info["bytes"]))
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=True) from None
+                        [(self.name, t["doc_id"], t["info"]["digest"], t["info"]["chunker"], t["info"]["embedder"],
+                          t["info"].get("source"), t["info"].get("title"), t["info"]["chunks"], t["info"]["bytes"])
+                         for t in batch])
+
+    async def replace_doc(self, doc_id: str, info: dict[str, Any], chunks: list[str], vectors: list[list[float]]) -> None:
+        sql = self._sql
+        async with self._connection("writing a document", write=True) as conn:
+            async with conn.transaction():
+                await conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
+                await self._copy_rows(conn, [(doc_id, n, text, vec)
+                                             for n, (text, vec) in enumerate(zip(chunks, vectors, strict=True))])
+                await conn.execute(
+                    "INSERT INTO of_rag_docs (index_name, doc_id, digest, chunker, embedder, source, title, chunks, "
+                    "bytes, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now()) "
+                    "ON CONFLICT (index_name, doc_id) DO UPDATE SET digest = EXCLUDED.digest, "
+                    "chunker = EXCLUDED.chunker, embedder = EXCLUDED.embedder, source = EXCLUDED.source, "
+                    "title = EXCLUDED.title, chunks = EXCLUDED.chunks, bytes = EXCLUDED.bytes, updated_at = now()",
+                    (self.name, doc_id, info["digest"], info["chunker"], info["embedder"], info.get("source"),
+                     info.get("title"), info["chunks"], info["bytes"]))
 
     async def delete_doc(self, doc_id: str) -> bool:
-        import psycopg
-
-        try:
-            async with self.pool.connection() as conn:
-                async with conn.transaction():
-                    await conn.execute(self._sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
-                    cur = await conn.execute("DELETE FROM of_rag_docs WHERE index_name = %s AND doc_id = %s RETURNING 1",
-                                             (self.name, doc_id))
-                    return (await cur.fetchone()) is not None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=True) from None
+        async with self._connection("deleting a document", write=True) as conn:
+            async with conn.transaction():
+                await conn.execute(self._sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(self._table), (doc_id,))
+                cur = await conn.execute("DELETE FROM of_rag_docs WHERE index_name = %s AND doc_id = %s RETURNING 1",
+                                         (self.name, doc_id))
+                return (await cur.fetchone()) is not None
 
     async def search(self, query: list[float] | None, k: int, *, exact: bool = False, text: str | None = None,
                      depth: int = 50, vector_weight: float = 1.0) -> list[dict[str, Any]]:
@@ -634,8 +557,6 @@ class PgVectorIndex:
         divided by 1 + log(chunk length); PostgreSQL's ranking knows no inverse document
         frequency, so a common word counts as much as a rare one (BM25 on the embedded index does).
         """
-        import psycopg
-
         if text is not None:
             return await self._hybrid(query, text, k, exact=exact, depth=depth, vector_weight=vector_weight)
         assert query is not None
@@ -647,11 +568,8 @@ class PgVectorIndex:
             "FROM {} ORDER BY embedding <=> %s::vector LIMIT %s) s "
             "LEFT JOIN of_rag_docs d ON d.index_name = %s AND d.doc_id = s.doc_id ORDER BY s.dist").format(self._table)
         params = (q, q, q, k, self.name)
-        try:
-            async with self.pool.connection() as conn:
-                rows = await self._run_search(conn, stmt, params, exact, ef)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=False) from None
+        async with self._connection("searching", write=False) as conn:
+            rows = await self._run_search(conn, stmt, params, exact, ef)
         return [{"chunk_id": f"{r[0]}#{r[1]:06d}", "doc_id": r[0], "n": r[1], "text": r[2], "score": float(r[3]),
                  "source": r[4], "title": r[5]} for r in rows]
 
@@ -667,8 +585,6 @@ class PgVectorIndex:
 
     async def _hybrid(self, query: list[float] | None, text: str, k: int, *, exact: bool, depth: int,
                       vector_weight: float) -> list[dict[str, Any]]:
-        import psycopg
-
         sql = self._sql
         words = tsquery_words(text)
         n = max(depth, k)
@@ -688,29 +604,26 @@ class PgVectorIndex:
                 params = (q, q, n, words, n)
             else:
                 stmt, params = vec_part, (q, q, n)
-        try:
-            async with self.pool.connection() as conn:
-                if not words and query is None:
-                    return []
-                rows = await self._run_search(conn, stmt, params, exact, max(self.ef_search, n))
-                vec = sorted(((r[1], r[2]), r[3]) for r in rows if r[0] == "v")
-                vec.sort(key=lambda x: -x[1])  # stable: ties stay in (doc_id, n) order
-                txt = [((r[1], r[2]), r[3]) for r in rows if r[0] == "t"]
-                txt.sort(key=lambda x: -x[1])
-                if query is None:
-                    ranked = [(key, s, None, s) for key, s in txt[:k]]
-                else:
-                    ranked = rrf(vec, txt, k, vector_weight)
-                if not ranked:
-                    return []
-                cur = await conn.execute(sql.SQL(
-                    "SELECT c.doc_id, c.n, c.text, d.source, d.title FROM {} c "
-                    "JOIN unnest(%s::text[], %s::int[]) AS w(doc_id, n) ON c.doc_id = w.doc_id AND c.n = w.n "
-                    "LEFT JOIN of_rag_docs d ON d.index_name = %s AND d.doc_id = c.doc_id").format(self._table),
-                    ([key[0] for key, *_ in ranked], [key[1] for key, *_ in ranked], self.name))
-                found = {(r[0], r[1]): r for r in await cur.fetchall()}
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=False) from None
+        async with self._connection("searching", write=False) as conn:
+            if not words and query is None:
+                return []
+            rows = await self._run_search(conn, stmt, params, exact, max(self.ef_search, n))
+            vec = sorted(((r[1], r[2]), r[3]) for r in rows if r[0] == "v")
+            vec.sort(key=lambda x: -x[1])  # stable: ties stay in (doc_id, n) order
+            txt = [((r[1], r[2]), r[3]) for r in rows if r[0] == "t"]
+            txt.sort(key=lambda x: -x[1])
+            if query is None:
+                ranked = [(key, s, None, s) for key, s in txt[:k]]
+            else:
+                ranked = rrf(vec, txt, k, vector_weight)
+            if not ranked:
+                return []
+            cur = await conn.execute(sql.SQL(
+                "SELECT c.doc_id, c.n, c.text, d.source, d.title FROM {} c "
+                "JOIN unnest(%s::text[], %s::int[]) AS w(doc_id, n) ON c.doc_id = w.doc_id AND c.n = w.n "
+                "LEFT JOIN of_rag_docs d ON d.index_name = %s AND d.doc_id = c.doc_id").format(self._table),
+                ([key[0] for key, *_ in ranked], [key[1] for key, *_ in ranked], self.name))
+            found = {(r[0], r[1]): r for r in await cur.fetchall()}
         out = []
         for key, score, vs, ts in ranked:
             r = found.get(key)
@@ -721,24 +634,19 @@ class PgVectorIndex:
         return out
 
     async def get_chunk(self, doc_id: str, n: int) -> dict[str, Any] | None:
-        import psycopg
-
-        try:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(self._sql.SQL(
-                    "SELECT c.text, d.source, d.title, d.chunks FROM {} c LEFT JOIN of_rag_docs d "
-                    "ON d.index_name = %s AND d.doc_id = c.doc_id WHERE c.doc_id = %s AND c.n = %s").format(self._table),
-                    (self.name, doc_id, n))
-                row = await cur.fetchone()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._unavailable(exc, write=False) from None
+        async with self._connection("reading a chunk", write=False) as conn:
+            cur = await conn.execute(self._sql.SQL(
+                "SELECT c.text, d.source, d.title, d.chunks FROM {} c LEFT JOIN of_rag_docs d "
+                "ON d.index_name = %s AND d.doc_id = c.doc_id WHERE c.doc_id = %s AND c.n = %s").format(self._table),
+                (self.name, doc_id, n))
+            row = await cur.fetchone()
         if row is None:
             return None
         return {"chunk_id": f"{doc_id}#{n:06d}", "doc_id": doc_id, "n": n, "text": row[0], "source": row[1],
                 "title": row[2], "chunks": row[3]}
 
     async def list_docs(self, limit: int, after: str | None) -> list[dict[str, Any]]:
-        async with self.pool.connection() as conn:
+        async with self._connection("listing documents", write=False) as conn:
             cur = await conn.execute(
                 "SELECT doc_id, digest, chunker, embedder, source, title, chunks, bytes, updated_at FROM of_rag_docs "
                 "WHERE index_name = %s AND doc_id > %s ORDER BY doc_id LIMIT %s",
@@ -753,7 +661,7 @@ class PgVectorIndex:
         return out
 
     async def stats(self) -> dict[str, Any]:
-        async with self.pool.connection() as conn:
+        async with self._connection("counting chunks", write=False) as conn:
             cur = await conn.execute(self._sql.SQL("SELECT count(*) FROM {}").format(self._table))
             (n,) = await cur.fetchone()
         return {"kind": self.kind, "chunks": n, "dimension": self.dimension}

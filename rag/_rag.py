@@ -10,6 +10,14 @@ nothing written); a changed one replaces its chunks in one transaction
 Limits, checked before anything is written: ``max_document_bytes``
 (default 5 MiB of UTF-8) per document, queries up to 4,096 bytes, at most
 50 results per search.
+
+Hashing and chunking a document are CPU work proportional to its size (a
+5 MiB document: ~3 ms of SHA-256 and ~300 ms of sentence splitting, measured
+on the 2-core development machine): past :data:`OFF_LOOP_BYTES` (together,
+for ``ingest_many``) they run in a worker thread, so one large ingest does
+not stall every other call the event loop serves (bench/bench_rag_loop.py:
+the longest stall 521 ms inline, 130 ms so; the chunker, Python, still
+shares the GIL).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from ._text import DEFAULT_SEARCH_MODE, check_mode, vector_weight_for
 DEFAULT_MAX_DOCUMENT_BYTES = 5 * 1024 * 1024
 MAX_RESULTS = 50
 EMBED_BATCH = 64
+OFF_LOOP_BYTES = 64 * 1024  # documents (together) past this are hashed and chunked in a worker thread
 _BAD_DOC_CHARS = re.compile(r"[#\x00-\x1f\x7f]")
 CHUNK_ID_RE = re.compile(r"^(?P<doc>[^#\x00-\x1f\x7f]{1,512})#(?P<n>\d{6})$")
 
@@ -76,6 +85,16 @@ class _Checked(NamedTuple):
     title: str | None
     data: bytes  # text as UTF-8
     digest: str  # "sha256:<hex>" of data
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+async def _off_loop(work: Callable[[], Any], size: int) -> Any:
+    """``work()``, in a worker thread when ``size`` bytes are past :data:`OFF_LOOP_BYTES` (hashlib and the
+    chunker's regular expressions let other threads run meanwhile)."""
+    return await anyio.to_thread.run_sync(work) if size > OFF_LOOP_BYTES else work()
 
 
 def _short_text(what: str, value: Any) -> str | None:
@@ -132,7 +151,7 @@ class Rag:
         return out
 
     def _check_doc(self, doc_id: Any, text: Any, source: Any, title: Any) -> _Checked:
-        """Validate one document: its fields, its UTF-8 bytes and digest."""
+        """Validate one document: its fields and its UTF-8 bytes (``digest`` left empty: :meth:`_digested`)."""
         doc_id = check_doc_id(doc_id)
         if not isinstance(text, str):
             raise InvalidRagInput("text must be a string")
@@ -144,8 +163,16 @@ class Rag:
             raise DocumentTooLarge(
                 f"document {doc_id!r} is {len(data)} bytes; the limit is {self.max_document_bytes} (nothing was written)",
                 details={"bytes": len(data), "limit": self.max_document_bytes})
-        return _Checked(doc_id, text, _short_text("source", source), _short_text("title", title), data,
-                        "sha256:" + hashlib.sha256(data).hexdigest())
+        return _Checked(doc_id, text, _short_text("source", source), _short_text("title", title), data, "")
+
+    async def _digested(self, docs: list[_Checked]) -> list[_Checked]:
+        """``docs`` with their digests (off the event loop when large: :func:`_off_loop`)."""
+        digests = await _off_loop(lambda: [_digest(d.data) for d in docs], sum(len(d.data) for d in docs))
+        return [d._replace(digest=h) for d, h in zip(docs, digests, strict=True)]
+
+    async def _split(self, texts: list[str], size: int) -> list[list[str]]:
+        """Each text's chunks (off the event loop when ``size``, their bytes together, is large)."""
+        return list(await _off_loop(lambda: [self.chunker.split(t) for t in texts], size))
 
     def _unchanged(self, old: dict[str, Any], doc: _Checked) -> bool:
         return (old["digest"] == doc.digest and old["chunker"] == self.chunker.spec and old["embedder"] == self._emb().name
@@ -154,13 +181,13 @@ class Rag:
     async def ingest(self, doc_id: str, text: str, *, source: str | None = None, title: str | None = None,
                      progress: Progress | None = None) -> IngestResult:
         """Chunk, embed and index ``text`` as ``doc_id``; a no-op if nothing changed."""
-        doc = self._check_doc(doc_id, text, source, title)
+        (doc,) = await self._digested([self._check_doc(doc_id, text, source, title)])
         data, digest = doc.data, doc.digest
         index = self._idx()
         old = await index.get_doc(doc_id)
         if old is not None and self._unchanged(old, doc):
             return IngestResult(doc_id, "unchanged", old["chunks"], digest)
-        chunks = self.chunker.split(text)
+        (chunks,) = await self._split([text], len(data))
         if not chunks:
             raise InvalidRagInput(f"document {doc_id!r} has no text to index")
         vectors = await self._embed(chunks, progress)
@@ -201,14 +228,19 @@ class Rag:
                 checked.append((i, doc))
             except OpenFunctionsError as exc:
                 results[i] = exc
+        checked = list(zip([i for i, _ in checked], await self._digested([doc for _, doc in checked]), strict=True))
         olds = await index.get_docs([doc.doc_id for _, doc in checked])
-        todo: list[dict[str, Any]] = []
+        changed: list[tuple[int, _Checked]] = []
         for i, doc in checked:
             old = olds.get(doc.doc_id)
             if old is not None and self._unchanged(old, doc):
                 results[i] = IngestResult(doc.doc_id, "unchanged", old["chunks"], doc.digest)
-                continue
-            chunks = self.chunker.split(doc.text)
+            else:
+                changed.append((i, doc))
+        split = await self._split([doc.text for _, doc in changed], sum(len(doc.data) for _, doc in changed))
+        todo: list[dict[str, Any]] = []
+        for (i, doc), chunks in zip(changed, split, strict=True):
+            old = olds.get(doc.doc_id)
             if not chunks:
                 results[i] = InvalidRagInput(f"document {doc.doc_id!r} has no text to index")
                 continue

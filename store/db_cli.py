@@ -14,7 +14,8 @@
   database, and one receipt per call across a journal's streams; each work space's attempt
   records (seq contiguous, generations never going back: the lease fence held),
   and each workflow run space's rows (seq contiguous, time and data well-formed,
-  every row folding into its run).
+  every row folding into its run), and each pgvector RAG index's chunk rows
+  (each document's all there, none without its document).
   Exit 0 valid, 1 a problem, 2 unusable.
 
 The URL comes from ``--database`` or ``$OPENFUNCTIONS_DATABASE_URL``. See docs/SCALING.md.
@@ -141,16 +142,27 @@ def verify_database(url: str, journal: str | None = None) -> int:
     from ._pg_journal import list_pg_journals, verify_pg_journal
 
     psycopg, _ = _psycopg()
+    # A database nobody has migrated has no tables yet: say that and how to create them, not the server's
+    # "relation does not exist".
+    missing = psycopg.errors.UndefinedTable
+    not_created = "its tables are not created yet: `openfunctions-mcp db migrate` creates them"
     try:
         names = [journal] if journal else list_pg_journals(url)
         reports = [verify_pg_journal(url, n) for n in names]
+    except missing:
+        if journal:
+            print(f"openfunctions-mcp db verify: {redact_dsn(url)} has no execution journal {journal!r}: "
+                  f"{not_created}", file=sys.stderr)
+            return 2
+        print(f"{redact_dsn(url)}: no execution journals: {not_created}")
+        names, reports = [], None
     except psycopg.Error as exc:
         print(f"openfunctions-mcp db verify: cannot read {redact_dsn(url)}: {exc}", file=sys.stderr)
         return 2
-    if not reports:
+    if reports == []:
         print(f"{redact_dsn(url)}: no execution journals yet")
     bad = 0
-    for r in reports:
+    for r in reports or []:
         if r.ok:
             print(f"journal {r.name}: ok: {r.records} records in {r.streams} stream(s) ({r.starts} starts, "
                   f"{r.receipts} receipts, {r.unsettled} start(s) of live servers not yet settled); every stream's "
@@ -166,8 +178,12 @@ def verify_database(url: str, journal: str | None = None) -> int:
         try:
             for c in COMPONENTS:
                 audit = verifier_of(c.name)
-                if audit is not None:
+                if audit is None:
+                    continue
+                try:
                     bad += _report(audit(url))
+                except missing:
+                    print(f"{c.name}: nothing to verify: {not_created}")
         except psycopg.Error as exc:
             print(f"openfunctions-mcp db verify: cannot read {redact_dsn(url)}: {exc}", file=sys.stderr)
             return 2

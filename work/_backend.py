@@ -51,13 +51,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import anyio
+
 from openfunctions.core.files import ensure_private_dir
+from openfunctions.core.journal import read_records
+from openfunctions.core.records import FileRecordLog
 
 from ._errors import WorkError
 from ._lease import Lease, LeaseStore
+from ._state import ATTEMPTS, WorkState
 
 SEGMENT_DIR = "attempts"
-JOURNAL_KIND = "attempt"
+JOURNAL_KIND = ATTEMPTS.kind  # "attempt"
 
 
 class LeaseBackend(Protocol):
@@ -153,17 +158,35 @@ class WorkBackend:
 
 
 class FileAttemptLog:
-    """The attempt journal in files: one core journal segment per lease generation (see :mod:`._records`)."""
+    """The attempt journal in files: one core journal per lease generation, on the record stream.
+
+    ``<root>/attempts/g<generation:010d>.jsonl`` (format: :mod:`._records`) is the current generation's
+    file, a :class:`~openfunctions.core.records.FileRecordLog` of :data:`~._state.ATTEMPTS` opened onto the
+    fold of the earlier generations' files (read in generation order, once per open: :meth:`read` hands
+    what open read to the controller's recovery fold), so :attr:`state` is the whole journal's durable
+    state, folded live by the stream's one ``apply`` after every append. (The controller folds the records
+    :meth:`append` returns into its own state too: that one also holds its in-memory blocks, which are
+    never durable.) The fence: :meth:`append` writes
+    inside ``LeaseStore.fenced`` (``lease.lock`` held, the generation re-read), so a stale holder's record
+    is refused with ``LeaseLost`` and never lands. The journal never compacts: each generation's file is
+    kept (the history an operator reads with ``work attempts``).
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.where = str(self.root / SEGMENT_DIR)
-        self.journal: Any = None
+        self.log: FileRecordLog[WorkState] | None = None
         self._fenced: Callable[[Lease], Any] | None = None
+        self._just_read: list[Any] | None = None
 
     def bind(self, leases: LeaseStore) -> FileAttemptLog:
         self._fenced = leases.fenced
         return self
+
+    @property
+    def state(self) -> WorkState | None:
+        """The journal's durable state while a generation's file is open (None when closed)."""
+        return self.log.state if self.log is not None else None
 
     def segments(self) -> list[Path]:
         d = self.root / SEGMENT_DIR
@@ -172,38 +195,55 @@ class FileAttemptLog:
             return []
         return sorted(p for p in d.iterdir() if p.name.startswith("g") and p.name.endswith(".jsonl"))
 
-    async def open(self, lease: Lease) -> None:
-        from openfunctions.core.journal import JournalLog
+    def fold_sync(self) -> WorkState:
+        """The whole journal folded by :data:`ATTEMPTS`, lock-free (raises the stream's error for a record it refuses)."""
+        return self._read_and_fold()[0]
 
+    def _read_and_fold(self) -> tuple[WorkState, list[Any]]:
+        state = ATTEMPTS.new_state()
+        records: list[Any] = []
+        for seg in self.segments():
+            part = list(read_records(seg))
+            ATTEMPTS.fold(part, state, where=seg)  # per segment: a refusal names the file
+            records += part
+        return state, records
+
+    async def open(self, lease: Lease) -> None:
         seg = self.root / SEGMENT_DIR / f"g{lease.generation:010d}.jsonl"
         if seg.exists():
             raise WorkError(f"attempt journal segment {seg} already exists for a new lease generation; refusing to reuse it")
-        self.journal = await JournalLog.open(seg, kind=JOURNAL_KIND)
+        # The earlier generations first: a record they refuse fails the open before this generation's file exists.
+        earlier, records = await anyio.to_thread.run_sync(self._read_and_fold)
+        self.log = await FileRecordLog.open(ATTEMPTS, seg, state=earlier)
+        self._just_read = records
 
     def read_sync(self, after: int = 0) -> list[Any]:
-        from openfunctions.core.journal import read_records
-
         out: list[Any] = []
         for seg in self.segments():
             out.extend(read_records(seg))
         return out[after:]
 
     async def read(self, after: int = 0) -> list[Any]:
-        import anyio.to_thread
-
+        # What open just read, handed to the next read once (the controller's recovery fold comes right after
+        # open), so a start-up reads the segments once; any other read goes to the files.
+        just_read, self._just_read = self._just_read, None
+        if just_read is not None:
+            return just_read[after:]
         return await anyio.to_thread.run_sync(self.read_sync, after)
 
     async def append(self, lease: Lease, type_: str, data: dict[str, Any]) -> Any:
-        if self.journal is None:
+        if self.log is None:
             raise WorkError("the attempt journal is closed")
         assert self._fenced is not None, "FileAttemptLog.bind(leases) first"
+        self._just_read = None  # no longer all there is
         async with self._fenced(lease):  # lease.lock held: a takeover cannot happen between check and write
-            return await self.journal.append(type_, data)
+            return await self.log.append(type_, data)
 
     async def close(self) -> None:
-        if self.journal is not None:
-            j, self.journal = self.journal, None
-            await j.close()
+        self._just_read = None
+        if self.log is not None:
+            log_, self.log = self.log, None
+            await log_.close()
 
 
 def file_backend(

@@ -170,8 +170,8 @@ class WorkController:
             lease_ttl = backend.leases.ttl  # the backend's lease decides
         self.custody = Custody(
             self.root, ttl=lease_ttl, renew_every=renew_every if renew_every is not None else lease_ttl / 3.0,
-            owner=owner, clock=self.clock, apply=lambda rec: self.state.apply(rec), on_lost=self._on_lease_lost,
-            lifecycle=self._lifecycle, backend=backend,
+            owner=owner, clock=self.clock, apply=lambda rec: self.state.apply(rec, self.custody.log.where),
+            on_lost=self._on_lease_lost, lifecycle=self._lifecycle, backend=backend,
         )
         self._shared_open = False
         self._refold = False
@@ -225,14 +225,14 @@ class WorkController:
     async def _open(self) -> None:
         await self.custody.backend.aopen()
         if self.shared:  # no lease between calls: each lifecycle call takes it (see _admitted)
-            self.state = fold(await self.custody.read_all())
+            self.state = fold(await self.custody.read_all(), self.custody.log.where)
             self.registry.executor.add_sink(self.observer)
             self._shared_open = True
             log.info("work_controller_opened", shared=True, attempts=len(self.state.attempts), records=self.state.records)
             return
         lease = await self.custody.acquire()
         try:
-            self.state = fold(await self.custody.read_all())
+            self.state = fold(await self.custody.read_all(), self.custody.log.where)
             await self._take_custody(lease)
         except BaseException:
             await self.custody.release()
@@ -268,7 +268,7 @@ class WorkController:
             self._inbox_read = False
             try:
                 if self._refold:  # the last call lost its lease: its in-memory blocks were never durable
-                    self.state = fold(await self.custody.read_all())
+                    self.state = fold(await self.custody.read_all(), self.custody.log.where)
                     self._refold = False
                 else:
                     await self.custody.catch_up()

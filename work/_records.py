@@ -60,7 +60,10 @@ Rules the fold implements:
 - an effect that may have happened (``outcome`` done/unknown of a non-read
   step, a ``reconciliation`` or ``resolution`` saying applied) invalidates the
   attempt's proof;
-- readers ignore record types they do not know (a newer writer) and count them.
+- the journal is the core record stream ``ATTEMPTS`` (``work/_state.py``): a
+  record type this version does not know (a newer writer's) is refused by
+  name (``record_type_unknown``), never skipped: it may be an effect the fold
+  cannot see. The controller then does not open; nothing is appended.
 
 The operator's inbox ``<data-dir>/work/resolutions.journal`` (kind
 ``work-resolutions``; records ``resolve`` {operation_id, as, reason, by, at})

@@ -99,9 +99,10 @@ class _Synthetic:
         self.time = ""
 
 
-def replay(records: Iterable[Any]) -> WorkState:
-    """What a restart would see: the fold of ``records`` plus the ``recovered`` conclusion (not journaled)."""
-    state = fold(records)
+def replay(records: Iterable[Any], where: Path | str = "") -> WorkState:
+    """What a restart would see: the fold of ``records`` (read from ``where``) plus the ``recovered``
+    conclusion (not journaled)."""
+    state = fold(records, where)
     unknown, not_started = interrupted(state)
     if unknown or not_started:
         state.apply(_Synthetic(R.recovered(restored=[], unknown_operations=unknown, not_started_operations=not_started)))

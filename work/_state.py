@@ -23,15 +23,33 @@ its operation is recorded ``failed`` (the handler said it changed nothing)
 and the attempt stays ``running``, so the step may run again. Like
 ``cancelled``, ``failed`` does not discharge an uncertain operation: it
 stays open in the data directory until a readback or an operator settles it.
+
+The attempt journal is the core record stream :data:`ATTEMPTS`
+(``openfunctions.core.records``): its record types are those of
+:mod:`._records`, its one fold is :meth:`WorkState.apply` (the controller
+applies each record right after it is durable, recovery folds the journal,
+whatever the backend, with the same code). A record of a type this version
+does not know is **refused** (``UnknownRecords.REFUSE``): the journal decides
+which effects may have happened, so a controller that folded around a newer
+writer's record (a new kind of intent, a settlement it cannot read) could
+re-run an effect or act past an uncertain one. Reading fails naming the
+record (``record_type_unknown``), the controller does not open, and nothing
+is appended after it; a record of a known type that cannot be folded (a
+missing field) fails the same way (``record_malformed``). (Versions before
+the record stream skipped such a record and counted its type.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
+from openfunctions.core.records import RecordMalformed, RecordStream, StreamRecord, UnknownRecords, UnknownRecordType
+
 from ._errors import InvalidTransition
+from ._records import RECORD_TYPES
 
 State = Literal["previewed", "started", "running", "verifying", "verified", "completed", "blocked", "failed", "cancelled"]
 
@@ -225,7 +243,6 @@ class WorkState:
     records: int = 0
     # inbox seqs of operator resolutions already copied into the journal
     resolved_inbox: set[int] = field(default_factory=set)
-    unknown_types: set[str] = field(default_factory=set)
 
     @property
     def unknown(self) -> list[tuple[str, str]]:
@@ -246,14 +263,11 @@ class WorkState:
             if o.status == "unknown" and o.effect != "read" and not o.idempotent
         ]
 
-    def apply(self, rec: Any) -> None:
-        """Fold one record (an object with ``type``, ``data`` and ``time``) into the state."""
-        self.records += 1
-        handler = _APPLY.get(rec.type)
-        if handler is None:
-            self.unknown_types.add(rec.type)  # a newer writer's record: keep going, report it
-            return
-        handler(self, rec.data, rec.time)
+    def apply(self, rec: Any, where: Path | str = "") -> None:
+        """Fold one record (an object with ``type``, ``data`` and ``time``) into the state: the stream
+        :data:`ATTEMPTS`'s fold. Raises ``UnknownRecordType`` / ``RecordMalformed`` naming the record
+        (and ``where`` it was read from) for one it refuses."""
+        ATTEMPTS.apply(self, rec, where)
 
     def snapshot(self) -> dict[str, Any]:
         """A plain, comparable view of the whole state (tests compare live and replayed state with it)."""
@@ -268,12 +282,10 @@ class WorkState:
         }
 
 
-def fold(records: Any) -> WorkState:
-    """A fresh :class:`WorkState` from journal records, in order."""
-    st = WorkState()
-    for rec in records:
-        st.apply(rec)
-    return st
+def fold(records: Any, where: Path | str = "") -> WorkState:
+    """A fresh :class:`WorkState` from journal records, in order (``where``: what they were read from,
+    for the error naming a record the stream refuses)."""
+    return ATTEMPTS.fold(records, where=where)
 
 
 def _att(st: WorkState, d: Mapping[str, Any]) -> Attempt | None:
@@ -403,6 +415,23 @@ def _apply_nothing(st: WorkState, d: dict[str, Any], at: str) -> None:
     return None  # the lease file is the authority; the record is history
 
 
+def _apply_record(st: WorkState, rec: StreamRecord) -> None:
+    st.records += 1
+    _APPLY[rec.type](st, rec.data, rec.time)
+
+
+def _refused(where: Path | str, rec: StreamRecord, exc: Exception) -> Exception:
+    data = rec.data if isinstance(rec.data, dict) else {}
+    generation = data.get("lease_generation")
+    at = f"record seq {getattr(rec, 'seq', 0)} ({rec.type!r}" + (f", lease generation {generation})" if generation else ")")
+    what = exc.message if isinstance(exc, UnknownRecordType) else f"{type(exc).__name__}: {exc}"
+    message = "the attempt journal" + (f" {str(where)!r}" if str(where) else "") + f" cannot be read: {at}: {what}"
+    details = {"where": str(where), "seq": getattr(rec, "seq", 0), "type": rec.type, "lease_generation": generation}
+    if isinstance(exc, UnknownRecordType):
+        return UnknownRecordType(message, details=details)
+    return RecordMalformed(message, details=details)
+
+
 _APPLY = {
     "lease_acquired": _apply_nothing,
     "preview_saved": _apply_preview,
@@ -419,7 +448,15 @@ _APPLY = {
 }
 
 
+#: The attempt journal: the record types of :mod:`._records`, one fold, unknown types refused (see the module
+#: docstring). Its journal kind is ``attempt``; a file's header meta is empty (format version 1).
+ATTEMPTS: RecordStream[WorkState] = RecordStream(
+    "work-attempts", kind="attempt", types=RECORD_TYPES, new_state=WorkState, apply=_apply_record,
+    unknown=UnknownRecords.REFUSE, malformed=_refused)
+assert ATTEMPTS.types == frozenset(_APPLY), "every record type of _records has its fold, and only those"
+
+
 __all__ = [
-    "WorkState", "fold",
+    "ATTEMPTS", "WorkState", "fold",
     "State", "STATES", "TERMINAL", "TRANSITIONS", "OperationStatus", "check_transition", "Operation", "Attempt",
 ]

@@ -88,7 +88,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, list[tuple[int, dict[str, Any]
 
         async def read(backend: Any) -> tuple[Any, list[tuple[int, dict[str, Any]]]]:
             records = await backend.attempts.read(0)
-            return replay(records), await anyio.to_thread.run_sync(backend.resolutions.read)
+            return replay(records, backend.attempts.where), await anyio.to_thread.run_sync(backend.resolutions.read)
 
         return with_database(args.work_database, read)  # type: ignore[no-any-return]
     from ._backend import FileAttemptLog
@@ -96,8 +96,9 @@ def _load(args: argparse.Namespace) -> tuple[Any, list[tuple[int, dict[str, Any]
 
     work_dir = _work_dir(args)
     # the attempt log's own reader (core.journal's public read_records per segment); read-only: no directory is made
-    records = FileAttemptLog(work_dir).read_sync() if (work_dir / "attempts").is_dir() else []
-    return replay(records), ResolutionInbox(work_dir).read()
+    log_ = FileAttemptLog(work_dir)
+    records = log_.read_sync() if (work_dir / "attempts").is_dir() else []
+    return replay(records, log_.where), ResolutionInbox(work_dir).read()
 
 
 def _state(args: argparse.Namespace) -> Any:

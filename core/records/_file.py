@@ -36,7 +36,7 @@ import structlog
 
 from ..files import fsync_dir
 from ..journal import JournalLog, Record, read_records, segment_paths
-from ._stream import COMPACTED, Compaction, Pair, RecordStream, S, StreamRecord, marker
+from ._stream import COMPACTED, Compaction, Pair, RecordStream, RecordStreamError, S, StreamRecord, marker
 
 log = structlog.get_logger("openfunctions.core.records")
 
@@ -90,8 +90,8 @@ class Replay(Generic[S]):
         self.unknown = unknown
 
 
-def _fold(stream: RecordStream[S], sources: _Sources) -> Replay[S]:
-    state = stream.new_state()
+def _fold(stream: RecordStream[S], sources: _Sources, state: S | None = None) -> Replay[S]:
+    state = stream.new_state() if state is None else state
     unknown: list[StreamRecord] = []
     for where, records in sources.folded:
         stream.fold(records, state, where=where, unknown=unknown)
@@ -145,14 +145,19 @@ class FileRecordLog(Generic[S]):
         #: records of types the stream does not know, kept (``UnknownRecords.KEEP``): carried by compaction
         self.unknown = unknown
         self.path = log_.path
+        self._onto = False  # opened onto the state of earlier files (see open): no compaction
 
     @classmethod
     async def open(cls, stream: RecordStream[S], path: str | os.PathLike[str], *,
                    meta: dict[str, Any] | None = None,
-                   check_header: Callable[[dict[str, Any]], None] | None = None) -> FileRecordLog[S]:
+                   check_header: Callable[[dict[str, Any]], None] | None = None,
+                   state: S | None = None) -> FileRecordLog[S]:
         """Open (creating if absent), lock and replay the stream at ``path``; a finished compaction's
         leftover segments are deleted now. ``meta``: a new file's header meta (default: the stream's).
-        ``check_header(meta)``: may refuse the file's header meta before anything is folded.
+        ``check_header(meta)``: may refuse the file's header meta before anything is folded. ``state``:
+        fold the file onto it (the fold of the files before this one, for a stream kept as one file per
+        writer, as the work attempt journal keeps one per lease generation); the log then holds and
+        updates that object, and refuses to compact (its snapshot would repeat what the earlier files hold).
 
         Raises the journal's errors (JournalLocked, JournalCorrupt, JournalMismatch, JournalUnsafe)
         and the stream's own for a record it cannot fold; nothing is written then.
@@ -164,7 +169,7 @@ class FileRecordLog(Generic[S]):
             if check_header is not None:
                 check_header(log_.header.meta)
             sources = await anyio.to_thread.run_sync(lambda: _Sources(log_.path, seen))
-            folded = await anyio.to_thread.run_sync(lambda: _fold(stream, sources))
+            folded = await anyio.to_thread.run_sync(lambda: _fold(stream, sources, state))
             if sources.leftover and not stream.keep_segments:
                 await anyio.to_thread.run_sync(_drop_segments, sources.leftover, log_.path.parent)
         except BaseException:
@@ -172,6 +177,7 @@ class FileRecordLog(Generic[S]):
                 await log_.close()
             raise
         self = cls(stream, log_, folded.state, folded.unknown)
+        self._onto = state is not None
         for type_ in sorted({r.type for r in folded.unknown}):
             log.warning("records_of_unknown_type_kept", stream=stream.name, type=type_, path=str(log_.path),
                         hint="written by a newer version; kept, not folded")
@@ -211,6 +217,8 @@ class FileRecordLog(Generic[S]):
         whole state), the kept unknown records and a ``compacted`` record (``info`` plus the superseded
         segments' names) as one batch; delete the segments (unless the stream keeps them). The live
         state becomes the fold of what was written."""
+        if self._onto:
+            raise RecordStreamError(f"{self.path}: a log opened onto earlier files' state does not compact")
         kept = list(self.stream.snapshot(self.state) if records is None else records)
         kept += [(r.type, r.data) for r in self.unknown]
         with anyio.CancelScope(shield=True):

@@ -253,3 +253,26 @@ async def test_a_lock_free_replay_reads_again_when_a_compaction_rotates_the_file
 
     monkeypatch.setattr(_file, "segment_paths", rotate_once_then_list)
     assert replay(counters(), path).state == {"a": 2}  # not 4: the rotated file is not folded twice
+
+
+async def test_a_stream_kept_as_one_file_per_writer_folds_its_files_in_order_onto_one_state(tmp_path):
+    """``state=``: each writer's file is opened onto the fold of the files before it, as the work attempt
+    journal keeps one file per lease generation; such a log refuses to compact."""
+    from openfunctions.core.records import RecordStreamError
+
+    stream = counters(UnknownRecords.REFUSE)
+    first = await FileRecordLog.open(stream, tmp_path / "g1")
+    await first.append("set", {"k": "a", "v": 1})
+    await first.close()
+    earlier = replay(stream, tmp_path / "g1").state
+    second = await FileRecordLog.open(stream, tmp_path / "g2", state=earlier)
+    assert second.state is earlier  # the log holds and updates the caller's state
+    await second.append("add", {"k": "a", "v": 2})
+    assert second.state == {"a": 3}
+    with pytest.raises(RecordStreamError, match="does not compact"):
+        await second.compact()
+    await second.close()
+    assert replay(stream, tmp_path / "g2").state == {"a": 2}  # the second file alone misses the first's set
+    third = await FileRecordLog.open(stream, tmp_path / "g2", state=replay(stream, tmp_path / "g1").state)
+    assert third.state == {"a": 3}  # reopened: the file's own records fold onto the state given
+    await third.close()

@@ -52,3 +52,19 @@ def test_paragraph_breaks_end_sentences_and_blank_text_is_empty():
 def test_bad_settings_refused(kw):
     with pytest.raises(ConfigurationError):
         Chunker(**kw)
+
+
+def test_sentences_are_found_one_match_at_a_time_with_the_pieces_re_split_gives():
+    """The chunker walks the sentence ends with ``finditer`` (a worker thread splitting a large document lets the
+    event loop run between two matches; ``re.split`` held the GIL for the whole text): the same pieces, so the
+    same chunks and the same ``spec``, on texts of every mix of ends, blank lines and spaces."""
+    import random
+
+    from openfunctions.rag._chunk import _SENTENCE_END, _parts
+
+    rng = random.Random(7)
+    pieces = ["a", "bb", " ", ".", "!", "?", "\n", "\n\n", "  ", "\t", "x. ", "\n \n", ". \n\n", "é"]
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        assert list(_parts(text)) == _SENTENCE_END.split(text), repr(text)
+    assert Chunker().spec == "sentences-v1:180:30"  # unchanged: documents ingested before are not re-embedded

@@ -26,6 +26,13 @@ def test_an_operator_migrates_checks_and_verifies(pg_dsn, tmp_path) -> None:
 
     n = len(MIGRATIONS)  # the journal component's version this code needs
     with private_database(pg_dsn) as db:
+        unmigrated = _run("db", "verify", "--database", db)  # nothing created yet: says so, names the command
+        assert unmigrated.returncode == 0, unmigrated.stderr
+        assert "no execution journals: its tables are not created yet: `openfunctions-mcp db migrate`" in unmigrated.stdout
+        assert "does not exist" not in unmigrated.stdout + unmigrated.stderr
+        one = _run("db", "verify", "--database", db, "--journal", "tools")
+        assert one.returncode == 2 and "no execution journal 'tools'" in one.stderr and "db migrate" in one.stderr
+
         status = _run("db", "status", "--database", db)
         assert status.returncode == 1 and f"journal schema version 0, this code needs {n}" in status.stdout
         assert "store schema version 0, this code needs 1 (older: migrated when it is next opened" in status.stdout
@@ -101,5 +108,5 @@ def test_every_registered_component_resolves_and_db_verify_audits_are_callable()
         steps = migrations_of(c.name)
         assert steps and all(isinstance(sql, str) for step in steps for sql in step), c.name
         assert c.verify is None or callable(verifier_of(c.name))
-    assert {c.name for c in COMPONENTS if c.verify} == {"work", "workflows"}
-    assert {c.name for c in COMPONENTS if c.at_open} == {"store"}  # the one component that migrates when it opens
+    assert {c.name for c in COMPONENTS if c.verify} == {"work", "workflows", "rag"}
+    assert {c.name for c in COMPONENTS if c.at_open} == {"store", "rag"}  # the components that migrate when they open
