@@ -25,6 +25,13 @@ class RunJournalError(AgentError):
     code = "run_journal_error"
 
 
+class RunEnded(RunJournalError):
+    """A record of a run that already ended in a shared run log (another replica recovered it as
+    ``interrupted``): nothing is written; the run's record stands as it is."""
+
+    code = "run_ended"
+
+
 class ClaimNotFound(AgentError):
     """The run has no outcome claim with that id."""
 
@@ -43,5 +50,5 @@ class ClaimUnverified(AgentError):
     code = "claim_unverified"
 
 
-__all__ = ["AgentDefinitionError", "AgentError", "ClaimNotFound", "ClaimUnverified", "RunJournalError", "RunNotFound",
+__all__ = ["AgentDefinitionError", "AgentError", "ClaimNotFound", "ClaimUnverified", "RunEnded", "RunJournalError", "RunNotFound",
            "VerificationInvalid"]

@@ -32,10 +32,11 @@ the records of each unfinished run of a dead process (its advisory lock free,
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from openfunctions.core.postgres import (
+    Guard,
     PgInstance,
     PgKeyedRows,
     RecordTableSpec,
@@ -103,19 +104,27 @@ class PgRunLog(PgKeyedRows):
         self.space = self.partition = space
         self.live = PgInstance(dsn, f"runs:{space}")
 
-    async def start(self, run_id: str, agent: str | None, record: Record) -> None:
-        """The run's row (carrying this process's instance) and its start record, in one statement."""
+    last = "run_finished"  # only the first finish of a run is written, and sets ``finished``
+    #: what a run takes after its finish: its claim, their verifications, its fulfilment
+    after_end = frozenset({"outcome_claim", "claim_verified", "task_fulfilled"})
+
+    async def new_run(self, run_id: str, agent: str | None) -> Guard:
+        """The guard of a run's first record (``table(run_id, create=...)``): its row, carrying this process's
+        instance, in the same statement (nothing is written if the run exists)."""
         instance = await self.live.ensure()
-        await self._insert(run_id, record, (
-            "INSERT INTO of_runs (run_id, space, agent, instance) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (run_id) DO NOTHING RETURNING run_id", (run_id, self.space, agent, instance)))
+        return ("INSERT INTO of_runs (run_id, space, agent, instance) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (run_id) DO NOTHING RETURNING run_id", (run_id, self.space, agent, instance))
 
-    async def append(self, run_id: str, record: Record) -> None:
-        await self._insert(run_id, record)
+    async def start(self, run_id: str, agent: str | None, record: Record) -> bool:
+        """The run's row and its start record, in one statement; ``False``: the run exists (nothing written)."""
+        return await self.write(run_id, record, create=await self.new_run(run_id, agent))
 
-    async def finish(self, run_id: str, record: Record) -> bool:
-        """The run's one finish record; ``False`` if it already has one (nothing written)."""
-        return await self.end(run_id, record)
+    async def append(self, run_id: str, record: Record) -> bool:
+        """A record of an unfinished run of this space (or a claim's, of any run of it); ``False``: refused,
+        nothing written. A ``run_finished`` is the run's one finish: ``False`` if it already has one."""
+        return await self.write(run_id, record)
+
+    finish = append
 
     async def all_records(self, limit_runs: int = 1000) -> list[Record]:
         """The records of the newest ``limit_runs`` runs, in order (for listings)."""
@@ -140,15 +149,15 @@ class PgRunLog(PgKeyedRows):
                                    fetch=True, write=False)
         return [(seq, t, at or None, json.loads(d)) for seq, t, at, d in rows]
 
-    async def recover_dead(self, interrupted: Callable[[str, list[Record]], Record]) -> list[str]:
-        """Finish ``interrupted(run_id, records)`` every unfinished run of a dead process; the run ids."""
+    async def recover_dead(self, finish: Callable[[str], Awaitable[bool]]) -> list[str]:
+        """``finish(run_id)`` every unfinished run of a dead process (``True``: it wrote the run's end); the run ids."""
         done: list[str] = []
 
         async def settle(instance: str) -> None:
             rows = await self._run("SELECT run_id FROM of_runs WHERE space = %s AND instance = %s AND NOT finished",
                                    (self.space, instance), fetch=True, write=False)
             for (run_id,) in rows:
-                if await self.finish(run_id, interrupted(run_id, await self.records(run_id))):
+                if await finish(run_id):
                     done.append(run_id)
 
         try:

@@ -330,6 +330,18 @@ AGENT_RUNS: RecordStream[dict[str, RunState]] = RecordStream(
     new_state=dict, apply=_apply, unknown=UnknownRecords.KEEP, keep_segments=True)
 
 
+def _apply_summary(state: dict[str, RunState], rec: StreamRecord) -> None:
+    if rec.type != MESSAGES:
+        _apply(state, rec)
+
+
+#: The summary view of :data:`AGENT_RUNS` as a stream (for a backend that folds through a stream's ``apply``:
+#: the database run log's live runs): the same fold, a ``run_messages`` record known and left out.
+RUN_SUMMARIES: RecordStream[dict[str, RunState]] = RecordStream(
+    "agent-runs", kind=KIND, types=AGENT_RUNS.types, new_state=dict, apply=_apply_summary,
+    unknown=UnknownRecords.KEEP, keep_segments=True)
+
+
 def in_summary(rtype: str) -> bool:
     """Whether the summary view folds records of ``rtype`` (all but the conversation; see the module docstring)."""
     return rtype != MESSAGES
@@ -350,5 +362,5 @@ def unfinished(state: dict[str, RunState]) -> list[RunState]:
     return [r for r in state.values() if r.finished is None and r.started.get("agent") is not None]
 
 
-__all__ = ["AGENT_RUNS", "KIND", "MESSAGES", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled",
+__all__ = ["AGENT_RUNS", "RUN_SUMMARIES", "KIND", "MESSAGES", "RunState", "TERMINAL", "VERSION", "apply", "claim", "finished", "fold", "fulfilled",
            "history", "in_summary", "messages_", "round_", "started", "unfinished", "verified"]

@@ -37,16 +37,16 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from openfunctions.adapters import Message, valid_json
 from openfunctions.core import run_every, stop_task
 from openfunctions.core.errors import JournalLocked, NonJsonValue
 from openfunctions.core.journal import JournalLog, Record, read_records, segment_paths
-from openfunctions.core.records import Entry
+from openfunctions.core.records import Entry, TableRecordLog
 
 from . import _records as R
-from ._errors import RunJournalError
+from ._errors import RunEnded, RunJournalError
 
 MAX_SLOTS = 16
 #: Finished runs a live journal keeps folded in memory (older ones: read_runs).
@@ -71,11 +71,15 @@ class MemoryRunLog:
 
     def _fold(self, rtype: str, data: dict[str, Any]) -> None:
         """The summary view's fold of one record (the same apply live and at replay)."""
-        if R.in_summary(rtype) and not R.apply(self.state, rtype, data):
-            if not any(t == rtype for t, _ in self.unknown):
-                _log().warning("records_of_unknown_type_kept", stream=R.AGENT_RUNS.name, type=rtype,
-                               path=str(self.path), hint="written by a newer version; kept, not folded")
-            self.unknown.append((rtype, data))
+        if not R.RUN_SUMMARIES.apply(self.state, Entry(rtype, data)):
+            self._kept(rtype, data)
+
+    def _kept(self, rtype: str, data: dict[str, Any]) -> None:
+        """A record of a type this version does not know: kept unfolded, logged once per type."""
+        if not any(t == rtype for t, _ in self.unknown):
+            _log().warning("records_of_unknown_type_kept", stream=R.AGENT_RUNS.name, type=rtype,
+                           path=str(self.path), hint="written by a newer version; kept, not folded")
+        self.unknown.append((rtype, data))
 
     async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
         self._fold(rtype, data)
@@ -229,12 +233,29 @@ class RunJournal(MemoryRunLog):
 class DatabaseRunLog(MemoryRunLog):
     """Run records in PostgreSQL (``agents/_pg_runs.py``'s ``PgRunLog``, schema at its top), shared by replicas.
 
-    Every append is a committed insert before it returns (rounds included:
-    there is no unwaited queue here). :meth:`open` and a sweep every
-    ``sweep_interval`` seconds finish ``interrupted`` the runs of processes
-    that died (their advisory lock free), as :class:`RunJournal`'s open does
-    for its file; nothing is resumed. In memory: this process's recent runs;
-    :meth:`load` folds any run from the rows.
+    The same shape as :class:`RunJournal`: the stream's live fold. Each run this
+    process writes is a ``core.records.TableRecordLog`` over its rows (opened
+    empty with the run's start, or by reading the rows of a run it did not
+    start), folding through :data:`._records.RUN_SUMMARIES` into the one
+    :attr:`state` every run's log shares: the fold :meth:`load` replays from the
+    rows. Every append is one committed, guarded statement before it returns
+    (rounds included: there is no unwaited queue here).
+
+    A record for a run that already ended is refused, :class:`RunEnded`
+    (``run_ended``), and nothing is written: only a replica that lost its
+    database lock while it lived can meet this (a survivor's sweep finished its
+    run ``interrupted``). A round is refused like the finish: the recovery's
+    record says the run ended, with the rounds it counted; a file run journal
+    cannot hold a record after a recovery either (its kernel lock). The calls
+    of a refused round stay in the execution journal, linked by their
+    ``parent_receipt_id``; the run stops at the refusal instead of calling
+    more tools. A run's claim, its verifications and its fulfilment are
+    written after its end, as they are in a file.
+
+    :meth:`open` and a sweep every ``sweep_interval`` seconds finish
+    ``interrupted`` the runs of processes that died (their advisory lock
+    free), through the same table log (their rows replayed, the end
+    appended); nothing is resumed.
     """
 
     def __init__(self, log: Any) -> None:
@@ -244,6 +265,7 @@ class DatabaseRunLog(MemoryRunLog):
         #: Runs of dead processes this log finished ``interrupted``.
         self.interrupted: list[str] = []
         self._sweeper: asyncio.Task[None] | None = None
+        self._live: dict[str, TableRecordLog[dict[str, R.RunState]]] = {}  # the runs in :attr:`state`
 
     @classmethod
     async def open(cls, url: str, space: str = "default", *, sweep_interval: float | None = 5.0) -> DatabaseRunLog:
@@ -260,29 +282,83 @@ class DatabaseRunLog(MemoryRunLog):
         return self
 
     async def sweep(self) -> list[str]:
-        def record(run_id: str, records: list[tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
-            return interrupted_record(_summary(records).get(run_id) or R.RunState(run_id, {"run_id": run_id}))
+        async def finish(run_id: str) -> bool:
+            dead = await self._replay(run_id)
+            try:
+                await dead.append(*interrupted_record(dead.state.get(run_id) or R.RunState(run_id, {"run_id": run_id})))
+            except self.log.refused:
+                if dead.failed:
+                    raise
+                return False  # another survivor finished it first
+            finally:
+                await dead.close()
+            return True
 
-        found = await self.log.recover_dead(record)
+        found = await self.log.recover_dead(finish)
         self.interrupted.extend(found)
         return list(found)
+
+    async def _replay(self, run_id: str, state: dict[str, R.RunState] | None = None) -> TableRecordLog[dict[str, R.RunState]]:
+        """A run's live log over its rows as they are now (folded into ``state``, or a state of its own)."""
+        table = await self.log.table(run_id)
+        live = TableRecordLog(R.RUN_SUMMARIES, table, table.records, where=table.where, state=state)
+        table.records = []  # folded (a summary leaves the conversation out: none of it is kept)
+        return live
+
+    async def _log_of(self, run_id: str) -> TableRecordLog[dict[str, R.RunState]]:
+        live = self._live.get(run_id)
+        if live is None:  # a run this process did not start, or whose log it dropped: its rows, folded again
+            self.state.pop(run_id, None)
+            live = self._live[run_id] = await self._replay(run_id, self.state)
+        return live
 
     async def append(self, rtype: str, data: dict[str, Any], *, wait: bool = True) -> None:
         run_id = data["run_id"]
         if rtype == R.STARTED:
-            await self.log.start(run_id, data.get("agent"), (rtype, data))
-        elif rtype == R.FINISHED:
-            if not await self.log.finish(run_id, (rtype, data)):
-                raise RunJournalError(f"run {run_id} was already finished in the database (another server recovered "
-                                      "it as interrupted after this one lost its database lock); this end is not recorded")
+            table = await self.log.table(run_id, create=await self.log.new_run(run_id, data.get("agent")))
+            self.state.pop(run_id, None)
+            live = self._live[run_id] = TableRecordLog(R.RUN_SUMMARIES, table, [], where=table.where, state=self.state)
         else:
-            await self.log.append(run_id, (rtype, data))
-        self._fold(rtype, data)
+            live = await self._log_of(run_id)
+        try:
+            written = await live.append(rtype, data)
+        except Exception as exc:
+            if live.failed:  # its outcome is unknown: the next record reads the rows again
+                self._live.pop(run_id, None)
+            elif isinstance(exc, self.log.refused):
+                await self._refused(run_id, rtype)
+            raise
+        if rtype not in R.RUN_SUMMARIES.types:
+            self._kept(written.type, written.data)
         if rtype == R.FINISHED and len(self.state) > 2 * KEEP_FINISHED:
             self._trim(keep=run_id)
 
+    async def _refused(self, run_id: str, rtype: str) -> NoReturn:
+        """The guard refused ``rtype``'s record: raise why, the run's state folded again from its rows."""
+        self._live.pop(run_id, None)
+        try:
+            await self._log_of(run_id)
+        except Exception as exc:  # noqa: BLE001 - the refusal below is the news; the next record reads again
+            _log().info("run_reread_failed", run_id=run_id, error=f"{type(exc).__name__}: {exc}"[:200])
+            self._live.pop(run_id, None)
+        if rtype == R.STARTED:
+            raise RunJournalError(f"run {run_id} already exists in the database; this start is not recorded",
+                                  details={"run_id": run_id})
+        if rtype in self.log.after_end:
+            raise RunJournalError(f"no run {run_id} in the database space {self.log.space!r}; this {rtype} record "
+                                  "is not recorded", details={"run_id": run_id, "type": rtype})
+        what = "end" if rtype == R.FINISHED else f"{rtype} record"
+        raise RunEnded(f"run {run_id} was already finished in the database (another server recovered it as "
+                       f"interrupted after this one lost its database lock); this {what} is not recorded",
+                       details={"run_id": run_id, "type": rtype})
+
+    def _trim(self, keep: str | None = None) -> None:
+        super()._trim(keep)
+        for run_id in [k for k in self._live if k not in self.state]:
+            del self._live[run_id]  # a table holds no connection: nothing to release
+
     async def load(self, run_id: str) -> R.RunState | None:
-        """The run as its rows say (any replica's)."""
+        """The run as its rows say (any replica's): the replay of what :attr:`state` folds live."""
         return _summary(await self.log.records(run_id)).get(run_id)
 
     async def load_history(self, run_id: str) -> list[Message]:
@@ -292,6 +368,7 @@ class DatabaseRunLog(MemoryRunLog):
     async def close(self) -> None:
         await stop_task(self._sweeper)
         self._sweeper = None
+        self._live.clear()
         await self.log.close()
 
 
@@ -404,7 +481,7 @@ async def tail_runs_in_database(url: str, emit: Callable[[TailRecord], None], *,
 
 def _summary(records: Iterable[tuple[str, dict[str, Any]]]) -> dict[str, R.RunState]:
     """The summary view's fold (``run_messages`` left out; see :mod:`._records`)."""
-    return R.AGENT_RUNS.fold(Entry(t, d) for t, d in records if R.in_summary(t))
+    return R.RUN_SUMMARIES.fold(Entry(t, d) for t, d in records)
 
 
 def _fold_files(data_dir: str | os.PathLike[str], keep: Callable[[Record], bool]) -> dict[str, R.RunState]:

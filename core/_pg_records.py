@@ -159,7 +159,9 @@ class PgKeyTable:
 
     ``connection()`` lends a connection for one call: the writer's own (a
     ``"key"`` table, whose lock lives on it) or a pooled one. Appends carry
-    ``guard`` (a task not settled, say): records it refuses are refused with
+    ``guard`` (a task not settled, say; or a function of the batch's rows
+    choosing one, as a key's first record inserts its head row and its last
+    one sets the head's "ended" flag): records it refuses are refused with
     ``refused`` naming :attr:`refusal` (nothing written; the table stays
     usable). A failed write leaves the table failed (its outcome may be
     unknown, so its seq and the live fold may be behind the rows): every
@@ -173,7 +175,7 @@ class PgKeyTable:
     def __init__(self, spec: RecordTableSpec, key: str, rows: Sequence[TableRow], *, where: str,
                  connection: Callable[[], AbstractAsyncContextManager[Any]],
                  refused: type[OpenFunctionsError], unavailable: type[OpenFunctionsError],
-                 guard: Guard | None = None, refusal: str = "its guard refused the write",
+                 guard: Guard | Callable[[Sequence[TableRow]], Guard | None] | None = None, refusal: str = "its guard refused the write",
                  on_close: Callable[[], Any] | None = None) -> None:
         self.spec = spec
         self.key = key
@@ -218,7 +220,8 @@ class PgKeyTable:
                               "further writes until reopened", write=True)
 
     async def _write(self, rows: list[TableRow], *, replace: bool) -> list[TableRow]:
-        sql, params = self.spec.insert(self.key, rows, None if replace else self.guard)
+        guard = None if replace else self.guard(rows) if callable(self.guard) else self.guard
+        sql, params = self.spec.insert(self.key, rows, guard)
         seqs: list[int] = []
         try:
             async with self._connection() as conn:

@@ -288,40 +288,38 @@ class PgRows:
 
 
 class PgKeyedRows(PgRows):
-    """A component's record table over a pool, its keys shared by replicas (a ``"serial"`` table): the one append,
-    read, end and live-key code of the agent runs and the MCP tasks.
+    """A component's record table over a pool, its keys shared by replicas (a ``"serial"`` table): the one
+    guard and read of the agent runs and the MCP tasks, whose writes all go through a key's :meth:`table`.
 
     Each key has a row in the component's own table (:attr:`head`: its name, the column naming the log a key
-    belongs to, whose value is :attr:`partition`, and the flag of a key that takes no more records): a read
-    sees only this log's keys, a live key's appends are guarded by "not ended", and :meth:`end` writes a key's
-    one last record with the flag, in one statement."""
+    belongs to, whose value is :attr:`partition`, and the flag of a key that takes no more records). A read
+    sees only this log's keys. Every append is guarded (:meth:`_guard`), in its one statement: a new key's
+    first record inserts the head row (``create``); a batch holding the :attr:`last` record type sets the
+    flag (only the first such batch of a key is written); any other batch is written only while the flag is
+    unset, except one of :attr:`after_end` types only (a run's claims), written while the key is this log's."""
 
     spec: RecordTableSpec
     head: tuple[str, str, str]  # (table, partition column, "ended" flag column)
     partition: str
     refused: type[OpenFunctionsError]
     refusal = "its guard refused the write"
+    #: the record type that ends a key
+    last: str = ""
+    #: record types a key still takes after it ended
+    after_end: frozenset[str] = frozenset()
 
-    def _open(self, key: str) -> Guard:
+    def _guard(self, key: str, rows: Sequence[TableRow]) -> Guard:
         table, part, ended = self.head
-        return (f"SELECT {self.spec.key} FROM {table} WHERE {self.spec.key} = %s AND {part} = %s AND NOT {ended}",
-                (key, self.partition))
+        this = f"{self.spec.key} = %s AND {part} = %s"
+        if any(r.type == self.last for r in rows):
+            return (f"UPDATE {table} SET {ended} = true WHERE {this} AND NOT {ended} RETURNING {self.spec.key}",
+                    (key, self.partition))
+        open_ = "" if all(r.type in self.after_end for r in rows) else f" AND NOT {ended}"
+        return f"SELECT {self.spec.key} FROM {table} WHERE {this}{open_}", (key, self.partition)
 
     def _scope(self, key: str) -> Guard:
         table, part, _ = self.head
         return f"AND EXISTS (SELECT 1 FROM {table} WHERE {self.spec.key} = %s AND {part} = %s)", (key, self.partition)
-
-    async def end(self, key: str, record: Pair) -> bool:
-        """The key's one last record, its flag set in the same statement; ``False`` if another got there first."""
-        table, part, ended = self.head
-        return await self._insert(key, record, (
-            f"UPDATE {table} SET {ended} = true WHERE {self.spec.key} = %s AND {part} = %s AND NOT {ended} "
-            f"RETURNING {self.spec.key}", (key, self.partition)))
-
-    async def _insert(self, key: str, record: Pair, guard: Guard | None = None) -> bool:
-        """``record`` as the key's next row (one statement; with a ``guard``, only if it returns a row)."""
-        sql, params = self.spec.insert(key, stamp([record]), guard)
-        return bool(await self._run(sql, tuple(params), fetch=True))
 
     async def rows(self, key: str) -> list[TableRow]:
         """The key's rows in seq order (``[]``: none, or not this component's)."""
@@ -333,12 +331,31 @@ class PgKeyedRows(PgRows):
         """The key's records ``(type, data)`` in order."""
         return [(r.type, r.data) for r in await self.rows(key)]
 
-    async def table(self, key: str) -> PgKeyTable:
-        """The key's rows as a :class:`~openfunctions.core.records.RecordTable`, read now (appends guarded by
-        :meth:`_open`): ``TableRecordLog(stream, table, table.records)`` is the key's live fold."""
-        return PgKeyTable(self.spec, key, await self.rows(key), where=f"{self.where} ({self.spec.key} {key})",
-                          connection=self.pool.connection, refused=self.refused, unavailable=self.error,
-                          guard=self._open(key), refusal=self.refusal)
+    def _table(self, key: str, rows: Sequence[TableRow], create: Guard | None) -> PgKeyTable:
+        table = PgKeyTable(self.spec, key, rows, where=f"{self.where} ({self.spec.key} {key})",
+                           connection=self.pool.connection, refused=self.refused, unavailable=self.error,
+                           refusal=self.refusal)
+        # a new key's appends carry ``create`` until one is written (a serial table's seq is then above 0)
+        table.guard = lambda batch: create if create is not None and table.last_seq == 0 else self._guard(key, batch)
+        return table
+
+    async def table(self, key: str, *, create: Guard | None = None) -> PgKeyTable:
+        """The key's rows as a :class:`~openfunctions.core.records.RecordTable`, read now:
+        ``TableRecordLog(stream, table, table.records)`` is the key's live fold. ``create``: a new key (nothing is
+        read): its first append carries this guard instead, the head row's ``INSERT ... RETURNING`` key."""
+        return self._table(key, [] if create is not None else await self.rows(key), create)
+
+    async def write(self, key: str, record: Pair, *, create: Guard | None = None) -> bool:
+        """``record`` as the key's next row through its table (nothing read, nothing folded); ``False``: the
+        guard refused it (nothing written). A write that failed raises (``error``, or ``refused`` when known)."""
+        table = self._table(key, [], create)
+        try:
+            await table.append_many([record])
+        except self.refused:
+            if table.failed:
+                raise
+            return False
+        return True
 
 
 T = TypeVar("T")

@@ -66,6 +66,7 @@ import structlog
 
 from openfunctions.core import canonical_json, stop_task
 from openfunctions.core.postgres import (
+    Guard,
     PgKeyedRows,
     RecordTableSpec,
     open_checked,
@@ -133,21 +134,26 @@ class PgTaskLog(PgKeyedRows):
         self.journal = self.partition = journal
         self._listener: asyncio.Task[None] | None = None
 
-    # -- writing -----------------------------------------------------------------------
+    # -- writing: every record through a task's table (``table``/``write``: its one guarded statement) --------
+    last = "task.settled"  # only the first settle of a task is written, and sets ``settled``
+
+    def new_task(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int) -> Guard:
+        """The guard of a task's first record (``table(task_id, create=...)``): its row, in the same statement."""
+        return ("INSERT INTO of_tasks (task_id, journal, principal, instance, expires_at_ms) VALUES (%s, %s, %s, %s, %s) "
+                "RETURNING task_id", (task_id, self.journal, principal, instance, int(expires_at_ms)))
+
     async def create(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int,
                      record: Record) -> None:
         """The task's row and its ``task.created`` record, in one statement."""
-        await self._insert(task_id, record, (
-            "INSERT INTO of_tasks (task_id, journal, principal, instance, expires_at_ms) VALUES (%s, %s, %s, %s, %s) "
-            "RETURNING task_id", (task_id, self.journal, principal, instance, int(expires_at_ms))))
+        await self.write(task_id, record, create=self.new_task(task_id, principal=principal, instance=instance,
+                                                                expires_at_ms=expires_at_ms))
 
     async def append(self, task_id: str, record: Record) -> bool:
-        """A record of a task that is not settled yet; ``False`` if it is (or does not exist): nothing written."""
-        return await self._insert(task_id, record, self._open(task_id))
+        """A record of a task that is not settled yet; ``False`` if it is (or does not exist): nothing written.
+        A ``task.settled`` record is the task's one settle: ``False`` if another one got there first."""
+        return await self.write(task_id, record)
 
-    async def settle(self, task_id: str, record: Record) -> bool:
-        """The task's one ``task.settled`` record; ``False`` if another one got there first (nothing written)."""
-        return await self.end(task_id, record)
+    settle = append
 
     async def prune(self, now_ms: int) -> int:
         """Delete the tasks (and their records) past their expiry; how many."""

@@ -36,7 +36,7 @@ import structlog
 from mcp_types import INTERNAL_ERROR
 
 from openfunctions.core import new_id, run_every, stop_task
-from openfunctions.core.records import Entry, FileRecordLog, entries
+from openfunctions.core.records import Entry, FileRecordLog, TableRecordLog, entries
 
 from . import _task_records as rec
 from ._task_records import TaskState
@@ -255,7 +255,19 @@ class FileTaskStore:
 
 
 class DatabaseTaskStore:
-    """Task records in PostgreSQL, shared by replicas (``serve --database``)."""
+    """Task records in PostgreSQL, shared by replicas (``serve --database``).
+
+    The same shape as :class:`FileTaskStore`: the stream's live fold through
+    ``core.records``. A task's records are written by the replica that runs
+    its call, and by a survivor's sweep once that replica is gone: one writer
+    at a time. So each task this replica creates is a ``TableRecordLog`` over
+    its rows (:attr:`live`, opened empty with its ``task.created``, closed
+    with its ``task.settled``); the sweep opens a dead replica's task the
+    same way, its rows replayed, and appends the settle. Lookups replay the
+    rows (:meth:`get`): another replica's sweep may have settled a task this
+    one still runs, which only the rows show (its live fold then refuses:
+    ``record`` returns ``False``, the recovery's record stands).
+    """
 
     shared = True
 
@@ -270,21 +282,45 @@ class DatabaseTaskStore:
         self._deliveries: set[asyncio.Task[None]] = set()
         #: Task ids this store's sweeps settled as orphans.
         self.recovered: list[str] = []
+        #: The live fold of each task this replica writes (created here, not settled yet).
+        self.live: dict[str, TableRecordLog[dict[str, TaskState]]] = {}
+
+    async def _replay(self, task_id: str) -> TableRecordLog[dict[str, TaskState]]:
+        """A task's live log over its rows as they are now (a task this replica did not create, or reopens)."""
+        table = await self.task_log.table(task_id)
+        return TableRecordLog(rec.TASKS, table, table.records, where=table.where)
 
     async def record(self, type_: str, data: dict[str, Any]) -> bool:
         task_id = data["task_id"]
         if type_ == rec.CREATED:
             # The instance whose death makes this task an orphan: this process's, as its journal registered it.
             instance = await self.journal.ensure_registered()
-            await self.task_log.create(task_id, principal=data.get("principal"), instance=instance,
-                                       expires_at_ms=int(data["expires_at_ms"]), record=(type_, data))
-            return True
+            table = await self.task_log.table(task_id, create=self.task_log.new_task(
+                task_id, principal=data.get("principal"), instance=instance, expires_at_ms=int(data["expires_at_ms"])))
+            live = self.live[task_id] = TableRecordLog(rec.TASKS, table, [], where=table.where)
+        else:
+            live = self.live.get(task_id) or await self._replay(task_id)
+            self.live[task_id] = live
+        try:
+            await live.append(type_, data)
+        except Exception as exc:
+            refused = isinstance(exc, self.task_log.refused) and not live.failed
+            if refused or live.failed:  # settled elsewhere (nothing written), or an unknown outcome: read again
+                await self._drop(task_id)
+            if refused:
+                return False
+            raise
         if type_ == rec.SETTLED:
-            return bool(await self.task_log.settle(task_id, (type_, data)))
-        return bool(await self.task_log.append(task_id, (type_, data)))
+            await self._drop(task_id)  # it takes no more records
+        return True
+
+    async def _drop(self, task_id: str) -> None:
+        live = self.live.pop(task_id, None)
+        if live is not None:
+            await live.close()
 
     async def get(self, task_id: str) -> TaskState | None:
-        return fold(await self.task_log.records(task_id)).get(task_id)
+        return rec.TASKS.fold(await self.task_log.rows(task_id)).get(task_id)
 
     async def of_principal(self, principal: str | None) -> list[TaskState]:
         rows = await self.task_log.records_of(principal, rec.now_ms())
@@ -333,8 +369,12 @@ class DatabaseTaskStore:
             await self._deliver_inputs(running)  # and responses whose NOTIFY it missed
             await self.journal.sweep()  # first the execution journal's: dead instances' calls settled, rows gone
             await self.task_log.prune(rec.now_ms())
-            states = [s for s in [await self.get(i) for i in await self.task_log.orphans()]
-                      if s is not None and not s.terminal]
+            orphans = [await self._replay(i) for i in await self.task_log.orphans()]
+            dead = {i: o for o in orphans for i, s in o.state.items() if not s.terminal}
+            for o in orphans:
+                if o not in dead.values():
+                    await o.close()  # settled since it was listed
+            states = [o.state[i] for i, o in dead.items()]
             if not states:
                 return []
             from openfunctions.core.journal import recovered_receipt
@@ -352,12 +392,24 @@ class DatabaseTaskStore:
                 return dict(receipt.to_dict())
 
             records = await recovery_records(states, {}, self.journal.find_receipts, write_receipt)
-            settled = [r[1]["task_id"] for r in records if await self.task_log.settle(r[1]["task_id"], r)]
+            settled = [r[1]["task_id"] for r in records if await self._settle(dead[r[1]["task_id"]], r)]
             self.recovered.extend(settled)
             if settled:
                 log.warning("tasks_recovered_dead_replica", count=len(settled), journal=self.task_log.journal,
                             hint="tasks of a server that died were settled failed (not re-run)")
             return settled
+
+    async def _settle(self, orphan: TableRecordLog[dict[str, TaskState]], record: Record) -> bool:
+        """An orphan's recovery settle through its log; ``False``: settled meanwhile (another sweep, its runner)."""
+        try:
+            await orphan.append(*record)
+        except self.task_log.refused:
+            if orphan.failed:
+                raise
+            return False
+        finally:
+            await orphan.close()
+        return True
 
     def start_sweeping(self, interval: float) -> None:
         # a failed sweep is retried next round: the database may be away
@@ -367,6 +419,8 @@ class DatabaseTaskStore:
     async def close(self) -> None:
         await stop_task(self._sweeper)
         self._sweeper = None
+        for task_id in list(self.live):
+            await self._drop(task_id)
         await self.task_log.close()
 
 

@@ -29,7 +29,7 @@ from typing import Generic, Protocol, runtime_checkable
 
 import anyio
 
-from ._stream import Compaction, Pair, RecordStream, S, StreamRecord, marker
+from ._stream import Compaction, Pair, RecordStream, RecordStreamError, S, StreamRecord, marker
 
 
 @runtime_checkable
@@ -57,13 +57,17 @@ class TableRecordLog(Generic[S]):
     """The live fold of one key of a :class:`RecordTable`: the same interface as ``FileRecordLog``."""
 
     def __init__(self, stream: RecordStream[S], table: RecordTable, rows: Sequence[StreamRecord], *,
-                 where: str = "") -> None:
-        """``rows``: the key's rows as the backend read them when it opened (the replay)."""
+                 where: str = "", state: S | None = None) -> None:
+        """``rows``: the key's rows as the backend read them when it opened (the replay). ``state``: fold into
+        this one instead of a new one: a keyed state (run id -> run) that the logs of several keys share, each
+        folding its own key's records (the owner drops a key's entry before it opens that key again); such a
+        log is not compacted (the compaction's fold would be a new state)."""
         self.stream = stream
         self.table = table
         self.where = where
         self.unknown: list[StreamRecord] = []
-        self.state: S = stream.fold(rows, where=where, unknown=self.unknown)
+        self._shared = state is not None
+        self.state: S = stream.fold(rows, state, where=where, unknown=self.unknown)
 
     async def append(self, type_: str, data: dict[str, object]) -> StreamRecord:
         return (await self.append_many([(type_, dict(data))]))[0]
@@ -80,6 +84,8 @@ class TableRecordLog(Generic[S]):
     async def compact(self, records: Sequence[Pair] | None = None, **info: object) -> Compaction:
         """As ``FileRecordLog.compact``, in one transaction: the rows become the snapshot, the kept
         unknown records and a ``compacted`` record (no segments)."""
+        if self._shared:
+            raise RecordStreamError(f"{self.where}: a log folding into a shared state is not compacted")
         kept = list(self.stream.snapshot(self.state) if records is None else records)
         kept += [(r.type, r.data) for r in self.unknown]
         batch = [*kept, marker([], dict(info))]

@@ -293,3 +293,115 @@ def test_the_resolution_inbox_s_live_fold_is_its_rows_replayed(pg_dsn, verdicts)
             await work.aclose()
 
     _run(body())
+
+
+#: What the task store is handed, one step at a time: a status, a newer writer's record, the settle, or another
+#: writer's settle (a survivor's sweep) that this replica's live fold does not see.
+TASK_STEPS = st.lists(st.sampled_from(["working", "input", "future", "settle", "swept"]), max_size=6)
+
+
+@FEW
+@given(steps=TASK_STEPS)
+def test_the_database_task_store_keeps_each_task_s_live_fold_equal_to_its_rows_replayed(pg_dsn, steps) -> None:
+    """``DatabaseTaskStore``: a task this replica writes is a live ``TableRecordLog``; after every record its fold
+    is what the rows replay to (``get``). A record after the task settled, here or by another writer, is
+    ``False`` and lands nowhere; the live log is dropped with the settle."""
+    from openfunctions.servers import _task_records as T
+    from openfunctions.servers._pg_tasks import open_pg_task_log
+    from openfunctions.servers._tasks_store import DatabaseTaskStore
+    from openfunctions.store import open_pg_journal
+    from tests._pg import unique_name
+
+    async def body() -> None:
+        dsn = await migrated(pg_dsn)
+        profile = unique_name("tools")
+        journal = await open_pg_journal(dsn, profile)
+        store = DatabaseTaskStore(await open_pg_task_log(dsn, profile, pool=journal.pool), journal)
+        task_id = T.new_task_id()
+        try:
+            assert await store.record(*_task_records(task_id)[0])
+            live, ended = store.live[task_id], False
+            for step in steps:
+                before = await store.task_log.rows(task_id)
+                if step == "swept":  # another writer settles it, through its own table
+                    assert await store.task_log.settle(task_id, T.settled(task_id, T.FAILED, recovered=True)) != ended
+                    ended = True
+                    continue
+                record = {"working": T.status(task_id, T.WORKING), "future": ("task.future", {"task_id": task_id}),
+                          "input": T.status(task_id, T.INPUT_REQUIRED, input_requests={"q": {}}),
+                          "settle": T.settled(task_id, T.COMPLETED, result={"content": [], "isError": False})}[step]
+                assert await store.record(*record) == (not ended)
+                after = await store.task_log.rows(task_id)
+                if ended:
+                    assert after == before and task_id not in store.live  # refused: nothing written, log dropped
+                    continue
+                assert live.state == T.TASKS.fold(after) and live.state[task_id] == await store.get(task_id)
+                ended = step == "settle"
+                assert (task_id in store.live) == (not ended)
+            assert [r.type for r in live.unknown] == ["task.future"] * steps[:_end(steps)].count("future")
+        finally:
+            await store.close()
+            await journal.close()
+
+    _run(body())
+
+
+def _end(steps: list[str]) -> int:
+    """How many steps reached the live log: those before the first settle (it included) or sweep."""
+    ends = [i + (s == "settle") for i, s in enumerate(steps) if s in ("settle", "swept")]
+    return ends[0] if ends else len(steps)
+
+
+#: What the run log is handed: a round, its conversation, a newer writer's record, a claim (taken after the end
+#: too); then the run's own end, another writer's end (a survivor's sweep), or none.
+RUN_STEPS = st.lists(st.sampled_from(["round", "messages", "future", "claim"]), max_size=5)
+
+
+@FEW
+@given(steps=RUN_STEPS, end=st.sampled_from(["none", "finish", "swept"]))
+def test_the_database_run_log_keeps_each_run_s_live_fold_equal_to_its_rows_replayed(pg_dsn, steps, end) -> None:
+    """``DatabaseRunLog``: every run it writes folds live (``get``) to what its rows replay to (``load``), after
+    every record. After the run's end a claim is still written; a round is refused by name (``RunEnded``),
+    nothing written, also when another writer ended it (the live fold then reads the rows again)."""
+    from openfunctions.adapters import Message
+    from openfunctions.agents import _records as R
+    from openfunctions.agents._errors import RunEnded
+    from openfunctions.agents._runlog import DatabaseRunLog, interrupted_record
+    from openfunctions.core import new_id
+    from tests._pg import unique_name
+
+    async def body() -> None:
+        log = await DatabaseRunLog.open(await migrated(pg_dsn), unique_name("space"), sweep_interval=None)
+        run_id = new_id("run")
+        first, round_, future, last = _run_records(run_id)
+
+        async def same() -> None:
+            assert log.get(run_id) is not None and log.get(run_id).to_dict() == (await log.load(run_id)).to_dict()
+
+        try:
+            await log.append(*first)
+            for n, step in enumerate(steps, 1):
+                record = {"round": (R.ROUND, {**round_[1], "round": n}), "future": future,
+                          "messages": (R.MESSAGES, R.messages_(run_id=run_id, n=n, messages=[Message.user("hi")])),
+                          "claim": (R.CLAIM, R.claim(run_id=run_id, agent="a", text="done"))}[step]
+                await log.append(*record)
+                await same()
+            assert [t for t, _ in log.unknown] == ["run.future"] * steps.count("future")
+            if end == "none":
+                return
+            if end == "finish":
+                await log.append(*last)
+            else:
+                assert await log.log.finish(run_id, interrupted_record(log.get(run_id)))
+            rows = await log.log.rows(run_id)
+            with pytest.raises(RunEnded, match="already finished") as refused:
+                await log.append(R.ROUND, {**round_[1], "round": 99})
+            assert refused.value.code == "run_ended" and await log.log.rows(run_id) == rows
+            await same()
+            assert log.get(run_id).status == ("completed" if end == "finish" else "interrupted")
+            await log.append(R.CLAIM, R.claim(run_id=run_id, agent="a", text="done"))  # a claim follows its end
+            await same()
+        finally:
+            await log.close()
+
+    _run(body())
