@@ -20,13 +20,18 @@ by ``openfunctions-mcp db migrate``; it needs the ``journal`` component's
                                          -- ``at`` (the transaction's time) here, those before v2 ""
         data text)                       -- canonical JSON, the record's data as in a run journal line
 
-Promises: every append is one committed statement; a ``run_finished`` is
-written only while the run is unfinished (so a replica's late finish after
-another replica's recovery wrote ``interrupted`` is refused, and the recovery's
-record stands). Recovery is evidence only: :meth:`PgRunLog.recover_dead` hands
-the records of each unfinished run of a dead process (its advisory lock free,
-:class:`openfunctions.core.postgres.PgInstance`) to a callback that builds the
-``interrupted`` record; nothing is resumed or re-run.
+Promises: every append is one committed statement through the run's table
+(``PgKeyedRows.table``/``write``: the one guarded insert). A run's first record
+inserts its ``of_runs`` row in the same statement; a ``run_finished`` is
+written only while the run is unfinished, and marks it finished (so a
+replica's late finish after another replica's recovery wrote ``interrupted``
+is refused, and the recovery's record stands); every other record is written
+only while the run is unfinished, except a claim, a verification and a
+fulfilment, written while the run is this space's (they follow its end).
+Recovery is evidence only: :meth:`PgRunLog.recover_dead` hands each unfinished
+run of a dead process (its advisory lock free,
+:class:`openfunctions.core.postgres.PgInstance`) to a callback that replays its
+rows and appends the ``interrupted`` record; nothing is resumed or re-run.
 """
 
 from __future__ import annotations
@@ -90,7 +95,7 @@ class PgRunLog(PgKeyedRows):
     """Run records of one space in PostgreSQL; open with :func:`open_pg_run_log`.
 
     ``rows``/``records(run_id)``: a run's rows in order (``[]``: no such run in this space);
-    ``table(run_id)``: its ``RecordTable`` (appends while it is unfinished)."""
+    ``table(run_id)``: its ``RecordTable`` (appends guarded as ``PgKeyedRows`` says: a claim's after the end)."""
 
     what = "run records"
     error = StoreUnavailable
@@ -98,15 +103,14 @@ class PgRunLog(PgKeyedRows):
     head = ("of_runs", "space", "finished")
     refused = StoreFailed
     refusal = "the run is finished (or not this space's)"
+    last = "run_finished"  # only the first finish of a run is written, and sets ``finished``
+    #: what a run takes after its finish: its claim, their verifications, its fulfilment
+    after_end = frozenset({"outcome_claim", "claim_verified", "task_fulfilled"})
 
     def __init__(self, dsn: str, space: str, pool: Any, owns_pool: bool) -> None:
         super().__init__(dsn, pool, owns_pool)
         self.space = self.partition = space
         self.live = PgInstance(dsn, f"runs:{space}")
-
-    last = "run_finished"  # only the first finish of a run is written, and sets ``finished``
-    #: what a run takes after its finish: its claim, their verifications, its fulfilment
-    after_end = frozenset({"outcome_claim", "claim_verified", "task_fulfilled"})
 
     async def new_run(self, run_id: str, agent: str | None) -> Guard:
         """The guard of a run's first record (``table(run_id, create=...)``): its row, carrying this process's

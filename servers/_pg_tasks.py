@@ -28,7 +28,9 @@ the ``journal`` component's ``of_journal_instances``)::
 
 Promises:
 
-- **Every write is one committed statement** (autocommit): ``task.created``
+- **Every write is one committed statement** (autocommit), through the
+  task's table (``PgKeyedRows.table``/``write``, the one guarded insert;
+  ``DatabaseTaskStore`` folds it live with a ``TableRecordLog``): ``task.created``
   inserts the task's row and its first record together; a status record is
   inserted only while the task is not settled; ``task.settled`` flips
   ``settled`` and inserts its record in one statement, and only the first
@@ -128,6 +130,7 @@ class PgTaskLog(PgKeyedRows):
     head = ("of_tasks", "journal", "settled")
     refused = StoreFailed
     refusal = "the task is settled (or not this journal's)"
+    last = "task.settled"  # only the first settle of a task is written, and sets ``settled``
 
     def __init__(self, dsn: str, journal: str, pool: Any, owns_pool: bool) -> None:
         super().__init__(dsn, pool, owns_pool)
@@ -135,7 +138,6 @@ class PgTaskLog(PgKeyedRows):
         self._listener: asyncio.Task[None] | None = None
 
     # -- writing: every record through a task's table (``table``/``write``: its one guarded statement) --------
-    last = "task.settled"  # only the first settle of a task is written, and sets ``settled``
 
     def new_task(self, task_id: str, *, principal: str | None, instance: str | None, expires_at_ms: int) -> Guard:
         """The guard of a task's first record (``table(task_id, create=...)``): its row, in the same statement."""

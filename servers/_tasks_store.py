@@ -9,9 +9,10 @@ recovery):
   (the journal's kernel lock), so its memory *is* the state.
 - :class:`DatabaseTaskStore` (``serve --database``): the records as rows in
   PostgreSQL (``servers/_pg_tasks.py``'s ``PgTaskLog``; schema at the top of
-  that module), shared by every replica on the database: each
-  lookup folds the task's rows again, so ``tasks/get`` through replica B sees
-  what replica A wrote. Its sweep settles ``failed`` the tasks of a replica
+  that module), shared by every replica on the database: each task a replica
+  writes is folded live by a ``TableRecordLog`` over its rows, as the file's
+  stream is, and each lookup folds the task's rows again, so ``tasks/get``
+  through replica B sees what replica A wrote. Its sweep settles ``failed`` the tasks of a replica
   that died (after the execution journal's sweep settled its calls
   ``unknown``); nothing is re-run.
 
