@@ -108,3 +108,17 @@ async def test_a_store_error_becomes_a_tool_error_with_its_certainty(error, cert
     res = await reg.execute_detailed("notes_fail", {"name": "a"})
     assert res.error is not None and res.error.code == error.code and res.error.message == error.message
     assert res.receipt.outcome == "failed" and res.receipt.certainty == certainty
+
+
+def test_the_state_md_example_runs_and_prints_what_the_page_shows(tmp_path):
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "STATE.md").read_text("utf-8")
+    example = next(b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "@state_tool(" in b)
+    shown = next(b for b in re.findall(r"```text\n(.*?)```", doc, re.S) if b.startswith("{'title': 'Save a note'"))
+    p = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout == shown
