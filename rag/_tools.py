@@ -23,7 +23,9 @@ Annotations and errors come from :func:`openfunctions.store.state_tool`
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from openfunctions.core import ToolDefinition, ToolExecutionContext
 from openfunctions.store import obj, state_tool
@@ -35,6 +37,11 @@ MAX_INGEST_CHARS = 1_000_000
 REPLY_BUDGET = 32 * 1024
 ARTIFACT_SCOPE = "rag"
 SUMMARY_TEXT_CHARS = 500
+
+# Parameter types of the tools (module level: the tools' schemas are derived from their signatures).
+DocId = Annotated[str, Field(min_length=1, max_length=512, description="your id for the document (no '#')")]
+Label = Annotated[str, Field(max_length=1024)]
+Query = Annotated[str, Field(min_length=1, max_length=4096)]
 
 _HIT: dict[str, Any] = {
     "type": "object",
@@ -97,77 +104,67 @@ def create_rag_tools(rag: Rag, *, prefix: str = "rag_", artifacts: Any = None,
         return await project_reply(payload, store=artifacts, scope=ARTIFACT_SCOPE, budget=budget,
                                    summarize=summarize, keep=("results", "chunk_id"), read_tool=read_tool)
 
-    async def ingest(p: dict[str, Any], ctx: ToolExecutionContext | None) -> dict[str, Any]:
+    def out(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        return obj(properties, required, closed=False)  # output schemas stay open: a reply may grow fields
+
+    @state_tool(f"{prefix}ingest", kind="write", title="Ingest a document", tag="rag",
+                output=out({"doc_id": {"type": "string"},
+                            "status": {"type": "string", "enum": ["added", "replaced", "unchanged"]},
+                            "chunks": {"type": "integer"}, "digest": {"type": "string"}},
+                           ["doc_id", "status", "chunks", "digest"]))
+    async def ingest(doc_id: DocId, text: Annotated[str, Field(min_length=1, max_length=MAX_INGEST_CHARS)],
+                     source: Label | None = None, title: Label | None = None,
+                     ctx: ToolExecutionContext | None = None) -> dict[str, Any]:
+        """Add a document (plain text) to the retrieval index, or update it. It is split into overlapping
+        sentence chunks and embedded; ingesting unchanged text again does nothing.
+
+        Args:
+            source: where the text came from (URL, path)
+        """
         async def progress(done: int, total: int) -> None:
             if ctx is not None:
                 await ctx.report_progress(done, total, f"embedded {done}/{total} chunks")
 
-        res = await rag.ingest(p["doc_id"], p["text"], source=p.get("source"), title=p.get("title"), progress=progress)
+        res = await rag.ingest(doc_id, text, source=source, title=title, progress=progress)
         return res.to_dict()
 
-    async def search(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        hits = await rag.search(p["query"], k=p.get("k", 5), mode=p.get("mode"))
+    @state_tool(f"{prefix}search", kind="read", title="Search documents", tag="rag",
+                output=out({"results": {"type": "array", "items": _HIT}}, ["results"]))
+    async def search(query: Query, k: Annotated[int, Field(ge=1, le=MAX_TOOL_RESULTS)] = 5,
+                     mode: Literal["hybrid", "vector", "text"] | None = None) -> dict[str, Any]:
+        """Find the passages that best match a query, best first. Default mode 'hybrid': embedding
+        similarity fused with full-text ranking (finds exact words such as names and flags, and related
+        wording); 'vector': embeddings only; 'text': words only.
+
+        Args:
+            mode: ranking (default: the server's, hybrid)
+        """
+        hits = await rag.search(query, k=k, mode=mode)
         return await bounded({"results": [_rounded(h) for h in hits]})
 
-    async def get_chunk(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return await bounded(await rag.get_chunk(p["chunk_id"]))
+    @state_tool(f"{prefix}get_chunk", kind="read", title="Read a chunk", tag="rag",
+                output=out({**_HIT["properties"], "chunks": {"type": ["integer", "null"]}},
+                           ["chunk_id", "doc_id", "n", "text"]))
+    async def get_chunk(chunk_id: Annotated[str, Field(min_length=8, max_length=520)]) -> dict[str, Any]:
+        """Read one chunk by its id (<doc_id>#<n>, as rag_search returns it); neighbours are n-1 and n+1."""
+        return await bounded(await rag.get_chunk(chunk_id))
 
-    async def list_documents(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        docs = await rag.list_documents(limit=p.get("limit", 50), after=p.get("after"))
-        return {"documents": docs, "next_after": docs[-1]["doc_id"] if len(docs) == p.get("limit", 50) else None}
+    @state_tool(f"{prefix}list_documents", kind="read", title="List documents", tag="rag",
+                output=out({"documents": {"type": "array", "items": {"type": "object"}},
+                            "next_after": {"type": ["string", "null"]}}, ["documents", "next_after"]))
+    async def list_documents(limit: Annotated[int, Field(ge=1, le=200)] = 50,
+                             after: DocId | None = None) -> dict[str, Any]:
+        """List ingested documents (id, source, chunk count, digest), one page at a time."""
+        docs = await rag.list_documents(limit=limit, after=after)
+        return {"documents": docs, "next_after": docs[-1]["doc_id"] if len(docs) == limit else None}
 
-    async def delete_document(p: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return {"doc_id": p["doc_id"], "deleted": await rag.delete_document(p["doc_id"])}
+    @state_tool(f"{prefix}delete_document", kind="destroy", title="Delete a document", tag="rag",
+                output=out({"doc_id": {"type": "string"}, "deleted": {"type": "boolean"}}, ["doc_id", "deleted"]))
+    async def delete_document(doc_id: DocId) -> dict[str, Any]:
+        """Remove a document and all its chunks from the index, permanently."""
+        return {"doc_id": doc_id, "deleted": await rag.delete_document(doc_id)}
 
-    doc_id = {"type": "string", "minLength": 1, "maxLength": 512, "description": "your id for the document (no '#')"}
-
-    def out(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-        return obj(properties, required, closed=False)  # output schemas stay open: a reply may grow fields
-    # Hand schemas rather than @tool: state_tool (shared with the memory tools) takes a schema and derives the
-    # annotations, capability and error mapping from one word, so the two layers cannot drift apart.
-    tools = [
-        state_tool(
-            f"{prefix}ingest", "Add a document (plain text) to the retrieval index, or update it. It is split into "
-                               "overlapping sentence chunks and embedded; ingesting unchanged text again does nothing.",
-            kind="write", title="Ingest a document", tag="rag", handler=ingest,
-            input=obj({"doc_id": doc_id, "text": {"type": "string", "minLength": 1, "maxLength": MAX_INGEST_CHARS},
-                       "source": {"type": "string", "maxLength": 1024, "description": "where the text came from (URL, path)"},
-                       "title": {"type": "string", "maxLength": 1024}}, ["doc_id", "text"]),
-            output=out({"doc_id": {"type": "string"}, "status": {"type": "string", "enum": ["added", "replaced", "unchanged"]},
-                        "chunks": {"type": "integer"}, "digest": {"type": "string"}}, ["doc_id", "status", "chunks", "digest"]),
-        ),
-        state_tool(
-            f"{prefix}search", "Find the passages that best match a query, best first. Default mode 'hybrid': "
-                               "embedding similarity fused with full-text ranking (finds exact words such as names "
-                               "and flags, and related wording); 'vector': embeddings only; 'text': words only.",
-            kind="read", title="Search documents", tag="rag", handler=search,
-            input=obj({"query": {"type": "string", "minLength": 1, "maxLength": 4096},
-                       "k": {"type": "integer", "minimum": 1, "maximum": MAX_TOOL_RESULTS, "default": 5},
-                       "mode": {"type": "string", "enum": ["hybrid", "vector", "text"],
-                                "description": "ranking (default: the server's, hybrid)"}}, ["query"]),
-            output=out({"results": {"type": "array", "items": _HIT}}, ["results"]),
-        ),
-        state_tool(
-            f"{prefix}get_chunk", "Read one chunk by its id (<doc_id>#<n>, as rag_search returns it); neighbours are "
-                                  "n-1 and n+1.",
-            kind="read", title="Read a chunk", tag="rag", handler=get_chunk,
-            input=obj({"chunk_id": {"type": "string", "minLength": 8, "maxLength": 520}}, ["chunk_id"]),
-            output=out({**_HIT["properties"], "chunks": {"type": ["integer", "null"]}}, ["chunk_id", "doc_id", "n", "text"]),
-        ),
-        state_tool(
-            f"{prefix}list_documents", "List ingested documents (id, source, chunk count, digest), one page at a time.",
-            kind="read", title="List documents", tag="rag", handler=list_documents,
-            input=obj({"limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "after": doc_id}),
-            output=out({"documents": {"type": "array", "items": {"type": "object"}},
-                        "next_after": {"type": ["string", "null"]}}, ["documents", "next_after"]),
-        ),
-        state_tool(
-            f"{prefix}delete_document", "Remove a document and all its chunks from the index, permanently.",
-            kind="destroy", title="Delete a document", tag="rag", handler=delete_document,
-            input=obj({"doc_id": doc_id}, ["doc_id"]),
-            output=out({"doc_id": {"type": "string"}, "deleted": {"type": "boolean"}}, ["doc_id", "deleted"]),
-        ),
-    ]
+    tools = [ingest, search, get_chunk, list_documents, delete_document]
     if artifacts is not None:
         from openfunctions.artifacts import create_artifact_read_tool
 

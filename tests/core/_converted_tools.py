@@ -1,7 +1,9 @@
 """Every project tool defined with ``@tool``, built offline: the subjects of test_tool_conversions.py.
 
-The reference providers are connected over empty (but valid) folders: a tool's
-spec does not depend on the data under the root. ``of_list_dir``'s description
+The reference providers are connected over empty (but valid) folders, the RAG
+tools over an empty embedded index (closed again: only the specs are read) and
+the memory tools over a memory without a store: a tool's spec does not depend
+on the data under it. ``of_list_dir``'s description
 names its root; :func:`spec_of` writes it as ``<ROOT>``.
 """
 
@@ -16,7 +18,9 @@ from openfunctions.core import ToolDefinition
 
 async def converted_tools(tmp: Path) -> list[ToolDefinition]:
     from openfunctions.agents.demo import count_words
+    from openfunctions.memory import Memory, create_memory_tools
     from openfunctions.providers.reference import CalendarProvider, GitProvider, TasksProvider, VaultProvider
+    from openfunctions.rag import create_rag_tools, open_rag
     from openfunctions.servers._example_tools import example_tools
     from openfunctions.skills import SkillSet, skill_tools
 
@@ -27,7 +31,9 @@ async def converted_tools(tmp: Path) -> list[ToolDefinition]:
     for provider in (VaultProvider(tmp / "vault"), GitProvider(tmp / "repo"), CalendarProvider(tmp / "cal"),
                      TasksProvider(tmp / "tasks")):
         tools += (await provider.connect()).create_tools()
-    return tools
+    rag = await open_rag(data_dir=tmp / "rag")
+    await rag.aclose()
+    return [*tools, *create_rag_tools(rag), *create_memory_tools(Memory(None))]
 
 
 def spec_of(t: ToolDefinition, tmp: Path) -> dict[str, Any]:

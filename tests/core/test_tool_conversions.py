@@ -1,7 +1,7 @@
 """The project's tools that moved from hand-written schemas to ``@tool`` still say the same thing.
 
 tests/core/tool_specs_before_decorator.json is each tool's spec as it was
-defined with ``define_tool`` and a hand-written schema. Today's tool must have
+defined with ``define_tool`` (or ``state_tool``) and a hand-written schema. Today's tool must have
 the same spec apart from the input schema (name, description, title, tags,
 annotations, capability, output schema, examples, meta), the same test cases
 and the same null-as-absent set; its input schema must accept and refuse the
@@ -33,6 +33,11 @@ PATTERN_PROBES: dict[str, list[str]] = {
     r"^\d{4}-\d{2}-\d{2}$": ["2025-03-01", "2025-3-1", "2025-03-01x", "", "٢٠٢٥-٠٣-٠١"],
     r"^\+?[\w\-.]{1,64}$": ["apollo", "+apollo", "++apollo", "a b", "a" * 64, "a" * 65, "é-x.y_z", "", "+"],
     "^[A-Z]$": ["A", "Z", "a", "AB", "", "É"],
+    # memory's thread ids and fact ids
+    r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$": ["t-1", "a", "a:b.c_d-e", "-a", "_a", "", "a b", "a/b", "é",
+                                              "a" * 128, "a" * 129, "a\n"],
+    "^f_[0-9a-f]{24}$": ["f_" + "0" * 24, "f_" + "a" * 24, "f_" + "A" * 24, "f_" + "0" * 23, "f_" + "0" * 25,
+                         "g_" + "0" * 24, "", "f_" + "0" * 24 + "\n"],
 }
 #: The one intended difference: the demo's count_words had an open schema (an oversight: unknown arguments
 #: were dropped silently); @tool closes every schema, so an unknown argument is now refused.

@@ -159,6 +159,17 @@ async def test_memory_tools_through_the_registry(memory_store):
     assert page["messages"][0]["content"] == "hi" and page["total"] == 1
 
 
+async def test_the_role_parameter_offers_exactly_the_roles_memory_takes():
+    from typing import get_args
+
+    from openfunctions.memory._memory import ROLES
+    from openfunctions.memory._tools import Role
+
+    assert get_args(Role) == ROLES
+    tool = {t.name: t for t in create_memory_tools(Memory(None))}["memory_append_message"]
+    assert tool.input_schema["properties"]["role"]["enum"] == list(ROLES)
+
+
 async def test_store_failure_is_a_tool_error_with_certainty(tmp_path):
     from openfunctions.store import open_local_store
 
