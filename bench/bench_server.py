@@ -33,6 +33,7 @@ the table into docs/PERFORMANCE.md (section ``server``).
 
     python bench/bench_server.py            # full (~1-2 min)
     python bench/bench_server.py --quick    # smoke run, a few seconds per mode
+    python bench/bench_server.py --smoke --no-write  # every mode once with a handful of calls (the test's run)
 
 This file is also the server side of the subprocess modes:
 ``--serve-sdk stdio|http`` runs the SDK peer, and ``--module
@@ -377,7 +378,7 @@ def floor_table(floors: list[float], rates: dict[str, tuple[float, float, float]
             "that the SDK's server, which persists nothing, does not pay. So: " + "; ".join(verdict) + ".")
 
 
-def load_rows(rounds: int, seconds: float) -> tuple[list[list[object]], str]:
+def load_rows(rounds: int, seconds: float, warmup: float = 1.0) -> tuple[list[list[object]], str]:
     """``bench/load_http.py`` at 50 clients, ours vs the SDK, ``rounds`` interleaved pairs: a table row and a note.
 
     Each round also measures our server with ``--no-journal``, so the note can
@@ -387,10 +388,10 @@ def load_rows(rounds: int, seconds: float) -> tuple[list[list[object]], str]:
 
     ours, bare, slow, sdk = [], [], [], []
     for _ in range(rounds):
-        ours.append(load_http.measure("ours", 50, seconds))
-        bare.append(load_http.measure("ours-no-journal", 50, seconds))
-        slow.append(load_http.measure("ours-no-fast-path", 50, seconds))
-        sdk.append(load_http.measure("sdk", 50, seconds))
+        ours.append(load_http.measure("ours", 50, seconds, warmup=warmup))
+        bare.append(load_http.measure("ours-no-journal", 50, seconds, warmup=warmup))
+        slow.append(load_http.measure("ours-no-fast-path", 50, seconds, warmup=warmup))
+        sdk.append(load_http.measure("sdk", 50, seconds, warmup=warmup))
     paired = median([o["rate"] / s["rate"] for o, s in zip(ours, sdk, strict=True)])
     paired_slow = median([o["rate"] / s["rate"] for o, s in zip(slow, sdk, strict=True)])
     o_rate, s_rate = median([r["rate"] for r in ours]), median([r["rate"] for r in sdk])
@@ -415,8 +416,12 @@ def load_rows(rounds: int, seconds: float) -> tuple[list[list[object]], str]:
 async def bench(
     n_inproc: int, n_stdio: int, n_http: int, rounds: int, tmp: Path, floors: list[float] | None = None,
     rates: dict[str, tuple[float, float, float]] | None = None, cpu_rows: list[list[object]] | None = None,
+    smoke: bool = False,
 ) -> list[list[object]]:
-    """The table rows; ``floors`` collects fsync-floor samples (ms), ``rates`` each mode's (ours, SDK, paired ratio)."""
+    """The table rows; ``floors`` collects fsync-floor samples (ms), ``rates`` each mode's (ours, SDK, paired ratio).
+
+    ``smoke``: a few warm-up calls and fsync probes instead of the measuring run's (``--smoke``).
+    """
     from mcp import Client, StdioServerParameters
 
     def client(target: Any) -> Any:
@@ -433,7 +438,7 @@ async def bench(
     async def mode(name: str, ours: _Target, sdk: _Target, n: int) -> None:
         if ONLY and not any(part in name for part in ONLY):
             return
-        await _run_mode(name, [ours, sdk], n, rounds, warmup=max(20, n // 5))
+        await _run_mode(name, [ours, sdk], n, rounds, warmup=4 if smoke else max(20, n // 5))
         if ours.server_cpu_ms and sdk.server_cpu_ms:
             kind = "lean raw HTTP (load_http.LeanClients)" if ours.lean else "`mcp.Client`"
             cpu_rows.append([name, kind, f"{median(ours.server_cpu_ms):.2f}", f"{median(sdk.server_cpu_ms):.2f}",
@@ -455,7 +460,7 @@ async def bench(
     # What durability costs: the default server (execution journal on). A
     # declared read fsyncs its receipt before the reply (no start record); an
     # effectful tool also fsyncs a start record before its handler.
-    floors += fsync_floor(tmp)  # the same disk as the journals, right before and after the journaled stdio rows
+    floors += fsync_floor(tmp, 20 if smoke else 200)  # the same disk as the journals, right before and after the journaled stdio rows
     journaled = _ours_cmd(tmp / "stdio-journal", journal=True)
     ours_journal = StdioServerParameters(command=journaled[0], args=journaled[1:], env=_env())
     await mode("stdio, journal on, read-only tool", _Target("ours+journal", lambda: [client(ours_journal)]),
@@ -487,7 +492,7 @@ async def bench(
                _Target("ours+journal", lambda: [client(ours_uvloop)]),
                _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
 
-    floors += fsync_floor(tmp)
+    floors += fsync_floor(tmp, 20 if smoke else 200)
     p1, p2, p3, p4 = free_port(), free_port(), free_port(), free_port()
     ours_http = _HttpProc(_ours_cmd(tmp / "http", "--transport", "http", "--port", str(p1)), p1, tmp / "ours-http.log")
     sdk_http = _HttpProc(_sdk_cmd("http", p2), p2, tmp / "sdk-http.log")
@@ -540,6 +545,8 @@ ONLY: list[str] = []  # --only: the modes to run (all when empty)
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="few calls per round, 3 rounds (a smoke run)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="every mode and row once with a handful of calls: checks the bench runs; its figures mean nothing")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per mode (default 15; 3 with --quick)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/PERFORMANCE.md alone")
     ap.add_argument("--only", action="append", default=[], metavar="TEXT",
@@ -554,22 +561,22 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     ONLY.extend(args.only)
-    rounds = args.rounds or (3 if args.quick else 15)
-    n_inproc, n_stdio, n_http = (200, 100, 50) if args.quick else (400, 200, 80)
+    rounds = args.rounds or (1 if args.smoke else 3 if args.quick else 15)
+    n_inproc, n_stdio, n_http = (20, 16, 8) if args.smoke else (200, 100, 50) if args.quick else (400, 200, 80)
     print(f"bench_server: no-op tool, {rounds} rounds per mode (median calls/s)", flush=True)
     floors: list[float] = []
     rates: dict[str, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         cpu_rows: list[list[object]] = []
-        rows = anyio.run(bench, n_inproc, n_stdio, n_http, rounds, Path(tmp), floors, rates, cpu_rows)
+        rows = anyio.run(bench, n_inproc, n_stdio, n_http, rounds, Path(tmp), floors, rates, cpu_rows, args.smoke)
     if ONLY:
         print(table(["mode", "calls/round", "ours (calls/s)", "SDK MCPServer (calls/s)", "ours/SDK (paired)"], rows))
         print(table(["HTTP mode: CPU ms per call (medians)", "client", "our server", "SDK server",
                      "client process (vs ours)", "client process (vs SDK)"], cpu_rows))
         print(f"1-minute load average: {os.getloadavg()[0]:.1f}")
         return 0
-    load_rounds, load_seconds = (1, 2.0) if args.quick else (3, 4.0)
-    load_table_rows, load_note = load_rows(load_rounds, load_seconds)
+    load_rounds, load_seconds = (1, 2.0) if args.quick or args.smoke else (3, 4.0)
+    load_table_rows, load_note = load_rows(load_rounds, 0.3 if args.smoke else load_seconds, warmup=0.2 if args.smoke else 1.0)
     rows += load_table_rows
     load = os.getloadavg()[0]
     body = table(["mode", "calls/round", "ours (calls/s)", "SDK MCPServer (calls/s)", "ours/SDK (paired)"], rows)

@@ -220,11 +220,11 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def measure(kind: str, clients: int, seconds: float) -> dict:
+def measure(kind: str, clients: int, seconds: float, warmup: float = 1.0) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = _start(kind, Path(tmp))
         try:
-            asyncio.run(_load(port, 4, 1.0))  # warm-up
+            asyncio.run(_load(port, 4, warmup))  # warm-up
             cpu0, gen0 = _cpu_seconds(proc.pid), time.process_time()
             lat, errors, wall = asyncio.run(_load(port, clients, seconds))
             cpu, gen = _cpu_seconds(proc.pid) - cpu0, time.process_time() - gen0

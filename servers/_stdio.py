@@ -367,7 +367,12 @@ async def stdio_transport(
         # host must not keep the process alive after shutdown.
         try:
             while True:
-                chunk = os.read(wire_in, _READ_CHUNK)
+                try:
+                    chunk = os.read(wire_in, _READ_CHUNK)
+                except OSError:
+                    # A terminal hung up under a blocked read gives EIO, not EOF:
+                    # the client is gone either way, so end the session as at EOF.
+                    chunk = b""
                 anyio.from_thread.run(chunk_send.send, chunk, token=token)
                 if not chunk:
                     return

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -56,12 +57,17 @@ def run_git(cwd: str, args: list[str], *, timeout: float = GIT_TIMEOUT_S,
     env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", LC_ALL="C", GIT_OPTIONAL_LOCKS="0")
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([git, "--no-pager", *_SAFE_CONFIG, *args], cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=err, env=env)
+                                stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True)
         timed_out = threading.Event()
 
         def kill() -> None:
+            # The whole group: what git started (an alias's shell, a hook, ssh) would otherwise run on,
+            # and hold our stdout open past the timeout.
             timed_out.set()
-            proc.kill()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
         timer = threading.Timer(timeout, kill)
         timer.start()

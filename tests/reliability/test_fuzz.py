@@ -1,6 +1,7 @@
 """A seeded JSON-RPC fuzzer over stdio and HTTP, every profile of this build.
 
-``OPENFUNCTIONS_FUZZ_MESSAGES`` (default 20,000) messages per run, split over
+``OPENFUNCTIONS_FUZZ_MESSAGES`` (default 6,000; the long run is
+``OPENFUNCTIONS_FUZZ_MESSAGES=20000``) messages per run, split over
 the targets (60 % stdio, 20 % stateless HTTP, 20 % HTTP with sessions: one
 ``initialize``, then every message carries the ``Mcp-Session-Id``, and about
 one in twenty a wrong, stale or missing one); ``OPENFUNCTIONS_FUZZ_SEED`` picks the
@@ -29,7 +30,7 @@ from ._targets import HttpSessionTarget, HttpTarget, StdioTarget
 
 pytestmark = pytest.mark.slow
 
-TOTAL = int(os.environ.get("OPENFUNCTIONS_FUZZ_MESSAGES", "20000"))
+TOTAL = int(os.environ.get("OPENFUNCTIONS_FUZZ_MESSAGES", "6000"))
 SEED = int(os.environ.get("OPENFUNCTIONS_FUZZ_SEED", "19"))
 BATCH = 200
 BOUND = 60.0  # seconds a reply may take before it counts as a hang (a bound, not a timing claim)
@@ -125,16 +126,14 @@ def _normal_call_works(target, tools: list[dict]) -> None:
 
 
 def test_fuzzed_json_rpc_never_kills_hangs_or_leaks(tmp_path):
+    # Every server is spawned before any is waited for: their start-ups overlap.
     targets: list = [StdioTarget(profile, tmp_path / f"stdio-{profile}", *_config(profile, tmp_path)) for profile in PROFILES]
     ready = []
     t0 = time.monotonic()
     try:
-        for t in list(targets):
-            ready.append((t, t.start()))
-        http_targets = [kind(t.profile, tmp_path / f"{kind.__name__}-{t.profile}", *_config(t.profile, tmp_path))
-                        for t, _ in list(ready) for kind in (HttpTarget, HttpSessionTarget)]
-        targets += http_targets
-        for t in http_targets:
+        targets += [kind(profile, tmp_path / f"{kind.__name__}-{profile}", *_config(profile, tmp_path))
+                    for profile in PROFILES for kind in (HttpTarget, HttpSessionTarget)]
+        for t in targets:
             ready.append((t, t.start()))
         assert ready, "no profile could start"
         started = time.monotonic() - t0
@@ -185,7 +184,17 @@ def test_fuzzed_json_rpc_never_kills_hangs_or_leaks(tmp_path):
         for t, _ in ready:
             assert t.proc.poll() is None, f"{t.profile}/{type(t).__name__} exited with {t.proc.returncode}"
     finally:
-        codes = {f"{t.profile}/{type(t).__name__}": t.close() for t, _ in ready}
+        # Closed side by side (each close waits for its server's own exit code).
+        codes: dict[str, int] = {}
+
+        def close(t) -> None:
+            codes[f"{t.profile}/{type(t).__name__}"] = t.close()
+
+        closers = [threading.Thread(target=close, args=(t,)) for t, _ in ready]
+        for th in closers:
+            th.start()
+        for th in closers:
+            th.join()
         for t in targets:
             if t.proc.poll() is None:
                 t.proc.kill()

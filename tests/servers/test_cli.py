@@ -443,7 +443,7 @@ def test_http_says_where_it_listens_and_a_taken_port_is_one_line_exit_2(http_ser
         f"openfunctions-mcp: port {port} on 127.0.0.1 is already in use: stop what holds it or pass another --port"]
 
 
-def test_stdio_in_a_terminal_says_it_waits_for_a_client(tmp_path):
+def test_stdio_in_a_terminal_says_it_waits_for_a_client_and_ends_when_the_terminal_goes(tmp_path):
     import os
     import pty
 
@@ -454,11 +454,20 @@ def test_stdio_in_a_terminal_says_it_waits_for_a_client(tmp_path):
     try:
         line = proc.stderr.readline()
         assert "waiting for an MCP client on stdin" in line and "openfunctions-mcp demo" in line
+        # One answered request: the server's stdin reader is now back in a blocked read, where a
+        # hang-up reads as EIO (not EOF); the server must end on it all the same.
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                 "clientInfo": {"name": "t", "version": "0"}}}
+        os.write(master, (json.dumps(initialize) + "\n").encode())
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        os.close(master)  # the terminal goes away
+        master = -1
+        assert proc.wait(timeout=30) == 0
     finally:
-        os.close(master)  # the terminal goes away: stdin ends
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if master >= 0:
+            os.close(master)
+        if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
         proc.stdout.close()

@@ -65,10 +65,32 @@ def test_checkout_runs_with_uvx_from_dot(built):
     assert b"--profile" in proc.stdout
 
 
+# Every entry's arguments through the built package's own ``main`` (with ``--help``: parsed, nothing served),
+# in one interpreter of the wheel's uvx environment: the console script itself is test_wheel_help_and_version's.
+_PARSE_ALL = """
+import json, sys
+from openfunctions.servers import cli
+failed = {}
+for name, args in json.loads(sys.argv[1]).items():
+    try:
+        cli.main([*args, "--help"])
+        failed[name] = "returned instead of exiting after --help"
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            failed[name] = f"exit {exc.code}"
+print(json.dumps({"module": cli.__file__, "failed": failed}))
+"""
+
+
 def test_every_example_config_entry_parses_in_the_built_package(built):
-    for name, entry in json.loads(CONFIG.read_text())["mcpServers"].items():
-        proc = run(built, *openfunctions_args(entry), "--help")
-        assert proc.returncode == 0, (name, proc.stderr.decode()[-1000:])
+    entries = {name: openfunctions_args(entry) for name, entry in json.loads(CONFIG.read_text())["mcpServers"].items()}
+    wheel, uvx, env = built
+    proc = subprocess.run([uvx, "--isolated", "--from", str(wheel), "python", "-c", _PARSE_ALL, json.dumps(entries)],
+                          capture_output=True, timeout=600, env=env, cwd="/")
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    report = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert not report["module"].startswith(str(REPO)), report  # the wheel's code, not this checkout's
+    assert report["failed"] == {}, (report, proc.stderr.decode()[-2000:])
 
 
 def test_wheel_serves_a_stdio_session(built, tmp_path):

@@ -161,11 +161,15 @@ async def test_the_principals_list_holds_its_tasks_only(backend, tmp_path: Path)
         assert await store.of_principal(None) == []
 
 
-async def test_a_cancel_mark_whose_notification_was_missed_is_found_by_the_sweep(pg_dsn, tmp_path: Path) -> None:  # noqa: F811
+async def test_a_cancel_mark_whose_notification_was_missed_is_found_by_the_sweep(
+        pg_dsn, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
     """PostgreSQL only: the running replica missed the NOTIFY (set the mark by hand); its next sweep cancels."""
     import psycopg
 
     from openfunctions.store import migrate_database
+    from openfunctions.store._pg import SWEEP_ENV
+
+    monkeypatch.setenv(SWEEP_ENV, "0.3")  # the sweep is what is tested: sooner than its 5 s default
 
     markers = tmp_path / "m"
     with private_database(pg_dsn) as dsn:
@@ -180,7 +184,7 @@ async def test_a_cancel_mark_whose_notification_was_missed_is_found_by_the_sweep
                 wait_for_file(markers / "started")
                 with psycopg.connect(dsn, autocommit=True) as conn:  # a mark with no notification
                     conn.execute("UPDATE of_tasks SET cancel_requested = true WHERE task_id = %s", (task_id,))
-                wait_for_file(markers / "cancelled", timeout=30)  # the sweep runs every 5 s
+                wait_for_file(markers / "cancelled", timeout=30)  # only the sweep can find the mark
                 return alice.until(task_id, {"cancelled", "completed", "failed"})
 
             got = await anyio.to_thread.run_sync(scenario)

@@ -40,6 +40,8 @@ def db(pg_dsn):  # noqa: F811
 #: For the tests of what a notification carries: a sweep this rare cannot stand in for a lost NOTIFY
 #: within the tests' bounds (30 s), so those tests fail when the notification path is broken.
 NO_SWEEP = {"OPENFUNCTIONS_DATABASE_SWEEP_S": "600"}
+#: For the test of what only the sweep does (a dead replica's task settled by a survivor): sooner than the 5 s default.
+QUICK_SWEEP = {"OPENFUNCTIONS_DATABASE_SWEEP_S": "0.5"}
 
 
 class Replica:
@@ -60,7 +62,7 @@ class Replica:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)  # again, if the fixture already did: harmless
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -80,6 +82,9 @@ def replicas(db, tmp_path):
         return r
 
     yield start
+    for r in started:  # every replica told first, so their shutdowns overlap
+        if r.proc.poll() is None:
+            r.proc.send_signal(signal.SIGTERM)
     for r in started:
         r.stop()
 
@@ -132,7 +137,7 @@ def test_tasks_cancel_through_another_replica_reaches_the_handler(replicas, tmp_
 
 def test_a_replica_killed_mid_task_leaves_it_failed_unknown_on_the_survivor_never_rerun(
         replicas, db, tmp_path: Path) -> None:
-    a, b = replicas("a"), replicas("b")
+    a, b = replicas("a"), replicas("b", env=QUICK_SWEEP)
     markers = tmp_path / "m"
     task_id = _create(a.client, "task_slow", {"dir": str(markers)})["taskId"]
     wait_for_file(markers / "started")

@@ -9,6 +9,13 @@
   so a receipt is often queued and not yet durable), CONC callers of a write
   tool forever; the handler prints ``effect RECEIPT_ID`` (the effect), the
   caller ``reply RECEIPT_ID`` once the call returned (the reply sent).
+- ``zygote``: imports the journal and the executor once, then per stdin line
+  ``MODE PATH [ARGS]`` forks a child running that mode (its lines go to the
+  zygote's stdout) and prints ``forked PID`` before the child's first line;
+  ``wait PID`` reaps a child and prints ``reaped PID CODE`` (CODE as
+  ``Popen.returncode``: ``-9`` for a SIGKILL). A fork costs milliseconds where
+  a fresh interpreter costs half a second, so a kill loop can afford its rounds;
+  each child is still a separate process with its own journal lock.
 """
 
 from __future__ import annotations
@@ -106,8 +113,40 @@ async def effects(path: str, conc: int) -> None:
             tg.start_soon(caller)
 
 
-if __name__ == "__main__":
-    mode, path, *rest = sys.argv[1:]
+def zygote() -> None:
+    import traceback
+
+    import openfunctions.core  # noqa: F401  (imported here once; every fork inherits it)
+    import openfunctions.core.journal  # noqa: F401
+
+    for line in sys.stdin:
+        mode, *args = line.split()
+        if mode == "wait":
+            pid = int(args[0])
+            _, status = os.waitpid(pid, 0)
+            say("reaped", pid, -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+            continue
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.close(go_w)
+                os.read(go_r, 1)  # "forked PID" is on stdout before this child's first line
+                run(mode, args[0], args[1:])
+            except BaseException:
+                traceback.print_exc()
+                say("child-error")
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(go_r)
+        say("forked", pid)
+        os.write(go_w, b"g")
+        os.close(go_w)
+
+
+def run(mode: str, path: str, rest: list[str]) -> None:
     if mode == "writer":
         anyio.run(writer, path, int(rest[0]))
     elif mode == "holder":
@@ -118,3 +157,10 @@ if __name__ == "__main__":
         anyio.run(effects, path, int(rest[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "zygote":
+        zygote()
+    else:
+        run(sys.argv[1], sys.argv[2], sys.argv[3:])

@@ -10,7 +10,7 @@ import pytest
 
 from openfunctions.core.journal import JournalLocked, JournalLog, read_records
 
-from ._proc import kill9, readline, spawn
+from ._proc import Zygote, kill9, readline, spawn
 
 
 def _acks(text: str) -> dict[int, int]:
@@ -29,35 +29,38 @@ def test_sigkill_at_random_moments_never_loses_an_acknowledged_record(tmp_path):
     acked: dict[int, tuple[int, int]] = {}  # seq -> (round, n)
     repaired = 0
     rounds = 60
-    for rnd in range(rounds):
-        proc = spawn("writer", p, rng.choice([1, 8, 32]))
-        ready = readline(proc)
-        assert ready.startswith("ready ")
-        # The reopened journal holds every record acknowledged so far.
-        assert int(ready.split()[1]) >= max(acked, default=0)
-        seen = ""
-        for _ in range(rng.randrange(0, 120)):
-            seen += readline(proc) + "\n"
-        seen += kill9(proc)
-        for seq, n in _acks(seen).items():
-            assert seq not in acked, f"seq {seq} acknowledged twice"
-            acked[seq] = (rnd, n)
+    # Each writer a forked process (a real one, killed with a real SIGKILL): 60 interpreter start-ups
+    # would be a third of this test's time.
+    with Zygote() as zygote:
+        for rnd in range(rounds):
+            pid = zygote.spawn("writer", p, rng.choice([1, 8, 32]))
+            ready = zygote.readline()
+            assert ready.startswith("ready ")
+            # The reopened journal holds every record acknowledged so far.
+            assert int(ready.split()[1]) >= max(acked, default=0)
+            seen = ""
+            for _ in range(rng.randrange(0, 120)):
+                seen += zygote.readline() + "\n"
+            seen += zygote.kill9(pid)
+            for seq, n in _acks(seen).items():
+                assert seq not in acked, f"seq {seq} acknowledged twice"
+                acked[seq] = (rnd, n)
 
-        async def reopen():
-            log = await JournalLog.open(p)
-            try:
-                recs = {r.seq: r for r in log.records()}
-                return log.last_seq, recs, log.repaired_tail is not None
-            finally:
-                await log.close()
+            async def reopen():
+                log = await JournalLog.open(p)
+                try:
+                    recs = {r.seq: r for r in log.records()}
+                    return log.last_seq, recs, log.repaired_tail is not None
+                finally:
+                    await log.close()
 
-        last, recs, was_torn = anyio.run(reopen)
-        repaired += was_torn
-        assert sorted(recs) == list(range(1, last + 1))
-        for seq, (r, n) in acked.items():
-            assert seq in recs, f"acknowledged seq {seq} (round {r}) lost"
-            if r == rnd:
-                assert recs[seq].data["n"] == n
+            last, recs, was_torn = anyio.run(reopen)
+            repaired += was_torn
+            assert sorted(recs) == list(range(1, last + 1))
+            for seq, (r, n) in acked.items():
+                assert seq in recs, f"acknowledged seq {seq} (round {r}) lost"
+                if r == rnd:
+                    assert recs[seq].data["n"] == n
     print(f"{len(acked)} acknowledged records, {repaired} torn tails repaired")
     assert len(acked) > rounds  # the test did exercise acknowledged writes
     final = [r.seq for r in read_records(p)]
@@ -110,39 +113,40 @@ def test_sigkill_while_receipts_are_queued_but_not_durable_keeps_every_promise(t
     rng = random.Random(20261201)
     replies: set[str] = set()
     effects: set[str] = set()
-    for _ in range(12):
-        proc = spawn("effects", p, rng.choice([2, 8, 16]))
-        assert readline(proc) == "ready True"
-        seen = ""
-        for _ in range(rng.randrange(5, 80)):
-            seen += readline(proc) + "\n"
-        seen += kill9(proc)
-        for line in seen.splitlines():
-            kind, _, rid = line.partition(" ")
-            if kind == "reply":
-                replies.add(rid)
-            elif kind == "effect":
-                effects.add(rid)
+    with Zygote() as zygote:
+        for _ in range(12):
+            pid = zygote.spawn("effects", p, rng.choice([2, 8, 16]))
+            assert zygote.readline() == "ready True"
+            seen = ""
+            for _ in range(rng.randrange(5, 80)):
+                seen += zygote.readline() + "\n"
+            seen += zygote.kill9(pid)
+            for line in seen.splitlines():
+                kind, _, rid = line.partition(" ")
+                if kind == "reply":
+                    replies.add(rid)
+                elif kind == "effect":
+                    effects.add(rid)
 
-        async def reopen():
-            j = await ExecutionJournal.open(p)  # recovery settles what was in flight
-            try:
-                return [(r.type, r.data) for r in j.log.records()]
-            finally:
-                await j.close()
+            async def reopen():
+                j = await ExecutionJournal.open(p)  # recovery settles what was in flight
+                try:
+                    return [(r.type, r.data) for r in j.log.records()]
+                finally:
+                    await j.close()
 
-        records = anyio.run(reopen)
-        starts = [d["receipt_id"] for t, d in records if t == "start"]
-        receipts: dict[str, list[dict]] = {}
-        for t, d in records:
-            if t == "receipt":
-                receipts.setdefault(d["receipt_id"], []).append(d)
-        assert len(starts) == len(set(starts))
-        for rid in starts:
-            assert len(receipts.get(rid, [])) == 1, f"start {rid} has {len(receipts.get(rid, []))} receipts"
-        for rid in effects:
-            assert rid in starts, f"effect {rid} ran without a durable start"
-        for rid in replies:
-            (got,) = receipts[rid]
-            assert got["outcome"] == "succeeded" and got["recovered"] is False, got
+            records = anyio.run(reopen)
+            starts = [d["receipt_id"] for t, d in records if t == "start"]
+            receipts: dict[str, list[dict]] = {}
+            for t, d in records:
+                if t == "receipt":
+                    receipts.setdefault(d["receipt_id"], []).append(d)
+            assert len(starts) == len(set(starts))
+            for rid in starts:
+                assert len(receipts.get(rid, [])) == 1, f"start {rid} has {len(receipts.get(rid, []))} receipts"
+            for rid in effects:
+                assert rid in starts, f"effect {rid} ran without a durable start"
+            for rid in replies:
+                (got,) = receipts[rid]
+                assert got["outcome"] == "succeeded" and got["recovered"] is False, got
     assert len(replies) > 50 and len(effects) > len(replies) // 2  # the test did exercise the path

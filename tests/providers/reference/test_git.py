@@ -8,6 +8,7 @@ from openfunctions.core import ToolError
 from openfunctions.providers import ProviderUnavailable, check_provider_health, context_prompt
 from openfunctions.providers.reference import GitProvider
 from openfunctions.providers.reference._git import run_git
+from tests._harness import alive, kill_pid, wait_for
 
 from .conftest import call, connected, git
 
@@ -86,12 +87,22 @@ async def test_repository_config_cannot_run_programs(repo_dir, tmp_path):
     assert not marker.exists()
 
 
-def test_output_bound_and_timeout(repo_dir):
+def test_output_bound_and_timeout(repo_dir, tmp_path):
     out, cut = run_git(str(repo_dir), ["log", "--format=%H"], max_bytes=10)
     assert cut and len(out) == 10
+    # What git starts is stopped with it: here the alias's shell, turned into a sleep (on /dev/null, so a
+    # git killed alone ends the call at once and would leave the sleep running). A sleep that held git's
+    # stdout would also keep a git-only kill's call waiting until it ended.
+    pid_file = tmp_path / "sleep.pid"
     with pytest.raises(ToolError) as info:
-        run_git(str(repo_dir), ["-c", "alias.slow=!sleep 5", "slow"], timeout=0.2)
+        run_git(str(repo_dir), ["-c", f"alias.slow=!echo $$ > {pid_file}; exec sleep 300 > /dev/null", "slow"],
+                timeout=0.5)
     assert info.value.code == "git_timeout"
+    sleeper = int(wait_for(pid_file.read_text, what="the alias's sleep pid"))
+    try:
+        wait_for(lambda: not alive(sleeper), what="the alias's sleep to be killed with git")
+    finally:
+        kill_pid(sleeper)
 
 
 async def test_context_health_and_not_a_repo(repo, tmp_path):
