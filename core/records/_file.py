@@ -182,6 +182,7 @@ class FileRecordLog(Generic[S]):
         self._tail: list[Pair] | None = None
         self._gate: anyio.Event | None = None
         self._broken: BaseException | None = None  # a background compaction's switch failed halfway
+        self._rotating = False  # compact() is running
 
     @classmethod
     async def open(cls, stream: RecordStream[S], path: str | os.PathLike[str], *,
@@ -232,6 +233,9 @@ class FileRecordLog(Generic[S]):
         """Wait while a background compaction switches files; note what goes to the old file for it."""
         while self._gate is not None:
             await self._gate.wait()
+        return self._note(pairs)
+
+    def _note(self, pairs: Sequence[Pair]) -> JournalLog:
         if self._broken is not None:
             raise RecordStreamError(f"{self.path}: a compaction failed while switching files ({self._broken}); "
                                     "reopen the stream (nothing acknowledged was lost)")
@@ -242,7 +246,7 @@ class FileRecordLog(Generic[S]):
     async def append(self, type_: str, data: dict[str, Any]) -> Record:
         """Make one record durable, then fold it (both happen even if the caller is cancelled)."""
         pair = [(type_, data)]
-        log_ = await self._hand(pair)
+        log_ = self._note(pair) if self._gate is None else await self._hand(pair)
         token = object()
         self._inflight[token] = pair
         try:
@@ -259,10 +263,11 @@ class FileRecordLog(Generic[S]):
         when it queued it (the local store: a value is served once acknowledged, durable before a read
         returns it). A background compaction may then copy it in both its snapshot and its tail, so such
         a stream's fold must be idempotent (module docstring)."""
-        log_ = await self._hand([(type_, data)])
-        with anyio.CancelScope(shield=True):
-            rec = await log_.append(type_, data)
-        return rec
+        pair = [(type_, data)]
+        log_ = self._note(pair) if self._gate is None else await self._hand(pair)
+        # Not shielded: there is no fold to keep in step, and a record handed to the journal is written even
+        # if its caller is cancelled (JournalLog.append).
+        return await log_.append(type_, data)
 
     async def append_many(self, records: Sequence[Pair]) -> list[Record]:
         """Make ``records`` durable as one group (one fsync), then fold each in order.
@@ -271,7 +276,7 @@ class FileRecordLog(Generic[S]):
         must see it too, or the live state and the file would diverge.
         """
         records = list(records)
-        log_ = await self._hand(records)
+        log_ = self._note(records) if self._gate is None else await self._hand(records)
         token = object()
         self._inflight[token] = records
         try:
@@ -292,6 +297,13 @@ class FileRecordLog(Generic[S]):
         self._can_compact()
         kept = list(self.stream.snapshot(self.state) if records is None else records)
         kept += [(r.type, r.data) for r in self.unknown]
+        self._rotating = True
+        try:
+            return await self._rotate_compact(kept, info)
+        finally:
+            self._rotating = False
+
+    async def _rotate_compact(self, kept: list[Pair], info: dict[str, Any]) -> Compaction:
         with anyio.CancelScope(shield=True):
             older = segment_paths(self.path)
             seg = await self.log.rotate(meta=self.stream.meta)
@@ -308,8 +320,8 @@ class FileRecordLog(Generic[S]):
     def _can_compact(self) -> None:
         if self._onto:
             raise RecordStreamError(f"{self.path}: a log opened onto earlier files' state does not compact")
-        if self._tail is not None or self._gate is not None:
-            raise RecordStreamError(f"{self.path}: a background compaction is running")
+        if self._tail is not None or self._gate is not None or self._rotating:
+            raise RecordStreamError(f"{self.path}: a {'' if self._rotating else 'background '}compaction is running")
         if self._broken is not None:
             raise RecordStreamError(f"{self.path}: a compaction failed while switching files; reopen the stream")
 
@@ -398,7 +410,7 @@ def _drop_segments(paths: Sequence[Path], directory: Path) -> None:
 
 #: The suffix of a background compaction's file while it is written.
 UNFINISHED = ".compact"
-_CHUNK = 10_000  # snapshot records per append_many (one fsync each)
+_CHUNK = 250  # snapshot records per append_many: the loop encodes each batch while writers wait, so keep it short (one fsync each, on the writer thread)
 _CATCH_UP = 1_000  # tail records left for the switch, where writes wait
 
 
