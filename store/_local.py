@@ -41,14 +41,19 @@ Such a record, or a record missing a field, fails the open with
 Compaction (while running, and at open): when the journal holds more than
 ``compact_min_records`` records (default :data:`COMPACT_MIN_RECORDS`) and
 more than ``compact_ratio`` (default 2) records per live key, the store
-rewrites it in the background, without stopping reads or writes:
+rewrites it in the background, without stopping reads or writes. It is the
+core record stream's background compaction
+(``FileRecordLog.compact_background``, documented with its files and steps
+at the top of core/records/_file.py), the one compaction every file-backed
+stream has:
 
 1. snapshot the live entries (on the event loop, between two calls) and
    start noting every record that goes to the old journal from then on (the
    *tail*);
 2. write the snapshot to ``store.journal.compact`` (a complete new journal,
-   header ``rev`` = the snapshot's revision), then copy the tail over while
-   it grows;
+   header meta ``{"store", "format": 1, "rev": <the snapshot's revision>,
+   "compacted": true, "whole": true}``), then copy the tail over while it
+   grows;
 3. switch: new writes wait (reads do not); once the old journal's queued
    appends are durable and closed, the rest of the tail is appended, the new
    file is fsynced, renamed over ``store.journal`` and the directory fsynced;
@@ -57,26 +62,17 @@ rewrites it in the background, without stopping reads or writes:
 Until the rename the old journal is the whole truth (every acknowledged
 write is in it), and the leftover ``.compact`` file is deleted on the next
 open; after the rename the new file holds the snapshot and every record
-since. A record may be in both the snapshot and the tail (it was applied just
-before the snapshot and written just after): replaying it twice is
-harmless, records carry absolute versions. :meth:`LocalStore.compact` runs
-the same on demand and :meth:`LocalStore.stats` reports the counters.
-One process owns a store at a time (``StoreLocked`` names the holder); to
-share state between processes or machines use PostgreSQL.
-
-Why this compaction and not the core record stream's (``FileRecordLog.compact``):
-that one writes the snapshot and its ``compacted`` record in one batch right
-after a rotate, and nothing else may be appended in between (a write
-appended after the rotate and before the snapshot would be folded *before*
-older values the snapshot re-states, and the fold's ``put`` sets, it does not
-compare versions). So every write would wait while the whole snapshot is
-encoded and written, which for a store is every live value. This one keeps
-the store's guarantee instead: writes go on into the old file while the
-snapshot is written, and wait only for the switch (the tail's last records,
-an fsync and a rename). It also carries the revision floor in the new
-file's header, which a core snapshot of ``put`` records could not. The fold
-itself is the stream's: compaction changes which records are in the file,
-never how they are applied.
+since: it is a complete journal, and holds no record type but ``put``,
+``del`` and ``txn`` (the two header flags are all that is new; a reader that
+does not know them ignores them, so the format stays 1 both ways). The store
+applies a write when it queues it, before handing it to the journal
+(``FileRecordLog.write``), so a record may be in both the snapshot and the
+tail (applied just before the snapshot and written just after): replaying it
+twice is harmless, records carry absolute versions. :meth:`LocalStore.compact`
+runs the same on demand and :meth:`LocalStore.stats` reports the counters.
+One process owns a store at a time (``StoreLocked`` names the holder; the
+``LOCK`` file is held across the compaction's reopen); to share state
+between processes or machines use PostgreSQL.
 """
 
 from __future__ import annotations
@@ -96,10 +92,9 @@ from typing import Any
 import anyio
 
 from openfunctions.core import JournalCorrupt, JournalLocked, JournalUnsafe, utc_timestamp
-from openfunctions.core.files import fsync_dir
 from openfunctions.core.journal import JournalLog, JournalMismatch, Record
 from openfunctions.core.records import Entry as Pending
-from openfunctions.core.records import RecordStream, StreamRecord, UnknownRecords
+from openfunctions.core.records import FileRecordLog, RecordStream, StreamRecord, UnknownRecords
 
 from ._api import (
     DEFAULT_LIST_LIMIT,
@@ -205,8 +200,8 @@ def _snapshot(state: _State) -> list[tuple[str, dict[str, Any]]]:
     return [("put", {"k": e.key, "v": e.value, "ver": e.version, "at": e.updated_at}) for e in state.data.values()]
 
 
-#: The store's journal as a core record stream: its one fold, live and at recovery (the journal and its
-#: compaction are the store's own: see the module docstring).
+#: The store's journal as a core record stream: its one fold, live and at recovery, and its snapshot, which the
+#: core's background compaction writes (module docstring).
 STORE: RecordStream[_State] = RecordStream(
     "local store", kind="store", types={"put", "del", "txn"}, new_state=_State, apply=_apply,
     unknown=UnknownRecords.REFUSE, meta={"format": FORMAT}, snapshot=_snapshot, malformed=_malformed)
@@ -285,7 +280,7 @@ class LocalStore(Store):
         self.compact_min_records = compact_min_records
         self.compact_ratio = float(compact_ratio)
         self._state = _State()
-        self._log: JournalLog | None = None
+        self._log: FileRecordLog[_State] | None = None
         self._lock = _DirLock(directory)
         self._pending: dict[str, asyncio.Task[Any]] = {}
         self._last: asyncio.Task[Any] | None = None
@@ -295,8 +290,6 @@ class LocalStore(Store):
         # get's hot path reads this dict: the folded state while the store is open, not failed and has
         # no write in flight, else an empty dict (so a hit needs no other test; see get)
         self._hot: Mapping[str, Entry] = _NOTHING
-        self._tail: list[tuple[str, dict[str, Any]]] | None = None  # records sent to the old journal during a compaction
-        self._gate: asyncio.Event | None = None  # set while a compaction switches files: writes wait on it
         self._compacting: asyncio.Task[None] | None = None
         self.compactions = 0
 
@@ -313,8 +306,8 @@ class LocalStore(Store):
         self = cls(name, directory, max_value_bytes, compact_min_records=compact_min_records, compact_ratio=compact_ratio)
         await anyio.to_thread.run_sync(self._lock_dir)
         try:
-            log, self._state = await anyio.to_thread.run_sync(self._open_log, True)
-            self._log = log
+            log, self._state = await anyio.to_thread.run_sync(self._open_log)
+            self._log = FileRecordLog(STORE, log, self._state, [])
             hmeta = log.header.meta or {}
             if not isinstance(hmeta.get("format", FORMAT), int) or hmeta.get("format", FORMAT) > FORMAT:
                 raise StoreCorrupt(f"store {name!r} was written in format {hmeta.get('format')!r}; this code reads {FORMAT}")
@@ -338,7 +331,7 @@ class LocalStore(Store):
             if os.path.lexists(p):
                 os.unlink(p)  # an unfinished compaction: the old journal is still the whole truth
 
-    def _open_log(self, fold: bool) -> tuple[JournalLog, _State]:
+    def _open_log(self) -> tuple[JournalLog, _State]:
         state = _State()
         state._bulk = True
 
@@ -348,7 +341,7 @@ class LocalStore(Store):
         meta = {"store": self.name, "format": FORMAT, "rev": 0}
         try:
             log = JournalLog.open_sync(self.directory / JOURNAL_NAME, kind="store", meta=meta,
-                                       on_record=see if fold else None)
+                                       on_record=see)
         except (JournalLocked, JournalUnsafe, JournalCorrupt, JournalMismatch) as exc:
             raise _journal_error(exc, self.name) from None
         state.rev = max(state.rev, int((log.header.meta or {}).get("rev", 0)))
@@ -364,61 +357,20 @@ class LocalStore(Store):
         """Rewrite the journal with the live entries, while calls go on (see the module docstring)."""
         assert self._log is not None
         self.compactions += 1
-        tmp = self.directory / (JOURNAL_NAME + ".compact")
         state = self._state
-        snapshot = STORE.snapshot(state)
         base_records = state.records
-        tail: list[tuple[str, dict[str, Any]]] = []
-        self._tail = tail
-        new: JournalLog | None = None
-        switched = False
+        # The snapshot is taken as this is called (no await before it), at the revision the header keeps.
         try:
-            new = await JournalLog.open(tmp, kind="store", meta={"store": self.name, "format": FORMAT, "rev": state.rev})
-            for i in range(0, len(snapshot), 10_000):
-                await new.append_many(snapshot[i:i + 10_000])
-            while len(tail) > 1_000:  # catch up while writes go on
-                batch = tail[:]
-                del tail[:len(batch)]
-                await new.append_many(batch)
-            # Switch: writes wait at the gate; the old journal's queued appends become durable and it closes.
-            # (JournalLog.append enqueues synchronously, so close() drains every record that passed the gate.)
-            self._gate = asyncio.Event()
-            old, self._log = self._log, None
-            switched = True
-            await old.close()
-            if old.failed or self._failure is not None:
-                raise StoreFailed(f"store {self.name!r}: a journal write failed during compaction ({self._failure})")
-            if tail:
-                await new.append_many(tail)
-            await new.close()
-
-            def switch() -> None:
-                os.rename(tmp, self.directory / JOURNAL_NAME)
-                fsync_dir(self.directory)
-                try:
-                    os.unlink(f"{tmp}.lock")
-                except FileNotFoundError:
-                    pass
-
-            await anyio.to_thread.run_sync(switch)
-            self._log, _ = await anyio.to_thread.run_sync(self._open_log, False)
-            state.records = len(snapshot) + (state.records - base_records)
+            result = await self._log.compact_background(meta={"store": self.name, "format": FORMAT, "rev": state.rev})
         except BaseException as exc:
-            if new is not None:
-                await new.close()
-            if switched and self._log is None:
-                # the old journal is closed and the new one not in place: the files are consistent (the old
-                # one until the rename, the new one after) but this process cannot go on writing
-                self._failure = self._failure or exc
-            else:
-                await anyio.to_thread.run_sync(_unlink_quietly, tmp)
+            if self._log.failed and self._failure is None:
+                # the old journal is closed and the new one not open: the files are consistent (the old one
+                # until the rename, the new one after) but this process cannot go on writing
+                self._failure = exc
             raise
         finally:
-            self._tail = None
-            gate, self._gate = self._gate, None
-            if gate is not None:
-                gate.set()
             self._refresh()
+        state.records = result.written + (state.records - base_records)
 
     async def _compact_in_background(self) -> None:
         try:
@@ -447,7 +399,7 @@ class LocalStore(Store):
 
     # -- helpers ------------------------------------------------------------
     def _check(self) -> None:
-        if self._closed or (self._log is None and self._gate is None):  # (during a compaction's switch: writes wait)
+        if self._closed or self._log is None:
             raise StoreClosed(f"store {self.name!r} is closed")
         if self._failure is not None:
             raise StoreFailed(
@@ -494,13 +446,11 @@ class LocalStore(Store):
         return task
 
     async def _write(self, type: str, data: dict[str, Any]) -> Any:
-        if self._gate is not None:  # a compaction is switching files (waiters wake in FIFO order)
-            await self._gate.wait()
+        # During a compaction's switch this waits (waiters wake in FIFO order); during the rest of it the
+        # record goes to the old journal and the compaction copies it to the new one.
         if self._log is None:
             raise StoreFailed(f"store {self.name!r} has no open journal")
-        if self._tail is not None:
-            self._tail.append((type, data))  # this record goes to the old journal: copy it to the new one
-        return await self._log.append(type, data)
+        return await self._log.write(type, data)
 
     def _next_ver(self) -> int:
         self._state.rev += 1
@@ -689,14 +639,6 @@ class _LocalTransaction(Transaction):
         data = {"ops": ops, "at": utc_timestamp()}
         STORE.apply(s._state, Pending("txn", data), s._where)
         await s._wait(s._append("txn", data, [op["k"] for op in ops]))
-
-
-def _unlink_quietly(path: Path) -> None:
-    for p in (path, Path(f"{path}.lock")):
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
 
 
 async def open_local_store(name: str, data_dir: str | os.PathLike[str] | None = None, *,
