@@ -17,9 +17,11 @@ import tty
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from openfunctions.servers._stdio import _LineSplitter
 
-from .conftest import serve_argv, server_env
+from .conftest import journaled_receipts, serve_argv, server_env
 
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
@@ -141,3 +143,42 @@ def test_the_line_splitter_keeps_lines_across_chunks_and_refuses_long_ones_as_th
     assert s.feed(b"tail") == []
     assert s.finish() == [b"tail"]
     assert s.finish() == []
+
+
+@pytest.mark.parametrize("journal_sync", ["loop", "thread"])
+def test_journal_sync_chooses_who_makes_a_stdio_receipt_durable(tmp_path: Path, journal_sync: str) -> None:
+    """``serve --journal-sync`` on stdio: ``thread`` starts the journal's writer thread at the first receipt
+    (it is still there while the next call runs; it leaves only after 2 s idle); ``loop`` never starts one."""
+    proc = subprocess.Popen([*_argv(tmp_path), "--journal-sync", journal_sync], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
+    assert proc.stdin is not None and proc.stdout is not None
+    replies = []
+    try:
+        proc.stdin.write(_lines(INIT, INITIALIZED))
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        for rid in (1, 2):
+            proc.stdin.write(_lines(_call(rid)))
+            proc.stdin.flush()
+            replies.append(json.loads(proc.stdout.readline()))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    names = replies[1]["result"]["structuredContent"]["names"]
+    writers = [n for n in names if n.startswith("journal-writer:")]
+    assert bool(writers) is (journal_sync == "thread"), names
+    settled = [types for types in journaled_receipts(tmp_path).values() if types[-1] == "receipt"]
+    assert len(settled) == 2  # both calls' receipts are in the journal either way
+
+
+@pytest.mark.anyio
+async def test_an_unknown_journal_sync_is_refused_before_serving() -> None:
+    from openfunctions.core import ConfigurationError, ToolRegistry
+    from openfunctions.servers import create_mcp_server
+    from openfunctions.servers._runtime import run_stdio
+
+    server = create_mcp_server(ToolRegistry([]), name="t", version="0", journal_dir=None)
+    with pytest.raises(ConfigurationError, match="journal_sync must be one of loop, thread, not 'fsync'"):
+        await run_stdio(server, journal_sync="fsync", handle_signals=False)
