@@ -10,7 +10,8 @@ run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 
 - ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
 - ``stdio``: ``mcp.Client`` driving the server as a subprocess (the ``handshake era`` rows:
-  ``mode="legacy"``, an ``initialize`` session at 2025-11-25, as today's hosts open);
+  ``mode="legacy"``, an ``initialize`` session at 2025-11-25, as today's hosts open; journal off, journal
+  on, and journal on fsynced by the event loop, ``--journal-sync loop``);
 - ``http x1, mcp.Client``: one ``mcp.Client`` over streamable HTTP on 127.0.0.1;
 - ``http x16, mcp.Client``: 16 concurrent ``mcp.Client`` s in this process (client-bound: ~2-3 ms of
   client CPU per call, more than either server's);
@@ -629,7 +630,10 @@ def main(argv: list[str] | None = None) -> int:
             "with `mode=\"legacy\"`, over HTTP one `Mcp-Session-Id` session per connection (`LeanSessionClients` in "
             "this file: the lean client with the session's headers and no envelope; each SDK reply is an SSE stream). "
             "On those sessions ours also stores every SSE event for resumption (`--resumable`, on by default); the "
-            "SDK's `MCPServer` app stores none. Targets for the handshake-era journal-on rows: stdio read-only >= 1.0x, "
+            "SDK's `MCPServer` app stores none. The `--journal-sync loop` rows are the same stdio server with its "
+            "journal fsynced by the event loop instead of the writer thread (stdio's default; docs/design/journal.md, "
+            "'stdio keeps the writer thread', says why); the `journal off` handshake-era row is the base of that "
+            "era's fsync-floor ceiling. Targets for the handshake-era journal-on rows: stdio read-only >= 1.0x, "
             "stdio effectful >= 0.85x, http x16 read-only >= 1.5x. The fsync-floor table below says whether the "
             "stdio targets are reachable on this disk at all; docs/design/http-fast-path.md has the per-stage "
             "profile and why the HTTP targets are out of reach while the SDK's HTTP stack (shared by both servers) "
