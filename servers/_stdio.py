@@ -29,6 +29,13 @@ SDK session as before. ``notifications/cancelled`` naming a fast-path call
 cancels it (no reply is written for it, as on the SDK path); shutdown waits
 for its answer like any other request's.
 
+Reading (:class:`_StdinSource`): a pipe or socket is watched by the event
+loop, and a line the fast path takes is dispatched in the read callback
+itself; a terminal or a regular file is read by a daemon thread. Lines are
+handled in arrival order either way, and reading pauses while
+``_BACKLOG_PAUSE`` bytes of lines wait for the SDK. A read error counts as
+EOF.
+
 EOF on stdin is the MCP stdio shutdown signal. Calls already running are
 not dropped: the ``on_eof`` hook lets the host finish and answer them
 (bounded by its shutdown timeout) before the read side closes, unless the
@@ -51,7 +58,6 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 import structlog
