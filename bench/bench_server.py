@@ -10,7 +10,8 @@ run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 
 - ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
 - ``stdio``: ``mcp.Client`` driving the server as a subprocess (the ``handshake era`` rows:
-  ``mode="legacy"``, an ``initialize`` session at 2025-11-25, as today's hosts open);
+  ``mode="legacy"``, an ``initialize`` session at 2025-11-25, as today's hosts open; journal off, journal
+  on, and journal on fsynced by the event loop, ``--journal-sync loop``);
 - ``http x1, mcp.Client``: one ``mcp.Client`` over streamable HTTP on 127.0.0.1;
 - ``http x16, mcp.Client``: 16 concurrent ``mcp.Client`` s in this process (client-bound: ~2-3 ms of
   client CPU per call, more than either server's);
@@ -348,30 +349,38 @@ def fsync_floor(directory: Path, n: int = 200) -> list[float]:
 
 
 def floor_table(floors: list[float], rates: dict[str, tuple[float, float, float]]) -> str:
-    """Whether a serial journaled stdio call can reach the targets on this disk: the fsync floor against the SDK's call."""
+    """Whether a serial journaled stdio call can reach the targets on this disk: the fsync floor against the SDK's call,
+    for each protocol era (its SDK call and our journal-off call from that era's rows of the same run)."""
     ordered = sorted(floors)
     fs = median(ordered)
     p10, p90 = ordered[len(ordered) // 10], ordered[len(ordered) * 9 // 10]
-    sdk_ms = 1000 / rates["stdio, journal on, read-only tool"][1]
-    # Our journal-off call at the same moment: the SDK's call over the stdio row's paired ratio (same-time pairs).
-    ours_ms = sdk_ms / rates["stdio"][2]
-    read_cap, write_cap = sdk_ms / (ours_ms + fs), sdk_ms / (ours_ms + 2 * fs)
-    rows = [
+    rows: list[list[object]] = [
         [f"fsync floor: one serial write + fdatasync of 500 B, median ({len(ordered)} samples; p10-p90)",
-         f"{fs:.2f} ({p10:.2f}-{p90:.2f})"],
-        ["SDK MCPServer stdio call (1000 / its calls/s in the read-only row)", f"{sdk_ms:.2f}"],
-        ["fsync floor alone / SDK call (the share of an SDK call one fsync takes)", f"{fs / sdk_ms:.2f}"],
-        ["our stdio call, journal off (the SDK call / the stdio row's paired ratio)", f"{ours_ms:.2f}"],
-        ["read-only ceiling: SDK call / (our journal-off call + 1 fsync)", f"{read_cap:.2f}×"],
-        ["effectful ceiling: SDK call / (our journal-off call + 2 fsyncs)", f"{write_cap:.2f}×"],
-    ]
+         f"{fs:.2f} ({p10:.2f}-{p90:.2f})"]]
     verdict = []
-    for name, cap, target in (("read-only", read_cap, 1.0), ("effectful", write_cap, 0.8)):
-        if cap < target:
-            verdict.append(f"the stdio {name} target ({target:.1f}×) is physically out of reach on this disk in this "
-                           f"run: even with every other cost of the durable path at zero, the ceiling is {cap:.2f}×")
-        else:
-            verdict.append(f"the stdio {name} target ({target:.1f}×) is within the disk's ceiling ({cap:.2f}×)")
+    eras = (("2026-07-28", "stdio, journal on, read-only tool", "stdio", 0.8),
+            ("handshake era", "stdio, handshake era, journal on, read-only tool", "stdio, handshake era, journal off, read-only tool", 0.85))
+    for era, journaled, journal_off, write_target in eras:
+        if journaled not in rates or journal_off not in rates:
+            continue
+        sdk_ms = 1000 / rates[journaled][1]
+        # Our journal-off call at the same moment: the SDK's call over the journal-off row's paired ratio (same-time pairs).
+        ours_ms = sdk_ms / rates[journal_off][2]
+        read_cap, write_cap = sdk_ms / (ours_ms + fs), sdk_ms / (ours_ms + 2 * fs)
+        rows += [
+            [f"{era}: SDK MCPServer stdio call (1000 / its calls/s in the journaled read-only row)", f"{sdk_ms:.2f}"],
+            [f"{era}: fsync floor alone / SDK call (the share of an SDK call one fsync takes)", f"{fs / sdk_ms:.2f}"],
+            [f"{era}: our stdio call, journal off (the SDK call / the journal-off row's paired ratio)", f"{ours_ms:.2f}"],
+            [f"{era}: read-only ceiling: SDK call / (our journal-off call + 1 fsync)", f"{read_cap:.2f}×"],
+            [f"{era}: effectful ceiling: SDK call / (our journal-off call + 2 fsyncs)", f"{write_cap:.2f}×"],
+        ]
+        for name, cap, target in (("read-only", read_cap, 1.0), ("effectful", write_cap, write_target)):
+            if cap < target:
+                verdict.append(f"the {era} stdio {name} target ({target:.2f}×) is physically out of reach on this disk "
+                               f"in this run: even with every other cost of the durable path at zero, the ceiling is "
+                               f"{cap:.2f}×")
+            else:
+                verdict.append(f"the {era} stdio {name} target ({target:.2f}×) is within the disk's ceiling ({cap:.2f}×)")
     return (table(["serial stdio call: the fsync floor (same run, same disk)", "ms"], rows)
             + "\n\nA serial client sends its next call only after the reply, and the reply waits for the receipt's "
             "fdatasync (and an effectful tool's start record, fsynced before its handler): one or two fsyncs per call "
@@ -475,11 +484,23 @@ async def bench(
                _Target("ours+journal", lambda: [client(ours_slow_path)]),
                _Target("sdk", lambda: [client(sdk_stdio)]), n_stdio)
 
-    # The same rows for a handshake-era session (`mode="legacy"`: initialize, 2025-11-25), both servers.
+    # The same rows for a handshake-era session (`mode="legacy"`: initialize, 2025-11-25), both servers; first
+    # journal off (`--no-journal`), the base of that era's fsync-floor ceiling.
+    await mode("stdio, handshake era, journal off, read-only tool", _Target("ours", lambda: [legacy(ours_stdio)]),
+               _Target("sdk", lambda: [legacy(sdk_stdio)]), n_stdio)
     await mode("stdio, handshake era, journal on, read-only tool", _Target("ours+journal", lambda: [legacy(ours_journal)]),
                _Target("sdk", lambda: [legacy(sdk_stdio)]), n_stdio)
     await mode("stdio, handshake era, journal on, effectful tool",
                _Target("ours+journal", lambda: [legacy(ours_journal)], tool="noop_write"),
+               _Target("sdk", lambda: [legacy(sdk_stdio)], tool="noop_write"), n_stdio)
+    # The same with the journal fsynced by the event loop (`--journal-sync loop`; stdio's default is the writer thread).
+    on_loop = _ours_cmd(tmp / "stdio-journal-loop", "--journal-sync", "loop", journal=True)
+    ours_on_loop = StdioServerParameters(command=on_loop[0], args=on_loop[1:], env=_env())
+    await mode("stdio, handshake era, journal on, read-only tool, --journal-sync loop",
+               _Target("ours+journal", lambda: [legacy(ours_on_loop)]), _Target("sdk", lambda: [legacy(sdk_stdio)]),
+               n_stdio)
+    await mode("stdio, handshake era, journal on, effectful tool, --journal-sync loop",
+               _Target("ours+journal", lambda: [legacy(ours_on_loop)], tool="noop_write"),
                _Target("sdk", lambda: [legacy(sdk_stdio)], tool="noop_write"), n_stdio)
     await mode("stdio, handshake era, journal on, read-only tool, --no-fast-path",
                _Target("ours+journal", lambda: [legacy(ours_slow_path)]),
@@ -616,7 +637,10 @@ def main(argv: list[str] | None = None) -> int:
             "with `mode=\"legacy\"`, over HTTP one `Mcp-Session-Id` session per connection (`LeanSessionClients` in "
             "this file: the lean client with the session's headers and no envelope; each SDK reply is an SSE stream). "
             "On those sessions ours also stores every SSE event for resumption (`--resumable`, on by default); the "
-            "SDK's `MCPServer` app stores none. Targets for the handshake-era journal-on rows: stdio read-only >= 1.0x, "
+            "SDK's `MCPServer` app stores none. The `--journal-sync loop` rows are the same stdio server with its "
+            "journal fsynced by the event loop instead of the writer thread (stdio's default; docs/design/journal.md, "
+            "'stdio keeps the writer thread', says why); the `journal off` handshake-era row is the base of that "
+            "era's fsync-floor ceiling. Targets for the handshake-era journal-on rows: stdio read-only >= 1.0x, "
             "stdio effectful >= 0.85x, http x16 read-only >= 1.5x. The fsync-floor table below says whether the "
             "stdio targets are reachable on this disk at all; docs/design/http-fast-path.md has the per-stage "
             "profile and why the HTTP targets are out of reach while the SDK's HTTP stack (shared by both servers) "

@@ -16,10 +16,11 @@ import anyio
 import structlog
 from mcp.server.lowlevel.server import lifespan as default_lifespan
 
-from openfunctions.core import ToolRegistry
+from openfunctions.core import ConfigurationError, ToolRegistry
 
+from ._constants import JOURNAL_SYNC_MODES
 from ._fast import FastCalls, fast_path_enabled
-from ._journaling import warn_removed_switches
+from ._journaling import ServedJournal, warn_removed_switches
 from ._server import OpenFunctionsServer, create_mcp_server
 from ._signals import ShutdownWatch
 from ._stdio import DEFAULT_MAX_MESSAGE_BYTES, stdio_transport
@@ -49,9 +50,16 @@ async def finish_after_eof(server: OpenFunctionsServer, stdout_gone: anyio.Event
 
 async def run_stdio(
     server: OpenFunctionsServer, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, handle_signals: bool = True,
-    fast_path: bool | None = None,
+    fast_path: bool | None = None, journal_sync: str = "thread",
 ) -> None:
     """Serve ``server`` over this process's stdin/stdout until EOF or a shutdown signal, then close it.
+
+    ``journal_sync``: how a file execution journal makes each record durable (``serve --journal-sync``):
+    ``thread`` (the default on stdio), the journal's writer thread, or ``loop``, the event loop itself, once
+    per loop iteration for all that iteration appended (``JournalLog.sync_on_loop``). For one client that
+    waits for each reply, ``loop`` saves the two thread hand-overs around each fsync on an otherwise idle
+    machine, but under CPU contention the loop's thread, woken from its fsync, waits for a core far longer
+    than the writer thread does (docs/design/journal.md has both measurements).
 
     ``fast_path``: answer plain 2026-07-28 ``tools/call`` lines directly (``_stdio``); ``None`` reads
     ``OPENFUNCTIONS_FAST_PATH`` (default on). ``OPENFUNCTIONS_JOURNAL_IN_PLACE`` was removed: if set,
@@ -62,7 +70,11 @@ async def run_stdio(
         fast = None  # the fast path passes the default lifespan's state ({}); a custom one is the SDK's to run
     watch = ShutdownWatch(server)
     warn_removed_switches()
+    if journal_sync not in JOURNAL_SYNC_MODES:
+        raise ConfigurationError(f"journal_sync must be one of {', '.join(JOURNAL_SYNC_MODES)}, not {journal_sync!r}")
     async with server:
+        if isinstance(server.journal, ServedJournal):
+            server.journal.sync_on_loop(journal_sync == "loop")
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
 

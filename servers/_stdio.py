@@ -29,6 +29,13 @@ SDK session as before. ``notifications/cancelled`` naming a fast-path call
 cancels it (no reply is written for it, as on the SDK path); shutdown waits
 for its answer like any other request's.
 
+Reading (:class:`_StdinSource`): a pipe or socket is watched by the event
+loop, and a line the fast path takes is dispatched in the read callback
+itself; a terminal or a regular file is read by a daemon thread. Lines are
+handled in arrival order either way, and reading pauses while
+``_BACKLOG_PAUSE`` bytes of lines wait for the SDK. A read error counts as
+EOF.
+
 EOF on stdin is the MCP stdio shutdown signal. Calls already running are
 not dropped: the ``on_eof`` hook lets the host finish and answer them
 (bounded by its shutdown timeout) before the read side closes, unless the
@@ -38,19 +45,19 @@ they are cancelled at once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
 import stat
 import sys
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 import structlog
@@ -65,6 +72,8 @@ from ._outstanding import Outstanding
 log = structlog.get_logger("openfunctions.servers._stdio")
 
 _READ_CHUNK = 1 << 16
+#: Read no more from stdin while this many bytes of lines wait for the consumer (the SDK is slow to take them).
+_BACKLOG_PAUSE = 4 * _READ_CHUNK
 
 #: Deepest array/object nesting the SDK's message adapter accepts (its JSON
 #: parser's recursion limit); deeper lines get -32600 naming the limit.
@@ -259,24 +268,36 @@ async def stdio_transport(
     # The connection's protocol era, decided by the first request as the SDK decides it.
     era: list[str] = []
     fast_running: dict[Any, anyio.CancelScope] = {}
-    fast_group: list[Any] = []  # the task group fast-path calls run in (set once the transport runs)
+    # Fast-path calls run as plain asyncio tasks (a task group's start_soon costs ~15 us more per call); the
+    # transport cancels and awaits them on its way out, as a task group would.
+    fast_tasks: set[asyncio.Task[None]] = set()
+    serving: list[asyncio.AbstractEventLoop] = []  # the loop, once the transport runs
+
+    def broken(exc: OSError) -> None:  # the host closed our stdout: nobody is left to answer
+        wire_broken.append(exc)
+        log.info("stdout_closed", error=str(exc))
 
     async def emit(data: bytes) -> None:
+        # A write that cannot block (see _inline_write_check) is made right here, one syscall on the loop,
+        # when no other write is under way or waiting (the lock is free): nothing awaits in between, so
+        # lines stay whole and in order without taking the lock (taking it yields to the loop once).
+        if not write_lock.locked() and inline_ok is not None and inline_ok(len(data)):
+            if not wire_broken:
+                try:
+                    _write_all(wire_out, data)
+                except OSError as exc:
+                    broken(exc)
+            return
         async with write_lock:
             if wire_broken:
                 return
             try:
                 if inline_ok is not None and inline_ok(len(data)):
-                    # Cannot block (see _inline_write_check): one syscall on the loop
-                    # instead of a hand-over to a worker thread and back.
-                    written = os.write(wire_out, data)
-                    if written < len(data):
-                        await anyio.to_thread.run_sync(_write_all, wire_out, data[written:])
+                    _write_all(wire_out, data)
                 else:
                     await anyio.to_thread.run_sync(_write_all, wire_out, data)
-            except OSError as exc:  # the host closed our stdout: nobody is left to answer
-                wire_broken.append(exc)
-                log.info("stdout_closed", error=str(exc))
+            except OSError as exc:
+                broken(exc)
 
     async def fast_call(call: Admitted, scope: anyio.CancelScope) -> None:
         try:
@@ -290,13 +311,16 @@ async def stdio_transport(
                 reply = await fast.run(call, exchange, lifespan_state={}, outbound=outbound)  # type: ignore[union-attr]
             if reply is not None and not scope.cancelled_caught:
                 await emit(_line(reply))
+        except Exception as exc:  # never out of the task (nobody awaits it for an error): answered, as a bad line is
+            log.error("stdio_fast_call_failed", error_type=type(exc).__name__, exc_info=exc)
+            await emit(_error_line(call.request_id, INTERNAL_ERROR, "Internal error: the server could not answer this request"))
         finally:
             fast_running.pop(call.request_id, None)
             pending.discard(call.request_id)
 
     def try_fast(line: bytes) -> bool:
         """Dispatch ``line`` on the fast path if it is an admitted tools/call (either era, once the era is known)."""
-        if fast is None or not era or not fast_group:
+        if fast is None or not era or not serving:
             return False
         session = None
         if era[0] == "legacy":
@@ -315,7 +339,9 @@ async def stdio_transport(
         scope = anyio.CancelScope()
         fast_running[call.request_id] = scope
         pending.add(call.request_id)
-        fast_group[0].start_soon(fast_call, call, scope)
+        task = serving[0].create_task(fast_call(call, scope))
+        fast_tasks.add(task)
+        task.add_done_callback(fast_tasks.discard)
         return True
 
     async def handle_line(line: bytes) -> None:
@@ -359,62 +385,67 @@ async def stdio_transport(
             log.error("stdio_line_failed", error_type=type(exc).__name__, exc_info=exc)
             await emit(_error_line(None, INTERNAL_ERROR, "Internal error: the server could not process this message"))
 
-    chunk_send, chunk_recv = anyio.create_memory_object_stream[bytes](4)
-    token = anyio.lowlevel.current_token()
+    # Lines read but not yet handled, in order, for the consumer task (``read_lines``); None stands for a line
+    # over the limit (its refusal). A line is handled in the read callback itself (a fast-path call
+    # dispatched there: no task hop before its handler) only when nothing is queued before it and the
+    # consumer is idle, so lines are always handled in the order they came.
+    splitter = _LineSplitter(max_message_bytes)
+    backlog: deque[bytes | None] = deque()
+    backlog_bytes = 0
+    consumer_busy = False
+    at_eof = False
+    wake: asyncio.Future[None] | None = None
 
-    def read_stdin() -> None:
-        # A daemon thread, not an anyio worker: a read blocked on a silent
-        # host must not keep the process alive after shutdown.
+    def on_chunk(chunk: bytes) -> None:
+        """On the loop: a chunk read from stdin (``b""``: EOF)."""
+        nonlocal backlog_bytes, at_eof
+        for item in splitter.feed(chunk) if chunk else splitter.finish():
+            if not backlog and not consumer_busy and item is not None and _dispatched(item):
+                continue
+            backlog.append(item)
+            backlog_bytes += 0 if item is None else len(item)
+        if not chunk:
+            at_eof = True
+        elif backlog_bytes > _BACKLOG_PAUSE:
+            source.pause()  # the consumer is behind (the SDK is slow to take lines): stop reading for now
+        if (backlog or at_eof) and wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def _dispatched(line: bytes) -> bool:
+        """Whether ``line`` needed nothing more (blank, or a fast-path call now running)."""
         try:
-            while True:
-                try:
-                    chunk = os.read(wire_in, _READ_CHUNK)
-                except OSError:
-                    # A terminal hung up under a blocked read gives EIO, not EOF:
-                    # the client is gone either way, so end the session as at EOF.
-                    chunk = b""
-                anyio.from_thread.run(chunk_send.send, chunk, token=token)
-                if not chunk:
-                    return
-        except Exception:  # the loop is gone (shutdown) or stdin broke: stop reading
-            return
+            return not line.strip() or try_fast(line)
+        except Exception as exc:  # never out of a loop callback: the consumer's handle_line_safely answers it
+            log.error("stdio_line_failed", error_type=type(exc).__name__, exc_info=exc)
+            return False
 
     async def read_lines() -> None:
-        buf = bytearray()
-        discarding = False
-        while True:
-            chunk = await chunk_recv.receive()
-            if not chunk:
-                break
-            start = 0
-            while True:
-                nl = chunk.find(b"\n", start)
-                if nl < 0:
-                    if not discarding:
-                        buf += chunk[start:]
-                        if len(buf) > max_message_bytes:
-                            discarding = True
-                            buf.clear()
-                            await emit(_oversized(max_message_bytes))
-                    break
-                if discarding:
-                    discarding = False
+        nonlocal backlog_bytes, consumer_busy, wake
+        loop = asyncio.get_running_loop()
+        while backlog or not at_eof:
+            if not backlog:
+                wake = loop.create_future()
+                await wake
+                continue
+            item = backlog.popleft()
+            backlog_bytes -= 0 if item is None else len(item)
+            if backlog_bytes <= _BACKLOG_PAUSE:
+                source.resume()
+            consumer_busy = True
+            try:
+                if item is None:
+                    await emit(_oversized(max_message_bytes))
                 else:
-                    buf += chunk[start:nl]
-                    if len(buf) > max_message_bytes:
-                        await emit(_oversized(max_message_bytes))
-                    else:
-                        await handle_line_safely(bytes(buf))
-                    buf.clear()
-                start = nl + 1
-        if buf and not discarding:
-            await handle_line_safely(bytes(buf))
+                    await handle_line_safely(item)
+            finally:
+                consumer_busy = False
+
+    source = _StdinSource(wire_in, on_chunk)
 
     async def reader() -> None:
-        threading.Thread(target=read_stdin, name="openfunctions-stdin", daemon=True).start()
         finishing = False
         eof_first = False
-        async with read_send, chunk_recv:
+        async with read_send, source:
             async with anyio.create_task_group() as tg:
                 if stop is not None:
 
@@ -466,10 +497,18 @@ async def stdio_transport(
 
     try:
         async with anyio.create_task_group() as tg:
-            fast_group.append(tg)
+            serving.append(asyncio.get_running_loop())
             tg.start_soon(reader)
             tg.start_soon(writer)
-            yield read_recv, write_send
+            try:
+                yield read_recv, write_send
+            finally:
+                serving.clear()  # no new fast-path call from here on
+                for running in list(fast_running.values()):
+                    running.cancel()
+                if fast_tasks:
+                    with anyio.CancelScope(shield=True):
+                        await asyncio.wait(list(fast_tasks))
             tg.cancel_scope.cancel()
     finally:
         # Point fd 0/1 back at the wire. The private duplicates stay open: the
@@ -478,6 +517,148 @@ async def stdio_transport(
             os.dup2(wire_out, 1)
         with suppress(OSError):
             os.dup2(wire_in, 0)
+
+
+class _LineSplitter:
+    """Splits the bytes read from stdin into lines; a line over ``limit`` becomes ``None`` (its refusal), and
+    is discarded as it streams in, never buffered whole."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._buf = bytearray()
+        self._discarding = False
+
+    def feed(self, chunk: bytes) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        buf, start = self._buf, 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            if nl < 0:
+                if not self._discarding:
+                    buf += chunk[start:]
+                    if len(buf) > self._limit:
+                        self._discarding = True
+                        buf.clear()
+                        out.append(None)
+                return out
+            if self._discarding:
+                self._discarding = False
+            elif not buf:  # the common case, a whole line inside the chunk: one copy
+                out.append(None if nl - start > self._limit else chunk[start:nl])
+            else:
+                buf += chunk[start:nl]
+                out.append(None if len(buf) > self._limit else bytes(buf))
+                buf.clear()
+            start = nl + 1
+
+    def finish(self) -> list[bytes | None]:
+        """At EOF: an unterminated last line still counts."""
+        if self._buf and not self._discarding:
+            line = bytes(self._buf)
+            self._buf.clear()
+            return [line]
+        return []
+
+
+class _StdinSource:
+    """Reads the wire's stdin and hands every chunk (``b""`` at EOF) to ``on_chunk``, on the event loop.
+
+    A pipe or a socket (what MCP hosts give a stdio server): the loop watches
+    the descriptor (``add_reader``) and reads what is there when it is
+    readable: no thread, no hand-over per request. The descriptor stays in
+    blocking mode (its flags are shared with whoever else holds it): a pipe
+    or socket that polled readable has data or EOF for its one reader.
+    Anything else (a terminal, a regular file) or a loop without
+    ``add_reader``: a daemon thread reads and hands chunks over
+    (``call_soon_threadsafe``); a daemon, so that a read blocked on a silent
+    host does not keep the process alive after shutdown. ``pause``/``resume``
+    hold reading while the consumer is behind.
+    """
+
+    def __init__(self, fd: int, on_chunk: Callable[[bytes], None]) -> None:
+        self._fd = fd
+        self._on_chunk = on_chunk
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watching = False  # add_reader mode
+        self._done = False
+        self._paused = False
+        self._go = threading.Event()  # thread mode: set while reading may go on
+        self._go.set()
+
+    async def __aenter__(self) -> _StdinSource:
+        self._loop = loop = asyncio.get_running_loop()
+        try:
+            mode = os.fstat(self._fd).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                loop.add_reader(self._fd, self._readable)
+                self._watching = True
+                return self
+        except (OSError, NotImplementedError, ValueError):
+            pass
+        threading.Thread(target=self._read_blocking, name="openfunctions-stdin", daemon=True).start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._done = True
+        self._go.set()
+        self._unwatch()
+
+    def _unwatch(self) -> None:
+        if self._watching and self._loop is not None:
+            self._watching = False
+            with suppress(Exception):
+                self._loop.remove_reader(self._fd)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self._fd, _READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return  # nothing after all: wait for the next readiness
+        except OSError:
+            chunk = b""  # stdin broke: as EOF
+        if not chunk:
+            self._done = True
+            self._unwatch()
+        self._on_chunk(chunk)
+
+    def _read_blocking(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            while not self._done:
+                try:
+                    chunk = os.read(self._fd, _READ_CHUNK)
+                except OSError:
+                    chunk = b""
+                loop.call_soon_threadsafe(self._from_thread, chunk)
+                if not chunk:
+                    return
+                self._go.wait()
+        except RuntimeError:  # the loop is closed (shutdown): stop reading
+            return
+
+    def _from_thread(self, chunk: bytes) -> None:
+        if not chunk:
+            self._done = True
+        self._on_chunk(chunk)
+
+    def pause(self) -> None:
+        if self._paused or self._done:
+            return
+        self._paused = True
+        if self._watching and self._loop is not None:
+            self._loop.remove_reader(self._fd)
+        else:
+            self._go.clear()
+
+    def resume(self) -> None:
+        if not self._paused:
+            return
+        self._paused = False
+        if self._watching and self._loop is not None and not self._done:
+            self._loop.add_reader(self._fd, self._readable)
+        else:
+            self._go.set()
 
 
 def _has_envelope(params: Any) -> bool:

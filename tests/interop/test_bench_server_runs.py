@@ -23,8 +23,10 @@ def test_bench_server_smoke_run_measures_every_mode() -> None:
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "x |" in line]
     assert [r.split("|")[1].strip() for r in rows] == [
         "in-process", "stdio", "stdio, journal on, read-only tool", "stdio, journal on, effectful tool",
-        "stdio, journal on, read-only tool, --no-fast-path", "stdio, handshake era, journal on, read-only tool",
-        "stdio, handshake era, journal on, effectful tool",
+        "stdio, journal on, read-only tool, --no-fast-path", "stdio, handshake era, journal off, read-only tool",
+        "stdio, handshake era, journal on, read-only tool", "stdio, handshake era, journal on, effectful tool",
+        "stdio, handshake era, journal on, read-only tool, --journal-sync loop",
+        "stdio, handshake era, journal on, effectful tool, --journal-sync loop",
         "stdio, handshake era, journal on, read-only tool, --no-fast-path", "stdio, journal on, read-only tool, --loop uvloop",
         "http x1, mcp.Client", "http x16, mcp.Client, journal on, read-only tool",
         "http x16, mcp.Client, handshake era, journal on, read-only tool",
