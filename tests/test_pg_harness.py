@@ -1,5 +1,5 @@
 """tests/_harness/pg.py: a session killed before its teardown (a pytest-xdist worker that crashed, a
-``kill -9``) leaves its PostgreSQL running; the next session's sweep stops that server and deletes its
+``kill -9``) leaves its PostgreSQL running; the sweep before any later server start stops that server and deletes its
 directory, and leaves alone a directory whose owner still runs or that names no owner."""
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ session, not one per importing module).
   Under pytest-xdist every worker is a session of its own: each worker that runs a PostgreSQL test starts
   its own server in its own directory (``/tmp/ofpg-*``; pgserver serialises the starts with its own
   inter-process lock), so workers share no data directory, socket or database. A worker killed before
-  its teardown (``kill -9``, a crashed worker xdist replaces) leaves its server running; the next session
-  to start one stops it: each directory holds an ``owner`` file with the pid of the pytest process that
+  its teardown (``kill -9``, a crashed worker xdist replaces) leaves its server running; any later server
+  start stops it first: each directory holds an ``owner`` file with the pid of the pytest process that
   made it, and a directory whose owner is gone has its postmaster sent SIGQUIT (PostgreSQL's immediate
   shutdown) and is deleted. Directories without an ``owner`` file are left alone.
 - Neither available: the tests that need it skip with the reason, except in
