@@ -15,8 +15,7 @@ import types
 
 import anyio
 
-from openfunctions.core.journal import JournalLog
-from openfunctions.core.journal import cli
+from openfunctions.core.journal import JournalLog, cli
 
 
 def _append(path, i: int) -> None:
