@@ -3,15 +3,23 @@ README commands run the suite on pytest-xdist's workers with the options tests/_
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _readme_commands() -> list[str]:
-    blocks = re.findall(r"^```\n(.*?)\n```$", (REPO / "README.md").read_text(), re.M | re.S)
-    return [b.strip() for b in blocks if "-m pytest" in b]
+    """The fenced blocks of README.md that run pytest."""
+    blocks: list[list[str]] = []
+    inside = False
+    for line in (REPO / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            inside = not inside
+            if inside:
+                blocks.append([])
+        elif inside:
+            blocks[-1].append(line)
+    return [text for text in ("\n".join(b).strip() for b in blocks) if "-m pytest" in text]
 
 
 def test_ci_runs_exactly_readme_s_test_command() -> None:
