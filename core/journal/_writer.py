@@ -269,6 +269,7 @@ class GroupWriter:
         except BaseException as exc:
             failed = self._fail(exc, batches)
             _wake(failed, self.failed_error, here=loop)
+            self._log_failure()
             if not isinstance(exc, Exception):
                 raise
             return
@@ -299,8 +300,16 @@ class GroupWriter:
             else:
                 self._signal()  # an idle thread sees the failure state (and exits after IDLE_EXIT)
                 self._cv.notify_all()
-        log.error("journal_failed", path=self._path, error=str(self.failure))
         return failed
+
+    def _log_failure(self) -> None:
+        """Log the fail-stop, after the appenders were told: the log line is a courtesy, their
+        ``JournalFailed`` is the report. A log that cannot write (structlog's ``PrintLogger`` raises on a
+        closed stream) must not leave an appender waiting forever or kill the writer thread."""
+        try:
+            log.error("journal_failed", path=self._path, error=str(self.failure))
+        except Exception:
+            pass
 
     def busy(self) -> bool:
         with self._mu:
@@ -390,6 +399,7 @@ class GroupWriter:
                 self._ops.sync(self._fd)
             except BaseException as exc:
                 _wake(self._fail(exc, batches, on_thread=True), self.failed_error)
+                self._log_failure()
                 if not isinstance(exc, Exception):
                     raise
                 return

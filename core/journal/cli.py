@@ -349,11 +349,13 @@ def cmd_tail(args: argparse.Namespace) -> int:
         if args.n < 0:
             raise JournalError(f"-n must be >= 0, got {args.n}")
         last: collections.deque[Record] = collections.deque(maxlen=args.n)
+        # before the scan: a record appended between the scan and the first poll then differs from it
+        before = _identity(Path(args.path)) if args.follow else None
         r, _ = _scan(args.path, last.append)
         if args.follow:
             for rec in last:
                 _print_record(rec, args.json)
-            return _follow(args, r)
+            return _follow(args, r, before)
         if args.json:
             print(canonical_json({"ok": True, "path": str(args.path), "records": [r.to_dict() for r in last]}))
             return EXIT_OK
@@ -364,25 +366,27 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return _guard(args, run)
 
 
-def _follow(args: argparse.Namespace, seen: ScanResult) -> int:
-    """Poll ``args.path``; print what was appended since. A new file at the path (rotation) is read from its start."""
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which file is at ``path`` and how long it is; ``None`` while it is missing (mid-rotation)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:  # mid-rotation: the new file is about to appear
+        return None
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def _follow(args: argparse.Namespace, seen: ScanResult, current: tuple[int, int, int] | None) -> int:
+    """Poll ``args.path``; print what was appended since ``seen`` was scanned (``current``: the file's identity
+    taken before that scan, so an append during or right after it is noticed; a record printed already is
+    skipped by its seq). A new file at the path (rotation) is read from its start."""
     path = Path(args.path)
     interval = max(0.05, float(args.interval))
-
-    def identity() -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:  # mid-rotation: the new file is about to appear
-            return None
-        return st.st_dev, st.st_ino, st.st_size
-
     journal_id = seen.header.journal_id if seen.header else None
     last_seq = seen.last_seq
-    current = identity()
     try:
         while True:
             time.sleep(interval)
-            now = identity()
+            now = _identity(path)
             if now is None or now == current:
                 continue
             current = now

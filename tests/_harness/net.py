@@ -1,10 +1,22 @@
 """Free loopback ports, and waiting for a server subprocess to listen on one.
 
 The one copy shared by the tests and the bench scripts (tests/_net.py re-exports it).
+
+Ports across pytest-xdist workers: ``free_port`` asks the kernel for a port (``bind(0)``), then closes it
+and hands it to a server that binds it a moment later; in that gap any other process's ``bind(0)`` may be
+given the same port. Within one process a set of handed-out ports rules that out; across the workers of
+one run, each worker takes only the ports ``p`` with ``p // 2 % PYTEST_XDIST_WORKER_COUNT`` equal to its
+own index (``gw<index>`` in ``PYTEST_XDIST_WORKER``), so two workers (and the servers they start) never get
+the same port, with no file or lock shared between them. ``p // 2``, not ``p``: Linux gives ``bind(0)``
+odd ports and ``connect`` even ones (so that servers and clients do not compete), so ``p % 2`` would leave
+worker 0 nothing. Child processes inherit their worker's variables
+and so its residue class (a bench script a test runs picks from its parent worker's ports, while that
+test waits for it). Outside xdist every port qualifies.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import threading
@@ -22,21 +34,36 @@ _handed_out: set[int] = set()
 _handed_out_lock = threading.Lock()
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now, never the same twice in one process.
+def worker_slot() -> tuple[int, int]:
+    """``(index, count)`` of this pytest-xdist worker (``(0, 1)`` outside xdist): ``free_port`` hands out
+    here the ports ``p`` with ``p // 2 % count == index``."""
+    count_text = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not count_text.isdigit() or int(count_text) < 2 or not worker.startswith("gw") or not worker[2:].isdigit():
+        return 0, 1
+    count = int(count_text)
+    return int(worker[2:]) % count, count
 
-    Another process may take it before the server binds it; callers that
-    cannot afford a rare failure retry with a new port.
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, never the same twice in one process nor
+    in two workers of one pytest-xdist run (see the module docstring).
+
+    A process outside this run may take it before the server binds it; callers
+    that cannot afford a rare failure retry with a new port.
     """
-    for _ in range(1000):
+    index, count = worker_slot()
+    for _ in range(1000 * count):
         with socket.socket() as s:
             s.bind((LOOPBACK, 0))
             port = s.getsockname()[1]
+        if port // 2 % count != index:
+            continue
         with _handed_out_lock:
             if port not in _handed_out:
                 _handed_out.add(port)
                 return port
-    raise RuntimeError("no loopback port left that this process has not handed out already")
+    raise RuntimeError(f"no loopback port left in this worker's class ({index} mod {count}) not handed out already")
 
 
 def wait_for_port(

@@ -14,6 +14,14 @@ session, not one per importing module).
   PostgreSQL 16 with pgvector in a private temporary directory, once per
   session (about 2 s), listening on a Unix socket only; it is stopped and
   deleted when the session ends.
+
+  Under pytest-xdist every worker is a session of its own: each worker that runs a PostgreSQL test starts
+  its own server in its own directory (``/tmp/ofpg-*``; pgserver serialises the starts with its own
+  inter-process lock), so workers share no data directory, socket or database. A worker killed before
+  its teardown (``kill -9``, a crashed worker xdist replaces) leaves its server running; any later server
+  start stops it first: each directory holds an ``owner`` file with the pid of the pytest process that
+  made it, and a directory whose owner is gone has its postmaster sent SIGQUIT (PostgreSQL's immediate
+  shutdown) and is deleted. Directories without an ``owner`` file are left alone.
 - Neither available: the tests that need it skip with the reason, except in
   CI (``CI=true`` or ``OPENFUNCTIONS_REQUIRE_INTEROP=1``), where that is a
   failure: a missing database must not turn into a green run.
@@ -23,11 +31,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from .procs import alive
 
 ENV_URL = "OPENFUNCTIONS_TEST_DATABASE_URL"
 
@@ -50,13 +63,50 @@ def _ensure_vector(dsn: str) -> None:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
 
+ROOT_PREFIX = "ofpg-"
+
+
+def _postmaster_of(data: Path) -> int | None:
+    """The pid of the postmaster serving ``data``, if one runs (checked against its command line)."""
+    try:
+        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    return pid if str(data).encode() in argv and alive(pid) else None
+
+
+def sweep_orphans(tmp: str) -> list[Path]:
+    """Stop and delete the servers of sessions that died before their teardown; returns the directories
+    removed. Only directories whose ``owner`` file names a pid that no longer runs are touched."""
+    removed = []
+    for root in sorted(Path(tmp).glob(ROOT_PREFIX + "*")):
+        try:
+            owner = int((root / "owner").read_text())
+        except (OSError, ValueError):
+            continue  # still being made, or not made by this harness: not ours to judge
+        if alive(owner):
+            continue
+        pid = _postmaster_of(root / "d")
+        if pid is not None:
+            os.kill(pid, signal.SIGQUIT)  # immediate shutdown: the data is thrown away next
+            deadline = time.monotonic() + 10
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        shutil.rmtree(root, ignore_errors=True)
+        removed.append(root)
+    return removed
+
+
 def required() -> bool:
     """Whether a missing peer (PostgreSQL, haproxy, Node) is a failure here rather than a skip (CI)."""
     return _required()
 
 
-def pg_server() -> Iterator[str]:
-    """Start (or adopt) the session's PostgreSQL and yield its DSN; tests/conftest.py wraps it as a fixture."""
+def pg_server(tmp: str | None = None) -> Iterator[str]:
+    """Start (or adopt) the session's PostgreSQL and yield its DSN; tests/conftest.py wraps it as a fixture.
+    ``tmp``: where its directory goes (default ``/tmp``; a short path, see below)."""
     try:
         import psycopg  # noqa: F401
     except ImportError as exc:
@@ -74,7 +124,10 @@ def pg_server() -> Iterator[str]:
     except ImportError as exc:
         _unavailable(f"{ENV_URL} is not set and pgserver is not installed ({exc})")
     # A short path: the server's Unix socket lives in it (sun_path holds ~107 bytes).
-    root = tempfile.mkdtemp(prefix="ofpg-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    tmp = tmp or ("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir())
+    sweep_orphans(tmp)
+    root = tempfile.mkdtemp(prefix=ROOT_PREFIX, dir=tmp)
+    Path(root, "owner").write_text(str(os.getpid()))
     server = None
     try:
         try:
@@ -104,4 +157,4 @@ def unique_name(prefix: str = "t") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-__all__ = ["ENV_URL", "pg_dsn", "pg_server", "required", "unique_name"]
+__all__ = ["ENV_URL", "ROOT_PREFIX", "pg_dsn", "pg_server", "required", "sweep_orphans", "unique_name"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from .._harness import await_file, free_port, wait_for, wait_for_file, wait_for_port  # noqa: F401  (re-exported)
+from .._harness.tree import copy_source_tree
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -22,7 +23,9 @@ def dists(tmp_path_factory):
     test_release.py checks them, test_packaging.py runs the wheel the way a user does."""
     pytest.importorskip("build", reason="the test extra installs build")
     out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
+    # from a copy: a build in place writes into the checkout while other workers read it (tests/_harness/tree.py)
+    src = copy_source_tree(tmp_path_factory.mktemp("src") / "openfunctions-mcp")
+    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "deprecated" not in proc.stdout + proc.stderr, "setuptools warns about our metadata"

@@ -65,10 +65,23 @@ class PgBackend:
         assert report.ok, report.problems
 
     async def crash(self, journal: Any) -> None:
-        """What a SIGKILL leaves: the instance row stays, its advisory lock dies with its connection."""
+        """What a SIGKILL leaves: the instance row stays, its advisory lock dies with its connection. Returns
+        once the server ended that connection's backend: the client's close only starts that, and a sweep
+        that runs before it ends still sees the lock held (a loaded machine, parallel workers)."""
+        import psycopg
+
+        from tests._harness import await_for
+
+        pid = journal._lock_conn.info.backend_pid
         journal._closed = True
         await journal._lock_conn.close()
         await journal.pool.close()
+
+        def backend_gone() -> bool:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                return conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is None
+
+        await await_for(backend_gone, what=f"the dead instance's backend {pid} to end")
 
 
 @contextmanager
