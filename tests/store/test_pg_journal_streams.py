@@ -203,15 +203,7 @@ async def test_a_dead_instances_call_is_settled_into_its_own_stream_and_a_second
         await entered.wait()
         dead_stream = dying.stream
         await backend.crash(dying)
-        # The server drops a closed connection's advisory lock when its backend process exits, a moment after
-        # the client hangs up: until then the dead instance still looks alive and a sweep rightly leaves it.
-        found: list = []
-        for _ in range(200):
-            found = await survivor.sweep()
-            if found:
-                break
-            await asyncio.sleep(0.05)
-        (receipt,) = found
+        (receipt,) = await survivor.sweep()
         assert receipt.error.code == "recovered_unknown"
         rows = _rows(dsn, "SELECT stream, seq, type, instance FROM of_journal_records WHERE journal = %s "
                           "AND receipt_id = %s ORDER BY seq", backend.journal, receipt.receipt_id)
