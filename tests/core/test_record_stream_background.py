@@ -158,39 +158,14 @@ CRASHING_CHILD = textwrap.dedent("""
     import os, signal, sys
     import anyio
     from pathlib import Path
-    from openfunctions.core.journal import JournalLog
-    from openfunctions.core.records import FileRecordLog, _file
+    from openfunctions.core.records import FileRecordLog
     sys.path.insert(0, sys.argv[3])
+    from tests._harness.kill_points import kill_compaction_at
     from tests.core.test_record_stream import counters
 
     path, step = Path(sys.argv[1]), sys.argv[2]
 
-    def die(*_):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    real_append_many, real_rename = JournalLog.append_many, os.rename
-
-    async def append_many(self, records):
-        out = await real_append_many(self, records)
-        if step == "snapshot" and self.path.name.endswith(".compact"):
-            die()  # the snapshot is durable in the new file, nothing renamed yet
-        return out
-
-    def rename(src, dst, *a, **k):
-        if str(src).endswith(".compact") and step == "before_rename":
-            die()
-        real_rename(src, dst, *a, **k)
-        if str(src).endswith(".compact") and step == "after_rename":
-            die()
-
-    def switch(tmp, p, segments):
-        _file_switch(tmp, p, segments)
-        if step == "before_reopen":
-            die()
-
-    JournalLog.append_many = append_many
-    _file.os.rename = rename
-    _file_switch, _file._switch = _file._switch, switch
+    kill_compaction_at(step)
 
     async def main():
         log = await FileRecordLog.open(counters(), path)

@@ -79,29 +79,11 @@ async def test_a_put_during_a_compaction_is_not_blocked_until_the_switch(tmp_pat
 
 
 CRASHING_CHILD = textwrap.dedent("""
-    import asyncio, os, signal, sys
-    from openfunctions.core.records import _file
+    import asyncio, sys
     from openfunctions.store import open_local_store
+    from tests._harness.kill_points import die, kill_compaction_at
 
-    step = sys.argv[2]
-    real_rename, real_switch = os.rename, _file._switch
-
-    def die():
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    def rename(src, dst, *a, **k):
-        if str(src).endswith(".compact") and step == "before_rename":
-            die()
-        real_rename(src, dst, *a, **k)
-        if str(src).endswith(".compact") and step == "after_rename":
-            die()
-
-    def switch(tmp, p, segments):
-        real_switch(tmp, p, segments)
-        if step == "before_reopen":
-            die()
-
-    _file.os.rename, _file._switch = rename, switch
+    kill_compaction_at(sys.argv[2])
 
     async def main():
         s = await open_local_store("crash", sys.argv[1], compact_min_records=10**9)
