@@ -33,6 +33,10 @@ class Outstanding(Generic[T]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, item: object) -> bool:
+        # Without it ``in`` would fall back to ``__iter__``, which copies the set (a per-call cost on stdio).
+        return item in self._items
+
     def __iter__(self) -> Iterator[T]:
         """A snapshot: items may be discarded while the caller iterates."""
         return iter(list(self._items))

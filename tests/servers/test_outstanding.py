@@ -50,3 +50,13 @@ def test_iteration_is_a_snapshot():
     for i in out:
         out.discard(i)  # would raise "set changed size during iteration" on a live view
     assert out.empty.is_set()
+
+
+def test_membership_is_a_set_lookup_not_a_copy_of_the_items():
+    class NoIteration(Outstanding[str]):
+        def __iter__(self):
+            raise AssertionError("`in` iterated (copied) the items")
+
+    out = NoIteration()
+    out.add("a")
+    assert "a" in out and "b" not in out
