@@ -11,12 +11,17 @@ the cores busy shows that wake-up as run-queue wait.
 
     python bench/bench_stdio_sync.py --rounds 5 --busy 3   # three busy-loop processes beside it (they end with it)
 
+``--slice-us N`` asks the kernel for an N µs time slice for every thread of our two servers
+(``sched_setattr``'s ``sched_runtime`` for a normal task, EEVDF, Linux 6.12+; x86-64 only here): a probe of
+whether a shorter slice lets a thread woken by the disk get a core sooner. The servers do not do this themselves.
+
 Linux only (``/proc``); prints, writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import subprocess
 import sys
@@ -59,6 +64,27 @@ def _schedstat(pid: int) -> dict[str, tuple[int, int, int]]:
     return out
 
 
+class _SchedAttr(ctypes.Structure):
+    # struct sched_attr (include/uapi/linux/sched/types.h)
+    _fields_ = [("size", ctypes.c_uint32), ("policy", ctypes.c_uint32), ("flags", ctypes.c_uint64),
+                ("nice", ctypes.c_int32), ("priority", ctypes.c_uint32), ("runtime", ctypes.c_uint64),
+                ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64), ("util_min", ctypes.c_uint32),
+                ("util_max", ctypes.c_uint32)]
+
+
+_SYS_SCHED_SETATTR_X86_64 = 314
+SLICE_NS = 0  # --slice-us, in ns; 0: leave the kernel's default
+
+
+def _set_slice(pid: int, ns: int) -> None:
+    """Ask for an ``ns`` time slice for every thread of ``pid`` (SCHED_OTHER, nice 0); raises OSError if refused."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        attr = _SchedAttr(size=ctypes.sizeof(_SchedAttr), policy=0, runtime=ns)
+        if libc.syscall(_SYS_SCHED_SETATTR_X86_64, int(tid), ctypes.byref(attr), 0) != 0:
+            raise OSError(ctypes.get_errno(), f"sched_setattr on thread {tid} of {pid}")
+
+
 class _Counted(bs._Target):
     """A target whose server's scheduler counters are summed over its rounds."""
 
@@ -75,6 +101,8 @@ class _Counted(bs._Target):
 async def _counted_round(t: bs._Target, clients: Any, n: int) -> tuple[float, int]:
     assert isinstance(t, _Counted)
     pid = t.server_pid()
+    if pid and SLICE_NS and t.label != "sdk":
+        _set_slice(pid, SLICE_NS)  # every round: a thread started since gets it too
     before = _schedstat(pid) if pid else {}
     rate, calls = await _plain_round(t, clients, n)
     if pid:
@@ -129,7 +157,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=200, help="calls per round")
     ap.add_argument("--busy", type=int, default=0, help="busy-loop processes to run beside it (CPU load; they end with it)")
+    ap.add_argument("--slice-us", type=int, default=0, help="time slice for our servers' threads (µs; 0: the default)")
     args = ap.parse_args()
+    global SLICE_NS
+    SLICE_NS = args.slice_us * 1000
     # Each busy loop also ends by itself after 10 minutes, should this process die without killing it.
     spin = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass"
     busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy)]
