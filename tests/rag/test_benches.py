@@ -30,3 +30,10 @@ def test_bench_rag_ingest_prints_its_peers(pg_dsn):
                "--minilm-chunks", "0", "--dsn", pg_dsn)
     assert "peer raw COPY of the same rows" in out and "Rag.ingest_many in bulk_load()" in out
     assert "x the raw COPY" in out
+
+
+def test_bench_rag_loop_measures_both_paths():
+    proc = subprocess.run([sys.executable, "bench/bench_rag_loop.py", "--mib", "1", "--repeat", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "inline (peer)" in proc.stdout and "Rag's path" in proc.stdout
