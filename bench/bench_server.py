@@ -212,29 +212,9 @@ class LeanSessionClients(load_http.LeanClients):
             await _rest_of_body(reader, head)
             self._sessions.append(session)
 
-    async def _loop(self, n: int, deadline: float, calls: int | None) -> None:
-        conn = self._conns[n]
-        if conn is None:
-            return
-        reader, writer = conn
-        done = 0
-        while (done < calls) if calls is not None else (time.perf_counter() < deadline):
-            done += 1
-            self._calls += 1
-            t0 = time.perf_counter()
-            writer.write(self._post({"jsonrpc": "2.0", "id": self._calls, "method": "tools/call",
-                                     "params": {"name": self.tool, "arguments": self.arguments(n, self._calls)}},
-                                    self._sessions[n]))
-            try:
-                status, body = await load_http._read_response(reader)
-            except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                self.errors.append(type(exc).__name__)
-                self._conns[n] = None
-                return
-            if status != 200 or not load_http._ok(body):
-                self.errors.append(f"HTTP {status}: {body[:80]!r}")
-                continue
-            self.latencies.append(time.perf_counter() - t0)
+    def _request(self, n: int, call_id: int) -> bytes:
+        return self._post({"jsonrpc": "2.0", "id": call_id, "method": "tools/call",
+                           "params": {"name": self.tool, "arguments": self.arguments(n, call_id)}}, self._sessions[n])
 
 
 async def _rest_of_body(reader: asyncio.StreamReader, head: bytes) -> None:

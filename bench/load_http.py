@@ -138,6 +138,10 @@ class LeanClients:
                 self.errors.append(f"connect: {exc.strerror}")
                 self._conns.append(None)
 
+    def _request(self, n: int, call_id: int) -> bytes:
+        """Client ``n``'s ``tools/call`` number ``call_id``, as bytes on the wire."""
+        return request_bytes(self.port, self.tool, self.arguments(n, call_id), call_id)
+
     async def _loop(self, n: int, deadline: float, calls: int | None) -> None:
         conn = self._conns[n]
         if conn is None:
@@ -148,7 +152,7 @@ class LeanClients:
             done += 1
             self._calls += 1
             t0 = time.perf_counter()
-            writer.write(request_bytes(self.port, self.tool, self.arguments(n, self._calls), self._calls))
+            writer.write(self._request(n, self._calls))
             try:
                 status, body = await _read_response(reader)
             except (asyncio.IncompleteReadError, ConnectionError) as exc:

@@ -22,7 +22,7 @@ def renamed(module: str, old: str, new: str) -> Any:
     """``module.new``, after warning that ``module.old`` is its deprecated name.
 
     Called from a module ``__getattr__``: ``stacklevel`` points the warning at
-    the line that used the old name, not at this helper.
+    the line that used the old name, not at this function.
     """
     warnings.warn(f"{module}.{old} is deprecated and will be removed in the next release: use {module}.{new}",
                   DeprecationWarning, stacklevel=3)

@@ -11,7 +11,7 @@ file another process writes, a pid that dies, a thread that exits.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,8 +28,9 @@ def _intervals():
         step = min(step * 2, MAX_INTERVAL)
 
 
-def wait_for(predicate: Callable[[], T], *, timeout: float = 30.0, what: str = "condition") -> T:
-    """Return ``predicate()``'s first truthy value; ``AssertionError`` after ``timeout`` seconds."""
+def _poll(predicate: Callable[[], T], timeout: float, what: str) -> Generator[float, None, T]:
+    """The one poll of both waits: yields how long to sleep before the next try; returns ``predicate()``'s first
+    truthy value; ``AssertionError`` once ``timeout`` seconds have passed."""
     deadline = time.monotonic() + timeout
     for step in _intervals():
         value = predicate()
@@ -37,23 +38,30 @@ def wait_for(predicate: Callable[[], T], *, timeout: float = 30.0, what: str = "
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(step)
+        yield step
     raise AssertionError("unreachable")  # pragma: no cover  (the generator never ends)
+
+
+def wait_for(predicate: Callable[[], T], *, timeout: float = 30.0, what: str = "condition") -> T:
+    """Return ``predicate()``'s first truthy value; ``AssertionError`` after ``timeout`` seconds."""
+    poll = _poll(predicate, timeout, what)
+    try:
+        while True:
+            time.sleep(next(poll))
+    except StopIteration as done:
+        return done.value
 
 
 async def await_for(predicate: Callable[[], T], *, timeout: float = 30.0, what: str = "condition") -> T:
     """``wait_for`` for async tests: sleeps with ``anyio.sleep`` so the event loop keeps running."""
     import anyio
 
-    deadline = time.monotonic() + timeout
-    for step in _intervals():
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await anyio.sleep(step)
-    raise AssertionError("unreachable")  # pragma: no cover
+    poll = _poll(predicate, timeout, what)
+    try:
+        while True:
+            await anyio.sleep(next(poll))
+    except StopIteration as done:
+        return done.value
 
 
 def wait_for_file(path: Path, timeout: float = 30.0) -> None:
