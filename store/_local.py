@@ -94,7 +94,7 @@ import anyio
 from openfunctions.core import JournalCorrupt, JournalLocked, JournalUnsafe, utc_timestamp
 from openfunctions.core.journal import JournalLog, JournalMismatch, Record
 from openfunctions.core.records import Entry as Pending
-from openfunctions.core.records import FileRecordLog, RecordStream, StreamRecord, UnknownRecords
+from openfunctions.core.records import FileRecordLog, RecordStream, StreamRecord, UnknownRecords, drop_unfinished
 
 from ._api import (
     DEFAULT_LIST_LIMIT,
@@ -326,10 +326,7 @@ class LocalStore(Store):
     def _lock_dir(self) -> None:
         _ensure_dir(self.directory)
         self._lock.acquire(self.name)
-        leftover = self.directory / (JOURNAL_NAME + ".compact")
-        for p in (leftover, Path(f"{leftover}.lock")):
-            if os.path.lexists(p):
-                os.unlink(p)  # an unfinished compaction: the old journal is still the whole truth
+        drop_unfinished(self.directory / JOURNAL_NAME)  # an unfinished compaction: the old journal is still the whole truth
 
     def _open_log(self) -> tuple[JournalLog, _State]:
         state = _State()

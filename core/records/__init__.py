@@ -27,7 +27,7 @@ Usage::
 docs/ARCHITECTURE.md ("Durable state") lists every stream and its backend.
 """
 
-from ._file import FileRecordLog, Replay, replay
+from ._file import FileRecordLog, Replay, drop_unfinished, replay
 from ._stream import (
     COMPACTED,
     Compaction,
@@ -46,5 +46,5 @@ from ._table import RecordTable, TableRecordLog
 __all__ = [
     "COMPACTED", "Compaction", "Entry", "FileRecordLog", "Pair", "RecordMalformed", "RecordStream",
     "RecordStreamError", "RecordTable", "Replay", "StreamRecord", "TableRecordLog", "UnknownRecordType",
-    "UnknownRecords", "entries", "replay",
+    "UnknownRecords", "drop_unfinished", "entries", "replay",
 ]

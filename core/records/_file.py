@@ -435,4 +435,4 @@ def _unlink(path: Path) -> None:
         pass
 
 
-__all__ = ["FileRecordLog", "Replay", "replay"]
+__all__ = ["FileRecordLog", "Replay", "drop_unfinished", "replay"]
