@@ -331,7 +331,7 @@ AGENT_RUNS: RecordStream[dict[str, RunState]] = RecordStream(
 
 
 def _apply_summary(state: dict[str, RunState], rec: StreamRecord) -> None:
-    if rec.type != MESSAGES:
+    if in_summary(rec.type):
         _apply(state, rec)
 
 
