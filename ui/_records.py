@@ -79,7 +79,7 @@ class Stream:
 
     path: Path
     kind: str
-    size: int
+    size: int  # bytes of records (a writer's reserved room after them not counted: ``core.journal.file_stamp``)
     mtime_ns: int
     records: list[Any]
     header_kind: str | None = None
@@ -115,6 +115,19 @@ def _scan(path: Path) -> tuple[list[Any], Any, str | None]:
         return records, dec.result.header, None
     finally:
         os.close(fd)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(bytes of records, mtime) of a stream file, or None if it cannot be looked at. Not the file's size: the
+    execution journal keeps room reserved past its records, so its size stays put while calls are appended
+    (``core.journal.file_stamp`` finds where the records end)."""
+    from openfunctions.core.journal import file_stamp
+
+    try:
+        stamp = file_stamp(path)
+    except OSError:
+        return None
+    return None if stamp is None else (stamp[4], stamp[3])
 
 
 def _kind(rel: str, header_kind: str | None) -> str | None:
@@ -192,32 +205,29 @@ class DataDir:
     # -- the files ---------------------------------------------------------------
 
     def signature(self) -> tuple[tuple[str, int, int], ...]:
-        """(path, size, mtime) of every stream file: what the live updates poll."""
+        """(path, size of the records, mtime) of every stream file: what the live updates poll."""
         out = []
         for p in _candidates(self.root):
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            out.append((str(p), st.st_size, st.st_mtime_ns))
+            stamp = _stamp(p)
+            if stamp is not None:
+                out.append((str(p), *stamp))
         return tuple(out)
 
     def streams(self) -> list[Stream]:
         with self._lock:
             seen = set()
             for p in _candidates(self.root):
-                try:
-                    st = p.stat()
-                except OSError:
+                stamp = _stamp(p)
+                if stamp is None:
                     continue
                 seen.add(p)
                 old = self._streams.get(p)
-                if old is not None and (old.size, old.mtime_ns) == (st.st_size, st.st_mtime_ns):
+                if old is not None and (old.size, old.mtime_ns) == stamp:
                     continue
                 records, header, error = _scan(p)
                 rel = p.relative_to(self.root).as_posix()
                 kind = _kind(rel, getattr(header, "kind", None)) or "other"
-                self._streams[p] = Stream(p, kind, st.st_size, st.st_mtime_ns, records,
+                self._streams[p] = Stream(p, kind, stamp[0], stamp[1], records,
                                           header_kind=getattr(header, "kind", None), meta=getattr(header, "meta", None),
                                           ok=error is None, error=error, last_seq=records[-1].seq if records else 0)
             for gone in set(self._streams) - seen:

@@ -20,10 +20,11 @@ Usage::
     registry = ToolRegistry(tools, sink=journal)
 
     for r in read_records(path): ...                    # lock-free, for inspection
+    file_stamp(path)                                    # what a watcher polls (not the size: see preallocate)
 """
 
 from ._execution import DEFAULT_ROTATE_BYTES, ExecutionJournal, recovered_receipt
-from ._log import JournalLog, read_records, segment_paths
+from ._log import JournalLog, file_stamp, read_records, segment_paths
 from ._record import Header, Record
 from .errors import (
     JournalClosed,
@@ -48,6 +49,7 @@ __all__ = [
     "JournalMismatch",
     "JournalUnsafe",
     "Record",
+    "file_stamp",
     "read_records",
     "recovered_receipt",
     "segment_paths",

@@ -3,13 +3,31 @@
 Reading is streaming (fixed-size chunks via ``pread``): memory is bounded by
 the longest line, not the file. Anything wrong before the tail raises
 :class:`JournalCorrupt` naming the byte offset and the 1-based line number
-(line 1 is the header). Only two shapes count as a *torn tail*, reported in
-:attr:`ScanResult.torn` rather than raised:
+(line 1 is the header).
 
-- an unterminated final fragment (no ``\\n`` between its start and EOF);
-- a NUL-filled tail: from the first NUL byte of the failing line to EOF
-  there is nothing but NUL and ``\\n`` bytes (a file system that extended the
-  file but never wrote the block).
+**Reserved space.** A writer may reserve room ahead of its records (the
+execution journal does: ``JournalLog.open(preallocate=True)``), so the file
+can end in NUL bytes that no record has reached yet; a record never contains
+a NUL byte (JSON text escapes U+0000), so the data ends where that NUL suffix
+begins. :func:`data_end` finds that point without reading the suffix; a
+suffix of nothing but NUL (and ``\\n``) bytes after the last record is
+reported as :attr:`ScanResult.reserved`, not as damage.
+
+Only these shapes count as a *torn tail*, reported in :attr:`ScanResult.torn`
+rather than raised (each is what a crash during the last write can leave):
+
+- an unterminated final fragment (no ``\\n`` between its start and the end of
+  the data);
+- a NUL-filled tail: the data ends inside the failing line and only NUL and
+  ``\\n`` bytes follow (a file system that extended the file but never wrote
+  the block);
+- a torn write into reserved space: NUL bytes *inside* the data after the last
+  valid record (the disk persisted a later page of the last write but not an
+  earlier one), where that data is at most :data:`TORN_WRITE_MAX` bytes or one
+  line, in a file that ends in reserved room: the writer never writes more
+  than that between two fsyncs (a longer line goes alone), so more data after
+  a hole means acknowledged records were damaged, and that fails closed, as
+  does any hole in a file without reserved room.
 """
 
 from __future__ import annotations
@@ -23,7 +41,7 @@ from typing import Any
 
 from ..errors import JournalCorrupt
 from ._encoder import BODY_START, CHK_LEN, CHK_PREFIX, link
-from ._record import FORMAT_NAME, VERSION_V1, VERSION_V2, Header, Record
+from ._record import FORMAT_NAME, TORN_WRITE_MAX, VERSION_V1, VERSION_V2, Header, Record
 
 CHUNK = 1 << 20
 _V2_KEYS = frozenset({"chk", "data", "prev", "seq", "time", "type"})
@@ -34,8 +52,9 @@ _HEX = frozenset("0123456789abcdef")
 @dataclass
 class TornTail:
     offset: int
-    length: int
+    length: int  # to the end of the file: what repair cuts
     reason: str
+    data: int = -1  # of those bytes, how many lead up to the last one that is not NUL or newline: what repair keeps a copy of (-1: all)
 
 
 @dataclass
@@ -48,6 +67,29 @@ class ScanResult:
     last_link: str = ""
     good_end: int = 0
     torn: TornTail | None = None
+    reserved: int = 0  # NUL bytes after the last record: room a writer reserved ahead of its records
+
+
+def data_end(fd: int, size: int) -> int:
+    """Where the data of the file ``fd`` (``size`` bytes) ends: ``size``, or where its NUL suffix starts.
+
+    A binary search over single bytes (about 22 reads for 4 MiB of reserved room), valid because no record
+    holds a NUL byte: every byte before the end of the data is not NUL, every byte after it is. In a file a
+    crash left with a hole inside its last write the answer is one end of some NUL run; the decoder's tail
+    check then judges the rest.
+    """
+    if size <= 0:
+        return 0
+    if os.pread(fd, 1, size - 1) not in (b"\0", b""):
+        return size
+    lo, hi = 0, size - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if os.pread(fd, 1, mid) in (b"\0", b""):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _reject_constant(name: str) -> Any:
@@ -63,9 +105,12 @@ class Decoder:
     """Validate one journal file, yielding records; ``result`` is filled as it goes."""
 
     def __init__(self, fd: int, path: str, *, limit: int | None = None) -> None:
+        """``limit``: read only that many bytes (a caller that knows where the durable data ends); by default
+        the whole file, its lines read up to :func:`data_end` and the rest checked to be reserved room."""
         self.fd = fd
         self.path = path
-        self.limit = os.fstat(fd).st_size if limit is None else limit
+        self.size = os.fstat(fd).st_size if limit is None else limit
+        self.limit = self.size if limit is not None else data_end(fd, self.size)
         self.result = ScanResult()
 
     # -- errors ---------------------------------------------------------
@@ -97,20 +142,51 @@ class Decoder:
         if buf:
             yield buf_start, buf, False
 
-    def _nul_tail(self, offset: int, line: bytes) -> bool:
-        """Whether the file from the first NUL in ``line`` to EOF is only NUL and newlines."""
-        i = line.find(b"\0")
-        if i < 0:
-            return False
-        pos = offset + i
-        while pos < self.limit:
-            chunk = os.pread(self.fd, min(CHUNK, self.limit - pos), pos)
+    def _data_extent(self, offset: int) -> int:
+        """One past the last byte in ``[offset, size)`` that is neither NUL nor newline (``offset`` if none):
+        read backwards from the end, so reserved room costs one read per :data:`CHUNK`."""
+        pos = self.size
+        while pos > offset:
+            start = max(offset, pos - CHUNK)
+            kept = os.pread(self.fd, pos - start, start).rstrip(b"\0\n")
+            if kept:
+                return start + len(kept)
+            pos = start
+        return offset
+
+    def _tail(self, offset: int, line: bytes, terminated: bool) -> TornTail | None:
+        """What the bytes from ``offset`` (a line that did not validate, or the end of the data) to the end of
+        the file are: ``None`` for reserved room (nothing but NUL and newlines), a :class:`TornTail` for a
+        shape a crash during the last write can leave (see the module doc), ``_DAMAGED`` for anything else
+        (the caller raises: that is corruption)."""
+        end = self._data_extent(offset)
+        if end == offset:
+            return None
+        length = self.size - offset
+        if end <= offset + len(line) and (not terminated or b"\0" in line):
+            reason = "NUL-filled tail" if b"\0" in line else "unterminated final fragment"
+            return TornTail(offset, length, reason, end - offset)
+        # A hole (NUL) inside data no longer than one write, or than one line, in a file that ends in reserved
+        # room: a torn last write. (A file that grows by appending is extended only after its data is written.)
+        if os.pread(self.fd, 1, self.size - 1) != b"\0":
+            return _DAMAGED
+        one_write = end - offset <= TORN_WRITE_MAX
+        nul = False
+        pos = offset
+        while pos < end:
+            chunk = os.pread(self.fd, min(CHUNK, end - pos), pos)
             if not chunk:
                 break
-            if chunk.translate(None, b"\0\n"):
-                return False
+            nul = nul or b"\0" in chunk
+            if not one_write and b"\n" in (chunk if pos + len(chunk) < end else chunk[:-1]):
+                return _DAMAGED  # more than one line, more than one write: acknowledged records were damaged
+            if nul and one_write:
+                break
             pos += len(chunk)
-        return True
+        if not nul:
+            return _DAMAGED
+        return TornTail(offset, length, "torn write (NUL bytes inside the last write: a block never written)",
+                        end - offset)
 
     # -- scan -----------------------------------------------------------
     def __iter__(self) -> Iterator[Record]:
@@ -130,22 +206,35 @@ class Decoder:
             else:
                 try:
                     if not terminated:
-                        raise _Torn("unterminated final fragment")
+                        raise self._corrupt(offset, lineno, "the line has no newline")  # judged by _tail below
                     rec = self._record(line, offset, lineno)
-                except _Torn as t:
-                    r.torn = TornTail(offset, self.limit - offset, t.reason)
-                    return
                 except JournalCorrupt:
-                    if self._nul_tail(offset, line):
-                        r.torn = TornTail(offset, self.limit - offset, "NUL-filled tail")
-                        return
-                    raise
+                    tail = self._tail(offset, line, terminated)
+                    if tail is _DAMAGED:
+                        if self.size > self.limit and (not terminated or b"\0" in line):  # ends in reserved room
+                            raise self._corrupt(offset, lineno, "NUL bytes inside the data (a block never written), "
+                                                "then more data than one write holds: not a torn write") from None
+                        raise
+                    if tail is None:
+                        r.reserved = self.size - offset
+                    else:
+                        r.torn = tail
+                    return
             r.records += 1
             r.last_seq = rec.seq
             r.good_end = offset + len(line) + 1
             yield rec
         if lineno == 0:
             raise self._corrupt(0, 1, "the file is empty (no header line)")
+        if self.size > self.limit:  # past the end of the data: reserved room, or a hole in the last write
+            tail = self._tail(self.limit, b"", False)
+            if tail is _DAMAGED:
+                raise self._corrupt(self.limit, lineno + 1, "NUL bytes after the last record, then more data than "
+                                    "one write holds: not a torn write")
+            if tail is None:
+                r.reserved = self.size - self.limit
+            else:
+                r.torn = tail
 
     def _parse(self, line: bytes, offset: int, lineno: int) -> dict[str, Any]:
         try:
@@ -261,9 +350,8 @@ class Decoder:
         return Record(seq, type_, time_, data, None, None, VERSION_V1, offset, lineno)
 
 
-class _Torn(Exception):
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
+#: :meth:`Decoder._tail`'s answer for damage that is not a torn tail.
+_DAMAGED = TornTail(-1, -1, "damaged")
 
 
 def scan(fd: int, path: str, *, limit: int | None = None, on_record: Callable[[Record], None] | None = None) -> ScanResult:
@@ -278,4 +366,4 @@ def scan(fd: int, path: str, *, limit: int | None = None, on_record: Callable[[R
     return d.result
 
 
-__all__ = ["Decoder", "ScanResult", "TornTail", "scan"]
+__all__ = ["Decoder", "ScanResult", "TornTail", "data_end", "scan"]

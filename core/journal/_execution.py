@@ -103,7 +103,7 @@ class ExecutionJournal:
             elif rec.type == RECEIPT and isinstance(rid, str):
                 open_starts.pop(rid, None)
 
-        log = await JournalLog.open(path, kind=KIND, on_record=see)
+        log = await JournalLog.open(path, kind=KIND, on_record=see, preallocate=True)
         self = cls(log)
         try:
             await self._recover(open_starts)

@@ -7,13 +7,14 @@
 - A new journal file is created with ``core.files.write_atomic`` (temporary
   name, fsync, rename, directory fsync).
 
-:class:`FileOps` is the narrow seam the log writes through (``write_all`` and
-``sync``); tests swap in a fault-injecting subclass in the style of SQLite's
+:class:`FileOps` is the narrow seam the log writes through (``write_all``,
+``sync`` and ``reserve``); tests swap in a fault-injecting subclass in the style of SQLite's
 crash VFS. Nothing else in the package writes journal bytes.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -51,6 +52,15 @@ class FileOps:
 
     def write_all(self, fd: int, data: bytes) -> None:
         files.write_all(fd, data)
+
+    def reserve(self, fd: int, offset: int, length: int) -> None:
+        """Allocate ``length`` bytes of the file from ``offset`` (they read as NUL; the size grows to cover them).
+
+        Raises OSError where the platform or file system cannot (the writer then appends instead)."""
+        fallocate = getattr(os, "posix_fallocate", None)
+        if fallocate is None:  # macOS
+            raise OSError(errno.EOPNOTSUPP, "posix_fallocate is not available on this platform")
+        fallocate(fd, offset, length)
 
     def sync(self, fd: int) -> None:
         # fdatasync is enough for an append: the size change is metadata

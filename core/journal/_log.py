@@ -40,23 +40,27 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 
 from .._stamps import new_id, utc_timestamp
 from ..errors import NonJsonValue
 from ..files import fsync_dir, write_atomic
-from ._decoder import Decoder, ScanResult, scan
+from ._decoder import Decoder, ScanResult, data_end, scan
 from ._encoder import encode_header, encode_record, new_salt
 from ._fsutil import FileOps, ensure_private_dir, open_private, refuse_symlink
 from ._lock import JournalLock
 from ._record import CURRENT_VERSION, VERSION_V1, Header, Record
-from ._repair import repair_torn_tail, save_pre_v2
+from ._repair import drop_reserved, repair_torn_tail, save_pre_v2
 from ._writer import GroupWriter
 from .errors import JournalClosed, JournalMismatch
+
+log = structlog.get_logger("openfunctions.journal")
 
 
 class JournalLog:
@@ -81,6 +85,7 @@ class JournalLog:
         self._link = ""
         self._enqueued_size = 0
         self._writer: GroupWriter | None = None  # set once recovered
+        self._preallocate = False
         self._closing = False
         self._closed = False
 
@@ -88,7 +93,7 @@ class JournalLog:
     @classmethod
     async def open(
         cls, path: str | os.PathLike[str], *, kind: str | None = None, meta: dict[str, Any] | None = None,
-        on_record: Callable[[Record], None] | None = None, _ops: FileOps | None = None,
+        on_record: Callable[[Record], None] | None = None, preallocate: bool = False, _ops: FileOps | None = None,
     ) -> JournalLog:
         """Open (creating if absent), lock and recover the journal at ``path``.
 
@@ -98,16 +103,21 @@ class JournalLog:
         ``on_record`` sees every valid record of the recovery scan (in a
         worker thread), so an owner can rebuild its state in the same pass;
         if open then raises, discard what it saw.
+        ``preallocate``: keep room reserved ahead of the records (NUL bytes the
+        writes then fill), so an fsync commits no size change; the file is cut
+        back to its records on close. For a log whose every append waits for
+        its fsync on the hot path (the execution journal); a lock-free reader
+        that watches the file must then use :func:`file_stamp`, not its size.
         Raises JournalLocked, JournalCorrupt, JournalUnsafe.
         """
         return await anyio.to_thread.run_sync(
-            lambda: cls.open_sync(path, kind=kind, meta=meta, on_record=on_record, _ops=_ops)
+            lambda: cls.open_sync(path, kind=kind, meta=meta, on_record=on_record, preallocate=preallocate, _ops=_ops)
         )
 
     @classmethod
     def open_sync(
         cls, path: str | os.PathLike[str], *, kind: str | None = None, meta: dict[str, Any] | None = None,
-        on_record: Callable[[Record], None] | None = None, _ops: FileOps | None = None,
+        on_record: Callable[[Record], None] | None = None, preallocate: bool = False, _ops: FileOps | None = None,
     ) -> JournalLog:
         """Blocking :meth:`open` (recovery reads the whole file; call it off the event loop)."""
         self = cls()
@@ -117,6 +127,7 @@ class JournalLog:
         refuse_symlink(self.path)
         self._lock = JournalLock(self.path)
         self._lock.acquire()
+        self._preallocate = preallocate
         try:
             self._recover(kind, meta, on_record)
         except BaseException:
@@ -128,7 +139,9 @@ class JournalLog:
         if not os.path.lexists(self.path):
             header = Header(CURRENT_VERSION, new_id("jnl"), kind or "log", utc_timestamp(), new_salt(), dict(meta or {}))
             write_atomic(self.path, encode_header(header))
-        self._fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
+        # Reserving room means writing inside the file, not at its end: no O_APPEND (the writer's writes are
+        # sequential from the end of the data, where the fd is positioned below).
+        self._fd = open_private(self.path, os.O_RDWR if self._preallocate else os.O_RDWR | os.O_APPEND)
         result = scan(self._fd, str(self.path), on_record=on_record)
         assert result.header is not None
         self.header = result.header
@@ -139,6 +152,8 @@ class JournalLog:
             )
         if result.torn is not None:
             self.repaired_tail = repair_torn_tail(self._fd, self.path, result.torn)
+        elif result.reserved and not self._preallocate:
+            drop_reserved(self._fd, self.path, result.good_end)
         if self.header.version == VERSION_V1 and result.records == result.v1_records and result.good_end > 0:
             # No v2 record yet: this open may write the first one.
             self.pre_v2_copy = save_pre_v2(self._fd, self.path, result.good_end)
@@ -148,7 +163,12 @@ class JournalLog:
         self._line_of_seq = 0 if headerless else 1
         self._link = result.last_link
         self._enqueued_size = result.good_end
-        self._writer = GroupWriter(self._fd, self._ops, str(self.path), result.last_seq, result.good_end)
+        reserved = None
+        if self._preallocate:
+            os.lseek(self._fd, result.good_end, os.SEEK_SET)
+            reserved = result.good_end + (result.reserved if result.torn is None else 0)
+        self._writer = GroupWriter(self._fd, self._ops, str(self.path), result.last_seq, result.good_end,
+                                   reserved=reserved)
 
     # -- properties --------------------------------------------------------
     @property
@@ -318,6 +338,7 @@ class JournalLog:
             "last_link": self._link,
         }
         self._writer.stop()
+        self._cut_reserved(sync=True)  # a finished segment is exactly its records
         os.rename(self.path, segment)
         fsync_dir(self.path.parent)
         os.close(self._fd)
@@ -353,10 +374,27 @@ class JournalLog:
         self._closed = self._closing = True
         if self._writer is not None:
             self._writer.stop()
+            self._cut_reserved(sync=False)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
         self._lock.release()
+
+    def _cut_reserved(self, *, sync: bool) -> None:
+        """After the writer stopped: cut reserved room, so a closed log is exactly its records. Not after a
+        failed write (what is on disk past the durable size is unknown: the next open judges it). Without
+        ``sync`` the cut may be lost in a crash, which leaves reserved room the next open recognises."""
+        writer = self._writer
+        if writer is None or not writer.reserves or writer.failure is not None or self._fd < 0:
+            return
+        try:
+            os.ftruncate(self._fd, writer.durable_size)
+            if sync:
+                self._ops.sync(self._fd)
+        except OSError as exc:
+            if sync:
+                raise
+            log.warning("journal_reserved_room_kept", path=str(self.path), error=str(exc))
 
     def __del__(self) -> None:
         # Safety net for a log dropped without close(): stop the writer, free
@@ -418,12 +456,32 @@ def next_segment_path(path: Path) -> Path:
     return path.with_name(f"{path.name}{SEGMENT_MARK}{n:06d}")
 
 
+def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int, int, int, int] | None:
+    """What a lock-free reader polls to tell whether a journal file changed: ``(device, inode, size, mtime_ns,
+    end of the data)``; ``None`` while no file is there (mid-rotation).
+
+    The size alone does not move while a writer fills room it reserved (``JournalLog.open(preallocate=True)``),
+    and the mtime's granularity is the kernel's clock tick, so two appends within one tick look alike by
+    ``stat``; the end of the data (:func:`~._decoder.data_end`, a few one-byte reads) moves with every append.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        end = data_end(fd, st.st_size) if stat.S_ISREG(st.st_mode) else st.st_size
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, end
+    finally:
+        os.close(fd)
+
+
 def read_records(path: str | os.PathLike[str]) -> Iterator[Record]:
     """Stream validated records without taking the lock (for inspection).
 
     Raises JournalCorrupt for interior damage and JournalUnsafe for an
     unsafe path; stops before an unterminated or NUL-filled tail, which may
-    be a live writer's write in flight. Next to a live writer it may also
+    be a live writer's write in flight, and before room a writer reserved. Next to a live writer it may also
     yield complete records whose fsync has not finished (not yet
     acknowledged to their appender).
     """
@@ -435,4 +493,4 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         os.close(fd)
 
 
-__all__ = ["JournalLog", "read_records", "segment_paths", "next_segment_path", "SEGMENT_MARK"]
+__all__ = ["JournalLog", "file_stamp", "read_records", "segment_paths", "next_segment_path", "SEGMENT_MARK"]

@@ -9,6 +9,10 @@ FORMAT_NAME = "openfunctions.journal"
 VERSION_V1 = 1
 VERSION_V2 = 2
 CURRENT_VERSION = VERSION_V2
+#: The most bytes a writer puts between two fsyncs (a longer line goes alone). Recovery counts on it: NUL bytes
+#: inside at most this much data at the end are a torn last write, inside more they are damage
+#: (``_decoder.py``, ``_writer.py``).
+TORN_WRITE_MAX = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """Repair: cut a torn tail after saving its bytes, and keep a ``.pre-v2`` copy.
 
 Repair only ever removes bytes the decoder classified as a torn tail (an
-unterminated final fragment or a NUL-filled tail: never acknowledged,
-because the newline is the commit marker and acknowledgement follows
-fsync). The bytes go to ``<path>.broken`` (or ``<path>.broken.N`` if that
+unterminated final fragment, a NUL-filled tail, a torn write into reserved
+room: never acknowledged, because the newline is the commit marker and
+acknowledgement follows fsync) or as reserved room (NUL bytes nobody wrote).
+The written bytes go to ``<path>.broken`` (or ``<path>.broken.N`` if that
 exists) first, fsynced, so nothing is destroyed without a copy.
 """
 
@@ -44,7 +45,8 @@ def _read_range(fd: int, start: int, end: int) -> bytes:
 def repair_torn_tail(fd: int, path: Path, torn: TornTail) -> Path:
     """Save the torn bytes to a ``.broken`` copy, then truncate and fsync. Returns the copy's path."""
     broken = _free_name(Path(f"{path}.broken"))
-    data = _read_range(fd, torn.offset, torn.offset + torn.length)
+    # the bytes up to the last one written: NUL room a writer reserved after them is nothing to keep
+    data = _read_range(fd, torn.offset, torn.offset + (torn.length if torn.data < 0 else torn.data))
     write_atomic(broken, data)
     os.ftruncate(fd, torn.offset)
     os.fsync(fd)
@@ -60,6 +62,14 @@ def repair_torn_tail(fd: int, path: Path, torn: TornTail) -> Path:
     return broken
 
 
+def drop_reserved(fd: int, path: Path, end: int) -> None:
+    """Cut reserved room (NUL bytes after the last record) from a file that this open will append to, then
+    fsync: a writer that does not reserve room appends at the end of the file."""
+    os.ftruncate(fd, end)
+    os.fsync(fd)
+    log.info("journal_reserved_room_dropped", path=str(path), at=end)
+
+
 def save_pre_v2(fd: int, path: Path, end: int) -> Path:
     """Copy the v1 bytes to ``<path>.pre-v2`` (atomically, fsynced) before the first v2 write."""
     copy = Path(f"{path}.pre-v2")
@@ -68,4 +78,4 @@ def save_pre_v2(fd: int, path: Path, end: int) -> Path:
     return copy
 
 
-__all__ = ["repair_torn_tail", "save_pre_v2"]
+__all__ = ["drop_reserved", "repair_torn_tail", "save_pre_v2"]

@@ -6,7 +6,9 @@ One writer thread per open log then repeats, for as long as there is work:
 
 1. take **everything** queued so far (under ``_mu``) — the open batch is
    closed to new lines at that moment;
-2. one ``write`` of those lines, one ``fdatasync``;
+2. one ``write`` of those lines, one ``fdatasync`` (:meth:`GroupWriter._write`:
+   at most ``TORN_WRITE_MAX`` bytes per fsync; into reserved room when the
+   log reserves it);
 3. record the new durable seq/size, and wake each batch's appenders on
    their event loop (``call_soon_threadsafe``).
 
@@ -68,10 +70,18 @@ import structlog
 
 from ..errors import JournalFailed
 from ._fsutil import FileOps
+from ._record import TORN_WRITE_MAX
 from .errors import JournalClosed
 
 log = structlog.get_logger("openfunctions.journal")
 
+# Reserved room (a writer opened with ``reserved``): how far past the data the file is kept, growing with it.
+# An fdatasync after a write into room already reserved commits no size change, which is most of an appending
+# fdatasync's cost on ext4 (docs/design/journal.md, "Reserved room"); room is reserved again, at most
+# RESERVE_MAX bytes at a time, whenever a write would reach its end.
+RESERVE_MIN = 64 * 1024
+RESERVE_MAX = 4 << 20
+RESERVE_ALIGN = 4096
 # Seconds an idle writer thread waits for work before exiting.
 IDLE_EXIT = 2.0
 # On the loop: how many times a flush steps behind other ready callbacks before it writes anyway,
@@ -143,8 +153,15 @@ def _wake(
 class GroupWriter:
     """The durable half of a journal: queue, writer thread, durable position."""
 
-    def __init__(self, fd: int, ops: FileOps, path: str, durable_seq: int, durable_size: int) -> None:
+    def __init__(
+        self, fd: int, ops: FileOps, path: str, durable_seq: int, durable_size: int, *, reserved: int | None = None,
+    ) -> None:
+        """``reserved``: the file's size, for a writer that reserves room ahead of its records (the file is
+        then open without ``O_APPEND``, positioned at ``durable_size``); ``None``: it appends."""
         self._fd = fd
+        #: whether this writer reserves room (the file may be longer than its data; close cuts it)
+        self.reserves = reserved is not None
+        self._reserved = reserved  # where the reserved room ends (the file's size); None once not reserving
         self._ops = ops
         self._path = path
         # Everything below is shared with the thread and guarded by _mu.
@@ -263,9 +280,7 @@ class GroupWriter:
             batches, self._queue, self._batch = self._queue, [], None
             self._writing = True
         try:
-            data = b"".join([line for b in batches for line in b.lines])
-            self._ops.write_all(self._fd, data)
-            self._ops.sync(self._fd)
+            size = self._write(batches)
         except BaseException as exc:
             failed = self._fail(exc, batches)
             _wake(failed, self.failed_error, here=loop)
@@ -273,8 +288,56 @@ class GroupWriter:
             if not isinstance(exc, Exception):
                 raise
             return
-        self._synced(len(data), batches[-1].last_seq)
+        self._synced(size, batches[-1].last_seq)
         _wake(batches, None, here=loop)
+
+    def _write(self, batches: list[_Batch]) -> int:
+        """Write the lines of ``batches`` at the end of the data and sync them; returns how many bytes.
+
+        By whoever writes (``_writing`` set, so nothing else moves ``durable_size`` meanwhile). Never more
+        than :data:`TORN_WRITE_MAX` bytes between two fsyncs (a longer line goes alone): recovery tells a torn
+        last write from damage by that bound (``_decoder.py``)."""
+        lines = [line for b in batches for line in b.lines]
+        data = b"".join(lines)
+        start = self.durable_size
+        if len(data) <= TORN_WRITE_MAX:
+            self._put(data, start)
+            self._ops.sync(self._fd)
+            return len(data)
+        at, chunk, size = start, [], 0
+        for line in lines:
+            if chunk and size + len(line) > TORN_WRITE_MAX:
+                self._put(b"".join(chunk), at)
+                self._ops.sync(self._fd)
+                at, chunk, size = at + size, [], 0
+            chunk.append(line)
+            size += len(line)
+        self._put(b"".join(chunk), at)
+        self._ops.sync(self._fd)
+        return at + size - start
+
+    def _put(self, data: bytes, at: int) -> None:
+        """Write ``data`` at offset ``at`` (the fd's position: writes are sequential), first reserving room
+        past it if this writer reserves: the file must still end in reserved room after the write, which is
+        how recovery knows a hole inside the data may be a torn write rather than damage."""
+        if self._reserved is not None and at + len(data) >= self._reserved:
+            self._reserve(at + len(data))
+        self._ops.write_all(self._fd, data)
+
+    def _reserve(self, end: int) -> None:
+        """Grow the reserved room to past ``end``: by as much as the data already holds, at least
+        ``RESERVE_MIN``, at most ``RESERVE_MAX``. If the file system refuses, stop reserving (append from
+        here on: correct, only each fsync commits a size change again)."""
+        assert self._reserved is not None
+        target = end + min(max(end, RESERVE_MIN), RESERVE_MAX)
+        target += -target % RESERVE_ALIGN
+        try:
+            self._ops.reserve(self._fd, self._reserved, target - self._reserved)
+        except OSError as exc:
+            self._reserved = None
+            log.info("journal_reserve_off", path=self._path, error=str(exc))
+            return
+        self._reserved = target
 
     def _synced(self, size: int, last_seq: int) -> None:
         """After a loop flush's write + sync: move the durable position."""
@@ -394,9 +457,7 @@ class GroupWriter:
                     self._exit()
                     return
             try:
-                data = b"".join([line for b in batches for line in b.lines])
-                self._ops.write_all(self._fd, data)
-                self._ops.sync(self._fd)
+                size = self._write(batches)
             except BaseException as exc:
                 _wake(self._fail(exc, batches, on_thread=True), self.failed_error)
                 self._log_failure()
@@ -404,7 +465,7 @@ class GroupWriter:
                     raise
                 return
             with mu:
-                self.durable_size += len(data)
+                self.durable_size += size
                 self.durable_seq = batches[-1].last_seq
                 self._writing = False
                 self._progress()
@@ -418,4 +479,4 @@ class GroupWriter:
         self._wake.acquire(blocking=False)  # leave _wake held (consumed) for the next thread
         self._cv.notify_all()
 
-__all__ = ["GroupWriter", "IDLE_EXIT", "FLUSH_DEFERRALS", "callbacks_ready"]
+__all__ = ["GroupWriter", "IDLE_EXIT", "FLUSH_DEFERRALS", "RESERVE_MAX", "RESERVE_MIN", "callbacks_ready"]

@@ -61,7 +61,7 @@ from .._canonical import canonical_json
 from ..errors import JournalCorrupt, JournalError
 from ._decoder import ScanResult, scan
 from ._lock import kernel_holders, lock_path
-from ._log import segment_paths
+from ._log import file_stamp, segment_paths
 from ._record import Record
 
 EXIT_OK, EXIT_CORRUPT, EXIT_UNREADABLE = 0, 1, 2
@@ -275,6 +275,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "last_seq": r.last_seq,
             "types": dict(sorted(types.items())),
             "size": os.stat(args.path).st_size,
+            "reserved": r.reserved,
             "torn_tail": _torn(r),
             "owner": _owner(args.path),
             "pre_v2_copy": os.path.lexists(p + ".pre-v2"),
@@ -288,7 +289,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         h = r.header
         print(f"journal   {p}")
         print(f"format    v{h.version}, kind {h.kind}, id {h.journal_id}, created {h.created}")
-        print(f"records   {r.records} (last seq {r.last_seq}{f', {r.v1_records} v1' if r.v1_records else ''}), {info['size']} bytes")
+        reserved = f", {r.reserved} of them room reserved by the writer" if r.reserved else ""
+        print(f"records   {r.records} (last seq {r.last_seq}{f', {r.v1_records} v1' if r.v1_records else ''}), {info['size']} bytes{reserved}")
         for t, n in info["types"].items():
             print(f"  {t:<24} {n}")
         torn = info["torn_tail"]
@@ -366,16 +368,13 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return _guard(args, run)
 
 
-def _identity(path: Path) -> tuple[int, int, int] | None:
-    """Which file is at ``path`` and how long it is; ``None`` while it is missing (mid-rotation)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:  # mid-rotation: the new file is about to appear
-        return None
-    return st.st_dev, st.st_ino, st.st_size
+def _identity(path: Path) -> tuple[int, int, int, int, int] | None:
+    """Which file is at ``path`` and where its data ends (``file_stamp``: not the size, which stays put while
+    the writer fills room it reserved); ``None`` while it is missing (mid-rotation)."""
+    return file_stamp(path)
 
 
-def _follow(args: argparse.Namespace, seen: ScanResult, current: tuple[int, int, int] | None) -> int:
+def _follow(args: argparse.Namespace, seen: ScanResult, current: tuple[int, int, int, int, int] | None) -> int:
     """Poll ``args.path``; print what was appended since ``seen`` was scanned (``current``: the file's identity
     taken before that scan, so an append during or right after it is noticed; a record printed already is
     skipped by its seq). A new file at the path (rotation) is read from its start."""

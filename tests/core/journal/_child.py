@@ -1,7 +1,8 @@
 """A real process for crash tests: ``python _child.py MODE PATH [ARGS]``.
 
-- ``writer PATH CONC``: CONC concurrent appenders forever; prints ``ack SEQ N``
-  after each append returns (i.e. after its fsync).
+- ``writer PATH CONC [reserve]``: CONC concurrent appenders forever; prints
+  ``ack SEQ N`` after each append returns (i.e. after its fsync); with
+  ``reserve`` the log keeps room reserved ahead of its records (``preallocate``).
 - ``holder PATH``: opens the journal, prints ``locked``, waits to be killed.
 - ``exec PATH``: executor + ExecutionJournal; a handler prints
   ``started RECEIPT_ID`` and never returns, so the test kills it mid-call.
@@ -32,10 +33,10 @@ def say(*parts: object) -> None:
     sys.stdout.flush()
 
 
-async def writer(path: str, conc: int) -> None:
+async def writer(path: str, conc: int, reserve: bool = False) -> None:
     from openfunctions.core.journal import JournalLog
 
-    log = await JournalLog.open(path, kind="log")
+    log = await JournalLog.open(path, kind="log", preallocate=reserve)
     say("ready", log.last_seq)
     counter = itertools.count()
 
@@ -148,7 +149,7 @@ def zygote() -> None:
 
 def run(mode: str, path: str, rest: list[str]) -> None:
     if mode == "writer":
-        anyio.run(writer, path, int(rest[0]))
+        anyio.run(writer, path, int(rest[0]), rest[1:2] == ["reserve"])
     elif mode == "holder":
         anyio.run(holder, path)
     elif mode == "exec":

@@ -120,11 +120,12 @@ async def test_interior_damage_fails_closed(tmp_path, kind):
 
 
 @pytest.mark.parametrize(
-    "tail",
-    [b'{"chk":"12', b"\0" * 4096, b'{"chk":"ab\0\0\0\0', b"\0\0\0\n\0\0\n", b'{"seq":6,"type":"t"}'],
-    ids=["fragment", "nul_block", "fragment_then_nul", "nul_lines", "unterminated_but_json"],
+    "tail,kept",
+    [(b'{"chk":"12', b'{"chk":"12'), (b'{"chk":"ab\0\0\0\0', b'{"chk":"ab'),
+     (b'{"chk":"ab\0\0\n\0\0', b'{"chk":"ab'), (b'{"seq":6,"type":"t"}', b'{"seq":6,"type":"t"}')],
+    ids=["fragment", "fragment_then_nul", "fragment_then_nul_lines", "unterminated_but_json"],
 )
-async def test_torn_tail_is_repaired_with_broken_copy(tmp_path, tail):
+async def test_torn_tail_is_repaired_with_broken_copy(tmp_path, tail, kept):
     p = tmp_path / "j.jsonl"
     await _journal(p)
     good = p.read_bytes()
@@ -133,7 +134,8 @@ async def test_torn_tail_is_repaired_with_broken_copy(tmp_path, tail):
     assert [r.seq for r in read_records(p)] == [1, 2, 3, 4, 5]
     log = await JournalLog.open(p)
     assert log.repaired_tail == p.with_name("j.jsonl.broken")
-    assert log.repaired_tail.read_bytes() == tail
+    # the copy holds what was written, not the NUL bytes after it (nobody wrote those)
+    assert log.repaired_tail.read_bytes() == kept
     assert oct(os.stat(log.repaired_tail).st_mode & 0o777) == "0o600"
     assert p.read_bytes() == good
     assert (await log.append("t", {})).seq == 6
@@ -144,7 +146,24 @@ async def test_torn_tail_is_repaired_with_broken_copy(tmp_path, tail):
     log = await JournalLog.open(p)
     assert log.repaired_tail == p.with_name("j.jsonl.broken.1")
     await log.close()
-    assert p.with_name("j.jsonl.broken").read_bytes() == tail
+    assert p.with_name("j.jsonl.broken").read_bytes() == kept
+
+
+@pytest.mark.parametrize("tail", [b"\0" * 4096, b"\0\0\0\n\0\0\n"], ids=["nul_block", "nul_lines"])
+async def test_nul_bytes_after_the_last_record_are_room_not_damage(tmp_path, tail):
+    """Only NUL (and newline) bytes after the last record: room a writer reserved, or a block a file system
+    never wrote. Nothing in it was written, so an open cuts it without a copy; readers report it as reserved."""
+    p = tmp_path / "j.jsonl"
+    await _journal(p)
+    good = p.read_bytes()
+    p.write_bytes(good + tail)
+    assert [r.seq for r in read_records(p)] == [1, 2, 3, 4, 5]
+    log = await JournalLog.open(p)
+    assert log.repaired_tail is None and log.recovery.reserved == len(tail) and log.recovery.torn is None
+    assert p.read_bytes() == good  # a log that does not reserve appends at the end: the room is cut
+    assert (await log.append("t", {})).seq == 6
+    await log.close()
+    assert not os.path.exists(f"{p}.broken")
 
 
 async def test_empty_file_is_corrupt_not_silently_reinitialised(tmp_path):

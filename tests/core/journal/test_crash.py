@@ -33,7 +33,9 @@ def test_sigkill_at_random_moments_never_loses_an_acknowledged_record(tmp_path):
     # would be a third of this test's time.
     with Zygote() as zygote:
         for rnd in range(rounds):
-            pid = zygote.spawn("writer", p, rng.choice([1, 8, 32]))
+            # Half the writers keep room reserved ahead of their records, half append; each reopen below
+            # reserves or not at random too (a reopen that does not reserve cuts what the last one reserved).
+            pid = zygote.spawn("writer", p, rng.choice([1, 8, 32]), *(["reserve"] if rng.random() < 0.5 else []))
             ready = zygote.readline()
             assert ready.startswith("ready ")
             # The reopened journal holds every record acknowledged so far.
@@ -46,8 +48,10 @@ def test_sigkill_at_random_moments_never_loses_an_acknowledged_record(tmp_path):
                 assert seq not in acked, f"seq {seq} acknowledged twice"
                 acked[seq] = (rnd, n)
 
+            reserve = rng.random() < 0.5
+
             async def reopen():
-                log = await JournalLog.open(p)
+                log = await JournalLog.open(p, preallocate=reserve)
                 try:
                     recs = {r.seq: r for r in log.records()}
                     return log.last_seq, recs, log.repaired_tail is not None

@@ -1,0 +1,180 @@
+"""Room reserved ahead of the records (``JournalLog.open(preallocate=True)``, the execution journal's mode).
+
+The file is longer than its records while the log is open (NUL bytes the writes fill), readers see only the
+records, watchers see every append through ``file_stamp``, a clean close leaves exactly the records, a crash
+leaves room the next open recognises, and a torn write into the room is told from damage by its size.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from openfunctions.core.journal import ExecutionJournal, JournalCorrupt, JournalLog, file_stamp, read_records
+from openfunctions.core.journal._decoder import Decoder, data_end
+from openfunctions.core.journal._fsutil import FileOps
+from openfunctions.core.journal._record import TORN_WRITE_MAX
+from openfunctions.core.journal._writer import RESERVE_MIN
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_an_open_log_keeps_room_past_its_records_and_readers_see_only_the_records(tmp_path):
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p, kind="log", preallocate=True)
+    stamps = [file_stamp(p)]
+    for i in range(5):
+        await log.append("t", {"i": i})
+        stamps.append(file_stamp(p))
+    size = os.stat(p).st_size
+    assert size >= log.size + RESERVE_MIN  # the room is there, past the records
+    assert p.read_bytes()[log.size:] == b"\0" * (size - log.size)
+    # The size did not move with the appends (all five went into the room), the stamp did with each.
+    assert {s[2] for s in stamps[1:]} == {size}
+    assert [s[4] for s in stamps] == sorted({s[4] for s in stamps}) and len({s[4] for s in stamps}) == 6
+    assert stamps[-1][4] == log.size
+    assert [r.data["i"] for r in read_records(p)] == [0, 1, 2, 3, 4]
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        dec = Decoder(fd, str(p))
+        assert len(list(dec)) == 5
+        assert dec.result.torn is None and dec.result.reserved == size - log.size
+        assert data_end(fd, size) == log.size
+    finally:
+        os.close(fd)
+    await log.close()
+    # A closed log is exactly its records.
+    data = p.read_bytes()
+    assert b"\0" not in data and data.endswith(b"\n") and len(data) == log.size
+
+
+async def test_a_crash_leaves_room_that_the_next_open_takes_back_whether_or_not_it_reserves(tmp_path):
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p, kind="log", preallocate=True)
+    for i in range(3):
+        await log.append("t", {"i": i})
+    records_end = log.size
+    crashed = p.read_bytes()  # what the disk holds if the process dies now: the records, then the room
+    await log.close()
+    assert len(crashed) > records_end and crashed[records_end:].strip(b"\0") == b""
+
+    for reserve in (True, False):
+        p.write_bytes(crashed)
+        log = await JournalLog.open(p, preallocate=reserve)
+        assert log.repaired_tail is None and log.recovery.torn is None
+        assert log.recovery.reserved == len(crashed) - records_end and log.last_seq == 3
+        assert (await log.append("t", {"i": 3})).seq == 4
+        assert [r.data["i"] for r in read_records(p)] == [0, 1, 2, 3]
+        await log.close()
+        assert b"\0" not in p.read_bytes()
+        assert not os.path.exists(f"{p}.broken")
+
+
+def _crashed_with_hole(p, *, hole: int, after: bytes) -> bytes:
+    """The file a crash inside a write into reserved room can leave: good records, then a block the disk never
+    wrote (NUL), then a later block of the same write that it did, then the rest of the room."""
+    good = p.read_bytes()
+    p.write_bytes(good + b"\0" * hole + after + b"\0" * 8192)
+    return good
+
+
+async def _records(p, n):
+    log = await JournalLog.open(p, kind="log", preallocate=True)
+    for i in range(n):
+        await log.append("t", {"i": i})
+    await log.close()
+
+
+async def test_a_torn_write_into_the_room_is_cut_with_a_copy_of_what_was_written(tmp_path):
+    p = tmp_path / "j.jsonl"
+    await _records(p, 3)
+    later = b'"seq":9,"type":"t"}\n{"chk":"0123456789abcdef0123456789abcdef","data":{},"prev":"x"}\n'
+    good = _crashed_with_hole(p, hole=4096, after=later)
+    assert [r.seq for r in read_records(p)] == [1, 2, 3]  # a reader stops before it
+    log = await JournalLog.open(p, preallocate=True)
+    assert log.last_seq == 3 and log.recovery.torn is not None and "torn write" in log.recovery.torn.reason
+    assert log.repaired_tail is not None and log.repaired_tail.read_bytes() == b"\0" * 4096 + later.rstrip(b"\n")
+    assert p.read_bytes()[:len(good)] == good
+    assert (await log.append("t", {})).seq == 4
+    await log.close()
+
+
+async def test_a_hole_followed_by_more_than_one_write_of_records_is_damage(tmp_path):
+    """Data after a hole that no single write can have held: acknowledged records were damaged. Fail closed."""
+    p = tmp_path / "j.jsonl"
+    await _records(p, 3)
+    line = b'{"chk":"0123456789abcdef0123456789abcdef","data":{"pad":"' + b"x" * 900 + b'"},"prev":"y"}\n'
+    after = line * (TORN_WRITE_MAX // len(line) + 2)
+    _crashed_with_hole(p, hole=4096, after=after)
+    before = p.read_bytes()
+    with pytest.raises(JournalCorrupt, match="not a torn write"):
+        await JournalLog.open(p, preallocate=True)
+    assert p.read_bytes() == before and not os.path.exists(f"{p}.broken")
+
+
+async def test_one_long_line_torn_by_a_hole_is_a_torn_write_however_long(tmp_path):
+    """A line longer than ``TORN_WRITE_MAX`` is written alone, so a hole inside it is still one write."""
+    p = tmp_path / "j.jsonl"
+    await _records(p, 2)
+    tail = b"x" * (TORN_WRITE_MAX + 10) + b'"}\n'
+    _crashed_with_hole(p, hole=4096, after=tail)
+    log = await JournalLog.open(p, preallocate=True)
+    assert log.last_seq == 2 and log.repaired_tail is not None
+    await log.close()
+
+
+class CountingOps(FileOps):
+    def __init__(self) -> None:
+        self.writes: list[int] = []
+        self.syncs = 0
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        self.writes.append(len(data))
+        super().write_all(fd, data)
+
+    def sync(self, fd: int) -> None:
+        self.syncs += 1
+        super().sync(fd)
+
+
+@pytest.mark.parametrize("reserve", [True, False])
+async def test_no_more_than_one_bound_of_bytes_goes_between_two_fsyncs(tmp_path, reserve):
+    p = tmp_path / "j.jsonl"
+    ops = CountingOps()
+    log = await JournalLog.open(p, kind="log", preallocate=reserve, _ops=ops)
+    pad = "y" * 4000
+    recs = await log.append_many([("t", {"i": i, "pad": pad}) for i in range(700)])  # ~2.9 MB in one group
+    big = await log.append("t", {"pad": "z" * (TORN_WRITE_MAX + 5)})  # one line over the bound: alone
+    assert len(ops.writes) == ops.syncs and max(ops.writes[:-1]) <= TORN_WRITE_MAX
+    assert ops.writes[-1] > TORN_WRITE_MAX and len(ops.writes) >= 4
+    assert sum(ops.writes) == log.size - len(p.read_bytes().split(b"\n", 1)[0]) - 1
+    await log.close()
+    assert [r.seq for r in read_records(p)] == [r.seq for r in recs] + [big.seq]
+
+
+async def test_a_file_system_that_cannot_reserve_room_gets_plain_appends(tmp_path):
+    class NoRoom(FileOps):
+        def reserve(self, fd: int, offset: int, length: int) -> None:
+            raise OSError(95, "Operation not supported (injected)")
+
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p, kind="log", preallocate=True, _ops=NoRoom())
+    for i in range(3):
+        await log.append("t", {"i": i})
+    assert os.stat(p).st_size == log.size  # nothing reserved, nothing lost
+    await log.close()
+    assert [r.data["i"] for r in read_records(p)] == [0, 1, 2]
+
+
+async def test_the_execution_journal_reserves_and_its_segments_are_exactly_their_records(tmp_path):
+    p = tmp_path / "exec.journal"
+    j = await ExecutionJournal.open(p)
+    await j.log.append("note", {"n": 1})
+    assert os.stat(p).st_size > j.log.size
+    segment = await j.log.rotate()
+    assert b"\0" not in segment.read_bytes()
+    await j.log.append("note", {"n": 2})
+    assert os.stat(p).st_size > j.log.size
+    await j.close()
+    assert b"\0" not in p.read_bytes()
