@@ -11,7 +11,7 @@ run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 - ``in-process``: ``mcp.Client(server)`` (no transport, direct dispatch);
 - ``stdio``: ``mcp.Client`` driving the server as a subprocess (the ``handshake era`` rows:
   ``mode="legacy"``, an ``initialize`` session at 2025-11-25, as today's hosts open; journal off, journal
-  on, and journal on fsynced by the event loop, ``--journal-sync loop``);
+  on, and journal on fsynced by its writer thread, ``--journal-sync thread``);
 - ``http x1, mcp.Client``: one ``mcp.Client`` over streamable HTTP on 127.0.0.1;
 - ``http x16, mcp.Client``: 16 concurrent ``mcp.Client`` s in this process (client-bound: ~2-3 ms of
   client CPU per call, more than either server's);
@@ -24,7 +24,7 @@ run, rounds interleaved (ours, SDK, ours, ...) so machine noise hits both:
 
 It also measures the **fsync floor** in the same run: the latency of one
 serial ``write`` + ``fdatasync`` of a 500-byte line on the disk the journal
-uses. A serial client's journaled call waits at least one (read-only tool)
+uses, into room reserved beforehand as the execution journal writes. A serial client's journaled call waits at least one (read-only tool)
 or two (effectful tool) of them, so that floor against the SDK's whole call
 says whether the stdio targets are reachable on this disk at all.
 
@@ -311,12 +311,15 @@ async def _run_mode(mode: str, targets: list[_Target], n: int, rounds: int, warm
 
 
 def fsync_floor(directory: Path, n: int = 200) -> list[float]:
-    """Latencies (ms) of ``n`` serial write + fdatasync of a 500-byte line appended to a new file in ``directory``."""
+    """Latencies (ms) of ``n`` serial write + fdatasync of a 500-byte line to a new file in ``directory``, into room
+    reserved beforehand, as the execution journal writes (docs/formats/journal.md, "Reserved room")."""
     path = directory / "fsync-floor.probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     line = b"x" * 499 + b"\n"
     out = []
     try:
+        os.posix_fallocate(fd, 0, len(line) * n + 4096)
+        os.fdatasync(fd)
         for _ in range(n):
             t0 = time.perf_counter()
             os.write(fd, line)
@@ -335,7 +338,7 @@ def floor_table(floors: list[float], rates: dict[str, tuple[float, float, float]
     fs = median(ordered)
     p10, p90 = ordered[len(ordered) // 10], ordered[len(ordered) * 9 // 10]
     rows: list[list[object]] = [
-        [f"fsync floor: one serial write + fdatasync of 500 B, median ({len(ordered)} samples; p10-p90)",
+        [f"fsync floor: one serial write + fdatasync of 500 B into reserved room, median ({len(ordered)} samples; p10-p90)",
          f"{fs:.2f} ({p10:.2f}-{p90:.2f})"]]
     verdict = []
     eras = (("2026-07-28", "stdio, journal on, read-only tool", "stdio", 0.8),
@@ -473,14 +476,14 @@ async def bench(
     await mode("stdio, handshake era, journal on, effectful tool",
                _Target("ours+journal", lambda: [legacy(ours_journal)], tool="noop_write"),
                _Target("sdk", lambda: [legacy(sdk_stdio)], tool="noop_write"), n_stdio)
-    # The same with the journal fsynced by the event loop (`--journal-sync loop`; stdio's default is the writer thread).
-    on_loop = _ours_cmd(tmp / "stdio-journal-loop", "--journal-sync", "loop", journal=True)
-    ours_on_loop = StdioServerParameters(command=on_loop[0], args=on_loop[1:], env=_env())
-    await mode("stdio, handshake era, journal on, read-only tool, --journal-sync loop",
-               _Target("ours+journal", lambda: [legacy(ours_on_loop)]), _Target("sdk", lambda: [legacy(sdk_stdio)]),
-               n_stdio)
-    await mode("stdio, handshake era, journal on, effectful tool, --journal-sync loop",
-               _Target("ours+journal", lambda: [legacy(ours_on_loop)], tool="noop_write"),
+    # The same with the journal fsynced by its writer thread (`--journal-sync thread`; the default is the loop).
+    on_thread = _ours_cmd(tmp / "stdio-journal-thread", "--journal-sync", "thread", journal=True)
+    ours_on_thread = StdioServerParameters(command=on_thread[0], args=on_thread[1:], env=_env())
+    await mode("stdio, handshake era, journal on, read-only tool, --journal-sync thread",
+               _Target("ours+journal", lambda: [legacy(ours_on_thread)]),
+               _Target("sdk", lambda: [legacy(sdk_stdio)]), n_stdio)
+    await mode("stdio, handshake era, journal on, effectful tool, --journal-sync thread",
+               _Target("ours+journal", lambda: [legacy(ours_on_thread)], tool="noop_write"),
                _Target("sdk", lambda: [legacy(sdk_stdio)], tool="noop_write"), n_stdio)
     await mode("stdio, handshake era, journal on, read-only tool, --no-fast-path",
                _Target("ours+journal", lambda: [legacy(ours_slow_path)]),
@@ -617,9 +620,10 @@ def main(argv: list[str] | None = None) -> int:
             "with `mode=\"legacy\"`, over HTTP one `Mcp-Session-Id` session per connection (`LeanSessionClients` in "
             "this file: the lean client with the session's headers and no envelope; each SDK reply is an SSE stream). "
             "On those sessions ours also stores every SSE event for resumption (`--resumable`, on by default); the "
-            "SDK's `MCPServer` app stores none. The `--journal-sync loop` rows are the same stdio server with its "
-            "journal fsynced by the event loop instead of the writer thread (stdio's default; docs/design/journal.md, "
-            "'stdio keeps the writer thread', says why); the `journal off` handshake-era row is the base of that "
+            "SDK's `MCPServer` app stores none. The `--journal-sync thread` rows are the same stdio server with its "
+            "journal fsynced by its writer thread instead of the event loop (the default on both transports since "
+            "the journal reserves room; docs/design/journal.md, 'Both servers sync on the event loop', has the "
+            "trade-off on a machine whose cores are all busy); the `journal off` handshake-era row is the base of that "
             "era's fsync-floor ceiling. Targets for the handshake-era journal-on rows: stdio read-only >= 1.0x, "
             "stdio effectful >= 0.85x, http x16 read-only >= 1.5x. The fsync-floor table below says whether the "
             "stdio targets are reachable on this disk at all; docs/design/http-fast-path.md has the per-stage "

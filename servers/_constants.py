@@ -5,7 +5,7 @@ import os
 PROFILES = ("tools", "work", "artifacts", "agents", "memory", "rag", "gateway", "all", "conformance")
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 RECEIPT_META_KEY = "dev.openfunctions/receipt"
-#: How an HTTP server's file execution journal makes records durable (``serve --journal-sync``).
+#: How a server's file execution journal makes records durable (``serve --journal-sync``).
 JOURNAL_SYNC_MODES = ("loop", "thread")
 
 

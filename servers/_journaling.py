@@ -212,9 +212,9 @@ class ServedJournal:
     def sync_on_loop(self, on: bool) -> None:
         """Write and sync every record on the event loop's thread, once per loop iteration for all that
         iteration appended, instead of on the journal's writer thread (``JournalLog.sync_on_loop``; kept
-        across re-opens). ``serve_http`` turns it on unless told ``journal_sync="thread"``: under many
-        clients the writer thread's contention for the GIL cost more than the fsync's stall
-        (docs/design/journal.md)."""
+        across re-opens). Both servers turn it on unless told ``journal_sync="thread"``: under many HTTP
+        clients the writer thread's contention for the GIL cost more than the fsync's stall, and for one stdio
+        client the two hand-overs around each fsync did (docs/design/journal.md)."""
         self._on_loop = on
         self._journal.log.sync_on_loop = on
 

@@ -50,16 +50,16 @@ async def finish_after_eof(server: OpenFunctionsServer, stdout_gone: anyio.Event
 
 async def run_stdio(
     server: OpenFunctionsServer, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, handle_signals: bool = True,
-    fast_path: bool | None = None, journal_sync: str = "thread",
+    fast_path: bool | None = None, journal_sync: str = "loop",
 ) -> None:
     """Serve ``server`` over this process's stdin/stdout until EOF or a shutdown signal, then close it.
 
     ``journal_sync``: how a file execution journal makes each record durable (``serve --journal-sync``):
-    ``thread`` (the default on stdio), the journal's writer thread, or ``loop``, the event loop itself, once
-    per loop iteration for all that iteration appended (``JournalLog.sync_on_loop``). For one client that
-    waits for each reply, ``loop`` saves the two thread hand-overs around each fsync on an otherwise idle
-    machine, but under CPU contention the loop's thread, woken from its fsync, waits for a core far longer
-    than the writer thread does (docs/design/journal.md has both measurements).
+    ``loop`` (the default), the event loop itself, once per loop iteration for all that iteration appended
+    (``JournalLog.sync_on_loop``), or ``thread``, the journal's writer thread. For one client that waits for
+    each reply, ``loop`` saves the two thread hand-overs around each fsync; only when other processes keep
+    every core busy does the loop's thread, woken from its fsync, wait for a core longer than the writer
+    thread does, and ``thread`` is then ahead (docs/design/journal.md has both measurements).
 
     ``fast_path``: answer plain 2026-07-28 ``tools/call`` lines directly (``_stdio``); ``None`` reads
     ``OPENFUNCTIONS_FAST_PATH`` (default on). ``OPENFUNCTIONS_JOURNAL_IN_PLACE`` was removed: if set,

@@ -157,12 +157,12 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--no-journal", action="store_true",
                    help="do not journal executions (receipts are still returned, but not durable)")
     d.add_argument("--journal-sync", choices=JOURNAL_SYNC_MODES, default=None,
-                   help="how the execution journal makes each receipt durable before its reply. loop: the "
-                        "event loop writes and fsyncs, once per loop iteration, what that iteration appended (no "
-                        "writer thread; fastest over HTTP under many clients, and over stdio on an idle machine); "
-                        "thread: a writer thread does while the loop goes on (for a slow disk, e.g. a network file "
-                        "system, and for stdio on a busy machine; docs/design/journal.md). Default: loop over HTTP, "
-                        "thread over stdio")
+                   help="how the execution journal makes each receipt durable before its reply. loop (the "
+                        "default): the event loop writes and fsyncs, once per loop iteration, what that iteration "
+                        "appended (no writer thread; fastest over HTTP under many clients, and over stdio unless "
+                        "other processes keep every core busy); thread: a writer thread does while the loop goes on "
+                        "(for a slow disk, e.g. a network file system, and for a stdio server on a machine whose "
+                        "cores are all busy; docs/design/journal.md)")
     d.add_argument("--journal-reopen-interval", type=_seconds_or_off, default=5.0, metavar="SECONDS",
                    help="a journal that failed (a full disk) is re-opened through recovery at most this often, once "
                         "writes succeed again (default: %(default)s; 0: only a restart or `journal reopen PATH`)")
@@ -440,7 +440,7 @@ async def _serve(args: argparse.Namespace) -> int:
                       "on stdin. An MCP host (Claude Desktop, ...) launches this command itself; to try it by hand, "
                       "run `openfunctions-mcp demo`. Ctrl-C to quit.", file=sys.stderr, flush=True)
             await run_stdio(server, max_message_bytes=args.max_message_bytes,
-                            fast_path=False if args.no_fast_path else None, journal_sync=args.journal_sync or "thread")
+                            fast_path=False if args.no_fast_path else None, journal_sync=args.journal_sync or "loop")
         else:
             auth = "on (Authorization: Bearer <token>)" if token else "off"
             print(f"openfunctions-mcp: serving the '{profile.name}' profile over streamable HTTP at "

@@ -17,14 +17,18 @@ This module owns the *life* of a log:
   once its own record is durable. A caller cancelled while waiting is not
   acknowledged, but its record is still written (as any unacknowledged
   record may be).
-- **on the loop, opt-in** (``sync_on_loop``; an HTTP server turns it on for
-  its execution journal, ``serve --journal-sync loop``, the default there):
+- **on the loop, opt-in** (``sync_on_loop``; a server turns it on for its
+  execution journal, ``serve --journal-sync loop``, the default):
   no writer thread; the first append of an event-loop iteration schedules one
   flush for the next iteration, which writes and syncs everything appended
   by then on the loop's thread (``_writer``'s "On the loop" says why: the
   thread's GIL contention cost a busy server more than the fsync's stall).
   Under load a batch is one iteration's appends; the loop is blocked for
   each fsync, so on a slow disk every connection waits for it.
+- **reserved room, opt-in** (``open(preallocate=True)``, the execution
+  journal's choice): the file is kept longer than its records, NUL bytes the
+  writes fill, so an fsync commits no size change (``_writer``'s
+  ``_reserve``; docs/formats/journal.md, "Reserved room"). Cut on close.
 - **fail-stop**: a failed write or fsync poisons the log ("fsyncgate": the
   kernel may have dropped the dirty pages, a retry could ack lost data).
   Every queued and later append raises :class:`JournalFailed` until the
@@ -68,7 +72,7 @@ class JournalLog:
 
     # Whether every append is written and synced by the event loop itself, once per loop iteration for all
     # that iteration appended, instead of by the writer thread (``_writer``'s "On the loop"). Off by default;
-    # an HTTP server turns it on for its execution journal (``serve --journal-sync``).
+    # a server turns it on for its execution journal (``serve --journal-sync``).
     sync_on_loop: bool = False
 
     def __init__(self) -> None:  # use JournalLog.open

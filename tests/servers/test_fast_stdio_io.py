@@ -145,11 +145,13 @@ def test_the_line_splitter_keeps_lines_across_chunks_and_refuses_long_ones_as_th
     assert s.finish() == []
 
 
-@pytest.mark.parametrize("journal_sync", ["loop", "thread"])
-def test_journal_sync_chooses_who_makes_a_stdio_receipt_durable(tmp_path: Path, journal_sync: str) -> None:
+@pytest.mark.parametrize("journal_sync", ["loop", "thread", None])
+def test_journal_sync_chooses_who_makes_a_stdio_receipt_durable(tmp_path: Path, journal_sync: str | None) -> None:
     """``serve --journal-sync`` on stdio: ``thread`` starts the journal's writer thread at the first receipt
-    (it is still there while the next call runs; it leaves only after 2 s idle); ``loop`` never starts one."""
-    proc = subprocess.Popen([*_argv(tmp_path), "--journal-sync", journal_sync], stdin=subprocess.PIPE,
+    (it is still there while the next call runs; it leaves only after 2 s idle); ``loop``, the default, never
+    starts one."""
+    choice = [] if journal_sync is None else ["--journal-sync", journal_sync]
+    proc = subprocess.Popen([*_argv(tmp_path), *choice], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
     assert proc.stdin is not None and proc.stdout is not None
     replies = []
