@@ -77,7 +77,7 @@ log = structlog.get_logger("openfunctions.journal")
 
 # Reserved room (a writer opened with ``reserved``): how far past the data the file is kept, growing with it.
 # An fdatasync after a write into room already reserved commits no size change, which is most of an appending
-# fdatasync's cost on ext4 (docs/design/journal.md, "Reserved room"); room is reserved again, at most
+# fdatasync's cost on ext4 (docs/formats/journal.md, "Reserved room"); room is reserved again, at most
 # RESERVE_MAX bytes at a time, whenever a write would reach its end.
 RESERVE_MIN = 64 * 1024
 RESERVE_MAX = 4 << 20
