@@ -104,11 +104,17 @@ _SCAN = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder._
 class Decoder:
     """Validate one journal file, yielding records; ``result`` is filled as it goes."""
 
-    def __init__(self, fd: int, path: str, *, limit: int | None = None) -> None:
+    def __init__(self, fd: int, path: str, *, limit: int | None = None, writer_gone: bool = False) -> None:
         """``limit``: read only that many bytes (a caller that knows where the durable data ends); by default
-        the whole file, its lines read up to :func:`data_end` and the rest checked to be reserved room."""
+        the whole file, its lines read up to :func:`data_end` and the rest checked to be reserved room.
+
+        ``writer_gone``: no writer can be appending (the caller holds the writer lock, or saw it free), so data
+        found past the end of the data can only be a hole in the last write or damage, and damage raises. A
+        lock-free reader next to a live writer (the default) takes such data for an append that landed after
+        it found the end, and stops before it, as before any torn tail."""
         self.fd = fd
         self.path = path
+        self.writer_gone = writer_gone
         self.size = os.fstat(fd).st_size if limit is None else limit
         self.limit = self.size if limit is not None else data_end(fd, self.size)
         self.result = ScanResult()
@@ -210,6 +216,9 @@ class Decoder:
                     rec = self._record(line, offset, lineno)
                 except JournalCorrupt:
                     tail = self._tail(offset, line, terminated)
+                    if tail is _DAMAGED and not terminated and not self.writer_gone:
+                        # the end this reader found cut a live writer's line: what follows it was written since
+                        tail = TornTail(offset, self.size - offset, "unterminated final fragment")
                     if tail is _DAMAGED:
                         if self.size > self.limit and (not terminated or b"\0" in line):  # ends in reserved room
                             raise self._corrupt(offset, lineno, "NUL bytes inside the data (a block never written), "
@@ -228,6 +237,9 @@ class Decoder:
             raise self._corrupt(0, 1, "the file is empty (no header line)")
         if self.size > self.limit:  # past the end of the data: reserved room, or a hole in the last write
             tail = self._tail(self.limit, b"", False)
+            if tail is _DAMAGED and not self.writer_gone:
+                tail = TornTail(self.limit, self.size - self.limit, "data appended after the end of the data was "
+                                "found (a live writer's)")
             if tail is _DAMAGED:
                 raise self._corrupt(self.limit, lineno + 1, "NUL bytes after the last record, then more data than "
                                     "one write holds: not a torn write")
@@ -354,9 +366,13 @@ class Decoder:
 _DAMAGED = TornTail(-1, -1, "damaged")
 
 
-def scan(fd: int, path: str, *, limit: int | None = None, on_record: Callable[[Record], None] | None = None) -> ScanResult:
-    """Validate the whole file in constant memory; ``on_record`` sees each valid record."""
-    d = Decoder(fd, path, limit=limit)
+def scan(
+    fd: int, path: str, *, limit: int | None = None, on_record: Callable[[Record], None] | None = None,
+    writer_gone: bool = False,
+) -> ScanResult:
+    """Validate the whole file in constant memory; ``on_record`` sees each valid record (``writer_gone``:
+    :class:`Decoder`'s)."""
+    d = Decoder(fd, path, limit=limit, writer_gone=writer_gone)
     if on_record is None:
         for _ in d:
             pass

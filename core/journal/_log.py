@@ -146,7 +146,7 @@ class JournalLog:
         # Reserving room means writing inside the file, not at its end: no O_APPEND (the writer's writes are
         # sequential from the end of the data, where the fd is positioned below).
         self._fd = open_private(self.path, os.O_RDWR if self._preallocate else os.O_RDWR | os.O_APPEND)
-        result = scan(self._fd, str(self.path), on_record=on_record)
+        result = scan(self._fd, str(self.path), on_record=on_record, writer_gone=True)  # we hold the writer lock
         assert result.header is not None
         self.header = result.header
         if kind is not None and self.header.kind is not None and self.header.kind != kind:

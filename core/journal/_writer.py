@@ -304,12 +304,14 @@ class GroupWriter:
             self._put(data, start)
             self._ops.sync(self._fd)
             return len(data)
-        at, chunk, size = start, [], 0
+        at, size = start, 0
+        chunk: list[bytes] = []
         for line in lines:
             if chunk and size + len(line) > TORN_WRITE_MAX:
                 self._put(b"".join(chunk), at)
                 self._ops.sync(self._fd)
-                at, chunk, size = at + size, [], 0
+                at, size = at + size, 0
+                chunk = []
             chunk.append(line)
             size += len(line)
         self._put(b"".join(chunk), at)

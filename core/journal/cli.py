@@ -171,8 +171,10 @@ def _database_reader(args: argparse.Namespace, command: str) -> DatabaseJournals
     return reader
 
 
-def _scan(path: Path, on_record: Callable[[Record], None] | None = None) -> tuple[ScanResult, dict[str, int]]:
-    """Validate ``path`` lock-free; also count records per type (for ``inspect``)."""
+def _scan(path: Path, on_record: Callable[[Record], None] | None = None, *,
+          judge: bool = False) -> tuple[ScanResult, dict[str, int]]:
+    """Validate ``path`` lock-free; also count records per type (for ``inspect``). ``judge``: when no writer holds
+    the file, judge what lies past the end of its data as the next open would (``Decoder``'s ``writer_gone``)."""
     types: dict[str, int] = {}
 
     def see(rec: Record) -> None:
@@ -182,7 +184,8 @@ def _scan(path: Path, on_record: Callable[[Record], None] | None = None) -> tupl
 
     fd = _open_for_reading(Path(os.path.abspath(path)))
     try:
-        return scan(fd, str(path), on_record=see), types
+        writer_gone = judge and _owner(Path(path))["locked"] is False
+        return scan(fd, str(path), on_record=see, writer_gone=writer_gone), types
     finally:
         os.close(fd)
 
@@ -263,7 +266,7 @@ def _torn(r: ScanResult) -> dict[str, Any] | None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     def run() -> int:
-        r, types = _scan(args.path)
+        r, types = _scan(args.path, judge=True)
         assert r.header is not None
         p = str(args.path)
         info: dict[str, Any] = {
@@ -323,7 +326,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return via_database
 
     def run() -> int:
-        r, _ = _scan(args.path)
+        r, _ = _scan(args.path, judge=True)
         torn = _torn(r)
         if args.json:
             print(canonical_json({"ok": True, "path": str(args.path), "records": r.records, "last_seq": r.last_seq, "torn_tail": torn}))

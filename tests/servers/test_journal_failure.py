@@ -12,6 +12,7 @@ import pytest
 
 from openfunctions.core import ToolRegistry
 from openfunctions.core.errors import JournalFailed
+from openfunctions.core.journal import file_stamp
 from openfunctions.servers import RECEIPT_META_KEY
 from openfunctions.servers._journaling import ServedJournal, open_execution_journal
 
@@ -31,8 +32,11 @@ def test_a_full_disk_fails_the_journal_loudly_and_it_reopens_once_writes_succeed
     assert _hash_call(url, "before").get("isError") is not True
     journal = tmp_path / "data" / "journal" / "tools.journal"
     _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    # "The disk is full": the server process may not grow any file past the journal's current size.
-    resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (journal.stat().st_size, hard))
+    # "The disk is full": the server process may not write past the end of the journal's records (the room the
+    # journal reserved after them would still take writes: it is allocated, as on a real full disk).
+    records_end = file_stamp(journal)[4]
+    assert records_end < journal.stat().st_size  # the room is there
+    resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (records_end, hard))
     try:
         refused = _hash_call(url, "while full")
         assert refused["isError"] is True

@@ -50,7 +50,7 @@ def test_sigkill_at_random_moments_never_loses_an_acknowledged_record(tmp_path):
 
             reserve = rng.random() < 0.5
 
-            async def reopen():
+            async def reopen(reserve: bool = reserve):
                 log = await JournalLog.open(p, preallocate=reserve)
                 try:
                     recs = {r.seq: r for r in log.records()}

@@ -178,3 +178,23 @@ async def test_the_execution_journal_reserves_and_its_segments_are_exactly_their
     assert os.stat(p).st_size > j.log.size
     await j.close()
     assert b"\0" not in p.read_bytes()
+
+
+async def test_a_reader_next_to_a_live_writer_stops_at_the_end_it_found(tmp_path):
+    """A record appended after a lock-free reader found the end of the data lies past that end: the reader
+    stops before it (as before a write in flight) rather than calling it damage; an open (no writer left) would
+    judge the same bytes strictly."""
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p, kind="log", preallocate=True)
+    await log.append("t", {"i": 0})
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        reader = Decoder(fd, str(p))  # has found the end of the data
+        await log.append("t", {"i": 1})  # lands past it, inside the room
+        assert [r.data["i"] for r in reader] == [0]
+        assert reader.result.torn is not None and "live writer" in reader.result.torn.reason
+        judged = Decoder(fd, str(p), writer_gone=True)
+        assert [r.data["i"] for r in judged] == [0, 1] and judged.result.torn is None
+    finally:
+        os.close(fd)
+    await log.close()
