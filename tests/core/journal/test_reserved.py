@@ -198,3 +198,43 @@ async def test_a_reader_next_to_a_live_writer_stops_at_the_end_it_found(tmp_path
     finally:
         os.close(fd)
     await log.close()
+
+
+@pytest.mark.parametrize("reserve", [True, False])
+async def test_lock_free_readers_racing_a_writer_see_a_prefix_and_never_damage(tmp_path, reserve):
+    """Readers polling in a thread while the writer fills its room (and reserves more, and its lines sometimes
+    span pages): every read is a prefix of what gets written, and none is refused as corrupt."""
+    import threading
+
+    import anyio
+
+    p = tmp_path / "j.jsonl"
+    log = await JournalLog.open(p, kind="log", preallocate=reserve)
+    done = threading.Event()
+    reads: list[list[int]] = [[], []]
+    errors: list[BaseException] = []
+
+    def poll(mine: list[int]) -> None:
+        try:
+            while not done.is_set():
+                seen = [r.data["i"] for r in read_records(p)]
+                assert seen == list(range(len(seen))), seen[:5]
+                mine.append(len(seen))
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    readers = [threading.Thread(target=poll, args=(mine,)) for mine in reads]
+    for t in readers:
+        t.start()
+    try:
+        for i in range(1500):
+            await log.append("t", {"i": i, "pad": "p" * (i * 37 % 3000)})
+    finally:
+        done.set()
+        for t in readers:
+            await anyio.to_thread.run_sync(t.join)
+    await log.close()
+    assert not errors, errors[0]
+    for mine in reads:  # each reader saw the file grow, never shrink, and read it many times meanwhile
+        assert len(mine) > 10 and mine == sorted(mine) and mine[-1] <= 1500, mine[:20]
+    assert [r.data["i"] for r in read_records(p)] == list(range(1500))
