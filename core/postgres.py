@@ -201,8 +201,37 @@ async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: 
         await pool.open(wait=True, timeout=timeout)
     except Exception as exc:
         await pool.close()
-        raise unavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {exc}") from None
+        why = await _why_unreachable(dsn) or str(exc)
+        raise unavailable(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {why}") from None
     return pool
+
+
+async def _why_unreachable(dsn: str) -> str | None:
+    """The driver's own reason a connection fails ("Connection refused", "password authentication failed ..."):
+    the pool, which retried until its timeout, only says it gave up. One attempt, bounded; the first line of the
+    error, with the DSN and its password taken out. ``None`` if this attempt connects (the failure was passing)."""
+    psycopg, _ = load_psycopg()
+    try:
+        with anyio.fail_after(5):
+            conn = await psycopg.AsyncConnection.connect(dsn, connect_timeout=3)
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        text = lines[0] if lines else exc.__class__.__name__
+        return _scrub(text.removeprefix("connection failed: "), dsn)
+    await conn.close()
+    return None
+
+
+def _scrub(text: str, dsn: str) -> str:
+    """``text`` without ``dsn`` or its password (a driver may quote either in an error)."""
+    text = text.replace(dsn, redact_dsn(dsn))
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        password = conninfo_to_dict(dsn).get("password")
+    except Exception:
+        password = None
+    return text.replace(str(password), "***") if password else text
 
 
 async def drop_dead_connections(pool: Any) -> None:

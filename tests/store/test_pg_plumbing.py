@@ -186,3 +186,27 @@ async def test_after_a_restart_the_key_locks_fail_once_then_grant_a_pool_full(pr
             release()
     finally:
         await locks.close()
+
+
+async def test_a_pool_that_cannot_connect_says_why_in_the_drivers_words(pg_dsn) -> None:
+    """The pool retries until its timeout and then only says it gave up; the error carries the driver's own reason
+    from one more attempt (a refused port, an unknown database), on one line, without the password."""
+    import socket
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    with socket.socket() as s:  # a port nothing listens on (bound, then freed)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(DatabaseUnavailable) as refused:
+        await open_pool(f"postgresql://u:sekrit@127.0.0.1:{port}/x", timeout=0.3)
+    message = refused.value.message
+    assert "Connection refused" in message and "sekrit" not in message and "\n" not in message, message
+    assert "pool initialization incomplete" not in message
+
+    parts = conninfo_to_dict(pg_dsn)
+    missing = make_conninfo("", **{**parts, "dbname": "of_no_such_database", "password": "sekrit"})
+    with pytest.raises(StoreUnavailable) as unknown:
+        await open_pool(missing, timeout=0.3, unavailable=StoreUnavailable)
+    message = unknown.value.message
+    assert 'database "of_no_such_database" does not exist' in message and "sekrit" not in message, message
