@@ -119,6 +119,16 @@ async def test_interior_damage_fails_closed(tmp_path, kind):
         await JournalLog.open(p)
 
 
+async def _five_records_then(p, tail: bytes) -> bytes:
+    """A journal of five records at ``p`` followed by ``tail``; returns the five records' bytes. A lock-free
+    reader stops quietly before the tail (it may be a write in flight)."""
+    await _journal(p)
+    good = p.read_bytes()
+    p.write_bytes(good + tail)
+    assert [r.seq for r in read_records(p)] == [1, 2, 3, 4, 5]
+    return good
+
+
 @pytest.mark.parametrize(
     "tail,kept",
     [(b'{"chk":"12', b'{"chk":"12'), (b'{"chk":"ab\0\0\0\0', b'{"chk":"ab'),
@@ -127,11 +137,7 @@ async def test_interior_damage_fails_closed(tmp_path, kind):
 )
 async def test_torn_tail_is_repaired_with_broken_copy(tmp_path, tail, kept):
     p = tmp_path / "j.jsonl"
-    await _journal(p)
-    good = p.read_bytes()
-    p.write_bytes(good + tail)
-    # A lock-free reader stops quietly before the tail (it may be a write in flight).
-    assert [r.seq for r in read_records(p)] == [1, 2, 3, 4, 5]
+    good = await _five_records_then(p, tail)
     log = await JournalLog.open(p)
     assert log.repaired_tail == p.with_name("j.jsonl.broken")
     # the copy holds what was written, not the NUL bytes after it (nobody wrote those)
@@ -154,10 +160,7 @@ async def test_nul_bytes_after_the_last_record_are_room_not_damage(tmp_path, tai
     """Only NUL (and newline) bytes after the last record: room a writer reserved, or a block a file system
     never wrote. Nothing in it was written, so an open cuts it without a copy; readers report it as reserved."""
     p = tmp_path / "j.jsonl"
-    await _journal(p)
-    good = p.read_bytes()
-    p.write_bytes(good + tail)
-    assert [r.seq for r in read_records(p)] == [1, 2, 3, 4, 5]
+    good = await _five_records_then(p, tail)
     log = await JournalLog.open(p)
     assert log.repaired_tail is None and log.recovery.reserved == len(tail) and log.recovery.torn is None
     assert p.read_bytes() == good  # a log that does not reserve appends at the end: the room is cut

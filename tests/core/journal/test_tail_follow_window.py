@@ -27,6 +27,16 @@ def _append(path, i: int) -> None:
     anyio.run(go)
 
 
+def _follower(monkeypatch, path, print_record, sleep) -> argparse.Namespace:
+    """``journal tail -f -n 1`` on ``path`` as parsed arguments, printing through ``print_record`` and polling
+    through ``sleep`` (each raises KeyboardInterrupt, the follower's way out, when its test has seen enough)."""
+    monkeypatch.setattr(cli, "_print_record", print_record)
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(sleep=sleep))
+    parser = argparse.ArgumentParser(prog="openfunctions-mcp")
+    cli.add_commands(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["journal", "tail", "-f", "-n", "1", "--interval", "0.05", str(path)])
+
+
 def test_a_record_appended_between_the_first_print_and_the_first_poll_is_printed(tmp_path, monkeypatch) -> None:
     path = tmp_path / "exec.jsonl"
     _append(path, 0)
@@ -48,11 +58,7 @@ def test_a_record_appended_between_the_first_print_and_the_first_poll_is_printed
             raise KeyboardInterrupt
         time.sleep(0.001)
 
-    monkeypatch.setattr(cli, "_print_record", print_record)
-    monkeypatch.setattr(cli, "time", types.SimpleNamespace(sleep=sleep))
-    parser = argparse.ArgumentParser(prog="openfunctions-mcp")
-    cli.add_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["journal", "tail", "-f", "-n", "1", "--interval", "0.05", str(path)])
+    args = _follower(monkeypatch, path, print_record, sleep)
     assert args.func(args) == 0
     assert printed == [1, 2], f"printed seqs {printed} after {polls} polls"
 
@@ -77,11 +83,7 @@ def test_records_appended_into_reserved_room_are_printed(tmp_path, monkeypatch) 
             raise KeyboardInterrupt
         time.sleep(0.005)
 
-    monkeypatch.setattr(cli, "_print_record", print_record)
-    monkeypatch.setattr(cli, "time", types.SimpleNamespace(sleep=sleep))
-    parser = argparse.ArgumentParser(prog="openfunctions-mcp")
-    cli.add_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["journal", "tail", "-f", "-n", "1", "--interval", "0.05", str(path)])
+    args = _follower(monkeypatch, path, print_record, sleep)
     codes: list[int] = []
 
     async def main() -> None:
