@@ -268,9 +268,10 @@ def sync_latencies(d: Path, seconds: float, files: tuple[int, ...] = (1, 2)) -> 
 def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
     """One appender awaiting each record (a stdio server's receipt): latency (s)
     of a raw ``write`` + ``fdatasync``, of ``JournalLog.append`` handing over to
-    the writer thread (the default), and of ``JournalLog.append`` synced by the
-    loop's next flush (``sync_on_loop``, an HTTP server's default), interleaved
-    op by op on three files."""
+    the writer thread (``JournalLog``'s default), of ``JournalLog.append`` synced by
+    the loop's next flush (``sync_on_loop``), and of the same into room reserved
+    past the records (``preallocate``: a server's execution journal), interleaved
+    op by op on four files."""
     line = sample_lines(1)[0]
     lat: dict[str, list[float]] = {k: [] for k in LONE}
 
@@ -279,6 +280,8 @@ def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
         on_loop = await JournalLog.open(d / f"lone-loop-{time.monotonic_ns()}.jsonl")
         on_loop.sync_on_loop = True
         thread = await JournalLog.open(d / f"lone-thread-{time.monotonic_ns()}.jsonl")
+        room = await JournalLog.open(d / f"lone-room-{time.monotonic_ns()}.jsonl", preallocate=True)
+        room.sync_on_loop = True
         try:
             stop = time.perf_counter() + seconds
             while time.perf_counter() < stop:
@@ -290,22 +293,28 @@ def lone_latencies(d: Path, seconds: float) -> dict[str, list[float]]:
                 t2 = time.perf_counter()
                 await thread.append("start", DATA)
                 t3 = time.perf_counter()
+                await room.append("start", DATA)
+                t4 = time.perf_counter()
                 lat[LONE_RAW].append(t1 - t0)
                 lat[LONE_LOOP].append(t2 - t1)
                 lat[LONE_THREAD].append(t3 - t2)
+                lat[LONE_ROOM].append(t4 - t3)
         finally:
             os.close(fd)
             await on_loop.close()
             await thread.close()
+            await room.close()
 
     anyio.run(run)
     return lat
 
 
 LONE_RAW = "raw write + fdatasync (no encoding)"
-LONE_LOOP = "JournalLog.append, synced by the loop's next flush (sync_on_loop=True: an HTTP server's default)"
-LONE_THREAD = "JournalLog.append, handed over to the writer thread (the default)"
-LONE = (LONE_RAW, LONE_LOOP, LONE_THREAD)
+LONE_LOOP = "JournalLog.append, synced by the loop's next flush (sync_on_loop=True)"
+LONE_THREAD = "JournalLog.append, handed over to the writer thread (JournalLog's default)"
+LONE_ROOM = ("JournalLog.append into reserved room, synced by the loop (preallocate=True, sync_on_loop=True: "
+             "a server's execution journal)")
+LONE = (LONE_RAW, LONE_LOOP, LONE_THREAD, LONE_ROOM)
 
 
 def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
@@ -319,27 +328,31 @@ def lone_latency_table(lat: dict[str, list[float]], seconds: float) -> str:
     )
 
 
-SERVER_PEERS = ("ours, journal on (writer thread)", "SDK MCPServer (persists nothing)")
+SERVER_PEERS = ("ours, journal on (fsynced by the loop: the default)", "ours, journal on, --journal-sync thread",
+                "SDK MCPServer (persists nothing)")
 
 
 def server_latencies(d: Path, seconds: float) -> dict[tuple[str, str], list[float]]:
     """Per-call latency (s) of a serial stdio client against two servers,
-    interleaved call by call: ours as shipped (every record through the
-    journal's writer thread) and the SDK's MCPServer; for ``noop`` (a declared
-    read: one fsync, the receipt) and ``noop_write`` (two: start, receipt).
+    interleaved call by call: ours as shipped (every record fsynced by the event
+    loop, into reserved room), ours with ``--journal-sync thread`` and the SDK's
+    MCPServer; for ``noop`` (a declared read: one fsync, the receipt) and
+    ``noop_write`` (two: start, receipt).
     The servers and tools are bench_server's (``bench_server:registry``)."""
     import bench_server
     from mcp import Client, StdioServerParameters
 
-    ours = bench_server._ours_cmd(d / "srv-thread", journal=True)
+    ours = bench_server._ours_cmd(d / "srv-loop", journal=True)
+    ours_thread = bench_server._ours_cmd(d / "srv-thread", "--journal-sync", "thread", journal=True)
     sdk = bench_server._sdk_cmd("stdio")
     env = bench_server._env()
-    params = [StdioServerParameters(command=c[0], args=c[1:], env=env) for c in (ours, sdk)]
+    params = [StdioServerParameters(command=c[0], args=c[1:], env=env) for c in (ours, ours_thread, sdk)]
     lat: dict[tuple[str, str], list[float]] = {(tool, peer): [] for tool in ("noop", "noop_write") for peer in SERVER_PEERS}
 
     async def run() -> None:
-        async with Client(params[0], read_timeout_seconds=60) as a, Client(params[1], read_timeout_seconds=60) as b:
-            clients = dict(zip(SERVER_PEERS, (a, b), strict=True))
+        async with Client(params[0], read_timeout_seconds=60) as a, Client(params[1], read_timeout_seconds=60) as b, \
+                Client(params[2], read_timeout_seconds=60) as c:
+            clients = dict(zip(SERVER_PEERS, (a, b, c), strict=True))
             for tool in ("noop", "noop_write"):
                 for cl in clients.values():  # warm-up
                     for _ in range(20):
@@ -400,16 +413,17 @@ def sync_latency_table(lat: dict[tuple[str, int], list[float]], seconds: float) 
 LONE_INTRO = (
     "A lone appender (a stdio server's caller waits for each record): handing the record to the writer thread "
     "costs two thread wake-ups (the thread's, then the event loop's) on top of the fsync; the loop's own flush "
-    "(`sync_on_loop`, an HTTP server's default) costs one loop iteration instead. Same record bytes, three files, "
-    "op-interleaved:"
+    "(`sync_on_loop`) costs one loop iteration instead; into room reserved past the records (`preallocate`, "
+    "docs/formats/journal.md 'Reserved room') the fsync commits no size change. A server's execution journal "
+    "does both. Same record bytes, four files, op-interleaved:"
 )
 
 
 SERVER_INTRO = (
     "Inside the stdio server (`bench_server.py`'s `noop`/`noop_write` tools and SDK peer, one serial `mcp.Client` "
-    "per server, calls interleaved server by server, the order rotating each cycle). Every record goes through the "
-    "journal's writer thread; an opt-in mode that wrote a lone appender's record on the loop's thread instead was "
-    "removed: it was not a clear win here and slower at higher load."
+    "per server, calls interleaved server by server, the order rotating each cycle): ours as shipped (the event "
+    "loop fsyncs each record into reserved room) and with `--journal-sync thread` (the journal's writer thread "
+    "does)."
 )
 
 
