@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from openfunctions.core.journal import ExecutionJournal, JournalCorrupt, JournalLog, file_stamp, read_records
 from openfunctions.core.journal._decoder import Decoder, data_end
@@ -238,3 +240,64 @@ async def test_lock_free_readers_racing_a_writer_see_a_prefix_and_never_damage(t
     for mine in reads:  # each reader saw the file grow, never shrink, and read it many times meanwhile
         assert len(mine) > 10 and mine == sorted(mine) and mine[-1] <= 1500, mine[:20]
     assert [r.data["i"] for r in read_records(p)] == list(range(1500))
+
+
+# What the end of a file can hold after a crash or damage: runs of NUL (room, unwritten blocks), newlines, and
+# pieces of record lines (a write's bytes, whole or cut).
+_PIECE = st.one_of(
+    st.integers(min_value=1, max_value=6000).map(lambda n: b"\0" * n),
+    st.just(b"\n"),
+    st.sampled_from([b'{"chk":"', b'{"chk":"0123456789abcdef0123456789abcdef","data":{},"prev":"x","seq":9}\n',
+                     b'"type":"t"}\n', b"garbage", b"\xff\xfe"]),
+)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(tail=st.lists(_PIECE, max_size=6), reserve=st.booleans())
+def test_any_tail_is_refused_whole_or_cut_after_the_last_valid_record(tmp_path_factory, tail, reserve):
+    """Whatever follows the records, lock-free readers never fail with anything but ``JournalCorrupt`` and
+    see only the records; an open either refuses (the file unchanged, nothing copied) or keeps every record,
+    copies what was written after them (never more than the tail) and can append again."""
+    import anyio
+
+    d = tmp_path_factory.mktemp("tail")
+    p = d / "j.jsonl"
+
+    async def records() -> None:
+        log = await JournalLog.open(p, kind="log", preallocate=reserve)
+        for i in range(4):
+            await log.append("t", {"i": i})
+        await log.close()
+
+    anyio.run(records)
+    good = p.read_bytes()
+    junk = b"".join(tail)
+    p.write_bytes(good + junk)
+    try:
+        seen = [r.data["i"] for r in read_records(p)]
+    except JournalCorrupt:
+        seen = None
+    if seen is not None:
+        assert seen[:4] == [0, 1, 2, 3]
+
+    async def reopen() -> tuple[object, list[int]]:
+        try:
+            log = await JournalLog.open(p, kind="log", preallocate=reserve)
+        except JournalCorrupt as exc:
+            return exc, []
+        try:
+            await log.append("t", {"i": 99})
+            return log.repaired_tail, [r.data["i"] for r in log.records()]
+        finally:
+            await log.close()
+
+    outcome, after = anyio.run(reopen)
+    if isinstance(outcome, JournalCorrupt):
+        assert p.read_bytes() == good + junk and not list(d.glob("j.jsonl.broken*"))
+        return
+    assert after[:4] == [0, 1, 2, 3] and after[-1] == 99
+    if outcome is not None:
+        copied = outcome.read_bytes()
+        assert copied and copied in junk and copied == copied.rstrip(b"\0\n")  # what was written, not the room
+    assert b"\0" not in p.read_bytes()
