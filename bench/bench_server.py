@@ -623,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
             "SDK's `MCPServer` app stores none. The `--journal-sync thread` rows are the same stdio server with its "
             "journal fsynced by its writer thread instead of the event loop (the default on both transports since "
             "the journal reserves room; docs/design/journal.md, 'stdio syncs on the event loop too', has the "
-            "trade-off on a machine whose cores are all busy); the `journal off` handshake-era row is the base of that "
+            "trade-off); the `journal off` handshake-era row is the base of that "
             "era's fsync-floor ceiling. Targets for the handshake-era journal-on rows: stdio read-only >= 1.0x, "
             "stdio effectful >= 0.85x, http x16 read-only >= 1.5x. The fsync-floor table below says whether the "
             "stdio targets are reachable on this disk at all; docs/design/http-fast-path.md has the per-stage "

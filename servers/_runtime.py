@@ -57,9 +57,8 @@ async def run_stdio(
     ``journal_sync``: how a file execution journal makes each record durable (``serve --journal-sync``):
     ``loop`` (the default), the event loop itself, once per loop iteration for all that iteration appended
     (``JournalLog.sync_on_loop``), or ``thread``, the journal's writer thread. For one client that waits for
-    each reply, ``loop`` saves the two thread hand-overs around each fsync; only when other processes keep
-    every core busy does the loop's thread, woken from its fsync, wait for a core longer than the writer
-    thread does, and ``thread`` is then ahead (docs/design/journal.md has both measurements).
+    each reply, ``loop`` saves the two thread hand-overs around each fsync; ``thread`` keeps the loop free
+    while a slow disk (a network file system) syncs (docs/design/journal.md has the measurements).
 
     ``fast_path``: answer plain 2026-07-28 ``tools/call`` lines directly (``_stdio``); ``None`` reads
     ``OPENFUNCTIONS_FAST_PATH`` (default on). ``OPENFUNCTIONS_JOURNAL_IN_PLACE`` was removed: if set,

@@ -159,10 +159,9 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     d.add_argument("--journal-sync", choices=JOURNAL_SYNC_MODES, default=None,
                    help="how the execution journal makes each receipt durable before its reply. loop (the "
                         "default): the event loop writes and fsyncs, once per loop iteration, what that iteration "
-                        "appended (no writer thread; fastest over HTTP under many clients, and over stdio unless "
-                        "other processes keep every core busy); thread: a writer thread does while the loop goes on "
-                        "(for a slow disk, e.g. a network file system, and for a stdio server on a machine whose "
-                        "cores are all busy; docs/design/journal.md)")
+                        "appended (no writer thread; fastest over HTTP under many clients and over stdio); thread: a "
+                        "writer thread does while the loop goes on (for a slow disk, e.g. a network file system, "
+                        "where the loop would wait for every fsync; docs/design/journal.md)")
     d.add_argument("--journal-reopen-interval", type=_seconds_or_off, default=5.0, metavar="SECONDS",
                    help="a journal that failed (a full disk) is re-opened through recovery at most this often, once "
                         "writes succeed again (default: %(default)s; 0: only a restart or `journal reopen PATH`)")
