@@ -54,7 +54,7 @@ class TornTail:
     offset: int
     length: int  # to the end of the file: what repair cuts
     reason: str
-    data: int = -1  # of those bytes, how many lead up to the last one that is not NUL or newline: what repair keeps a copy of (-1: all)
+    data: int  # of those bytes, how many lead up to the last one that is not NUL or newline: what repair keeps a copy of
 
 
 @dataclass
@@ -164,7 +164,7 @@ class Decoder:
         """What the bytes from ``offset`` (a line that did not validate, or the end of the data) to the end of
         the file are: ``None`` for reserved room (nothing but NUL and newlines), a :class:`TornTail` for a
         shape a crash during the last write can leave (see the module doc), ``_DAMAGED`` for anything else
-        (the caller raises: that is corruption)."""
+        (:meth:`_settle` raises: that is corruption)."""
         end = self._data_extent(offset)
         if end == offset:
             return None
@@ -214,20 +214,10 @@ class Decoder:
                     if not terminated:
                         raise self._corrupt(offset, lineno, "the line has no newline")  # judged by _tail below
                     rec = self._record(line, offset, lineno)
-                except JournalCorrupt:
-                    tail = self._tail(offset, line, terminated)
-                    if tail is _DAMAGED and not terminated and not self.writer_gone:
-                        # the end this reader found cut a live writer's line: what follows it was written since
-                        tail = TornTail(offset, self.size - offset, "unterminated final fragment")
-                    if tail is _DAMAGED:
-                        if self.size > self.limit and (not terminated or b"\0" in line):  # ends in reserved room
-                            raise self._corrupt(offset, lineno, "NUL bytes inside the data (a block never written), "
-                                                "then more data than one write holds: not a torn write") from None
-                        raise
-                    if tail is None:
-                        r.reserved = self.size - offset
-                    else:
-                        r.torn = tail
+                except JournalCorrupt as exc:
+                    self._settle(offset, lineno, line, terminated, error=exc, live="unterminated final fragment",
+                                 hole="NUL bytes inside the data (a block never written), then more data than one "
+                                 "write holds: not a torn write")
                     return
             r.records += 1
             r.last_seq = rec.seq
@@ -236,17 +226,28 @@ class Decoder:
         if lineno == 0:
             raise self._corrupt(0, 1, "the file is empty (no header line)")
         if self.size > self.limit:  # past the end of the data: reserved room, or a hole in the last write
-            tail = self._tail(self.limit, b"", False)
-            if tail is _DAMAGED and not self.writer_gone:
-                tail = TornTail(self.limit, self.size - self.limit, "data appended after the end of the data was "
-                                "found (a live writer's)")
-            if tail is _DAMAGED:
-                raise self._corrupt(self.limit, lineno + 1, "NUL bytes after the last record, then more data than "
-                                    "one write holds: not a torn write")
-            if tail is None:
-                r.reserved = self.size - self.limit
-            else:
-                r.torn = tail
+            self._settle(self.limit, lineno + 1, b"", False, error=None,
+                         live="data appended after the end of the data was found (a live writer's)",
+                         hole="NUL bytes after the last record, then more data than one write holds: not a torn write")
+
+    def _settle(self, offset: int, lineno: int, line: bytes, terminated: bool, *, error: JournalCorrupt | None,
+                live: str, hole: str) -> None:
+        """Put in ``result`` what the bytes from ``offset`` (``line``, a line that did not validate, or the end of
+        the data) to the end of the file are: reserved room or a torn tail; raise for damage. ``live``: the reason
+        a lock-free reader gives what follows an unterminated line (a live writer may have written it since the
+        reader found the end). ``hole``: the message for NUL bytes inside more data than one write holds, in a
+        file that ends in reserved room; otherwise damage raises ``error``, the line's own (if any)."""
+        tail = self._tail(offset, line, terminated)
+        if tail is _DAMAGED and not terminated and not self.writer_gone:
+            tail = TornTail(offset, self.size - offset, live, self.size - offset)
+        if tail is _DAMAGED:
+            if error is not None and not (self.size > self.limit and (not terminated or b"\0" in line)):
+                raise error
+            raise self._corrupt(offset, lineno, hole) from None
+        if tail is None:
+            self.result.reserved = self.size - offset
+        else:
+            self.result.torn = tail
 
     def _parse(self, line: bytes, offset: int, lineno: int) -> dict[str, Any]:
         try:
@@ -363,7 +364,7 @@ class Decoder:
 
 
 #: :meth:`Decoder._tail`'s answer for damage that is not a torn tail.
-_DAMAGED = TornTail(-1, -1, "damaged")
+_DAMAGED = TornTail(-1, -1, "damaged", -1)
 
 
 def scan(

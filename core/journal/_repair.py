@@ -46,7 +46,7 @@ def repair_torn_tail(fd: int, path: Path, torn: TornTail) -> Path:
     """Save the torn bytes to a ``.broken`` copy, then truncate and fsync. Returns the copy's path."""
     broken = _free_name(Path(f"{path}.broken"))
     # the bytes up to the last one written: NUL room a writer reserved after them is nothing to keep
-    data = _read_range(fd, torn.offset, torn.offset + (torn.length if torn.data < 0 else torn.data))
+    data = _read_range(fd, torn.offset, torn.offset + torn.data)
     write_atomic(broken, data)
     os.ftruncate(fd, torn.offset)
     os.fsync(fd)
