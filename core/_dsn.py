@@ -36,4 +36,16 @@ def redact_dsn(dsn: str) -> str:
         return "<dsn>"
 
 
-__all__ = ["DATABASE_URL_ENV", "database_url_from_env", "redact_dsn"]
+def redact_dsn_in(text: str, dsn: str) -> str:
+    """``text`` (a driver's error message, say) without ``dsn`` or its password, either of which it may quote."""
+    text = text.replace(dsn, redact_dsn(dsn))
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        password = conninfo_to_dict(dsn).get("password")
+    except Exception:
+        password = None
+    return text.replace(str(password), "***") if password else text
+
+
+__all__ = ["DATABASE_URL_ENV", "database_url_from_env", "redact_dsn", "redact_dsn_in"]

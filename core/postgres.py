@@ -57,7 +57,7 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
-from ._dsn import redact_dsn
+from ._dsn import redact_dsn, redact_dsn_in
 from ._imports import import_spec
 from ._pg_records import Guard, PgKeyTable, RecordTableSpec, TableRow, decode_rows, read_rows, stamp
 from ._stamps import new_id
@@ -217,21 +217,9 @@ async def _why_unreachable(dsn: str) -> str | None:
     except Exception as exc:
         lines = str(exc).strip().splitlines()
         text = lines[0] if lines else exc.__class__.__name__
-        return _scrub(text.removeprefix("connection failed: "), dsn)
+        return redact_dsn_in(text.removeprefix("connection failed: "), dsn)
     await conn.close()
     return None
-
-
-def _scrub(text: str, dsn: str) -> str:
-    """``text`` without ``dsn`` or its password (a driver may quote either in an error)."""
-    text = text.replace(dsn, redact_dsn(dsn))
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        password = conninfo_to_dict(dsn).get("password")
-    except Exception:
-        password = None
-    return text.replace(str(password), "***") if password else text
 
 
 async def drop_dead_connections(pool: Any) -> None:
